@@ -1,0 +1,279 @@
+//! `procjournal journal verify|dump`: offline, read-only views of a journal.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Args, Subcommand};
+use serde::Serialize;
+
+use crate::journal::reader::{JournalReader, RecordView};
+use crate::journal::recovery::{DuplicateId, RecoveryReport};
+use crate::limits::FOLLOW_POLL_MS;
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum JournalCommand {
+    /// Check every segment and record. Exit 0 when clean, 1 when anything was found (the report
+    /// says what), 2 when the journal could not be read.
+    Verify(VerifyArgs),
+    /// Print records in order, as text or JSON lines.
+    Dump(DumpArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RootArg {
+    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    #[command(flatten)]
+    root: RootArg,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct DumpArgs {
+    #[command(flatten)]
+    root: RootArg,
+    /// One JSON object per line.
+    #[arg(long)]
+    json: bool,
+    /// First sequence number to print.
+    #[arg(long, value_name = "SEQ", default_value_t = 1)]
+    from: u64,
+    /// Keep printing records as a live writer appends them (until interrupted).
+    #[arg(long)]
+    follow: bool,
+}
+
+pub(crate) fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
+    match cmd {
+        JournalCommand::Verify(args) => verify(args),
+        JournalCommand::Dump(args) => dump(args),
+    }
+}
+
+fn open(root: RootArg) -> anyhow::Result<JournalReader> {
+    let root = super::root_or_default(root.root)?;
+    JournalReader::open(&root)
+        .with_context(|| format!("cannot open the journal of {}", root.display()))
+}
+
+fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let reader = open(args.root)?;
+    let mut ids: HashMap<[u8; 16], u64> = HashMap::new();
+    let mut duplicates = Vec::new();
+    let mut report = reader.scan(1, |r| {
+        let id = r.event_id.as_bytes();
+        match ids.get(&id) {
+            Some(&first_seq) => duplicates.push(DuplicateId {
+                event_id: r.event_id.to_string(),
+                first_seq,
+                duplicate_seq: r.position.seq,
+            }),
+            None => {
+                ids.insert(id, r.position.seq);
+            }
+        }
+    })?;
+    report.duplicate_ids = duplicates;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(&mut out, &report)?;
+        writeln!(out)?;
+    } else {
+        write_report(&mut out, &reader.dir(), &report)?;
+    }
+    Ok(if report.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn write_report(
+    out: &mut impl Write,
+    dir: &std::path::Path,
+    report: &RecoveryReport,
+) -> std::io::Result<()> {
+    writeln!(out, "journal {}", dir.display())?;
+    let last = report
+        .last_seq
+        .map_or_else(|| "none".to_owned(), |s| s.to_string());
+    writeln!(
+        out,
+        "segments {}  records {}  last seq {last}",
+        report.segments, report.records
+    )?;
+    for t in &report.torn_tails {
+        writeln!(
+            out,
+            "torn tail: segment {} bytes {}..{} ({:?}); a writable open zeroes it",
+            t.segment_index, t.start_offset, t.end_offset, t.row
+        )?;
+    }
+    for d in &report.damaged {
+        let next = d
+            .next_good_seq
+            .map_or_else(|| "a later segment".to_owned(), |s| format!("seq {s}"));
+        writeln!(
+            out,
+            "DAMAGED: segment {} bytes {}..{} ({:?}) between seq {} and {next}; left as found",
+            d.segment_index, d.start_offset, d.end_offset, d.row, d.last_good_seq
+        )?;
+    }
+    for b in &report.bad_segments {
+        writeln!(out, "BAD SEGMENT: {}: {}", b.file_name, b.reason)?;
+    }
+    for g in &report.gaps {
+        writeln!(
+            out,
+            "GAP: no records between seq {} and seq {}",
+            g.after_seq, g.next_seq
+        )?;
+    }
+    for d in &report.duplicate_ids {
+        writeln!(
+            out,
+            "DUPLICATE ID: {} at seq {} and seq {}",
+            d.event_id, d.first_seq, d.duplicate_seq
+        )?;
+    }
+    for s in &report.short_segments {
+        writeln!(out, "short segment file: {s}")?;
+    }
+    for t in &report.leftover_tmp_files {
+        writeln!(out, "leftover from an interrupted segment creation: {t}")?;
+    }
+    writeln!(
+        out,
+        "{}",
+        if report.is_clean() {
+            "clean"
+        } else {
+            "NOT CLEAN"
+        }
+    )
+}
+
+#[derive(Serialize)]
+struct DumpLine<'a> {
+    seq: u64,
+    event_id: String,
+    kind: u16,
+    codec_version: u8,
+    segment_index: u64,
+    offset: u64,
+    payload_bytes: usize,
+    payload_hex: &'a str,
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        let _ = write!(s, "{b:02x}");
+    }
+    s
+}
+
+fn print_record(out: &mut impl Write, json: bool, r: &RecordView<'_>) -> std::io::Result<()> {
+    let payload_hex = hex(r.payload);
+    if json {
+        let line = DumpLine {
+            seq: r.position.seq,
+            event_id: r.event_id.to_string(),
+            kind: r.kind,
+            codec_version: r.codec_version,
+            segment_index: r.position.segment_index,
+            offset: r.position.offset,
+            payload_bytes: r.payload.len(),
+            payload_hex: &payload_hex,
+        };
+        serde_json::to_writer(&mut *out, &line)?;
+        writeln!(out)
+    } else {
+        writeln!(
+            out,
+            "{:>8} {} kind={} codec={} at={}:{} bytes={} {}",
+            r.position.seq,
+            r.event_id,
+            r.kind,
+            r.codec_version,
+            r.position.segment_index,
+            r.position.offset,
+            r.payload.len(),
+            payload_hex
+        )
+    }
+}
+
+/// Prints records; remembers the first write error (a closed pipe ends the dump quietly).
+struct Printer<W: Write> {
+    out: W,
+    json: bool,
+    failed: Option<std::io::Error>,
+}
+
+impl<W: Write> Printer<W> {
+    fn emit(&mut self, r: RecordView<'_>) {
+        if self.failed.is_none()
+            && let Err(e) = print_record(&mut self.out, self.json, &r)
+        {
+            self.failed = Some(e);
+        }
+    }
+
+    fn flush(&mut self) -> Result<(), std::io::Error> {
+        match self.failed.take() {
+            Some(e) => Err(e),
+            None => self.out.flush(),
+        }
+    }
+}
+
+fn dump(args: DumpArgs) -> anyhow::Result<ExitCode> {
+    let reader = open(args.root)?;
+    let mut printer = Printer {
+        out: std::io::BufWriter::new(std::io::stdout().lock()),
+        json: args.json,
+        failed: None,
+    };
+    if !args.follow {
+        let report = reader.scan(args.from, |r| printer.emit(r))?;
+        if let Err(e) = printer.flush() {
+            return broken_pipe_ok(e);
+        }
+        if !report.is_clean() {
+            eprintln!(
+                "procjournal: the journal is not clean; `procjournal journal verify` prints the report"
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (mut follower, _report) = reader.follow(args.from, |r| printer.emit(r))?;
+    loop {
+        if let Err(e) = printer.flush() {
+            return broken_pipe_ok(e);
+        }
+        if follower.poll(|r| printer.emit(r))? == 0 {
+            std::thread::sleep(Duration::from_millis(FOLLOW_POLL_MS));
+        }
+    }
+}
+
+fn broken_pipe_ok(e: std::io::Error) -> anyhow::Result<ExitCode> {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Err(e.into())
+    }
+}

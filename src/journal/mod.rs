@@ -1,0 +1,622 @@
+//! The journal: a segmented, checksummed, append-only event log under `<root>/journal/`.
+//!
+//! One writer per root appends records into the memory-mapped active segment; readers in this or
+//! other processes read segment files with `pread` ([`reader`]). Every record carries a sequence
+//! number (gapless within a segment, increasing across segments) and a caller-chosen 128-bit event
+//! ID that is unique in the journal: appending an ID that is already present writes nothing and
+//! returns the original position, so a retried publication never duplicates an event.
+//!
+//! Invariants:
+//! - `durable_seq <= last_seq`, and `durable_seq` only ever names records that were flushed under
+//!   the chosen [`Durability`]; it never moves backwards.
+//! - A record is written whole into the mapping before `last_seq` advances; a failed write or flush
+//!   poisons the handle, and every later call returns [`JournalError::Poisoned`] until the host opens
+//!   the journal again and recovery runs (Linux marks pages clean after a failed flush, so a retried
+//!   flush could falsely succeed).
+//! - The writer never writes below the end of the last accepted record of the active segment, so
+//!   recovery's findings about earlier bytes (damage) stay untouched unless the host says otherwise.
+//! - Lock order: `writer` before `sync` is never taken; the group-commit leader drops `sync` before
+//!   it takes `writer`.
+
+pub mod format;
+mod mmap;
+pub mod reader;
+pub mod recovery;
+pub(crate) mod storage;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+use tracing::{debug, warn};
+
+use crate::limits::{
+    RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
+};
+use crate::root::{Root, RootError};
+use format::{RecordFields, SegmentHeader};
+use recovery::{DuplicateId, TornTail};
+pub use recovery::{RecoveryReport, Row};
+use storage::{Backend, FileBackend, SegmentStore, Syncer};
+
+/// A stable, caller-allocated event identity (a UUID; v7 by default so IDs sort by creation time).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+pub struct EventId(pub uuid::Uuid);
+
+impl EventId {
+    /// A fresh time-ordered ID, for callers that allocate IDs ahead of the events they name.
+    pub fn new_v7() -> Self {
+        EventId(uuid::Uuid::now_v7())
+    }
+    pub fn as_bytes(&self) -> [u8; 16] {
+        *self.0.as_bytes()
+    }
+    pub fn from_bytes(bytes: [u8; 16]) -> Self {
+        EventId(uuid::Uuid::from_bytes(bytes))
+    }
+}
+
+impl std::fmt::Display for EventId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// The kind of an event: a non-zero u16 (0 is reserved so that zero fill never parses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+pub struct EventKind(std::num::NonZeroU16);
+
+impl EventKind {
+    pub const fn new(kind: u16) -> Option<Self> {
+        match std::num::NonZeroU16::new(kind) {
+            Some(k) => Some(EventKind(k)),
+            None => None,
+        }
+    }
+    pub const fn get(self) -> u16 {
+        self.0.get()
+    }
+}
+
+/// When an append counts as acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Durability {
+    /// Each append is flushed (fdatasync) before it returns; concurrent appenders flush one by one.
+    Sync,
+    /// Each append is durable before it returns, but concurrent appenders share one flush: a leader
+    /// flushes everything written so far while the others wait for the flush that covers them.
+    #[default]
+    Group,
+    /// Appends return once the record is in the page cache; durability is left to the OS or to
+    /// [`Journal::sync`]. A process crash loses nothing; a power loss may.
+    Os,
+}
+
+/// Settings fixed at open.
+#[derive(Debug, Clone)]
+pub struct JournalOptions {
+    pub durability: Durability,
+    /// Size of each new segment file; a multiple of 4096 within the limits of [`crate::limits`].
+    /// Existing segments keep the size their header records.
+    pub segment_bytes: usize,
+}
+
+impl Default for JournalOptions {
+    fn default() -> Self {
+        JournalOptions {
+            durability: Durability::default(),
+            segment_bytes: SEGMENT_BYTES_DEFAULT,
+        }
+    }
+}
+
+/// Where a record lives: its sequence number and its physical place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Position {
+    pub seq: u64,
+    pub segment_index: u64,
+    pub offset: u64,
+}
+
+/// The result of an append.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    pub position: Position,
+    /// False when the event ID was already in the journal and nothing was written.
+    pub written: bool,
+}
+
+/// Errors of the journal. `Poisoned` is sticky: reopen to recover.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum JournalError {
+    #[error(transparent)]
+    Root(#[from] RootError),
+    #[error("journal {dir}: {op}: {source}")]
+    Io {
+        dir: PathBuf,
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("invalid journal options: {0}")]
+    InvalidOptions(String),
+    #[error("payload of {bytes} bytes exceeds this journal's record limit of {limit}")]
+    PayloadTooLarge { bytes: usize, limit: usize },
+    #[error(
+        "journal handle is poisoned by an earlier failure ({cause}); reopen it to run recovery"
+    )]
+    Poisoned { cause: String },
+}
+
+struct Writer {
+    dir: PathBuf,
+    backend: Arc<dyn Backend>,
+    store: Box<dyn SegmentStore>,
+    header: SegmentHeader,
+    syncer: Arc<dyn Syncer>,
+    write_offset: usize,
+    chain_crc: u32,
+    next_seq: u64,
+    ids: HashMap<[u8; 16], Position>,
+    segment_bytes_new: usize,
+    scratch: Vec<u8>,
+}
+
+#[derive(Default)]
+struct SyncState {
+    durable_seq: u64,
+    leader_active: bool,
+}
+
+/// The single writer of a journal. `Send + Sync`: share it between threads by reference or `Arc`.
+pub struct Journal {
+    root: Root,
+    durability: Durability,
+    writer: Mutex<Writer>,
+    sync: Mutex<SyncState>,
+    synced: Condvar,
+    poison: Mutex<Option<String>>,
+}
+
+impl std::fmt::Debug for Journal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Journal")
+            .field("root", &self.root.path())
+            .field("durability", &self.durability)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding a journal lock is a bug already reported by the panic; the state it
+    // guards is only ever changed after the fallible step succeeded, so it is still consistent.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl Journal {
+    /// Opens (creating if needed) the journal under `root`, taking the root's writer lock, and runs
+    /// recovery. The report says what recovery found and did.
+    pub fn open(
+        root: &Path,
+        options: JournalOptions,
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        Self::open_with_backend(root, options, Arc::new(FileBackend))
+    }
+
+    pub(crate) fn open_with_backend(
+        root: &Path,
+        options: JournalOptions,
+        backend: Arc<dyn Backend>,
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        if !format::segment_bytes_valid(options.segment_bytes) {
+            return Err(JournalError::InvalidOptions(format!(
+                "segment_bytes {} must be a multiple of 4096 between {} and {}",
+                options.segment_bytes,
+                crate::limits::SEGMENT_BYTES_MIN,
+                crate::limits::SEGMENT_BYTES_MAX
+            )));
+        }
+        let root = Root::open_writer(root)?;
+        let dir = root.journal_dir();
+        let io = |op: &'static str| {
+            let dir = dir.clone();
+            move |source| JournalError::Io { dir, op, source }
+        };
+        std::fs::create_dir_all(&dir).map_err(io("create journal directory"))?;
+
+        let mut ids: HashMap<[u8; 16], Position> = HashMap::new();
+        let mut duplicates = Vec::new();
+        let scan = recovery::scan_journal(&dir, |r| {
+            let position = Position {
+                seq: r.header.seq,
+                segment_index: r.segment_index,
+                offset: r.offset,
+            };
+            if let Some(first) = ids.get(&r.header.event_id) {
+                duplicates.push(DuplicateId {
+                    event_id: EventId::from_bytes(r.header.event_id).to_string(),
+                    first_seq: first.seq,
+                    duplicate_seq: position.seq,
+                });
+            } else {
+                ids.insert(r.header.event_id, position);
+            }
+        })
+        .map_err(io("scan segments"))?;
+        let mut report = scan.report;
+        report.duplicate_ids = duplicates;
+
+        // Crash residue: interrupted segment creations never held a record.
+        for name in &report.leftover_tmp_files {
+            std::fs::remove_file(dir.join(name)).map_err(io("remove leftover segment"))?;
+        }
+        // A torn tail is cut by zeroing it in place: nothing truncates a segment file.
+        for tail in &mut report.torn_tails {
+            zero_torn_tail(&backend, &scan.segments, tail).map_err(io("zero torn tail"))?;
+        }
+        if !report.torn_tails.is_empty() || !report.leftover_tmp_files.is_empty() {
+            storage::sync_dir(&dir).map_err(io("sync journal directory"))?;
+        }
+
+        let last = scan.segments.last();
+        let next_seq = scan.last_seq + 1;
+        // Append into the last segment when it is usable; a bad last segment is left untouched
+        // and a new one begins after it.
+        let last_listed = list_last_index(&dir).map_err(io("list segments"))?;
+        let reuse_last = last.filter(|s| Some(s.header.segment_index) == last_listed);
+        let journal_id = scan
+            .journal_id
+            .unwrap_or_else(|| *uuid::Uuid::new_v4().as_bytes());
+        let (store, header, write_offset, chain_crc, next_seq) = match reuse_last {
+            Some(segment) => {
+                if segment.file_len < u64::from(segment.header.segment_bytes) {
+                    backend
+                        .extend_segment(&segment.path, segment.header.segment_bytes as usize)
+                        .map_err(io("extend short segment"))?;
+                }
+                let store = backend
+                    .open_segment(&segment.path, segment.header.segment_bytes as usize)
+                    .map_err(io("map active segment"))?;
+                let write_offset = match report
+                    .torn_tails
+                    .iter()
+                    .find(|t| t.segment_index == segment.header.segment_index)
+                {
+                    Some(t) => t.start_offset as usize,
+                    None => segment.end_offset,
+                };
+                let next_seq = next_seq.max(segment.header.base_seq);
+                (
+                    store,
+                    segment.header,
+                    write_offset,
+                    segment.chain_crc,
+                    next_seq,
+                )
+            }
+            None => {
+                let index = last_listed.map_or(0, |i| i + 1);
+                let header = SegmentHeader {
+                    segment_bytes: options.segment_bytes as u32,
+                    journal_id,
+                    segment_index: index,
+                    base_seq: next_seq,
+                    created_unix_ms: now_unix_ms(),
+                };
+                let store =
+                    create_segment(&*backend, &dir, &header).map_err(io("create segment"))?;
+                (store, header, SEGMENT_HEADER_BYTES, header.crc(), next_seq)
+            }
+        };
+        debug!(dir = %dir.display(), next_seq, segment = header.segment_index, "journal opened");
+        if !report.is_clean() {
+            warn!(dir = %dir.display(), ?report, "journal recovery found problems");
+        }
+        let syncer = store.syncer();
+        let durable_seq = next_seq - 1;
+        let journal = Journal {
+            root,
+            durability: options.durability,
+            writer: Mutex::new(Writer {
+                dir,
+                backend,
+                store,
+                header,
+                syncer,
+                write_offset,
+                chain_crc,
+                next_seq,
+                ids,
+                segment_bytes_new: options.segment_bytes,
+                scratch: Vec::new(),
+            }),
+            sync: Mutex::new(SyncState {
+                durable_seq,
+                leader_active: false,
+            }),
+            synced: Condvar::new(),
+            poison: Mutex::new(None),
+        };
+        Ok((journal, report))
+    }
+
+    /// The absolute runtime root this journal lives in.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
+    pub fn durability(&self) -> Durability {
+        self.durability
+    }
+
+    fn check_poison(&self) -> Result<(), JournalError> {
+        match &*lock(&self.poison) {
+            Some(cause) => Err(JournalError::Poisoned {
+                cause: cause.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    fn poison(&self, op: &str, error: &std::io::Error) -> JournalError {
+        let cause = format!("{op}: {error}");
+        warn!(%cause, "journal poisoned");
+        let mut slot = lock(&self.poison);
+        let cause = slot.get_or_insert(cause).clone();
+        drop(slot);
+        self.synced.notify_all();
+        JournalError::Poisoned { cause }
+    }
+
+    /// The largest payload one record of this journal can carry.
+    pub fn payload_limit(&self) -> usize {
+        let w = lock(&self.writer);
+        payload_limit(w.segment_bytes_new)
+    }
+
+    /// Appends one event and returns once it is acknowledged under the journal's [`Durability`].
+    /// If `id` is already in the journal nothing is written and the original position is returned
+    /// (after it, too, is acknowledged).
+    pub fn append(
+        &self,
+        id: EventId,
+        kind: EventKind,
+        codec_version: u8,
+        payload: &[u8],
+    ) -> Result<Appended, JournalError> {
+        self.check_poison()?;
+        let appended = {
+            let mut w = lock(&self.writer);
+            self.check_poison()?;
+            match w.ids.get(&id.as_bytes()) {
+                Some(&position) => Appended {
+                    position,
+                    written: false,
+                },
+                None => {
+                    let position = self.write_record(&mut w, id, kind, codec_version, payload)?;
+                    if self.durability == Durability::Sync {
+                        // One flush per append, in append order, under the writer lock.
+                        let syncer = Arc::clone(&w.syncer);
+                        syncer.sync().map_err(|e| self.poison("fdatasync", &e))?;
+                        lock(&self.sync).durable_seq = position.seq;
+                    }
+                    Appended {
+                        position,
+                        written: true,
+                    }
+                }
+            }
+        };
+        match self.durability {
+            Durability::Os => {}
+            Durability::Sync | Durability::Group => self.wait_durable(appended.position.seq)?,
+        }
+        Ok(appended)
+    }
+
+    fn write_record(
+        &self,
+        w: &mut Writer,
+        id: EventId,
+        kind: EventKind,
+        codec_version: u8,
+        payload: &[u8],
+    ) -> Result<Position, JournalError> {
+        // A record that does not fit the rest of the active segment goes into a fresh one.
+        let limit = payload_limit(w.segment_bytes_new);
+        if payload.len() > limit {
+            return Err(JournalError::PayloadTooLarge {
+                bytes: payload.len(),
+                limit,
+            });
+        }
+        let bytes = format::record_bytes(payload.len());
+        if w.write_offset + bytes > w.header.segment_bytes as usize {
+            self.rotate(w)?;
+        }
+        let seq = w.next_seq;
+        let mut scratch = std::mem::take(&mut w.scratch);
+        scratch.clear();
+        scratch.resize(bytes, 0);
+        let header_crc = format::encode_record(
+            &RecordFields {
+                kind: kind.get(),
+                codec_version,
+                seq,
+                event_id: id.as_bytes(),
+                prev_crc: w.chain_crc,
+                payload,
+            },
+            &mut scratch,
+        );
+        let offset = w.write_offset;
+        let written = w.store.write_at(offset, &scratch);
+        w.scratch = scratch;
+        written.map_err(|e| self.poison("write record", &e))?;
+        let position = Position {
+            seq,
+            segment_index: w.header.segment_index,
+            offset: offset as u64,
+        };
+        w.write_offset += bytes;
+        w.chain_crc = header_crc;
+        w.next_seq += 1;
+        w.ids.insert(id.as_bytes(), position);
+        Ok(position)
+    }
+
+    /// Seals the active segment (flushing it, so that only the active segment ever holds
+    /// unflushed records) and starts the next one.
+    fn rotate(&self, w: &mut Writer) -> Result<(), JournalError> {
+        w.syncer
+            .sync()
+            .map_err(|e| self.poison("fdatasync before rotation", &e))?;
+        {
+            let mut s = lock(&self.sync);
+            s.durable_seq = s.durable_seq.max(w.next_seq - 1);
+        }
+        let header = SegmentHeader {
+            segment_bytes: w.segment_bytes_new as u32,
+            journal_id: w.header.journal_id,
+            segment_index: w.header.segment_index + 1,
+            base_seq: w.next_seq,
+            created_unix_ms: now_unix_ms(),
+        };
+        let store = create_segment(&*w.backend, &w.dir, &header)
+            .map_err(|e| self.poison("create segment", &e))?;
+        debug!(
+            segment = header.segment_index,
+            base_seq = header.base_seq,
+            "journal rotated"
+        );
+        w.syncer = store.syncer();
+        w.store = store;
+        w.header = header;
+        w.write_offset = SEGMENT_HEADER_BYTES;
+        w.chain_crc = header.crc();
+        Ok(())
+    }
+
+    /// Waits until `seq` is durable, flushing as the group leader when no flush is in progress.
+    fn wait_durable(&self, seq: u64) -> Result<(), JournalError> {
+        let mut s = lock(&self.sync);
+        loop {
+            self.check_poison()?;
+            if s.durable_seq >= seq {
+                return Ok(());
+            }
+            if s.leader_active {
+                s = self.synced.wait(s).unwrap_or_else(PoisonError::into_inner);
+                continue;
+            }
+            s.leader_active = true;
+            drop(s);
+            let (target, syncer) = {
+                let w = lock(&self.writer);
+                (w.next_seq - 1, Arc::clone(&w.syncer))
+            };
+            let flushed = syncer.sync();
+            s = lock(&self.sync);
+            s.leader_active = false;
+            match flushed {
+                Ok(()) => {
+                    s.durable_seq = s.durable_seq.max(target);
+                    self.synced.notify_all();
+                }
+                Err(e) => {
+                    drop(s);
+                    return Err(self.poison("fdatasync", &e));
+                }
+            }
+        }
+    }
+
+    /// Flushes everything appended so far, whatever the policy.
+    pub fn sync(&self) -> Result<(), JournalError> {
+        let last = self.last_seq();
+        if last == 0 {
+            return self.check_poison();
+        }
+        self.wait_durable(last)
+    }
+
+    /// The sequence number of the last record written (0 when empty).
+    pub fn last_seq(&self) -> u64 {
+        lock(&self.writer).next_seq - 1
+    }
+
+    /// The last sequence number acknowledged as durable under the chosen policy.
+    pub fn durable_seq(&self) -> u64 {
+        lock(&self.sync).durable_seq
+    }
+
+    /// Where the event with this ID was written, if it is in the journal.
+    pub fn position_of(&self, id: EventId) -> Option<Position> {
+        lock(&self.writer).ids.get(&id.as_bytes()).copied()
+    }
+
+    /// The directory holding the segments.
+    pub fn dir(&self) -> PathBuf {
+        self.root.journal_dir()
+    }
+}
+
+fn payload_limit(segment_bytes: usize) -> usize {
+    (segment_bytes - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES).min(RECORD_PAYLOAD_BYTES_MAX)
+        / crate::limits::RECORD_ALIGN_BYTES
+        * crate::limits::RECORD_ALIGN_BYTES
+}
+
+fn create_segment(
+    backend: &dyn Backend,
+    dir: &Path,
+    header: &SegmentHeader,
+) -> std::io::Result<Box<dyn SegmentStore>> {
+    let name = recovery::segment_file_name(header.segment_index);
+    backend.create_segment(dir, &name, &header.encode(), header.segment_bytes as usize)?;
+    backend.open_segment(&dir.join(name), header.segment_bytes as usize)
+}
+
+fn list_last_index(dir: &Path) -> std::io::Result<Option<u64>> {
+    Ok(recovery::list_segments(dir)?.0.last().map(|(i, _)| *i))
+}
+
+fn zero_torn_tail(
+    backend: &Arc<dyn Backend>,
+    segments: &[recovery::ScannedSegment],
+    tail: &mut TornTail,
+) -> std::io::Result<()> {
+    let Some(segment) = segments
+        .iter()
+        .find(|s| s.header.segment_index == tail.segment_index)
+    else {
+        return Ok(());
+    };
+    let segment_bytes = segment.header.segment_bytes as usize;
+    if segment.file_len < segment_bytes as u64 {
+        backend.extend_segment(&segment.path, segment_bytes)?;
+    }
+    let mut store = backend.open_segment(&segment.path, segment_bytes)?;
+    let start = tail.start_offset as usize;
+    let end = (tail.end_offset as usize).min(segment_bytes);
+    if end > start {
+        store.write_at(start, &vec![0u8; end - start])?;
+        store.syncer().sync()?;
+    }
+    tail.zeroed = true;
+    Ok(())
+}

@@ -1,0 +1,323 @@
+//! Read-only access to a journal, also while a writer in another process appends to it.
+//!
+//! Readers take no lock, never write, and read segment files with `pread` rather than through a
+//! mapping: a writer may be storing into the bytes just past the last complete record, and a
+//! reader must see those either as a whole valid record or as not yet there. Every record is
+//! checked (both checksums, the expected seq and the chain) before it is handed out, so a reader
+//! never returns a torn or stale record.
+//!
+//! Invariant of [`Follower`]: `(segment_index, offset, chain_crc, expected_seq)` always describe the
+//! position just after the last record it handed out; it only moves forward.
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use super::format::{self, SegmentHeader};
+use super::recovery::{self, RecoveryReport};
+use super::{EventId, JournalError, Position};
+use crate::limits::{RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES};
+use crate::root::Root;
+
+/// One record, borrowed from the reader's buffer.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordView<'a> {
+    pub position: Position,
+    pub event_id: EventId,
+    pub kind: u16,
+    pub codec_version: u8,
+    pub payload: &'a [u8],
+}
+
+/// One record, owned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Record {
+    pub position: Position,
+    pub event_id: EventId,
+    pub kind: u16,
+    pub codec_version: u8,
+    pub payload: Vec<u8>,
+}
+
+impl RecordView<'_> {
+    pub fn to_owned(&self) -> Record {
+        Record {
+            position: self.position,
+            event_id: self.event_id,
+            kind: self.kind,
+            codec_version: self.codec_version,
+            payload: self.payload.to_vec(),
+        }
+    }
+}
+
+fn view<'a>(r: &recovery::RecordRef<'a>) -> RecordView<'a> {
+    RecordView {
+        position: Position {
+            seq: r.header.seq,
+            segment_index: r.segment_index,
+            offset: r.offset,
+        },
+        event_id: EventId::from_bytes(r.header.event_id),
+        kind: r.header.kind,
+        codec_version: r.header.codec_version,
+        payload: r.payload,
+    }
+}
+
+/// A read-only handle on the journal of a runtime root.
+#[derive(Debug)]
+pub struct JournalReader {
+    root: Root,
+}
+
+impl JournalReader {
+    /// Opens the journal of `root` for reading. Fails if the root has no journal directory.
+    pub fn open(root: &Path) -> Result<Self, JournalError> {
+        let root = Root::open_reader(root)?;
+        let dir = root.journal_dir();
+        if !dir.is_dir() {
+            return Err(JournalError::Io {
+                dir,
+                op: "open journal",
+                source: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "no journal directory under this root",
+                ),
+            });
+        }
+        Ok(JournalReader { root })
+    }
+
+    pub fn dir(&self) -> PathBuf {
+        self.root.journal_dir()
+    }
+
+    /// Scans the whole journal, calling `visit` for each valid record with `seq >= from_seq` in
+    /// order, and returns what a recovery would find (a read-only scan repairs nothing, so torn
+    /// tails are reported with `zeroed: false`).
+    pub fn scan(
+        &self,
+        from_seq: u64,
+        mut visit: impl FnMut(RecordView<'_>),
+    ) -> Result<RecoveryReport, JournalError> {
+        Ok(self.scan_inner(from_seq, &mut visit)?.report)
+    }
+
+    fn scan_inner(
+        &self,
+        from_seq: u64,
+        visit: &mut impl FnMut(RecordView<'_>),
+    ) -> Result<recovery::JournalScan, JournalError> {
+        let dir = self.dir();
+        recovery::scan_journal(&dir, |r| {
+            if r.header.seq >= from_seq {
+                visit(view(&r));
+            }
+        })
+        .map_err(|source| JournalError::Io {
+            dir,
+            op: "scan segments",
+            source,
+        })
+    }
+
+    /// All valid records with `seq >= from_seq`, owned, and the report.
+    pub fn records(&self, from_seq: u64) -> Result<(Vec<Record>, RecoveryReport), JournalError> {
+        let mut out = Vec::new();
+        let report = self.scan(from_seq, |r| out.push(r.to_owned()))?;
+        Ok((out, report))
+    }
+
+    /// Hands every record from `from_seq` to `visit`, then returns a [`Follower`] positioned after
+    /// the last of them, to pick up records that a live writer appends later.
+    pub fn follow(
+        &self,
+        from_seq: u64,
+        mut visit: impl FnMut(RecordView<'_>),
+    ) -> Result<(Follower, RecoveryReport), JournalError> {
+        let scan = self.scan_inner(from_seq, &mut visit)?;
+        let follower = match scan.segments.last() {
+            Some(s) => Follower {
+                dir: self.dir(),
+                segment: Some(s.header),
+                offset: s.end_offset,
+                chain_crc: s.chain_crc,
+                expected_seq: s.last_seq.map_or(s.header.base_seq, |q| q + 1),
+                from_seq,
+                buf: Vec::new(),
+            },
+            None => Follower {
+                dir: self.dir(),
+                segment: None,
+                offset: SEGMENT_HEADER_BYTES,
+                chain_crc: 0,
+                expected_seq: 1,
+                from_seq,
+                buf: Vec::new(),
+            },
+        };
+        Ok((follower, scan.report))
+    }
+}
+
+/// Bytes a follower reads per `pread` when looking for new records.
+const FOLLOW_READ_BYTES: usize = 256 * 1024;
+
+/// Picks up records appended after a scan. Call [`Follower::poll`] repeatedly.
+#[derive(Debug)]
+pub struct Follower {
+    dir: PathBuf,
+    segment: Option<SegmentHeader>,
+    offset: usize,
+    chain_crc: u32,
+    expected_seq: u64,
+    from_seq: u64,
+    buf: Vec<u8>,
+}
+
+impl Follower {
+    fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
+        let dir = self.dir.clone();
+        move |source| JournalError::Io { dir, op, source }
+    }
+
+    fn open_segment(&self, index: u64) -> Option<(File, SegmentHeader)> {
+        let path = self.dir.join(recovery::segment_file_name(index));
+        let file = File::open(path).ok()?;
+        let mut bytes = [0u8; SEGMENT_HEADER_BYTES];
+        file.read_exact_at(&mut bytes, 0).ok()?;
+        let header = SegmentHeader::decode(&bytes).ok()?;
+        (header.segment_index == index).then_some((file, header))
+    }
+
+    /// Hands out every complete, valid record appended since the last call; returns how many.
+    /// Stops at the first bytes that are not (yet) a valid continuation.
+    pub fn poll(&mut self, mut visit: impl FnMut(RecordView<'_>)) -> Result<usize, JournalError> {
+        let mut handed = 0;
+        loop {
+            let Some(header) = self.segment else {
+                match self.open_segment(0) {
+                    Some((_, h)) => {
+                        self.enter(h);
+                        continue;
+                    }
+                    None => return Ok(handed),
+                }
+            };
+            let Some((file, _)) = self.open_segment(header.segment_index) else {
+                return Ok(handed);
+            };
+            handed += self.read_from(&file, &header, &mut visit)?;
+            // The writer starts segment N+1 only after N is complete: once N+1 exists, one more
+            // read of N (above, after the check) sees everything N will ever hold.
+            match self.open_segment(header.segment_index + 1) {
+                Some((_, next)) => {
+                    handed += self.read_from(&file, &header, &mut visit)?;
+                    self.enter(next);
+                }
+                None => return Ok(handed),
+            }
+        }
+    }
+
+    fn enter(&mut self, header: SegmentHeader) {
+        self.segment = Some(header);
+        self.offset = SEGMENT_HEADER_BYTES;
+        self.chain_crc = header.crc();
+        self.expected_seq = header.base_seq;
+    }
+
+    /// Reads records of `header`'s segment from `self.offset` on, handing out each valid one.
+    fn read_from(
+        &mut self,
+        file: &File,
+        header: &SegmentHeader,
+        visit: &mut impl FnMut(RecordView<'_>),
+    ) -> Result<usize, JournalError> {
+        let segment_bytes = header.segment_bytes as usize;
+        let mut handed = 0;
+        loop {
+            if self.offset + RECORD_HEADER_BYTES > segment_bytes {
+                return Ok(handed);
+            }
+            let want = FOLLOW_READ_BYTES.min(segment_bytes - self.offset);
+            self.fill(file, want)?;
+            let mut at = 0;
+            let mut stop = false;
+            while self.buf.len() - at >= RECORD_HEADER_BYTES {
+                let Ok(h) = format::decode_record_header_unbounded(&self.buf[at..]) else {
+                    stop = true;
+                    break;
+                };
+                let len = format::record_bytes(h.payload_bytes as usize);
+                if self.offset + at + len > segment_bytes {
+                    stop = true;
+                    break;
+                }
+                if len > self.buf.len() - at {
+                    if at > 0 {
+                        break; // re-read from this record's start
+                    }
+                    self.fill(file, len)?;
+                    if self.buf.len() < len {
+                        stop = true;
+                        break;
+                    }
+                }
+                let Ok((h, payload)) = format::decode_record(&self.buf[at..at + len]) else {
+                    stop = true;
+                    break;
+                };
+                if h.seq != self.expected_seq || h.prev_crc != self.chain_crc {
+                    stop = true;
+                    break;
+                }
+                if h.seq >= self.from_seq {
+                    visit(RecordView {
+                        position: Position {
+                            seq: h.seq,
+                            segment_index: header.segment_index,
+                            offset: (self.offset + at) as u64,
+                        },
+                        event_id: EventId::from_bytes(h.event_id),
+                        kind: h.kind,
+                        codec_version: h.codec_version,
+                        payload,
+                    });
+                    handed += 1;
+                }
+                self.expected_seq = h.seq + 1;
+                self.chain_crc = h.header_crc;
+                at += len;
+            }
+            self.offset += at;
+            if stop || at == 0 {
+                return Ok(handed);
+            }
+        }
+    }
+
+    fn fill(&mut self, file: &File, len: usize) -> Result<(), JournalError> {
+        self.buf.resize(len, 0);
+        let got = read_full_at(file, &mut self.buf, self.offset as u64)
+            .map_err(self.io("read segment"))?;
+        self.buf.truncate(got);
+        Ok(())
+    }
+}
+
+fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], offset + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}

@@ -1,0 +1,23 @@
+//! procjournal: durable supervision of long-running commands.
+//!
+//! Every lifecycle change is a checksummed event in a memory-mapped, segmented journal with stable
+//! event IDs ([`journal`]). The journal is the only source of truth; everything else is rebuilt
+//! from it on open. See ARCHITECTURE.md for the map and journal-format.md for every byte on disk.
+#![deny(unsafe_code)]
+#![warn(clippy::unwrap_used, clippy::expect_used)]
+
+pub mod cli;
+pub mod codec;
+pub mod journal;
+pub mod limits;
+pub mod root;
+
+pub use journal::{
+    Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,
+    RecoveryReport,
+};
+
+/// README's examples are compiled as doctests so that they stay true.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+struct ReadmeDoctests;

@@ -1,0 +1,96 @@
+//! The runtime root: the one directory under which procjournal keeps every file it owns.
+//!
+//! Invariants: the root path is made absolute once, when it is opened, and never resolved against
+//! the caller's working directory again; at most one writer holds a root at a time, enforced by an
+//! exclusive advisory lock on `<root>/LOCK` held for the writer's whole life. Read-only tools take
+//! no lock and never write.
+//!
+//! ```text
+//! <root>/LOCK                 advisory lock of the single writer
+//! <root>/journal/*.log        journal segments
+//! <root>/spool/<handle>/      output of one process
+//! ```
+
+use std::fs::{File, OpenOptions, TryLockError};
+use std::io;
+use std::path::{Path, PathBuf};
+
+/// Why a root could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RootError {
+    #[error("runtime root {root}: {source}")]
+    Io {
+        root: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("runtime root {root} is held by another writer (its LOCK is taken)")]
+    Locked { root: PathBuf },
+}
+
+/// An absolute runtime root; `open_writer` also holds its lock.
+#[derive(Debug)]
+pub struct Root {
+    path: PathBuf,
+    lock: Option<File>,
+}
+
+impl Root {
+    fn absolute(path: &Path) -> Result<PathBuf, RootError> {
+        std::path::absolute(path).map_err(|source| RootError::Io {
+            root: path.to_owned(),
+            source,
+        })
+    }
+
+    /// Creates the root if needed and takes the single-writer lock without waiting.
+    pub fn open_writer(path: &Path) -> Result<Self, RootError> {
+        let path = Self::absolute(path)?;
+        let io_err = |source| RootError::Io {
+            root: path.clone(),
+            source,
+        };
+        std::fs::create_dir_all(&path).map_err(io_err)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path.join("LOCK"))
+            .map_err(io_err)?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(TryLockError::WouldBlock) => return Err(RootError::Locked { root: path }),
+            Err(TryLockError::Error(source)) => return Err(RootError::Io { root: path, source }),
+        }
+        Ok(Root {
+            path,
+            lock: Some(lock),
+        })
+    }
+
+    /// A root for reading only: no lock, nothing created.
+    pub fn open_reader(path: &Path) -> Result<Self, RootError> {
+        Ok(Root {
+            path: Self::absolute(path)?,
+            lock: None,
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    pub fn is_writer(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    pub fn journal_dir(&self) -> PathBuf {
+        self.path.join("journal")
+    }
+
+    pub fn spool_dir(&self) -> PathBuf {
+        self.path.join("spool")
+    }
+}
