@@ -8,6 +8,8 @@
 
 pub mod cli;
 pub mod codec;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod journal;
 pub mod limits;
 pub mod root;
