@@ -25,6 +25,8 @@ pub mod recovery;
 pub(crate) mod storage;
 
 #[cfg(test)]
+mod fault;
+#[cfg(test)]
 mod tests;
 
 use std::collections::HashMap;

@@ -350,7 +350,8 @@ pub(crate) fn scan_journal(
             file_name: file_name.clone(),
             reason,
         };
-        let bytes = std::fs::read(&path)?;
+        let mut bytes = std::fs::read(&path)?;
+        let file_len = bytes.len() as u64;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,
             Err(e) => {
@@ -388,8 +389,11 @@ pub(crate) fn scan_journal(
             )));
             continue;
         }
-        if (bytes.len() as u64) < u64::from(header.segment_bytes) {
+        if file_len < u64::from(header.segment_bytes) {
+            // A short file reads as if extended with zeroes, which is what a writable open does
+            // to it: a record whose only missing bytes were zero padding is still whole.
             report.short_segments.push(file_name.clone());
+            bytes.resize(header.segment_bytes as usize, 0);
         }
         let outcome = scan_segment(&bytes, &header, &mut visit);
         if let Some(first) = outcome.last_seq.map(|_| header.base_seq)
@@ -412,7 +416,7 @@ pub(crate) fn scan_journal(
             chain_crc: outcome.chain_crc,
             last_seq: outcome.last_seq,
             records: outcome.records,
-            file_len: bytes.len() as u64,
+            file_len,
             trailing: outcome.trailing,
         });
     }

@@ -220,3 +220,415 @@ fn segment_header_is_first_and_records_follow_it() {
     assert_eq!(header.base_seq, 1);
     let _ = Row::Garbage;
 }
+
+// ---------------------------------------------------------------------------------------------
+// Recovery: one test per row of the decision table in recovery.rs.
+
+const SEG: usize = SEGMENT_BYTES_MIN;
+
+/// Writes events `0..n` with small segments and returns their positions.
+fn build(root: &Path, n: u64) -> Vec<Position> {
+    let (journal, _) = Journal::open(root, options(Durability::Os, SEG)).unwrap();
+    let positions = (0..n)
+        .map(|i| {
+            journal
+                .append(id_of(i), KIND, 1, &payload_of(i))
+                .unwrap()
+                .position
+        })
+        .collect();
+    journal.sync().unwrap();
+    positions
+}
+
+fn record_len(i: u64) -> usize {
+    format::record_bytes(payload_of(i).len())
+}
+
+fn edit(root: &Path, segment: u64, f: impl FnOnce(&mut Vec<u8>)) {
+    let path = segment_path(root, segment);
+    let mut bytes = std::fs::read(&path).unwrap();
+    f(&mut bytes);
+    std::fs::write(&path, bytes).unwrap();
+}
+
+fn seqs(records: &[Record]) -> Vec<u64> {
+    records.iter().map(|r| r.position.seq).collect()
+}
+
+/// Reopens writable, asserts the single torn tail has `row` and was zeroed, and that events
+/// `0..survivors` are there and appending then reopening works.
+fn assert_torn_tail_cut(root: &Path, row: Row, survivors: u64) {
+    let (journal, report) = Journal::open(root, options(Durability::Sync, SEG)).unwrap();
+    assert!(report.is_crash_residue_only(), "{report:?}");
+    assert_eq!(report.torn_tails.len(), 1, "{report:?}");
+    assert_eq!(report.torn_tails[0].row, row, "{report:?}");
+    assert!(report.torn_tails[0].zeroed);
+    append_n(&journal, survivors, survivors + 3);
+    drop(journal);
+    check(root, survivors + 3);
+}
+
+#[test]
+fn row_b_zero_tail_is_a_clean_end() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 3);
+    let (records, report) = read_all(dir.path());
+    assert!(report.is_clean());
+    assert_eq!(seqs(&records), vec![1, 2, 3]);
+}
+
+#[test]
+fn row_c_zero_header_before_bytes_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 3);
+    let last = p[2];
+    edit(dir.path(), last.segment_index, |b| {
+        let at = last.offset as usize;
+        b[at..at + crate::limits::RECORD_HEADER_BYTES].fill(0);
+        assert!(
+            b[at + crate::limits::RECORD_HEADER_BYTES..at + record_len(2)]
+                .iter()
+                .any(|&x| x != 0)
+        );
+    });
+    assert_torn_tail_cut(dir.path(), Row::ZeroGap, 2);
+}
+
+#[test]
+fn row_d_garbage_after_the_last_record_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 3);
+    let end = p[2].offset as usize + record_len(2);
+    edit(dir.path(), p[2].segment_index, |b| {
+        b[end..end + 100].fill(0x5a)
+    });
+    assert_torn_tail_cut(dir.path(), Row::Garbage, 3);
+}
+
+#[test]
+fn row_e_torn_payload_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 4);
+    assert!(!payload_of(3).is_empty());
+    edit(dir.path(), p[3].segment_index, |b| {
+        let at = p[3].offset as usize + crate::limits::RECORD_HEADER_BYTES;
+        b[at] ^= 0xff;
+    });
+    assert_torn_tail_cut(dir.path(), Row::TornPayload, 3);
+}
+
+#[test]
+fn row_f_length_past_the_end_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 2);
+    let end = p[1].offset as usize + record_len(1);
+    // A header whose checksum holds but whose payload cannot fit in what is left of the segment.
+    let payload = vec![7u8; SEG - end];
+    let mut record = vec![0u8; format::record_bytes(payload.len())];
+    let (journal_chain, seq) = {
+        let bytes = std::fs::read(segment_path(dir.path(), p[1].segment_index)).unwrap();
+        let (h, _) = format::decode_record(&bytes[p[1].offset as usize..]).unwrap();
+        (h.header_crc, h.seq + 1)
+    };
+    format::encode_record(
+        &format::RecordFields {
+            kind: 1,
+            codec_version: 1,
+            seq,
+            event_id: [9; 16],
+            prev_crc: journal_chain,
+            payload: &payload,
+        },
+        &mut record,
+    );
+    edit(dir.path(), p[1].segment_index, |b| {
+        b[end..end + crate::limits::RECORD_HEADER_BYTES]
+            .copy_from_slice(&record[..crate::limits::RECORD_HEADER_BYTES]);
+    });
+    assert_torn_tail_cut(dir.path(), Row::LengthPastEnd, 2);
+}
+
+#[test]
+fn row_g_a_stale_record_at_the_tail_is_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 3);
+    assert_eq!(p[0].segment_index, p[2].segment_index);
+    // A checksum-valid copy of record 1 after record 3: right bytes, wrong place in the sequence.
+    edit(dir.path(), p[0].segment_index, |b| {
+        let src = p[0].offset as usize..p[0].offset as usize + record_len(0);
+        let dst = p[2].offset as usize + record_len(2);
+        let copy = b[src].to_vec();
+        b[dst..dst + copy.len()].copy_from_slice(&copy);
+    });
+    assert_torn_tail_cut(dir.path(), Row::Stale, 3);
+}
+
+#[test]
+fn row_h_corruption_followed_by_valid_records_is_reported_and_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 6);
+    let victim = p[2];
+    assert_eq!(victim.segment_index, p[3].segment_index);
+    edit(dir.path(), victim.segment_index, |b| {
+        b[victim.offset as usize + 20] ^= 0x10
+    });
+    let before = std::fs::read(segment_path(dir.path(), victim.segment_index)).unwrap();
+
+    let (journal, report) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+    assert!(report.torn_tails.is_empty(), "{report:?}");
+    assert_eq!(report.damaged.len(), 1, "{report:?}");
+    let damage = &report.damaged[0];
+    assert_eq!(damage.row, Row::Garbage);
+    assert_eq!(damage.start_offset, victim.offset);
+    assert_eq!(damage.end_offset, p[3].offset);
+    assert_eq!((damage.last_good_seq, damage.next_good_seq), (2, Some(4)));
+    // Appends continue at the end; the damaged bytes are untouched.
+    append_n(&journal, 6, 8);
+    drop(journal);
+    let after = std::fs::read(segment_path(dir.path(), victim.segment_index)).unwrap();
+    let range = victim.offset as usize..p[3].offset as usize;
+    assert_eq!(before[range.clone()], after[range]);
+    let (records, report) = read_all(dir.path());
+    assert_eq!(report.damaged.len(), 1);
+    assert_eq!(seqs(&records), vec![1, 2, 4, 5, 6, 7, 8]);
+}
+
+#[test]
+fn row_h_a_bad_tail_with_records_in_a_later_segment_is_damage_not_a_torn_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 40);
+    let last_of_first = p.iter().rev().find(|q| q.segment_index == 0).unwrap();
+    let i = p.iter().position(|q| q == last_of_first).unwrap() as u64;
+    edit(dir.path(), 0, |b| b[last_of_first.offset as usize + 1] ^= 1);
+    let (journal, report) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+    drop(journal);
+    assert!(report.torn_tails.is_empty(), "{report:?}");
+    assert_eq!(report.damaged.len(), 1);
+    assert_eq!(report.damaged[0].segment_index, 0);
+    assert_eq!(report.damaged[0].next_good_seq, None);
+    let (records, _) = read_all(dir.path());
+    assert!(!seqs(&records).contains(&(i + 1)));
+    assert_eq!(records.len(), 39);
+}
+
+#[test]
+fn row_i_a_bad_segment_header_is_reported_and_the_rest_reconciles() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 60);
+    let (listed, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
+    assert!(listed.len() >= 3);
+    edit(dir.path(), 1, |b| b[format::SEG_BASE_SEQ_OFFSET] ^= 1);
+    let (records, report) = read_all(dir.path());
+    assert_eq!(report.bad_segments.len(), 1, "{report:?}");
+    assert_eq!(
+        report.bad_segments[0].file_name,
+        recovery::segment_file_name(1)
+    );
+    assert_eq!(report.gaps.len(), 1);
+    let segment_0_last = records
+        .iter()
+        .filter(|r| r.position.segment_index == 0)
+        .count() as u64;
+    assert_eq!(report.gaps[0].after_seq, segment_0_last);
+    assert!(records.iter().all(|r| r.position.segment_index != 1));
+    assert_eq!(records.last().unwrap().position.seq, 60);
+    // A writer still opens, keeps the bad segment as it is, and appends after the last good one.
+    let (journal, _) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+    assert_eq!(
+        journal
+            .append(id_of(60), KIND, 1, b"after")
+            .unwrap()
+            .position
+            .seq,
+        61
+    );
+}
+
+#[test]
+fn row_j_a_missing_segment_is_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 60);
+    std::fs::remove_file(segment_path(dir.path(), 1)).unwrap();
+    let (records, report) = read_all(dir.path());
+    assert_eq!(report.gaps.len(), 1, "{report:?}");
+    assert!(report.bad_segments.is_empty());
+    assert_eq!(records.last().unwrap().position.seq, 60);
+}
+
+#[test]
+fn a_segment_from_another_journal_is_a_bad_segment() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    build(a.path(), 60);
+    build(b.path(), 60);
+    std::fs::copy(segment_path(b.path(), 1), segment_path(a.path(), 1)).unwrap();
+    let (_, report) = read_all(a.path());
+    assert_eq!(report.bad_segments.len(), 1, "{report:?}");
+    assert!(report.bad_segments[0].reason.contains("another journal"));
+}
+
+#[test]
+fn leftover_tmp_segment_is_removed_by_a_writable_open() {
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 2);
+    let tmp = dir
+        .path()
+        .join("journal")
+        .join(format!("{}.tmp", recovery::segment_file_name(1)));
+    std::fs::write(&tmp, b"partial").unwrap();
+    let (_, report) = read_all(dir.path());
+    assert_eq!(report.leftover_tmp_files.len(), 1);
+    let (journal, report) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+    assert_eq!(report.leftover_tmp_files.len(), 1);
+    assert!(!tmp.exists());
+    append_n(&journal, 2, 40);
+    drop(journal);
+    check(dir.path(), 40);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Torn tails at every byte, bit flips everywhere.
+
+#[test]
+fn torn_last_record_at_every_byte_offset_zeroed_or_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 5);
+    let last = p[4];
+    let start = last.offset as usize;
+    let end = start + record_len(4);
+    let pristine = std::fs::read(segment_path(dir.path(), last.segment_index)).unwrap();
+    let mut cut_records = 0;
+    for cut in start..end {
+        for truncate in [false, true] {
+            let path = segment_path(dir.path(), last.segment_index);
+            let mut bytes = pristine.clone();
+            if truncate {
+                bytes.truncate(cut);
+            } else {
+                bytes[cut..end].fill(0);
+            }
+            std::fs::write(&path, &bytes).unwrap();
+            // Cutting inside trailing zero bytes (padding, or a zero payload byte) changes nothing.
+            bytes.resize(pristine.len(), 0);
+            let survivors = if bytes == pristine { 5 } else { 4 };
+            cut_records += usize::from(survivors == 4);
+            let (journal, report) =
+                Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+            assert!(report.is_crash_residue_only(), "cut {cut}: {report:?}");
+            assert_eq!(
+                journal.last_seq(),
+                survivors,
+                "cut {cut} truncate {truncate}"
+            );
+            append_n(&journal, survivors, survivors + 2);
+            drop(journal);
+            check(dir.path(), survivors + 2);
+            std::fs::write(&path, &pristine).unwrap();
+        }
+    }
+    // Every cut before the last non-zero byte of the record tore it.
+    assert!(cut_records >= 2 * (crate::limits::RECORD_HEADER_BYTES + payload_of(4).len() - 8));
+}
+
+#[test]
+fn every_bit_flip_in_the_tail_record_drops_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 4);
+    let last = p[3];
+    let path = segment_path(dir.path(), last.segment_index);
+    let pristine = std::fs::read(&path).unwrap();
+    for bit in 0..record_len(3) * 8 {
+        let mut bytes = pristine.clone();
+        bytes[last.offset as usize + bit / 8] ^= 1 << (bit % 8);
+        std::fs::write(&path, &bytes).unwrap();
+        let (records, report) = read_all(dir.path());
+        assert_eq!(seqs(&records), vec![1, 2, 3], "bit {bit}");
+        assert_eq!(report.torn_tails.len(), 1, "bit {bit}: {report:?}");
+        assert!(report.damaged.is_empty(), "bit {bit}: {report:?}");
+    }
+    std::fs::write(&path, &pristine).unwrap();
+    check(dir.path(), 4);
+}
+
+#[test]
+fn every_bit_flip_in_a_middle_record_is_reported_and_never_returned() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 5);
+    let victim = p[2];
+    assert_eq!(victim.segment_index, p[4].segment_index);
+    let path = segment_path(dir.path(), victim.segment_index);
+    let pristine = std::fs::read(&path).unwrap();
+    for bit in 0..record_len(2) * 8 {
+        let mut bytes = pristine.clone();
+        bytes[victim.offset as usize + bit / 8] ^= 1 << (bit % 8);
+        std::fs::write(&path, &bytes).unwrap();
+        let (records, report) = read_all(dir.path());
+        assert_eq!(seqs(&records), vec![1, 2, 4, 5], "bit {bit}");
+        assert_eq!(report.damaged.len(), 1, "bit {bit}: {report:?}");
+        assert!(report.torn_tails.is_empty(), "bit {bit}: {report:?}");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fault injection: the Nth write or flush fails.
+
+use super::fault::{Fault, Faults, FaultyBackend};
+
+#[test]
+fn a_failed_write_or_flush_poisons_and_reopening_gives_a_consistent_prefix() {
+    for fault in [Fault::Eio, Fault::Enospc, Fault::ShortWrite] {
+        for (fail_write, fail_flush) in (0..24)
+            .map(|n| (Some(n), None))
+            .chain((0..24).map(|n| (None, Some(n))))
+        {
+            let dir = tempfile::tempdir().unwrap();
+            let case = format!("{fault:?} write {fail_write:?} flush {fail_flush:?}");
+            let backend = Arc::new(FaultyBackend {
+                faults: Faults::new(fail_write, fail_flush, fault),
+            });
+            let mut acked = 0u64;
+            let mut attempted = 0u64;
+            if let Ok((journal, _)) =
+                Journal::open_with_backend(dir.path(), options(Durability::Sync, SEG), backend)
+            {
+                let mut failed = false;
+                for i in 0..40u64 {
+                    attempted = i + 1;
+                    match journal.append(id_of(i), KIND, 1, &payload_of(i)) {
+                        Ok(a) => {
+                            assert!(!failed, "{case}: append succeeded after a failure");
+                            assert_eq!(a.position.seq, i + 1);
+                            acked = i + 1;
+                        }
+                        Err(JournalError::Poisoned { .. }) => failed = true,
+                        Err(e) => panic!("{case}: unexpected {e}"),
+                    }
+                    if failed {
+                        // Sticky: every later call says so.
+                        assert!(
+                            matches!(journal.sync(), Err(JournalError::Poisoned { .. })),
+                            "{case}"
+                        );
+                        assert!(matches!(
+                            journal.append(id_of(99), KIND, 1, b"x"),
+                            Err(JournalError::Poisoned { .. })
+                        ));
+                        break;
+                    }
+                }
+            }
+            let (journal, report) =
+                Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+            assert!(report.is_crash_residue_only(), "{case}: {report:?}");
+            let present = journal.last_seq();
+            assert!(
+                present >= acked && present <= attempted,
+                "{case}: {present} vs {acked}..={attempted}"
+            );
+            append_n(&journal, present, present + 2);
+            drop(journal);
+            check(dir.path(), present + 2);
+        }
+    }
+}

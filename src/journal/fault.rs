@@ -1,0 +1,119 @@
+//! A fault-injecting [`Backend`] for tests: it forwards to the real files and fails the Nth write or
+//! the Nth flush, with EIO, ENOSPC, or a short write that lands only the first half of the bytes.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use super::storage::{Backend, FileBackend, SegmentStore, Syncer};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fault {
+    Eio,
+    Enospc,
+    ShortWrite,
+}
+
+#[derive(Debug)]
+pub(crate) struct Faults {
+    /// Writes left before the failing one (negative: disarmed).
+    writes_left: AtomicI64,
+    flushes_left: AtomicI64,
+    fault: Fault,
+}
+
+impl Faults {
+    pub(crate) fn new(fail_write: Option<i64>, fail_flush: Option<i64>, fault: Fault) -> Arc<Self> {
+        Arc::new(Faults {
+            writes_left: AtomicI64::new(fail_write.unwrap_or(-1)),
+            flushes_left: AtomicI64::new(fail_flush.unwrap_or(-1)),
+            fault,
+        })
+    }
+
+    fn fires(counter: &AtomicI64) -> bool {
+        counter.fetch_sub(1, Ordering::SeqCst) == 0
+    }
+
+    fn error(&self) -> io::Error {
+        match self.fault {
+            Fault::Enospc => io::Error::from_raw_os_error(28),
+            Fault::Eio | Fault::ShortWrite => io::Error::from_raw_os_error(5),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct FaultyBackend {
+    pub(crate) faults: Arc<Faults>,
+}
+
+#[derive(Debug)]
+struct FaultyStore {
+    inner: Box<dyn SegmentStore>,
+    faults: Arc<Faults>,
+}
+
+#[derive(Debug)]
+struct FaultySyncer {
+    inner: Arc<dyn Syncer>,
+    faults: Arc<Faults>,
+}
+
+impl Syncer for FaultySyncer {
+    fn sync(&self) -> io::Result<()> {
+        if Faults::fires(&self.faults.flushes_left) {
+            return Err(self.faults.error());
+        }
+        self.inner.sync()
+    }
+}
+
+impl SegmentStore for FaultyStore {
+    fn write_at(&mut self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        if Faults::fires(&self.faults.writes_left) {
+            if self.faults.fault == Fault::ShortWrite {
+                self.inner.write_at(offset, &bytes[..bytes.len() / 2])?;
+            }
+            return Err(self.faults.error());
+        }
+        self.inner.write_at(offset, bytes)
+    }
+    fn syncer(&self) -> Arc<dyn Syncer> {
+        Arc::new(FaultySyncer {
+            inner: self.inner.syncer(),
+            faults: Arc::clone(&self.faults),
+        })
+    }
+}
+
+impl Backend for FaultyBackend {
+    fn create_segment(
+        &self,
+        dir: &Path,
+        name: &str,
+        header: &[u8],
+        segment_bytes: usize,
+    ) -> io::Result<()> {
+        if Faults::fires(&self.faults.writes_left) {
+            return Err(self.faults.error());
+        }
+        if Faults::fires(&self.faults.flushes_left) {
+            return Err(self.faults.error());
+        }
+        FileBackend.create_segment(dir, name, header, segment_bytes)
+    }
+    fn open_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<Box<dyn SegmentStore>> {
+        Ok(Box::new(FaultyStore {
+            inner: FileBackend.open_segment(path, segment_bytes)?,
+            faults: Arc::clone(&self.faults),
+        }))
+    }
+    fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
+        if Faults::fires(&self.faults.writes_left) {
+            return Err(self.faults.error());
+        }
+        FileBackend.extend_segment(path, segment_bytes)
+    }
+}
