@@ -56,3 +56,25 @@ pub fn decode<T: Decode<()>>(codec_version: u8, bytes: &[u8]) -> Result<T, Codec
     }
     Ok(value)
 }
+
+/// Event IDs travel inside payloads as their 16 bytes (RFC 9562 order), no length prefix.
+impl Encode for crate::journal::EventId {
+    fn encode<E: bincode::enc::Encoder>(
+        &self,
+        encoder: &mut E,
+    ) -> Result<(), bincode::error::EncodeError> {
+        self.as_bytes().encode(encoder)
+    }
+}
+
+impl<Context> Decode<Context> for crate::journal::EventId {
+    fn decode<D: bincode::de::Decoder<Context = Context>>(
+        decoder: &mut D,
+    ) -> Result<Self, bincode::error::DecodeError> {
+        Ok(crate::journal::EventId::from_bytes(<[u8; 16]>::decode(
+            decoder,
+        )?))
+    }
+}
+
+bincode::impl_borrow_decode!(crate::journal::EventId);

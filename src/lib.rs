@@ -11,6 +11,7 @@ pub mod codec;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod journal;
+pub mod lifecycle;
 pub mod limits;
 pub mod root;
 

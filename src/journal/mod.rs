@@ -215,13 +215,24 @@ impl Journal {
         root: &Path,
         options: JournalOptions,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_with_backend(root, options, Arc::new(FileBackend))
+        Self::open_with_backend(root, options, Arc::new(FileBackend), &mut |_| {})
+    }
+
+    /// Like [`Journal::open`], handing every valid record to `visit` in order during the recovery
+    /// scan, so that a projection can be rebuilt without reading the journal a second time.
+    pub fn open_visiting(
+        root: &Path,
+        options: JournalOptions,
+        mut visit: impl FnMut(reader::RecordView<'_>),
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        Self::open_with_backend(root, options, Arc::new(FileBackend), &mut visit)
     }
 
     pub(crate) fn open_with_backend(
         root: &Path,
         options: JournalOptions,
         backend: Arc<dyn Backend>,
+        visit: &mut dyn FnMut(reader::RecordView<'_>),
     ) -> Result<(Journal, RecoveryReport), JournalError> {
         if !format::segment_bytes_valid(options.segment_bytes) {
             return Err(JournalError::InvalidOptions(format!(
@@ -247,6 +258,7 @@ impl Journal {
                 segment_index: r.segment_index,
                 offset: r.offset,
             };
+            visit(reader::view(&r));
             if let Some(first) = ids.get(&r.header.event_id) {
                 duplicates.push(DuplicateId {
                     event_id: EventId::from_bytes(r.header.event_id).to_string(),

@@ -53,7 +53,7 @@ impl RecordView<'_> {
     }
 }
 
-fn view<'a>(r: &recovery::RecordRef<'a>) -> RecordView<'a> {
+pub(crate) fn view<'a>(r: &recovery::RecordRef<'a>) -> RecordView<'a> {
     RecordView {
         position: Position {
             seq: r.header.seq,

@@ -589,9 +589,12 @@ fn a_failed_write_or_flush_poisons_and_reopening_gives_a_consistent_prefix() {
             });
             let mut acked = 0u64;
             let mut attempted = 0u64;
-            if let Ok((journal, _)) =
-                Journal::open_with_backend(dir.path(), options(Durability::Sync, SEG), backend)
-            {
+            if let Ok((journal, _)) = Journal::open_with_backend(
+                dir.path(),
+                options(Durability::Sync, SEG),
+                backend,
+                &mut |_| {},
+            ) {
                 let mut failed = false;
                 for i in 0..40u64 {
                     attempted = i + 1;

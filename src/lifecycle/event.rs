@@ -1,0 +1,303 @@
+//! The lifecycle events the supervisor appends, one journal record each.
+//!
+//! Each event kind has a fixed journal kind number ([`LifecycleEvent::kind`]) and a payload encoded
+//! by [`crate::codec`]; golden-byte tests below fail if the bytes of any kind ever change. Numbers
+//! are assigned once and never reused; enum order is irrelevant to the bytes of the record kind,
+//! but the payload of each kind is a struct whose field order is part of the format.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::state::State;
+use crate::codec::{self, CodecError, Decode, Encode};
+use crate::journal::{EventId, EventKind};
+
+/// The opaque identity of one supervised process; allocated by the supervisor, never reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Encode, Decode)]
+pub struct Handle(pub EventId);
+
+impl std::fmt::Display for Handle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "p-{}", self.0.0.simple())
+    }
+}
+
+/// Event IDs allocated at registration for every later lifecycle step that happens at most once,
+/// so that a retried append of that step is a no-op at the journal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct LifecycleIds {
+    pub running: EventId,
+    pub terminal: EventId,
+    pub lost: EventId,
+    /// The command ID under which completion is notified.
+    pub completion: EventId,
+}
+
+/// Limits the host asked for; `None` means unlimited.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct Limits {
+    pub wall_clock_ms: Option<u64>,
+    pub idle_ms: Option<u64>,
+    pub output_retention_bytes: Option<u64>,
+}
+
+/// What to run, as registered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct CommandSpec {
+    pub program: String,
+    pub args: Vec<String>,
+    pub cwd: String,
+    /// Variables set on top of the launch environment, in the order given.
+    pub env_overrides: Vec<(String, String)>,
+    pub labels: BTreeMap<String, String>,
+    pub limits: Limits,
+    /// Who asked for the process (a host-defined principal).
+    pub owner: String,
+}
+
+/// Proof of which process a pid named: its start time in clock ticks since boot (from
+/// /proc/PID/stat) and the boot it belongs to. A pid alone can be reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct IdentityWitness {
+    pub start_time_ticks: u64,
+    pub boot_id: [u8; 16],
+}
+
+/// Byte cursors of the combined output stream. Invariant: `retained_from <= total_bytes`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct CursorBounds {
+    pub retained_from: u64,
+    pub total_bytes: u64,
+}
+
+impl CursorBounds {
+    pub fn is_valid(&self) -> bool {
+        self.retained_from <= self.total_bytes
+    }
+    /// True when neither cursor moved backwards from `earlier`.
+    pub fn extends(&self, earlier: &CursorBounds) -> bool {
+        self.retained_from >= earlier.retained_from && self.total_bytes >= earlier.total_bytes
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+#[serde(rename_all = "snake_case")]
+pub enum ExitStatus {
+    Code(i32),
+    Signal(i32),
+    /// No status could be observed (spawn failure, lost on restore).
+    Unknown,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+#[serde(rename_all = "snake_case")]
+pub enum CaptureStatus {
+    /// Both streams reached EOF and every byte is in the spool.
+    Complete,
+    /// Capture ended before EOF (final drain elapsed, limit hit); the reason says which.
+    Incomplete(String),
+    /// Capture failed; the reason says how.
+    Failed(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct Registered {
+    pub handle: Handle,
+    pub ids: LifecycleIds,
+    pub command: CommandSpec,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct Running {
+    pub handle: Handle,
+    pub pid: u32,
+    pub witness: IdentityWitness,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct StopRequested {
+    pub handle: Handle,
+    pub reason: String,
+    pub requested_by: String,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct InputClosed {
+    pub handle: Handle,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct OutputCheckpoint {
+    pub handle: Handle,
+    pub bounds: CursorBounds,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct Terminal {
+    pub handle: Handle,
+    pub state: State,
+    pub exit: ExitStatus,
+    pub bounds: CursorBounds,
+    pub capture: CaptureStatus,
+    pub reason: String,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct LostOnRestore {
+    pub handle: Handle,
+    /// The last cursor bounds known durable (from the last checkpoint).
+    pub bounds: CursorBounds,
+    pub at_unix_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct LifecyclePublished {
+    pub handle: Handle,
+    /// The lifecycle event that was published to the host's services.
+    pub event: EventId,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct CompletionNotified {
+    pub handle: Handle,
+    pub command: EventId,
+}
+
+/// Every lifecycle event. The journal kind number of each variant is fixed forever.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum LifecycleEvent {
+    Registered(Registered),
+    Running(Running),
+    StopRequested(StopRequested),
+    InputClosed(InputClosed),
+    OutputCheckpoint(OutputCheckpoint),
+    Terminal(Terminal),
+    LostOnRestore(LostOnRestore),
+    LifecyclePublished(LifecyclePublished),
+    CompletionNotified(CompletionNotified),
+}
+
+/// Journal kind numbers of lifecycle events.
+pub mod kinds {
+    pub const REGISTERED: u16 = 0x0101;
+    pub const RUNNING: u16 = 0x0102;
+    pub const STOP_REQUESTED: u16 = 0x0103;
+    pub const INPUT_CLOSED: u16 = 0x0104;
+    pub const OUTPUT_CHECKPOINT: u16 = 0x0105;
+    pub const TERMINAL: u16 = 0x0106;
+    pub const LOST_ON_RESTORE: u16 = 0x0107;
+    pub const LIFECYCLE_PUBLISHED: u16 = 0x0108;
+    pub const COMPLETION_NOTIFIED: u16 = 0x0109;
+}
+
+/// Why a record could not be read as a lifecycle event.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EventDecodeError {
+    #[error("kind {0:#06x} is not a lifecycle event")]
+    NotLifecycle(u16),
+    #[error("lifecycle payload of kind {kind:#06x}: {source}")]
+    Payload {
+        kind: u16,
+        #[source]
+        source: CodecError,
+    },
+}
+
+impl LifecycleEvent {
+    pub fn kind(&self) -> EventKind {
+        let raw = match self {
+            LifecycleEvent::Registered(_) => kinds::REGISTERED,
+            LifecycleEvent::Running(_) => kinds::RUNNING,
+            LifecycleEvent::StopRequested(_) => kinds::STOP_REQUESTED,
+            LifecycleEvent::InputClosed(_) => kinds::INPUT_CLOSED,
+            LifecycleEvent::OutputCheckpoint(_) => kinds::OUTPUT_CHECKPOINT,
+            LifecycleEvent::Terminal(_) => kinds::TERMINAL,
+            LifecycleEvent::LostOnRestore(_) => kinds::LOST_ON_RESTORE,
+            LifecycleEvent::LifecyclePublished(_) => kinds::LIFECYCLE_PUBLISHED,
+            LifecycleEvent::CompletionNotified(_) => kinds::COMPLETION_NOTIFIED,
+        };
+        match EventKind::new(raw) {
+            Some(kind) => kind,
+            None => unreachable!("lifecycle kinds are non-zero constants"),
+        }
+    }
+
+    pub fn is_lifecycle_kind(kind: u16) -> bool {
+        (kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED).contains(&kind)
+    }
+
+    pub fn handle(&self) -> Handle {
+        match self {
+            LifecycleEvent::Registered(e) => e.handle,
+            LifecycleEvent::Running(e) => e.handle,
+            LifecycleEvent::StopRequested(e) => e.handle,
+            LifecycleEvent::InputClosed(e) => e.handle,
+            LifecycleEvent::OutputCheckpoint(e) => e.handle,
+            LifecycleEvent::Terminal(e) => e.handle,
+            LifecycleEvent::LostOnRestore(e) => e.handle,
+            LifecycleEvent::LifecyclePublished(e) => e.handle,
+            LifecycleEvent::CompletionNotified(e) => e.handle,
+        }
+    }
+
+    pub fn encode(&self) -> Result<Vec<u8>, CodecError> {
+        match self {
+            LifecycleEvent::Registered(e) => codec::encode(e),
+            LifecycleEvent::Running(e) => codec::encode(e),
+            LifecycleEvent::StopRequested(e) => codec::encode(e),
+            LifecycleEvent::InputClosed(e) => codec::encode(e),
+            LifecycleEvent::OutputCheckpoint(e) => codec::encode(e),
+            LifecycleEvent::Terminal(e) => codec::encode(e),
+            LifecycleEvent::LostOnRestore(e) => codec::encode(e),
+            LifecycleEvent::LifecyclePublished(e) => codec::encode(e),
+            LifecycleEvent::CompletionNotified(e) => codec::encode(e),
+        }
+    }
+
+    /// Decodes the payload of a record of `kind`. Total: any bytes give an event or an error.
+    pub fn decode(kind: u16, codec_version: u8, payload: &[u8]) -> Result<Self, EventDecodeError> {
+        let wrap = |source| EventDecodeError::Payload { kind, source };
+        let d = |p| -> Result<Self, EventDecodeError> {
+            Ok(match kind {
+                kinds::REGISTERED => {
+                    LifecycleEvent::Registered(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::RUNNING => {
+                    LifecycleEvent::Running(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::STOP_REQUESTED => {
+                    LifecycleEvent::StopRequested(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::INPUT_CLOSED => {
+                    LifecycleEvent::InputClosed(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::OUTPUT_CHECKPOINT => {
+                    LifecycleEvent::OutputCheckpoint(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::TERMINAL => {
+                    LifecycleEvent::Terminal(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::LOST_ON_RESTORE => {
+                    LifecycleEvent::LostOnRestore(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::LIFECYCLE_PUBLISHED => LifecycleEvent::LifecyclePublished(
+                    codec::decode(codec_version, p).map_err(wrap)?,
+                ),
+                kinds::COMPLETION_NOTIFIED => LifecycleEvent::CompletionNotified(
+                    codec::decode(codec_version, p).map_err(wrap)?,
+                ),
+                other => return Err(EventDecodeError::NotLifecycle(other)),
+            })
+        };
+        d(payload)
+    }
+}

@@ -1,0 +1,355 @@
+//! Manifests: the projection of one handle's lifecycle events, and the store that validates them.
+//!
+//! The store is the validator. [`ManifestStore::check`] decides, without changing anything,
+//! whether an event may be appended; [`ManifestStore::apply`] checks and then folds it in. The
+//! supervisor checks before it appends, so an invalid event never reaches disk; replay applies
+//! what it finds on disk and reports what it rejects, so a hand-crafted or damaged event never
+//! corrupts a projection. Pure: no I/O, no clock.
+//!
+//! Invariants kept for every manifest:
+//! - `state` only moves along [`State::can_move_to`]; nothing leaves a terminal state.
+//! - Identity (handle, command, allocated IDs), pid and witness are set once and never change.
+//! - Cursor bounds only grow, satisfy `retained_from <= total_bytes`, and freeze at the terminal
+//!   event.
+//! - The terminal result and the completion marker are set once; repeating the same publication
+//!   or notification is an idempotent no-op, a different one is rejected.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use super::event::{
+    CaptureStatus, CommandSpec, CursorBounds, ExitStatus, Handle, IdentityWitness, LifecycleEvent,
+    LifecycleIds,
+};
+use super::state::State;
+use crate::journal::EventId;
+
+/// The terminal result, fixed once recorded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TerminalResult {
+    pub state: State,
+    pub exit: ExitStatus,
+    pub capture: CaptureStatus,
+    pub reason: String,
+    pub at_unix_ms: u64,
+    pub event_id: EventId,
+}
+
+/// The projection of one process's events.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Manifest {
+    pub handle: Handle,
+    pub ids: LifecycleIds,
+    pub command: CommandSpec,
+    pub registered_unix_ms: u64,
+    pub state: State,
+    pub pid: Option<u32>,
+    pub witness: Option<IdentityWitness>,
+    pub running_unix_ms: Option<u64>,
+    /// How many stop requests were recorded, and the first one's reason and requester.
+    pub stop_requests: u32,
+    pub first_stop: Option<(String, String)>,
+    pub input_closed: bool,
+    pub bounds: CursorBounds,
+    pub terminal: Option<TerminalResult>,
+    /// Lifecycle event IDs already published to the host's services.
+    pub published: BTreeSet<EventId>,
+    pub completion_notified: bool,
+}
+
+/// Why an event was refused. Typed so that the supervisor and replay can tell cases apart.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    #[error("handle {0} is not registered")]
+    UnknownHandle(Handle),
+    #[error("handle {0} is already registered; identity and allocated IDs cannot change")]
+    AlreadyRegistered(Handle),
+    #[error("registration allocates the same ID twice")]
+    DuplicateAllocatedId,
+    #[error("transition {from} -> {to} is not allowed")]
+    Transition { from: State, to: State },
+    #[error("{event} carries event ID {found}, but registration allocated {allocated} for it")]
+    UnexpectedEventId {
+        event: &'static str,
+        found: EventId,
+        allocated: EventId,
+    },
+    #[error("{0} is not a terminal state")]
+    NotTerminal(State),
+    #[error("the process is already terminal ({0}); its result cannot change")]
+    AlreadyTerminal(State),
+    #[error("cursor bounds {new:?} would move backwards from {old:?} or are inconsistent")]
+    CursorBackwards {
+        old: CursorBounds,
+        new: CursorBounds,
+    },
+    #[error("input is already closed")]
+    InputAlreadyClosed,
+    #[error("event {0} is not a recorded lifecycle event of this handle")]
+    NotPublishable(EventId),
+    #[error("completion can only be notified once the process is terminal")]
+    CompletionBeforeTerminal,
+    #[error("completion command {found} differs from the allocated {allocated}")]
+    CompletionIdMismatch { found: EventId, allocated: EventId },
+}
+
+/// What applying an accepted event did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Applied {
+    Changed,
+    /// A repeat of an already-recorded publication or notification: nothing changed.
+    Unchanged,
+}
+
+/// All manifests, by handle.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ManifestStore {
+    manifests: BTreeMap<Handle, Manifest>,
+}
+
+fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<(), Rejection> {
+    if found == allocated {
+        Ok(())
+    } else {
+        Err(Rejection::UnexpectedEventId {
+            event,
+            found,
+            allocated,
+        })
+    }
+}
+
+fn bounds_grow(old: CursorBounds, new: CursorBounds) -> Result<(), Rejection> {
+    if new.is_valid() && new.extends(&old) {
+        Ok(())
+    } else {
+        Err(Rejection::CursorBackwards { old, new })
+    }
+}
+
+fn move_to(m: &Manifest, to: State) -> Result<(), Rejection> {
+    if m.state.is_terminal() {
+        return Err(Rejection::AlreadyTerminal(m.state));
+    }
+    if !m.state.can_move_to(to) {
+        return Err(Rejection::Transition { from: m.state, to });
+    }
+    Ok(())
+}
+
+impl ManifestStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn get(&self, handle: &Handle) -> Option<&Manifest> {
+        self.manifests.get(handle)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Manifest> {
+        self.manifests.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.manifests.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.manifests.is_empty()
+    }
+
+    fn manifest(&self, handle: Handle) -> Result<&Manifest, Rejection> {
+        self.manifests
+            .get(&handle)
+            .ok_or(Rejection::UnknownHandle(handle))
+    }
+
+    /// Decides whether `event`, appended under `event_id`, is valid now. Changes nothing.
+    pub fn check(&self, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
+        match event {
+            LifecycleEvent::Registered(e) => {
+                if self.manifests.contains_key(&e.handle) {
+                    return Err(Rejection::AlreadyRegistered(e.handle));
+                }
+                let ids = [
+                    event_id,
+                    e.ids.running,
+                    e.ids.terminal,
+                    e.ids.lost,
+                    e.ids.completion,
+                ];
+                let distinct: BTreeSet<_> = ids.iter().collect();
+                if distinct.len() != ids.len() {
+                    return Err(Rejection::DuplicateAllocatedId);
+                }
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::Running(e) => {
+                let m = self.manifest(e.handle)?;
+                move_to(m, State::Running)?;
+                allocated("running", event_id, m.ids.running)?;
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::StopRequested(e) => {
+                let m = self.manifest(e.handle)?;
+                if m.state.is_terminal() {
+                    return Err(Rejection::AlreadyTerminal(m.state));
+                }
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::InputClosed(e) => {
+                let m = self.manifest(e.handle)?;
+                if m.input_closed {
+                    return Err(Rejection::InputAlreadyClosed);
+                }
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::OutputCheckpoint(e) => {
+                let m = self.manifest(e.handle)?;
+                if m.state.is_terminal() {
+                    return Err(Rejection::AlreadyTerminal(m.state));
+                }
+                bounds_grow(m.bounds, e.bounds)?;
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::Terminal(e) => {
+                let m = self.manifest(e.handle)?;
+                if !e.state.is_terminal() {
+                    return Err(Rejection::NotTerminal(e.state));
+                }
+                move_to(m, e.state)?;
+                allocated("terminal", event_id, m.ids.terminal)?;
+                bounds_grow(m.bounds, e.bounds)?;
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::LostOnRestore(e) => {
+                let m = self.manifest(e.handle)?;
+                move_to(m, State::LostOnRestore)?;
+                allocated("lost_on_restore", event_id, m.ids.lost)?;
+                bounds_grow(m.bounds, e.bounds)?;
+                Ok(Applied::Changed)
+            }
+            LifecycleEvent::LifecyclePublished(e) => {
+                let m = self.manifest(e.handle)?;
+                let recorded = match e.event {
+                    id if id == m.ids.running => m.pid.is_some(),
+                    id if id == m.ids.terminal || id == m.ids.lost => {
+                        m.terminal.as_ref().is_some_and(|t| t.event_id == id)
+                    }
+                    _ => false,
+                };
+                if !recorded {
+                    return Err(Rejection::NotPublishable(e.event));
+                }
+                Ok(if m.published.contains(&e.event) {
+                    Applied::Unchanged
+                } else {
+                    Applied::Changed
+                })
+            }
+            LifecycleEvent::CompletionNotified(e) => {
+                let m = self.manifest(e.handle)?;
+                if m.terminal.is_none() {
+                    return Err(Rejection::CompletionBeforeTerminal);
+                }
+                if e.command != m.ids.completion {
+                    return Err(Rejection::CompletionIdMismatch {
+                        found: e.command,
+                        allocated: m.ids.completion,
+                    });
+                }
+                Ok(if m.completion_notified {
+                    Applied::Unchanged
+                } else {
+                    Applied::Changed
+                })
+            }
+        }
+    }
+
+    /// Checks `event` and folds it into its manifest.
+    pub fn apply(
+        &mut self,
+        event_id: EventId,
+        event: &LifecycleEvent,
+    ) -> Result<Applied, Rejection> {
+        let applied = self.check(event_id, event)?;
+        if applied == Applied::Unchanged {
+            return Ok(applied);
+        }
+        if let LifecycleEvent::Registered(e) = event {
+            self.manifests.insert(
+                e.handle,
+                Manifest {
+                    handle: e.handle,
+                    ids: e.ids,
+                    command: e.command.clone(),
+                    registered_unix_ms: e.at_unix_ms,
+                    state: State::Starting,
+                    pid: None,
+                    witness: None,
+                    running_unix_ms: None,
+                    stop_requests: 0,
+                    first_stop: None,
+                    input_closed: false,
+                    bounds: CursorBounds::default(),
+                    terminal: None,
+                    published: BTreeSet::new(),
+                    completion_notified: false,
+                },
+            );
+            return Ok(applied);
+        }
+        let Some(m) = self.manifests.get_mut(&event.handle()) else {
+            return Err(Rejection::UnknownHandle(event.handle()));
+        };
+        match event {
+            LifecycleEvent::Registered(_) => {}
+            LifecycleEvent::Running(e) => {
+                m.state = State::Running;
+                m.pid = Some(e.pid);
+                m.witness = Some(e.witness);
+                m.running_unix_ms = Some(e.at_unix_ms);
+            }
+            LifecycleEvent::StopRequested(e) => {
+                m.stop_requests = m.stop_requests.saturating_add(1);
+                if m.first_stop.is_none() {
+                    m.first_stop = Some((e.reason.clone(), e.requested_by.clone()));
+                }
+            }
+            LifecycleEvent::InputClosed(_) => m.input_closed = true,
+            LifecycleEvent::OutputCheckpoint(e) => m.bounds = e.bounds,
+            LifecycleEvent::Terminal(e) => {
+                m.state = e.state;
+                m.bounds = e.bounds;
+                m.terminal = Some(TerminalResult {
+                    state: e.state,
+                    exit: e.exit,
+                    capture: e.capture.clone(),
+                    reason: e.reason.clone(),
+                    at_unix_ms: e.at_unix_ms,
+                    event_id,
+                });
+            }
+            LifecycleEvent::LostOnRestore(e) => {
+                m.state = State::LostOnRestore;
+                m.bounds = e.bounds;
+                m.terminal = Some(TerminalResult {
+                    state: State::LostOnRestore,
+                    exit: ExitStatus::Unknown,
+                    capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
+                    reason: "the supervisor restarted while the process was live".to_owned(),
+                    at_unix_ms: e.at_unix_ms,
+                    event_id,
+                });
+            }
+            LifecycleEvent::LifecyclePublished(e) => {
+                m.published.insert(e.event);
+            }
+            LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
+        }
+        Ok(applied)
+    }
+}

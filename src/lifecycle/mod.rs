@@ -1,0 +1,93 @@
+//! The lifecycle model: the closed state machine, the lifecycle events, and manifests as
+//! projections of those events (seed 000, "State Machine"; DESIGN.md, "Events, manifests and the
+//! state machine").
+//!
+//! Invariants: `state`, `event`, `manifest` and `replay` do no I/O; [`Lifecycle`] is the only
+//! place that joins them to the journal, and it checks every event against the store before it
+//! appends, so an invalid event never reaches disk. Manifests are never files of their own.
+
+pub mod event;
+pub mod manifest;
+pub mod replay;
+pub mod state;
+
+#[cfg(test)]
+mod tests;
+
+use std::path::Path;
+
+pub use event::{Handle, LifecycleEvent, LifecycleIds};
+pub use manifest::{Applied, Manifest, ManifestStore, Rejection};
+pub use replay::{ReplayReport, Replayer};
+pub use state::State;
+
+use crate::codec::{CODEC_VERSION, CodecError};
+use crate::journal::{Appended, EventId, Journal, JournalError, JournalOptions, RecoveryReport};
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LifecycleError {
+    #[error("event rejected: {0}")]
+    Rejected(#[from] Rejection),
+    #[error(transparent)]
+    Journal(#[from] JournalError),
+    #[error(transparent)]
+    Codec(#[from] CodecError),
+}
+
+/// The journal of a root together with the manifests replayed from it.
+#[derive(Debug)]
+pub struct Lifecycle {
+    journal: Journal,
+    store: ManifestStore,
+}
+
+impl Lifecycle {
+    /// Opens the journal (running recovery) and replays it into manifests in the same pass.
+    pub fn open(
+        root: &Path,
+        options: JournalOptions,
+    ) -> Result<(Self, RecoveryReport, ReplayReport), LifecycleError> {
+        let mut replayer = Replayer::default();
+        let (journal, recovery) = Journal::open_visiting(root, options, |r| replayer.feed(&r))?;
+        let (store, replay) = replayer.finish();
+        Ok((Lifecycle { journal, store }, recovery, replay))
+    }
+
+    pub fn journal(&self) -> &Journal {
+        &self.journal
+    }
+
+    pub fn store(&self) -> &ManifestStore {
+        &self.store
+    }
+
+    pub fn manifest(&self, handle: &Handle) -> Option<&Manifest> {
+        self.store.get(handle)
+    }
+
+    /// Validates `event` against its manifest, appends it under `event_id`, then applies it.
+    /// An `event_id` already in the journal is an idempotent retry: nothing is checked or written
+    /// and the original position is returned.
+    pub fn append(
+        &mut self,
+        event_id: EventId,
+        event: &LifecycleEvent,
+    ) -> Result<Appended, LifecycleError> {
+        if self.journal.position_of(event_id).is_some() {
+            // The journal returns the original position (once it is durable) and writes nothing.
+            return Ok(self
+                .journal
+                .append(event_id, event.kind(), CODEC_VERSION, &[])?);
+        }
+        self.store.check(event_id, event)?;
+        let payload = event.encode()?;
+        let appended = self
+            .journal
+            .append(event_id, event.kind(), CODEC_VERSION, &payload)?;
+        if appended.written {
+            self.store.apply(event_id, event)?;
+        }
+        Ok(appended)
+    }
+}

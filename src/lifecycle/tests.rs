@@ -1,0 +1,446 @@
+//! Lifecycle tests: the matrix, the bytes of every event kind, the validator's rejections, and
+//! replay from a real journal.
+
+use super::event::*;
+use super::*;
+use crate::journal::{Durability, EventKind};
+
+fn id(n: u8) -> EventId {
+    EventId::from_bytes([n; 16])
+}
+
+fn ids(base: u8) -> LifecycleIds {
+    LifecycleIds {
+        running: id(base + 1),
+        terminal: id(base + 2),
+        lost: id(base + 3),
+        completion: id(base + 4),
+    }
+}
+
+fn handle(n: u8) -> Handle {
+    Handle(id(n))
+}
+
+fn registered(h: Handle, base: u8) -> LifecycleEvent {
+    LifecycleEvent::Registered(Registered {
+        handle: h,
+        ids: ids(base),
+        command: CommandSpec {
+            program: "sh".into(),
+            args: vec!["-c".into(), "echo hi".into()],
+            cwd: "/tmp".into(),
+            env_overrides: vec![("K".into(), "V".into())],
+            labels: [("job".into(), "build".into())].into(),
+            limits: Limits {
+                wall_clock_ms: Some(60_000),
+                idle_ms: None,
+                output_retention_bytes: Some(1 << 20),
+            },
+            owner: "ci".into(),
+        },
+        at_unix_ms: 1_700_000_000_000,
+    })
+}
+
+fn running(h: Handle) -> LifecycleEvent {
+    LifecycleEvent::Running(Running {
+        handle: h,
+        pid: 4242,
+        witness: IdentityWitness {
+            start_time_ticks: 987_654,
+            boot_id: [0xb0; 16],
+        },
+        at_unix_ms: 1_700_000_000_100,
+    })
+}
+
+fn terminal(h: Handle, state: State, total: u64) -> LifecycleEvent {
+    LifecycleEvent::Terminal(Terminal {
+        handle: h,
+        state,
+        exit: ExitStatus::Code(3),
+        bounds: CursorBounds {
+            retained_from: 0,
+            total_bytes: total,
+        },
+        capture: CaptureStatus::Complete,
+        reason: "exited".into(),
+        at_unix_ms: 1_700_000_000_200,
+    })
+}
+
+fn lost(h: Handle) -> LifecycleEvent {
+    LifecycleEvent::LostOnRestore(LostOnRestore {
+        handle: h,
+        bounds: CursorBounds::default(),
+        at_unix_ms: 1_700_000_000_300,
+    })
+}
+
+/// The matrix exactly as seed 000 words it, written out independently of `TRANSITIONS`.
+const SEED_MATRIX: &str = "
+starting -> running failed terminated killed lost_on_restore
+running -> exited failed timed_out interrupted terminated killed lost_on_restore
+";
+
+fn seed_allows(from: State, to: State) -> bool {
+    SEED_MATRIX.lines().any(|line| {
+        let mut parts = line.split(" -> ");
+        parts.next() == Some(from.name())
+            && parts
+                .next()
+                .is_some_and(|targets| targets.split(' ').any(|t| t == to.name()))
+    })
+}
+
+/// Puts a fresh handle into `state` through valid events; returns the store and handle.
+fn store_in(state: State) -> (ManifestStore, Handle) {
+    let mut store = ManifestStore::new();
+    let h = handle(1);
+    store.apply(id(100), &registered(h, 10)).unwrap();
+    match state {
+        State::Starting => {}
+        State::Running => {
+            store.apply(ids(10).running, &running(h)).unwrap();
+        }
+        State::LostOnRestore => {
+            store.apply(ids(10).lost, &lost(h)).unwrap();
+        }
+        terminal_state => {
+            if State::Starting.can_move_to(terminal_state) {
+                store
+                    .apply(ids(10).terminal, &terminal(h, terminal_state, 0))
+                    .unwrap();
+            } else {
+                store.apply(ids(10).running, &running(h)).unwrap();
+                store
+                    .apply(ids(10).terminal, &terminal(h, terminal_state, 0))
+                    .unwrap();
+            }
+        }
+    }
+    assert_eq!(store.get(&h).unwrap().state, state);
+    (store, h)
+}
+
+#[test]
+fn all_81_state_pairs_match_the_seed_matrix_in_the_table_and_in_the_store() {
+    let mut allowed = 0;
+    for from in State::ALL {
+        for to in State::ALL {
+            let expected = seed_allows(from, to);
+            assert_eq!(from.can_move_to(to), expected, "{from} -> {to}");
+            allowed += usize::from(expected);
+            let (mut store, h) = store_in(from);
+            let (event_id, event) = match to {
+                State::Starting => (id(200), registered(h, 10)),
+                State::Running => (ids(10).running, running(h)),
+                State::LostOnRestore => (ids(10).lost, lost(h)),
+                t => (ids(10).terminal, terminal(h, t, 0)),
+            };
+            let result = store.apply(event_id, &event);
+            assert_eq!(result.is_ok(), expected, "{from} -> {to}: {result:?}");
+            if expected {
+                assert_eq!(store.get(&h).unwrap().state, to);
+            }
+        }
+    }
+    assert_eq!(allowed, 12);
+    assert!(
+        State::ALL
+            .iter()
+            .filter(|s| s.is_terminal())
+            .all(|s| !State::ALL.iter().any(|t| s.can_move_to(*t)))
+    );
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn samples() -> Vec<(u16, LifecycleEvent)> {
+    let h = handle(1);
+    vec![
+        (kinds::REGISTERED, registered(h, 10)),
+        (kinds::RUNNING, running(h)),
+        (
+            kinds::STOP_REQUESTED,
+            LifecycleEvent::StopRequested(StopRequested {
+                handle: h,
+                reason: "user".into(),
+                requested_by: "cli".into(),
+                at_unix_ms: 5,
+            }),
+        ),
+        (
+            kinds::INPUT_CLOSED,
+            LifecycleEvent::InputClosed(InputClosed {
+                handle: h,
+                at_unix_ms: 6,
+            }),
+        ),
+        (
+            kinds::OUTPUT_CHECKPOINT,
+            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle: h,
+                bounds: CursorBounds {
+                    retained_from: 7,
+                    total_bytes: 9,
+                },
+                at_unix_ms: 8,
+            }),
+        ),
+        (kinds::TERMINAL, terminal(h, State::Killed, 9)),
+        (kinds::LOST_ON_RESTORE, lost(h)),
+        (
+            kinds::LIFECYCLE_PUBLISHED,
+            LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                handle: h,
+                event: id(12),
+            }),
+        ),
+        (
+            kinds::COMPLETION_NOTIFIED,
+            LifecycleEvent::CompletionNotified(CompletionNotified {
+                handle: h,
+                command: id(14),
+            }),
+        ),
+    ]
+}
+
+/// The payload bytes of every kind, pinned. A failure here means the on-disk format changed:
+/// add a new codec version instead of editing these.
+const GOLDEN: &[(u16, &str)] = &[
+    (
+        kinds::REGISTERED,
+        "010101010101010101010101010101010b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e02000000000000007368020000000000000002000000000000002d6307000000000000006563686f20686904000000000000002f746d70010000000000000001000000000000004b010000000000000056010000000000000003000000000000006a6f6205000000000000006275696c640160ea00000000000000010000100000000000020000000000000063690068e5cf8b010000",
+    ),
+    (
+        kinds::RUNNING,
+        "010101010101010101010101010101019210000006120f0000000000b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b06468e5cf8b010000",
+    ),
+    (
+        kinds::STOP_REQUESTED,
+        "010101010101010101010101010101010400000000000000757365720300000000000000636c690500000000000000",
+    ),
+    (
+        kinds::INPUT_CLOSED,
+        "010101010101010101010101010101010600000000000000",
+    ),
+    (
+        kinds::OUTPUT_CHECKPOINT,
+        "01010101010101010101010101010101070000000000000009000000000000000800000000000000",
+    ),
+    (
+        kinds::TERMINAL,
+        "0101010101010101010101010101010107000000000000000300000000000000000000000900000000000000000000000600000000000000657869746564c868e5cf8b010000",
+    ),
+    (
+        kinds::LOST_ON_RESTORE,
+        "01010101010101010101010101010101000000000000000000000000000000002c69e5cf8b010000",
+    ),
+    (
+        kinds::LIFECYCLE_PUBLISHED,
+        "010101010101010101010101010101010c0c0c0c0c0c0c0c0c0c0c0c0c0c0c0c",
+    ),
+    (
+        kinds::COMPLETION_NOTIFIED,
+        "010101010101010101010101010101010e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e",
+    ),
+];
+
+#[test]
+fn every_event_kind_has_pinned_golden_bytes_and_round_trips() {
+    let samples = samples();
+    assert_eq!(samples.len(), GOLDEN.len());
+    for ((kind, event), (golden_kind, golden_hex)) in samples.iter().zip(GOLDEN) {
+        assert_eq!(kind, golden_kind);
+        assert_eq!(event.kind().get(), *kind);
+        let bytes = event.encode().unwrap();
+        assert_eq!(hex(&bytes), *golden_hex, "kind {kind:#06x}");
+        let back = LifecycleEvent::decode(*kind, crate::codec::CODEC_VERSION, &bytes).unwrap();
+        assert_eq!(&back, event);
+        // Every strict prefix is a typed error, never a panic.
+        for cut in 0..bytes.len() {
+            assert!(
+                LifecycleEvent::decode(*kind, crate::codec::CODEC_VERSION, &bytes[..cut]).is_err()
+            );
+        }
+    }
+}
+
+#[test]
+fn the_validator_rejects_what_must_not_change() {
+    let h = handle(1);
+    let (mut store, _) = store_in(State::Running);
+    // Identity and allocated IDs are fixed at registration.
+    assert_eq!(
+        store.apply(id(201), &registered(h, 50)),
+        Err(Rejection::AlreadyRegistered(h))
+    );
+    // A lifecycle step under an ID other than the one allocated for it.
+    assert!(matches!(
+        store.apply(id(99), &terminal(h, State::Exited, 0)),
+        Err(Rejection::UnexpectedEventId { .. })
+    ));
+    // Cursor bounds only grow.
+    let checkpoint = |retained_from, total_bytes| {
+        LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+            handle: h,
+            bounds: CursorBounds {
+                retained_from,
+                total_bytes,
+            },
+            at_unix_ms: 0,
+        })
+    };
+    store.apply(id(150), &checkpoint(10, 100)).unwrap();
+    assert!(matches!(
+        store.apply(id(151), &checkpoint(10, 99)),
+        Err(Rejection::CursorBackwards { .. })
+    ));
+    assert!(matches!(
+        store.apply(id(152), &checkpoint(9, 100)),
+        Err(Rejection::CursorBackwards { .. })
+    ));
+    assert!(matches!(
+        store.apply(id(153), &checkpoint(101, 100)),
+        Err(Rejection::CursorBackwards { .. })
+    ));
+    assert!(matches!(
+        store.apply(ids(10).terminal, &terminal(h, State::Exited, 50)),
+        Err(Rejection::CursorBackwards { .. })
+    ));
+    // Completion cannot precede the terminal result.
+    let notify =
+        |command| LifecycleEvent::CompletionNotified(CompletionNotified { handle: h, command });
+    assert_eq!(
+        store.apply(id(160), &notify(ids(10).completion)),
+        Err(Rejection::CompletionBeforeTerminal)
+    );
+    let exited = |retained_from| {
+        let LifecycleEvent::Terminal(mut t) = terminal(h, State::Exited, 100) else {
+            unreachable!()
+        };
+        t.bounds.retained_from = retained_from;
+        LifecycleEvent::Terminal(t)
+    };
+    assert!(matches!(
+        store.apply(ids(10).terminal, &exited(9)),
+        Err(Rejection::CursorBackwards { .. })
+    ));
+    assert_eq!(
+        store.apply(ids(10).terminal, &exited(10)),
+        Ok(Applied::Changed)
+    );
+    let result = store.get(&h).unwrap().terminal.clone();
+    // The terminal result, and the bounds with it, are frozen.
+    assert_eq!(
+        store.apply(ids(10).terminal, &terminal(h, State::Killed, 100)),
+        Err(Rejection::AlreadyTerminal(State::Exited))
+    );
+    assert_eq!(
+        store.apply(id(154), &checkpoint(10, 200)),
+        Err(Rejection::AlreadyTerminal(State::Exited))
+    );
+    assert_eq!(store.get(&h).unwrap().terminal, result);
+    // Publication and completion: the same one twice is a no-op, a different one is refused.
+    let publish =
+        |event| LifecycleEvent::LifecyclePublished(LifecyclePublished { handle: h, event });
+    assert_eq!(
+        store.apply(id(170), &publish(ids(10).terminal)),
+        Ok(Applied::Changed)
+    );
+    assert_eq!(
+        store.apply(id(171), &publish(ids(10).terminal)),
+        Ok(Applied::Unchanged)
+    );
+    assert_eq!(
+        store.apply(id(172), &publish(ids(10).lost)),
+        Err(Rejection::NotPublishable(ids(10).lost))
+    );
+    assert_eq!(
+        store.apply(id(161), &notify(ids(10).completion)),
+        Ok(Applied::Changed)
+    );
+    assert_eq!(
+        store.apply(id(162), &notify(ids(10).completion)),
+        Ok(Applied::Unchanged)
+    );
+    assert!(matches!(
+        store.apply(id(163), &notify(id(77))),
+        Err(Rejection::CompletionIdMismatch { .. })
+    ));
+    assert_eq!(
+        store.apply(id(180), &running(handle(9))),
+        Err(Rejection::UnknownHandle(handle(9)))
+    );
+}
+
+fn options() -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes: 8192,
+    }
+}
+
+#[test]
+fn replay_after_reopen_rebuilds_the_same_manifests_and_reports_invalid_events_per_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (handle(1), handle(2));
+    let expected = {
+        let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+        assert!(recovery.is_clean() && replay.is_clean());
+        lc.append(id(100), &registered(a, 10)).unwrap();
+        lc.append(id(101), &registered(b, 20)).unwrap();
+        lc.append(ids(10).running, &running(a)).unwrap();
+        lc.append(ids(20).running, &running(b)).unwrap();
+        lc.append(ids(10).terminal, &terminal(a, State::Exited, 10))
+            .unwrap();
+        // A retry of the same lifecycle step is a no-op, even though the validator would refuse it.
+        let retry = lc
+            .append(ids(10).terminal, &terminal(a, State::Exited, 10))
+            .unwrap();
+        assert!(!retry.written);
+        // An invalid event is refused before it reaches the journal.
+        let last = lc.journal().last_seq();
+        assert!(matches!(
+            lc.append(id(102), &terminal(a, State::Killed, 10)),
+            Err(LifecycleError::Rejected(_))
+        ));
+        assert_eq!(lc.journal().last_seq(), last);
+        // A hand-crafted invalid event written straight to the journal (bypassing the validator).
+        let bad = terminal(b, State::Exited, 5);
+        lc.journal()
+            .append(
+                id(103),
+                bad.kind(),
+                crate::codec::CODEC_VERSION,
+                &bad.encode().unwrap(),
+            )
+            .unwrap();
+        // And an undecodable one.
+        lc.journal()
+            .append(
+                id(104),
+                EventKind::new(kinds::RUNNING).unwrap(),
+                1,
+                b"\x01\x02",
+            )
+            .unwrap();
+        lc.store().clone()
+    };
+    let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert!(recovery.is_clean());
+    assert_eq!(replay.rejected.len(), 1, "{replay:?}");
+    assert_eq!(
+        replay.rejected[0].handle.as_deref(),
+        Some(b.to_string().as_str())
+    );
+    assert_eq!(replay.undecodable.len(), 1);
+    assert_eq!(lc.store(), &expected);
+    assert_eq!(lc.manifest(&a).unwrap().state, State::Exited);
+    assert_eq!(lc.manifest(&b).unwrap().state, State::Running);
+}
