@@ -128,3 +128,89 @@ fn dump_follow_prints_what_a_live_writer_appends() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+#[test]
+fn manifests_prints_the_replayed_projection_of_every_process() {
+    use procjournal::lifecycle::event::*;
+    use procjournal::lifecycle::{Lifecycle, LifecycleEvent, State};
+    let dir = tempfile::tempdir().unwrap();
+    let id = |n: u8| EventId::from_bytes([n; 16]);
+    let ids = |b: u8| LifecycleIds {
+        running: id(b + 1),
+        terminal: id(b + 2),
+        lost: id(b + 3),
+        completion: id(b + 4),
+    };
+    let options = JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes: 8192,
+    };
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options).unwrap();
+    for (n, base) in [(1u8, 10u8), (2, 20)] {
+        let handle = Handle(id(n));
+        let command = CommandSpec {
+            program: "make".into(),
+            args: vec!["test".into()],
+            cwd: "/src".into(),
+            labels: [("job".to_owned(), format!("j{n}"))].into(),
+            ..CommandSpec::default()
+        };
+        lc.append(
+            id(100 + n),
+            &LifecycleEvent::Registered(Registered {
+                handle,
+                ids: ids(base),
+                command,
+                at_unix_ms: 1,
+            }),
+        )
+        .unwrap();
+        let witness = IdentityWitness {
+            start_time_ticks: 5,
+            boot_id: [1; 16],
+        };
+        lc.append(
+            ids(base).running,
+            &LifecycleEvent::Running(Running {
+                handle,
+                pid: 77,
+                witness,
+                at_unix_ms: 2,
+            }),
+        )
+        .unwrap();
+    }
+    let terminal = Terminal {
+        handle: Handle(id(1)),
+        state: State::Exited,
+        exit: ExitStatus::Code(0),
+        bounds: CursorBounds {
+            retained_from: 0,
+            total_bytes: 12,
+        },
+        capture: CaptureStatus::Complete,
+        reason: "exited".into(),
+        at_unix_ms: 3,
+    };
+    lc.append(ids(10).terminal, &LifecycleEvent::Terminal(terminal))
+        .unwrap();
+    drop(lc);
+
+    let (code, out, _) = run(&["journal", "manifests", "--json"], dir.path());
+    assert_eq!(code, 0, "{out}");
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    assert_eq!(lines[0]["handle"], Handle(id(1)).to_string());
+    assert_eq!(lines[0]["state"], "exited");
+    assert_eq!(lines[0]["bounds"]["total_bytes"], 12);
+    assert_eq!(lines[1]["state"], "running");
+    assert_eq!(lines[1]["pid"], 77);
+    assert_eq!(lines[2]["replay"]["lifecycle_events"], 5);
+    let (code, out, _) = run(&["journal", "manifests"], dir.path());
+    assert_eq!(code, 0);
+    assert!(out.lines().next().unwrap().contains("exited"), "{out}");
+    assert!(out.contains("[job=j2]"), "{out}");
+}

@@ -1,4 +1,4 @@
-//! `procjournal journal verify|dump`: offline, read-only views of a journal.
+//! `procjournal journal verify|dump|manifests`: offline, read-only views of a journal.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -12,6 +12,7 @@ use serde::Serialize;
 
 use crate::journal::reader::{JournalReader, RecordView};
 use crate::journal::recovery::{DuplicateId, RecoveryReport};
+use crate::lifecycle::Replayer;
 use crate::limits::FOLLOW_POLL_MS;
 
 #[derive(Debug, Subcommand)]
@@ -21,6 +22,18 @@ pub(crate) enum JournalCommand {
     Verify(VerifyArgs),
     /// Print records in order, as text or JSON lines.
     Dump(DumpArgs),
+    /// Replay the lifecycle events and print the manifest of every process. Exit 0 when the
+    /// journal and the replay are clean, 1 when anything was reported, 2 when it could not be read.
+    Manifests(ManifestsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ManifestsArgs {
+    #[command(flatten)]
+    root: RootArg,
+    /// One JSON object per manifest per line, then one line with the replay report.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -58,6 +71,7 @@ pub(crate) fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         JournalCommand::Verify(args) => verify(args),
         JournalCommand::Dump(args) => dump(args),
+        JournalCommand::Manifests(args) => manifests(args),
     }
 }
 
@@ -276,4 +290,77 @@ fn broken_pipe_ok(e: std::io::Error) -> anyhow::Result<ExitCode> {
     } else {
         Err(e.into())
     }
+}
+
+fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
+    let reader = open(args.root)?;
+    let mut replayer = Replayer::default();
+    let recovery = reader.scan(1, |r| replayer.feed(&r))?;
+    let (store, replay) = replayer.finish();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if args.json {
+        for m in store.iter() {
+            serde_json::to_writer(&mut out, m)?;
+            writeln!(out)?;
+        }
+        serde_json::to_writer(
+            &mut out,
+            &ReportLine {
+                replay: &replay,
+                journal_clean: recovery.is_clean(),
+            },
+        )?;
+        writeln!(out)?;
+    } else {
+        for m in store.iter() {
+            let exit = m
+                .terminal
+                .as_ref()
+                .map_or_else(String::new, |t| format!(" {:?}", t.exit));
+            let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
+            let labels: Vec<String> = m
+                .command
+                .labels
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect();
+            writeln!(
+                out,
+                "{} {:<15} pid={pid} bytes={}..{}{exit} {} {} [{}]",
+                m.handle,
+                m.state.name(),
+                m.bounds.retained_from,
+                m.bounds.total_bytes,
+                m.command.program,
+                m.command.args.join(" "),
+                labels.join(",")
+            )?;
+        }
+        for issue in replay.rejected.iter().chain(&replay.undecodable) {
+            let handle = issue.handle.as_deref().unwrap_or("?");
+            writeln!(
+                out,
+                "REPLAY ISSUE: seq {} handle {handle}: {}",
+                issue.seq, issue.error
+            )?;
+        }
+        if !recovery.is_clean() {
+            writeln!(
+                out,
+                "the journal is not clean; `procjournal journal verify` prints the report"
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(if replay.is_clean() && recovery.is_clean() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+#[derive(Serialize)]
+struct ReportLine<'a> {
+    replay: &'a crate::lifecycle::ReplayReport,
+    journal_clean: bool,
 }

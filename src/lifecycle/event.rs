@@ -14,8 +14,15 @@ use crate::codec::{self, CodecError, Decode, Encode};
 use crate::journal::{EventId, EventKind};
 
 /// The opaque identity of one supervised process; allocated by the supervisor, never reused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Encode, Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Encode, Decode)]
 pub struct Handle(pub EventId);
+
+/// Handles appear in JSON as their display form, the same string the CLI prints.
+impl Serialize for Handle {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
 
 impl std::fmt::Display for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
