@@ -110,6 +110,13 @@ impl Backend for FaultyBackend {
             faults: Arc::clone(&self.faults),
         }))
     }
+    fn sync_segment(&self, path: &Path) -> io::Result<()> {
+        if Faults::fires(&self.faults.flushes_left) {
+            return Err(self.faults.error());
+        }
+        FileBackend.sync_segment(path)
+    }
+
     fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
         if Faults::fires(&self.faults.writes_left) {
             return Err(self.faults.error());

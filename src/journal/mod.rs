@@ -281,9 +281,15 @@ impl Journal {
         for tail in &mut report.torn_tails {
             zero_torn_tail(&backend, &scan.segments, tail).map_err(io("zero torn tail"))?;
         }
-        if !report.torn_tails.is_empty() || !report.leftover_tmp_files.is_empty() {
-            storage::sync_dir(&dir).map_err(io("sync journal directory"))?;
+        // A previous writer under `Os` may have left records only in the page cache: nothing found
+        // here counts as durable until it is flushed (the acknowledged position starts at the
+        // last record only because of this).
+        for segment in &scan.segments {
+            backend
+                .sync_segment(&segment.path)
+                .map_err(io("sync segment"))?;
         }
+        storage::sync_dir(&dir).map_err(io("sync journal directory"))?;
 
         let last = scan.segments.last();
         let next_seq = scan.last_seq + 1;

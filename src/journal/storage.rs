@@ -41,6 +41,8 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     fn open_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<Box<dyn SegmentStore>>;
     /// Appends zeroes to a segment file shorter than `segment_bytes` (never shrinks it).
     fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()>;
+    /// Flushes a segment file that another process may have left dirty in the page cache.
+    fn sync_segment(&self, path: &Path) -> io::Result<()>;
 }
 
 #[derive(Debug, Default)]
@@ -116,6 +118,10 @@ impl Backend for FileBackend {
     fn open_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<Box<dyn SegmentStore>> {
         let file = OpenOptions::new().read(true).write(true).open(path)?;
         Ok(Box::new(MappedSegment::open(file, segment_bytes)?))
+    }
+
+    fn sync_segment(&self, path: &Path) -> io::Result<()> {
+        File::open(path)?.sync_data()
     }
 
     fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
