@@ -14,6 +14,7 @@ pub mod journal;
 pub mod lifecycle;
 pub mod limits;
 pub mod root;
+pub mod spool;
 
 pub use journal::{
     Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,

@@ -44,6 +44,8 @@ use crate::root::{Root, RootError};
 use format::{RecordFields, SegmentHeader};
 use recovery::{DuplicateId, TornTail};
 pub use recovery::{RecoveryReport, Row};
+/// fsync of a directory, shared with the spool.
+pub(crate) use storage::sync_dir as storage_sync_dir;
 use storage::{Backend, FileBackend, SegmentStore, Syncer};
 
 /// A stable, caller-allocated event identity (a UUID; v7 by default so IDs sort by creation time).

@@ -1,0 +1,642 @@
+//! The spool: durable, bounded retention of one process's output under `<root>/spool/<handle>/`.
+//!
+//! stdout and stderr are appended in one combined order. A cursor is a raw byte offset in that
+//! combined stream; every chunk on disk remembers its stream and the cursor of its first byte.
+//! Segments are files named by their first cursor (`{cursor:020}.seg`); when the retained bytes
+//! exceed the retention bound, whole oldest segments are deleted and `retained_from` moves forward.
+//!
+//! Cursor fields (invariants, checked by `debug_assert!` and by the proptest model):
+//!
+//! ```text
+//!   deleted          retained window                          next append
+//! |.........|==============================================|------------->
+//! 0   retained_from                                   total_bytes
+//!           ^ first cursor of the oldest segment        ^ end cursor of the active segment
+//! ```
+//!
+//! - `retained_from <= total_bytes`; neither ever moves backwards.
+//! - `retained_from` is the first cursor of the oldest segment (or `total_bytes` when none).
+//! - Segments are contiguous: each one's first cursor is the previous one's end cursor.
+//! - `durable_total <= total_bytes` names the bytes covered by the last `checkpoint` (fdatasync).
+//!
+//! Reads never scan from the start: a binary search finds the segment, a sparse index (one entry
+//! per [`INDEX_STRIDE_BYTES`] of file) finds a chunk near the cursor, and at most one stride of
+//! chunks is read and checked. Spool segment files are never memory-mapped, so the torn tail of the
+//! active segment is cut with `set_len` at recovery.
+
+pub mod buffer;
+pub mod format;
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::VecDeque;
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde::Serialize;
+
+use format::{
+    CHUNK_HEADER_BYTES, SPOOL_HEADER_BYTES, SpoolHeader, Stream, chunk_bytes, decode_chunk,
+    decode_chunk_header, encode_chunk,
+};
+
+/// A sparse index entry is kept at least every this many bytes of segment file.
+pub const INDEX_STRIDE_BYTES: u64 = 64 * 1024;
+
+/// Appends are split into chunks of at most this many payload bytes, which bounds the bytes a read
+/// must load and check to serve any cursor.
+pub const CHUNK_SPLIT_BYTES: usize = 64 * 1024;
+
+const _: () = assert!(CHUNK_SPLIT_BYTES <= format::CHUNK_PAYLOAD_BYTES_MAX);
+
+/// Sizes chosen when a spool is opened for writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SpoolOptions {
+    /// A segment file is closed and a new one started once it holds this many bytes.
+    pub segment_bytes: u64,
+    /// Whole oldest segments are deleted while more than this many bytes are retained. The
+    /// active segment is never deleted, so at least one segment's bytes stay readable.
+    pub retention_bytes: u64,
+}
+
+impl Default for SpoolOptions {
+    fn default() -> Self {
+        SpoolOptions {
+            segment_bytes: 8 * 1024 * 1024,
+            retention_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpoolError {
+    /// I/O failed; the message names the operation, never a path (paths must not reach clients).
+    #[error("spool {op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("cursor {cursor} is beyond the end of the output ({total_bytes} bytes)")]
+    CursorAhead { cursor: u64, total_bytes: u64 },
+    #[error("spool data is damaged near cursor {cursor}: {reason}")]
+    Corrupt { cursor: u64, reason: String },
+    #[error("invalid spool options: {0}")]
+    InvalidOptions(String),
+    #[error("the spool was opened read-only")]
+    ReadOnly,
+}
+
+fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> SpoolError {
+    move |source| SpoolError::Io { op, source }
+}
+
+/// A run of bytes from one stream inside a [`SpoolRead`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Span {
+    pub stream: Stream,
+    /// Cursor of the span's first byte.
+    pub cursor: u64,
+    pub len: u32,
+}
+
+/// The answer to a read: bytes in combined order with their stream boundaries.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SpoolRead {
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+    pub spans: Vec<Span>,
+    /// Where the next read should start: the cursor after the last byte returned.
+    pub next_cursor: u64,
+    pub retained_from: u64,
+    pub total_bytes: u64,
+    /// The requested cursor was before `retained_from`; the read started at `retained_from`.
+    pub gap: bool,
+}
+
+impl SpoolRead {
+    fn push(&mut self, stream: Stream, cursor: u64, bytes: &[u8]) {
+        match self.spans.last_mut() {
+            Some(last) if last.stream == stream && last.cursor + u64::from(last.len) == cursor => {
+                last.len += bytes.len() as u32;
+            }
+            _ => self.spans.push(Span {
+                stream,
+                cursor,
+                len: bytes.len() as u32,
+            }),
+        }
+        self.bytes.extend_from_slice(bytes);
+        self.next_cursor = cursor + bytes.len() as u64;
+    }
+}
+
+/// What recovery found in a spool directory.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct SpoolRecovery {
+    pub segments: u64,
+    /// Bytes after the last whole chunk of the active segment (a torn append), cut when writable.
+    pub torn_tail_bytes: u64,
+    pub torn_tail_cut: bool,
+    /// Segment files that could not be used (bad header, wrong spool, out of order).
+    pub bad_segments: Vec<String>,
+}
+
+impl SpoolRecovery {
+    pub fn is_clean(&self) -> bool {
+        self.torn_tail_bytes == 0 && self.bad_segments.is_empty()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct IndexEntry {
+    cursor: u64,
+    offset: u64,
+}
+
+#[derive(Debug)]
+struct Segment {
+    path: PathBuf,
+    header: SpoolHeader,
+    file: File,
+    /// Bytes of the file that hold whole chunks.
+    valid_len: u64,
+    end_cursor: u64,
+    /// Built at the first read of a sealed segment; kept current for the active one.
+    index: OnceLock<Vec<IndexEntry>>,
+}
+
+/// One process's output spool. Appends take `&mut self`; reads take `&self`.
+#[derive(Debug)]
+pub struct Spool {
+    dir: PathBuf,
+    spool_id: [u8; 16],
+    options: SpoolOptions,
+    writable: bool,
+    segments: VecDeque<Segment>,
+    total_bytes: u64,
+    retained_from: u64,
+    durable_total: u64,
+    dirty: bool,
+    scratch: Vec<u8>,
+}
+
+fn now_unix_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+fn segment_name(first_cursor: u64) -> String {
+    format!("{first_cursor:020}.seg")
+}
+
+fn parse_segment_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".seg")?;
+    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+        .then(|| digits.parse().ok())
+        .flatten()
+}
+
+/// Where a walk over chunks stopped.
+struct Walk {
+    /// File offset after the last chunk consumed.
+    end_offset: u64,
+    /// Cursor after the last chunk consumed.
+    end_cursor: u64,
+    /// Why the walk stopped before the end of the bytes, if it did not stop by choice.
+    error: Option<String>,
+}
+
+/// Walks the chunks of `bytes` (a window of a segment starting at file offset `base`), checking
+/// each one and the continuity of its cursor. `visit(offset, header, payload)` returns false to
+/// stop after that chunk.
+fn walk_chunks(
+    bytes: &[u8],
+    base: u64,
+    first_cursor: u64,
+    mut visit: impl FnMut(u64, &format::ChunkHeader, &[u8]) -> bool,
+) -> Walk {
+    let mut at = 0usize;
+    let mut cursor = first_cursor;
+    let mut error = None;
+    while at < bytes.len() {
+        match decode_chunk(&bytes[at..]) {
+            Ok((h, _)) if h.cursor != cursor => {
+                error = Some(format!(
+                    "chunk names cursor {}, expected {cursor}",
+                    h.cursor
+                ));
+                break;
+            }
+            Ok((h, payload)) => {
+                let more = visit(base + at as u64, &h, payload);
+                cursor += u64::from(h.payload_bytes);
+                at += chunk_bytes(h.payload_bytes as usize);
+                if !more {
+                    break;
+                }
+            }
+            Err(e) => {
+                error = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    Walk {
+        end_offset: base + at as u64,
+        end_cursor: cursor,
+        error,
+    }
+}
+
+impl Spool {
+    /// Opens (creating if needed) the spool in `dir` for appending, recovering the active
+    /// segment's tail. `spool_id` is the owning process's handle.
+    pub fn open_writer(
+        dir: &Path,
+        spool_id: [u8; 16],
+        options: SpoolOptions,
+    ) -> Result<(Spool, SpoolRecovery), SpoolError> {
+        if options.segment_bytes < (SPOOL_HEADER_BYTES + chunk_bytes(1)) as u64
+            || options.retention_bytes == 0
+        {
+            return Err(SpoolError::InvalidOptions(format!("{options:?}")));
+        }
+        std::fs::create_dir_all(dir).map_err(io("create directory"))?;
+        Self::open(dir, Some(spool_id), options, true)
+    }
+
+    /// Opens an existing spool for reading only; nothing is changed on disk.
+    pub fn open_reader(dir: &Path) -> Result<(Spool, SpoolRecovery), SpoolError> {
+        Self::open(dir, None, SpoolOptions::default(), false)
+    }
+
+    fn open(
+        dir: &Path,
+        expected_id: Option<[u8; 16]>,
+        options: SpoolOptions,
+        writable: bool,
+    ) -> Result<(Spool, SpoolRecovery), SpoolError> {
+        let mut listed: Vec<(u64, PathBuf)> = Vec::new();
+        for entry in std::fs::read_dir(dir).map_err(io("list segments"))? {
+            let entry = entry.map_err(io("list segments"))?;
+            if let Some(first) = entry.file_name().to_str().and_then(parse_segment_name) {
+                listed.push((first, entry.path()));
+            }
+        }
+        listed.sort();
+        let mut recovery = SpoolRecovery::default();
+        let mut segments: VecDeque<Segment> = VecDeque::new();
+        let mut spool_id = expected_id;
+        for (first, path) in listed {
+            let name = segment_name(first);
+            let file = OpenOptions::new()
+                .read(true)
+                .write(writable)
+                .open(&path)
+                .map_err(io("open segment"))?;
+            let mut head = [0u8; SPOOL_HEADER_BYTES];
+            let header = file
+                .read_exact_at(&mut head, 0)
+                .ok()
+                .and_then(|()| SpoolHeader::decode(&head).ok());
+            let Some(header) = header else {
+                recovery.bad_segments.push(format!("{name}: bad header"));
+                continue;
+            };
+            // Continuity inside a sealed segment is checked chunk by chunk when its index is
+            // built; here only the name, the owner and the order can be checked.
+            let after_previous = segments
+                .back()
+                .is_none_or(|s| first > s.header.first_cursor);
+            if header.first_cursor != first
+                || *spool_id.get_or_insert(header.spool_id) != header.spool_id
+                || !after_previous
+            {
+                recovery
+                    .bad_segments
+                    .push(format!("{name}: does not continue this spool"));
+                continue;
+            }
+            // Sealed segments end where the next begins; fixed up below for the last one.
+            if let Some(prev) = segments.back_mut() {
+                prev.end_cursor = first;
+            }
+            let len = file.metadata().map_err(io("stat segment"))?.len();
+            segments.push_back(Segment {
+                path,
+                header,
+                file,
+                valid_len: len,
+                end_cursor: first,
+                index: OnceLock::new(),
+            });
+        }
+        // The last segment is scanned whole: its end is the end of the output.
+        if let Some(last) = segments.back_mut() {
+            let len = last.valid_len;
+            let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
+            last.file
+                .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
+                .map_err(io("read segment"))?;
+            let mut index = Vec::new();
+            let mut last_indexed: Option<u64> = None;
+            let walk = walk_chunks(
+                &bytes,
+                SPOOL_HEADER_BYTES as u64,
+                last.header.first_cursor,
+                |offset, h, _| {
+                    if last_indexed.is_none_or(|o| offset - o >= INDEX_STRIDE_BYTES) {
+                        index.push(IndexEntry {
+                            cursor: h.cursor,
+                            offset,
+                        });
+                        last_indexed = Some(offset);
+                    }
+                    true
+                },
+            );
+            let (end, cursor_end) = (walk.end_offset, walk.end_cursor);
+            recovery.torn_tail_bytes = len - end;
+            if recovery.torn_tail_bytes > 0 && writable {
+                last.file.set_len(end).map_err(io("cut torn tail"))?;
+                last.file.sync_all().map_err(io("sync segment"))?;
+                recovery.torn_tail_cut = true;
+            }
+            last.valid_len = end;
+            last.end_cursor = cursor_end;
+            let _ = last.index.set(index);
+        }
+        recovery.segments = segments.len() as u64;
+        let total_bytes = segments.back().map_or(0, |s| s.end_cursor);
+        let retained_from = segments.front().map_or(0, |s| s.header.first_cursor);
+        let spool = Spool {
+            dir: dir.to_owned(),
+            spool_id: spool_id.unwrap_or([0; 16]),
+            options,
+            writable,
+            segments,
+            total_bytes,
+            retained_from,
+            durable_total: if writable { total_bytes } else { 0 },
+            dirty: false,
+            scratch: Vec::new(),
+        };
+        if writable {
+            crate::journal::storage_sync_dir(dir).map_err(io("sync directory"))?;
+        }
+        Ok((spool, recovery))
+    }
+
+    pub fn total_bytes(&self) -> u64 {
+        self.total_bytes
+    }
+
+    pub fn retained_from(&self) -> u64 {
+        self.retained_from
+    }
+
+    /// Bytes covered by the last [`Spool::checkpoint`].
+    pub fn durable_total(&self) -> u64 {
+        self.durable_total
+    }
+
+    fn new_segment(&mut self) -> Result<(), SpoolError> {
+        let header = SpoolHeader {
+            spool_id: self.spool_id,
+            first_cursor: self.total_bytes,
+            segment_index: self
+                .segments
+                .back()
+                .map_or(0, |s| s.header.segment_index + 1),
+            created_unix_ms: now_unix_ms(),
+        };
+        let path = self.dir.join(segment_name(header.first_cursor));
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .map_err(io("create segment"))?;
+        file.write_all_at(&header.encode(), 0)
+            .map_err(io("write segment header"))?;
+        let segment = Segment {
+            path,
+            header,
+            file,
+            valid_len: SPOOL_HEADER_BYTES as u64,
+            end_cursor: header.first_cursor,
+            index: OnceLock::new(),
+        };
+        let _ = segment.index.set(Vec::new());
+        self.segments.push_back(segment);
+        self.dirty = true;
+        Ok(())
+    }
+
+    /// Appends `bytes` of `stream` at the end of the combined output. The bytes reach the file
+    /// (and so readers in other processes) before this returns; durability waits for
+    /// [`Spool::checkpoint`].
+    pub fn append(&mut self, stream: Stream, bytes: &[u8]) -> Result<(), SpoolError> {
+        if !self.writable {
+            return Err(SpoolError::ReadOnly);
+        }
+        for piece in bytes.chunks(CHUNK_SPLIT_BYTES) {
+            let needed = chunk_bytes(piece.len()) as u64;
+            let rotate = match self.segments.back() {
+                None => true,
+                Some(s) => {
+                    s.valid_len > SPOOL_HEADER_BYTES as u64
+                        && s.valid_len + needed > self.options.segment_bytes
+                }
+            };
+            if rotate {
+                self.new_segment()?;
+            }
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            encode_chunk(stream, self.total_bytes, piece, &mut scratch);
+            let Some(active) = self.segments.back_mut() else {
+                unreachable!("a segment was just ensured");
+            };
+            let offset = active.valid_len;
+            let written = active.file.write_all_at(&scratch, offset);
+            self.scratch = scratch;
+            written.map_err(io("write chunk"))?;
+            if let Some(index) = active.index.get_mut() {
+                if index
+                    .last()
+                    .is_none_or(|e| offset - e.offset >= INDEX_STRIDE_BYTES)
+                {
+                    index.push(IndexEntry {
+                        cursor: self.total_bytes,
+                        offset,
+                    });
+                }
+            }
+            active.valid_len += needed;
+            self.total_bytes += piece.len() as u64;
+            active.end_cursor = self.total_bytes;
+            self.dirty = true;
+            self.enforce_retention()?;
+        }
+        Ok(())
+    }
+
+    fn enforce_retention(&mut self) -> Result<(), SpoolError> {
+        while self.segments.len() > 1
+            && self.total_bytes - self.retained_from > self.options.retention_bytes
+        {
+            let Some(oldest) = self.segments.pop_front() else {
+                break;
+            };
+            std::fs::remove_file(&oldest.path).map_err(io("delete old segment"))?;
+            self.retained_from = oldest.end_cursor;
+        }
+        Ok(())
+    }
+
+    /// Makes everything appended so far durable (fdatasync of the active segment, then the
+    /// directory) and returns the bounds a journal checkpoint may now record.
+    pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {
+        if self.writable && self.dirty {
+            for segment in self.segments.iter().rev() {
+                segment.file.sync_data().map_err(io("sync segment"))?;
+                if segment.end_cursor <= self.durable_total {
+                    break;
+                }
+            }
+            crate::journal::storage_sync_dir(&self.dir).map_err(io("sync directory"))?;
+            self.dirty = false;
+            self.durable_total = self.total_bytes;
+        }
+        Ok((self.retained_from, self.durable_total))
+    }
+
+    fn index_of<'a>(&self, segment: &'a Segment) -> Result<&'a [IndexEntry], SpoolError> {
+        if let Some(index) = segment.index.get() {
+            return Ok(index);
+        }
+        // Sealed segment read for the first time: hop from chunk header to chunk header.
+        let mut index = Vec::new();
+        let mut offset = SPOOL_HEADER_BYTES as u64;
+        let mut cursor = segment.header.first_cursor;
+        let mut last_indexed: Option<u64> = None;
+        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        while cursor < segment.end_cursor {
+            segment
+                .file
+                .read_exact_at(&mut head, offset)
+                .map_err(io("read chunk header"))?;
+            let h = decode_chunk_header(&head).map_err(|e| SpoolError::Corrupt {
+                cursor,
+                reason: e.to_string(),
+            })?;
+            if h.cursor != cursor {
+                return Err(SpoolError::Corrupt {
+                    cursor,
+                    reason: format!("chunk names cursor {}", h.cursor),
+                });
+            }
+            if last_indexed.is_none_or(|o| offset - o >= INDEX_STRIDE_BYTES) {
+                index.push(IndexEntry { cursor, offset });
+                last_indexed = Some(offset);
+            }
+            offset += chunk_bytes(h.payload_bytes as usize) as u64;
+            cursor += u64::from(h.payload_bytes);
+        }
+        let _ = segment.index.set(index);
+        Ok(segment.index.get().map_or(&[], |v| v.as_slice()))
+    }
+
+    /// Reads up to `max_bytes` from `cursor`. A cursor before `retained_from` reads from
+    /// `retained_from` with `gap: true`; a cursor beyond `total_bytes` is
+    /// [`SpoolError::CursorAhead`]; a cursor equal to `total_bytes` returns nothing.
+    pub fn read(&self, cursor: u64, max_bytes: usize) -> Result<SpoolRead, SpoolError> {
+        if cursor > self.total_bytes {
+            return Err(SpoolError::CursorAhead {
+                cursor,
+                total_bytes: self.total_bytes,
+            });
+        }
+        let gap = cursor < self.retained_from;
+        let start = cursor.max(self.retained_from);
+        let mut out = SpoolRead {
+            next_cursor: start,
+            retained_from: self.retained_from,
+            total_bytes: self.total_bytes,
+            gap,
+            ..SpoolRead::default()
+        };
+        let first = self.segments.partition_point(|s| s.end_cursor <= start);
+        let mut want = start;
+        for segment in self.segments.iter().skip(first) {
+            if out.bytes.len() >= max_bytes {
+                break;
+            }
+            self.read_segment(segment, want, max_bytes, &mut out)?;
+            want = out.next_cursor;
+        }
+        Ok(out)
+    }
+
+    fn read_segment(
+        &self,
+        segment: &Segment,
+        from: u64,
+        max_bytes: usize,
+        out: &mut SpoolRead,
+    ) -> Result<(), SpoolError> {
+        let index = self.index_of(segment)?;
+        let entry = match index.partition_point(|e| e.cursor <= from) {
+            0 => IndexEntry {
+                cursor: segment.header.first_cursor,
+                offset: SPOOL_HEADER_BYTES as u64,
+            },
+            n => index[n - 1],
+        };
+        let mut offset = entry.offset;
+        let mut cursor = entry.cursor;
+        let mut buf = Vec::new();
+        while out.bytes.len() < max_bytes && cursor < segment.end_cursor {
+            // One stride plus the chunk that straddles its end is enough to reach `from`.
+            let want = (INDEX_STRIDE_BYTES as usize + chunk_bytes(CHUNK_SPLIT_BYTES))
+                .min((segment.valid_len - offset) as usize);
+            buf.resize(want, 0);
+            segment
+                .file
+                .read_exact_at(&mut buf, offset)
+                .map_err(io("read chunks"))?;
+            let walk = walk_chunks(&buf, offset, cursor, |_, h, payload| {
+                let chunk_end = h.cursor + u64::from(h.payload_bytes);
+                if chunk_end > from {
+                    let skip = from.saturating_sub(h.cursor) as usize;
+                    let room = max_bytes - out.bytes.len();
+                    let take = (payload.len() - skip).min(room);
+                    out.push(
+                        h.stream,
+                        h.cursor + skip as u64,
+                        &payload[skip..skip + take],
+                    );
+                }
+                out.bytes.len() < max_bytes
+            });
+            if walk.end_offset == offset {
+                // Not even one chunk: the window always holds a whole chunk, so this is damage.
+                return Err(SpoolError::Corrupt {
+                    cursor,
+                    reason: walk.error.unwrap_or_else(|| "no chunk".to_owned()),
+                });
+            }
+            offset = walk.end_offset;
+            cursor = walk.end_cursor;
+        }
+        Ok(())
+    }
+}

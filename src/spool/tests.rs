@@ -1,0 +1,244 @@
+//! Spool tests against real files, checked against a reference model: a Vec of bytes with a
+//! stream tag per byte.
+
+use proptest::prelude::*;
+
+use super::buffer::RecentBuffer;
+use super::format::Stream;
+use super::*;
+
+#[derive(Default)]
+struct Model {
+    bytes: Vec<u8>,
+    streams: Vec<Stream>,
+}
+
+impl Model {
+    fn append(&mut self, stream: Stream, bytes: &[u8]) {
+        self.bytes.extend_from_slice(bytes);
+        self.streams
+            .extend(std::iter::repeat_n(stream, bytes.len()));
+    }
+}
+
+/// Checks one read against the model; returns the read for further checks.
+fn check_read(spool: &Spool, model: &Model, cursor: u64, max: usize) {
+    let total = model.bytes.len() as u64;
+    assert_eq!(spool.total_bytes(), total);
+    let result = spool.read(cursor, max);
+    if cursor > total {
+        assert!(
+            matches!(result, Err(SpoolError::CursorAhead { .. })),
+            "{result:?}"
+        );
+        return;
+    }
+    let read = result.unwrap();
+    let retained_from = spool.retained_from();
+    assert_eq!(read.gap, cursor < retained_from);
+    assert_eq!(
+        (read.retained_from, read.total_bytes),
+        (retained_from, total)
+    );
+    let start = cursor.max(retained_from) as usize;
+    let n = max.min(total as usize - start);
+    assert_eq!(
+        read.bytes,
+        model.bytes[start..start + n],
+        "cursor {cursor} max {max}"
+    );
+    assert_eq!(read.next_cursor, (start + n) as u64);
+    // Spans cover the bytes exactly, in order, with the right stream for every byte.
+    let mut at = start as u64;
+    for span in &read.spans {
+        assert_eq!(span.cursor, at);
+        assert!(span.len > 0);
+        for c in span.cursor..span.cursor + u64::from(span.len) {
+            assert_eq!(model.streams[c as usize], span.stream, "stream of byte {c}");
+        }
+        at += u64::from(span.len);
+    }
+    assert_eq!(at, read.next_cursor);
+    // Adjacent spans of the same stream are merged.
+    assert!(read.spans.windows(2).all(|w| w[0].stream != w[1].stream));
+}
+
+fn stream_of(i: usize) -> Stream {
+    if i % 3 == 0 {
+        Stream::Stderr
+    } else {
+        Stream::Stdout
+    }
+}
+
+fn write_pattern(spool: &mut Spool, model: &mut Model, sizes: &[usize]) {
+    for (i, &n) in sizes.iter().enumerate() {
+        let bytes: Vec<u8> = (0..n)
+            .map(|j| (model.bytes.len() + j) as u8 ^ (i as u8))
+            .collect();
+        spool.append(stream_of(i), &bytes).unwrap();
+        model.append(stream_of(i), &bytes);
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn every_read_agrees_with_the_model(
+        sizes in proptest::collection::vec(1usize..3000, 0..60),
+        segment_bytes in 200u64..20_000,
+        retention_bytes in 1u64..40_000,
+        probes in proptest::collection::vec((0u64..200_000, 1usize..5000), 1..40),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SpoolOptions { segment_bytes, retention_bytes };
+        let (mut spool, recovery) = Spool::open_writer(dir.path(), [7; 16], options).unwrap();
+        prop_assert!(recovery.is_clean());
+        let mut model = Model::default();
+        let mut last_retained = 0;
+        for (i, &n) in sizes.iter().enumerate() {
+            write_pattern(&mut spool, &mut model, &[n]);
+            let _ = i;
+            prop_assert!(spool.retained_from() >= last_retained, "retained_from moved back");
+            last_retained = spool.retained_from();
+            prop_assert!(spool.retained_from() <= spool.total_bytes());
+        }
+        let total = model.bytes.len() as u64;
+        let mut cursors: Vec<(u64, usize)> = probes.clone();
+        cursors.extend([(0, 10), (total, 10), (total + 1, 10), (spool.retained_from(), usize::MAX / 2)]);
+        for &(cursor, max) in &cursors {
+            check_read(&spool, &model, cursor % (total + 2), max);
+        }
+        // The same answers after a checkpoint and a reopen, by a writer and by a reader.
+        spool.checkpoint().unwrap();
+        drop(spool);
+        let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+        prop_assert!(recovery.is_clean(), "{:?}", recovery);
+        for &(cursor, max) in &cursors {
+            check_read(&reader, &model, cursor % (total + 2), max);
+        }
+        let (mut spool, _) = Spool::open_writer(dir.path(), [7; 16], options).unwrap();
+        write_pattern(&mut spool, &mut model, &[10, 20]);
+        check_read(&spool, &model, spool.retained_from(), usize::MAX / 2);
+    }
+
+    #[test]
+    fn the_rolling_buffer_answers_like_the_spool(
+        sizes in proptest::collection::vec(1usize..500, 1..40),
+        capacity in 1usize..3000,
+        probes in proptest::collection::vec((0u64..20_000, 1usize..2000), 1..30),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SpoolOptions { segment_bytes: 1000, retention_bytes: 5000 };
+        let (mut spool, _) = Spool::open_writer(dir.path(), [8; 16], options).unwrap();
+        let mut buffer = RecentBuffer::new(capacity, 0);
+        let mut model = Model::default();
+        for (i, &n) in sizes.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|j| (i * 7 + j) as u8).collect();
+            spool.append(stream_of(i), &bytes).unwrap();
+            buffer.push(stream_of(i), &bytes);
+            model.append(stream_of(i), &bytes);
+        }
+        prop_assert!(buffer.end() - buffer.start() <= capacity as u64);
+        let total = spool.total_bytes();
+        for &(cursor, max) in &probes {
+            let cursor = cursor % (total + 2);
+            let from_buffer = buffer.read(cursor, max, spool.retained_from(), total);
+            let from_spool = spool.read(cursor, max);
+            match (from_buffer, from_spool) {
+                (None, _) => prop_assert!(cursor.max(spool.retained_from()) < buffer.start()),
+                (Some(Ok(a)), Ok(b)) => prop_assert_eq!(a, b),
+                (Some(Err(SpoolError::CursorAhead { .. })), Err(SpoolError::CursorAhead { .. })) => {}
+                (a, b) => prop_assert!(false, "buffer {:?} spool {:?}", a, b),
+            }
+        }
+    }
+}
+
+#[test]
+fn gap_cursor_ahead_and_end_of_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 4096,
+        retention_bytes: 8192,
+    };
+    let (mut spool, _) = Spool::open_writer(dir.path(), [1; 16], options).unwrap();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[1000; 40]);
+    assert!(
+        spool.retained_from() > 0,
+        "retention must have dropped segments"
+    );
+    let read = spool.read(0, 100).unwrap();
+    assert!(read.gap);
+    assert_eq!(read.spans[0].cursor, spool.retained_from());
+    let end = spool.read(spool.total_bytes(), 100).unwrap();
+    assert!(end.bytes.is_empty() && !end.gap);
+    assert_eq!(end.next_cursor, spool.total_bytes());
+    assert!(matches!(
+        spool.read(spool.total_bytes() + 1, 1),
+        Err(SpoolError::CursorAhead { .. })
+    ));
+    // Only whole segments are ever deleted, and no more than needed.
+    let files = std::fs::read_dir(dir.path()).unwrap().count() as u64;
+    assert!(files * 4096 >= spool.total_bytes() - spool.retained_from());
+    assert!(spool.total_bytes() - spool.retained_from() <= 8192 + 4096);
+}
+
+#[test]
+fn torn_tail_is_cut_and_reported_and_whole_chunks_survive() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open_writer(dir.path(), [2; 16], SpoolOptions::default()).unwrap();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[100, 200, 300]);
+    drop(spool);
+    let seg = dir.path().join(segment_name(0));
+    let len = std::fs::metadata(&seg).unwrap().len();
+    // Tear the last chunk at every byte, as a crash mid-write would.
+    let last_chunk = format::chunk_bytes(300) as u64;
+    let pristine = std::fs::read(&seg).unwrap();
+    for cut in (len - last_chunk + 1)..len {
+        std::fs::write(&seg, &pristine[..cut as usize]).unwrap();
+        let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+        assert_eq!(recovery.torn_tail_bytes, cut - (len - last_chunk));
+        assert!(!recovery.torn_tail_cut);
+        assert_eq!(reader.total_bytes(), 300);
+        let (spool, recovery) =
+            Spool::open_writer(dir.path(), [2; 16], SpoolOptions::default()).unwrap();
+        assert!(recovery.torn_tail_cut);
+        assert_eq!(spool.total_bytes(), 300);
+        let mut m = Model::default();
+        m.bytes = model.bytes[..300].to_vec();
+        m.streams = model.streams[..300].to_vec();
+        check_read(&spool, &m, 0, 10_000);
+        drop(spool);
+        let (_, recovery) = Spool::open_reader(dir.path()).unwrap();
+        assert!(recovery.is_clean());
+    }
+}
+
+#[test]
+fn a_flipped_byte_in_a_sealed_segment_is_reported_as_corrupt_not_returned() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 2048,
+        retention_bytes: 1 << 20,
+    };
+    let (mut spool, _) = Spool::open_writer(dir.path(), [3; 16], options).unwrap();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[500; 12]);
+    drop(spool);
+    let seg = dir.path().join(segment_name(0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[format::SPOOL_HEADER_BYTES + format::CHUNK_HEADER_BYTES + 3] ^= 1;
+    std::fs::write(&seg, bytes).unwrap();
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    assert!(matches!(
+        reader.read(0, 10),
+        Err(SpoolError::Corrupt { .. })
+    ));
+    // Later segments stay readable.
+    let later = reader.read(3000, 100).unwrap();
+    assert_eq!(later.bytes, model.bytes[3000..3100]);
+}
