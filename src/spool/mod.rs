@@ -469,16 +469,15 @@ impl Spool {
             let written = active.file.write_all_at(&scratch, offset);
             self.scratch = scratch;
             written.map_err(io("write chunk"))?;
-            if let Some(index) = active.index.get_mut() {
-                if index
+            if let Some(index) = active.index.get_mut()
+                && index
                     .last()
                     .is_none_or(|e| offset - e.offset >= INDEX_STRIDE_BYTES)
-                {
-                    index.push(IndexEntry {
-                        cursor: self.total_bytes,
-                        offset,
-                    });
-                }
+            {
+                index.push(IndexEntry {
+                    cursor: self.total_bytes,
+                    offset,
+                });
             }
             active.valid_len += needed;
             self.total_bytes += piece.len() as u64;
