@@ -13,6 +13,7 @@ pub mod fuzzing;
 pub mod journal;
 pub mod lifecycle;
 pub mod limits;
+pub mod render;
 pub mod root;
 pub mod spool;
 

@@ -1,0 +1,279 @@
+//! Rendering output for clients: safe text, or base64 of exactly the raw bytes.
+//!
+//! Safe text is what an agent or a terminal can show without being steered by the output:
+//! - invalid UTF-8 becomes U+FFFD;
+//! - terminal control sequences are removed: CSI (`ESC [` … final byte), OSC (`ESC ]` … BEL or
+//!   ST), DCS/SOS/PM/APC (`ESC P|X|^|_` … ST), other `ESC` sequences, the 8-bit C1 controls, and
+//!   C0 controls other than newline and tab (DEL too);
+//! - `\r\n` becomes `\n` and a lone `\r` becomes `\n` (progress bars become lines, nothing is
+//!   overwritten);
+//! - `normalized` says whether anything was changed; `binary` flags binary-looking data (a NUL
+//!   byte, or more than 10 % of bytes that are controls or invalid UTF-8).
+//!
+//! Chunk boundaries: reads are *cut on boundaries*. When the rendered bytes end inside a UTF-8
+//! character, an escape sequence or a `\r` that a `\n` may follow, and more output may still come
+//! (`at_end == false`), those bytes are left out and `consumed` stops before them; the caller's
+//! next cursor is `start + consumed`, so the next read begins with the whole sequence and a split
+//! character never turns into U+FFFD. At most [`HOLD_BYTES_MAX`] bytes are ever held back, so a
+//! read larger than that always makes progress; [`safe_text_of_read`] applies that rule to spool
+//! reads (a read cut short by a tiny `max_bytes` is rendered whole instead of held).
+//!
+//! Invariants (fuzzed): the text is valid UTF-8 without control characters other than `\n` and
+//! `\t`; `normalized == false` implies the text equals the consumed bytes. No rendering ever
+//! contains a spool or journal path: the artifact descriptor names only the handle and the cursor
+//! range.
+
+use serde::Serialize;
+
+/// The longest tail a render holds back for the next read.
+pub const HOLD_BYTES_MAX: usize = 64;
+
+/// Safe text of a byte range.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SafeText {
+    pub text: String,
+    pub normalized: bool,
+    pub binary: bool,
+    /// How many input bytes the text covers (the rest were held back for the next read).
+    pub consumed: usize,
+}
+
+const ESC: u8 = 0x1b;
+const BEL: u8 = 0x07;
+
+/// Where an escape sequence starting at `bytes[0] == ESC` ends: `Some(len)`, or `None` when the
+/// bytes end before the sequence does.
+fn escape_len(bytes: &[u8]) -> Option<usize> {
+    let kind = *bytes.get(1)?;
+    match kind {
+        b'[' => {
+            // CSI: parameters and intermediates 0x20-0x3F, final byte 0x40-0x7E.
+            let mut i = 2;
+            loop {
+                let b = *bytes.get(i)?;
+                if (0x40..=0x7e).contains(&b) {
+                    return Some(i + 1);
+                }
+                if !(0x20..=0x3f).contains(&b) {
+                    // Malformed: end the sequence before the unexpected byte.
+                    return Some(i);
+                }
+                i += 1;
+            }
+        }
+        b']' | b'P' | b'X' | b'^' | b'_' => {
+            // String sequences: end at ST (ESC \) or, for OSC, also BEL.
+            let mut i = 2;
+            loop {
+                let b = *bytes.get(i)?;
+                if b == BEL && kind == b']' {
+                    return Some(i + 1);
+                }
+                if b == ESC {
+                    let next = *bytes.get(i + 1)?;
+                    return Some(if next == b'\\' { i + 2 } else { i });
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            // nF / Fp / Fe / Fs: intermediates 0x20-0x2F, then one final byte.
+            let mut i = 1;
+            loop {
+                let b = *bytes.get(i)?;
+                if (0x20..=0x2f).contains(&b) {
+                    i += 1;
+                    continue;
+                }
+                return Some(if (0x30..=0x7e).contains(&b) { i + 1 } else { i });
+            }
+        }
+    }
+}
+
+/// The length of the UTF-8 sequence a lead byte announces (0 for a byte that cannot lead).
+fn utf8_len(lead: u8) -> usize {
+    match lead {
+        0xc2..=0xdf => 2,
+        0xe0..=0xef => 3,
+        0xf0..=0xf4 => 4,
+        _ => 0,
+    }
+}
+
+/// Renders `bytes` as safe text. `at_end` says that no byte will ever follow these (the process
+/// is terminal and the read reached the end), so nothing is held back.
+pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
+    let mut text = String::with_capacity(bytes.len());
+    let mut normalized = false;
+    let mut suspicious = 0usize;
+    let mut nul = false;
+    let mut i = 0;
+    let mut consumed = bytes.len();
+    let may_hold = |from: usize| !at_end && bytes.len() - from <= HOLD_BYTES_MAX;
+    while i < bytes.len() {
+        let b = bytes[i];
+        // Fast path: a run of printable ASCII.
+        if (0x20..0x7f).contains(&b) {
+            let run = bytes[i..]
+                .iter()
+                .position(|&c| !(0x20..0x7f).contains(&c))
+                .map_or(bytes.len(), |p| i + p);
+            // Printable ASCII is valid UTF-8, so the fallback never happens.
+            text.push_str(std::str::from_utf8(&bytes[i..run]).unwrap_or_default());
+            i = run;
+            continue;
+        }
+        match b {
+            b'\n' | b'\t' => {
+                text.push(b as char);
+                i += 1;
+            }
+            b'\r' => {
+                normalized = true;
+                match bytes.get(i + 1) {
+                    Some(b'\n') => {
+                        text.push('\n');
+                        i += 2;
+                    }
+                    None if may_hold(i) => {
+                        consumed = i;
+                        break;
+                    }
+                    _ => {
+                        text.push('\n');
+                        i += 1;
+                    }
+                }
+            }
+            ESC => {
+                normalized = true;
+                match escape_len(&bytes[i..]) {
+                    Some(len) => i += len,
+                    None if may_hold(i) => {
+                        consumed = i;
+                        break;
+                    }
+                    None => i = bytes.len(),
+                }
+            }
+            0x00..=0x1f | 0x7f => {
+                normalized = true;
+                nul |= b == 0;
+                suspicious += 1;
+                i += 1;
+            }
+            _ => {
+                let len = utf8_len(b);
+                let end = i + len;
+                if len > 0 && end > bytes.len() {
+                    // Possibly a character split by the read: hold it if its prefix is valid.
+                    let prefix_ok = bytes[i + 1..].iter().all(|&c| (0x80..=0xbf).contains(&c));
+                    if prefix_ok && may_hold(i) {
+                        consumed = i;
+                        break;
+                    }
+                }
+                match (len > 0)
+                    .then(|| bytes.get(i..end))
+                    .flatten()
+                    .and_then(|s| std::str::from_utf8(s).ok())
+                {
+                    Some(s) => {
+                        let c = s.chars().next().unwrap_or('\u{fffd}');
+                        if ('\u{80}'..='\u{9f}').contains(&c) {
+                            normalized = true; // a C1 control
+                            suspicious += 1;
+                        } else {
+                            text.push_str(s);
+                        }
+                        i = end;
+                    }
+                    None => {
+                        normalized = true;
+                        suspicious += 1;
+                        text.push('\u{fffd}');
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+    let binary = nul || (consumed > 0 && suspicious * 10 > consumed);
+    SafeText {
+        text,
+        normalized,
+        binary,
+        consumed,
+    }
+}
+
+/// Safe text of a spool read, with the cursor the next read should start from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RenderedRead {
+    #[serde(flatten)]
+    pub safe: SafeText,
+    /// The read's start plus the bytes the text covers.
+    pub next_cursor: u64,
+    pub artifact: ArtifactDescriptor,
+}
+
+/// Renders a spool read of at most `max_bytes` as safe text. `process_terminal` says the output
+/// is complete, so a read that reached `total_bytes` holds nothing back.
+pub fn safe_text_of_read(
+    handle: &crate::lifecycle::Handle,
+    read: &crate::spool::SpoolRead,
+    max_bytes: usize,
+    process_terminal: bool,
+) -> RenderedRead {
+    let start = read.next_cursor - read.bytes.len() as u64;
+    let reached_end = read.next_cursor == read.total_bytes;
+    let cut_by_tiny_max = !reached_end && max_bytes <= HOLD_BYTES_MAX;
+    let at_end = (reached_end && process_terminal) || cut_by_tiny_max;
+    let safe = safe_text(&read.bytes, at_end);
+    let next_cursor = start + safe.consumed as u64;
+    RenderedRead {
+        artifact: ArtifactDescriptor::new(handle, start, next_cursor),
+        safe,
+        next_cursor,
+    }
+}
+
+const BASE64_ALPHABET: &[u8; 64] =
+    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/// Standard base64 (RFC 4648, with padding) of exactly `bytes`.
+pub fn base64(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for group in bytes.chunks(3) {
+        let n = match *group {
+            [a, b, c] => (u32::from(a) << 16) | (u32::from(b) << 8) | u32::from(c),
+            [a, b] => (u32::from(a) << 16) | (u32::from(b) << 8),
+            [a] => u32::from(a) << 16,
+            _ => 0,
+        };
+        let symbols = group.len() + 1;
+        for k in 0..4 {
+            if k < symbols {
+                out.push(BASE64_ALPHABET[((n >> (18 - 6 * k)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// An opaque name for a range of a process's output: the handle and the cursor range, never a
+/// path. Hosts pass it back to fetch the raw bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ArtifactDescriptor(pub String);
+
+impl ArtifactDescriptor {
+    pub fn new(handle: &crate::lifecycle::Handle, start: u64, end: u64) -> Self {
+        ArtifactDescriptor(format!("pjout:{handle}:{start}-{end}"))
+    }
+}
+
+#[cfg(test)]
+mod tests;
