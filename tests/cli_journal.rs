@@ -214,3 +214,32 @@ fn manifests_prints_the_replayed_projection_of_every_process() {
     assert!(out.lines().next().unwrap().contains("exited"), "{out}");
     assert!(out.contains("[job=j2]"), "{out}");
 }
+
+#[test]
+fn spool_cat_prints_safe_text_or_exact_base64_from_a_cursor() {
+    use procjournal::spool::format::Stream;
+    use procjournal::spool::{Spool, SpoolOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let handle = procjournal::lifecycle::Handle(EventId::from_bytes([7; 16]));
+    let spool_dir = dir.path().join("spool").join(handle.to_string());
+    let (mut spool, _) = Spool::open_writer(&spool_dir, [7; 16], SpoolOptions::default()).unwrap();
+    spool
+        .append(Stream::Stdout, b"\x1b[32mok\x1b[0m line\n")
+        .unwrap();
+    spool.append(Stream::Stderr, b"err\xff\n").unwrap();
+    drop(spool);
+    let h = handle.to_string();
+    let (code, out, err) = run(&["spool", "cat", &h], dir.path());
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out, "ok line\nerr\u{fffd}\n");
+    assert!(err.contains("next cursor 22"), "{err}");
+    let (code, out, _) = run(
+        &["spool", "cat", &h, "--cursor", "12", "--base64"],
+        dir.path(),
+    );
+    assert_eq!(code, 0);
+    assert_eq!(out.trim(), "bGluZQplcnL/Cg==");
+    let (code, _, err) = run(&["spool", "cat", "not-a-handle"], dir.path());
+    assert_eq!(code, 2);
+    assert!(err.contains("not a process handle"), "{err}");
+}

@@ -5,6 +5,7 @@
 //! it may run against a root that a live writer holds.
 
 mod journal_cmd;
+mod spool_cmd;
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -27,6 +28,9 @@ enum Command {
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
+    /// Recovery tooling: read a process's output spool offline.
+    #[command(subcommand)]
+    Spool(spool_cmd::SpoolCommand),
 }
 
 /// `--root DIR`, else `$PROCJOURNAL_ROOT`, else `$XDG_STATE_HOME/procjournal`, else
@@ -63,6 +67,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Journal(cmd) => journal_cmd::run(cmd),
+        Command::Spool(cmd) => spool_cmd::run(cmd),
     };
     match result {
         Ok(code) => code,
