@@ -26,6 +26,9 @@
 
 pub mod buffer;
 pub mod format;
+mod output;
+
+pub use output::Output;
 
 #[cfg(test)]
 mod tests;
