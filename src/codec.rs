@@ -5,8 +5,9 @@
 //! fixed-width integers, which journal-format.md ("Payload encoding") spells out byte for byte so
 //! that no reader needs bincode. Golden-byte tests pin the encoding of every shape an event uses.
 //!
-//! Invariants: decoding is total (bounded by [`RECORD_PAYLOAD_BYTES_MAX`], never a panic, typed
-//! error on any bad input) and must consume the whole payload.
+//! Invariants: decoding is total (allocation bounded by [`DECODE_LIMIT_BYTES`], never a panic,
+//! typed error on any bad input), must consume the whole payload, and decodes every payload of
+//! at most [`RECORD_PAYLOAD_BYTES_MAX`] bytes that `encode` produced.
 
 use crate::limits::RECORD_PAYLOAD_BYTES_MAX;
 
@@ -15,17 +16,24 @@ pub use bincode::{Decode, Encode};
 /// Version byte stored in each record header for payloads written by this module.
 pub const CODEC_VERSION: u8 = 1;
 
+/// The decoder's allocation bound. bincode claims `count x size_of::<element>()` of *memory*
+/// before it decodes a container, so the bound must exceed the payload cap by the largest ratio of
+/// in-memory size to minimal encoded size of any element type an event uses: 3 for `String`
+/// (24 bytes in memory, 8 encoded when empty) and for `(String, String)` map entries. With 4x,
+/// every payload the journal accepts decodes, and a forged count still fails before allocating.
+pub const DECODE_LIMIT_BYTES: usize = 4 * RECORD_PAYLOAD_BYTES_MAX;
+
 type Config = bincode::config::Configuration<
     bincode::config::LittleEndian,
     bincode::config::Fixint,
-    bincode::config::Limit<RECORD_PAYLOAD_BYTES_MAX>,
+    bincode::config::Limit<DECODE_LIMIT_BYTES>,
 >;
 
 const fn config() -> Config {
     bincode::config::standard()
         .with_little_endian()
         .with_fixed_int_encoding()
-        .with_limit::<RECORD_PAYLOAD_BYTES_MAX>()
+        .with_limit::<DECODE_LIMIT_BYTES>()
 }
 
 #[derive(Debug, thiserror::Error)]

@@ -45,3 +45,11 @@ const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN > SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES);
 const _: () = assert!(SEGMENT_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(RECORD_PAYLOAD_BYTES_MAX < SEGMENT_BYTES_MAX);
+
+/// Sequence numbers above this are never written and never accepted from disk, so `seq + 1`
+/// cannot overflow anywhere (2^62 events is far beyond any journal's life).
+pub const SEQ_MAX: u64 = 1 << 62;
+
+/// Segment indices above this are never written and never accepted from disk (file names or
+/// headers), so `index + 1` cannot overflow.
+pub const SEGMENT_INDEX_MAX: u64 = 1 << 40;

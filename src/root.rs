@@ -51,7 +51,12 @@ impl Root {
             root: path.clone(),
             source,
         };
-        std::fs::create_dir_all(&path).map_err(io_err)?;
+        if !path.is_dir() {
+            std::fs::create_dir_all(&path).map_err(io_err)?;
+            if let Some(parent) = path.parent() {
+                crate::journal::storage_sync_dir(parent).map_err(io_err)?;
+            }
+        }
         let lock = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -92,5 +97,17 @@ impl Root {
 
     pub fn spool_dir(&self) -> PathBuf {
         self.path.join("spool")
+    }
+}
+
+impl Drop for Root {
+    /// Unlocks explicitly instead of relying on the close: a `flock` belongs to the open file
+    /// description, and a child that another thread forked keeps a copy of the descriptor until
+    /// its `exec`, which would hold the root locked after this writer is gone.
+    fn drop(&mut self) {
+        if let Some(lock) = &self.lock {
+            // Nothing to do on failure: the close that follows releases it as a last resort.
+            let _ = lock.unlock();
+        }
     }
 }

@@ -1,6 +1,5 @@
 //! `procjournal journal verify|dump|manifests`: offline, read-only views of a journal.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,7 +10,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::journal::reader::{JournalReader, RecordView};
-use crate::journal::recovery::{DuplicateId, RecoveryReport};
+use crate::journal::recovery::RecoveryReport;
 use crate::lifecycle::Replayer;
 use crate::limits::FOLLOW_POLL_MS;
 
@@ -83,22 +82,7 @@ fn open(root: RootArg) -> anyhow::Result<JournalReader> {
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let reader = open(args.root)?;
-    let mut ids: HashMap<[u8; 16], u64> = HashMap::new();
-    let mut duplicates = Vec::new();
-    let mut report = reader.scan(1, |r| {
-        let id = r.event_id.as_bytes();
-        match ids.get(&id) {
-            Some(&first_seq) => duplicates.push(DuplicateId {
-                event_id: r.event_id.to_string(),
-                first_seq,
-                duplicate_seq: r.position.seq,
-            }),
-            None => {
-                ids.insert(id, r.position.seq);
-            }
-        }
-    })?;
-    report.duplicate_ids = duplicates;
+    let report = reader.verify()?;
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &report)?;

@@ -15,7 +15,7 @@
 
 use crate::limits::{
     RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
+    SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX, SEQ_MAX,
 };
 
 /// First eight bytes of every segment file.
@@ -95,6 +95,8 @@ pub enum FrameError {
     PayloadChecksum,
     #[error("padding after the payload is not zero")]
     PaddingNonZero,
+    #[error("sequence number or segment index out of range")]
+    OutOfRange,
 }
 
 fn u16_at(bytes: &[u8], offset: usize) -> u16 {
@@ -194,11 +196,16 @@ impl SegmentHeader {
         if !segment_bytes_valid(segment_bytes as usize) {
             return Err(FrameError::BadSegmentBytes(segment_bytes));
         }
+        let segment_index = u64_at(bytes, SEG_INDEX_OFFSET);
+        let base_seq = u64_at(bytes, SEG_BASE_SEQ_OFFSET);
+        if segment_index > SEGMENT_INDEX_MAX || base_seq == 0 || base_seq > SEQ_MAX {
+            return Err(FrameError::OutOfRange);
+        }
         Ok(SegmentHeader {
             segment_bytes,
             journal_id: id_at(bytes, SEG_JOURNAL_ID_OFFSET),
-            segment_index: u64_at(bytes, SEG_INDEX_OFFSET),
-            base_seq: u64_at(bytes, SEG_BASE_SEQ_OFFSET),
+            segment_index,
+            base_seq,
             created_unix_ms: u64_at(bytes, SEG_CREATED_MS_OFFSET),
         })
     }
@@ -297,13 +304,17 @@ pub fn decode_record_header_unbounded(bytes: &[u8]) -> Result<RecordHeader, Fram
     if payload_bytes as usize > RECORD_PAYLOAD_BYTES_MAX {
         return Err(FrameError::PayloadTooLarge(payload_bytes));
     }
+    let seq = u64_at(header, REC_SEQ_OFFSET);
+    if seq == 0 || seq > SEQ_MAX {
+        return Err(FrameError::OutOfRange);
+    }
     Ok(RecordHeader {
         header_crc,
         payload_crc: u32_at(header, REC_PAYLOAD_CRC_OFFSET),
         payload_bytes,
         kind,
         codec_version: header[REC_CODEC_OFFSET],
-        seq: u64_at(header, REC_SEQ_OFFSET),
+        seq,
         event_id: id_at(header, REC_EVENT_ID_OFFSET),
         prev_crc: u32_at(header, REC_PREV_CRC_OFFSET),
     })

@@ -2,7 +2,7 @@
 //!
 //! Contract (who keeps each part):
 //! - A segment file is preallocated to its full length by writing zeroes and syncing before it is
-//!   given its final name (`segment.rs`), and nothing in procjournal ever calls `set_len` or
+//!   given its final name (`storage.rs`, `FileBackend::create_segment`), and nothing in procjournal ever calls `set_len` or
 //!   truncates a named segment. Stores into the mapping therefore never touch a hole (no ENOSPC as
 //!   SIGBUS) and never land past end of file.
 //! - [`MappedSegment::open`] checks that the file is exactly `segment_bytes` long before mapping it.

@@ -153,6 +153,8 @@ pub enum JournalError {
     InvalidOptions(String),
     #[error("payload of {bytes} bytes exceeds this journal's record limit of {limit}")]
     PayloadTooLarge { bytes: usize, limit: usize },
+    #[error("journal is full: it already has the maximum of {max} segments")]
+    Full { max: usize },
     #[error(
         "journal handle is poisoned by an earlier failure ({cause}); reopen it to run recovery"
     )]
@@ -170,6 +172,7 @@ struct Writer {
     next_seq: u64,
     ids: HashMap<[u8; 16], Position>,
     segment_bytes_new: usize,
+    segment_count: usize,
     scratch: Vec<u8>,
 }
 
@@ -250,7 +253,11 @@ impl Journal {
             let dir = dir.clone();
             move |source| JournalError::Io { dir, op, source }
         };
-        std::fs::create_dir_all(&dir).map_err(io("create journal directory"))?;
+        if !dir.is_dir() {
+            std::fs::create_dir_all(&dir).map_err(io("create journal directory"))?;
+            // The new directory entry must survive a power loss like the segments inside it.
+            storage::sync_dir(root.path()).map_err(io("sync runtime root"))?;
+        }
 
         let mut ids: HashMap<[u8; 16], Position> = HashMap::new();
         let mut duplicates = Vec::new();
@@ -349,6 +356,10 @@ impl Journal {
         }
         let syncer = store.syncer();
         let durable_seq = next_seq - 1;
+        let segment_count = recovery::list_segments(&dir)
+            .map_err(io("list segments"))?
+            .0
+            .len();
         let journal = Journal {
             root,
             durability: options.durability,
@@ -363,6 +374,7 @@ impl Journal {
                 next_seq,
                 ids,
                 segment_bytes_new: options.segment_bytes,
+                segment_count,
                 scratch: Vec::new(),
             }),
             sync: Mutex::new(SyncState {
@@ -419,6 +431,23 @@ impl Journal {
         codec_version: u8,
         payload: &[u8],
     ) -> Result<Appended, JournalError> {
+        let appended = self.append_deferred(id, kind, codec_version, payload)?;
+        self.acknowledge(appended.position.seq)?;
+        Ok(appended)
+    }
+
+    /// Writes the event like [`Journal::append`] but returns before waiting for the durability the
+    /// policy promises (under `Sync` the flush has already happened). The caller must call
+    /// [`Journal::acknowledge`] with the returned seq before treating the event as acknowledged.
+    /// This lets a caller release its own locks before the wait, so that concurrent callers
+    /// still share one group flush.
+    pub fn append_deferred(
+        &self,
+        id: EventId,
+        kind: EventKind,
+        codec_version: u8,
+        payload: &[u8],
+    ) -> Result<Appended, JournalError> {
         self.check_poison()?;
         let appended = {
             let mut w = lock(&self.writer);
@@ -443,11 +472,16 @@ impl Journal {
                 }
             }
         };
-        match self.durability {
-            Durability::Os => {}
-            Durability::Sync | Durability::Group => self.wait_durable(appended.position.seq)?,
-        }
         Ok(appended)
+    }
+
+    /// Returns once `seq` is acknowledged under the journal's policy: durable for `Sync` and
+    /// `Group` (flushing as the group leader if needed), immediately for `Os`.
+    pub fn acknowledge(&self, seq: u64) -> Result<(), JournalError> {
+        match self.durability {
+            Durability::Os => self.check_poison(),
+            Durability::Sync | Durability::Group => self.wait_durable(seq),
+        }
     }
 
     fn write_record(
@@ -471,6 +505,11 @@ impl Journal {
             self.rotate(w)?;
         }
         let seq = w.next_seq;
+        if seq > crate::limits::SEQ_MAX {
+            return Err(JournalError::Full {
+                max: crate::limits::SEGMENT_COUNT_MAX,
+            });
+        }
         let mut scratch = std::mem::take(&mut w.scratch);
         scratch.clear();
         scratch.resize(bytes, 0);
@@ -504,6 +543,15 @@ impl Journal {
     /// Seals the active segment (flushing it, so that only the active segment ever holds
     /// unflushed records) and starts the next one.
     fn rotate(&self, w: &mut Writer) -> Result<(), JournalError> {
+        // Refused, not poisoned: nothing was written, and a reader must still be able to open
+        // every segment (recovery refuses more than the maximum).
+        if w.segment_count >= crate::limits::SEGMENT_COUNT_MAX
+            || w.header.segment_index >= crate::limits::SEGMENT_INDEX_MAX
+        {
+            return Err(JournalError::Full {
+                max: crate::limits::SEGMENT_COUNT_MAX,
+            });
+        }
         w.syncer
             .sync()
             .map_err(|e| self.poison("fdatasync before rotation", &e))?;
@@ -527,6 +575,7 @@ impl Journal {
         );
         w.syncer = store.syncer();
         w.store = store;
+        w.segment_count += 1;
         w.header = header;
         w.write_offset = SEGMENT_HEADER_BYTES;
         w.chain_crc = header.crc();

@@ -97,7 +97,8 @@ impl JournalReader {
 
     /// Scans the whole journal, calling `visit` for each valid record with `seq >= from_seq` in
     /// order, and returns what a recovery would find (a read-only scan repairs nothing, so torn
-    /// tails are reported with `zeroed: false`).
+    /// tails are reported with `zeroed: false`). Duplicate event IDs are not looked for here; see
+    /// [`JournalReader::verify`].
     pub fn scan(
         &self,
         from_seq: u64,
@@ -124,6 +125,27 @@ impl JournalReader {
         })
     }
 
+    /// The full check `procjournal journal verify` runs: a scan plus the search for duplicate
+    /// event IDs, which [`JournalReader::scan`] leaves out because it needs memory per record.
+    pub fn verify(&self) -> Result<RecoveryReport, JournalError> {
+        let mut ids: std::collections::HashMap<[u8; 16], u64> = std::collections::HashMap::new();
+        let mut duplicates = Vec::new();
+        let mut report = self.scan(1, |r| match ids.entry(r.event_id.as_bytes()) {
+            std::collections::hash_map::Entry::Occupied(first) => {
+                duplicates.push(recovery::DuplicateId {
+                    event_id: r.event_id.to_string(),
+                    first_seq: *first.get(),
+                    duplicate_seq: r.position.seq,
+                });
+            }
+            std::collections::hash_map::Entry::Vacant(slot) => {
+                slot.insert(r.position.seq);
+            }
+        })?;
+        report.duplicate_ids = duplicates;
+        Ok(report)
+    }
+
     /// All valid records with `seq >= from_seq`, owned, and the report.
     pub fn records(&self, from_seq: u64) -> Result<(Vec<Record>, RecoveryReport), JournalError> {
         let mut out = Vec::new();
@@ -147,6 +169,7 @@ impl JournalReader {
                 chain_crc: s.chain_crc,
                 expected_seq: s.last_seq.map_or(s.header.base_seq, |q| q + 1),
                 from_seq,
+                journal_id: scan.journal_id,
                 buf: Vec::new(),
             },
             None => Follower {
@@ -156,6 +179,7 @@ impl JournalReader {
                 chain_crc: 0,
                 expected_seq: 1,
                 from_seq,
+                journal_id: scan.journal_id,
                 buf: Vec::new(),
             },
         };
@@ -175,6 +199,7 @@ pub struct Follower {
     chain_crc: u32,
     expected_seq: u64,
     from_seq: u64,
+    journal_id: Option<[u8; 16]>,
     buf: Vec<u8>,
 }
 
@@ -193,14 +218,34 @@ impl Follower {
         (header.segment_index == index).then_some((file, header))
     }
 
+    /// The first usable segment after `after` (any index when `None`): the smallest index whose
+    /// header decodes, belongs to this journal and does not go back in sequence. Segments that
+    /// a scan would report as bad are skipped here too, so a follower is never stuck behind one.
+    fn next_segment(&self, after: Option<u64>) -> Result<Option<SegmentHeader>, JournalError> {
+        let (listed, _) = recovery::list_segments(&self.dir).map_err(self.io("list segments"))?;
+        for (index, _) in listed {
+            if after.is_some_and(|a| index <= a) {
+                continue;
+            }
+            let Some((_, header)) = self.open_segment(index) else {
+                continue;
+            };
+            let same_journal = self.journal_id.is_none_or(|id| id == header.journal_id);
+            if same_journal && header.base_seq >= self.expected_seq {
+                return Ok(Some(header));
+            }
+        }
+        Ok(None)
+    }
+
     /// Hands out every complete, valid record appended since the last call; returns how many.
     /// Stops at the first bytes that are not (yet) a valid continuation.
     pub fn poll(&mut self, mut visit: impl FnMut(RecordView<'_>)) -> Result<usize, JournalError> {
         let mut handed = 0;
         loop {
             let Some(header) = self.segment else {
-                match self.open_segment(0) {
-                    Some((_, h)) => {
+                match self.next_segment(None)? {
+                    Some(h) => {
                         self.enter(h);
                         continue;
                     }
@@ -211,11 +256,13 @@ impl Follower {
                 return Ok(handed);
             };
             handed += self.read_from(&file, &header, &mut visit)?;
-            // The writer starts segment N+1 only after N is complete: once N+1 exists, one more
-            // read of N (above, after the check) sees everything N will ever hold.
-            match self.open_segment(header.segment_index + 1) {
-                Some((_, next)) => {
+            // The writer starts a later segment only after this one is complete: once one
+            // exists, one more read of this segment (after the check) sees everything it will
+            // ever hold.
+            match self.next_segment(Some(header.segment_index))? {
+                Some(next) => {
                     handed += self.read_from(&file, &header, &mut visit)?;
+                    handed += self.past_damage(&file, &header, &mut visit)?;
                     self.enter(next);
                 }
                 None => return Ok(handed),
@@ -223,7 +270,42 @@ impl Follower {
         }
     }
 
+    /// Before leaving a sealed segment: if the read stopped at bytes that are not the zero tail,
+    /// they are damage, not a record in flight (the writer has moved on). Hand out what a full
+    /// scan finds after them, exactly as [`JournalReader::scan`] would, so that a follower and a
+    /// scan never disagree.
+    fn past_damage(
+        &mut self,
+        file: &File,
+        header: &SegmentHeader,
+        visit: &mut impl FnMut(RecordView<'_>),
+    ) -> Result<usize, JournalError> {
+        let mut bytes = vec![0u8; header.segment_bytes as usize];
+        let got = read_full_at(file, &mut bytes, 0).map_err(self.io("read segment"))?;
+        bytes.truncate(got);
+        bytes.resize(header.segment_bytes as usize, 0);
+        if bytes[self.offset.min(bytes.len())..]
+            .iter()
+            .all(|&b| b == 0)
+        {
+            return Ok(0);
+        }
+        let (mut handed, mut expected, from_seq) = (0, self.expected_seq, self.from_seq);
+        recovery::scan_segment(&bytes, header, |r| {
+            if r.header.seq >= expected {
+                expected = r.header.seq + 1;
+                if r.header.seq >= from_seq {
+                    visit(view(&r));
+                    handed += 1;
+                }
+            }
+        });
+        self.expected_seq = expected;
+        Ok(handed)
+    }
+
     fn enter(&mut self, header: SegmentHeader) {
+        self.journal_id.get_or_insert(header.journal_id);
         self.segment = Some(header);
         self.offset = SEGMENT_HEADER_BYTES;
         self.chain_crc = header.crc();

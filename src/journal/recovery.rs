@@ -60,7 +60,8 @@ impl Row {
             | FrameError::BadSegmentBytes(_)
             | FrameError::HeaderChecksum
             | FrameError::KindZero
-            | FrameError::ReservedNonZero => Row::Garbage,
+            | FrameError::ReservedNonZero
+            | FrameError::OutOfRange => Row::Garbage,
         }
     }
 }
@@ -192,7 +193,11 @@ fn parse_segment_file_name(name: &str) -> Option<u64> {
     if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    digits.parse().ok()
+    // Names past the index range are not segments procjournal could have written.
+    digits
+        .parse()
+        .ok()
+        .filter(|&index| index <= crate::limits::SEGMENT_INDEX_MAX)
 }
 
 /// The segment files of a directory in index order, and leftover temporary files.
@@ -368,17 +373,18 @@ pub(crate) fn scan_journal(
             )));
             continue;
         }
-        if *journal_id.get_or_insert(header.journal_id) != header.journal_id {
-            report
-                .bad_segments
-                .push(bad("segment belongs to another journal".to_owned()));
-            continue;
-        }
         if header.base_seq <= last_seq || header.base_seq == 0 {
             report.bad_segments.push(bad(format!(
                 "base seq {} does not follow the last seq {last_seq}",
                 header.base_seq
             )));
+            continue;
+        }
+        // Only a segment that passed every other check may name the journal's identity.
+        if journal_id.is_some_and(|id| id != header.journal_id) {
+            report
+                .bad_segments
+                .push(bad("segment belongs to another journal".to_owned()));
             continue;
         }
         if (bytes.len() as u64) > u64::from(header.segment_bytes) {
@@ -389,6 +395,7 @@ pub(crate) fn scan_journal(
             )));
             continue;
         }
+        journal_id.get_or_insert(header.journal_id);
         if file_len < u64::from(header.segment_bytes) {
             // A short file reads as if extended with zeroes, which is what a writable open does
             // to it: a record whose only missing bytes were zero padding is still whole.

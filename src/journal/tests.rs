@@ -635,3 +635,81 @@ fn a_failed_write_or_flush_poisons_and_reopening_gives_a_consistent_prefix() {
         }
     }
 }
+
+#[test]
+fn a_follower_and_a_scan_agree_past_mid_segment_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 8);
+    assert_eq!(p[2].segment_index, p[4].segment_index);
+    // The damage is there before the follower starts; the writer then goes on into new segments.
+    edit(dir.path(), p[2].segment_index, |b| {
+        b[p[2].offset as usize + 9] ^= 0x40
+    });
+    let reader = JournalReader::open(dir.path()).unwrap();
+    let mut followed = Vec::new();
+    let (mut follower, _) = reader.follow(1, |r| followed.push(r.position.seq)).unwrap();
+    let (journal, _) = Journal::open(dir.path(), options(Durability::Os, SEG)).unwrap();
+    append_n(&journal, 8, 80);
+    while follower.poll(|r| followed.push(r.position.seq)).unwrap() > 0 {}
+    let (records, report) = read_all(dir.path());
+    assert_eq!(report.damaged.len(), 1);
+    assert_eq!(followed, seqs(&records));
+    assert!(!followed.contains(&3));
+}
+
+#[test]
+fn a_follower_started_before_damage_appears_still_matches_the_scan() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path(), options(Durability::Os, SEG)).unwrap();
+    append_n(&journal, 0, 2);
+    let reader = JournalReader::open(dir.path()).unwrap();
+    let mut followed = Vec::new();
+    let (mut follower, _) = reader.follow(1, |r| followed.push(r.position.seq)).unwrap();
+    append_n(&journal, 2, 6);
+    let segment = journal.position_of(id_of(3)).unwrap();
+    // Damage record 4 (index 3) before the follower has read it; the writer moves on.
+    edit(dir.path(), segment.segment_index, |b| {
+        b[segment.offset as usize + 9] ^= 0x40
+    });
+    append_n(&journal, 6, 80);
+    while follower.poll(|r| followed.push(r.position.seq)).unwrap() > 0 {}
+    let (records, _) = read_all(dir.path());
+    assert_eq!(followed, seqs(&records));
+    assert!(!followed.contains(&4) && followed.contains(&5));
+}
+
+#[test]
+fn verify_reports_duplicate_event_ids_that_a_scan_does_not_look_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build(dir.path(), 3);
+    // Forge record 3 into a copy of record 1's event ID, re-sealing its checksums.
+    edit(dir.path(), p[2].segment_index, |b| {
+        let at = p[2].offset as usize;
+        let (h, payload) = format::decode_record(&b[at..]).unwrap();
+        let payload = payload.to_vec();
+        let mut record = vec![0u8; format::record_bytes(payload.len())];
+        format::encode_record(
+            &format::RecordFields {
+                kind: h.kind,
+                codec_version: h.codec_version,
+                seq: h.seq,
+                event_id: id_of(0).as_bytes(),
+                prev_crc: h.prev_crc,
+                payload: &payload,
+            },
+            &mut record,
+        );
+        b[at..at + record.len()].copy_from_slice(&record);
+    });
+    let reader = JournalReader::open(dir.path()).unwrap();
+    assert!(reader.scan(1, |_| {}).unwrap().is_clean());
+    let report = reader.verify().unwrap();
+    assert_eq!(report.duplicate_ids.len(), 1);
+    assert_eq!(
+        (
+            report.duplicate_ids[0].first_seq,
+            report.duplicate_ids[0].duplicate_seq
+        ),
+        (1, 3)
+    );
+}

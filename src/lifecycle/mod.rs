@@ -15,6 +15,7 @@ pub mod state;
 mod tests;
 
 use std::path::Path;
+use std::sync::Arc;
 
 pub use event::{Handle, LifecycleEvent, LifecycleIds};
 pub use manifest::{Applied, Manifest, ManifestStore, Rejection};
@@ -38,7 +39,7 @@ pub enum LifecycleError {
 /// The journal of a root together with the manifests replayed from it.
 #[derive(Debug)]
 pub struct Lifecycle {
-    journal: Journal,
+    journal: Arc<Journal>,
     store: ManifestStore,
 }
 
@@ -51,11 +52,24 @@ impl Lifecycle {
         let mut replayer = Replayer::default();
         let (journal, recovery) = Journal::open_visiting(root, options, |r| replayer.feed(&r))?;
         let (store, replay) = replayer.finish();
-        Ok((Lifecycle { journal, store }, recovery, replay))
+        Ok((
+            Lifecycle {
+                journal: Arc::new(journal),
+                store,
+            },
+            recovery,
+            replay,
+        ))
     }
 
     pub fn journal(&self) -> &Journal {
         &self.journal
+    }
+
+    /// The journal, shared: callers of [`Lifecycle::append_deferred`] acknowledge through it
+    /// after releasing whatever lock guards this `Lifecycle`.
+    pub fn journal_arc(&self) -> Arc<Journal> {
+        Arc::clone(&self.journal)
     }
 
     pub fn store(&self) -> &ManifestStore {
@@ -66,25 +80,38 @@ impl Lifecycle {
         self.store.get(handle)
     }
 
-    /// Validates `event` against its manifest, appends it under `event_id`, then applies it.
-    /// An `event_id` already in the journal is an idempotent retry: nothing is checked or written
-    /// and the original position is returned.
+    /// Validates `event` against its manifest, appends it under `event_id`, then applies it, and
+    /// returns once it is acknowledged. An `event_id` already in the journal is an idempotent
+    /// retry: nothing is checked or written and the original position is returned.
     pub fn append(
         &mut self,
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
+        let appended = self.append_deferred(event_id, event)?;
+        self.journal.acknowledge(appended.position.seq)?;
+        Ok(appended)
+    }
+
+    /// Like [`Lifecycle::append`] without waiting for the acknowledgement: the caller must call
+    /// `journal_arc().acknowledge(seq)` before it acts on the event (see
+    /// [`Journal::append_deferred`]). The manifest already reflects the event.
+    pub fn append_deferred(
+        &mut self,
+        event_id: EventId,
+        event: &LifecycleEvent,
+    ) -> Result<Appended, LifecycleError> {
         if self.journal.position_of(event_id).is_some() {
-            // The journal returns the original position (once it is durable) and writes nothing.
+            // The journal returns the original position and writes nothing.
             return Ok(self
                 .journal
-                .append(event_id, event.kind(), CODEC_VERSION, &[])?);
+                .append_deferred(event_id, event.kind(), CODEC_VERSION, &[])?);
         }
         self.store.check(event_id, event)?;
         let payload = event.encode()?;
-        let appended = self
-            .journal
-            .append(event_id, event.kind(), CODEC_VERSION, &payload)?;
+        let appended =
+            self.journal
+                .append_deferred(event_id, event.kind(), CODEC_VERSION, &payload)?;
         if appended.written {
             self.store.apply(event_id, event)?;
         }

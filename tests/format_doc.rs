@@ -1,0 +1,337 @@
+//! Keeps journal-format.md true: its worked example is extracted from the document and compared
+//! byte for byte with what the code writes, then decoded and read as a journal; its layout tables
+//! are compared with the offsets of `format.rs`; its checksum definition is checked against the
+//! code's. A failure here means the document or the format changed; both must change together.
+
+// Helpers outside #[test] functions panic on purpose: a panic is how a test reports failure.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::Path;
+
+use procjournal::codec::{self, CODEC_VERSION};
+use procjournal::journal::format::{
+    self, FORMAT_VERSION, RecordFields, SEGMENT_MAGIC, SegmentHeader,
+};
+use procjournal::journal::reader::JournalReader;
+use procjournal::limits;
+use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions, Position};
+
+fn doc() -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("journal-format.md");
+    std::fs::read_to_string(path).expect("journal-format.md")
+}
+
+/// The lines of the fenced block that opens with exactly `fence`.
+fn fenced_block<'a>(doc: &'a str, fence: &str) -> Vec<&'a str> {
+    let mut lines = doc.lines().skip_while(|l| l.trim_end() != fence);
+    assert!(
+        lines.next().is_some(),
+        "no block {fence:?} in journal-format.md"
+    );
+    lines.take_while(|l| l.trim_end() != "```").collect()
+}
+
+/// The bytes of the worked example: every whitespace-separated two-digit hex token of the block,
+/// with everything after `#` on a line being a comment.
+fn worked_example_bytes() -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for line in fenced_block(&doc(), "```hex worked-example") {
+        let code = line.split('#').next().unwrap_or("");
+        for token in code.split_whitespace() {
+            assert_eq!(token.len(), 2, "token {token:?} in line {line:?}");
+            bytes.push(u8::from_str_radix(token, 16).expect("hex byte"));
+        }
+    }
+    bytes
+}
+
+const JOURNAL_ID: &str = "5f0b2c4e-9a71-4d3c-8e21-64aa0d93b7e2";
+const EVENT_IDS: [&str; 2] = [
+    "017f22e2-79b0-7cc3-98c4-dc0c0c07398f",
+    "017f22e2-79b0-7cc3-98c4-dc0c0c073990",
+];
+
+/// Parses a hyphenated UUID into its 16 bytes in RFC 9562 order.
+fn uuid_bytes(text: &str) -> [u8; 16] {
+    let hex: String = text.chars().filter(|c| *c != '-').collect();
+    assert_eq!(hex.len(), 32);
+    std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap())
+}
+
+fn example_header() -> SegmentHeader {
+    SegmentHeader {
+        segment_bytes: 4096,
+        journal_id: uuid_bytes(JOURNAL_ID),
+        segment_index: 0,
+        base_seq: 1,
+        created_unix_ms: 1_700_000_000_000,
+    }
+}
+
+fn example_payloads() -> [Vec<u8>; 2] {
+    [
+        codec::encode(&(7u32, "ls".to_owned())).unwrap(),
+        codec::encode(&Some(-1i32)).unwrap(),
+    ]
+}
+
+/// The worked example as the code writes it: header, then the two records, chained.
+fn example_from_code() -> (Vec<u8>, [u32; 2]) {
+    let header = example_header();
+    let mut out = header.encode().to_vec();
+    let mut prev_crc = header.crc();
+    let mut crcs = [0u32; 2];
+    for (i, payload) in example_payloads().iter().enumerate() {
+        let mut record = vec![0xeeu8; format::record_bytes(payload.len())];
+        prev_crc = format::encode_record(
+            &RecordFields {
+                kind: i as u16 + 1,
+                codec_version: CODEC_VERSION,
+                seq: i as u64 + 1,
+                event_id: uuid_bytes(EVENT_IDS[i]),
+                prev_crc,
+                payload,
+            },
+            &mut record,
+        );
+        crcs[i] = prev_crc;
+        out.extend_from_slice(&record);
+    }
+    (out, crcs)
+}
+
+#[test]
+fn the_worked_example_is_exactly_what_the_code_writes() {
+    let documented = worked_example_bytes();
+    let (written, _) = example_from_code();
+    assert_eq!(documented.len(), 184, "64 + 64 + 56 bytes");
+    for (offset, (d, w)) in documented.iter().zip(&written).enumerate() {
+        assert_eq!(
+            d, w,
+            "journal-format.md worked example differs from the code at offset {offset:#05x}"
+        );
+    }
+    assert_eq!(documented, written);
+}
+
+#[test]
+fn the_worked_example_decodes_field_by_field() {
+    let bytes = worked_example_bytes();
+    let header = SegmentHeader::decode(&bytes).unwrap();
+    assert_eq!(header, example_header());
+    assert_eq!(header.crc(), 0x034f_ea5e);
+    assert_eq!(&bytes[..8], &SEGMENT_MAGIC);
+    assert_eq!(FORMAT_VERSION, 1);
+
+    // The rest of the segment is zero, as on disk.
+    let mut segment = bytes.clone();
+    segment.resize(4096, 0);
+    let payloads = example_payloads();
+    let mut at = limits::SEGMENT_HEADER_BYTES;
+    let mut chain = header.crc();
+    for (i, payload) in payloads.iter().enumerate() {
+        let (h, p) = format::decode_record(&segment[at..]).unwrap();
+        assert_eq!(h.seq, i as u64 + 1);
+        assert_eq!(h.kind, i as u16 + 1);
+        assert_eq!(h.codec_version, CODEC_VERSION);
+        assert_eq!(h.event_id, uuid_bytes(EVENT_IDS[i]));
+        assert_eq!(h.prev_crc, chain);
+        assert_eq!(h.payload_bytes as usize, payload.len());
+        assert_eq!(p, &payload[..]);
+        chain = h.header_crc;
+        at += format::record_bytes(payload.len());
+    }
+    assert_eq!(at, 0xb8);
+    assert_eq!(chain, 0x2305_d6b0);
+    assert_eq!(
+        format::decode_record(&segment[at..]),
+        Err(format::FrameError::Zero)
+    );
+    let first: (u32, String) = codec::decode(CODEC_VERSION, &payloads[0]).unwrap();
+    assert_eq!(first, (7, "ls".to_owned()));
+    let second: Option<i32> = codec::decode(CODEC_VERSION, &payloads[1]).unwrap();
+    assert_eq!(second, Some(-1));
+    assert_eq!(
+        EventId::from_bytes(uuid_bytes(EVENT_IDS[0])).to_string(),
+        EVENT_IDS[0]
+    );
+}
+
+#[test]
+fn the_worked_example_is_a_journal_that_reads_and_extends() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path().join("journal");
+    std::fs::create_dir(&dir).unwrap();
+    let mut segment = worked_example_bytes();
+    segment.resize(4096, 0);
+    let path = dir.join("00000000000000000000.log");
+    std::fs::write(&path, &segment).unwrap();
+
+    let (records, report) = JournalReader::open(root.path())
+        .unwrap()
+        .records(1)
+        .unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(records.len(), 2);
+    assert_eq!(
+        records[1].position,
+        Position {
+            seq: 2,
+            segment_index: 0,
+            offset: 0x80,
+        }
+    );
+    assert_eq!(records[1].event_id.to_string(), EVENT_IDS[1]);
+
+    // As the document says, the next record goes at 0x0b8 with seq 3, chained to record 2.
+    let options = JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes: 4096,
+    };
+    let (journal, report) = Journal::open(root.path(), options).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    let kind = EventKind::new(3).unwrap();
+    let appended = journal
+        .append(EventId::from_bytes([3; 16]), kind, 0, b"")
+        .unwrap();
+    assert_eq!(
+        appended.position,
+        Position {
+            seq: 3,
+            segment_index: 0,
+            offset: 0xb8,
+        }
+    );
+    drop(journal);
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(on_disk[..0xb8], segment[..0xb8], "earlier bytes untouched");
+    let (h, payload) = format::decode_record(&on_disk[0xb8..]).unwrap();
+    assert_eq!((h.seq, h.prev_crc, payload.len()), (3, 0x2305_d6b0, 0));
+    // An empty payload's checksum is the mask constant itself.
+    assert_eq!(h.payload_crc, 0xa282_ead8);
+}
+
+/// The checksum as journal-format.md defines it, from the plain CRC-32 (IEEE) of crc32fast, with
+/// the mask spelled out as the document writes it rather than as a rotation.
+#[allow(clippy::manual_rotate)]
+fn documented_masked_crc(bytes: &[u8]) -> u32 {
+    let c = crc32fast::hash(bytes);
+    ((c >> 15) | (c << 17)).wrapping_add(0xa282_ead8)
+}
+
+#[test]
+fn the_checksum_is_the_documented_mask_of_crc32_ieee() {
+    // The CRC-32/ISO-HDLC check value, and the documented check values of the masked CRC.
+    assert_eq!(crc32fast::hash(b"123456789"), 0xcbf4_3926);
+    assert_eq!(format::masked_crc(b"123456789"), 0x14d0_82c0);
+    assert_eq!(format::masked_crc(b""), 0xa282_ead8);
+    for input in [&b""[..], b"a", b"123456789", &[0u8; 44], &[0xffu8; 60]] {
+        assert_eq!(format::masked_crc(input), documented_masked_crc(input));
+    }
+}
+
+/// `(field, offset, width)` rows of the first table after `heading` whose header row starts with
+/// `| offset | width | field |`, up to the first row whose width is not a number.
+fn layout_table(doc: &str, heading: &str) -> Vec<(String, usize, usize)> {
+    let after = doc
+        .split_once(&format!("\n{heading}\n"))
+        .unwrap_or_else(|| panic!("no {heading:?}"))
+        .1;
+    let mut lines = after
+        .lines()
+        .skip_while(|l| !l.starts_with("| offset | width | field |"));
+    assert!(lines.next().is_some(), "no layout table under {heading:?}");
+    let mut rows = Vec::new();
+    for line in lines.skip(1) {
+        if !line.starts_with('|') {
+            break;
+        }
+        let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+        let (Ok(offset), Ok(width)) = (cells[1].parse(), cells[2].parse()) else {
+            break;
+        };
+        rows.push((cells[3].trim_matches('`').to_owned(), offset, width));
+    }
+    rows
+}
+
+#[test]
+fn the_layout_tables_match_the_offsets_of_format_rs() {
+    let doc = doc();
+    let segment: Vec<(String, usize, usize)> = [
+        ("magic", format::SEG_MAGIC_OFFSET, 8),
+        ("format_version", format::SEG_VERSION_OFFSET, 2),
+        ("header_bytes", format::SEG_HEADER_BYTES_OFFSET, 2),
+        ("segment_bytes", format::SEG_SEGMENT_BYTES_OFFSET, 4),
+        ("journal_id", format::SEG_JOURNAL_ID_OFFSET, 16),
+        ("segment_index", format::SEG_INDEX_OFFSET, 8),
+        ("base_seq", format::SEG_BASE_SEQ_OFFSET, 8),
+        ("created_unix_ms", format::SEG_CREATED_MS_OFFSET, 8),
+        ("reserved", format::SEG_RESERVED_OFFSET, 4),
+        ("header_crc", format::SEG_CRC_OFFSET, 4),
+    ]
+    .into_iter()
+    .map(|(f, o, w)| (f.to_owned(), o, w))
+    .collect();
+    assert_eq!(layout_table(&doc, "## Segment header"), segment);
+    let record: Vec<(String, usize, usize)> = [
+        ("header_crc", format::REC_HEADER_CRC_OFFSET, 4),
+        ("payload_crc", format::REC_PAYLOAD_CRC_OFFSET, 4),
+        ("payload_bytes", format::REC_PAYLOAD_BYTES_OFFSET, 4),
+        ("kind", format::REC_KIND_OFFSET, 2),
+        ("codec_version", format::REC_CODEC_OFFSET, 1),
+        ("flags", format::REC_FLAGS_OFFSET, 1),
+        ("seq", format::REC_SEQ_OFFSET, 8),
+        ("event_id", format::REC_EVENT_ID_OFFSET, 16),
+        ("prev_crc", format::REC_PREV_CRC_OFFSET, 4),
+        ("reserved", format::REC_RESERVED_OFFSET, 4),
+    ]
+    .into_iter()
+    .map(|(f, o, w)| (f.to_owned(), o, w))
+    .collect();
+    assert_eq!(layout_table(&doc, "## Record header"), record);
+    assert_eq!(format::REC_HEADER_CRC_COVERS, 4..48);
+}
+
+#[test]
+fn the_documented_limits_are_the_code_limits() {
+    assert_eq!(limits::SEGMENT_HEADER_BYTES, 64);
+    assert_eq!(limits::RECORD_HEADER_BYTES, 48);
+    assert_eq!(limits::RECORD_ALIGN_BYTES, 8);
+    assert_eq!(limits::RECORD_PAYLOAD_BYTES_MAX, 1_048_576);
+    assert_eq!(limits::SEGMENT_BYTES_MIN, 4096);
+    assert_eq!(limits::SEGMENT_BYTES_MAX, 1_073_741_824);
+    assert_eq!(limits::SEGMENT_BYTES_DEFAULT, 16_777_216);
+    assert_eq!(limits::SEGMENT_COUNT_MAX, 16_384);
+    assert_eq!(limits::FOLLOW_POLL_MS, 50);
+    assert_eq!(format::record_bytes(0), 48);
+    assert_eq!(format::record_bytes(14), 64);
+    assert_eq!(format::record_bytes(5), 56);
+}
+
+#[test]
+fn the_per_journal_payload_limit_is_as_documented() {
+    for (segment_bytes, limit) in [
+        (4096, 3984),
+        (8192, 8080),
+        (1_048_576, 1_048_464),
+        (1_052_672, 1_048_576),
+        (16_777_216, 1_048_576),
+    ] {
+        let root = tempfile::tempdir().unwrap();
+        let options = JournalOptions {
+            durability: Durability::Os,
+            segment_bytes,
+        };
+        let (journal, _) = Journal::open(root.path(), options).unwrap();
+        assert_eq!(
+            journal.payload_limit(),
+            limit,
+            "segment_bytes {segment_bytes}"
+        );
+        if segment_bytes == 4096 {
+            // The largest record fills an empty segment exactly.
+            assert_eq!(64 + format::record_bytes(limit), 4096);
+        }
+    }
+}
