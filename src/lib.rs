@@ -16,6 +16,7 @@ pub mod limits;
 pub mod render;
 pub mod root;
 pub mod spool;
+pub mod supervisor;
 
 pub use journal::{
     Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,

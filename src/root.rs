@@ -19,11 +19,11 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum RootError {
-    #[error("runtime root {root}: {source}")]
+    #[error("runtime root {root}: {cause}")]
     Io {
         root: PathBuf,
-        #[source]
-        source: io::Error,
+        // In the message, not exposed again as the error's source (chains would repeat it).
+        cause: io::Error,
     },
     #[error("runtime root {root} is held by another writer (its LOCK is taken)")]
     Locked { root: PathBuf },
@@ -38,18 +38,18 @@ pub struct Root {
 
 impl Root {
     fn absolute(path: &Path) -> Result<PathBuf, RootError> {
-        std::path::absolute(path).map_err(|source| RootError::Io {
+        std::path::absolute(path).map_err(|cause| RootError::Io {
             root: path.to_owned(),
-            source,
+            cause,
         })
     }
 
     /// Creates the root if needed and takes the single-writer lock without waiting.
     pub fn open_writer(path: &Path) -> Result<Self, RootError> {
         let path = Self::absolute(path)?;
-        let io_err = |source| RootError::Io {
+        let io_err = |cause| RootError::Io {
             root: path.clone(),
-            source,
+            cause,
         };
         if !path.is_dir() {
             std::fs::create_dir_all(&path).map_err(io_err)?;
@@ -67,7 +67,7 @@ impl Root {
         match lock.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(RootError::Locked { root: path }),
-            Err(TryLockError::Error(source)) => return Err(RootError::Io { root: path, source }),
+            Err(TryLockError::Error(cause)) => return Err(RootError::Io { root: path, cause }),
         }
         Ok(Root {
             path,

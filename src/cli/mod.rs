@@ -5,6 +5,7 @@
 //! it may run against a root that a live writer holds.
 
 mod journal_cmd;
+mod run_cmd;
 mod spool_cmd;
 
 use std::path::PathBuf;
@@ -25,6 +26,9 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Supervise one command in the foreground: stream its output, forward Ctrl-C, exit with its
+    /// status, and keep everything in the journal and spool.
+    Run(run_cmd::RunArgs),
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
@@ -66,6 +70,7 @@ pub(crate) fn root_or_default(root: Option<PathBuf>) -> anyhow::Result<PathBuf> 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => run_cmd::run(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
     };

@@ -63,6 +63,19 @@ impl EventId {
     pub fn from_bytes(bytes: [u8; 16]) -> Self {
         EventId(uuid::Uuid::from_bytes(bytes))
     }
+
+    /// A deterministic ID for a record that follows from this one (its publication, say): the
+    /// same input always gives the same ID, so the follow-up record is exactly as idempotent as
+    /// the event it follows. The result is a UUIDv8 (version 8, RFC variant), so it never equals
+    /// a v7 ID; different `purpose`s give different IDs.
+    pub fn derived(&self, purpose: u8) -> EventId {
+        let mut b = self.as_bytes();
+        b[15] ^= purpose;
+        b[14] ^= 0xa5;
+        b[6] = (b[6] & 0x0f) | 0x80;
+        b[8] = (b[8] & 0x3f) | 0x80;
+        EventId::from_bytes(b)
+    }
 }
 
 impl std::fmt::Display for EventId {
@@ -142,12 +155,12 @@ pub struct Appended {
 pub enum JournalError {
     #[error(transparent)]
     Root(#[from] RootError),
-    #[error("journal {dir}: {op}: {source}")]
+    #[error("journal {dir}: {op}: {cause}")]
     Io {
         dir: PathBuf,
         op: &'static str,
-        #[source]
-        source: std::io::Error,
+        // In the message, not exposed again as the error's source (chains would repeat it).
+        cause: std::io::Error,
     },
     #[error("invalid journal options: {0}")]
     InvalidOptions(String),
@@ -251,7 +264,7 @@ impl Journal {
         let dir = root.journal_dir();
         let io = |op: &'static str| {
             let dir = dir.clone();
-            move |source| JournalError::Io { dir, op, source }
+            move |cause| JournalError::Io { dir, op, cause }
         };
         if !dir.is_dir() {
             std::fs::create_dir_all(&dir).map_err(io("create journal directory"))?;

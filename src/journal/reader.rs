@@ -82,7 +82,7 @@ impl JournalReader {
             return Err(JournalError::Io {
                 dir,
                 op: "open journal",
-                source: std::io::Error::new(
+                cause: std::io::Error::new(
                     std::io::ErrorKind::NotFound,
                     "no journal directory under this root",
                 ),
@@ -118,10 +118,10 @@ impl JournalReader {
                 visit(view(&r));
             }
         })
-        .map_err(|source| JournalError::Io {
+        .map_err(|cause| JournalError::Io {
             dir,
             op: "scan segments",
-            source,
+            cause,
         })
     }
 
@@ -206,7 +206,7 @@ pub struct Follower {
 impl Follower {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
         let dir = self.dir.clone();
-        move |source| JournalError::Io { dir, op, source }
+        move |cause| JournalError::Io { dir, op, cause }
     }
 
     fn open_segment(&self, index: u64) -> Option<(File, SegmentHeader)> {

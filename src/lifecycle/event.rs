@@ -211,11 +211,11 @@ pub mod kinds {
 pub enum EventDecodeError {
     #[error("kind {0:#06x} is not a lifecycle event")]
     NotLifecycle(u16),
-    #[error("lifecycle payload of kind {kind:#06x}: {source}")]
+    #[error("lifecycle payload of kind {kind:#06x}: {cause}")]
     Payload {
         kind: u16,
-        #[source]
-        source: CodecError,
+        // In the message, not exposed again as the error's source (chains would repeat it).
+        cause: CodecError,
     },
 }
 
@@ -272,7 +272,7 @@ impl LifecycleEvent {
 
     /// Decodes the payload of a record of `kind`. Total: any bytes give an event or an error.
     pub fn decode(kind: u16, codec_version: u8, payload: &[u8]) -> Result<Self, EventDecodeError> {
-        let wrap = |source| EventDecodeError::Payload { kind, source };
+        let wrap = |cause| EventDecodeError::Payload { kind, cause };
         let d = |p| -> Result<Self, EventDecodeError> {
             Ok(match kind {
                 kinds::REGISTERED => {

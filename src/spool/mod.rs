@@ -79,11 +79,11 @@ impl Default for SpoolOptions {
 #[non_exhaustive]
 pub enum SpoolError {
     /// I/O failed; the message names the operation, never a path (paths must not reach clients).
-    #[error("spool {op}: {source}")]
+    #[error("spool {op}: {cause}")]
     Io {
         op: &'static str,
-        #[source]
-        source: std::io::Error,
+        // In the message, not exposed again as the error's source (chains would repeat it).
+        cause: std::io::Error,
     },
     #[error("cursor {cursor} is beyond the end of the output ({total_bytes} bytes)")]
     CursorAhead { cursor: u64, total_bytes: u64 },
@@ -96,7 +96,7 @@ pub enum SpoolError {
 }
 
 fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> SpoolError {
-    move |source| SpoolError::Io { op, source }
+    move |cause| SpoolError::Io { op, cause }
 }
 
 /// A run of bytes from one stream inside a [`SpoolRead`].

@@ -1,0 +1,140 @@
+//! What to run: the builder, the single-use prepared process, and the workspace lease.
+//!
+//! Invariant: a [`PreparedProcess`] is consumed by `start`; it is neither `Clone` nor `Copy`, so a
+//! prepared launch (and the lease it carries) can be started at most once. A refused start hands
+//! it back whole.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::lifecycle::event::{CommandSpec, Limits};
+
+/// A host-held resource (a workspace, a worktree) that a process uses; released exactly once,
+/// when the process is terminal, before its completion is notified.
+pub trait Lease: Send + Sync + std::fmt::Debug {
+    fn release(self: Box<Self>);
+}
+
+/// A command to supervise. The working directory is required: nothing is resolved against the
+/// supervisor's own working directory.
+#[derive(Debug, Clone)]
+pub struct Command {
+    program: String,
+    args: Vec<String>,
+    cwd: Option<PathBuf>,
+    env: Vec<(String, String)>,
+    labels: BTreeMap<String, String>,
+    timeout: Option<Duration>,
+    owner: String,
+}
+
+impl Command {
+    pub fn new(program: impl Into<String>) -> Self {
+        Command {
+            program: program.into(),
+            args: Vec::new(),
+            cwd: None,
+            env: Vec::new(),
+            labels: BTreeMap::new(),
+            timeout: None,
+            owner: String::new(),
+        }
+    }
+    pub fn arg(mut self, arg: impl Into<String>) -> Self {
+        self.args.push(arg.into());
+        self
+    }
+    pub fn args<I: IntoIterator<Item = S>, S: Into<String>>(mut self, args: I) -> Self {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+    pub fn cwd(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+    /// Sets a variable on top of the supervisor's environment.
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push((key.into(), value.into()));
+        self
+    }
+    pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.labels.insert(key.into(), value.into());
+        self
+    }
+    /// Wall-clock limit: the process is terminated (then killed) and ends `timed_out`.
+    pub fn timeout(mut self, limit: Duration) -> Self {
+        self.timeout = Some(limit);
+        self
+    }
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+}
+
+/// Why a command cannot even be prepared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PrepareError {
+    #[error("the program name is empty")]
+    EmptyProgram,
+    #[error("a working directory is required")]
+    NoWorkingDirectory,
+    #[error("the working directory {0:?} must be an absolute path")]
+    RelativeWorkingDirectory(PathBuf),
+    #[error("{0:?} is not valid UTF-8")]
+    NotUtf8(PathBuf),
+}
+
+/// A validated, single-use launch.
+#[derive(Debug)]
+pub struct PreparedProcess {
+    pub(crate) spec: CommandSpec,
+    pub(crate) lease: Option<Box<dyn Lease>>,
+}
+
+impl PreparedProcess {
+    pub fn spec(&self) -> &CommandSpec {
+        &self.spec
+    }
+
+    /// Attaches a lease released exactly once when the process is terminal.
+    pub fn with_lease(mut self, lease: Box<dyn Lease>) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+}
+
+pub(crate) fn prepare(command: Command) -> Result<PreparedProcess, PrepareError> {
+    if command.program.is_empty() {
+        return Err(PrepareError::EmptyProgram);
+    }
+    let cwd = command.cwd.ok_or(PrepareError::NoWorkingDirectory)?;
+    if !cwd.is_absolute() {
+        return Err(PrepareError::RelativeWorkingDirectory(cwd));
+    }
+    let cwd_text = cwd
+        .to_str()
+        .ok_or_else(|| PrepareError::NotUtf8(cwd.clone()))?
+        .to_owned();
+    let limits = Limits {
+        wall_clock_ms: command
+            .timeout
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        idle_ms: None,
+        output_retention_bytes: None,
+    };
+    Ok(PreparedProcess {
+        spec: CommandSpec {
+            program: command.program,
+            args: command.args,
+            cwd: cwd_text,
+            env_overrides: command.env,
+            labels: command.labels,
+            limits,
+            owner: command.owner,
+        },
+        lease: None,
+    })
+}

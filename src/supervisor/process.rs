@@ -1,0 +1,423 @@
+//! One supervised process at run time: its output, its stdin, the drain task, and the one-shot
+//! terminalization gate.
+//!
+//! Invariants:
+//! - Exactly one terminal path wins [`Proc::gate`]; every other caller returns without effect.
+//! - Terminalization runs in this order: final spool checkpoint, terminal event appended and
+//!   acknowledged, waiters woken, capacity and lease released, lifecycle published, completion
+//!   notified. Release comes before any host service is called.
+//! - The drain task reads stdout and stderr until both reach EOF; after the workload exits it
+//!   keeps reading for at most the final-drain window, so a descendant that holds a pipe open
+//!   cannot withhold the result (capture is then reported incomplete).
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use tokio::io::AsyncReadExt;
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
+use tokio::sync::{Notify, watch};
+use tracing::{debug, warn};
+
+use super::Inner;
+use super::command::Lease;
+use crate::journal::EventId;
+use crate::lifecycle::event::{
+    CaptureStatus, CursorBounds, ExitStatus, LifecycleIds, OutputCheckpoint, Terminal,
+};
+use crate::lifecycle::{Handle, LifecycleEvent, State};
+use crate::spool::Output;
+use crate::spool::format::Stream;
+
+/// Why the supervisor is ending a process (the first reason wins).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Cause {
+    Stop,
+    Interrupt,
+    Timeout,
+    Shutdown,
+}
+
+/// What waiters learn once the terminal event is acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TerminalSummary {
+    pub state: State,
+    pub exit: ExitStatus,
+    pub bounds: CursorBounds,
+    pub capture: CaptureStatus,
+    /// Set when the terminal event could not be persisted (the journal failed); the state is
+    /// then only known in memory.
+    pub persist_error: Option<String>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+#[derive(Debug)]
+pub(crate) struct Proc {
+    pub handle: Handle,
+    pub ids: LifecycleIds,
+    /// Process id and group id of the workload (equal: it leads its own group).
+    pub pid: Option<u32>,
+    /// `None` only when no spool could be created (the start then fails before spawning).
+    pub output: Mutex<Option<Output>>,
+    pub output_changed: Notify,
+    pub stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    pub cause: Mutex<Option<Cause>>,
+    /// SIGKILL had to be sent.
+    pub escalated: AtomicBool,
+    gate: AtomicBool,
+    pub exited: watch::Sender<Option<TerminalSummary>>,
+    pub release: Mutex<Option<Release>>,
+}
+
+/// What a live process holds until it is terminal.
+#[derive(Debug)]
+pub(crate) struct Release {
+    pub lease: Option<Box<dyn Lease>>,
+}
+
+impl Proc {
+    pub fn new(
+        handle: Handle,
+        ids: LifecycleIds,
+        pid: Option<u32>,
+        output: Option<Output>,
+        stdin: Option<ChildStdin>,
+        lease: Option<Box<dyn Lease>>,
+    ) -> Self {
+        Proc {
+            handle,
+            ids,
+            pid,
+            output: Mutex::new(output),
+            output_changed: Notify::new(),
+            stdin: tokio::sync::Mutex::new(stdin),
+            cause: Mutex::new(None),
+            escalated: AtomicBool::new(false),
+            gate: AtomicBool::new(false),
+            exited: watch::channel(None).0,
+            release: Mutex::new(Some(Release { lease })),
+        }
+    }
+
+    pub fn is_terminal(&self) -> bool {
+        self.exited.borrow().is_some()
+    }
+
+    /// Records why the supervisor ends the process; the first cause stays.
+    pub fn set_cause(&self, cause: Cause) -> Cause {
+        *lock(&self.cause).get_or_insert(cause)
+    }
+
+    fn append_output(&self, stream: Stream, bytes: &[u8]) -> Result<(), crate::spool::SpoolError> {
+        let result = match lock(&self.output).as_mut() {
+            Some(output) => output.append(stream, bytes),
+            None => Err(crate::spool::SpoolError::ReadOnly),
+        };
+        self.output_changed.notify_waiters();
+        result
+    }
+
+    /// Total bytes of output so far (0 without a spool).
+    pub fn total_bytes(&self) -> u64 {
+        lock(&self.output)
+            .as_ref()
+            .map_or(0, |o| o.spool().total_bytes())
+    }
+
+    /// Syncs the spool; the durable bounds (zero without a spool).
+    pub fn checkpoint_output(&self) -> Result<CursorBounds, crate::spool::SpoolError> {
+        match lock(&self.output).as_mut() {
+            Some(output) => output
+                .checkpoint()
+                .map(|(retained_from, total_bytes)| CursorBounds {
+                    retained_from,
+                    total_bytes,
+                }),
+            None => Ok(CursorBounds::default()),
+        }
+    }
+
+    pub fn read_output(
+        &self,
+        cursor: u64,
+        max_bytes: usize,
+    ) -> Result<crate::spool::SpoolRead, crate::spool::SpoolError> {
+        match lock(&self.output).as_ref() {
+            Some(output) => output.read(cursor, max_bytes),
+            None if cursor > 0 => Err(crate::spool::SpoolError::CursorAhead {
+                cursor,
+                total_bytes: 0,
+            }),
+            None => Ok(crate::spool::SpoolRead::default()),
+        }
+    }
+}
+
+/// Bytes read from a pipe per read call.
+const READ_BYTES: usize = 64 * 1024;
+
+/// The pipe size asked for with F_SETPIPE_SZ: larger pipes mean fewer wakeups (research: 1 MiB
+/// pipes tripled throughput on this kind of machine).
+const PIPE_BYTES: i32 = 1024 * 1024;
+
+pub(crate) fn enlarge_pipe(fd: std::os::fd::BorrowedFd<'_>) {
+    // Best effort: the default pipe works, only slower.
+    let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+}
+
+/// Reads both streams into the spool, watches the wall-clock limit, checkpoints cursor bounds,
+/// and terminalizes when the workload has exited and its output is drained.
+pub(crate) async fn drain(
+    inner: Arc<Inner>,
+    proc: Arc<Proc>,
+    mut child: Child,
+    mut stdout: Option<ChildStdout>,
+    mut stderr: Option<ChildStderr>,
+    timeout: Option<Duration>,
+) {
+    let mut out_buf = vec![0u8; READ_BYTES];
+    let mut err_buf = vec![0u8; READ_BYTES];
+    let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
+    let mut capture_failure: Option<String> = None;
+    let start = tokio::time::Instant::now();
+    let deadline = timeout.map(|t| start + t);
+    let mut timeout_fired = false;
+    let final_drain = inner.config.final_drain;
+    let mut drain_deadline: Option<tokio::time::Instant> = None;
+    let mut next_checkpoint = start + inner.config.checkpoint_interval;
+    let mut last_checkpoint_total = 0u64;
+    loop {
+        if stdout.is_none() && stderr.is_none() && status.is_some() {
+            break;
+        }
+        tokio::select! {
+            r = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => {
+                match r {
+                    Ok(0) => stdout = None,
+                    Ok(n) => {
+                        if let Err(e) = proc.append_output(Stream::Stdout, &out_buf[..n]) {
+                            capture_failure.get_or_insert(e.to_string());
+                        }
+                    }
+                    Err(e) => {
+                        capture_failure.get_or_insert(format!("reading stdout: {e}"));
+                        stdout = None;
+                    }
+                }
+            }
+            r = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => {
+                match r {
+                    Ok(0) => stderr = None,
+                    Ok(n) => {
+                        if let Err(e) = proc.append_output(Stream::Stderr, &err_buf[..n]) {
+                            capture_failure.get_or_insert(e.to_string());
+                        }
+                    }
+                    Err(e) => {
+                        capture_failure.get_or_insert(format!("reading stderr: {e}"));
+                        stderr = None;
+                    }
+                }
+            }
+            s = child.wait(), if status.is_none() => {
+                status = Some(s);
+                drain_deadline = Some(tokio::time::Instant::now() + final_drain);
+            }
+            () = sleep_until_opt(drain_deadline), if drain_deadline.is_some() => {
+                break;
+            }
+            () = sleep_until_opt(deadline), if deadline.is_some() && !timeout_fired && status.is_none() => {
+                timeout_fired = true;
+                proc.set_cause(Cause::Timeout);
+                let (inner, proc) = (Arc::clone(&inner), Arc::clone(&proc));
+                tokio::spawn(async move {
+                    let grace = inner.config.default_grace;
+                    let _ = super::terminate(&inner, &proc, grace).await;
+                });
+            }
+            () = tokio::time::sleep_until(next_checkpoint) => {
+                next_checkpoint = tokio::time::Instant::now() + inner.config.checkpoint_interval;
+                let total = proc.total_bytes();
+                if total != last_checkpoint_total {
+                    last_checkpoint_total = total;
+                    checkpoint(&inner, &proc).await;
+                }
+            }
+        }
+    }
+    let open_streams = usize::from(stdout.is_some()) + usize::from(stderr.is_some());
+    drop((stdout, stderr));
+    // The workload may have been reaped above; if the loop ended only because the drain window
+    // closed, `status` is set. It is always set here.
+    let status = match status {
+        Some(s) => s,
+        None => child.wait().await,
+    };
+    let capture = match (capture_failure, open_streams) {
+        (Some(reason), _) => CaptureStatus::Failed(reason),
+        (None, 0) => CaptureStatus::Complete,
+        (None, n) => CaptureStatus::Incomplete(format!(
+            "{n} stream(s) still open {} ms after the workload exited (a descendant holds them)",
+            final_drain.as_millis()
+        )),
+    };
+    let (state, exit, reason) = classify(&proc, status);
+    terminalize(&inner, &proc, state, exit, capture, reason).await;
+}
+
+async fn read_some(
+    stream: &mut Option<impl tokio::io::AsyncRead + Unpin>,
+    buf: &mut [u8],
+) -> std::io::Result<usize> {
+    match stream {
+        Some(s) => s.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Maps the wait status and the supervisor's cause to the terminal state.
+fn classify(
+    proc: &Proc,
+    status: std::io::Result<std::process::ExitStatus>,
+) -> (State, ExitStatus, String) {
+    use std::os::unix::process::ExitStatusExt;
+    let status = match status {
+        Ok(s) => s,
+        Err(e) => {
+            return (
+                State::Failed,
+                ExitStatus::Unknown,
+                format!("waiting for the process failed: {e}"),
+            );
+        }
+    };
+    let exit = match (status.code(), status.signal()) {
+        (Some(code), _) => ExitStatus::Code(code),
+        (None, Some(sig)) => ExitStatus::Signal(sig),
+        (None, None) => ExitStatus::Unknown,
+    };
+    let cause = *lock(&proc.cause);
+    let escalated = proc.escalated.load(Ordering::SeqCst);
+    match cause {
+        Some(Cause::Stop | Cause::Shutdown) if escalated => (
+            State::Killed,
+            exit,
+            "did not exit after SIGTERM and the grace period; killed".to_owned(),
+        ),
+        Some(Cause::Stop) => (State::Terminated, exit, "stopped".to_owned()),
+        Some(Cause::Shutdown) => (State::Terminated, exit, "supervisor shut down".to_owned()),
+        Some(Cause::Timeout) => (State::TimedOut, exit, "wall-clock limit reached".to_owned()),
+        Some(Cause::Interrupt)
+            if exit == ExitStatus::Signal(libc_sigint()) || exit == ExitStatus::Code(130) =>
+        {
+            (State::Interrupted, exit, "interrupted".to_owned())
+        }
+        Some(Cause::Interrupt) | None => (State::Exited, exit, "exited".to_owned()),
+    }
+}
+
+fn libc_sigint() -> i32 {
+    nix::sys::signal::Signal::SIGINT as i32
+}
+
+/// Syncs the spool and records its durable bounds in the journal.
+pub(crate) async fn checkpoint(inner: &Arc<Inner>, proc: &Arc<Proc>) {
+    match proc.checkpoint_output() {
+        Ok(bounds) => {
+            let event = LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle: proc.handle,
+                bounds,
+                at_unix_ms: super::now_unix_ms(),
+            });
+            if let Err(e) = inner.append(EventId::new_v7(), event).await {
+                warn!(handle = %proc.handle, error = %e, "output checkpoint not recorded");
+            }
+        }
+        Err(e) => warn!(handle = %proc.handle, error = %e, "spool checkpoint failed"),
+    }
+}
+
+/// The one-shot gate every terminal path goes through.
+pub(crate) async fn terminalize(
+    inner: &Arc<Inner>,
+    proc: &Arc<Proc>,
+    state: State,
+    exit: ExitStatus,
+    capture: CaptureStatus,
+    reason: String,
+) {
+    if proc.gate.swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
+    let _entered = span.enter();
+    // 1. Final cursor bounds: the spool is synced before the journal names its bounds.
+    let bounds = match proc.checkpoint_output() {
+        Ok(bounds) => bounds,
+        Err(e) => {
+            warn!(error = %e, "final spool checkpoint failed");
+            lock(&proc.output)
+                .as_ref()
+                .map_or(CursorBounds::default(), |o| CursorBounds {
+                    retained_from: o.spool().retained_from(),
+                    total_bytes: o.spool().durable_total(),
+                })
+        }
+    };
+    // 2. The terminal result, under its pre-allocated ID.
+    let event = LifecycleEvent::Terminal(Terminal {
+        handle: proc.handle,
+        state,
+        exit,
+        bounds,
+        capture: capture.clone(),
+        reason,
+        at_unix_ms: super::now_unix_ms(),
+    });
+    let persist_error = inner
+        .append(proc.ids.terminal, event)
+        .await
+        .err()
+        .map(|e| e.to_string());
+    if let Some(e) = &persist_error {
+        warn!(error = %e, "terminal event not persisted");
+    }
+    // 3. Waiters see a persisted result.
+    drop(_entered);
+    proc.exited.send_replace(Some(TerminalSummary {
+        state,
+        exit,
+        bounds,
+        capture,
+        persist_error: persist_error.clone(),
+    }));
+    proc.output_changed.notify_waiters();
+    // 4. Release capacity and the lease before any host service runs.
+    let release = lock(&proc.release).take();
+    if let Some(release) = release {
+        inner.release_capacity();
+        if let Some(lease) = release.lease {
+            lease.release();
+        }
+    }
+    debug!(handle = %proc.handle, %state, "terminal");
+    // 5 and 6. Publish and notify, off this task: a slow host holds nothing of ours.
+    if persist_error.is_none() {
+        let (task_inner, handle, ids) = (Arc::clone(inner), proc.handle, proc.ids);
+        let task = tokio::spawn(async move {
+            super::restore::publish_and_notify(&task_inner, handle, ids, ids.terminal, state, exit)
+                .await;
+        });
+        inner.track(task);
+    }
+}
