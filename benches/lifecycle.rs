@@ -1,1 +1,522 @@
-fn main() {}
+//! Lifecycle replay: 1,000,000 lifecycle events folded into manifests, beside the raw journal scan
+//! of the same files measured in the same run.
+//!
+//! Run with `cargo bench --bench lifecycle`. The journal holds 100,000 processes of 10 events each
+//! (Registered, Running, 6 OutputCheckpoints, Terminal, CompletionNotified), written through
+//! `Lifecycle::append` under `Durability::Os` and then `sync()`ed. Processes overlap as a supervisor
+//! would see them: 100 at a time, each phase of the 100 interleaved.
+//!
+//! Figures, each measured `ROUNDS` times, interleaved (round 1 measures everything once, then
+//! round 2, ...) so that a burst of load from other work hits a figure and its baseline alike:
+//! - baseline: `JournalReader::scan` with a visitor that only touches the payload (every checksum
+//!   and the chain are still checked): the cost of reading the journal at all;
+//! - scan + decode: the same scan, decoding each payload into a `LifecycleEvent` (diagnostic);
+//! - replay: the same scan feeding a `Replayer` (decode and validate every event, fold it into its
+//!   manifest): replay alone;
+//! - `Lifecycle::open`: what a host pays at start-up: recovery (which also builds the journal's
+//!   event-ID index) and replay in one pass, plus taking the root's lock.
+//!
+//! The target is replay >= 0.5 x the raw scan, in events/s. The report gives the median and the
+//! min-max spread of each figure and the ratio of the medians (with the per-round ratios). Nothing
+//! asserts on wall-clock time; the only checks are of correctness (counts, clean reports, every
+//! manifest terminal and notified).
+//!
+//! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir.
+//! `PROCJOURNAL_BENCH_QUICK=1` runs one round on 10,000 processes, for checking the harness only.
+
+use std::collections::BTreeMap;
+use std::error::Error;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use procjournal::journal::reader::JournalReader;
+use procjournal::lifecycle::event::{
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
+    Limits, OutputCheckpoint, Registered, Running, Terminal,
+};
+use procjournal::lifecycle::{
+    Handle, Lifecycle, LifecycleEvent, LifecycleIds, ManifestStore, Replayer, State,
+};
+use procjournal::limits::SEGMENT_BYTES_DEFAULT;
+use procjournal::{Durability, EventId, Journal, JournalOptions};
+
+type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+/// Wall time and this thread's on-CPU time (user + system, from `/proc/thread-self/schedstat`) of
+/// one measurement. The machine running this may be shared: on-CPU time leaves out the time spent
+/// waiting for a core, so its ratios stay meaningful when wall-clock figures are noisy.
+#[derive(Debug, Clone, Copy)]
+struct Timing {
+    wall: Duration,
+    cpu: Duration,
+}
+
+struct Clock {
+    wall: Instant,
+    cpu_ns: u64,
+}
+
+fn thread_cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+impl Clock {
+    /// Starts the clocks, after letting the allocator settle: a large allocation makes glibc
+    /// consolidate the small chunks freed by the previous measurement (dropping a store of
+    /// 100,000 manifests), which would otherwise be charged to whichever figure comes next.
+    fn start() -> Clock {
+        drop(std::hint::black_box(Vec::<u8>::with_capacity(1 << 16)));
+        Clock {
+            wall: Instant::now(),
+            cpu_ns: thread_cpu_ns(),
+        }
+    }
+    fn stop(&self) -> Timing {
+        let wall = self.wall.elapsed();
+        let cpu = Duration::from_nanos(thread_cpu_ns().saturating_sub(self.cpu_ns));
+        Timing { wall, cpu }
+    }
+}
+
+const EVENTS_PER_PROCESS: u64 = 10;
+const CHECKPOINTS: u64 = 6;
+/// Processes live at the same time while the journal is written.
+const CONCURRENT: u64 = 100;
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    rounds: usize,
+    processes: u64,
+}
+
+const FULL: Plan = Plan {
+    rounds: 3,
+    processes: 100_000,
+};
+
+const QUICK: Plan = Plan {
+    rounds: 1,
+    processes: 10_000,
+};
+
+fn options() -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Os,
+        segment_bytes: SEGMENT_BYTES_DEFAULT,
+    }
+}
+
+/// A distinct ID per (process, slot): slot 0 is the handle, 1-5 the IDs allocated at registration
+/// (registration, running, terminal, lost, completion), 8-13 the checkpoints, 20 the completion
+/// notice. Laid out as a UUIDv7 would be (time-ordered high bits, then variant and distinct low
+/// bits), so that the ID index and the manifest map see realistic keys.
+fn event_id(process: u64, slot: u64) -> EventId {
+    let high = u128::from(0x0190_0000_0000_0000 + process);
+    let low = u128::from(0x8000_0000_0000_0000 | (slot << 32) | process);
+    EventId(uuid::Uuid::from_u128((high << 64) | low))
+}
+
+fn ids(p: u64) -> LifecycleIds {
+    LifecycleIds {
+        running: event_id(p, 2),
+        terminal: event_id(p, 3),
+        lost: event_id(p, 4),
+        completion: event_id(p, 5),
+    }
+}
+
+fn command(p: u64) -> CommandSpec {
+    CommandSpec {
+        program: "/usr/bin/cargo".into(),
+        args: vec![
+            "test".into(),
+            "--workspace".into(),
+            "--".into(),
+            format!("shard-{}", p % 16),
+        ],
+        cwd: format!("/home/ci/builds/repo-{}", p % 1000),
+        env_overrides: vec![
+            ("RUST_LOG".into(), "info".into()),
+            ("CARGO_TARGET_DIR".into(), "/home/ci/target".into()),
+        ],
+        labels: BTreeMap::from([
+            ("job".into(), format!("build-{p}")),
+            ("pipeline".into(), "nightly".into()),
+        ]),
+        limits: Limits {
+            wall_clock_ms: Some(3_600_000),
+            idle_ms: Some(600_000),
+            output_retention_bytes: Some(64 << 20),
+        },
+        owner: "ci@runner-7".into(),
+    }
+}
+
+/// The `phase`-th event (0..10) of process `p`, with its event ID.
+fn event(p: u64, phase: u64) -> (EventId, LifecycleEvent) {
+    let handle = Handle(event_id(p, 0));
+    let at_unix_ms = 1_700_000_000_000 + p * 10 + phase;
+    let bounds = |k: u64| CursorBounds {
+        retained_from: k * 1024,
+        total_bytes: k * 65_536 + p % 512,
+    };
+    match phase {
+        0 => (
+            event_id(p, 1),
+            LifecycleEvent::Registered(Registered {
+                handle,
+                ids: ids(p),
+                command: command(p),
+                at_unix_ms,
+            }),
+        ),
+        1 => (
+            ids(p).running,
+            LifecycleEvent::Running(Running {
+                handle,
+                pid: 10_000 + (p % 50_000) as u32,
+                witness: IdentityWitness {
+                    start_time_ticks: 1_000_000 + p,
+                    boot_id: [0x42; 16],
+                },
+                at_unix_ms,
+            }),
+        ),
+        k if k < 2 + CHECKPOINTS => (
+            event_id(p, 6 + k),
+            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle,
+                bounds: bounds(k),
+                at_unix_ms,
+            }),
+        ),
+        k if k == 2 + CHECKPOINTS => (
+            ids(p).terminal,
+            LifecycleEvent::Terminal(Terminal {
+                handle,
+                state: State::Exited,
+                exit: ExitStatus::Code(0),
+                bounds: bounds(k),
+                capture: CaptureStatus::Complete,
+                reason: "exited with status 0".into(),
+                at_unix_ms,
+            }),
+        ),
+        _ => (
+            event_id(p, 20),
+            LifecycleEvent::CompletionNotified(CompletionNotified {
+                handle,
+                command: ids(p).completion,
+            }),
+        ),
+    }
+}
+
+/// Writes the journal; returns the time taken (informational) and the bytes of segment files.
+fn write_journal(root: &Path, processes: u64) -> Res<(Duration, u64)> {
+    let start = Instant::now();
+    let (mut lc, recovery, replay) = Lifecycle::open(root, options())?;
+    if !recovery.is_clean() || !replay.is_clean() || lc.journal().last_seq() != 0 {
+        return Err("the bench root must start empty".into());
+    }
+    for first in (0..processes).step_by(CONCURRENT as usize) {
+        let last = (first + CONCURRENT).min(processes);
+        for phase in 0..EVENTS_PER_PROCESS {
+            for p in first..last {
+                let (id, e) = event(p, phase);
+                let appended = lc.append(id, &e)?;
+                if !appended.written {
+                    return Err(format!("event {phase} of process {p} was not written").into());
+                }
+            }
+        }
+    }
+    lc.journal().sync()?;
+    let elapsed = start.elapsed();
+    let bytes = std::fs::read_dir(lc.journal().dir())?
+        .map(|e| e.and_then(|e| e.metadata()).map(|m| m.len()))
+        .sum::<Result<u64, _>>()?;
+    Ok((elapsed, bytes))
+}
+
+/// Every process must have replayed to its terminal, notified manifest.
+fn check_store(store: &ManifestStore, processes: u64) -> Res<()> {
+    if store.len() as u64 != processes {
+        return Err(format!("{} manifests, expected {processes}", store.len()).into());
+    }
+    if let Some(m) = store
+        .iter()
+        .find(|m| m.state != State::Exited || !m.completion_notified)
+    {
+        return Err(format!("manifest not replayed to the end: {m:?}").into());
+    }
+    Ok(())
+}
+
+/// Baseline: the library's read-only scan, with a visitor that only touches each payload.
+fn raw_scan(root: &Path, events: u64) -> Res<Timing> {
+    let clock = Clock::start();
+    let reader = JournalReader::open(root)?;
+    let mut touched = (0u64, 0u64);
+    let report = reader.scan(1, |r| {
+        touched.0 += 1;
+        touched.1 += r.payload.len() as u64 ^ u64::from(r.payload.last().copied().unwrap_or(0));
+    })?;
+    let elapsed = clock.stop();
+    std::hint::black_box(touched);
+    if !report.is_clean() || touched.0 != events {
+        return Err(format!("raw scan: {} records, {report:?}", touched.0).into());
+    }
+    Ok(elapsed)
+}
+
+/// Diagnostic: the scan plus decoding every payload, without validating or folding.
+fn decode_scan(root: &Path, events: u64) -> Res<Timing> {
+    let clock = Clock::start();
+    let reader = JournalReader::open(root)?;
+    let (mut decoded, mut failed) = (0u64, 0u64);
+    let report = reader.scan(1, |r| {
+        match LifecycleEvent::decode(r.kind, r.codec_version, r.payload) {
+            Ok(e) => {
+                std::hint::black_box(&e);
+                decoded += 1;
+            }
+            Err(_) => failed += 1,
+        }
+    })?;
+    let elapsed = clock.stop();
+    if !report.is_clean() || decoded != events || failed != 0 {
+        return Err(format!("decode scan: {decoded} decoded, {failed} failed").into());
+    }
+    Ok(elapsed)
+}
+
+/// Replay only: the scan feeding a `Replayer`. The store is checked, and dropped, after the clock.
+fn replay_scan(root: &Path, processes: u64) -> Res<Timing> {
+    let clock = Clock::start();
+    let reader = JournalReader::open(root)?;
+    let mut replayer = Replayer::default();
+    let recovery = reader.scan(1, |r| replayer.feed(&r))?;
+    let (store, report) = replayer.finish();
+    let elapsed = clock.stop();
+    if !recovery.is_clean() || !report.is_clean() {
+        return Err(format!("replay: {recovery:?} {report:?}").into());
+    }
+    if report.lifecycle_events != processes * EVENTS_PER_PROCESS {
+        return Err(format!("replay saw {} events", report.lifecycle_events).into());
+    }
+    check_store(&store, processes)?;
+    Ok(elapsed)
+}
+
+/// Start-up: `Lifecycle::open` (lock, recovery with the ID index, replay) on the same journal.
+fn lifecycle_open(root: &Path, processes: u64) -> Res<Timing> {
+    let clock = Clock::start();
+    let (lc, recovery, replay) = Lifecycle::open(root, options())?;
+    let elapsed = clock.stop();
+    if !recovery.is_clean() || !replay.is_clean() {
+        return Err(format!("open: {recovery:?} {replay:?}").into());
+    }
+    if lc.journal().last_seq() != processes * EVENTS_PER_PROCESS {
+        return Err(format!("open: last seq {}", lc.journal().last_seq()).into());
+    }
+    check_store(lc.store(), processes)?;
+    Ok(elapsed)
+}
+
+/// Diagnostic: `Journal::open` alone (lock, recovery scan, event-ID index, no replay).
+fn journal_open(root: &Path, events: u64) -> Res<Timing> {
+    let clock = Clock::start();
+    let (journal, recovery) = Journal::open(root, options())?;
+    let elapsed = clock.stop();
+    if !recovery.is_clean() || recovery.records != events {
+        return Err(format!("journal open: {recovery:?}").into());
+    }
+    drop(journal);
+    Ok(elapsed)
+}
+
+/// Samples of one figure over the rounds.
+#[derive(Debug, Default, Clone)]
+struct Samples(Vec<f64>);
+
+impl Samples {
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+    fn median(&self) -> f64 {
+        let v = self.sorted();
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+    fn min(&self) -> f64 {
+        self.sorted().first().copied().unwrap_or(f64::NAN)
+    }
+    fn max(&self) -> f64 {
+        self.sorted().last().copied().unwrap_or(f64::NAN)
+    }
+    /// (max - min) / median, in percent.
+    fn spread_pct(&self) -> f64 {
+        (self.max() - self.min()) / self.median() * 100.0
+    }
+    fn ratios(&self, base: &Samples) -> Samples {
+        Samples(self.0.iter().zip(&base.0).map(|(a, b)| a / b).collect())
+    }
+}
+
+/// Human number: 12.3k, 4.56M.
+fn num(v: f64) -> String {
+    if !v.is_finite() {
+        "n/a".to_owned()
+    } else if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else if v >= 1e4 {
+        format!("{:.1}k", v / 1e3)
+    } else if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.2}")
+    }
+}
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// The figures, in table order: name, and the ratio to the raw scan they must reach.
+const FIGURES: [(&str, Option<f64>); 5] = [
+    ("raw scan (JournalReader::scan)", None),
+    ("scan + decode (diagnostic)", None),
+    ("replay (scan -> Replayer)", Some(0.5)),
+    ("Journal::open (diagnostic)", None),
+    ("Lifecycle::open (recovery+replay)", Some(0.5)),
+];
+
+fn print_table(title: &str, samples: &[Samples]) {
+    println!();
+    println!("{title}");
+    println!(
+        "{:<34} {:>26} {:>7} {:>22} {:>8} {:>7}",
+        "figure", "events/s median [min-max]", "spread", "x raw scan [rounds]", "target", "verdict"
+    );
+    let raw = &samples[0];
+    for ((name, target), s) in FIGURES.iter().zip(samples) {
+        let rounds: Vec<String> = s.ratios(raw).0.iter().map(|v| format!("{v:.2}")).collect();
+        let ratio = s.median() / raw.median();
+        let (target_text, verdict) = match target {
+            Some(t) => (
+                format!(">= {t:.1}x"),
+                if ratio >= *t { "met" } else { "MISSED" },
+            ),
+            None => ("-".to_owned(), "-"),
+        };
+        println!(
+            "{:<34} {:>26} {:>6.0}% {:>22} {:>8} {:>7}",
+            name,
+            format!("{} [{}-{}]", num(s.median()), num(s.min()), num(s.max())),
+            s.spread_pct(),
+            format!("{ratio:.2} [{}]", rounds.join(" ")),
+            target_text,
+            verdict
+        );
+    }
+}
+
+fn main() -> Res<()> {
+    let plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
+        QUICK
+    } else {
+        FULL
+    };
+    let base = std::env::var_os("PROCJOURNAL_BENCH_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
+    std::fs::create_dir_all(&base)?;
+    let dir = tempfile::Builder::new()
+        .prefix("lifecycle-bench-")
+        .tempdir_in(&base)?;
+    let root = dir.path();
+    let events = plan.processes * EVENTS_PER_PROCESS;
+
+    println!(
+        "lifecycle replay: {} processes x {EVENTS_PER_PROCESS} events = {} events; {} rounds; root {}",
+        num(plan.processes as f64),
+        num(events as f64),
+        plan.rounds,
+        root.display()
+    );
+    let (write_time, bytes) = write_journal(root, plan.processes)?;
+    println!(
+        "wrote the journal with Lifecycle::append (Os) + sync in {:.2} s ({} events/s), {:.1} MB of segments",
+        write_time.as_secs_f64(),
+        num(events as f64 / write_time.as_secs_f64()),
+        bytes as f64 / 1e6
+    );
+    // One untimed pass first, so that no timed figure pays for being first after the writes.
+    raw_scan(root, events)?;
+
+    let mut wall = vec![Samples::default(); FIGURES.len()];
+    let mut cpu = vec![Samples::default(); FIGURES.len()];
+    let all = Instant::now();
+    for i in 0..plan.rounds {
+        let timings = [
+            raw_scan(root, events)?,
+            decode_scan(root, events)?,
+            replay_scan(root, plan.processes)?,
+            journal_open(root, events)?,
+            lifecycle_open(root, plan.processes)?,
+        ];
+        let ms: Vec<String> = timings
+            .iter()
+            .map(|t| {
+                format!(
+                    "{:.0}/{:.0}",
+                    t.wall.as_secs_f64() * 1e3,
+                    t.cpu.as_secs_f64() * 1e3
+                )
+            })
+            .collect();
+        println!(
+            "round {}/{} (load {}), wall/cpu ms: raw scan {}, scan+decode {}, replay {}, Journal::open {}, Lifecycle::open {}",
+            i + 1,
+            plan.rounds,
+            load_average(),
+            ms[0],
+            ms[1],
+            ms[2],
+            ms[3],
+            ms[4]
+        );
+        for (k, t) in timings.iter().enumerate() {
+            wall[k].0.push(events as f64 / t.wall.as_secs_f64());
+            cpu[k].0.push(events as f64 / t.cpu.as_secs_f64());
+        }
+    }
+    print_table(
+        &format!(
+            "wall clock: events/s, median over {} rounds [min-max], spread = (max-min)/median; ratio = median / raw-scan median [per-round ratios]",
+            plan.rounds
+        ),
+        &wall,
+    );
+    print_table(
+        "on-CPU time of the measuring thread (excludes waiting for a core): same layout",
+        &cpu,
+    );
+    println!();
+    println!(
+        "measured in {:.1} s (after the write)",
+        all.elapsed().as_secs_f64()
+    );
+    Ok(())
+}

@@ -183,7 +183,8 @@ struct Writer {
     write_offset: usize,
     chain_crc: u32,
     next_seq: u64,
-    ids: HashMap<[u8; 16], Position>,
+    /// Every event ID in the journal: where its record is, and the record's kind.
+    ids: HashMap<[u8; 16], (Position, u16)>,
     segment_bytes_new: usize,
     segment_count: usize,
     scratch: Vec<u8>,
@@ -197,12 +198,14 @@ struct SyncState {
 
 /// The single writer of a journal. `Send + Sync`: share it between threads by reference or `Arc`.
 pub struct Journal {
-    root: Root,
     durability: Durability,
     writer: Mutex<Writer>,
     sync: Mutex<SyncState>,
     synced: Condvar,
     poison: Mutex<Option<String>>,
+    /// Declared last so that it drops last: the mapping in `writer` must be gone before the lock
+    /// is released (see `mmap.rs`).
+    root: Root,
 }
 
 impl std::fmt::Debug for Journal {
@@ -272,7 +275,7 @@ impl Journal {
             storage::sync_dir(root.path()).map_err(io("sync runtime root"))?;
         }
 
-        let mut ids: HashMap<[u8; 16], Position> = HashMap::new();
+        let mut ids: HashMap<[u8; 16], (Position, u16)> = HashMap::new();
         let mut duplicates = Vec::new();
         let scan = recovery::scan_journal(&dir, |r| {
             let position = Position {
@@ -281,14 +284,17 @@ impl Journal {
                 offset: r.offset,
             };
             visit(reader::view(&r));
-            if let Some(first) = ids.get(&r.header.event_id) {
-                duplicates.push(DuplicateId {
-                    event_id: EventId::from_bytes(r.header.event_id).to_string(),
-                    first_seq: first.seq,
-                    duplicate_seq: position.seq,
-                });
-            } else {
-                ids.insert(r.header.event_id, position);
+            match ids.entry(r.header.event_id) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    duplicates.push(DuplicateId {
+                        event_id: EventId::from_bytes(r.header.event_id).to_string(),
+                        first_seq: first.get().0.seq,
+                        duplicate_seq: position.seq,
+                    });
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert((position, r.header.kind));
+                }
             }
         })
         .map_err(io("scan segments"))?;
@@ -305,10 +311,11 @@ impl Journal {
         }
         // A previous writer under `Os` may have left records only in the page cache: nothing found
         // here counts as durable until it is flushed (the acknowledged position starts at the
-        // last record only because of this).
-        for segment in &scan.segments {
+        // last record only because of this). Rotation flushes a segment before it starts the
+        // next one, so only the last segment can hold unflushed records.
+        if let Some(last) = scan.segments.last() {
             backend
-                .sync_segment(&segment.path)
+                .sync_segment(&last.path)
                 .map_err(io("sync segment"))?;
         }
         storage::sync_dir(&dir).map_err(io("sync journal directory"))?;
@@ -466,7 +473,7 @@ impl Journal {
             let mut w = lock(&self.writer);
             self.check_poison()?;
             match w.ids.get(&id.as_bytes()) {
-                Some(&position) => Appended {
+                Some(&(position, _)) => Appended {
                     position,
                     written: false,
                 },
@@ -549,7 +556,7 @@ impl Journal {
         w.write_offset += bytes;
         w.chain_crc = header_crc;
         w.next_seq += 1;
-        w.ids.insert(id.as_bytes(), position);
+        w.ids.insert(id.as_bytes(), (position, kind.get()));
         Ok(position)
     }
 
@@ -650,7 +657,12 @@ impl Journal {
 
     /// Where the event with this ID was written, if it is in the journal.
     pub fn position_of(&self, id: EventId) -> Option<Position> {
-        lock(&self.writer).ids.get(&id.as_bytes()).copied()
+        lock(&self.writer).ids.get(&id.as_bytes()).map(|(p, _)| *p)
+    }
+
+    /// The kind of the record that holds this event ID, if it is in the journal.
+    pub fn kind_of(&self, id: EventId) -> Option<u16> {
+        lock(&self.writer).ids.get(&id.as_bytes()).map(|(_, k)| *k)
     }
 
     /// The directory holding the segments.

@@ -349,13 +349,17 @@ pub(crate) fn scan_journal(
     let mut segments: Vec<ScannedSegment> = Vec::new();
     let mut journal_id: Option<[u8; 16]> = None;
     let mut last_seq = 0u64;
+    let mut bytes = Vec::new();
     for (index, path) in listed {
         let file_name = segment_file_name(index);
         let bad = |reason: String| BadSegment {
             file_name: file_name.clone(),
             reason,
         };
-        let mut bytes = std::fs::read(&path)?;
+        // One buffer for every segment: reusing its pages avoids a fresh allocation (and page
+        // faults) of a whole segment per file.
+        bytes.clear();
+        std::io::Read::read_to_end(&mut std::fs::File::open(&path)?, &mut bytes)?;
         let file_len = bytes.len() as u64;
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,

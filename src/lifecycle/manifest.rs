@@ -13,8 +13,11 @@
 //!   event.
 //! - The terminal result and the completion marker are set once; repeating the same publication
 //!   or notification is an idempotent no-op, a different one is rejected.
+//! - Every ID a registration allocates (and the registration's own ID) is reserved for its one
+//!   step of its one handle: no other event and no other registration may use it, so a step's
+//!   retry can never be answered by some other record that took its ID.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeSet, HashMap};
 
 use serde::Serialize;
 
@@ -93,6 +96,10 @@ pub enum Rejection {
     CompletionBeforeTerminal,
     #[error("completion command {found} differs from the allocated {allocated}")]
     CompletionIdMismatch { found: EventId, allocated: EventId },
+    #[error("event ID {id} is reserved for a lifecycle step of {handle}")]
+    IdReserved { id: EventId, handle: Handle },
+    #[error("event ID {id} is already used by a record of kind {kind:#06x}")]
+    IdInUse { id: EventId, kind: u16 },
 }
 
 /// What applying an accepted event did.
@@ -103,10 +110,28 @@ pub enum Applied {
     Unchanged,
 }
 
-/// All manifests, by handle.
+/// Which step an allocated event ID is reserved for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Registration,
+    Running,
+    Terminal,
+    Lost,
+    Completion,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Reservation {
+    handle: Handle,
+    step: Step,
+}
+
+/// All manifests, by handle, in registration order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ManifestStore {
-    manifests: BTreeMap<Handle, Manifest>,
+    manifests: HashMap<Handle, Manifest>,
+    order: Vec<Handle>,
+    reserved: HashMap<EventId, Reservation>,
 }
 
 fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<(), Rejection> {
@@ -139,6 +164,134 @@ fn move_to(m: &Manifest, to: State) -> Result<(), Rejection> {
     Ok(())
 }
 
+/// The checks of every event but a registration, against its handle's manifest.
+fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
+    match event {
+        LifecycleEvent::Registered(e) => Err(Rejection::AlreadyRegistered(e.handle)),
+        LifecycleEvent::Running(_) => {
+            move_to(m, State::Running)?;
+            allocated("running", event_id, m.ids.running)?;
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::StopRequested(_) => {
+            if m.state.is_terminal() {
+                return Err(Rejection::AlreadyTerminal(m.state));
+            }
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::InputClosed(_) => {
+            if m.input_closed {
+                return Err(Rejection::InputAlreadyClosed);
+            }
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::OutputCheckpoint(e) => {
+            if m.state.is_terminal() {
+                return Err(Rejection::AlreadyTerminal(m.state));
+            }
+            bounds_grow(m.bounds, e.bounds)?;
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::Terminal(e) => {
+            if !e.state.is_terminal() {
+                return Err(Rejection::NotTerminal(e.state));
+            }
+            move_to(m, e.state)?;
+            allocated("terminal", event_id, m.ids.terminal)?;
+            bounds_grow(m.bounds, e.bounds)?;
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::LostOnRestore(e) => {
+            move_to(m, State::LostOnRestore)?;
+            allocated("lost_on_restore", event_id, m.ids.lost)?;
+            bounds_grow(m.bounds, e.bounds)?;
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::LifecyclePublished(e) => {
+            let recorded = match e.event {
+                id if id == m.ids.running => m.pid.is_some(),
+                id if id == m.ids.terminal || id == m.ids.lost => {
+                    m.terminal.as_ref().is_some_and(|t| t.event_id == id)
+                }
+                _ => false,
+            };
+            if !recorded {
+                return Err(Rejection::NotPublishable(e.event));
+            }
+            Ok(if m.published.contains(&e.event) {
+                Applied::Unchanged
+            } else {
+                Applied::Changed
+            })
+        }
+        LifecycleEvent::CompletionNotified(e) => {
+            if m.terminal.is_none() {
+                return Err(Rejection::CompletionBeforeTerminal);
+            }
+            if e.command != m.ids.completion {
+                return Err(Rejection::CompletionIdMismatch {
+                    found: e.command,
+                    allocated: m.ids.completion,
+                });
+            }
+            Ok(if m.completion_notified {
+                Applied::Unchanged
+            } else {
+                Applied::Changed
+            })
+        }
+    }
+}
+
+/// Folds an accepted event into its manifest, taking the event's strings by value.
+fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
+    match event {
+        LifecycleEvent::Registered(_) => {}
+        LifecycleEvent::Running(e) => {
+            m.state = State::Running;
+            m.pid = Some(e.pid);
+            m.witness = Some(e.witness);
+            m.running_unix_ms = Some(e.at_unix_ms);
+        }
+        LifecycleEvent::StopRequested(e) => {
+            m.stop_requests = m.stop_requests.saturating_add(1);
+            if m.first_stop.is_none() {
+                m.first_stop = Some((e.reason, e.requested_by));
+            }
+        }
+        LifecycleEvent::InputClosed(_) => m.input_closed = true,
+        LifecycleEvent::OutputCheckpoint(e) => m.bounds = e.bounds,
+        LifecycleEvent::Terminal(e) => {
+            m.state = e.state;
+            m.bounds = e.bounds;
+            m.terminal = Some(TerminalResult {
+                state: e.state,
+                exit: e.exit,
+                capture: e.capture,
+                reason: e.reason,
+                at_unix_ms: e.at_unix_ms,
+                event_id,
+            });
+        }
+        LifecycleEvent::LostOnRestore(e) => {
+            m.state = State::LostOnRestore;
+            m.bounds = e.bounds;
+            m.terminal = Some(TerminalResult {
+                state: State::LostOnRestore,
+                exit: ExitStatus::Unknown,
+                capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
+                reason: "the supervisor restarted while the process was live".to_owned(),
+                at_unix_ms: e.at_unix_ms,
+                event_id,
+            });
+        }
+        LifecycleEvent::LifecyclePublished(e) => {
+            m.published.insert(e.event);
+        }
+        LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
+    }
+}
+
 impl ManifestStore {
     pub fn new() -> Self {
         Self::default()
@@ -148,8 +301,9 @@ impl ManifestStore {
         self.manifests.get(handle)
     }
 
+    /// Manifests in registration order.
     pub fn iter(&self) -> impl Iterator<Item = &Manifest> {
-        self.manifests.values()
+        self.order.iter().filter_map(|h| self.manifests.get(h))
     }
 
     pub fn len(&self) -> usize {
@@ -160,113 +314,73 @@ impl ManifestStore {
         self.manifests.is_empty()
     }
 
-    fn manifest(&self, handle: Handle) -> Result<&Manifest, Rejection> {
-        self.manifests
-            .get(&handle)
-            .ok_or(Rejection::UnknownHandle(handle))
+    /// An event under a reserved ID must be exactly the step it is reserved for.
+    pub(crate) fn check_reservation(
+        &self,
+        event_id: EventId,
+        event: &LifecycleEvent,
+    ) -> Result<(), Rejection> {
+        let Some(r) = self.reserved.get(&event_id) else {
+            return Ok(());
+        };
+        let step = match event {
+            LifecycleEvent::Registered(_) => Some(Step::Registration),
+            LifecycleEvent::Running(_) => Some(Step::Running),
+            LifecycleEvent::Terminal(_) => Some(Step::Terminal),
+            LifecycleEvent::LostOnRestore(_) => Some(Step::Lost),
+            _ => None,
+        };
+        if step == Some(r.step) && r.handle == event.handle() {
+            Ok(())
+        } else {
+            Err(Rejection::IdReserved {
+                id: event_id,
+                handle: r.handle,
+            })
+        }
+    }
+
+    fn check_registration(
+        &self,
+        event_id: EventId,
+        e: &super::event::Registered,
+    ) -> Result<Applied, Rejection> {
+        if self.manifests.contains_key(&e.handle) {
+            return Err(Rejection::AlreadyRegistered(e.handle));
+        }
+        let ids = [
+            event_id,
+            e.ids.running,
+            e.ids.terminal,
+            e.ids.lost,
+            e.ids.completion,
+        ];
+        for (i, id) in ids.iter().enumerate() {
+            if ids[..i].contains(id) {
+                return Err(Rejection::DuplicateAllocatedId);
+            }
+            if let Some(r) = self.reserved.get(id) {
+                return Err(Rejection::IdReserved {
+                    id: *id,
+                    handle: r.handle,
+                });
+            }
+        }
+        Ok(Applied::Changed)
     }
 
     /// Decides whether `event`, appended under `event_id`, is valid now. Changes nothing.
     pub fn check(&self, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
-        match event {
-            LifecycleEvent::Registered(e) => {
-                if self.manifests.contains_key(&e.handle) {
-                    return Err(Rejection::AlreadyRegistered(e.handle));
-                }
-                let ids = [
-                    event_id,
-                    e.ids.running,
-                    e.ids.terminal,
-                    e.ids.lost,
-                    e.ids.completion,
-                ];
-                let distinct: BTreeSet<_> = ids.iter().collect();
-                if distinct.len() != ids.len() {
-                    return Err(Rejection::DuplicateAllocatedId);
-                }
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::Running(e) => {
-                let m = self.manifest(e.handle)?;
-                move_to(m, State::Running)?;
-                allocated("running", event_id, m.ids.running)?;
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::StopRequested(e) => {
-                let m = self.manifest(e.handle)?;
-                if m.state.is_terminal() {
-                    return Err(Rejection::AlreadyTerminal(m.state));
-                }
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::InputClosed(e) => {
-                let m = self.manifest(e.handle)?;
-                if m.input_closed {
-                    return Err(Rejection::InputAlreadyClosed);
-                }
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::OutputCheckpoint(e) => {
-                let m = self.manifest(e.handle)?;
-                if m.state.is_terminal() {
-                    return Err(Rejection::AlreadyTerminal(m.state));
-                }
-                bounds_grow(m.bounds, e.bounds)?;
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::Terminal(e) => {
-                let m = self.manifest(e.handle)?;
-                if !e.state.is_terminal() {
-                    return Err(Rejection::NotTerminal(e.state));
-                }
-                move_to(m, e.state)?;
-                allocated("terminal", event_id, m.ids.terminal)?;
-                bounds_grow(m.bounds, e.bounds)?;
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::LostOnRestore(e) => {
-                let m = self.manifest(e.handle)?;
-                move_to(m, State::LostOnRestore)?;
-                allocated("lost_on_restore", event_id, m.ids.lost)?;
-                bounds_grow(m.bounds, e.bounds)?;
-                Ok(Applied::Changed)
-            }
-            LifecycleEvent::LifecyclePublished(e) => {
-                let m = self.manifest(e.handle)?;
-                let recorded = match e.event {
-                    id if id == m.ids.running => m.pid.is_some(),
-                    id if id == m.ids.terminal || id == m.ids.lost => {
-                        m.terminal.as_ref().is_some_and(|t| t.event_id == id)
-                    }
-                    _ => false,
-                };
-                if !recorded {
-                    return Err(Rejection::NotPublishable(e.event));
-                }
-                Ok(if m.published.contains(&e.event) {
-                    Applied::Unchanged
-                } else {
-                    Applied::Changed
-                })
-            }
-            LifecycleEvent::CompletionNotified(e) => {
-                let m = self.manifest(e.handle)?;
-                if m.terminal.is_none() {
-                    return Err(Rejection::CompletionBeforeTerminal);
-                }
-                if e.command != m.ids.completion {
-                    return Err(Rejection::CompletionIdMismatch {
-                        found: e.command,
-                        allocated: m.ids.completion,
-                    });
-                }
-                Ok(if m.completion_notified {
-                    Applied::Unchanged
-                } else {
-                    Applied::Changed
-                })
-            }
+        if let LifecycleEvent::Registered(e) = event {
+            return self.check_registration(event_id, e);
         }
+        self.check_reservation(event_id, event)?;
+        let handle = event.handle();
+        let m = self
+            .manifests
+            .get(&handle)
+            .ok_or(Rejection::UnknownHandle(handle))?;
+        validate(m, event_id, event)
     }
 
     /// Checks `event` and folds it into its manifest.
@@ -275,17 +389,41 @@ impl ManifestStore {
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<Applied, Rejection> {
-        let applied = self.check(event_id, event)?;
-        if applied == Applied::Unchanged {
-            return Ok(applied);
-        }
+        self.apply_owned(event_id, event.clone())
+    }
+
+    /// Like [`ManifestStore::apply`], consuming the event (replay uses it: decoded strings move
+    /// into the manifest instead of being copied). One hash lookup per event.
+    pub fn apply_owned(
+        &mut self,
+        event_id: EventId,
+        event: LifecycleEvent,
+    ) -> Result<Applied, Rejection> {
         if let LifecycleEvent::Registered(e) = event {
+            self.check_registration(event_id, &e)?;
+            let reserve = [
+                (event_id, Step::Registration),
+                (e.ids.running, Step::Running),
+                (e.ids.terminal, Step::Terminal),
+                (e.ids.lost, Step::Lost),
+                (e.ids.completion, Step::Completion),
+            ];
+            for (id, step) in reserve {
+                self.reserved.insert(
+                    id,
+                    Reservation {
+                        handle: e.handle,
+                        step,
+                    },
+                );
+            }
+            self.order.push(e.handle);
             self.manifests.insert(
                 e.handle,
                 Manifest {
                     handle: e.handle,
                     ids: e.ids,
-                    command: e.command.clone(),
+                    command: e.command,
                     registered_unix_ms: e.at_unix_ms,
                     state: State::Starting,
                     pid: None,
@@ -300,55 +438,17 @@ impl ManifestStore {
                     completion_notified: false,
                 },
             );
-            return Ok(applied);
+            return Ok(Applied::Changed);
         }
-        let Some(m) = self.manifests.get_mut(&event.handle()) else {
-            return Err(Rejection::UnknownHandle(event.handle()));
-        };
-        match event {
-            LifecycleEvent::Registered(_) => {}
-            LifecycleEvent::Running(e) => {
-                m.state = State::Running;
-                m.pid = Some(e.pid);
-                m.witness = Some(e.witness);
-                m.running_unix_ms = Some(e.at_unix_ms);
-            }
-            LifecycleEvent::StopRequested(e) => {
-                m.stop_requests = m.stop_requests.saturating_add(1);
-                if m.first_stop.is_none() {
-                    m.first_stop = Some((e.reason.clone(), e.requested_by.clone()));
-                }
-            }
-            LifecycleEvent::InputClosed(_) => m.input_closed = true,
-            LifecycleEvent::OutputCheckpoint(e) => m.bounds = e.bounds,
-            LifecycleEvent::Terminal(e) => {
-                m.state = e.state;
-                m.bounds = e.bounds;
-                m.terminal = Some(TerminalResult {
-                    state: e.state,
-                    exit: e.exit,
-                    capture: e.capture.clone(),
-                    reason: e.reason.clone(),
-                    at_unix_ms: e.at_unix_ms,
-                    event_id,
-                });
-            }
-            LifecycleEvent::LostOnRestore(e) => {
-                m.state = State::LostOnRestore;
-                m.bounds = e.bounds;
-                m.terminal = Some(TerminalResult {
-                    state: State::LostOnRestore,
-                    exit: ExitStatus::Unknown,
-                    capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
-                    reason: "the supervisor restarted while the process was live".to_owned(),
-                    at_unix_ms: e.at_unix_ms,
-                    event_id,
-                });
-            }
-            LifecycleEvent::LifecyclePublished(e) => {
-                m.published.insert(e.event);
-            }
-            LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
+        self.check_reservation(event_id, &event)?;
+        let handle = event.handle();
+        let m = self
+            .manifests
+            .get_mut(&handle)
+            .ok_or(Rejection::UnknownHandle(handle))?;
+        let applied = validate(m, event_id, &event)?;
+        if applied == Applied::Changed {
+            fold(m, event_id, event);
         }
         Ok(applied)
     }

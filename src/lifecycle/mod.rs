@@ -101,13 +101,34 @@ impl Lifecycle {
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
-        if self.journal.position_of(event_id).is_some() {
-            // The journal returns the original position and writes nothing.
+        if let Some(kind) = self.journal.kind_of(event_id) {
+            // A retry: the journal returns the original position and writes nothing, but only
+            // if the record it holds under this ID is this event's kind and, for an allocated
+            // ID, this handle's step; anything else would acknowledge an event never written.
+            if kind != event.kind().get() {
+                return Err(Rejection::IdInUse { id: event_id, kind }.into());
+            }
+            self.store.check_reservation(event_id, event)?;
             return Ok(self
                 .journal
                 .append_deferred(event_id, event.kind(), CODEC_VERSION, &[])?);
         }
         self.store.check(event_id, event)?;
+        if let LifecycleEvent::Registered(r) = event {
+            // IDs the store does not reserve (checkpoints, other records) are known to the
+            // journal: a registration must not allocate one of them either.
+            let ids = [r.ids.running, r.ids.terminal, r.ids.lost, r.ids.completion];
+            if let Some(id) = ids
+                .into_iter()
+                .find(|id| self.journal.position_of(*id).is_some())
+            {
+                return Err(Rejection::IdReserved {
+                    id,
+                    handle: r.handle,
+                }
+                .into());
+            }
+        }
         let payload = event.encode()?;
         let appended =
             self.journal

@@ -60,10 +60,11 @@ impl Replayer {
                 return;
             }
         };
-        if let Err(rejection) = self.store.apply(record.event_id, &event) {
+        let handle = event.handle();
+        if let Err(rejection) = self.store.apply_owned(record.event_id, event) {
             self.report.rejected.push(ReplayIssue {
                 seq,
-                handle: Some(Handle::to_string(&event.handle())),
+                handle: Some(Handle::to_string(&handle)),
                 error: rejection.to_string(),
             });
         }
