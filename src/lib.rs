@@ -10,6 +10,8 @@ pub mod cli;
 pub mod codec;
 #[doc(hidden)]
 pub mod fuzzing;
+#[doc(hidden)]
+pub mod idhash;
 pub mod journal;
 pub mod lifecycle;
 pub mod limits;

@@ -29,7 +29,6 @@ mod fault;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -184,7 +183,7 @@ struct Writer {
     chain_crc: u32,
     next_seq: u64,
     /// Every event ID in the journal: where its record is, and the record's kind.
-    ids: HashMap<[u8; 16], (Position, u16)>,
+    ids: crate::idhash::IdMap<[u8; 16], (Position, u16)>,
     segment_bytes_new: usize,
     segment_count: usize,
     scratch: Vec<u8>,
@@ -275,7 +274,8 @@ impl Journal {
             storage::sync_dir(root.path()).map_err(io("sync runtime root"))?;
         }
 
-        let mut ids: HashMap<[u8; 16], (Position, u16)> = HashMap::new();
+        let mut ids: crate::idhash::IdMap<[u8; 16], (Position, u16)> =
+            crate::idhash::IdMap::default();
         let mut duplicates = Vec::new();
         let scan = recovery::scan_journal(&dir, |r| {
             let position = Position {

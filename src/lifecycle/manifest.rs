@@ -17,7 +17,9 @@
 //!   step of its one handle: no other event and no other registration may use it, so a step's
 //!   retry can never be answered by some other record that took its ID.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
+
+use crate::idhash::IdMap;
 
 use serde::Serialize;
 
@@ -129,9 +131,9 @@ struct Reservation {
 /// All manifests, by handle, in registration order.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ManifestStore {
-    manifests: HashMap<Handle, Manifest>,
+    manifests: IdMap<Handle, Manifest>,
     order: Vec<Handle>,
-    reserved: HashMap<EventId, Reservation>,
+    reserved: IdMap<EventId, Reservation>,
 }
 
 fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<(), Rejection> {
