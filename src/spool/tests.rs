@@ -64,7 +64,7 @@ fn check_read(spool: &Spool, model: &Model, cursor: u64, max: usize) {
 }
 
 fn stream_of(i: usize) -> Stream {
-    if i % 3 == 0 {
+    if i.is_multiple_of(3) {
         Stream::Stderr
     } else {
         Stream::Stdout
@@ -221,9 +221,10 @@ fn torn_tail_is_cut_and_reported_and_whole_chunks_survive() {
             Spool::open_writer(dir.path(), [2; 16], SpoolOptions::default()).unwrap();
         assert!(recovery.torn_tail_cut);
         assert_eq!(spool.total_bytes(), 300);
-        let mut m = Model::default();
-        m.bytes = model.bytes[..300].to_vec();
-        m.streams = model.streams[..300].to_vec();
+        let m = Model {
+            bytes: model.bytes[..300].to_vec(),
+            streams: model.streams[..300].to_vec(),
+        };
         check_read(&spool, &m, 0, 10_000);
         drop(spool);
         let (_, recovery) = Spool::open_reader(dir.path()).unwrap();

@@ -217,6 +217,10 @@ pub(crate) struct Inner {
     readers: Mutex<HashMap<Handle, Arc<Spool>>>,
     live: Mutex<usize>,
     closed: AtomicBool,
+    /// Held shared by every `start` from its admission check until its process is in `procs`
+    /// (or the start failed); `shutdown` closes admission, then takes it exclusively, so its
+    /// snapshot of `procs` includes every start that was admitted.
+    admission: tokio::sync::RwLock<()>,
     shutdown: tokio::sync::OnceCell<ShutdownReport>,
     tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
@@ -272,14 +276,22 @@ impl Inner {
         lock(&self.procs).get(handle).cloned()
     }
 
+    /// Signals the process group, unless the workload was already reaped: its group id could
+    /// then name someone else's group. The `reaped` lock is held across the check and the signal,
+    /// and the drain task takes it when the exit is seen, so a signal is never sent after that.
+    /// ESRCH means the group is already gone, which is what a signal wanted.
     async fn signal(&self, proc: &Proc, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
         let Some(pgid) = proc.pid else {
             return Err(std::io::Error::other("the process never started"));
         };
-        if proc.is_terminal() {
+        let reaped = lock(&proc.reaped);
+        if *reaped || proc.is_terminal() {
             return Ok(());
         }
-        self.config.signaller.signal_group(pgid, signal)
+        match self.config.signaller.signal_group(pgid, signal) {
+            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32) => Ok(()),
+            other => other,
+        }
     }
 }
 
@@ -360,6 +372,7 @@ impl Supervisor {
             readers: Mutex::new(HashMap::new()),
             live: Mutex::new(0),
             closed: AtomicBool::new(false),
+            admission: tokio::sync::RwLock::new(()),
             shutdown: tokio::sync::OnceCell::new(),
             tasks: Mutex::new(Vec::new()),
         });
@@ -385,6 +398,7 @@ impl Supervisor {
     /// group, `running`, then the drain task. Returns the opaque handle.
     pub async fn start(&self, prepared: PreparedProcess) -> Result<Handle, StartError> {
         let inner = &self.inner;
+        let _admission = inner.admission.read().await;
         {
             let mut live = lock(&inner.live);
             if inner.closed.load(Ordering::SeqCst) {
@@ -867,6 +881,9 @@ impl Supervisor {
             .shutdown
             .get_or_init(|| async move {
                 inner.closed.store(true, Ordering::SeqCst);
+                // Every start admitted before `closed` was set has registered its process once
+                // this is acquired; every later one sees `closed`.
+                drop(inner.admission.write().await);
                 let live: Vec<Arc<Proc>> = lock(&inner.procs)
                     .values()
                     .filter(|p| !p.is_terminal())

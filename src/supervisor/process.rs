@@ -67,6 +67,9 @@ pub(crate) struct Proc {
     pub cause: Mutex<Option<Cause>>,
     /// SIGKILL had to be sent.
     pub escalated: AtomicBool,
+    /// Set (under this lock) as soon as the workload's exit is seen; signals check it under the
+    /// same lock, so none is sent to the group id of a reaped leader.
+    pub reaped: Mutex<bool>,
     gate: AtomicBool,
     pub exited: watch::Sender<Option<TerminalSummary>>,
     pub release: Mutex<Option<Release>>,
@@ -96,6 +99,7 @@ impl Proc {
             stdin: tokio::sync::Mutex::new(stdin),
             cause: Mutex::new(None),
             escalated: AtomicBool::new(false),
+            reaped: Mutex::new(false),
             gate: AtomicBool::new(false),
             exited: watch::channel(None).0,
             release: Mutex::new(Some(Release { lease })),
@@ -223,6 +227,7 @@ pub(crate) async fn drain(
                 }
             }
             s = child.wait(), if status.is_none() => {
+                *lock(&proc.reaped) = true;
                 status = Some(s);
                 drain_deadline = Some(tokio::time::Instant::now() + final_drain);
             }
@@ -254,7 +259,11 @@ pub(crate) async fn drain(
     // closed, `status` is set. It is always set here.
     let status = match status {
         Some(s) => s,
-        None => child.wait().await,
+        None => {
+            let s = child.wait().await;
+            *lock(&proc.reaped) = true;
+            s
+        }
     };
     let capture = match (capture_failure, open_streams) {
         (Some(reason), _) => CaptureStatus::Failed(reason),
@@ -307,9 +316,12 @@ fn classify(
         (None, None) => ExitStatus::Unknown,
     };
     let cause = *lock(&proc.cause);
-    let escalated = proc.escalated.load(Ordering::SeqCst);
+    // `killed` only when SIGKILL is what ended it: an escalation that lost the race to a SIGTERM
+    // exit must not be recorded as a kill.
+    let killed = proc.escalated.load(Ordering::SeqCst)
+        && exit == ExitStatus::Signal(nix::sys::signal::Signal::SIGKILL as i32);
     match cause {
-        Some(Cause::Stop | Cause::Shutdown) if escalated => (
+        Some(Cause::Stop | Cause::Shutdown) if killed => (
             State::Killed,
             exit,
             "did not exit after SIGTERM and the grace period; killed".to_owned(),

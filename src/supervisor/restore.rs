@@ -173,12 +173,13 @@ pub(crate) async fn restore(
             report.errors.extend(errors);
         } else {
             report.reopened.push(handle);
-            if let Some(t) = &m.terminal {
-                if !m.published.contains(&t.event_id) || !m.completion_notified {
-                    let errors =
-                        publish_and_notify(inner, handle, m.ids, t.event_id, t.state, t.exit).await;
-                    report.errors.extend(errors);
-                }
+            // A crash between the terminal event and its publication leaves work to finish.
+            if let Some(t) = &m.terminal
+                && (!m.published.contains(&t.event_id) || !m.completion_notified)
+            {
+                let errors =
+                    publish_and_notify(inner, handle, m.ids, t.event_id, t.state, t.exit).await;
+                report.errors.extend(errors);
             }
         }
     }
