@@ -89,24 +89,32 @@ impl SegmentStore for FaultyStore {
 }
 
 impl Backend for FaultyBackend {
-    fn create_segment(
-        &self,
-        dir: &Path,
-        name: &str,
-        header: &[u8],
-        segment_bytes: usize,
-    ) -> io::Result<()> {
+    fn prepare_spare(&self, dir: &Path, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
         if Faults::fires(&self.faults.writes_left) {
             return Err(self.faults.error());
         }
+        FileBackend.prepare_spare(dir, spare_name, segment_bytes)
+    }
+    fn commit_spare(
+        &self,
+        dir: &Path,
+        spare_name: &str,
+        name: &str,
+        header: &[u8],
+    ) -> io::Result<()> {
         if Faults::fires(&self.faults.flushes_left) {
             return Err(self.faults.error());
         }
-        FileBackend.create_segment(dir, name, header, segment_bytes)
+        FileBackend.commit_spare(dir, spare_name, name, header)
     }
-    fn open_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<Box<dyn SegmentStore>> {
+    fn open_segment(
+        &self,
+        path: &Path,
+        segment_bytes: usize,
+        through_map: bool,
+    ) -> io::Result<Box<dyn SegmentStore>> {
         Ok(Box::new(FaultyStore {
-            inner: FileBackend.open_segment(path, segment_bytes)?,
+            inner: FileBackend.open_segment(path, segment_bytes, through_map)?,
             faults: Arc::clone(&self.faults),
         }))
     }

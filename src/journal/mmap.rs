@@ -28,11 +28,14 @@ use memmap2::MmapMut;
 pub(crate) struct MappedSegment {
     file: Arc<File>,
     map: MmapMut,
+    /// Store records into the mapping (true) or `pwrite` them through the descriptor (false);
+    /// both land in the same page cache, so readers see the same bytes either way.
+    through_map: bool,
 }
 
 impl MappedSegment {
     /// Maps `file`, which must be a complete segment of exactly `segment_bytes` bytes.
-    pub(crate) fn open(file: File, segment_bytes: usize) -> io::Result<Self> {
+    pub(crate) fn open(file: File, segment_bytes: usize, through_map: bool) -> io::Result<Self> {
         let len = file.metadata()?.len();
         if len != segment_bytes as u64 {
             return Err(io::Error::new(
@@ -48,6 +51,7 @@ impl MappedSegment {
         Ok(MappedSegment {
             file: Arc::new(file),
             map,
+            through_map,
         })
     }
 
@@ -58,8 +62,13 @@ impl MappedSegment {
             .checked_add(bytes.len())
             .filter(|&end| end <= self.map.len())
             .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "write past segment end"))?;
-        self.map[offset..end].copy_from_slice(bytes);
-        Ok(())
+        if self.through_map {
+            self.map[offset..end].copy_from_slice(bytes);
+            Ok(())
+        } else {
+            use std::os::unix::fs::FileExt;
+            self.file.write_all_at(bytes, offset as u64)
+        }
     }
 
     pub(crate) fn file(&self) -> Arc<File> {

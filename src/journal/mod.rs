@@ -187,6 +187,52 @@ struct Writer {
     segment_bytes_new: usize,
     segment_count: usize,
     scratch: Vec<u8>,
+    /// Records go into the mapping under `Os`, through `pwrite` otherwise (see `storage.rs`).
+    through_map: bool,
+    /// The next segment's file, being zero-filled on a background thread so that rotation only
+    /// writes a header and renames.
+    spare: Option<Spare>,
+}
+
+#[derive(Debug)]
+struct Spare {
+    index: u64,
+    segment_bytes: usize,
+    name: String,
+    task: std::thread::JoinHandle<std::io::Result<()>>,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // A spare being written is finished (or failed) before the root's lock goes.
+        if let Some(spare) = self.spare.take() {
+            let _ = spare.task.join();
+        }
+    }
+}
+
+impl Writer {
+    /// Starts zero-filling the file the next rotation will use. Best effort: without a spare,
+    /// rotation creates the segment itself.
+    fn start_spare(&mut self) {
+        let index = self.header.segment_index + 1;
+        let name = format!("{index:020}.spare");
+        let (backend, dir, bytes) = (
+            Arc::clone(&self.backend),
+            self.dir.clone(),
+            self.segment_bytes_new,
+        );
+        let task_name = name.clone();
+        let spawned = std::thread::Builder::new()
+            .name("procjournal-spare".to_owned())
+            .spawn(move || backend.prepare_spare(&dir, &task_name, bytes));
+        self.spare = spawned.ok().map(|task| Spare {
+            index,
+            segment_bytes: bytes,
+            name,
+            task,
+        });
+    }
 }
 
 #[derive(Default)]
@@ -337,7 +383,11 @@ impl Journal {
                         .map_err(io("extend short segment"))?;
                 }
                 let store = backend
-                    .open_segment(&segment.path, segment.header.segment_bytes as usize)
+                    .open_segment(
+                        &segment.path,
+                        segment.header.segment_bytes as usize,
+                        options.durability == Durability::Os,
+                    )
                     .map_err(io("map active segment"))?;
                 let write_offset = match report
                     .torn_tails
@@ -365,8 +415,13 @@ impl Journal {
                     base_seq: next_seq,
                     created_unix_ms: now_unix_ms(),
                 };
-                let store =
-                    create_segment(&*backend, &dir, &header).map_err(io("create segment"))?;
+                let store = create_segment(
+                    &*backend,
+                    &dir,
+                    &header,
+                    options.durability == Durability::Os,
+                )
+                .map_err(io("create segment"))?;
                 (store, header, SEGMENT_HEADER_BYTES, header.crc(), next_seq)
             }
         };
@@ -396,6 +451,8 @@ impl Journal {
                 segment_bytes_new: options.segment_bytes,
                 segment_count,
                 scratch: Vec::new(),
+                through_map: options.durability == Durability::Os,
+                spare: None,
             }),
             sync: Mutex::new(SyncState {
                 durable_seq,
@@ -404,6 +461,15 @@ impl Journal {
             synced: Condvar::new(),
             poison: Mutex::new(None),
         };
+        {
+            let mut w = lock(&journal.writer);
+            remove_leftover_spares(&w.dir).map_err(|cause| JournalError::Io {
+                dir: w.dir.clone(),
+                op: "remove leftover spare",
+                cause,
+            })?;
+            w.start_spare();
+        }
         Ok((journal, report))
     }
 
@@ -586,8 +652,32 @@ impl Journal {
             base_seq: w.next_seq,
             created_unix_ms: now_unix_ms(),
         };
-        let store = create_segment(&*w.backend, &w.dir, &header)
-            .map_err(|e| self.poison("create segment", &e))?;
+        let name = recovery::segment_file_name(header.segment_index);
+        let bytes = w.segment_bytes_new;
+        let created = match w.spare.take() {
+            Some(spare) if spare.index == header.segment_index && spare.segment_bytes == bytes => {
+                match spare.task.join() {
+                    Ok(Ok(())) => {
+                        w.backend
+                            .commit_spare(&w.dir, &spare.name, &name, &header.encode())
+                    }
+                    Ok(Err(e)) => Err(e),
+                    Err(_) => Err(std::io::Error::other("the spare segment thread panicked")),
+                }
+            }
+            other => {
+                if let Some(spare) = other {
+                    let _ = spare.task.join();
+                }
+                w.backend
+                    .create_segment(&w.dir, &name, &header.encode(), bytes)
+            }
+        };
+        created.map_err(|e| self.poison("create segment", &e))?;
+        let store = w
+            .backend
+            .open_segment(&w.dir.join(&name), bytes, w.through_map)
+            .map_err(|e| self.poison("map segment", &e))?;
         debug!(
             segment = header.segment_index,
             base_seq = header.base_seq,
@@ -599,6 +689,7 @@ impl Journal {
         w.header = header;
         w.write_offset = SEGMENT_HEADER_BYTES;
         w.chain_crc = header.crc();
+        w.start_spare();
         Ok(())
     }
 
@@ -681,10 +772,26 @@ fn create_segment(
     backend: &dyn Backend,
     dir: &Path,
     header: &SegmentHeader,
+    through_map: bool,
 ) -> std::io::Result<Box<dyn SegmentStore>> {
     let name = recovery::segment_file_name(header.segment_index);
     backend.create_segment(dir, &name, &header.encode(), header.segment_bytes as usize)?;
-    backend.open_segment(&dir.join(name), header.segment_bytes as usize)
+    backend.open_segment(&dir.join(name), header.segment_bytes as usize, through_map)
+}
+
+/// Spare files of an earlier writer never held a record; they are not segments.
+fn remove_leftover_spares(dir: &Path) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(".spare"))
+        {
+            std::fs::remove_file(entry.path())?;
+        }
+    }
+    Ok(())
 }
 
 fn list_last_index(dir: &Path) -> std::io::Result<Option<u64>> {
@@ -706,7 +813,7 @@ fn zero_torn_tail(
     if segment.file_len < segment_bytes as u64 {
         backend.extend_segment(&segment.path, segment_bytes)?;
     }
-    let mut store = backend.open_segment(&segment.path, segment_bytes)?;
+    let mut store = backend.open_segment(&segment.path, segment_bytes, false)?;
     let start = tail.start_offset as usize;
     let end = (tail.end_offset as usize).min(segment_bytes);
     if end > start {
