@@ -1,1 +1,1102 @@
-fn main() {}
+//! Supervisor latency, throughput and memory, each figure printed beside a baseline measured in
+//! the same run.
+//!
+//! Run with `cargo bench --bench supervisor`. Every measurement runs 3 times (rounds), interleaved
+//! (round 1 measures everything once, then round 2, ...; a figure and its baseline swap order
+//! every round) so that a burst of load from other work on the machine hits a figure and its
+//! baseline alike. The report gives the median and the min-max spread over rounds; each ratio is
+//! the ratio of the medians, with the spread of the per-round ratios.
+//!
+//! What is measured:
+//! 1. Start-to-running latency: p50 and p99 over 300 sequential starts of `true` (after 20
+//!    untimed), from the call of `Supervisor::start` to its return (it returns once `running` is
+//!    acknowledged under `Durability::Group`: a `Registered` and a `Running` record, each
+//!    flushed, plus the spool directory and the spawn). Each process is waited for, untimed,
+//!    before the next start; the whole start-to-terminal time is printed as a diagnostic.
+//!    Baseline: a plain
+//!    `tokio::process::Command::new("true").spawn()` + `wait()`, same runtime, same count.
+//!    Target (proposed; none is given elsewhere): p50 <= 2x and p99 <= 3x the baseline, i.e. the
+//!    durable bookkeeping costs at most about what the spawn itself costs. Breakdown, measured
+//!    alone in the same round: a spawn+wait configured like the supervisor's (three pipes, own
+//!    process group), one durable `Journal::append` under `Group` (a start makes two), and one
+//!    `Spool::open_writer` of a new directory (mkdir + directory fsync); plus the run-queue wait
+//!    of all threads of this process per start, which shows how much of the time went to other
+//!    work on the machine.
+//! 2. Output throughput: `head -c 1G /dev/zero` through the supervisor into its spool, from
+//!    `start` to the return of `wait` (so the final spool checkpoint, an fdatasync of what was
+//!    not yet synced, is included). Spool retention is 4 GiB, larger than the output, so nothing
+//!    is deleted and the spool holds all of it, like the baseline's file. Baseline: the same
+//!    `head` spawned with stdout piped (default 64 KiB pipe), copied by a plain Rust loop of
+//!    64 KiB `read` + `write_all` into one file on the same file system, no sync. Printed for
+//!    scale, not for the target: the same copy with a 1 MiB pipe (what the supervisor asks for
+//!    with F_SETPIPE_SZ) and, separately, that copy followed by one `fdatasync`. Every writer
+//!    starts with no dirty pages (the previous measurement's files are deleted and `sync()` runs,
+//!    untimed). CPU seconds of this process per GiB are printed for each, and, as a diagnostic,
+//!    the supervisor with a one-hour checkpoint interval (only the final checkpoint syncs).
+//!    Target: >= 0.7x.
+//! 3. RSS per idle supervised process: a fresh process (this binary, re-executed) opens a
+//!    supervisor, reads its VmRSS, starts 500 `sleep 600`, waits until all are running and then
+//!    500 ms more, reads VmRSS again and prints (after - before) / 500; then shuts down. The
+//!    children are other processes, so only the supervisor's own cost is counted. Baseline, also
+//!    in a fresh process: 500 plain tokio spawns of `sleep 600` with stdin, stdout and stderr
+//!    piped, each held by a task awaiting `wait()`. Target: < 256 KiB per process.
+//!
+//! Nothing here asserts on wall-clock time; the only checks are of correctness (exit states,
+//! byte counts).
+//!
+//! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir (on the project
+//! disk); the file system is printed, since tmpfs would make the write figures meaningless.
+//! `PROCJOURNAL_BENCH_QUICK=1` runs one short round, for checking the harness only;
+//! `PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss` runs one part (`starts`: the supervised
+//! starts alone), for profiling it with perf or strace.
+
+use std::error::Error;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use procjournal::lifecycle::State;
+use procjournal::lifecycle::event::{CaptureStatus, ExitStatus};
+use procjournal::spool::{Spool, SpoolOptions};
+use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
+use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
+
+type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+/// Set in the re-executed child that measures RSS: `supervisor` or `plain`.
+const RSS_CHILD_ENV: &str = "PROCJOURNAL_BENCH_RSS_CHILD";
+/// The runtime root of the RSS child's supervisor.
+const RSS_ROOT_ENV: &str = "PROCJOURNAL_BENCH_RSS_ROOT";
+/// How many idle children the RSS child starts.
+const RSS_CHILDREN_ENV: &str = "PROCJOURNAL_BENCH_RSS_CHILDREN";
+/// The RSS target, KiB per supervised process.
+const RSS_TARGET_KIB: f64 = 256.0;
+const COPY_BYTES: usize = 64 * 1024;
+
+/// How much each measurement does.
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    rounds: usize,
+    warmup_starts: usize,
+    starts: usize,
+    output_bytes: u64,
+    idle_children: usize,
+}
+
+const FULL: Plan = Plan {
+    rounds: 3,
+    warmup_starts: 20,
+    starts: 300,
+    output_bytes: GIB,
+    idle_children: 500,
+};
+
+const QUICK: Plan = Plan {
+    rounds: 1,
+    warmup_starts: 5,
+    starts: 30,
+    output_bytes: 64 * MIB,
+    idle_children: 50,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Small tools.
+
+#[derive(Debug, Default, Clone)]
+struct Samples(Vec<f64>);
+
+impl Samples {
+    fn push(&mut self, x: f64) {
+        self.0.push(x);
+    }
+    fn sorted(&self) -> Vec<f64> {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        v
+    }
+    fn median(&self) -> f64 {
+        let v = self.sorted();
+        match v.len() {
+            0 => f64::NAN,
+            n if n % 2 == 1 => v[n / 2],
+            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
+        }
+    }
+    fn min(&self) -> f64 {
+        self.sorted().first().copied().unwrap_or(f64::NAN)
+    }
+    fn max(&self) -> f64 {
+        self.sorted().last().copied().unwrap_or(f64::NAN)
+    }
+}
+
+fn quantile(v: &mut [f64], q: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    if v.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((v.len() - 1) as f64 * q).round() as usize;
+    v[i]
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn mib_per_sec(bytes: u64, elapsed: Duration) -> f64 {
+    bytes as f64 / MIB as f64 / elapsed.as_secs_f64()
+}
+
+fn size_name(bytes: u64) -> String {
+    if bytes >= GIB && bytes.is_multiple_of(GIB) {
+        format!("{} GiB", bytes / GIB)
+    } else {
+        format!("{} MiB", bytes / MIB)
+    }
+}
+
+/// Deletes `path` (a file or a directory), then writes back every dirty page of the machine, so
+/// that the next measurement starts without write-back of this one's pages competing with it.
+fn discard(path: &Path) -> Res<()> {
+    if path.is_dir() {
+        std::fs::remove_dir_all(path)?;
+    } else if path.exists() {
+        std::fs::remove_file(path)?;
+    }
+    nix::unistd::sync();
+    Ok(())
+}
+
+/// The mount point, file-system type and source of `path`, from /proc/self/mountinfo.
+fn mount_of(path: &Path) -> Option<(String, String, String)> {
+    let path = path.canonicalize().ok()?;
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+    let mut best: Option<(String, String, String)> = None;
+    for line in info.lines() {
+        let fields: Vec<&str> = line.split(' ').collect();
+        let Some(dash) = fields.iter().position(|f| *f == "-") else {
+            continue;
+        };
+        let (Some(mount_point), Some(fs_type), Some(source)) =
+            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
+        else {
+            continue;
+        };
+        if path.starts_with(mount_point)
+            && best
+                .as_ref()
+                .is_none_or(|(m, _, _)| mount_point.len() >= m.len())
+        {
+            best = Some((
+                (*mount_point).to_owned(),
+                (*fs_type).to_owned(),
+                (*source).to_owned(),
+            ));
+        }
+    }
+    best
+}
+
+/// The 1-minute load average, to show how busy the machine was around each round.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".to_owned())
+}
+
+/// CPU time (user + system) this process has used, from /proc/self/stat, in seconds.
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return f64::NAN;
+    };
+    let Some(after_comm) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
+        return f64::NAN;
+    };
+    // after_comm starts at field 3; utime and stime are fields 14 and 15. USER_HZ is 100 on
+    // Linux for every architecture this runs on.
+    let fields: Vec<&str> = after_comm.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
+    match (ticks(11), ticks(12)) {
+        (Some(u), Some(s)) => (u + s) / 100.0,
+        _ => f64::NAN,
+    }
+}
+
+/// Time every thread of this process has spent runnable but waiting for a CPU, summed over
+/// `/proc/self/task/*/schedstat` (field 2), in microseconds. Threads that exited are missing.
+fn runqueue_wait_us() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return f64::NAN;
+    };
+    let mut ns = 0u64;
+    for task in tasks.flatten() {
+        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
+            ns += stat
+                .split_whitespace()
+                .nth(1)
+                .and_then(|f| f.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    ns as f64 / 1e3
+}
+
+/// A `/proc/self/status` field in KiB (`VmRSS`, `RssAnon`, ...).
+fn status_kib(field: &str) -> Res<u64> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    for line in status.lines() {
+        if let Some(rest) = line.strip_prefix(field).and_then(|r| r.strip_prefix(':')) {
+            let kib = rest.trim().trim_end_matches("kB").trim().parse()?;
+            return Ok(kib);
+        }
+    }
+    Err(format!("no {field} in /proc/self/status").into())
+}
+
+fn runtime() -> Res<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}
+
+fn config(root: &Path) -> SupervisorConfig {
+    let mut config = SupervisorConfig::new(root);
+    config.durability = Durability::Group;
+    config
+}
+
+// ---------------------------------------------------------------------------------------------
+// 1. Start-to-running latency.
+
+#[derive(Debug, Default)]
+struct Latency {
+    p50: f64,
+    p99: f64,
+    /// Run-queue wait of all this process's threads per timed operation (us): time lost to
+    /// other work on the machine rather than to the operation.
+    runq: f64,
+}
+
+fn latency_of(mut v: Vec<f64>, runq_us: f64) -> Latency {
+    let n = v.len() as f64;
+    Latency {
+        p50: quantile(&mut v, 0.5),
+        p99: quantile(&mut v, 0.99),
+        runq: runq_us / n,
+    }
+}
+
+/// Returns (start -> return of `start`, start -> return of `wait`), in microseconds each.
+async fn supervised_starts(root: &Path, plan: Plan) -> Res<(Latency, Latency)> {
+    let (sup, _) = Supervisor::open(config(root), Services::noop()).await?;
+    let cwd = root.to_owned();
+    let mut to_running = Vec::with_capacity(plan.starts);
+    let mut to_terminal = Vec::with_capacity(plan.starts);
+    let mut runq = 0.0;
+    for i in 0..plan.warmup_starts + plan.starts {
+        let q0 = runqueue_wait_us();
+        let prepared = sup.prepare(Command::new("true").cwd(&cwd))?;
+        let t0 = Instant::now();
+        let handle = sup
+            .start(prepared)
+            .await
+            .map_err(|e| format!("start: {e}"))?;
+        let t1 = Instant::now();
+        let summary = sup.wait(&handle, None).await?;
+        let t2 = Instant::now();
+        if summary.state != State::Exited || summary.exit != ExitStatus::Code(0) {
+            return Err(format!("`true` ended {:?} {:?}", summary.state, summary.exit).into());
+        }
+        if i >= plan.warmup_starts {
+            to_running.push(us(t1 - t0));
+            to_terminal.push(us(t2 - t0));
+            runq += runqueue_wait_us() - q0;
+        }
+    }
+    sup.shutdown(Duration::from_secs(1)).await;
+    Ok((latency_of(to_running, runq), latency_of(to_terminal, runq)))
+}
+
+async fn plain_spawns(plan: Plan, like_supervisor: bool) -> Res<Latency> {
+    let mut v = Vec::with_capacity(plan.starts);
+    let mut runq = 0.0;
+    for i in 0..plan.warmup_starts + plan.starts {
+        let q0 = runqueue_wait_us();
+        let t0 = Instant::now();
+        let mut command = tokio::process::Command::new("true");
+        if like_supervisor {
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .process_group(0);
+        }
+        let status = command.spawn()?.wait().await?;
+        let t1 = Instant::now();
+        if !status.success() {
+            return Err("`true` failed".into());
+        }
+        if i >= plan.warmup_starts {
+            v.push(us(t1 - t0));
+            runq += runqueue_wait_us() - q0;
+        }
+    }
+    Ok(latency_of(v, runq))
+}
+
+/// Parts of a start measured on their own, for the breakdown: a durable journal append (the
+/// supervisor makes two per start, `Registered` and `Running`) and the creation of a spool.
+fn journal_appends(root: &Path, plan: Plan) -> Res<Latency> {
+    let options = JournalOptions {
+        durability: Durability::Group,
+        ..JournalOptions::default()
+    };
+    let (journal, _) = Journal::open(root, options)?;
+    let kind = EventKind::new(0x0101).ok_or("kind")?;
+    // About the size of a `Registered` payload of `true`.
+    let payload = vec![0x5au8; 160];
+    let mut v = Vec::with_capacity(plan.starts);
+    for i in 0..plan.warmup_starts + plan.starts {
+        let t0 = Instant::now();
+        journal.append(EventId::new_v7(), kind, 1, &payload)?;
+        if i >= plan.warmup_starts {
+            v.push(us(t0.elapsed()));
+        }
+    }
+    Ok(latency_of(v, f64::NAN))
+}
+
+fn spool_creations(dir: &Path, plan: Plan) -> Res<Latency> {
+    let mut v = Vec::with_capacity(plan.starts);
+    for i in 0..plan.warmup_starts + plan.starts {
+        let id = EventId::new_v7();
+        let t0 = Instant::now();
+        Spool::open_writer(
+            &dir.join(id.to_string()),
+            id.as_bytes(),
+            SpoolOptions::default(),
+        )?;
+        if i >= plan.warmup_starts {
+            v.push(us(t0.elapsed()));
+        }
+    }
+    Ok(latency_of(v, f64::NAN))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Output throughput.
+
+/// MiB/s and CPU seconds per GiB of `head -c N /dev/zero` through a supervisor into its spool.
+/// `periodic_checkpoints: false` sets the checkpoint interval to an hour, leaving only the final
+/// checkpoint (a diagnostic).
+async fn supervised_output(root: &Path, bytes: u64, periodic_checkpoints: bool) -> Res<(f64, f64)> {
+    let mut config = config(root);
+    if !periodic_checkpoints {
+        config.checkpoint_interval = Duration::from_secs(3600);
+    }
+    config.spool = SpoolOptions {
+        retention_bytes: 4 * GIB,
+        ..SpoolOptions::default()
+    };
+    let (sup, _) = Supervisor::open(config, Services::noop()).await?;
+    let prepared = sup.prepare(
+        Command::new("head")
+            .args(["-c", &bytes.to_string(), "/dev/zero"])
+            .cwd(root),
+    )?;
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let handle = sup
+        .start(prepared)
+        .await
+        .map_err(|e| format!("start: {e}"))?;
+    let summary = sup.wait(&handle, None).await?;
+    let elapsed = t0.elapsed();
+    let cpu = cpu_seconds() - cpu0;
+    if summary.state != State::Exited
+        || summary.exit != ExitStatus::Code(0)
+        || summary.capture != CaptureStatus::Complete
+        || summary.bounds.total_bytes != bytes
+        || summary.bounds.retained_from != 0
+    {
+        return Err(format!("supervised head ended {summary:?}").into());
+    }
+    sup.shutdown(Duration::from_secs(1)).await;
+    Ok((
+        mib_per_sec(bytes, elapsed),
+        cpu / (bytes as f64 / GIB as f64),
+    ))
+}
+
+/// How the plain copy is done.
+#[derive(Debug, Clone, Copy)]
+struct CopyKind {
+    big_pipe: bool,
+    fdatasync: bool,
+}
+
+/// MiB/s and CPU seconds per GiB of `head -c N /dev/zero | <Rust copy loop> > file`.
+fn plain_copy(file: &Path, bytes: u64, kind: CopyKind) -> Res<(f64, f64)> {
+    let cpu0 = cpu_seconds();
+    let t0 = Instant::now();
+    let mut child = std::process::Command::new("head")
+        .args(["-c", &bytes.to_string(), "/dev/zero"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()?;
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    if kind.big_pipe {
+        nix::fcntl::fcntl(&stdout, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20))?;
+    }
+    let mut out = File::create(file)?;
+    let mut buf = vec![0u8; COPY_BYTES];
+    let mut copied = 0u64;
+    loop {
+        let n = stdout.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        out.write_all(&buf[..n])?;
+        copied += n as u64;
+    }
+    if kind.fdatasync {
+        out.sync_data()?;
+    }
+    let status = child.wait()?;
+    let elapsed = t0.elapsed();
+    let cpu = cpu_seconds() - cpu0;
+    if !status.success() || copied != bytes {
+        return Err(format!("plain copy: {status}, {copied} bytes").into());
+    }
+    Ok((
+        mib_per_sec(bytes, elapsed),
+        cpu / (bytes as f64 / GIB as f64),
+    ))
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. RSS per idle process, in a fresh process each.
+
+/// The body of the re-executed child: prints `rss <before VmRSS> <after VmRSS> <before RssAnon>
+/// <after RssAnon>` in KiB, then ends its children.
+fn rss_child(mode: &str) -> Res<()> {
+    let children: usize = std::env::var(RSS_CHILDREN_ENV)?.parse()?;
+    let rt = runtime()?;
+    let line = rt.block_on(async {
+        match mode {
+            "supervisor" => {
+                let root = PathBuf::from(std::env::var(RSS_ROOT_ENV)?);
+                let mut config = config(&root);
+                config.max_live = children + 1;
+                let (sup, _) = Supervisor::open(config, Services::noop()).await?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let before = (status_kib("VmRSS")?, status_kib("RssAnon")?);
+                for _ in 0..children {
+                    let prepared = sup.prepare(Command::new("sleep").arg("600").cwd(&root))?;
+                    sup.start(prepared)
+                        .await
+                        .map_err(|e| format!("start: {e}"))?;
+                }
+                if sup.live_count() != children {
+                    return Err(format!("{} live, not {children}", sup.live_count()).into());
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let after = (status_kib("VmRSS")?, status_kib("RssAnon")?);
+                let report = sup.shutdown(Duration::from_secs(5)).await;
+                if report.terminated.len() != children {
+                    return Err(format!("shutdown: {report:?}").into());
+                }
+                Ok::<_, Box<dyn Error + Send + Sync>>(format!(
+                    "rss {} {} {} {}",
+                    before.0, after.0, before.1, after.1
+                ))
+            }
+            "plain" => {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                let before = (status_kib("VmRSS")?, status_kib("RssAnon")?);
+                let mut tasks = Vec::with_capacity(children);
+                let mut pids = Vec::with_capacity(children);
+                for _ in 0..children {
+                    let mut child = tokio::process::Command::new("sleep")
+                        .arg("600")
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .stderr(Stdio::piped())
+                        .process_group(0)
+                        .kill_on_drop(true)
+                        .spawn()?;
+                    pids.push(child.id().ok_or("no pid")?);
+                    tasks.push(tokio::spawn(async move {
+                        // Hold the pipes as a supervisor would, and wait.
+                        let pipes = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+                        let status = child.wait().await;
+                        drop(pipes);
+                        status
+                    }));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                let after = (status_kib("VmRSS")?, status_kib("RssAnon")?);
+                for pid in pids {
+                    let pid = nix::unistd::Pid::from_raw(i32::try_from(pid)?);
+                    nix::sys::signal::killpg(pid, nix::sys::signal::Signal::SIGTERM)?;
+                }
+                for task in tasks {
+                    task.await??;
+                }
+                Ok(format!(
+                    "rss {} {} {} {}",
+                    before.0, after.0, before.1, after.1
+                ))
+            }
+            other => Err(format!("unknown RSS mode {other:?}").into()),
+        }
+    })?;
+    println!("{line}");
+    Ok(())
+}
+
+/// KiB of VmRSS and of RssAnon per idle process, measured in a fresh copy of this binary.
+fn rss_per_process(mode: &str, root: &Path, children: usize) -> Res<(f64, f64)> {
+    let exe = std::env::current_exe()?;
+    let output = std::process::Command::new(exe)
+        .env(RSS_CHILD_ENV, mode)
+        .env(RSS_ROOT_ENV, root)
+        .env(RSS_CHILDREN_ENV, children.to_string())
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit())
+        .output()?;
+    let text = String::from_utf8_lossy(&output.stdout);
+    if !output.status.success() {
+        return Err(format!(
+            "RSS child ({mode}) failed: {}; stdout: {text}",
+            output.status
+        )
+        .into());
+    }
+    let line = text
+        .lines()
+        .find_map(|l| l.strip_prefix("rss "))
+        .ok_or_else(|| format!("RSS child ({mode}) printed no figures: {text}"))?;
+    let v: Vec<f64> = line
+        .split_whitespace()
+        .map(str::parse)
+        .collect::<Result<_, _>>()?;
+    let [rss0, rss1, anon0, anon1] = v[..] else {
+        return Err(format!("RSS child ({mode}): {line}").into());
+    };
+    let n = children as f64;
+    Ok(((rss1 - rss0) / n, (anon1 - anon0) / n))
+}
+
+// ---------------------------------------------------------------------------------------------
+// The report.
+
+#[derive(Debug, Default)]
+struct Results {
+    start_p50: Samples,
+    start_p99: Samples,
+    terminal_p50: Samples,
+    terminal_p99: Samples,
+    spawn_p50: Samples,
+    spawn_p99: Samples,
+    start_runq: Samples,
+    spawn_runq: Samples,
+    piped_p50: Samples,
+    piped_p99: Samples,
+    append_p50: Samples,
+    append_p99: Samples,
+    spool_p50: Samples,
+    spool_p99: Samples,
+    sup_mibps: Samples,
+    sup_cpu: Samples,
+    final_only_mibps: Samples,
+    final_only_cpu: Samples,
+    copy_mibps: Samples,
+    copy_cpu: Samples,
+    bigpipe_mibps: Samples,
+    bigpipe_cpu: Samples,
+    synced_mibps: Samples,
+    synced_cpu: Samples,
+    sup_rss: Samples,
+    sup_anon: Samples,
+    plain_rss: Samples,
+    plain_anon: Samples,
+}
+
+/// Which parts run (`PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss`, for profiling one of
+/// them; `starts` is the supervised starts alone, without baseline or breakdown).
+#[derive(Debug, Clone, Copy)]
+struct Parts {
+    latency: bool,
+    starts_only: bool,
+    output: bool,
+    rss: bool,
+}
+
+fn latency_round(
+    i: usize,
+    plan: Plan,
+    base: &Path,
+    rt: &tokio::runtime::Runtime,
+    r: &mut Results,
+    starts_only: bool,
+) -> Res<()> {
+    let swap = i % 2 == 1;
+    let root = base.join(format!("latency-{i}"));
+    for which in [swap, !swap] {
+        if which && starts_only {
+            continue;
+        }
+        if which {
+            let s = rt.block_on(plain_spawns(plan, false))?;
+            r.spawn_p50.push(s.p50);
+            r.spawn_p99.push(s.p99);
+            r.spawn_runq.push(s.runq);
+        } else {
+            let (running, terminal) = rt.block_on(supervised_starts(&root, plan))?;
+            r.start_p50.push(running.p50);
+            r.start_p99.push(running.p99);
+            r.start_runq.push(running.runq);
+            r.terminal_p50.push(terminal.p50);
+            r.terminal_p99.push(terminal.p99);
+        }
+    }
+    discard(&root)?;
+    if starts_only {
+        println!(
+            "  start -> running p50 {:.0} p99 {:.0} us",
+            r.start_p50.0[i], r.start_p99.0[i]
+        );
+        return Ok(());
+    }
+    // The breakdown.
+    let s = rt.block_on(plain_spawns(plan, true))?;
+    r.piped_p50.push(s.p50);
+    r.piped_p99.push(s.p99);
+    let s = journal_appends(&root, plan)?;
+    discard(&root)?;
+    r.append_p50.push(s.p50);
+    r.append_p99.push(s.p99);
+    std::fs::create_dir_all(&root)?;
+    let s = spool_creations(&root, plan)?;
+    discard(&root)?;
+    r.spool_p50.push(s.p50);
+    r.spool_p99.push(s.p99);
+    println!(
+        "  start -> running p50 {:.0} p99 {:.0} us (start -> terminal p50 {:.0} p99 {:.0}); \
+         plain spawn+wait p50 {:.0} p99 {:.0} us",
+        r.start_p50.0[i],
+        r.start_p99.0[i],
+        r.terminal_p50.0[i],
+        r.terminal_p99.0[i],
+        r.spawn_p50.0[i],
+        r.spawn_p99.0[i]
+    );
+    println!(
+        "  breakdown p50/p99 us: spawn+wait with 3 pipes and own group {:.0}/{:.0}; durable \
+         journal append {:.0}/{:.0}; Spool::open_writer (new dir) {:.0}/{:.0}; run-queue wait \
+         per start (all threads): supervised {:.0}, plain {:.0}",
+        r.piped_p50.0[i],
+        r.piped_p99.0[i],
+        r.append_p50.0[i],
+        r.append_p99.0[i],
+        r.spool_p50.0[i],
+        r.spool_p99.0[i],
+        r.start_runq.0[i],
+        r.spawn_runq.0[i]
+    );
+    Ok(())
+}
+
+fn output_round(
+    i: usize,
+    plan: Plan,
+    base: &Path,
+    rt: &tokio::runtime::Runtime,
+    r: &mut Results,
+) -> Res<()> {
+    let swap = i % 2 == 1;
+    let root = base.join(format!("output-{i}"));
+    let file = base.join(format!("copy-{i}"));
+    nix::unistd::sync();
+    for which in [swap, !swap] {
+        if which {
+            let kind = CopyKind {
+                big_pipe: false,
+                fdatasync: false,
+            };
+            let (mibps, cpu) = plain_copy(&file, plan.output_bytes, kind)?;
+            r.copy_mibps.push(mibps);
+            r.copy_cpu.push(cpu);
+            discard(&file)?;
+        } else {
+            let (mibps, cpu) = rt.block_on(supervised_output(&root, plan.output_bytes, true))?;
+            r.sup_mibps.push(mibps);
+            r.sup_cpu.push(cpu);
+            discard(&root)?;
+        }
+    }
+    // Diagnostics.
+    let (mibps, cpu) = rt.block_on(supervised_output(&root, plan.output_bytes, false))?;
+    discard(&root)?;
+    r.final_only_mibps.push(mibps);
+    r.final_only_cpu.push(cpu);
+    for fdatasync in [false, true] {
+        let kind = CopyKind {
+            big_pipe: true,
+            fdatasync,
+        };
+        let (mibps, cpu) = plain_copy(&file, plan.output_bytes, kind)?;
+        discard(&file)?;
+        if fdatasync {
+            r.synced_mibps.push(mibps);
+            r.synced_cpu.push(cpu);
+        } else {
+            r.bigpipe_mibps.push(mibps);
+            r.bigpipe_cpu.push(cpu);
+        }
+    }
+    println!(
+        "  {} of output, MiB/s (CPU s/GiB): supervisor {:.0} ({:.2}); plain copy {:.0} ({:.2}); \
+         supervisor without periodic checkpoints {:.0} ({:.2}); 1 MiB pipe {:.0} ({:.2}); 1 MiB \
+         pipe + fdatasync {:.0} ({:.2})",
+        size_name(plan.output_bytes),
+        r.sup_mibps.0[i],
+        r.sup_cpu.0[i],
+        r.copy_mibps.0[i],
+        r.copy_cpu.0[i],
+        r.final_only_mibps.0[i],
+        r.final_only_cpu.0[i],
+        r.bigpipe_mibps.0[i],
+        r.bigpipe_cpu.0[i],
+        r.synced_mibps.0[i],
+        r.synced_cpu.0[i]
+    );
+    Ok(())
+}
+
+fn rss_round(i: usize, plan: Plan, base: &Path, r: &mut Results) -> Res<()> {
+    let swap = i % 2 == 1;
+    let root = base.join(format!("rss-{i}"));
+    for which in [swap, !swap] {
+        if which {
+            let (rss, anon) = rss_per_process("plain", &root, plan.idle_children)?;
+            r.plain_rss.push(rss);
+            r.plain_anon.push(anon);
+        } else {
+            let (rss, anon) = rss_per_process("supervisor", &root, plan.idle_children)?;
+            r.sup_rss.push(rss);
+            r.sup_anon.push(anon);
+        }
+    }
+    discard(&root)?;
+    println!(
+        "  KiB per idle process ({}), VmRSS (RssAnon): supervisor {:.1} ({:.1}); plain tokio \
+         spawn {:.1} ({:.1})",
+        plan.idle_children, r.sup_rss.0[i], r.sup_anon.0[i], r.plain_rss.0[i], r.plain_anon.0[i]
+    );
+    Ok(())
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// figure / baseline must be at least this.
+    MinRatio(f64),
+    /// figure / baseline must be at most this.
+    MaxRatio(f64),
+    /// The figure itself must be below this.
+    BelowAbs(f64),
+    None,
+}
+
+struct Row<'a> {
+    figure: &'a str,
+    samples: &'a Samples,
+    baseline: &'a str,
+    base: &'a Samples,
+    target: Target,
+}
+
+fn fmt_samples(s: &Samples) -> String {
+    let digits = if s.median() < 100.0 { 1 } else { 0 };
+    format!(
+        "{:.d$} [{:.d$}-{:.d$}]",
+        s.median(),
+        s.min(),
+        s.max(),
+        d = digits
+    )
+}
+
+fn print_table(rows: &[Row<'_>]) {
+    let header = [
+        "figure",
+        "median [min-max]",
+        "baseline",
+        "median [min-max]",
+        "ratio [per-round]",
+        "target",
+        "met",
+    ];
+    let mut cells: Vec<[String; 7]> = Vec::new();
+    for row in rows {
+        let ratios = Samples(
+            row.samples
+                .0
+                .iter()
+                .zip(&row.base.0)
+                .map(|(a, b)| a / b)
+                .collect(),
+        );
+        let ratio = row.samples.median() / row.base.median();
+        let (target, met) = match row.target {
+            Target::MinRatio(t) => (format!(">= {t}x"), Some(ratio >= t)),
+            Target::MaxRatio(t) => (format!("<= {t}x"), Some(ratio <= t)),
+            Target::BelowAbs(t) => (format!("< {t:.0}"), Some(row.samples.median() < t)),
+            Target::None => ("-".to_owned(), None),
+        };
+        cells.push([
+            row.figure.to_owned(),
+            fmt_samples(row.samples),
+            row.baseline.to_owned(),
+            fmt_samples(row.base),
+            format!("{ratio:.2} [{:.2}-{:.2}]", ratios.min(), ratios.max()),
+            target,
+            match met {
+                Some(true) => "yes".to_owned(),
+                Some(false) => "NO".to_owned(),
+                None => "-".to_owned(),
+            },
+        ]);
+    }
+    let mut widths = header.map(str::len);
+    for row in &cells {
+        for (w, c) in widths.iter_mut().zip(row) {
+            *w = (*w).max(c.len());
+        }
+    }
+    let line = |row: &[String]| {
+        let padded: Vec<String> = row
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        println!("| {} |", padded.join(" | "));
+    };
+    line(&header.map(str::to_owned));
+    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
+    println!("|-{}-|", rule.join("-|-"));
+    for row in &cells {
+        line(row);
+    }
+}
+
+fn main() -> Res<()> {
+    if let Ok(mode) = std::env::var(RSS_CHILD_ENV) {
+        return rss_child(&mode);
+    }
+    let plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
+        QUICK
+    } else {
+        FULL
+    };
+    let parent = std::env::var_os("PROCJOURNAL_BENCH_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
+    std::fs::create_dir_all(&parent)?;
+    let tmp = tempfile::tempdir_in(&parent)?;
+    let base = tmp.path();
+    match mount_of(base) {
+        Some((mount_point, fs_type, source)) => {
+            println!(
+                "temp roots under {} on {mount_point} ({fs_type}, {source})",
+                base.display()
+            );
+            if matches!(fs_type.as_str(), "tmpfs" | "ramfs") {
+                println!("WARNING: {fs_type} is memory: the write figures mean nothing");
+            }
+        }
+        None => println!("temp roots under {} (file system unknown)", base.display()),
+    }
+    println!(
+        "{} rounds; {} timed starts (+{} warm-up); {} of output; {} idle processes; {} available \
+         CPUs",
+        plan.rounds,
+        plan.starts,
+        plan.warmup_starts,
+        size_name(plan.output_bytes),
+        plan.idle_children,
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    );
+    let rt = runtime()?;
+    let parts = match std::env::var("PROCJOURNAL_BENCH_ONLY").as_deref() {
+        Ok(only @ ("latency" | "starts")) => Parts {
+            latency: true,
+            starts_only: only == "starts",
+            output: false,
+            rss: false,
+        },
+        Ok("output") => Parts {
+            latency: false,
+            starts_only: false,
+            output: true,
+            rss: false,
+        },
+        Ok("rss") => Parts {
+            latency: false,
+            starts_only: false,
+            output: false,
+            rss: true,
+        },
+        _ => Parts {
+            latency: true,
+            starts_only: false,
+            output: true,
+            rss: true,
+        },
+    };
+    let mut r = Results::default();
+    let t0 = Instant::now();
+    for i in 0..plan.rounds {
+        println!("round {} (load {})", i + 1, load_average());
+        if parts.latency {
+            latency_round(i, plan, base, &rt, &mut r, parts.starts_only)?;
+        }
+        if parts.output {
+            output_round(i, plan, base, &rt, &mut r)?;
+        }
+        if parts.rss {
+            rss_round(i, plan, base, &mut r)?;
+        }
+    }
+    println!("({:.0} s)", t0.elapsed().as_secs_f64());
+    println!();
+    print_table(&[
+        Row {
+            figure: "start -> running p50 (us)",
+            samples: &r.start_p50,
+            baseline: "tokio spawn+wait `true` p50",
+            base: &r.spawn_p50,
+            target: Target::MaxRatio(2.0),
+        },
+        Row {
+            figure: "start -> running p99 (us)",
+            samples: &r.start_p99,
+            baseline: "tokio spawn+wait `true` p99",
+            base: &r.spawn_p99,
+            target: Target::MaxRatio(3.0),
+        },
+        Row {
+            figure: "start -> terminal p50 (us)",
+            samples: &r.terminal_p50,
+            baseline: "tokio spawn+wait `true` p50",
+            base: &r.spawn_p50,
+            target: Target::None,
+        },
+        Row {
+            figure: "start -> terminal p99 (us)",
+            samples: &r.terminal_p99,
+            baseline: "tokio spawn+wait `true` p99",
+            base: &r.spawn_p99,
+            target: Target::None,
+        },
+        Row {
+            figure: "  part: spawn+wait, 3 pipes, own group (p50 us)",
+            samples: &r.piped_p50,
+            baseline: "tokio spawn+wait `true` p50",
+            base: &r.spawn_p50,
+            target: Target::None,
+        },
+        Row {
+            figure: "  part: durable journal append (p50 us)",
+            samples: &r.append_p50,
+            baseline: "tokio spawn+wait `true` p50",
+            base: &r.spawn_p50,
+            target: Target::None,
+        },
+        Row {
+            figure: "  part: durable journal append (p99 us)",
+            samples: &r.append_p99,
+            baseline: "tokio spawn+wait `true` p99",
+            base: &r.spawn_p99,
+            target: Target::None,
+        },
+        Row {
+            figure: "  run-queue wait per start, all threads (us)",
+            samples: &r.start_runq,
+            baseline: "same, plain spawn+wait",
+            base: &r.spawn_runq,
+            target: Target::None,
+        },
+        Row {
+            figure: "  part: Spool::open_writer, new dir (p50 us)",
+            samples: &r.spool_p50,
+            baseline: "tokio spawn+wait `true` p50",
+            base: &r.spawn_p50,
+            target: Target::None,
+        },
+        Row {
+            figure: "output through supervisor (MiB/s)",
+            samples: &r.sup_mibps,
+            baseline: "pipe -> Rust copy -> file",
+            base: &r.copy_mibps,
+            target: Target::MinRatio(0.7),
+        },
+        Row {
+            figure: "  same, no periodic checkpoint (MiB/s)",
+            samples: &r.final_only_mibps,
+            baseline: "pipe -> Rust copy -> file",
+            base: &r.copy_mibps,
+            target: Target::None,
+        },
+        Row {
+            figure: "output through supervisor (MiB/s)",
+            samples: &r.sup_mibps,
+            baseline: "same, 1 MiB pipe",
+            base: &r.bigpipe_mibps,
+            target: Target::None,
+        },
+        Row {
+            figure: "output through supervisor (MiB/s)",
+            samples: &r.sup_mibps,
+            baseline: "same, 1 MiB pipe + fdatasync",
+            base: &r.synced_mibps,
+            target: Target::None,
+        },
+        Row {
+            figure: "output CPU of this process (s/GiB)",
+            samples: &r.sup_cpu,
+            baseline: "pipe -> Rust copy -> file",
+            base: &r.copy_cpu,
+            target: Target::None,
+        },
+        Row {
+            figure: "output CPU of this process (s/GiB)",
+            samples: &r.sup_cpu,
+            baseline: "same, 1 MiB pipe + fdatasync",
+            base: &r.synced_cpu,
+            target: Target::None,
+        },
+        Row {
+            figure: "VmRSS per idle process (KiB)",
+            samples: &r.sup_rss,
+            baseline: "plain tokio spawn, pipes held",
+            base: &r.plain_rss,
+            target: Target::BelowAbs(RSS_TARGET_KIB),
+        },
+        Row {
+            figure: "RssAnon per idle process (KiB)",
+            samples: &r.sup_anon,
+            baseline: "plain tokio spawn, pipes held",
+            base: &r.plain_anon,
+            target: Target::None,
+        },
+    ]);
+    Ok(())
+}

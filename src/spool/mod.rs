@@ -186,6 +186,8 @@ pub struct Spool {
     retained_from: u64,
     durable_total: u64,
     dirty: bool,
+    /// The spool directory was created by this handle and its entry in `spool/` is not synced.
+    parent_unsynced: bool,
     scratch: Vec<u8>,
 }
 
@@ -271,8 +273,15 @@ impl Spool {
         {
             return Err(SpoolError::InvalidOptions(format!("{options:?}")));
         }
-        std::fs::create_dir_all(dir).map_err(io("create directory"))?;
-        Self::open(dir, Some(spool_id), options, true)
+        let created = !dir.is_dir();
+        if created {
+            std::fs::create_dir_all(dir).map_err(io("create directory"))?;
+        }
+        let (mut spool, recovery) = Self::open(dir, Some(spool_id), options, true)?;
+        // The new directory's own entry is synced by the first checkpoint, before any bounds
+        // naming its bytes can be recorded; nothing is gained by paying for it at start.
+        spool.parent_unsynced = created;
+        Ok((spool, recovery))
     }
 
     /// Opens an existing spool for reading only; nothing is changed on disk.
@@ -289,16 +298,25 @@ impl Spool {
         let mut listed: Vec<(u64, PathBuf)> = Vec::new();
         for entry in std::fs::read_dir(dir).map_err(io("list segments"))? {
             let entry = entry.map_err(io("list segments"))?;
-            if let Some(first) = entry.file_name().to_str().and_then(parse_segment_name) {
+            let file_name = entry.file_name();
+            let Some(name) = file_name.to_str() else {
+                continue;
+            };
+            if let Some(first) = parse_segment_name(name) {
                 listed.push((first, entry.path()));
+            } else if writable && name.ends_with(".seg.tmp") {
+                // An interrupted segment creation: never named, never held output.
+                std::fs::remove_file(entry.path()).map_err(io("remove leftover segment"))?;
             }
         }
         listed.sort();
+        let last_first = listed.last().map(|(first, _)| *first);
         let mut recovery = SpoolRecovery::default();
         let mut segments: VecDeque<Segment> = VecDeque::new();
         let mut spool_id = expected_id;
         for (first, path) in listed {
             let name = segment_name(first);
+            let is_last = Some(first) == last_first;
             let file = OpenOptions::new()
                 .read(true)
                 .write(writable)
@@ -310,6 +328,17 @@ impl Spool {
                 .ok()
                 .and_then(|()| SpoolHeader::decode(&head).ok());
             let Some(header) = header else {
+                // The newest file, no longer than a header: a segment whose creation a crash (or
+                // an unsynced header under power loss) interrupted. It never held output.
+                let len = file.metadata().map_err(io("stat segment"))?.len();
+                if is_last && len <= SPOOL_HEADER_BYTES as u64 {
+                    recovery.torn_tail_bytes += len;
+                    if writable {
+                        std::fs::remove_file(&path).map_err(io("remove empty segment"))?;
+                        recovery.torn_tail_cut = true;
+                    }
+                    continue;
+                }
                 recovery.bad_segments.push(format!("{name}: bad header"));
                 continue;
             };
@@ -387,13 +416,13 @@ impl Spool {
             segments,
             total_bytes,
             retained_from,
-            durable_total: if writable { total_bytes } else { 0 },
-            dirty: false,
+            // Bytes found on disk may be only in the page cache (a crashed writer never synced
+            // them): nothing counts as durable until the first checkpoint of this handle.
+            durable_total: 0,
+            dirty: writable && total_bytes > 0,
+            parent_unsynced: false,
             scratch: Vec::new(),
         };
-        if writable {
-            crate::journal::storage_sync_dir(dir).map_err(io("sync directory"))?;
-        }
         Ok((spool, recovery))
     }
 
@@ -420,15 +449,26 @@ impl Spool {
                 .map_or(0, |s| s.header.segment_index + 1),
             created_unix_ms: now_unix_ms(),
         };
-        let path = self.dir.join(segment_name(header.first_cursor));
+        // Written under a temporary name and renamed, so a segment name never holds a file
+        // without its header (a crash in between leaves only a `.tmp`, removed at open).
+        let name = segment_name(header.first_cursor);
+        let path = self.dir.join(&name);
+        let tmp = self.dir.join(format!("{name}.tmp"));
+        match std::fs::remove_file(&tmp) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(io("remove leftover segment")(e));
+            }
+            _ => {}
+        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&path)
+            .open(&tmp)
             .map_err(io("create segment"))?;
         file.write_all_at(&header.encode(), 0)
             .map_err(io("write segment header"))?;
+        std::fs::rename(&tmp, &path).map_err(io("name segment"))?;
         let segment = Segment {
             path,
             header,
@@ -515,6 +555,12 @@ impl Spool {
                 }
             }
             crate::journal::storage_sync_dir(&self.dir).map_err(io("sync directory"))?;
+            if self.parent_unsynced {
+                if let Some(parent) = self.dir.parent() {
+                    crate::journal::storage_sync_dir(parent).map_err(io("sync directory"))?;
+                }
+                self.parent_unsynced = false;
+            }
             self.dirty = false;
             self.durable_total = self.total_bytes;
         }
