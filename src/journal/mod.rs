@@ -248,6 +248,9 @@ pub struct Journal {
     sync: Mutex<SyncState>,
     synced: Condvar,
     poison: Mutex<Option<String>>,
+    /// Mirrors `poison.is_some()` so that the check on every append takes no lock; set (with
+    /// Release) only after the cause is stored, read with Acquire.
+    poisoned: std::sync::atomic::AtomicBool,
     /// Declared last so that it drops last: the mapping in `writer` must be gone before the lock
     /// is released (see `mmap.rs`).
     root: Root,
@@ -460,6 +463,7 @@ impl Journal {
             }),
             synced: Condvar::new(),
             poison: Mutex::new(None),
+            poisoned: std::sync::atomic::AtomicBool::new(false),
         };
         {
             let mut w = lock(&journal.writer);
@@ -483,6 +487,9 @@ impl Journal {
     }
 
     fn check_poison(&self) -> Result<(), JournalError> {
+        if !self.poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            return Ok(());
+        }
         match &*lock(&self.poison) {
             Some(cause) => Err(JournalError::Poisoned {
                 cause: cause.clone(),
@@ -496,6 +503,8 @@ impl Journal {
         warn!(%cause, "journal poisoned");
         let mut slot = lock(&self.poison);
         let cause = slot.get_or_insert(cause).clone();
+        self.poisoned
+            .store(true, std::sync::atomic::Ordering::Release);
         drop(slot);
         self.synced.notify_all();
         JournalError::Poisoned { cause }
