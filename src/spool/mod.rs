@@ -395,8 +395,8 @@ impl Spool {
                 },
             );
             let (end, cursor_end) = (walk.end_offset, walk.end_cursor);
-            recovery.torn_tail_bytes = len - end;
-            if recovery.torn_tail_bytes > 0 && writable {
+            recovery.torn_tail_bytes += len - end;
+            if len > end && writable {
                 last.file.set_len(end).map_err(io("cut torn tail"))?;
                 last.file.sync_all().map_err(io("sync segment"))?;
                 recovery.torn_tail_cut = true;
