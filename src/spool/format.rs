@@ -159,18 +159,20 @@ pub const fn chunk_bytes(payload_bytes: usize) -> usize {
 /// Appends a whole chunk (header, payload, zero padding) to `out`.
 pub fn encode_chunk(stream: Stream, cursor: u64, payload: &[u8], out: &mut Vec<u8>) {
     assert!(!payload.is_empty() && payload.len() <= CHUNK_PAYLOAD_BYTES_MAX);
-    let start = out.len();
-    out.resize(start + chunk_bytes(payload.len()), 0);
-    let chunk = &mut out[start..];
-    chunk[CH_PAYLOAD_CRC_OFFSET..CH_PAYLOAD_CRC_OFFSET + 4]
+    let mut header = [0u8; CHUNK_HEADER_BYTES];
+    header[CH_PAYLOAD_CRC_OFFSET..CH_PAYLOAD_CRC_OFFSET + 4]
         .copy_from_slice(&masked_crc(payload).to_le_bytes());
-    chunk[CH_PAYLOAD_BYTES_OFFSET..CH_PAYLOAD_BYTES_OFFSET + 4]
+    header[CH_PAYLOAD_BYTES_OFFSET..CH_PAYLOAD_BYTES_OFFSET + 4]
         .copy_from_slice(&(payload.len() as u32).to_le_bytes());
-    chunk[CH_STREAM_OFFSET] = stream.tag();
-    chunk[CH_CURSOR_OFFSET..CH_CURSOR_OFFSET + 8].copy_from_slice(&cursor.to_le_bytes());
-    let crc = masked_crc(&chunk[CH_PAYLOAD_CRC_OFFSET..CHUNK_HEADER_BYTES]);
-    chunk[CH_HEADER_CRC_OFFSET..CH_HEADER_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
-    chunk[CHUNK_HEADER_BYTES..CHUNK_HEADER_BYTES + payload.len()].copy_from_slice(payload);
+    header[CH_STREAM_OFFSET] = stream.tag();
+    header[CH_CURSOR_OFFSET..CH_CURSOR_OFFSET + 8].copy_from_slice(&cursor.to_le_bytes());
+    let crc = masked_crc(&header[CH_PAYLOAD_CRC_OFFSET..]);
+    header[CH_HEADER_CRC_OFFSET..CH_HEADER_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    // Appended piece by piece: the payload is copied once and nothing is zero-filled twice.
+    out.extend_from_slice(&header);
+    out.extend_from_slice(payload);
+    let padding = chunk_bytes(payload.len()) - CHUNK_HEADER_BYTES - payload.len();
+    out.extend_from_slice(&[0u8; CHUNK_ALIGN_BYTES][..padding]);
 }
 
 /// Checks a chunk header (at least [`CHUNK_HEADER_BYTES`]) without its payload.

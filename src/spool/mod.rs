@@ -490,41 +490,58 @@ impl Spool {
         if !self.writable {
             return Err(SpoolError::ReadOnly);
         }
-        for piece in bytes.chunks(CHUNK_SPLIT_BYTES) {
-            let needed = chunk_bytes(piece.len()) as u64;
+        let mut rest = bytes;
+        let mut entries: Vec<IndexEntry> = Vec::new();
+        while !rest.is_empty() {
+            let first = chunk_bytes(rest.len().min(CHUNK_SPLIT_BYTES)) as u64;
             let rotate = match self.segments.back() {
                 None => true,
                 Some(s) => {
                     s.valid_len > SPOOL_HEADER_BYTES as u64
-                        && s.valid_len + needed > self.options.segment_bytes
+                        && s.valid_len + first > self.options.segment_bytes
                 }
             };
             if rotate {
                 self.new_segment()?;
             }
-            let mut scratch = std::mem::take(&mut self.scratch);
-            scratch.clear();
-            encode_chunk(stream, self.total_bytes, piece, &mut scratch);
+            let segment_bytes = self.options.segment_bytes;
             let Some(active) = self.segments.back_mut() else {
                 unreachable!("a segment was just ensured");
             };
-            let offset = active.valid_len;
-            let written = active.file.write_all_at(&scratch, offset);
+            // Every chunk of this append that fits the active segment goes out in one write.
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            entries.clear();
+            let base = active.valid_len;
+            let (mut offset, mut cursor) = (base, self.total_bytes);
+            while !rest.is_empty() {
+                let piece = &rest[..rest.len().min(CHUNK_SPLIT_BYTES)];
+                let needed = chunk_bytes(piece.len()) as u64;
+                if offset > base && offset + needed > segment_bytes {
+                    break;
+                }
+                encode_chunk(stream, cursor, piece, &mut scratch);
+                entries.push(IndexEntry { cursor, offset });
+                offset += needed;
+                cursor += piece.len() as u64;
+                rest = &rest[piece.len()..];
+            }
+            let written = active.file.write_all_at(&scratch, base);
             self.scratch = scratch;
             written.map_err(io("write chunk"))?;
-            if let Some(index) = active.index.get_mut()
-                && index
-                    .last()
-                    .is_none_or(|e| offset - e.offset >= INDEX_STRIDE_BYTES)
-            {
-                index.push(IndexEntry {
-                    cursor: self.total_bytes,
-                    offset,
-                });
+            if let Some(index) = active.index.get_mut() {
+                for entry in &entries {
+                    if index
+                        .last()
+                        .is_none_or(|e| entry.offset - e.offset >= INDEX_STRIDE_BYTES)
+                    {
+                        index.push(*entry);
+                    }
+                }
             }
-            active.valid_len += needed;
-            self.total_bytes += piece.len() as u64;
-            active.end_cursor = self.total_bytes;
+            active.valid_len = offset;
+            self.total_bytes = cursor;
+            active.end_cursor = cursor;
             self.dirty = true;
             self.enforce_retention()?;
         }
