@@ -634,6 +634,20 @@ struct Model {
 }
 
 impl Model {
+    /// The handle and step an ID was allocated for by an accepted registration, if any.
+    fn reserved_by(&self, id: EventId) -> Option<(Handle, Slot)> {
+        let slots = [
+            Slot::Registration,
+            Slot::Running,
+            Slot::Terminal,
+            Slot::Lost,
+            Slot::Completion,
+        ];
+        self.procs
+            .iter()
+            .find_map(|(h, p)| slots.iter().find(|s| p.slot(**s) == id).map(|s| (*h, *s)))
+    }
+
     /// Applies one event under `event_id`; returns what the validator must answer.
     fn step(&mut self, event_id: EventId, event: &LifecycleEvent) -> Verdict {
         use Verdict::*;
@@ -649,6 +663,10 @@ impl Model {
                 e.ids.completion,
             ];
             if (0..5).any(|i| (i + 1..5).any(|j| all[i] == all[j])) {
+                return Refused;
+            }
+            // Every allocated ID is reserved for its one step of its one handle.
+            if all.iter().any(|id| self.reserved_by(*id).is_some()) {
                 return Refused;
             }
             self.procs.insert(
@@ -670,6 +688,17 @@ impl Model {
                 },
             );
             return Changed;
+        }
+        if let Some((owner, slot)) = self.reserved_by(event_id) {
+            let step = match event {
+                LifecycleEvent::Running(_) => Some(Slot::Running),
+                LifecycleEvent::Terminal(_) => Some(Slot::Terminal),
+                LifecycleEvent::LostOnRestore(_) => Some(Slot::Lost),
+                _ => None,
+            };
+            if step != Some(slot) || owner != event.handle() {
+                return Refused;
+            }
         }
         let Some(p) = self.procs.get_mut(&event.handle()) else {
             return Refused;
