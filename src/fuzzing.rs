@@ -1,3 +1,1099 @@
 //! Bodies of the cargo-fuzz targets, kept in the library so that `tests/fuzz_regressions.rs` replays
 //! every committed seed and regression input through exactly the same code on stable Rust in CI.
 //! Each function must never panic on any input except when an invariant it checks is broken.
+//!
+//! - [`record_decoder`]: the record and segment-header decoders of `journal::format`, their
+//!   agreement with each other and with the encoders, and the pure segment scanner of recovery run
+//!   over the input as the body of a segment.
+//! - [`journal_open`]: structure-aware; the input describes one to three segment files (valid or
+//!   broken headers, valid chained records, stale records, garbage, zero runs, torn ends, short and
+//!   long files), which are written to a fresh temporary root and then scanned read-only, opened
+//!   writable (recovery) and appended to.
+//! - [`codec_decode`]: the payload codec on a representative event shape.
+//!
+//! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
+//! and are removed when each run ends.
+//!
+//! Every minimised crash the campaigns found is kept in `fuzz/regressions/<target>/` and replayed by
+//! `tests/fuzz_regressions.rs`; all of them are fixed.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use crate::codec::{self, Decode, Encode};
+use crate::journal::format::{self, FrameError, RecordFields, SegmentHeader};
+use crate::journal::reader::{Follower, JournalReader, Record};
+use crate::journal::recovery::{self, RecoveryReport};
+use crate::journal::{Durability, EventId, EventKind, Journal, JournalError, JournalOptions};
+use crate::limits::{
+    RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_HEADER_BYTES,
+    SEGMENT_INDEX_MAX, SEQ_MAX,
+};
+
+/// Segment size of every segment the fuzz targets build.
+pub const FUZZ_SEGMENT_BYTES: usize = 4096;
+
+/// `journal_id` of every segment the fuzz targets build (except deliberately foreign ones).
+pub const FUZZ_JOURNAL_ID: [u8; 16] = *b"procjournal-fuzz";
+
+/// `journal_id` of a segment transplanted from another journal.
+const FOREIGN_JOURNAL_ID: [u8; 16] = *b"another-journal!";
+
+fn u32_le(bytes: &[u8], offset: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[offset..offset + 4]);
+    u32::from_le_bytes(b)
+}
+
+// ------------------------------------------------------------------------------------------------
+// record_decoder
+
+/// Decodes `data` as a record (all three header decoders and the whole-record decoder) and as a
+/// segment header, checks that the decoders agree with each other and that whatever decodes
+/// re-encodes to exactly the input bytes; then scans `data` as the body of a segment.
+pub fn record_decoder(data: &[u8]) {
+    check_record_decoders(data);
+    check_segment_header_decoder(data);
+    check_segment_scan(data);
+}
+
+fn check_record_decoders(data: &[u8]) {
+    let unbounded = format::decode_record_header_unbounded(data);
+    let bounded = format::decode_record_header(data);
+    let whole = format::decode_record(data);
+
+    if data.len() < RECORD_HEADER_BYTES {
+        assert_eq!(unbounded, Err(FrameError::Truncated));
+    }
+    match unbounded {
+        Err(e) => {
+            assert_eq!(bounded, Err(e), "bounded header decoder disagrees");
+            assert_eq!(whole.err(), Some(e), "record decoder disagrees");
+            return;
+        }
+        Ok(h) => {
+            assert_ne!(h.kind, 0, "kind 0 accepted");
+            assert!(h.payload_bytes as usize <= RECORD_PAYLOAD_BYTES_MAX);
+            if format::record_bytes(h.payload_bytes as usize) > data.len() {
+                assert_eq!(bounded, Err(FrameError::LengthPastEnd));
+                assert_eq!(whole.err(), Some(FrameError::LengthPastEnd));
+                return;
+            }
+            assert_eq!(bounded, Ok(h), "bounded header decoder disagrees");
+        }
+    }
+    let (header, payload) = match whole {
+        Ok(ok) => ok,
+        Err(e) => {
+            assert!(
+                matches!(e, FrameError::PayloadChecksum | FrameError::PaddingNonZero),
+                "a checked header then failed with {e:?}"
+            );
+            return;
+        }
+    };
+    assert_eq!(Ok(header), bounded);
+    assert_eq!(payload.len(), header.payload_bytes as usize);
+    assert_eq!(
+        payload,
+        &data[RECORD_HEADER_BYTES..RECORD_HEADER_BYTES + payload.len()]
+    );
+    assert_eq!(format::masked_crc(payload), header.payload_crc);
+
+    let mut encoded = vec![0u8; format::record_bytes(payload.len())];
+    let crc = format::encode_record(
+        &RecordFields {
+            kind: header.kind,
+            codec_version: header.codec_version,
+            seq: header.seq,
+            event_id: header.event_id,
+            prev_crc: header.prev_crc,
+            payload,
+        },
+        &mut encoded,
+    );
+    assert_eq!(crc, header.header_crc, "re-encoded header CRC differs");
+    assert_eq!(
+        encoded.as_slice(),
+        &data[..encoded.len()],
+        "a decoded record does not re-encode to its bytes"
+    );
+}
+
+fn check_segment_header_decoder(data: &[u8]) {
+    match SegmentHeader::decode(data) {
+        Ok(h) => {
+            assert!(format::segment_bytes_valid(h.segment_bytes as usize));
+            let encoded = h.encode();
+            assert_eq!(
+                encoded.as_slice(),
+                &data[..SEGMENT_HEADER_BYTES],
+                "a decoded segment header does not re-encode to its bytes"
+            );
+            assert_eq!(h.crc(), u32_le(data, format::SEG_CRC_OFFSET));
+        }
+        Err(FrameError::Truncated) => assert!(data.len() < SEGMENT_HEADER_BYTES),
+        Err(_) => assert!(data.len() >= SEGMENT_HEADER_BYTES),
+    }
+}
+
+/// Runs recovery's pure segment scanner over a valid header followed by `data`.
+fn check_segment_scan(data: &[u8]) {
+    let header = SegmentHeader {
+        segment_bytes: FUZZ_SEGMENT_BYTES as u32,
+        journal_id: FUZZ_JOURNAL_ID,
+        segment_index: 0,
+        base_seq: 1,
+        created_unix_ms: 0,
+    };
+    let body = &data[..data.len().min(FUZZ_SEGMENT_BYTES - SEGMENT_HEADER_BYTES)];
+    let mut bytes = header.encode().to_vec();
+    bytes.extend_from_slice(body);
+
+    let mut seen: Vec<(u64, format::RecordHeader, Vec<u8>)> = Vec::new();
+    let outcome = recovery::scan_segment(&bytes, &header, |r| {
+        assert_eq!(r.segment_index, 0);
+        seen.push((r.offset, *r.header, r.payload.to_vec()));
+    });
+
+    let mut next_free = SEGMENT_HEADER_BYTES as u64;
+    let mut last_seq: Option<u64> = None;
+    for (offset, h, payload) in &seen {
+        let at = *offset as usize;
+        assert!(*offset >= next_free, "records overlap or go backwards");
+        assert!(at.is_multiple_of(RECORD_ALIGN_BYTES));
+        let decoded = format::decode_record(&bytes[at..]);
+        assert_eq!(
+            decoded,
+            Ok((*h, payload.as_slice())),
+            "scanner accepted a bad record"
+        );
+        assert!(h.seq >= header.base_seq);
+        if let Some(prev) = last_seq {
+            assert!(h.seq > prev, "accepted seqs do not increase");
+        }
+        last_seq = Some(h.seq);
+        next_free = *offset + format::record_bytes(h.payload_bytes as usize) as u64;
+    }
+    assert_eq!(outcome.records, seen.len() as u64);
+    assert_eq!(outcome.last_seq, last_seq);
+    if let Some((_, h, _)) = seen.last() {
+        assert_eq!(outcome.chain_crc, h.header_crc);
+    } else {
+        assert_eq!(outcome.chain_crc, header.crc());
+    }
+    assert!(outcome.end_offset <= bytes.len());
+    assert!(outcome.end_offset as u64 >= next_free);
+
+    let mut previous_end = SEGMENT_HEADER_BYTES as u64;
+    for d in &outcome.damaged {
+        assert!(d.start_offset < d.end_offset, "empty damaged range {d:?}");
+        assert!(d.start_offset >= previous_end, "damaged ranges overlap");
+        previous_end = d.end_offset;
+        // A damaged range in one segment always ends at the next accepted record.
+        let next = seen.iter().find(|(offset, _, _)| *offset == d.end_offset);
+        assert!(next.is_some(), "damaged range does not end at a record");
+        assert_eq!(next.map(|(_, h, _)| h.seq), d.next_good_seq);
+    }
+    match outcome.trailing {
+        Some((start, end, _row)) => {
+            assert_eq!(start, outcome.end_offset);
+            assert!(start < end && end <= bytes.len());
+            assert!(bytes[end..].iter().all(|&b| b == 0));
+            assert_ne!(bytes[end - 1], 0);
+        }
+        None => assert!(
+            bytes[outcome.end_offset..].iter().all(|&b| b == 0),
+            "non-zero bytes after the last record were neither damage nor a torn tail"
+        ),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
+// journal_open
+
+/// Reads the fuzz input front to back; past its end every read yields zeroes.
+struct Input<'a> {
+    data: &'a [u8],
+}
+
+impl<'a> Input<'a> {
+    fn u8(&mut self) -> u8 {
+        match self.data.split_first() {
+            Some((&b, rest)) => {
+                self.data = rest;
+                b
+            }
+            None => 0,
+        }
+    }
+    fn u16(&mut self) -> u16 {
+        u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u64(&mut self) -> u64 {
+        let mut b = [0u8; 8];
+        for byte in &mut b {
+            *byte = self.u8();
+        }
+        u64::from_le_bytes(b)
+    }
+    fn bytes(&mut self, n: usize) -> &'a [u8] {
+        let (taken, rest) = self.data.split_at(n.min(self.data.len()));
+        self.data = rest;
+        taken
+    }
+    fn is_empty(&self) -> bool {
+        self.data.is_empty()
+    }
+}
+
+/// The files of a journal directory built from one fuzz input.
+#[derive(Debug, Clone, Default)]
+pub struct JournalPlan {
+    /// `(file name, contents)`: segment files, possibly a leftover `*.log.tmp` and `*.spare`.
+    pub files: Vec<(String, Vec<u8>)>,
+    /// The policy of the writable open (`Os` unless the input's last byte asks otherwise).
+    pub durability: Durability,
+}
+
+/// Segment-building state carried from one record to the next (what a writer would hold).
+struct Chain {
+    expected_seq: u64,
+    chain_crc: u32,
+    records_built: u64,
+}
+
+fn push_record(out: &mut Vec<u8>, fields: &RecordFields<'_>) -> u32 {
+    let start = out.len();
+    out.resize(start + format::record_bytes(fields.payload.len()), 0);
+    format::encode_record(fields, &mut out[start..])
+}
+
+/// A number from the input: anything, or (more often) within a few of `limit`.
+fn near_limit(input: &mut Input<'_>, limit: u64) -> u64 {
+    let b = input.u8();
+    let delta = u64::from(b >> 2);
+    match b % 4 {
+        0 => input.u64(),
+        1 => limit.saturating_sub(delta),
+        2 => limit.saturating_add(delta),
+        _ => limit,
+    }
+}
+
+/// Builds the body of one segment (records, garbage, zero runs, torn ends) after its header.
+fn build_body(input: &mut Input<'_>, out: &mut Vec<u8>, chain: &mut Chain) {
+    let ops = input.u8() % 24;
+    for _ in 0..ops {
+        if out.len() >= FUZZ_SEGMENT_BYTES || input.is_empty() {
+            break;
+        }
+        let op = input.u8();
+        match op % 10 {
+            // A valid record continuing the chain, or (op 3) one with a wrong seq or chain.
+            0..=3 => {
+                let kind = input.u16().max(1);
+                let codec_version = input.u8();
+                let id_mode = input.u8();
+                let event_id = match id_mode % 4 {
+                    0 => {
+                        let mut id = [0u8; 16];
+                        let b = input.bytes(16);
+                        id[..b.len()].copy_from_slice(b);
+                        id
+                    }
+                    1 => [0x11; 16], // repeated: duplicate IDs across records
+                    _ => {
+                        let mut id = *b"fuzz-record-id..";
+                        id[8..].copy_from_slice(&chain.records_built.to_le_bytes());
+                        id
+                    }
+                };
+                // Bit 5 of the ID mode fills the payload with one byte, so that a few input bytes
+                // can fill a segment (and make the append rotate).
+                let payload_len = usize::from(input.u8()) + usize::from(id_mode >> 6) * 256;
+                let filled;
+                let payload: &[u8] = if id_mode & 0x20 != 0 {
+                    filled = vec![input.u8(); payload_len];
+                    &filled
+                } else {
+                    input.bytes(payload_len)
+                };
+                let (seq, prev_crc) = if op % 10 == 3 {
+                    let delta = input.u8();
+                    match delta % 4 {
+                        0 => (chain.expected_seq, input.u8().into()),
+                        1 => (
+                            chain.expected_seq.wrapping_sub(u64::from(delta >> 2)),
+                            chain.chain_crc,
+                        ),
+                        2 => (
+                            chain.expected_seq.wrapping_add(u64::from(delta >> 2)),
+                            chain.chain_crc,
+                        ),
+                        _ => (near_limit(input, SEQ_MAX), chain.chain_crc),
+                    }
+                } else {
+                    (chain.expected_seq, chain.chain_crc)
+                };
+                let crc = push_record(
+                    out,
+                    &RecordFields {
+                        kind,
+                        codec_version,
+                        seq,
+                        event_id,
+                        prev_crc,
+                        payload,
+                    },
+                );
+                chain.expected_seq = seq.wrapping_add(1);
+                chain.chain_crc = crc;
+                chain.records_built += 1;
+            }
+            // Arbitrary bytes (often not a multiple of 8, which misaligns what follows).
+            4 | 5 => {
+                let n = usize::from(input.u8());
+                out.extend_from_slice(input.bytes(n));
+            }
+            // A run of zeroes.
+            6 => {
+                let n = usize::from(input.u8() % 64) * RECORD_ALIGN_BYTES;
+                out.resize(out.len() + n, 0);
+            }
+            // Back to record alignment.
+            7 => {
+                let aligned = out.len().next_multiple_of(RECORD_ALIGN_BYTES);
+                out.resize(aligned, 0);
+            }
+            // A torn end: cut some bytes off what was built.
+            8 => {
+                let cut = usize::from(input.u8() % 64) + 1;
+                let keep = out.len().saturating_sub(cut).max(SEGMENT_HEADER_BYTES);
+                out.truncate(keep);
+            }
+            // Corrupt one byte of what was built (outside the segment header).
+            _ => {
+                let at = usize::from(input.u16());
+                let mask = input.u8().max(1);
+                if out.len() > SEGMENT_HEADER_BYTES {
+                    let at = SEGMENT_HEADER_BYTES + at % (out.len() - SEGMENT_HEADER_BYTES);
+                    out[at] ^= mask;
+                }
+            }
+        }
+    }
+}
+
+/// Turns a fuzz input into the files of a journal directory.
+///
+/// Layout of the input: one byte of journal flags (segment count 1-3, how segment indices are
+/// chosen, how base sequence numbers are chosen, whether a leftover `*.log.tmp` exists), then per
+/// segment one byte of segment flags (header validity, file length), the base seq when the flags
+/// ask for one from the input, and a body (see `build_body`); then one last byte: the durability
+/// policy of the writable open and whether a leftover `*.spare` file exists.
+pub fn journal_plan(data: &[u8]) -> JournalPlan {
+    let mut input = Input { data };
+    let flags = input.u8();
+    let count = 1 + u64::from(flags % 3);
+    let first_index = match (flags >> 2) & 7 {
+        0..=4 => 0,
+        5 => u64::from(input.u8()),
+        6 => input.u64(),
+        // The last segment at, just below or just above the largest index a journal may have.
+        _ => SEGMENT_INDEX_MAX + u64::from(input.u8() % 4) - count,
+    };
+    let gaps = (flags >> 2) & 7 == 5;
+    let leftover_tmp = (flags >> 5) & 1 == 1;
+    let seq_mode = flags >> 6;
+
+    let mut plan = JournalPlan::default();
+    let mut chain = Chain {
+        expected_seq: 1,
+        chain_crc: 0,
+        records_built: 0,
+    };
+    let mut index = first_index;
+    for i in 0..count {
+        if i > 0 {
+            let step = if gaps {
+                1 + u64::from(input.u8() % 3)
+            } else {
+                1
+            };
+            match index.checked_add(step) {
+                Some(next) => index = next,
+                None => break,
+            }
+        }
+        let seg_flags = input.u8();
+        let base_seq = match seq_mode {
+            0 | 1 => chain.expected_seq,
+            2 => 1 + u64::from(input.u8()),
+            _ => near_limit(&mut input, SEQ_MAX),
+        };
+        let mut header = SegmentHeader {
+            segment_bytes: FUZZ_SEGMENT_BYTES as u32,
+            journal_id: FUZZ_JOURNAL_ID,
+            segment_index: index,
+            base_seq,
+            created_unix_ms: 1_700_000_000_000 + i,
+        };
+        let mut bytes = Vec::with_capacity(FUZZ_SEGMENT_BYTES + 64);
+        match seg_flags % 16 {
+            // A header made of input bytes: garbage, truncated or zero.
+            0 => {
+                let n = usize::from(input.u8() % 96);
+                bytes.extend_from_slice(input.bytes(n));
+            }
+            // A segment copied in from another journal.
+            1 => header.journal_id = FOREIGN_JOURNAL_ID,
+            // A header naming another segment than its file name.
+            2 => header.segment_index = index.wrapping_add(1),
+            _ => {}
+        }
+        if bytes.is_empty() && !seg_flags.is_multiple_of(16) {
+            bytes.extend_from_slice(&header.encode());
+        }
+        chain.expected_seq = header.base_seq;
+        chain.chain_crc = header.crc();
+        build_body(&mut input, &mut bytes, &mut chain);
+        match (seg_flags >> 4) % 8 {
+            // Short: torn during creation or cut by outside damage.
+            5 | 6 => {
+                let cut = usize::from(input.u8()) * RECORD_ALIGN_BYTES;
+                let len = bytes.len().min(FUZZ_SEGMENT_BYTES - RECORD_ALIGN_BYTES);
+                bytes.truncate(len.saturating_sub(cut));
+            }
+            // Longer than its header says.
+            7 => bytes.resize(FUZZ_SEGMENT_BYTES + RECORD_ALIGN_BYTES, 0),
+            // The normal case: preallocated to the segment size.
+            _ => bytes.resize(FUZZ_SEGMENT_BYTES, 0),
+        }
+        plan.files.push((recovery::segment_file_name(index), bytes));
+    }
+    if leftover_tmp {
+        let name = format!("{}.tmp", recovery::segment_file_name(index.wrapping_add(1)));
+        plan.files.push((name, vec![0u8; 64]));
+    }
+    // One more byte, after everything else so that shorter inputs keep their meaning: the policy
+    // of the writable open, and a leftover spare segment of an earlier writer.
+    let tail = input.u8();
+    plan.durability = match tail % 3 {
+        0 => Durability::Os,
+        1 => Durability::Sync,
+        _ => Durability::Group,
+    };
+    if tail & 0x80 != 0 {
+        let name = format!("{:020}.spare", index.wrapping_add(1));
+        plan.files.push((name, vec![0u8; FUZZ_SEGMENT_BYTES]));
+    }
+    plan
+}
+
+/// A fresh directory under the system temporary directory, removed on drop.
+struct TempRoot(PathBuf);
+
+impl TempRoot {
+    fn new() -> Option<TempRoot> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let path =
+            std::env::temp_dir().join(format!("procjournal-fuzz-{}-{n}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        let root = TempRoot(path);
+        std::fs::create_dir_all(root.0.join("journal")).ok()?;
+        Some(root)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempRoot {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Invariants of any report and the records it came with.
+fn check_scan(records: &[Record], report: &RecoveryReport) {
+    assert_eq!(report.records, records.len() as u64);
+    for pair in records.windows(2) {
+        assert!(
+            pair[0].position.seq < pair[1].position.seq,
+            "seqs do not increase"
+        );
+        let a = (pair[0].position.segment_index, pair[0].position.offset);
+        let b = (pair[1].position.segment_index, pair[1].position.offset);
+        assert!(a < b, "positions do not increase");
+    }
+    if let Some(last) = records.last() {
+        assert_eq!(report.last_seq, Some(last.position.seq));
+    }
+    for r in records {
+        assert_ne!(r.kind, 0);
+        assert!(r.position.offset >= SEGMENT_HEADER_BYTES as u64);
+    }
+    for t in &report.torn_tails {
+        assert!(t.start_offset < t.end_offset, "empty torn tail {t:?}");
+        // Nothing valid after a torn tail.
+        assert!(
+            records
+                .iter()
+                .all(|r| (r.position.segment_index, r.position.offset)
+                    < (t.segment_index, t.start_offset)),
+            "a record lies after a torn tail"
+        );
+    }
+    for d in &report.damaged {
+        assert!(d.start_offset < d.end_offset, "empty damaged range {d:?}");
+    }
+}
+
+/// Writes the journal described by `data` to a temporary root, scans it read-only, opens it
+/// writable (recovery) and appends one event, checking that recovery loses no valid record, leaves
+/// no torn tail, and that the appended event is read back last.
+pub fn journal_open(data: &[u8]) {
+    let plan = journal_plan(data);
+    let Some(root) = TempRoot::new() else { return };
+    let dir = root.path().join("journal");
+    for (name, bytes) in &plan.files {
+        if std::fs::write(dir.join(name), bytes).is_err() {
+            return;
+        }
+    }
+    check_journal(root.path(), plan.durability);
+}
+
+fn read_all(root: &Path) -> Option<(Vec<Record>, RecoveryReport)> {
+    JournalReader::open(root).ok()?.records(0).ok()
+}
+
+fn check_journal(root: &Path, durability: Durability) {
+    // (a) Read-only scan: must not panic; remember what it found.
+    let Some((before, report_before)) = read_all(root) else {
+        return;
+    };
+    check_scan(&before, &report_before);
+    assert!(report_before.torn_tails.iter().all(|t| !t.zeroed));
+    assert!(report_before.duplicate_ids.is_empty());
+
+    // A follower hands out the same records as the scan, then nothing while nobody writes.
+    let Ok(reader) = JournalReader::open(root) else {
+        return;
+    };
+    let mut followed = Vec::new();
+    let (mut follower, follow_report) = match reader.follow(0, |r| followed.push(r.to_owned())) {
+        Ok(ok) => ok,
+        Err(e) => panic!("follow failed where a scan succeeded: {e}"),
+    };
+    assert_eq!(followed, before, "follow and scan disagree");
+    assert_eq!(follow_report, report_before, "follow and scan disagree");
+    let polled = poll_all(&mut follower);
+    assert!(
+        polled.is_empty(),
+        "a follower of an idle journal handed out records the scan did not accept: {polled:?}"
+    );
+
+    // (b) Writable open: recovery. May fail, must not panic.
+    let options = JournalOptions {
+        durability,
+        segment_bytes: FUZZ_SEGMENT_BYTES,
+    };
+    let Ok((journal, open_report)) = Journal::open(root, options) else {
+        return;
+    };
+    // Recovery reports what the read-only scan found, plus duplicate IDs, and zeroes the tails.
+    assert!(open_report.torn_tails.iter().all(|t| t.zeroed));
+    let mut comparable = open_report.clone();
+    comparable.duplicate_ids.clear();
+    for t in &mut comparable.torn_tails {
+        t.zeroed = false;
+    }
+    assert_eq!(
+        comparable, report_before,
+        "writable open saw another journal"
+    );
+    let ids: HashSet<[u8; 16]> = before.iter().map(|r| r.event_id.as_bytes()).collect();
+    assert_eq!(
+        open_report.duplicate_ids.len(),
+        before.len() - ids.len(),
+        "duplicate IDs miscounted"
+    );
+
+    // After recovery: the same records, no torn tail, nothing else changed but repairs.
+    let Some((after_open, report_open)) = read_all(root) else {
+        panic!("read-only scan failed after a successful writable open");
+    };
+    check_scan(&after_open, &report_open);
+    assert_eq!(after_open, before, "recovery changed the valid records");
+    assert!(
+        report_open.torn_tails.is_empty(),
+        "torn tails left after recovery: {:?}",
+        report_open.torn_tails
+    );
+    assert!(report_open.leftover_tmp_files.is_empty());
+    assert_eq!(
+        report_open.damaged, report_before.damaged,
+        "recovery touched damage"
+    );
+    assert_eq!(report_open.bad_segments, report_before.bad_segments);
+    assert_eq!(report_open.gaps, report_before.gaps);
+
+    // (c) Append one event with an ID the journal does not hold, then read it back last.
+    let mut id = [0xa5u8; 16];
+    while ids.contains(&id) {
+        id[0] = id[0].wrapping_add(1);
+    }
+    let Some(kind) = EventKind::new(0x7777) else {
+        return;
+    };
+    let payload = b"appended by the fuzz target";
+    let appended = journal.append(EventId::from_bytes(id), kind, codec::CODEC_VERSION, payload);
+    let appended = match appended {
+        Ok(a) => a,
+        Err(JournalError::Full { .. }) => {
+            // Only a journal at one of its limits may refuse, and it must then be unchanged.
+            let last_seq = before.last().map_or(0, |r| r.position.seq);
+            let at_last_index = root
+                .join("journal")
+                .join(recovery::segment_file_name(SEGMENT_INDEX_MAX))
+                .exists();
+            assert!(
+                last_seq >= SEQ_MAX || at_last_index,
+                "append refused as full by a journal below its limits"
+            );
+            drop(journal);
+            let Some((after_refusal, _)) = read_all(root) else {
+                panic!("read-only scan failed after a refused append");
+            };
+            assert_eq!(
+                after_refusal, before,
+                "a refused append changed the records"
+            );
+            assert!(poll_all(&mut follower).is_empty());
+            return;
+        }
+        Err(e) => panic!("append after recovery failed: {e}"),
+    };
+    assert!(
+        appended.written,
+        "a fresh event ID was taken for a duplicate"
+    );
+    if let Some(last) = before.last() {
+        assert!(
+            appended.position.seq > last.position.seq,
+            "appended seq does not increase"
+        );
+    }
+    drop(journal);
+
+    let Some((after_append, report_append)) = read_all(root) else {
+        panic!("read-only scan failed after an append");
+    };
+    check_scan(&after_append, &report_append);
+    assert!(
+        report_append.torn_tails.is_empty(),
+        "append left a torn tail"
+    );
+    assert_eq!(
+        after_append.len(),
+        before.len() + 1,
+        "append lost or found records"
+    );
+    assert_eq!(&after_append[..before.len()], before.as_slice());
+    let Some(new) = after_append.last() else {
+        return;
+    };
+    assert_eq!(new.position, appended.position);
+    assert_eq!(new.event_id, EventId::from_bytes(id));
+    assert_eq!(new.kind, kind.get());
+    assert_eq!(new.codec_version, codec::CODEC_VERSION);
+    assert_eq!(new.payload, payload);
+
+    // The follower picks up exactly the appended event.
+    let polled = poll_all(&mut follower);
+    assert_eq!(
+        polled.as_slice(),
+        std::slice::from_ref(new),
+        "the follower did not pick up the append"
+    );
+}
+
+fn poll_all(follower: &mut Follower) -> Vec<Record> {
+    let mut out = Vec::new();
+    if let Err(e) = follower.poll(|r| out.push(r.to_owned())) {
+        panic!("follower poll failed: {e}");
+    }
+    out
+}
+
+// ------------------------------------------------------------------------------------------------
+// codec_decode
+
+/// A representative event payload: every shape the codec must carry.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub struct FuzzPayload {
+    pub command: String,
+    pub output: Vec<u8>,
+    pub exit_code: Option<u64>,
+    pub env: BTreeMap<String, String>,
+    pub state: FuzzState,
+    pub id: [u8; 16],
+    pub history: Vec<FuzzState>,
+}
+
+/// A representative enum with unit, tuple and struct variants.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum FuzzState {
+    Starting,
+    Running { pid: u32, started_ms: u64 },
+    Exited(i32),
+    Signalled { signo: u8, core_dumped: bool },
+    Failed(String),
+}
+
+/// The same wire shape as [`FuzzPayload`], with the map as the list of pairs it is on the wire. A
+/// map decoder keeps the last of duplicate keys and sorts them, so only a payload whose keys are
+/// strictly increasing is the canonical encoding of the value it decodes to.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+struct FuzzPayloadWire {
+    command: String,
+    output: Vec<u8>,
+    exit_code: Option<u64>,
+    env: Vec<(String, String)>,
+    state: FuzzState,
+    id: [u8; 16],
+    history: Vec<FuzzState>,
+}
+
+/// Decodes `data` as a [`FuzzPayload`]; when it decodes, re-encoding must give back `data` exactly
+/// (or, when the map part of `data` is not canonical, the canonical encoding of the same value).
+pub fn codec_decode(data: &[u8]) {
+    assert!(codec::decode::<FuzzPayload>(codec::CODEC_VERSION.wrapping_add(1), data).is_err());
+    let value = codec::decode::<FuzzPayload>(codec::CODEC_VERSION, data);
+    let wire = codec::decode::<FuzzPayloadWire>(codec::CODEC_VERSION, data);
+    let (value, wire) = match (value, wire) {
+        (Ok(value), Ok(wire)) => (value, wire),
+        (Err(_), Err(_)) => return,
+        (value, wire) => panic!(
+            "the map and its wire shape disagree: {:?} vs {:?}",
+            value.map(|_| ()),
+            wire.map(|_| ())
+        ),
+    };
+    let from_wire: BTreeMap<String, String> = wire.env.iter().cloned().collect();
+    assert_eq!(value.env, from_wire);
+    let encoded = match codec::encode(&value) {
+        Ok(bytes) => bytes,
+        Err(e) => panic!("a decoded value does not encode: {e}"),
+    };
+    let canonical = wire.env.windows(2).all(|w| w[0].0 < w[1].0);
+    if canonical {
+        assert_eq!(
+            encoded, data,
+            "a decoded payload does not re-encode to its bytes"
+        );
+    } else {
+        let canonical_wire = FuzzPayloadWire {
+            env: value.env.clone().into_iter().collect(),
+            ..wire
+        };
+        let expected = match codec::encode(&canonical_wire) {
+            Ok(bytes) => bytes,
+            Err(e) => panic!("the canonical wire shape does not encode: {e}"),
+        };
+        assert_eq!(encoded, expected);
+    }
+    match codec::decode::<FuzzPayload>(codec::CODEC_VERSION, &encoded) {
+        Ok(again) => assert_eq!(again, value, "decode(encode(v)) != v"),
+        Err(e) => panic!("a re-encoded payload does not decode: {e}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Spool, rendering and lifecycle targets.
+
+/// Safe-text rendering over arbitrary bytes: the text is UTF-8 with no control character but
+/// newline and tab; `normalized == false` means the text is exactly the consumed bytes; at the end
+/// of the output everything is consumed; otherwise at most `HOLD_BYTES_MAX` bytes are held back.
+pub fn safe_text(data: &[u8]) {
+    let Some((&flags, bytes)) = data.split_first() else {
+        return;
+    };
+    let at_end = flags & 1 == 1;
+    let r = crate::render::safe_text(bytes, at_end);
+    assert!(r.consumed <= bytes.len());
+    if at_end {
+        assert_eq!(r.consumed, bytes.len());
+    } else {
+        assert!(bytes.len() - r.consumed <= crate::render::HOLD_BYTES_MAX);
+    }
+    for c in r.text.chars() {
+        assert!(
+            c == '\n' || c == '\t' || !(c.is_control()),
+            "control character {c:?} in safe text"
+        );
+    }
+    if !r.normalized {
+        assert_eq!(r.text.as_bytes(), &bytes[..r.consumed]);
+    }
+    assert_eq!(
+        crate::render::base64(bytes).len(),
+        bytes.len().div_ceil(3) * 4
+    );
+}
+
+/// A spool directory whose segment bytes are arbitrary (some framed validly): opening it read-only
+/// and writable never panics; reads at any cursor return typed errors or bytes consistent with
+/// the bounds; what a reader could read before a writable open is still readable after it and
+/// after one more append.
+pub fn spool_recovery(data: &[u8]) {
+    use crate::spool::format::{SpoolHeader, Stream, encode_chunk};
+    use crate::spool::{Spool, SpoolOptions};
+    let Some((&shape, rest)) = data.split_first() else {
+        return;
+    };
+    let Some(root) = TempRoot::new() else {
+        return;
+    };
+    let dir = root.path().join("spool");
+    if std::fs::create_dir_all(&dir).is_err() {
+        return;
+    }
+    let files = usize::from(shape % 3) + 1;
+    let piece = rest.len() / files;
+    let mut cursor = 0u64;
+    for i in 0..files {
+        let chunk = &rest[i * piece..(i + 1) * piece];
+        let mut bytes = Vec::new();
+        let first_cursor = cursor;
+        if shape & (8 << i) == 0 {
+            bytes.extend_from_slice(
+                &SpoolHeader {
+                    spool_id: [7; 16],
+                    first_cursor,
+                    segment_index: i as u64,
+                    created_unix_ms: 0,
+                }
+                .encode(),
+            );
+            // Valid chunks built from the input, then the raw remainder as garbage.
+            let (framed, garbage) = chunk.split_at(chunk.len() / 2);
+            for part in framed.chunks(37).filter(|p| !p.is_empty()) {
+                let stream = if part[0] & 1 == 0 {
+                    Stream::Stdout
+                } else {
+                    Stream::Stderr
+                };
+                encode_chunk(stream, cursor, part, &mut bytes);
+                cursor += part.len() as u64;
+            }
+            if shape & 0x80 != 0 {
+                bytes.extend_from_slice(garbage);
+            }
+        } else {
+            bytes.extend_from_slice(chunk);
+        }
+        let name = format!("{first_cursor:020}.seg");
+        if std::fs::write(dir.join(name), &bytes).is_err() {
+            return;
+        }
+    }
+    let readable = |spool: &Spool| -> Vec<(u64, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut at = spool.retained_from();
+        while at < spool.total_bytes() {
+            match spool.read(at, 4096) {
+                Ok(r) => {
+                    assert!(r.retained_from <= r.total_bytes);
+                    assert_eq!(
+                        r.next_cursor,
+                        at.max(r.retained_from) + r.bytes.len() as u64
+                    );
+                    if r.bytes.is_empty() {
+                        break;
+                    }
+                    out.push((at, r.bytes));
+                    at = r.next_cursor;
+                }
+                Err(_) => break,
+            }
+        }
+        out
+    };
+    let before = match Spool::open_reader(&dir) {
+        Ok((spool, _)) => {
+            assert!(
+                spool.read(spool.total_bytes() + 1, 1).is_err(),
+                "cursor ahead accepted"
+            );
+            readable(&spool)
+        }
+        Err(_) => return,
+    };
+    let Ok((mut writer, _)) = Spool::open_writer(&dir, [7; 16], SpoolOptions::default()) else {
+        return;
+    };
+    let total = writer.total_bytes();
+    if writer.append(Stream::Stdout, b"appended").is_err() {
+        return;
+    }
+    drop(writer);
+    let Ok((reader, _)) = Spool::open_reader(&dir) else {
+        panic!("a spool that opened for writing no longer opens for reading");
+    };
+    let after = readable(&reader);
+    let flat = |v: &[(u64, Vec<u8>)]| v.iter().flat_map(|(_, b)| b.clone()).collect::<Vec<u8>>();
+    let (before, after) = (flat(&before), flat(&after));
+    assert!(after.starts_with(&before) || after.len() < before.len() && before.is_empty());
+    assert_eq!(reader.total_bytes(), total + 8);
+}
+
+/// Arbitrary sequences of lifecycle events, built from the input bytes over three handles and a
+/// small pool of event IDs (allocated ones, fresh ones, other handles' ones), fed to the manifest
+/// store. Never a panic, and after every step: a refused event changed nothing; identity and
+/// allocated IDs never change; states move only along the matrix and never leave a terminal
+/// state; the terminal result is set once; cursor bounds never shrink and stay consistent. Every
+/// tenth input also decodes raw bytes as events of every kind (the codec must be total).
+pub fn lifecycle_store(data: &[u8]) {
+    use crate::lifecycle::event::*;
+    use crate::lifecycle::{ManifestStore, State};
+    let id = |n: u8| EventId::from_bytes([n; 16]);
+    let handle = |h: u8| Handle(id(200 + h % 3));
+    let ids = |h: u8| LifecycleIds {
+        running: id(10 * (h % 3) + 1),
+        terminal: id(10 * (h % 3) + 2),
+        lost: id(10 * (h % 3) + 3),
+        completion: id(10 * (h % 3) + 4),
+    };
+    if data.first().is_some_and(|b| b % 10 == 0) {
+        for kind in kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED {
+            if let Ok(event) = LifecycleEvent::decode(kind, crate::codec::CODEC_VERSION, &data[1..])
+            {
+                let bytes = event.encode().unwrap_or_default();
+                assert_eq!(bytes, &data[1..], "decode then encode changed the bytes");
+            }
+        }
+    }
+    let mut store = ManifestStore::new();
+    for step in data.chunks(4) {
+        let [op, h, pick, x] = [
+            step[0],
+            *step.get(1).unwrap_or(&0),
+            *step.get(2).unwrap_or(&0),
+            *step.get(3).unwrap_or(&0),
+        ];
+        let hd = handle(h);
+        let event_id = match pick % 6 {
+            0 => id(100 + pick / 6 % 50),
+            1 => ids(h).running,
+            2 => ids(h).terminal,
+            3 => ids(h).lost,
+            4 => ids(h.wrapping_add(1)).terminal,
+            _ => id(10 * (h % 3) + 9),
+        };
+        let state = State::ALL[usize::from(x % 9)];
+        let bounds = CursorBounds {
+            retained_from: u64::from(x >> 4),
+            total_bytes: u64::from(x >> 2) + u64::from(pick & 3),
+        };
+        let event = match op % 9 {
+            0 => LifecycleEvent::Registered(Registered {
+                handle: hd,
+                ids: ids(h),
+                command: CommandSpec::default(),
+                at_unix_ms: 0,
+            }),
+            1 => LifecycleEvent::Running(Running {
+                handle: hd,
+                pid: u32::from(x),
+                witness: IdentityWitness {
+                    start_time_ticks: 1,
+                    boot_id: [1; 16],
+                },
+                at_unix_ms: 0,
+            }),
+            2 => LifecycleEvent::StopRequested(StopRequested {
+                handle: hd,
+                reason: String::new(),
+                requested_by: String::new(),
+                at_unix_ms: 0,
+            }),
+            3 => LifecycleEvent::InputClosed(InputClosed {
+                handle: hd,
+                at_unix_ms: 0,
+            }),
+            4 => LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle: hd,
+                bounds,
+                at_unix_ms: 0,
+            }),
+            5 => LifecycleEvent::Terminal(Terminal {
+                handle: hd,
+                state,
+                exit: ExitStatus::Code(i32::from(x)),
+                bounds,
+                capture: CaptureStatus::Complete,
+                reason: String::new(),
+                at_unix_ms: 0,
+            }),
+            6 => LifecycleEvent::LostOnRestore(LostOnRestore {
+                handle: hd,
+                bounds,
+                at_unix_ms: 0,
+            }),
+            7 => LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                handle: hd,
+                event: [ids(h).running, ids(h).terminal, ids(h).lost, id(99)][usize::from(x % 4)],
+            }),
+            _ => LifecycleEvent::CompletionNotified(CompletionNotified {
+                handle: hd,
+                command: if x & 1 == 0 {
+                    ids(h).completion
+                } else {
+                    id(98)
+                },
+            }),
+        };
+        let before = store.clone();
+        let old = store.get(&hd).cloned();
+        let checked = store.check(event_id, &event);
+        let applied = store.apply(event_id, &event);
+        assert_eq!(checked, applied, "check and apply disagree");
+        if applied.is_err() {
+            assert_eq!(store, before, "a refused event changed the store");
+            continue;
+        }
+        let Some(new) = store.get(&hd) else {
+            panic!("an accepted event left no manifest");
+        };
+        assert!(new.bounds.is_valid());
+        if let Some(old) = old {
+            assert_eq!(
+                (old.ids, &old.command),
+                (new.ids, &new.command),
+                "identity changed"
+            );
+            assert!(new.bounds.extends(&old.bounds), "bounds shrank");
+            if old.state != new.state {
+                assert!(
+                    old.state.can_move_to(new.state),
+                    "{} -> {}",
+                    old.state,
+                    new.state
+                );
+            }
+            if old.terminal.is_some() {
+                assert_eq!(old.terminal, new.terminal, "terminal result changed");
+                assert_eq!(old.bounds, new.bounds, "bounds moved after terminal");
+            }
+            assert!(old.published.is_subset(&new.published));
+            assert!(!old.completion_notified || new.completion_notified);
+        } else {
+            assert_eq!(new.state, State::Starting);
+        }
+    }
+}

@@ -215,7 +215,10 @@ impl Follower {
         let mut bytes = [0u8; SEGMENT_HEADER_BYTES];
         file.read_exact_at(&mut bytes, 0).ok()?;
         let header = SegmentHeader::decode(&bytes).ok()?;
-        (header.segment_index == index).then_some((file, header))
+        // A file longer than its header says is a bad segment to the scan; skip it here too.
+        let len = file.metadata().ok()?.len();
+        (header.segment_index == index && len <= u64::from(header.segment_bytes))
+            .then_some((file, header))
     }
 
     /// The first usable segment after `after` (any index when `None`): the smallest index whose

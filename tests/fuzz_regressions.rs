@@ -1,0 +1,119 @@
+//! Replays every committed fuzz input on stable Rust: the seeds of each target's corpus
+//! (`fuzz/corpus/<target>/seed-*`) and every minimised crash (`fuzz/regressions/<target>/*`), through
+//! the same `procjournal::fuzzing` functions the cargo-fuzz targets call.
+
+use std::panic::{self, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+
+type Body = fn(&[u8]);
+
+const TARGETS: &[(&str, Body)] = &[
+    ("journal_record", procjournal::fuzzing::record_decoder),
+    ("journal_open", procjournal::fuzzing::journal_open),
+    ("codec_decode", procjournal::fuzzing::codec_decode),
+    ("safe_text", procjournal::fuzzing::safe_text),
+    ("spool_recovery", procjournal::fuzzing::spool_recovery),
+    ("lifecycle_store", procjournal::fuzzing::lifecycle_store),
+];
+
+/// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must
+/// still fail; when a fix lands this test says so, and the entry is removed here.
+/// (`procjournal::fuzzing::KNOWN_BUGS` describes them.)
+const OPEN_BUGS: &[(&str, &str)] = &[];
+
+fn fuzz_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")
+}
+
+/// Files directly in `dir` whose name starts with `prefix`, sorted; none if `dir` does not exist.
+fn files(dir: &Path, prefix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = entries
+        .map(|e| e.expect("read fuzz directory entry").path())
+        .filter(|p| p.is_file())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .is_some_and(|n| n.starts_with(prefix))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Runs `body` on the file's bytes; `Err` holds the panic message.
+fn replay(body: Body, path: &Path) -> Result<(), String> {
+    let data = std::fs::read(path).expect("read fuzz input");
+    panic::catch_unwind(AssertUnwindSafe(|| body(&data))).map_err(|payload| {
+        payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+            .unwrap_or_else(|| "non-string panic".to_owned())
+    })
+}
+
+fn is_open_bug(target: &str, path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    OPEN_BUGS.iter().any(|&(t, n)| t == target && n == name)
+}
+
+#[test]
+fn every_seed_and_regression_replays_cleanly() {
+    let dir = fuzz_dir();
+    let mut failures = Vec::new();
+    let mut fixed = Vec::new();
+    for &(target, body) in TARGETS {
+        let seeds = files(&dir.join("corpus").join(target), "seed-");
+        assert!(
+            !seeds.is_empty(),
+            "no seeds under fuzz/corpus/{target}/: the replay would test nothing"
+        );
+        let regressions = files(&dir.join("regressions").join(target), "");
+        for path in seeds.iter().chain(&regressions) {
+            let open = is_open_bug(target, path);
+            match (replay(body, path), open) {
+                (Ok(()), false) | (Err(_), true) => {}
+                (Err(message), false) => failures.push(format!("{}: {message}", path.display())),
+                (Ok(()), true) => fixed.push(path.display().to_string()),
+            }
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "fuzz inputs fail:\n{}",
+        failures.join("\n")
+    );
+    assert!(
+        fixed.is_empty(),
+        "these known bugs no longer reproduce; remove them from OPEN_BUGS:\n{}",
+        fixed.join("\n")
+    );
+}
+
+#[test]
+fn every_open_bug_has_its_input() {
+    for &(target, name) in OPEN_BUGS {
+        let path = fuzz_dir().join("regressions").join(target).join(name);
+        assert!(path.is_file(), "{} is listed but missing", path.display());
+    }
+}
+
+/// The seeds are meant to start the fuzzer deep: at least one record seed is a valid record and at
+/// least one codec seed decodes.
+#[test]
+fn seeds_reach_past_the_first_check() {
+    let dir = fuzz_dir().join("corpus");
+    let records = files(&dir.join("journal_record"), "seed-");
+    assert!(records.iter().any(|p| {
+        let data = std::fs::read(p).expect("read seed");
+        procjournal::journal::format::decode_record(&data).is_ok()
+    }));
+    let payloads = files(&dir.join("codec_decode"), "seed-");
+    assert!(payloads.iter().any(|p| {
+        let data = std::fs::read(p).expect("read seed");
+        procjournal::codec::decode::<procjournal::fuzzing::FuzzPayload>(1, &data).is_ok()
+    }));
+}
