@@ -370,10 +370,10 @@ impl Journal {
         storage::sync_dir(&dir).map_err(io("sync journal directory"))?;
 
         let last = scan.segments.last();
-        // Never below the base seq of any segment found (an empty one included): a follower that
-        // entered such a segment expects nothing lower after it.
+        let next_seq = scan.last_seq + 1;
+        // A new segment never starts below the base seq of any segment found (an empty one
+        // included). Appends into the reused last segment continue its own chain instead.
         let base_floor = scan.segments.iter().map(|s| s.header.base_seq).max();
-        let next_seq = (scan.last_seq + 1).max(base_floor.unwrap_or(1));
         // Append into the last segment when it is usable; a bad last segment is left untouched
         // and a new one begins after it.
         let last_listed = list_last_index(&dir).map_err(io("list segments"))?;
@@ -413,6 +413,7 @@ impl Journal {
                 )
             }
             None => {
+                let next_seq = next_seq.max(base_floor.unwrap_or(1));
                 let index = last_listed.map_or(0, |i| i + 1);
                 if index > crate::limits::SEGMENT_INDEX_MAX || next_seq > crate::limits::SEQ_MAX {
                     return Err(JournalError::Full {

@@ -168,6 +168,7 @@ impl JournalReader {
                 offset: s.end_offset,
                 chain_crc: s.chain_crc,
                 expected_seq: s.last_seq.map_or(s.header.base_seq, |q| q + 1),
+                last_seq: scan.last_seq,
                 from_seq,
                 journal_id: scan.journal_id,
                 buf: Vec::new(),
@@ -178,6 +179,7 @@ impl JournalReader {
                 offset: SEGMENT_HEADER_BYTES,
                 chain_crc: 0,
                 expected_seq: 1,
+                last_seq: 0,
                 from_seq,
                 journal_id: scan.journal_id,
                 buf: Vec::new(),
@@ -198,6 +200,9 @@ pub struct Follower {
     offset: usize,
     chain_crc: u32,
     expected_seq: u64,
+    /// The highest seq of any record accepted so far (0 before the first): a later segment is
+    /// usable only if its base seq is above it, the scan's own rule.
+    last_seq: u64,
     from_seq: u64,
     journal_id: Option<[u8; 16]>,
     buf: Vec<u8>,
@@ -234,7 +239,7 @@ impl Follower {
                 continue;
             };
             let same_journal = self.journal_id.is_none_or(|id| id == header.journal_id);
-            if same_journal && header.base_seq >= self.expected_seq {
+            if same_journal && header.base_seq > self.last_seq {
                 return Ok(Some(header));
             }
         }
@@ -294,9 +299,11 @@ impl Follower {
             return Ok(0);
         }
         let (mut handed, mut expected, from_seq) = (0, self.expected_seq, self.from_seq);
+        let mut last = self.last_seq;
         recovery::scan_segment(&bytes, header, |r| {
             if r.header.seq >= expected {
                 expected = r.header.seq + 1;
+                last = last.max(r.header.seq);
                 if r.header.seq >= from_seq {
                     visit(view(&r));
                     handed += 1;
@@ -304,6 +311,7 @@ impl Follower {
             }
         });
         self.expected_seq = expected;
+        self.last_seq = last;
         Ok(handed)
     }
 
@@ -375,6 +383,7 @@ impl Follower {
                     handed += 1;
                 }
                 self.expected_seq = h.seq + 1;
+                self.last_seq = self.last_seq.max(h.seq);
                 self.chain_crc = h.header_crc;
                 at += len;
             }
