@@ -376,7 +376,9 @@ impl Journal {
         let base_floor = scan.segments.iter().map(|s| s.header.base_seq).max();
         // Append into the last segment when it is usable; a bad last segment is left untouched
         // and a new one begins after it.
-        let last_listed = list_last_index(&dir).map_err(io("list segments"))?;
+        let (listed, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
+        let last_listed = listed.last().map(|(i, _)| *i);
+        let listed_count = listed.len();
         let reuse_last = last.filter(|s| Some(s.header.segment_index) == last_listed);
         let journal_id = scan
             .journal_id
@@ -415,7 +417,11 @@ impl Journal {
             None => {
                 let next_seq = next_seq.max(base_floor.unwrap_or(1));
                 let index = last_listed.map_or(0, |i| i + 1);
-                if index > crate::limits::SEGMENT_INDEX_MAX || next_seq > crate::limits::SEQ_MAX {
+                // The same limits rotation keeps: a journal must stay openable.
+                if index > crate::limits::SEGMENT_INDEX_MAX
+                    || next_seq > crate::limits::SEQ_MAX
+                    || listed_count >= crate::limits::SEGMENT_COUNT_MAX
+                {
                     return Err(JournalError::Full {
                         max: crate::limits::SEGMENT_COUNT_MAX,
                     });
@@ -810,10 +816,6 @@ fn remove_leftover_spares(dir: &Path) -> std::io::Result<()> {
         }
     }
     Ok(())
-}
-
-fn list_last_index(dir: &Path) -> std::io::Result<Option<u64>> {
-    Ok(recovery::list_segments(dir)?.0.last().map(|(i, _)| *i))
 }
 
 fn zero_torn_tail(
