@@ -235,11 +235,13 @@ impl Follower {
             if after.is_some_and(|a| index <= a) {
                 continue;
             }
-            let Some((_, header)) = self.open_segment(index) else {
+            let Some((file, header)) = self.open_segment(index) else {
                 continue;
             };
-            let same_journal = self.journal_id.is_none_or(|id| id == header.journal_id);
-            if same_journal && header.base_seq > self.last_seq {
+            let len = file.metadata().map_err(self.io("stat segment"))?.len();
+            let rejection =
+                recovery::segment_rejection(&header, index, len, self.journal_id, self.last_seq);
+            if rejection.is_none() {
                 return Ok(Some(header));
             }
         }

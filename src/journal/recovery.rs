@@ -332,6 +332,41 @@ pub(crate) fn scan_segment(
     }
 }
 
+/// Why a segment whose header decoded is not usable (row I), or `None` when it is. The one
+/// statement of the rule: recovery's scan and the follower both apply it, so they never disagree
+/// about which segments exist.
+pub(crate) fn segment_rejection(
+    header: &SegmentHeader,
+    index: u64,
+    file_len: u64,
+    journal_id: Option<[u8; 16]>,
+    last_seq: u64,
+) -> Option<String> {
+    if header.segment_index != index {
+        return Some(format!(
+            "header names segment {}, file name says {index}",
+            header.segment_index
+        ));
+    }
+    if header.base_seq <= last_seq || header.base_seq == 0 {
+        return Some(format!(
+            "base seq {} does not follow the last seq {last_seq}",
+            header.base_seq
+        ));
+    }
+    // Only a segment that passed every other check may name the journal's identity.
+    if journal_id.is_some_and(|id| id != header.journal_id) {
+        return Some("segment belongs to another journal".to_owned());
+    }
+    if file_len > u64::from(header.segment_bytes) {
+        return Some(format!(
+            "file is {file_len} bytes, longer than its header's {}",
+            header.segment_bytes
+        ));
+    }
+    None
+}
+
 /// Reads and scans every segment of `dir` in order, calling `visit` for each accepted record, and
 /// classifies trailing bad ranges as torn tails or damage. Read-only.
 pub(crate) fn scan_journal(
@@ -370,33 +405,8 @@ pub(crate) fn scan_journal(
                 continue;
             }
         };
-        if header.segment_index != index {
-            report.bad_segments.push(bad(format!(
-                "header names segment {}, file name says {index}",
-                header.segment_index
-            )));
-            continue;
-        }
-        if header.base_seq <= last_seq || header.base_seq == 0 {
-            report.bad_segments.push(bad(format!(
-                "base seq {} does not follow the last seq {last_seq}",
-                header.base_seq
-            )));
-            continue;
-        }
-        // Only a segment that passed every other check may name the journal's identity.
-        if journal_id.is_some_and(|id| id != header.journal_id) {
-            report
-                .bad_segments
-                .push(bad("segment belongs to another journal".to_owned()));
-            continue;
-        }
-        if (bytes.len() as u64) > u64::from(header.segment_bytes) {
-            report.bad_segments.push(bad(format!(
-                "file is {} bytes, longer than its header's {}",
-                bytes.len(),
-                header.segment_bytes
-            )));
+        if let Some(reason) = segment_rejection(&header, index, file_len, journal_id, last_seq) {
+            report.bad_segments.push(bad(reason));
             continue;
         }
         journal_id.get_or_insert(header.journal_id);
