@@ -15,6 +15,7 @@ pub mod idhash;
 pub mod journal;
 pub mod lifecycle;
 pub mod limits;
+pub mod protocol;
 pub mod render;
 pub mod root;
 pub mod spool;

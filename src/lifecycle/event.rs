@@ -30,6 +30,27 @@ impl std::fmt::Display for Handle {
     }
 }
 
+/// A string that is not a handle's display form.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a process handle (p- and 32 lowercase hex digits)")]
+pub struct HandleParseError(pub String);
+
+/// Parses exactly the display form (`p-` and 32 lowercase hex digits), so every handle has one
+/// spelling: clients compare handles as strings.
+impl std::str::FromStr for Handle {
+    type Err = HandleParseError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let err = || HandleParseError(text.chars().take(80).collect());
+        let hex = text.strip_prefix("p-").ok_or_else(err)?;
+        if hex.len() != 32 || !hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) {
+            return Err(err());
+        }
+        let uuid = uuid::Uuid::try_parse(hex).map_err(|_| err())?;
+        Ok(Handle(EventId(uuid)))
+    }
+}
+
 /// Event IDs allocated at registration for every later lifecycle step that happens at most once,
 /// so that a retried append of that step is a no-op at the journal.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]

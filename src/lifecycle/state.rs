@@ -6,7 +6,21 @@
 use bincode::{Decode, Encode};
 use serde::Serialize;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Encode, Decode)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    Encode,
+    Decode,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Starting,

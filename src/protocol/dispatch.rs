@@ -1,0 +1,378 @@
+//! Runs validated requests against a [`Supervisor`]: the one implementation of every operation
+//! that the daemon and the MCP server expose.
+//!
+//! Invariants:
+//! - results and errors name processes by handle and output by cursor, never by path: nothing a
+//!   client sees reveals where the root, the journal or a spool lives;
+//! - a request that fails validation never reaches here, and one that fails here changes nothing
+//!   except what its error says (a failed spawn is recorded as `failed` under the handle it names);
+//! - `output` waits (when asked) on the process's output signal, never by polling, and a page it
+//!   returns is exactly the supervisor's page, except for `cursor_ahead` pages, which carry no
+//!   bytes and point `next_cursor` at the end of the output.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::{ApiError, ErrorCode, Request, StartArgs};
+use crate::lifecycle::event::{CaptureStatus, ExitStatus};
+use crate::lifecycle::{Handle, Manifest, State};
+use crate::supervisor::{
+    Command, ListFilter, OutputPage, StartError, Supervisor, SupervisorError, TerminalSummary,
+};
+
+/// One process as `start` and `list` describe it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ProcessInfo {
+    pub handle: Handle,
+    pub state: State,
+    pub pid: Option<u32>,
+    /// The program and its arguments.
+    pub command: Vec<String>,
+    pub cwd: String,
+    pub labels: std::collections::BTreeMap<String, String>,
+    pub registered_unix_ms: u64,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    /// Output bytes retained: `retained_from..total_bytes` of the combined stream, as last
+    /// recorded in the journal (a running process may have written more since).
+    pub retained_from: u64,
+    pub total_bytes: u64,
+}
+
+impl From<&Manifest> for ProcessInfo {
+    fn from(m: &Manifest) -> Self {
+        let (exit_code, signal) = split_exit(m.terminal.as_ref().map(|t| t.exit));
+        let mut command = Vec::with_capacity(1 + m.command.args.len());
+        command.push(m.command.program.clone());
+        command.extend(m.command.args.iter().cloned());
+        ProcessInfo {
+            handle: m.handle,
+            state: m.state,
+            pid: m.pid,
+            command,
+            cwd: m.command.cwd.clone(),
+            labels: m.command.labels.clone(),
+            registered_unix_ms: m.registered_unix_ms,
+            exit_code,
+            signal,
+            retained_from: m.bounds.retained_from,
+            total_bytes: m.bounds.total_bytes,
+        }
+    }
+}
+
+fn split_exit(exit: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
+    match exit {
+        Some(ExitStatus::Code(c)) => (Some(c), None),
+        Some(ExitStatus::Signal(s)) => (None, Some(s)),
+        Some(ExitStatus::Unknown) | None => (None, None),
+    }
+}
+
+/// How a process ended, as `wait` and `stop` report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WaitResult {
+    pub handle: Handle,
+    pub state: State,
+    pub exit_code: Option<i32>,
+    pub signal: Option<i32>,
+    pub retained_from: u64,
+    pub total_bytes: u64,
+    /// Whether every output byte was captured: "complete", or a reason it is not.
+    pub capture: String,
+    /// False only when the journal failed to record the terminal state (it is then known only
+    /// in memory, and `persist_error` says why).
+    pub persisted: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub persist_error: Option<String>,
+}
+
+impl WaitResult {
+    fn new(handle: Handle, summary: TerminalSummary) -> Self {
+        let (exit_code, signal) = split_exit(Some(summary.exit));
+        let capture = match summary.capture {
+            CaptureStatus::Complete => "complete".to_owned(),
+            CaptureStatus::Incomplete(why) => format!("incomplete: {why}"),
+            CaptureStatus::Failed(why) => format!("failed: {why}"),
+        };
+        WaitResult {
+            handle,
+            state: summary.state,
+            exit_code,
+            signal,
+            retained_from: summary.bounds.retained_from,
+            total_bytes: summary.bounds.total_bytes,
+            capture,
+            persisted: summary.persist_error.is_none(),
+            persist_error: summary.persist_error,
+        }
+    }
+}
+
+/// What `input` did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct InputResult {
+    pub handle: Handle,
+    pub bytes_written: u64,
+    pub closed: bool,
+}
+
+/// Who is answering.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct HelloResult {
+    pub protocol: u32,
+    pub version: &'static str,
+    pub pid: u32,
+    pub live: usize,
+}
+
+/// The shared implementation of every operation.
+#[derive(Debug, Clone)]
+pub struct Dispatcher {
+    supervisor: Supervisor,
+    default_cwd: PathBuf,
+    owner: String,
+}
+
+impl Dispatcher {
+    /// `default_cwd` is where `start` runs a command that names no working directory; `owner`
+    /// is recorded as each started process's owner (e.g. "uid:1000 via socket").
+    pub fn new(supervisor: Supervisor, default_cwd: PathBuf, owner: impl Into<String>) -> Self {
+        Dispatcher {
+            supervisor,
+            default_cwd,
+            owner: owner.into(),
+        }
+    }
+
+    pub fn supervisor(&self) -> &Supervisor {
+        &self.supervisor
+    }
+
+    /// Runs one request; the result is the JSON the protocol documents for its operation.
+    pub async fn dispatch(&self, request: Request) -> Result<Value, ApiError> {
+        let sup = &self.supervisor;
+        match request {
+            Request::Hello => json(&HelloResult {
+                protocol: super::PROTOCOL_VERSION,
+                version: env!("CARGO_PKG_VERSION"),
+                pid: std::process::id(),
+                live: sup.live_count(),
+            }),
+            Request::Start(args) => json(&self.start(args).await?),
+            Request::List { state, label } => {
+                let processes: Vec<ProcessInfo> = sup
+                    .list(&ListFilter { state, label })
+                    .iter()
+                    .map(ProcessInfo::from)
+                    .collect();
+                json(&serde_json::json!({ "processes": processes }))
+            }
+            Request::Manifest(handle) => match sup.manifest(&handle) {
+                Some(m) => json(&m),
+                None => Err(unknown(&handle)),
+            },
+            Request::Output {
+                handle,
+                cursor,
+                max_bytes,
+                rendering,
+                wait_ms,
+            } => {
+                let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+                json(&self.output(handle, cursor, max, rendering, wait_ms).await?)
+            }
+            Request::Input {
+                handle,
+                data,
+                close,
+            } => {
+                if !data.is_empty() {
+                    sup.input(&handle, &data).await.map_err(api)?;
+                }
+                if close {
+                    sup.close_input(&handle).await.map_err(api)?;
+                }
+                json(&InputResult {
+                    handle,
+                    bytes_written: data.len() as u64,
+                    closed: close,
+                })
+            }
+            Request::Stop { handle, grace_ms } => {
+                let summary = sup
+                    .stop(&handle, Duration::from_millis(grace_ms))
+                    .await
+                    .map_err(api)?;
+                json(&WaitResult::new(handle, summary))
+            }
+            Request::Interrupt(handle) => {
+                sup.interrupt(&handle).await.map_err(api)?;
+                json(&serde_json::json!({ "handle": handle, "signalled": "SIGINT" }))
+            }
+            Request::Wait { handle, timeout_ms } => {
+                let summary = sup
+                    .wait(&handle, timeout_ms.map(Duration::from_millis))
+                    .await
+                    .map_err(api)?;
+                json(&WaitResult::new(handle, summary))
+            }
+            Request::Shutdown { grace_ms } => {
+                json(&sup.shutdown(Duration::from_millis(grace_ms)).await)
+            }
+        }
+    }
+
+    async fn start(&self, args: StartArgs) -> Result<ProcessInfo, ApiError> {
+        let sup = &self.supervisor;
+        let mut parts = args.command.into_iter();
+        let program = parts.next().unwrap_or_default();
+        let cwd = args
+            .cwd
+            .map_or_else(|| self.default_cwd.clone(), PathBuf::from);
+        let mut command = Command::new(program)
+            .args(parts)
+            .cwd(cwd)
+            .owner(self.owner.clone());
+        for (k, v) in args.env {
+            command = command.env(k, v);
+        }
+        for (k, v) in args.labels {
+            command = command.label(k, v);
+        }
+        if let Some(ms) = args.timeout_ms {
+            command = command.timeout(Duration::from_millis(ms));
+        }
+        let prepared = sup
+            .prepare(command)
+            .map_err(|e| ApiError::new(ErrorCode::BadArgs, e.to_string()))?;
+        match sup.start(prepared).await {
+            Ok(handle) => sup
+                .manifest(&handle)
+                .map(|m| ProcessInfo::from(&m))
+                .ok_or_else(|| unknown(&handle)),
+            Err(StartError::Refused { reason, .. }) => Err(ApiError::new(
+                ErrorCode::Refused,
+                format!("start refused: {}", refusal(&reason)),
+            )),
+            Err(StartError::Spawn { handle, message }) => Err(ApiError {
+                code: ErrorCode::SpawnFailed,
+                message: format!("{message} (recorded as {handle}, failed)"),
+                handle: Some(handle.to_string()),
+            }),
+            Err(e) => Err(ApiError::new(ErrorCode::Internal, e.to_string())),
+        }
+    }
+
+    async fn output(
+        &self,
+        handle: Handle,
+        cursor: u64,
+        max_bytes: usize,
+        rendering: crate::supervisor::Rendering,
+        wait_ms: u64,
+    ) -> Result<OutputPage, ApiError> {
+        let sup = &self.supervisor;
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let page = match sup.output(&handle, cursor, max_bytes, rendering) {
+                Ok(page) => page,
+                Err(SupervisorError::CursorAhead { total_bytes, .. }) => {
+                    return self.cursor_ahead_page(handle, cursor, total_bytes, rendering);
+                }
+                Err(e) => return Err(api(e)),
+            };
+            let nothing_new = page.next_cursor == cursor && !page.gap;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !nothing_new || page.state.is_terminal() || left.is_zero() {
+                return Ok(page);
+            }
+            // Wait past what the page saw in total, not past `cursor`: a render that held back a
+            // split character leaves `next_cursor == cursor` with bytes already there.
+            let seen = page.total_bytes;
+            if tokio::time::timeout(left, sup.output_changed(&handle, seen))
+                .await
+                .is_err()
+            {
+                return Ok(page);
+            }
+        }
+    }
+
+    fn cursor_ahead_page(
+        &self,
+        handle: Handle,
+        cursor: u64,
+        total_bytes: u64,
+        rendering: crate::supervisor::Rendering,
+    ) -> Result<OutputPage, ApiError> {
+        // The end of the output as of the error: read nothing there to learn the window.
+        let mut page = self
+            .supervisor
+            .output(&handle, total_bytes, 1, rendering)
+            .map_err(api)?;
+        page.cursor = cursor;
+        page.next_cursor = total_bytes;
+        page.total_bytes = total_bytes.max(page.total_bytes);
+        page.cursor_ahead = true;
+        page.gap = false;
+        page.data.clear();
+        page.normalized = false;
+        page.binary = false;
+        page.spans.clear();
+        page.artifact = crate::render::ArtifactDescriptor::new(&handle, total_bytes, total_bytes);
+        Ok(page)
+    }
+}
+
+fn refusal(reason: &crate::supervisor::Refusal) -> String {
+    match reason {
+        crate::supervisor::Refusal::ShuttingDown => "the supervisor is shutting down".to_owned(),
+        crate::supervisor::Refusal::AtCapacity { live, max } => {
+            format!("{live} processes are live, the maximum is {max}")
+        }
+    }
+}
+
+fn json<T: Serialize>(value: &T) -> Result<Value, ApiError> {
+    serde_json::to_value(value).map_err(|e| {
+        ApiError::new(
+            ErrorCode::Internal,
+            format!("cannot encode the result: {e}"),
+        )
+    })
+}
+
+fn unknown(handle: &Handle) -> ApiError {
+    ApiError {
+        code: ErrorCode::UnknownHandle,
+        message: format!("no process with handle {handle}"),
+        handle: Some(handle.to_string()),
+    }
+}
+
+/// The client-facing form of a supervisor error.
+pub fn api(error: SupervisorError) -> ApiError {
+    let (code, handle) = match &error {
+        SupervisorError::UnknownHandle(h) => (ErrorCode::UnknownHandle, Some(*h)),
+        SupervisorError::NotRunning(h) => (ErrorCode::NotRunning, Some(*h)),
+        SupervisorError::InputClosed(h) | SupervisorError::Input { handle: h, .. } => {
+            (ErrorCode::InputClosed, Some(*h))
+        }
+        SupervisorError::WaitTimeout(h) => (ErrorCode::WaitTimeout, Some(*h)),
+        SupervisorError::TeardownFailed { handle, .. } => {
+            (ErrorCode::TeardownFailed, Some(*handle))
+        }
+        SupervisorError::CursorAhead { .. } => (ErrorCode::BadArgs, None),
+        SupervisorError::Output { handle, .. } => (ErrorCode::Internal, Some(*handle)),
+        _ => (ErrorCode::Internal, None),
+    };
+    ApiError {
+        code,
+        message: error.to_string(),
+        handle: handle.map(|h| h.to_string()),
+    }
+}

@@ -1,0 +1,713 @@
+//! The request protocol every surface speaks: the daemon's Unix socket, the client commands and
+//! the MCP tools. Version 1; the wire format is specified in `docs/protocol.md`.
+//!
+//! On the socket, each request and each response is one JSON object on one line:
+//! `{"v":1,"id":7,"op":"output","args":{"handle":"p-…","cursor":0}}` →
+//! `{"v":1,"id":7,"ok":true,"result":{…}}` or `{"v":1,"id":7,"ok":false,"error":{"code":…}}`.
+//! The MCP tools take the same `args` objects (the same structs, the same JSON Schemas).
+//!
+//! Invariants:
+//! - [`decode_request`] is total: any bytes give an [`Envelope`] or a typed [`ProtocolError`],
+//!   never a panic (fuzzed by `fuzz/fuzz_targets/protocol_request.rs`, proptested in
+//!   `tests/protocol_props.rs`);
+//! - a decoded [`Request`] is fully validated: handles parsed, base64 decoded, every number within
+//!   its documented range, unknown fields refused; dispatch never sees a malformed value;
+//! - decoding touches nothing: only [`dispatch`] acts, so a bad request changes nothing on disk;
+//! - [`Request::to_wire`] and [`decode_request`] round-trip: a client built from the typed
+//!   request can only send what the server accepts.
+
+pub mod base64;
+pub mod dispatch;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::lifecycle::{Handle, State};
+use crate::supervisor::Rendering;
+
+pub use dispatch::Dispatcher;
+
+/// The protocol version this build speaks; requests carry it as `"v"`.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// The longest request line accepted (base64 input of up to 768 KiB fits).
+pub const REQUEST_BYTES_MAX: usize = 1 << 20;
+/// The most output bytes one `output` request returns.
+pub const OUTPUT_BYTES_MAX: u64 = 1 << 20;
+/// `max_bytes` when a request leaves it out.
+pub const OUTPUT_BYTES_DEFAULT: u64 = 64 << 10;
+/// The longest an `output` request waits for new bytes.
+pub const OUTPUT_WAIT_MS_MAX: u64 = 60_000;
+/// The longest grace between SIGTERM and SIGKILL a request may ask for.
+pub const GRACE_MS_MAX: u64 = 600_000;
+/// Grace between SIGTERM and SIGKILL when a request leaves it out.
+pub const GRACE_MS_DEFAULT: u64 = 5_000;
+/// Request IDs are echoed back; a long one is refused rather than stored.
+pub const ID_CHARS_MAX: usize = 128;
+/// The most arguments, environment variables or labels one start may carry.
+pub const START_ITEMS_MAX: usize = 4096;
+
+/// `start`: run a command under supervision.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StartArgs {
+    /// The program and its arguments, e.g. ["sh", "-c", "make test"]. A program without a slash
+    /// is looked up on the server's PATH.
+    pub command: Vec<String>,
+    /// Absolute working directory. Default: the server's working directory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+    /// Environment variables set on top of the server's environment.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// Free-form labels (key to value) to find the process again with `list`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    /// Wall-clock limit in milliseconds; when it passes the process tree is terminated and the
+    /// process ends `timed_out`. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `list`: every process the journal knows, optionally filtered.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListArgs {
+    /// Only processes in this state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<State>,
+    /// Only processes with this label, given as "key=value".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+/// Names one process.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct HandleArgs {
+    /// The process handle returned by `start` (p- and 32 hex digits).
+    pub handle: String,
+}
+
+/// `output`: one page of a process's combined stdout+stderr, from a byte cursor.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputArgs {
+    /// The process handle returned by `start`.
+    pub handle: String,
+    /// Byte offset in the combined output to read from. Start at 0; to continue, pass the
+    /// previous page's `next_cursor`.
+    #[serde(default)]
+    pub cursor: u64,
+    /// The most bytes to return (1 to 1048576; default 65536).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
+    /// "safe_text" (default): UTF-8 with terminal control sequences removed, for reading.
+    /// "base64": exactly the raw bytes, base64-encoded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendering: Option<Rendering>,
+    /// When there is nothing new at `cursor` and the process is still running, wait up to this
+    /// many milliseconds (at most 60000) for more output before answering. Default: 0.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wait_ms: Option<u64>,
+}
+
+/// `input`: write to a process's stdin, and/or close it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InputArgs {
+    /// The process handle returned by `start`.
+    pub handle: String,
+    /// Text to write, as is (add "\n" to end a line).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    /// Bytes to write, base64-encoded (standard alphabet, padded). Exclusive with `text`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base64: Option<String>,
+    /// Close stdin after writing, so the process reads end-of-file.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub close: bool,
+}
+
+/// `stop`: terminate a process's whole tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StopArgs {
+    /// The process handle returned by `start`.
+    pub handle: String,
+    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000). The process ends
+    /// `terminated` if it exits within the grace, else `killed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+}
+
+/// `wait`: block until a process is terminal.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WaitArgs {
+    /// The process handle returned by `start`.
+    pub handle: String,
+    /// Give up after this many milliseconds with a `wait_timeout` error; the process keeps
+    /// running. Default: wait as long as it takes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// `shutdown`: stop every process and the server.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ShutdownArgs {
+    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grace_ms: Option<u64>,
+}
+
+/// A validated request: what dispatch acts on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// Server identity and protocol version; changes nothing.
+    Hello,
+    Start(StartArgs),
+    List {
+        state: Option<State>,
+        label: Option<(String, String)>,
+    },
+    Manifest(Handle),
+    Output {
+        handle: Handle,
+        cursor: u64,
+        max_bytes: u64,
+        rendering: Rendering,
+        wait_ms: u64,
+    },
+    Input {
+        handle: Handle,
+        data: Vec<u8>,
+        close: bool,
+    },
+    Stop {
+        handle: Handle,
+        grace_ms: u64,
+    },
+    Interrupt(Handle),
+    Wait {
+        handle: Handle,
+        timeout_ms: Option<u64>,
+    },
+    Shutdown {
+        grace_ms: u64,
+    },
+}
+
+/// A request with the client's ID, echoed in the response.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Envelope {
+    pub id: Option<Value>,
+    pub request: Request,
+}
+
+/// Every operation name, as it appears in `"op"`.
+pub const OPS: [&str; 10] = [
+    "hello",
+    "start",
+    "list",
+    "manifest",
+    "output",
+    "input",
+    "stop",
+    "interrupt",
+    "wait",
+    "shutdown",
+];
+
+/// Why a request was refused before anything ran.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProtocolErrorKind {
+    #[error("the request is {len} bytes; at most {max} are accepted")]
+    TooLarge { len: usize, max: usize },
+    #[error("the request is not a JSON object: {0}")]
+    Malformed(String),
+    #[error("protocol version {0} is not supported (this server speaks {PROTOCOL_VERSION})")]
+    UnsupportedVersion(u64),
+    #[error("unknown operation {0:?} (known: {ops})", ops = OPS.join(", "))]
+    UnknownOp(String),
+    #[error("bad arguments for {op}: {message}")]
+    BadArgs { op: &'static str, message: String },
+}
+
+/// A refused request, with the client's ID when it could be read.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{kind}")]
+pub struct ProtocolError {
+    pub id: Option<Value>,
+    pub kind: ProtocolErrorKind,
+}
+
+/// Machine-readable error codes; stable across versions (new ones may be added).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// Not a JSON object, or a field of the wrong type at the top level.
+    BadRequest,
+    UnsupportedVersion,
+    UnknownOp,
+    /// The arguments do not fit the operation's schema or its ranges.
+    BadArgs,
+    TooLarge,
+    /// The peer is not the user the server runs as.
+    Forbidden,
+    /// Too many connections at once.
+    Busy,
+    UnknownHandle,
+    NotRunning,
+    InputClosed,
+    /// Admission refused the start (shutting down, at capacity).
+    Refused,
+    /// The command could not be spawned; it is recorded as `failed` under `handle`.
+    SpawnFailed,
+    WaitTimeout,
+    TeardownFailed,
+    /// The journal, the spool or the server failed.
+    Internal,
+    /// A code this client does not know (sent by a newer server).
+    #[serde(other)]
+    Unknown,
+}
+
+/// The error half of a response.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema, thiserror::Error)]
+#[error("{message}")]
+pub struct ApiError {
+    pub code: ErrorCode,
+    pub message: String,
+    /// The process the error concerns, when there is one (a failed spawn has a handle).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handle: Option<String>,
+}
+
+impl ApiError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        ApiError {
+            code,
+            message: message.into(),
+            handle: None,
+        }
+    }
+}
+
+impl From<&ProtocolErrorKind> for ErrorCode {
+    fn from(kind: &ProtocolErrorKind) -> Self {
+        match kind {
+            ProtocolErrorKind::TooLarge { .. } => ErrorCode::TooLarge,
+            ProtocolErrorKind::Malformed(_) => ErrorCode::BadRequest,
+            ProtocolErrorKind::UnsupportedVersion(_) => ErrorCode::UnsupportedVersion,
+            ProtocolErrorKind::UnknownOp(_) => ErrorCode::UnknownOp,
+            ProtocolErrorKind::BadArgs { .. } => ErrorCode::BadArgs,
+        }
+    }
+}
+
+impl From<&ProtocolError> for ApiError {
+    fn from(e: &ProtocolError) -> Self {
+        ApiError::new(ErrorCode::from(&e.kind), e.kind.to_string())
+    }
+}
+
+/// One response line.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Response {
+    pub v: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<Value>,
+    pub ok: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ApiError>,
+}
+
+impl Response {
+    pub fn new(id: Option<Value>, outcome: Result<Value, ApiError>) -> Self {
+        match outcome {
+            Ok(result) => Response {
+                v: PROTOCOL_VERSION,
+                id,
+                ok: true,
+                result: Some(result),
+                error: None,
+            },
+            Err(error) => Response {
+                v: PROTOCOL_VERSION,
+                id,
+                ok: false,
+                result: None,
+                error: Some(error),
+            },
+        }
+    }
+
+    /// The response as one line, newline included.
+    pub fn to_line(&self) -> Vec<u8> {
+        // Serializing a Value tree cannot fail (string keys, no non-finite floats are produced).
+        let mut line = serde_json::to_vec(self).unwrap_or_else(|e| {
+            format!(
+                r#"{{"v":{PROTOCOL_VERSION},"ok":false,"error":{{"code":"internal","message":"cannot encode the response: {e}"}}}}"#
+            )
+            .into_bytes()
+        });
+        line.push(b'\n');
+        line
+    }
+}
+
+/// Decodes and validates one request (without its trailing newline).
+pub fn decode_request(bytes: &[u8]) -> Result<Envelope, ProtocolError> {
+    let fail = |id: Option<Value>, kind| ProtocolError { id, kind };
+    if bytes.len() > REQUEST_BYTES_MAX {
+        return Err(fail(
+            None,
+            ProtocolErrorKind::TooLarge {
+                len: bytes.len(),
+                max: REQUEST_BYTES_MAX,
+            },
+        ));
+    }
+    let value: Value = serde_json::from_slice(bytes)
+        .map_err(|e| fail(None, ProtocolErrorKind::Malformed(e.to_string())))?;
+    let Value::Object(mut object) = value else {
+        return Err(fail(
+            None,
+            ProtocolErrorKind::Malformed("expected an object".to_owned()),
+        ));
+    };
+    let id = match object.remove("id") {
+        None | Some(Value::Null) => None,
+        Some(id @ Value::Number(_)) => Some(id),
+        Some(Value::String(s)) if s.chars().count() <= ID_CHARS_MAX => Some(Value::String(s)),
+        Some(_) => {
+            return Err(fail(
+                None,
+                ProtocolErrorKind::Malformed(format!(
+                    "\"id\" must be a number or a string of at most {ID_CHARS_MAX} characters"
+                )),
+            ));
+        }
+    };
+    let malformed =
+        |id: &Option<Value>, m: &str| fail(id.clone(), ProtocolErrorKind::Malformed(m.to_owned()));
+    match object.remove("v") {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
+            Some(v) => return Err(fail(id, ProtocolErrorKind::UnsupportedVersion(v))),
+            None => return Err(malformed(&id, "\"v\" must be a protocol version number")),
+        },
+        _ => {
+            return Err(malformed(
+                &id,
+                "\"v\" (the protocol version, 1) is required",
+            ));
+        }
+    }
+    let op = match object.remove("op") {
+        Some(Value::String(op)) => op,
+        _ => return Err(malformed(&id, "\"op\" (the operation name) is required")),
+    };
+    let args = match object.remove("args") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(args @ Value::Object(_)) => args,
+        Some(_) => return Err(malformed(&id, "\"args\" must be an object")),
+    };
+    if let Some(field) = object.keys().next() {
+        return Err(malformed(
+            &id,
+            &format!(
+                "unknown field {:?} (expected v, id, op, args)",
+                truncate(field)
+            ),
+        ));
+    }
+    match request_from_args(&op, args) {
+        Ok(request) => Ok(Envelope { id, request }),
+        Err(kind) => Err(fail(id, kind)),
+    }
+}
+
+/// Validates the `args` of `op` into a [`Request`]; the MCP tools call this with their
+/// arguments so that both surfaces accept exactly the same values.
+pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolErrorKind> {
+    let Some(&op) = OPS.iter().find(|known| **known == op) else {
+        return Err(ProtocolErrorKind::UnknownOp(truncate(op)));
+    };
+    let bad = |message: String| ProtocolErrorKind::BadArgs { op, message };
+    fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, String> {
+        serde_json::from_value(args).map_err(|e| e.to_string())
+    }
+    let handle = |text: &str| text.parse::<Handle>().map_err(|e| bad(e.to_string()));
+    let request = match op {
+        "hello" => {
+            let _: Empty = parse(args).map_err(bad)?;
+            Request::Hello
+        }
+        "start" => {
+            let args: StartArgs = parse(args).map_err(bad)?;
+            validate_start(&args).map_err(bad)?;
+            Request::Start(args)
+        }
+        "list" => {
+            let args: ListArgs = parse(args).map_err(bad)?;
+            let label = match args.label {
+                None => None,
+                Some(text) => match text.split_once('=') {
+                    Some((k, v)) if !k.is_empty() => Some((k.to_owned(), v.to_owned())),
+                    _ => return Err(bad(format!("label {:?} is not key=value", truncate(&text)))),
+                },
+            };
+            Request::List {
+                state: args.state,
+                label,
+            }
+        }
+        "manifest" | "interrupt" => {
+            let args: HandleArgs = parse(args).map_err(bad)?;
+            let h = handle(&args.handle)?;
+            if op == "manifest" {
+                Request::Manifest(h)
+            } else {
+                Request::Interrupt(h)
+            }
+        }
+        "output" => {
+            let args: OutputArgs = parse(args).map_err(bad)?;
+            let max_bytes = args.max_bytes.unwrap_or(OUTPUT_BYTES_DEFAULT);
+            if !(1..=OUTPUT_BYTES_MAX).contains(&max_bytes) {
+                return Err(bad(format!(
+                    "max_bytes {max_bytes} is out of range (1 to {OUTPUT_BYTES_MAX})"
+                )));
+            }
+            let wait_ms = args.wait_ms.unwrap_or(0);
+            if wait_ms > OUTPUT_WAIT_MS_MAX {
+                return Err(bad(format!(
+                    "wait_ms {wait_ms} is out of range (at most {OUTPUT_WAIT_MS_MAX})"
+                )));
+            }
+            Request::Output {
+                handle: handle(&args.handle)?,
+                cursor: args.cursor,
+                max_bytes,
+                rendering: args.rendering.unwrap_or(Rendering::SafeText),
+                wait_ms,
+            }
+        }
+        "input" => {
+            let args: InputArgs = parse(args).map_err(bad)?;
+            let data = match (args.text, args.base64) {
+                (Some(_), Some(_)) => {
+                    return Err(bad("give either text or base64, not both".to_owned()));
+                }
+                (Some(text), None) => text.into_bytes(),
+                (None, Some(encoded)) => {
+                    base64::decode(&encoded).map_err(|e| bad(e.to_string()))?
+                }
+                (None, None) if args.close => Vec::new(),
+                (None, None) => {
+                    return Err(bad("nothing to do: give text, base64 or close".to_owned()));
+                }
+            };
+            Request::Input {
+                handle: handle(&args.handle)?,
+                data,
+                close: args.close,
+            }
+        }
+        "stop" => {
+            let args: StopArgs = parse(args).map_err(bad)?;
+            Request::Stop {
+                handle: handle(&args.handle)?,
+                grace_ms: grace(args.grace_ms).map_err(bad)?,
+            }
+        }
+        "wait" => {
+            let args: WaitArgs = parse(args).map_err(bad)?;
+            Request::Wait {
+                handle: handle(&args.handle)?,
+                timeout_ms: args.timeout_ms,
+            }
+        }
+        "shutdown" => {
+            let args: ShutdownArgs = parse(args).map_err(bad)?;
+            Request::Shutdown {
+                grace_ms: grace(args.grace_ms).map_err(bad)?,
+            }
+        }
+        _ => return Err(ProtocolErrorKind::UnknownOp(truncate(op))),
+    };
+    Ok(request)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+fn grace(ms: Option<u64>) -> Result<u64, String> {
+    let ms = ms.unwrap_or(GRACE_MS_DEFAULT);
+    if ms > GRACE_MS_MAX {
+        return Err(format!(
+            "grace_ms {ms} is out of range (at most {GRACE_MS_MAX})"
+        ));
+    }
+    Ok(ms)
+}
+
+fn validate_start(args: &StartArgs) -> Result<(), String> {
+    let Some(program) = args.command.first() else {
+        return Err("command is empty: give the program and its arguments".to_owned());
+    };
+    if program.is_empty() {
+        return Err("the program name is empty".to_owned());
+    }
+    if args.command.len() > START_ITEMS_MAX
+        || args.env.len() > START_ITEMS_MAX
+        || args.labels.len() > START_ITEMS_MAX
+    {
+        return Err(format!(
+            "at most {START_ITEMS_MAX} arguments, variables and labels each"
+        ));
+    }
+    let nul = |s: &String| s.contains('\0');
+    if args.command.iter().any(nul)
+        || args.env.iter().any(|(k, v)| nul(k) || nul(v))
+        || args.cwd.as_ref().is_some_and(nul)
+    {
+        return Err("arguments, variables and cwd cannot contain NUL characters".to_owned());
+    }
+    if args.env.keys().any(|k| k.is_empty() || k.contains('=')) {
+        return Err("environment variable names must be non-empty and contain no '='".to_owned());
+    }
+    if let Some(cwd) = &args.cwd
+        && !cwd.starts_with('/')
+    {
+        return Err(format!("cwd {:?} must be an absolute path", truncate(cwd)));
+    }
+    if args.timeout_ms == Some(0) {
+        return Err("timeout_ms must be at least 1".to_owned());
+    }
+    Ok(())
+}
+
+/// Keeps client-supplied text in error messages short.
+fn truncate(text: &str) -> String {
+    const MAX: usize = 64;
+    if text.chars().count() <= MAX {
+        text.to_owned()
+    } else {
+        let mut short: String = text.chars().take(MAX).collect();
+        short.push('…');
+        short
+    }
+}
+
+impl Request {
+    /// The operation name and `args` object that [`decode_request`] turns back into `self`.
+    pub fn to_wire(&self) -> (&'static str, Value) {
+        let to = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
+        match self {
+            Request::Hello => ("hello", Value::Object(Map::new())),
+            Request::Start(args) => ("start", to(serde_json::to_value(args))),
+            Request::List { state, label } => (
+                "list",
+                to(serde_json::to_value(ListArgs {
+                    state: *state,
+                    label: label.as_ref().map(|(k, v)| format!("{k}={v}")),
+                })),
+            ),
+            Request::Manifest(h) => ("manifest", handle_args(h)),
+            Request::Interrupt(h) => ("interrupt", handle_args(h)),
+            Request::Output {
+                handle,
+                cursor,
+                max_bytes,
+                rendering,
+                wait_ms,
+            } => (
+                "output",
+                to(serde_json::to_value(OutputArgs {
+                    handle: handle.to_string(),
+                    cursor: *cursor,
+                    max_bytes: Some(*max_bytes),
+                    rendering: Some(*rendering),
+                    wait_ms: Some(*wait_ms),
+                })),
+            ),
+            Request::Input {
+                handle,
+                data,
+                close,
+            } => (
+                "input",
+                to(serde_json::to_value(InputArgs {
+                    handle: handle.to_string(),
+                    text: None,
+                    base64: (!data.is_empty() || !close).then(|| crate::render::base64(data)),
+                    close: *close,
+                })),
+            ),
+            Request::Stop { handle, grace_ms } => (
+                "stop",
+                to(serde_json::to_value(StopArgs {
+                    handle: handle.to_string(),
+                    grace_ms: Some(*grace_ms),
+                })),
+            ),
+            Request::Wait { handle, timeout_ms } => (
+                "wait",
+                to(serde_json::to_value(WaitArgs {
+                    handle: handle.to_string(),
+                    timeout_ms: *timeout_ms,
+                })),
+            ),
+            Request::Shutdown { grace_ms } => (
+                "shutdown",
+                to(serde_json::to_value(ShutdownArgs {
+                    grace_ms: Some(*grace_ms),
+                })),
+            ),
+        }
+    }
+
+    /// The request as one socket line, newline included.
+    pub fn to_line(&self, id: Option<Value>) -> Vec<u8> {
+        let (op, args) = self.to_wire();
+        let mut object = Map::new();
+        object.insert("v".to_owned(), Value::from(PROTOCOL_VERSION));
+        if let Some(id) = id {
+            object.insert("id".to_owned(), id);
+        }
+        object.insert("op".to_owned(), Value::from(op));
+        object.insert("args".to_owned(), args);
+        let mut line = Value::Object(object).to_string().into_bytes();
+        line.push(b'\n');
+        line
+    }
+
+    /// How long dispatch may take beyond the server's own work (for client timeouts).
+    pub fn blocks_for(&self) -> Option<Duration> {
+        match self {
+            Request::Output { wait_ms, .. } => Some(Duration::from_millis(*wait_ms)),
+            Request::Wait { timeout_ms, .. } => timeout_ms.map(Duration::from_millis),
+            Request::Stop { grace_ms, .. } | Request::Shutdown { grace_ms } => {
+                Some(Duration::from_millis(*grace_ms))
+            }
+            _ => Some(Duration::ZERO),
+        }
+    }
+}
+
+fn handle_args(handle: &Handle) -> Value {
+    let mut object = Map::new();
+    object.insert("handle".to_owned(), Value::from(handle.to_string()));
+    Value::Object(object)
+}
