@@ -7,6 +7,7 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod cli;
+pub mod client;
 pub mod codec;
 #[doc(hidden)]
 pub mod fuzzing;
@@ -18,6 +19,7 @@ pub mod limits;
 pub mod protocol;
 pub mod render;
 pub mod root;
+pub mod server;
 pub mod spool;
 pub mod supervisor;
 

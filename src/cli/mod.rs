@@ -4,6 +4,7 @@
 //! Recovery tooling (`journal ...`) is offline and read-only: it takes no lock and never writes, so
 //! it may run against a root that a live writer holds.
 
+mod daemon_cmd;
 mod journal_cmd;
 mod run_cmd;
 mod spool_cmd;
@@ -29,6 +30,24 @@ enum Command {
     /// Supervise one command in the foreground: stream its output, forward Ctrl-C, exit with its
     /// status, and keep everything in the journal and spool.
     Run(run_cmd::RunArgs),
+    /// Run the daemon: a supervisor answering the client commands on a Unix socket.
+    Serve(daemon_cmd::ServeArgs),
+    /// Start a command under the daemon; prints its handle.
+    Start(daemon_cmd::StartCmdArgs),
+    /// List processes (from the journal when no daemon runs).
+    Ps(daemon_cmd::PsArgs),
+    /// Print a process's output from a cursor; -f follows it until the process ends.
+    Logs(daemon_cmd::LogsArgs),
+    /// Write to a process's stdin, from this command's stdin or --text.
+    Send(daemon_cmd::SendArgs),
+    /// Stop a process's whole tree: SIGTERM, the grace, SIGKILL.
+    Stop(daemon_cmd::StopArgs),
+    /// Send SIGINT to a process's group.
+    Interrupt(daemon_cmd::HandleCmdArgs),
+    /// Wait until a process ends; exits with its status.
+    Wait(daemon_cmd::WaitArgs),
+    /// Stop every process and the daemon.
+    Shutdown(daemon_cmd::ShutdownCmdArgs),
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
@@ -71,6 +90,15 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_cmd::run(args),
+        Command::Serve(args) => daemon_cmd::serve(args),
+        Command::Start(args) => daemon_cmd::start(args),
+        Command::Ps(args) => daemon_cmd::ps(args),
+        Command::Logs(args) => daemon_cmd::logs(args),
+        Command::Send(args) => daemon_cmd::send(args),
+        Command::Stop(args) => daemon_cmd::stop(args),
+        Command::Interrupt(args) => daemon_cmd::interrupt(args),
+        Command::Wait(args) => daemon_cmd::wait(args),
+        Command::Shutdown(args) => daemon_cmd::shutdown(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
     };

@@ -51,7 +51,7 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }
 
-fn parse_label(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err(format!("{text:?} is not a label k=v")),

@@ -644,42 +644,9 @@ impl Supervisor {
                 .read(cursor, max_bytes)
                 .map_err(out_err)?,
         };
-        let start = read.next_cursor - read.bytes.len() as u64;
-        let (data, normalized, binary, next_cursor) = match rendering {
-            Rendering::SafeText => {
-                let r = render::safe_text_of_read(handle, &read, max_bytes, state.is_terminal());
-                (r.safe.text, r.safe.normalized, r.safe.binary, r.next_cursor)
-            }
-            Rendering::Base64 => {
-                let binary = render::safe_text(&read.bytes, true).binary;
-                (render::base64(&read.bytes), false, binary, read.next_cursor)
-            }
-        };
-        let spans = read
-            .spans
-            .iter()
-            .filter(|s| s.cursor < next_cursor)
-            .map(|s| Span {
-                len: s.len.min((next_cursor - s.cursor) as u32),
-                ..*s
-            })
-            .collect();
-        Ok(OutputPage {
-            handle: *handle,
-            cursor,
-            next_cursor,
-            retained_from: read.retained_from,
-            total_bytes: read.total_bytes,
-            gap: read.gap,
-            cursor_ahead: false,
-            rendering,
-            data,
-            normalized,
-            binary,
-            spans,
-            artifact: ArtifactDescriptor::new(handle, start, next_cursor),
-            state,
-        })
+        Ok(render_page(
+            handle, state, cursor, &read, max_bytes, rendering,
+        ))
     }
 
     /// Raw output bytes with their spans (for hosts that stream output as is).
@@ -929,5 +896,53 @@ impl Supervisor {
             })
             .await
             .clone()
+    }
+}
+
+/// Renders one spool read as a page: the one rendering shared by live processes, restored ones
+/// and offline readers, so every surface shows the same bytes with the same cursor fields.
+pub fn render_page(
+    handle: &Handle,
+    state: State,
+    cursor: u64,
+    read: &crate::spool::SpoolRead,
+    max_bytes: usize,
+    rendering: Rendering,
+) -> OutputPage {
+    let start = read.next_cursor - read.bytes.len() as u64;
+    let (data, normalized, binary, next_cursor) = match rendering {
+        Rendering::SafeText => {
+            let r = render::safe_text_of_read(handle, read, max_bytes, state.is_terminal());
+            (r.safe.text, r.safe.normalized, r.safe.binary, r.next_cursor)
+        }
+        Rendering::Base64 => {
+            let binary = render::safe_text(&read.bytes, true).binary;
+            (render::base64(&read.bytes), false, binary, read.next_cursor)
+        }
+    };
+    let spans = read
+        .spans
+        .iter()
+        .filter(|s| s.cursor < next_cursor)
+        .map(|s| Span {
+            len: s.len.min((next_cursor - s.cursor) as u32),
+            ..*s
+        })
+        .collect();
+    OutputPage {
+        handle: *handle,
+        cursor,
+        next_cursor,
+        retained_from: read.retained_from,
+        total_bytes: read.total_bytes,
+        gap: read.gap,
+        cursor_ahead: false,
+        rendering,
+        data,
+        normalized,
+        binary,
+        spans,
+        artifact: ArtifactDescriptor::new(handle, start, next_cursor),
+        state,
     }
 }

@@ -1,0 +1,701 @@
+//! `procjournal serve` and the client commands that talk to it: `start`, `ps`, `logs`, `send`,
+//! `stop`, `interrupt`, `wait`, `shutdown`.
+//!
+//! Every client command sends typed [`Request`]s through [`Client`]; when no daemon listens,
+//! the read-only ones (`ps`, and `logs` of a process the journal shows as finished) read the
+//! journal and the spool directly, without a lock, and say so on stderr.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::run_cmd::{parse_duration, parse_label};
+use crate::client::{Client, ClientError};
+use crate::journal::reader::JournalReader;
+use crate::lifecycle::{Handle, Manifest, Replayer, State};
+use crate::protocol::dispatch::ProcessInfo;
+use crate::protocol::{Request, StartArgs};
+use crate::server::{Server, default_socket};
+use crate::spool::Spool;
+use crate::supervisor::{Rendering, SupervisorConfig, render_page};
+
+/// Where the daemon is: `--socket`, else `procjournal.sock` in the root.
+#[derive(Debug, Args)]
+pub(crate) struct Target {
+    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// The daemon's socket (default: procjournal.sock in the root).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+}
+
+impl Target {
+    fn root(&self) -> anyhow::Result<PathBuf> {
+        let root = super::root_or_default(self.root.clone())?;
+        std::path::absolute(&root).with_context(|| format!("runtime root {}", root.display()))
+    }
+
+    fn socket(&self) -> anyhow::Result<PathBuf> {
+        match &self.socket {
+            Some(socket) => Ok(socket.clone()),
+            None => Ok(default_socket(&self.root()?)),
+        }
+    }
+
+    fn connect(&self) -> anyhow::Result<Client> {
+        let socket = self.socket()?;
+        Client::connect(&socket).map_err(|e| match e {
+            ClientError::NoDaemon { .. } => anyhow::anyhow!(
+                "{e}\nstart one with `procjournal serve{}`",
+                self.root
+                    .as_ref()
+                    .map_or_else(String::new, |r| format!(" --root {}", r.display()))
+            ),
+            other => other.into(),
+        })
+    }
+
+    /// A connection, or `None` when no daemon listens (the caller falls back to the journal).
+    fn try_connect(&self) -> anyhow::Result<Option<Client>> {
+        match Client::connect(&self.socket()?) {
+            Ok(client) => Ok(Some(client)),
+            Err(ClientError::NoDaemon { .. }) => Ok(None),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+fn handle_arg(text: &str) -> Result<Handle, String> {
+    text.parse::<Handle>().map_err(|e| e.to_string())
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+// ---------------------------------------------------------------------------------------------
+// serve
+
+#[derive(Debug, Args)]
+pub(crate) struct ServeArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Most processes live at once; more starts are refused.
+    #[arg(long, default_value_t = 1024)]
+    max_live: usize,
+}
+
+pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
+    let root = args.target.root()?;
+    let socket = args.target.socket.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async move {
+        let mut config = SupervisorConfig::new(&root);
+        config.max_live = args.max_live;
+        let (server, restore) = Server::bind(config, socket)
+            .await
+            .with_context(|| format!("cannot serve the runtime root {}", root.display()))?;
+        if !restore.reconciled.is_empty() {
+            eprintln!(
+                "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
+                restore.reconciled.len()
+            );
+        }
+        for error in &restore.errors {
+            eprintln!("procjournal: restore: {error}");
+        }
+        eprintln!(
+            "procjournal: serving {} on {}",
+            root.display(),
+            server.socket().display()
+        );
+        let report = server.run().await?;
+        eprintln!(
+            "procjournal: shut down: {} terminated, {} killed, {} teardown failures",
+            report.terminated.len(),
+            report.killed.len(),
+            report.teardown_failed.len()
+        );
+        Ok(if report.teardown_failed.is_empty() {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// start
+
+#[derive(Debug, Args)]
+pub(crate) struct StartCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// A label k=v (repeatable).
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// An environment variable K=V set on top of the daemon's environment (repeatable).
+    #[arg(long = "env", value_parser = parse_label)]
+    env: Vec<(String, String)>,
+    /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Working directory (default: this shell's).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// Print the started process as JSON instead of its handle.
+    #[arg(long)]
+    json: bool,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
+    let cwd = match args.cwd {
+        Some(dir) => std::path::absolute(&dir).with_context(|| format!("{}", dir.display()))?,
+        None => std::env::current_dir().context("cannot read the working directory")?,
+    };
+    let cwd = cwd
+        .to_str()
+        .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
+        .to_owned();
+    let request = Request::Start(StartArgs {
+        command: args.command,
+        cwd: Some(cwd),
+        env: args.env.into_iter().collect(),
+        labels: args.labels.into_iter().collect(),
+        timeout_ms: args.timeout.map(millis),
+    });
+    let mut client = args.target.connect()?;
+    let info = client.call(&request)?;
+    if args.json {
+        println!("{info}");
+    } else {
+        let view: ProcView = serde_json::from_value(info).context("the daemon's answer")?;
+        println!("{}", view.handle);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// ps
+
+#[derive(Debug, Args)]
+pub(crate) struct PsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// One JSON object per process per line.
+    #[arg(long)]
+    json: bool,
+    /// Only processes in this state (running, exited, lost_on_restore, ...).
+    #[arg(long, value_parser = parse_state)]
+    state: Option<State>,
+    /// Only processes with this label k=v.
+    #[arg(long, value_parser = parse_label)]
+    label: Option<(String, String)>,
+}
+
+fn parse_state(text: &str) -> Result<State, String> {
+    State::ALL
+        .into_iter()
+        .find(|s| s.name() == text)
+        .ok_or_else(|| {
+            let names: Vec<&str> = State::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown state {text:?} (one of {})", names.join(", "))
+        })
+}
+
+/// The fields of a process the client commands print.
+#[derive(Debug, Deserialize)]
+struct ProcView {
+    handle: String,
+    state: State,
+    pid: Option<u32>,
+    command: Vec<String>,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    total_bytes: u64,
+}
+
+pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let processes: Vec<Value> = match args.target.try_connect()? {
+        Some(mut client) => {
+            let result = client.call(&Request::List {
+                state: args.state,
+                label: args.label.clone(),
+            })?;
+            match result.get("processes") {
+                Some(Value::Array(list)) => list.clone(),
+                _ => bail!("the daemon's answer has no process list"),
+            }
+        }
+        None => {
+            eprintln!("procjournal: no daemon is running; reading the journal");
+            let (store, _) = offline_manifests(&args.target.root()?)?;
+            store
+                .iter()
+                .filter(|m| args.state.is_none_or(|s| m.state == s))
+                .filter(|m| {
+                    args.label
+                        .as_ref()
+                        .is_none_or(|(k, v)| m.command.labels.get(k) == Some(v))
+                })
+                .map(|m| serde_json::to_value(ProcessInfo::from(m)))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if args.json {
+        for p in &processes {
+            writeln!(out, "{p}")?;
+        }
+    } else {
+        writeln!(
+            out,
+            "{:<34} {:<15} {:>8} {:>6} {:>10}  COMMAND",
+            "HANDLE", "STATE", "PID", "EXIT", "BYTES"
+        )?;
+        for p in processes {
+            let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
+            let exit = match (p.exit_code, p.signal) {
+                (Some(code), _) => code.to_string(),
+                (None, Some(signal)) => format!("sig{signal}"),
+                _ => "-".to_owned(),
+            };
+            let pid = p.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
+            let labels: Vec<String> = p.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let labels = if labels.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", labels.join(","))
+            };
+            writeln!(
+                out,
+                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10}  {}{labels}",
+                p.handle,
+                p.state.name(),
+                p.total_bytes,
+                shell_words(&p.command)
+            )?;
+        }
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+fn shell_words(words: &[String]) -> String {
+    let quote = |w: &String| {
+        let plain = !w.is_empty()
+            && w.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
+        if plain {
+            w.clone()
+        } else {
+            format!("'{}'", w.replace('\'', r"'\''"))
+        }
+    };
+    let text = words.iter().map(quote).collect::<Vec<_>>().join(" ");
+    crate::render::safe_text(text.as_bytes(), true)
+        .text
+        .replace('\n', " ")
+}
+
+/// Replays the journal read-only: what `ps` and `logs` show when no daemon runs.
+fn offline_manifests(root: &Path) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
+    let reader = JournalReader::open(root)
+        .context("cannot read the journal (has anything run under this root?)")?;
+    let mut replayer = Replayer::default();
+    let recovery = reader.scan(1, |r| replayer.feed(&r))?;
+    let (store, replay) = replayer.finish();
+    let clean = recovery.is_clean() && replay.is_clean();
+    if !clean {
+        eprintln!(
+            "procjournal: the journal has damage or invalid events; `procjournal journal verify` reports them"
+        );
+    }
+    Ok((store, clean))
+}
+
+// ---------------------------------------------------------------------------------------------
+// logs
+
+#[derive(Debug, Args)]
+pub(crate) struct LogsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    #[arg(value_parser = handle_arg)]
+    handle: Handle,
+    /// Keep printing output as it arrives; end when the process is terminal and read to the end.
+    #[arg(short = 'f', long)]
+    follow: bool,
+    /// Combined-stream byte offset to start from.
+    #[arg(long, default_value_t = 0)]
+    cursor: u64,
+    /// Print base64 of exactly the raw bytes (one line per page) instead of safe text.
+    #[arg(long, conflicts_with = "json")]
+    base64: bool,
+    /// Print each page as one JSON object per line, with every cursor field.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The fields of an output page the client reads.
+#[derive(Debug, Deserialize)]
+struct PageView {
+    next_cursor: u64,
+    retained_from: u64,
+    total_bytes: u64,
+    gap: bool,
+    cursor_ahead: bool,
+    data: String,
+    state: State,
+}
+
+/// Bytes asked for per page.
+const LOGS_PAGE_BYTES: u64 = 1 << 20;
+/// How long one follow request waits for output before asking again.
+const FOLLOW_WAIT_MS: u64 = 30_000;
+
+pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    let rendering = if args.base64 {
+        Rendering::Base64
+    } else {
+        Rendering::SafeText
+    };
+    let mut source = match args.target.try_connect()? {
+        Some(client) => PageSource::Daemon(client),
+        None => {
+            let root = args.target.root()?;
+            let (store, _) = offline_manifests(&root)?;
+            let manifest = store
+                .get(&args.handle)
+                .cloned()
+                .with_context(|| format!("no process with handle {}", args.handle))?;
+            let note = if manifest.state.is_terminal() {
+                "no daemon is running; reading the spool"
+            } else {
+                "no daemon is running; showing the output recorded so far (following needs a daemon)"
+            };
+            eprintln!("procjournal: {note}");
+            let root = crate::root::Root::open_reader(&root)?;
+            let dir = root.spool_dir().join(args.handle.to_string());
+            let (spool, _) = Spool::open_reader(&dir)
+                .with_context(|| format!("no readable output for {}", args.handle))?;
+            PageSource::Offline {
+                spool: Box::new(spool),
+                manifest: Box::new(manifest),
+            }
+        }
+    };
+    let mut out = std::io::stdout().lock();
+    let mut cursor = args.cursor;
+    let mut first = true;
+    loop {
+        let follow = args.follow && source.is_live();
+        let (raw, page) = source.page(args.handle, cursor, rendering, follow)?;
+        if page.cursor_ahead {
+            bail!(
+                "cursor {cursor} is beyond the end of the output ({} bytes)",
+                page.total_bytes
+            );
+        }
+        if first && page.gap {
+            eprintln!(
+                "procjournal: bytes before {} are no longer retained; starting there",
+                page.retained_from
+            );
+        }
+        first = false;
+        let written = if args.json {
+            writeln!(out, "{raw}")
+        } else if args.base64 {
+            if page.data.is_empty() {
+                Ok(())
+            } else {
+                writeln!(out, "{}", page.data)
+            }
+        } else {
+            out.write_all(page.data.as_bytes())
+        };
+        match written.and_then(|()| out.flush()) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+            Err(e) => return Err(e.into()),
+        }
+        let progressed = page.next_cursor != cursor || page.gap;
+        cursor = page.next_cursor;
+        let read_to_end = cursor >= page.total_bytes;
+        if follow && source.is_live() {
+            if page.state.is_terminal() && read_to_end {
+                break;
+            }
+        } else if read_to_end || !progressed {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+enum PageSource {
+    Daemon(Client),
+    Offline {
+        spool: Box<Spool>,
+        manifest: Box<Manifest>,
+    },
+}
+
+impl PageSource {
+    fn is_live(&self) -> bool {
+        matches!(self, PageSource::Daemon(_))
+    }
+
+    fn page(
+        &mut self,
+        handle: Handle,
+        cursor: u64,
+        rendering: Rendering,
+        follow: bool,
+    ) -> anyhow::Result<(Value, PageView)> {
+        let raw = match self {
+            PageSource::Daemon(client) => client.call(&Request::Output {
+                handle,
+                cursor,
+                max_bytes: LOGS_PAGE_BYTES,
+                rendering,
+                wait_ms: if follow { FOLLOW_WAIT_MS } else { 0 },
+            })?,
+            PageSource::Offline { spool, manifest } => {
+                let page = match spool.read(cursor, LOGS_PAGE_BYTES as usize) {
+                    Ok(read) => render_page(
+                        &handle,
+                        manifest.state,
+                        cursor,
+                        &read,
+                        LOGS_PAGE_BYTES as usize,
+                        rendering,
+                    ),
+                    Err(crate::spool::SpoolError::CursorAhead { total_bytes, .. }) => {
+                        bail!(
+                            "cursor {cursor} is beyond the end of the output ({total_bytes} bytes)"
+                        )
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                serde_json::to_value(page)?
+            }
+        };
+        let view = serde_json::from_value(raw.clone()).context("an output page")?;
+        Ok((raw, view))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// send
+
+#[derive(Debug, Args)]
+pub(crate) struct SendArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    #[arg(value_parser = handle_arg)]
+    handle: Handle,
+    /// Send this text (no newline is added) instead of this command's stdin.
+    #[arg(long)]
+    text: Option<String>,
+    /// Close the process's stdin afterwards, so it reads end-of-file.
+    #[arg(long)]
+    close: bool,
+}
+
+/// Bytes per `input` request when streaming stdin (base64 of it fits the request limit).
+const SEND_CHUNK_BYTES: usize = 512 * 1024;
+
+pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let mut sent = 0u64;
+    let mut push = |client: &mut Client, data: Vec<u8>, close: bool| -> anyhow::Result<()> {
+        sent += data.len() as u64;
+        client.call(&Request::Input {
+            handle: args.handle,
+            data,
+            close,
+        })?;
+        Ok(())
+    };
+    match args.text {
+        Some(text) => push(&mut client, text.into_bytes(), args.close)?,
+        None => {
+            let mut stdin = std::io::stdin().lock();
+            let mut buf = vec![0u8; SEND_CHUNK_BYTES];
+            loop {
+                let n = match stdin.read(&mut buf) {
+                    Ok(n) => n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                    Err(e) => return Err(e).context("reading stdin"),
+                };
+                if n == 0 {
+                    break;
+                }
+                push(&mut client, buf[..n].to_vec(), false)?;
+            }
+            if args.close {
+                push(&mut client, Vec::new(), true)?;
+            }
+        }
+    }
+    eprintln!("procjournal: sent {sent} bytes to {}", args.handle);
+    Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// stop, interrupt, wait, shutdown
+
+#[derive(Debug, Args)]
+pub(crate) struct StopArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    #[arg(value_parser = handle_arg)]
+    handle: Handle,
+    /// Time between SIGTERM and SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    grace: Duration,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct WaitArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    #[arg(value_parser = handle_arg)]
+    handle: Handle,
+    /// Give up after this long (exit status 2); the process keeps running.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Print the result as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct HandleCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    #[arg(value_parser = handle_arg)]
+    handle: Handle,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ShutdownCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Time between SIGTERM and SIGKILL for every live process.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    grace: Duration,
+}
+
+#[derive(Debug, Deserialize)]
+struct EndView {
+    handle: String,
+    state: State,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    total_bytes: u64,
+    capture: String,
+}
+
+fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
+    if json {
+        println!("{result}");
+    }
+    let end: EndView = serde_json::from_value(result).context("the daemon's answer")?;
+    if !json {
+        let how = match (end.exit_code, end.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            _ => "no exit status".to_owned(),
+        };
+        println!(
+            "{} {} ({how}; {} output bytes, capture {})",
+            end.handle,
+            end.state.name(),
+            end.total_bytes,
+            end.capture
+        );
+    }
+    Ok(match (end.exit_code, end.signal) {
+        (Some(code), _) => ExitCode::from((code & 0xff) as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
+        _ => ExitCode::from(1),
+    })
+}
+
+pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let result = client.call(&Request::Stop {
+        handle: args.handle,
+        grace_ms: millis(args.grace),
+    })?;
+    print_end(result, args.json)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn interrupt(args: HandleCmdArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    client.call(&Request::Interrupt(args.handle))?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Exits with the process's status: its exit code, 128+N for signal N, 1 when none is known.
+pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let result = client.call(&Request::Wait {
+        handle: args.handle,
+        timeout_ms: args.timeout.map(millis),
+    })?;
+    print_end(result, args.json)
+}
+
+pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let report = client.call(&Request::Shutdown {
+        grace_ms: millis(args.grace),
+    })?;
+    let count = |field: &str| {
+        report
+            .get(field)
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len)
+    };
+    println!(
+        "shut down: {} terminated, {} killed, {} teardown failures",
+        count("terminated"),
+        count("killed"),
+        count("teardown_failed")
+    );
+    Ok(if count("teardown_failed") == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}

@@ -1,0 +1,104 @@
+//! A blocking client of the daemon's socket, for the client commands and for hosts that do not
+//! run tokio.
+//!
+//! Invariants: every request sent is built from a typed [`Request`] (so it is one the server
+//! accepts); a response is read with a bounded line read and decoded totally — a server that
+//! sends garbage or too much gets a [`ClientError::BadResponse`], never a panic; responses are
+//! matched to requests by ID.
+
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::protocol::{ApiError, Request, Response};
+
+/// The longest response line read: a 1 MiB output page in base64 inside JSON fits easily.
+pub const RESPONSE_BYTES_MAX: usize = 16 << 20;
+
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ClientError {
+    /// Nothing listens on the socket (no daemon runs for this root).
+    #[error("no daemon is listening on {socket}: {cause}")]
+    NoDaemon { socket: PathBuf, cause: io::Error },
+    #[error("talking to the daemon: {0}")]
+    Io(#[from] io::Error),
+    #[error("the daemon sent a bad response: {0}")]
+    BadResponse(String),
+    /// The daemon refused or failed the request.
+    #[error("{0}")]
+    Api(ApiError),
+}
+
+/// One connection to a daemon.
+#[derive(Debug)]
+pub struct Client {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+    next_id: u64,
+}
+
+impl Client {
+    pub fn connect(socket: &Path) -> Result<Client, ClientError> {
+        let stream = UnixStream::connect(socket).map_err(|cause| match cause.kind() {
+            io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ClientError::NoDaemon {
+                socket: socket.to_owned(),
+                cause,
+            },
+            _ => ClientError::Io(cause),
+        })?;
+        let reader = BufReader::new(stream.try_clone()?);
+        Ok(Client {
+            writer: stream,
+            reader,
+            next_id: 1,
+        })
+    }
+
+    /// Sends one request and returns its result.
+    pub fn call(&mut self, request: &Request) -> Result<Value, ClientError> {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.writer
+            .write_all(&request.to_line(Some(Value::from(id))))?;
+        let mut line = Vec::new();
+        let n = Read::by_ref(&mut self.reader)
+            .take(RESPONSE_BYTES_MAX as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Err(ClientError::BadResponse(
+                "the daemon closed the connection".to_owned(),
+            ));
+        }
+        if line.last() != Some(&b'\n') {
+            return Err(ClientError::BadResponse(format!(
+                "a response longer than {RESPONSE_BYTES_MAX} bytes, or a truncated one"
+            )));
+        }
+        let response: Response =
+            serde_json::from_slice(&line).map_err(|e| ClientError::BadResponse(e.to_string()))?;
+        if response.id.is_some() && response.id != Some(Value::from(id)) {
+            // Errors the server sends before it could read an ID carry none.
+            return Err(ClientError::BadResponse(format!(
+                "response to request {:?}, expected {id}",
+                response.id
+            )));
+        }
+        match (response.ok, response.result, response.error) {
+            (true, Some(result), _) => Ok(result),
+            (false, _, Some(error)) => Err(ClientError::Api(error)),
+            _ => Err(ClientError::BadResponse(
+                "neither a result nor an error".to_owned(),
+            )),
+        }
+    }
+
+    /// [`Client::call`], with the result decoded into `T`.
+    pub fn call_as<T: DeserializeOwned>(&mut self, request: &Request) -> Result<T, ClientError> {
+        let value = self.call(request)?;
+        serde_json::from_value(value).map_err(|e| ClientError::BadResponse(e.to_string()))
+    }
+}
