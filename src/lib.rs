@@ -16,6 +16,7 @@ pub mod idhash;
 pub mod journal;
 pub mod lifecycle;
 pub mod limits;
+pub mod mcp;
 pub mod protocol;
 pub mod render;
 pub mod root;

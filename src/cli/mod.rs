@@ -6,6 +6,7 @@
 
 mod daemon_cmd;
 mod journal_cmd;
+mod mcp_cmd;
 mod run_cmd;
 mod spool_cmd;
 
@@ -54,6 +55,9 @@ enum Command {
     /// Recovery tooling: read a process's output spool offline.
     #[command(subcommand)]
     Spool(spool_cmd::SpoolCommand),
+    /// A Model Context Protocol server on stdin/stdout for agent harnesses: tools to start,
+    /// read, write to, stop, wait for and list processes on the runtime root.
+    Mcp(mcp_cmd::McpArgs),
 }
 
 /// `--root DIR`, else `$PROCJOURNAL_ROOT`, else `$XDG_STATE_HOME/procjournal`, else
@@ -101,6 +105,7 @@ pub fn main() -> ExitCode {
         Command::Shutdown(args) => daemon_cmd::shutdown(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
+        Command::Mcp(args) => mcp_cmd::run(args),
     };
     match result {
         Ok(code) => code,

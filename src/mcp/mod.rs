@@ -1,0 +1,383 @@
+//! The Model Context Protocol server behind `procjournal mcp`: one supervisor on a runtime root,
+//! offered to an agent harness as tools over stdio (JSON-RPC, one message per line).
+//!
+//! Every tool is a thin adapter over the request protocol ([`crate::protocol`]): its input schema
+//! is the JSON Schema of the protocol's argument struct, its arguments are validated by
+//! [`protocol::request_from_args`] and run by [`Dispatcher::dispatch`], so the socket and the MCP
+//! tools accept exactly the same values and give exactly the same results.
+//!
+//! Invariants:
+//! - a tool call never fails at the protocol level because of its arguments or the process it
+//!   names: malformed arguments, unknown handles, out-of-range values and oversized arguments are
+//!   tool results with `isError: true` and a `code: message` text an agent can act on (the MCP
+//!   specification asks for this, since clients show protocol errors to no model). Only an
+//!   unknown tool name is a protocol error (`-32602`), as the specification says;
+//! - an argument set is refused before anything runs, so a refused call changes nothing on disk;
+//! - stdout carries only protocol messages; this module writes nothing to it.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+
+use rmcp::handler::server::tool::schema_for_input;
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler};
+use serde_json::Value;
+
+use crate::protocol::{
+    self, ApiError, Dispatcher, ErrorCode, HandleArgs, InputArgs, ListArgs, OutputArgs,
+    ProtocolErrorKind, StartArgs, StopArgs, WaitArgs,
+};
+
+/// What the server tells the agent at `initialize`, before any tool is called.
+pub const INSTRUCTIONS: &str = "\
+procjournal supervises long-running shell commands durably: every process and all of its output \
+are kept in a journal on disk, so they survive this server's restart. Typical use: `start` a \
+command (you get a `handle`), read its output with `output` (pass each page's `next_cursor` back \
+as `cursor` to continue exactly where you stopped; use `wait_ms` to wait for new output instead \
+of polling fast), write to its stdin with `input`, end it with `stop` (or `interrupt` for \
+Ctrl-C), and `wait` for its exit status. `list` shows every process this root knows, including \
+ones from earlier server runs: those that were still running when an earlier server died are \
+`lost_on_restore`, and their output stays readable. States: starting, running (live); exited, \
+failed, timed_out, interrupted, terminated, killed, lost_on_restore (terminal). A failed call \
+returns isError with `code: message` (codes such as unknown_handle, bad_args, not_running, \
+input_closed, wait_timeout, too_large).";
+
+/// One tool: its name, the protocol operation it runs, and what an agent is told about it.
+struct ToolSpec {
+    name: &'static str,
+    op: &'static str,
+    title: &'static str,
+    description: &'static str,
+    schema: fn() -> Result<Arc<JsonObject>, String>,
+    read_only: bool,
+    destructive: bool,
+    idempotent: bool,
+}
+
+const TOOLS: [ToolSpec; 7] = [
+    ToolSpec {
+        name: "start",
+        op: "start",
+        title: "Start a command",
+        description: "Start a command under supervision and return at once (it runs in the \
+background, in its own process group, with stdin, stdout and stderr captured). `command` is the \
+program and its arguments as a list; no shell is involved unless you run one, e.g. \
+[\"sh\", \"-c\", \"make test 2>&1\"]. Returns the process: `handle` (pass it to every other tool), \
+`state` (`running`), `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`. If the program \
+cannot be spawned the error is spawn_failed and the process is recorded as `failed` under the \
+handle the error names.",
+        schema: schema_for_input::<StartArgs>,
+        read_only: false,
+        destructive: false,
+        idempotent: false,
+    },
+    ToolSpec {
+        name: "output",
+        op: "output",
+        title: "Read output",
+        description: "Read one page of a process's output: stdout and stderr merged in the order \
+they arrived, addressed by byte offset (`cursor`). Start at cursor 0; to continue, pass the \
+page's `next_cursor` back as `cursor` (nothing is skipped or repeated). The page has: `data` \
+(the bytes from `cursor` to `next_cursor`, as `rendering` says: \"safe_text\" is UTF-8 with \
+terminal control sequences such as colours and cursor movement removed, for reading; \"base64\" \
+is exactly the raw bytes), `next_cursor`, `total_bytes` (all output written so far), \
+`retained_from` (the oldest byte still kept; older output was discarded by retention), `gap` \
+(true when the bytes from `cursor` up to `retained_from` were discarded, so the page starts at \
+`retained_from` instead of `cursor`: output was lost to you, not skipped by mistake), `cursor_ahead` (true when `cursor` was beyond \
+`total_bytes`: no data is returned and `next_cursor` is the end of the output), `state` (the \
+process's state; when it is terminal and `next_cursor` equals `total_bytes` you have read \
+everything), `spans` (which byte ranges came from stdout or stderr). All sizes and offsets are \
+bytes. Set `wait_ms` to wait for new output of a running process instead of polling.",
+        schema: schema_for_input::<OutputArgs>,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+    },
+    ToolSpec {
+        name: "input",
+        op: "input",
+        title: "Write to stdin",
+        description: "Write to a running process's stdin: `text` as UTF-8 (include \"\\n\" to end \
+a line; most programs read line by line) or `base64` for arbitrary bytes, and/or `close: true` \
+to close stdin so the program sees end-of-file. Returns `bytes_written` and `closed`. Errors: \
+not_running (the process has ended), input_closed (stdin was closed or the program stopped \
+reading).",
+        schema: schema_for_input::<InputArgs>,
+        read_only: false,
+        destructive: false,
+        idempotent: false,
+    },
+    ToolSpec {
+        name: "stop",
+        op: "stop",
+        title: "Stop a process",
+        description: "Stop a process and its whole process tree: SIGTERM, then SIGKILL if it is \
+still alive after `grace_ms` milliseconds. Returns once it has ended, with the same fields as \
+`wait`; its state is `terminated` (it exited after SIGTERM) or `killed` (SIGKILL was needed). \
+Stopping a process that already ended returns how it ended.",
+        schema: schema_for_input::<StopArgs>,
+        read_only: false,
+        destructive: true,
+        idempotent: true,
+    },
+    ToolSpec {
+        name: "interrupt",
+        op: "interrupt",
+        title: "Interrupt (Ctrl-C)",
+        description: "Send SIGINT (what Ctrl-C sends) to a running process's process group and \
+return at once. Many programs stop cleanly on it; use `wait` to see whether it ended, and \
+`stop` if it did not.",
+        schema: schema_for_input::<HandleArgs>,
+        read_only: false,
+        destructive: true,
+        idempotent: false,
+    },
+    ToolSpec {
+        name: "wait",
+        op: "wait",
+        title: "Wait for the end",
+        description: "Wait until a process has ended and return how: `state` (exited, failed, \
+timed_out, interrupted, terminated, killed or lost_on_restore), `exit_code` (when it exited \
+normally) or `signal` (the signal number that ended it, e.g. 15 for SIGTERM, 9 for SIGKILL), \
+`total_bytes` and `retained_from` of its output, `capture` (\"complete\" when every output byte \
+was recorded). Set `timeout_ms` to give up after that many milliseconds: the error is then \
+wait_timeout and the process keeps running. Without it the call blocks until the process ends, \
+so prefer a timeout for commands that may run long.",
+        schema: schema_for_input::<WaitArgs>,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+    },
+    ToolSpec {
+        name: "list",
+        op: "list",
+        title: "List processes",
+        description: "List every process this runtime root knows, oldest first, including those \
+of earlier server runs (processes that were live when an earlier server died are \
+`lost_on_restore`; their output is still readable with `output`). Each entry has `handle`, \
+`state`, `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`, `exit_code`, `signal`, and \
+`retained_from`/`total_bytes` of its output as last recorded. Filter by `state` or by a `label` \
+given as \"key=value\".",
+        schema: schema_for_input::<ListArgs>,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+    },
+];
+
+/// The MCP side of a [`Dispatcher`]: lists the tools and runs tool calls through it.
+#[derive(Debug, Clone)]
+pub struct McpServer {
+    dispatcher: Dispatcher,
+    tools: Arc<Vec<Tool>>,
+}
+
+/// A tool's input schema could not be generated (a programming error, caught by the tests).
+#[derive(Debug, thiserror::Error)]
+#[error("the input schema of tool {tool}: {message}")]
+pub struct SchemaError {
+    pub tool: &'static str,
+    pub message: String,
+}
+
+impl McpServer {
+    pub fn new(dispatcher: Dispatcher) -> Result<Self, SchemaError> {
+        Ok(McpServer {
+            dispatcher,
+            tools: Arc::new(tools()?),
+        })
+    }
+
+    pub fn dispatcher(&self) -> &Dispatcher {
+        &self.dispatcher
+    }
+
+    /// Runs one tool call: every failure that concerns the call's arguments or the process it
+    /// names becomes a tool error, so that the agent sees the message.
+    async fn call(&self, spec: &ToolSpec, arguments: Option<JsonObject>) -> CallToolResult {
+        let args = Value::Object(arguments.unwrap_or_default());
+        // The socket refuses request lines above this size; the same bound applies here so that
+        // a huge argument (e.g. megabytes of input) is refused the same way on both surfaces.
+        let size = serde_json::to_vec(&args).map_or(usize::MAX, |bytes| bytes.len());
+        if size > protocol::REQUEST_BYTES_MAX {
+            let kind = ProtocolErrorKind::TooLarge {
+                len: size,
+                max: protocol::REQUEST_BYTES_MAX,
+            };
+            return error_result(&ApiError::new(ErrorCode::TooLarge, kind.to_string()));
+        }
+        let request = match protocol::request_from_args(spec.op, args) {
+            Ok(request) => request,
+            Err(kind) => {
+                return error_result(&ApiError::new(ErrorCode::from(&kind), kind.to_string()));
+            }
+        };
+        match self.dispatcher.dispatch(request).await {
+            Ok(value) => CallToolResult::structured(value),
+            Err(error) => error_result(&error),
+        }
+    }
+}
+
+/// The tool definitions, in the order they are listed.
+pub fn tools() -> Result<Vec<Tool>, SchemaError> {
+    TOOLS
+        .iter()
+        .map(|spec| {
+            let schema = (spec.schema)().map_err(|message| SchemaError {
+                tool: spec.name,
+                message,
+            })?;
+            let annotations = ToolAnnotations::with_title(spec.title)
+                .read_only(spec.read_only)
+                .destructive(spec.destructive)
+                .idempotent(spec.idempotent)
+                // Processes run on this machine only; nothing reaches an open world.
+                .open_world(false);
+            Ok(Tool::new(spec.name, spec.description, schema)
+                .with_title(spec.title)
+                .with_annotations(annotations))
+        })
+        .collect()
+}
+
+/// A tool error: `code: message` as text for the agent, the error object as structured content
+/// for programs.
+fn error_result(error: &ApiError) -> CallToolResult {
+    let structured = serde_json::to_value(error).unwrap_or(Value::Null);
+    let mut result = CallToolResult::structured_error(serde_json::json!({ "error": structured }));
+    let code = serde_json::to_value(error.code)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "internal".to_owned());
+    result.content = vec![ContentBlock::text(format!("{code}: {}", error.message))];
+    result
+}
+
+impl ServerHandler for McpServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(
+                Implementation::new("procjournal", env!("CARGO_PKG_VERSION"))
+                    .with_title("procjournal: durable supervision of long-running commands"),
+            )
+            .with_instructions(INSTRUCTIONS)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(self.tools.as_ref().clone()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.tools.iter().find(|t| t.name == name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let Some(spec) = TOOLS.iter().find(|t| t.name == request.name) else {
+            let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
+            return Err(ErrorData::invalid_params(
+                format!(
+                    "unknown tool {:?} (tools: {})",
+                    truncate(&request.name),
+                    known.join(", ")
+                ),
+                None,
+            ));
+        };
+        // `wait` and `output` only read, so a cancelled call may simply be abandoned; the others
+        // run to completion so that what they started (a spawn, a stop) is recorded whole.
+        let result = if spec.read_only {
+            tokio::select! {
+                result = self.call(spec, request.arguments) => result,
+                () = context.ct.cancelled() => error_result(&ApiError::new(
+                    ErrorCode::Internal,
+                    "the call was cancelled by the client",
+                )),
+            }
+        } else {
+            self.call(spec, request.arguments).await
+        };
+        Ok(result.into())
+    }
+}
+
+/// Keeps client-supplied text in error messages short.
+fn truncate(text: &str) -> Cow<'_, str> {
+    const MAX: usize = 64;
+    if text.chars().count() <= MAX {
+        Cow::Borrowed(text)
+    } else {
+        let mut short: String = text.chars().take(MAX).collect();
+        short.push('…');
+        Cow::Owned(short)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_has_an_object_schema_a_description_and_a_protocol_op() {
+        let tools = tools().expect("schemas");
+        assert_eq!(tools.len(), TOOLS.len());
+        for (tool, spec) in tools.iter().zip(TOOLS.iter()) {
+            assert_eq!(tool.input_schema.get("type"), Some(&Value::from("object")));
+            assert!(
+                tool.input_schema.contains_key("properties"),
+                "{}",
+                spec.name
+            );
+            assert!(tool.description.as_deref().is_some_and(|d| d.len() > 80));
+            assert!(protocol::OPS.contains(&spec.op), "{}", spec.op);
+        }
+        let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
+        for required in ["start", "output", "input", "stop", "wait", "list"] {
+            assert!(names.contains(&required), "{required}");
+        }
+    }
+
+    #[test]
+    fn output_schema_documents_the_cursor_and_renderings() {
+        let tools = tools().expect("schemas");
+        let output = tools.iter().find(|t| t.name == "output").expect("output");
+        let schema = serde_json::to_string(&output.input_schema).expect("json");
+        for needle in [
+            "cursor",
+            "max_bytes",
+            "rendering",
+            "safe_text",
+            "base64",
+            "wait_ms",
+        ] {
+            assert!(schema.contains(needle), "{needle} missing from {schema}");
+        }
+    }
+
+    #[test]
+    fn errors_are_tool_errors_with_code_and_message() {
+        let result = error_result(&ApiError::new(ErrorCode::UnknownHandle, "no process p-1"));
+        assert_eq!(result.is_error, Some(true));
+        let text = result.content[0].as_text().map(|t| t.text.clone());
+        assert_eq!(text.as_deref(), Some("unknown_handle: no process p-1"));
+        let code = result
+            .structured_content
+            .as_ref()
+            .and_then(|v| v.pointer("/error/code"))
+            .and_then(Value::as_str);
+        assert_eq!(code, Some("unknown_handle"));
+    }
+}

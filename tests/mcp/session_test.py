@@ -1,0 +1,331 @@
+"""Drives `procjournal mcp` with the official Python MCP client SDK (the `mcp` package).
+
+Run by tests/mcp_python.rs (cargo test) with the venv's python:
+
+    target/mcp-venv/bin/python tests/mcp/session_test.py --binary target/debug/procjournal --workdir DIR
+
+What it proves, against the real binary over stdio:
+- initialize and tools/list: the server's identity, instructions and every tool's schema;
+- a session: start -> output twice (the second page resumes at the first page's next_cursor)
+  -> input (echoed back by the command) -> stop -> wait, with the cursor arithmetic checked;
+- bad input: unknown handles, malformed arguments, cursors out of range, huge requests each get
+  a tool error (isError) with a `code: message` text, the runtime root is byte-for-byte
+  unchanged, and the server keeps serving; an unknown tool is a protocol error;
+- restart: a server killed with SIGKILL leaves its live process `lost_on_restore`; the next
+  server lists the first server's processes and serves their output (from any cursor); a second
+  server on the same root is refused with an error naming the lock; a server whose client closes
+  stdin stops its processes gracefully (`terminated`, not `lost_on_restore`).
+
+Exits 0 when every check passed; otherwise an assertion names the check that failed.
+"""
+
+import argparse
+import base64
+import hashlib
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from contextlib import AsyncExitStack
+from pathlib import Path
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.shared.exceptions import MCPError
+
+TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list"}
+HANDLE = re.compile(r"^p-[0-9a-f]{32}$")
+# Every request gets an answer within this; `wait` and `output` calls pass smaller timeouts.
+CALL_TIMEOUT_S = 30.0
+
+passed = 0
+
+
+def check(condition, what, detail=None):
+    global passed
+    if not condition:
+        raise AssertionError(f"FAILED: {what}" + (f"\n  got: {detail!r}" if detail is not None else ""))
+    passed += 1
+    print(f"ok: {what}", flush=True)
+
+
+class Server:
+    """One `procjournal mcp` process and a client session on it."""
+
+    def __init__(self, binary, root, log_path, pidfile=None):
+        self.binary, self.root, self.log_path, self.pidfile = binary, root, log_path, pidfile
+        self.stack = AsyncExitStack()
+        self.session = None
+
+    async def __aenter__(self):
+        if self.pidfile is None:
+            params = StdioServerParameters(command=self.binary, args=["mcp", "--root", self.root])
+        else:
+            # The shell records its pid and becomes the server (exec), so the test can SIGKILL it.
+            script = 'echo $$ > "$0"; exec "$1" mcp --root "$2"'
+            params = StdioServerParameters(command="/bin/sh", args=["-c", script, self.pidfile, self.binary, self.root])
+        log = self.stack.enter_context(open(self.log_path, "a"))
+        read, write = await self.stack.enter_async_context(stdio_client(params, errlog=log))
+        self.session = await self.stack.enter_async_context(ClientSession(read, write, read_timeout_seconds=CALL_TIMEOUT_S))
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.stack.aclose()
+
+    async def call(self, tool, arguments):
+        """A successful call's structured result; fails the test on a tool error."""
+        result = await self.session.call_tool(tool, arguments)
+        text = result.content[0].text if result.content else None
+        check(not result.is_error, f"{tool} succeeds", None if not result.is_error else text)
+        return result.structured_content
+
+    async def refused(self, tool, arguments, code, what, mentions=None):
+        """A call that must be a tool error with `code`; returns its message."""
+        result = await self.session.call_tool(tool, arguments)
+        text = result.content[0].text if result.content else ""
+        check(result.is_error is True, f"{what}: {tool} returns isError", text)
+        check(text.startswith(f"{code}: "), f"{what}: the message starts with {code!r}", text)
+        error = (result.structured_content or {}).get("error", {})
+        check(error.get("code") == code, f"{what}: structured error code is {code!r}", error)
+        if mentions is not None:
+            check(mentions in text, f"{what}: the message mentions {mentions!r}", text)
+        return text
+
+    async def read_until(self, handle, cursor, needle, timeout_s=10.0):
+        """Pages from `cursor` until the text read contains `needle`; checks each page's cursors."""
+        text = ""
+        deadline = time.monotonic() + timeout_s
+        while needle not in text:
+            check(time.monotonic() < deadline, f"output of {handle} reaches {needle!r} in time", text)
+            page = await self.session.call_tool("output", {"handle": handle, "cursor": cursor, "wait_ms": 1000})
+            assert not page.is_error, page.content
+            page = page.structured_content
+            assert page["cursor"] == cursor and not page["gap"] and not page["cursor_ahead"], page
+            assert page["next_cursor"] - cursor == len(page["data"].encode()), page
+            text += page["data"]
+            cursor = page["next_cursor"]
+        return text, cursor
+
+
+def snapshot(root):
+    """Every file under the root: path, size and content hash."""
+    files = {}
+    for dirpath, _, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            with open(path, "rb") as f:
+                files[os.path.relpath(path, root)] = (os.path.getsize(path), hashlib.sha256(f.read()).hexdigest())
+    return files
+
+
+async def quiescent_snapshot(root):
+    """A snapshot that stays the same for half a second (publication records are written in the
+    background after a process ends)."""
+    before = snapshot(root)
+    for _ in range(20):
+        await anyio.sleep(0.5)
+        now = snapshot(root)
+        if now == before:
+            return now
+        before = now
+    raise AssertionError("the runtime root never stopped changing")
+
+
+async def first_server(args, root, work, state):
+    async with Server(args.binary, root, work / "server1.log", pidfile=str(work / "server1.pid")) as server:
+        s = server.session
+        init = await s.initialize()
+        check(init.server_info.name == "procjournal", "initialize: the server is procjournal", init.server_info)
+        check(init.capabilities.tools is not None, "initialize: the server offers tools")
+        check("next_cursor" in (init.instructions or ""), "initialize: instructions explain resuming output")
+
+        listed = (await s.list_tools()).tools
+        by_name = {t.name: t for t in listed}
+        check(set(by_name) == TOOLS, "tools/list: start, output, input, stop, interrupt, wait, list", sorted(by_name))
+        for tool in listed:
+            check(len(tool.description or "") > 100, f"tools/list: {tool.name} has a description for an agent")
+            check(tool.input_schema.get("type") == "object", f"tools/list: {tool.name} takes an object")
+            check(tool.input_schema.get("additionalProperties") is False, f"tools/list: {tool.name} refuses unknown fields")
+            if tool.name not in ("start", "list"):
+                check("handle" in tool.input_schema.get("required", []), f"tools/list: {tool.name} requires a handle")
+        output_props = by_name["output"].input_schema["properties"]
+        for prop in ("handle", "cursor", "max_bytes", "rendering", "wait_ms"):
+            check(prop in output_props, f"tools/list: output takes {prop}")
+        for word in ("next_cursor", "gap", "retained_from", "total_bytes", "cursor_ahead", "safe_text", "base64"):
+            check(word in by_name["output"].description, f"tools/list: the output description explains {word}")
+        check(by_name["output"].annotations.read_only_hint is True, "tools/list: output is read-only")
+
+        # --- start -> output twice -> input -> stop -> wait
+        script = 'printf "alpha\\n"; printf "beta\\n"; read line; echo "got:$line"; exec sleep 300'
+        started = await server.call("start", {"command": ["sh", "-c", script], "labels": {"test": "mcp"}})
+        handle = started["handle"]
+        check(HANDLE.match(handle) is not None, "start returns a handle", handle)
+        check(started["state"] == "running", "start: the process is running", started["state"])
+        check(started["labels"] == {"test": "mcp"}, "start: labels are kept", started["labels"])
+        state["first"] = handle
+
+        # Wait until both lines are there, so the two pages below are deterministic.
+        await server.read_until(handle, 0, "beta\n")
+        page1 = await server.call("output", {"handle": handle, "cursor": 0, "max_bytes": 6})
+        check(page1["data"] == "alpha\n", "output page 1 is the first line", page1["data"])
+        check((page1["cursor"], page1["next_cursor"]) == (0, 6), "output page 1 covers bytes 0..6", page1)
+        check(page1["total_bytes"] == 11 and page1["retained_from"] == 0, "output page 1: 11 bytes written, all retained", page1)
+        check(page1["gap"] is False and page1["cursor_ahead"] is False, "output page 1: no gap, cursor not ahead", page1)
+        check(page1["spans"] == [{"cursor": 0, "len": 6, "stream": "stdout"}], "output page 1: the bytes came from stdout", page1["spans"])
+        page2 = await server.call("output", {"handle": handle, "cursor": page1["next_cursor"], "max_bytes": 1024})
+        check(page2["data"] == "beta\n", "output page 2 resumes exactly at next_cursor", page2["data"])
+        check((page2["cursor"], page2["next_cursor"]) == (6, 11), "output page 2 covers bytes 6..11", page2)
+        check(page2["state"] == "running", "output page 2: still running", page2["state"])
+        state["resume_cursor"] = page2["cursor"]
+
+        wrote = await server.call("input", {"handle": handle, "text": "hello mcp\n"})
+        check(wrote["bytes_written"] == 10 and wrote["closed"] is False, "input writes 10 bytes", wrote)
+        echoed, end = await server.read_until(handle, page2["next_cursor"], "got:hello mcp\n")
+        check(echoed == "got:hello mcp\n", "the command echoes the input back", echoed)
+        check(end == 25, "25 bytes of output in all", end)
+        raw = await server.call("output", {"handle": handle, "rendering": "base64"})
+        check(base64.b64decode(raw["data"]) == b"alpha\nbeta\ngot:hello mcp\n", "base64 rendering is the exact bytes", raw["data"])
+        check(raw["rendering"] == "base64" and raw["next_cursor"] == 25, "base64 page covers everything", raw)
+
+        stopped = await server.call("stop", {"handle": handle, "grace_ms": 3000})
+        check(stopped["state"] in ("terminated", "killed"), "stop: terminated or killed", stopped["state"])
+        check(stopped["signal"] in (15, 9) and stopped["exit_code"] is None, "stop: ended by a signal", stopped)
+        waited = await server.call("wait", {"handle": handle, "timeout_ms": 5000})
+        check(waited["state"] == stopped["state"], "wait: the same terminal state", waited)
+        check(waited["signal"] == stopped["signal"], "wait: the same signal", waited)
+        check(waited["total_bytes"] == 25 and waited["capture"] == "complete", "wait: all 25 bytes captured", waited)
+        state["first_state"] = waited["state"]
+        final = await server.call("output", {"handle": handle, "cursor": 25})
+        check(final["data"] == "" and final["next_cursor"] == 25 == final["total_bytes"], "output at the end: nothing more", final)
+        check(final["state"] == waited["state"], "output reports the terminal state", final["state"])
+
+        # --- bad input: clear tool errors, nothing on disk changes, the server keeps serving
+        before = await quiescent_snapshot(root)
+        nobody = "p-" + "0" * 32
+        await server.refused("output", {"handle": nobody}, "unknown_handle", "unknown handle", mentions=nobody)
+        await server.refused("wait", {"handle": nobody, "timeout_ms": 10}, "unknown_handle", "unknown handle")
+        await server.refused("stop", {"handle": nobody}, "unknown_handle", "unknown handle")
+        await server.refused("input", {"handle": nobody, "text": "x"}, "unknown_handle", "unknown handle")
+        await server.refused("output", {"handle": "p-xyz"}, "bad_args", "malformed handle", mentions="not a process handle")
+        await server.refused("output", {}, "bad_args", "missing handle", mentions="handle")
+        await server.refused("start", {"command": "ls -l"}, "bad_args", "command as a string", mentions="sequence")
+        await server.refused("start", {"command": []}, "bad_args", "empty command", mentions="empty")
+        await server.refused("start", {"command": ["true"], "colour": "red"}, "bad_args", "unknown field", mentions="colour")
+        await server.refused("start", {"command": ["true"], "cwd": "relative/dir"}, "bad_args", "relative cwd", mentions="absolute")
+        await server.refused("output", {"handle": handle, "cursor": -1}, "bad_args", "negative cursor")
+        await server.refused("output", {"handle": handle, "max_bytes": 10**9}, "bad_args", "huge max_bytes", mentions="out of range")
+        await server.refused("output", {"handle": handle, "max_bytes": 0}, "bad_args", "zero max_bytes", mentions="out of range")
+        await server.refused("output", {"handle": handle, "rendering": "html"}, "bad_args", "unknown rendering", mentions="html")
+        await server.refused("output", {"handle": handle, "wait_ms": 10**7}, "bad_args", "huge wait_ms", mentions="out of range")
+        await server.refused("stop", {"handle": handle, "grace_ms": 10**9}, "bad_args", "huge grace", mentions="out of range")
+        await server.refused("input", {"handle": handle, "text": "x", "base64": "eA=="}, "bad_args", "text and base64")
+        await server.refused("input", {"handle": handle, "base64": "%%%"}, "bad_args", "bad base64")
+        await server.refused("input", {"handle": handle, "text": "x" * (2 << 20)}, "too_large", "2 MiB of input", mentions="at most")
+        await server.refused("input", {"handle": handle, "text": "late\n"}, "not_running", "input after stop")
+        await server.refused("list", {"state": "sleeping"}, "bad_args", "unknown state")
+        ahead = await server.call("output", {"handle": handle, "cursor": 10**6})
+        check(ahead["cursor_ahead"] is True and ahead["data"] == "", "cursor beyond the end: cursor_ahead, no data", ahead)
+        check(ahead["next_cursor"] == 25 == ahead["total_bytes"], "cursor beyond the end: next_cursor is the end", ahead)
+        try:
+            await s.call_tool("launch", {})
+            check(False, "an unknown tool is a protocol error")
+        except MCPError as e:
+            check("unknown tool" in str(e) and "start" in str(e), "an unknown tool is a protocol error naming the tools", str(e))
+        check(await quiescent_snapshot(root) == before, "bad input changed nothing on disk")
+        listed = await server.call("list", {})
+        check([p["handle"] for p in listed["processes"]] == [handle], "the server still serves after bad input", listed)
+
+        # A program that cannot be spawned is recorded as failed under the handle the error names.
+        text = await server.refused("start", {"command": ["/nonexistent/program"]}, "spawn_failed", "missing program", mentions="not found")
+        failed = re.search(r"p-[0-9a-f]{32}", text)
+        check(failed is not None, "spawn_failed names the handle", text)
+        state["failed"] = failed.group(0)
+
+        # --- a live process, then the server dies without a chance to clean up
+        live = await server.call("start", {"command": ["sh", "-c", 'echo "pid:$$"; exec sleep 60']})
+        text, _ = await server.read_until(live["handle"], 0, "\n")
+        state["live"], state["orphan_pid"] = live["handle"], int(text.strip().split(":")[1])
+        state["live_text"] = text
+        pid = int(Path(work / "server1.pid").read_text().strip())
+        os.kill(pid, signal.SIGKILL)
+        print(f"killed server 1 (pid {pid}) with SIGKILL", flush=True)
+        # Let the client see the closed pipes before its context exits.
+        await anyio.sleep(0.2)
+
+
+async def second_server(args, root, work, state):
+    async with Server(args.binary, root, work / "server2.log") as server:
+        await server.session.initialize()
+        listed = {p["handle"]: p for p in (await server.call("list", {}))["processes"]}
+        check(list(listed) == [state["first"], state["failed"], state["live"]], "restart: the first server's processes are listed, oldest first", list(listed))
+        check(listed[state["first"]]["state"] == state["first_state"], "restart: the stopped process kept its state", listed[state["first"]])
+        check(listed[state["failed"]]["state"] == "failed", "restart: the unspawnable process is failed", listed[state["failed"]])
+        check(listed[state["live"]]["state"] == "lost_on_restore", "restart: the live process is lost_on_restore", listed[state["live"]])
+
+        whole = await server.call("output", {"handle": state["first"]})
+        check(whole["data"] == "alpha\nbeta\ngot:hello mcp\n", "restart: the finished process's output is served", whole["data"])
+        check(whole["next_cursor"] == whole["total_bytes"] == 25, "restart: read to the end", whole)
+        resumed = await server.call("output", {"handle": state["first"], "cursor": state["resume_cursor"]})
+        check(resumed["data"] == "beta\ngot:hello mcp\n", "restart: output resumes at a cursor from the first server", resumed["data"])
+        lost = await server.call("output", {"handle": state["live"]})
+        check(lost["data"] == state["live_text"], "restart: the lost process's output is served", lost["data"])
+        check(lost["state"] == "lost_on_restore", "restart: its page says lost_on_restore", lost["state"])
+        waited = await server.call("wait", {"handle": state["live"], "timeout_ms": 1000})
+        check(waited["state"] == "lost_on_restore", "restart: wait returns at once for a lost process", waited)
+        only_lost = await server.call("list", {"state": "lost_on_restore"})
+        check([p["handle"] for p in only_lost["processes"]] == [state["live"]], "restart: list filters by state", only_lost)
+        labelled = await server.call("list", {"label": "test=mcp"})
+        check([p["handle"] for p in labelled["processes"]] == [state["first"]], "restart: list filters by label", labelled)
+
+        # A second server on a root that is in use is refused, naming the lock.
+        other = subprocess.run([args.binary, "mcp", "--root", root], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        check(other.returncode != 0, "a second server on the same root fails", other.returncode)
+        check("LOCK" in other.stderr and root in other.stderr, "its error names the root and its lock", other.stderr)
+        check(other.stdout == "", "its stdout stays clean", other.stdout)
+
+        # A process still running when the client leaves is stopped by the server's shutdown.
+        running = await server.call("start", {"command": ["sleep", "300"]})
+        state["left_running"] = running["handle"]
+    # The client closed the server's stdin here and waited for it to exit.
+
+
+async def third_server(args, root, work, state):
+    async with Server(args.binary, root, work / "server3.log") as server:
+        await server.session.initialize()
+        listed = {p["handle"]: p for p in (await server.call("list", {}))["processes"]}
+        left = listed[state["left_running"]]
+        check(left["state"] in ("terminated", "killed"), "closing stdin stopped the server's processes gracefully", left)
+        check(len(listed) == 4, "the third server sees all four processes", len(listed))
+
+
+async def main(args):
+    work = Path(args.workdir).resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    root = str(work / "root")
+    state = {}
+    try:
+        with anyio.fail_after(150):
+            await first_server(args, root, work, state)
+            await second_server(args, root, work, state)
+            await third_server(args, root, work, state)
+    finally:
+        # The process of the killed server is nobody's child any more: end it here.
+        if "orphan_pid" in state:
+            try:
+                os.kill(state["orphan_pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for log in sorted(work.glob("server*.log")):
+            print(f"--- {log.name}\n{log.read_text()}", end="", flush=True)
+    print(f"mcp session: {passed} passed, 0 failed", flush=True)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--binary", required=True, help="the procjournal binary")
+    parser.add_argument("--workdir", required=True, help="an empty directory for the runtime root and logs")
+    anyio.run(main, parser.parse_args())
+    sys.exit(0)
