@@ -11,6 +11,7 @@ What it proves, against the real binary over stdio:
 - bad input: unknown handles, malformed arguments, cursors out of range, huge requests each get
   a tool error (isError) with a `code: message` text, the runtime root is byte-for-byte
   unchanged, and the server keeps serving; an unknown tool is a protocol error;
+- the 2026-07-28 revision (server/discover instead of initialize) on the third server;
 - restart: a server killed with SIGKILL leaves its live process `lost_on_restore`; the next
   server lists the first server's processes and serves their output (from any cursor); a second
   server on the same root is refused with an error naming the lock; a server whose client closes
@@ -294,11 +295,19 @@ async def second_server(args, root, work, state):
 
 async def third_server(args, root, work, state):
     async with Server(args.binary, root, work / "server3.log") as server:
-        await server.session.initialize()
+        # The newest revision (2026-07-28) has no initialize handshake: server/discover, then
+        # every request carries its own protocol metadata.
+        await server.session.discover()
+        check(server.session.protocol_version == "2026-07-28", "discover: the 2026-07-28 protocol", server.session.protocol_version)
+        check(server.session.server_info.name == "procjournal", "discover: the server is procjournal", server.session.server_info)
         listed = {p["handle"]: p for p in (await server.call("list", {}))["processes"]}
         left = listed[state["left_running"]]
         check(left["state"] in ("terminated", "killed"), "closing stdin stopped the server's processes gracefully", left)
         check(len(listed) == 4, "the third server sees all four processes", len(listed))
+        started = await server.call("start", {"command": ["sh", "-c", "echo done; exit 3"]})
+        ended = await server.call("wait", {"handle": started["handle"], "timeout_ms": 10000})
+        check((ended["state"], ended["exit_code"], ended["signal"]) == ("exited", 3, None), "wait reports the exit code", ended)
+        await server.refused("wait", {"handle": state["live"], "timeout_ms": "soon"}, "bad_args", "timeout as a string")
 
 
 async def main(args):
