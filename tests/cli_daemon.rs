@@ -1,0 +1,545 @@
+//! The daemon and its client commands end to end: the real `procjournal serve` binary driven by
+//! the real `procjournal start|ps|logs|send|stop|wait|shutdown`, real children, real signals,
+//! and raw socket clients for what the commands never send (malformed and hostile requests).
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_procjournal"))
+}
+
+/// Runs a client command against `root`; returns (status, stdout, stderr).
+fn client(root: &Path, args: &[&str]) -> (i32, String, String) {
+    // `--root` right after the subcommand: anything after `--` belongs to the command.
+    let out: Output = bin()
+        .arg(args[0])
+        .arg("--root")
+        .arg(root)
+        .args(&args[1..])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8(out.stderr).unwrap(),
+    )
+}
+
+/// A running `procjournal serve`, killed on drop if still alive.
+struct Daemon {
+    child: Child,
+    socket: PathBuf,
+}
+
+impl Daemon {
+    fn start(root: &Path) -> Daemon {
+        Daemon::start_with(root, &[])
+    }
+
+    fn start_with(root: &Path, extra: &[&str]) -> Daemon {
+        let child = bin()
+            .arg("serve")
+            .arg("--root")
+            .arg(root)
+            .args(extra)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let socket = root.join("procjournal.sock");
+        let mut daemon = Daemon { child, socket };
+        daemon.await_ready();
+        daemon
+    }
+
+    /// Ready when a hello round trip succeeds (the socket file can exist before `listen`).
+    fn await_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(mut conn) = Conn::open(&self.socket)
+                && conn.call(json!({"v":1,"op":"hello"}))["ok"] == json!(true)
+            {
+                return;
+            }
+            if let Some(status) = self.child.try_wait().unwrap() {
+                let mut err = String::new();
+                std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err)
+                    .unwrap();
+                panic!("daemon exited early ({status}): {err}");
+            }
+            assert!(Instant::now() < deadline, "daemon never became ready");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    fn wait_exit(&mut self) -> std::process::ExitStatus {
+        self.child.wait().unwrap()
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A raw protocol connection.
+struct Conn {
+    writer: UnixStream,
+    reader: BufReader<UnixStream>,
+}
+
+impl Conn {
+    fn open(socket: &Path) -> std::io::Result<Conn> {
+        let writer = UnixStream::connect(socket)?;
+        writer.set_read_timeout(Some(Duration::from_secs(60)))?;
+        let reader = BufReader::new(writer.try_clone()?);
+        Ok(Conn { writer, reader })
+    }
+
+    fn send_raw(&mut self, bytes: &[u8]) -> Value {
+        self.writer.write_all(bytes).unwrap();
+        let mut line = String::new();
+        self.reader.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad response {line:?}: {e}"))
+    }
+
+    fn call(&mut self, request: Value) -> Value {
+        let mut line = request.to_string().into_bytes();
+        line.push(b'\n');
+        self.send_raw(&line)
+    }
+}
+
+fn ok(response: &Value) -> &Value {
+    assert_eq!(response["ok"], json!(true), "{response}");
+    &response["result"]
+}
+
+fn error_code(response: &Value) -> &str {
+    assert_eq!(response["ok"], json!(false), "{response}");
+    response["error"]["code"].as_str().unwrap()
+}
+
+fn poll_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn ps_json(root: &Path) -> Vec<Value> {
+    let (code, out, err) = client(root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+fn journal_events(root: &Path) -> usize {
+    let out = bin()
+        .args(["journal", "dump", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let (code, out, err) = (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8(out.stdout).unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    assert_eq!(code, 0, "{err}");
+    out.lines().count()
+}
+
+fn alive(pid: i32) -> bool {
+    // Signal 0 checks existence; a zombie would still count, so reap-free children (not ours)
+    // are the only ones asked about.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok()
+}
+
+#[test]
+fn client_commands_drive_a_process_through_its_life() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = Daemon::start(root);
+    let mode = std::fs::metadata(&daemon.socket).unwrap();
+    assert!(mode.file_type().is_socket());
+    assert_eq!(mode.permissions().mode() & 0o777, 0o600);
+
+    let (code, out, err) = client(
+        root,
+        &[
+            "start",
+            "--label",
+            "job=e2e",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; read line; echo got:$line; exec sleep 600",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let handle = out.trim().to_owned();
+    assert!(handle.starts_with("p-") && handle.len() == 34, "{handle:?}");
+
+    let listed = ps_json(root);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0]["handle"], json!(handle));
+    assert_eq!(listed[0]["state"], json!("running"));
+    assert_eq!(listed[0]["labels"]["job"], json!("e2e"));
+    let (code, table, _) = client(root, &["ps", "--label", "job=e2e"]);
+    assert_eq!(code, 0);
+    assert!(
+        table.contains(&handle) && table.contains("running"),
+        "{table}"
+    );
+    let (_, none, _) = client(root, &["ps", "--json", "--state", "exited"]);
+    assert!(none.is_empty(), "{none}");
+
+    let (code, _, err) = client(root, &["send", &handle, "--text", "hello daemon\n"]);
+    assert_eq!(code, 0, "{err}");
+    poll_until("the echo of the input", || {
+        client(root, &["logs", &handle])
+            .1
+            .contains("got:hello daemon")
+    });
+    let (_, text, _) = client(root, &["logs", &handle]);
+    assert!(text.contains("out\n") && text.contains("err\n"), "{text}");
+
+    // JSON pages carry every cursor field; resuming at next_cursor returns nothing new.
+    let (code, pages, _) = client(root, &["logs", "--json", &handle]);
+    assert_eq!(code, 0);
+    let page: Value = serde_json::from_str(pages.lines().next().unwrap()).unwrap();
+    let total = page["total_bytes"].as_u64().unwrap();
+    assert_eq!(page["next_cursor"].as_u64().unwrap(), total);
+    assert_eq!(page["cursor_ahead"], json!(false));
+    assert_eq!(page["gap"], json!(false));
+    let (code, rest, _) = client(root, &["logs", &handle, "--cursor", &total.to_string()]);
+    assert_eq!((code, rest.as_str()), (0, ""));
+    let (code, _, err) = client(
+        root,
+        &["logs", &handle, "--cursor", &(total + 10).to_string()],
+    );
+    assert_eq!(code, 2);
+    assert!(err.contains("beyond the end"), "{err}");
+    let (code, b64, _) = client(root, &["logs", "--base64", &handle]);
+    assert_eq!(code, 0);
+    assert!(!b64.trim().is_empty());
+
+    // `logs -f` follows until the process ends; `stop` ends it.
+    let follower = bin()
+        .args(["logs", "-f", &handle, "--root"])
+        .arg(root)
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = client(root, &["stop", &handle, "--grace", "2s"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("terminated"), "{out}");
+    let followed = follower.wait_with_output().unwrap();
+    assert!(followed.status.success());
+    assert!(String::from_utf8_lossy(&followed.stdout).contains("got:hello daemon"));
+
+    let (code, out, _) = client(root, &["wait", &handle]);
+    assert_eq!(code, 128 + 15, "{out}");
+    let (code, out, _) = client(root, &["wait", "--json", &handle]);
+    assert_eq!(code, 128 + 15);
+    let end: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(end["state"], json!("terminated"));
+    assert_eq!(end["signal"], json!(15));
+    assert_eq!(end["persisted"], json!(true));
+
+    let (code, out, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("shut down"), "{out}");
+    assert!(daemon.wait_exit().success());
+    assert!(!daemon.socket.exists(), "the socket outlived its daemon");
+
+    // No daemon: ps and logs of the finished process read the journal and spool directly.
+    let (code, out, err) = client(root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(err.contains("no daemon"), "{err}");
+    assert!(out.contains("\"terminated\""), "{out}");
+    let (code, text, err) = client(root, &["logs", &handle]);
+    assert_eq!(code, 0, "{err}");
+    assert!(text.contains("got:hello daemon"), "{text}");
+    // ...but nothing that needs a live supervisor pretends to work.
+    let (code, _, err) = client(root, &["stop", &handle]);
+    assert_eq!(code, 2);
+    assert!(
+        err.contains("no daemon") && err.contains("procjournal serve"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_killed_daemon_is_restored_by_the_next_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = Daemon::start(root);
+    let mut handles = Vec::new();
+    for i in 0..3 {
+        let script = format!("echo before-crash-{i}; exec sleep 600");
+        let (code, out, err) = client(root, &["start", "--", "sh", "-c", &script]);
+        assert_eq!(code, 0, "{err}");
+        handles.push(out.trim().to_owned());
+    }
+    let (code, out, _) = client(root, &["start", "--", "true"]);
+    assert_eq!(code, 0);
+    let finished = out.trim().to_owned();
+    let (code, _, _) = client(root, &["wait", &finished]);
+    assert_eq!(code, 0);
+    for (i, h) in handles.iter().enumerate() {
+        poll_until("output before the crash", || {
+            client(root, &["logs", h]).1 == format!("before-crash-{i}\n")
+        });
+    }
+    let pids: Vec<i32> = ps_json(root)
+        .iter()
+        .filter(|p| p["state"] == json!("running"))
+        .map(|p| p["pid"].as_i64().unwrap() as i32)
+        .collect();
+    assert_eq!(pids.len(), 3);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait_exit();
+    assert!(
+        daemon.socket.exists(),
+        "a SIGKILLed daemon leaves its socket file"
+    );
+
+    let again = Daemon::start(root);
+    let listed = ps_json(root);
+    for h in &handles {
+        let p = listed.iter().find(|p| p["handle"] == json!(h)).unwrap();
+        assert_eq!(p["state"], json!("lost_on_restore"), "{p}");
+    }
+    let done = listed
+        .iter()
+        .find(|p| p["handle"] == json!(finished))
+        .unwrap();
+    assert_eq!(done["state"], json!("exited"));
+    for (i, h) in handles.iter().enumerate() {
+        let (code, text, err) = client(root, &["logs", h]);
+        assert_eq!(code, 0, "{err}");
+        assert_eq!(text, format!("before-crash-{i}\n"));
+    }
+    // Restore never signals a persisted pid: the old children still run.
+    for &pid in &pids {
+        assert!(alive(pid), "restore signalled pid {pid}");
+    }
+    let (code, out, _) = client(root, &["wait", &handles[0]]);
+    assert_eq!(code, 1, "lost processes have no exit status: {out}");
+    assert!(out.contains("lost_on_restore"), "{out}");
+
+    // A second restart adds nothing to the journal.
+    drop(again);
+    let events = journal_events(root);
+    let third = Daemon::start(root);
+    assert_eq!(journal_events(root), events);
+    drop(third);
+    for pid in pids {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+}
+
+fn tree_digest(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.extension().is_none_or(|e| e != "sock") {
+                files.push((path.clone(), std::fs::read(&path).unwrap()));
+            }
+        }
+    }
+    files.sort();
+    files
+}
+
+#[test]
+fn bad_requests_get_clear_errors_and_change_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let daemon = Daemon::start(root);
+    let (code, out, _) = client(
+        root,
+        &["start", "--", "sh", "-c", "printf abc; exec sleep 600"],
+    );
+    assert_eq!(code, 0);
+    let handle = out.trim().to_owned();
+    poll_until("output", || client(root, &["logs", &handle]).1 == "abc");
+    let before = tree_digest(root);
+
+    let mut conn = Conn::open(&daemon.socket).unwrap();
+    let root_text = root.to_str().unwrap().to_owned();
+    let mut check = |request: &[u8], code: &str| {
+        let response = conn.send_raw(request);
+        assert_eq!(error_code(&response), code, "{response}");
+        let message = response["error"]["message"].as_str().unwrap();
+        assert!(!message.is_empty());
+        assert!(!message.contains(&root_text), "a path leaked: {message}");
+        response
+    };
+    check(b"not json\n", "bad_request");
+    check(b"[1,2,3]\n", "bad_request");
+    check(b"{\"op\":\"hello\"}\n", "bad_request");
+    check(b"{\"v\":2,\"op\":\"hello\"}\n", "unsupported_version");
+    let r = check(b"{\"v\":1,\"id\":42,\"op\":\"launch\"}\n", "unknown_op");
+    assert_eq!(r["id"], json!(42), "the ID is echoed");
+    check(b"{\"v\":1,\"op\":\"hello\",\"extra\":1}\n", "bad_request");
+    check(
+        b"{\"v\":1,\"op\":\"start\",\"args\":{\"command\":[]}}\n",
+        "bad_args",
+    );
+    check(
+        b"{\"v\":1,\"op\":\"start\",\"args\":{\"command\":[\"true\"],\"cwd\":\"rel\"}}\n",
+        "bad_args",
+    );
+    check(
+        b"{\"v\":1,\"op\":\"output\",\"args\":{\"handle\":\"nonsense\"}}\n",
+        "bad_args",
+    );
+    check(
+        b"{\"v\":1,\"op\":\"output\",\"args\":{\"handle\":\"p-00000000000000000000000000000001\"}}\n",
+        "unknown_handle",
+    );
+    let h = &handle;
+    check(
+        format!("{{\"v\":1,\"op\":\"output\",\"args\":{{\"handle\":\"{h}\",\"max_bytes\":0}}}}\n")
+            .as_bytes(),
+        "bad_args",
+    );
+    check(
+        format!("{{\"v\":1,\"op\":\"output\",\"args\":{{\"handle\":\"{h}\",\"cursor\":-1}}}}\n")
+            .as_bytes(),
+        "bad_args",
+    );
+    check(
+        format!("{{\"v\":1,\"op\":\"input\",\"args\":{{\"handle\":\"{h}\",\"base64\":\"!!\"}}}}\n")
+            .as_bytes(),
+        "bad_args",
+    );
+    check(
+        format!(
+            "{{\"v\":1,\"op\":\"stop\",\"args\":{{\"handle\":\"{h}\",\"grace_ms\":9999999999}}}}\n"
+        )
+        .as_bytes(),
+        "bad_args",
+    );
+    // A request over the limit is refused whole, and the connection keeps working.
+    let mut huge = b"{\"v\":1,\"op\":\"hello\",\"id\":\"".to_vec();
+    huge.resize(3 << 20, b'x');
+    huge.extend_from_slice(b"\"}\n");
+    check(&huge, "too_large");
+    check(b"\xff\xfe\n", "bad_request");
+
+    // A cursor past the end is a page that says so, with where the output ends.
+    let page = conn.call(json!({"v":1,"op":"output","args":{"handle":h,"cursor":1000}}));
+    let page = ok(&page);
+    assert_eq!(page["cursor_ahead"], json!(true));
+    assert_eq!(page["total_bytes"], json!(3));
+    assert_eq!(page["next_cursor"], json!(3));
+    assert_eq!(page["data"], json!(""));
+
+    assert_eq!(
+        tree_digest(root),
+        before,
+        "a refused request changed the root"
+    );
+    let hello = conn.call(json!({"v":1,"id":"still","op":"hello"}));
+    assert_eq!(hello["id"], json!("still"));
+    assert_eq!(ok(&hello)["protocol"], json!(1));
+
+    // Unknown handles through the commands.
+    let (code, _, err) = client(root, &["logs", "p-00000000000000000000000000000001"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("no process with handle"), "{err}");
+    let (code, _, err) = client(root, &["stop", "p-zz"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not a process handle"), "{err}");
+}
+
+#[test]
+fn one_daemon_per_root_and_only_its_user() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let daemon = Daemon::start(root);
+    let second = bin()
+        .args(["serve", "--root"])
+        .arg(root)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("held by another writer"), "{err}");
+    let mut conn = Conn::open(&daemon.socket).unwrap();
+    assert_eq!(
+        ok(&conn.call(json!({"v":1,"op":"hello"})))["protocol"],
+        json!(1)
+    );
+
+    // The peer check, tested for real where this test may act as another user.
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("not root: the other-user peer check is covered only by the 0600 mode");
+        return;
+    }
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let other_root = tempfile::tempdir().unwrap();
+    let socket = open.path().join("d.sock");
+    let other = bin()
+        .args(["serve", "--root"])
+        .arg(other_root.path())
+        .arg("--socket")
+        .arg(&socket)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut other = Daemon {
+        child: other,
+        socket: socket.clone(),
+    };
+    other.await_ready();
+    // Widen the mode by hand: the credential check must hold on its own.
+    std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
+    use std::os::unix::process::CommandExt;
+    let out = bin()
+        .args(["ps", "--socket"])
+        .arg(&socket)
+        .arg("--root")
+        .arg(other_root.path())
+        .uid(65534)
+        .gid(65534)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("serves uid 0 only"), "{err}");
+}
