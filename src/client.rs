@@ -62,8 +62,19 @@ impl Client {
     pub fn call(&mut self, request: &Request) -> Result<Value, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
-        self.writer
-            .write_all(&request.to_line(Some(Value::from(id))))?;
+        if let Err(e) = self
+            .writer
+            .write_all(&request.to_line(Some(Value::from(id))))
+        {
+            // A server that refuses a connection (forbidden, busy) answers and hangs up before
+            // reading; its answer says more than the broken pipe.
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) {
+                return Err(e.into());
+            }
+        }
         let mut line = Vec::new();
         let n = Read::by_ref(&mut self.reader)
             .take(RESPONSE_BYTES_MAX as u64 + 1)

@@ -365,7 +365,9 @@ fn a_killed_daemon_is_restored_by_the_next_one() {
     }
 }
 
-fn tree_digest(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+/// Every file under `dir` (but the socket) with its length and a hash of its bytes.
+fn tree_digest(dir: &Path) -> Vec<(PathBuf, usize, u64)> {
+    use std::hash::{Hash, Hasher};
     let mut files = Vec::new();
     let mut stack = vec![dir.to_owned()];
     while let Some(d) = stack.pop() {
@@ -374,7 +376,10 @@ fn tree_digest(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
             if path.is_dir() {
                 stack.push(path);
             } else if path.extension().is_none_or(|e| e != "sock") {
-                files.push((path.clone(), std::fs::read(&path).unwrap()));
+                let bytes = std::fs::read(&path).unwrap();
+                let mut hasher = std::collections::hash_map::DefaultHasher::new();
+                bytes.hash(&mut hasher);
+                files.push((path.clone(), bytes.len(), hasher.finish()));
             }
         }
     }
