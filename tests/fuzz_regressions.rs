@@ -14,6 +14,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("safe_text", procjournal::fuzzing::safe_text),
     ("spool_recovery", procjournal::fuzzing::spool_recovery),
     ("lifecycle_store", procjournal::fuzzing::lifecycle_store),
+    ("protocol_request", procjournal::fuzzing::protocol_request),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must

@@ -1,0 +1,175 @@
+//! Properties of the socket protocol's decoders: every typed request survives the wire, arbitrary
+//! and mutated bytes never panic, and strict base64 is canonical.
+
+use std::collections::BTreeMap;
+
+use procjournal::lifecycle::{Handle, State};
+use procjournal::protocol::base64;
+use procjournal::protocol::{ErrorCode, Request, StartArgs, decode_request, request_from_args};
+use procjournal::supervisor::Rendering;
+use procjournal::{EventId, fuzzing};
+use proptest::prelude::*;
+use serde_json::{Value, json};
+
+fn handle() -> impl Strategy<Value = Handle> {
+    any::<[u8; 16]>().prop_map(|b| Handle(EventId::from_bytes(b)))
+}
+
+fn text() -> impl Strategy<Value = String> {
+    // Any Unicode but NUL (which start refuses), including quotes, escapes and newlines.
+    "[^\u{0}]{0,12}"
+}
+
+fn state() -> impl Strategy<Value = State> {
+    proptest::sample::select(State::ALL.to_vec())
+}
+
+fn start_args() -> impl Strategy<Value = StartArgs> {
+    (
+        proptest::collection::vec(text(), 0..4),
+        "[a-z]{1,8}",
+        proptest::option::of("/[a-z/]{0,10}"),
+        proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3),
+        proptest::collection::btree_map(text(), text(), 0..3),
+        proptest::option::of(1u64..u64::MAX),
+    )
+        .prop_map(|(args, program, cwd, env, labels, timeout_ms)| {
+            let mut command = vec![program];
+            command.extend(args);
+            StartArgs {
+                command,
+                cwd,
+                env,
+                labels,
+                timeout_ms,
+            }
+        })
+}
+
+fn request() -> impl Strategy<Value = Request> {
+    prop_oneof![
+        Just(Request::Hello),
+        start_args().prop_map(Request::Start),
+        (
+            proptest::option::of(state()),
+            proptest::option::of(("[^=\u{0}]{1,6}", text()))
+        )
+            .prop_map(|(state, label)| Request::List { state, label }),
+        handle().prop_map(Request::Manifest),
+        handle().prop_map(Request::Interrupt),
+        (
+            handle(),
+            any::<u64>(),
+            1u64..=1 << 20,
+            prop_oneof![Just(Rendering::SafeText), Just(Rendering::Base64)],
+            0u64..=60_000
+        )
+            .prop_map(|(handle, cursor, max_bytes, rendering, wait_ms)| {
+                Request::Output {
+                    handle,
+                    cursor,
+                    max_bytes,
+                    rendering,
+                    wait_ms,
+                }
+            }),
+        (
+            handle(),
+            proptest::collection::vec(any::<u8>(), 0..64),
+            any::<bool>()
+        )
+            .prop_map(|(handle, data, close)| Request::Input {
+                handle,
+                data,
+                close
+            }),
+        (handle(), 0u64..=600_000)
+            .prop_map(|(handle, grace_ms)| Request::Stop { handle, grace_ms }),
+        (handle(), proptest::option::of(any::<u64>()))
+            .prop_map(|(handle, timeout_ms)| Request::Wait { handle, timeout_ms }),
+        (0u64..=600_000).prop_map(|grace_ms| Request::Shutdown { grace_ms }),
+    ]
+}
+
+fn id() -> impl Strategy<Value = Option<Value>> {
+    prop_oneof![
+        Just(None),
+        any::<i64>().prop_map(|n| Some(json!(n))),
+        "[^\u{0}]{0,20}".prop_map(|s| Some(json!(s))),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    #[test]
+    fn every_request_survives_the_wire(request in request(), id in id()) {
+        let line = request.to_line(id.clone());
+        prop_assert_eq!(line.last(), Some(&b'\n'));
+        let body = &line[..line.len() - 1];
+        prop_assert!(!body.contains(&b'\n'));
+        let envelope = decode_request(body).map_err(|e| TestCaseError::fail(e.to_string()))?;
+        prop_assert_eq!(&envelope.request, &request);
+        prop_assert_eq!(envelope.id, id);
+        // The MCP path: the same args object, validated by op name, gives the same request.
+        let (op, args) = request.to_wire();
+        prop_assert_eq!(request_from_args(op, args).ok(), Some(request));
+    }
+
+    #[test]
+    fn arbitrary_bytes_never_panic(data in proptest::collection::vec(any::<u8>(), 0..512)) {
+        fuzzing::protocol_request(&data);
+    }
+
+    #[test]
+    fn mutated_requests_never_panic(
+        request in request(),
+        cuts in proptest::collection::vec((any::<proptest::sample::Index>(), any::<u8>()), 1..4),
+        truncate in any::<proptest::sample::Index>(),
+    ) {
+        let mut line = request.to_line(Some(json!(7)));
+        for (at, byte) in cuts {
+            let i = at.index(line.len());
+            line[i] = byte;
+        }
+        fuzzing::protocol_request(&line);
+        let keep = truncate.index(line.len());
+        fuzzing::protocol_request(&line[..keep]);
+    }
+
+    #[test]
+    fn wrong_typed_fields_are_bad_args(op in proptest::sample::select(vec![
+        "start", "output", "input", "stop", "wait", "interrupt", "manifest"
+    ]), value in prop_oneof![
+        Just(json!(null)), Just(json!(-1)), Just(json!(1.5)), Just(json!("x")),
+        Just(json!([1])), Just(json!({"a": 1})), Just(json!(true))
+    ]) {
+        // Every field of every operation given a value of the wrong type or range.
+        let mut args = BTreeMap::new();
+        args.insert("handle".to_owned(), value.clone());
+        let args = serde_json::to_value(args).unwrap();
+        let line = json!({"v": 1, "op": op, "args": args}).to_string();
+        match decode_request(line.as_bytes()) {
+            Ok(envelope) => prop_assert!(false, "accepted {line}: {:?}", envelope.request),
+            Err(e) => prop_assert_eq!(
+                ErrorCode::from(&e.kind),
+                ErrorCode::BadArgs,
+                "{}", line
+            ),
+        }
+    }
+
+    #[test]
+    fn base64_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+        let encoded = procjournal::render::base64(&bytes);
+        prop_assert_eq!(base64::decode(&encoded), Ok(bytes));
+    }
+
+    #[test]
+    fn base64_is_canonical(text in "[A-Za-z0-9+/=\\-_ ]{0,24}") {
+        // Whatever decodes re-encodes to exactly the input: one encoding per byte string.
+        if let Ok(bytes) = base64::decode(&text) {
+            prop_assert_eq!(procjournal::render::base64(&bytes), text);
+        }
+    }
+}
