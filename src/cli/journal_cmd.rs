@@ -1,6 +1,6 @@
 //! `procjournal journal verify|dump|manifests`: offline, read-only views of a journal.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::progress::Progress;
 use crate::journal::reader::{JournalReader, RecordView};
 use crate::journal::recovery::RecoveryReport;
 use crate::lifecycle::Replayer;
@@ -82,7 +83,9 @@ fn open(root: RootArg) -> anyhow::Result<JournalReader> {
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let reader = open(args.root)?;
-    let report = reader.verify()?;
+    let mut progress = Progress::journal("verifying", &reader.dir());
+    let report = reader.verify_with(|r| progress.record(r.position))?;
+    progress.finish();
     let mut out = std::io::stdout().lock();
     if args.json {
         serde_json::to_writer(&mut out, &report)?;
@@ -246,7 +249,16 @@ fn dump(args: DumpArgs) -> anyhow::Result<ExitCode> {
         failed: None,
     };
     if !args.follow {
-        let report = reader.scan(args.from, |r| printer.emit(r))?;
+        // Records go to stdout; a progress line only when they do not go to the same terminal.
+        let mut progress =
+            (!std::io::stdout().is_terminal()).then(|| Progress::journal("dumping", &reader.dir()));
+        let report = reader.scan(args.from, |r| {
+            if let Some(p) = progress.as_mut() {
+                p.record(r.position);
+            }
+            printer.emit(r)
+        })?;
+        drop(progress);
         if let Err(e) = printer.flush() {
             return broken_pipe_ok(e);
         }
@@ -279,7 +291,12 @@ fn broken_pipe_ok(e: std::io::Error) -> anyhow::Result<ExitCode> {
 fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
     let reader = open(args.root)?;
     let mut replayer = Replayer::default();
-    let recovery = reader.scan(1, |r| replayer.feed(&r))?;
+    let mut progress = Progress::journal("replaying", &reader.dir());
+    let recovery = reader.scan(1, |r| {
+        progress.record(r.position);
+        replayer.feed(&r)
+    })?;
+    progress.finish();
     let (store, replay) = replayer.finish();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {

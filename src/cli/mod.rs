@@ -7,6 +7,7 @@
 mod daemon_cmd;
 mod journal_cmd;
 mod mcp_cmd;
+mod progress;
 mod run_cmd;
 mod spool_cmd;
 

@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Args, Subcommand};
+use serde::Serialize;
 
+use crate::journal::reader::JournalReader;
+use crate::lifecycle::{Handle, Replayer};
 use crate::render;
 use crate::spool::Spool;
 
@@ -15,6 +18,22 @@ pub(crate) enum SpoolCommand {
     /// Print a process's retained output from a cursor: safe text by default, or base64 of the
     /// exact bytes. The cursor to resume from is printed on stderr.
     Cat(CatArgs),
+    /// Check every spool (or the named ones): each segment's header, every chunk's checksum and
+    /// continuity, and that each holds at least the output bytes the journal recorded as
+    /// durable. Exit 0 when all are clean, 1 when anything was found, 2 when nothing could be read.
+    Verify(VerifyArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct VerifyArgs {
+    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// One JSON object per spool per line.
+    #[arg(long)]
+    json: bool,
+    /// Only these handles (default: every spool and every process of the journal).
+    handles: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -38,20 +57,13 @@ const PAGE_BYTES: usize = 1024 * 1024;
 pub(crate) fn run(cmd: SpoolCommand) -> anyhow::Result<ExitCode> {
     match cmd {
         SpoolCommand::Cat(args) => cat(args),
+        SpoolCommand::Verify(args) => verify(args),
     }
 }
 
 fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let root = super::root_or_default(args.root)?;
-    let valid = args
-        .handle
-        .strip_prefix("p-")
-        .is_some_and(|hex| hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()));
-    anyhow::ensure!(
-        valid,
-        "{:?} is not a process handle (p- and 32 hex digits)",
-        args.handle
-    );
+    args.handle.parse::<Handle>()?;
     let root = crate::root::Root::open_reader(&root)?;
     let dir = root.spool_dir().join(&args.handle);
     let (spool, recovery) = Spool::open_reader(&dir)
@@ -85,4 +97,194 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     out.flush()?;
     eprintln!("next cursor {cursor}");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `spool verify` found for one process.
+#[derive(Debug, Serialize)]
+struct SpoolCheck {
+    handle: String,
+    ok: bool,
+    segments: u64,
+    retained_from: u64,
+    total_bytes: u64,
+    /// The durable total the journal recorded for this process (`None`: not in the journal).
+    journal_total_bytes: Option<u64>,
+    issues: Vec<String>,
+}
+
+fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
+    let root_path = super::root_or_default(args.root)?;
+    let root = crate::root::Root::open_reader(&root_path)?;
+    let wanted: Vec<Handle> = args
+        .handles
+        .iter()
+        .map(|h| h.parse::<Handle>())
+        .collect::<Result<_, _>>()?;
+    // The journal's view: which processes exist and what output they recorded as durable.
+    let mut replayer = Replayer::default();
+    let mut journal_clean = true;
+    match JournalReader::open(&root_path) {
+        Ok(reader) => {
+            let mut progress = super::progress::Progress::journal("replaying", &reader.dir());
+            let report = reader.scan(1, |r| {
+                progress.record(r.position);
+                replayer.feed(&r)
+            })?;
+            journal_clean = report.is_clean();
+        }
+        Err(e) => eprintln!("procjournal: no journal to compare with: {e}"),
+    }
+    let (store, _) = replayer.finish();
+    let mut handles: Vec<String> = if wanted.is_empty() {
+        let mut names: Vec<String> = store.iter().map(|m| m.handle.to_string()).collect();
+        if let Ok(entries) = std::fs::read_dir(root.spool_dir()) {
+            for entry in entries {
+                let entry = entry.context("listing spools")?;
+                if let Some(name) = entry.file_name().to_str() {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names
+    } else {
+        wanted.iter().map(Handle::to_string).collect()
+    };
+    handles.sort();
+    handles.dedup();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut all_ok = journal_clean;
+    for name in handles {
+        let check = check_spool(&root, &store, &name);
+        all_ok &= check.ok;
+        if args.json {
+            serde_json::to_writer(&mut out, &check)?;
+            writeln!(out)?;
+        } else {
+            writeln!(
+                out,
+                "{} {} segments={} bytes={}..{} journal={}",
+                check.handle,
+                if check.ok { "ok" } else { "NOT OK" },
+                check.segments,
+                check.retained_from,
+                check.total_bytes,
+                check
+                    .journal_total_bytes
+                    .map_or_else(|| "-".to_owned(), |t| t.to_string()),
+            )?;
+            for issue in &check.issues {
+                writeln!(out, "  {issue}")?;
+            }
+        }
+    }
+    if !journal_clean {
+        writeln!(
+            out,
+            "the journal is not clean; `procjournal journal verify` prints the report"
+        )?;
+    }
+    out.flush()?;
+    Ok(if all_ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn check_spool(
+    root: &crate::root::Root,
+    store: &crate::lifecycle::ManifestStore,
+    name: &str,
+) -> SpoolCheck {
+    let manifest = name.parse::<Handle>().ok().and_then(|h| store.get(&h));
+    let mut check = SpoolCheck {
+        handle: name.to_owned(),
+        ok: false,
+        segments: 0,
+        retained_from: 0,
+        total_bytes: 0,
+        journal_total_bytes: manifest.map(|m| m.bounds.total_bytes),
+        issues: Vec::new(),
+    };
+    if name.parse::<Handle>().is_err() {
+        check
+            .issues
+            .push("not a process handle: a stray entry in the spool directory".into());
+        return check;
+    }
+    if manifest.is_none() {
+        check
+            .issues
+            .push("no process with this handle in the journal".into());
+    }
+    let dir = root.spool_dir().join(name);
+    if !dir.is_dir() {
+        // A process that never wrote may legitimately have no spool.
+        if manifest.is_some_and(|m| m.bounds.total_bytes > 0) {
+            check
+                .issues
+                .push("the journal records output but the spool is missing".into());
+        }
+        check.ok = check.issues.is_empty();
+        return check;
+    }
+    let (spool, recovery) = match Spool::open_reader(&dir) {
+        Ok(opened) => opened,
+        Err(e) => {
+            check.issues.push(format!("cannot open: {e}"));
+            return check;
+        }
+    };
+    check.segments = recovery.segments;
+    check.retained_from = spool.retained_from();
+    check.total_bytes = spool.total_bytes();
+    if recovery.torn_tail_bytes > 0 {
+        check.issues.push(format!(
+            "{} bytes after the last whole chunk (a torn append; the next writer cuts them)",
+            recovery.torn_tail_bytes
+        ));
+    }
+    for bad in &recovery.bad_segments {
+        check.issues.push(format!("unusable segment {bad}"));
+    }
+    // Every retained chunk, read through the checksummed reader.
+    let mut cursor = spool.retained_from();
+    while cursor < spool.total_bytes() {
+        match spool.read(cursor, PAGE_BYTES) {
+            Ok(read) if read.next_cursor > cursor => cursor = read.next_cursor,
+            Ok(_) => {
+                check
+                    .issues
+                    .push(format!("no progress reading at cursor {cursor}"));
+                break;
+            }
+            Err(e) => {
+                check
+                    .issues
+                    .push(format!("damaged at cursor {cursor}: {e}"));
+                break;
+            }
+        }
+    }
+    if let Some(m) = manifest {
+        if m.bounds.total_bytes > spool.total_bytes() {
+            check.issues.push(format!(
+                "the journal recorded {} durable bytes but the spool holds {}: acknowledged output is missing",
+                m.bounds.total_bytes,
+                spool.total_bytes()
+            ));
+        }
+        let lost = m.state == crate::lifecycle::State::LostOnRestore;
+        if m.state.is_terminal() && !lost && m.bounds.total_bytes < spool.total_bytes() {
+            // A finished process's final bound comes from a final checkpoint of everything it
+            // wrote; bytes beyond it are not covered by the journal (a lost process's bound is
+            // its last checkpoint before the crash, so more bytes are expected there).
+            check.issues.push(format!(
+                "{} bytes beyond the final bound the journal recorded",
+                spool.total_bytes() - m.bounds.total_bytes
+            ));
+        }
+    }
+    check.ok = check.issues.is_empty();
+    check
 }

@@ -128,18 +128,29 @@ impl JournalReader {
     /// The full check `procjournal journal verify` runs: a scan plus the search for duplicate
     /// event IDs, which [`JournalReader::scan`] leaves out because it needs memory per record.
     pub fn verify(&self) -> Result<RecoveryReport, JournalError> {
+        self.verify_with(|_| {})
+    }
+
+    /// [`JournalReader::verify`], showing each valid record to `visit` (for progress).
+    pub fn verify_with(
+        &self,
+        mut visit: impl FnMut(&RecordView<'_>),
+    ) -> Result<RecoveryReport, JournalError> {
         let mut ids: std::collections::HashMap<[u8; 16], u64> = std::collections::HashMap::new();
         let mut duplicates = Vec::new();
-        let mut report = self.scan(1, |r| match ids.entry(r.event_id.as_bytes()) {
-            std::collections::hash_map::Entry::Occupied(first) => {
-                duplicates.push(recovery::DuplicateId {
-                    event_id: r.event_id.to_string(),
-                    first_seq: *first.get(),
-                    duplicate_seq: r.position.seq,
-                });
-            }
-            std::collections::hash_map::Entry::Vacant(slot) => {
-                slot.insert(r.position.seq);
+        let mut report = self.scan(1, |r| {
+            visit(&r);
+            match ids.entry(r.event_id.as_bytes()) {
+                std::collections::hash_map::Entry::Occupied(first) => {
+                    duplicates.push(recovery::DuplicateId {
+                        event_id: r.event_id.to_string(),
+                        first_seq: *first.get(),
+                        duplicate_seq: r.position.seq,
+                    });
+                }
+                std::collections::hash_map::Entry::Vacant(slot) => {
+                    slot.insert(r.position.seq);
+                }
             }
         })?;
         report.duplicate_ids = duplicates;
