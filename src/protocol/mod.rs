@@ -69,6 +69,7 @@ pub struct StartArgs {
     /// Wall-clock limit in milliseconds; when it passes the process tree is terminated and the
     /// process ends `timed_out`. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
 }
 
@@ -104,6 +105,7 @@ pub struct OutputArgs {
     pub cursor: u64,
     /// The most bytes to return (1 to 1048576; default 65536).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_048_576))]
     pub max_bytes: Option<u64>,
     /// "safe_text" (default): UTF-8 with terminal control sequences removed, for reading.
     /// "base64": exactly the raw bytes, base64-encoded.
@@ -112,6 +114,7 @@ pub struct OutputArgs {
     /// When there is nothing new at `cursor` and the process is still running, wait up to this
     /// many milliseconds (at most 60000) for more output before answering. Default: 0.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 60_000))]
     pub wait_ms: Option<u64>,
 }
 
@@ -141,6 +144,7 @@ pub struct StopArgs {
     /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000). The process ends
     /// `terminated` if it exits within the grace, else `killed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 600_000))]
     pub grace_ms: Option<u64>,
 }
 
@@ -162,6 +166,7 @@ pub struct WaitArgs {
 pub struct ShutdownArgs {
     /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 600_000))]
     pub grace_ms: Option<u64>,
 }
 
@@ -710,4 +715,28 @@ fn handle_args(handle: &Handle) -> Value {
     let mut object = Map::new();
     object.insert("handle".to_owned(), Value::from(handle.to_string()));
     Value::Object(object)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The schemas an agent sees state the same ranges the decoder enforces.
+    #[test]
+    fn schemas_carry_the_ranges() {
+        let output = serde_json::to_value(schemars::schema_for!(OutputArgs)).unwrap();
+        let max_bytes = &output["properties"]["max_bytes"];
+        assert_eq!(max_bytes["minimum"], serde_json::json!(1), "{max_bytes}");
+        assert_eq!(max_bytes["maximum"], serde_json::json!(OUTPUT_BYTES_MAX));
+        assert_eq!(
+            output["properties"]["wait_ms"]["maximum"],
+            serde_json::json!(OUTPUT_WAIT_MS_MAX)
+        );
+        let stop = serde_json::to_value(schemars::schema_for!(StopArgs)).unwrap();
+        assert_eq!(
+            stop["properties"]["grace_ms"]["maximum"],
+            serde_json::json!(GRACE_MS_MAX)
+        );
+        assert_eq!(stop["additionalProperties"], serde_json::json!(false));
+    }
 }
