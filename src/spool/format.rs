@@ -156,8 +156,22 @@ pub const fn chunk_bytes(payload_bytes: usize) -> usize {
     (CHUNK_HEADER_BYTES + payload_bytes).div_ceil(CHUNK_ALIGN_BYTES) * CHUNK_ALIGN_BYTES
 }
 
-/// Appends a whole chunk (header, payload, zero padding) to `out`.
-pub fn encode_chunk(stream: Stream, cursor: u64, payload: &[u8], out: &mut Vec<u8>) {
+/// Zero bytes to pad any chunk up to [`CHUNK_ALIGN_BYTES`].
+pub const CHUNK_PADDING: [u8; CHUNK_ALIGN_BYTES] = [0; CHUNK_ALIGN_BYTES];
+
+/// The zero padding after a payload of `payload_bytes` (shorter than [`CHUNK_ALIGN_BYTES`]).
+pub const fn chunk_padding_bytes(payload_bytes: usize) -> usize {
+    chunk_bytes(payload_bytes) - CHUNK_HEADER_BYTES - payload_bytes
+}
+
+/// The header of the chunk that holds `payload` (its checksums included). The whole chunk is this
+/// header, the payload, then [`chunk_padding_bytes`] zeroes: a writer may send the three pieces
+/// to the file as they are, without assembling them in one buffer.
+pub fn encode_chunk_header(
+    stream: Stream,
+    cursor: u64,
+    payload: &[u8],
+) -> [u8; CHUNK_HEADER_BYTES] {
     assert!(!payload.is_empty() && payload.len() <= CHUNK_PAYLOAD_BYTES_MAX);
     let mut header = [0u8; CHUNK_HEADER_BYTES];
     header[CH_PAYLOAD_CRC_OFFSET..CH_PAYLOAD_CRC_OFFSET + 4]
@@ -168,11 +182,16 @@ pub fn encode_chunk(stream: Stream, cursor: u64, payload: &[u8], out: &mut Vec<u
     header[CH_CURSOR_OFFSET..CH_CURSOR_OFFSET + 8].copy_from_slice(&cursor.to_le_bytes());
     let crc = masked_crc(&header[CH_PAYLOAD_CRC_OFFSET..]);
     header[CH_HEADER_CRC_OFFSET..CH_HEADER_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+    header
+}
+
+/// Appends a whole chunk (header, payload, zero padding) to `out`.
+pub fn encode_chunk(stream: Stream, cursor: u64, payload: &[u8], out: &mut Vec<u8>) {
+    let header = encode_chunk_header(stream, cursor, payload);
     // Appended piece by piece: the payload is copied once and nothing is zero-filled twice.
     out.extend_from_slice(&header);
     out.extend_from_slice(payload);
-    let padding = chunk_bytes(payload.len()) - CHUNK_HEADER_BYTES - payload.len();
-    out.extend_from_slice(&[0u8; CHUNK_ALIGN_BYTES][..padding]);
+    out.extend_from_slice(&CHUNK_PADDING[..chunk_padding_bytes(payload.len())]);
 }
 
 /// Checks a chunk header (at least [`CHUNK_HEADER_BYTES`]) without its payload.

@@ -19,13 +19,20 @@
 //! - Segments are contiguous: each one's first cursor is the previous one's end cursor.
 //! - `durable_total <= total_bytes` names the bytes covered by the last `checkpoint` (fdatasync).
 //!
-//! Reads never scan from the start: a binary search finds the segment, a sparse index (one entry
-//! per [`INDEX_STRIDE_BYTES`] of file) finds a chunk near the cursor, and at most one stride of
-//! chunks is read and checked. Spool segment files are never memory-mapped, so the torn tail of the
-//! active segment is cut with `set_len` at recovery.
+//! Reads never scan from the start: a binary search finds the segment, and the segment's index
+//! ([`index`]: runs of equal chunks located by arithmetic, and one entry per
+//! [`INDEX_STRIDE_BYTES`] of file for anything else) finds the chunk that holds the cursor and
+//! bounds the end of the chunk that holds the last byte wanted. A read loads and checks only those
+//! chunks (for spools this writer wrote with large appends, exactly the chunks it returns; at
+//! worst a stride and a chunk more on either side), so its cost does not depend on how much the
+//! spool holds. Appends are split into chunks of [`CHUNK_SPLIT_BYTES`], which bounds the bytes
+//! loaded for a small read anywhere, and each append goes to the file with one vectored write of
+//! headers and the caller's own bytes (no staging copy). Spool segment files are never
+//! memory-mapped, so the torn tail of the active segment is cut with `set_len` at recovery.
 
 pub mod buffer;
 pub mod format;
+mod index;
 mod output;
 
 pub use output::Output;
@@ -35,6 +42,7 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
+use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -43,18 +51,35 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 
 use format::{
-    CHUNK_HEADER_BYTES, SPOOL_HEADER_BYTES, SpoolHeader, Stream, chunk_bytes, decode_chunk,
-    decode_chunk_header, encode_chunk,
+    CHUNK_HEADER_BYTES, CHUNK_PADDING, CHUNK_PAYLOAD_BYTES_MAX, SPOOL_HEADER_BYTES, SpoolHeader,
+    Stream, chunk_bytes, chunk_padding_bytes, decode_chunk, decode_chunk_header,
+    encode_chunk_header,
 };
+pub use index::INDEX_STRIDE_BYTES;
+use index::SegmentIndex;
 
-/// A sparse index entry is kept at least every this many bytes of segment file.
-pub const INDEX_STRIDE_BYTES: u64 = 64 * 1024;
+/// Appends are split into chunks of at most this many payload bytes. A read must load and check
+/// every chunk it returns a byte of, whole (the checksum covers the whole payload), so this bounds
+/// what a small read costs: a 4 KiB read loads two chunks at most. One page: smaller chunks would
+/// cost appends more checksum calls and headers than they save reads.
+pub const CHUNK_SPLIT_BYTES: usize = 4 * 1024;
 
-/// Appends are split into chunks of at most this many payload bytes, which bounds the bytes a read
-/// must load and check to serve any cursor.
-pub const CHUNK_SPLIT_BYTES: usize = 64 * 1024;
+const _: () = assert!(CHUNK_SPLIT_BYTES <= CHUNK_PAYLOAD_BYTES_MAX);
+// Whole split chunks need no padding, so a large append is header, payload, header, payload...
+const _: () = assert!(chunk_padding_bytes(CHUNK_SPLIT_BYTES) == 0);
 
-const _: () = assert!(CHUNK_SPLIT_BYTES <= format::CHUNK_PAYLOAD_BYTES_MAX);
+/// At most this many chunks go out in one vectored write (two slices each, plus one of padding):
+/// well under `IOV_MAX` (1024 on Linux), and the slices live on the stack.
+const CHUNKS_PER_WRITE_MAX: usize = 128;
+const IOV_PER_WRITE_MAX: usize = 2 * CHUNKS_PER_WRITE_MAX + 1;
+
+/// A read loads at most this many bytes of file at once: a whole chunk of the largest size the
+/// format allows, so that every window holds at least one whole chunk.
+const READ_WINDOW_MAX: u64 = chunk_bytes(CHUNK_PAYLOAD_BYTES_MAX) as u64;
+
+/// Building the index of a sealed segment reads it in blocks of this many bytes (fewer system
+/// calls than one per chunk header when chunks are small).
+const INDEX_BLOCK_BYTES: usize = 64 * 1024;
 
 /// Sizes chosen when a spool is opened for writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,12 +181,6 @@ impl SpoolRecovery {
     }
 }
 
-#[derive(Debug, Clone, Copy)]
-struct IndexEntry {
-    cursor: u64,
-    offset: u64,
-}
-
 #[derive(Debug)]
 struct Segment {
     path: PathBuf,
@@ -171,7 +190,7 @@ struct Segment {
     valid_len: u64,
     end_cursor: u64,
     /// Built at the first read of a sealed segment; kept current for the active one.
-    index: OnceLock<Vec<IndexEntry>>,
+    index: OnceLock<SegmentIndex>,
 }
 
 /// One process's output spool. Appends take `&mut self`; reads take `&self`.
@@ -188,7 +207,8 @@ pub struct Spool {
     dirty: bool,
     /// The spool directory was created by this handle and its entry in `spool/` is not synced.
     parent_unsynced: bool,
-    scratch: Vec<u8>,
+    /// The chunk headers of the append being written (kept to reuse its allocation).
+    heads: Vec<[u8; CHUNK_HEADER_BYTES]>,
 }
 
 fn now_unix_ms() -> u64 {
@@ -206,6 +226,28 @@ fn parse_segment_name(name: &str) -> Option<u64> {
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())
         .flatten()
+}
+
+/// Writes all of `slices` at file offset `at` (`pwritev`, repeated after a short write).
+fn write_all_vectored_at(
+    file: &File,
+    mut slices: &mut [IoSlice<'_>],
+    mut at: u64,
+) -> std::io::Result<()> {
+    while !slices.is_empty() {
+        let offset = i64::try_from(at)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::FileTooLarge))?;
+        match nix::sys::uio::pwritev(file, slices, offset) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => {
+                at += n as u64;
+                IoSlice::advance_slices(&mut slices, n);
+            }
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// Where a walk over chunks stopped.
@@ -377,20 +419,13 @@ impl Spool {
             last.file
                 .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
                 .map_err(io("read segment"))?;
-            let mut index = Vec::new();
-            let mut last_indexed: Option<u64> = None;
+            let mut index = SegmentIndex::default();
             let walk = walk_chunks(
                 &bytes,
                 SPOOL_HEADER_BYTES as u64,
                 last.header.first_cursor,
                 |offset, h, _| {
-                    if last_indexed.is_none_or(|o| offset - o >= INDEX_STRIDE_BYTES) {
-                        index.push(IndexEntry {
-                            cursor: h.cursor,
-                            offset,
-                        });
-                        last_indexed = Some(offset);
-                    }
+                    index.push(offset, h.cursor, h.payload_bytes);
                     true
                 },
             );
@@ -421,7 +456,7 @@ impl Spool {
             durable_total: 0,
             dirty: writable && total_bytes > 0,
             parent_unsynced: false,
-            scratch: Vec::new(),
+            heads: Vec::new(),
         };
         Ok((spool, recovery))
     }
@@ -477,7 +512,7 @@ impl Spool {
             end_cursor: header.first_cursor,
             index: OnceLock::new(),
         };
-        let _ = segment.index.set(Vec::new());
+        let _ = segment.index.set(SegmentIndex::default());
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
@@ -491,7 +526,6 @@ impl Spool {
             return Err(SpoolError::ReadOnly);
         }
         let mut rest = bytes;
-        let mut entries: Vec<IndexEntry> = Vec::new();
         while !rest.is_empty() {
             let first = chunk_bytes(rest.len().min(CHUNK_SPLIT_BYTES)) as u64;
             let rotate = match self.segments.back() {
@@ -508,37 +542,55 @@ impl Spool {
             let Some(active) = self.segments.back_mut() else {
                 unreachable!("a segment was just ensured");
             };
-            // Every chunk of this append that fits the active segment goes out in one write.
-            let mut scratch = std::mem::take(&mut self.scratch);
-            scratch.clear();
-            entries.clear();
+            // The chunks of this append that fit the active segment (up to a batch) go out in one
+            // vectored write: each header, then the caller's bytes as they are, so the payload is
+            // copied once, by the kernel. The headers are built first because the slices borrow
+            // them.
+            let mut heads = std::mem::take(&mut self.heads);
+            heads.clear();
             let base = active.valid_len;
             let (mut offset, mut cursor) = (base, self.total_bytes);
-            while !rest.is_empty() {
-                let piece = &rest[..rest.len().min(CHUNK_SPLIT_BYTES)];
+            let mut batch = rest;
+            while !batch.is_empty() && heads.len() < CHUNKS_PER_WRITE_MAX {
+                let piece = &batch[..batch.len().min(CHUNK_SPLIT_BYTES)];
                 let needed = chunk_bytes(piece.len()) as u64;
                 if offset > base && offset + needed > segment_bytes {
                     break;
                 }
-                encode_chunk(stream, cursor, piece, &mut scratch);
-                entries.push(IndexEntry { cursor, offset });
+                heads.push(encode_chunk_header(stream, cursor, piece));
                 offset += needed;
                 cursor += piece.len() as u64;
-                rest = &rest[piece.len()..];
+                batch = &batch[piece.len()..];
             }
-            let written = active.file.write_all_at(&scratch, base);
-            self.scratch = scratch;
+            let taken = &rest[..rest.len() - batch.len()];
+            let mut slices = [IoSlice::new(&[]); IOV_PER_WRITE_MAX];
+            let mut used = 0;
+            for (head, piece) in heads.iter().zip(taken.chunks(CHUNK_SPLIT_BYTES)) {
+                slices[used] = IoSlice::new(head);
+                slices[used + 1] = IoSlice::new(piece);
+                used += 2;
+            }
+            // Only the last piece can be short of the split size, so only it can need padding.
+            let padding = taken
+                .chunks(CHUNK_SPLIT_BYTES)
+                .next_back()
+                .map_or(0, |p| chunk_padding_bytes(p.len()));
+            if padding > 0 {
+                slices[used] = IoSlice::new(&CHUNK_PADDING[..padding]);
+                used += 1;
+            }
+            let written = write_all_vectored_at(&active.file, &mut slices[..used], base);
+            self.heads = heads;
             written.map_err(io("write chunk"))?;
             if let Some(index) = active.index.get_mut() {
-                for entry in &entries {
-                    if index
-                        .last()
-                        .is_none_or(|e| entry.offset - e.offset >= INDEX_STRIDE_BYTES)
-                    {
-                        index.push(*entry);
-                    }
+                let (mut at, mut c) = (base, self.total_bytes);
+                for piece in taken.chunks(CHUNK_SPLIT_BYTES) {
+                    index.push(at, c, piece.len() as u32);
+                    at += chunk_bytes(piece.len()) as u64;
+                    c += piece.len() as u64;
                 }
             }
+            rest = batch;
             active.valid_len = offset;
             self.total_bytes = cursor;
             active.end_cursor = cursor;
@@ -584,22 +636,46 @@ impl Spool {
         Ok((self.retained_from, self.durable_total))
     }
 
-    fn index_of<'a>(&self, segment: &'a Segment) -> Result<&'a [IndexEntry], SpoolError> {
+    fn index_of<'a>(&self, segment: &'a Segment) -> Result<&'a SegmentIndex, SpoolError> {
         if let Some(index) = segment.index.get() {
             return Ok(index);
         }
-        // Sealed segment read for the first time: hop from chunk header to chunk header.
-        let mut index = Vec::new();
+        // Sealed segment read for the first time: hop from chunk header to chunk header, checking
+        // each one and the continuity of cursors, reading the file a block at a time.
+        let mut index = SegmentIndex::default();
         let mut offset = SPOOL_HEADER_BYTES as u64;
         let mut cursor = segment.header.first_cursor;
-        let mut last_indexed: Option<u64> = None;
-        let mut head = [0u8; CHUNK_HEADER_BYTES];
+        let mut block: Vec<u8> = Vec::new();
+        // File offset of `block[0]`.
+        let mut block_at = 0u64;
+        let mut last_frame = 0u64;
         while cursor < segment.end_cursor {
-            segment
-                .file
-                .read_exact_at(&mut head, offset)
-                .map_err(io("read chunk header"))?;
-            let h = decode_chunk_header(&head).map_err(|e| SpoolError::Corrupt {
+            let in_block = offset
+                .checked_sub(block_at)
+                .filter(|&at| at + CHUNK_HEADER_BYTES as u64 <= block.len() as u64);
+            let at = match in_block {
+                Some(at) => at as usize,
+                None => {
+                    // After a chunk larger than half a block the next header is all that the
+                    // block would be used for: read just that.
+                    let want = if last_frame > INDEX_BLOCK_BYTES as u64 / 2 {
+                        CHUNK_HEADER_BYTES as u64
+                    } else {
+                        INDEX_BLOCK_BYTES as u64
+                    };
+                    let len = want
+                        .min(segment.valid_len.saturating_sub(offset))
+                        .max(CHUNK_HEADER_BYTES as u64);
+                    block.resize(len as usize, 0);
+                    segment
+                        .file
+                        .read_exact_at(&mut block, offset)
+                        .map_err(io("read chunk header"))?;
+                    block_at = offset;
+                    0
+                }
+            };
+            let h = decode_chunk_header(&block[at..]).map_err(|e| SpoolError::Corrupt {
                 cursor,
                 reason: e.to_string(),
             })?;
@@ -609,21 +685,28 @@ impl Spool {
                     reason: format!("chunk names cursor {}", h.cursor),
                 });
             }
-            if last_indexed.is_none_or(|o| offset - o >= INDEX_STRIDE_BYTES) {
-                index.push(IndexEntry { cursor, offset });
-                last_indexed = Some(offset);
-            }
-            offset += chunk_bytes(h.payload_bytes as usize) as u64;
+            index.push(offset, cursor, h.payload_bytes);
+            last_frame = chunk_bytes(h.payload_bytes as usize) as u64;
+            offset += last_frame;
             cursor += u64::from(h.payload_bytes);
         }
         let _ = segment.index.set(index);
-        Ok(segment.index.get().map_or(&[], |v| v.as_slice()))
+        segment.index.get().ok_or_else(|| SpoolError::Corrupt {
+            cursor: segment.header.first_cursor,
+            reason: "segment index missing".to_owned(),
+        })
     }
 
     /// Reads up to `max_bytes` from `cursor`. A cursor before `retained_from` reads from
     /// `retained_from` with `gap: true`; a cursor beyond `total_bytes` is
     /// [`SpoolError::CursorAhead`]; a cursor equal to `total_bytes` returns nothing.
     pub fn read(&self, cursor: u64, max_bytes: usize) -> Result<SpoolRead, SpoolError> {
+        self.read_counted(cursor, max_bytes).map(|(read, _)| read)
+    }
+
+    /// [`Spool::read`], and the bytes of chunk file it loaded (not counting the one-time index
+    /// build of a sealed segment): what tests check to prove a read's cost is bounded.
+    fn read_counted(&self, cursor: u64, max_bytes: usize) -> Result<(SpoolRead, u64), SpoolError> {
         if cursor > self.total_bytes {
             return Err(SpoolError::CursorAhead {
                 cursor,
@@ -632,7 +715,10 @@ impl Spool {
         }
         let gap = cursor < self.retained_from;
         let start = cursor.max(self.retained_from);
+        let available = usize::try_from(self.total_bytes - start).unwrap_or(usize::MAX);
         let mut out = SpoolRead {
+            // Filled once, without growing.
+            bytes: Vec::with_capacity(max_bytes.min(available)),
             next_cursor: start,
             retained_from: self.retained_from,
             total_bytes: self.total_bytes,
@@ -641,14 +727,15 @@ impl Spool {
         };
         let first = self.segments.partition_point(|s| s.end_cursor <= start);
         let mut want = start;
+        let mut loaded = 0;
         for segment in self.segments.iter().skip(first) {
             if out.bytes.len() >= max_bytes {
                 break;
             }
-            self.read_segment(segment, want, max_bytes, &mut out)?;
+            loaded += self.read_segment(segment, want, max_bytes, &mut out)?;
             want = out.next_cursor;
         }
-        Ok(out)
+        Ok((out, loaded))
     }
 
     fn read_segment(
@@ -657,51 +744,79 @@ impl Spool {
         from: u64,
         max_bytes: usize,
         out: &mut SpoolRead,
-    ) -> Result<(), SpoolError> {
+    ) -> Result<u64, SpoolError> {
         let index = self.index_of(segment)?;
-        let entry = match index.partition_point(|e| e.cursor <= from) {
-            0 => IndexEntry {
-                cursor: segment.header.first_cursor,
-                offset: SPOOL_HEADER_BYTES as u64,
-            },
-            n => index[n - 1],
-        };
-        let mut offset = entry.offset;
-        let mut cursor = entry.cursor;
+        let mut loaded = 0;
+        let (mut offset, mut cursor) = index.locate(
+            from,
+            (SPOOL_HEADER_BYTES as u64, segment.header.first_cursor),
+        );
         let mut buf = Vec::new();
         while out.bytes.len() < max_bytes && cursor < segment.end_cursor {
-            // One stride plus the chunk that straddles its end is enough to reach `from`.
-            let want = (INDEX_STRIDE_BYTES as usize + chunk_bytes(CHUNK_SPLIT_BYTES))
-                .min((segment.valid_len - offset) as usize);
-            buf.resize(want, 0);
-            segment
-                .file
-                .read_exact_at(&mut buf, offset)
-                .map_err(io("read chunks"))?;
-            let walk = walk_chunks(&buf, offset, cursor, |_, h, payload| {
-                let chunk_end = h.cursor + u64::from(h.payload_bytes);
-                if chunk_end > from {
-                    let skip = from.saturating_sub(h.cursor) as usize;
-                    let room = max_bytes - out.bytes.len();
-                    let take = (payload.len() - skip).min(room);
-                    out.push(
-                        h.stream,
-                        h.cursor + skip as u64,
-                        &payload[skip..skip + take],
-                    );
+            // Load from the chunk reached so far to the end of the chunk that holds the last byte
+            // wanted, as far as the index can tell (exactly, inside a run).
+            let last_wanted = from
+                .max(cursor)
+                .saturating_add((max_bytes - out.bytes.len()) as u64)
+                .min(segment.end_cursor)
+                - 1;
+            let room = segment
+                .valid_len
+                .saturating_sub(offset)
+                .min(READ_WINDOW_MAX);
+            let bound = index
+                .chunk_end_bound(last_wanted, segment.valid_len)
+                .saturating_sub(offset);
+            let mut walk = None;
+            // A window the index sized holds whole chunks; if it does not (damage, or an index
+            // that disagrees with the file), the largest window decides.
+            for len in [bound.min(room), room] {
+                if len == 0 || walk.is_some() {
+                    continue;
                 }
-                out.bytes.len() < max_bytes
-            });
-            if walk.end_offset == offset {
-                // Not even one chunk: the window always holds a whole chunk, so this is damage.
-                return Err(SpoolError::Corrupt {
-                    cursor,
-                    reason: walk.error.unwrap_or_else(|| "no chunk".to_owned()),
+                buf.resize(len as usize, 0);
+                segment
+                    .file
+                    .read_exact_at(&mut buf, offset)
+                    .map_err(io("read chunks"))?;
+                loaded += len;
+                let w = walk_chunks(&buf, offset, cursor, |_, h, payload| {
+                    if h.cursor >= segment.end_cursor {
+                        // Bytes past the segment's end belong to no cursor of this spool.
+                        return false;
+                    }
+                    let chunk_end = h.cursor + u64::from(h.payload_bytes);
+                    if chunk_end > from {
+                        let skip = from.saturating_sub(h.cursor) as usize;
+                        let room = max_bytes - out.bytes.len();
+                        let take = (payload.len() - skip).min(room);
+                        out.push(
+                            h.stream,
+                            h.cursor + skip as u64,
+                            &payload[skip..skip + take],
+                        );
+                    }
+                    out.bytes.len() < max_bytes
                 });
+                if w.end_offset > offset || len == room {
+                    walk = Some(w);
+                }
             }
+            let walk = match walk {
+                Some(w) if w.end_offset > offset => w,
+                // Not even one chunk in the largest window, which always holds a whole one: damage.
+                other => {
+                    return Err(SpoolError::Corrupt {
+                        cursor,
+                        reason: other
+                            .and_then(|w| w.error)
+                            .unwrap_or_else(|| "no chunk".to_owned()),
+                    });
+                }
+            };
             offset = walk.end_offset;
             cursor = walk.end_cursor;
         }
-        Ok(())
+        Ok(loaded)
     }
 }

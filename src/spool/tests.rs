@@ -86,10 +86,14 @@ proptest! {
 
     #[test]
     fn every_read_agrees_with_the_model(
-        sizes in proptest::collection::vec(1usize..3000, 0..60),
-        segment_bytes in 200u64..20_000,
-        retention_bytes in 1u64..40_000,
-        probes in proptest::collection::vec((0u64..200_000, 1usize..5000), 1..40),
+        // Some appends larger than CHUNK_SPLIT_BYTES, so that they are split (across segments too).
+        sizes in proptest::collection::vec(
+            prop_oneof![3 => 1usize..3000, 1 => 1usize..3 * CHUNK_SPLIT_BYTES],
+            0..60,
+        ),
+        segment_bytes in 200u64..40_000,
+        retention_bytes in 1u64..80_000,
+        probes in proptest::collection::vec((0u64..400_000, 1usize..10_000), 1..40),
     ) {
         let dir = tempfile::tempdir().unwrap();
         let options = SpoolOptions { segment_bytes, retention_bytes };
@@ -255,4 +259,107 @@ fn a_flipped_byte_in_a_sealed_segment_is_reported_as_corrupt_not_returned() {
     // Later segments stay readable.
     let later = reader.read(3000, 100).unwrap();
     assert_eq!(later.bytes, model.bytes[3000..3100]);
+}
+
+/// Every 4 KiB read at many cursors of a spool of `total` bytes written in `append`-byte appends;
+/// returns the most chunk-file bytes one read loaded (the index of a sealed segment is built
+/// beforehand, as a first read of it does once).
+fn most_loaded_by_a_read(total: usize, append: impl Fn(usize) -> usize) -> u64 {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 256 * 1024,
+        retention_bytes: u64::MAX / 2,
+    };
+    let (mut spool, _) = Spool::open_writer(dir.path(), [9; 16], options).unwrap();
+    let mut model = Model::default();
+    let mut i = 0;
+    while model.bytes.len() < total {
+        let n = append(i).min(total - model.bytes.len());
+        write_pattern(&mut spool, &mut model, &[n]);
+        i += 1;
+    }
+    drop(spool);
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    let total = total as u64;
+    let mut most = 0;
+    let mut x = 0x9E37_79B9_7F4A_7C15u64;
+    for _ in 0..300 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let cursor = x % total;
+        let _ = reader.read(cursor, 4096).unwrap();
+        let (read, loaded) = reader.read_counted(cursor, 4096).unwrap();
+        assert_eq!(
+            read.bytes,
+            model.bytes[cursor as usize..(cursor as usize + 4096).min(total as usize)]
+        );
+        most = most.max(loaded);
+    }
+    most
+}
+
+#[test]
+fn a_read_loads_the_chunks_it_returns_whatever_the_spool_holds() {
+    let whole = format::chunk_bytes(CHUNK_SPLIT_BYTES) as u64;
+    for total in [64 * 1024, 4 * 1024 * 1024] {
+        // Large appends and page-sized ones are runs of whole split chunks: a 4 KiB read loads
+        // exactly the two chunks (at most) that hold its bytes.
+        assert!(most_loaded_by_a_read(total, |_| 64 * 1024) <= 2 * whole);
+        assert!(most_loaded_by_a_read(total, |_| 4096) <= 2 * whole);
+        // Anything else: at most a stride and a chunk more on either side.
+        let bound = 4096 + 2 * (INDEX_STRIDE_BYTES + 2 * whole);
+        assert!(most_loaded_by_a_read(total, |i| 1 + (i * 7919) % 9000) <= bound);
+        assert!(most_loaded_by_a_read(total, |i| 1 + i % 300) <= bound);
+    }
+}
+
+#[test]
+fn chunks_of_any_size_the_format_allows_are_read_back() {
+    // Segments written chunk by chunk, as an older writer splitting at 64 KiB (or at the format's
+    // limit) would have: the index and reads must not assume this writer's split.
+    let dir = tempfile::tempdir().unwrap();
+    let mut model = Model::default();
+    let sizes: &[&[usize]] = &[
+        &[65536, 65536, 34464, 65536, 12, 1, 4096, 4096, 100],
+        &[format::CHUNK_PAYLOAD_BYTES_MAX, 7, 65536],
+        &[3, 5, 8, 65536, 65536],
+    ];
+    for (s, chunk_sizes) in sizes.iter().enumerate() {
+        let first = model.bytes.len() as u64;
+        let mut bytes = format::SpoolHeader {
+            spool_id: [4; 16],
+            first_cursor: first,
+            segment_index: s as u64,
+            created_unix_ms: 0,
+        }
+        .encode()
+        .to_vec();
+        for (i, &n) in chunk_sizes.iter().enumerate() {
+            let cursor = model.bytes.len() as u64;
+            let payload: Vec<u8> = (0..n).map(|j| (cursor as usize + j * 31) as u8).collect();
+            format::encode_chunk(stream_of(i), cursor, &payload, &mut bytes);
+            model.append(stream_of(i), &payload);
+        }
+        std::fs::write(dir.path().join(segment_name(first)), bytes).unwrap();
+    }
+    let total = model.bytes.len() as u64;
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    let mut cursor = 0;
+    while cursor < total {
+        for max in [1, 4096, 100_000] {
+            check_read(&reader, &model, cursor, max);
+        }
+        cursor += 997;
+    }
+    check_read(&reader, &model, 0, usize::MAX / 2);
+    // A writer continues such a spool with its own split.
+    let (mut spool, recovery) =
+        Spool::open_writer(dir.path(), [4; 16], SpoolOptions::default()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    write_pattern(&mut spool, &mut model, &[10_000, 3]);
+    for cursor in (0..model.bytes.len() as u64).step_by(1999) {
+        check_read(&spool, &model, cursor, 9000);
+    }
 }
