@@ -7,7 +7,14 @@ use proptest::prelude::*;
 
 use procjournal::codec;
 use procjournal::fuzzing::{self, FuzzPayload, FuzzState};
+use procjournal::journal::EventId;
 use procjournal::journal::format::{self, FrameError, RecordFields, SegmentHeader};
+use procjournal::lifecycle::event::{
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
+    InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, Registered, Running,
+    StopRequested, Terminal,
+};
+use procjournal::lifecycle::{Handle, LifecycleEvent, LifecycleIds, State};
 use procjournal::limits::{
     RECORD_HEADER_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
     SEGMENT_INDEX_MAX, SEQ_MAX,
@@ -127,8 +134,250 @@ fn payload_value() -> impl Strategy<Value = FuzzPayload> {
         )
 }
 
+fn event_id() -> impl Strategy<Value = EventId> {
+    any::<[u8; 16]>().prop_map(EventId::from_bytes)
+}
+
+fn limits() -> impl Strategy<Value = Limits> {
+    any::<(Option<u64>, Option<u64>, Option<u64>)>().prop_map(|(a, b, c)| Limits {
+        wall_clock_ms: a,
+        idle_ms: b,
+        output_retention_bytes: c,
+    })
+}
+
+fn bounds() -> impl Strategy<Value = CursorBounds> {
+    any::<(u64, u64)>().prop_map(|(retained_from, total_bytes)| CursorBounds {
+        retained_from,
+        total_bytes,
+    })
+}
+
+fn ids() -> impl Strategy<Value = LifecycleIds> {
+    (event_id(), event_id(), event_id(), event_id()).prop_map(
+        |(running, terminal, lost, completion)| LifecycleIds {
+            running,
+            terminal,
+            lost,
+            completion,
+        },
+    )
+}
+
+/// The parts of a registration, with the labels as the list of pairs they are on the wire (in
+/// any order, duplicates allowed: what a map decoder must accept).
+type RegistrationParts = (
+    EventId,
+    LifecycleIds,
+    String,
+    Vec<String>,
+    String,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    Limits,
+    String,
+    u64,
+);
+
+fn registration_parts() -> impl Strategy<Value = RegistrationParts> {
+    let pairs = || proptest::collection::vec((text(), text()), 0..4);
+    (
+        event_id(),
+        ids(),
+        text(),
+        proptest::collection::vec(text(), 0..4),
+        text(),
+        pairs(),
+        pairs(),
+        limits(),
+        text(),
+        any::<u64>(),
+    )
+}
+
+fn state_any() -> impl Strategy<Value = State> {
+    proptest::sample::select(State::ALL.to_vec())
+}
+
+/// Any lifecycle event, of every kind.
+fn lifecycle_event() -> impl Strategy<Value = LifecycleEvent> {
+    let handle = || event_id().prop_map(Handle);
+    let exit = prop_oneof![
+        any::<i32>().prop_map(ExitStatus::Code),
+        any::<i32>().prop_map(ExitStatus::Signal),
+        Just(ExitStatus::Unknown),
+    ];
+    let capture = prop_oneof![
+        Just(CaptureStatus::Complete),
+        text().prop_map(CaptureStatus::Incomplete),
+        text().prop_map(CaptureStatus::Failed),
+    ];
+    prop_oneof![
+        (handle(), ids(), registration_parts()).prop_map(|(handle, ids, p)| {
+            LifecycleEvent::Registered(Registered {
+                handle,
+                ids,
+                command: CommandSpec {
+                    program: p.2,
+                    args: p.3,
+                    cwd: p.4,
+                    env_overrides: p.5,
+                    labels: p.6.into_iter().collect(),
+                    limits: p.7,
+                    owner: p.8,
+                },
+                at_unix_ms: p.9,
+            })
+        }),
+        (
+            handle(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<[u8; 16]>(),
+            any::<u64>()
+        )
+            .prop_map(|(handle, pid, start_time_ticks, boot_id, at_unix_ms)| {
+                LifecycleEvent::Running(Running {
+                    handle,
+                    pid,
+                    witness: IdentityWitness {
+                        start_time_ticks,
+                        boot_id,
+                    },
+                    at_unix_ms,
+                })
+            }),
+        (handle(), text(), text(), any::<u64>()).prop_map(|(handle, reason, requested_by, at)| {
+            LifecycleEvent::StopRequested(StopRequested {
+                handle,
+                reason,
+                requested_by,
+                at_unix_ms: at,
+            })
+        }),
+        (handle(), any::<u64>()).prop_map(|(handle, at_unix_ms)| {
+            LifecycleEvent::InputClosed(InputClosed { handle, at_unix_ms })
+        }),
+        (handle(), bounds(), any::<u64>()).prop_map(|(handle, bounds, at_unix_ms)| {
+            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle,
+                bounds,
+                at_unix_ms,
+            })
+        }),
+        (
+            handle(),
+            state_any(),
+            exit,
+            bounds(),
+            capture,
+            text(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(handle, state, exit, bounds, capture, reason, at_unix_ms)| {
+                    LifecycleEvent::Terminal(Terminal {
+                        handle,
+                        state,
+                        exit,
+                        bounds,
+                        capture,
+                        reason,
+                        at_unix_ms,
+                    })
+                }
+            ),
+        (handle(), bounds(), any::<u64>()).prop_map(|(handle, bounds, at_unix_ms)| {
+            LifecycleEvent::LostOnRestore(LostOnRestore {
+                handle,
+                bounds,
+                at_unix_ms,
+            })
+        }),
+        (handle(), event_id()).prop_map(|(handle, event)| {
+            LifecycleEvent::LifecyclePublished(LifecyclePublished { handle, event })
+        }),
+        (handle(), event_id()).prop_map(|(handle, command)| {
+            LifecycleEvent::CompletionNotified(CompletionNotified { handle, command })
+        }),
+    ]
+}
+
+/// A change to an encoding: flip some bits of one byte, cut it short, or add a byte.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip(proptest::sample::Index, u8),
+    Cut(proptest::sample::Index),
+    Append(u8),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    prop_oneof![
+        (any::<proptest::sample::Index>(), 1..=u8::MAX).prop_map(|(i, m)| Mutation::Flip(i, m)),
+        any::<proptest::sample::Index>().prop_map(Mutation::Cut),
+        any::<u8>().prop_map(Mutation::Append),
+    ]
+}
+
+fn mutate(bytes: &[u8], m: &Mutation) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    match m {
+        Mutation::Flip(i, mask) if !out.is_empty() => {
+            let at = i.index(out.len());
+            out[at] ^= mask;
+        }
+        Mutation::Flip(..) => {}
+        Mutation::Cut(i) => out.truncate(i.index(bytes.len() + 1)),
+        Mutation::Append(b) => out.push(*b),
+    }
+    out
+}
+
 proptest! {
     #![proptest_config(config())]
+
+    /// The fast lifecycle decoders equal the reference (bincode) on arbitrary bytes: the same
+    /// accept/reject, equal values, the same error texts (`fuzzing::lifecycle_decoders`).
+    #[test]
+    fn fast_lifecycle_decoders_equal_the_reference_on_any_bytes(
+        data in proptest::collection::vec(any::<u8>(), 0..400),
+    ) {
+        fuzzing::lifecycle_decoders(&data);
+    }
+
+    /// ... on the encoding of any event, and on that encoding changed by one mutation.
+    #[test]
+    fn fast_lifecycle_decoders_equal_the_reference_on_encodings(
+        event in lifecycle_event(),
+        m in mutation(),
+    ) {
+        let bytes = event.encode().expect("encode");
+        let decoded = LifecycleEvent::decode(event.kind().get(), codec::CODEC_VERSION, &bytes);
+        prop_assert_eq!(decoded.ok(), Some(event));
+        fuzzing::lifecycle_decoders(&bytes);
+        fuzzing::lifecycle_decoders(&mutate(&bytes, &m));
+    }
+
+    /// ... on registrations whose labels are on the wire in any order, with duplicate keys
+    /// (which a map decoder accepts: sorted, the last duplicate wins), and mutations of them.
+    #[test]
+    fn fast_registration_decoder_equals_the_reference_on_non_canonical_labels(
+        handle in event_id(),
+        p in registration_parts(),
+        m in mutation(),
+    ) {
+        let parts = (handle, p.1, p.2, p.3, p.4, p.5, p.6, p.7, p.8, p.9);
+        // A tuple encodes as its fields in order, which is the wire shape of `Registered`.
+        let bytes = codec::encode(&parts).expect("encode");
+        let reference = LifecycleEvent::decode_reference(
+            procjournal::lifecycle::event::kinds::REGISTERED,
+            codec::CODEC_VERSION,
+            &bytes,
+        );
+        prop_assert!(reference.is_ok(), "{:?}", reference);
+        fuzzing::lifecycle_decoders(&bytes);
+        fuzzing::lifecycle_decoders(&mutate(&bytes, &m));
+    }
 
     /// Any bytes: every decoder returns a value or a typed error, and the fuzz bodies' own
     /// cross-checks (decoders agree, whatever decodes re-encodes to its bytes) hold.

@@ -3,11 +3,16 @@
 //! Pure over records. A record that does not decode, or an event the store rejects, is reported
 //! against its sequence number (and its handle when the payload names one); every other handle
 //! rebuilds normally. Records of kinds that are not lifecycle events are counted and skipped.
+//!
+//! Payloads are read by the fast decoder (`wire.rs`); a registration is read straight into the
+//! form its manifest keeps. A payload the fast decoder does not read goes to the reference
+//! decoder, so what is accepted, and every error text, is the reference's.
 
 use serde::Serialize;
 
-use super::event::{Handle, LifecycleEvent};
-use super::manifest::ManifestStore;
+use super::event::{Handle, LifecycleEvent, kinds};
+use super::manifest::{Applied, ManifestStore, Rejection};
+use super::wire;
 use crate::journal::reader::RecordView;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -48,20 +53,34 @@ impl Replayer {
         }
         self.report.lifecycle_events += 1;
         let seq = record.position.seq;
-        let event = match LifecycleEvent::decode(record.kind, record.codec_version, record.payload)
-        {
-            Ok(event) => event,
-            Err(e) => {
-                self.report.undecodable.push(ReplayIssue {
-                    seq,
-                    handle: None,
-                    error: e.to_string(),
-                });
-                return;
-            }
+        let (kind, version, payload) = (record.kind, record.codec_version, record.payload);
+        let fast = if kind == kinds::REGISTERED {
+            wire::registration(version, payload)
+                .ok()
+                .map(|r| (r.handle, self.store.register(record.event_id, r)))
+        } else {
+            wire::decode(kind, version, payload)
+                .ok()
+                .map(|e| (e.handle(), self.store.apply_owned(record.event_id, e)))
         };
-        let handle = event.handle();
-        if let Err(rejection) = self.store.apply_owned(record.event_id, event) {
+        let (handle, applied): (Handle, Result<Applied, Rejection>) = match fast {
+            Some(done) => done,
+            None => match LifecycleEvent::decode_reference(kind, version, payload) {
+                Ok(event) => (
+                    event.handle(),
+                    self.store.apply_owned(record.event_id, event),
+                ),
+                Err(e) => {
+                    self.report.undecodable.push(ReplayIssue {
+                        seq,
+                        handle: None,
+                        error: e.to_string(),
+                    });
+                    return;
+                }
+            },
+        };
+        if let Err(rejection) = applied {
             self.report.rejected.push(ReplayIssue {
                 seq,
                 handle: Some(Handle::to_string(&handle)),
