@@ -181,6 +181,8 @@ type RegistrationParts = (
 
 fn registration_parts() -> impl Strategy<Value = RegistrationParts> {
     let pairs = || proptest::collection::vec((text(), text()), 0..4);
+    // Label keys from a small set, so that unsorted and duplicate keys are common.
+    let labels = proptest::collection::vec(("[ab]{0,2}", text()), 0..5);
     (
         event_id(),
         ids(),
@@ -188,7 +190,7 @@ fn registration_parts() -> impl Strategy<Value = RegistrationParts> {
         proptest::collection::vec(text(), 0..4),
         text(),
         pairs(),
-        pairs(),
+        labels,
         limits(),
         text(),
         any::<u64>(),
@@ -303,18 +305,25 @@ fn lifecycle_event() -> impl Strategy<Value = LifecycleEvent> {
     ]
 }
 
-/// A change to an encoding: flip some bits of one byte, cut it short, or add a byte.
+/// A change to an encoding: flip some bits of one byte, set one byte or one `u32` to a small
+/// value (option tags and enum indexes sit at the edge of their ranges: 0, 1, 2, 3, 8, 9, ...),
+/// cut it short, or add a byte.
 #[derive(Debug, Clone)]
 enum Mutation {
     Flip(proptest::sample::Index, u8),
+    Byte(proptest::sample::Index, u8),
+    U32(proptest::sample::Index, u32),
     Cut(proptest::sample::Index),
     Append(u8),
 }
 
 fn mutation() -> impl Strategy<Value = Mutation> {
+    use proptest::sample::Index;
     prop_oneof![
-        (any::<proptest::sample::Index>(), 1..=u8::MAX).prop_map(|(i, m)| Mutation::Flip(i, m)),
-        any::<proptest::sample::Index>().prop_map(Mutation::Cut),
+        (any::<Index>(), 1..=u8::MAX).prop_map(|(i, m)| Mutation::Flip(i, m)),
+        (any::<Index>(), 0..=3u8).prop_map(|(i, b)| Mutation::Byte(i, b)),
+        (any::<Index>(), 0..=12u32).prop_map(|(i, v)| Mutation::U32(i, v)),
+        any::<Index>().prop_map(Mutation::Cut),
         any::<u8>().prop_map(Mutation::Append),
     ]
 }
@@ -326,7 +335,15 @@ fn mutate(bytes: &[u8], m: &Mutation) -> Vec<u8> {
             let at = i.index(out.len());
             out[at] ^= mask;
         }
-        Mutation::Flip(..) => {}
+        Mutation::Byte(i, b) if !out.is_empty() => {
+            let at = i.index(out.len());
+            out[at] = *b;
+        }
+        Mutation::U32(i, v) if out.len() >= 4 => {
+            let at = i.index(out.len() - 3);
+            out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        Mutation::Flip(..) | Mutation::Byte(..) | Mutation::U32(..) => {}
         Mutation::Cut(i) => out.truncate(i.index(bytes.len() + 1)),
         Mutation::Append(b) => out.push(*b),
     }
@@ -334,7 +351,8 @@ fn mutate(bytes: &[u8], m: &Mutation) -> Vec<u8> {
 }
 
 proptest! {
-    #![proptest_config(config())]
+    // Cheap cases (a few decodes each), and the mutations must find narrow targets.
+    #![proptest_config(ProptestConfig::with_cases(2048))]
 
     /// The fast lifecycle decoders equal the reference (bincode) on arbitrary bytes: the same
     /// accept/reject, equal values, the same error texts (`fuzzing::lifecycle_decoders`).
@@ -357,6 +375,36 @@ proptest! {
         fuzzing::lifecycle_decoders(&bytes);
         fuzzing::lifecycle_decoders(&mutate(&bytes, &m));
     }
+}
+
+proptest! {
+    // Each case sweeps every offset of one encoding, so a few cases cover every field.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// ... on the encoding of any event with, at every offset in turn, one byte set to a tag
+    /// value, or one `u32` set to an edge of an enum's range (option tags and variant indexes are
+    /// narrow targets for random mutation), and on every prefix.
+    #[test]
+    fn fast_lifecycle_decoders_equal_the_reference_at_every_offset(event in lifecycle_event()) {
+        let bytes = event.encode().expect("encode");
+        for cut in 0..bytes.len() {
+            fuzzing::lifecycle_decoders(&bytes[..cut]);
+        }
+        for at in 0..bytes.len() {
+            for b in [0u8, 1, 2, 3, 0x80, 0xff] {
+                let mut changed = bytes.clone();
+                changed[at] = b;
+                fuzzing::lifecycle_decoders(&changed);
+            }
+        }
+        for at in 0..bytes.len().saturating_sub(3) {
+            for v in [2u32, 3, 8, 9, 10, u32::MAX] {
+                let mut changed = bytes.clone();
+                changed[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                fuzzing::lifecycle_decoders(&changed);
+            }
+        }
+    }
 
     /// ... on registrations whose labels are on the wire in any order, with duplicate keys
     /// (which a map decoder accepts: sorted, the last duplicate wins), and mutations of them.
@@ -378,6 +426,10 @@ proptest! {
         fuzzing::lifecycle_decoders(&bytes);
         fuzzing::lifecycle_decoders(&mutate(&bytes, &m));
     }
+}
+
+proptest! {
+    #![proptest_config(config())]
 
     /// Any bytes: every decoder returns a value or a typed error, and the fuzz bodies' own
     /// cross-checks (decoders agree, whatever decodes re-encodes to its bytes) hold.
