@@ -257,8 +257,9 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
     }
 }
 
-/// Folds an accepted event into its manifest, taking the event's strings by value.
-fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
+/// Folds an accepted event into its manifest, moving the event's strings out of it (replay's
+/// events are decoded for this fold alone; nothing is copied twice).
+fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
     match event {
         LifecycleEvent::Registered(_) => {}
         LifecycleEvent::Running(e) => {
@@ -270,7 +271,10 @@ fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
         LifecycleEvent::StopRequested(e) => {
             m.stop_requests = m.stop_requests.saturating_add(1);
             if m.first_stop.is_none() {
-                m.first_stop = Some((e.reason, e.requested_by));
+                m.first_stop = Some((
+                    std::mem::take(&mut e.reason),
+                    std::mem::take(&mut e.requested_by),
+                ));
             }
         }
         LifecycleEvent::InputClosed(_) => m.input_closed = true,
@@ -281,8 +285,8 @@ fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
             m.terminal = Some(TerminalResult {
                 state: e.state,
                 exit: e.exit,
-                capture: e.capture,
-                reason: e.reason,
+                capture: std::mem::replace(&mut e.capture, CaptureStatus::Complete),
+                reason: std::mem::take(&mut e.reason),
                 at_unix_ms: e.at_unix_ms,
                 event_id,
             });
@@ -425,14 +429,24 @@ impl ManifestStore {
 
     /// Checks a registration and adds its manifest, reserving every ID it allocates. Replay calls
     /// it with a registration decoded straight into its stored form.
+    ///
+    /// Makes the decisions of `check_registration`, in the same order, but reserves each ID as it
+    /// checks it (one hash probe per ID instead of two) and takes the reservations back if a
+    /// later ID is refused.
     pub(crate) fn register(
         &mut self,
         event_id: EventId,
         e: Registration,
     ) -> Result<Applied, Rejection> {
-        self.check_registration(event_id, e.handle, &e.ids)?;
-        let slot = u32::try_from(self.manifests.len())
-            .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
+        let Ok(slot) = u32::try_from(self.manifests.len()) else {
+            // Refused; `check_registration` says why, in its order.
+            self.check_registration(event_id, e.handle, &e.ids)?;
+            return Err(Rejection::StoreFull(self.manifests.len()));
+        };
+        let std::collections::hash_map::Entry::Vacant(handle_entry) = self.slots.entry(e.handle)
+        else {
+            return Err(Rejection::AlreadyRegistered(e.handle));
+        };
         let reserve = [
             (event_id, Step::Registration),
             (e.ids.running, Step::Running),
@@ -440,10 +454,34 @@ impl ManifestStore {
             (e.ids.lost, Step::Lost),
             (e.ids.completion, Step::Completion),
         ];
-        for (id, step) in reserve {
-            self.reserved.insert(id, Reservation { slot, step });
+        for (i, &(id, step)) in reserve.iter().enumerate() {
+            let refused = if reserve[..i].iter().any(|&(earlier, _)| earlier == id) {
+                Some(Rejection::DuplicateAllocatedId)
+            } else {
+                match self.reserved.entry(id) {
+                    std::collections::hash_map::Entry::Occupied(taken) => Some(*taken.get()),
+                    std::collections::hash_map::Entry::Vacant(free) => {
+                        free.insert(Reservation { slot, step });
+                        None
+                    }
+                }
+                .map(|r| Rejection::IdReserved {
+                    id,
+                    handle: self
+                        .manifests
+                        .get(r.slot as usize)
+                        .map_or(Handle(EventId::from_bytes([0; 16])), |m| m.handle),
+                })
+            };
+            if let Some(rejection) = refused {
+                // IDs before `i` are distinct and were free: each was reserved here just now.
+                for (earlier, _) in &reserve[..i] {
+                    self.reserved.remove(earlier);
+                }
+                return Err(rejection);
+            }
         }
-        self.slots.insert(e.handle, slot);
+        handle_entry.insert(slot);
         self.manifests.push(Manifest {
             handle: e.handle,
             ids: e.ids,
@@ -464,39 +502,47 @@ impl ManifestStore {
         Ok(Applied::Changed)
     }
 
-    /// Like [`ManifestStore::apply`], consuming the event (replay uses it: decoded strings move
-    /// into the manifest instead of being copied). Makes the same decisions as
-    /// [`ManifestStore::check`], in the same order, with fewer lookups: one for the handle, and
-    /// one for the reservation unless the event is a step under the ID its own registration
-    /// allocated for that step (each ID is reserved once, for one step of one handle, so that
-    /// reservation is known to pass).
+    /// Like [`ManifestStore::apply`], consuming the event (its strings move into the manifest).
     pub fn apply_owned(
         &mut self,
         event_id: EventId,
-        event: LifecycleEvent,
+        mut event: LifecycleEvent,
     ) -> Result<Applied, Rejection> {
-        if let LifecycleEvent::Registered(e) = &event {
+        self.apply_event(event_id, &mut event)
+    }
+
+    /// Checks `event` and folds it in, taking its strings (replay's path: the event was decoded
+    /// for this alone). Makes the same decisions as [`ManifestStore::check`], in the same order,
+    /// with fewer lookups: one for the handle, and one for the reservation unless the event is a
+    /// step under the ID its own registration allocated for that step (each ID is reserved once,
+    /// for one step of one handle, so that reservation is known to pass).
+    pub(crate) fn apply_event(
+        &mut self,
+        event_id: EventId,
+        event: &mut LifecycleEvent,
+    ) -> Result<Applied, Rejection> {
+        if let LifecycleEvent::Registered(e) = event {
             return self.register(event_id, Registration::from_event(e));
         }
         let handle = event.handle();
         let Some(slot) = self.slot(&handle) else {
-            self.check_reservation(event_id, &event)?;
+            self.check_reservation(event_id, event)?;
             return Err(Rejection::UnknownHandle(handle));
         };
-        let own_step = self.manifests.get(slot).is_some_and(|m| match &event {
+        let own_step = self.manifests.get(slot).is_some_and(|m| match event {
             LifecycleEvent::Running(_) => event_id == m.ids.running,
             LifecycleEvent::Terminal(_) => event_id == m.ids.terminal,
             LifecycleEvent::LostOnRestore(_) => event_id == m.ids.lost,
             _ => false,
         });
         if !own_step {
-            self.check_reservation(event_id, &event)?;
+            self.check_reservation(event_id, event)?;
         }
         let m = self
             .manifests
             .get_mut(slot)
             .ok_or(Rejection::UnknownHandle(handle))?;
-        let applied = validate(m, event_id, &event)?;
+        let applied = validate(m, event_id, event)?;
         if applied == Applied::Changed {
             fold(m, event_id, event);
         }

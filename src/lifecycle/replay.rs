@@ -52,37 +52,46 @@ impl Replayer {
             return;
         }
         self.report.lifecycle_events += 1;
-        let seq = record.position.seq;
         let (kind, version, payload) = (record.kind, record.codec_version, record.payload);
-        let fast = if kind == kinds::REGISTERED {
-            wire::registration(version, payload)
-                .ok()
-                .map(|r| (r.handle, self.store.register(record.event_id, r)))
+        let (handle, applied) = if kind == kinds::REGISTERED {
+            match wire::registration(version, payload) {
+                Ok(r) => (r.handle, self.store.register(record.event_id, r)),
+                Err(_) => return self.feed_reference(record),
+            }
         } else {
-            wire::decode(kind, version, payload)
-                .ok()
-                .map(|e| (e.handle(), self.store.apply_owned(record.event_id, e)))
+            match wire::decode(kind, version, payload) {
+                Ok(mut e) => (e.handle(), self.store.apply_event(record.event_id, &mut e)),
+                Err(_) => return self.feed_reference(record),
+            }
         };
-        let (handle, applied): (Handle, Result<Applied, Rejection>) = match fast {
-            Some(done) => done,
-            None => match LifecycleEvent::decode_reference(kind, version, payload) {
-                Ok(event) => (
-                    event.handle(),
-                    self.store.apply_owned(record.event_id, event),
-                ),
-                Err(e) => {
-                    self.report.undecodable.push(ReplayIssue {
-                        seq,
-                        handle: None,
-                        error: e.to_string(),
-                    });
-                    return;
-                }
-            },
-        };
+        self.note(record, handle, applied);
+    }
+
+    /// A lifecycle record the fast decoder does not read: the reference decoder decides, and its
+    /// error is the one reported.
+    fn feed_reference(&mut self, record: &RecordView<'_>) {
+        match LifecycleEvent::decode_reference(record.kind, record.codec_version, record.payload) {
+            Ok(mut event) => {
+                let applied = self.store.apply_event(record.event_id, &mut event);
+                self.note(record, event.handle(), applied);
+            }
+            Err(e) => self.report.undecodable.push(ReplayIssue {
+                seq: record.position.seq,
+                handle: None,
+                error: e.to_string(),
+            }),
+        }
+    }
+
+    fn note(
+        &mut self,
+        record: &RecordView<'_>,
+        handle: Handle,
+        applied: Result<Applied, Rejection>,
+    ) {
         if let Err(rejection) = applied {
             self.report.rejected.push(ReplayIssue {
-                seq,
+                seq: record.position.seq,
                 handle: Some(Handle::to_string(&handle)),
                 error: rejection.to_string(),
             });

@@ -79,6 +79,7 @@ fn option_u64(r: &mut Reader<'_>) -> Result<Option<u64>, Malformed> {
     Ok(if r.option()? { Some(r.u64()?) } else { None })
 }
 
+#[inline(never)]
 fn command(r: &mut Reader<'_>) -> Result<CommandSpec, Malformed> {
     let program = string(r)?;
     let n = r.count(STRING_BYTES_MIN)?;
@@ -154,6 +155,9 @@ pub(crate) fn registration(codec_version: u8, payload: &[u8]) -> Result<Registra
     Ok(registration)
 }
 
+// Inlined into `decode`, and `decode` into its callers, so that the event (280 bytes, the size of
+// its largest variant) is built where the caller keeps it instead of being copied out twice.
+#[inline(always)]
 fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
     Ok(match kind {
         kinds::REGISTERED => LifecycleEvent::Registered(Registered {
@@ -220,6 +224,7 @@ fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
 /// Decodes the payload of a lifecycle record of `kind`, or `Malformed` when this decoder does not
 /// accept it (then the reference decoder says why, or decodes a payload this one does not read:
 /// another codec version, a payload over the record cap).
+#[inline(always)]
 pub(crate) fn decode(
     kind: u16,
     codec_version: u8,
