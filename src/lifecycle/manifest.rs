@@ -19,8 +19,9 @@
 //!
 //! Layout (chosen for replay, which rebuilds every manifest of a journal at open): manifests live
 //! in one `Vec` in registration order, found through a map from handle to position; reservations
-//! name a position, not a handle; the command is a [`StoredCommand`] (two allocations, not a
-//! dozen). Positions are never removed or reordered, so a position, once given, stays valid.
+//! name a position, not a handle, in a compact index that checks hits against the manifest
+//! (`reserved.rs`); the command is a [`StoredCommand`] (two allocations, not a dozen). Positions
+//! are never removed or reordered, so a position, once given, stays valid.
 
 use std::collections::BTreeSet;
 
@@ -32,6 +33,7 @@ use super::command::StoredCommand;
 use super::event::{
     CaptureStatus, CursorBounds, ExitStatus, Handle, IdentityWitness, LifecycleEvent, LifecycleIds,
 };
+use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
 use super::wire::Registration;
 use crate::journal::EventId;
@@ -120,32 +122,44 @@ pub enum Applied {
     Unchanged,
 }
 
-/// Which step an allocated event ID is reserved for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Registration,
-    Running,
-    Terminal,
-    Lost,
-    Completion,
-}
-
-/// Which manifest (its position in `ManifestStore::manifests`) and step an ID is reserved for.
-/// A `u32` position keeps the reservation map, the store's largest, at 24 bytes an entry.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Reservation {
-    slot: u32,
-    step: Step,
-}
-
 /// All manifests, by handle, in registration order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ManifestStore {
     /// Every manifest, in registration order.
     manifests: Vec<Manifest>,
+    /// The event ID of each manifest's registration, at the manifest's position.
+    registrations: Vec<EventId>,
     /// The position in `manifests` of each handle's manifest.
     slots: IdMap<Handle, u32>,
-    reserved: IdMap<EventId, Reservation>,
+    /// Every reserved ID: the five of each manifest.
+    reserved: ReservedIds,
+}
+
+/// Two stores are equal when they hold the same manifests from the same registrations, in the
+/// same order: `slots` and `reserved` are functions of those (their layout depends on each
+/// store's hash seed, their content does not).
+impl PartialEq for ManifestStore {
+    fn eq(&self, other: &Self) -> bool {
+        self.manifests == other.manifests && self.registrations == other.registrations
+    }
+}
+
+impl Eq for ManifestStore {}
+
+/// The five IDs manifest `slot` reserves, with their steps.
+fn reservations_of(
+    slot: u32,
+    registration: EventId,
+    ids: &LifecycleIds,
+) -> [(EventId, Reservation); 5] {
+    let r = |step| Reservation { slot, step };
+    [
+        (registration, r(Step::Registration)),
+        (ids.running, r(Step::Running)),
+        (ids.terminal, r(Step::Terminal)),
+        (ids.lost, r(Step::Lost)),
+        (ids.completion, r(Step::Completion)),
+    ]
 }
 
 fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<(), Rejection> {
@@ -344,13 +358,30 @@ impl ManifestStore {
             .map_or(Handle(EventId::from_bytes([0; 16])), |m| m.handle)
     }
 
+    /// The ID a reservation was made for (what the reservation index checks a hit against).
+    fn key_of(&self, r: Reservation) -> Option<EventId> {
+        let slot = r.slot as usize;
+        let ids = &self.manifests.get(slot)?.ids;
+        Some(match r.step {
+            Step::Registration => *self.registrations.get(slot)?,
+            Step::Running => ids.running,
+            Step::Terminal => ids.terminal,
+            Step::Lost => ids.lost,
+            Step::Completion => ids.completion,
+        })
+    }
+
+    fn reservation(&self, id: &EventId) -> Option<Reservation> {
+        self.reserved.get(id, |r| self.key_of(r))
+    }
+
     /// An event under a reserved ID must be exactly the step it is reserved for.
     pub(crate) fn check_reservation(
         &self,
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<(), Rejection> {
-        let Some(&r) = self.reserved.get(&event_id) else {
+        let Some(r) = self.reservation(&event_id) else {
             return Ok(());
         };
         let step = match event {
@@ -391,14 +422,14 @@ impl ManifestStore {
             if all[..i].contains(id) {
                 return Err(Rejection::DuplicateAllocatedId);
             }
-            if let Some(&r) = self.reserved.get(id) {
+            if let Some(r) = self.reservation(id) {
                 return Err(Rejection::IdReserved {
                     id: *id,
                     handle: self.holder(r),
                 });
             }
         }
-        if u32::try_from(self.manifests.len()).is_err() {
+        if self.manifests.len() >= SLOTS_MAX {
             return Err(Rejection::StoreFull(self.manifests.len()));
         }
         Ok(Applied::Changed)
@@ -429,59 +460,28 @@ impl ManifestStore {
 
     /// Checks a registration and adds its manifest, reserving every ID it allocates. Replay calls
     /// it with a registration decoded straight into its stored form.
-    ///
-    /// Makes the decisions of `check_registration`, in the same order, but reserves each ID as it
-    /// checks it (one hash probe per ID instead of two) and takes the reservations back if a
-    /// later ID is refused.
     pub(crate) fn register(
         &mut self,
         event_id: EventId,
         e: Registration,
     ) -> Result<Applied, Rejection> {
-        let Ok(slot) = u32::try_from(self.manifests.len()) else {
-            // Refused; `check_registration` says why, in its order.
-            self.check_registration(event_id, e.handle, &e.ids)?;
-            return Err(Rejection::StoreFull(self.manifests.len()));
-        };
-        let std::collections::hash_map::Entry::Vacant(handle_entry) = self.slots.entry(e.handle)
-        else {
-            return Err(Rejection::AlreadyRegistered(e.handle));
-        };
-        let reserve = [
-            (event_id, Step::Registration),
-            (e.ids.running, Step::Running),
-            (e.ids.terminal, Step::Terminal),
-            (e.ids.lost, Step::Lost),
-            (e.ids.completion, Step::Completion),
-        ];
-        for (i, &(id, step)) in reserve.iter().enumerate() {
-            let refused = if reserve[..i].iter().any(|&(earlier, _)| earlier == id) {
-                Some(Rejection::DuplicateAllocatedId)
-            } else {
-                match self.reserved.entry(id) {
-                    std::collections::hash_map::Entry::Occupied(taken) => Some(*taken.get()),
-                    std::collections::hash_map::Entry::Vacant(free) => {
-                        free.insert(Reservation { slot, step });
-                        None
-                    }
-                }
-                .map(|r| Rejection::IdReserved {
-                    id,
-                    handle: self
-                        .manifests
-                        .get(r.slot as usize)
-                        .map_or(Handle(EventId::from_bytes([0; 16])), |m| m.handle),
-                })
-            };
-            if let Some(rejection) = refused {
-                // IDs before `i` are distinct and were free: each was reserved here just now.
-                for (earlier, _) in &reserve[..i] {
-                    self.reserved.remove(earlier);
-                }
-                return Err(rejection);
-            }
+        self.check_registration(event_id, e.handle, &e.ids)?;
+        // `check_registration` refuses a position past `SLOTS_MAX`, which fits a `u32`.
+        let slot = u32::try_from(self.manifests.len())
+            .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
+        let reserve = reservations_of(slot, event_id, &e.ids);
+        if !self.reserved.has_room_for(reserve.len()) {
+            let (manifests, registrations) = (&self.manifests, &self.registrations);
+            let all = (0u32..)
+                .zip(manifests.iter().zip(registrations))
+                .flat_map(|(slot, (m, registration))| reservations_of(slot, *registration, &m.ids));
+            self.reserved.rebuild(reserve.len(), all);
         }
-        handle_entry.insert(slot);
+        for (id, r) in reserve {
+            self.reserved.insert_absent(id, r);
+        }
+        self.slots.insert(e.handle, slot);
+        self.registrations.push(event_id);
         self.manifests.push(Manifest {
             handle: e.handle,
             ids: e.ids,

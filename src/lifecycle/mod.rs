@@ -10,6 +10,7 @@ pub mod command;
 pub mod event;
 pub mod manifest;
 pub mod replay;
+mod reserved;
 pub mod state;
 pub(crate) mod wire;
 

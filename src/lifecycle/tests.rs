@@ -445,9 +445,9 @@ fn replay_after_reopen_rebuilds_the_same_manifests_and_reports_invalid_events_pe
     assert_eq!(lc.manifest(&b).unwrap().state, State::Running);
 }
 
-/// A registration refused part-way through its IDs (the fast path reserves each ID as it checks
-/// it) takes its reservations back: the store is unchanged, the rejection is the one `check`
-/// gives, and the IDs it had reserved stay free for a later registration.
+/// A registration refused part-way through its IDs reserves none of them: the store is unchanged,
+/// the rejection is the one `check` gives, and the IDs it checked before the clash stay free for
+/// a later registration.
 #[test]
 fn a_refused_registration_leaves_no_reservation_behind() {
     let mut store = ManifestStore::new();
@@ -484,4 +484,51 @@ fn a_refused_registration_leaves_no_reservation_behind() {
     assert_eq!(checked, Err(Rejection::DuplicateAllocatedId));
     assert_eq!(store.apply(id(102), &twice), checked);
     assert_eq!(store, before);
+}
+
+/// Reservations survive the reservation index growing: after many registrations every allocated
+/// ID (and each registration's own ID) is still refused to any other event, naming its handle,
+/// and fresh IDs are not reserved.
+#[test]
+fn every_reservation_is_found_after_the_index_grows() {
+    let wide = |h: u16, k: u8| {
+        let mut b = [k; 16];
+        b[..2].copy_from_slice(&h.to_le_bytes());
+        EventId::from_bytes(b)
+    };
+    let mut store = ManifestStore::new();
+    for h in 0..300u16 {
+        let mut e = registered(Handle(wide(h, 0)), 0);
+        if let LifecycleEvent::Registered(r) = &mut e {
+            r.ids = LifecycleIds {
+                running: wide(h, 1),
+                terminal: wide(h, 2),
+                lost: wide(h, 3),
+                completion: wide(h, 4),
+            };
+        }
+        store.apply(wide(h, 5), &e).expect("registration");
+    }
+    let checkpoint = |h: u16| {
+        LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+            handle: Handle(wide(h, 0)),
+            bounds: CursorBounds::default(),
+            at_unix_ms: 0,
+        })
+    };
+    for h in 0..300u16 {
+        for k in 1..=5 {
+            assert_eq!(
+                store.check(wide(h, k), &checkpoint((h + 1) % 300)),
+                Err(Rejection::IdReserved {
+                    id: wide(h, k),
+                    handle: Handle(wide(h, 0))
+                })
+            );
+        }
+        assert_eq!(
+            store.check(wide(h, 9), &checkpoint(h)),
+            Ok(Applied::Changed)
+        );
+    }
 }
