@@ -8,6 +8,12 @@
 //! Invariants: decoding is total (allocation bounded by [`DECODE_LIMIT_BYTES`], never a panic,
 //! typed error on any bad input), must consume the whole payload, and decodes every payload of
 //! at most [`RECORD_PAYLOAD_BYTES_MAX`] bytes that `encode` produced.
+//!
+//! [`Reader`] reads the same encoding by hand, borrowing from the payload, for hot paths (replay)
+//! where bincode's owned decoding costs more than the rest of the work. It is the second and last
+//! place that knows the encoding; a decoder built on it must accept exactly the bytes that
+//! [`decode`] accepts for the same type (differential tests in `tests/decoder_props.rs` and the
+//! `lifecycle_store` fuzz target hold each such decoder to that).
 
 use crate::limits::RECORD_PAYLOAD_BYTES_MAX;
 
@@ -63,6 +69,142 @@ pub fn decode<T: Decode<()>>(codec_version: u8, bytes: &[u8]) -> Result<T, Codec
         return Err(CodecError::Trailing(bytes.len() - used));
     }
     Ok(value)
+}
+
+/// A payload that [`Reader`] could not read. Carries no detail on purpose: a caller that needs the
+/// reason decodes the same bytes with [`decode`], whose error is the one every reader reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Malformed;
+
+/// A borrowing reader of one codec version 1 payload, by hand (journal-format.md, "Payload
+/// encoding"): fixed-width little-endian integers, `u64` lengths, `u8` option tags, `u32` enum
+/// variant indexes, strings as validated UTF-8.
+///
+/// It only reads payloads of at most [`RECORD_PAYLOAD_BYTES_MAX`] bytes ([`Reader::new`] refuses
+/// longer ones). That is what makes its acceptance equal to [`decode`]'s without modelling
+/// bincode's allocation claims: bincode claims at most 3 bytes of memory per encoded byte for the
+/// element types of events (`String`: 24 in memory per 8 encoded; `(String, String)`: 48 per 16),
+/// so a payload that is all there never reaches [`DECODE_LIMIT_BYTES`] (4 x the payload cap), and
+/// bincode refuses a payload only for a reason this reader checks too.
+#[derive(Debug, Clone)]
+pub struct Reader<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Reader<'a> {
+    /// A reader of `payload`, when [`decode`] would get as far as reading it: codec version 1 and
+    /// at most [`RECORD_PAYLOAD_BYTES_MAX`] bytes. Anything else is for [`decode`].
+    pub fn new(codec_version: u8, payload: &'a [u8]) -> Option<Self> {
+        (codec_version == CODEC_VERSION && payload.len() <= RECORD_PAYLOAD_BYTES_MAX)
+            .then_some(Reader { rest: payload })
+    }
+
+    /// Bytes not read yet.
+    #[inline]
+    pub fn remaining(&self) -> usize {
+        self.rest.len()
+    }
+
+    #[inline]
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], Malformed> {
+        let (head, rest) = self.rest.split_first_chunk::<N>().ok_or(Malformed)?;
+        self.rest = rest;
+        Ok(*head)
+    }
+
+    #[inline]
+    pub fn u8(&mut self) -> Result<u8, Malformed> {
+        Ok(self.take::<1>()?[0])
+    }
+
+    #[inline]
+    pub fn u32(&mut self) -> Result<u32, Malformed> {
+        Ok(u32::from_le_bytes(self.take()?))
+    }
+
+    #[inline]
+    pub fn i32(&mut self) -> Result<i32, Malformed> {
+        Ok(i32::from_le_bytes(self.take()?))
+    }
+
+    #[inline]
+    pub fn u64(&mut self) -> Result<u64, Malformed> {
+        Ok(u64::from_le_bytes(self.take()?))
+    }
+
+    /// A `[u8; 16]` (an `EventId`, a boot ID): 16 bytes, no length.
+    #[inline]
+    pub fn bytes16(&mut self) -> Result<[u8; 16], Malformed> {
+        self.take()
+    }
+
+    /// A length or element count: a `u64` that must fit `usize`.
+    #[inline]
+    pub fn length(&mut self) -> Result<usize, Malformed> {
+        usize::try_from(self.u64()?).map_err(|_| Malformed)
+    }
+
+    /// A container's element count, for elements that encode in at least `element_bytes_min`
+    /// bytes (non-zero): a count the bytes left cannot hold is refused before anything is sized
+    /// by it (decoding would fail anyway, at the first missing element).
+    #[inline]
+    pub fn count(&mut self, element_bytes_min: usize) -> Result<usize, Malformed> {
+        let n = self.length()?;
+        if n > self.rest.len() / element_bytes_min.max(1) {
+            return Err(Malformed);
+        }
+        Ok(n)
+    }
+
+    /// A `String` or `&str`: its length, then that many bytes of valid UTF-8.
+    #[inline]
+    pub fn str(&mut self) -> Result<&'a str, Malformed> {
+        std::str::from_utf8(self.str_bytes()?).map_err(|_| Malformed)
+    }
+
+    /// The bytes of a `String` or `&str`, not yet checked to be UTF-8: the caller must check
+    /// them (all of them, including any it drops) before it accepts the payload.
+    #[inline]
+    pub fn str_bytes(&mut self) -> Result<&'a [u8], Malformed> {
+        let len = self.length()?;
+        if len > self.rest.len() {
+            return Err(Malformed);
+        }
+        let (text, rest) = self.rest.split_at(len);
+        self.rest = rest;
+        Ok(text)
+    }
+
+    /// An `Option` tag: `false` for `None`, `true` for `Some`; any tag but 0 and 1 is refused.
+    #[inline]
+    pub fn option(&mut self) -> Result<bool, Malformed> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(Malformed),
+        }
+    }
+
+    /// An enum variant index, which must be below `variants`.
+    #[inline]
+    pub fn variant(&mut self, variants: u32) -> Result<u32, Malformed> {
+        let index = self.u32()?;
+        if index < variants {
+            Ok(index)
+        } else {
+            Err(Malformed)
+        }
+    }
+
+    /// Ends the read: the payload must be consumed exactly.
+    #[inline]
+    pub fn finish(self) -> Result<(), Malformed> {
+        if self.rest.is_empty() {
+            Ok(())
+        } else {
+            Err(Malformed)
+        }
+    }
 }
 
 /// Event IDs travel inside payloads as their 16 bytes (RFC 9562 order), no length prefix.

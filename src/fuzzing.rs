@@ -10,6 +10,8 @@
 //!   long files), which are written to a fresh temporary root and then scanned read-only, opened
 //!   writable (recovery) and appended to.
 //! - [`codec_decode`]: the payload codec on a representative event shape.
+//! - [`lifecycle_decoders`] (run by the `lifecycle_store` target): the fast lifecycle decoders
+//!   against the reference (bincode) decoder, on the same bytes.
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
@@ -952,12 +954,46 @@ pub fn spool_recovery(data: &[u8]) {
     assert_eq!(reader.total_bytes(), total + 8);
 }
 
+/// The fast lifecycle decoders (`lifecycle::wire`) against the reference decoder (bincode), for
+/// every lifecycle kind, on `payload` as codec version 1: the same payloads are accepted, to equal
+/// values; `LifecycleEvent::decode` gives exactly the reference's result, error text included;
+/// and a registration read straight into its stored form equals the stored form of the decoded
+/// registration.
+pub fn lifecycle_decoders(payload: &[u8]) {
+    use crate::codec::CODEC_VERSION;
+    use crate::lifecycle::event::{LifecycleEvent, kinds};
+    use crate::lifecycle::wire;
+    for kind in kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED {
+        let reference = LifecycleEvent::decode_reference(kind, CODEC_VERSION, payload);
+        let fast = wire::decode(kind, CODEC_VERSION, payload);
+        match (&fast, &reference) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b, "fast and reference decode differ"),
+            (Err(_), Err(_)) => {}
+            _ => panic!("kind {kind:#06x}: fast {fast:?}, reference {reference:?}"),
+        }
+        let public = LifecycleEvent::decode(kind, CODEC_VERSION, payload);
+        assert_eq!(format!("{public:?}"), format!("{reference:?}"));
+        if kind == kinds::REGISTERED {
+            let stored = wire::registration(CODEC_VERSION, payload);
+            match (stored, &reference) {
+                (Ok(r), Ok(LifecycleEvent::Registered(e))) => {
+                    assert_eq!(r, wire::Registration::from_event(e));
+                    assert!(r.command == e.command, "stored command differs");
+                }
+                (Err(_), Err(_)) => {}
+                (stored, _) => panic!("registration: stored {stored:?}, reference {reference:?}"),
+            }
+        }
+    }
+}
+
 /// Arbitrary sequences of lifecycle events, built from the input bytes over three handles and a
 /// small pool of event IDs (allocated ones, fresh ones, other handles' ones), fed to the manifest
 /// store. Never a panic, and after every step: a refused event changed nothing; identity and
 /// allocated IDs never change; states move only along the matrix and never leave a terminal
 /// state; the terminal result is set once; cursor bounds never shrink and stay consistent. Every
-/// tenth input also decodes raw bytes as events of every kind (the codec must be total).
+/// input also runs [`lifecycle_decoders`] on its bytes after the first, and every tenth input
+/// decodes them as events of every kind (the codec must be total).
 pub fn lifecycle_store(data: &[u8]) {
     use crate::lifecycle::event::*;
     use crate::lifecycle::{ManifestStore, State};
@@ -969,6 +1005,9 @@ pub fn lifecycle_store(data: &[u8]) {
         lost: id(10 * (h % 3) + 3),
         completion: id(10 * (h % 3) + 4),
     };
+    if let Some(payload) = data.get(1..) {
+        lifecycle_decoders(payload);
+    }
     if data.first().is_some_and(|b| b % 10 == 0) {
         for kind in kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED {
             if let Ok(event) = LifecycleEvent::decode(kind, crate::codec::CODEC_VERSION, &data[1..])

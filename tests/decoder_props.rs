@@ -7,7 +7,14 @@ use proptest::prelude::*;
 
 use procjournal::codec;
 use procjournal::fuzzing::{self, FuzzPayload, FuzzState};
+use procjournal::journal::EventId;
 use procjournal::journal::format::{self, FrameError, RecordFields, SegmentHeader};
+use procjournal::lifecycle::event::{
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
+    InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, Registered, Running,
+    StopRequested, Terminal,
+};
+use procjournal::lifecycle::{Handle, LifecycleEvent, LifecycleIds, State};
 use procjournal::limits::{
     RECORD_HEADER_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
     SEGMENT_INDEX_MAX, SEQ_MAX,
@@ -125,6 +132,300 @@ fn payload_value() -> impl Strategy<Value = FuzzPayload> {
                 history,
             },
         )
+}
+
+fn event_id() -> impl Strategy<Value = EventId> {
+    any::<[u8; 16]>().prop_map(EventId::from_bytes)
+}
+
+fn limits() -> impl Strategy<Value = Limits> {
+    any::<(Option<u64>, Option<u64>, Option<u64>)>().prop_map(|(a, b, c)| Limits {
+        wall_clock_ms: a,
+        idle_ms: b,
+        output_retention_bytes: c,
+    })
+}
+
+fn bounds() -> impl Strategy<Value = CursorBounds> {
+    any::<(u64, u64)>().prop_map(|(retained_from, total_bytes)| CursorBounds {
+        retained_from,
+        total_bytes,
+    })
+}
+
+fn ids() -> impl Strategy<Value = LifecycleIds> {
+    (event_id(), event_id(), event_id(), event_id()).prop_map(
+        |(running, terminal, lost, completion)| LifecycleIds {
+            running,
+            terminal,
+            lost,
+            completion,
+        },
+    )
+}
+
+/// The parts of a registration, with the labels as the list of pairs they are on the wire (in
+/// any order, duplicates allowed: what a map decoder must accept).
+type RegistrationParts = (
+    EventId,
+    LifecycleIds,
+    String,
+    Vec<String>,
+    String,
+    Vec<(String, String)>,
+    Vec<(String, String)>,
+    Limits,
+    String,
+    u64,
+);
+
+fn registration_parts() -> impl Strategy<Value = RegistrationParts> {
+    let pairs = || proptest::collection::vec((text(), text()), 0..4);
+    // Label keys from a small set, so that unsorted and duplicate keys are common.
+    let labels = proptest::collection::vec(("[ab]{0,2}", text()), 0..5);
+    (
+        event_id(),
+        ids(),
+        text(),
+        proptest::collection::vec(text(), 0..4),
+        text(),
+        pairs(),
+        labels,
+        limits(),
+        text(),
+        any::<u64>(),
+    )
+}
+
+fn state_any() -> impl Strategy<Value = State> {
+    proptest::sample::select(State::ALL.to_vec())
+}
+
+/// Any lifecycle event, of every kind.
+fn lifecycle_event() -> impl Strategy<Value = LifecycleEvent> {
+    let handle = || event_id().prop_map(Handle);
+    let exit = prop_oneof![
+        any::<i32>().prop_map(ExitStatus::Code),
+        any::<i32>().prop_map(ExitStatus::Signal),
+        Just(ExitStatus::Unknown),
+    ];
+    let capture = prop_oneof![
+        Just(CaptureStatus::Complete),
+        text().prop_map(CaptureStatus::Incomplete),
+        text().prop_map(CaptureStatus::Failed),
+    ];
+    prop_oneof![
+        (handle(), ids(), registration_parts()).prop_map(|(handle, ids, p)| {
+            LifecycleEvent::Registered(Registered {
+                handle,
+                ids,
+                command: CommandSpec {
+                    program: p.2,
+                    args: p.3,
+                    cwd: p.4,
+                    env_overrides: p.5,
+                    labels: p.6.into_iter().collect(),
+                    limits: p.7,
+                    owner: p.8,
+                },
+                at_unix_ms: p.9,
+            })
+        }),
+        (
+            handle(),
+            any::<u32>(),
+            any::<u64>(),
+            any::<[u8; 16]>(),
+            any::<u64>()
+        )
+            .prop_map(|(handle, pid, start_time_ticks, boot_id, at_unix_ms)| {
+                LifecycleEvent::Running(Running {
+                    handle,
+                    pid,
+                    witness: IdentityWitness {
+                        start_time_ticks,
+                        boot_id,
+                    },
+                    at_unix_ms,
+                })
+            }),
+        (handle(), text(), text(), any::<u64>()).prop_map(|(handle, reason, requested_by, at)| {
+            LifecycleEvent::StopRequested(StopRequested {
+                handle,
+                reason,
+                requested_by,
+                at_unix_ms: at,
+            })
+        }),
+        (handle(), any::<u64>()).prop_map(|(handle, at_unix_ms)| {
+            LifecycleEvent::InputClosed(InputClosed { handle, at_unix_ms })
+        }),
+        (handle(), bounds(), any::<u64>()).prop_map(|(handle, bounds, at_unix_ms)| {
+            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle,
+                bounds,
+                at_unix_ms,
+            })
+        }),
+        (
+            handle(),
+            state_any(),
+            exit,
+            bounds(),
+            capture,
+            text(),
+            any::<u64>()
+        )
+            .prop_map(
+                |(handle, state, exit, bounds, capture, reason, at_unix_ms)| {
+                    LifecycleEvent::Terminal(Terminal {
+                        handle,
+                        state,
+                        exit,
+                        bounds,
+                        capture,
+                        reason,
+                        at_unix_ms,
+                    })
+                }
+            ),
+        (handle(), bounds(), any::<u64>()).prop_map(|(handle, bounds, at_unix_ms)| {
+            LifecycleEvent::LostOnRestore(LostOnRestore {
+                handle,
+                bounds,
+                at_unix_ms,
+            })
+        }),
+        (handle(), event_id()).prop_map(|(handle, event)| {
+            LifecycleEvent::LifecyclePublished(LifecyclePublished { handle, event })
+        }),
+        (handle(), event_id()).prop_map(|(handle, command)| {
+            LifecycleEvent::CompletionNotified(CompletionNotified { handle, command })
+        }),
+    ]
+}
+
+/// A change to an encoding: flip some bits of one byte, set one byte or one `u32` to a small
+/// value (option tags and enum indexes sit at the edge of their ranges: 0, 1, 2, 3, 8, 9, ...),
+/// cut it short, or add a byte.
+#[derive(Debug, Clone)]
+enum Mutation {
+    Flip(proptest::sample::Index, u8),
+    Byte(proptest::sample::Index, u8),
+    U32(proptest::sample::Index, u32),
+    Cut(proptest::sample::Index),
+    Append(u8),
+}
+
+fn mutation() -> impl Strategy<Value = Mutation> {
+    use proptest::sample::Index;
+    prop_oneof![
+        (any::<Index>(), 1..=u8::MAX).prop_map(|(i, m)| Mutation::Flip(i, m)),
+        (any::<Index>(), 0..=3u8).prop_map(|(i, b)| Mutation::Byte(i, b)),
+        (any::<Index>(), 0..=12u32).prop_map(|(i, v)| Mutation::U32(i, v)),
+        any::<Index>().prop_map(Mutation::Cut),
+        any::<u8>().prop_map(Mutation::Append),
+    ]
+}
+
+fn mutate(bytes: &[u8], m: &Mutation) -> Vec<u8> {
+    let mut out = bytes.to_vec();
+    match m {
+        Mutation::Flip(i, mask) if !out.is_empty() => {
+            let at = i.index(out.len());
+            out[at] ^= mask;
+        }
+        Mutation::Byte(i, b) if !out.is_empty() => {
+            let at = i.index(out.len());
+            out[at] = *b;
+        }
+        Mutation::U32(i, v) if out.len() >= 4 => {
+            let at = i.index(out.len() - 3);
+            out[at..at + 4].copy_from_slice(&v.to_le_bytes());
+        }
+        Mutation::Flip(..) | Mutation::Byte(..) | Mutation::U32(..) => {}
+        Mutation::Cut(i) => out.truncate(i.index(bytes.len() + 1)),
+        Mutation::Append(b) => out.push(*b),
+    }
+    out
+}
+
+proptest! {
+    // Cheap cases (a few decodes each), and the mutations must find narrow targets.
+    #![proptest_config(ProptestConfig::with_cases(2048))]
+
+    /// The fast lifecycle decoders equal the reference (bincode) on arbitrary bytes: the same
+    /// accept/reject, equal values, the same error texts (`fuzzing::lifecycle_decoders`).
+    #[test]
+    fn fast_lifecycle_decoders_equal_the_reference_on_any_bytes(
+        data in proptest::collection::vec(any::<u8>(), 0..400),
+    ) {
+        fuzzing::lifecycle_decoders(&data);
+    }
+
+    /// ... on the encoding of any event, and on that encoding changed by one mutation.
+    #[test]
+    fn fast_lifecycle_decoders_equal_the_reference_on_encodings(
+        event in lifecycle_event(),
+        m in mutation(),
+    ) {
+        let bytes = event.encode().expect("encode");
+        let decoded = LifecycleEvent::decode(event.kind().get(), codec::CODEC_VERSION, &bytes);
+        prop_assert_eq!(decoded.ok(), Some(event));
+        fuzzing::lifecycle_decoders(&bytes);
+        fuzzing::lifecycle_decoders(&mutate(&bytes, &m));
+    }
+}
+
+proptest! {
+    // Each case sweeps every offset of one encoding, so a few cases cover every field.
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    /// ... on the encoding of any event with, at every offset in turn, one byte set to a tag
+    /// value, or one `u32` set to an edge of an enum's range (option tags and variant indexes are
+    /// narrow targets for random mutation), and on every prefix.
+    #[test]
+    fn fast_lifecycle_decoders_equal_the_reference_at_every_offset(event in lifecycle_event()) {
+        let bytes = event.encode().expect("encode");
+        for cut in 0..bytes.len() {
+            fuzzing::lifecycle_decoders(&bytes[..cut]);
+        }
+        for at in 0..bytes.len() {
+            for b in [0u8, 1, 2, 3, 0x80, 0xff] {
+                let mut changed = bytes.clone();
+                changed[at] = b;
+                fuzzing::lifecycle_decoders(&changed);
+            }
+        }
+        for at in 0..bytes.len().saturating_sub(3) {
+            for v in [2u32, 3, 8, 9, 10, u32::MAX] {
+                let mut changed = bytes.clone();
+                changed[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                fuzzing::lifecycle_decoders(&changed);
+            }
+        }
+    }
+
+    /// ... on registrations whose labels are on the wire in any order, with duplicate keys
+    /// (which a map decoder accepts: sorted, the last duplicate wins), and mutations of them.
+    #[test]
+    fn fast_registration_decoder_equals_the_reference_on_non_canonical_labels(
+        handle in event_id(),
+        p in registration_parts(),
+        m in mutation(),
+    ) {
+        let parts = (handle, p.1, p.2, p.3, p.4, p.5, p.6, p.7, p.8, p.9);
+        // A tuple encodes as its fields in order, which is the wire shape of `Registered`.
+        let bytes = codec::encode(&parts).expect("encode");
+        let reference = LifecycleEvent::decode_reference(
+            procjournal::lifecycle::event::kinds::REGISTERED,
+            codec::CODEC_VERSION,
+            &bytes,
+        );
+        prop_assert!(reference.is_ok(), "{:?}", reference);
+        fuzzing::lifecycle_decoders(&bytes);
+        fuzzing::lifecycle_decoders(&mutate(&bytes, &m));
+    }
 }
 
 proptest! {

@@ -253,7 +253,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
                 .filter(|m| {
                     args.label
                         .as_ref()
-                        .is_none_or(|(k, v)| m.command.labels.get(k) == Some(v))
+                        .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
                 })
                 .map(|m| serde_json::to_value(ProcessInfo::from(m)))
                 .collect::<Result<_, _>>()?

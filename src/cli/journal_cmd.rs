@@ -321,8 +321,7 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
             let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
             let labels: Vec<String> = m
                 .command
-                .labels
-                .iter()
+                .labels()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
             writeln!(
@@ -332,8 +331,8 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 m.state.name(),
                 m.bounds.retained_from,
                 m.bounds.total_bytes,
-                m.command.program,
-                m.command.args.join(" "),
+                m.command.program(),
+                m.command.args().collect::<Vec<_>>().join(" "),
                 labels.join(",")
             )?;
         }

@@ -16,6 +16,12 @@
 //! - Every ID a registration allocates (and the registration's own ID) is reserved for its one
 //!   step of its one handle: no other event and no other registration may use it, so a step's
 //!   retry can never be answered by some other record that took its ID.
+//!
+//! Layout (chosen for replay, which rebuilds every manifest of a journal at open): manifests live
+//! in one `Vec` in registration order, found through a map from handle to position; reservations
+//! name a position, not a handle, in a compact index that checks hits against the manifest
+//! (`reserved.rs`); the command is a [`StoredCommand`] (two allocations, not a dozen). Positions
+//! are never removed or reordered, so a position, once given, stays valid.
 
 use std::collections::BTreeSet;
 
@@ -23,11 +29,13 @@ use crate::idhash::IdMap;
 
 use serde::Serialize;
 
+use super::command::StoredCommand;
 use super::event::{
-    CaptureStatus, CommandSpec, CursorBounds, ExitStatus, Handle, IdentityWitness, LifecycleEvent,
-    LifecycleIds,
+    CaptureStatus, CursorBounds, ExitStatus, Handle, IdentityWitness, LifecycleEvent, LifecycleIds,
 };
+use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
+use super::wire::Registration;
 use crate::journal::EventId;
 
 /// The terminal result, fixed once recorded.
@@ -46,7 +54,7 @@ pub struct TerminalResult {
 pub struct Manifest {
     pub handle: Handle,
     pub ids: LifecycleIds,
-    pub command: CommandSpec,
+    pub command: StoredCommand,
     pub registered_unix_ms: u64,
     pub state: State,
     pub pid: Option<u32>,
@@ -102,6 +110,8 @@ pub enum Rejection {
     IdReserved { id: EventId, handle: Handle },
     #[error("event ID {id} is already used by a record of kind {kind:#06x}")]
     IdInUse { id: EventId, kind: u16 },
+    #[error("the store already holds {0} manifests, as many as it can")]
+    StoreFull(usize),
 }
 
 /// What applying an accepted event did.
@@ -112,28 +122,44 @@ pub enum Applied {
     Unchanged,
 }
 
-/// Which step an allocated event ID is reserved for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Step {
-    Registration,
-    Running,
-    Terminal,
-    Lost,
-    Completion,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Reservation {
-    handle: Handle,
-    step: Step,
-}
-
 /// All manifests, by handle, in registration order.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 pub struct ManifestStore {
-    manifests: IdMap<Handle, Manifest>,
-    order: Vec<Handle>,
-    reserved: IdMap<EventId, Reservation>,
+    /// Every manifest, in registration order.
+    manifests: Vec<Manifest>,
+    /// The event ID of each manifest's registration, at the manifest's position.
+    registrations: Vec<EventId>,
+    /// The position in `manifests` of each handle's manifest.
+    slots: IdMap<Handle, u32>,
+    /// Every reserved ID: the five of each manifest.
+    reserved: ReservedIds,
+}
+
+/// Two stores are equal when they hold the same manifests from the same registrations, in the
+/// same order: `slots` and `reserved` are functions of those (their layout depends on each
+/// store's hash seed, their content does not).
+impl PartialEq for ManifestStore {
+    fn eq(&self, other: &Self) -> bool {
+        self.manifests == other.manifests && self.registrations == other.registrations
+    }
+}
+
+impl Eq for ManifestStore {}
+
+/// The five IDs manifest `slot` reserves, with their steps.
+fn reservations_of(
+    slot: u32,
+    registration: EventId,
+    ids: &LifecycleIds,
+) -> [(EventId, Reservation); 5] {
+    let r = |step| Reservation { slot, step };
+    [
+        (registration, r(Step::Registration)),
+        (ids.running, r(Step::Running)),
+        (ids.terminal, r(Step::Terminal)),
+        (ids.lost, r(Step::Lost)),
+        (ids.completion, r(Step::Completion)),
+    ]
 }
 
 fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<(), Rejection> {
@@ -245,8 +271,9 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
     }
 }
 
-/// Folds an accepted event into its manifest, taking the event's strings by value.
-fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
+/// Folds an accepted event into its manifest, moving the event's strings out of it (replay's
+/// events are decoded for this fold alone; nothing is copied twice).
+fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
     match event {
         LifecycleEvent::Registered(_) => {}
         LifecycleEvent::Running(e) => {
@@ -258,7 +285,10 @@ fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
         LifecycleEvent::StopRequested(e) => {
             m.stop_requests = m.stop_requests.saturating_add(1);
             if m.first_stop.is_none() {
-                m.first_stop = Some((e.reason, e.requested_by));
+                m.first_stop = Some((
+                    std::mem::take(&mut e.reason),
+                    std::mem::take(&mut e.requested_by),
+                ));
             }
         }
         LifecycleEvent::InputClosed(_) => m.input_closed = true,
@@ -269,8 +299,8 @@ fn fold(m: &mut Manifest, event_id: EventId, event: LifecycleEvent) {
             m.terminal = Some(TerminalResult {
                 state: e.state,
                 exit: e.exit,
-                capture: e.capture,
-                reason: e.reason,
+                capture: std::mem::replace(&mut e.capture, CaptureStatus::Complete),
+                reason: std::mem::take(&mut e.reason),
                 at_unix_ms: e.at_unix_ms,
                 event_id,
             });
@@ -299,13 +329,17 @@ impl ManifestStore {
         Self::default()
     }
 
+    fn slot(&self, handle: &Handle) -> Option<usize> {
+        self.slots.get(handle).map(|&slot| slot as usize)
+    }
+
     pub fn get(&self, handle: &Handle) -> Option<&Manifest> {
-        self.manifests.get(handle)
+        self.manifests.get(self.slot(handle)?)
     }
 
     /// Manifests in registration order.
     pub fn iter(&self) -> impl Iterator<Item = &Manifest> {
-        self.order.iter().filter_map(|h| self.manifests.get(h))
+        self.manifests.iter()
     }
 
     pub fn len(&self) -> usize {
@@ -316,13 +350,38 @@ impl ManifestStore {
         self.manifests.is_empty()
     }
 
+    /// The handle an ID is reserved for, as rejections name it.
+    fn holder(&self, r: Reservation) -> Handle {
+        // Every reservation names a manifest pushed with it; the fallback is never taken.
+        self.manifests
+            .get(r.slot as usize)
+            .map_or(Handle(EventId::from_bytes([0; 16])), |m| m.handle)
+    }
+
+    /// The ID a reservation was made for (what the reservation index checks a hit against).
+    fn key_of(&self, r: Reservation) -> Option<EventId> {
+        let slot = r.slot as usize;
+        let ids = &self.manifests.get(slot)?.ids;
+        Some(match r.step {
+            Step::Registration => *self.registrations.get(slot)?,
+            Step::Running => ids.running,
+            Step::Terminal => ids.terminal,
+            Step::Lost => ids.lost,
+            Step::Completion => ids.completion,
+        })
+    }
+
+    fn reservation(&self, id: &EventId) -> Option<Reservation> {
+        self.reserved.get(id, |r| self.key_of(r))
+    }
+
     /// An event under a reserved ID must be exactly the step it is reserved for.
     pub(crate) fn check_reservation(
         &self,
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<(), Rejection> {
-        let Some(r) = self.reserved.get(&event_id) else {
+        let Some(r) = self.reservation(&event_id) else {
             return Ok(());
         };
         let step = match event {
@@ -332,12 +391,13 @@ impl ManifestStore {
             LifecycleEvent::LostOnRestore(_) => Some(Step::Lost),
             _ => None,
         };
-        if step == Some(r.step) && r.handle == event.handle() {
+        let handle = self.holder(r);
+        if step == Some(r.step) && handle == event.handle() {
             Ok(())
         } else {
             Err(Rejection::IdReserved {
                 id: event_id,
-                handle: r.handle,
+                handle,
             })
         }
     }
@@ -345,28 +405,32 @@ impl ManifestStore {
     fn check_registration(
         &self,
         event_id: EventId,
-        e: &super::event::Registered,
+        handle: Handle,
+        ids: &LifecycleIds,
     ) -> Result<Applied, Rejection> {
-        if self.manifests.contains_key(&e.handle) {
-            return Err(Rejection::AlreadyRegistered(e.handle));
+        if self.slots.contains_key(&handle) {
+            return Err(Rejection::AlreadyRegistered(handle));
         }
-        let ids = [
+        let all = [
             event_id,
-            e.ids.running,
-            e.ids.terminal,
-            e.ids.lost,
-            e.ids.completion,
+            ids.running,
+            ids.terminal,
+            ids.lost,
+            ids.completion,
         ];
-        for (i, id) in ids.iter().enumerate() {
-            if ids[..i].contains(id) {
+        for (i, id) in all.iter().enumerate() {
+            if all[..i].contains(id) {
                 return Err(Rejection::DuplicateAllocatedId);
             }
-            if let Some(r) = self.reserved.get(id) {
+            if let Some(r) = self.reservation(id) {
                 return Err(Rejection::IdReserved {
                     id: *id,
-                    handle: r.handle,
+                    handle: self.holder(r),
                 });
             }
+        }
+        if self.manifests.len() >= SLOTS_MAX {
+            return Err(Rejection::StoreFull(self.manifests.len()));
         }
         Ok(Applied::Changed)
     }
@@ -374,14 +438,11 @@ impl ManifestStore {
     /// Decides whether `event`, appended under `event_id`, is valid now. Changes nothing.
     pub fn check(&self, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
         if let LifecycleEvent::Registered(e) = event {
-            return self.check_registration(event_id, e);
+            return self.check_registration(event_id, e.handle, &e.ids);
         }
         self.check_reservation(event_id, event)?;
         let handle = event.handle();
-        let m = self
-            .manifests
-            .get(&handle)
-            .ok_or(Rejection::UnknownHandle(handle))?;
+        let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
         validate(m, event_id, event)
     }
 
@@ -391,64 +452,97 @@ impl ManifestStore {
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<Applied, Rejection> {
-        self.apply_owned(event_id, event.clone())
+        match event {
+            LifecycleEvent::Registered(e) => self.register(event_id, Registration::from_event(e)),
+            _ => self.apply_owned(event_id, event.clone()),
+        }
     }
 
-    /// Like [`ManifestStore::apply`], consuming the event (replay uses it: decoded strings move
-    /// into the manifest instead of being copied). One hash lookup per event.
+    /// Checks a registration and adds its manifest, reserving every ID it allocates. Replay calls
+    /// it with a registration decoded straight into its stored form.
+    pub(crate) fn register(
+        &mut self,
+        event_id: EventId,
+        e: Registration,
+    ) -> Result<Applied, Rejection> {
+        self.check_registration(event_id, e.handle, &e.ids)?;
+        // `check_registration` refuses a position past `SLOTS_MAX`, which fits a `u32`.
+        let slot = u32::try_from(self.manifests.len())
+            .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
+        let reserve = reservations_of(slot, event_id, &e.ids);
+        if !self.reserved.has_room_for(reserve.len()) {
+            let (manifests, registrations) = (&self.manifests, &self.registrations);
+            let all = (0u32..)
+                .zip(manifests.iter().zip(registrations))
+                .flat_map(|(slot, (m, registration))| reservations_of(slot, *registration, &m.ids));
+            self.reserved.rebuild(reserve.len(), all);
+        }
+        for (id, r) in reserve {
+            self.reserved.insert_absent(id, r);
+        }
+        self.slots.insert(e.handle, slot);
+        self.registrations.push(event_id);
+        self.manifests.push(Manifest {
+            handle: e.handle,
+            ids: e.ids,
+            command: e.command,
+            registered_unix_ms: e.at_unix_ms,
+            state: State::Starting,
+            pid: None,
+            witness: None,
+            running_unix_ms: None,
+            stop_requests: 0,
+            first_stop: None,
+            input_closed: false,
+            bounds: CursorBounds::default(),
+            terminal: None,
+            published: BTreeSet::new(),
+            completion_notified: false,
+        });
+        Ok(Applied::Changed)
+    }
+
+    /// Like [`ManifestStore::apply`], consuming the event (its strings move into the manifest).
     pub fn apply_owned(
         &mut self,
         event_id: EventId,
-        event: LifecycleEvent,
+        mut event: LifecycleEvent,
+    ) -> Result<Applied, Rejection> {
+        self.apply_event(event_id, &mut event)
+    }
+
+    /// Checks `event` and folds it in, taking its strings (replay's path: the event was decoded
+    /// for this alone). Makes the same decisions as [`ManifestStore::check`], in the same order,
+    /// with fewer lookups: one for the handle, and one for the reservation unless the event is a
+    /// step under the ID its own registration allocated for that step (each ID is reserved once,
+    /// for one step of one handle, so that reservation is known to pass).
+    pub(crate) fn apply_event(
+        &mut self,
+        event_id: EventId,
+        event: &mut LifecycleEvent,
     ) -> Result<Applied, Rejection> {
         if let LifecycleEvent::Registered(e) = event {
-            self.check_registration(event_id, &e)?;
-            let reserve = [
-                (event_id, Step::Registration),
-                (e.ids.running, Step::Running),
-                (e.ids.terminal, Step::Terminal),
-                (e.ids.lost, Step::Lost),
-                (e.ids.completion, Step::Completion),
-            ];
-            for (id, step) in reserve {
-                self.reserved.insert(
-                    id,
-                    Reservation {
-                        handle: e.handle,
-                        step,
-                    },
-                );
-            }
-            self.order.push(e.handle);
-            self.manifests.insert(
-                e.handle,
-                Manifest {
-                    handle: e.handle,
-                    ids: e.ids,
-                    command: e.command,
-                    registered_unix_ms: e.at_unix_ms,
-                    state: State::Starting,
-                    pid: None,
-                    witness: None,
-                    running_unix_ms: None,
-                    stop_requests: 0,
-                    first_stop: None,
-                    input_closed: false,
-                    bounds: CursorBounds::default(),
-                    terminal: None,
-                    published: BTreeSet::new(),
-                    completion_notified: false,
-                },
-            );
-            return Ok(Applied::Changed);
+            return self.register(event_id, Registration::from_event(e));
         }
-        self.check_reservation(event_id, &event)?;
         let handle = event.handle();
+        let Some(slot) = self.slot(&handle) else {
+            self.check_reservation(event_id, event)?;
+            return Err(Rejection::UnknownHandle(handle));
+        };
+        let own_step = self.manifests.get(slot).is_some_and(|m| match event {
+            LifecycleEvent::Running(_) => event_id == m.ids.running,
+            LifecycleEvent::Terminal(_) => event_id == m.ids.terminal,
+            LifecycleEvent::LostOnRestore(_) => event_id == m.ids.lost,
+            _ => false,
+        });
+        if !own_step {
+            self.check_reservation(event_id, event)?;
+        }
         let m = self
             .manifests
-            .get_mut(&handle)
+            .get_mut(slot)
             .ok_or(Rejection::UnknownHandle(handle))?;
-        let applied = validate(m, event_id, &event)?;
+        let applied = validate(m, event_id, event)?;
         if applied == Applied::Changed {
             fold(m, event_id, event);
         }

@@ -6,10 +6,13 @@
 //! place that joins them to the journal, and it checks every event against the store before it
 //! appends, so an invalid event never reaches disk. Manifests are never files of their own.
 
+pub mod command;
 pub mod event;
 pub mod manifest;
 pub mod replay;
+mod reserved;
 pub mod state;
+pub(crate) mod wire;
 
 #[cfg(test)]
 mod tests;
@@ -17,6 +20,7 @@ mod tests;
 use std::path::Path;
 use std::sync::Arc;
 
+pub use command::StoredCommand;
 pub use event::{Handle, LifecycleEvent, LifecycleIds};
 pub use manifest::{Applied, Manifest, ManifestStore, Rejection};
 pub use replay::{ReplayReport, Replayer};

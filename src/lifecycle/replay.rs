@@ -3,11 +3,16 @@
 //! Pure over records. A record that does not decode, or an event the store rejects, is reported
 //! against its sequence number (and its handle when the payload names one); every other handle
 //! rebuilds normally. Records of kinds that are not lifecycle events are counted and skipped.
+//!
+//! Payloads are read by the fast decoder (`wire.rs`); a registration is read straight into the
+//! form its manifest keeps. A payload the fast decoder does not read goes to the reference
+//! decoder, so what is accepted, and every error text, is the reference's.
 
 use serde::Serialize;
 
-use super::event::{Handle, LifecycleEvent};
-use super::manifest::ManifestStore;
+use super::event::{Handle, LifecycleEvent, kinds};
+use super::manifest::{Applied, ManifestStore, Rejection};
+use super::wire;
 use crate::journal::reader::RecordView;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -47,23 +52,46 @@ impl Replayer {
             return;
         }
         self.report.lifecycle_events += 1;
-        let seq = record.position.seq;
-        let event = match LifecycleEvent::decode(record.kind, record.codec_version, record.payload)
-        {
-            Ok(event) => event,
-            Err(e) => {
-                self.report.undecodable.push(ReplayIssue {
-                    seq,
-                    handle: None,
-                    error: e.to_string(),
-                });
-                return;
+        let (kind, version, payload) = (record.kind, record.codec_version, record.payload);
+        let (handle, applied) = if kind == kinds::REGISTERED {
+            match wire::registration(version, payload) {
+                Ok(r) => (r.handle, self.store.register(record.event_id, r)),
+                Err(_) => return self.feed_reference(record),
+            }
+        } else {
+            match wire::decode(kind, version, payload) {
+                Ok(mut e) => (e.handle(), self.store.apply_event(record.event_id, &mut e)),
+                Err(_) => return self.feed_reference(record),
             }
         };
-        let handle = event.handle();
-        if let Err(rejection) = self.store.apply_owned(record.event_id, event) {
+        self.note(record, handle, applied);
+    }
+
+    /// A lifecycle record the fast decoder does not read: the reference decoder decides, and its
+    /// error is the one reported.
+    fn feed_reference(&mut self, record: &RecordView<'_>) {
+        match LifecycleEvent::decode_reference(record.kind, record.codec_version, record.payload) {
+            Ok(mut event) => {
+                let applied = self.store.apply_event(record.event_id, &mut event);
+                self.note(record, event.handle(), applied);
+            }
+            Err(e) => self.report.undecodable.push(ReplayIssue {
+                seq: record.position.seq,
+                handle: None,
+                error: e.to_string(),
+            }),
+        }
+    }
+
+    fn note(
+        &mut self,
+        record: &RecordView<'_>,
+        handle: Handle,
+        applied: Result<Applied, Rejection>,
+    ) {
+        if let Err(rejection) = applied {
             self.report.rejected.push(ReplayIssue {
-                seq,
+                seq: record.position.seq,
                 handle: Some(Handle::to_string(&handle)),
                 error: rejection.to_string(),
             });

@@ -444,3 +444,91 @@ fn replay_after_reopen_rebuilds_the_same_manifests_and_reports_invalid_events_pe
     assert_eq!(lc.manifest(&a).unwrap().state, State::Exited);
     assert_eq!(lc.manifest(&b).unwrap().state, State::Running);
 }
+
+/// A registration refused part-way through its IDs reserves none of them: the store is unchanged,
+/// the rejection is the one `check` gives, and the IDs it checked before the clash stay free for
+/// a later registration.
+#[test]
+fn a_refused_registration_leaves_no_reservation_behind() {
+    let mut store = ManifestStore::new();
+    store
+        .apply(id(100), &registered(handle(1), 10))
+        .expect("first registration");
+    let before = store.clone();
+    // Handle 2 allocates its running and terminal IDs afresh, but its lost ID is handle 1's.
+    let mut clash = registered(handle(2), 20);
+    if let LifecycleEvent::Registered(r) = &mut clash {
+        r.ids.lost = ids(10).lost;
+    }
+    let checked = store.check(id(101), &clash);
+    assert_eq!(
+        checked,
+        Err(Rejection::IdReserved {
+            id: ids(10).lost,
+            handle: handle(1)
+        })
+    );
+    assert_eq!(store.apply(id(101), &clash), checked);
+    assert_eq!(store, before);
+    // Registration ID and IDs reserved before the clash are free again.
+    store
+        .apply(id(101), &registered(handle(3), 20))
+        .expect("the IDs the refused registration had taken are free");
+    // A repeated ID within one registration is refused the same way on both paths.
+    let mut twice = registered(handle(4), 40);
+    if let LifecycleEvent::Registered(r) = &mut twice {
+        r.ids.completion = r.ids.running;
+    }
+    let before = store.clone();
+    let checked = store.check(id(102), &twice);
+    assert_eq!(checked, Err(Rejection::DuplicateAllocatedId));
+    assert_eq!(store.apply(id(102), &twice), checked);
+    assert_eq!(store, before);
+}
+
+/// Reservations survive the reservation index growing: after many registrations every allocated
+/// ID (and each registration's own ID) is still refused to any other event, naming its handle,
+/// and fresh IDs are not reserved.
+#[test]
+fn every_reservation_is_found_after_the_index_grows() {
+    let wide = |h: u16, k: u8| {
+        let mut b = [k; 16];
+        b[..2].copy_from_slice(&h.to_le_bytes());
+        EventId::from_bytes(b)
+    };
+    let mut store = ManifestStore::new();
+    for h in 0..300u16 {
+        let mut e = registered(Handle(wide(h, 0)), 0);
+        if let LifecycleEvent::Registered(r) = &mut e {
+            r.ids = LifecycleIds {
+                running: wide(h, 1),
+                terminal: wide(h, 2),
+                lost: wide(h, 3),
+                completion: wide(h, 4),
+            };
+        }
+        store.apply(wide(h, 5), &e).expect("registration");
+    }
+    let checkpoint = |h: u16| {
+        LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+            handle: Handle(wide(h, 0)),
+            bounds: CursorBounds::default(),
+            at_unix_ms: 0,
+        })
+    };
+    for h in 0..300u16 {
+        for k in 1..=5 {
+            assert_eq!(
+                store.check(wide(h, k), &checkpoint((h + 1) % 300)),
+                Err(Rejection::IdReserved {
+                    id: wide(h, k),
+                    handle: Handle(wide(h, 0))
+                })
+            );
+        }
+        assert_eq!(
+            store.check(wide(h, 9), &checkpoint(h)),
+            Ok(Applied::Changed)
+        );
+    }
+}

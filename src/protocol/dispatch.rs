@@ -45,16 +45,20 @@ pub struct ProcessInfo {
 impl From<&Manifest> for ProcessInfo {
     fn from(m: &Manifest) -> Self {
         let (exit_code, signal) = split_exit(m.terminal.as_ref().map(|t| t.exit));
-        let mut command = Vec::with_capacity(1 + m.command.args.len());
-        command.push(m.command.program.clone());
-        command.extend(m.command.args.iter().cloned());
+        let mut command = Vec::with_capacity(1 + m.command.args().len());
+        command.push(m.command.program().to_owned());
+        command.extend(m.command.args().map(str::to_owned));
         ProcessInfo {
             handle: m.handle,
             state: m.state,
             pid: m.pid,
             command,
-            cwd: m.command.cwd.clone(),
-            labels: m.command.labels.clone(),
+            cwd: m.command.cwd().to_owned(),
+            labels: m
+                .command
+                .labels()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
             registered_unix_ms: m.registered_unix_ms,
             exit_code,
             signal,

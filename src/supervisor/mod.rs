@@ -603,7 +603,7 @@ impl Supervisor {
                 filter
                     .label
                     .as_ref()
-                    .is_none_or(|(k, v)| m.command.labels.get(k) == Some(v))
+                    .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
             })
             .cloned()
             .collect()

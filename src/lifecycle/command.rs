@@ -1,0 +1,363 @@
+//! [`StoredCommand`]: the registered command as a manifest keeps it, in two allocations.
+//!
+//! A [`CommandSpec`] holds each string in an allocation of its own and its labels in a B-tree node
+//! of 544 bytes; kept for every process of a journal, that is over a kilobyte and a dozen
+//! allocations per manifest, and replay spent most of its time allocating and faulting those pages
+//! in. A `StoredCommand` holds the same value as one string buffer and the end offsets of its
+//! pieces.
+//!
+//! Invariants: `text` is the concatenation of the pieces program, each argument, cwd, each
+//! environment override's name and value, each label's key and value, owner; `ends[i]` is the end
+//! of piece `i` in `text` (so `ends` is non-decreasing and its last entry is `text.len()`); labels
+//! are in strictly increasing key order (a map, as `CommandSpec::labels`). The representation of a
+//! value is therefore unique, and two `StoredCommand`s are equal exactly when the `CommandSpec`s
+//! they hold are.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use super::event::{CommandSpec, Limits};
+use crate::codec::{Malformed, Reader};
+
+/// Smallest encodings of a string (its 8-byte length) and of a pair of strings.
+pub(crate) const STRING_BYTES_MIN: usize = 8;
+pub(crate) const PAIR_BYTES_MIN: usize = 2 * STRING_BYTES_MIN;
+
+#[derive(Clone, PartialEq, Eq)]
+pub struct StoredCommand {
+    text: Box<str>,
+    ends: Box<[usize]>,
+    args: usize,
+    env: usize,
+    limits: Limits,
+}
+
+/// Collects pieces into a `StoredCommand`, with the capacity measured beforehand.
+struct Builder {
+    text: Vec<u8>,
+    ends: Vec<usize>,
+}
+
+impl Builder {
+    fn with_capacity(text: usize, pieces: usize) -> Self {
+        Builder {
+            text: Vec::with_capacity(text),
+            ends: Vec::with_capacity(pieces),
+        }
+    }
+
+    fn push(&mut self, piece: &[u8]) {
+        self.text.extend_from_slice(piece);
+        self.ends.push(self.text.len());
+    }
+
+    /// Checks the text once: every piece is valid UTF-8 exactly when the whole text is and every
+    /// piece ends on a character boundary.
+    fn finish(self, args: usize, env: usize, limits: Limits) -> Result<StoredCommand, Malformed> {
+        let text = String::from_utf8(self.text).map_err(|_| Malformed)?;
+        if !self.ends.iter().all(|&end| text.is_char_boundary(end)) {
+            return Err(Malformed);
+        }
+        Ok(StoredCommand {
+            text: text.into_boxed_str(),
+            ends: self.ends.into_boxed_slice(),
+            args,
+            env,
+            limits,
+        })
+    }
+}
+
+impl StoredCommand {
+    pub fn from_spec(spec: &CommandSpec) -> Self {
+        let pairs = spec.env_overrides.len() + spec.labels.len();
+        let pieces = 3 + spec.args.len() + 2 * pairs;
+        let text = spec.program.len()
+            + spec.args.iter().map(String::len).sum::<usize>()
+            + spec.cwd.len()
+            + spec
+                .env_overrides
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+            + spec
+                .labels
+                .iter()
+                .map(|(k, v)| k.len() + v.len())
+                .sum::<usize>()
+            + spec.owner.len();
+        let mut text_buf = String::with_capacity(text);
+        let mut ends = Vec::with_capacity(pieces);
+        let mut push = |piece: &str| {
+            text_buf.push_str(piece);
+            ends.push(text_buf.len());
+        };
+        push(&spec.program);
+        for arg in &spec.args {
+            push(arg);
+        }
+        push(&spec.cwd);
+        let env = spec.env_overrides.iter().map(|(k, v)| (k, v));
+        for (k, v) in env.chain(&spec.labels) {
+            push(k);
+            push(v);
+        }
+        push(&spec.owner);
+        StoredCommand {
+            text: text_buf.into_boxed_str(),
+            ends: ends.into_boxed_slice(),
+            args: spec.args.len(),
+            env: spec.env_overrides.len(),
+            limits: spec.limits.clone(),
+        }
+    }
+
+    /// Reads a `CommandSpec` payload (the encoding of `CommandSpec`'s fields, in order) straight
+    /// into its stored form, accepting exactly what decoding a `CommandSpec` accepts and giving
+    /// the value `from_spec` gives for it. Two passes: the first checks the structure and
+    /// measures, the second copies into buffers of the measured size; UTF-8 is checked once, over
+    /// the whole text (see `Builder::finish`).
+    pub(crate) fn read(r: &mut Reader<'_>) -> Result<Self, Malformed> {
+        let mut first = r.clone();
+        let shape = Shape::measure(&mut first)?;
+        let mut b = Builder::with_capacity(shape.text, shape.pieces);
+        b.push(r.str_bytes()?);
+        let args = r.count(STRING_BYTES_MIN)?;
+        for _ in 0..args {
+            b.push(r.str_bytes()?);
+        }
+        b.push(r.str_bytes()?);
+        let env = r.count(PAIR_BYTES_MIN)?;
+        for _ in 0..2 * env {
+            b.push(r.str_bytes()?);
+        }
+        let labels = r.count(PAIR_BYTES_MIN)?;
+        if shape.labels_sorted {
+            for _ in 0..2 * labels {
+                b.push(r.str_bytes()?);
+            }
+        } else {
+            // As a decoded `BTreeMap`: sorted, and a later duplicate key wins. Each string is
+            // checked here, since a replaced one never reaches the text that `finish` checks.
+            let mut map = BTreeMap::new();
+            for _ in 0..labels {
+                map.insert(r.str()?, r.str()?);
+            }
+            for (k, v) in map {
+                b.push(k.as_bytes());
+                b.push(v.as_bytes());
+            }
+        }
+        let limits = read_limits(r)?;
+        b.push(r.str_bytes()?);
+        b.finish(args, env, limits)
+    }
+
+    fn piece(&self, i: usize) -> &str {
+        let start = if i == 0 { 0 } else { self.ends[i - 1] };
+        &self.text[start..self.ends[i]]
+    }
+
+    fn pairs(&self, first: usize, count: usize) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        (0..count).map(move |k| (self.piece(first + 2 * k), self.piece(first + 2 * k + 1)))
+    }
+
+    pub fn program(&self) -> &str {
+        self.piece(0)
+    }
+
+    pub fn args(&self) -> impl ExactSizeIterator<Item = &str> {
+        (1..self.args + 1).map(|i| self.piece(i))
+    }
+
+    pub fn cwd(&self) -> &str {
+        self.piece(1 + self.args)
+    }
+
+    /// Environment overrides, in the order given.
+    pub fn env_overrides(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        self.pairs(2 + self.args, self.env)
+    }
+
+    fn labels_at(&self) -> (usize, usize) {
+        let first = 2 + self.args + 2 * self.env;
+        (first, (self.ends.len() - 1 - first) / 2)
+    }
+
+    /// Labels, in key order.
+    pub fn labels(&self) -> impl ExactSizeIterator<Item = (&str, &str)> {
+        let (first, count) = self.labels_at();
+        self.pairs(first, count)
+    }
+
+    pub fn label(&self, key: &str) -> Option<&str> {
+        let (first, count) = self.labels_at();
+        let mut keys = (0..count).map(|k| self.piece(first + 2 * k));
+        let at = keys.position(|k| k == key)?;
+        Some(self.piece(first + 2 * at + 1))
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    pub fn owner(&self) -> &str {
+        self.piece(self.ends.len() - 1)
+    }
+
+    /// The command as the registration carried it.
+    pub fn to_spec(&self) -> CommandSpec {
+        CommandSpec {
+            program: self.program().to_owned(),
+            args: self.args().map(str::to_owned).collect(),
+            cwd: self.cwd().to_owned(),
+            env_overrides: self
+                .env_overrides()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            labels: self
+                .labels()
+                .map(|(k, v)| (k.to_owned(), v.to_owned()))
+                .collect(),
+            limits: self.limits.clone(),
+            owner: self.owner().to_owned(),
+        }
+    }
+}
+
+/// What the first pass of [`StoredCommand::read`] learns.
+struct Shape {
+    text: usize,
+    pieces: usize,
+    labels_sorted: bool,
+}
+
+impl Shape {
+    fn measure(r: &mut Reader<'_>) -> Result<Shape, Malformed> {
+        let mut text = r.str_bytes()?.len();
+        let mut pieces = 1;
+        // Counts are bounded by the payload's length (`Reader::count`), so no sum overflows.
+        let args = r.count(STRING_BYTES_MIN)?;
+        for _ in 0..args {
+            text += r.str_bytes()?.len();
+        }
+        text += r.str_bytes()?.len();
+        let env = r.count(PAIR_BYTES_MIN)?;
+        for _ in 0..2 * env {
+            text += r.str_bytes()?.len();
+        }
+        let labels = r.count(PAIR_BYTES_MIN)?;
+        let mut labels_sorted = true;
+        // Byte order is `str` order, so sortedness can be judged before UTF-8 is checked.
+        let mut previous: Option<&[u8]> = None;
+        for _ in 0..labels {
+            let key = r.str_bytes()?;
+            labels_sorted &= previous.is_none_or(|p| p < key);
+            previous = Some(key);
+            text += key.len() + r.str_bytes()?.len();
+        }
+        read_limits(r)?;
+        text += r.str_bytes()?.len();
+        pieces += args + 1 + 2 * env + 2 * labels + 1;
+        Ok(Shape {
+            text,
+            pieces,
+            labels_sorted,
+        })
+    }
+}
+
+fn read_limits(r: &mut Reader<'_>) -> Result<Limits, Malformed> {
+    let mut option = || -> Result<Option<u64>, Malformed> {
+        Ok(if r.option()? { Some(r.u64()?) } else { None })
+    };
+    Ok(Limits {
+        wall_clock_ms: option()?,
+        idle_ms: option()?,
+        output_retention_bytes: option()?,
+    })
+}
+
+impl PartialEq<CommandSpec> for StoredCommand {
+    fn eq(&self, spec: &CommandSpec) -> bool {
+        self.program() == spec.program
+            && self.args().eq(spec.args.iter().map(String::as_str))
+            && self.cwd() == spec.cwd
+            && self.env_overrides().eq(spec
+                .env_overrides
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())))
+            && self
+                .labels()
+                .eq(spec.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+            && self.limits == spec.limits
+            && self.owner() == spec.owner
+    }
+}
+
+impl From<&CommandSpec> for StoredCommand {
+    fn from(spec: &CommandSpec) -> Self {
+        StoredCommand::from_spec(spec)
+    }
+}
+
+/// Shown as the `CommandSpec` it holds.
+impl std::fmt::Debug for StoredCommand {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.to_spec().fmt(f)
+    }
+}
+
+/// Serialized as the `CommandSpec` it holds, so that JSON output is unchanged.
+impl Serialize for StoredCommand {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_spec().serialize(serializer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> CommandSpec {
+        CommandSpec {
+            program: "/bin/sh".into(),
+            args: vec!["-c".into(), String::new(), "é".into()],
+            cwd: "/tmp".into(),
+            env_overrides: vec![("B".into(), "2".into()), ("A".into(), String::new())],
+            labels: BTreeMap::from([("a".into(), "1".into()), ("b".into(), String::new())]),
+            limits: Limits {
+                wall_clock_ms: Some(1),
+                idle_ms: None,
+                output_retention_bytes: Some(3),
+            },
+            owner: "me".into(),
+        }
+    }
+
+    #[test]
+    fn round_trips_and_answers_like_the_spec() {
+        for s in [spec(), CommandSpec::default()] {
+            let c = StoredCommand::from_spec(&s);
+            assert_eq!(c.to_spec(), s);
+            assert_eq!(c, s);
+            assert_eq!(format!("{c:?}"), format!("{s:?}"));
+            assert_eq!(
+                serde_json::to_string(&c).ok(),
+                serde_json::to_string(&s).ok()
+            );
+            for (k, v) in &s.labels {
+                assert_eq!(c.label(k), Some(v.as_str()));
+            }
+            assert_eq!(c.label("zz"), None);
+        }
+        let mut other = spec();
+        other.args.push("x".into());
+        assert_ne!(
+            StoredCommand::from_spec(&other),
+            StoredCommand::from_spec(&spec())
+        );
+        assert!(StoredCommand::from_spec(&other) != spec());
+    }
+}

@@ -1,0 +1,322 @@
+//! The fast decoder of lifecycle payloads: each event kind's fields read by hand with
+//! [`codec::Reader`], in the order the structs of `event.rs` declare them (which is their derived
+//! bincode encoding, journal-format.md "Lifecycle events").
+//!
+//! Replay decodes every record of the journal, and bincode's generic decoding (allocation claims,
+//! error values built on the way) cost more than the rest of replay; the fixed-size kinds (6 in
+//! 10 events are output checkpoints) decode here without allocating at all.
+//!
+//! Invariants: total (any bytes give an event or [`Malformed`], never a panic; no allocation is
+//! sized by an unchecked count: a count is checked against the bytes left before anything is
+//! reserved); and accepts exactly the payloads [`LifecycleEvent::decode_reference`] (bincode)
+//! accepts, decoding them to equal values. [`LifecycleEvent::decode`] only ever returns an error
+//! from the reference decoder, so error texts are the same whichever decoder ran. Checked by the
+//! differential properties in `tests/decoder_props.rs` and by the `lifecycle_store` fuzz target.
+
+use std::collections::BTreeMap;
+
+use super::command::{PAIR_BYTES_MIN, STRING_BYTES_MIN, StoredCommand};
+use super::event::{
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, Handle,
+    IdentityWitness, InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits,
+    LostOnRestore, OutputCheckpoint, Registered, Running, StopRequested, Terminal, kinds,
+};
+use super::state::State;
+use crate::codec::{Malformed, Reader};
+use crate::journal::EventId;
+
+fn id(r: &mut Reader<'_>) -> Result<EventId, Malformed> {
+    Ok(EventId::from_bytes(r.bytes16()?))
+}
+
+fn handle(r: &mut Reader<'_>) -> Result<Handle, Malformed> {
+    Ok(Handle(id(r)?))
+}
+
+fn string(r: &mut Reader<'_>) -> Result<String, Malformed> {
+    Ok(r.str()?.to_owned())
+}
+
+fn bounds(r: &mut Reader<'_>) -> Result<CursorBounds, Malformed> {
+    Ok(CursorBounds {
+        retained_from: r.u64()?,
+        total_bytes: r.u64()?,
+    })
+}
+
+/// `State`, by the position of each variant in its declaration.
+fn state(r: &mut Reader<'_>) -> Result<State, Malformed> {
+    Ok(match r.variant(9)? {
+        0 => State::Starting,
+        1 => State::Running,
+        2 => State::Exited,
+        3 => State::Failed,
+        4 => State::TimedOut,
+        5 => State::Interrupted,
+        6 => State::Terminated,
+        7 => State::Killed,
+        _ => State::LostOnRestore,
+    })
+}
+
+fn exit(r: &mut Reader<'_>) -> Result<ExitStatus, Malformed> {
+    Ok(match r.variant(3)? {
+        0 => ExitStatus::Code(r.i32()?),
+        1 => ExitStatus::Signal(r.i32()?),
+        _ => ExitStatus::Unknown,
+    })
+}
+
+fn capture(r: &mut Reader<'_>) -> Result<CaptureStatus, Malformed> {
+    Ok(match r.variant(3)? {
+        0 => CaptureStatus::Complete,
+        1 => CaptureStatus::Incomplete(string(r)?),
+        _ => CaptureStatus::Failed(string(r)?),
+    })
+}
+
+fn option_u64(r: &mut Reader<'_>) -> Result<Option<u64>, Malformed> {
+    Ok(if r.option()? { Some(r.u64()?) } else { None })
+}
+
+#[inline(never)]
+fn command(r: &mut Reader<'_>) -> Result<CommandSpec, Malformed> {
+    let program = string(r)?;
+    let n = r.count(STRING_BYTES_MIN)?;
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        args.push(string(r)?);
+    }
+    let cwd = string(r)?;
+    let n = r.count(PAIR_BYTES_MIN)?;
+    let mut env_overrides = Vec::with_capacity(n);
+    for _ in 0..n {
+        env_overrides.push((string(r)?, string(r)?));
+    }
+    let n = r.count(PAIR_BYTES_MIN)?;
+    let mut labels = BTreeMap::new();
+    for _ in 0..n {
+        // As bincode's map decoder: insert in the order found, a later duplicate key wins.
+        labels.insert(string(r)?, string(r)?);
+    }
+    let limits = Limits {
+        wall_clock_ms: option_u64(r)?,
+        idle_ms: option_u64(r)?,
+        output_retention_bytes: option_u64(r)?,
+    };
+    let owner = string(r)?;
+    Ok(CommandSpec {
+        program,
+        args,
+        cwd,
+        env_overrides,
+        labels,
+        limits,
+        owner,
+    })
+}
+
+/// A registration as replay folds it: the command already in its stored form.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Registration {
+    pub handle: Handle,
+    pub ids: LifecycleIds,
+    pub command: StoredCommand,
+    pub at_unix_ms: u64,
+}
+
+impl Registration {
+    pub fn from_event(e: &Registered) -> Self {
+        Registration {
+            handle: e.handle,
+            ids: e.ids,
+            command: StoredCommand::from_spec(&e.command),
+            at_unix_ms: e.at_unix_ms,
+        }
+    }
+}
+
+/// Decodes a `REGISTERED` payload into a [`Registration`]; accepts exactly what [`decode`] accepts
+/// for that kind, and gives `Registration::from_event` of what it decodes.
+pub(crate) fn registration(codec_version: u8, payload: &[u8]) -> Result<Registration, Malformed> {
+    let mut r = Reader::new(codec_version, payload).ok_or(Malformed)?;
+    let registration = Registration {
+        handle: handle(&mut r)?,
+        ids: LifecycleIds {
+            running: id(&mut r)?,
+            terminal: id(&mut r)?,
+            lost: id(&mut r)?,
+            completion: id(&mut r)?,
+        },
+        command: StoredCommand::read(&mut r)?,
+        at_unix_ms: r.u64()?,
+    };
+    r.finish()?;
+    Ok(registration)
+}
+
+// Inlined into `decode`, and `decode` into its callers, so that the event (280 bytes, the size of
+// its largest variant) is built where the caller keeps it instead of being copied out twice.
+#[inline(always)]
+fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
+    Ok(match kind {
+        kinds::REGISTERED => LifecycleEvent::Registered(Registered {
+            handle: handle(r)?,
+            ids: LifecycleIds {
+                running: id(r)?,
+                terminal: id(r)?,
+                lost: id(r)?,
+                completion: id(r)?,
+            },
+            command: command(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::RUNNING => LifecycleEvent::Running(Running {
+            handle: handle(r)?,
+            pid: r.u32()?,
+            witness: IdentityWitness {
+                start_time_ticks: r.u64()?,
+                boot_id: r.bytes16()?,
+            },
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::STOP_REQUESTED => LifecycleEvent::StopRequested(StopRequested {
+            handle: handle(r)?,
+            reason: string(r)?,
+            requested_by: string(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::INPUT_CLOSED => LifecycleEvent::InputClosed(InputClosed {
+            handle: handle(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::OUTPUT_CHECKPOINT => LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+            handle: handle(r)?,
+            bounds: bounds(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::TERMINAL => LifecycleEvent::Terminal(Terminal {
+            handle: handle(r)?,
+            state: state(r)?,
+            exit: exit(r)?,
+            bounds: bounds(r)?,
+            capture: capture(r)?,
+            reason: string(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::LOST_ON_RESTORE => LifecycleEvent::LostOnRestore(LostOnRestore {
+            handle: handle(r)?,
+            bounds: bounds(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::LIFECYCLE_PUBLISHED => LifecycleEvent::LifecyclePublished(LifecyclePublished {
+            handle: handle(r)?,
+            event: id(r)?,
+        }),
+        kinds::COMPLETION_NOTIFIED => LifecycleEvent::CompletionNotified(CompletionNotified {
+            handle: handle(r)?,
+            command: id(r)?,
+        }),
+        _ => return Err(Malformed),
+    })
+}
+
+/// Decodes the payload of a lifecycle record of `kind`, or `Malformed` when this decoder does not
+/// accept it (then the reference decoder says why, or decodes a payload this one does not read:
+/// another codec version, a payload over the record cap).
+#[inline(always)]
+pub(crate) fn decode(
+    kind: u16,
+    codec_version: u8,
+    payload: &[u8],
+) -> Result<LifecycleEvent, Malformed> {
+    let mut r = Reader::new(codec_version, payload).ok_or(Malformed)?;
+    let event = event(kind, &mut r)?;
+    r.finish()?;
+    Ok(event)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::codec;
+
+    /// Every fixed-size kind and a registration, through both decoders.
+    #[test]
+    fn agrees_with_the_reference_on_examples() {
+        let h = Handle(EventId::from_bytes([7; 16]));
+        let events = [
+            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle: h,
+                bounds: CursorBounds {
+                    retained_from: 3,
+                    total_bytes: 9,
+                },
+                at_unix_ms: 12,
+            }),
+            LifecycleEvent::Terminal(Terminal {
+                handle: h,
+                state: State::Killed,
+                exit: ExitStatus::Signal(9),
+                bounds: CursorBounds::default(),
+                capture: CaptureStatus::Failed("pipe".into()),
+                reason: "killed".into(),
+                at_unix_ms: 1,
+            }),
+            LifecycleEvent::Registered(Registered {
+                handle: h,
+                ids: LifecycleIds {
+                    running: EventId::from_bytes([1; 16]),
+                    terminal: EventId::from_bytes([2; 16]),
+                    lost: EventId::from_bytes([3; 16]),
+                    completion: EventId::from_bytes([4; 16]),
+                },
+                command: CommandSpec {
+                    program: "/bin/é".into(),
+                    args: vec!["a".into(), String::new()],
+                    env_overrides: vec![("K".into(), "V".into())],
+                    labels: BTreeMap::from([("x".into(), "y".into())]),
+                    limits: Limits {
+                        idle_ms: Some(5),
+                        ..Limits::default()
+                    },
+                    ..CommandSpec::default()
+                },
+                at_unix_ms: 2,
+            }),
+        ];
+        for e in events {
+            let bytes = e.encode().expect("encode");
+            let kind = e.kind().get();
+            assert_eq!(decode(kind, codec::CODEC_VERSION, &bytes), Ok(e.clone()));
+            let reference = LifecycleEvent::decode_reference(kind, codec::CODEC_VERSION, &bytes);
+            assert_eq!(reference.ok(), Some(e));
+            // Every strict prefix is refused by both.
+            for cut in 0..bytes.len() {
+                assert_eq!(
+                    decode(kind, codec::CODEC_VERSION, &bytes[..cut]),
+                    Err(Malformed)
+                );
+                assert!(
+                    LifecycleEvent::decode_reference(kind, codec::CODEC_VERSION, &bytes[..cut])
+                        .is_err()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_count_larger_than_the_payload_is_refused_without_reserving() {
+        // Registered: handle and four IDs, then a program of 0 bytes, then 2^62 args.
+        let mut bytes = vec![0u8; 5 * 16 + 8];
+        bytes.extend_from_slice(&(1u64 << 62).to_le_bytes());
+        assert_eq!(
+            decode(kinds::REGISTERED, codec::CODEC_VERSION, &bytes),
+            Err(Malformed)
+        );
+        assert!(
+            LifecycleEvent::decode_reference(kinds::REGISTERED, codec::CODEC_VERSION, &bytes)
+                .is_err()
+        );
+    }
+}
