@@ -609,8 +609,10 @@ impl Supervisor {
             .collect()
     }
 
+    /// The state alone, without cloning the manifest: every output poll asks.
     fn state_of(&self, handle: &Handle) -> Result<State, SupervisorError> {
-        self.manifest(handle)
+        lock(&self.inner.lifecycle)
+            .manifest(handle)
             .map(|m| m.state)
             .ok_or(SupervisorError::UnknownHandle(*handle))
     }
