@@ -548,3 +548,49 @@ fn one_daemon_per_root_and_only_its_user() {
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(err.contains("serves uid 0 only"), "{err}");
 }
+
+#[test]
+fn send_streams_stdin_and_close_ends_the_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _daemon = Daemon::start(root);
+    let (code, out, err) = client(root, &["start", "--", "cat"]);
+    assert_eq!(code, 0, "{err}");
+    let handle = out.trim().to_owned();
+    // More than one request's worth, so the stream goes out in several `input` calls.
+    let payload: Vec<u8> = (0..1_500_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    let mut send = bin()
+        .args(["send", "--root"])
+        .arg(root)
+        .args([&handle, "--close"])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    send.stdin.take().unwrap().write_all(&payload).unwrap();
+    let sent = send.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&sent.stderr);
+    assert!(sent.status.success(), "{err}");
+    assert!(
+        err.contains(&format!("sent {} bytes", payload.len())),
+        "{err}"
+    );
+    // cat read EOF once the input was closed, so it exits by itself.
+    let (code, out, _) = client(root, &["wait", "--timeout", "60s", &handle]);
+    assert_eq!(code, 0, "{out}");
+    let echoed = bin()
+        .args(["logs", "--base64", "--root"])
+        .arg(root)
+        .arg(&handle)
+        .output()
+        .unwrap();
+    let mut bytes = Vec::new();
+    for line in String::from_utf8(echoed.stdout).unwrap().lines() {
+        bytes.extend(procjournal::protocol::base64::decode(line).unwrap());
+    }
+    assert_eq!(bytes.len(), payload.len());
+    assert!(bytes == payload, "the echoed bytes differ");
+    let (code, _, err) = client(root, &["send", &handle, "--text", "late"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("not running"), "{err}");
+}
