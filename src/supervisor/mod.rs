@@ -66,6 +66,8 @@ pub struct SupervisorConfig {
     /// Between checkpoints, a process's spool is synced (without a journal record) each time this
     /// many bytes were appended since the last sync began, so that a fast writer's output goes
     /// to disk while it runs instead of all at its next checkpoint. `None`: only checkpoints sync.
+    /// The default, 8 MiB (one default spool segment), measured as fast as 16 MiB and faster
+    /// than 32 MiB, whose larger final sync the workload's exit then waits for.
     pub write_behind_bytes: Option<u64>,
     /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own).
     pub default_grace: Duration,

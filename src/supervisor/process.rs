@@ -243,7 +243,9 @@ pub(crate) async fn drain(
     loop {
         if sync_task.is_none() {
             let record = std::mem::take(&mut record_due) && proc.total_bytes() > recorded;
-            if record || write_behind.is_some_and(|w| unsynced >= w) {
+            // At least one byte: a write-behind of 0 means "after every append", and must not
+            // start sync after sync while nothing arrives.
+            if record || write_behind.is_some_and(|w| unsynced >= w.max(1)) {
                 unsynced = 0;
                 sync_task = Some(Box::pin(sync_and_record(
                     Arc::clone(&inner),
