@@ -14,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use procjournal::lifecycle::event::{CaptureStatus, ExitStatus, kinds};
-use procjournal::lifecycle::{Handle, State};
+use procjournal::lifecycle::{Handle, LifecycleEvent, State};
 use procjournal::spool::SpoolOptions;
 use procjournal::spool::format::Stream;
 use procjournal::supervisor::{
@@ -520,6 +520,59 @@ async fn drain_before_wait_loses_no_byte_of_64_mib() {
     // Cursor at the end: an empty page, not an error.
     let end = sup.output_raw(&h, total, 1024).expect("read at the end");
     assert!(end.bytes.is_empty() && end.next_cursor == total);
+}
+
+/// Spool syncs run beside the drain: checkpoints are recorded while the process is still
+/// running, their bounds only grow, none follows the terminal event, and none names more than
+/// the terminal event (which names every byte).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_recorded_while_output_flows_grow_and_precede_the_terminal_event() {
+    const FIRST: u64 = 3_000_000;
+    const LAST: u64 = 1000;
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.checkpoint_interval = Duration::from_millis(5);
+    cfg.write_behind_bytes = Some(64 * 1024);
+    let (sup, _rx) = open(cfg).await;
+    // The first part, then nothing until stdin closes, then the last part.
+    let script = format!("head -c {FIRST} /dev/zero; cat >/dev/null; head -c {LAST} /dev/zero");
+    let h = start(&sup, sh(root.path(), &script)).await;
+    // A checkpoint naming all of the first part is recorded while the process runs.
+    guarded("a checkpoint of the first part", async {
+        while sup.manifest(&h).expect("manifest").bounds.total_bytes < FIRST {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    assert!(!sup.manifest(&h).expect("manifest").state.is_terminal());
+    sup.close_input(&h).await.expect("close input");
+    let s = wait(&sup, &h).await;
+    check_terminal(&sup, &h, &s, State::Exited, ExitStatus::Code(0));
+    assert_eq!(s.bounds.total_bytes, FIRST + LAST);
+
+    let records = journal_records(sup.root());
+    let mine: Vec<_> = records.iter().filter(|r| r.event.handle() == h).collect();
+    let terminal_at = mine
+        .iter()
+        .position(|r| r.kind == kinds::TERMINAL)
+        .expect("a terminal event");
+    let mut last = (0u64, 0u64);
+    let mut checkpoints = 0;
+    for (i, r) in mine.iter().enumerate() {
+        let LifecycleEvent::OutputCheckpoint(c) = &r.event else {
+            continue;
+        };
+        checkpoints += 1;
+        assert!(i < terminal_at, "a checkpoint after the terminal event");
+        let bounds = (c.bounds.retained_from, c.bounds.total_bytes);
+        assert!(
+            bounds.0 >= last.0 && bounds.1 > last.1,
+            "bounds {bounds:?} after {last:?}"
+        );
+        assert!(bounds.1 <= s.bounds.total_bytes);
+        last = bounds;
+    }
+    assert!(checkpoints >= 1, "{:?}", kinds_of(&records, &h));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

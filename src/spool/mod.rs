@@ -34,8 +34,10 @@ pub mod buffer;
 pub mod format;
 mod index;
 mod output;
+mod sync;
 
 pub use output::Output;
+pub use sync::{SyncDone, SyncPlan};
 
 #[cfg(test)]
 mod tests;
@@ -204,6 +206,8 @@ pub struct Spool {
     total_bytes: u64,
     retained_from: u64,
     durable_total: u64,
+    /// The segment files named in the directory when it was last synced (see `sync.rs`).
+    synced_layout: Option<sync::Layout>,
     dirty: bool,
     /// The spool directory was created by this handle and its entry in `spool/` is not synced.
     parent_unsynced: bool,
@@ -454,6 +458,7 @@ impl Spool {
             // Bytes found on disk may be only in the page cache (a crashed writer never synced
             // them): nothing counts as durable until the first checkpoint of this handle.
             durable_total: 0,
+            synced_layout: None,
             dirty: writable && total_bytes > 0,
             parent_unsynced: false,
             heads: Vec::new(),
@@ -613,27 +618,13 @@ impl Spool {
         Ok(())
     }
 
-    /// Makes everything appended so far durable (fdatasync of the active segment, then the
-    /// directory) and returns the bounds a journal checkpoint may now record.
+    /// Makes everything appended so far durable (fdatasync of the segments written since the
+    /// last checkpoint, then the directory) and returns the bounds a journal checkpoint may now
+    /// record. The same three steps a caller can run without its lock; see `sync.rs`.
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {
-        if self.writable && self.dirty {
-            for segment in self.segments.iter().rev() {
-                segment.file.sync_data().map_err(io("sync segment"))?;
-                if segment.end_cursor <= self.durable_total {
-                    break;
-                }
-            }
-            crate::journal::storage_sync_dir(&self.dir).map_err(io("sync directory"))?;
-            if self.parent_unsynced {
-                if let Some(parent) = self.dir.parent() {
-                    crate::journal::storage_sync_dir(parent).map_err(io("sync directory"))?;
-                }
-                self.parent_unsynced = false;
-            }
-            self.dirty = false;
-            self.durable_total = self.total_bytes;
-        }
-        Ok((self.retained_from, self.durable_total))
+        let plan = self.plan_sync()?;
+        let done = plan.run();
+        self.finish_sync(done)
     }
 
     fn index_of<'a>(&self, segment: &'a Segment) -> Result<&'a SegmentIndex, SpoolError> {

@@ -7,7 +7,7 @@
 
 use super::buffer::RecentBuffer;
 use super::format::Stream;
-use super::{Spool, SpoolError, SpoolRead};
+use super::{Spool, SpoolError, SpoolRead, SyncDone, SyncPlan};
 
 #[derive(Debug)]
 pub struct Output {
@@ -34,6 +34,21 @@ impl Output {
 
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {
         self.spool.checkpoint()
+    }
+
+    /// [`Spool::plan_sync`]: the checkpoint's syncs can then run without this output's lock.
+    pub fn plan_sync(&mut self) -> Result<SyncPlan, SpoolError> {
+        self.spool.plan_sync()
+    }
+
+    /// [`Spool::finish_sync`].
+    pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
+        self.spool.finish_sync(done)
+    }
+
+    /// [`Spool::abandon_sync`].
+    pub fn abandon_sync(&mut self) {
+        self.spool.abandon_sync();
     }
 
     pub fn read(&self, cursor: u64, max_bytes: usize) -> Result<SpoolRead, SpoolError> {

@@ -63,6 +63,12 @@ pub struct SupervisorConfig {
     pub final_drain: Duration,
     /// How often a process's durable output bounds are recorded while it writes.
     pub checkpoint_interval: Duration,
+    /// Between checkpoints, a process's spool is synced (without a journal record) each time this
+    /// many bytes were appended since the last sync began, so that a fast writer's output goes
+    /// to disk while it runs instead of all at its next checkpoint. `None`: only checkpoints sync.
+    /// The default, 8 MiB (one default spool segment), measured as fast as 16 MiB and faster
+    /// than 32 MiB, whose larger final sync the workload's exit then waits for.
+    pub write_behind_bytes: Option<u64>,
     /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own).
     pub default_grace: Duration,
     /// How long an exit is awaited after SIGKILL before teardown is reported as failed.
@@ -81,6 +87,7 @@ impl SupervisorConfig {
             buffer_bytes: 64 * 1024,
             final_drain: Duration::from_millis(200),
             checkpoint_interval: Duration::from_secs(1),
+            write_behind_bytes: Some(8 * 1024 * 1024),
             default_grace: Duration::from_secs(2),
             kill_confirm: Duration::from_secs(5),
             signaller: Arc::new(KillPg),

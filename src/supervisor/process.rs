@@ -9,7 +9,13 @@
 //! - The drain task reads stdout and stderr until both reach EOF; after the workload exits it
 //!   keeps reading for at most the final-drain window, so a descendant that holds a pipe open
 //!   cannot withhold the result (capture is then reported incomplete).
+//! - Spool syncs never block the drain's reads: their `fdatasync`s run on a blocking thread,
+//!   without the output lock, one at a time. A checkpoint records the bounds its sync planned
+//!   (never bytes appended while it ran), checkpoints reach the journal in order, and the drain
+//!   waits for the one in flight before terminalizing, so none follows the terminal event.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -17,7 +23,7 @@ use std::time::Duration;
 use tokio::io::AsyncReadExt;
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
 use tokio::sync::{Notify, watch};
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 use super::Inner;
 use super::command::Lease;
@@ -131,11 +137,33 @@ impl Proc {
             .map_or(0, |o| o.spool().total_bytes())
     }
 
-    /// Syncs the spool; the durable bounds (zero without a spool).
-    pub fn checkpoint_output(&self) -> Result<CursorBounds, crate::spool::SpoolError> {
+    /// Syncs the spool and returns its durable bounds (zero without a spool). The `fdatasync`s
+    /// run on a blocking thread without the output lock, so appends (the drain task) and reads
+    /// (`output` callers) go on meanwhile; the bounds are those planned before the syncs began.
+    pub async fn sync_output(&self) -> Result<CursorBounds, crate::spool::SpoolError> {
+        let plan = match lock(&self.output).as_mut() {
+            Some(output) => output.plan_sync()?,
+            None => return Ok(CursorBounds::default()),
+        };
+        let done = if plan.is_empty() {
+            plan.run()
+        } else {
+            match tokio::task::spawn_blocking(move || plan.run()).await {
+                Ok(done) => done,
+                Err(e) => {
+                    if let Some(output) = lock(&self.output).as_mut() {
+                        output.abandon_sync();
+                    }
+                    return Err(crate::spool::SpoolError::Io {
+                        op: "sync task",
+                        cause: std::io::Error::other(e.to_string()),
+                    });
+                }
+            }
+        };
         match lock(&self.output).as_mut() {
             Some(output) => output
-                .checkpoint()
+                .finish_sync(done)
                 .map(|(retained_from, total_bytes)| CursorBounds {
                     retained_from,
                     total_bytes,
@@ -173,8 +201,18 @@ pub(crate) fn enlarge_pipe(fd: std::os::fd::BorrowedFd<'_>) {
     let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
 }
 
+/// A spool sync (and maybe its journal record) running beside the drain; it yields the output
+/// total the journal records once it is done.
+type SyncTask = Pin<Box<dyn Future<Output = u64> + Send>>;
+
 /// Reads both streams into the spool, watches the wall-clock limit, checkpoints cursor bounds,
 /// and terminalizes when the workload has exited and its output is drained.
+///
+/// Spool syncs run beside the reads, one at a time (so checkpoint records reach the journal in
+/// order, each with bounds no smaller than the last): every `checkpoint_interval` a checkpoint
+/// syncs and records the durable bounds, and in between, once `write_behind_bytes` more were
+/// appended, a sync without a record starts writing them back, so that the disk works while the
+/// pipes are read and the final checkpoint finds little left to sync.
 pub(crate) async fn drain(
     inner: Arc<Inner>,
     proc: Arc<Proc>,
@@ -191,10 +229,32 @@ pub(crate) async fn drain(
     let deadline = timeout.map(|t| start + t);
     let mut timeout_fired = false;
     let final_drain = inner.config.final_drain;
+    let write_behind = inner.config.write_behind_bytes;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
-    let mut next_checkpoint = start + inner.config.checkpoint_interval;
-    let mut last_checkpoint_total = 0u64;
+    let tick = tokio::time::sleep_until(start + inner.config.checkpoint_interval);
+    tokio::pin!(tick);
+    let mut sync_task: Option<SyncTask> = None;
+    // Output total the journal's last checkpoint names.
+    let mut recorded = 0u64;
+    // A checkpoint is due but waits for the sync in flight.
+    let mut record_due = false;
+    // Bytes appended since the last sync was planned.
+    let mut unsynced = 0u64;
     loop {
+        if sync_task.is_none() {
+            let record = std::mem::take(&mut record_due) && proc.total_bytes() > recorded;
+            // At least one byte: a write-behind of 0 means "after every append", and must not
+            // start sync after sync while nothing arrives.
+            if record || write_behind.is_some_and(|w| unsynced >= w.max(1)) {
+                unsynced = 0;
+                sync_task = Some(Box::pin(sync_and_record(
+                    Arc::clone(&inner),
+                    Arc::clone(&proc),
+                    record,
+                    recorded,
+                )));
+            }
+        }
         if stdout.is_none() && stderr.is_none() && status.is_some() {
             break;
         }
@@ -203,6 +263,7 @@ pub(crate) async fn drain(
                 match r {
                     Ok(0) => stdout = None,
                     Ok(n) => {
+                        unsynced += n as u64;
                         if let Err(e) = proc.append_output(Stream::Stdout, &out_buf[..n]) {
                             capture_failure.get_or_insert(e.to_string());
                         }
@@ -217,6 +278,7 @@ pub(crate) async fn drain(
                 match r {
                     Ok(0) => stderr = None,
                     Ok(n) => {
+                        unsynced += n as u64;
                         if let Err(e) = proc.append_output(Stream::Stderr, &err_buf[..n]) {
                             capture_failure.get_or_insert(e.to_string());
                         }
@@ -244,15 +306,19 @@ pub(crate) async fn drain(
                     let _ = super::terminate(&inner, &proc, grace).await;
                 });
             }
-            () = tokio::time::sleep_until(next_checkpoint) => {
-                next_checkpoint = tokio::time::Instant::now() + inner.config.checkpoint_interval;
-                let total = proc.total_bytes();
-                if total != last_checkpoint_total {
-                    last_checkpoint_total = total;
-                    checkpoint(&inner, &proc).await;
-                }
+            done = run_opt(&mut sync_task), if sync_task.is_some() => {
+                sync_task = None;
+                recorded = done;
+            }
+            () = &mut tick => {
+                tick.as_mut().reset(tokio::time::Instant::now() + inner.config.checkpoint_interval);
+                record_due = true;
             }
         }
+    }
+    // A checkpoint record must not follow the terminal event: let the one in flight finish.
+    if let Some(task) = sync_task.take() {
+        task.await;
     }
     let open_streams = usize::from(stdout.is_some()) + usize::from(stderr.is_some());
     drop((stdout, stderr));
@@ -284,6 +350,13 @@ async fn read_some(
 ) -> std::io::Result<usize> {
     match stream {
         Some(s) => s.read(buf).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn run_opt(task: &mut Option<SyncTask>) -> u64 {
+    match task {
+        Some(t) => t.as_mut().await,
         None => std::future::pending().await,
     }
 }
@@ -343,20 +416,31 @@ fn libc_sigint() -> i32 {
     nix::sys::signal::Signal::SIGINT as i32
 }
 
-/// Syncs the spool and records its durable bounds in the journal.
-pub(crate) async fn checkpoint(inner: &Arc<Inner>, proc: &Arc<Proc>) {
-    match proc.checkpoint_output() {
-        Ok(bounds) => {
-            let event = LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
-                handle: proc.handle,
-                bounds,
-                at_unix_ms: super::now_unix_ms(),
-            });
-            if let Err(e) = inner.append(EventId::new_v7(), event).await {
-                warn!(handle = %proc.handle, error = %e, "output checkpoint not recorded");
-            }
+/// Syncs the spool; with `record`, then appends its durable bounds to the journal as a
+/// checkpoint when they go past `recorded` (the total the last checkpoint names). Returns the
+/// total the journal's last checkpoint now names.
+async fn sync_and_record(inner: Arc<Inner>, proc: Arc<Proc>, record: bool, recorded: u64) -> u64 {
+    let bounds = match proc.sync_output().await {
+        Ok(bounds) => bounds,
+        Err(e) => {
+            warn!(handle = %proc.handle, error = %e, "spool checkpoint failed");
+            return recorded;
         }
-        Err(e) => warn!(handle = %proc.handle, error = %e, "spool checkpoint failed"),
+    };
+    if !record || bounds.total_bytes <= recorded {
+        return recorded;
+    }
+    let event = LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+        handle: proc.handle,
+        bounds,
+        at_unix_ms: super::now_unix_ms(),
+    });
+    match inner.append(EventId::new_v7(), event).await {
+        Ok(_) => bounds.total_bytes,
+        Err(e) => {
+            warn!(handle = %proc.handle, error = %e, "output checkpoint not recorded");
+            recorded
+        }
     }
 }
 
@@ -373,40 +457,45 @@ pub(crate) async fn terminalize(
         return;
     }
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
-    let _entered = span.enter();
-    // 1. Final cursor bounds: the spool is synced before the journal names its bounds.
-    let bounds = match proc.checkpoint_output() {
-        Ok(bounds) => bounds,
-        Err(e) => {
-            warn!(error = %e, "final spool checkpoint failed");
-            lock(&proc.output)
-                .as_ref()
-                .map_or(CursorBounds::default(), |o| CursorBounds {
-                    retained_from: o.spool().retained_from(),
-                    total_bytes: o.spool().durable_total(),
-                })
+    // Instrumented rather than entered: the span must not stay entered on this thread while the
+    // task is suspended at an await.
+    let (bounds, persist_error) = async {
+        // 1. Final cursor bounds: the spool is synced before the journal names its bounds.
+        let bounds = match proc.sync_output().await {
+            Ok(bounds) => bounds,
+            Err(e) => {
+                warn!(error = %e, "final spool checkpoint failed");
+                lock(&proc.output)
+                    .as_ref()
+                    .map_or(CursorBounds::default(), |o| CursorBounds {
+                        retained_from: o.spool().retained_from(),
+                        total_bytes: o.spool().durable_total(),
+                    })
+            }
+        };
+        // 2. The terminal result, under its pre-allocated ID.
+        let event = LifecycleEvent::Terminal(Terminal {
+            handle: proc.handle,
+            state,
+            exit,
+            bounds,
+            capture: capture.clone(),
+            reason,
+            at_unix_ms: super::now_unix_ms(),
+        });
+        let persist_error = inner
+            .append(proc.ids.terminal, event)
+            .await
+            .err()
+            .map(|e| e.to_string());
+        if let Some(e) = &persist_error {
+            warn!(error = %e, "terminal event not persisted");
         }
-    };
-    // 2. The terminal result, under its pre-allocated ID.
-    let event = LifecycleEvent::Terminal(Terminal {
-        handle: proc.handle,
-        state,
-        exit,
-        bounds,
-        capture: capture.clone(),
-        reason,
-        at_unix_ms: super::now_unix_ms(),
-    });
-    let persist_error = inner
-        .append(proc.ids.terminal, event)
-        .await
-        .err()
-        .map(|e| e.to_string());
-    if let Some(e) = &persist_error {
-        warn!(error = %e, "terminal event not persisted");
+        (bounds, persist_error)
     }
+    .instrument(span)
+    .await;
     // 3. Waiters see a persisted result.
-    drop(_entered);
     proc.exited.send_replace(Some(TerminalSummary {
         state,
         exit,
