@@ -535,11 +535,17 @@ fn one_daemon_per_root_and_only_its_user() {
     // Widen the mode by hand: the credential check must hold on its own.
     std::fs::set_permissions(&socket, std::fs::Permissions::from_mode(0o666)).unwrap();
     use std::os::unix::process::CommandExt;
-    let out = bin()
+    // A copy of the binary where the other user can reach it (the checkout may sit under a
+    // directory only its owner can enter).
+    let copy = open.path().join("procjournal");
+    std::fs::copy(env!("CARGO_BIN_EXE_procjournal"), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = Command::new(&copy)
         .args(["ps", "--socket"])
         .arg(&socket)
         .arg("--root")
         .arg(other_root.path())
+        .current_dir(open.path())
         .uid(65534)
         .gid(65534)
         .output()

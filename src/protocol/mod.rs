@@ -391,13 +391,15 @@ pub fn decode_request(bytes: &[u8]) -> Result<Envelope, ProtocolError> {
     };
     let id = match object.remove("id") {
         None | Some(Value::Null) => None,
-        Some(id @ Value::Number(_)) => Some(id),
+        // Integers only: a float ID would not come back bit-exact (decimal to binary and back
+        // is lossy), and clients match responses by ID (found by fuzzing).
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
         Some(Value::String(s)) if s.chars().count() <= ID_CHARS_MAX => Some(Value::String(s)),
         Some(_) => {
             return Err(fail(
                 None,
                 ProtocolErrorKind::Malformed(format!(
-                    "\"id\" must be a number or a string of at most {ID_CHARS_MAX} characters"
+                    "\"id\" must be an integer or a string of at most {ID_CHARS_MAX} characters"
                 )),
             ));
         }
@@ -720,6 +722,34 @@ fn handle_args(handle: &Handle) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// IDs come back exactly: integers and short strings only (a float ID was not echoed
+    /// bit-exact; `fuzz/regressions/protocol_request/float-id-not-echoed-exactly`).
+    #[test]
+    fn ids_are_integers_or_strings() {
+        let id = |text: &str| decode_request(text.as_bytes()).map(|e| e.id);
+        assert_eq!(
+            id(r#"{"v":1,"id":18446744073709551615,"op":"hello"}"#),
+            Ok(Some(serde_json::json!(u64::MAX)))
+        );
+        assert_eq!(
+            id(r#"{"v":1,"id":-7,"op":"hello"}"#),
+            Ok(Some(serde_json::json!(-7)))
+        );
+        assert_eq!(
+            id(r#"{"v":1,"id":"x","op":"hello"}"#),
+            Ok(Some(serde_json::json!("x")))
+        );
+        for bad in [
+            r#"{"v":1,"id":1.5,"op":"hello"}"#,
+            r#"{"v":1,"id":1e3,"op":"hello"}"#,
+            r#"{"v":1,"id":[1],"op":"hello"}"#,
+            r#"{"v":1,"id":true,"op":"hello"}"#,
+        ] {
+            let e = decode_request(bad.as_bytes()).unwrap_err();
+            assert_eq!(ErrorCode::from(&e.kind), ErrorCode::BadRequest, "{bad}");
+        }
+    }
 
     /// The schemas an agent sees state the same ranges the decoder enforces.
     #[test]
