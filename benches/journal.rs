@@ -35,7 +35,6 @@
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
-use std::error::Error;
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
 use std::os::unix::fs::FileExt;
@@ -51,7 +50,9 @@ use procjournal::journal::reader::JournalReader;
 use procjournal::limits::{RECORD_HEADER_BYTES, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES};
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions, Position};
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+mod common;
+
+use common::{Res, Samples, Sched};
 
 const PAYLOAD_BYTES: usize = 128;
 const RECORD_BYTES: usize = format::record_bytes(PAYLOAD_BYTES);
@@ -86,46 +87,6 @@ impl Plan {
     fn no_rotation_segment_bytes(&self) -> usize {
         let bytes = SEGMENT_HEADER_BYTES + self.os_events as usize * RECORD_BYTES;
         bytes.next_multiple_of(1024 * 1024)
-    }
-}
-
-/// Scheduler time of one or more threads: on a CPU, and ready but waiting for one.
-#[derive(Debug, Clone, Copy, Default)]
-struct Sched {
-    cpu_ns: u64,
-    wait_ns: u64,
-}
-
-impl Sched {
-    /// The calling thread's totals so far; zero where the kernel does not provide them.
-    fn now() -> Sched {
-        let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-        let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
-        Sched {
-            cpu_ns: fields.next().flatten().unwrap_or(0),
-            wait_ns: fields.next().flatten().unwrap_or(0),
-        }
-    }
-
-    fn since(start: Sched) -> Sched {
-        let end = Sched::now();
-        Sched {
-            cpu_ns: end.cpu_ns.saturating_sub(start.cpu_ns),
-            wait_ns: end.wait_ns.saturating_sub(start.wait_ns),
-        }
-    }
-
-    fn add(&mut self, other: Sched) {
-        self.cpu_ns += other.cpu_ns;
-        self.wait_ns += other.wait_ns;
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "cpu {:.3} s, runqueue wait {:.3} s",
-            self.cpu_ns as f64 / 1e9,
-            self.wait_ns as f64 / 1e9
-        )
     }
 }
 
@@ -509,93 +470,9 @@ fn writable_open(root: &Path, expect_records: u64) -> Res<Timed<()>> {
     Ok(t)
 }
 
-/// The mount holding `path`, from /proc/self/mountinfo: (mount point, fs type, source).
-fn mount_of(path: &Path) -> Option<(String, String, String)> {
-    let path = path.canonicalize().ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(String, String, String)> = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(mount_point), Some(fs_type), Some(source)) =
-            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
-        else {
-            continue;
-        };
-        if path.starts_with(mount_point)
-            && best
-                .as_ref()
-                .is_none_or(|(m, _, _)| mount_point.len() >= m.len())
-        {
-            best = Some((
-                (*mount_point).to_owned(),
-                (*fs_type).to_owned(),
-                (*source).to_owned(),
-            ));
-        }
-    }
-    best
-}
-
-/// The 1-minute load average, to show how busy the machine was around each round.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-/// Samples of one figure over the rounds.
-#[derive(Debug, Default, Clone)]
-struct Samples(Vec<f64>);
-
-impl Samples {
-    fn push(&mut self, v: f64) {
-        self.0.push(v);
-    }
-    fn sorted(&self) -> Vec<f64> {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        v
-    }
-    fn median(&self) -> f64 {
-        let v = self.sorted();
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-    fn min(&self) -> f64 {
-        self.sorted().first().copied().unwrap_or(f64::NAN)
-    }
-    fn max(&self) -> f64 {
-        self.sorted().last().copied().unwrap_or(f64::NAN)
-    }
-    /// (max - min) / median, in percent.
-    fn spread_pct(&self) -> f64 {
-        (self.max() - self.min()) / self.median() * 100.0
-    }
-    fn ratios(&self, base: &Samples) -> Samples {
-        Samples(self.0.iter().zip(&base.0).map(|(a, b)| a / b).collect())
-    }
-}
-
-/// Human number: 12.3k, 4.56M.
+/// Human number: 12.3k, 4.56M; one decimal below 100.
 fn num(v: f64) -> String {
-    if !v.is_finite() {
-        "n/a".to_owned()
-    } else if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if v >= 1e4 {
-        format!("{:.1}k", v / 1e3)
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.1}")
-    }
+    common::human_number(v, 1)
 }
 
 fn with_range(s: &Samples, unit: &str) -> String {
@@ -679,43 +556,18 @@ fn print_table(rows: &[Row]) {
     let cells: Vec<[String; 7]> = rows
         .iter()
         .map(|r| {
-            let per_round = r.value.ratios(&r.base);
             [
                 r.figure.clone(),
                 with_range(&r.value, r.unit),
                 r.baseline.to_owned(),
                 with_range(&r.base, r.unit),
-                format!(
-                    "{:.2} [{:.2}-{:.2}]",
-                    r.ratio(),
-                    per_round.min(),
-                    per_round.max()
-                ),
+                common::ratio_cell(&r.value, &r.base),
                 r.target_text(),
                 r.verdict().to_owned(),
             ]
         })
         .collect();
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |row: &[&str]| {
-        let padded: Vec<String> = row
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("| {} |", padded.join(" | "));
-    };
-    line(&header);
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    println!("|-{}-|", rule.join("-|-"));
-    for row in &cells {
-        line(&row.each_ref().map(String::as_str));
-    }
+    common::print_cells(header, &cells);
 }
 
 #[derive(Debug, Default)]
@@ -951,45 +803,25 @@ fn unqueued_rows(u: &Unqueued, plan: Plan) -> Vec<Row> {
 }
 
 fn main() -> Res<()> {
-    let plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
-        QUICK
-    } else {
-        FULL
-    };
-    let base = std::env::var_os("PROCJOURNAL_BENCH_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
-    std::fs::create_dir_all(&base)?;
-    match mount_of(&base) {
-        Some((mount_point, fs_type, source)) => {
-            println!(
-                "temp roots under {} on {mount_point} ({fs_type}, {source})",
-                base.display()
-            );
-            if matches!(fs_type.as_str(), "tmpfs" | "ramfs") {
-                println!(
-                    "WARNING: {fs_type} makes fdatasync free; the Sync/Group figures mean nothing"
-                );
-            }
-        }
-        None => println!("temp roots under {} (file system unknown)", base.display()),
-    }
+    let plan = common::plan(FULL, QUICK);
+    let base = common::bench_dir()?;
+    common::print_file_system(
+        &base,
+        "roots",
+        "makes fdatasync free; the Sync/Group figures mean nothing",
+    );
     println!(
         "payload {PAYLOAD_BYTES} B, record {RECORD_BYTES} B, segment {} MiB; {} rounds; durable runs {:.1} s; Os runs {} events; {} available CPUs",
         SEGMENT_BYTES_DEFAULT >> 20,
         plan.rounds,
         plan.durable_run.as_secs_f64(),
         plan.os_events,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        common::available_cpus()
     );
     let mut r = Results::default();
     let all = Instant::now();
     for i in 0..plan.rounds {
-        println!(
-            "round {}/{} (load average {})",
-            i + 1,
-            plan.rounds,
-            load_average()
-        );
+        common::print_round(i, plan.rounds);
         round(&base, plan, &mut r)?;
     }
 
@@ -1029,10 +861,6 @@ fn main() -> Res<()> {
         r.wait_pct.min(),
         r.wait_pct.max()
     );
-    println!(
-        "total bench time {:.1} s; load average at the end {}",
-        all.elapsed().as_secs_f64(),
-        load_average()
-    );
+    common::print_total_time(all);
     Ok(())
 }

@@ -25,8 +25,7 @@
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one round on 10,000 processes, for checking the harness only.
 
 use std::collections::BTreeMap;
-use std::error::Error;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use procjournal::journal::reader::JournalReader;
@@ -40,7 +39,9 @@ use procjournal::lifecycle::{
 use procjournal::limits::SEGMENT_BYTES_DEFAULT;
 use procjournal::{Durability, EventId, Journal, JournalOptions};
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+mod common;
+
+use common::{Res, Samples, Sched};
 
 /// Wall time and this thread's on-CPU time (user + system, from `/proc/thread-self/schedstat`) of
 /// one measurement. The machine running this may be shared: on-CPU time leaves out the time spent
@@ -53,14 +54,7 @@ struct Timing {
 
 struct Clock {
     wall: Instant,
-    cpu_ns: u64,
-}
-
-fn thread_cpu_ns() -> u64 {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().and_then(|n| n.parse().ok()))
-        .unwrap_or(0)
+    sched: Sched,
 }
 
 impl Clock {
@@ -71,12 +65,12 @@ impl Clock {
         drop(std::hint::black_box(Vec::<u8>::with_capacity(1 << 16)));
         Clock {
             wall: Instant::now(),
-            cpu_ns: thread_cpu_ns(),
+            sched: Sched::now(),
         }
     }
     fn stop(&self) -> Timing {
         let wall = self.wall.elapsed();
-        let cpu = Duration::from_nanos(thread_cpu_ns().saturating_sub(self.cpu_ns));
+        let cpu = Duration::from_nanos(Sched::since(self.sched).cpu_ns);
         Timing { wall, cpu }
     }
 }
@@ -339,59 +333,9 @@ fn journal_open(root: &Path, events: u64) -> Res<Timing> {
     Ok(elapsed)
 }
 
-/// Samples of one figure over the rounds.
-#[derive(Debug, Default, Clone)]
-struct Samples(Vec<f64>);
-
-impl Samples {
-    fn sorted(&self) -> Vec<f64> {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        v
-    }
-    fn median(&self) -> f64 {
-        let v = self.sorted();
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-    fn min(&self) -> f64 {
-        self.sorted().first().copied().unwrap_or(f64::NAN)
-    }
-    fn max(&self) -> f64 {
-        self.sorted().last().copied().unwrap_or(f64::NAN)
-    }
-    /// (max - min) / median, in percent.
-    fn spread_pct(&self) -> f64 {
-        (self.max() - self.min()) / self.median() * 100.0
-    }
-    fn ratios(&self, base: &Samples) -> Samples {
-        Samples(self.0.iter().zip(&base.0).map(|(a, b)| a / b).collect())
-    }
-}
-
-/// Human number: 12.3k, 4.56M.
+/// Human number: 12.3k, 4.56M; two decimals below 100.
 fn num(v: f64) -> String {
-    if !v.is_finite() {
-        "n/a".to_owned()
-    } else if v >= 1e6 {
-        format!("{:.2}M", v / 1e6)
-    } else if v >= 1e4 {
-        format!("{:.1}k", v / 1e3)
-    } else if v >= 100.0 {
-        format!("{v:.0}")
-    } else {
-        format!("{v:.2}")
-    }
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| s.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
+    common::human_number(v, 2)
 }
 
 /// The figures, in table order: name, and the ratio to the raw scan they must reach.
@@ -434,14 +378,8 @@ fn print_table(title: &str, samples: &[Samples]) {
 }
 
 fn main() -> Res<()> {
-    let plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
-        QUICK
-    } else {
-        FULL
-    };
-    let base = std::env::var_os("PROCJOURNAL_BENCH_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
-    std::fs::create_dir_all(&base)?;
+    let plan = common::plan(FULL, QUICK);
+    let base = common::bench_dir()?;
     let dir = tempfile::Builder::new()
         .prefix("lifecycle-bench-")
         .tempdir_in(&base)?;
@@ -490,7 +428,7 @@ fn main() -> Res<()> {
             "round {}/{} (load {}), wall/cpu ms: raw scan {}, scan+decode {}, replay {}, Journal::open {}, Lifecycle::open {}",
             i + 1,
             plan.rounds,
-            load_average(),
+            common::load_average(),
             ms[0],
             ms[1],
             ms[2],

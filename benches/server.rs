@@ -77,7 +77,6 @@
 //! only. `PROCJOURNAL_BENCH_ONLY=resume|tail|hello` runs that daemon measurement alone (1
 //! connection, no baseline), for profiling it with perf or strace.
 
-use std::error::Error;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
@@ -91,7 +90,9 @@ use procjournal::server::Server;
 use procjournal::supervisor::{Rendering, Supervisor, SupervisorConfig};
 use serde_json::Value;
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+mod common;
+
+use common::{Res, Samples, Sched, load_average, process_cpu_seconds, quantile};
 
 /// Each supervised process (run by `bash -c`): a line every 50 ms, no fork per line (see the
 /// file's documentation).
@@ -127,101 +128,6 @@ const QUICK: Plan = Plan {
 
 // ---------------------------------------------------------------------------------------------
 // Small tools.
-
-#[derive(Debug, Default, Clone)]
-struct Samples(Vec<f64>);
-
-impl Samples {
-    fn push(&mut self, x: f64) {
-        self.0.push(x);
-    }
-    fn sorted(&self) -> Vec<f64> {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        v
-    }
-    fn median(&self) -> f64 {
-        let v = self.sorted();
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-    fn min(&self) -> f64 {
-        self.sorted().first().copied().unwrap_or(f64::NAN)
-    }
-    fn max(&self) -> f64 {
-        self.sorted().last().copied().unwrap_or(f64::NAN)
-    }
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i]
-}
-
-/// The 1-minute load average.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-/// CPU time (user + system) of this whole process, exited threads included, from
-/// /proc/self/stat, in seconds (USER_HZ is 100).
-fn process_cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return f64::NAN;
-    };
-    let Some(after_comm) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return f64::NAN;
-    };
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(u), Some(s)) => (u + s) / 100.0,
-        _ => f64::NAN,
-    }
-}
-
-/// This thread's on-CPU time and run-queue wait, in nanoseconds, from
-/// /proc/thread-self/schedstat; zeros where that file is missing.
-fn thread_sched_ns() -> (u64, u64) {
-    let text = std::fs::read_to_string("/proc/thread-self/schedstat").unwrap_or_default();
-    let mut fields = text
-        .split_whitespace()
-        .map(|f| f.parse::<u64>().unwrap_or(0));
-    (fields.next().unwrap_or(0), fields.next().unwrap_or(0))
-}
-
-fn mount_of(path: &Path) -> Option<(String, String)> {
-    let path = path.canonicalize().ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(String, String)> = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(mount_point), Some(fs_type)) = (fields.get(4), fields.get(dash + 1)) else {
-            continue;
-        };
-        if path.starts_with(mount_point)
-            && best
-                .as_ref()
-                .is_none_or(|(m, _)| mount_point.len() >= m.len())
-        {
-            best = Some(((*mount_point).to_owned(), (*fs_type).to_owned()));
-        }
-    }
-    best
-}
 
 /// This process's CPU seconds per second of wall time while no request is sent (the supervisor
 /// capturing the writers' output, and the runtimes' idle work).
@@ -518,7 +424,7 @@ fn measure(
                     cpu_ns: 0,
                     wait_ns: 0,
                 };
-                let (cpu0, wait0) = thread_sched_ns();
+                let sched = Sched::now();
                 let deadline = Instant::now() + duration;
                 let mut failed = None;
                 loop {
@@ -539,9 +445,9 @@ fn measure(
                         }
                     }
                 }
-                let (cpu1, wait1) = thread_sched_ns();
-                r.cpu_ns = cpu1 - cpu0;
-                r.wait_ns = wait1 - wait0;
+                let sched = Sched::since(sched);
+                r.cpu_ns = sched.cpu_ns;
+                r.wait_ns = sched.wait_ns;
                 end.wait();
                 match failed {
                     Some(e) => Err(e),
@@ -596,15 +502,14 @@ struct Stages {
 
 /// Calls `f(i)` for i = 0, 1, ... for `d` of wall time; returns its on-CPU microseconds per call.
 fn cpu_per_call(d: Duration, mut f: impl FnMut(usize) -> Res<()>) -> Res<f64> {
-    let (cpu0, _) = thread_sched_ns();
+    let start = Sched::now();
     let deadline = Instant::now() + d;
     let mut calls = 0usize;
     while !calls.is_multiple_of(64) || Instant::now() < deadline {
         f(calls)?;
         calls += 1;
     }
-    let (cpu1, _) = thread_sched_ns();
-    Ok((cpu1 - cpu0) as f64 / 1e3 / calls as f64)
+    Ok(Sched::since(start).cpu_ns as f64 / 1e3 / calls as f64)
 }
 
 /// What the server does for one `output` poll of `handle` at `cursor` (as `Dispatcher::dispatch`
@@ -800,11 +705,6 @@ struct Row<'a> {
     base: &'a Samples,
 }
 
-fn fmt_samples(s: &Samples) -> String {
-    let d = if s.median() < 100.0 { 1 } else { 0 };
-    format!("{:.d$} [{:.d$}-{:.d$}]", s.median(), s.min(), s.max())
-}
-
 fn print_table(rows: &[Row<'_>]) {
     let header = [
         "figure",
@@ -813,45 +713,19 @@ fn print_table(rows: &[Row<'_>]) {
         "median [min-max]",
         "ratio [per-round]",
     ];
-    let mut cells: Vec<[String; 5]> = Vec::new();
-    for row in rows {
-        let ratios = Samples(
-            row.samples
-                .0
-                .iter()
-                .zip(&row.base.0)
-                .map(|(a, b)| a / b)
-                .collect(),
-        );
-        let ratio = row.samples.median() / row.base.median();
-        cells.push([
-            row.figure.clone(),
-            fmt_samples(row.samples),
-            row.baseline.clone(),
-            fmt_samples(row.base),
-            format!("{ratio:.2} [{:.2}-{:.2}]", ratios.min(), ratios.max()),
-        ]);
-    }
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |row: &[String]| {
-        let padded: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("| {} |", padded.join(" | "));
-    };
-    line(&header.map(str::to_owned));
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    println!("|-{}-|", rule.join("-|-"));
-    for row in &cells {
-        line(row);
-    }
+    let cells: Vec<[String; 5]> = rows
+        .iter()
+        .map(|row| {
+            [
+                row.figure.clone(),
+                common::fmt_samples(row.samples),
+                row.baseline.clone(),
+                common::fmt_samples(row.base),
+                common::ratio_cell(row.samples, row.base),
+            ]
+        })
+        .collect();
+    common::print_cells(header, &cells);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -862,20 +736,13 @@ const VARIANTS: [(&str, u64); 2] = [("resume", 0), ("4 KiB tail", TAIL)];
 const TAIL: u64 = 4096;
 
 fn main() -> Res<()> {
-    let plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
-        QUICK
-    } else {
-        FULL
-    };
-    let parent = std::env::var_os("PROCJOURNAL_BENCH_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
-    std::fs::create_dir_all(&parent)?;
-    let tmp = tempfile::tempdir_in(&parent)?;
+    let plan = common::plan(FULL, QUICK);
+    let tmp = tempfile::tempdir_in(common::bench_dir()?)?;
     let base = tmp.path();
     let root = base.join("root");
     let socket = base.join("pj.sock");
-    match mount_of(base) {
-        Some((mount_point, fs_type)) => {
+    match common::mount_of(base) {
+        Some((mount_point, fs_type, _)) => {
             println!(
                 "temp root under {} on {mount_point} ({fs_type})",
                 base.display()
@@ -890,7 +757,7 @@ fn main() -> Res<()> {
         plan.measure.as_secs_f64(),
         plan.processes,
         plan.connections,
-        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        common::available_cpus(),
         load_average()
     );
 

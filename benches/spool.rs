@@ -60,7 +60,6 @@
 //! `PROCJOURNAL_BENCH_ROUNDS=N` runs N rounds instead of 3 (tighter medians on a busy machine);
 //! `PROCJOURNAL_BENCH_ONLY=append|read|render` runs one section, for profiling it.
 
-use std::error::Error;
 use std::fs::File;
 use std::hint::black_box;
 use std::io::Write;
@@ -72,10 +71,12 @@ use procjournal::render::safe_text;
 use procjournal::spool::format::{SPOOL_HEADER_BYTES, Stream, chunk_bytes};
 use procjournal::spool::{CHUNK_SPLIT_BYTES, Spool, SpoolOptions};
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+mod common;
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
+use common::{
+    KIB, MIB, Res, Row, Samples, Sched, Target, discard, mib_per_sec, quantile, size_name,
+};
+
 const SPOOL_ID: [u8; 16] = *b"spool-benchmark!";
 const READ_BYTES: usize = 4096;
 /// The append measurement alternates between the spool and the plain file every this many bytes.
@@ -157,115 +158,13 @@ fn noise(len: usize, seed: u64) -> Vec<u8> {
     out
 }
 
-/// Samples of one figure over the rounds.
-#[derive(Debug, Default, Clone)]
-struct Samples(Vec<f64>);
-
-impl Samples {
-    fn push(&mut self, x: f64) {
-        self.0.push(x);
-    }
-    fn sorted(&self) -> Vec<f64> {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        v
-    }
-    fn median(&self) -> f64 {
-        let v = self.sorted();
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-    fn min(&self) -> f64 {
-        self.sorted().first().copied().unwrap_or(f64::NAN)
-    }
-    fn max(&self) -> f64 {
-        self.sorted().last().copied().unwrap_or(f64::NAN)
-    }
-}
-
 /// The sample just taken.
 fn last(s: &Samples) -> f64 {
     s.0.last().copied().unwrap_or(f64::NAN)
 }
 
-/// The `q` quantile (0..=1) of `v`, which is sorted here.
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i]
-}
-
-fn mib_per_sec(bytes: u64, elapsed: Duration) -> f64 {
-    bytes as f64 / MIB as f64 / elapsed.as_secs_f64()
-}
-
-/// "1 GiB", "32 MiB".
-fn size_name(bytes: u64) -> String {
-    if bytes >= 1024 * MIB && bytes.is_multiple_of(1024 * MIB) {
-        format!("{} GiB", bytes / (1024 * MIB))
-    } else {
-        format!("{} MiB", bytes / MIB)
-    }
-}
-
 fn mb_per_sec(bytes: usize, elapsed: Duration) -> f64 {
     bytes as f64 / 1e6 / elapsed.as_secs_f64()
-}
-
-/// Deletes `path` (a file or a directory), then writes back every dirty page of the machine, so
-/// that the next measurement starts without write-back of this one's pages competing with it.
-fn discard(path: &Path) -> Res<()> {
-    if path.is_dir() {
-        std::fs::remove_dir_all(path)?;
-    } else if path.exists() {
-        std::fs::remove_file(path)?;
-    }
-    nix::unistd::sync();
-    Ok(())
-}
-
-/// The mount point, file-system type and source of `path`, from /proc/self/mountinfo.
-fn mount_of(path: &Path) -> Option<(String, String, String)> {
-    let path = path.canonicalize().ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(String, String, String)> = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(mount_point), Some(fs_type), Some(source)) =
-            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
-        else {
-            continue;
-        };
-        if path.starts_with(mount_point)
-            && best
-                .as_ref()
-                .is_none_or(|(m, _, _)| mount_point.len() >= m.len())
-        {
-            best = Some((
-                (*mount_point).to_owned(),
-                (*fs_type).to_owned(),
-                (*source).to_owned(),
-            ));
-        }
-    }
-    best
-}
-
-/// The 1-minute load average, to show how busy the machine was around each round.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -277,15 +176,6 @@ fn stream_of(i: u64) -> Stream {
     } else {
         Stream::Stderr
     }
-}
-
-/// Time this thread waited on the run queue (ready, but another process had the CPU), from
-/// `/proc/thread-self/schedstat`; 0 where that file is missing.
-fn runqueue_wait() -> Duration {
-    std::fs::read_to_string("/proc/thread-self/schedstat")
-        .ok()
-        .and_then(|t| t.split_whitespace().nth(1)?.parse().ok())
-        .map_or(Duration::ZERO, Duration::from_nanos)
 }
 
 /// One append-throughput measurement: MiB/s of the spool and of the plain file, and the share of
@@ -325,7 +215,7 @@ fn append_pair(base: &Path, data: &[u8], chunk: usize, total: u64) -> Res<Append
     let appends = total / chunk as u64;
     // Spool, plain, framed.
     let mut times = [Duration::ZERO; 3];
-    let wait_before = runqueue_wait();
+    let sched = Sched::now();
     let mut i = 0u64;
     let mut slice = 0u64;
     while i < appends {
@@ -346,7 +236,7 @@ fn append_pair(base: &Path, data: &[u8], chunk: usize, total: u64) -> Res<Append
         i += n;
         slice += 1;
     }
-    let waited = runqueue_wait().saturating_sub(wait_before);
+    let waited = Duration::from_nanos(Sched::since(sched).wait_ns);
     let written = appends * chunk as u64;
     assert_eq!(spool.total_bytes(), written);
     assert_eq!(file.metadata()?.len(), written);
@@ -877,129 +767,23 @@ fn round_render(inputs: &Inputs, swap: bool, r: &mut Results) {
     );
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Target {
-    /// figure / baseline must be at least this.
-    MinRatio(f64),
-    /// figure / baseline must be at most this.
-    MaxRatio(f64),
-    None,
-}
-
-struct Row<'a> {
-    figure: &'a str,
-    samples: &'a Samples,
-    baseline: &'a str,
-    base: &'a Samples,
-    target: Target,
-}
-
-fn fmt_samples(s: &Samples) -> String {
-    let digits = if s.median() < 100.0 { 1 } else { 0 };
-    format!(
-        "{:.d$} [{:.d$}-{:.d$}]",
-        s.median(),
-        s.min(),
-        s.max(),
-        d = digits
-    )
-}
-
+/// The summary table, leaving out the rows of sections that did not run
+/// (`PROCJOURNAL_BENCH_ONLY`).
 fn print_table(rows: &[Row<'_>]) {
-    let header = [
-        "figure",
-        "median [min-max]",
-        "baseline",
-        "median [min-max]",
-        "ratio [per-round]",
-        "target",
-        "met",
-    ];
-    let mut cells: Vec<[String; 7]> = Vec::new();
-    for row in rows.iter().filter(|r| !r.samples.0.is_empty()) {
-        let ratios: Vec<f64> = row
-            .samples
-            .0
-            .iter()
-            .zip(&row.base.0)
-            .map(|(a, b)| a / b)
-            .collect();
-        let ratio_samples = Samples(ratios);
-        let ratio = row.samples.median() / row.base.median();
-        let (target, met) = match row.target {
-            Target::MinRatio(t) => (format!(">= {t}x"), Some(ratio >= t)),
-            Target::MaxRatio(t) => (format!("<= {t}x"), Some(ratio <= t)),
-            Target::None => ("-".to_owned(), None),
-        };
-        cells.push([
-            row.figure.to_owned(),
-            fmt_samples(row.samples),
-            row.baseline.to_owned(),
-            fmt_samples(row.base),
-            format!(
-                "{ratio:.2} [{:.2}-{:.2}]",
-                ratio_samples.min(),
-                ratio_samples.max()
-            ),
-            target,
-            match met {
-                Some(true) => "yes".to_owned(),
-                Some(false) => "NO".to_owned(),
-                None => "-".to_owned(),
-            },
-        ]);
-    }
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.chars().count());
-        }
-    }
-    let line = |cols: &[String]| {
-        let padded: Vec<String> = cols
-            .iter()
-            .zip(widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("| {} |", padded.join(" | "));
-    };
-    line(&header.map(str::to_owned));
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    println!("|-{}-|", rule.join("-|-"));
-    for row in &cells {
-        line(row);
-    }
+    common::print_rows(rows.iter().filter(|r| !r.samples.0.is_empty()));
 }
 
 fn main() -> Res<()> {
-    let mut plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
-        QUICK
-    } else {
-        FULL
-    };
+    let mut plan = common::plan(FULL, QUICK);
     if let Some(rounds) = std::env::var("PROCJOURNAL_BENCH_ROUNDS")
         .ok()
         .and_then(|r| r.parse().ok())
     {
         plan.rounds = rounds;
     }
-    let parent = std::env::var_os("PROCJOURNAL_BENCH_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
-    std::fs::create_dir_all(&parent)?;
-    let tmp = tempfile::tempdir_in(&parent)?;
+    let tmp = tempfile::tempdir_in(common::bench_dir()?)?;
     let base = tmp.path();
-    match mount_of(base) {
-        Some((mount_point, fs_type, source)) => {
-            println!(
-                "temp spools under {} on {mount_point} ({fs_type}, {source})",
-                base.display()
-            );
-            if matches!(fs_type.as_str(), "tmpfs" | "ramfs") {
-                println!("WARNING: {fs_type} is memory: the write figures mean nothing");
-            }
-        }
-        None => println!("temp spools under {} (file system unknown)", base.display()),
-    }
+    common::print_file_system(base, "spools", "is memory: the write figures mean nothing");
     println!(
         "{} rounds; appends of {} MiB per measurement; read spools {} MiB and {} MiB; {} warm-up + \
          {} timed reads; render input {} MiB; {} available CPUs",
@@ -1010,7 +794,7 @@ fn main() -> Res<()> {
         plan.warmup_reads,
         plan.timed_reads,
         plan.render_bytes >> 20,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        common::available_cpus()
     );
     let only = match std::env::var("PROCJOURNAL_BENCH_ONLY").as_deref() {
         Err(_) => None,
@@ -1064,12 +848,7 @@ fn main() -> Res<()> {
     );
     let mut r = Results::default();
     for i in 0..plan.rounds {
-        println!(
-            "round {}/{} (load average {})",
-            i + 1,
-            plan.rounds,
-            load_average()
-        );
+        common::print_round(i, plan.rounds);
         round(base, plan, &inputs, i, only, &mut r)?;
     }
 
@@ -1256,10 +1035,6 @@ fn main() -> Res<()> {
             r.append_wait_pct.max()
         );
     }
-    println!(
-        "total bench time {:.1} s; load average at the end {}",
-        all.elapsed().as_secs_f64(),
-        load_average()
-    );
+    common::print_total_time(all);
     Ok(())
 }

@@ -65,11 +65,12 @@ use procjournal::spool::{Spool, SpoolOptions};
 use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
 
-type Res<T> = Result<T, Box<dyn Error + Send + Sync>>;
+mod common;
 
-const KIB: u64 = 1024;
-const MIB: u64 = 1024 * KIB;
-const GIB: u64 = 1024 * MIB;
+use common::{
+    GIB, MIB, Res, Row, Samples, Target, discard, load_average, mib_per_sec, quantile, size_name,
+};
+
 /// Set in the re-executed child that measures RSS: `supervisor` or `plain`.
 const RSS_CHILD_ENV: &str = "PROCJOURNAL_BENCH_RSS_CHILD";
 /// The runtime root of the RSS child's supervisor.
@@ -109,125 +110,8 @@ const QUICK: Plan = Plan {
 // ---------------------------------------------------------------------------------------------
 // Small tools.
 
-#[derive(Debug, Default, Clone)]
-struct Samples(Vec<f64>);
-
-impl Samples {
-    fn push(&mut self, x: f64) {
-        self.0.push(x);
-    }
-    fn sorted(&self) -> Vec<f64> {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        v
-    }
-    fn median(&self) -> f64 {
-        let v = self.sorted();
-        match v.len() {
-            0 => f64::NAN,
-            n if n % 2 == 1 => v[n / 2],
-            n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-        }
-    }
-    fn min(&self) -> f64 {
-        self.sorted().first().copied().unwrap_or(f64::NAN)
-    }
-    fn max(&self) -> f64 {
-        self.sorted().last().copied().unwrap_or(f64::NAN)
-    }
-}
-
-fn quantile(v: &mut [f64], q: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((v.len() - 1) as f64 * q).round() as usize;
-    v[i]
-}
-
 fn us(d: Duration) -> f64 {
     d.as_secs_f64() * 1e6
-}
-
-fn mib_per_sec(bytes: u64, elapsed: Duration) -> f64 {
-    bytes as f64 / MIB as f64 / elapsed.as_secs_f64()
-}
-
-fn size_name(bytes: u64) -> String {
-    if bytes >= GIB && bytes.is_multiple_of(GIB) {
-        format!("{} GiB", bytes / GIB)
-    } else {
-        format!("{} MiB", bytes / MIB)
-    }
-}
-
-/// Deletes `path` (a file or a directory), then writes back every dirty page of the machine, so
-/// that the next measurement starts without write-back of this one's pages competing with it.
-fn discard(path: &Path) -> Res<()> {
-    if path.is_dir() {
-        std::fs::remove_dir_all(path)?;
-    } else if path.exists() {
-        std::fs::remove_file(path)?;
-    }
-    nix::unistd::sync();
-    Ok(())
-}
-
-/// The mount point, file-system type and source of `path`, from /proc/self/mountinfo.
-fn mount_of(path: &Path) -> Option<(String, String, String)> {
-    let path = path.canonicalize().ok()?;
-    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
-    let mut best: Option<(String, String, String)> = None;
-    for line in info.lines() {
-        let fields: Vec<&str> = line.split(' ').collect();
-        let Some(dash) = fields.iter().position(|f| *f == "-") else {
-            continue;
-        };
-        let (Some(mount_point), Some(fs_type), Some(source)) =
-            (fields.get(4), fields.get(dash + 1), fields.get(dash + 2))
-        else {
-            continue;
-        };
-        if path.starts_with(mount_point)
-            && best
-                .as_ref()
-                .is_none_or(|(m, _, _)| mount_point.len() >= m.len())
-        {
-            best = Some((
-                (*mount_point).to_owned(),
-                (*fs_type).to_owned(),
-                (*source).to_owned(),
-            ));
-        }
-    }
-    best
-}
-
-/// The 1-minute load average, to show how busy the machine was around each round.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".to_owned())
-}
-
-/// CPU time (user + system) this process has used, from /proc/self/stat, in seconds.
-fn cpu_seconds() -> f64 {
-    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
-        return f64::NAN;
-    };
-    let Some(after_comm) = stat.rfind(')').map(|i| &stat[i + 1..]) else {
-        return f64::NAN;
-    };
-    // after_comm starts at field 3; utime and stime are fields 14 and 15. USER_HZ is 100 on
-    // Linux for every architecture this runs on.
-    let fields: Vec<&str> = after_comm.split_whitespace().collect();
-    let ticks = |i: usize| fields.get(i).and_then(|f| f.parse::<f64>().ok());
-    match (ticks(11), ticks(12)) {
-        (Some(u), Some(s)) => (u + s) / 100.0,
-        _ => f64::NAN,
-    }
 }
 
 /// Time every thread of this process has spent runnable but waiting for a CPU, summed over
@@ -414,7 +298,7 @@ async fn supervised_output(root: &Path, bytes: u64, periodic_syncs: bool) -> Res
             .args(["-c", &bytes.to_string(), "/dev/zero"])
             .cwd(root),
     )?;
-    let cpu0 = cpu_seconds();
+    let cpu0 = common::process_cpu_seconds();
     let t0 = Instant::now();
     let handle = sup
         .start(prepared)
@@ -422,7 +306,7 @@ async fn supervised_output(root: &Path, bytes: u64, periodic_syncs: bool) -> Res
         .map_err(|e| format!("start: {e}"))?;
     let summary = sup.wait(&handle, None).await?;
     let elapsed = t0.elapsed();
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = common::process_cpu_seconds() - cpu0;
     if summary.state != State::Exited
         || summary.exit != ExitStatus::Code(0)
         || summary.capture != CaptureStatus::Complete
@@ -447,7 +331,7 @@ struct CopyKind {
 
 /// MiB/s and CPU seconds per GiB of `head -c N /dev/zero | <Rust copy loop> > file`.
 fn plain_copy(file: &Path, bytes: u64, kind: CopyKind) -> Res<(f64, f64)> {
-    let cpu0 = cpu_seconds();
+    let cpu0 = common::process_cpu_seconds();
     let t0 = Instant::now();
     let mut child = std::process::Command::new("head")
         .args(["-c", &bytes.to_string(), "/dev/zero"])
@@ -474,7 +358,7 @@ fn plain_copy(file: &Path, bytes: u64, kind: CopyKind) -> Res<(f64, f64)> {
     }
     let status = child.wait()?;
     let elapsed = t0.elapsed();
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = common::process_cpu_seconds() - cpu0;
     if !status.success() || copied != bytes {
         return Err(format!("plain copy: {status}, {copied} bytes").into());
     }
@@ -808,125 +692,14 @@ fn rss_round(i: usize, plan: Plan, base: &Path, r: &mut Results) -> Res<()> {
     Ok(())
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Target {
-    /// figure / baseline must be at least this.
-    MinRatio(f64),
-    /// figure / baseline must be at most this.
-    MaxRatio(f64),
-    /// The figure itself must be below this.
-    BelowAbs(f64),
-    None,
-}
-
-struct Row<'a> {
-    figure: &'a str,
-    samples: &'a Samples,
-    baseline: &'a str,
-    base: &'a Samples,
-    target: Target,
-}
-
-fn fmt_samples(s: &Samples) -> String {
-    let digits = if s.median() < 100.0 { 1 } else { 0 };
-    format!(
-        "{:.d$} [{:.d$}-{:.d$}]",
-        s.median(),
-        s.min(),
-        s.max(),
-        d = digits
-    )
-}
-
-fn print_table(rows: &[Row<'_>]) {
-    let header = [
-        "figure",
-        "median [min-max]",
-        "baseline",
-        "median [min-max]",
-        "ratio [per-round]",
-        "target",
-        "met",
-    ];
-    let mut cells: Vec<[String; 7]> = Vec::new();
-    for row in rows {
-        let ratios = Samples(
-            row.samples
-                .0
-                .iter()
-                .zip(&row.base.0)
-                .map(|(a, b)| a / b)
-                .collect(),
-        );
-        let ratio = row.samples.median() / row.base.median();
-        let (target, met) = match row.target {
-            Target::MinRatio(t) => (format!(">= {t}x"), Some(ratio >= t)),
-            Target::MaxRatio(t) => (format!("<= {t}x"), Some(ratio <= t)),
-            Target::BelowAbs(t) => (format!("< {t:.0}"), Some(row.samples.median() < t)),
-            Target::None => ("-".to_owned(), None),
-        };
-        cells.push([
-            row.figure.to_owned(),
-            fmt_samples(row.samples),
-            row.baseline.to_owned(),
-            fmt_samples(row.base),
-            format!("{ratio:.2} [{:.2}-{:.2}]", ratios.min(), ratios.max()),
-            target,
-            match met {
-                Some(true) => "yes".to_owned(),
-                Some(false) => "NO".to_owned(),
-                None => "-".to_owned(),
-            },
-        ]);
-    }
-    let mut widths = header.map(str::len);
-    for row in &cells {
-        for (w, c) in widths.iter_mut().zip(row) {
-            *w = (*w).max(c.len());
-        }
-    }
-    let line = |row: &[String]| {
-        let padded: Vec<String> = row
-            .iter()
-            .zip(&widths)
-            .map(|(c, w)| format!("{c:<w$}"))
-            .collect();
-        println!("| {} |", padded.join(" | "));
-    };
-    line(&header.map(str::to_owned));
-    let rule: Vec<String> = widths.iter().map(|w| "-".repeat(*w)).collect();
-    println!("|-{}-|", rule.join("-|-"));
-    for row in &cells {
-        line(row);
-    }
-}
-
 fn main() -> Res<()> {
     if let Ok(mode) = std::env::var(RSS_CHILD_ENV) {
         return rss_child(&mode);
     }
-    let plan = if std::env::var_os("PROCJOURNAL_BENCH_QUICK").is_some() {
-        QUICK
-    } else {
-        FULL
-    };
-    let parent = std::env::var_os("PROCJOURNAL_BENCH_DIR")
-        .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from);
-    std::fs::create_dir_all(&parent)?;
-    let tmp = tempfile::tempdir_in(&parent)?;
+    let plan = common::plan(FULL, QUICK);
+    let tmp = tempfile::tempdir_in(common::bench_dir()?)?;
     let base = tmp.path();
-    match mount_of(base) {
-        Some((mount_point, fs_type, source)) => {
-            println!(
-                "temp roots under {} on {mount_point} ({fs_type}, {source})",
-                base.display()
-            );
-            if matches!(fs_type.as_str(), "tmpfs" | "ramfs") {
-                println!("WARNING: {fs_type} is memory: the write figures mean nothing");
-            }
-        }
-        None => println!("temp roots under {} (file system unknown)", base.display()),
-    }
+    common::print_file_system(base, "roots", "is memory: the write figures mean nothing");
     println!(
         "{} rounds; {} timed starts (+{} warm-up); {} of output; {} idle processes; {} available \
          CPUs",
@@ -935,7 +708,7 @@ fn main() -> Res<()> {
         plan.warmup_starts,
         size_name(plan.output_bytes),
         plan.idle_children,
-        std::thread::available_parallelism().map_or(0, |n| n.get())
+        common::available_cpus()
     );
     let rt = runtime()?;
     let parts = match std::env::var("PROCJOURNAL_BENCH_ONLY").as_deref() {
@@ -980,7 +753,7 @@ fn main() -> Res<()> {
     }
     println!("({:.0} s)", t0.elapsed().as_secs_f64());
     println!();
-    print_table(&[
+    common::print_rows(&[
         Row {
             figure: "start -> running p50 (us)",
             samples: &r.start_p50,
