@@ -112,10 +112,20 @@ impl SyncPlan {
                 .try_for_each(SyncJob::run)
         };
         std::thread::scope(|scope| {
-            let others: Vec<_> = (1..workers)
-                .map(|w| scope.spawn(move || share(w)))
-                .collect();
+            // A thread that cannot be created (the process is at its thread limit) leaves its
+            // share to this thread: slower, never skipped, never a panic.
+            let mut inline = Vec::new();
+            let mut others = Vec::new();
+            for w in 1..workers {
+                match std::thread::Builder::new().spawn_scoped(scope, move || share(w)) {
+                    Ok(handle) => others.push(handle),
+                    Err(_) => inline.push(w),
+                }
+            }
             let mut result = share(0);
+            for w in inline {
+                result = result.and(share(w));
+            }
             for other in others {
                 let joined = other.join().unwrap_or_else(|_| {
                     Err(SpoolError::Io {
