@@ -633,26 +633,7 @@ impl Supervisor {
         rendering: Rendering,
     ) -> Result<OutputPage, SupervisorError> {
         let state = self.state_of(handle)?;
-        let out_err = |e: SpoolError| match e {
-            SpoolError::CursorAhead {
-                cursor,
-                total_bytes,
-            } => SupervisorError::CursorAhead {
-                cursor,
-                total_bytes,
-            },
-            other => SupervisorError::Output {
-                handle: *handle,
-                message: other.to_string(),
-            },
-        };
-        let read = match self.inner.proc(handle) {
-            Some(proc) => proc.read_output(cursor, max_bytes).map_err(out_err)?,
-            None => self
-                .reader(handle)?
-                .read(cursor, max_bytes)
-                .map_err(out_err)?,
-        };
+        let read = self.read_output(handle, cursor, max_bytes)?;
         Ok(render_page(
             handle, state, cursor, &read, max_bytes, rendering,
         ))
@@ -666,6 +647,16 @@ impl Supervisor {
         max_bytes: usize,
     ) -> Result<crate::spool::SpoolRead, SupervisorError> {
         self.state_of(handle)?;
+        self.read_output(handle, cursor, max_bytes)
+    }
+
+    /// One read of a live process's output (buffer, then spool) or of a finished one's spool.
+    fn read_output(
+        &self,
+        handle: &Handle,
+        cursor: u64,
+        max_bytes: usize,
+    ) -> Result<crate::spool::SpoolRead, SupervisorError> {
         let result = match self.inner.proc(handle) {
             Some(proc) => proc.read_output(cursor, max_bytes),
             None => self.reader(handle)?.read(cursor, max_bytes),
