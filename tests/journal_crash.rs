@@ -66,32 +66,9 @@ const HANG_GUARD: Duration = Duration::from_secs(120);
 // ---------------------------------------------------------------------------------------------
 // Deterministic events.
 
-fn mix(mut x: u64) -> u64 {
-    // splitmix64 finalizer.
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// xorshift64*: the PRNG of the kill schedule and of payload bytes.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        XorShift(mix(seed) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform enough in `0..n` for a test schedule.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::{XorShift, mix};
 
 fn id_of(index: u64) -> EventId {
     let bits = (u128::from(mix(index)) << 64) | u128::from(index);

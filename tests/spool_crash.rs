@@ -79,36 +79,9 @@ const VERIFY_READ_BYTES: usize = 256 * 1024;
 // ---------------------------------------------------------------------------------------------
 // Deterministic content.
 
-fn mix(mut x: u64) -> u64 {
-    // splitmix64 finalizer.
-    x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    x ^ (x >> 31)
-}
-
-/// xorshift64*: the PRNG of the kill schedule and of the child's choices.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        XorShift(mix(seed) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform enough in `0..n` for a test schedule.
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-    /// Uniform enough in `lo..=hi`.
-    fn between(&mut self, lo: u64, hi: u64) -> u64 {
-        lo + self.below(hi - lo + 1)
-    }
-}
+#[path = "common/rng.rs"]
+mod rng;
+use rng::{XorShift, mix};
 
 /// Length of the pseudo-random table content is cut from: a prime a little under 1 MiB, so that
 /// a shift by a multiple of it is the only shift that goes unseen (and no append or read is that
