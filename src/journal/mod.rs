@@ -19,6 +19,7 @@
 //!   it takes `writer`.
 
 pub mod format;
+mod idindex;
 mod mmap;
 pub mod reader;
 pub mod recovery;
@@ -41,6 +42,7 @@ use crate::limits::{
 };
 use crate::root::{Root, RootError};
 use format::{RecordFields, SegmentHeader};
+use idindex::{IdIndex, IndexFull};
 use recovery::{DuplicateId, TornTail};
 pub use recovery::{RecoveryReport, Row};
 /// fsync of a directory, shared with the spool.
@@ -167,6 +169,8 @@ pub enum JournalError {
     PayloadTooLarge { bytes: usize, limit: usize },
     #[error("journal is full: it already has the maximum of {max} segments")]
     Full { max: usize },
+    #[error("journal is full: it already indexes the maximum of {max} records")]
+    TooManyRecords { max: usize },
     #[error(
         "journal handle is poisoned by an earlier failure ({cause}); reopen it to run recovery"
     )]
@@ -183,7 +187,7 @@ struct Writer {
     chain_crc: u32,
     next_seq: u64,
     /// Every event ID in the journal: where its record is, and the record's kind.
-    ids: crate::idhash::IdMap<[u8; 16], (Position, u16)>,
+    ids: IdIndex,
     segment_bytes_new: usize,
     segment_count: usize,
     scratch: Vec<u8>,
@@ -323,8 +327,8 @@ impl Journal {
             storage::sync_dir(root.path()).map_err(io("sync runtime root"))?;
         }
 
-        let mut ids: crate::idhash::IdMap<[u8; 16], (Position, u16)> =
-            crate::idhash::IdMap::default();
+        let mut ids = IdIndex::default();
+        let mut index_full = false;
         let mut duplicates = Vec::new();
         let scan = recovery::scan_journal(&dir, |r| {
             let position = Position {
@@ -333,20 +337,22 @@ impl Journal {
                 offset: r.offset,
             };
             visit(reader::view(&r));
-            match ids.entry(r.header.event_id) {
-                std::collections::hash_map::Entry::Occupied(first) => {
-                    duplicates.push(DuplicateId {
-                        event_id: EventId::from_bytes(r.header.event_id).to_string(),
-                        first_seq: first.get().0.seq,
-                        duplicate_seq: position.seq,
-                    });
-                }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert((position, r.header.kind));
-                }
+            match ids.insert(r.header.event_id, position, r.header.kind) {
+                Ok(None) => {}
+                Ok(Some((first, _))) => duplicates.push(DuplicateId {
+                    event_id: EventId::from_bytes(r.header.event_id).to_string(),
+                    first_seq: first.seq,
+                    duplicate_seq: position.seq,
+                }),
+                Err(IndexFull) => index_full = true,
             }
         })
         .map_err(io("scan segments"))?;
+        if index_full {
+            return Err(JournalError::TooManyRecords {
+                max: IdIndex::CAPACITY,
+            });
+        }
         let mut report = scan.report;
         report.duplicate_ids = duplicates;
 
@@ -563,7 +569,7 @@ impl Journal {
             let mut w = lock(&self.writer);
             self.check_poison()?;
             match w.ids.get(&id.as_bytes()) {
-                Some(&(position, _)) => Appended {
+                Some((position, _)) => Appended {
                     position,
                     written: false,
                 },
@@ -620,6 +626,13 @@ impl Journal {
                 max: crate::limits::SEGMENT_COUNT_MAX,
             });
         }
+        // Checked before anything is written: a record the index could not name would be on
+        // disk but unknown to every later lookup.
+        if w.ids.len() >= IdIndex::CAPACITY {
+            return Err(JournalError::TooManyRecords {
+                max: IdIndex::CAPACITY,
+            });
+        }
         let mut scratch = std::mem::take(&mut w.scratch);
         scratch.clear();
         scratch.resize(bytes, 0);
@@ -646,7 +659,12 @@ impl Journal {
         w.write_offset += bytes;
         w.chain_crc = header_crc;
         w.next_seq += 1;
-        w.ids.insert(id.as_bytes(), (position, kind.get()));
+        // Cannot be refused: capacity was checked above, and the caller looked the ID up first.
+        if let Err(IndexFull) = w.ids.insert(id.as_bytes(), position, kind.get()) {
+            return Err(JournalError::TooManyRecords {
+                max: IdIndex::CAPACITY,
+            });
+        }
         Ok(position)
     }
 
@@ -772,12 +790,12 @@ impl Journal {
 
     /// Where the event with this ID was written, if it is in the journal.
     pub fn position_of(&self, id: EventId) -> Option<Position> {
-        lock(&self.writer).ids.get(&id.as_bytes()).map(|(p, _)| *p)
+        lock(&self.writer).ids.get(&id.as_bytes()).map(|(p, _)| p)
     }
 
     /// The kind of the record that holds this event ID, if it is in the journal.
     pub fn kind_of(&self, id: EventId) -> Option<u16> {
-        lock(&self.writer).ids.get(&id.as_bytes()).map(|(_, k)| *k)
+        lock(&self.writer).ids.get(&id.as_bytes()).map(|(_, k)| k)
     }
 
     /// The directory holding the segments.

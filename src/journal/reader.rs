@@ -136,23 +136,27 @@ impl JournalReader {
         &self,
         mut visit: impl FnMut(&RecordView<'_>),
     ) -> Result<RecoveryReport, JournalError> {
-        let mut ids: std::collections::HashMap<[u8; 16], u64> = std::collections::HashMap::new();
+        // The same index the journal keeps, so that verify and open find the same duplicates.
+        let mut ids = super::idindex::IdIndex::default();
+        let mut index_full = false;
         let mut duplicates = Vec::new();
         let mut report = self.scan(1, |r| {
             visit(&r);
-            match ids.entry(r.event_id.as_bytes()) {
-                std::collections::hash_map::Entry::Occupied(first) => {
-                    duplicates.push(recovery::DuplicateId {
-                        event_id: r.event_id.to_string(),
-                        first_seq: *first.get(),
-                        duplicate_seq: r.position.seq,
-                    });
-                }
-                std::collections::hash_map::Entry::Vacant(slot) => {
-                    slot.insert(r.position.seq);
-                }
+            match ids.insert(r.event_id.as_bytes(), r.position, r.kind) {
+                Ok(None) => {}
+                Ok(Some((first, _))) => duplicates.push(recovery::DuplicateId {
+                    event_id: r.event_id.to_string(),
+                    first_seq: first.seq,
+                    duplicate_seq: r.position.seq,
+                }),
+                Err(super::idindex::IndexFull) => index_full = true,
             }
         })?;
+        if index_full {
+            return Err(JournalError::TooManyRecords {
+                max: super::idindex::IdIndex::CAPACITY,
+            });
+        }
         report.duplicate_ids = duplicates;
         Ok(report)
     }
