@@ -940,7 +940,7 @@ pub fn spool_recovery(data: &[u8]) {
         return;
     };
     let total = writer.total_bytes();
-    if writer.append(Stream::Stdout, b"appended").is_err() {
+    if writer.append(Stream::Stdout, b"appended").is_err() || writer.flush().is_err() {
         return;
     }
     drop(writer);

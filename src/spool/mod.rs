@@ -26,9 +26,17 @@
 //! chunks (for spools this writer wrote with large appends, exactly the chunks it returns; at
 //! worst a stride and a chunk more on either side), so its cost does not depend on how much the
 //! spool holds. Appends are split into chunks of [`CHUNK_SPLIT_BYTES`], which bounds the bytes
-//! loaded for a small read anywhere, and each append goes to the file with one vectored write of
-//! headers and the caller's own bytes (no staging copy). Spool segment files are never
-//! memory-mapped, so the torn tail of the active segment is cut with `set_len` at recovery.
+//! loaded for a small read anywhere.
+//!
+//! Appends are staged, framed and checksummed, in a write buffer of [`WRITE_BUFFER_BYTES`]: the
+//! chunks go to the file in large writes that end on a [`WRITE_ALIGN_BYTES`] boundary when the
+//! buffer fills, and all of them at [`Spool::flush`], at every checkpoint (before its
+//! `fdatasync`s are planned), before a new segment is started, and when the handle is dropped.
+//! Reads through the same handle see staged bytes (they are read from the buffer); readers in
+//! other processes, and a crash of this one, see what was flushed. The supervisor flushes after
+//! every pass of its drain, so the issue's flush policy ("a reader in another process sees the
+//! bytes within one drain interval") holds. Spool segment files are never memory-mapped, so the
+//! torn tail of the active segment is cut with `set_len` at recovery.
 
 pub mod buffer;
 pub mod format;
@@ -44,7 +52,6 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -70,10 +77,18 @@ const _: () = assert!(CHUNK_SPLIT_BYTES <= CHUNK_PAYLOAD_BYTES_MAX);
 // Whole split chunks need no padding, so a large append is header, payload, header, payload...
 const _: () = assert!(chunk_padding_bytes(CHUNK_SPLIT_BYTES) == 0);
 
-/// At most this many chunks go out in one vectored write (two slices each, plus one of padding):
-/// well under `IOV_MAX` (1024 on Linux), and the slices live on the stack.
-const CHUNKS_PER_WRITE_MAX: usize = 128;
-const IOV_PER_WRITE_MAX: usize = 2 * CHUNKS_PER_WRITE_MAX + 1;
+/// Appends are staged in a write buffer of about this many bytes and written to the file when
+/// it is full, so that small appends cost the file system a fraction of a write each. A buffer
+/// this size stays in the CPU's cache between the copy into it and the kernel's copy out of it.
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+
+/// A write of a full buffer ends at a multiple of this file offset; the bytes after it stay
+/// staged, so that the next write starts there. Whole, aligned blocks let the page cache use large
+/// folios and never write a page in two parts (measured with 64 KiB appends: 0.80x of a plain
+/// write against 0.75x with page alignment and 0.73x writing each append as it came).
+const WRITE_ALIGN_BYTES: u64 = 64 * 1024;
+
+const _: () = assert!(WRITE_ALIGN_BYTES as usize * 2 <= WRITE_BUFFER_BYTES);
 
 /// A read loads at most this many bytes of file at once: a whole chunk of the largest size the
 /// format allows, so that every window holds at least one whole chunk.
@@ -211,8 +226,10 @@ pub struct Spool {
     dirty: bool,
     /// The spool directory was created by this handle and its entry in `spool/` is not synced.
     parent_unsynced: bool,
-    /// The chunk headers of the append being written (kept to reuse its allocation).
-    heads: Vec<[u8; CHUNK_HEADER_BYTES]>,
+    /// Whole chunks appended but not yet written: the active segment's bytes from file offset
+    /// `pending_at` to its `valid_len`.
+    pending: Vec<u8>,
+    pending_at: u64,
 }
 
 fn now_unix_ms() -> u64 {
@@ -230,28 +247,6 @@ fn parse_segment_name(name: &str) -> Option<u64> {
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())
         .flatten()
-}
-
-/// Writes all of `slices` at file offset `at` (`pwritev`, repeated after a short write).
-fn write_all_vectored_at(
-    file: &File,
-    mut slices: &mut [IoSlice<'_>],
-    mut at: u64,
-) -> std::io::Result<()> {
-    while !slices.is_empty() {
-        let offset = i64::try_from(at)
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::FileTooLarge))?;
-        match nix::sys::uio::pwritev(file, slices, offset) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                at += n as u64;
-                IoSlice::advance_slices(&mut slices, n);
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// Where a walk over chunks stopped.
@@ -446,6 +441,7 @@ impl Spool {
         }
         recovery.segments = segments.len() as u64;
         let total_bytes = segments.back().map_or(0, |s| s.end_cursor);
+        let pending_at = segments.back().map_or(0, |s| s.valid_len);
         let retained_from = segments.front().map_or(0, |s| s.header.first_cursor);
         let spool = Spool {
             dir: dir.to_owned(),
@@ -461,7 +457,8 @@ impl Spool {
             synced_layout: None,
             dirty: writable && total_bytes > 0,
             parent_unsynced: false,
-            heads: Vec::new(),
+            pending: Vec::new(),
+            pending_at,
         };
         Ok((spool, recovery))
     }
@@ -518,91 +515,117 @@ impl Spool {
             index: OnceLock::new(),
         };
         let _ = segment.index.set(SegmentIndex::default());
+        debug_assert!(self.pending.is_empty());
+        self.pending_at = segment.valid_len;
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
     }
 
-    /// Appends `bytes` of `stream` at the end of the combined output. The bytes reach the file
-    /// (and so readers in other processes) before this returns; durability waits for
+    /// Appends `bytes` of `stream` at the end of the combined output. Reads through this handle
+    /// see the bytes at once; they reach the file (and so readers in other processes) at the next
+    /// [`Spool::flush`] or [`Spool::checkpoint`], or earlier; durability waits for
     /// [`Spool::checkpoint`].
+    ///
+    /// On error, whole chunks of a prefix of `bytes` may have been appended (`total_bytes` says
+    /// how many); an append that fits the write buffer and needs no new segment either appends
+    /// everything or nothing.
     pub fn append(&mut self, stream: Stream, bytes: &[u8]) -> Result<(), SpoolError> {
         if !self.writable {
             return Err(SpoolError::ReadOnly);
         }
+        let frames = bytes.len().div_ceil(CHUNK_SPLIT_BYTES) * chunk_bytes(CHUNK_SPLIT_BYTES);
+        if self.pending.len() + frames > WRITE_BUFFER_BYTES {
+            // Before any of this append is staged, so that a failed write leaves none of it.
+            self.write_pending(true)?;
+        }
         let mut rest = bytes;
         while !rest.is_empty() {
-            let first = chunk_bytes(rest.len().min(CHUNK_SPLIT_BYTES)) as u64;
-            let rotate = match self.segments.back() {
-                None => true,
-                Some(s) => {
-                    s.valid_len > SPOOL_HEADER_BYTES as u64
-                        && s.valid_len + first > self.options.segment_bytes
-                }
-            };
+            let piece = &rest[..rest.len().min(CHUNK_SPLIT_BYTES)];
+            let frame = chunk_bytes(piece.len()) as u64;
+            let rotate = self.segments.back().is_none_or(|s| {
+                s.valid_len > SPOOL_HEADER_BYTES as u64
+                    && s.valid_len + frame > self.options.segment_bytes
+            });
             if rotate {
+                self.flush()?;
                 self.new_segment()?;
+                // Per segment, not only per append: a large append spanning several segments
+                // keeps the retained window within a segment of the bound at every moment.
+                self.enforce_retention()?;
+            } else if self.pending.len() + frame as usize > WRITE_BUFFER_BYTES {
+                // Only an append larger than the buffer gets here.
+                self.write_pending(true)?;
             }
-            let segment_bytes = self.options.segment_bytes;
-            let Some(active) = self.segments.back_mut() else {
-                unreachable!("a segment was just ensured");
-            };
-            // The chunks of this append that fit the active segment (up to a batch) go out in one
-            // vectored write: each header, then the caller's bytes as they are, so the payload is
-            // copied once, by the kernel. The headers are built first because the slices borrow
-            // them.
-            let mut heads = std::mem::take(&mut self.heads);
-            heads.clear();
-            let base = active.valid_len;
-            let (mut offset, mut cursor) = (base, self.total_bytes);
-            let mut batch = rest;
-            while !batch.is_empty() && heads.len() < CHUNKS_PER_WRITE_MAX {
-                let piece = &batch[..batch.len().min(CHUNK_SPLIT_BYTES)];
-                let needed = chunk_bytes(piece.len()) as u64;
-                if offset > base && offset + needed > segment_bytes {
-                    break;
-                }
-                heads.push(encode_chunk_header(stream, cursor, piece));
-                offset += needed;
-                cursor += piece.len() as u64;
-                batch = &batch[piece.len()..];
-            }
-            let taken = &rest[..rest.len() - batch.len()];
-            let mut slices = [IoSlice::new(&[]); IOV_PER_WRITE_MAX];
-            let mut used = 0;
-            for (head, piece) in heads.iter().zip(taken.chunks(CHUNK_SPLIT_BYTES)) {
-                slices[used] = IoSlice::new(head);
-                slices[used + 1] = IoSlice::new(piece);
-                used += 2;
-            }
-            // Only the last piece can be short of the split size, so only it can need padding.
-            let padding = taken
-                .chunks(CHUNK_SPLIT_BYTES)
-                .next_back()
-                .map_or(0, |p| chunk_padding_bytes(p.len()));
-            if padding > 0 {
-                slices[used] = IoSlice::new(&CHUNK_PADDING[..padding]);
-                used += 1;
-            }
-            let written = write_all_vectored_at(&active.file, &mut slices[..used], base);
-            self.heads = heads;
-            written.map_err(io("write chunk"))?;
-            if let Some(index) = active.index.get_mut() {
-                let (mut at, mut c) = (base, self.total_bytes);
-                for piece in taken.chunks(CHUNK_SPLIT_BYTES) {
-                    index.push(at, c, piece.len() as u32);
-                    at += chunk_bytes(piece.len()) as u64;
-                    c += piece.len() as u64;
-                }
-            }
-            rest = batch;
-            active.valid_len = offset;
-            self.total_bytes = cursor;
-            active.end_cursor = cursor;
-            self.dirty = true;
-            self.enforce_retention()?;
+            self.stage_chunk(stream, piece);
+            rest = &rest[piece.len()..];
         }
+        self.enforce_retention()
+    }
+
+    /// Copies one chunk (`piece` of at most [`CHUNK_SPLIT_BYTES`]) into the write buffer, at the
+    /// end of the active segment.
+    fn stage_chunk(&mut self, stream: Stream, piece: &[u8]) {
+        let Some(active) = self.segments.back_mut() else {
+            unreachable!("appends ensure an active segment first");
+        };
+        debug_assert_eq!(
+            self.pending_at + self.pending.len() as u64,
+            active.valid_len
+        );
+        let at = self.pending.len();
+        let payload = at + CHUNK_HEADER_BYTES..at + CHUNK_HEADER_BYTES + piece.len();
+        self.pending.extend_from_slice(&[0; CHUNK_HEADER_BYTES]);
+        self.pending.extend_from_slice(piece);
+        self.pending
+            .extend_from_slice(&CHUNK_PADDING[..chunk_padding_bytes(piece.len())]);
+        // The checksum reads the payload where it was just copied (still in the CPU's cache), not
+        // from the caller's bytes a second time.
+        let header = encode_chunk_header(stream, self.total_bytes, &self.pending[payload]);
+        self.pending[at..at + CHUNK_HEADER_BYTES].copy_from_slice(&header);
+        if let Some(index) = active.index.get_mut() {
+            index.push(active.valid_len, self.total_bytes, piece.len() as u32);
+        }
+        active.valid_len += chunk_bytes(piece.len()) as u64;
+        self.total_bytes += piece.len() as u64;
+        active.end_cursor = self.total_bytes;
+        self.dirty = true;
+    }
+
+    /// Writes staged chunks to the active segment's file: all of them, or (`aligned`) those up to
+    /// the last page boundary they cross, keeping the rest staged so that every page is written
+    /// once, whole, by one write (a page written in two parts costs the kernel nearly twice).
+    /// On error nothing is dropped from the buffer: the next write starts at the same offset.
+    fn write_pending(&mut self, aligned: bool) -> Result<(), SpoolError> {
+        let Some(active) = self.segments.back() else {
+            return Ok(());
+        };
+        let end = self.pending_at + self.pending.len() as u64;
+        let upto = if aligned {
+            end / WRITE_ALIGN_BYTES * WRITE_ALIGN_BYTES
+        } else {
+            end
+        };
+        if upto <= self.pending_at {
+            return Ok(());
+        }
+        let n = (upto - self.pending_at) as usize;
+        active
+            .file
+            .write_all_at(&self.pending[..n], self.pending_at)
+            .map_err(io("write chunks"))?;
+        self.pending.drain(..n);
+        self.pending_at = upto;
         Ok(())
+    }
+
+    /// Writes every appended byte to its segment file, where readers in other processes (and a
+    /// crash of this one) find it. Cheap when nothing is staged.
+    pub fn flush(&mut self) -> Result<(), SpoolError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.write_pending(false)
     }
 
     fn enforce_retention(&mut self) -> Result<(), SpoolError> {
@@ -729,6 +752,35 @@ impl Spool {
         Ok((out, loaded))
     }
 
+    /// Fills `buf` with the bytes of `segment` from file offset `offset`: from the file, and
+    /// for the active segment's bytes not yet written, from the write buffer.
+    fn load(&self, segment: &Segment, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let active = self
+            .segments
+            .back()
+            .is_some_and(|s| std::ptr::eq(s, segment));
+        let in_file = if active {
+            usize::try_from(self.pending_at.saturating_sub(offset))
+                .map_or(buf.len(), |n| n.min(buf.len()))
+        } else {
+            buf.len()
+        };
+        let (file_part, staged_part) = buf.split_at_mut(in_file);
+        if !file_part.is_empty() {
+            segment.file.read_exact_at(file_part, offset)?;
+        }
+        if !staged_part.is_empty() {
+            let from = usize::try_from(offset + in_file as u64 - self.pending_at)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            let staged = self
+                .pending
+                .get(from..from + staged_part.len())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            staged_part.copy_from_slice(staged);
+        }
+        Ok(())
+    }
+
     fn read_segment(
         &self,
         segment: &Segment,
@@ -766,9 +818,7 @@ impl Spool {
                     continue;
                 }
                 buf.resize(len as usize, 0);
-                segment
-                    .file
-                    .read_exact_at(&mut buf, offset)
+                self.load(segment, &mut buf, offset)
                     .map_err(io("read chunks"))?;
                 loaded += len;
                 let w = walk_chunks(&buf, offset, cursor, |_, h, payload| {
@@ -809,5 +859,15 @@ impl Spool {
             cursor = walk.end_cursor;
         }
         Ok(loaded)
+    }
+}
+
+impl Drop for Spool {
+    /// Staged chunks go to the file, as [`Spool::flush`] would; an error here has no one to go
+    /// to, so a writer that must know calls `flush` or `checkpoint` first.
+    fn drop(&mut self) {
+        if self.writable {
+            let _ = self.flush();
+        }
     }
 }

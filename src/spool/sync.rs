@@ -164,6 +164,8 @@ impl Spool {
         if !self.writable || !self.dirty {
             return Ok(plan);
         }
+        // Staged chunks must be in the files the plan syncs.
+        self.flush()?;
         // Newest first, down to and including the segment that held the last durable byte: it may
         // have been the active segment then, with appends after that checkpoint.
         for segment in self.segments.iter().rev() {

@@ -173,6 +173,78 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Appends of every size, through the write buffer (filled, written aligned, flushed or not):
+    /// the writer reads back every byte at once; another reader sees a prefix of whole chunks
+    /// before a flush and everything after it.
+    #[test]
+    fn staged_appends_are_read_back_at_once_and_reach_the_file_at_a_flush(
+        steps in proptest::collection::vec(
+            (prop_oneof![3 => 1usize..6000, 1 => 1usize..3 * WRITE_BUFFER_BYTES], any::<bool>()),
+            1..24,
+        ),
+        segment_bytes in prop_oneof![Just(8u64 << 20), 20_000u64..1_500_000],
+        probes in proptest::collection::vec((any::<u64>(), 1usize..20_000), 4),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SpoolOptions { segment_bytes, retention_bytes: u64::MAX / 2 };
+        let (mut spool, _) = Spool::open_writer(dir.path(), [10; 16], options).unwrap();
+        let mut model = Model::default();
+        for (i, &(n, flush)) in steps.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|j| (model.bytes.len() + j) as u8 ^ (i as u8)).collect();
+            spool.append(stream_of(i), &bytes).unwrap();
+            model.append(stream_of(i), &bytes);
+            let total = model.bytes.len() as u64;
+            for &(c, max) in &probes {
+                check_read(&spool, &model, c % (total + 1), max);
+            }
+            check_read(&spool, &model, total.saturating_sub(n as u64 + 7), n + 7);
+            if flush {
+                spool.flush().unwrap();
+            }
+            let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+            prop_assert!(recovery.bad_segments.is_empty(), "{:?}", recovery);
+            let seen = reader.total_bytes();
+            if flush {
+                prop_assert!(recovery.is_clean(), "{:?}", recovery);
+                prop_assert_eq!(seen, total);
+            } else {
+                prop_assert!(seen <= total);
+            }
+            let prefix = Model {
+                bytes: model.bytes[..seen as usize].to_vec(),
+                streams: model.streams[..seen as usize].to_vec(),
+            };
+            check_read(&reader, &prefix, 0, usize::MAX / 2);
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_writes_staged_appends_before_it_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open_writer(dir.path(), [11; 16], SpoolOptions::default()).unwrap();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[100, 5000, 7]);
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    assert_eq!(
+        reader.total_bytes(),
+        0,
+        "small appends stay staged until a flush"
+    );
+    assert_eq!(spool.checkpoint().unwrap(), (0, 5107));
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    check_read(&reader, &model, 0, usize::MAX / 2);
+    // Dropping a writer writes what it staged.
+    write_pattern(&mut spool, &mut model, &[33]);
+    drop(spool);
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    check_read(&reader, &model, 0, usize::MAX / 2);
+}
+
 #[test]
 fn gap_cursor_ahead_and_end_of_output() {
     let dir = tempfile::tempdir().unwrap();
