@@ -28,15 +28,24 @@
 //! spool holds. Appends are split into chunks of [`CHUNK_SPLIT_BYTES`], which bounds the bytes
 //! loaded for a small read anywhere.
 //!
-//! Appends are staged, framed and checksummed, in a write buffer of [`WRITE_BUFFER_BYTES`]: the
-//! chunks go to the file in large writes that end on a [`WRITE_ALIGN_BYTES`] boundary when the
+//! Appends are staged, framed and checksummed, in a write buffer of `WRITE_BUFFER_BYTES`: the
+//! chunks go to the file in large writes that end on a `WRITE_ALIGN_BYTES` boundary when the
 //! buffer fills, and all of them at [`Spool::flush`], at every checkpoint (before its
 //! `fdatasync`s are planned), before a new segment is started, and when the handle is dropped.
 //! Reads through the same handle see staged bytes (they are read from the buffer); readers in
 //! other processes, and a crash of this one, see what was flushed. The supervisor flushes after
 //! every pass of its drain, so the issue's flush policy ("a reader in another process sees the
-//! bytes within one drain interval") holds. Spool segment files are never memory-mapped, so the
-//! torn tail of the active segment is cut with `set_len` at recovery.
+//! bytes within one drain interval") holds.
+//!
+//! Recovery scans the active segment whole (`scan_segment`). Like the journal's, it never cuts
+//! bytes that have a valid chunk after them: a chunk that fails its checks, followed by a whole
+//! valid chunk that continues the cursors (at most as far as the damaged bytes could have held),
+//! is mid-segment damage, reported as a [`SpoolDamage`] and kept, and the chunks after it stay
+//! readable (acknowledged output, possibly). Only a torn tail, with nothing valid after it, is
+//! cut; spool segment files are never memory-mapped, so it is cut with `set_len`. (A process's
+//! own output could contain the bytes of a valid chunk; inside damaged bytes such a copy could be
+//! taken for the continuation only if it also named a cursor in the narrow range allowed, and the
+//! journal's resync takes the same risk.)
 
 pub mod buffer;
 pub mod format;
@@ -190,11 +199,33 @@ pub struct SpoolRecovery {
     pub torn_tail_cut: bool,
     /// Segment files that could not be used (bad header, wrong spool, out of order).
     pub bad_segments: Vec<String>,
+    /// Damaged bytes in the active segment with valid chunks after them: kept as they are (never
+    /// cut, never rewritten), and reads of the cursors they held fail with
+    /// [`SpoolError::Corrupt`]; the chunks after them stay readable.
+    pub damaged: Vec<SpoolDamage>,
+}
+
+/// A damaged range of a segment with a valid chunk after it, which continues the cursors. A torn
+/// write leaves nothing valid after it; this is damage to bytes that were written (media errors,
+/// outside writes) and the chunks after it may be output the journal recorded as durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpoolDamage {
+    /// The segment's file name (never a path).
+    pub segment: String,
+    /// File offsets of the damaged bytes: from the end of the last valid chunk before them to
+    /// the first valid chunk after them.
+    pub start_offset: u64,
+    pub end_offset: u64,
+    /// The cursors those bytes held (unreadable): `end_cursor` is the first valid chunk's.
+    pub first_cursor: u64,
+    pub end_cursor: u64,
+    /// Why the first chunk at `start_offset` was rejected.
+    pub reason: String,
 }
 
 impl SpoolRecovery {
     pub fn is_clean(&self) -> bool {
-        self.torn_tail_bytes == 0 && self.bad_segments.is_empty()
+        self.torn_tail_bytes == 0 && self.bad_segments.is_empty() && self.damaged.is_empty()
     }
 }
 
@@ -298,6 +329,80 @@ fn walk_chunks(
         end_offset: base + at as u64,
         end_cursor: cursor,
         error,
+    }
+}
+
+/// Finds the first chunk after damage at `from` (an offset in `bytes` where a chunk was expected
+/// with cursor `expected`) that continues the cursors: whole and checksum-valid, at a chunk
+/// alignment, naming a cursor above `expected` by no more payload than the damaged bytes between
+/// could have held (at least one chunk header's worth of them is not payload). Returns its offset
+/// in `bytes` and its cursor.
+fn resync(bytes: &[u8], from: usize, expected: u64) -> Option<(usize, u64)> {
+    let mut at = from + format::CHUNK_ALIGN_BYTES;
+    while at + CHUNK_HEADER_BYTES <= bytes.len() {
+        if let Ok((h, _)) = decode_chunk(&bytes[at..]) {
+            let room = (at - from).saturating_sub(CHUNK_HEADER_BYTES) as u64;
+            if h.cursor > expected && h.cursor - expected <= room {
+                return Some((at, h.cursor));
+            }
+        }
+        at += format::CHUNK_ALIGN_BYTES;
+    }
+    None
+}
+
+/// What [`scan_segment`] found.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    /// File offset and cursor after the last valid chunk.
+    pub end_offset: u64,
+    pub end_cursor: u64,
+    /// Damaged ranges with valid chunks after them (`segment` left empty for the caller).
+    pub damaged: Vec<SpoolDamage>,
+}
+
+/// Scans the chunks of `bytes`, a segment's bytes from file offset `base` whose first chunk has
+/// cursor `first_cursor`, the way recovery does: a chunk that fails its checks is damage when a
+/// chunk that continues the cursors follows it ([`resync`]), and the scan goes on from there;
+/// otherwise it starts the torn tail, which is everything from `end_offset` on. `visit(offset,
+/// header, after_damage)` sees every valid chunk in order. Pure and total.
+pub(crate) fn scan_segment(
+    bytes: &[u8],
+    base: u64,
+    first_cursor: u64,
+    mut visit: impl FnMut(u64, &format::ChunkHeader, bool),
+) -> Scan {
+    let (mut at, mut cursor) = (0usize, first_cursor);
+    let mut damaged = Vec::new();
+    let mut after_damage = false;
+    loop {
+        let walk = walk_chunks(&bytes[at..], base + at as u64, cursor, |offset, h, _| {
+            visit(offset, h, std::mem::take(&mut after_damage));
+            true
+        });
+        at = (walk.end_offset - base) as usize;
+        cursor = walk.end_cursor;
+        let Some(reason) = walk.error else {
+            break;
+        };
+        let Some((next, next_cursor)) = resync(bytes, at, cursor) else {
+            break;
+        };
+        damaged.push(SpoolDamage {
+            segment: String::new(),
+            start_offset: base + at as u64,
+            end_offset: base + next as u64,
+            first_cursor: cursor,
+            end_cursor: next_cursor,
+            reason,
+        });
+        (at, cursor) = (next, next_cursor);
+        after_damage = true;
+    }
+    Scan {
+        end_offset: base + at as u64,
+        end_cursor: cursor,
+        damaged,
     }
 }
 
@@ -419,16 +524,29 @@ impl Spool {
                 .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
                 .map_err(io("read segment"))?;
             let mut index = SegmentIndex::default();
-            let walk = walk_chunks(
+            let scan = scan_segment(
                 &bytes,
                 SPOOL_HEADER_BYTES as u64,
                 last.header.first_cursor,
-                |offset, h, _| {
-                    index.push(offset, h.cursor, h.payload_bytes);
-                    true
+                |offset, h, after_damage| {
+                    if after_damage {
+                        // Reads of later cursors must not walk through the damage.
+                        index.push_entry(offset, h.cursor, h.payload_bytes);
+                    } else {
+                        index.push(offset, h.cursor, h.payload_bytes);
+                    }
                 },
             );
-            let (end, cursor_end) = (walk.end_offset, walk.end_cursor);
+            let name = segment_name(last.header.first_cursor);
+            recovery
+                .damaged
+                .extend(scan.damaged.into_iter().map(|d| SpoolDamage {
+                    segment: name.clone(),
+                    ..d
+                }));
+            // Only bytes with nothing valid after them are cut: damage followed by valid chunks
+            // is kept whole, and so are those chunks.
+            let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
             recovery.torn_tail_bytes += len - end;
             if len > end && writable {
                 last.file.set_len(end).map_err(io("cut torn tail"))?;
@@ -713,7 +831,9 @@ impl Spool {
 
     /// Reads up to `max_bytes` from `cursor`. A cursor before `retained_from` reads from
     /// `retained_from` with `gap: true`; a cursor beyond `total_bytes` is
-    /// [`SpoolError::CursorAhead`]; a cursor equal to `total_bytes` returns nothing.
+    /// [`SpoolError::CursorAhead`]; a cursor equal to `total_bytes` returns nothing. A read that
+    /// reaches damaged bytes returns the bytes before them (fewer than asked); a read that starts
+    /// at damaged bytes is [`SpoolError::Corrupt`].
     pub fn read(&self, cursor: u64, max_bytes: usize) -> Result<SpoolRead, SpoolError> {
         self.read_counted(cursor, max_bytes).map(|(read, _)| read)
     }
@@ -746,7 +866,13 @@ impl Spool {
             if out.bytes.len() >= max_bytes {
                 break;
             }
-            loaded += self.read_segment(segment, want, max_bytes, &mut out)?;
+            match self.read_segment(segment, want, max_bytes, &mut out) {
+                Ok(n) => loaded += n,
+                // The bytes before damage are answered; a read from the damaged cursor gets the
+                // error (bytes after the damage are never joined to bytes before it).
+                Err(SpoolError::Corrupt { .. }) if !out.bytes.is_empty() => break,
+                Err(e) => return Err(e),
+            }
             want = out.next_cursor;
         }
         Ok((out, loaded))
