@@ -638,3 +638,41 @@ fn several_damaged_ranges_are_each_reported() {
     );
     check_around_damage(&reader, &model, &recovery.damaged);
 }
+
+#[test]
+fn the_damage_seed_of_the_fuzz_target_has_damage() {
+    // fuzz/corpus/spool_recovery/seed-8 builds valid chunks, garbage, then chunks continuing the
+    // cursors: the fuzz target's mid-segment damage path is in its committed corpus.
+    let seed = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/spool_recovery/seed-8"),
+    )
+    .unwrap();
+    crate::fuzzing::spool_recovery(&seed);
+    let mut bytes = format::SpoolHeader {
+        spool_id: [7; 16],
+        first_cursor: 0,
+        segment_index: 0,
+        created_unix_ms: 0,
+    }
+    .encode()
+    .to_vec();
+    let rest = &seed[1..];
+    let (framed, garbage) = rest.split_at(rest.len() / 2);
+    let mut cursor = 0;
+    for part in framed.chunks(37) {
+        format::encode_chunk(Stream::Stdout, cursor, part, &mut bytes);
+        cursor += part.len() as u64;
+    }
+    bytes.extend_from_slice(garbage);
+    bytes.resize(bytes.len().next_multiple_of(8), 0xEE);
+    let scan = scan_segment(&bytes[64..], 64, 0, |_, _, _| {});
+    assert!(
+        scan.damaged.is_empty(),
+        "nothing valid after the garbage yet"
+    );
+    cursor += 66;
+    format::encode_chunk(Stream::Stdout, cursor, &framed[..53], &mut bytes);
+    let scan = scan_segment(&bytes[64..], 64, 0, |_, _, _| {});
+    assert_eq!(scan.damaged.len(), 1, "{scan:?}");
+    assert_eq!(scan.end_cursor, cursor + 53);
+}
