@@ -103,6 +103,16 @@ const _: () = assert!(WRITE_ALIGN_BYTES as usize * 2 <= WRITE_BUFFER_BYTES);
 /// format allows, so that every window holds at least one whole chunk.
 const READ_WINDOW_MAX: u64 = chunk_bytes(CHUNK_PAYLOAD_BYTES_MAX) as u64;
 
+thread_local! {
+    /// The chunk bytes a read loads, kept between the reads of a thread, so that a read allocates
+    /// and zero-fills nothing but its answer.
+    static READ_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A read scratch buffer grown past this (by a chunk larger than the split size, or a damaged
+/// range) is freed after the read instead of kept.
+const READ_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
+
 /// Building the index of a sealed segment reads it in blocks of this many bytes (fewer system
 /// calls than one per chunk header when chunks are small).
 const INDEX_BLOCK_BYTES: usize = 64 * 1024;
@@ -915,12 +925,36 @@ impl Spool {
         out: &mut SpoolRead,
     ) -> Result<u64, SpoolError> {
         let index = self.index_of(segment)?;
-        let mut loaded = 0;
-        let (mut offset, mut cursor) = index.locate(
+        let at = index.locate(
             from,
             (SPOOL_HEADER_BYTES as u64, segment.header.first_cursor),
         );
-        let mut buf = Vec::new();
+        READ_SCRATCH.with_borrow_mut(|scratch| {
+            let result = self.read_chunks(segment, index, at, from, max_bytes, out, scratch);
+            if scratch.capacity() > READ_SCRATCH_KEEP_BYTES {
+                // A large chunk or a damaged range was read: give the memory back.
+                *scratch = Vec::new();
+            }
+            result
+        })
+    }
+
+    /// The loop of [`Spool::read_segment`], from the chunk at `at` (offset, cursor) on, loading
+    /// chunks into `scratch`.
+    // The state of one read, passed down as it is rather than bundled for this one call.
+    #[allow(clippy::too_many_arguments)]
+    fn read_chunks(
+        &self,
+        segment: &Segment,
+        index: &SegmentIndex,
+        at: (u64, u64),
+        from: u64,
+        max_bytes: usize,
+        out: &mut SpoolRead,
+        scratch: &mut Vec<u8>,
+    ) -> Result<u64, SpoolError> {
+        let (mut offset, mut cursor) = at;
+        let mut loaded = 0;
         while out.bytes.len() < max_bytes && cursor < segment.end_cursor {
             // Load from the chunk reached so far to the end of the chunk that holds the last byte
             // wanted, as far as the index can tell (exactly, inside a run).
@@ -943,11 +977,14 @@ impl Spool {
                 if len == 0 || walk.is_some() {
                     continue;
                 }
-                buf.resize(len as usize, 0);
-                self.load(segment, &mut buf, offset)
-                    .map_err(io("read chunks"))?;
+                let len_usize = len as usize;
+                if scratch.len() < len_usize {
+                    scratch.resize(len_usize, 0);
+                }
+                let buf = &mut scratch[..len_usize];
+                self.load(segment, buf, offset).map_err(io("read chunks"))?;
                 loaded += len;
-                let w = walk_chunks(&buf, offset, cursor, |_, h, payload| {
+                let w = walk_chunks(buf, offset, cursor, |_, h, payload| {
                     if h.cursor >= segment.end_cursor {
                         // Bytes past the segment's end belong to no cursor of this spool.
                         return false;
