@@ -78,14 +78,18 @@ fn spool_verify_passes_clean_spools_and_names_damage() {
     assert_eq!(code, 1);
     let bad = checks.iter().find(|c| c["handle"] == b.as_str()).unwrap();
     assert_eq!(bad["ok"], Value::Bool(false));
-    // In the active (last) segment, reading stops at the damaged chunk as recovery would: what
-    // follows is reported, and so is the shortfall against the journal's durable bound.
+    // In the active (last) segment, the damaged chunk is damage, not a torn tail: valid chunks
+    // follow it, so it is reported with the cursors it held and nothing after it is lost (the
+    // spool still holds every byte the journal recorded as durable).
     let issues = bad["issues"].to_string();
-    assert!(issues.contains("after the last whole chunk"), "{issues}");
+    assert!(issues.contains("damaged bytes"), "{issues}");
+    assert!(!issues.contains("after the last whole chunk"), "{issues}");
     assert!(
-        issues.contains("acknowledged output is missing"),
+        !issues.contains("acknowledged output is missing"),
         "{issues}"
     );
+    assert_eq!(bad["total_bytes"], Value::from(300_000), "{bad}");
+    assert_eq!(bad["issues"].as_array().unwrap().len(), 1, "{bad}");
     let good = checks.iter().find(|c| c["handle"] == a.as_str()).unwrap();
     assert_eq!(
         good["ok"],

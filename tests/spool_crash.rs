@@ -14,7 +14,7 @@
 //! ```text
 //! open <total> <retained_from> <torn_tail_bytes>   after open_writer returned
 //! append <cursor> <len> <stdout|stderr>            before append is called (an intent)
-//! ack <total>                                      after append returned Ok
+//! ack <total>                                      after append and flush returned Ok
 //! durable <retained_from> <durable_total>          after checkpoint returned Ok
 //! ```
 //!
@@ -223,6 +223,9 @@ fn spool_crash_child_appender() {
         content(salt, cursor, len, &mut bytes);
         report!("append {cursor} {len} {}", stream_name(stream));
         spool.append(stream, &bytes).expect("child: append");
+        // An ack promises the bytes are in the files (where a crash of this process leaves them),
+        // not only staged in the spool's write buffer.
+        spool.flush().expect("child: flush");
         report!("ack {}", spool.total_bytes());
         if rng.below(8) == 0 {
             let (retained_from, durable) = spool.checkpoint().expect("child: checkpoint");

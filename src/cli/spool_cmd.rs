@@ -247,9 +247,21 @@ fn check_spool(
     for bad in &recovery.bad_segments {
         check.issues.push(format!("unusable segment {bad}"));
     }
-    // Every retained chunk, read through the checksummed reader.
+    for d in &recovery.damaged {
+        check.issues.push(format!(
+            "damaged bytes {}..{} of segment {} hold cursors {}..{} ({}); the valid chunks after \
+             them are kept, and no writer cuts them",
+            d.start_offset, d.end_offset, d.segment, d.first_cursor, d.end_cursor, d.reason
+        ));
+    }
+    // Every retained chunk, read through the checksummed reader; the damaged ranges recovery
+    // reported (already listed) are stepped over.
     let mut cursor = spool.retained_from();
     while cursor < spool.total_bytes() {
+        if let Some(d) = recovery.damaged.iter().find(|d| d.first_cursor == cursor) {
+            cursor = d.end_cursor;
+            continue;
+        }
         match spool.read(cursor, PAGE_BYTES) {
             Ok(read) if read.next_cursor > cursor => cursor = read.next_cursor,
             Ok(_) => {

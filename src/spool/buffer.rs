@@ -33,6 +33,10 @@ impl RecentBuffer {
         }
     }
 
+    pub fn capacity(&self) -> usize {
+        self.capacity_bytes
+    }
+
     pub fn start(&self) -> u64 {
         self.start
     }

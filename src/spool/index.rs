@@ -15,7 +15,9 @@
 //!   read must load on the far side too;
 //! - entries start at least `INDEX_STRIDE_BYTES` of file apart, so there is at most one per
 //!   `INDEX_STRIDE_BYTES` of file (24 bytes of memory per 4 KiB at worst), and never more entries
-//!   than chunks.
+//!   than chunks; the one exception is the first chunk after damaged bytes (recovery found
+//!   them, see `scan_segment`), which always gets an entry of its own, so that no read walks
+//!   through the damage to reach it.
 //!
 //! Invariants (checked by the unit tests and, end to end, by the spool's model proptest): entries
 //! are in increasing cursor and offset order; every entry starts at a chunk; `count >= 1`.
@@ -81,6 +83,22 @@ impl SegmentIndex {
                 return;
             }
         }
+        self.runs.push(Run {
+            cursor,
+            offset,
+            payload,
+            count: 1,
+        });
+    }
+
+    /// Records a chunk as [`SegmentIndex::push`] does, but always as an entry of its own: for the
+    /// first chunk after damaged bytes, which a walk from an earlier entry could not get past.
+    pub fn push_entry(&mut self, offset: u64, cursor: u64, payload: u32) {
+        debug_assert!(payload > 0);
+        debug_assert!(self.runs.last().is_none_or(|r| {
+            let (end_offset, end_cursor) = r.end();
+            offset >= end_offset && cursor >= end_cursor
+        }));
         self.runs.push(Run {
             cursor,
             offset,

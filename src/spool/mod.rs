@@ -26,9 +26,26 @@
 //! chunks (for spools this writer wrote with large appends, exactly the chunks it returns; at
 //! worst a stride and a chunk more on either side), so its cost does not depend on how much the
 //! spool holds. Appends are split into chunks of [`CHUNK_SPLIT_BYTES`], which bounds the bytes
-//! loaded for a small read anywhere, and each append goes to the file with one vectored write of
-//! headers and the caller's own bytes (no staging copy). Spool segment files are never
-//! memory-mapped, so the torn tail of the active segment is cut with `set_len` at recovery.
+//! loaded for a small read anywhere.
+//!
+//! Appends are staged, framed and checksummed, in a write buffer of `WRITE_BUFFER_BYTES`: the
+//! chunks go to the file in large writes that end on a `WRITE_ALIGN_BYTES` boundary when the
+//! buffer fills, and all of them at [`Spool::flush`], at every checkpoint (before its
+//! `fdatasync`s are planned), before a new segment is started, and when the handle is dropped.
+//! Reads through the same handle see staged bytes (they are read from the buffer); readers in
+//! other processes, and a crash of this one, see what was flushed. The supervisor flushes after
+//! every pass of its drain, so the issue's flush policy ("a reader in another process sees the
+//! bytes within one drain interval") holds.
+//!
+//! Recovery scans the active segment whole (`scan_segment`). Like the journal's, it never cuts
+//! bytes that have a valid chunk after them: a chunk that fails its checks, followed by a whole
+//! valid chunk that continues the cursors (at most as far as the damaged bytes could have held),
+//! is mid-segment damage, reported as a [`SpoolDamage`] and kept, and the chunks after it stay
+//! readable (acknowledged output, possibly). Only a torn tail, with nothing valid after it, is
+//! cut; spool segment files are never memory-mapped, so it is cut with `set_len`. (A process's
+//! own output could contain the bytes of a valid chunk; inside damaged bytes such a copy could be
+//! taken for the continuation only if it also named a cursor in the narrow range allowed, and the
+//! journal's resync takes the same risk.)
 
 pub mod buffer;
 pub mod format;
@@ -44,7 +61,6 @@ mod tests;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
-use std::io::IoSlice;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -70,14 +86,32 @@ const _: () = assert!(CHUNK_SPLIT_BYTES <= CHUNK_PAYLOAD_BYTES_MAX);
 // Whole split chunks need no padding, so a large append is header, payload, header, payload...
 const _: () = assert!(chunk_padding_bytes(CHUNK_SPLIT_BYTES) == 0);
 
-/// At most this many chunks go out in one vectored write (two slices each, plus one of padding):
-/// well under `IOV_MAX` (1024 on Linux), and the slices live on the stack.
-const CHUNKS_PER_WRITE_MAX: usize = 128;
-const IOV_PER_WRITE_MAX: usize = 2 * CHUNKS_PER_WRITE_MAX + 1;
+/// Appends are staged in a write buffer of about this many bytes and written to the file when
+/// it is full, so that small appends cost the file system a fraction of a write each. A buffer
+/// this size stays in the CPU's cache between the copy into it and the kernel's copy out of it.
+const WRITE_BUFFER_BYTES: usize = 256 * 1024;
+
+/// A write of a full buffer ends at a multiple of this file offset; the bytes after it stay
+/// staged, so that the next write starts there. Whole, aligned blocks let the page cache use large
+/// folios and never write a page in two parts (measured with 64 KiB appends: 0.80x of a plain
+/// write against 0.75x with page alignment and 0.73x writing each append as it came).
+const WRITE_ALIGN_BYTES: u64 = 64 * 1024;
+
+const _: () = assert!(WRITE_ALIGN_BYTES as usize * 2 <= WRITE_BUFFER_BYTES);
 
 /// A read loads at most this many bytes of file at once: a whole chunk of the largest size the
 /// format allows, so that every window holds at least one whole chunk.
 const READ_WINDOW_MAX: u64 = chunk_bytes(CHUNK_PAYLOAD_BYTES_MAX) as u64;
+
+thread_local! {
+    /// The chunk bytes a read loads, kept between the reads of a thread, so that a read allocates
+    /// and zero-fills nothing but its answer.
+    static READ_SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A read scratch buffer grown past this (by a chunk larger than the split size, or a damaged
+/// range) is freed after the read instead of kept.
+const READ_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
 
 /// Building the index of a sealed segment reads it in blocks of this many bytes (fewer system
 /// calls than one per chunk header when chunks are small).
@@ -175,11 +209,33 @@ pub struct SpoolRecovery {
     pub torn_tail_cut: bool,
     /// Segment files that could not be used (bad header, wrong spool, out of order).
     pub bad_segments: Vec<String>,
+    /// Damaged bytes in the active segment with valid chunks after them: kept as they are (never
+    /// cut, never rewritten), and reads of the cursors they held fail with
+    /// [`SpoolError::Corrupt`]; the chunks after them stay readable.
+    pub damaged: Vec<SpoolDamage>,
+}
+
+/// A damaged range of a segment with a valid chunk after it, which continues the cursors. A torn
+/// write leaves nothing valid after it; this is damage to bytes that were written (media errors,
+/// outside writes) and the chunks after it may be output the journal recorded as durable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SpoolDamage {
+    /// The segment's file name (never a path).
+    pub segment: String,
+    /// File offsets of the damaged bytes: from the end of the last valid chunk before them to
+    /// the first valid chunk after them.
+    pub start_offset: u64,
+    pub end_offset: u64,
+    /// The cursors those bytes held (unreadable): `end_cursor` is the first valid chunk's.
+    pub first_cursor: u64,
+    pub end_cursor: u64,
+    /// Why the first chunk at `start_offset` was rejected.
+    pub reason: String,
 }
 
 impl SpoolRecovery {
     pub fn is_clean(&self) -> bool {
-        self.torn_tail_bytes == 0 && self.bad_segments.is_empty()
+        self.torn_tail_bytes == 0 && self.bad_segments.is_empty() && self.damaged.is_empty()
     }
 }
 
@@ -211,8 +267,10 @@ pub struct Spool {
     dirty: bool,
     /// The spool directory was created by this handle and its entry in `spool/` is not synced.
     parent_unsynced: bool,
-    /// The chunk headers of the append being written (kept to reuse its allocation).
-    heads: Vec<[u8; CHUNK_HEADER_BYTES]>,
+    /// Whole chunks appended but not yet written: the active segment's bytes from file offset
+    /// `pending_at` to its `valid_len`.
+    pending: Vec<u8>,
+    pending_at: u64,
 }
 
 fn now_unix_ms() -> u64 {
@@ -230,28 +288,6 @@ fn parse_segment_name(name: &str) -> Option<u64> {
     (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
         .then(|| digits.parse().ok())
         .flatten()
-}
-
-/// Writes all of `slices` at file offset `at` (`pwritev`, repeated after a short write).
-fn write_all_vectored_at(
-    file: &File,
-    mut slices: &mut [IoSlice<'_>],
-    mut at: u64,
-) -> std::io::Result<()> {
-    while !slices.is_empty() {
-        let offset = i64::try_from(at)
-            .map_err(|_| std::io::Error::from(std::io::ErrorKind::FileTooLarge))?;
-        match nix::sys::uio::pwritev(file, slices, offset) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => {
-                at += n as u64;
-                IoSlice::advance_slices(&mut slices, n);
-            }
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }
 
 /// Where a walk over chunks stopped.
@@ -303,6 +339,80 @@ fn walk_chunks(
         end_offset: base + at as u64,
         end_cursor: cursor,
         error,
+    }
+}
+
+/// Finds the first chunk after damage at `from` (an offset in `bytes` where a chunk was expected
+/// with cursor `expected`) that continues the cursors: whole and checksum-valid, at a chunk
+/// alignment, naming a cursor above `expected` by no more payload than the damaged bytes between
+/// could have held (at least one chunk header's worth of them is not payload). Returns its offset
+/// in `bytes` and its cursor.
+fn resync(bytes: &[u8], from: usize, expected: u64) -> Option<(usize, u64)> {
+    let mut at = from + format::CHUNK_ALIGN_BYTES;
+    while at + CHUNK_HEADER_BYTES <= bytes.len() {
+        if let Ok((h, _)) = decode_chunk(&bytes[at..]) {
+            let room = (at - from).saturating_sub(CHUNK_HEADER_BYTES) as u64;
+            if h.cursor > expected && h.cursor - expected <= room {
+                return Some((at, h.cursor));
+            }
+        }
+        at += format::CHUNK_ALIGN_BYTES;
+    }
+    None
+}
+
+/// What [`scan_segment`] found.
+#[derive(Debug)]
+pub(crate) struct Scan {
+    /// File offset and cursor after the last valid chunk.
+    pub end_offset: u64,
+    pub end_cursor: u64,
+    /// Damaged ranges with valid chunks after them (`segment` left empty for the caller).
+    pub damaged: Vec<SpoolDamage>,
+}
+
+/// Scans the chunks of `bytes`, a segment's bytes from file offset `base` whose first chunk has
+/// cursor `first_cursor`, the way recovery does: a chunk that fails its checks is damage when a
+/// chunk that continues the cursors follows it ([`resync`]), and the scan goes on from there;
+/// otherwise it starts the torn tail, which is everything from `end_offset` on. `visit(offset,
+/// header, after_damage)` sees every valid chunk in order. Pure and total.
+pub(crate) fn scan_segment(
+    bytes: &[u8],
+    base: u64,
+    first_cursor: u64,
+    mut visit: impl FnMut(u64, &format::ChunkHeader, bool),
+) -> Scan {
+    let (mut at, mut cursor) = (0usize, first_cursor);
+    let mut damaged = Vec::new();
+    let mut after_damage = false;
+    loop {
+        let walk = walk_chunks(&bytes[at..], base + at as u64, cursor, |offset, h, _| {
+            visit(offset, h, std::mem::take(&mut after_damage));
+            true
+        });
+        at = (walk.end_offset - base) as usize;
+        cursor = walk.end_cursor;
+        let Some(reason) = walk.error else {
+            break;
+        };
+        let Some((next, next_cursor)) = resync(bytes, at, cursor) else {
+            break;
+        };
+        damaged.push(SpoolDamage {
+            segment: String::new(),
+            start_offset: base + at as u64,
+            end_offset: base + next as u64,
+            first_cursor: cursor,
+            end_cursor: next_cursor,
+            reason,
+        });
+        (at, cursor) = (next, next_cursor);
+        after_damage = true;
+    }
+    Scan {
+        end_offset: base + at as u64,
+        end_cursor: cursor,
+        damaged,
     }
 }
 
@@ -424,16 +534,29 @@ impl Spool {
                 .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
                 .map_err(io("read segment"))?;
             let mut index = SegmentIndex::default();
-            let walk = walk_chunks(
+            let scan = scan_segment(
                 &bytes,
                 SPOOL_HEADER_BYTES as u64,
                 last.header.first_cursor,
-                |offset, h, _| {
-                    index.push(offset, h.cursor, h.payload_bytes);
-                    true
+                |offset, h, after_damage| {
+                    if after_damage {
+                        // Reads of later cursors must not walk through the damage.
+                        index.push_entry(offset, h.cursor, h.payload_bytes);
+                    } else {
+                        index.push(offset, h.cursor, h.payload_bytes);
+                    }
                 },
             );
-            let (end, cursor_end) = (walk.end_offset, walk.end_cursor);
+            let name = segment_name(last.header.first_cursor);
+            recovery
+                .damaged
+                .extend(scan.damaged.into_iter().map(|d| SpoolDamage {
+                    segment: name.clone(),
+                    ..d
+                }));
+            // Only bytes with nothing valid after them are cut: damage followed by valid chunks
+            // is kept whole, and so are those chunks.
+            let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
             recovery.torn_tail_bytes += len - end;
             if len > end && writable {
                 last.file.set_len(end).map_err(io("cut torn tail"))?;
@@ -446,6 +569,7 @@ impl Spool {
         }
         recovery.segments = segments.len() as u64;
         let total_bytes = segments.back().map_or(0, |s| s.end_cursor);
+        let pending_at = segments.back().map_or(0, |s| s.valid_len);
         let retained_from = segments.front().map_or(0, |s| s.header.first_cursor);
         let spool = Spool {
             dir: dir.to_owned(),
@@ -461,7 +585,8 @@ impl Spool {
             synced_layout: None,
             dirty: writable && total_bytes > 0,
             parent_unsynced: false,
-            heads: Vec::new(),
+            pending: Vec::new(),
+            pending_at,
         };
         Ok((spool, recovery))
     }
@@ -518,91 +643,117 @@ impl Spool {
             index: OnceLock::new(),
         };
         let _ = segment.index.set(SegmentIndex::default());
+        debug_assert!(self.pending.is_empty());
+        self.pending_at = segment.valid_len;
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
     }
 
-    /// Appends `bytes` of `stream` at the end of the combined output. The bytes reach the file
-    /// (and so readers in other processes) before this returns; durability waits for
+    /// Appends `bytes` of `stream` at the end of the combined output. Reads through this handle
+    /// see the bytes at once; they reach the file (and so readers in other processes) at the next
+    /// [`Spool::flush`] or [`Spool::checkpoint`], or earlier; durability waits for
     /// [`Spool::checkpoint`].
+    ///
+    /// On error, whole chunks of a prefix of `bytes` may have been appended (`total_bytes` says
+    /// how many); an append that fits the write buffer and needs no new segment either appends
+    /// everything or nothing.
     pub fn append(&mut self, stream: Stream, bytes: &[u8]) -> Result<(), SpoolError> {
         if !self.writable {
             return Err(SpoolError::ReadOnly);
         }
+        let frames = bytes.len().div_ceil(CHUNK_SPLIT_BYTES) * chunk_bytes(CHUNK_SPLIT_BYTES);
+        if self.pending.len() + frames > WRITE_BUFFER_BYTES {
+            // Before any of this append is staged, so that a failed write leaves none of it.
+            self.write_pending(true)?;
+        }
         let mut rest = bytes;
         while !rest.is_empty() {
-            let first = chunk_bytes(rest.len().min(CHUNK_SPLIT_BYTES)) as u64;
-            let rotate = match self.segments.back() {
-                None => true,
-                Some(s) => {
-                    s.valid_len > SPOOL_HEADER_BYTES as u64
-                        && s.valid_len + first > self.options.segment_bytes
-                }
-            };
+            let piece = &rest[..rest.len().min(CHUNK_SPLIT_BYTES)];
+            let frame = chunk_bytes(piece.len()) as u64;
+            let rotate = self.segments.back().is_none_or(|s| {
+                s.valid_len > SPOOL_HEADER_BYTES as u64
+                    && s.valid_len + frame > self.options.segment_bytes
+            });
             if rotate {
+                self.flush()?;
                 self.new_segment()?;
+                // Per segment, not only per append: a large append spanning several segments
+                // keeps the retained window within a segment of the bound at every moment.
+                self.enforce_retention()?;
+            } else if self.pending.len() + frame as usize > WRITE_BUFFER_BYTES {
+                // Only an append larger than the buffer gets here.
+                self.write_pending(true)?;
             }
-            let segment_bytes = self.options.segment_bytes;
-            let Some(active) = self.segments.back_mut() else {
-                unreachable!("a segment was just ensured");
-            };
-            // The chunks of this append that fit the active segment (up to a batch) go out in one
-            // vectored write: each header, then the caller's bytes as they are, so the payload is
-            // copied once, by the kernel. The headers are built first because the slices borrow
-            // them.
-            let mut heads = std::mem::take(&mut self.heads);
-            heads.clear();
-            let base = active.valid_len;
-            let (mut offset, mut cursor) = (base, self.total_bytes);
-            let mut batch = rest;
-            while !batch.is_empty() && heads.len() < CHUNKS_PER_WRITE_MAX {
-                let piece = &batch[..batch.len().min(CHUNK_SPLIT_BYTES)];
-                let needed = chunk_bytes(piece.len()) as u64;
-                if offset > base && offset + needed > segment_bytes {
-                    break;
-                }
-                heads.push(encode_chunk_header(stream, cursor, piece));
-                offset += needed;
-                cursor += piece.len() as u64;
-                batch = &batch[piece.len()..];
-            }
-            let taken = &rest[..rest.len() - batch.len()];
-            let mut slices = [IoSlice::new(&[]); IOV_PER_WRITE_MAX];
-            let mut used = 0;
-            for (head, piece) in heads.iter().zip(taken.chunks(CHUNK_SPLIT_BYTES)) {
-                slices[used] = IoSlice::new(head);
-                slices[used + 1] = IoSlice::new(piece);
-                used += 2;
-            }
-            // Only the last piece can be short of the split size, so only it can need padding.
-            let padding = taken
-                .chunks(CHUNK_SPLIT_BYTES)
-                .next_back()
-                .map_or(0, |p| chunk_padding_bytes(p.len()));
-            if padding > 0 {
-                slices[used] = IoSlice::new(&CHUNK_PADDING[..padding]);
-                used += 1;
-            }
-            let written = write_all_vectored_at(&active.file, &mut slices[..used], base);
-            self.heads = heads;
-            written.map_err(io("write chunk"))?;
-            if let Some(index) = active.index.get_mut() {
-                let (mut at, mut c) = (base, self.total_bytes);
-                for piece in taken.chunks(CHUNK_SPLIT_BYTES) {
-                    index.push(at, c, piece.len() as u32);
-                    at += chunk_bytes(piece.len()) as u64;
-                    c += piece.len() as u64;
-                }
-            }
-            rest = batch;
-            active.valid_len = offset;
-            self.total_bytes = cursor;
-            active.end_cursor = cursor;
-            self.dirty = true;
-            self.enforce_retention()?;
+            self.stage_chunk(stream, piece);
+            rest = &rest[piece.len()..];
         }
+        self.enforce_retention()
+    }
+
+    /// Copies one chunk (`piece` of at most [`CHUNK_SPLIT_BYTES`]) into the write buffer, at the
+    /// end of the active segment.
+    fn stage_chunk(&mut self, stream: Stream, piece: &[u8]) {
+        let Some(active) = self.segments.back_mut() else {
+            unreachable!("appends ensure an active segment first");
+        };
+        debug_assert_eq!(
+            self.pending_at + self.pending.len() as u64,
+            active.valid_len
+        );
+        let at = self.pending.len();
+        let payload = at + CHUNK_HEADER_BYTES..at + CHUNK_HEADER_BYTES + piece.len();
+        self.pending.extend_from_slice(&[0; CHUNK_HEADER_BYTES]);
+        self.pending.extend_from_slice(piece);
+        self.pending
+            .extend_from_slice(&CHUNK_PADDING[..chunk_padding_bytes(piece.len())]);
+        // The checksum reads the payload where it was just copied (still in the CPU's cache), not
+        // from the caller's bytes a second time.
+        let header = encode_chunk_header(stream, self.total_bytes, &self.pending[payload]);
+        self.pending[at..at + CHUNK_HEADER_BYTES].copy_from_slice(&header);
+        if let Some(index) = active.index.get_mut() {
+            index.push(active.valid_len, self.total_bytes, piece.len() as u32);
+        }
+        active.valid_len += chunk_bytes(piece.len()) as u64;
+        self.total_bytes += piece.len() as u64;
+        active.end_cursor = self.total_bytes;
+        self.dirty = true;
+    }
+
+    /// Writes staged chunks to the active segment's file: all of them, or (`aligned`) those up to
+    /// the last page boundary they cross, keeping the rest staged so that every page is written
+    /// once, whole, by one write (a page written in two parts costs the kernel nearly twice).
+    /// On error nothing is dropped from the buffer: the next write starts at the same offset.
+    fn write_pending(&mut self, aligned: bool) -> Result<(), SpoolError> {
+        let Some(active) = self.segments.back() else {
+            return Ok(());
+        };
+        let end = self.pending_at + self.pending.len() as u64;
+        let upto = if aligned {
+            end / WRITE_ALIGN_BYTES * WRITE_ALIGN_BYTES
+        } else {
+            end
+        };
+        if upto <= self.pending_at {
+            return Ok(());
+        }
+        let n = (upto - self.pending_at) as usize;
+        active
+            .file
+            .write_all_at(&self.pending[..n], self.pending_at)
+            .map_err(io("write chunks"))?;
+        self.pending.drain(..n);
+        self.pending_at = upto;
         Ok(())
+    }
+
+    /// Writes every appended byte to its segment file, where readers in other processes (and a
+    /// crash of this one) find it. Cheap when nothing is staged.
+    pub fn flush(&mut self) -> Result<(), SpoolError> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.write_pending(false)
     }
 
     fn enforce_retention(&mut self) -> Result<(), SpoolError> {
@@ -690,7 +841,9 @@ impl Spool {
 
     /// Reads up to `max_bytes` from `cursor`. A cursor before `retained_from` reads from
     /// `retained_from` with `gap: true`; a cursor beyond `total_bytes` is
-    /// [`SpoolError::CursorAhead`]; a cursor equal to `total_bytes` returns nothing.
+    /// [`SpoolError::CursorAhead`]; a cursor equal to `total_bytes` returns nothing. A read that
+    /// reaches damaged bytes returns the bytes before them (fewer than asked); a read that starts
+    /// at damaged bytes is [`SpoolError::Corrupt`].
     pub fn read(&self, cursor: u64, max_bytes: usize) -> Result<SpoolRead, SpoolError> {
         self.read_counted(cursor, max_bytes).map(|(read, _)| read)
     }
@@ -723,10 +876,45 @@ impl Spool {
             if out.bytes.len() >= max_bytes {
                 break;
             }
-            loaded += self.read_segment(segment, want, max_bytes, &mut out)?;
+            match self.read_segment(segment, want, max_bytes, &mut out) {
+                Ok(n) => loaded += n,
+                // The bytes before damage are answered; a read from the damaged cursor gets the
+                // error (bytes after the damage are never joined to bytes before it).
+                Err(SpoolError::Corrupt { .. }) if !out.bytes.is_empty() => break,
+                Err(e) => return Err(e),
+            }
             want = out.next_cursor;
         }
         Ok((out, loaded))
+    }
+
+    /// Fills `buf` with the bytes of `segment` from file offset `offset`: from the file, and
+    /// for the active segment's bytes not yet written, from the write buffer.
+    fn load(&self, segment: &Segment, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        let active = self
+            .segments
+            .back()
+            .is_some_and(|s| std::ptr::eq(s, segment));
+        let in_file = if active {
+            usize::try_from(self.pending_at.saturating_sub(offset))
+                .map_or(buf.len(), |n| n.min(buf.len()))
+        } else {
+            buf.len()
+        };
+        let (file_part, staged_part) = buf.split_at_mut(in_file);
+        if !file_part.is_empty() {
+            segment.file.read_exact_at(file_part, offset)?;
+        }
+        if !staged_part.is_empty() {
+            let from = usize::try_from(offset + in_file as u64 - self.pending_at)
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            let staged = self
+                .pending
+                .get(from..from + staged_part.len())
+                .ok_or_else(|| std::io::Error::from(std::io::ErrorKind::UnexpectedEof))?;
+            staged_part.copy_from_slice(staged);
+        }
+        Ok(())
     }
 
     fn read_segment(
@@ -737,12 +925,36 @@ impl Spool {
         out: &mut SpoolRead,
     ) -> Result<u64, SpoolError> {
         let index = self.index_of(segment)?;
-        let mut loaded = 0;
-        let (mut offset, mut cursor) = index.locate(
+        let at = index.locate(
             from,
             (SPOOL_HEADER_BYTES as u64, segment.header.first_cursor),
         );
-        let mut buf = Vec::new();
+        READ_SCRATCH.with_borrow_mut(|scratch| {
+            let result = self.read_chunks(segment, index, at, from, max_bytes, out, scratch);
+            if scratch.capacity() > READ_SCRATCH_KEEP_BYTES {
+                // A large chunk or a damaged range was read: give the memory back.
+                *scratch = Vec::new();
+            }
+            result
+        })
+    }
+
+    /// The loop of [`Spool::read_segment`], from the chunk at `at` (offset, cursor) on, loading
+    /// chunks into `scratch`.
+    // The state of one read, passed down as it is rather than bundled for this one call.
+    #[allow(clippy::too_many_arguments)]
+    fn read_chunks(
+        &self,
+        segment: &Segment,
+        index: &SegmentIndex,
+        at: (u64, u64),
+        from: u64,
+        max_bytes: usize,
+        out: &mut SpoolRead,
+        scratch: &mut Vec<u8>,
+    ) -> Result<u64, SpoolError> {
+        let (mut offset, mut cursor) = at;
+        let mut loaded = 0;
         while out.bytes.len() < max_bytes && cursor < segment.end_cursor {
             // Load from the chunk reached so far to the end of the chunk that holds the last byte
             // wanted, as far as the index can tell (exactly, inside a run).
@@ -765,13 +977,14 @@ impl Spool {
                 if len == 0 || walk.is_some() {
                     continue;
                 }
-                buf.resize(len as usize, 0);
-                segment
-                    .file
-                    .read_exact_at(&mut buf, offset)
-                    .map_err(io("read chunks"))?;
+                let len_usize = len as usize;
+                if scratch.len() < len_usize {
+                    scratch.resize(len_usize, 0);
+                }
+                let buf = &mut scratch[..len_usize];
+                self.load(segment, buf, offset).map_err(io("read chunks"))?;
                 loaded += len;
-                let w = walk_chunks(&buf, offset, cursor, |_, h, payload| {
+                let w = walk_chunks(buf, offset, cursor, |_, h, payload| {
                     if h.cursor >= segment.end_cursor {
                         // Bytes past the segment's end belong to no cursor of this spool.
                         return false;
@@ -809,5 +1022,15 @@ impl Spool {
             cursor = walk.end_cursor;
         }
         Ok(loaded)
+    }
+}
+
+impl Drop for Spool {
+    /// Staged chunks go to the file, as [`Spool::flush`] would; an error here has no one to go
+    /// to, so a writer that must know calls `flush` or `checkpoint` first.
+    fn drop(&mut self) {
+        if self.writable {
+            let _ = self.flush();
+        }
     }
 }

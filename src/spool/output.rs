@@ -26,10 +26,22 @@ impl Output {
     }
 
     pub fn append(&mut self, stream: Stream, bytes: &[u8]) -> Result<(), SpoolError> {
-        self.spool.append(stream, bytes)?;
+        if let Err(e) = self.spool.append(stream, bytes) {
+            // A failed append may still have appended a prefix of whole chunks: the buffer starts
+            // again, empty, where the spool now ends (older reads fall through to the spool).
+            if self.buffer.end() != self.spool.total_bytes() {
+                self.buffer = RecentBuffer::new(self.buffer.capacity(), self.spool.total_bytes());
+            }
+            return Err(e);
+        }
         self.buffer.push(stream, bytes);
         debug_assert_eq!(self.buffer.end(), self.spool.total_bytes());
         Ok(())
+    }
+
+    /// [`Spool::flush`]: every appended byte reaches the spool's files.
+    pub fn flush(&mut self) -> Result<(), SpoolError> {
+        self.spool.flush()
     }
 
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {

@@ -164,6 +164,11 @@ impl Spool {
         if !self.writable || !self.dirty {
             return Ok(plan);
         }
+        // Staged chunks must be in the files the plan syncs.
+        self.flush()?;
+        // The write buffer is given back here, at most once per checkpoint, rather than kept for
+        // the life of the handle: a process that stopped writing does not hold it.
+        self.pending = Vec::new();
         // Newest first, down to and including the segment that held the last durable byte: it may
         // have been the active segment then, with appends after that checkpoint.
         for segment in self.segments.iter().rev() {

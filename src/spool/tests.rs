@@ -173,6 +173,78 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+
+    /// Appends of every size, through the write buffer (filled, written aligned, flushed or not):
+    /// the writer reads back every byte at once; another reader sees a prefix of whole chunks
+    /// before a flush and everything after it.
+    #[test]
+    fn staged_appends_are_read_back_at_once_and_reach_the_file_at_a_flush(
+        steps in proptest::collection::vec(
+            (prop_oneof![3 => 1usize..6000, 1 => 1usize..3 * WRITE_BUFFER_BYTES], any::<bool>()),
+            1..24,
+        ),
+        segment_bytes in prop_oneof![Just(8u64 << 20), 20_000u64..1_500_000],
+        probes in proptest::collection::vec((any::<u64>(), 1usize..20_000), 4),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SpoolOptions { segment_bytes, retention_bytes: u64::MAX / 2 };
+        let (mut spool, _) = Spool::open_writer(dir.path(), [10; 16], options).unwrap();
+        let mut model = Model::default();
+        for (i, &(n, flush)) in steps.iter().enumerate() {
+            let bytes: Vec<u8> = (0..n).map(|j| (model.bytes.len() + j) as u8 ^ (i as u8)).collect();
+            spool.append(stream_of(i), &bytes).unwrap();
+            model.append(stream_of(i), &bytes);
+            let total = model.bytes.len() as u64;
+            for &(c, max) in &probes {
+                check_read(&spool, &model, c % (total + 1), max);
+            }
+            check_read(&spool, &model, total.saturating_sub(n as u64 + 7), n + 7);
+            if flush {
+                spool.flush().unwrap();
+            }
+            let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+            prop_assert!(recovery.bad_segments.is_empty(), "{:?}", recovery);
+            let seen = reader.total_bytes();
+            if flush {
+                prop_assert!(recovery.is_clean(), "{:?}", recovery);
+                prop_assert_eq!(seen, total);
+            } else {
+                prop_assert!(seen <= total);
+            }
+            let prefix = Model {
+                bytes: model.bytes[..seen as usize].to_vec(),
+                streams: model.streams[..seen as usize].to_vec(),
+            };
+            check_read(&reader, &prefix, 0, usize::MAX / 2);
+        }
+    }
+}
+
+#[test]
+fn a_checkpoint_writes_staged_appends_before_it_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open_writer(dir.path(), [11; 16], SpoolOptions::default()).unwrap();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[100, 5000, 7]);
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    assert_eq!(
+        reader.total_bytes(),
+        0,
+        "small appends stay staged until a flush"
+    );
+    assert_eq!(spool.checkpoint().unwrap(), (0, 5107));
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    check_read(&reader, &model, 0, usize::MAX / 2);
+    // Dropping a writer writes what it staged.
+    write_pattern(&mut spool, &mut model, &[33]);
+    drop(spool);
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    check_read(&reader, &model, 0, usize::MAX / 2);
+}
+
 #[test]
 fn gap_cursor_ahead_and_end_of_output() {
     let dir = tempfile::tempdir().unwrap();
@@ -362,4 +434,245 @@ fn chunks_of_any_size_the_format_allows_are_read_back() {
     for cursor in (0..model.bytes.len() as u64).step_by(1999) {
         check_read(&spool, &model, cursor, 9000);
     }
+}
+
+/// A spool of one segment holding one chunk per size in `sizes` (each size at most
+/// [`CHUNK_SPLIT_BYTES`]); returns the directory, the model and each chunk's (file offset,
+/// cursor, payload bytes).
+fn one_segment(sizes: &[usize]) -> (tempfile::TempDir, Model, Vec<(usize, u64, usize)>) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut spool, _) = Spool::open_writer(dir.path(), [12; 16], SpoolOptions::default()).unwrap();
+    let mut model = Model::default();
+    let mut chunks = Vec::new();
+    let mut offset = format::SPOOL_HEADER_BYTES;
+    for &n in sizes {
+        assert!(n <= CHUNK_SPLIT_BYTES);
+        chunks.push((offset, model.bytes.len() as u64, n));
+        offset += format::chunk_bytes(n);
+        write_pattern(&mut spool, &mut model, &[n]);
+    }
+    spool.flush().unwrap();
+    drop(spool);
+    (dir, model, chunks)
+}
+
+fn edit_segment(dir: &Path, edit: impl FnOnce(&mut Vec<u8>)) {
+    let seg = dir.join(segment_name(0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    edit(&mut bytes);
+    std::fs::write(&seg, bytes).unwrap();
+}
+
+/// Reads everything that can be read from `reader`, stepping over each damaged range recovery
+/// reported; checks every byte against the model and that exactly the damaged cursors fail.
+fn check_around_damage(reader: &Spool, model: &Model, damaged: &[SpoolDamage]) {
+    let total = model.bytes.len() as u64;
+    assert_eq!(reader.total_bytes(), total);
+    let mut cursor = 0;
+    while cursor < total {
+        if let Some(d) = damaged.iter().find(|d| d.first_cursor == cursor) {
+            for c in [d.first_cursor, d.end_cursor - 1] {
+                assert!(
+                    matches!(reader.read(c, 100), Err(SpoolError::Corrupt { .. })),
+                    "cursor {c} is damaged"
+                );
+            }
+            cursor = d.end_cursor;
+            continue;
+        }
+        let read = reader.read(cursor, 1000).unwrap();
+        assert!(!read.bytes.is_empty(), "no progress at {cursor}");
+        let end = read.next_cursor as usize;
+        assert_eq!(read.bytes, model.bytes[cursor as usize..end], "at {cursor}");
+        cursor = read.next_cursor;
+    }
+}
+
+#[test]
+fn damage_in_the_middle_of_the_active_segment_is_reported_and_nothing_after_it_is_cut() {
+    let sizes = [100, 200, 300, 400, 500, 600, 700];
+    // Damage of every kind to the fourth chunk: its payload, its header (cursor field, checksum,
+    // length), zeroes over it (a hole), zeroes over it and part of the next chunk's header.
+    type Edit = fn(&mut Vec<u8>, usize);
+    let edits: [(&str, Edit); 5] = [
+        ("payload byte", |b, at| {
+            b[at + format::CHUNK_HEADER_BYTES + 9] ^= 0x40
+        }),
+        ("cursor field", |b, at| b[at + 16] ^= 1),
+        ("length field", |b, at| b[at + 8] = 0xff),
+        ("zeroed chunk", |b, at| {
+            b[at..at + format::chunk_bytes(400)].fill(0)
+        }),
+        ("zeroed chunk and next header", |b, at| {
+            b[at..at + format::chunk_bytes(400) + 10].fill(0);
+        }),
+    ];
+    for (what, edit) in edits {
+        let (dir, model, chunks) = one_segment(&sizes);
+        let (at, cursor, _) = chunks[3];
+        let len = std::fs::metadata(dir.path().join(segment_name(0)))
+            .unwrap()
+            .len();
+        edit_segment(dir.path(), |b| edit(b, at));
+        let damaged_end = if what == "zeroed chunk and next header" {
+            5
+        } else {
+            4
+        };
+        let (next_at, next_cursor, _) = chunks[damaged_end];
+        let expected = SpoolDamage {
+            segment: segment_name(0),
+            start_offset: at as u64,
+            end_offset: next_at as u64,
+            first_cursor: cursor,
+            end_cursor: next_cursor,
+            reason: String::new(),
+        };
+        let same = |d: &SpoolDamage| SpoolDamage {
+            reason: String::new(),
+            ..d.clone()
+        };
+        let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+        assert_eq!(recovery.damaged.len(), 1, "{what}: {recovery:?}");
+        assert_eq!(same(&recovery.damaged[0]), expected, "{what}");
+        assert_eq!(recovery.torn_tail_bytes, 0, "{what}: {recovery:?}");
+        assert!(!recovery.is_clean());
+        check_around_damage(&reader, &model, &recovery.damaged);
+        // A read that runs into the damage returns the bytes before it.
+        let short = reader.read(0, 100_000).unwrap();
+        assert_eq!(short.bytes, model.bytes[..cursor as usize], "{what}");
+        drop(reader);
+
+        // A writable open keeps the damage and every chunk after it, and appends after them.
+        let (mut writer, recovery) =
+            Spool::open_writer(dir.path(), [12; 16], SpoolOptions::default()).unwrap();
+        assert_eq!(same(&recovery.damaged[0]), expected, "{what}");
+        assert!(!recovery.torn_tail_cut, "{what}: {recovery:?}");
+        assert_eq!(
+            std::fs::metadata(dir.path().join(segment_name(0)))
+                .unwrap()
+                .len(),
+            len,
+            "{what}: nothing cut"
+        );
+        let mut model = model;
+        write_pattern(&mut writer, &mut model, &[5000, 3]);
+        check_around_damage(&writer, &model, &recovery.damaged);
+        drop(writer);
+        let (reader, again) = Spool::open_reader(dir.path()).unwrap();
+        assert_eq!(again.damaged, recovery.damaged, "{what}");
+        assert_eq!(again.torn_tail_bytes, 0);
+        check_around_damage(&reader, &model, &again.damaged);
+    }
+}
+
+#[test]
+fn damage_with_nothing_valid_after_it_is_a_torn_tail() {
+    let sizes = [100, 200, 300, 400];
+    // The last chunk damaged, and garbage (no chunk) after a damaged chunk.
+    let (dir, model, chunks) = one_segment(&sizes);
+    let (at, cursor, _) = chunks[3];
+    edit_segment(dir.path(), |b| b[at + format::CHUNK_HEADER_BYTES] ^= 1);
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    assert!(recovery.damaged.is_empty(), "{recovery:?}");
+    assert_eq!(recovery.torn_tail_bytes, format::chunk_bytes(400) as u64);
+    assert_eq!(reader.total_bytes(), cursor);
+    drop(reader);
+    let (_, recovery) = Spool::open_writer(dir.path(), [12; 16], SpoolOptions::default()).unwrap();
+    assert!(recovery.torn_tail_cut && recovery.damaged.is_empty());
+
+    let (dir, _, chunks) = one_segment(&sizes);
+    let (at, _, _) = chunks[1];
+    edit_segment(dir.path(), |b| {
+        for (i, x) in b[at..].iter_mut().enumerate() {
+            *x = (i * 7 + 1) as u8;
+        }
+    });
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    assert!(recovery.damaged.is_empty(), "{recovery:?}");
+    assert_eq!(reader.total_bytes(), 100);
+    let _ = model;
+}
+
+#[test]
+fn a_valid_chunk_that_does_not_continue_the_cursors_is_no_resync_point() {
+    // Bytes of a whole, valid chunk after damage, but naming a cursor the damaged bytes could not
+    // have reached (or one already passed): not a continuation, so the rest is a torn tail.
+    for wrong in [1_000_000u64, 50] {
+        let (dir, _, chunks) = one_segment(&[100, 200, 300]);
+        let (at, _, _) = chunks[1];
+        edit_segment(dir.path(), |b| {
+            b.truncate(at);
+            b.extend_from_slice(&[0xAA; 64]);
+            format::encode_chunk(Stream::Stdout, wrong, b"not a continuation", b);
+        });
+        let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+        assert!(recovery.damaged.is_empty(), "cursor {wrong}: {recovery:?}");
+        assert_eq!(reader.total_bytes(), 100);
+        assert!(recovery.torn_tail_bytes > 0);
+    }
+}
+
+#[test]
+fn several_damaged_ranges_are_each_reported() {
+    let sizes: Vec<usize> = (1..=12).map(|i| i * 97).collect();
+    let (dir, model, chunks) = one_segment(&sizes);
+    edit_segment(dir.path(), |b| {
+        for k in [2, 3, 7, 10] {
+            b[chunks[k].0 + format::CHUNK_HEADER_BYTES + 1] ^= 0x10;
+        }
+    });
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    let ranges: Vec<(u64, u64)> = recovery
+        .damaged
+        .iter()
+        .map(|d| (d.first_cursor, d.end_cursor))
+        .collect();
+    assert_eq!(
+        ranges,
+        vec![
+            (chunks[2].1, chunks[4].1),
+            (chunks[7].1, chunks[8].1),
+            (chunks[10].1, chunks[11].1)
+        ]
+    );
+    check_around_damage(&reader, &model, &recovery.damaged);
+}
+
+#[test]
+fn the_damage_seed_of_the_fuzz_target_has_damage() {
+    // fuzz/corpus/spool_recovery/seed-8 builds valid chunks, garbage, then chunks continuing the
+    // cursors: the fuzz target's mid-segment damage path is in its committed corpus.
+    let seed = std::fs::read(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/spool_recovery/seed-8"),
+    )
+    .unwrap();
+    crate::fuzzing::spool_recovery(&seed);
+    let mut bytes = format::SpoolHeader {
+        spool_id: [7; 16],
+        first_cursor: 0,
+        segment_index: 0,
+        created_unix_ms: 0,
+    }
+    .encode()
+    .to_vec();
+    let rest = &seed[1..];
+    let (framed, garbage) = rest.split_at(rest.len() / 2);
+    let mut cursor = 0;
+    for part in framed.chunks(37) {
+        format::encode_chunk(Stream::Stdout, cursor, part, &mut bytes);
+        cursor += part.len() as u64;
+    }
+    bytes.extend_from_slice(garbage);
+    bytes.resize(bytes.len().next_multiple_of(8), 0xEE);
+    let scan = scan_segment(&bytes[64..], 64, 0, |_, _, _| {});
+    assert!(
+        scan.damaged.is_empty(),
+        "nothing valid after the garbage yet"
+    );
+    cursor += 66;
+    format::encode_chunk(Stream::Stdout, cursor, &framed[..53], &mut bytes);
+    let scan = scan_segment(&bytes[64..], 64, 0, |_, _, _| {});
+    assert_eq!(scan.damaged.len(), 1, "{scan:?}");
+    assert_eq!(scan.end_cursor, cursor + 53);
 }

@@ -121,9 +121,12 @@ impl Proc {
         *lock(&self.cause).get_or_insert(cause)
     }
 
+    /// Appends what one pass of the drain read and flushes it, under one lock: the bytes are in
+    /// the spool's files (for readers in other processes, and a crash of the supervisor) before
+    /// the drain reads again.
     fn append_output(&self, stream: Stream, bytes: &[u8]) -> Result<(), crate::spool::SpoolError> {
         let result = match lock(&self.output).as_mut() {
-            Some(output) => output.append(stream, bytes),
+            Some(output) => output.append(stream, bytes).and_then(|()| output.flush()),
             None => Err(crate::spool::SpoolError::ReadOnly),
         };
         self.output_changed.notify_waiters();
