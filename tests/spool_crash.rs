@@ -453,11 +453,9 @@ struct Tally {
     /// Rounds whose recovery found (and cut) a torn tail.
     torn_tails: u64,
     torn_tail_bytes: u64,
-    /// Rounds whose recovery removed an empty newest segment file (no torn chunk).
+    /// Rounds whose recovery removed a newest segment file no longer than a header (a kill
+    /// between creating a segment and writing its header; no torn chunk).
     empty_segment_residues: u64,
-    /// `.seg.tmp` files found after a kill (a segment created but not yet named), which the
-    /// writable open must remove.
-    interrupted_segment_creations: u64,
     /// Rounds where whole chunks of an unacknowledged append survived (a multi-chunk append cut
     /// between its chunks, or an append whose ack the kill prevented).
     unacked_survivor_rounds: u64,
@@ -713,15 +711,6 @@ fn verify_after_crash(
 ) {
     let previous_total = model.total();
     let last_acked = claims.acked.last().map_or(previous_total, |r| r.end);
-    // The kill may have come between a segment file's creation and its naming.
-    tally.interrupted_segment_creations += std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .filter_map(Result::ok)
-                .filter(|e| e.file_name().to_string_lossy().ends_with(".seg.tmp"))
-                .count() as u64
-        })
-        .unwrap_or(0);
     let (spool, recovery) = Spool::open_writer(dir, SPOOL_ID, scenario.options)
         .unwrap_or_else(|e| panic!("{ctx}: reopening after the kill failed: {e}"));
     assert!(
@@ -738,7 +727,7 @@ fn verify_after_crash(
         tally.torn_tail_bytes += recovery.torn_tail_bytes;
     } else if recovery.torn_tail_cut {
         // Nothing torn in the last segment, yet something cut: an empty segment file (a kill
-        // between creating a segment and writing its header) was removed.
+        // between creating a segment and writing its whole header) was removed.
         tally.empty_segment_residues += 1;
     }
     // A writable open leaves nothing but segments behind (no half-created segment files).

@@ -614,26 +614,19 @@ impl Spool {
                 .map_or(0, |s| s.header.segment_index + 1),
             created_unix_ms: now_unix_ms(),
         };
-        // Written under a temporary name and renamed, so a segment name never holds a file
-        // without its header (a crash in between leaves only a `.tmp`, removed at open).
+        // Created under its final name: a crash before the header is whole leaves a newest file
+        // no longer than a header, which recovery removes (it never held output). No temporary
+        // name and rename: two directory operations fewer per segment.
         let name = segment_name(header.first_cursor);
         let path = self.dir.join(&name);
-        let tmp = self.dir.join(format!("{name}.tmp"));
-        match std::fs::remove_file(&tmp) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(io("remove leftover segment")(e));
-            }
-            _ => {}
-        }
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(&tmp)
+            .open(&path)
             .map_err(io("create segment"))?;
         file.write_all_at(&header.encode(), 0)
             .map_err(io("write segment header"))?;
-        std::fs::rename(&tmp, &path).map_err(io("name segment"))?;
         let segment = Segment {
             path,
             header,
