@@ -118,6 +118,39 @@ fn spool_verify_passes_clean_spools_and_names_damage() {
     assert_eq!(out.status.code(), Some(2));
 }
 
+/// Damage in a sealed segment (recovery scans only the active one) is found by reading: every
+/// damaged range is listed, not only the first, and the output after each is still checked.
+#[test]
+fn spool_verify_lists_every_damaged_range_of_a_sealed_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // More than one 8 MiB segment, so that the first is sealed.
+    let h = supervise(root, "head -c 9000000 /dev/zero | tr '\\0' x");
+    let files = segments(root, &h);
+    assert!(files.len() >= 2, "{files:?}");
+    let seg = &files[0];
+    let mut bytes = std::fs::read(seg).unwrap();
+    let len = bytes.len();
+    for at in [len / 4, len / 2] {
+        bytes[at] ^= 0x01;
+    }
+    std::fs::write(seg, &bytes).unwrap();
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    let issues: Vec<String> = checks[0]["issues"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i.as_str().unwrap().to_owned())
+        .collect();
+    let damaged = issues
+        .iter()
+        .filter(|i| i.starts_with("damaged at cursors"))
+        .count();
+    assert_eq!(damaged, 2, "{issues:?}");
+    assert_eq!(issues.len(), 2, "nothing else is wrong: {issues:?}");
+}
+
 #[test]
 fn the_progress_line_never_reaches_stdout_or_a_pipe() {
     let dir = tempfile::tempdir().unwrap();

@@ -271,10 +271,17 @@ fn check_spool(
                 break;
             }
             Err(e) => {
+                // Damage in a sealed segment (recovery scans only the active one): listed, and
+                // the reading goes on after it.
+                let resume = spool.resume_after(cursor).ok().flatten();
+                let end = resume.map_or_else(|| "the end".to_owned(), |c| c.to_string());
                 check
                     .issues
-                    .push(format!("damaged at cursor {cursor}: {e}"));
-                break;
+                    .push(format!("damaged at cursors {cursor}..{end}: {e}"));
+                match resume {
+                    Some(next) if next > cursor => cursor = next,
+                    _ => break,
+                }
             }
         }
     }

@@ -126,6 +126,21 @@ impl SegmentIndex {
         }
     }
 
+    /// Where reads can resume when the chunk holding `cursor` is damaged: the next chunk, when
+    /// `cursor` is inside a run (its header was valid, so only its payload can be bad); else the
+    /// next entry, which is the first chunk after damaged bytes when those are what the index
+    /// stopped at (that chunk always has an entry of its own), and otherwise at most
+    /// `INDEX_STRIDE_BYTES` and a chunk of file later. `None` past the last entry.
+    pub fn resume_after(&self, cursor: u64) -> Option<u64> {
+        let n = self.runs.partition_point(|r| r.cursor <= cursor);
+        if let Some(run) = n.checked_sub(1).map(|i| &self.runs[i])
+            && let Some((_, chunk)) = run.chunk_of(cursor)
+        {
+            return Some(chunk + u64::from(run.payload));
+        }
+        self.runs.get(n).map(|r| r.cursor)
+    }
+
     /// A file offset at or after the end of the chunk holding `cursor`: that chunk's exact end
     /// when it is in a run, else the next entry's offset, else `segment_end`.
     pub fn chunk_end_bound(&self, cursor: u64, segment_end: u64) -> u64 {

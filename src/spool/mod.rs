@@ -771,6 +771,31 @@ impl Spool {
         self.finish_sync(done)
     }
 
+    /// After damage at file `offset` of a sealed segment, where the chunk of `cursor` was
+    /// expected: the first valid chunk that continues the cursors, by the rule recovery applies
+    /// to the active segment ([`resync`]), as its file offset, cursor and payload size.
+    fn resync_sealed(
+        &self,
+        segment: &Segment,
+        offset: u64,
+        cursor: u64,
+    ) -> Result<Option<(u64, u64, u32)>, SpoolError> {
+        let len = segment.valid_len.saturating_sub(offset);
+        let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
+        segment
+            .file
+            .read_exact_at(&mut bytes, offset)
+            .map_err(io("read damaged segment"))?;
+        Ok(resync(&bytes, 0, cursor).and_then(|(at, next_cursor)| {
+            let (h, _) = decode_chunk(&bytes[at..]).ok()?;
+            (next_cursor < segment.end_cursor).then_some((
+                offset + at as u64,
+                next_cursor,
+                h.payload_bytes,
+            ))
+        }))
+    }
+
     fn index_of<'a>(&self, segment: &'a Segment) -> Result<&'a SegmentIndex, SpoolError> {
         if let Some(index) = segment.index.get() {
             return Ok(index);
@@ -810,16 +835,23 @@ impl Spool {
                     0
                 }
             };
-            let h = decode_chunk_header(&block[at..]).map_err(|e| SpoolError::Corrupt {
-                cursor,
-                reason: e.to_string(),
-            })?;
-            if h.cursor != cursor {
-                return Err(SpoolError::Corrupt {
-                    cursor,
-                    reason: format!("chunk names cursor {}", h.cursor),
-                });
-            }
+            let h = match decode_chunk_header(&block[at..]) {
+                Ok(h) if h.cursor == cursor => h,
+                // Damaged bytes in a sealed segment (it was whole when sealed): the chunks after
+                // them stay readable, as recovery keeps them in the active segment. Reads of the
+                // cursors the damage held, and reads that reach it, walk into it and fail.
+                _ => match self.resync_sealed(segment, offset, cursor)? {
+                    Some((next, next_cursor, payload)) => {
+                        index.push_entry(next, next_cursor, payload);
+                        last_frame = chunk_bytes(payload as usize) as u64;
+                        offset = next + last_frame;
+                        cursor = next_cursor + u64::from(payload);
+                        block.clear();
+                        continue;
+                    }
+                    None => break,
+                },
+            };
             index.push(offset, cursor, h.payload_bytes);
             last_frame = chunk_bytes(h.payload_bytes as usize) as u64;
             offset += last_frame;
@@ -843,6 +875,22 @@ impl Spool {
 
     /// [`Spool::read`], and the bytes of chunk file it loaded (not counting the one-time index
     /// build of a sealed segment): what tests check to prove a read's cost is bounded.
+    /// Where reads can resume after `cursor`, a cursor whose read failed with
+    /// [`SpoolError::Corrupt`]: after the damaged chunk or bytes, in the same segment or the next
+    /// one (see `SegmentIndex::resume_after` for how exact that is). `None` when nothing follows.
+    /// For recovery tooling, which lists every damaged range instead of stopping at the first.
+    pub fn resume_after(&self, cursor: u64) -> Result<Option<u64>, SpoolError> {
+        let i = self.segments.partition_point(|s| s.end_cursor <= cursor);
+        let Some(segment) = self.segments.get(i) else {
+            return Ok(None);
+        };
+        let next = match self.index_of(segment)?.resume_after(cursor) {
+            Some(c) if c < segment.end_cursor => c,
+            _ => segment.end_cursor,
+        };
+        Ok((next < self.total_bytes).then_some(next))
+    }
+
     fn read_counted(&self, cursor: u64, max_bytes: usize) -> Result<(SpoolRead, u64), SpoolError> {
         if cursor > self.total_bytes {
             return Err(SpoolError::CursorAhead {

@@ -676,3 +676,60 @@ fn the_damage_seed_of_the_fuzz_target_has_damage() {
     assert_eq!(scan.damaged.len(), 1, "{scan:?}");
     assert_eq!(scan.end_cursor, cursor + 53);
 }
+
+/// Damage inside a sealed segment (found when its index is first built, not at open) costs only
+/// the cursors it held: the chunks before and after it, in that segment and the later ones, stay
+/// readable, as recovery keeps them in the active segment.
+#[test]
+fn damage_in_a_sealed_segment_costs_only_its_own_cursors() {
+    let sizes = [100, 200, 300, 400, 500, 600];
+    type Edit = fn(&mut Vec<u8>, usize);
+    let edits: [(&str, Edit); 4] = [
+        ("cursor field", |b, at| b[at + 16] ^= 1),
+        ("length field", |b, at| b[at + 8] = 0xff),
+        ("header checksum", |b, at| b[at] ^= 0x80),
+        ("zeroed chunk", |b, at| {
+            b[at..at + format::chunk_bytes(300)].fill(0)
+        }),
+    ];
+    for (what, edit) in edits {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SpoolOptions {
+            segment_bytes: 4096,
+            retention_bytes: 1 << 20,
+        };
+        let (mut spool, _) = Spool::open_writer(dir.path(), [5; 16], options).unwrap();
+        let mut model = Model::default();
+        let mut chunks = Vec::new();
+        let mut offset = format::SPOOL_HEADER_BYTES;
+        for &n in &sizes {
+            chunks.push((offset, model.bytes.len() as u64));
+            offset += format::chunk_bytes(n);
+            write_pattern(&mut spool, &mut model, &[n]);
+        }
+        // Later appends go to later segments: the first one is sealed.
+        write_pattern(&mut spool, &mut model, &[700; 8]);
+        drop(spool);
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert!(files >= 3, "the first segment is sealed: {files} files");
+        let (at, cursor) = chunks[2];
+        edit_segment(dir.path(), |b| edit(b, at));
+        let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+        let damaged = [SpoolDamage {
+            segment: segment_name(0),
+            start_offset: at as u64,
+            end_offset: chunks[3].0 as u64,
+            first_cursor: cursor,
+            end_cursor: chunks[3].1,
+            reason: String::new(),
+        }];
+        check_around_damage(&reader, &model, &damaged);
+        let short = reader.read(0, 100_000).unwrap();
+        assert_eq!(short.bytes, model.bytes[..cursor as usize], "{what}");
+        assert_eq!(
+            reader.resume_after(cursor).unwrap(),
+            Some(chunks[3].1),
+            "{what}: reads resume at the first chunk after the damage"
+        );
+    }
+}
