@@ -1,10 +1,17 @@
 //! Lifecycle replay: 1,000,000 lifecycle events folded into manifests, beside the raw journal scan
 //! of the same files measured in the same run.
 //!
-//! Run with `cargo bench --bench lifecycle`. The journal holds 100,000 processes of 10 events each
-//! (Registered, Running, 6 OutputCheckpoints, Terminal, CompletionNotified), written through
-//! `Lifecycle::append` under `Durability::Os` and then `sync()`ed. Processes overlap as a supervisor
-//! would see them: 100 at a time, each phase of the 100 interleaved.
+//! Run with `cargo bench --bench lifecycle`. Two journals of 1,000,000 events each, one per
+//! workload mix, written through `Lifecycle::append` under `Durability::Os` and then `sync()`ed:
+//! - short jobs: 100,000 processes of 10 events (Registered, Running, 6 OutputCheckpoints,
+//!   Terminal, CompletionNotified); registrations, the costliest events to fold, are 1 in 10;
+//! - long jobs: 10,000 processes of 100 events (96 checkpoints: the supervisor records one a
+//!   second while output grows, so about a minute and a half of steady output).
+//!
+//! Processes overlap as a supervisor would see them: 100 at a time, each phase of the 100
+//! interleaved. Event IDs are allocated as the supervisor allocates them (`EventId::new_v7`, in
+//! time order): a registration allocates the handle and its later steps' IDs up front, every other
+//! event takes a fresh ID when it is appended.
 //!
 //! Figures, each measured `ROUNDS` times, interleaved (round 1 measures everything once, then
 //! round 2, ...) so that a burst of load from other work hits a figure and its baseline alike:
@@ -13,18 +20,19 @@
 //! - scan + decode: the same scan, decoding each payload into a `LifecycleEvent` (diagnostic);
 //! - replay: the same scan feeding a `Replayer` (decode and validate every event, fold it into its
 //!   manifest): replay alone;
+//! - `Journal::open` (diagnostic): recovery and the event-ID index, no replay;
 //! - `Lifecycle::open`: what a host pays at start-up: recovery (which also builds the journal's
 //!   event-ID index) and replay in one pass, plus taking the root's lock.
 //!
-//! The target is replay >= 0.5 x the raw scan, in events/s. The report gives the median and the
-//! min-max spread of each figure and the ratio of the medians (with the per-round ratios). Nothing
-//! asserts on wall-clock time; the only checks are of correctness (counts, clean reports, every
-//! manifest terminal and notified).
+//! The target is replay >= 0.5 x the raw scan, in events/s, for each mix. The report gives
+//! the median and the min-max spread of each figure and the ratio of the medians (with the
+//! per-round ratios). Nothing asserts on wall-clock time; the only checks are of correctness
+//! (counts, clean reports, every manifest terminal and notified).
 //!
 //! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir.
-//! `PROCJOURNAL_BENCH_QUICK=1` runs one round on 10,000 processes, for checking the harness only;
-//! `PROCJOURNAL_BENCH_ONLY=replay` times only the raw scan and replay, round after round (`PROCJOURNAL_BENCH_ROUNDS`
-//! sets how many), for profiling it.
+//! `PROCJOURNAL_BENCH_QUICK=1` runs one round on 100,000 events a mix, for checking the harness
+//! only; `PROCJOURNAL_BENCH_ONLY=replay` times only the raw scan and replay, round after round
+//! (`PROCJOURNAL_BENCH_ROUNDS` sets how many), for profiling it.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -77,25 +85,44 @@ impl Clock {
     }
 }
 
-const EVENTS_PER_PROCESS: u64 = 10;
-const CHECKPOINTS: u64 = 6;
 /// Processes live at the same time while the journal is written.
 const CONCURRENT: u64 = 100;
+
+/// A workload: how many lifecycle events each process leaves in the journal. Every process
+/// registers, runs, checkpoints its output `events - 4` times, ends and is notified; the
+/// supervisor checkpoints once a second while output grows, so `events` is roughly how many
+/// seconds a process that writes steadily runs.
+#[derive(Debug, Clone, Copy)]
+struct Mix {
+    name: &'static str,
+    events_per_process: u64,
+}
+
+const MIXES: [Mix; 2] = [
+    Mix {
+        name: "short jobs: 10 events a process (6 checkpoints)",
+        events_per_process: 10,
+    },
+    Mix {
+        name: "long jobs: 100 events a process (96 checkpoints)",
+        events_per_process: 100,
+    },
+];
 
 #[derive(Debug, Clone, Copy)]
 struct Plan {
     rounds: usize,
-    processes: u64,
+    events: u64,
 }
 
 const FULL: Plan = Plan {
     rounds: 3,
-    processes: 100_000,
+    events: 1_000_000,
 };
 
 const QUICK: Plan = Plan {
     rounds: 1,
-    processes: 10_000,
+    events: 100_000,
 };
 
 fn options() -> JournalOptions {
@@ -105,23 +132,35 @@ fn options() -> JournalOptions {
     }
 }
 
-/// A distinct ID per (process, slot): slot 0 is the handle, 1-5 the IDs allocated at registration
-/// (registration, running, terminal, lost, completion), 8-13 the checkpoints, 20 the completion
-/// notice. Laid out as a UUIDv7 would be (time-ordered high bits, then variant and distinct low
-/// bits), so that the ID index and the manifest map see realistic keys.
-fn event_id(process: u64, slot: u64) -> EventId {
-    let high = u128::from(0x0190_0000_0000_0000 + process);
-    let low = u128::from(0x8000_0000_0000_0000 | (slot << 32) | process);
-    EventId(uuid::Uuid::from_u128((high << 64) | low))
+/// The `n`-th ID allocated while the journal is written, laid out as a UUIDv7 is (the high bits
+/// count up with allocation time, then the version, the variant and bits that look random), so
+/// that, as with the supervisor's `EventId::new_v7`, an ID allocated later sorts after every ID
+/// allocated before it.
+fn v7(n: u64) -> EventId {
+    let high = (0x0190_0000_0000u128 + u128::from(n)) << 80 | 0x7000u128 << 64;
+    let low = u128::from(0x8000_0000_0000_0000 | (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> 2));
+    EventId(uuid::Uuid::from_u128(high | low))
 }
 
-fn ids(p: u64) -> LifecycleIds {
-    LifecycleIds {
-        running: event_id(p, 2),
-        terminal: event_id(p, 3),
-        lost: event_id(p, 4),
-        completion: event_id(p, 5),
+/// Allocates IDs in order, as the supervisor does: a registration allocates the handle and the
+/// IDs of its later steps up front, every other event takes a fresh ID when it is appended.
+#[derive(Debug, Default)]
+struct Ids {
+    next: u64,
+}
+
+impl Ids {
+    fn fresh(&mut self) -> EventId {
+        self.next += 1;
+        v7(self.next)
     }
+}
+
+/// What a registration allocated for one process.
+#[derive(Debug, Clone, Copy)]
+struct Allocated {
+    handle: Handle,
+    ids: LifecycleIds,
 }
 
 fn command(p: u64) -> CommandSpec {
@@ -151,26 +190,45 @@ fn command(p: u64) -> CommandSpec {
     }
 }
 
-/// The `phase`-th event (0..10) of process `p`, with its event ID.
-fn event(p: u64, phase: u64) -> (EventId, LifecycleEvent) {
-    let handle = Handle(event_id(p, 0));
+/// The `phase`-th event (0..events) of process `p`, with its event ID; phase 0 allocates.
+fn event(
+    p: u64,
+    phase: u64,
+    events: u64,
+    ids: &mut Ids,
+    allocated: &mut Option<Allocated>,
+) -> (EventId, LifecycleEvent) {
     let at_unix_ms = 1_700_000_000_000 + p * 10 + phase;
     let bounds = |k: u64| CursorBounds {
         retained_from: k * 1024,
         total_bytes: k * 65_536 + p % 512,
     };
-    match phase {
-        0 => (
-            event_id(p, 1),
-            LifecycleEvent::Registered(Registered {
-                handle,
-                ids: ids(p),
+    let a = match *allocated {
+        Some(a) => a,
+        None => {
+            let a = Allocated {
+                handle: Handle(ids.fresh()),
+                ids: LifecycleIds {
+                    running: ids.fresh(),
+                    terminal: ids.fresh(),
+                    lost: ids.fresh(),
+                    completion: ids.fresh(),
+                },
+            };
+            *allocated = Some(a);
+            let registration = LifecycleEvent::Registered(Registered {
+                handle: a.handle,
+                ids: a.ids,
                 command: command(p),
                 at_unix_ms,
-            }),
-        ),
+            });
+            return (ids.fresh(), registration);
+        }
+    };
+    let handle = a.handle;
+    match phase {
         1 => (
-            ids(p).running,
+            a.ids.running,
             LifecycleEvent::Running(Running {
                 handle,
                 pid: 10_000 + (p % 50_000) as u32,
@@ -181,16 +239,16 @@ fn event(p: u64, phase: u64) -> (EventId, LifecycleEvent) {
                 at_unix_ms,
             }),
         ),
-        k if k < 2 + CHECKPOINTS => (
-            event_id(p, 6 + k),
+        k if k < events - 2 => (
+            ids.fresh(),
             LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
                 handle,
                 bounds: bounds(k),
                 at_unix_ms,
             }),
         ),
-        k if k == 2 + CHECKPOINTS => (
-            ids(p).terminal,
+        k if k == events - 2 => (
+            a.ids.terminal,
             LifecycleEvent::Terminal(Terminal {
                 handle,
                 state: State::Exited,
@@ -202,27 +260,30 @@ fn event(p: u64, phase: u64) -> (EventId, LifecycleEvent) {
             }),
         ),
         _ => (
-            event_id(p, 20),
+            ids.fresh(),
             LifecycleEvent::CompletionNotified(CompletionNotified {
                 handle,
-                command: ids(p).completion,
+                command: a.ids.completion,
             }),
         ),
     }
 }
 
 /// Writes the journal; returns the time taken (informational) and the bytes of segment files.
-fn write_journal(root: &Path, processes: u64) -> Res<(Duration, u64)> {
+fn write_journal(root: &Path, mix: Mix, processes: u64) -> Res<(Duration, u64)> {
     let start = Instant::now();
     let (mut lc, recovery, replay) = Lifecycle::open(root, options())?;
     if !recovery.is_clean() || !replay.is_clean() || lc.journal().last_seq() != 0 {
         return Err("the bench root must start empty".into());
     }
+    let mut ids = Ids::default();
     for first in (0..processes).step_by(CONCURRENT as usize) {
         let last = (first + CONCURRENT).min(processes);
-        for phase in 0..EVENTS_PER_PROCESS {
+        let mut allocated = vec![None; (last - first) as usize];
+        for phase in 0..mix.events_per_process {
             for p in first..last {
-                let (id, e) = event(p, phase);
+                let slot = &mut allocated[(p - first) as usize];
+                let (id, e) = event(p, phase, mix.events_per_process, &mut ids, slot);
                 let appended = lc.append(id, &e)?;
                 if !appended.written {
                     return Err(format!("event {phase} of process {p} was not written").into());
@@ -291,7 +352,7 @@ fn decode_scan(root: &Path, events: u64) -> Res<Timing> {
 }
 
 /// Replay only: the scan feeding a `Replayer`. The store is checked, and dropped, after the clock.
-fn replay_scan(root: &Path, processes: u64) -> Res<Timing> {
+fn replay_scan(root: &Path, events: u64, processes: u64) -> Res<Timing> {
     let clock = Clock::start();
     let reader = JournalReader::open(root)?;
     let mut replayer = Replayer::default();
@@ -301,7 +362,7 @@ fn replay_scan(root: &Path, processes: u64) -> Res<Timing> {
     if !recovery.is_clean() || !report.is_clean() {
         return Err(format!("replay: {recovery:?} {report:?}").into());
     }
-    if report.lifecycle_events != processes * EVENTS_PER_PROCESS {
+    if report.lifecycle_events != events {
         return Err(format!("replay saw {} events", report.lifecycle_events).into());
     }
     check_store(&store, processes)?;
@@ -309,14 +370,14 @@ fn replay_scan(root: &Path, processes: u64) -> Res<Timing> {
 }
 
 /// Start-up: `Lifecycle::open` (lock, recovery with the ID index, replay) on the same journal.
-fn lifecycle_open(root: &Path, processes: u64) -> Res<Timing> {
+fn lifecycle_open(root: &Path, events: u64, processes: u64) -> Res<Timing> {
     let clock = Clock::start();
     let (lc, recovery, replay) = Lifecycle::open(root, options())?;
     let elapsed = clock.stop();
     if !recovery.is_clean() || !replay.is_clean() {
         return Err(format!("open: {recovery:?} {replay:?}").into());
     }
-    if lc.journal().last_seq() != processes * EVENTS_PER_PROCESS {
+    if lc.journal().last_seq() != events {
         return Err(format!("open: last seq {}", lc.journal().last_seq()).into());
     }
     check_store(lc.store(), processes)?;
@@ -346,7 +407,7 @@ const FIGURES: [(&str, Option<f64>); 5] = [
     ("scan + decode (diagnostic)", None),
     ("replay (scan -> Replayer)", Some(0.5)),
     ("Journal::open (diagnostic)", None),
-    ("Lifecycle::open (recovery+replay)", Some(0.5)),
+    ("Lifecycle::open (recovery+replay)", None),
 ];
 
 fn print_table(title: &str, samples: &[Samples]) {
@@ -393,20 +454,33 @@ fn main() -> Res<()> {
         Ok(other) => return Err(format!("PROCJOURNAL_BENCH_ONLY={other}: replay").into()),
     };
     let base = common::bench_dir()?;
+    let all = Instant::now();
+    for mix in MIXES {
+        measure_mix(&base, plan, mix, replay_only)?;
+    }
+    println!();
+    println!("measured in {:.1} s", all.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn measure_mix(base: &Path, plan: Plan, mix: Mix, replay_only: bool) -> Res<()> {
     let dir = tempfile::Builder::new()
         .prefix("lifecycle-bench-")
-        .tempdir_in(&base)?;
+        .tempdir_in(base)?;
     let root = dir.path();
-    let events = plan.processes * EVENTS_PER_PROCESS;
+    let processes = plan.events / mix.events_per_process;
+    let events = processes * mix.events_per_process;
 
+    println!();
     println!(
-        "lifecycle replay: {} processes x {EVENTS_PER_PROCESS} events = {} events; {} rounds; root {}",
-        num(plan.processes as f64),
+        "== {}: {} processes, {} events; {} rounds; root {}",
+        mix.name,
+        num(processes as f64),
         num(events as f64),
         plan.rounds,
         root.display()
     );
-    let (write_time, bytes) = write_journal(root, plan.processes)?;
+    let (write_time, bytes) = write_journal(root, mix, processes)?;
     println!(
         "wrote the journal with Lifecycle::append (Os) + sync in {:.2} s ({} events/s), {:.1} MB of segments",
         write_time.as_secs_f64(),
@@ -418,12 +492,11 @@ fn main() -> Res<()> {
 
     let mut wall = vec![Samples::default(); FIGURES.len()];
     let mut cpu = vec![Samples::default(); FIGURES.len()];
-    let all = Instant::now();
     for i in 0..plan.rounds {
         if replay_only {
             // Profiling mode: the raw scan and replay, timed but not tabled.
             let raw = raw_scan(root, events)?;
-            let replay = replay_scan(root, plan.processes)?;
+            let replay = replay_scan(root, events, processes)?;
             println!(
                 "round {}/{}: raw scan {:.0} ms, replay {:.0} ms on-CPU ({:.2}x)",
                 i + 1,
@@ -437,9 +510,9 @@ fn main() -> Res<()> {
         let timings = [
             raw_scan(root, events)?,
             decode_scan(root, events)?,
-            replay_scan(root, plan.processes)?,
+            replay_scan(root, events, processes)?,
             journal_open(root, events)?,
-            lifecycle_open(root, plan.processes)?,
+            lifecycle_open(root, events, processes)?,
         ];
         let ms: Vec<String> = timings
             .iter()
@@ -472,19 +545,17 @@ fn main() -> Res<()> {
     }
     print_table(
         &format!(
-            "wall clock: events/s, median over {} rounds [min-max], spread = (max-min)/median; ratio = median / raw-scan median [per-round ratios]",
-            plan.rounds
+            "{}: wall clock: events/s, median over {} rounds [min-max], spread = (max-min)/median; ratio = median / raw-scan median [per-round ratios]",
+            mix.name, plan.rounds
         ),
         &wall,
     );
     print_table(
-        "on-CPU time of the measuring thread (excludes waiting for a core): same layout",
+        &format!(
+            "{}: on-CPU time of the measuring thread (excludes waiting for a core): same layout",
+            mix.name
+        ),
         &cpu,
-    );
-    println!();
-    println!(
-        "measured in {:.1} s (after the write)",
-        all.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -123,7 +123,7 @@ pub enum Applied {
 }
 
 /// All manifests, by handle, in registration order.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ManifestStore {
     /// Every manifest, in registration order.
     manifests: Vec<Manifest>,
@@ -133,7 +133,21 @@ pub struct ManifestStore {
     slots: IdMap<Handle, u32>,
     /// Every reserved ID: the five of each manifest.
     reserved: ReservedIds,
+    /// The greatest reserved ID (as a number: UUIDs order by their bytes, v7 ones by creation
+    /// time), 0 when none is. Event IDs above it are reserved for nothing, which for time-ordered
+    /// IDs (the supervisor's) settles most lookups without probing the reservation index.
+    reserved_max: u128,
+    /// Recently used handles and their positions, by the handle's low bits: consecutive events
+    /// of a journal mostly belong to a few live processes. A hit is checked against the full
+    /// handle; a miss falls back to `slots`.
+    recent: Box<[(Handle, u32)]>,
 }
+
+/// Entries of `ManifestStore::recent`; a power of two.
+const RECENT_SLOTS: usize = 1024;
+/// The position an empty `recent` entry names (never a real one: positions stay below
+/// `SLOTS_MAX`).
+const NO_SLOT: u32 = u32::MAX;
 
 /// Two stores are equal when they hold the same manifests from the same registrations, in the
 /// same order: `slots` and `reserved` are functions of those (their layout depends on each
@@ -145,6 +159,27 @@ impl PartialEq for ManifestStore {
 }
 
 impl Eq for ManifestStore {}
+
+impl Default for ManifestStore {
+    fn default() -> Self {
+        ManifestStore {
+            manifests: Vec::new(),
+            registrations: Vec::new(),
+            slots: IdMap::default(),
+            reserved: ReservedIds::default(),
+            reserved_max: 0,
+            recent: vec![(Handle(EventId::from_bytes([0; 16])), NO_SLOT); RECENT_SLOTS]
+                .into_boxed_slice(),
+        }
+    }
+}
+
+/// Where `handle` goes in `ManifestStore::recent`: the low bits of its last byte pair, which are
+/// random in v4 and v7 UUIDs (a handle chosen to collide only ever costs a fallback lookup).
+fn recent_index(handle: &Handle) -> usize {
+    let b = handle.0.as_bytes();
+    usize::from(u16::from_le_bytes([b[14], b[15]])) & (RECENT_SLOTS - 1)
+}
 
 /// The five IDs manifest `slot` reserves, with their steps.
 fn reservations_of(
@@ -330,7 +365,23 @@ impl ManifestStore {
     }
 
     fn slot(&self, handle: &Handle) -> Option<usize> {
+        let (h, slot) = self.recent[recent_index(handle)];
+        if slot != NO_SLOT && h == *handle {
+            return Some(slot as usize);
+        }
         self.slots.get(handle).map(|&slot| slot as usize)
+    }
+
+    /// [`ManifestStore::slot`], remembering the answer in `recent`.
+    fn slot_mut(&mut self, handle: &Handle) -> Option<usize> {
+        let at = recent_index(handle);
+        let (h, slot) = self.recent[at];
+        if slot != NO_SLOT && h == *handle {
+            return Some(slot as usize);
+        }
+        let &slot = self.slots.get(handle)?;
+        self.recent[at] = (*handle, slot);
+        Some(slot as usize)
     }
 
     pub fn get(&self, handle: &Handle) -> Option<&Manifest> {
@@ -372,6 +423,9 @@ impl ManifestStore {
     }
 
     fn reservation(&self, id: &EventId) -> Option<Reservation> {
+        if id.0.as_u128() > self.reserved_max {
+            return None;
+        }
         self.reserved.get(id, |r| self.key_of(r))
     }
 
@@ -478,6 +532,7 @@ impl ManifestStore {
             self.reserved.rebuild(reserve.len(), all);
         }
         for (id, r) in reserve {
+            self.reserved_max = self.reserved_max.max(id.0.as_u128());
             self.reserved.insert_absent(id, r);
         }
         self.slots.insert(e.handle, slot);
@@ -525,7 +580,7 @@ impl ManifestStore {
             return self.register(event_id, Registration::from_event(e));
         }
         let handle = event.handle();
-        let Some(slot) = self.slot(&handle) else {
+        let Some(slot) = self.slot_mut(&handle) else {
             self.check_reservation(event_id, event)?;
             return Err(Rejection::UnknownHandle(handle));
         };
