@@ -101,10 +101,72 @@ fn utf8_len(lead: u8) -> usize {
     }
 }
 
+/// Bytes that pass through unchanged: printable ASCII, newline and tab.
+fn plain(b: u8) -> bool {
+    (0x20..0x7f).contains(&b) || b == b'\n' || b == b'\t'
+}
+
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGHS: u64 = 0x8080_8080_8080_8080;
+
+/// Whether the word holds a byte below 0x20 or above 0x7e (exact as a yes or no; which byte is
+/// left to the caller). Classic SWAR tests: `w - 0x20..` borrows into a byte's high bit only for
+/// bytes below 0x20 that had it clear; `w + 0x01..` sets it for 0x7f, `| w` for bytes >= 0x80.
+fn has_special(w: u64) -> bool {
+    ((w.wrapping_sub(ONES * 0x20) & !w) | w.wrapping_add(ONES) | w) & HIGHS != 0
+}
+
+/// The length of the run of [`plain`] bytes at the start of `bytes`, eight at a time where no
+/// byte of a word can need attention (most output is long runs of printable ASCII).
+fn plain_run(bytes: &[u8]) -> usize {
+    let mut i = 0;
+    loop {
+        while let Some(chunk) = bytes.get(i..i + 8) {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            if has_special(u64::from_le_bytes(word)) {
+                break;
+            }
+            i += 8;
+        }
+        // The word that stopped the loop (a newline, often), or the tail, byte by byte.
+        let end = (i + 8).min(bytes.len());
+        while i < end {
+            if !plain(bytes[i]) {
+                return i;
+            }
+            i += 1;
+        }
+        if i == bytes.len() {
+            return i;
+        }
+    }
+}
+
+/// The length of the well-formed UTF-8 character at the start of `bytes` (RFC 3629: no overlong
+/// forms, no surrogates, nothing above U+10FFFF), or `None` when there is none, checked by hand:
+/// this runs once per character of non-ASCII text.
+fn utf8_char(bytes: &[u8]) -> Option<usize> {
+    let cont = |i: usize| bytes.get(i).is_some_and(|&c| (0x80..=0xbf).contains(&c));
+    let second = |lo: u8, hi: u8| bytes.get(1).is_some_and(|&c| (lo..=hi).contains(&c));
+    match *bytes.first()? {
+        0xc2..=0xdf => cont(1).then_some(2),
+        0xe0 => (second(0xa0, 0xbf) && cont(2)).then_some(3),
+        0xed => (second(0x80, 0x9f) && cont(2)).then_some(3),
+        0xe1..=0xef => (cont(1) && cont(2)).then_some(3),
+        0xf0 => (second(0x90, 0xbf) && cont(2) && cont(3)).then_some(4),
+        0xf1..=0xf3 => (cont(1) && cont(2) && cont(3)).then_some(4),
+        0xf4 => (second(0x80, 0x8f) && cont(2) && cont(3)).then_some(4),
+        _ => None,
+    }
+}
+
 /// Renders `bytes` as safe text. `at_end` says that no byte will ever follow these (the process
 /// is terminal and the read reached the end), so nothing is held back.
 pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
-    let mut text = String::with_capacity(bytes.len());
+    // Built as bytes, each piece valid UTF-8 by construction (plain ASCII, a whole character
+    // that decoded, or U+FFFD), and checked once at the end.
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
     let mut normalized = false;
     let mut suspicious = 0usize;
     let mut nul = false;
@@ -112,28 +174,22 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
     let mut consumed = bytes.len();
     let may_hold = |from: usize| !at_end && bytes.len() - from <= HOLD_BYTES_MAX;
     while i < bytes.len() {
-        let b = bytes[i];
-        // Fast path: a run of printable ASCII.
-        if (0x20..0x7f).contains(&b) {
-            let run = bytes[i..]
-                .iter()
-                .position(|&c| !(0x20..0x7f).contains(&c))
-                .map_or(bytes.len(), |p| i + p);
-            // Printable ASCII is valid UTF-8, so the fallback never happens.
-            text.push_str(std::str::from_utf8(&bytes[i..run]).unwrap_or_default());
-            i = run;
-            continue;
-        }
+        let run = plain_run(&bytes[i..]);
+        out.extend_from_slice(&bytes[i..i + run]);
+        i += run;
+        let Some(&b) = bytes.get(i) else {
+            break;
+        };
         match b {
             b'\n' | b'\t' => {
-                text.push(b as char);
+                out.push(b);
                 i += 1;
             }
             b'\r' => {
                 normalized = true;
                 match bytes.get(i + 1) {
                     Some(b'\n') => {
-                        text.push('\n');
+                        out.push(b'\n');
                         i += 2;
                     }
                     None if may_hold(i) => {
@@ -141,7 +197,7 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
                         break;
                     }
                     _ => {
-                        text.push('\n');
+                        out.push(b'\n');
                         i += 1;
                     }
                 }
@@ -165,8 +221,7 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
             }
             _ => {
                 let len = utf8_len(b);
-                let end = i + len;
-                if len > 0 && end > bytes.len() {
+                if len > 0 && i + len > bytes.len() {
                     // Possibly a character split by the read: hold it if its prefix is valid.
                     let prefix_ok = bytes[i + 1..].iter().all(|&c| (0x80..=0xbf).contains(&c));
                     if prefix_ok && may_hold(i) {
@@ -174,25 +229,21 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
                         break;
                     }
                 }
-                match (len > 0)
-                    .then(|| bytes.get(i..end))
-                    .flatten()
-                    .and_then(|s| std::str::from_utf8(s).ok())
-                {
-                    Some(s) => {
-                        let c = s.chars().next().unwrap_or('\u{fffd}');
-                        if ('\u{80}'..='\u{9f}').contains(&c) {
-                            normalized = true; // a C1 control
-                            suspicious += 1;
-                        } else {
-                            text.push_str(s);
-                        }
-                        i = end;
+                match utf8_char(&bytes[i..]) {
+                    // U+0080-U+009F, the C1 controls: C2 80 to C2 9F.
+                    Some(2) if b == 0xc2 && bytes[i + 1] < 0xa0 => {
+                        normalized = true;
+                        suspicious += 1;
+                        i += 2;
+                    }
+                    Some(len) => {
+                        out.extend_from_slice(&bytes[i..i + len]);
+                        i += len;
                     }
                     None => {
                         normalized = true;
                         suspicious += 1;
-                        text.push('\u{fffd}');
+                        out.extend_from_slice("\u{fffd}".as_bytes());
                         i += 1;
                     }
                 }
@@ -200,6 +251,11 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
         }
     }
     let binary = nul || (consumed > 0 && suspicious * 10 > consumed);
+    // Never fails (see above); were it to, the text would still be valid, and marked changed.
+    let text = String::from_utf8(out).unwrap_or_else(|e| {
+        normalized = true;
+        String::from_utf8_lossy(e.as_bytes()).into_owned()
+    });
     SafeText {
         text,
         normalized,

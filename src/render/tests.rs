@@ -3,6 +3,113 @@
 
 use super::*;
 
+/// The renderer as it was before `plain_run`: one byte (or character) a step, the text built
+/// with `push_str`. The differential property below holds the fast renderer to it.
+fn reference(bytes: &[u8], at_end: bool) -> SafeText {
+    let mut text = String::with_capacity(bytes.len());
+    let mut normalized = false;
+    let mut suspicious = 0usize;
+    let mut nul = false;
+    let mut i = 0;
+    let mut consumed = bytes.len();
+    let may_hold = |from: usize| !at_end && bytes.len() - from <= HOLD_BYTES_MAX;
+    while i < bytes.len() {
+        let b = bytes[i];
+        // Fast path: a run of printable ASCII.
+        if (0x20..0x7f).contains(&b) {
+            let run = bytes[i..]
+                .iter()
+                .position(|&c| !(0x20..0x7f).contains(&c))
+                .map_or(bytes.len(), |p| i + p);
+            // Printable ASCII is valid UTF-8, so the fallback never happens.
+            text.push_str(std::str::from_utf8(&bytes[i..run]).unwrap_or_default());
+            i = run;
+            continue;
+        }
+        match b {
+            b'\n' | b'\t' => {
+                text.push(b as char);
+                i += 1;
+            }
+            b'\r' => {
+                normalized = true;
+                match bytes.get(i + 1) {
+                    Some(b'\n') => {
+                        text.push('\n');
+                        i += 2;
+                    }
+                    None if may_hold(i) => {
+                        consumed = i;
+                        break;
+                    }
+                    _ => {
+                        text.push('\n');
+                        i += 1;
+                    }
+                }
+            }
+            ESC => {
+                normalized = true;
+                match escape_len(&bytes[i..]) {
+                    Some(len) => i += len,
+                    None if may_hold(i) => {
+                        consumed = i;
+                        break;
+                    }
+                    None => i = bytes.len(),
+                }
+            }
+            0x00..=0x1f | 0x7f => {
+                normalized = true;
+                nul |= b == 0;
+                suspicious += 1;
+                i += 1;
+            }
+            _ => {
+                let len = utf8_len(b);
+                let end = i + len;
+                if len > 0 && end > bytes.len() {
+                    // Possibly a character split by the read: hold it if its prefix is valid.
+                    let prefix_ok = bytes[i + 1..].iter().all(|&c| (0x80..=0xbf).contains(&c));
+                    if prefix_ok && may_hold(i) {
+                        consumed = i;
+                        break;
+                    }
+                }
+                match (len > 0)
+                    .then(|| bytes.get(i..end))
+                    .flatten()
+                    .and_then(|s| std::str::from_utf8(s).ok())
+                {
+                    Some(s) => {
+                        let c = s.chars().next().unwrap_or('\u{fffd}');
+                        if ('\u{80}'..='\u{9f}').contains(&c) {
+                            normalized = true; // a C1 control
+                            suspicious += 1;
+                        } else {
+                            text.push_str(s);
+                        }
+                        i = end;
+                    }
+                    None => {
+                        normalized = true;
+                        suspicious += 1;
+                        text.push('\u{fffd}');
+                        i += 1;
+                    }
+                }
+            }
+        }
+    }
+    let binary = nul || (consumed > 0 && suspicious * 10 > consumed);
+    SafeText {
+        text,
+        normalized,
+        binary,
+        consumed,
+    }
+}
+
 fn check(input: &[u8], text: &str, normalized: bool) {
     let r = safe_text(input, true);
     assert_eq!(r.text, text, "input {input:?}");
@@ -111,4 +218,73 @@ fn renderings_name_no_path() {
     assert_eq!(rendered.next_cursor, 7);
     let err = spool.read(99, 1).unwrap_err().to_string();
     assert!(!err.contains(&dir_name) && !err.contains('/'), "{err}");
+}
+
+proptest::proptest! {
+    /// The renderer gives exactly what the one-step-at-a-time reference gives, on arbitrary bytes
+    /// and on terminal-like output (runs of text, escapes, controls, UTF-8, cut anywhere).
+    #[test]
+    fn agrees_with_the_reference(
+        raw in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..300),
+        pieces in proptest::collection::vec(
+            proptest::sample::select(vec![
+                "plain words here ", "\n", "\t", "\r", "\r\n", "\x1b[1;31m", "\x1b]0;t\x07",
+                "\x1b", "\x1b[", "é", "€", "𝄞", "\u{9b}", "\x00", "\x7f", "abcdefghijklmnop",
+            ]),
+            0..40,
+        ),
+        cut in 0usize..400,
+        at_end in proptest::prelude::any::<bool>(),
+    ) {
+        let mut text: Vec<u8> = pieces.concat().into_bytes();
+        text.truncate(cut.min(text.len()));
+        for input in [&raw[..], &text[..]] {
+            proptest::prop_assert_eq!(safe_text(input, at_end), reference(input, at_end));
+        }
+    }
+}
+
+#[test]
+fn plain_runs_stop_at_every_kind_of_special_byte() {
+    for special in [0x00u8, 0x07, 0x0d, 0x1b, 0x1f, 0x7f, 0x80, 0xc3, 0xff] {
+        for at in 0..20 {
+            let mut bytes = vec![b'x'; 20];
+            bytes[at] = special;
+            assert_eq!(plain_run(&bytes), at, "byte {special:#x} at {at}");
+        }
+    }
+    let mut bytes = b"a\tb\nc d~ ".repeat(5);
+    assert_eq!(plain_run(&bytes), bytes.len());
+    bytes.push(0x1b);
+    assert_eq!(plain_run(&bytes), bytes.len() - 1);
+}
+
+/// `utf8_char` accepts exactly the characters `std::str::from_utf8` accepts: every lead byte
+/// against every second byte, with valid and invalid later bytes.
+#[test]
+fn utf8_char_agrees_with_std() {
+    let std_len = |bytes: &[u8]| {
+        let valid = match std::str::from_utf8(bytes) {
+            Ok(s) => s,
+            Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+        };
+        valid.chars().next().map(char::len_utf8)
+    };
+    let tails: [&[u8]; 5] = [
+        &[0x80, 0x80],
+        &[0xbf, 0xbf],
+        &[0x7f, 0x80],
+        &[0x80, 0xc0],
+        &[],
+    ];
+    for lead in 0x80..=0xffu8 {
+        for second in 0..=0xffu8 {
+            for tail in tails {
+                let mut bytes = vec![lead, second];
+                bytes.extend_from_slice(tail);
+                assert_eq!(utf8_char(&bytes), std_len(&bytes), "{bytes:02x?}");
+            }
+        }
+        assert_eq!(utf8_char(&[lead]), None, "{lead:02x}");
+    }
 }
