@@ -119,6 +119,10 @@ fn has_special(w: u64) -> bool {
 /// The length of the run of [`plain`] bytes at the start of `bytes`, eight at a time where no
 /// byte of a word can need attention (most output is long runs of printable ASCII).
 fn plain_run(bytes: &[u8]) -> usize {
+    if !bytes.first().is_some_and(|&b| plain(b)) {
+        // Between special bytes (in non-ASCII text, at every character): no word test.
+        return 0;
+    }
     let mut i = 0;
     loop {
         while let Some(chunk) = bytes.get(i..i + 8) {
