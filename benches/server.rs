@@ -514,7 +514,11 @@ fn cpu_per_call(d: Duration, mut f: impl FnMut(usize) -> Res<()>) -> Res<f64> {
 
 /// What the server does for one `output` poll of `handle` at `cursor` (as `Dispatcher::dispatch`
 /// does it for `wait_ms` 0), on this thread: returns the response line and `next_cursor`.
-fn serve_in_process(sup: &Supervisor, line: &[u8]) -> Res<(Vec<u8>, u64)> {
+fn serve_in_process(
+    rt: &tokio::runtime::Runtime,
+    sup: &Supervisor,
+    line: &[u8],
+) -> Res<(Vec<u8>, u64)> {
     let envelope = decode_request(line)?;
     let Request::Output {
         handle,
@@ -526,7 +530,7 @@ fn serve_in_process(sup: &Supervisor, line: &[u8]) -> Res<(Vec<u8>, u64)> {
     else {
         return Err("not an output request".into());
     };
-    let page = sup.output(&handle, cursor, usize::try_from(max_bytes)?, rendering)?;
+    let page = rt.block_on(sup.output(&handle, cursor, usize::try_from(max_bytes)?, rendering))?;
     let next = page.next_cursor;
     let value = serde_json::to_value(&page)?;
     Ok((Response::new(envelope.id, Ok(value)).to_line(), next))
@@ -543,6 +547,7 @@ fn request_line(handle: Handle, known: u64, tail: u64, id: usize) -> Vec<u8> {
 /// The daemon's per-request work for `output` polls `tail` bytes before the end (0: resuming),
 /// without the socket, on this thread, stage by stage.
 fn in_process(
+    rt: &tokio::runtime::Runtime,
     sup: &Supervisor,
     handles: &[Handle],
     known: &mut [u64],
@@ -554,7 +559,7 @@ fn in_process(
     let all = cpu_per_call(d, |i| {
         let h = i % nh;
         let line = request_line(handles[h], known[h], tail, i);
-        let (out, next) = serve_in_process(sup, &line)?;
+        let (out, next) = serve_in_process(rt, sup, &line)?;
         std::hint::black_box(out);
         known[h] = next;
         Ok(())
@@ -566,12 +571,12 @@ fn in_process(
     let cursor = |h: usize| known[h].saturating_sub(tail);
     let pages = (0..nh)
         .map(|h| {
-            sup.output(
+            rt.block_on(sup.output(
                 &handles[h],
                 cursor(h),
                 MAX_BYTES as usize,
                 Rendering::SafeText,
-            )
+            ))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let responses = pages
@@ -595,12 +600,12 @@ fn in_process(
     })?;
     let output = cpu_per_call(d, |i| {
         let h = i % nh;
-        let page = sup.output(
+        let page = rt.block_on(sup.output(
             &handles[h],
             cursor(h),
             MAX_BYTES as usize,
             Rendering::SafeText,
-        )?;
+        ))?;
         std::hint::black_box(page);
         Ok(())
     })?;
@@ -828,6 +833,11 @@ fn main() -> Res<()> {
     let mut hello: Vec<Series> = plan.connections.iter().map(|_| Series::default()).collect();
     let mut stages: Vec<Vec<Stages>> = VARIANTS.iter().map(|_| Vec::new()).collect();
     let mut diag_cursors = vec![0u64; handles.len()];
+    // The in-process diagnostic drives the supervisor from this thread through its own runtime,
+    // as a connection task would (the actor lives on the server's runtime).
+    let diag_rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     // `PROCJOURNAL_BENCH_ONLY=resume|tail|hello`: that daemon measurement alone, 1 connection,
     // for profiling it with perf or strace; no baseline, no table.
     let only = std::env::var("PROCJOURNAL_BENCH_ONLY").ok();
@@ -918,6 +928,7 @@ fn main() -> Res<()> {
         }
         for (v, &(name, tail)) in VARIANTS.iter().enumerate() {
             let s = in_process(
+                &diag_rt,
                 &daemon.supervisor,
                 &handles,
                 &mut diag_cursors,

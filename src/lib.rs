@@ -23,6 +23,7 @@ pub mod root;
 pub mod server;
 pub mod spool;
 pub mod supervisor;
+pub mod tree;
 
 pub use journal::{
     Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,

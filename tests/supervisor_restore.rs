@@ -171,6 +171,7 @@ async fn host(root: PathBuf, mode: String) {
         let total = loop {
             let read = sup
                 .output_raw(handle, 0, 64 * 1024)
+                .await
                 .expect("host: output_raw");
             let visible = if stream {
                 read.total_bytes >= STREAM_VISIBLE_BYTES
@@ -611,7 +612,10 @@ fn restore_reconciles_live_children_without_signalling_them() {
             check_lost_records(&events, &m, &ctx);
             assert_untouched(r.pid, &m, &ctx);
             let line = format!("started-{}\n", r.n);
-            let read = sup.output_raw(&r.handle, 0, 4096).expect("output_raw");
+            let read = sup
+                .output_raw(&r.handle, 0, 4096)
+                .await
+                .expect("output_raw");
             assert_eq!(
                 String::from_utf8_lossy(&read.bytes),
                 line,
@@ -695,7 +699,10 @@ fn restore_reconciles_live_children_without_signalling_them() {
             let ctx = format!("second restore: child {}", r.n);
             let m = sup.manifest(&r.handle).expect("manifest");
             assert_eq!(m, manifests[&r.handle], "{ctx}: manifest unchanged");
-            let read = sup.output_raw(&r.handle, 0, 4096).expect("output_raw");
+            let read = sup
+                .output_raw(&r.handle, 0, 4096)
+                .await
+                .expect("output_raw");
             assert_eq!(read.bytes, format!("started-{}\n", r.n).as_bytes(), "{ctx}");
             assert_untouched(r.pid, &m, &ctx);
         }
@@ -826,6 +833,7 @@ fn restore_after_a_kill_mid_output_keeps_the_spooled_bytes() {
             while cursor < bounds.total_bytes {
                 let read = sup
                     .output_raw(&r.handle, cursor, 256 * 1024)
+                    .await
                     .unwrap_or_else(|e| panic!("{ctx}: output_raw({cursor}): {e}"));
                 assert!(
                     read.total_bytes >= bounds.total_bytes,
@@ -856,7 +864,7 @@ fn restore_after_a_kill_mid_output_keeps_the_spooled_bytes() {
             );
             // Earlier rounds' output is still there, unchanged.
             for (h, b) in &earlier {
-                let read = sup.output_raw(h, 0, 1).expect("earlier output");
+                let read = sup.output_raw(h, 0, 1).await.expect("earlier output");
                 assert_eq!(
                     (read.retained_from, read.total_bytes),
                     (b.retained_from, b.total_bytes),

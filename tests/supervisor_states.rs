@@ -18,8 +18,11 @@ use procjournal::lifecycle::{Handle, LifecycleEvent, State};
 use procjournal::spool::SpoolOptions;
 use procjournal::spool::format::Stream;
 use procjournal::supervisor::{
-    Command, KillPg, ListFilter, Refusal, Rendering, ServiceEvent, Services, Signaller, StartError,
-    Supervisor, SupervisorConfig, SupervisorError, TerminalSummary,
+    Command, ListFilter, Refusal, Rendering, ServiceEvent, Services, StartError, Supervisor,
+    SupervisorConfig, SupervisorError, TerminalSummary,
+};
+use procjournal::tree::{
+    GroupLauncher, Launcher, ProcessTree, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeSignal,
 };
 use supervisor_common::{
     Clock, CountingLease, KillGuard, base64, completed_of, config, guarded, journal_records,
@@ -66,6 +69,7 @@ async fn output_until(sup: &Supervisor, handle: &Handle, needle: &[u8]) -> Vec<u
             let terminal = sup.manifest(handle).is_some_and(|m| m.state.is_terminal());
             let read = sup
                 .output_raw(handle, cursor, 1 << 20)
+                .await
                 .expect("read output");
             seen.extend_from_slice(&read.bytes);
             cursor = read.next_cursor;
@@ -428,6 +432,7 @@ async fn terminal_states_survive_a_reopen_of_the_root() {
     // Output of a finished process is read from its spool by the new supervisor.
     let page = sup
         .output(&exited, 0, 1024, Rendering::SafeText)
+        .await
         .expect("output after reopen");
     assert_eq!(page.data, "kept\n");
     assert_eq!(page.state, State::Exited);
@@ -489,6 +494,7 @@ async fn drain_before_wait_loses_no_byte_of_64_mib() {
     while cursor < total {
         let read = sup
             .output_raw(&h, cursor, 4 * 1024 * 1024)
+            .await
             .expect("read output");
         assert!(!read.gap, "nothing was dropped");
         assert_eq!(read.total_bytes, total);
@@ -518,7 +524,10 @@ async fn drain_before_wait_loses_no_byte_of_64_mib() {
     assert!(err == expected_err, "stderr is the markers, in order");
     assert!(switches >= 2, "both streams are present");
     // Cursor at the end: an empty page, not an error.
-    let end = sup.output_raw(&h, total, 1024).expect("read at the end");
+    let end = sup
+        .output_raw(&h, total, 1024)
+        .await
+        .expect("read at the end");
     assert!(end.bytes.is_empty() && end.next_cursor == total);
 }
 
@@ -589,7 +598,7 @@ async fn input_is_echoed_close_input_ends_it_and_later_input_fails() {
     let s = wait(&sup, &cat).await;
     check_terminal(&sup, &cat, &s, State::Exited, ExitStatus::Code(0));
     assert!(sup.manifest(&cat).expect("manifest").input_closed);
-    let read = sup.output_raw(&cat, 0, 1024).expect("read");
+    let read = sup.output_raw(&cat, 0, 1024).await.expect("read");
     assert_eq!(read.bytes, b"hello\nworld\n");
     assert!(read.spans.iter().all(|s| s.stream == Stream::Stdout));
     assert!(matches!(
@@ -638,11 +647,12 @@ async fn output_renders_as_safe_text_or_as_base64_of_the_same_bytes() {
     .await;
     wait(&sup, &h).await;
     let raw: &[u8] = b"plain line\na\x1b[31mred\x1b[0m\xffb\r\n";
-    let read = sup.output_raw(&h, 0, 1024).expect("raw");
+    let read = sup.output_raw(&h, 0, 1024).await.expect("raw");
     assert_eq!(read.bytes, raw);
 
     let text = sup
         .output(&h, 0, 1024, Rendering::SafeText)
+        .await
         .expect("safe text");
     assert_eq!(text.data, "plain line\nared\u{FFFD}b\n");
     assert!(text.normalized);
@@ -651,20 +661,27 @@ async fn output_renders_as_safe_text_or_as_base64_of_the_same_bytes() {
     assert_eq!(text.rendering, Rendering::SafeText);
     assert_eq!(text.state, State::Exited);
 
-    let b64 = sup.output(&h, 0, 1024, Rendering::Base64).expect("base64");
+    let b64 = sup
+        .output(&h, 0, 1024, Rendering::Base64)
+        .await
+        .expect("base64");
     assert_eq!(b64.data, base64(raw));
     assert!(!b64.normalized);
     assert_eq!(b64.next_cursor, raw.len() as u64);
     assert_eq!(b64.spans, text.spans);
 
     // A clean prefix is not normalized and renders as itself.
-    let prefix = sup.output(&h, 0, 11, Rendering::SafeText).expect("prefix");
+    let prefix = sup
+        .output(&h, 0, 11, Rendering::SafeText)
+        .await
+        .expect("prefix");
     assert_eq!(prefix.data, "plain line\n");
     assert!(!prefix.normalized);
     assert_eq!(prefix.next_cursor, 11);
     // Resuming from next_cursor continues exactly.
     let rest = sup
         .output(&h, prefix.next_cursor, 1024, Rendering::Base64)
+        .await
         .expect("rest");
     assert_eq!(rest.data, base64(&raw[11..]));
 
@@ -673,10 +690,12 @@ async fn output_renders_as_safe_text_or_as_base64_of_the_same_bytes() {
     wait(&sup, &bin).await;
     let t = sup
         .output(&bin, 0, 1024, Rendering::SafeText)
+        .await
         .expect("binary text");
     assert!(t.binary && t.normalized && !t.data.contains('\0'));
     let b = sup
         .output(&bin, 0, 1024, Rendering::Base64)
+        .await
         .expect("binary base64");
     assert!(b.binary);
     assert_eq!(b.data, base64(b"x\0y\0z"));
@@ -717,13 +736,14 @@ async fn dropped_segments_give_a_gap_and_a_cursor_past_the_end_is_cursor_ahead()
     assert!(total - s.bounds.retained_from <= (8192 + 4096).max(chunk + 4096));
 
     // From 0: the retained beginning, marked as a gap.
-    let read = sup.output_raw(&h, 0, 1 << 20).expect("read from 0");
+    let read = sup.output_raw(&h, 0, 1 << 20).await.expect("read from 0");
     assert!(read.gap);
     assert_eq!(read.retained_from, s.bounds.retained_from);
     assert_eq!(read.next_cursor, total);
     assert!(read.bytes == expected[read.retained_from as usize..]);
     let page = sup
         .output(&h, 0, 1 << 20, Rendering::Base64)
+        .await
         .expect("page from 0");
     assert!(page.gap);
     assert_eq!(page.retained_from, s.bounds.retained_from);
@@ -731,16 +751,17 @@ async fn dropped_segments_give_a_gap_and_a_cursor_past_the_end_is_cursor_ahead()
 
     // From a retained cursor: no gap.
     let from = s.bounds.retained_from + 10;
-    let read = sup.output_raw(&h, from, 100).expect("read retained");
+    let read = sup.output_raw(&h, from, 100).await.expect("read retained");
     assert!(!read.gap);
     assert_eq!(read.bytes, expected[from as usize..from as usize + 100]);
 
     // At the end: empty; past the end: CursorAhead, raw and rendered.
     let end = sup
         .output(&h, total, 100, Rendering::SafeText)
+        .await
         .expect("at the end");
     assert!(end.data.is_empty() && end.next_cursor == total && !end.gap);
-    match sup.output(&h, total + 1, 100, Rendering::SafeText) {
+    match sup.output(&h, total + 1, 100, Rendering::SafeText).await {
         Err(SupervisorError::CursorAhead {
             cursor,
             total_bytes,
@@ -750,7 +771,7 @@ async fn dropped_segments_give_a_gap_and_a_cursor_past_the_end_is_cursor_ahead()
         other => panic!("expected CursorAhead, got {other:?}"),
     }
     assert!(matches!(
-        sup.output_raw(&h, total + 100, 100),
+        sup.output_raw(&h, total + 100, 100).await,
         Err(SupervisorError::CursorAhead { cursor, total_bytes }) if cursor == total + 100 && total_bytes == total
     ));
 }
@@ -903,10 +924,12 @@ async fn shutdown_is_shared_closes_admission_and_keeps_output_readable() {
     // Finished output stays readable.
     let page = sup
         .output(&finished, 0, 1024, Rendering::SafeText)
+        .await
         .expect("output after shutdown");
     assert_eq!(page.data, "finished output\n");
     let ready = sup
         .output_raw(&stubborn, 0, 1024)
+        .await
         .expect("raw after shutdown");
     assert_eq!(ready.bytes, b"ready\n");
 
@@ -916,20 +939,54 @@ async fn shutdown_is_shared_closes_admission_and_keeps_output_readable() {
     }
 }
 
-/// Signals fail for one process group; every other group gets the real `killpg`.
+/// Signals fail for the tree led by one pid; every other tree gets the real signals.
 #[derive(Debug, Default)]
 struct Unsignallable {
-    pgid: Mutex<Option<u32>>,
+    pgid: Arc<Mutex<Option<u32>>>,
 }
 
-impl Signaller for Unsignallable {
-    fn signal_group(&self, pgid: u32, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
-        if *self.pgid.lock().expect("lock") == Some(pgid) {
+#[derive(Debug)]
+struct FailingTree {
+    inner: Arc<dyn ProcessTree>,
+    pgid: Arc<Mutex<Option<u32>>>,
+}
+
+impl ProcessTree for FailingTree {
+    fn mechanism(&self) -> procjournal::tree::Mechanism {
+        self.inner.mechanism()
+    }
+    fn identity(&self) -> procjournal::tree::Identity {
+        self.inner.identity()
+    }
+    fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
+        let pid = self.inner.identity().pid;
+        if *self.pgid.lock().expect("lock") == Some(pid) {
             return Err(std::io::Error::other(format!(
-                "injected: cannot send {signal} to {pgid}"
+                "injected: cannot send {} to {pid}",
+                signal.name()
             )));
         }
-        KillPg.signal_group(pgid, signal)
+        self.inner.signal(signal)
+    }
+    fn wait_leader(&self) -> TreeFuture<'_, std::io::Result<procjournal::tree::LeaderExit>> {
+        self.inner.wait_leader()
+    }
+    fn members(&self) -> std::io::Result<usize> {
+        self.inner.members()
+    }
+    fn wait_empty(&self) -> TreeFuture<'_, ()> {
+        self.inner.wait_empty()
+    }
+}
+
+impl Launcher for Unsignallable {
+    fn launch(&self, spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
+        let mut spawned = GroupLauncher.launch(spec)?;
+        spawned.tree = Arc::new(FailingTree {
+            inner: spawned.tree,
+            pgid: Arc::clone(&self.pgid),
+        });
+        Ok(spawned)
     }
 }
 
@@ -938,7 +995,7 @@ async fn teardown_that_cannot_signal_is_reported_not_hung_on() {
     let root = temp_root();
     let signaller = Arc::new(Unsignallable::default());
     let mut cfg = config(root.path());
-    cfg.signaller = signaller.clone();
+    cfg.launcher = signaller.clone();
     cfg.kill_confirm = Duration::from_millis(500);
     let (sup, mut rx) = open(cfg).await;
     let mut guard = KillGuard::new(&sup);
@@ -1043,6 +1100,6 @@ async fn at_capacity_a_start_is_refused_and_the_prepared_process_comes_back() {
     completed_of(&mut rx, &mut seen, &second).await;
     assert_eq!(probe.releases(), 1, "its lease is released once");
     assert_eq!(sup.live_count(), 0);
-    let read = sup.output_raw(&second, 0, 100).expect("output");
+    let read = sup.output_raw(&second, 0, 100).await.expect("output");
     assert_eq!(read.bytes, b"second\n");
 }

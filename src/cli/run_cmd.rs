@@ -107,7 +107,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
     loop {
-        let read = supervisor.output_raw(&handle, cursor, PAGE_BYTES)?;
+        let read = supervisor.output_raw(&handle, cursor, PAGE_BYTES).await?;
         let start = read.next_cursor - read.bytes.len() as u64;
         let mut broken_pipe = false;
         for span in &read.spans {

@@ -282,10 +282,12 @@ impl Dispatcher {
         let sup = &self.supervisor;
         let deadline = Instant::now() + Duration::from_millis(wait_ms);
         loop {
-            let page = match sup.output(&handle, cursor, max_bytes, rendering) {
+            let page = match sup.output(&handle, cursor, max_bytes, rendering).await {
                 Ok(page) => page,
                 Err(SupervisorError::CursorAhead { total_bytes, .. }) => {
-                    return self.cursor_ahead_page(handle, cursor, total_bytes, rendering);
+                    return self
+                        .cursor_ahead_page(handle, cursor, total_bytes, rendering)
+                        .await;
                 }
                 Err(e) => return Err(api(e)),
             };
@@ -306,7 +308,7 @@ impl Dispatcher {
         }
     }
 
-    fn cursor_ahead_page(
+    async fn cursor_ahead_page(
         &self,
         handle: Handle,
         cursor: u64,
@@ -317,6 +319,7 @@ impl Dispatcher {
         let mut page = self
             .supervisor
             .output(&handle, total_bytes, 1, rendering)
+            .await
             .map_err(api)?;
         page.cursor = cursor;
         page.next_cursor = total_bytes;

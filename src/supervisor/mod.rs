@@ -1,35 +1,38 @@
 //! The supervisor: Start, Drain, Terminalize, Stop, Input, Wait, Shutdown and Restore on tokio
 //! (seed 000; DESIGN.md, "The supervisor").
 //!
-//! The supervisor is the only place that spawns, signals and sleeps. It owns the runtime root
-//! (through the journal's writer lock), the lifecycle journal with its manifests, and one
-//! [`process::Proc`] per process it started. Every lifecycle step is validated by the manifest
-//! store before it is appended, and acknowledged under the journal's durability policy before the
-//! supervisor acts on it.
+//! A [`Supervisor`] is a cheap handle: a sender to the actor ([`actor`]) that owns the process
+//! table, and the [`Shared`] parts that every task may read (configuration, host services, the
+//! journal's writer). The supervisor is the only place that spawns, signals and sleeps; it does
+//! all three through the process-tree boundary ([`crate::tree`]).
 //!
 //! Invariants:
 //! - Admission is checked before anything else in `start`; a refused start hands the prepared
 //!   process back untouched. After `shutdown` begins, admission stays closed.
-//! - Capacity taken by a start is given back exactly once: by the terminal gate, or by `start`
-//!   itself when nothing was registered.
-//! - Restore never signals a persisted pid. Signals go only to process groups of children this
-//!   supervisor spawned and has not yet seen terminal.
-//! - Every task the supervisor spawns is tracked and joined (bounded) by `shutdown`.
+//! - Capacity taken by a start is given back exactly once: by the terminal gate, or by the
+//!   start task when nothing was registered.
+//! - Restore never signals a persisted pid. Signals go only to trees this supervisor launched.
+//! - Every task the supervisor spawns is in the actor's task set, and shutdown joins it (bounded).
+//! - No lock is held across an await (clippy's `await_holding_lock` is denied, and
+//!   `tests/tidy.rs` allows a lock type only in the files that own one). The journal's writer
+//!   is behind one lock, held for an append or a manifest read; a live process's output is
+//!   behind one lock shared by its drain and its readers; nothing else is shared mutably.
 
+mod actor;
 pub mod command;
-mod identity;
+mod launch;
 pub(crate) mod process;
+mod publish;
 pub mod restore;
 pub mod services;
 
-use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
-use tracing::{Instrument, info_span, warn};
+use tokio::sync::{mpsc, oneshot};
 
 pub use command::{Command, Lease, PrepareError, PreparedProcess};
 pub use process::TerminalSummary;
@@ -40,13 +43,14 @@ pub use services::{
 };
 
 use crate::journal::{Appended, Durability, EventId, JournalOptions};
-use crate::lifecycle::event::{
-    CaptureStatus, ExitStatus, InputClosed, LifecycleIds, Registered, Running, StopRequested,
-};
+use crate::lifecycle::event::{InputClosed, StopRequested};
 use crate::lifecycle::{Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, State};
+use crate::limits;
 use crate::render::{self, ArtifactDescriptor};
-use crate::spool::{Output, Span, Spool, SpoolError, SpoolOptions};
-use process::{Cause, Proc, lock};
+use crate::spool::{Span, Spool, SpoolError, SpoolOptions};
+use crate::tree::{GroupLauncher, Launcher};
+use actor::{Actor, Found, InputOp, Msg};
+use process::Proc;
 
 /// Everything a supervisor is opened with, besides the host's services.
 #[derive(Debug, Clone)]
@@ -54,7 +58,8 @@ pub struct SupervisorConfig {
     /// The runtime root; made absolute once at open.
     pub root: PathBuf,
     pub durability: Durability,
-    /// At most this many processes are live at once.
+    /// At most this many processes are live at once (further capped by the descriptor budget:
+    /// see [`limits::DESCRIPTORS_PER_PROCESS`]).
     pub max_live: usize,
     pub spool: SpoolOptions,
     /// Bytes of recent output each process keeps in memory for polls.
@@ -71,10 +76,13 @@ pub struct SupervisorConfig {
     pub write_behind_bytes: Option<u64>,
     /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own).
     pub default_grace: Duration,
-    /// How long an exit is awaited after SIGKILL before teardown is reported as failed.
+    /// How long an exit is awaited after SIGKILL before teardown is reported as failed; also
+    /// how long shutdown waits to join the supervisor's tasks.
     pub kill_confirm: Duration,
-    /// How signals reach process groups (replaceable to inject failures in tests).
-    pub signaller: Arc<dyn Signaller>,
+    /// Finished processes whose spool reader stays open for polls.
+    pub finished_readers_cached: usize,
+    /// How workloads are launched into trees (replaceable to inject faults in tests).
+    pub launcher: Arc<dyn Launcher>,
 }
 
 impl SupervisorConfig {
@@ -82,7 +90,7 @@ impl SupervisorConfig {
         SupervisorConfig {
             root: root.into(),
             durability: Durability::Group,
-            max_live: 256,
+            max_live: limits::LIVE_PROCESSES_DEFAULT,
             spool: SpoolOptions::default(),
             buffer_bytes: 64 * 1024,
             final_drain: Duration::from_millis(200),
@@ -90,26 +98,27 @@ impl SupervisorConfig {
             write_behind_bytes: Some(8 * 1024 * 1024),
             default_grace: Duration::from_secs(2),
             kill_confirm: Duration::from_secs(5),
-            signaller: Arc::new(KillPg),
+            finished_readers_cached: limits::FINISHED_READERS_CACHED_DEFAULT,
+            launcher: Arc::new(GroupLauncher),
         }
     }
 }
 
-/// Sends a signal to a process group.
-pub trait Signaller: Send + Sync + std::fmt::Debug {
-    fn signal_group(&self, pgid: u32, signal: nix::sys::signal::Signal) -> std::io::Result<()>;
-}
-
-/// The real thing: `killpg(2)`.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct KillPg;
-
-impl Signaller for KillPg {
-    fn signal_group(&self, pgid: u32, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
-        let pgid = i32::try_from(pgid).map_err(|_| std::io::Error::other("pgid out of range"))?;
-        nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), signal)
-            .map_err(|e| std::io::Error::from_raw_os_error(e as i32))
-    }
+/// What the actor owns right now; for hosts' health checks and for tests that prove ownership.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SupervisorStats {
+    /// Processes holding capacity.
+    pub live: usize,
+    /// The effective bound on `live` (configuration and descriptor budget).
+    pub max_live: usize,
+    /// Live entries in the table.
+    pub table: usize,
+    /// Trees whose leader exited while members live on.
+    pub lingering: usize,
+    /// Tasks in the actor's set (drains, stdin writers, teardowns, watchers, publications).
+    pub tasks: usize,
+    pub readers_cached: usize,
+    pub summaries_cached: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +144,9 @@ pub enum SupervisorError {
     TeardownFailed { handle: Handle, reason: String },
     #[error("the supervisor task failed: {0}")]
     Task(String),
+    /// A bound of [`crate::limits`] was reached; nothing already acknowledged was dropped.
+    #[error("the bound {bound} ({limit}) is reached; try again later")]
+    Bound { bound: &'static str, limit: usize },
 }
 
 /// Why a start was refused; the prepared process comes back with it.
@@ -156,6 +168,9 @@ pub enum StartError {
     /// The process could not be spawned; it is recorded as `failed` under `handle`.
     #[error("{handle} failed to start: {message}")]
     Spawn { handle: Handle, message: String },
+    /// The start task ended without an answer (it panicked); what it recorded, the journal has.
+    #[error("start failed: {0}")]
+    Task(String),
     /// Nothing could be recorded (the journal failed); nothing was spawned.
     #[error("start not recorded: {error}")]
     Journal {
@@ -216,25 +231,23 @@ pub(crate) fn now_unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// A poisoned lock is still usable: every critical section leaves its data consistent.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// What every supervisor task may read; only the journal's writer is mutable, behind its lock.
 #[derive(Debug)]
-pub(crate) struct Inner {
+pub(crate) struct Shared {
     pub config: SupervisorConfig,
     pub services: Services,
     pub lifecycle: Mutex<Lifecycle>,
     root: PathBuf,
-    procs: Mutex<HashMap<Handle, Arc<Proc>>>,
-    readers: Mutex<HashMap<Handle, Arc<Spool>>>,
-    live: Mutex<usize>,
-    closed: AtomicBool,
-    /// Held shared by every `start` from its admission check until its process is in `procs`
-    /// (or the start failed); `shutdown` closes admission, then takes it exclusively, so its
-    /// snapshot of `procs` includes every start that was admitted.
-    admission: tokio::sync::RwLock<()>,
-    shutdown: tokio::sync::OnceCell<ShutdownReport>,
-    tasks: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// The actor's admission count, published for `live_count` (written by the actor only).
+    live: AtomicUsize,
 }
 
-impl Inner {
+impl Shared {
     /// Validates, appends and acknowledges one lifecycle event off the async threads; the
     /// lifecycle lock is held only for the write, not for the flush, so concurrent processes
     /// share group commits.
@@ -243,10 +256,10 @@ impl Inner {
         id: EventId,
         event: LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
-        let inner = Arc::clone(self);
+        let shared = Arc::clone(self);
         let joined = tokio::task::spawn_blocking(move || {
             let (appended, journal) = {
-                let mut lifecycle = lock(&inner.lifecycle);
+                let mut lifecycle = lock(&shared.lifecycle);
                 (
                     lifecycle.append_deferred(id, &event)?,
                     lifecycle.journal_arc(),
@@ -266,95 +279,47 @@ impl Inner {
         }
     }
 
-    pub fn release_capacity(&self) {
-        let mut live = lock(&self.live);
-        *live = live.saturating_sub(1);
-    }
-
-    pub fn track(&self, task: tokio::task::JoinHandle<()>) {
-        let mut tasks = lock(&self.tasks);
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(task);
-    }
-
     pub fn spool_dir(&self, handle: &Handle) -> PathBuf {
         self.root.join("spool").join(handle.to_string())
     }
-
-    fn proc(&self, handle: &Handle) -> Option<Arc<Proc>> {
-        lock(&self.procs).get(handle).cloned()
-    }
-
-    /// Signals the process group, unless the workload was already reaped: its group id could
-    /// then name someone else's group. The `reaped` lock is held across the check and the signal,
-    /// and the drain task takes it when the exit is seen, so a signal is never sent after that.
-    /// ESRCH means the group is already gone, which is what a signal wanted.
-    async fn signal(&self, proc: &Proc, signal: nix::sys::signal::Signal) -> std::io::Result<()> {
-        let Some(pgid) = proc.pid else {
-            return Err(std::io::Error::other("the process never started"));
-        };
-        let reaped = lock(&proc.reaped);
-        if *reaped || proc.is_terminal() {
-            return Ok(());
-        }
-        match self.config.signaller.signal_group(pgid, signal) {
-            Err(e) if e.raw_os_error() == Some(nix::errno::Errno::ESRCH as i32) => Ok(()),
-            other => other,
-        }
-    }
 }
 
-/// SIGTERM to the group, the grace period, SIGKILL, and a bounded wait for the terminal gate.
-/// Returns why teardown failed, if it did; terminalization continues regardless.
-pub(crate) async fn terminate(
-    inner: &Arc<Inner>,
-    proc: &Arc<Proc>,
-    grace: Duration,
-) -> Result<(), String> {
-    use nix::sys::signal::Signal;
-    let mut failures = Vec::new();
-    let mut exited = proc.exited.subscribe();
-    if exited.borrow().is_some() {
-        return Ok(());
-    }
-    if let Err(e) = inner.signal(proc, Signal::SIGTERM).await {
-        failures.push(format!("SIGTERM: {e}"));
-    }
-    let done = tokio::time::timeout(grace, exited.wait_for(Option::is_some))
-        .await
-        .is_ok_and(|r| r.is_ok());
-    if !done {
-        proc.escalated.store(true, Ordering::SeqCst);
-        if let Err(e) = inner.signal(proc, Signal::SIGKILL).await {
-            failures.push(format!("SIGKILL: {e}"));
+/// Records a stop request; refused only if the process became terminal meanwhile, which is fine.
+pub(crate) async fn request_stop(shared: &Arc<Shared>, proc: &Proc, reason: &str) {
+    let event = LifecycleEvent::StopRequested(StopRequested {
+        handle: proc.handle,
+        reason: reason.to_owned(),
+        requested_by: "supervisor".to_owned(),
+        at_unix_ms: now_unix_ms(),
+    });
+    let _ = shared.append(EventId::new_v7(), event).await;
+}
+
+/// The live-process bound the descriptor limit allows: a start refused with a typed error is
+/// better than one that fails half-way with EMFILE.
+fn descriptor_budget() -> usize {
+    use nix::sys::resource::{Resource, getrlimit};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, _)) => {
+            let soft = usize::try_from(soft).unwrap_or(usize::MAX);
+            (soft.saturating_sub(limits::DESCRIPTORS_RESERVED) / limits::DESCRIPTORS_PER_PROCESS)
+                .max(1)
         }
-        let confirmed =
-            tokio::time::timeout(inner.config.kill_confirm, exited.wait_for(Option::is_some))
-                .await
-                .is_ok_and(|r| r.is_ok());
-        if !confirmed {
-            failures.push(format!(
-                "no exit confirmed {} ms after SIGKILL",
-                inner.config.kill_confirm.as_millis()
-            ));
-        }
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("; "))
+        Err(_) => usize::MAX,
     }
 }
 
 /// A durable supervisor of processes under one runtime root. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Supervisor {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
+    actor: mpsc::Sender<Msg>,
 }
 
 impl Supervisor {
-    /// Takes the root (and its writer lock), installs the host's services, then restores: every
-    /// process that was live under a previous supervisor becomes `lost_on_restore`.
+    /// Takes the root (and its writer lock), installs the host's services, restores (every
+    /// process that was live under a previous supervisor becomes `lost_on_restore`), then starts
+    /// the actor.
     pub async fn open(
         config: SupervisorConfig,
         services: Services,
@@ -372,25 +337,23 @@ impl Supervisor {
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let (lifecycle, recovery, replay) = opened;
-        let inner = Arc::new(Inner {
+        let max_live = config.max_live.min(descriptor_budget());
+        let shared = Arc::new(Shared {
             config,
             services,
             lifecycle: Mutex::new(lifecycle),
             root,
-            procs: Mutex::new(HashMap::new()),
-            readers: Mutex::new(HashMap::new()),
-            live: Mutex::new(0),
-            closed: AtomicBool::new(false),
-            admission: tokio::sync::RwLock::new(()),
-            shutdown: tokio::sync::OnceCell::new(),
-            tasks: Mutex::new(Vec::new()),
+            live: AtomicUsize::new(0),
         });
-        let report = restore::restore(&inner, recovery, replay).await;
-        Ok((Supervisor { inner }, report))
+        let report = restore::restore(&shared, recovery, replay).await;
+        let (tx, rx) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
+        let actor = Actor::new(Arc::clone(&shared), rx, tx.downgrade(), max_live);
+        tokio::spawn(actor.run());
+        Ok((Supervisor { shared, actor: tx }, report))
     }
 
     pub fn root(&self) -> &Path {
-        &self.inner.root
+        &self.shared.root
     }
 
     /// Validates a command into a single-use launch.
@@ -400,208 +363,65 @@ impl Supervisor {
 
     /// How many processes hold capacity right now.
     pub fn live_count(&self) -> usize {
-        *lock(&self.inner.live)
+        self.shared.live.load(Ordering::SeqCst)
     }
 
-    /// Starts a prepared process: admission, registration (`starting`), spawn in a new process
-    /// group, `running`, then the drain task. Returns the opaque handle.
+    /// Sends one request to the actor and awaits its answer.
+    async fn ask<T>(
+        &self,
+        msg: impl FnOnce(oneshot::Sender<T>) -> Msg,
+    ) -> Result<T, SupervisorError> {
+        let (tx, rx) = oneshot::channel();
+        self.actor
+            .send(msg(tx))
+            .await
+            .map_err(|_| SupervisorError::Task("the supervisor has stopped".to_owned()))?;
+        rx.await
+            .map_err(|_| SupervisorError::Task("the supervisor dropped a request".to_owned()))
+    }
+
+    /// What the actor owns right now.
+    pub async fn stats(&self) -> Result<SupervisorStats, SupervisorError> {
+        self.ask(|reply| Msg::Stats { reply }).await
+    }
+
+    /// Starts a prepared process: admission, registration (`starting`), launch into its own
+    /// tree, `running`, then the drain task. Returns the opaque handle.
     pub async fn start(&self, prepared: PreparedProcess) -> Result<Handle, StartError> {
-        let inner = &self.inner;
-        let _admission = inner.admission.read().await;
+        let (tx, rx) = oneshot::channel();
+        if let Err(mpsc::error::SendError(msg)) = self
+            .actor
+            .send(Msg::Start {
+                prepared,
+                reply: tx,
+            })
+            .await
         {
-            let mut live = lock(&inner.live);
-            if inner.closed.load(Ordering::SeqCst) {
+            // The actor is gone: the message comes back whole, and with it the prepared process.
+            if let Msg::Start { prepared, .. } = msg {
                 return Err(StartError::Refused {
                     prepared,
                     reason: Refusal::ShuttingDown,
                 });
             }
-            if *live >= inner.config.max_live {
-                let reason = Refusal::AtCapacity {
-                    live: *live,
-                    max: inner.config.max_live,
-                };
-                return Err(StartError::Refused { prepared, reason });
-            }
-            *live += 1;
+            return Err(StartError::Task("the supervisor has stopped".to_owned()));
         }
-        let handle = Handle(EventId::new_v7());
-        let span = info_span!("process", %handle);
-        self.start_admitted(handle, prepared).instrument(span).await
-    }
-
-    async fn start_admitted(
-        &self,
-        handle: Handle,
-        prepared: PreparedProcess,
-    ) -> Result<Handle, StartError> {
-        let inner = &self.inner;
-        let ids = LifecycleIds {
-            running: EventId::new_v7(),
-            terminal: EventId::new_v7(),
-            lost: EventId::new_v7(),
-            completion: EventId::new_v7(),
-        };
-        let PreparedProcess { spec, lease } = prepared;
-        let registered = LifecycleEvent::Registered(Registered {
-            handle,
-            ids,
-            command: spec.clone(),
-            at_unix_ms: now_unix_ms(),
-        });
-        if let Err(e) = inner.append(EventId::new_v7(), registered).await {
-            inner.release_capacity();
-            return Err(StartError::Journal {
-                prepared: PreparedProcess { spec, lease },
-                error: e.to_string(),
-            });
+        match rx.await {
+            Ok(result) => result,
+            Err(_) => Err(StartError::Task(
+                "the start task ended without an answer".to_owned(),
+            )),
         }
-        let spool = Spool::open_writer(
-            &inner.spool_dir(&handle),
-            handle.0.as_bytes(),
-            inner.config.spool,
-        );
-        let output = match spool {
-            Ok((spool, _)) => Output::new(spool, inner.config.buffer_bytes),
-            Err(e) => {
-                let message = format!("cannot create the output spool: {e}");
-                return Err(self.fail_start(handle, ids, None, lease, message).await);
-            }
-        };
-        let cwd = Path::new(&spec.cwd);
-        if !cwd.is_dir() {
-            let message = format!("working directory {} does not exist", spec.cwd);
-            return Err(self
-                .fail_start(handle, ids, Some(output), lease, message)
-                .await);
-        }
-        let mut cmd = tokio::process::Command::new(&spec.program);
-        cmd.args(&spec.args)
-            .current_dir(cwd)
-            .envs(spec.env_overrides.iter().map(|(k, v)| (k, v)))
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .process_group(0)
-            .kill_on_drop(false);
-        let mut child = match cmd.spawn() {
-            Ok(child) => child,
-            Err(e) => {
-                let message = match e.kind() {
-                    std::io::ErrorKind::NotFound => format!("program {} not found", spec.program),
-                    std::io::ErrorKind::PermissionDenied => {
-                        format!("program {} is not executable", spec.program)
-                    }
-                    _ => format!("cannot spawn {}: {e}", spec.program),
-                };
-                return Err(self
-                    .fail_start(handle, ids, Some(output), lease, message)
-                    .await);
-            }
-        };
-        let pid = child.id();
-        let (stdout, stderr, stdin) =
-            (child.stdout.take(), child.stderr.take(), child.stdin.take());
-        if let Some(fd) = stdout.as_ref() {
-            process::enlarge_pipe(std::os::fd::AsFd::as_fd(fd));
-        }
-        if let Some(fd) = stderr.as_ref() {
-            process::enlarge_pipe(std::os::fd::AsFd::as_fd(fd));
-        }
-        let proc = Arc::new(Proc::new(handle, ids, pid, Some(output), stdin, lease));
-        lock(&inner.procs).insert(handle, Arc::clone(&proc));
-        let witness = identity::witness(pid.unwrap_or(0));
-        let running = LifecycleEvent::Running(Running {
-            handle,
-            pid: pid.unwrap_or(0),
-            witness,
-            at_unix_ms: now_unix_ms(),
-        });
-        match inner.append(ids.running, running).await {
-            Ok(_) => {
-                // Published before the drain starts, so that the host sees `running` before
-                // any terminal notice of the same process.
-                let task_inner = Arc::clone(inner);
-                let published = tokio::spawn(async move {
-                    restore::publish_and_notify(
-                        &task_inner,
-                        handle,
-                        ids,
-                        ids.running,
-                        State::Running,
-                        ExitStatus::Unknown,
-                    )
-                    .await;
-                });
-                let timeout = spec.limits.wall_clock_ms.map(Duration::from_millis);
-                let drain_inner = Arc::clone(inner);
-                let drain_proc = Arc::clone(&proc);
-                let span = info_span!("drain", %handle);
-                let task = tokio::spawn(
-                    async move {
-                        let _ = published.await;
-                        process::drain(drain_inner, drain_proc, child, stdout, stderr, timeout)
-                            .await;
-                    }
-                    .instrument(span),
-                );
-                inner.track(task);
-            }
-            Err(e) => {
-                // The journal failed: the process must not run unrecorded.
-                warn!(error = %e, "running not recorded; killing the process");
-                let _ = inner
-                    .config
-                    .signaller
-                    .signal_group(pid.unwrap_or(0), nix::sys::signal::Signal::SIGKILL);
-                let _ = child.wait().await;
-                let reason = format!("running not recorded: {e}");
-                process::terminalize(
-                    inner,
-                    &proc,
-                    State::Failed,
-                    ExitStatus::Unknown,
-                    CaptureStatus::Failed(reason.clone()),
-                    reason,
-                )
-                .await;
-            }
-        }
-        Ok(handle)
-    }
-
-    /// Records a start that failed before the workload ran, through the terminal gate.
-    async fn fail_start(
-        &self,
-        handle: Handle,
-        ids: LifecycleIds,
-        output: Option<Output>,
-        lease: Option<Box<dyn Lease>>,
-        message: String,
-    ) -> StartError {
-        let inner = &self.inner;
-        let proc = Arc::new(Proc::new(handle, ids, None, output, None, lease));
-        lock(&inner.procs).insert(handle, Arc::clone(&proc));
-        process::terminalize(
-            inner,
-            &proc,
-            State::Failed,
-            ExitStatus::Unknown,
-            CaptureStatus::Complete,
-            message.clone(),
-        )
-        .await;
-        StartError::Spawn { handle, message }
     }
 
     /// The manifest of one process, as the journal knows it.
     pub fn manifest(&self, handle: &Handle) -> Option<Manifest> {
-        lock(&self.inner.lifecycle).manifest(handle).cloned()
+        lock(&self.shared.lifecycle).manifest(handle).cloned()
     }
 
     /// Manifests of every process the journal knows, filtered.
     pub fn list(&self, filter: &ListFilter) -> Vec<Manifest> {
-        let lifecycle = lock(&self.inner.lifecycle);
+        let lifecycle = lock(&self.shared.lifecycle);
         lifecycle
             .store()
             .iter()
@@ -618,50 +438,49 @@ impl Supervisor {
 
     /// The state alone, without cloning the manifest: every output poll asks.
     fn state_of(&self, handle: &Handle) -> Result<State, SupervisorError> {
-        lock(&self.inner.lifecycle)
+        lock(&self.shared.lifecycle)
             .manifest(handle)
             .map(|m| m.state)
             .ok_or(SupervisorError::UnknownHandle(*handle))
     }
 
     /// Reads up to `max_bytes` of output from `cursor`, rendered.
-    pub fn output(
+    pub async fn output(
         &self,
         handle: &Handle,
         cursor: u64,
         max_bytes: usize,
         rendering: Rendering,
     ) -> Result<OutputPage, SupervisorError> {
+        self.state_of(handle)?;
+        let read = self.read_output(handle, cursor, max_bytes).await?;
+        // Read after the bytes, so that a page never pairs a terminal state with a read that
+        // missed the last output.
         let state = self.state_of(handle)?;
-        let read = self.read_output(handle, cursor, max_bytes)?;
         Ok(render_page(
             handle, state, cursor, &read, max_bytes, rendering,
         ))
     }
 
     /// Raw output bytes with their spans (for hosts that stream output as is).
-    pub fn output_raw(
+    pub async fn output_raw(
         &self,
         handle: &Handle,
         cursor: u64,
         max_bytes: usize,
     ) -> Result<crate::spool::SpoolRead, SupervisorError> {
         self.state_of(handle)?;
-        self.read_output(handle, cursor, max_bytes)
+        self.read_output(handle, cursor, max_bytes).await
     }
 
     /// One read of a live process's output (buffer, then spool) or of a finished one's spool.
-    fn read_output(
+    async fn read_output(
         &self,
         handle: &Handle,
         cursor: u64,
         max_bytes: usize,
     ) -> Result<crate::spool::SpoolRead, SupervisorError> {
-        let result = match self.inner.proc(handle) {
-            Some(proc) => proc.read_output(cursor, max_bytes),
-            None => self.reader(handle)?.read(cursor, max_bytes),
-        };
-        result.map_err(|e| match e {
+        let map = |e: SpoolError| match e {
             SpoolError::CursorAhead {
                 cursor,
                 total_bytes,
@@ -673,12 +492,76 @@ impl Supervisor {
                 handle: *handle,
                 message: other.to_string(),
             },
+        };
+        // Twice at most: a process found live may close its spool writer before the read.
+        for _ in 0..2 {
+            let reader = match self
+                .ask(|reply| Msg::Lookup {
+                    handle: *handle,
+                    reply,
+                })
+                .await?
+            {
+                Found::Live(proc) => match proc.read_output(cursor, max_bytes) {
+                    Some(result) => return result.map_err(map),
+                    None if !proc.is_terminal() => {
+                        // Registered, no spool yet: nothing was written.
+                        return if cursor > 0 {
+                            Err(SupervisorError::CursorAhead {
+                                cursor,
+                                total_bytes: 0,
+                            })
+                        } else {
+                            Ok(crate::spool::SpoolRead::default())
+                        };
+                    }
+                    None => continue,
+                },
+                Found::NotLive {
+                    reader: Some(reader),
+                    ..
+                } => reader,
+                Found::NotLive { reader: None, .. } => self.open_reader(handle).await?,
+            };
+            return reader.read(cursor, max_bytes).map_err(map);
+        }
+        Err(SupervisorError::Output {
+            handle: *handle,
+            message: "the process ended during the read; read again".to_owned(),
         })
+    }
+
+    /// Opens a finished process's spool on a blocking thread (it lists and indexes segment
+    /// files) and offers it to the actor's bounded cache.
+    async fn open_reader(&self, handle: &Handle) -> Result<Arc<Spool>, SupervisorError> {
+        let dir = self.shared.spool_dir(handle);
+        let opened = tokio::task::spawn_blocking(move || Spool::open_reader(&dir))
+            .await
+            .map_err(|e| SupervisorError::Task(e.to_string()))?;
+        let (spool, _) = opened.map_err(|e| SupervisorError::Output {
+            handle: *handle,
+            message: e.to_string(),
+        })?;
+        let spool = Arc::new(spool);
+        let _ = self
+            .actor
+            .send(Msg::CacheReader {
+                handle: *handle,
+                reader: Arc::clone(&spool),
+            })
+            .await;
+        Ok(spool)
     }
 
     /// Returns once the output of `handle` extends past `cursor` or the process is terminal.
     pub async fn output_changed(&self, handle: &Handle, cursor: u64) {
-        let Some(proc) = self.inner.proc(handle) else {
+        let Ok(Found::Live(proc)) = self
+            .ask(|reply| Msg::Lookup {
+                handle: *handle,
+                reply,
+            })
+            .await
+        else {
             return;
         };
         loop {
@@ -692,112 +575,78 @@ impl Supervisor {
         }
     }
 
-    fn reader(&self, handle: &Handle) -> Result<Arc<Spool>, SupervisorError> {
-        if let Some(spool) = lock(&self.inner.readers).get(handle) {
-            return Ok(Arc::clone(spool));
-        }
-        let (spool, _) = Spool::open_reader(&self.inner.spool_dir(handle)).map_err(|e| {
-            SupervisorError::Output {
-                handle: *handle,
-                message: e.to_string(),
-            }
-        })?;
-        let spool = Arc::new(spool);
-        lock(&self.inner.readers).insert(*handle, Arc::clone(&spool));
-        Ok(spool)
-    }
-
-    fn live_proc(&self, handle: &Handle) -> Result<Arc<Proc>, SupervisorError> {
-        match self.inner.proc(handle) {
-            Some(p) if !p.is_terminal() => Ok(p),
-            Some(_) => Err(SupervisorError::NotRunning(*handle)),
-            None => {
-                self.state_of(handle)?;
-                Err(SupervisorError::NotRunning(*handle))
-            }
-        }
-    }
-
-    /// Writes bytes to the process's stdin.
-    pub async fn input(&self, handle: &Handle, bytes: &[u8]) -> Result<(), SupervisorError> {
-        use tokio::io::AsyncWriteExt;
-        let proc = self.live_proc(handle)?;
-        let mut stdin = proc.stdin.lock().await;
-        let Some(pipe) = stdin.as_mut() else {
-            return Err(SupervisorError::InputClosed(*handle));
-        };
-        let written = async {
-            pipe.write_all(bytes).await?;
-            pipe.flush().await
-        }
-        .await;
-        written.map_err(|e| SupervisorError::Input {
+    async fn stdin(&self, handle: &Handle) -> Result<mpsc::Sender<InputOp>, SupervisorError> {
+        self.ask(|reply| Msg::Stdin {
             handle: *handle,
-            message: e.to_string(),
+            reply,
         })
+        .await?
+    }
+
+    /// Writes bytes to the process's stdin (bounded: [`limits::INPUT_WRITE_MS`]).
+    pub async fn input(&self, handle: &Handle, bytes: &[u8]) -> Result<(), SupervisorError> {
+        let queue = self.stdin(handle).await?;
+        let (tx, rx) = oneshot::channel();
+        queue
+            .send(InputOp::Write(bytes.to_vec(), tx))
+            .await
+            .map_err(|_| SupervisorError::InputClosed(*handle))?;
+        match rx.await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(message)) => Err(SupervisorError::Input {
+                handle: *handle,
+                message,
+            }),
+            Err(_) => Err(SupervisorError::InputClosed(*handle)),
+        }
     }
 
     /// Closes the process's stdin (it reads EOF) and records it.
     pub async fn close_input(&self, handle: &Handle) -> Result<(), SupervisorError> {
-        let proc = self.live_proc(handle)?;
-        let pipe = proc.stdin.lock().await.take();
-        if pipe.is_none() {
-            return Err(SupervisorError::InputClosed(*handle));
-        }
-        drop(pipe);
+        let queue = self.stdin(handle).await?;
+        let (tx, rx) = oneshot::channel();
+        queue
+            .send(InputOp::Close(tx))
+            .await
+            .map_err(|_| SupervisorError::InputClosed(*handle))?;
+        rx.await
+            .map_err(|_| SupervisorError::InputClosed(*handle))?;
         let event = LifecycleEvent::InputClosed(InputClosed {
             handle: *handle,
             at_unix_ms: now_unix_ms(),
         });
-        self.inner.append(EventId::new_v7(), event).await?;
+        self.shared.append(EventId::new_v7(), event).await?;
         Ok(())
     }
 
-    async fn request_stop(&self, proc: &Arc<Proc>, reason: &str) {
-        let event = LifecycleEvent::StopRequested(StopRequested {
-            handle: proc.handle,
-            reason: reason.to_owned(),
-            requested_by: "supervisor".to_owned(),
-            at_unix_ms: now_unix_ms(),
-        });
-        // Refused only if the process became terminal meanwhile, which is fine.
-        let _ = self.inner.append(EventId::new_v7(), event).await;
-    }
-
-    /// SIGTERM to the process group, `grace`, SIGKILL, and the exit confirmed. The process ends
-    /// `terminated`, or `killed` when SIGKILL was needed.
+    /// SIGTERM to the whole tree, `grace`, SIGKILL, and the exit of every member confirmed. The
+    /// process ends `terminated`, or `killed` when SIGKILL was needed. A process whose leader
+    /// already exited while members of its tree live on has those members stopped the same way.
     pub async fn stop(
         &self,
         handle: &Handle,
         grace: Duration,
     ) -> Result<TerminalSummary, SupervisorError> {
-        let proc = match self.live_proc(handle) {
-            Ok(p) => p,
-            Err(SupervisorError::NotRunning(_)) => return self.wait(handle, None).await,
-            Err(e) => return Err(e),
-        };
-        proc.set_cause(Cause::Stop);
-        self.request_stop(&proc, "stop").await;
-        terminate(&self.inner, &proc, grace)
-            .await
-            .map_err(|reason| SupervisorError::TeardownFailed {
+        match self
+            .ask(|reply| Msg::Stop {
                 handle: *handle,
-                reason,
-            })?;
-        self.wait(handle, None).await
+                grace,
+                reply,
+            })
+            .await??
+        {
+            Some(summary) => Ok(summary),
+            None => self.wait(handle, None).await,
+        }
     }
 
-    /// SIGINT to the process group; the process ends `interrupted` if it exits by it.
+    /// SIGINT to the tree; the process ends `interrupted` if it exits by it.
     pub async fn interrupt(&self, handle: &Handle) -> Result<(), SupervisorError> {
-        let proc = self.live_proc(handle)?;
-        proc.set_cause(Cause::Interrupt);
-        self.inner
-            .signal(&proc, nix::sys::signal::Signal::SIGINT)
-            .await
-            .map_err(|e| SupervisorError::TeardownFailed {
-                handle: *handle,
-                reason: format!("SIGINT: {e}"),
-            })
+        self.ask(|reply| Msg::Interrupt {
+            handle: *handle,
+            reply,
+        })
+        .await?
     }
 
     /// Waits until the process is terminal and its terminal event is persisted.
@@ -806,23 +655,43 @@ impl Supervisor {
         handle: &Handle,
         timeout: Option<Duration>,
     ) -> Result<TerminalSummary, SupervisorError> {
-        let Some(proc) = self.inner.proc(handle) else {
-            // Not started by this supervisor: the journal has the answer, or it is unknown.
-            let m = self
-                .manifest(handle)
-                .ok_or(SupervisorError::UnknownHandle(*handle))?;
-            return match m.terminal {
-                Some(t) => Ok(TerminalSummary {
-                    state: t.state,
-                    exit: t.exit,
-                    bounds: m.bounds,
-                    capture: t.capture,
-                    persist_error: None,
-                }),
-                None => Err(SupervisorError::NotRunning(*handle)),
-            };
+        let proc = match self
+            .ask(|reply| Msg::Lookup {
+                handle: *handle,
+                reply,
+            })
+            .await?
+        {
+            Found::Live(proc) => proc,
+            Found::NotLive {
+                summary: Some(summary),
+                ..
+            } => return Ok(summary),
+            Found::NotLive { summary: None, .. } => {
+                // Not started by this supervisor: the journal has the answer, or it is unknown.
+                let m = self
+                    .manifest(handle)
+                    .ok_or(SupervisorError::UnknownHandle(*handle))?;
+                return match m.terminal {
+                    Some(t) => Ok(TerminalSummary {
+                        state: t.state,
+                        exit: t.exit,
+                        bounds: m.bounds,
+                        capture: t.capture,
+                        persist_error: None,
+                    }),
+                    None => Err(SupervisorError::NotRunning(*handle)),
+                };
+            }
         };
+        if proc.exited.receiver_count() >= limits::WAITERS_PER_PROCESS_MAX {
+            return Err(SupervisorError::Bound {
+                bound: "WAITERS_PER_PROCESS_MAX",
+                limit: limits::WAITERS_PER_PROCESS_MAX,
+            });
+        }
         let mut exited = proc.exited.subscribe();
+        drop(proc);
         let waited = async {
             exited
                 .wait_for(Option::is_some)
@@ -841,61 +710,13 @@ impl Supervisor {
     }
 
     /// Idempotent and shared: every caller gets the same report. Closes admission, terminates
-    /// every live process concurrently, kills what survives the grace period, and confirms each
-    /// exit (bounded). Output of finished processes stays readable afterwards.
+    /// every live tree concurrently (and every lingering one), kills what survives the grace
+    /// period, confirms each exit (bounded), and joins the supervisor's tasks (bounded). Output
+    /// of finished processes stays readable afterwards.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
-        let inner = Arc::clone(&self.inner);
-        let this = self.clone();
-        self.inner
-            .shutdown
-            .get_or_init(|| async move {
-                inner.closed.store(true, Ordering::SeqCst);
-                // Every start admitted before `closed` was set has registered its process once
-                // this is acquired; every later one sees `closed`.
-                drop(inner.admission.write().await);
-                let live: Vec<Arc<Proc>> = lock(&inner.procs)
-                    .values()
-                    .filter(|p| !p.is_terminal())
-                    .cloned()
-                    .collect();
-                let mut set = tokio::task::JoinSet::new();
-                for proc in live {
-                    let (inner, this) = (Arc::clone(&inner), this.clone());
-                    set.spawn(async move {
-                        proc.set_cause(Cause::Shutdown);
-                        this.request_stop(&proc, "shutdown").await;
-                        let result = terminate(&inner, &proc, grace).await;
-                        let state = proc.exited.borrow().as_ref().map(|s| s.state);
-                        (proc.handle, result, state)
-                    });
-                }
-                let mut report = ShutdownReport::default();
-                while let Some(joined) = set.join_next().await {
-                    match joined {
-                        Ok((handle, Err(reason), _)) => {
-                            report.teardown_failed.push((handle, reason))
-                        }
-                        Ok((handle, Ok(()), Some(State::Killed))) => report.killed.push(handle),
-                        Ok((handle, Ok(()), _)) => report.terminated.push(handle),
-                        Err(e) => warn!(error = %e, "shutdown task failed"),
-                    }
-                }
-                // Join publications and drains, bounded: a stuck host service must not hang us.
-                let tasks: Vec<_> = std::mem::take(&mut *lock(&inner.tasks));
-                let bound = inner.config.kill_confirm;
-                let _ = tokio::time::timeout(bound, async {
-                    for task in tasks {
-                        let _ = task.await;
-                    }
-                })
-                .await;
-                report.terminated.sort();
-                report.killed.sort();
-                report.teardown_failed.sort();
-                report
-            })
+        self.ask(|reply| Msg::Shutdown { grace, reply })
             .await
-            .clone()
+            .unwrap_or_default()
     }
 }
 

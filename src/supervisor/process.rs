@@ -1,14 +1,21 @@
-//! One supervised process at run time: its output, its stdin, the drain task, and the one-shot
-//! terminalization gate.
+//! One supervised process at run time: its output (the data plane), the drain task, teardown of
+//! its tree, and the one-shot terminalization gate.
+//!
+//! Ownership: the actor owns the process's entry (its stdin queue, its tree while it lingers,
+//! its capacity); a [`Proc`] is what the actor shares with the drain and with readers. Its only
+//! mutable parts are the output (written by the drain alone, read by pollers, behind a lock that
+//! no await ever crosses), first-wins atomics, and the one-shot exit signal.
 //!
 //! Invariants:
 //! - Exactly one terminal path wins [`Proc::gate`]; every other caller returns without effect.
 //! - Terminalization runs in this order: final spool checkpoint, terminal event appended and
-//!   acknowledged, waiters woken, capacity and lease released, lifecycle published, completion
-//!   notified. Release comes before any host service is called.
+//!   acknowledged, the spool writer closed (its descriptors released), the lease released, the
+//!   actor told (capacity released, publication queued), waiters woken. Release comes before
+//!   any host publication or notification.
 //! - The drain task reads stdout and stderr until both reach EOF; after the workload exits it
 //!   keeps reading for at most the final-drain window, so a descendant that holds a pipe open
-//!   cannot withhold the result (capture is then reported incomplete).
+//!   cannot withhold the result (capture is then reported incomplete). The pipes are dropped when
+//!   the drain ends.
 //! - Spool syncs never block the drain's reads: their `fdatasync`s run on a blocking thread,
 //!   without the output lock, one at a time. A checkpoint records the bounds its sync planned
 //!   (never bytes appended while it ran), checkpoints reach the journal in order, and the drain
@@ -16,17 +23,17 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tokio::io::AsyncReadExt;
-use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout};
-use tokio::sync::{Notify, watch};
+use tokio::net::unix::pipe;
+use tokio::sync::{Notify, mpsc, watch};
 use tracing::{Instrument, debug, warn};
 
-use super::Inner;
 use super::command::Lease;
+use super::{Shared, lock};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CursorBounds, ExitStatus, LifecycleIds, OutputCheckpoint, Terminal,
@@ -34,14 +41,48 @@ use crate::lifecycle::event::{
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::spool::Output;
 use crate::spool::format::Stream;
+use crate::tree::{LeaderExit, ProcessTree, TreeSignal};
 
 /// Why the supervisor is ending a process (the first reason wins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Cause {
-    Stop,
-    Interrupt,
-    Timeout,
-    Shutdown,
+    Stop = 1,
+    Interrupt = 2,
+    Timeout = 3,
+    Shutdown = 4,
+}
+
+impl Cause {
+    fn from_u8(v: u8) -> Option<Cause> {
+        match v {
+            1 => Some(Cause::Stop),
+            2 => Some(Cause::Interrupt),
+            3 => Some(Cause::Timeout),
+            4 => Some(Cause::Shutdown),
+            _ => None,
+        }
+    }
+}
+
+/// What process tasks (start, drain, gate, watchers) tell the actor. A channel of their own, so
+/// that these modules need nothing of the actor's: imports flow actor -> launch -> process.
+#[derive(Debug)]
+pub(crate) enum ProcEvent {
+    /// The workload runs; the actor owns its stdin from now on.
+    Spawned { handle: Handle, stdin: pipe::Sender },
+    /// A start that recorded nothing: the admission is given back.
+    Abandoned { handle: Handle },
+    /// The wall-clock limit passed.
+    Timeout { handle: Handle },
+    /// The terminal gate passed.
+    Finished {
+        handle: Handle,
+        summary: TerminalSummary,
+        lingering: bool,
+    },
+    /// The last member of a lingering tree is gone.
+    TreeEmpty { handle: Handle },
 }
 
 /// What waiters learn once the terminal event is acknowledged.
@@ -56,59 +97,34 @@ pub struct TerminalSummary {
     pub persist_error: Option<String>,
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 #[derive(Debug)]
 pub(crate) struct Proc {
     pub handle: Handle,
     pub ids: LifecycleIds,
-    /// Process id and group id of the workload (equal: it leads its own group).
-    pub pid: Option<u32>,
-    /// `None` only when no spool could be created (the start then fails before spawning).
+    /// Set once, when the workload was launched.
+    pub tree: OnceLock<Arc<dyn ProcessTree>>,
+    /// `None` before the spool exists and after terminalization closed it.
     pub output: Mutex<Option<Output>>,
     pub output_changed: Notify,
-    pub stdin: tokio::sync::Mutex<Option<ChildStdin>>,
-    pub cause: Mutex<Option<Cause>>,
-    /// SIGKILL had to be sent.
+    cause: AtomicU8,
+    /// SIGKILL had to be sent while the leader was unreaped.
     pub escalated: AtomicBool,
-    /// Set (under this lock) as soon as the workload's exit is seen; signals check it under the
-    /// same lock, so none is sent to the group id of a reaped leader.
-    pub reaped: Mutex<bool>,
     gate: AtomicBool,
     pub exited: watch::Sender<Option<TerminalSummary>>,
-    pub release: Mutex<Option<Release>>,
-}
-
-/// What a live process holds until it is terminal.
-#[derive(Debug)]
-pub(crate) struct Release {
-    pub lease: Option<Box<dyn Lease>>,
 }
 
 impl Proc {
-    pub fn new(
-        handle: Handle,
-        ids: LifecycleIds,
-        pid: Option<u32>,
-        output: Option<Output>,
-        stdin: Option<ChildStdin>,
-        lease: Option<Box<dyn Lease>>,
-    ) -> Self {
+    pub fn new(handle: Handle, ids: LifecycleIds) -> Self {
         Proc {
             handle,
             ids,
-            pid,
-            output: Mutex::new(output),
+            tree: OnceLock::new(),
+            output: Mutex::new(None),
             output_changed: Notify::new(),
-            stdin: tokio::sync::Mutex::new(stdin),
-            cause: Mutex::new(None),
+            cause: AtomicU8::new(0),
             escalated: AtomicBool::new(false),
-            reaped: Mutex::new(false),
             gate: AtomicBool::new(false),
             exited: watch::channel(None).0,
-            release: Mutex::new(Some(Release { lease })),
         }
     }
 
@@ -116,9 +132,23 @@ impl Proc {
         self.exited.borrow().is_some()
     }
 
+    pub fn summary(&self) -> Option<TerminalSummary> {
+        self.exited.borrow().clone()
+    }
+
     /// Records why the supervisor ends the process; the first cause stays.
     pub fn set_cause(&self, cause: Cause) -> Cause {
-        *lock(&self.cause).get_or_insert(cause)
+        match self
+            .cause
+            .compare_exchange(0, cause as u8, Ordering::SeqCst, Ordering::SeqCst)
+        {
+            Ok(_) => cause,
+            Err(first) => Cause::from_u8(first).unwrap_or(cause),
+        }
+    }
+
+    pub fn cause(&self) -> Option<Cause> {
+        Cause::from_u8(self.cause.load(Ordering::SeqCst))
     }
 
     /// Appends what one pass of the drain read and flushes it, under one lock: the bytes are in
@@ -175,19 +205,16 @@ impl Proc {
         }
     }
 
+    /// Reads live output; `None` once terminalization closed the spool writer (the caller then
+    /// reads the finished spool).
     pub fn read_output(
         &self,
         cursor: u64,
         max_bytes: usize,
-    ) -> Result<crate::spool::SpoolRead, crate::spool::SpoolError> {
-        match lock(&self.output).as_ref() {
-            Some(output) => output.read(cursor, max_bytes),
-            None if cursor > 0 => Err(crate::spool::SpoolError::CursorAhead {
-                cursor,
-                total_bytes: 0,
-            }),
-            None => Ok(crate::spool::SpoolRead::default()),
-        }
+    ) -> Option<Result<crate::spool::SpoolRead, crate::spool::SpoolError>> {
+        lock(&self.output)
+            .as_ref()
+            .map(|output| output.read(cursor, max_bytes))
     }
 }
 
@@ -195,47 +222,51 @@ impl Proc {
 /// lot and the spool writes several chunks in one call.
 const READ_BYTES: usize = 256 * 1024;
 
-/// The pipe size asked for with F_SETPIPE_SZ: larger pipes mean fewer wakeups (research: 1 MiB
-/// pipes tripled throughput on this kind of machine).
-const PIPE_BYTES: i32 = 1024 * 1024;
-
-pub(crate) fn enlarge_pipe(fd: std::os::fd::BorrowedFd<'_>) {
-    // Best effort: the default pipe works, only slower.
-    let _ = nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
-}
-
 /// A spool sync (and maybe its journal record) running beside the drain; it yields the output
 /// total the journal records once it is done.
 type SyncTask = Pin<Box<dyn Future<Output = u64> + Send>>;
 
+/// What the drain of one launched workload owns.
+pub(crate) struct Launched {
+    pub proc: Arc<Proc>,
+    pub tree: Arc<dyn ProcessTree>,
+    pub stdout: pipe::Receiver,
+    pub stderr: pipe::Receiver,
+    pub timeout: Option<Duration>,
+    pub lease: Option<Box<dyn Lease>>,
+}
+
 /// Reads both streams into the spool, watches the wall-clock limit, checkpoints cursor bounds,
-/// and terminalizes when the workload has exited and its output is drained.
+/// and terminalizes when the leader has exited and its output is drained.
 ///
 /// Spool syncs run beside the reads, one at a time (so checkpoint records reach the journal in
 /// order, each with bounds no smaller than the last): every `checkpoint_interval` a checkpoint
 /// syncs and records the durable bounds, and in between, once `write_behind_bytes` more were
 /// appended, a sync without a record starts writing them back, so that the disk works while the
 /// pipes are read and the final checkpoint finds little left to sync.
-pub(crate) async fn drain(
-    inner: Arc<Inner>,
-    proc: Arc<Proc>,
-    mut child: Child,
-    mut stdout: Option<ChildStdout>,
-    mut stderr: Option<ChildStderr>,
-    timeout: Option<Duration>,
-) {
+pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, launched: Launched) {
+    let Launched {
+        proc,
+        tree,
+        stdout,
+        stderr,
+        timeout,
+        lease,
+    } = launched;
+    let (mut stdout, mut stderr) = (Some(stdout), Some(stderr));
     let mut out_buf = vec![0u8; READ_BYTES];
     let mut err_buf = vec![0u8; READ_BYTES];
-    let mut status: Option<std::io::Result<std::process::ExitStatus>> = None;
+    let mut status: Option<std::io::Result<LeaderExit>> = None;
     let mut capture_failure: Option<String> = None;
     let start = tokio::time::Instant::now();
     let deadline = timeout.map(|t| start + t);
     let mut timeout_fired = false;
-    let final_drain = inner.config.final_drain;
-    let write_behind = inner.config.write_behind_bytes;
+    let final_drain = shared.config.final_drain;
+    let write_behind = shared.config.write_behind_bytes;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
-    let tick = tokio::time::sleep_until(start + inner.config.checkpoint_interval);
+    let tick = tokio::time::sleep_until(start + shared.config.checkpoint_interval);
     tokio::pin!(tick);
+    let mut leader = tree.wait_leader();
     let mut sync_task: Option<SyncTask> = None;
     // Output total the journal's last checkpoint names.
     let mut recorded = 0u64;
@@ -251,7 +282,7 @@ pub(crate) async fn drain(
             if record || write_behind.is_some_and(|w| unsynced >= w.max(1)) {
                 unsynced = 0;
                 sync_task = Some(Box::pin(sync_and_record(
-                    Arc::clone(&inner),
+                    Arc::clone(&shared),
                     Arc::clone(&proc),
                     record,
                     recorded,
@@ -292,8 +323,7 @@ pub(crate) async fn drain(
                     }
                 }
             }
-            s = child.wait(), if status.is_none() => {
-                *lock(&proc.reaped) = true;
+            s = &mut leader, if status.is_none() => {
                 status = Some(s);
                 drain_deadline = Some(tokio::time::Instant::now() + final_drain);
             }
@@ -303,38 +333,28 @@ pub(crate) async fn drain(
             () = sleep_until_opt(deadline), if deadline.is_some() && !timeout_fired && status.is_none() => {
                 timeout_fired = true;
                 proc.set_cause(Cause::Timeout);
-                let (inner, proc) = (Arc::clone(&inner), Arc::clone(&proc));
-                tokio::spawn(async move {
-                    let grace = inner.config.default_grace;
-                    let _ = super::terminate(&inner, &proc, grace).await;
-                });
+                // The actor runs the teardown in a task it owns, so shutdown joins it.
+                let _ = actor.send(ProcEvent::Timeout { handle: proc.handle }).await;
             }
             done = run_opt(&mut sync_task), if sync_task.is_some() => {
                 sync_task = None;
                 recorded = done;
             }
             () = &mut tick => {
-                tick.as_mut().reset(tokio::time::Instant::now() + inner.config.checkpoint_interval);
+                tick.as_mut().reset(tokio::time::Instant::now() + shared.config.checkpoint_interval);
                 record_due = true;
             }
         }
     }
+    drop(leader);
     // A checkpoint record must not follow the terminal event: let the one in flight finish.
     if let Some(task) = sync_task.take() {
         task.await;
     }
     let open_streams = usize::from(stdout.is_some()) + usize::from(stderr.is_some());
-    drop((stdout, stderr));
-    // The workload may have been reaped above; if the loop ended only because the drain window
-    // closed, `status` is set. It is always set here.
-    let status = match status {
-        Some(s) => s,
-        None => {
-            let s = child.wait().await;
-            *lock(&proc.reaped) = true;
-            s
-        }
-    };
+    drop((stdout, stderr, out_buf, err_buf));
+    // The loop ends only once the leader was reaped.
+    let status = status.unwrap_or_else(|| Err(std::io::Error::other("the leader was not reaped")));
     let capture = match (capture_failure, open_streams) {
         (Some(reason), _) => CaptureStatus::Failed(reason),
         (None, 0) => CaptureStatus::Complete,
@@ -344,13 +364,24 @@ pub(crate) async fn drain(
         )),
     };
     let (state, exit, reason) = classify(&proc, status);
-    terminalize(&inner, &proc, state, exit, capture, reason).await;
+    let lingering = matches!(tree.members(), Ok(n) if n > 0);
+    terminalize(
+        &shared,
+        &actor,
+        &proc,
+        lease,
+        Outcome {
+            state,
+            exit,
+            capture,
+            reason,
+            lingering,
+        },
+    )
+    .await;
 }
 
-async fn read_some(
-    stream: &mut Option<impl tokio::io::AsyncRead + Unpin>,
-    buf: &mut [u8],
-) -> std::io::Result<usize> {
+async fn read_some(stream: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> std::io::Result<usize> {
     match stream {
         Some(s) => s.read(buf).await,
         None => std::future::pending().await,
@@ -371,14 +402,11 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
-/// Maps the wait status and the supervisor's cause to the terminal state.
-fn classify(
-    proc: &Proc,
-    status: std::io::Result<std::process::ExitStatus>,
-) -> (State, ExitStatus, String) {
-    use std::os::unix::process::ExitStatusExt;
-    let status = match status {
-        Ok(s) => s,
+/// Maps the leader's exit and the supervisor's cause to the terminal state.
+fn classify(proc: &Proc, status: std::io::Result<LeaderExit>) -> (State, ExitStatus, String) {
+    let exit = match status {
+        Ok(LeaderExit::Code(code)) => ExitStatus::Code(code),
+        Ok(LeaderExit::Signal(sig)) => ExitStatus::Signal(sig),
         Err(e) => {
             return (
                 State::Failed,
@@ -387,17 +415,11 @@ fn classify(
             );
         }
     };
-    let exit = match (status.code(), status.signal()) {
-        (Some(code), _) => ExitStatus::Code(code),
-        (None, Some(sig)) => ExitStatus::Signal(sig),
-        (None, None) => ExitStatus::Unknown,
-    };
-    let cause = *lock(&proc.cause);
     // `killed` only when SIGKILL is what ended it: an escalation that lost the race to a SIGTERM
     // exit must not be recorded as a kill.
     let killed = proc.escalated.load(Ordering::SeqCst)
         && exit == ExitStatus::Signal(nix::sys::signal::Signal::SIGKILL as i32);
-    match cause {
+    match proc.cause() {
         Some(Cause::Stop | Cause::Shutdown) if killed => (
             State::Killed,
             exit,
@@ -407,7 +429,8 @@ fn classify(
         Some(Cause::Shutdown) => (State::Terminated, exit, "supervisor shut down".to_owned()),
         Some(Cause::Timeout) => (State::TimedOut, exit, "wall-clock limit reached".to_owned()),
         Some(Cause::Interrupt)
-            if exit == ExitStatus::Signal(libc_sigint()) || exit == ExitStatus::Code(130) =>
+            if exit == ExitStatus::Signal(nix::sys::signal::Signal::SIGINT as i32)
+                || exit == ExitStatus::Code(130) =>
         {
             (State::Interrupted, exit, "interrupted".to_owned())
         }
@@ -415,14 +438,10 @@ fn classify(
     }
 }
 
-fn libc_sigint() -> i32 {
-    nix::sys::signal::Signal::SIGINT as i32
-}
-
 /// Syncs the spool; with `record`, then appends its durable bounds to the journal as a
 /// checkpoint when they go past `recorded` (the total the last checkpoint names). Returns the
 /// total the journal's last checkpoint now names.
-async fn sync_and_record(inner: Arc<Inner>, proc: Arc<Proc>, record: bool, recorded: u64) -> u64 {
+async fn sync_and_record(shared: Arc<Shared>, proc: Arc<Proc>, record: bool, recorded: u64) -> u64 {
     let bounds = match proc.sync_output().await {
         Ok(bounds) => bounds,
         Err(e) => {
@@ -438,7 +457,7 @@ async fn sync_and_record(inner: Arc<Inner>, proc: Arc<Proc>, record: bool, recor
         bounds,
         at_unix_ms: super::now_unix_ms(),
     });
-    match inner.append(EventId::new_v7(), event).await {
+    match shared.append(EventId::new_v7(), event).await {
         Ok(_) => bounds.total_bytes,
         Err(e) => {
             warn!(handle = %proc.handle, error = %e, "output checkpoint not recorded");
@@ -447,18 +466,35 @@ async fn sync_and_record(inner: Arc<Inner>, proc: Arc<Proc>, record: bool, recor
     }
 }
 
+/// How a process ended, for the gate.
+#[derive(Debug)]
+pub(crate) struct Outcome {
+    pub state: State,
+    pub exit: ExitStatus,
+    pub capture: CaptureStatus,
+    pub reason: String,
+    /// Members of its tree outlived the leader.
+    pub lingering: bool,
+}
+
 /// The one-shot gate every terminal path goes through.
 pub(crate) async fn terminalize(
-    inner: &Arc<Inner>,
+    shared: &Arc<Shared>,
+    actor: &mpsc::Sender<ProcEvent>,
     proc: &Arc<Proc>,
-    state: State,
-    exit: ExitStatus,
-    capture: CaptureStatus,
-    reason: String,
+    lease: Option<Box<dyn Lease>>,
+    outcome: Outcome,
 ) {
     if proc.gate.swap(true, Ordering::SeqCst) {
         return;
     }
+    let Outcome {
+        state,
+        exit,
+        capture,
+        reason,
+        lingering,
+    } = outcome;
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
     // task is suspended at an await.
@@ -486,7 +522,7 @@ pub(crate) async fn terminalize(
             reason,
             at_unix_ms: super::now_unix_ms(),
         });
-        let persist_error = inner
+        let persist_error = shared
             .append(proc.ids.terminal, event)
             .await
             .err()
@@ -498,31 +534,101 @@ pub(crate) async fn terminalize(
     }
     .instrument(span)
     .await;
-    // 3. Waiters see a persisted result.
-    proc.exited.send_replace(Some(TerminalSummary {
+    // 3. The spool writer's descriptors and buffers go now; readers use the finished spool.
+    let output = lock(&proc.output).take();
+    drop(output);
+    // 4. The lease, before any host publication.
+    if let Some(lease) = lease {
+        super::publish::release_lease(lease).await;
+    }
+    let summary = TerminalSummary {
         state,
         exit,
         bounds,
         capture,
-        persist_error: persist_error.clone(),
-    }));
+        persist_error,
+    };
+    debug!(handle = %proc.handle, %state, "terminal");
+    // 5. The actor releases capacity and queues the publication (a slow host holds nothing of
+    // ours). It handles this before any request a woken waiter sends next.
+    let _ = actor
+        .send(ProcEvent::Finished {
+            handle: proc.handle,
+            summary: summary.clone(),
+            lingering,
+        })
+        .await;
+    // 6. Waiters see a persisted result.
+    proc.exited.send_replace(Some(summary));
     proc.output_changed.notify_waiters();
-    // 4. Release capacity and the lease before any host service runs.
-    let release = lock(&proc.release).take();
-    if let Some(release) = release {
-        inner.release_capacity();
-        if let Some(lease) = release.lease {
-            lease.release();
+}
+
+/// Ends a tree: SIGTERM, the grace period, SIGKILL, and a bounded wait until the leader's
+/// terminal event is persisted and no member of the tree is left. Returns why teardown failed,
+/// if it did; terminalization continues regardless.
+pub(crate) async fn teardown(
+    proc: &Arc<Proc>,
+    grace: Duration,
+    kill_confirm: Duration,
+) -> Result<(), String> {
+    let mut failures = Vec::new();
+    // A stop that raced the launch: the tree appears once the start task has spawned it, or the
+    // start fails and the process goes terminal without one.
+    let tree = {
+        let mut exited = proc.exited.subscribe();
+        let found = tokio::time::timeout(grace + kill_confirm, async {
+            loop {
+                if let Some(tree) = proc.tree.get() {
+                    return Some(Arc::clone(tree));
+                }
+                if exited.borrow().is_some() {
+                    return None;
+                }
+                tokio::select! {
+                    _ = exited.changed() => {}
+                    () = tokio::time::sleep(Duration::from_millis(5)) => {}
+                }
+            }
+        })
+        .await;
+        match found {
+            Ok(Some(tree)) => tree,
+            Ok(None) => return Ok(()),
+            Err(_) => return Err("the process was never launched".to_owned()),
+        }
+    };
+    let gone = |limit: Duration| {
+        let tree = Arc::clone(&tree);
+        let mut exited = proc.exited.subscribe();
+        async move {
+            tokio::time::timeout(limit, async {
+                let _ = exited.wait_for(Option::is_some).await;
+                tree.wait_empty().await;
+            })
+            .await
+            .is_ok()
+        }
+    };
+    if let Err(e) = tree.signal(TreeSignal::Terminate) {
+        failures.push(format!("SIGTERM: {e}"));
+    }
+    if !gone(grace).await {
+        if !proc.is_terminal() {
+            proc.escalated.store(true, Ordering::SeqCst);
+        }
+        if let Err(e) = tree.signal(TreeSignal::Kill) {
+            failures.push(format!("SIGKILL: {e}"));
+        }
+        if !gone(kill_confirm).await {
+            failures.push(format!(
+                "no exit confirmed {} ms after SIGKILL",
+                kill_confirm.as_millis()
+            ));
         }
     }
-    debug!(handle = %proc.handle, %state, "terminal");
-    // 5 and 6. Publish and notify, off this task: a slow host holds nothing of ours.
-    if persist_error.is_none() {
-        let (task_inner, handle, ids) = (Arc::clone(inner), proc.handle, proc.ids);
-        let task = tokio::spawn(async move {
-            super::restore::publish_and_notify(&task_inner, handle, ids, ids.terminal, state, exit)
-                .await;
-        });
-        inner.track(task);
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(failures.join("; "))
     }
 }

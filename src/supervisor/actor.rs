@@ -1,0 +1,657 @@
+//! The one owner of the process table: a task that holds every process's entry, the admission
+//! count, the finished caches and every task the supervisor runs, and takes [`Msg`]s over one
+//! bounded channel (the handle/task split of the "Actors with Tokio" pattern).
+//!
+//! Invariants:
+//! - Only this task mutates the table, the admission count, the caches and the task set. It
+//!   never awaits anything but its inbox, its task set and its shutdown deadline, so no message
+//!   waits behind a slow process, client or disk; everything that waits runs in a task spawned
+//!   into `tasks`.
+//! - Every task the supervisor runs (drains, stdin writers, teardowns, deadline teardowns,
+//!   lingering-tree watchers, publications, shutdown) is in `tasks`; shutdown answers only once
+//!   that set is empty or its bound passed, and the actor exits only once it is empty.
+//! - A process leaves the live table at its terminal gate with every OS resource released; it
+//!   stays owned as lingering while members of its tree outlive the leader; finished processes
+//!   are then answered from bounded caches, the journal and the spool.
+//! - Messages from one task are handled in the order sent: the terminal gate's `Finished` is
+//!   handled before anything a woken waiter asks next.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+use tracing::{Instrument, info_span, warn};
+
+use super::command::PreparedProcess;
+use super::process::{Cause, Proc, ProcEvent, TerminalSummary, teardown};
+use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
+use crate::journal::EventId;
+use crate::lifecycle::event::LifecycleIds;
+use crate::lifecycle::{Handle, State};
+use crate::limits;
+use crate::spool::Spool;
+use crate::tree::{ProcessTree, TreeSignal};
+
+type Reply<T> = oneshot::Sender<T>;
+
+/// One write to a child's stdin, or its end.
+#[derive(Debug)]
+pub(crate) enum InputOp {
+    Write(Vec<u8>, Reply<Result<(), String>>),
+    Close(Reply<()>),
+}
+
+/// What a lookup finds.
+#[derive(Debug)]
+pub(crate) enum Found {
+    /// Live: its output is read from the process itself.
+    Live(Arc<Proc>),
+    /// Not live here: a terminal summary if one is remembered, a cached reader if one is open.
+    NotLive {
+        summary: Option<TerminalSummary>,
+        reader: Option<Arc<Spool>>,
+    },
+}
+
+#[derive(Debug)]
+pub(crate) enum Msg {
+    Start {
+        prepared: PreparedProcess,
+        reply: Reply<Result<Handle, StartError>>,
+    },
+    Lookup {
+        handle: Handle,
+        reply: Reply<Found>,
+    },
+    Stop {
+        handle: Handle,
+        grace: Duration,
+        reply: Reply<Result<Option<TerminalSummary>, SupervisorError>>,
+    },
+    Interrupt {
+        handle: Handle,
+        reply: Reply<Result<(), SupervisorError>>,
+    },
+    Stdin {
+        handle: Handle,
+        reply: Reply<Result<mpsc::Sender<InputOp>, SupervisorError>>,
+    },
+    CacheReader {
+        handle: Handle,
+        reader: Arc<Spool>,
+    },
+    Stats {
+        reply: Reply<SupervisorStats>,
+    },
+    Shutdown {
+        grace: Duration,
+        reply: Reply<ShutdownReport>,
+    },
+    ShutdownDone {
+        report: ShutdownReport,
+    },
+}
+
+#[derive(Debug)]
+struct Entry {
+    proc: Arc<Proc>,
+    stdin: Option<mpsc::Sender<InputOp>>,
+    /// Set once the leader is terminal but members of its tree live on.
+    lingering: bool,
+}
+
+/// A small cache with first-in, first-out eviction.
+#[derive(Debug)]
+struct Bounded<V> {
+    map: HashMap<Handle, V>,
+    order: VecDeque<Handle>,
+    max: usize,
+}
+
+impl<V> Bounded<V> {
+    fn new(max: usize) -> Self {
+        Bounded {
+            map: HashMap::new(),
+            order: VecDeque::new(),
+            max,
+        }
+    }
+    fn insert(&mut self, handle: Handle, value: V) {
+        if self.max == 0 {
+            return;
+        }
+        if self.map.insert(handle, value).is_none() {
+            self.order.push_back(handle);
+        }
+        while self.order.len() > self.max {
+            if let Some(old) = self.order.pop_front() {
+                self.map.remove(&old);
+            }
+        }
+    }
+    fn get(&self, handle: &Handle) -> Option<&V> {
+        self.map.get(handle)
+    }
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+}
+
+#[derive(Debug)]
+enum ShutdownState {
+    Open,
+    Stopping(Vec<Reply<ShutdownReport>>),
+    Joining {
+        report: ShutdownReport,
+        waiters: Vec<Reply<ShutdownReport>>,
+        deadline: tokio::time::Instant,
+    },
+    Done(ShutdownReport),
+}
+
+pub(crate) struct Actor {
+    shared: Arc<Shared>,
+    inbox: mpsc::Receiver<Msg>,
+    /// Handed (upgraded) to the shutdown task; weak, so that the actor ends once every
+    /// `Supervisor` handle is gone.
+    outbox: mpsc::WeakSender<Msg>,
+    /// What process tasks report. The actor keeps one sender to hand out, so this channel
+    /// never closes; the actor ends when `inbox` closes and its tasks are joined.
+    events: mpsc::Receiver<ProcEvent>,
+    events_tx: mpsc::Sender<ProcEvent>,
+    table: HashMap<Handle, Entry>,
+    live: usize,
+    max_live: usize,
+    closed: bool,
+    tasks: JoinSet<()>,
+    readers: Bounded<Arc<Spool>>,
+    summaries: Bounded<TerminalSummary>,
+    shutdown: ShutdownState,
+}
+
+impl Actor {
+    pub fn new(
+        shared: Arc<Shared>,
+        inbox: mpsc::Receiver<Msg>,
+        outbox: mpsc::WeakSender<Msg>,
+        max_live: usize,
+    ) -> Actor {
+        let readers = Bounded::new(shared.config.finished_readers_cached);
+        let (events_tx, events) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
+        Actor {
+            shared,
+            inbox,
+            outbox,
+            events,
+            events_tx,
+            table: HashMap::new(),
+            live: 0,
+            max_live,
+            closed: false,
+            tasks: JoinSet::new(),
+            readers,
+            summaries: Bounded::new(limits::FINISHED_SUMMARIES_CACHED),
+            shutdown: ShutdownState::Open,
+        }
+    }
+
+    pub async fn run(mut self) {
+        loop {
+            let deadline = match &self.shutdown {
+                ShutdownState::Joining { deadline, .. } => Some(*deadline),
+                _ => None,
+            };
+            tokio::select! {
+                // Events first: a gate's `Finished` is queued before its waiters wake, so it is
+                // handled before anything they ask next.
+                biased;
+                Some(event) = self.events.recv() => self.event(event),
+                msg = self.inbox.recv() => match msg {
+                    Some(msg) => self.handle(msg),
+                    None => break,
+                },
+                Some(joined) = self.tasks.join_next(), if !self.tasks.is_empty() => {
+                    if let Err(e) = joined
+                        && e.is_panic()
+                    {
+                        warn!(error = %e, "a supervisor task panicked");
+                    }
+                }
+                () = sleep_until_opt(deadline), if deadline.is_some() => {
+                    self.finish_shutdown(true);
+                }
+            }
+            self.finish_shutdown(false);
+        }
+        // Every sender is gone, so no task can report any more; let them end.
+        while self.tasks.join_next().await.is_some() {}
+    }
+
+    fn sender(&self) -> Option<mpsc::Sender<Msg>> {
+        self.outbox.upgrade()
+    }
+
+    fn publish_live(&self) {
+        self.shared.live.store(self.live, Ordering::SeqCst);
+    }
+
+    fn handle(&mut self, msg: Msg) {
+        match msg {
+            Msg::Start { prepared, reply } => self.start(prepared, reply),
+            Msg::Lookup { handle, reply } => {
+                let _ = reply.send(self.lookup(&handle));
+            }
+            Msg::Stop {
+                handle,
+                grace,
+                reply,
+            } => self.stop(handle, grace, reply),
+            Msg::Interrupt { handle, reply } => {
+                let _ = reply.send(self.interrupt(&handle));
+            }
+            Msg::Stdin { handle, reply } => {
+                let result = match self.table.get(&handle) {
+                    Some(e) if !e.lingering && !e.proc.is_terminal() => {
+                        e.stdin.clone().ok_or(SupervisorError::InputClosed(handle))
+                    }
+                    _ => Err(self.not_running(&handle)),
+                };
+                let _ = reply.send(result);
+            }
+            Msg::CacheReader { handle, reader } => {
+                if !self.table.contains_key(&handle) {
+                    self.readers.insert(handle, reader);
+                }
+            }
+            Msg::Stats { reply } => {
+                let _ = reply.send(self.stats());
+            }
+            Msg::Shutdown { grace, reply } => self.begin_shutdown(grace, reply),
+            Msg::ShutdownDone { report } => {
+                let waiters = match std::mem::replace(&mut self.shutdown, ShutdownState::Open) {
+                    ShutdownState::Stopping(w) => w,
+                    _ => Vec::new(),
+                };
+                self.shutdown = ShutdownState::Joining {
+                    report,
+                    waiters,
+                    deadline: tokio::time::Instant::now() + self.shared.config.kill_confirm,
+                };
+            }
+        }
+    }
+
+    fn event(&mut self, event: ProcEvent) {
+        match event {
+            ProcEvent::Spawned { handle, stdin } => self.spawned(handle, stdin),
+            ProcEvent::Abandoned { handle } => {
+                if self.table.remove(&handle).is_some() {
+                    self.live = self.live.saturating_sub(1);
+                    self.publish_live();
+                }
+            }
+            ProcEvent::Timeout { handle } => {
+                if let Some(e) = self.table.get(&handle) {
+                    let proc = Arc::clone(&e.proc);
+                    let (grace, confirm) = (
+                        self.shared.config.default_grace,
+                        self.shared.config.kill_confirm,
+                    );
+                    self.tasks.spawn(
+                        async move {
+                            let _ = teardown(&proc, grace, confirm).await;
+                        }
+                        .instrument(info_span!("deadline", %handle)),
+                    );
+                }
+            }
+            ProcEvent::Finished {
+                handle,
+                summary,
+                lingering,
+            } => self.finished(handle, summary, lingering),
+            ProcEvent::TreeEmpty { handle } => {
+                if self.table.get(&handle).is_some_and(|e| e.lingering) {
+                    self.table.remove(&handle);
+                }
+            }
+        }
+    }
+
+    fn stats(&self) -> SupervisorStats {
+        SupervisorStats {
+            live: self.live,
+            max_live: self.max_live,
+            table: self.table.values().filter(|e| !e.lingering).count(),
+            lingering: self.table.values().filter(|e| e.lingering).count(),
+            tasks: self.tasks.len(),
+            readers_cached: self.readers.len(),
+            summaries_cached: self.summaries.len(),
+        }
+    }
+
+    fn not_running(&self, handle: &Handle) -> SupervisorError {
+        if self.table.contains_key(handle)
+            || self.summaries.get(handle).is_some()
+            || super::lock(&self.shared.lifecycle)
+                .manifest(handle)
+                .is_some()
+        {
+            SupervisorError::NotRunning(*handle)
+        } else {
+            SupervisorError::UnknownHandle(*handle)
+        }
+    }
+
+    fn lookup(&self, handle: &Handle) -> Found {
+        match self.table.get(handle) {
+            Some(e) if !e.lingering => Found::Live(Arc::clone(&e.proc)),
+            Some(e) => Found::NotLive {
+                summary: e.proc.summary(),
+                reader: self.readers.get(handle).cloned(),
+            },
+            None => Found::NotLive {
+                summary: self.summaries.get(handle).cloned(),
+                reader: self.readers.get(handle).cloned(),
+            },
+        }
+    }
+
+    fn start(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
+        if self.closed {
+            let _ = reply.send(Err(StartError::Refused {
+                prepared,
+                reason: Refusal::ShuttingDown,
+            }));
+            return;
+        }
+        if self.live >= self.max_live {
+            let reason = Refusal::AtCapacity {
+                live: self.live,
+                max: self.max_live,
+            };
+            let _ = reply.send(Err(StartError::Refused { prepared, reason }));
+            return;
+        }
+        let actor = self.events_tx.clone();
+        self.live += 1;
+        self.publish_live();
+        let handle = Handle(EventId::new_v7());
+        let ids = LifecycleIds {
+            running: EventId::new_v7(),
+            terminal: EventId::new_v7(),
+            lost: EventId::new_v7(),
+            completion: EventId::new_v7(),
+        };
+        let proc = Arc::new(Proc::new(handle, ids));
+        self.table.insert(
+            handle,
+            Entry {
+                proc: Arc::clone(&proc),
+                stdin: None,
+                lingering: false,
+            },
+        );
+        let shared = Arc::clone(&self.shared);
+        self.tasks.spawn(
+            super::launch::start(shared, actor, proc, prepared, reply)
+                .instrument(info_span!("process", %handle)),
+        );
+    }
+
+    fn spawned(&mut self, handle: Handle, stdin: tokio::net::unix::pipe::Sender) {
+        let Some(entry) = self.table.get_mut(&handle) else {
+            return; // dropping the pipe closes the child's stdin
+        };
+        let (tx, rx) = mpsc::channel(limits::INPUT_QUEUE_DEPTH);
+        entry.stdin = Some(tx);
+        let exited = entry.proc.exited.subscribe();
+        self.tasks
+            .spawn(stdin_writer(stdin, rx, exited).instrument(info_span!("stdin", %handle)));
+    }
+
+    fn interrupt(&self, handle: &Handle) -> Result<(), SupervisorError> {
+        let entry = match self.table.get(handle) {
+            Some(e) if !e.lingering && !e.proc.is_terminal() => e,
+            _ => return Err(self.not_running(handle)),
+        };
+        let Some(tree) = entry.proc.tree.get() else {
+            return Err(SupervisorError::NotRunning(*handle));
+        };
+        entry.proc.set_cause(Cause::Interrupt);
+        tree.signal(TreeSignal::Interrupt)
+            .map_err(|e| SupervisorError::TeardownFailed {
+                handle: *handle,
+                reason: format!("SIGINT: {e}"),
+            })
+    }
+
+    fn stop(
+        &mut self,
+        handle: Handle,
+        grace: Duration,
+        reply: Reply<Result<Option<TerminalSummary>, SupervisorError>>,
+    ) {
+        let Some(entry) = self.table.get(&handle) else {
+            // Not ours any more (or never): the caller answers from the journal.
+            let _ = reply.send(Ok(self.summaries.get(&handle).cloned()));
+            return;
+        };
+        let proc = Arc::clone(&entry.proc);
+        let live = !entry.lingering && !proc.is_terminal();
+        if live {
+            proc.set_cause(Cause::Stop);
+        }
+        let shared = Arc::clone(&self.shared);
+        let confirm = self.shared.config.kill_confirm;
+        self.tasks.spawn(
+            async move {
+                if live {
+                    super::request_stop(&shared, &proc, "stop").await;
+                }
+                let result = teardown(&proc, grace, confirm)
+                    .await
+                    .map(|()| proc.summary())
+                    .map_err(|reason| SupervisorError::TeardownFailed { handle, reason });
+                let _ = reply.send(result);
+            }
+            .instrument(info_span!("stop", %handle)),
+        );
+    }
+
+    fn finished(&mut self, handle: Handle, summary: TerminalSummary, lingering: bool) {
+        self.live = self.live.saturating_sub(1);
+        self.publish_live();
+        self.summaries.insert(handle, summary.clone());
+        let Some(mut entry) = self.table.remove(&handle) else {
+            return;
+        };
+        let ids = entry.proc.ids;
+        // Dropping the queue ends the stdin writer, which closes the pipe.
+        entry.stdin = None;
+        let lingering_count = self.table.values().filter(|e| e.lingering).count();
+        if lingering && lingering_count < limits::LINGERING_TREES_MAX {
+            if let Some(tree) = entry.proc.tree.get().map(Arc::clone) {
+                let actor = self.events_tx.clone();
+                entry.lingering = true;
+                self.tasks.spawn(
+                    watch_lingering(tree, actor, handle)
+                        .instrument(info_span!("lingering", %handle)),
+                );
+                self.table.insert(handle, entry);
+            }
+        } else if lingering {
+            warn!(%handle, max = limits::LINGERING_TREES_MAX, "too many lingering trees; this one is no longer watched");
+        }
+        if summary.persist_error.is_none() {
+            let shared = Arc::clone(&self.shared);
+            let (state, exit) = (summary.state, summary.exit);
+            self.tasks.spawn(
+                async move {
+                    super::publish::publish_and_notify(
+                        &shared,
+                        handle,
+                        ids,
+                        ids.terminal,
+                        state,
+                        exit,
+                    )
+                    .await;
+                }
+                .instrument(info_span!("publish", %handle)),
+            );
+        }
+    }
+
+    fn begin_shutdown(&mut self, grace: Duration, reply: Reply<ShutdownReport>) {
+        match &mut self.shutdown {
+            ShutdownState::Done(report) => {
+                let _ = reply.send(report.clone());
+                return;
+            }
+            ShutdownState::Stopping(waiters) | ShutdownState::Joining { waiters, .. } => {
+                waiters.push(reply);
+                return;
+            }
+            ShutdownState::Open => {}
+        }
+        // Admission closes first: every start handled before this message has its entry.
+        self.closed = true;
+        self.shutdown = ShutdownState::Stopping(vec![reply]);
+        let Some(actor) = self.sender() else { return };
+        let procs: Vec<(Arc<Proc>, bool)> = self
+            .table
+            .values()
+            .map(|e| (Arc::clone(&e.proc), e.lingering))
+            .collect();
+        let shared = Arc::clone(&self.shared);
+        let confirm = self.shared.config.kill_confirm;
+        self.tasks.spawn(
+            async move {
+                let mut set = JoinSet::new();
+                for (proc, lingering) in procs {
+                    let shared = Arc::clone(&shared);
+                    set.spawn(async move {
+                        let live = !lingering && !proc.is_terminal();
+                        if live {
+                            proc.set_cause(Cause::Shutdown);
+                            super::request_stop(&shared, &proc, "shutdown").await;
+                        }
+                        let result = teardown(&proc, grace, confirm).await;
+                        let state = proc.summary().map(|s| s.state);
+                        (proc.handle, live, result, state)
+                    });
+                }
+                let mut report = ShutdownReport::default();
+                while let Some(joined) = set.join_next().await {
+                    match joined {
+                        Ok((handle, _, Err(reason), _)) => {
+                            report.teardown_failed.push((handle, reason))
+                        }
+                        Ok((_, false, Ok(()), _)) => {}
+                        Ok((handle, true, Ok(()), Some(State::Killed))) => {
+                            report.killed.push(handle)
+                        }
+                        Ok((handle, true, Ok(()), _)) => report.terminated.push(handle),
+                        Err(e) => warn!(error = %e, "shutdown task failed"),
+                    }
+                }
+                report.terminated.sort();
+                report.killed.sort();
+                report.teardown_failed.sort();
+                let _ = actor.send(Msg::ShutdownDone { report }).await;
+            }
+            .instrument(info_span!("shutdown")),
+        );
+    }
+
+    /// Answers shutdown once every task but the ones that outlive it (lingering watchers whose
+    /// trees could not be ended) has been joined, or the join bound passed.
+    fn finish_shutdown(&mut self, deadline_passed: bool) {
+        let ShutdownState::Joining { .. } = &self.shutdown else {
+            return;
+        };
+        let lingering = self.table.values().filter(|e| e.lingering).count();
+        let stuck = self.table.len() - lingering;
+        // Tasks still running besides one watcher per lingering tree and one stdin writer or
+        // drain per entry whose teardown failed: those stay owned, shutdown reports them.
+        let outstanding = self.tasks.len().saturating_sub(lingering + 2 * stuck);
+        if outstanding > 0 && !deadline_passed {
+            return;
+        }
+        if let ShutdownState::Joining {
+            report, waiters, ..
+        } = std::mem::replace(&mut self.shutdown, ShutdownState::Open)
+        {
+            for w in waiters {
+                let _ = w.send(report.clone());
+            }
+            self.shutdown = ShutdownState::Done(report);
+        }
+    }
+}
+
+async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Owns a child's stdin: writes what callers queue, each write bounded, until the queue closes,
+/// the input is closed, or the process is terminal.
+async fn stdin_writer(
+    mut pipe: tokio::net::unix::pipe::Sender,
+    mut queue: mpsc::Receiver<InputOp>,
+    mut exited: tokio::sync::watch::Receiver<Option<TerminalSummary>>,
+) {
+    use tokio::io::AsyncWriteExt;
+    let bound = Duration::from_millis(limits::INPUT_WRITE_MS);
+    loop {
+        let op = tokio::select! {
+            op = queue.recv() => op,
+            _ = exited.wait_for(Option::is_some) => None,
+        };
+        match op {
+            Some(InputOp::Write(bytes, reply)) => {
+                let mut written = 0usize;
+                let result = tokio::time::timeout(bound, async {
+                    while written < bytes.len() {
+                        let n = pipe.write(&bytes[written..]).await?;
+                        written += n;
+                    }
+                    Ok::<(), std::io::Error>(())
+                })
+                .await;
+                let _ = reply.send(match result {
+                    Ok(Ok(())) => Ok(()),
+                    Ok(Err(e)) => Err(format!("{e} after {written} of {} bytes", bytes.len())),
+                    Err(_) => Err(format!(
+                        "the process did not read its input within {} ms (INPUT_WRITE_MS); {written} of {} bytes were written",
+                        limits::INPUT_WRITE_MS,
+                        bytes.len()
+                    )),
+                });
+            }
+            Some(InputOp::Close(reply)) => {
+                drop(pipe);
+                let _ = reply.send(());
+                return;
+            }
+            None => return,
+        }
+    }
+}
+
+/// Watches a tree whose leader exited until its last member is gone.
+async fn watch_lingering(
+    tree: Arc<dyn ProcessTree>,
+    actor: mpsc::Sender<ProcEvent>,
+    handle: Handle,
+) {
+    tree.wait_empty().await;
+    let _ = actor.send(ProcEvent::TreeEmpty { handle }).await;
+}

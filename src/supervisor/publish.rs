@@ -1,0 +1,121 @@
+//! Calls into the host: lifecycle publication, completion notification and lease release, shared
+//! by live terminalization and restore.
+//!
+//! Invariants:
+//! - Publication is at-least-once towards the host and exactly-once in the journal: the
+//!   `LifecyclePublished` / `CompletionNotified` records are written only after the host accepted
+//!   the call, under IDs derived from the event they report.
+//! - Every host call runs on a blocking thread and is awaited for at most
+//!   [`limits::SERVICE_CALL_MS`]; one that takes longer is reported (and left unrecorded, so the
+//!   next restore retries it) while its thread finishes on its own. A stuck host never holds a
+//!   runtime thread or the supervisor.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tracing::warn;
+
+use super::Shared;
+use super::command::Lease;
+use super::services::{Completion, LifecycleNotice};
+use crate::journal::EventId;
+use crate::lifecycle::event::{CompletionNotified, ExitStatus, LifecycleIds, LifecyclePublished};
+use crate::lifecycle::{Handle, LifecycleEvent, State};
+use crate::limits;
+
+/// Purposes of derived record IDs.
+const PUBLISHED: u8 = 1;
+const NOTIFIED: u8 = 2;
+
+/// Runs one host call on a blocking thread, bounded.
+async fn host_call<T: Send + 'static>(
+    what: &str,
+    call: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    let bound = Duration::from_millis(limits::SERVICE_CALL_MS);
+    match tokio::time::timeout(bound, tokio::task::spawn_blocking(call)).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(format!("{what} panicked: {e}")),
+        Err(_) => Err(format!(
+            "{what} did not return within {} ms (SERVICE_CALL_MS)",
+            limits::SERVICE_CALL_MS
+        )),
+    }
+}
+
+/// Releases a host lease exactly once (it was moved here), bounded.
+pub(crate) async fn release_lease(lease: Box<dyn Lease>) {
+    if let Err(e) = host_call("the lease release", move || lease.release()).await {
+        warn!(error = %e, "lease release");
+    }
+}
+
+/// Publishes `event_id` (a lifecycle step of `handle`) and, for a terminal state, notifies
+/// completion; each is recorded after the host accepted it and skipped if already recorded.
+pub(crate) async fn publish_and_notify(
+    shared: &Arc<Shared>,
+    handle: Handle,
+    ids: LifecycleIds,
+    event_id: EventId,
+    state: State,
+    exit: ExitStatus,
+) -> Vec<String> {
+    let mut errors = Vec::new();
+    let (published, notified) = {
+        let lifecycle = super::lock(&shared.lifecycle);
+        match lifecycle.manifest(&handle) {
+            Some(m) => (m.published.contains(&event_id), m.completion_notified),
+            None => (false, false),
+        }
+    };
+    if !published {
+        let notice = LifecycleNotice {
+            event_id,
+            handle,
+            state,
+        };
+        let publisher = Arc::clone(&shared.services.publisher);
+        match host_call("the publisher", move || publisher.publish(&notice)).await {
+            Ok(Ok(())) => {
+                let record = LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                    handle,
+                    event: event_id,
+                });
+                if let Err(e) = shared.append(event_id.derived(PUBLISHED), record).await {
+                    errors.push(format!("{handle}: recording publication: {e}"));
+                }
+            }
+            Ok(Err(e)) => errors.push(format!("{handle}: publishing {state}: {e}")),
+            Err(e) => errors.push(format!("{handle}: {e}")),
+        }
+    }
+    if state.is_terminal() && !notified {
+        let completion = Completion {
+            command_id: ids.completion,
+            handle,
+            state,
+            exit,
+        };
+        let notifier = Arc::clone(&shared.services.notifier);
+        match host_call("the notifier", move || notifier.notify(&completion)).await {
+            Ok(Ok(())) => {
+                let record = LifecycleEvent::CompletionNotified(CompletionNotified {
+                    handle,
+                    command: ids.completion,
+                });
+                if let Err(e) = shared
+                    .append(ids.completion.derived(NOTIFIED), record)
+                    .await
+                {
+                    errors.push(format!("{handle}: recording completion: {e}"));
+                }
+            }
+            Ok(Err(e)) => errors.push(format!("{handle}: notifying completion: {e}")),
+            Err(e) => errors.push(format!("{handle}: {e}")),
+        }
+    }
+    for e in &errors {
+        warn!(%handle, error = %e, "publication");
+    }
+    errors
+}

@@ -1,0 +1,204 @@
+//! A process group led by the workload, its leader held through a pidfd.
+//!
+//! The group reaches every descendant that stays in it; one that calls `setsid` or `setpgid`
+//! escapes it (the guardian and cgroup mechanisms close that gap behind the same trait).
+//!
+//! Invariants:
+//! - The leader is reaped (through `waitid(P_PIDFD)`) under `exit`'s lock, and signals check the
+//!   same lock: while the leader is unreaped its zombie pins the group id, so `killpg` of that id
+//!   can only reach our group.
+//! - After the leader is reaped, members are signalled one by one through pidfds, each re-checked
+//!   after it was pinned: same group, started no earlier than the leader. The one residual
+//!   ambiguity (the whole group exited and its number was reused by a new group between two
+//!   scans) needs the pid counter to wrap around in between.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions, pidfd_open, pidfd_send_signal};
+use tokio::io::Interest;
+use tokio::io::unix::AsyncFd;
+
+use super::procfs::{self, Identity};
+use super::{LeaderExit, Mechanism, ProcessTree, TreeFuture, TreeSignal};
+
+/// Emptiness is polled from this interval, doubling up to [`EMPTY_POLL_MAX`]: a lingering group
+/// is rare, and a /proc scan costs about a millisecond.
+const EMPTY_POLL_MIN: Duration = Duration::from_millis(5);
+const EMPTY_POLL_MAX: Duration = Duration::from_millis(200);
+
+#[derive(Debug)]
+pub struct GroupTree {
+    identity: Identity,
+    pidfd: AsyncFd<OwnedFd>,
+    /// The leader's exit, once reaped.
+    exit: Mutex<Option<LeaderExit>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn rustix_pid(pid: u32) -> std::io::Result<Pid> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other(format!("pid {pid} out of range")))
+}
+
+fn rustix_signal(signal: TreeSignal) -> rustix::process::Signal {
+    match signal {
+        TreeSignal::Interrupt => rustix::process::Signal::INT,
+        TreeSignal::Terminate => rustix::process::Signal::TERM,
+        TreeSignal::Kill => rustix::process::Signal::KILL,
+    }
+}
+
+fn esrch_is_ok(r: rustix::io::Result<()>) -> std::io::Result<()> {
+    match r {
+        Ok(()) | Err(rustix::io::Errno::SRCH) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Registers the pidfd with the runtime's reactor (tokio 1.54 made this call `unsafe`).
+#[allow(unsafe_code)]
+fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    // SAFETY: tokio requires the descriptor to stay open and name the same file description
+    // until the `AsyncFd` is dropped. It is an `OwnedFd` moved into the `AsyncFd`, so nothing
+    // else can close or replace it, and `as_raw_fd` always returns the same number.
+    unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into())
+}
+
+impl GroupTree {
+    /// Holds `pid`, a child of this process that nobody has waited for yet: until it is reaped
+    /// its pid cannot be reused, so the pidfd opened here names exactly that child.
+    pub fn adopt(pid: u32) -> std::io::Result<GroupTree> {
+        let fd = pidfd_open(rustix_pid(pid)?, PidfdFlags::empty())?;
+        Ok(GroupTree {
+            identity: procfs::identity(pid),
+            pidfd: register(fd)?,
+            exit: Mutex::new(None),
+        })
+    }
+
+    fn pgid(&self) -> u32 {
+        self.identity.pid
+    }
+
+    /// Members found in /proc that are ours by the rule in the module doc.
+    fn scan(&self) -> std::io::Result<Vec<u32>> {
+        Ok(procfs::group_members(self.pgid())?
+            .into_iter()
+            .filter(|(_, s)| s.start_time_ticks >= self.identity.start_time_ticks)
+            .map(|(pid, _)| pid)
+            .collect())
+    }
+
+    fn signal_members(&self, signal: TreeSignal) -> std::io::Result<()> {
+        let mut first_error = None;
+        for pid in self.scan()? {
+            let Ok(fd) = pidfd_open(rustix_pid(pid)?, PidfdFlags::empty()) else {
+                continue; // gone since the scan
+            };
+            match procfs::stat(pid) {
+                Some(s)
+                    if s.pgrp == i64::from(self.pgid())
+                        && s.start_time_ticks >= self.identity.start_time_ticks => {}
+                _ => continue,
+            }
+            if let Err(e) = esrch_is_ok(pidfd_send_signal(fd.as_fd(), rustix_signal(signal))) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    /// Reaps the leader if it has exited; `None` while it runs.
+    fn try_reap(&self) -> std::io::Result<Option<LeaderExit>> {
+        let mut exit = lock(&self.exit);
+        if let Some(e) = *exit {
+            return Ok(Some(e));
+        }
+        let status = rustix::process::waitid(
+            WaitId::PidFd(self.pidfd.get_ref().as_fd()),
+            WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+        )?;
+        let Some(status) = status else {
+            return Ok(None);
+        };
+        let reaped = match (status.exit_status(), status.terminating_signal()) {
+            (Some(code), _) if status.exited() => LeaderExit::Code(code),
+            (_, Some(sig)) => LeaderExit::Signal(sig),
+            (Some(code), None) => LeaderExit::Code(code),
+            (None, None) => return Ok(None),
+        };
+        *exit = Some(reaped);
+        Ok(Some(reaped))
+    }
+}
+
+impl ProcessTree for GroupTree {
+    fn mechanism(&self) -> Mechanism {
+        Mechanism::Group
+    }
+
+    fn identity(&self) -> Identity {
+        self.identity
+    }
+
+    fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
+        let exit = lock(&self.exit);
+        if exit.is_none() {
+            let pgid = nix::unistd::Pid::from_raw(rustix_pid(self.pgid())?.as_raw_nonzero().get());
+            return match nix::sys::signal::killpg(pgid, signal.nix()) {
+                Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+        }
+        drop(exit);
+        self.signal_members(signal)
+    }
+
+    fn wait_leader(&self) -> TreeFuture<'_, std::io::Result<LeaderExit>> {
+        Box::pin(async move {
+            loop {
+                if let Some(exit) = self.try_reap()? {
+                    return Ok(exit);
+                }
+                let mut ready = self.pidfd.readable().await?;
+                if let Some(exit) = self.try_reap()? {
+                    return Ok(exit);
+                }
+                ready.clear_ready();
+            }
+        })
+    }
+
+    fn members(&self) -> std::io::Result<usize> {
+        if lock(&self.exit).is_some() {
+            // The cheap probe first: ESRCH means no process has the group id at all.
+            let pgid = nix::unistd::Pid::from_raw(rustix_pid(self.pgid())?.as_raw_nonzero().get());
+            if nix::sys::signal::killpg(pgid, None) == Err(nix::errno::Errno::ESRCH) {
+                return Ok(0);
+            }
+        }
+        Ok(self.scan()?.len())
+    }
+
+    fn wait_empty(&self) -> TreeFuture<'_, ()> {
+        Box::pin(async move {
+            let mut pause = EMPTY_POLL_MIN;
+            loop {
+                match self.members() {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!(error = %e, "scanning the group failed; retrying"),
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(EMPTY_POLL_MAX);
+            }
+        })
+    }
+}

@@ -1,0 +1,166 @@
+//! Tidy tests: rules about the source tree itself, in the spirit of rust-analyzer's tidy tests.
+//! Each names the ARCHITECTURE.md invariant it keeps and fails with what to do instead.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("dir entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Source lines of the runtime modules, without comments and without `#[cfg(test)]` modules
+/// (a test may hold whatever it likes).
+fn runtime_lines(area: &str) -> Vec<(String, usize, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src").join(area), &mut files);
+    files.sort();
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let rel = file
+            .strip_prefix(root)
+            .expect("under the root")
+            .display()
+            .to_string();
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start() == "#[cfg(test)]" {
+                break;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            out.push((rel.clone(), n + 1, code.to_owned()));
+        }
+    }
+    out
+}
+
+/// Architecture Invariant: one actor owns the supervisor's mutable state. The only locks in the
+/// supervisor and the process-tree boundary are the three named here, each never held across an
+/// await (clippy's `await_holding_lock` is denied in Cargo.toml).
+#[test]
+fn the_supervisor_holds_no_lock_but_the_three_it_documents() {
+    let allowed = [
+        // The journal's writer: an append or a manifest read at a time.
+        ("src/supervisor/mod.rs", "lifecycle: Mutex<Lifecycle>"),
+        // A live process's output: written by its drain, read by pollers.
+        ("src/supervisor/process.rs", "output: Mutex<Option<Output>>"),
+        // The leader's reaping, fenced against signals to its group id.
+        ("src/tree/group.rs", "exit: Mutex<Option<LeaderExit>>"),
+    ];
+    let mut found = Vec::new();
+    for area in ["supervisor", "tree"] {
+        for (file, line, code) in runtime_lines(area) {
+            let declares = [
+                "Mutex<",
+                "RwLock<",
+                "Mutex::new",
+                "RwLock::new",
+                "OnceCell<",
+            ]
+            .iter()
+            .any(|t| code.contains(t));
+            let is_helper = code.contains("fn lock<T>") || code.contains("m: &Mutex<T>");
+            if declares && !is_helper {
+                found.push((file, line, code.trim().to_owned()));
+            }
+        }
+    }
+    let unexpected: Vec<_> = found
+        .iter()
+        .filter(|(file, _, code)| {
+            !allowed
+                .iter()
+                .any(|(f, decl)| file == f && code.contains(decl))
+                && !code.contains("Mutex::new(None)")
+                && !code.contains("Mutex::new(lifecycle)")
+        })
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "new shared mutable state in the supervisor: {unexpected:#?}\n\
+         Give it to the actor (src/supervisor/actor.rs) and reach it with a message, or pass it \
+         to the one task that owns it (ARCHITECTURE.md, 'one owner')."
+    );
+    for (file, decl) in allowed {
+        assert!(
+            found.iter().any(|(f, _, c)| f == file && c.contains(decl)),
+            "{file} no longer declares {decl}: update this test and ARCHITECTURE.md"
+        );
+    }
+}
+
+/// Architecture Invariant: every task the supervisor runs is spawned into the actor's task set,
+/// so shutdown joins it. Outside actor.rs the supervisor spawns exactly one task: the actor.
+#[test]
+fn every_supervisor_task_is_spawned_by_the_actor() {
+    let mut spawns = Vec::new();
+    for area in ["supervisor", "tree"] {
+        for (file, line, code) in runtime_lines(area) {
+            let spawns_task = code.contains("tokio::spawn(")
+                || code.contains("task::spawn(")
+                || code.contains("JoinSet")
+                || code.contains("std::thread::spawn")
+                || code.contains(".spawn(async");
+            if spawns_task && file != "src/supervisor/actor.rs" {
+                spawns.push((file, line, code.trim().to_owned()));
+            }
+        }
+    }
+    assert_eq!(
+        spawns.len(),
+        1,
+        "tasks spawned outside the actor: {spawns:#?}\nSpawn them into the actor's set \
+         (src/supervisor/actor.rs) so that shutdown joins them."
+    );
+    assert_eq!(spawns[0].0, "src/supervisor/mod.rs");
+    assert!(spawns[0].2.contains("actor.run()"), "{spawns:?}");
+}
+
+/// Architecture Invariant: the process-tree boundary is the only place that signals, spawns
+/// or waits for processes.
+#[test]
+fn only_the_tree_boundary_touches_processes() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    let mut offenders = Vec::new();
+    for file in files {
+        let rel = file
+            .strip_prefix(root)
+            .expect("under root")
+            .display()
+            .to_string();
+        if rel.starts_with("src/tree/") || rel.starts_with("src/cli/") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read");
+        for (n, line) in text.lines().enumerate() {
+            if line.trim_start() == "#[cfg(test)]" {
+                break;
+            }
+            let code = line.split("//").next().unwrap_or("");
+            if [
+                "killpg(",
+                "signal::kill(",
+                "posix_spawn",
+                "process::Command::new",
+                "waitpid(",
+            ]
+            .iter()
+            .any(|t| code.contains(t))
+            {
+                offenders.push(format!("{rel}:{}: {}", n + 1, code.trim()));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "process handling outside src/tree: {offenders:#?}"
+    );
+}
