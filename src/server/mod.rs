@@ -33,9 +33,9 @@
 //! its client the longest (counted from its last response, or from its accept if it never had
 //! one): that connection gets one `busy` error and is closed, and the newcomer takes its slot.
 //! Running connections are never evicted, so a request in progress always completes; only when
-//! every slot is running is the newcomer refused with `busy`. Stalled clients therefore cost the
-//! others nothing but their own slots, which any newcomer can take back at once, and a stalled
-//! client that nobody needs the slot of is still closed by the line and idle bounds. A running
+//! every slot is running is the newcomer refused with `busy`. So a slot held by a stalled client
+//! is taken back the moment anyone else needs it, and one nobody needs is still given back by
+//! the line and idle bounds. A running
 //! connection holds its slot only while the client wants the answer: a `wait` is cancelled when
 //! the client disconnects, and a response nobody reads is abandoned after [`RESPONSE_WRITE_MS`].
 //! Why evict rather than refuse: refusing newcomers lets whoever got the slots first (a burst of
