@@ -4,7 +4,8 @@
 //! Invariants: every request sent is built from a typed [`Request`] (so it is one the server
 //! accepts); a response is read with a bounded line read and decoded totally — a server that
 //! sends garbage or too much gets a [`ClientError::BadResponse`], never a panic; responses are
-//! matched to requests by ID.
+//! matched to requests by ID; a request is sent again (once, on a new connection) only when
+//! the daemon said it never read it (an `idle` close, or `busy` before the request).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;
@@ -13,7 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::protocol::{ApiError, Request, Response};
+use crate::protocol::{ApiError, ErrorCode, Request, Response};
 
 /// The longest response line read: a 1 MiB output page in base64 inside JSON fits easily.
 pub const RESPONSE_BYTES_MAX: usize = 16 << 20;
@@ -33,9 +34,17 @@ pub enum ClientError {
     Api(ApiError),
 }
 
+/// What one round trip got, short of a failure.
+enum Answer {
+    Result(Value),
+    /// The daemon closed the connection without reading the request.
+    Unread(ApiError),
+}
+
 /// One connection to a daemon.
 #[derive(Debug)]
 pub struct Client {
+    socket: PathBuf,
     writer: UnixStream,
     reader: BufReader<UnixStream>,
     next_id: u64,
@@ -52,6 +61,7 @@ impl Client {
         })?;
         let reader = BufReader::new(stream.try_clone()?);
         Ok(Client {
+            socket: socket.to_owned(),
             writer: stream,
             reader,
             next_id: 1,
@@ -60,6 +70,23 @@ impl Client {
 
     /// Sends one request and returns its result.
     pub fn call(&mut self, request: &Request) -> Result<Value, ClientError> {
+        match self.call_once(request)? {
+            Answer::Result(result) => Ok(result),
+            Answer::Unread(error) => {
+                // The daemon closed this connection without reading the request (it had been
+                // idle too long, or was evicted for a newcomer): a new one may well be served.
+                let fresh = Client::connect(&self.socket)?;
+                self.writer = fresh.writer;
+                self.reader = fresh.reader;
+                match self.call_once(request)? {
+                    Answer::Result(result) => Ok(result),
+                    Answer::Unread(_) => Err(ClientError::Api(error)),
+                }
+            }
+        }
+    }
+
+    fn call_once(&mut self, request: &Request) -> Result<Answer, ClientError> {
         let id = self.next_id;
         self.next_id += 1;
         if let Err(e) = self
@@ -98,8 +125,14 @@ impl Client {
                 response.id
             )));
         }
+        let unread = response.id.is_none();
         match (response.ok, response.result, response.error) {
-            (true, Some(result), _) => Ok(result),
+            (true, Some(result), _) => Ok(Answer::Result(result)),
+            (false, _, Some(error))
+                if unread && matches!(error.code, ErrorCode::Idle | ErrorCode::Busy) =>
+            {
+                Ok(Answer::Unread(error))
+            }
             (false, _, Some(error)) => Err(ClientError::Api(error)),
             _ => Err(ClientError::BadResponse(
                 "neither a result nor an error".to_owned(),

@@ -265,8 +265,14 @@ pub enum ErrorCode {
     TooLarge,
     /// The peer is not the user the server runs as.
     Forbidden,
-    /// Too many connections at once.
+    /// Too many connections at once: refused, or evicted to make room (the request on the
+    /// connection, if any, was never read).
     Busy,
+    /// A request line was not completed within the server's bound; the connection is closed.
+    Timeout,
+    /// The connection sent no request within the server's idle bound and is closed; no request
+    /// was read, so a client may reconnect and send it.
+    Idle,
     UnknownHandle,
     NotRunning,
     InputClosed,

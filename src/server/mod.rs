@@ -7,21 +7,56 @@
 //!   the lock;
 //! - the socket is mode 0600 and every connection's peer credentials are checked: only the
 //!   user the server runs as is served (a peer of another user gets one `forbidden` response
-//!   and is disconnected, which also covers the moment between bind and chmod);
+//!   and is disconnected without taking a slot, which also covers the moment between bind and
+//!   chmod);
 //! - a request line longer than [`REQUEST_BYTES_MAX`] is refused and skipped without being
 //!   buffered; a malformed request gets an error and the connection stays usable; neither
 //!   changes anything on disk;
-//! - at most [`CONNECTIONS_MAX`] connections are served at once; one more gets `busy`;
+//! - once the first byte of a request line arrives, the whole line must arrive within
+//!   [`REQUEST_LINE_MS`]; otherwise the connection gets one `timeout` error and is closed;
+//! - a connection with no request in progress is closed after [`CONNECTION_IDLE_MS`] with one
+//!   `idle` error; a connection whose request runs (including a `wait` or a long-polling
+//!   `output`) is not idle, however long the request takes;
+//! - a response must be taken by the client within [`RESPONSE_WRITE_MS`], else the connection
+//!   is closed; the last error line of a connection the server closes gets [`FAREWELL_MS`];
+//! - at most [`CONNECTIONS_MAX`] connections hold a slot, and a client that stalls cannot keep
+//!   another out (below);
 //! - a client that disconnects while waiting (`wait`, `output` with `wait_ms`) cancels only that
-//!   wait; operations with effects (`start`, `stop`, `input`, `shutdown`) run to completion.
+//!   wait; operations with effects (`start`, `stop`, `input`, `shutdown`) run to completion;
+//! - an evicted or timed-out connection never had its pending request read: the server acts on
+//!   a request only after the whole line arrived and the connection was marked running under the
+//!   slot table's lock, the same lock eviction takes.
+//!
+//! Slots. Each connection is either *waiting on its client* (for the next request, or for the
+//! rest of a line) or *running* (executing a request, or writing its response). When all slots
+//! are taken and a connection arrives, the server evicts the connection that has been waiting on
+//! its client the longest (counted from its last response, or from its accept if it never had
+//! one): that connection gets one `busy` error and is closed, and the newcomer takes its slot.
+//! Running connections are never evicted, so a request in progress always completes; only when
+//! every slot is running is the newcomer refused with `busy`. So a slot held by a stalled client
+//! is taken back the moment anyone else needs it, and one nobody needs is still given back by
+//! the line and idle bounds. A running
+//! connection holds its slot only while the client wants the answer: a `wait` is cancelled when
+//! the client disconnects, and a response nobody reads is abandoned after [`RESPONSE_WRITE_MS`].
+//! Why evict rather than refuse: refusing newcomers lets whoever got the slots first (a burst of
+//! stalled clients) keep them for the whole line bound; evicting the longest-waiting one means
+//! an ordinary client that sends its request at once is served even while stalled clients keep
+//! arriving, as long as fewer than [`CONNECTIONS_MAX`] of them arrive before its request does.
+//!
+//! A failed accept (EMFILE, ENFILE: out of file descriptors) does not stop the server: the
+//! longest-waiting connection is evicted to free a descriptor, and the next accept waits
+//! [`ACCEPT_BACKOFF_MS`] so that a persistent failure does not spin.
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
+use tokio::sync::Notify;
+use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
 use crate::protocol::{
@@ -33,12 +68,87 @@ use crate::supervisor::{
 
 /// The socket's file name inside the root when `--socket` is not given.
 pub const SOCKET_NAME: &str = "procjournal.sock";
-/// Connections served at once.
-pub const CONNECTIONS_MAX: usize = 256;
 /// Grace between SIGTERM and SIGKILL when the daemon itself is asked to stop by a signal.
 pub const SIGNAL_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// `sun_path` holds 108 bytes including the terminating NUL.
 const SOCKET_PATH_MAX: usize = 107;
+
+// ---------------------------------------------------------------------------------------------
+// Bounds on clients. `ServerLimits::default()` is these; tests pass smaller ones.
+
+/// Connections holding a slot at once. Each slot costs a task, a 64 KiB read buffer and a file
+/// descriptor (16 MiB and 256 descriptors in all, well inside a default soft limit of 1024);
+/// the clients are one user's commands and agents, which rarely hold more than a few dozen
+/// connections, so 256 leaves room for bursts without letting a runaway client exhaust the
+/// daemon's descriptors.
+pub const CONNECTIONS_MAX: usize = 256;
+
+/// Milliseconds between the first byte of a request line and its newline. A request is at most
+/// 1 MiB and every client writes it in one go over a local socket, which takes milliseconds;
+/// 10 s leaves room for a client that is swapped out, stopped in a debugger for a moment or
+/// starved of CPU, while a half line sent by a stalled client is dropped soon enough that it
+/// does not pile up behind the slots.
+pub const REQUEST_LINE_MS: u64 = 10_000;
+
+/// Milliseconds a connection may wait for its next request before it is closed. Clients keep a
+/// connection between requests (`logs -f` between polls, `send` between chunks of its stdin,
+/// whose gaps are the user's); a minute outlasts the pauses of a working client, and
+/// [`crate::client::Client`] reconnects after an `idle` close, since no request was read. An
+/// abandoned connection (a client that forgot to close it) is let go soon after.
+pub const CONNECTION_IDLE_MS: u64 = 60_000;
+
+/// Milliseconds a client has to take one response. The largest response is about 1.4 MiB (a
+/// 1 MiB page, base64 or escaped text, plus JSON), which a reading client takes in
+/// milliseconds; 30 s tolerates a paused reader, and beyond it a client that sends requests but
+/// reads no answers would hold a running slot forever.
+pub const RESPONSE_WRITE_MS: u64 = 30_000;
+
+/// Milliseconds for the last error line (`busy`, `timeout`, `idle`, `forbidden`) of a connection
+/// the server is closing. The line is small and the socket buffer of a client that reads
+/// nothing is usually empty, so it goes at once; the connection no longer holds a slot
+/// meanwhile, so this bounds how many closing descriptors pile up (at most the accept rate
+/// times this).
+pub const FAREWELL_MS: u64 = 1_000;
+
+/// Milliseconds to wait after a failed accept before the next. Accept fails persistently when
+/// the process is out of descriptors; retrying at once would spin on the CPU, while 50 ms adds
+/// little to the wait of a queued client once descriptors are free again.
+pub const ACCEPT_BACKOFF_MS: u64 = 50;
+
+const _: () = assert!(CONNECTIONS_MAX > 0);
+const _: () = assert!(REQUEST_LINE_MS < CONNECTION_IDLE_MS);
+
+// ---------------------------------------------------------------------------------------------
+
+/// The bounds a [`Server`] enforces on its clients; `Default` is the constants above.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// [`CONNECTIONS_MAX`].
+    pub connections_max: usize,
+    /// [`REQUEST_LINE_MS`].
+    pub request_line: Duration,
+    /// [`CONNECTION_IDLE_MS`].
+    pub connection_idle: Duration,
+    /// [`RESPONSE_WRITE_MS`].
+    pub response_write: Duration,
+    /// [`FAREWELL_MS`].
+    pub farewell: Duration,
+    /// [`ACCEPT_BACKOFF_MS`].
+    pub accept_backoff: Duration,
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            connections_max: CONNECTIONS_MAX,
+            request_line: Duration::from_millis(REQUEST_LINE_MS),
+            connection_idle: Duration::from_millis(CONNECTION_IDLE_MS),
+            response_write: Duration::from_millis(RESPONSE_WRITE_MS),
+            farewell: Duration::from_millis(FAREWELL_MS),
+            accept_backoff: Duration::from_millis(ACCEPT_BACKOFF_MS),
+        }
+    }
+}
 
 /// Where the daemon of `root` listens unless told otherwise.
 pub fn default_socket(root: &Path) -> PathBuf {
@@ -58,6 +168,8 @@ pub enum ServeError {
     SocketInUse(PathBuf),
     #[error("socket {path}: {cause}")]
     Socket { path: PathBuf, cause: io::Error },
+    #[error("server limits: {0}")]
+    Limits(&'static str),
 }
 
 /// A bound daemon, ready to [`Server::run`].
@@ -67,6 +179,7 @@ pub struct Server {
     listener: UnixListener,
     socket: PathBuf,
     uid: u32,
+    limits: ServerLimits,
 }
 
 impl Server {
@@ -75,6 +188,18 @@ impl Server {
         config: SupervisorConfig,
         socket: Option<PathBuf>,
     ) -> Result<(Server, RestoreReport), ServeError> {
+        Server::bind_with_limits(config, socket, ServerLimits::default()).await
+    }
+
+    /// [`Server::bind`], enforcing `limits` instead of the defaults.
+    pub async fn bind_with_limits(
+        config: SupervisorConfig,
+        socket: Option<PathBuf>,
+        limits: ServerLimits,
+    ) -> Result<(Server, RestoreReport), ServeError> {
+        if limits.connections_max == 0 {
+            return Err(ServeError::Limits("connections_max must be at least 1"));
+        }
         let (supervisor, report) = Supervisor::open(config, Services::noop()).await?;
         let socket = socket.unwrap_or_else(|| default_socket(supervisor.root()));
         let socket = std::path::absolute(&socket).map_err(|cause| ServeError::Socket {
@@ -95,6 +220,7 @@ impl Server {
                 listener,
                 socket,
                 uid,
+                limits,
             },
             report,
         ))
@@ -108,32 +234,30 @@ impl Server {
         self.dispatcher.supervisor()
     }
 
+    pub fn limits(&self) -> &ServerLimits {
+        &self.limits
+    }
+
     /// Serves until a `shutdown` request, SIGTERM or SIGINT; then shuts the supervisor down
     /// (every process tree stopped and confirmed) and removes the socket.
     pub async fn run(self) -> Result<ShutdownReport, ServeError> {
-        let stop = Arc::new(tokio::sync::Notify::new());
-        let slots = Arc::new(tokio::sync::Semaphore::new(CONNECTIONS_MAX));
+        let stop = Arc::new(Notify::new());
+        let slots = Arc::new(Slots::new(self.limits.connections_max));
         let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
+        let limits = self.limits;
         loop {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _)) => {
-                        let permit = Arc::clone(&slots).try_acquire_owned().ok();
-                        let conn = Connection {
-                            dispatcher: self.dispatcher.clone(),
-                            stop: Arc::clone(&stop),
-                            uid: self.uid,
-                        };
-                        tokio::spawn(async move {
-                            conn.serve(stream, permit.is_some()).await;
-                            drop(permit);
-                        });
-                    }
-                    // EMFILE and friends: keep serving the connections we have.
+                    Ok((stream, _)) => self.admit(stream, &slots, &stop),
                     Err(e) => {
                         warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        // Out of descriptors: one stalled client gives its descriptor back so
+                        // that the connections queued behind it can be accepted.
+                        if e.raw_os_error().is_some_and(is_out_of_fds) {
+                            slots.evict_one();
+                        }
+                        tokio::time::sleep(limits.accept_backoff).await;
                     }
                 },
                 () = stop.notified() => break,
@@ -153,6 +277,56 @@ impl Server {
         }
         Ok(report)
     }
+
+    /// Checks the peer and gives the connection a slot (evicting if need be) before its task
+    /// starts, so that the slot table always reflects the accept order.
+    fn admit(&self, stream: UnixStream, slots: &Arc<Slots>, stop: &Arc<Notify>) {
+        let farewell = self.limits.farewell;
+        let refuse = |stream: UnixStream, code, message: String| {
+            let (_read, write) = stream.into_split();
+            tokio::spawn(say_farewell(write, code, message, farewell));
+        };
+        match stream.peer_cred().map(|c| c.uid()) {
+            Ok(uid) if uid == self.uid => {}
+            Ok(uid) => {
+                warn!(peer_uid = uid, "refused a peer of another user");
+                return refuse(
+                    stream,
+                    ErrorCode::Forbidden,
+                    format!("this daemon serves uid {} only", self.uid),
+                );
+            }
+            Err(e) => {
+                warn!(error = %e, "cannot read peer credentials");
+                return refuse(
+                    stream,
+                    ErrorCode::Forbidden,
+                    "peer credentials unavailable".into(),
+                );
+            }
+        }
+        let Some(slot) = Slot::take(slots, Instant::now()) else {
+            return refuse(
+                stream,
+                ErrorCode::Busy,
+                format!(
+                    "all {} connections (CONNECTIONS_MAX) are running requests; try again",
+                    self.limits.connections_max
+                ),
+            );
+        };
+        let conn = Connection {
+            dispatcher: self.dispatcher.clone(),
+            stop: Arc::clone(stop),
+            limits: self.limits,
+        };
+        tokio::spawn(conn.serve(stream, slot));
+    }
+}
+
+/// Whether an accept error means the process or the system is out of file descriptors.
+fn is_out_of_fds(errno: i32) -> bool {
+    errno == nix::errno::Errno::EMFILE as i32 || errno == nix::errno::Errno::ENFILE as i32
 }
 
 fn signal(
@@ -194,10 +368,189 @@ async fn bind_socket(path: &Path) -> Result<UnixListener, ServeError> {
     Ok(listener)
 }
 
+/// Writes a connection's last error line, within `bound`, then closes it.
+async fn say_farewell(
+    mut write: OwnedWriteHalf,
+    code: ErrorCode,
+    message: String,
+    bound: Duration,
+) {
+    let line = Response::new(None, Err(ApiError::new(code, message))).to_line();
+    if tokio::time::timeout(bound, write.write_all(&line))
+        .await
+        .is_err()
+    {
+        debug!("a closing connection did not take its last line");
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Slots
+
+/// Who the connection is waiting on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// On its client: for a request, or for the rest of one. Evictable.
+    Client,
+    /// On the server: a request runs or its response is being written. Never evicted.
+    Running,
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    phase: Phase,
+    /// When the server started waiting on the client (accept, or the end of the last response).
+    since: Instant,
+    evicted: Arc<Notify>,
+}
+
+/// The connections holding a slot. Pure bookkeeping: no I/O, so it is tested on its own.
+#[derive(Debug)]
+struct SlotTable {
+    max: usize,
+    next_id: u64,
+    entries: Vec<Entry>,
+}
+
+impl SlotTable {
+    fn new(max: usize) -> Self {
+        SlotTable {
+            max,
+            next_id: 0,
+            entries: Vec::with_capacity(max),
+        }
+    }
+
+    /// A slot for a connection accepted at `now`, evicting the connection that has waited on
+    /// its client the longest when all are taken; `None` when every slot is running.
+    fn take(&mut self, now: Instant) -> Option<(u64, Arc<Notify>)> {
+        if self.entries.len() >= self.max && self.evict_one().is_none() {
+            return None;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let evicted = Arc::new(Notify::new());
+        self.entries.push(Entry {
+            id,
+            phase: Phase::Client,
+            since: now,
+            evicted: Arc::clone(&evicted),
+        });
+        Some((id, evicted))
+    }
+
+    /// Removes the connection that has waited on its client the longest (the lower ID on a
+    /// tie: the older connection) and tells it so; returns its ID.
+    fn evict_one(&mut self) -> Option<u64> {
+        let (at, _) = self
+            .entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.phase == Phase::Client)
+            .min_by_key(|(_, e)| (e.since, e.id))?;
+        let victim = self.entries.swap_remove(at);
+        victim.evicted.notify_one();
+        Some(victim.id)
+    }
+
+    /// Moves connection `id` to `phase`; false if it is gone (evicted).
+    fn set(&mut self, id: u64, phase: Phase, now: Instant) -> bool {
+        match self.entries.iter_mut().find(|e| e.id == id) {
+            Some(entry) => {
+                if phase == Phase::Client && entry.phase != Phase::Client {
+                    entry.since = now;
+                }
+                entry.phase = phase;
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn release(&mut self, id: u64) {
+        if let Some(at) = self.entries.iter().position(|e| e.id == id) {
+            self.entries.swap_remove(at);
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Slots {
+    table: Mutex<SlotTable>,
+}
+
+impl Slots {
+    fn new(max: usize) -> Self {
+        Slots {
+            table: Mutex::new(SlotTable::new(max)),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SlotTable> {
+        // The table is consistent after every statement; a panic elsewhere while holding the
+        // lock leaves nothing half-done worth refusing to serve over.
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn evict_one(&self) -> Option<u64> {
+        self.lock().evict_one()
+    }
+}
+
+/// A connection's slot, released when dropped.
+#[derive(Debug)]
+struct Slot {
+    slots: Arc<Slots>,
+    id: u64,
+    evicted: Arc<Notify>,
+}
+
+impl Slot {
+    fn take(slots: &Arc<Slots>, now: Instant) -> Option<Slot> {
+        let (id, evicted) = slots.lock().take(now)?;
+        Some(Slot {
+            slots: Arc::clone(slots),
+            id,
+            evicted,
+        })
+    }
+
+    /// Marks the connection running; false if it was evicted first (its line must not run).
+    fn running(&self) -> bool {
+        self.slots
+            .lock()
+            .set(self.id, Phase::Running, Instant::now())
+    }
+
+    /// Marks the connection waiting on its client from now on; false if it was evicted.
+    fn waiting(&self) -> bool {
+        self.slots
+            .lock()
+            .set(self.id, Phase::Client, Instant::now())
+    }
+
+    /// Resolves once the connection was evicted.
+    async fn evicted(&self) {
+        self.evicted.notified().await
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.lock().release(self.id);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Connections
+
 struct Connection {
     dispatcher: Dispatcher,
-    stop: Arc<tokio::sync::Notify>,
-    uid: u32,
+    stop: Arc<Notify>,
+    limits: ServerLimits,
 }
 
 /// What one bounded line read found.
@@ -207,53 +560,77 @@ enum Line {
     Eof,
 }
 
+/// Why a connection's wait for its client ended without a line.
+enum Stalled {
+    Evicted,
+    Idle,
+    LineTimeout,
+    Gone,
+}
+
 impl Connection {
-    async fn serve(self, stream: UnixStream, admitted: bool) {
-        let peer = stream.peer_cred().map(|c| c.uid());
+    async fn serve(self, stream: UnixStream, slot: Slot) {
         let (read, mut write) = stream.into_split();
-        let refuse = |code, message: String| Response::new(None, Err(ApiError::new(code, message)));
-        match peer {
-            Ok(uid) if uid == self.uid => {}
-            Ok(uid) => {
-                warn!(peer_uid = uid, "refused a peer of another user");
-                let response = refuse(
-                    ErrorCode::Forbidden,
-                    format!("this daemon serves uid {} only", self.uid),
-                );
-                let _ = write.write_all(&response.to_line()).await;
-                return;
-            }
-            Err(e) => {
-                warn!(error = %e, "cannot read peer credentials");
-                let response = refuse(ErrorCode::Forbidden, "peer credentials unavailable".into());
-                let _ = write.write_all(&response.to_line()).await;
-                return;
-            }
-        }
-        if !admitted {
-            let response = refuse(
-                ErrorCode::Busy,
-                format!("{CONNECTIONS_MAX} connections are open; try again"),
-            );
-            let _ = write.write_all(&response.to_line()).await;
-            return;
-        }
         let mut reader = BufReader::with_capacity(64 * 1024, read);
         let mut line = Vec::new();
         loop {
-            let response = match read_line(&mut reader, &mut line, REQUEST_BYTES_MAX).await {
-                Err(e) => {
-                    debug!(error = %e, "connection read failed");
+            let read = match self.next_line(&mut reader, &mut line, &slot).await {
+                Ok(read) => read,
+                Err(stalled) => {
+                    let (code, message) = match stalled {
+                        Stalled::Gone => return,
+                        Stalled::Evicted => (
+                            ErrorCode::Busy,
+                            format!(
+                                "all {} connections (CONNECTIONS_MAX) were taken and this one had waited longest for a request; closing it",
+                                self.limits.connections_max
+                            ),
+                        ),
+                        Stalled::Idle => (
+                            ErrorCode::Idle,
+                            format!(
+                                "no request for {} ms (CONNECTION_IDLE_MS); closing the connection",
+                                self.limits.connection_idle.as_millis()
+                            ),
+                        ),
+                        Stalled::LineTimeout => (
+                            ErrorCode::Timeout,
+                            format!(
+                                "the request line was not completed within {} ms (REQUEST_LINE_MS); closing the connection",
+                                self.limits.request_line.as_millis()
+                            ),
+                        ),
+                    };
+                    // The slot is given up before the farewell: the client has had its chance.
+                    drop(slot);
+                    say_farewell(write, code, message, self.limits.farewell).await;
                     return;
                 }
-                Ok(Line::Eof) => return,
-                Ok(Line::TooLong(len)) => refuse(
-                    ErrorCode::TooLarge,
-                    format!(
-                        "the request is at least {len} bytes; at most {REQUEST_BYTES_MAX} are accepted"
-                    ),
+            };
+            // Under the lock eviction takes: from here on this line runs to completion.
+            if !slot.running() {
+                drop(slot);
+                say_farewell(
+                    write,
+                    ErrorCode::Busy,
+                    "evicted before the request could run; it was not run".to_owned(),
+                    self.limits.farewell,
+                )
+                .await;
+                return;
+            }
+            let response = match read {
+                Line::Eof => return,
+                Line::TooLong(len) => Response::new(
+                    None,
+                    Err(ApiError::new(
+                        ErrorCode::TooLarge,
+                        format!(
+                            "the request is at least {len} bytes; at most {REQUEST_BYTES_MAX} are accepted"
+                        ),
+                    )),
                 ),
-                Ok(Line::Complete) => match decode_request(&line) {
+                Line::Complete => match decode_request(&line) {
                     Err(e) => Response::new(e.id.clone(), Err(ApiError::from(&e))),
                     Ok(envelope) => {
                         let shutdown = matches!(envelope.request, Request::Shutdown { .. });
@@ -271,7 +648,7 @@ impl Connection {
                         };
                         let response = Response::new(envelope.id, outcome);
                         if shutdown {
-                            let _ = write.write_all(&response.to_line()).await;
+                            let _ = self.write_response(&mut write, &response).await;
                             self.stop.notify_one();
                             return;
                         }
@@ -279,8 +656,67 @@ impl Connection {
                     }
                 },
             };
-            if write.write_all(&response.to_line()).await.is_err() {
+            if !self.write_response(&mut write, &response).await || !slot.waiting() {
                 return;
+            }
+        }
+    }
+
+    /// Reads the next request line within the idle and line bounds, giving up when evicted.
+    async fn next_line<R: AsyncBufRead + Unpin>(
+        &self,
+        reader: &mut R,
+        line: &mut Vec<u8>,
+        slot: &Slot,
+    ) -> Result<Line, Stalled> {
+        let first = tokio::select! {
+            first = tokio::time::timeout(self.limits.connection_idle, reader.fill_buf()) => first,
+            () = slot.evicted() => return Err(Stalled::Evicted),
+        };
+        match first {
+            Err(_) => return Err(Stalled::Idle),
+            Ok(Err(e)) => {
+                debug!(error = %e, "connection read failed");
+                return Err(Stalled::Gone);
+            }
+            Ok(Ok([])) => return Ok(Line::Eof),
+            Ok(Ok(_)) => {}
+        }
+        let deadline = Instant::now() + self.limits.request_line;
+        let read = tokio::select! {
+            read = tokio::time::timeout_at(deadline, read_line(reader, line, REQUEST_BYTES_MAX)) => read,
+            () = slot.evicted() => return Err(Stalled::Evicted),
+        };
+        match read {
+            Err(_) => Err(Stalled::LineTimeout),
+            Ok(Err(e)) => {
+                debug!(error = %e, "connection read failed");
+                Err(Stalled::Gone)
+            }
+            Ok(Ok(Line::Eof)) => Err(Stalled::Gone),
+            Ok(Ok(read)) => Ok(read),
+        }
+    }
+
+    /// Writes one response within [`RESPONSE_WRITE_MS`]; false when the connection is done.
+    async fn write_response(&self, write: &mut OwnedWriteHalf, response: &Response) -> bool {
+        match tokio::time::timeout(
+            self.limits.response_write,
+            write.write_all(&response.to_line()),
+        )
+        .await
+        {
+            Ok(Ok(())) => true,
+            Ok(Err(e)) => {
+                debug!(error = %e, "connection write failed");
+                false
+            }
+            Err(_) => {
+                warn!(
+                    bound_ms = self.limits.response_write.as_millis(),
+                    "a client did not take its response (RESPONSE_WRITE_MS); closing the connection"
+                );
+                false
             }
         }
     }
@@ -371,5 +807,68 @@ mod tests {
         assert_eq!(lines(b"123456", 5).await, vec![Err(6)]);
         assert_eq!(lines(b"12345\n", 5).await, vec![Ok(b"12345".to_vec())]);
         assert!(lines(b"", 5).await.is_empty());
+    }
+
+    fn at(t0: Instant, ms: u64) -> Instant {
+        t0 + Duration::from_millis(ms)
+    }
+
+    #[tokio::test]
+    async fn a_full_table_evicts_the_connection_that_waited_on_its_client_longest() {
+        let t0 = Instant::now();
+        let mut table = SlotTable::new(3);
+        let (a, _) = table.take(at(t0, 0)).unwrap();
+        let (b, b_evicted) = table.take(at(t0, 1)).unwrap();
+        let (c, _) = table.take(at(t0, 2)).unwrap();
+        // `a` was served a response later than `b` connected: `b` has waited longest.
+        assert!(table.set(a, Phase::Running, at(t0, 3)));
+        assert!(table.set(a, Phase::Client, at(t0, 4)));
+        let (d, _) = table.take(at(t0, 5)).unwrap();
+        assert!(!table.set(b, Phase::Running, at(t0, 6)), "b was evicted");
+        // The eviction left a wake-up for b's task even though nobody was waiting yet.
+        let woken = tokio::time::timeout(Duration::from_secs(60), b_evicted.notified()).await;
+        assert!(woken.is_ok(), "hung: b's task was never told");
+        let ids: Vec<u64> = table.entries.iter().map(|e| e.id).collect();
+        assert_eq!(ids.len(), 3);
+        assert!(ids.contains(&a) && ids.contains(&c) && ids.contains(&d));
+        // Next in line is c (since 2), then a (since 4), then d (since 5).
+        assert_eq!(table.evict_one(), Some(c));
+        assert_eq!(table.evict_one(), Some(a));
+        assert_eq!(table.evict_one(), Some(d));
+        assert_eq!(table.evict_one(), None);
+    }
+
+    #[test]
+    fn running_connections_are_never_evicted() {
+        let t0 = Instant::now();
+        let mut table = SlotTable::new(2);
+        let (a, _) = table.take(at(t0, 0)).unwrap();
+        let (b, _) = table.take(at(t0, 1)).unwrap();
+        assert!(table.set(a, Phase::Running, at(t0, 2)));
+        // b is the only one waiting on its client: it goes, however recent.
+        let (c, _) = table.take(at(t0, 3)).unwrap();
+        assert!(!table.set(b, Phase::Running, at(t0, 4)));
+        assert!(table.set(c, Phase::Running, at(t0, 4)));
+        // Every slot runs: the newcomer is refused and nobody is evicted.
+        assert!(table.take(at(t0, 5)).is_none());
+        assert_eq!(table.entries.len(), 2);
+        // Running does not restart the clock; going back to waiting does.
+        assert!(table.set(c, Phase::Client, at(t0, 6)));
+        assert!(table.set(a, Phase::Client, at(t0, 7)));
+        assert_eq!(table.evict_one(), Some(c));
+    }
+
+    #[test]
+    fn released_slots_are_free_again_and_ties_go_to_the_older_connection() {
+        let t0 = Instant::now();
+        let mut table = SlotTable::new(2);
+        let (a, _) = table.take(t0).unwrap();
+        let (b, _) = table.take(t0).unwrap();
+        table.release(a);
+        table.release(a);
+        let (c, _) = table.take(t0).unwrap();
+        assert_eq!(table.entries.len(), 2);
+        assert_eq!(table.evict_one(), Some(b));
+        assert_eq!(table.evict_one(), Some(c));
     }
 }
