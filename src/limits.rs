@@ -74,6 +74,38 @@ pub const DESCRIPTORS_PER_PROCESS: usize = 7;
 /// this leaves room for 4 live processes: refused starts, never EMFILE in the middle of one.
 pub const DESCRIPTORS_RESERVED: usize = 32;
 
+/// The soft `RLIMIT_NOFILE` of this process (`usize::MAX` when it cannot be read).
+pub fn open_files_soft() -> usize {
+    use nix::sys::resource::{Resource, getrlimit};
+    getrlimit(Resource::RLIMIT_NOFILE).map_or(usize::MAX, |(soft, _)| {
+        usize::try_from(soft).unwrap_or(usize::MAX)
+    })
+}
+
+/// How one descriptor budget (`open_files` minus [`DESCRIPTORS_RESERVED`]) is split between
+/// connections and live processes, so that neither can starve the other into EMFILE: a quarter
+/// for connections (at least 2, at most `connections_max`), the rest for processes at
+/// [`DESCRIPTORS_PER_PROCESS`] each (at least 1). Returns (connections, live processes).
+pub const fn descriptor_split(open_files: usize, connections_max: usize) -> (usize, usize) {
+    let budget = open_files.saturating_sub(DESCRIPTORS_RESERVED);
+    let mut connections = budget / 4;
+    if connections > connections_max {
+        connections = connections_max;
+    }
+    if connections < 2 {
+        connections = 2;
+    }
+    let mut live = budget.saturating_sub(connections) / DESCRIPTORS_PER_PROCESS;
+    if live < 1 {
+        live = 1;
+    }
+    (connections, live)
+}
+
+const _: () = assert!(descriptor_split(64, 256).0 == 8 && descriptor_split(64, 256).1 == 3);
+const _: () = assert!(descriptor_split(1024, 256).0 == 248);
+const _: () = assert!(descriptor_split(0, 256).1 == 1);
+
 /// Messages queued to the supervisor's actor before senders wait: deep enough that a burst of
 /// starts and polls from every connection does not stall, shallow enough to bound memory to a
 /// few hundred KiB of queued commands.
@@ -111,3 +143,52 @@ pub const SERVICE_CALL_MS: u64 = 30_000;
 
 const _: () = assert!(DESCRIPTORS_PER_PROCESS >= 4);
 const _: () = assert!(INPUT_QUEUE_DEPTH >= 1 && ACTOR_INBOX_DEPTH >= 16);
+
+// ---------------------------------------------------------------------------------------------
+// The daemon's bounds on its clients (src/server). `ServerLimits::default()` is these.
+
+/// Connections holding a slot at once. Each slot costs a task, a 64 KiB read buffer and a file
+/// descriptor (16 MiB and 256 descriptors in all, well inside a default soft limit of 1024);
+/// the clients are one user's commands and agents, which rarely hold more than a few dozen
+/// connections, so 256 leaves room for bursts without letting a runaway client exhaust the
+/// daemon's descriptors.
+pub const CONNECTIONS_MAX: usize = 256;
+
+/// Milliseconds between the first byte of a request line and its newline. A request is at most
+/// 1 MiB and every client writes it in one go over a local socket, which takes milliseconds;
+/// 10 s leaves room for a client that is swapped out, stopped in a debugger for a moment or
+/// starved of CPU, while a half line sent by a stalled client is dropped soon enough that it
+/// does not pile up behind the slots.
+pub const REQUEST_LINE_MS: u64 = 10_000;
+
+/// Milliseconds a connection may wait for its next request before it is closed. Clients keep a
+/// connection between requests (`logs -f` between polls, `send` between chunks of its stdin,
+/// whose gaps are the user's); a minute outlasts the pauses of a working client, and
+/// `crate::client::Client` reconnects after an `idle` close, since no request was read. An
+/// abandoned connection (a client that forgot to close it) is let go soon after.
+pub const CONNECTION_IDLE_MS: u64 = 60_000;
+
+/// Milliseconds a client has to take one response. The largest response is about 1.4 MiB (a
+/// 1 MiB page, base64 or escaped text, plus JSON), which a reading client takes in
+/// milliseconds; 30 s tolerates a paused reader, and beyond it a client that sends requests but
+/// reads no answers would hold a running slot forever.
+pub const RESPONSE_WRITE_MS: u64 = 30_000;
+
+/// Milliseconds for the last error line (`busy`, `timeout`, `idle`, `forbidden`) of a connection
+/// the server is closing. The line is small and the socket buffer of a client that reads
+/// nothing is usually empty, so it goes at once; the connection no longer holds a slot
+/// meanwhile, so this bounds how many closing descriptors pile up (at most the accept rate
+/// times this).
+pub const FAREWELL_MS: u64 = 1_000;
+
+/// Milliseconds to wait after a failed accept before the next. Accept fails persistently when
+/// the process is out of descriptors; retrying at once would spin on the CPU, while 50 ms adds
+/// little to the wait of a queued client once descriptors are free again.
+pub const ACCEPT_BACKOFF_MS: u64 = 50;
+
+const _: () = assert!(CONNECTIONS_MAX > 0);
+const _: () = assert!(REQUEST_LINE_MS < CONNECTION_IDLE_MS);
+
+/// The longest request line accepted from a client, socket or MCP (base64 input of up to
+/// 768 KiB fits). Longer lines are refused and skipped without being buffered.
+pub const REQUEST_BYTES_MAX: usize = 1 << 20;

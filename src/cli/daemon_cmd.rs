@@ -96,6 +96,7 @@ pub(crate) struct ServeArgs {
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let root = args.target.root()?;
     let socket = args.target.socket.clone();
+    super::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -116,3 +116,17 @@ pub fn main() -> ExitCode {
         }
     }
 }
+
+/// Raises this process's soft descriptor limit to its hard limit, as long-running servers do
+/// (systemd services, the Go runtime): the default soft limit of 1024 is a compatibility
+/// setting for `select(2)`, which nothing here uses. The daemon then splits what it got
+/// between connections and processes (`limits::descriptor_split`). Best effort: a limit that
+/// cannot be raised is used as it is.
+pub(crate) fn raise_open_files_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+    {
+        let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
+    }
+}

@@ -1,5 +1,8 @@
 //! `procjournal run -- CMD`: supervise one command in the foreground.
 //!
+//! It drives the same [`Dispatcher`] (request validation, start, output, stop, wait) and the same
+//! supervisor actor as the daemon, so the foreground and daemon paths cannot drift apart.
+//!
 //! Output streams to this terminal as it arrives (stdout to stdout, stderr to stderr, byte for
 //! byte); Ctrl-C is forwarded as an interrupt (a second one stops the process); the exit status
 //! mirrors the child's (a signal N becomes 128+N). Everything stays in the journal and the spool
@@ -13,9 +16,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use crate::lifecycle::event::ExitStatus;
+use crate::protocol::{Dispatcher, ErrorCode, Request, StartArgs, request_from_args};
 use crate::spool::format::Stream;
-use crate::supervisor::{Command, Services, StartError, Supervisor, SupervisorConfig};
+use crate::supervisor::{Services, Supervisor, SupervisorConfig};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -61,7 +64,9 @@ pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
 /// Bytes copied to the terminal per read.
 const PAGE_BYTES: usize = 1024 * 1024;
 /// Grace between SIGTERM and SIGKILL after a second Ctrl-C.
-const STOP_GRACE: Duration = Duration::from_secs(2);
+const STOP_GRACE_MS: u64 = 2_000;
+/// How long one output request waits for new bytes; Ctrl-C is seen at once regardless.
+const POLL_WAIT_MS: u64 = 60_000;
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -84,30 +89,56 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    let mut command = Command::new(&args.command[0])
-        .args(&args.command[1..])
-        .cwd(cwd);
-    for (k, v) in args.labels {
-        command = command.label(k, v);
-    }
-    if let Some(limit) = args.timeout {
-        command = command.timeout(limit);
-    }
-    let prepared = supervisor.prepare(command)?;
-    let handle = match supervisor.start(prepared).await {
-        Ok(handle) => handle,
-        Err(StartError::Spawn { handle, message }) => {
-            eprintln!("procjournal: {message} (recorded as {handle}, failed)");
+    let uid = nix::unistd::geteuid().as_raw();
+    // The daemon's path: the same request validation, the same dispatcher, the same actor.
+    let dispatcher = Dispatcher::new(
+        supervisor.clone(),
+        cwd.clone(),
+        format!("uid {uid} via run"),
+    );
+    let start = StartArgs {
+        command: args.command,
+        cwd: Some(cwd.to_string_lossy().into_owned()),
+        env: Default::default(),
+        labels: args.labels.into_iter().collect(),
+        timeout_ms: args
+            .timeout
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
+    };
+    let request = serde_json::to_value(&start)
+        .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
+        .and_then(|args| request_from_args("start", args).map_err(|e| anyhow::anyhow!("{}", e)))?;
+    let Request::Start(start) = request else {
+        anyhow::bail!("the start request did not decode as a start");
+    };
+    let handle = match dispatcher.start(start).await {
+        Ok(info) => info.handle,
+        Err(e) if e.code == ErrorCode::SpawnFailed => {
+            eprintln!("procjournal: {}", e.message);
             return Ok(ExitCode::from(127));
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => anyhow::bail!("{}", e.message),
     };
     let mut cursor = 0u64;
     let mut interrupts = 0u32;
     let mut stdout = std::io::stdout().lock();
     let mut stderr = std::io::stderr().lock();
     loop {
-        let read = supervisor.output_raw(&handle, cursor, PAGE_BYTES).await?;
+        let read = tokio::select! {
+            read = dispatcher.output_raw(handle, cursor, PAGE_BYTES, POLL_WAIT_MS) => {
+                read.map_err(|e| anyhow::anyhow!("{}", e.message))?
+            }
+            _ = tokio::signal::ctrl_c() => {
+                interrupts += 1;
+                if interrupts == 1 {
+                    let _ = dispatcher.interrupt(handle).await;
+                } else {
+                    let dispatcher = dispatcher.clone();
+                    tokio::spawn(async move { dispatcher.stop(handle, STOP_GRACE_MS).await });
+                }
+                continue;
+            }
+        };
         let start = read.next_cursor - read.bytes.len() as u64;
         let mut broken_pipe = false;
         for span in &read.spans {
@@ -122,42 +153,35 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         cursor = read.next_cursor;
         if broken_pipe {
             // Nobody reads any more: stop the command rather than run it unread.
-            let _ = supervisor.stop(&handle, STOP_GRACE).await;
+            let _ = dispatcher.stop(handle, STOP_GRACE_MS).await;
             break;
         }
-        if read.bytes.is_empty() {
+        if read.bytes.is_empty() && cursor >= read.total_bytes {
             let terminal = supervisor
                 .manifest(&handle)
                 .is_some_and(|m| m.state.is_terminal());
-            if terminal && cursor >= read.total_bytes {
+            if terminal {
                 break;
-            }
-            tokio::select! {
-                () = supervisor.output_changed(&handle, cursor) => {}
-                _ = tokio::signal::ctrl_c() => {
-                    interrupts += 1;
-                    if interrupts == 1 {
-                        let _ = supervisor.interrupt(&handle).await;
-                    } else {
-                        let (supervisor, handle) = (supervisor.clone(), handle);
-                        tokio::spawn(async move { supervisor.stop(&handle, STOP_GRACE).await });
-                    }
-                }
             }
         }
     }
-    let summary = supervisor.wait(&handle, None).await?;
+    let result = dispatcher
+        .wait(handle, None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
     // Joins the publication of the terminal event and the completion notice.
-    supervisor.shutdown(STOP_GRACE).await;
-    if let Some(e) = &summary.persist_error {
+    supervisor
+        .shutdown(Duration::from_millis(STOP_GRACE_MS))
+        .await;
+    if let Some(e) = &result.persist_error {
         eprintln!("procjournal: the terminal state was not persisted: {e}");
     }
-    if summary.state == crate::lifecycle::State::TimedOut {
+    if result.state == crate::lifecycle::State::TimedOut {
         eprintln!("procjournal: {handle} timed out");
     }
-    Ok(match summary.exit {
-        ExitStatus::Code(code) => ExitCode::from((code & 0xff) as u8),
-        ExitStatus::Signal(signal) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
-        ExitStatus::Unknown => ExitCode::from(1),
+    Ok(match (result.exit_code, result.signal) {
+        (Some(code), _) => ExitCode::from((code & 0xff) as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
+        (None, None) => ExitCode::from(1),
     })
 }

@@ -206,31 +206,81 @@ impl Dispatcher {
                     closed: close,
                 })
             }
-            Request::Stop { handle, grace_ms } => {
-                let summary = sup
-                    .stop(&handle, Duration::from_millis(grace_ms))
-                    .await
-                    .map_err(api)?;
-                json(&WaitResult::new(handle, summary))
-            }
+            Request::Stop { handle, grace_ms } => json(&self.stop(handle, grace_ms).await?),
             Request::Interrupt(handle) => {
-                sup.interrupt(&handle).await.map_err(api)?;
+                self.interrupt(handle).await?;
                 json(&serde_json::json!({ "handle": handle, "signalled": "SIGINT" }))
             }
-            Request::Wait { handle, timeout_ms } => {
-                let summary = sup
-                    .wait(&handle, timeout_ms.map(Duration::from_millis))
-                    .await
-                    .map_err(api)?;
-                json(&WaitResult::new(handle, summary))
-            }
+            Request::Wait { handle, timeout_ms } => json(&self.wait(handle, timeout_ms).await?),
             Request::Shutdown { grace_ms } => {
                 json(&sup.shutdown(Duration::from_millis(grace_ms)).await)
             }
         }
     }
 
-    async fn start(&self, args: StartArgs) -> Result<ProcessInfo, ApiError> {
+    /// `stop`, typed (for surfaces that do not speak JSON, such as `run`).
+    pub async fn stop(&self, handle: Handle, grace_ms: u64) -> Result<WaitResult, ApiError> {
+        let summary = self
+            .supervisor
+            .stop(&handle, Duration::from_millis(grace_ms))
+            .await
+            .map_err(api)?;
+        Ok(WaitResult::new(handle, summary))
+    }
+
+    /// `interrupt`, typed.
+    pub async fn interrupt(&self, handle: Handle) -> Result<(), ApiError> {
+        self.supervisor.interrupt(&handle).await.map_err(api)
+    }
+
+    /// `wait`, typed.
+    pub async fn wait(
+        &self,
+        handle: Handle,
+        timeout_ms: Option<u64>,
+    ) -> Result<WaitResult, ApiError> {
+        let summary = self
+            .supervisor
+            .wait(&handle, timeout_ms.map(Duration::from_millis))
+            .await
+            .map_err(api)?;
+        Ok(WaitResult::new(handle, summary))
+    }
+
+    /// `output` as raw bytes with their spans, waiting up to `wait_ms` for bytes past `cursor`
+    /// as `output` does: for surfaces that stream the bytes as they are (`run`).
+    pub async fn output_raw(
+        &self,
+        handle: Handle,
+        cursor: u64,
+        max_bytes: usize,
+        wait_ms: u64,
+    ) -> Result<crate::spool::SpoolRead, ApiError> {
+        let sup = &self.supervisor;
+        let deadline = Instant::now() + Duration::from_millis(wait_ms);
+        loop {
+            let read = sup
+                .output_raw(&handle, cursor, max_bytes)
+                .await
+                .map_err(api)?;
+            let left = deadline.saturating_duration_since(Instant::now());
+            if !read.bytes.is_empty() || read.gap || left.is_zero() {
+                return Ok(read);
+            }
+            if sup.manifest(&handle).is_some_and(|m| m.state.is_terminal()) {
+                return Ok(read);
+            }
+            if tokio::time::timeout(left, sup.output_changed(&handle, read.total_bytes))
+                .await
+                .is_err()
+            {
+                return Ok(read);
+            }
+        }
+    }
+
+    /// `start`, typed: the one place a `StartArgs` becomes a supervised process.
+    pub async fn start(&self, args: StartArgs) -> Result<ProcessInfo, ApiError> {
         let sup = &self.supervisor;
         let mut parts = args.command.into_iter();
         let program = parts.next().unwrap_or_default();

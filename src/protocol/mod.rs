@@ -33,8 +33,7 @@ pub use dispatch::Dispatcher;
 
 /// The protocol version this build speaks; requests carry it as `"v"`.
 pub const PROTOCOL_VERSION: u32 = 1;
-/// The longest request line accepted (base64 input of up to 768 KiB fits).
-pub const REQUEST_BYTES_MAX: usize = 1 << 20;
+pub use crate::limits::REQUEST_BYTES_MAX;
 /// The most output bytes one `output` request returns.
 pub const OUTPUT_BYTES_MAX: u64 = 1 << 20;
 /// `max_bytes` when a request leaves it out.

@@ -55,7 +55,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
-use tokio::sync::Notify;
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use tracing::{debug, info, warn};
 
@@ -73,50 +73,12 @@ pub const SIGNAL_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 /// `sun_path` holds 108 bytes including the terminating NUL.
 const SOCKET_PATH_MAX: usize = 107;
 
-// ---------------------------------------------------------------------------------------------
-// Bounds on clients. `ServerLimits::default()` is these; tests pass smaller ones.
-
-/// Connections holding a slot at once. Each slot costs a task, a 64 KiB read buffer and a file
-/// descriptor (16 MiB and 256 descriptors in all, well inside a default soft limit of 1024);
-/// the clients are one user's commands and agents, which rarely hold more than a few dozen
-/// connections, so 256 leaves room for bursts without letting a runaway client exhaust the
-/// daemon's descriptors.
-pub const CONNECTIONS_MAX: usize = 256;
-
-/// Milliseconds between the first byte of a request line and its newline. A request is at most
-/// 1 MiB and every client writes it in one go over a local socket, which takes milliseconds;
-/// 10 s leaves room for a client that is swapped out, stopped in a debugger for a moment or
-/// starved of CPU, while a half line sent by a stalled client is dropped soon enough that it
-/// does not pile up behind the slots.
-pub const REQUEST_LINE_MS: u64 = 10_000;
-
-/// Milliseconds a connection may wait for its next request before it is closed. Clients keep a
-/// connection between requests (`logs -f` between polls, `send` between chunks of its stdin,
-/// whose gaps are the user's); a minute outlasts the pauses of a working client, and
-/// [`crate::client::Client`] reconnects after an `idle` close, since no request was read. An
-/// abandoned connection (a client that forgot to close it) is let go soon after.
-pub const CONNECTION_IDLE_MS: u64 = 60_000;
-
-/// Milliseconds a client has to take one response. The largest response is about 1.4 MiB (a
-/// 1 MiB page, base64 or escaped text, plus JSON), which a reading client takes in
-/// milliseconds; 30 s tolerates a paused reader, and beyond it a client that sends requests but
-/// reads no answers would hold a running slot forever.
-pub const RESPONSE_WRITE_MS: u64 = 30_000;
-
-/// Milliseconds for the last error line (`busy`, `timeout`, `idle`, `forbidden`) of a connection
-/// the server is closing. The line is small and the socket buffer of a client that reads
-/// nothing is usually empty, so it goes at once; the connection no longer holds a slot
-/// meanwhile, so this bounds how many closing descriptors pile up (at most the accept rate
-/// times this).
-pub const FAREWELL_MS: u64 = 1_000;
-
-/// Milliseconds to wait after a failed accept before the next. Accept fails persistently when
-/// the process is out of descriptors; retrying at once would spin on the CPU, while 50 ms adds
-/// little to the wait of a queued client once descriptors are free again.
-pub const ACCEPT_BACKOFF_MS: u64 = 50;
-
-const _: () = assert!(CONNECTIONS_MAX > 0);
-const _: () = assert!(REQUEST_LINE_MS < CONNECTION_IDLE_MS);
+// Bounds on clients live in crate::limits with their reasons; `ServerLimits::default()` is
+// them, tests pass smaller ones.
+pub use crate::limits::{
+    ACCEPT_BACKOFF_MS, CONNECTION_IDLE_MS, CONNECTIONS_MAX, FAREWELL_MS, REQUEST_LINE_MS,
+    RESPONSE_WRITE_MS,
+};
 
 // ---------------------------------------------------------------------------------------------
 
@@ -200,6 +162,17 @@ impl Server {
         if limits.connections_max == 0 {
             return Err(ServeError::Limits("connections_max must be at least 1"));
         }
+        // One descriptor budget for connections and processes, so that a crowd of clients
+        // cannot make a start fail with EMFILE (it is refused, typed, at the process bound).
+        let mut limits = limits;
+        let mut config = config;
+        let (connections, live) = crate::limits::descriptor_split(
+            crate::limits::open_files_soft(),
+            limits.connections_max,
+        );
+        limits.connections_max = connections;
+        config.max_live = config.max_live.min(live);
+        info!(connections, live = config.max_live, "descriptor budget");
         let (supervisor, report) = Supervisor::open(config, Services::noop()).await?;
         let socket = socket.unwrap_or_else(|| default_socket(supervisor.root()));
         let socket = std::path::absolute(&socket).map_err(|cause| ServeError::Socket {
@@ -246,10 +219,32 @@ impl Server {
         let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
         let mut sigint = signal(tokio::signal::unix::SignalKind::interrupt())?;
         let limits = self.limits;
+        // One descriptor per permit, held by a connection from its accept until its descriptor
+        // is closed (its farewell line included), so connections never take more than their
+        // share of the descriptor budget. Clients beyond it wait in the listen backlog, which
+        // costs the daemon nothing.
+        let descriptors = Arc::new(Semaphore::new(limits.connections_max));
         loop {
+            let permit = match Arc::clone(&descriptors).try_acquire_owned() {
+                Ok(permit) => permit,
+                Err(_) => {
+                    // Every descriptor is taken: the connection that waited on its client the
+                    // longest gives its own back (after its farewell line).
+                    slots.evict_one();
+                    tokio::select! {
+                        permit = Arc::clone(&descriptors).acquire_owned() => match permit {
+                            Ok(permit) => permit,
+                            Err(_) => break,
+                        },
+                        () = stop.notified() => break,
+                        _ = sigterm.recv() => break,
+                        _ = sigint.recv() => break,
+                    }
+                }
+            };
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _)) => self.admit(stream, &slots, &stop),
+                    Ok((stream, _)) => self.admit(stream, permit, &slots, &stop),
                     Err(e) => {
                         warn!(error = %e, "accept failed");
                         // Out of descriptors: one stalled client gives its descriptor back so
@@ -280,11 +275,20 @@ impl Server {
 
     /// Checks the peer and gives the connection a slot (evicting if need be) before its task
     /// starts, so that the slot table always reflects the accept order.
-    fn admit(&self, stream: UnixStream, slots: &Arc<Slots>, stop: &Arc<Notify>) {
+    fn admit(
+        &self,
+        stream: UnixStream,
+        permit: OwnedSemaphorePermit,
+        slots: &Arc<Slots>,
+        stop: &Arc<Notify>,
+    ) {
         let farewell = self.limits.farewell;
-        let refuse = |stream: UnixStream, code, message: String| {
+        let refuse = |stream: UnixStream, permit: OwnedSemaphorePermit, code, message: String| {
             let (_read, write) = stream.into_split();
-            tokio::spawn(say_farewell(write, code, message, farewell));
+            tokio::spawn(async move {
+                say_farewell(write, code, message, farewell).await;
+                drop(permit);
+            });
         };
         match stream.peer_cred().map(|c| c.uid()) {
             Ok(uid) if uid == self.uid => {}
@@ -292,6 +296,7 @@ impl Server {
                 warn!(peer_uid = uid, "refused a peer of another user");
                 return refuse(
                     stream,
+                    permit,
                     ErrorCode::Forbidden,
                     format!("this daemon serves uid {} only", self.uid),
                 );
@@ -300,6 +305,7 @@ impl Server {
                 warn!(error = %e, "cannot read peer credentials");
                 return refuse(
                     stream,
+                    permit,
                     ErrorCode::Forbidden,
                     "peer credentials unavailable".into(),
                 );
@@ -308,6 +314,7 @@ impl Server {
         let Some(slot) = Slot::take(slots, Instant::now()) else {
             return refuse(
                 stream,
+                permit,
                 ErrorCode::Busy,
                 format!(
                     "all {} connections (CONNECTIONS_MAX) are running requests; try again",
@@ -320,7 +327,10 @@ impl Server {
             stop: Arc::clone(stop),
             limits: self.limits,
         };
-        tokio::spawn(conn.serve(stream, slot));
+        tokio::spawn(async move {
+            conn.serve(stream, slot).await;
+            drop(permit);
+        });
     }
 }
 

@@ -298,15 +298,11 @@ pub(crate) async fn request_stop(shared: &Arc<Shared>, proc: &Proc, reason: &str
 /// The live-process bound the descriptor limit allows: a start refused with a typed error is
 /// better than one that fails half-way with EMFILE.
 fn descriptor_budget() -> usize {
-    use nix::sys::resource::{Resource, getrlimit};
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, _)) => {
-            let soft = usize::try_from(soft).unwrap_or(usize::MAX);
-            (soft.saturating_sub(limits::DESCRIPTORS_RESERVED) / limits::DESCRIPTORS_PER_PROCESS)
-                .max(1)
-        }
-        Err(_) => usize::MAX,
-    }
+    limits::open_files_soft()
+        .saturating_sub(limits::DESCRIPTORS_RESERVED)
+        .checked_div(limits::DESCRIPTORS_PER_PROCESS)
+        .unwrap_or(1)
+        .max(1)
 }
 
 /// A durable supervisor of processes under one runtime root. Cheap to clone.

@@ -8,7 +8,7 @@
 //! Invariants:
 //! - A launched workload starts clean: every catchable signal at its default disposition, an
 //!   empty signal mask, its own process group, and no descriptor of the supervisor but the three
-//!   standard streams it was given (every descriptor the crate opens is close-on-exec).
+//!   standard streams it was given (every other descriptor is closed in the child).
 //! - No code path signals a bare number. While the leader is unreaped its zombie pins the group
 //!   id, so the group is signalled by that id; once it is reaped, each remaining member is found
 //!   in /proc, pinned with a pidfd, re-checked (same group, started no earlier than the leader)

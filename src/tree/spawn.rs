@@ -8,9 +8,12 @@
 //!
 //! Invariants: the child gets every catchable signal at its default disposition
 //! (`POSIX_SPAWN_SETSIGDEF` with the full set), an empty mask, its own process group, the three
-//! pipe ends as 0, 1 and 2, and nothing else of ours: every descriptor the crate opens is
-//! close-on-exec, and the pipe ends are moved above 2 before the `dup2` actions so that no action
-//! overwrites another's source.
+//! pipe ends as 0, 1 and 2, and nothing else: every descriptor above 2 is closed in the child
+//! (`closefrom(3)` as a spawn action), so not even one the host inherited without close-on-exec
+//! passes on; the pipe ends are moved above 2 before the `dup2` actions so that no action
+//! overwrites another's source. glibc keeps its two internal real-time signals (32 and 33)
+//! ignored in any `posix_spawn` child, as `std::process::Command` does; they are below
+//! `SIGRTMIN` and no program can use them.
 
 use std::ffi::{CString, OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -87,6 +90,25 @@ fn owned(raw: std::os::fd::RawFd) -> OwnedFd {
     // SAFETY: `raw` was just returned by F_DUPFD_CLOEXEC, so it is an open descriptor that no
     // other owner knows about; wrapping it once gives it exactly one owner.
     unsafe { OwnedFd::from_raw_fd(raw) }
+}
+
+/// `posix_spawn_file_actions_addclosefrom_np(3)` (glibc 2.34), which nix does not wrap: closes
+/// in the child every descriptor above the standard streams, including any the host inherited
+/// without close-on-exec and would otherwise pass on.
+#[allow(unsafe_code)]
+fn add_close_from_3(actions: &mut PosixSpawnFileActions) -> Result<(), SpawnError> {
+    let actions: *mut PosixSpawnFileActions = actions;
+    // SAFETY: as in `add_chdir`: the cast pointer is a valid, initialised file-actions object
+    // borrowed mutably for this call only.
+    let rc = unsafe { libc::posix_spawn_file_actions_addclosefrom_np(actions.cast(), 3) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(SpawnError::Setup {
+            what: "close-descriptors action",
+            cause: std::io::Error::from_raw_os_error(rc),
+        })
+    }
 }
 
 /// `posix_spawn_file_actions_addchdir_np`, which nix does not wrap (glibc 2.29, musl 1.1.24).
@@ -206,6 +228,7 @@ pub(super) fn spawn(
         .and_then(|()| actions.add_dup2(stdout_w.as_raw_fd(), 1))
         .and_then(|()| actions.add_dup2(stderr_w.as_raw_fd(), 2))
         .map_err(setup("spawn file actions"))?;
+    add_close_from_3(&mut actions)?;
     add_chdir(&mut actions, &spec.cwd)?;
 
     let mut attr = PosixSpawnAttr::init().map_err(setup("spawn attributes"))?;
