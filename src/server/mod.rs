@@ -221,30 +221,16 @@ impl Server {
         let limits = self.limits;
         // One descriptor per permit, held by a connection from its accept until its descriptor
         // is closed (its farewell line included), so connections never take more than their
-        // share of the descriptor budget. Clients beyond it wait in the listen backlog, which
-        // costs the daemon nothing.
+        // share of the descriptor budget. At most one accepted connection waits for a permit
+        // (the loop accepts no other meanwhile); clients beyond it wait in the listen backlog,
+        // which costs the daemon nothing.
         let descriptors = Arc::new(Semaphore::new(limits.connections_max));
+        // Refusals of a full house of running requests: their farewells are bounded too.
+        let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
         loop {
-            let permit = match Arc::clone(&descriptors).try_acquire_owned() {
-                Ok(permit) => permit,
-                Err(_) => {
-                    // Every descriptor is taken: the connection that waited on its client the
-                    // longest gives its own back (after its farewell line).
-                    slots.evict_one();
-                    tokio::select! {
-                        permit = Arc::clone(&descriptors).acquire_owned() => match permit {
-                            Ok(permit) => permit,
-                            Err(_) => break,
-                        },
-                        () = stop.notified() => break,
-                        _ = sigterm.recv() => break,
-                        _ = sigint.recv() => break,
-                    }
-                }
-            };
-            tokio::select! {
+            let stream = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
-                    Ok((stream, _)) => self.admit(stream, permit, &slots, &stop),
+                    Ok((stream, _)) => stream,
                     Err(e) => {
                         warn!(error = %e, "accept failed");
                         // Out of descriptors: one stalled client gives its descriptor back so
@@ -253,11 +239,29 @@ impl Server {
                             slots.evict_one();
                         }
                         tokio::time::sleep(limits.accept_backoff).await;
+                        continue;
                     }
                 },
                 () = stop.notified() => break,
                 _ = sigterm.recv() => break,
                 _ = sigint.recv() => break,
+            };
+            let permit = match Arc::clone(&descriptors).try_acquire_owned() {
+                Ok(permit) => Some(permit),
+                // Every descriptor is taken: the connection that waited on its client the
+                // longest gives its own back (after its farewell line) to the newcomer.
+                Err(_) if slots.evict_one().is_some() => tokio::select! {
+                    permit = Arc::clone(&descriptors).acquire_owned() => permit.ok(),
+                    () = stop.notified() => break,
+                    _ = sigterm.recv() => break,
+                    _ = sigint.recv() => break,
+                },
+                // Every connection is running a request: nobody can be evicted.
+                Err(_) => None,
+            };
+            match permit {
+                Some(permit) => self.admit(stream, permit, &slots, &stop),
+                None => self.refuse_full_house(stream, &refusals),
             }
         }
         info!("shutting down");
@@ -271,6 +275,24 @@ impl Server {
             warn!(error = %e, "cannot remove the socket");
         }
         Ok(report)
+    }
+
+    /// Answers `busy` to a newcomer when every connection is running a request, within
+    /// [`REFUSALS_AT_ONCE`].
+    fn refuse_full_house(&self, stream: UnixStream, refusals: &Arc<Semaphore>) {
+        let Ok(permit) = Arc::clone(refusals).try_acquire_owned() else {
+            return; // dropped: closed without a line
+        };
+        let (_read, write) = stream.into_split();
+        let message = format!(
+            "all {} connections (CONNECTIONS_MAX) are running requests; try again",
+            self.limits.connections_max
+        );
+        let farewell = self.limits.farewell;
+        tokio::spawn(async move {
+            say_farewell(write, ErrorCode::Busy, message, farewell).await;
+            drop(permit);
+        });
     }
 
     /// Checks the peer and gives the connection a slot (evicting if need be) before its task
@@ -333,6 +355,11 @@ impl Server {
         });
     }
 }
+
+/// Refusals whose farewell line may be in flight at once when every connection is running a
+/// request; beyond it a newcomer's connection is closed without a line (it reads EOF and may
+/// try again), so a crowd of newcomers cannot pile up descriptors.
+const REFUSALS_AT_ONCE: usize = 4;
 
 /// Whether an accept error means the process or the system is out of file descriptors.
 fn is_out_of_fds(errno: i32) -> bool {

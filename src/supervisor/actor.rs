@@ -574,11 +574,25 @@ impl Actor {
         let ShutdownState::Joining { .. } = &self.shutdown else {
             return;
         };
-        let lingering = self.table.values().filter(|e| e.lingering).count();
-        let stuck = self.table.len() - lingering;
-        // Tasks still running besides one watcher per lingering tree and one stdin writer or
-        // drain per entry whose teardown failed: those stay owned, shutdown reports them.
-        let outstanding = self.tasks.len().saturating_sub(lingering + 2 * stuck);
+        // The tasks of processes whose teardown failed stay owned and keep running (a drain and
+        // a stdin writer, or a lingering tree's watcher); shutdown reports those processes and
+        // waits for every other task.
+        let ShutdownState::Joining { report, .. } = &self.shutdown else {
+            return;
+        };
+        let kept: usize = report
+            .teardown_failed
+            .iter()
+            .filter_map(|(h, _)| self.table.get(h))
+            .map(|e| {
+                if e.lingering {
+                    1
+                } else {
+                    1 + usize::from(e.stdin.is_some())
+                }
+            })
+            .sum();
+        let outstanding = self.tasks.len().saturating_sub(kept);
         if outstanding > 0 && !deadline_passed {
             return;
         }

@@ -680,14 +680,13 @@ impl Supervisor {
                 };
             }
         };
-        if proc.exited.receiver_count() >= limits::WAITERS_PER_PROCESS_MAX {
+        let Some(_waiter) = proc.waiter() else {
             return Err(SupervisorError::Bound {
                 bound: "WAITERS_PER_PROCESS_MAX",
                 limit: limits::WAITERS_PER_PROCESS_MAX,
             });
-        }
+        };
         let mut exited = proc.exited.subscribe();
-        drop(proc);
         let waited = async {
             exited
                 .wait_for(Option::is_some)

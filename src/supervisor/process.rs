@@ -23,7 +23,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -109,6 +109,8 @@ pub(crate) struct Proc {
     cause: AtomicU8,
     /// SIGKILL had to be sent while the leader was unreaped.
     pub escalated: AtomicBool,
+    /// Clients waiting for the exit now (bounded by `WAITERS_PER_PROCESS_MAX`).
+    waiters: AtomicUsize,
     gate: AtomicBool,
     pub exited: watch::Sender<Option<TerminalSummary>>,
 }
@@ -123,9 +125,21 @@ impl Proc {
             output_changed: Notify::new(),
             cause: AtomicU8::new(0),
             escalated: AtomicBool::new(false),
+            waiters: AtomicUsize::new(0),
             gate: AtomicBool::new(false),
             exited: watch::channel(None).0,
         }
+    }
+
+    /// Counts one more waiter, or `None` at the bound; the guard uncounts it.
+    pub fn waiter(&self) -> Option<Waiter<'_>> {
+        let max = crate::limits::WAITERS_PER_PROCESS_MAX;
+        self.waiters
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Waiter(&self.waiters))
     }
 
     pub fn is_terminal(&self) -> bool {
@@ -215,6 +229,16 @@ impl Proc {
         lock(&self.output)
             .as_ref()
             .map(|output| output.read(cursor, max_bytes))
+    }
+}
+
+/// One counted waiter of a process.
+#[derive(Debug)]
+pub(crate) struct Waiter<'a>(&'a AtomicUsize);
+
+impl Drop for Waiter<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
