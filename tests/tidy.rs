@@ -164,3 +164,38 @@ fn only_the_tree_boundary_touches_processes() {
         "process handling outside src/tree: {offenders:#?}"
     );
 }
+
+/// Architecture Invariant: `unsafe` appears only where a crate's API forces it (the journal's
+/// mapping; the spawn actions and the reactor registration nix and tokio offer only as unsafe),
+/// and every block says why it is sound in a `// SAFETY:` comment just above it.
+#[test]
+fn unsafe_code_is_confined_and_justified() {
+    let allowed = [
+        "src/journal/mmap.rs",
+        "src/tree/spawn.rs",
+        "src/tree/group.rs",
+    ];
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    rust_files(&root.join("src"), &mut files);
+    for file in files {
+        let rel = file.strip_prefix(root).expect("under root").display().to_string();
+        let text = std::fs::read_to_string(&file).expect("read");
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            if code.contains("allow(unsafe_code)") {
+                assert!(allowed.contains(&rel.as_str()), "{rel}:{}: unsafe allowed here", n + 1);
+            }
+            let opens_block = code.contains("unsafe {") || code.contains("unsafe{");
+            if opens_block {
+                let above = &lines[n.saturating_sub(8)..n];
+                assert!(
+                    above.iter().any(|l| l.trim_start().starts_with("// SAFETY:")),
+                    "{rel}:{}: an unsafe block without a // SAFETY: comment above it",
+                    n + 1
+                );
+            }
+        }
+    }
+}
