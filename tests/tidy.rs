@@ -179,19 +179,29 @@ fn unsafe_code_is_confined_and_justified() {
     let mut files = Vec::new();
     rust_files(&root.join("src"), &mut files);
     for file in files {
-        let rel = file.strip_prefix(root).expect("under root").display().to_string();
+        let rel = file
+            .strip_prefix(root)
+            .expect("under root")
+            .display()
+            .to_string();
         let text = std::fs::read_to_string(&file).expect("read");
         let lines: Vec<&str> = text.lines().collect();
         for (n, line) in lines.iter().enumerate() {
             let code = line.split("//").next().unwrap_or("");
             if code.contains("allow(unsafe_code)") {
-                assert!(allowed.contains(&rel.as_str()), "{rel}:{}: unsafe allowed here", n + 1);
+                assert!(
+                    allowed.contains(&rel.as_str()),
+                    "{rel}:{}: unsafe allowed here",
+                    n + 1
+                );
             }
             let opens_block = code.contains("unsafe {") || code.contains("unsafe{");
             if opens_block {
                 let above = &lines[n.saturating_sub(8)..n];
                 assert!(
-                    above.iter().any(|l| l.trim_start().starts_with("// SAFETY:")),
+                    above
+                        .iter()
+                        .any(|l| l.trim_start().starts_with("// SAFETY:")),
                     "{rel}:{}: an unsafe block without a // SAFETY: comment above it",
                     n + 1
                 );

@@ -249,9 +249,7 @@ impl Actor {
                 grace,
                 reply,
             } => self.stop(handle, grace, reply),
-            Msg::Interrupt { handle, reply } => {
-                let _ = reply.send(self.interrupt(&handle));
-            }
+            Msg::Interrupt { handle, reply } => self.interrupt(handle, reply),
             Msg::Stdin { handle, reply } => {
                 let result = match self.table.get(&handle) {
                     Some(e) if !e.lingering && !e.proc.is_terminal() => {
@@ -413,20 +411,33 @@ impl Actor {
             .spawn(stdin_writer(stdin, rx, exited).instrument(info_span!("stdin", %handle)));
     }
 
-    fn interrupt(&self, handle: &Handle) -> Result<(), SupervisorError> {
-        let entry = match self.table.get(handle) {
+    /// SIGINT to the tree, from a task: a signal after the leader's reaping scans /proc, which
+    /// the actor never waits for.
+    fn interrupt(&mut self, handle: Handle, reply: Reply<Result<(), SupervisorError>>) {
+        let entry = match self.table.get(&handle) {
             Some(e) if !e.lingering && !e.proc.is_terminal() => e,
-            _ => return Err(self.not_running(handle)),
+            _ => {
+                let _ = reply.send(Err(self.not_running(&handle)));
+                return;
+            }
         };
-        let Some(tree) = entry.proc.tree.get() else {
-            return Err(SupervisorError::NotRunning(*handle));
+        let Some(tree) = entry.proc.tree.get().map(Arc::clone) else {
+            let _ = reply.send(Err(SupervisorError::NotRunning(handle)));
+            return;
         };
         entry.proc.set_cause(Cause::Interrupt);
-        tree.signal(TreeSignal::Interrupt)
-            .map_err(|e| SupervisorError::TeardownFailed {
-                handle: *handle,
-                reason: format!("SIGINT: {e}"),
-            })
+        self.tasks.spawn(
+            async move {
+                let sent = tokio::task::spawn_blocking(move || tree.signal(TreeSignal::Interrupt))
+                    .await
+                    .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())));
+                let _ = reply.send(sent.map_err(|e| SupervisorError::TeardownFailed {
+                    handle,
+                    reason: format!("SIGINT: {e}"),
+                }));
+            }
+            .instrument(info_span!("interrupt", %handle)),
+        );
     }
 
     fn stop(

@@ -6,7 +6,8 @@
 //!   whose `running` cannot be recorded is killed and recorded `failed`.
 //! - A start that recorded nothing hands the prepared process back and gives its admission back
 //!   (through the actor) before the caller hears of it.
-//! - Creating the spool (a directory and a file, synced) runs on a blocking thread.
+//! - Creating the spool is a mkdir and a file create, without a sync (its first checkpoint
+//!   syncs the directory entry), so it runs in place; every sync runs on the blocking pool.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,13 +47,13 @@ pub(crate) async fn start(
         }));
         return;
     }
-    let dir = shared.spool_dir(&handle);
-    let options = shared.config.spool;
-    let spool = tokio::task::spawn_blocking(move || {
-        Spool::open_writer(&dir, handle.0.as_bytes(), options).map_err(|e| e.to_string())
-    })
-    .await
-    .unwrap_or_else(|e| Err(format!("spool task: {e}")));
+    // A new spool is a mkdir and a file create, no fsync (its first checkpoint syncs the
+    // directory entry) and no scan: cheaper here than a hop to the blocking pool.
+    let spool = Spool::open_writer(
+        &shared.spool_dir(&handle),
+        handle.0.as_bytes(),
+        shared.config.spool,
+    );
     match spool {
         Ok((spool, _)) => {
             *lock(&proc.output) = Some(Output::new(spool, shared.config.buffer_bytes));

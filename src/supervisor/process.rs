@@ -27,7 +27,6 @@ use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use tokio::io::AsyncReadExt;
 use tokio::net::unix::pipe;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::{Instrument, debug, warn};
@@ -278,8 +277,6 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         lease,
     } = launched;
     let (mut stdout, mut stderr) = (Some(stdout), Some(stderr));
-    let mut out_buf = vec![0u8; READ_BYTES];
-    let mut err_buf = vec![0u8; READ_BYTES];
     let mut status: Option<std::io::Result<LeaderExit>> = None;
     let mut capture_failure: Option<String> = None;
     let start = tokio::time::Instant::now();
@@ -317,32 +314,34 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
             break;
         }
         tokio::select! {
-            r = read_some(&mut stdout, &mut out_buf), if stdout.is_some() => {
-                match r {
-                    Ok(0) => stdout = None,
-                    Ok(n) => {
+            r = readable(&stdout), if stdout.is_some() => {
+                match r.and_then(|()| drain_ready(&proc, &stdout, Stream::Stdout)) {
+                    Ok(Drained::Eof) => stdout = None,
+                    Ok(Drained::Bytes(n, failed)) => {
                         unsynced += n as u64;
-                        if let Err(e) = proc.append_output(Stream::Stdout, &out_buf[..n]) {
-                            capture_failure.get_or_insert(e.to_string());
+                        if let Some(e) = failed {
+                            capture_failure.get_or_insert(e);
                         }
                     }
+                    Ok(Drained::Nothing) => {}
                     Err(e) => {
-                        capture_failure.get_or_insert(format!("reading stdout: {e}"));
+                        capture_failure.get_or_insert(e);
                         stdout = None;
                     }
                 }
             }
-            r = read_some(&mut stderr, &mut err_buf), if stderr.is_some() => {
-                match r {
-                    Ok(0) => stderr = None,
-                    Ok(n) => {
+            r = readable(&stderr), if stderr.is_some() => {
+                match r.and_then(|()| drain_ready(&proc, &stderr, Stream::Stderr)) {
+                    Ok(Drained::Eof) => stderr = None,
+                    Ok(Drained::Bytes(n, failed)) => {
                         unsynced += n as u64;
-                        if let Err(e) = proc.append_output(Stream::Stderr, &err_buf[..n]) {
-                            capture_failure.get_or_insert(e.to_string());
+                        if let Some(e) = failed {
+                            capture_failure.get_or_insert(e);
                         }
                     }
+                    Ok(Drained::Nothing) => {}
                     Err(e) => {
-                        capture_failure.get_or_insert(format!("reading stderr: {e}"));
+                        capture_failure.get_or_insert(e);
                         stderr = None;
                     }
                 }
@@ -376,7 +375,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         task.await;
     }
     let open_streams = usize::from(stdout.is_some()) + usize::from(stderr.is_some());
-    drop((stdout, stderr, out_buf, err_buf));
+    drop((stdout, stderr));
     // The loop ends only once the leader was reaped.
     let status = status.unwrap_or_else(|| Err(std::io::Error::other("the leader was not reaped")));
     let capture = match (capture_failure, open_streams) {
@@ -388,7 +387,13 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         )),
     };
     let (state, exit, reason) = classify(&proc, status);
-    let lingering = matches!(tree.members(), Ok(n) if n > 0);
+    let lingering = {
+        let tree = Arc::clone(&tree);
+        matches!(
+            tokio::task::spawn_blocking(move || tree.members()).await,
+            Ok(Ok(n)) if n > 0
+        )
+    };
     terminalize(
         &shared,
         &actor,
@@ -405,10 +410,68 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     .await;
 }
 
-async fn read_some(stream: &mut Option<pipe::Receiver>, buf: &mut [u8]) -> std::io::Result<usize> {
+thread_local! {
+    /// The read buffer of every drain on this thread: a read and its append to the spool happen
+    /// without an await between them, so one buffer per runtime thread serves all processes,
+    /// and an idle process holds no read buffer at all.
+    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Resolves once `stream` may have bytes (or EOF) to read.
+async fn readable(stream: &Option<pipe::Receiver>) -> Result<(), String> {
     match stream {
-        Some(s) => s.read(buf).await,
+        Some(s) => s
+            .readable()
+            .await
+            .map_err(|e| format!("waiting on a pipe: {e}")),
         None => std::future::pending().await,
+    }
+}
+
+/// What one read of a ready pipe did.
+enum Drained {
+    Eof,
+    /// Bytes read, and the spool's failure to keep them, if it failed.
+    Bytes(usize, Option<String>),
+    /// The readiness had nothing after all.
+    Nothing,
+}
+
+/// Reads what `stream` holds now into this thread's scratch buffer and appends it to the spool.
+/// An error is the pipe's: the stream is done.
+fn drain_ready(
+    proc: &Proc,
+    stream: &Option<pipe::Receiver>,
+    which: Stream,
+) -> Result<Drained, String> {
+    let Some(pipe) = stream else {
+        return Ok(Drained::Nothing);
+    };
+    SCRATCH.with(|scratch| {
+        let mut buf = scratch.borrow_mut();
+        if buf.len() < READ_BYTES {
+            buf.resize(READ_BYTES, 0);
+        }
+        match pipe.try_read(&mut buf[..READ_BYTES]) {
+            Ok(0) => Ok(Drained::Eof),
+            Ok(n) => {
+                // A spool failure is recorded, and reading goes on: the workload must never
+                // block on a full pipe because its output could not be kept.
+                let kept = proc
+                    .append_output(which, &buf[..n])
+                    .map_err(|e| e.to_string());
+                Ok(Drained::Bytes(n, kept.err()))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Drained::Nothing),
+            Err(e) => Err(format!("reading {}: {e}", stream_name(which))),
+        }
+    })
+}
+
+fn stream_name(which: Stream) -> &'static str {
+    match which {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
     }
 }
 
@@ -633,14 +696,23 @@ pub(crate) async fn teardown(
             .is_ok()
         }
     };
-    if let Err(e) = tree.signal(TreeSignal::Terminate) {
+    // Once the leader is reaped a signal scans /proc: on the blocking pool.
+    let signal = |which: TreeSignal| {
+        let tree = Arc::clone(&tree);
+        async move {
+            tokio::task::spawn_blocking(move || tree.signal(which))
+                .await
+                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
+        }
+    };
+    if let Err(e) = signal(TreeSignal::Terminate).await {
         failures.push(format!("SIGTERM: {e}"));
     }
     if !gone(grace).await {
         if !proc.is_terminal() {
             proc.escalated.store(true, Ordering::SeqCst);
         }
-        if let Err(e) = tree.signal(TreeSignal::Kill) {
+        if let Err(e) = signal(TreeSignal::Kill).await {
             failures.push(format!("SIGKILL: {e}"));
         }
         if !gone(kill_confirm).await {

@@ -4,7 +4,9 @@
 //! Invariants:
 //! - Publication is at-least-once towards the host and exactly-once in the journal: the
 //!   `LifecyclePublished` / `CompletionNotified` records are written only after the host accepted
-//!   the call, under IDs derived from the event they report.
+//!   the call, under IDs derived from the event they report. They are appended without waiting
+//!   for durability (they ride the next group commit): one lost with the page cache only makes
+//!   the next restore publish again, which the derived IDs make idempotent.
 //! - Every host call runs on a blocking thread and is awaited for at most
 //!   [`limits::SERVICE_CALL_MS`]; one that takes longer is reported (and left unrecorded, so the
 //!   next restore retries it) while its thread finishes on its own. A stuck host never holds a
@@ -81,7 +83,10 @@ pub(crate) async fn publish_and_notify(
                     handle,
                     event: event_id,
                 });
-                if let Err(e) = shared.append(event_id.derived(PUBLISHED), record).await {
+                if let Err(e) = shared
+                    .append_unacknowledged(event_id.derived(PUBLISHED), record)
+                    .await
+                {
                     errors.push(format!("{handle}: recording publication: {e}"));
                 }
             }

@@ -139,6 +139,21 @@ impl GroupTree {
     }
 }
 
+/// Members of group `pgid` started no earlier than `since` (the leader's start time). Once the
+/// leader is reaped, a cheap probe comes first: ESRCH means no process has the group id at all.
+fn count_members(pgid: u32, since: u64, reaped: bool) -> std::io::Result<usize> {
+    if reaped {
+        let group = nix::unistd::Pid::from_raw(rustix_pid(pgid)?.as_raw_nonzero().get());
+        if nix::sys::signal::killpg(group, None) == Err(nix::errno::Errno::ESRCH) {
+            return Ok(0);
+        }
+    }
+    Ok(procfs::group_members(pgid)?
+        .iter()
+        .filter(|(_, s)| s.start_time_ticks >= since)
+        .count())
+}
+
 impl ProcessTree for GroupTree {
     fn mechanism(&self) -> Mechanism {
         Mechanism::Group
@@ -177,24 +192,26 @@ impl ProcessTree for GroupTree {
     }
 
     fn members(&self) -> std::io::Result<usize> {
-        if lock(&self.exit).is_some() {
-            // The cheap probe first: ESRCH means no process has the group id at all.
-            let pgid = nix::unistd::Pid::from_raw(rustix_pid(self.pgid())?.as_raw_nonzero().get());
-            if nix::sys::signal::killpg(pgid, None) == Err(nix::errno::Errno::ESRCH) {
-                return Ok(0);
-            }
-        }
-        Ok(self.scan()?.len())
+        let reaped = lock(&self.exit).is_some();
+        count_members(self.pgid(), self.identity.start_time_ticks, reaped)
     }
 
     fn wait_empty(&self) -> TreeFuture<'_, ()> {
         Box::pin(async move {
             let mut pause = EMPTY_POLL_MIN;
+            let (pgid, since) = (self.pgid(), self.identity.start_time_ticks);
             loop {
-                match self.members() {
-                    Ok(0) => return,
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!(error = %e, "scanning the group failed; retrying"),
+                let reaped = lock(&self.exit).is_some();
+                // A /proc scan is a directory scan: on the blocking pool, never a runtime thread.
+                let counted =
+                    tokio::task::spawn_blocking(move || count_members(pgid, since, reaped)).await;
+                match counted {
+                    Ok(Ok(0)) => return,
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "scanning the group failed; retrying")
+                    }
+                    Err(e) => tracing::debug!(error = %e, "the scan task failed; retrying"),
                 }
                 tokio::time::sleep(pause).await;
                 pause = (pause * 2).min(EMPTY_POLL_MAX);

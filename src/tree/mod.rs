@@ -80,16 +80,19 @@ pub trait ProcessTree: Send + Sync + Debug {
     fn identity(&self) -> Identity;
 
     /// Sends `signal` to every member still present. Members that vanished meanwhile are not an
-    /// error; an empty tree is `Ok`.
+    /// error; an empty tree is `Ok`. May scan /proc (once the leader is reaped): call it from
+    /// the blocking pool where that matters.
     fn signal(&self, signal: TreeSignal) -> std::io::Result<()>;
 
     /// Resolves once the leader has exited, reaping it.
     fn wait_leader(&self) -> TreeFuture<'_, std::io::Result<LeaderExit>>;
 
-    /// How many members are present now (the leader included until it is reaped).
+    /// How many members are present now (the leader included until it is reaped). Scans /proc:
+    /// call it from the blocking pool.
     fn members(&self) -> std::io::Result<usize>;
 
-    /// Resolves once no member is left. Only meaningful after the leader was reaped.
+    /// Resolves once no member is left. Only meaningful after the leader was reaped. Its scans
+    /// run on the blocking pool.
     fn wait_empty(&self) -> TreeFuture<'_, ()>;
 }
 

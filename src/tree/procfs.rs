@@ -39,12 +39,16 @@ pub(crate) fn stat(pid: u32) -> Option<Stat> {
     parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
 }
 
-/// /proc/sys/kernel/random/boot_id as 16 bytes.
+/// /proc/sys/kernel/random/boot_id as 16 bytes, read once: it cannot change while this
+/// process runs.
 pub fn boot_id() -> Option<[u8; 16]> {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    uuid::Uuid::parse_str(text.trim())
-        .ok()
-        .map(|u| *u.as_bytes())
+    static BOOT_ID: std::sync::OnceLock<Option<[u8; 16]>> = std::sync::OnceLock::new();
+    *BOOT_ID.get_or_init(|| {
+        let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+        uuid::Uuid::parse_str(text.trim())
+            .ok()
+            .map(|u| *u.as_bytes())
+    })
 }
 
 /// The identity of `pid` now; zeroes where /proc cannot say (the process is supervised either
