@@ -974,6 +974,9 @@ impl ProcessTree for FailingTree {
     fn members(&self) -> std::io::Result<usize> {
         self.inner.members()
     }
+    fn surely_empty(&self) -> bool {
+        self.inner.surely_empty()
+    }
     fn wait_empty(&self) -> TreeFuture<'_, ()> {
         self.inner.wait_empty()
     }

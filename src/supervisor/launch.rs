@@ -115,17 +115,9 @@ pub(crate) async fn start(
         return;
     }
     let _ = reply.send(Ok(handle));
-    // Published before the drain reads, so that the host sees `running` before any terminal
-    // notice of the same process.
-    super::publish::publish_and_notify(
-        &shared,
-        handle,
-        ids,
-        ids.running,
-        State::Running,
-        ExitStatus::Unknown,
-    )
-    .await;
+    // The actor publishes `running` beside the drain; the terminal publication waits for it, so
+    // the host still sees `running` first.
+    let _ = actor.send(ProcEvent::Running { handle }).await;
     let timeout = spec.limits.wall_clock_ms.map(Duration::from_millis);
     let launched = Launched {
         proc,

@@ -279,29 +279,6 @@ impl Shared {
         }
     }
 
-    /// Validates and appends one event without waiting for it to become durable: for records
-    /// whose loss a restore repairs. A publication or completion record lost with the page
-    /// cache (power loss; SIGKILL keeps it) leaves the publication unrecorded, so the next
-    /// restore publishes again under the same ID: at-least-once towards the host, as always.
-    /// It becomes durable with the next acknowledged append. Saves a `fdatasync` per record.
-    pub async fn append_unacknowledged(
-        self: &Arc<Self>,
-        id: EventId,
-        event: LifecycleEvent,
-    ) -> Result<Appended, LifecycleError> {
-        let shared = Arc::clone(self);
-        // Still off the runtime: an append may rotate the segment, which syncs.
-        tokio::task::spawn_blocking(move || lock(&shared.lifecycle).append_deferred(id, &event))
-            .await
-            .unwrap_or_else(|e| {
-                Err(LifecycleError::Journal(
-                    crate::journal::JournalError::Poisoned {
-                        cause: format!("append task failed: {e}"),
-                    },
-                ))
-            })
-    }
-
     pub fn spool_dir(&self, handle: &Handle) -> PathBuf {
         self.root.join("spool").join(handle.to_string())
     }

@@ -70,6 +70,8 @@ impl Cause {
 pub(crate) enum ProcEvent {
     /// The workload runs; the actor owns its stdin from now on.
     Spawned { handle: Handle, stdin: pipe::Sender },
+    /// `running` is acknowledged: its publication may go out.
+    Running { handle: Handle },
     /// A start that recorded nothing: the admission is given back.
     Abandoned { handle: Handle },
     /// The wall-clock limit passed.
@@ -112,6 +114,9 @@ pub(crate) struct Proc {
     waiters: AtomicUsize,
     gate: AtomicBool,
     pub exited: watch::Sender<Option<TerminalSummary>>,
+    /// True while the publication of `running` is in flight: the terminal publication waits
+    /// for it, so the host hears of a process in order.
+    pub running_publication: watch::Sender<bool>,
 }
 
 impl Proc {
@@ -127,6 +132,7 @@ impl Proc {
             waiters: AtomicUsize::new(0),
             gate: AtomicBool::new(false),
             exited: watch::channel(None).0,
+            running_publication: watch::channel(false).0,
         }
     }
 
@@ -387,7 +393,9 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         )),
     };
     let (state, exit, reason) = classify(&proc, status);
-    let lingering = {
+    // Usually one probe answers; only a tree that may have members left is scanned (on the
+    // blocking pool).
+    let lingering = !tree.surely_empty() && {
         let tree = Arc::clone(&tree);
         matches!(
             tokio::task::spawn_blocking(move || tree.members()).await,

@@ -54,8 +54,34 @@ pub(crate) async fn release_lease(lease: Box<dyn Lease>) {
 
 /// Publishes `event_id` (a lifecycle step of `handle`) and, for a terminal state, notifies
 /// completion; each is recorded after the host accepted it and skipped if already recorded.
+///
+/// The whole batch (the host's calls and their records) runs in one blocking task, bounded as
+/// one host call: a command's publication costs one thread hop, not one per call and record.
+/// If the bound passes, the batch finishes on its own thread; what it did not record, the next
+/// restore publishes again.
 pub(crate) async fn publish_and_notify(
     shared: &Arc<Shared>,
+    handle: Handle,
+    ids: LifecycleIds,
+    event_id: EventId,
+    state: State,
+    exit: ExitStatus,
+) -> Vec<String> {
+    let batch_shared = Arc::clone(shared);
+    let batch = move || publish_batch(&batch_shared, handle, ids, event_id, state, exit);
+    let errors = match host_call("the publisher or notifier", batch).await {
+        Ok(errors) => errors,
+        Err(e) => vec![format!("{handle}: {e}")],
+    };
+    for e in &errors {
+        warn!(%handle, error = %e, "publication");
+    }
+    errors
+}
+
+/// The body of [`publish_and_notify`], on a blocking thread.
+fn publish_batch(
+    shared: &Shared,
     handle: Handle,
     ids: LifecycleIds,
     event_id: EventId,
@@ -70,28 +96,29 @@ pub(crate) async fn publish_and_notify(
             None => (false, false),
         }
     };
+    // Records are appended without waiting for durability (module doc).
+    let record = |id: EventId, event: LifecycleEvent| {
+        super::lock(&shared.lifecycle)
+            .append_deferred(id, &event)
+            .map(|_| ())
+    };
     if !published {
         let notice = LifecycleNotice {
             event_id,
             handle,
             state,
         };
-        let publisher = Arc::clone(&shared.services.publisher);
-        match host_call("the publisher", move || publisher.publish(&notice)).await {
-            Ok(Ok(())) => {
-                let record = LifecycleEvent::LifecyclePublished(LifecyclePublished {
+        match shared.services.publisher.publish(&notice) {
+            Ok(()) => {
+                let event = LifecycleEvent::LifecyclePublished(LifecyclePublished {
                     handle,
                     event: event_id,
                 });
-                if let Err(e) = shared
-                    .append_unacknowledged(event_id.derived(PUBLISHED), record)
-                    .await
-                {
+                if let Err(e) = record(event_id.derived(PUBLISHED), event) {
                     errors.push(format!("{handle}: recording publication: {e}"));
                 }
             }
-            Ok(Err(e)) => errors.push(format!("{handle}: publishing {state}: {e}")),
-            Err(e) => errors.push(format!("{handle}: {e}")),
+            Err(e) => errors.push(format!("{handle}: publishing {state}: {e}")),
         }
     }
     if state.is_terminal() && !notified {
@@ -101,26 +128,18 @@ pub(crate) async fn publish_and_notify(
             state,
             exit,
         };
-        let notifier = Arc::clone(&shared.services.notifier);
-        match host_call("the notifier", move || notifier.notify(&completion)).await {
-            Ok(Ok(())) => {
-                let record = LifecycleEvent::CompletionNotified(CompletionNotified {
+        match shared.services.notifier.notify(&completion) {
+            Ok(()) => {
+                let event = LifecycleEvent::CompletionNotified(CompletionNotified {
                     handle,
                     command: ids.completion,
                 });
-                if let Err(e) = shared
-                    .append(ids.completion.derived(NOTIFIED), record)
-                    .await
-                {
+                if let Err(e) = record(ids.completion.derived(NOTIFIED), event) {
                     errors.push(format!("{handle}: recording completion: {e}"));
                 }
             }
-            Ok(Err(e)) => errors.push(format!("{handle}: notifying completion: {e}")),
-            Err(e) => errors.push(format!("{handle}: {e}")),
+            Err(e) => errors.push(format!("{handle}: notifying completion: {e}")),
         }
-    }
-    for e in &errors {
-        warn!(%handle, error = %e, "publication");
     }
     errors
 }

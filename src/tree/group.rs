@@ -142,16 +142,23 @@ impl GroupTree {
 /// Members of group `pgid` started no earlier than `since` (the leader's start time). Once the
 /// leader is reaped, a cheap probe comes first: ESRCH means no process has the group id at all.
 fn count_members(pgid: u32, since: u64, reaped: bool) -> std::io::Result<usize> {
-    if reaped {
-        let group = nix::unistd::Pid::from_raw(rustix_pid(pgid)?.as_raw_nonzero().get());
-        if nix::sys::signal::killpg(group, None) == Err(nix::errno::Errno::ESRCH) {
-            return Ok(0);
-        }
+    if reaped && group_gone(pgid) {
+        return Ok(0);
     }
     Ok(procfs::group_members(pgid)?
         .iter()
         .filter(|(_, s)| s.start_time_ticks >= since)
         .count())
+}
+
+/// No process has the group id: `killpg(pgid, 0)` says ESRCH. Only a probe (signal 0 delivers
+/// nothing), so it may name the number after the leader was reaped.
+fn group_gone(pgid: u32) -> bool {
+    let Some(group) = i32::try_from(pgid).ok().filter(|p| *p > 0) else {
+        return false;
+    };
+    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None)
+        == Err(nix::errno::Errno::ESRCH)
 }
 
 impl ProcessTree for GroupTree {
@@ -189,6 +196,10 @@ impl ProcessTree for GroupTree {
                 ready.clear_ready();
             }
         })
+    }
+
+    fn surely_empty(&self) -> bool {
+        lock(&self.exit).is_some() && group_gone(self.pgid())
     }
 
     fn members(&self) -> std::io::Result<usize> {

@@ -91,6 +91,10 @@ pub trait ProcessTree: Send + Sync + Debug {
     /// call it from the blocking pool.
     fn members(&self) -> std::io::Result<usize>;
 
+    /// True when the tree is certainly empty, found without scanning (for the group: its leader
+    /// is reaped and no process has the group id at all). False means "look closer".
+    fn surely_empty(&self) -> bool;
+
     /// Resolves once no member is left. Only meaningful after the leader was reaped. Its scans
     /// run on the blocking pool.
     fn wait_empty(&self) -> TreeFuture<'_, ()>;
