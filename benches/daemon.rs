@@ -29,6 +29,7 @@ use common::{
     Res, Row, Samples, Target, bench_dir, plan, print_file_system, print_round, print_rows,
     print_total_time,
 };
+use procjournal::Durability;
 use procjournal::client::Client;
 use procjournal::lifecycle::Handle;
 use procjournal::protocol::{Request, StartArgs};
@@ -61,7 +62,7 @@ struct Daemon {
 }
 
 /// Binds a `Server` on `root` and runs it on its own runtime thread (2 workers, like `serve`).
-fn start_daemon(root: &Path) -> Res<Daemon> {
+fn start_daemon(root: &Path, durability: Durability) -> Res<Daemon> {
     let (tx, rx) = std::sync::mpsc::channel::<Res<Supervisor>>();
     let root = root.to_owned();
     let socket = root.join("procjournal.sock");
@@ -73,7 +74,9 @@ fn start_daemon(root: &Path) -> Res<Daemon> {
                 .enable_all()
                 .build()?;
             rt.block_on(async move {
-                match Server::bind(SupervisorConfig::new(&root), None).await {
+                let mut config = SupervisorConfig::new(&root);
+                config.durability = durability;
+                match Server::bind(config, None).await {
                     Ok((server, _)) => {
                         let _ = tx.send(Ok(server.supervisor().clone()));
                         server.run().await?;
@@ -170,16 +173,23 @@ fn main() -> Res<()> {
     let root = dir.path().join("rt");
     std::fs::create_dir_all(&root)?;
     let cwd = dir.path().to_str().ok_or("non-UTF-8 temp dir")?.to_owned();
-    let daemon = start_daemon(&root)?;
+    let daemon = start_daemon(&root, Durability::Group)?;
+    // Diagnostic: the same daemon without fdatasync (Durability::Os), to show what the three
+    // durable records of a command (registered, running, terminal) cost.
+    let os_root = dir.path().join("rt-os");
+    std::fs::create_dir_all(&os_root)?;
+    let os_daemon = start_daemon(&os_root, Durability::Os)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     // Untimed warm-up of both: the daemon's journal segment and spare, the binaries' pages.
     through_daemon(&daemon.socket, &cwd, 20)?;
+    through_daemon(&os_daemon.socket, &cwd, 20)?;
     plain_ms(&rt, 20, 1)?;
 
-    let (mut seq, mut seq_base, mut par, mut par_base) = (
+    let (mut seq, mut seq_base, mut par, mut par_base, mut os) = (
+        Samples::default(),
         Samples::default(),
         Samples::default(),
         Samples::default(),
@@ -208,6 +218,7 @@ fn main() -> Res<()> {
             )?);
             par_base.push(plain_ms(&rt, plan.commands, plan.clients)?);
         }
+        os.push(daemon_ms(&os_daemon.socket, &cwd, plan.commands, 1)?);
         println!(
             "  {} commands: daemon {:.0} ms, plain {:.0} ms; {} at once: daemon {:.0} ms, plain {:.0} ms",
             plan.commands,
@@ -220,6 +231,7 @@ fn main() -> Res<()> {
     }
     let seq_name = format!("{} commands through the daemon, ms", plan.commands);
     let par_name = format!("the same by {} clients at once, ms", plan.clients);
+    let os_name = "  diagnostic: the same, Durability::Os (no fdatasync), ms".to_owned();
     let base_name = "plain tokio spawn+wait loop, ms".to_owned();
     let par_base_name = format!("{} plain loops at once, ms", plan.clients);
     print_rows(&[
@@ -229,6 +241,13 @@ fn main() -> Res<()> {
             baseline: &base_name,
             base: &seq_base,
             target: Target::MaxRatio(2.0),
+        },
+        Row {
+            figure: &os_name,
+            samples: &os,
+            baseline: &base_name,
+            base: &seq_base,
+            target: Target::None,
         },
         Row {
             figure: &par_name,
@@ -245,6 +264,12 @@ fn main() -> Res<()> {
     println!("supervisor after the runs: {stats:?}");
     // A shutdown request ends the server's loop, as it would end `serve`.
     Client::connect(&daemon.socket)?.call(&Request::Shutdown { grace_ms: 2000 })?;
+    Client::connect(&os_daemon.socket)?.call(&Request::Shutdown { grace_ms: 2000 })?;
+    drop(os_daemon.supervisor);
+    match os_daemon.thread.join() {
+        Ok(r) => r?,
+        Err(_) => return Err("the daemon thread panicked".into()),
+    }
     drop(daemon.supervisor);
     match daemon.thread.join() {
         Ok(r) => r?,

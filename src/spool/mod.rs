@@ -440,7 +440,10 @@ impl Spool {
         Ok((spool, recovery))
     }
 
-    /// Opens an existing spool for reading only; nothing is changed on disk.
+    /// Opens an existing spool for reading only; nothing is changed on disk. A directory that
+    /// does not exist is an empty spool: a process that never wrote has none (spools are
+    /// created at the first output byte). Whether that is damage is for the caller to judge
+    /// against the journal's durable bounds (`spool verify` does).
     pub fn open_reader(dir: &Path) -> Result<(Spool, SpoolRecovery), SpoolError> {
         Self::open(dir, None, SpoolOptions::default(), false)
     }
@@ -452,7 +455,11 @@ impl Spool {
         writable: bool,
     ) -> Result<(Spool, SpoolRecovery), SpoolError> {
         let mut listed: Vec<(u64, PathBuf)> = Vec::new();
-        for entry in std::fs::read_dir(dir).map_err(io("list segments"))? {
+        let entries = match std::fs::read_dir(dir) {
+            Err(e) if !writable && e.kind() == std::io::ErrorKind::NotFound => None,
+            other => Some(other.map_err(io("list segments"))?),
+        };
+        for entry in entries.into_iter().flatten() {
             let entry = entry.map_err(io("list segments"))?;
             let file_name = entry.file_name();
             let Some(name) = file_name.to_str() else {

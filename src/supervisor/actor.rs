@@ -285,29 +285,6 @@ impl Actor {
     fn event(&mut self, event: ProcEvent) {
         match event {
             ProcEvent::Spawned { handle, stdin } => self.spawned(handle, stdin),
-            ProcEvent::Running { handle } => {
-                if let Some(e) = self.table.get(&handle) {
-                    let proc = Arc::clone(&e.proc);
-                    proc.running_publication.send_replace(true);
-                    let shared = Arc::clone(&self.shared);
-                    self.tasks.spawn(
-                        async move {
-                            let ids = proc.ids;
-                            super::publish::publish_and_notify(
-                                &shared,
-                                handle,
-                                ids,
-                                ids.running,
-                                State::Running,
-                                crate::lifecycle::event::ExitStatus::Unknown,
-                            )
-                            .await;
-                            proc.running_publication.send_replace(false);
-                        }
-                        .instrument(info_span!("publish", %handle)),
-                    );
-                }
-            }
             ProcEvent::Abandoned { handle } => {
                 if self.table.remove(&handle).is_some() {
                     self.live = self.live.saturating_sub(1);
@@ -407,7 +384,12 @@ impl Actor {
             lost: EventId::new_v7(),
             completion: EventId::new_v7(),
         };
-        let proc = Arc::new(Proc::new(handle, ids));
+        let spool_at = super::process::SpoolAt {
+            dir: self.shared.spool_dir(&handle),
+            options: self.shared.config.spool,
+            buffer_bytes: self.shared.config.buffer_bytes,
+        };
+        let proc = Arc::new(Proc::new(handle, ids, spool_at));
         self.table.insert(
             handle,
             Entry {
@@ -504,7 +486,6 @@ impl Actor {
             return;
         };
         let ids = entry.proc.ids;
-        let mut running = entry.proc.running_publication.subscribe();
         // Dropping the queue ends the stdin writer, which closes the pipe.
         entry.stdin = None;
         let lingering_count = self.table.values().filter(|e| e.lingering).count();
@@ -526,9 +507,6 @@ impl Actor {
             let (state, exit) = (summary.state, summary.exit);
             self.tasks.spawn(
                 async move {
-                    // After `running`'s publication (itself bounded by the host-call bound).
-                    let bound = Duration::from_millis(2 * limits::SERVICE_CALL_MS);
-                    let _ = tokio::time::timeout(bound, running.wait_for(|busy| !*busy)).await;
                     super::publish::publish_and_notify(
                         &shared,
                         handle,

@@ -6,8 +6,9 @@
 //!   whose `running` cannot be recorded is killed and recorded `failed`.
 //! - A start that recorded nothing hands the prepared process back and gives its admission back
 //!   (through the actor) before the caller hears of it.
-//! - Creating the spool is a mkdir and a file create, without a sync (its first checkpoint
-//!   syncs the directory entry), so it runs in place; every sync runs on the blocking pool.
+//! - Registration, the spawn and `running` run as one task on the blocking pool:
+//!   `posix_spawn` holds its thread until the child exec'd, and an acknowledgement waits for a
+//!   `fdatasync`; neither ever runs on a runtime thread.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,56 +18,45 @@ use tracing::warn;
 
 use super::command::{Lease, PreparedProcess};
 use super::process::{self, Launched, Outcome, Proc, ProcEvent};
-use super::{Shared, StartError, lock};
+use super::{Shared, StartError};
 use crate::journal::EventId;
-use crate::lifecycle::event::{CaptureStatus, ExitStatus, IdentityWitness, Registered, Running};
+use crate::lifecycle::event::{
+    CaptureStatus, CommandSpec, ExitStatus, IdentityWitness, Registered, Running,
+};
 use crate::lifecycle::{Handle, LifecycleEvent, State};
-use crate::spool::{Output, Spool};
-use crate::tree::{SpawnSpec, TreeSignal};
+use crate::tree::{SpawnSpec, Spawned, TreeSignal};
 
-pub(crate) async fn start(
-    shared: Arc<Shared>,
-    actor: mpsc::Sender<ProcEvent>,
-    proc: Arc<Proc>,
-    prepared: PreparedProcess,
-    reply: oneshot::Sender<Result<Handle, StartError>>,
-) {
+/// How the blocking part of a start ended.
+enum Launch {
+    /// `Registered` could not be recorded: nothing exists.
+    NotRegistered(String),
+    /// Registered, but nothing was spawned.
+    Failed(String),
+    /// Spawned, but `running` could not be recorded.
+    RunningNotRecorded(Spawned, String),
+    Running(Spawned),
+}
+
+/// The blocking part of a start, on one blocking thread: `Registered` acknowledged, the spawn,
+/// `running` acknowledged. One trip to the blocking pool instead of two, and
+/// `posix_spawn` (which holds its thread until the child has exec'd) never runs on a runtime
+/// thread. The pipes and the pidfd register with the runtime from here (blocking threads carry
+/// its context).
+fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
     let (handle, ids) = (proc.handle, proc.ids);
-    let PreparedProcess { spec, lease } = prepared;
     let registered = LifecycleEvent::Registered(Registered {
         handle,
         ids,
         command: spec.clone(),
         at_unix_ms: super::now_unix_ms(),
     });
-    if let Err(e) = shared.append(EventId::new_v7(), registered).await {
-        let _ = actor.send(ProcEvent::Abandoned { handle }).await;
-        let _ = reply.send(Err(StartError::Journal {
-            prepared: PreparedProcess { spec, lease },
-            error: e.to_string(),
-        }));
-        return;
+    if let Err(e) = shared.append_blocking(EventId::new_v7(), &registered) {
+        return Launch::NotRegistered(e.to_string());
     }
-    // A new spool is a mkdir and a file create, no fsync (its first checkpoint syncs the
-    // directory entry) and no scan: cheaper here than a hop to the blocking pool.
-    let spool = Spool::open_writer(
-        &shared.spool_dir(&handle),
-        handle.0.as_bytes(),
-        shared.config.spool,
-    );
-    match spool {
-        Ok((spool, _)) => {
-            *lock(&proc.output) = Some(Output::new(spool, shared.config.buffer_bytes));
-        }
-        Err(e) => {
-            let message = format!("cannot create the output spool: {e}");
-            return fail(&shared, &actor, &proc, lease, message, reply).await;
-        }
-    }
+    // The spool is created at the first output byte (`Proc::append_output`).
     let cwd = std::path::PathBuf::from(&spec.cwd);
     if !cwd.is_dir() {
-        let message = format!("working directory {} does not exist", spec.cwd);
-        return fail(&shared, &actor, &proc, lease, message, reply).await;
+        return Launch::Failed(format!("working directory {} does not exist", spec.cwd));
     }
     let launch = SpawnSpec {
         program: spec.program.clone(),
@@ -76,18 +66,11 @@ pub(crate) async fn start(
     };
     let spawned = match shared.config.launcher.launch(&launch) {
         Ok(spawned) => spawned,
-        Err(e) => return fail(&shared, &actor, &proc, lease, e.to_string(), reply).await,
+        Err(e) => return Launch::Failed(e.to_string()),
     };
-    let tree = Arc::clone(&spawned.tree);
     // Set once, here; a stop that raced the launch is waiting for it.
-    let _ = proc.tree.set(Arc::clone(&tree));
-    let _ = actor
-        .send(ProcEvent::Spawned {
-            handle,
-            stdin: spawned.stdin,
-        })
-        .await;
-    let identity = tree.identity();
+    let _ = proc.tree.set(Arc::clone(&spawned.tree));
+    let identity = spawned.tree.identity();
     let running = LifecycleEvent::Running(Running {
         handle,
         pid: identity.pid,
@@ -97,31 +80,81 @@ pub(crate) async fn start(
         },
         at_unix_ms: super::now_unix_ms(),
     });
-    if let Err(e) = shared.append(ids.running, running).await {
-        // The journal failed: the process must not run unrecorded.
-        warn!(error = %e, "running not recorded; killing the process");
-        let _ = tree.signal(TreeSignal::Kill);
-        let _ = tree.wait_leader().await;
-        let reason = format!("running not recorded: {e}");
-        let outcome = Outcome {
-            state: State::Failed,
-            exit: ExitStatus::Unknown,
-            capture: CaptureStatus::Failed(reason.clone()),
-            reason,
-            lingering: false,
-        };
-        process::terminalize(&shared, &actor, &proc, lease, outcome).await;
-        let _ = reply.send(Ok(handle));
-        return;
+    match shared.append_blocking(ids.running, &running) {
+        Ok(_) => Launch::Running(spawned),
+        Err(e) => Launch::RunningNotRecorded(spawned, e.to_string()),
     }
+}
+
+pub(crate) async fn start(
+    shared: Arc<Shared>,
+    actor: mpsc::Sender<ProcEvent>,
+    proc: Arc<Proc>,
+    prepared: PreparedProcess,
+    reply: oneshot::Sender<Result<Handle, StartError>>,
+) {
+    let handle = proc.handle;
+    let PreparedProcess { spec, lease } = prepared;
+    let launched = {
+        let (shared, proc, spec) = (Arc::clone(&shared), Arc::clone(&proc), spec.clone());
+        tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec))
+            .await
+            .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
+    };
+    let spawned = match launched {
+        Launch::NotRegistered(error) => {
+            let _ = actor.send(ProcEvent::Abandoned { handle }).await;
+            let _ = reply.send(Err(StartError::Journal {
+                prepared: PreparedProcess { spec, lease },
+                error,
+            }));
+            return;
+        }
+        Launch::Failed(message) => {
+            return fail(&shared, &actor, &proc, lease, message, reply).await;
+        }
+        Launch::RunningNotRecorded(spawned, e) => {
+            // The journal failed: the process must not run unrecorded.
+            warn!(error = %e, "running not recorded; killing the process");
+            let _ = spawned.tree.signal(TreeSignal::Kill);
+            let _ = spawned.tree.wait_leader().await;
+            let reason = format!("running not recorded: {e}");
+            let outcome = Outcome {
+                state: State::Failed,
+                exit: ExitStatus::Unknown,
+                capture: CaptureStatus::Failed(reason.clone()),
+                reason,
+                lingering: false,
+            };
+            process::terminalize(&shared, &actor, &proc, lease, outcome).await;
+            let _ = reply.send(Ok(handle));
+            return;
+        }
+        Launch::Running(spawned) => spawned,
+    };
+    let _ = actor
+        .send(ProcEvent::Spawned {
+            handle,
+            stdin: spawned.stdin,
+        })
+        .await;
     let _ = reply.send(Ok(handle));
-    // The actor publishes `running` beside the drain; the terminal publication waits for it, so
-    // the host still sees `running` first.
-    let _ = actor.send(ProcEvent::Running { handle }).await;
+    // Published before the drain reads: the host hears of `running` before any output is
+    // captured, and before any terminal notice of the same process.
+    let ids = proc.ids;
+    super::publish::publish_and_notify(
+        &shared,
+        handle,
+        ids,
+        ids.running,
+        State::Running,
+        ExitStatus::Unknown,
+    )
+    .await;
     let timeout = spec.limits.wall_clock_ms.map(Duration::from_millis);
     let launched = Launched {
         proc,
-        tree,
+        tree: spawned.tree,
         stdout: spawned.stdout,
         stderr: spawned.stderr,
         timeout,

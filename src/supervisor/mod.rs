@@ -257,18 +257,7 @@ impl Shared {
         event: LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
         let shared = Arc::clone(self);
-        let joined = tokio::task::spawn_blocking(move || {
-            let (appended, journal) = {
-                let mut lifecycle = lock(&shared.lifecycle);
-                (
-                    lifecycle.append_deferred(id, &event)?,
-                    lifecycle.journal_arc(),
-                )
-            };
-            journal.acknowledge(appended.position.seq)?;
-            Ok(appended)
-        })
-        .await;
+        let joined = tokio::task::spawn_blocking(move || shared.append_blocking(id, &event)).await;
         match joined {
             Ok(result) => result,
             Err(e) => Err(LifecycleError::Journal(
@@ -277,6 +266,24 @@ impl Shared {
                 },
             )),
         }
+    }
+
+    /// [`Shared::append`] on the calling thread, which must not be a runtime thread (it
+    /// waits for a `fdatasync`).
+    pub fn append_blocking(
+        &self,
+        id: EventId,
+        event: &LifecycleEvent,
+    ) -> Result<Appended, LifecycleError> {
+        let (appended, journal) = {
+            let mut lifecycle = lock(&self.lifecycle);
+            (
+                lifecycle.append_deferred(id, event)?,
+                lifecycle.journal_arc(),
+            )
+        };
+        journal.acknowledge(appended.position.seq)?;
+        Ok(appended)
     }
 
     pub fn spool_dir(&self, handle: &Handle) -> PathBuf {

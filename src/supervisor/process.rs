@@ -70,8 +70,6 @@ impl Cause {
 pub(crate) enum ProcEvent {
     /// The workload runs; the actor owns its stdin from now on.
     Spawned { handle: Handle, stdin: pipe::Sender },
-    /// `running` is acknowledged: its publication may go out.
-    Running { handle: Handle },
     /// A start that recorded nothing: the admission is given back.
     Abandoned { handle: Handle },
     /// The wall-clock limit passed.
@@ -98,10 +96,20 @@ pub struct TerminalSummary {
     pub persist_error: Option<String>,
 }
 
+/// Where a process's spool goes, created at its first output byte: a process that never
+/// writes costs no directory and no file.
+#[derive(Debug, Clone)]
+pub(crate) struct SpoolAt {
+    pub dir: std::path::PathBuf,
+    pub options: crate::spool::SpoolOptions,
+    pub buffer_bytes: usize,
+}
+
 #[derive(Debug)]
 pub(crate) struct Proc {
     pub handle: Handle,
     pub ids: LifecycleIds,
+    spool_at: SpoolAt,
     /// Set once, when the workload was launched.
     pub tree: OnceLock<Arc<dyn ProcessTree>>,
     /// `None` before the spool exists and after terminalization closed it.
@@ -114,16 +122,14 @@ pub(crate) struct Proc {
     waiters: AtomicUsize,
     gate: AtomicBool,
     pub exited: watch::Sender<Option<TerminalSummary>>,
-    /// True while the publication of `running` is in flight: the terminal publication waits
-    /// for it, so the host hears of a process in order.
-    pub running_publication: watch::Sender<bool>,
 }
 
 impl Proc {
-    pub fn new(handle: Handle, ids: LifecycleIds) -> Self {
+    pub fn new(handle: Handle, ids: LifecycleIds, spool_at: SpoolAt) -> Self {
         Proc {
             handle,
             ids,
+            spool_at,
             tree: OnceLock::new(),
             output: Mutex::new(None),
             output_changed: Notify::new(),
@@ -132,7 +138,6 @@ impl Proc {
             waiters: AtomicUsize::new(0),
             gate: AtomicBool::new(false),
             exited: watch::channel(None).0,
-            running_publication: watch::channel(false).0,
         }
     }
 
@@ -174,9 +179,23 @@ impl Proc {
     /// the spool's files (for readers in other processes, and a crash of the supervisor) before
     /// the drain reads again.
     fn append_output(&self, stream: Stream, bytes: &[u8]) -> Result<(), crate::spool::SpoolError> {
-        let result = match lock(&self.output).as_mut() {
-            Some(output) => output.append(stream, bytes).and_then(|()| output.flush()),
-            None => Err(crate::spool::SpoolError::ReadOnly),
+        let result = {
+            let mut output = lock(&self.output);
+            if output.is_none() {
+                // The first byte: the spool is created now (a mkdir and a file, no sync: its
+                // first checkpoint syncs the directory entry).
+                let at = &self.spool_at;
+                let (spool, _) = crate::spool::Spool::open_writer(
+                    &at.dir,
+                    self.handle.0.as_bytes(),
+                    at.options,
+                )?;
+                *output = Some(Output::new(spool, at.buffer_bytes));
+            }
+            match output.as_mut() {
+                Some(output) => output.append(stream, bytes).and_then(|()| output.flush()),
+                None => Err(crate::spool::SpoolError::ReadOnly),
+            }
         };
         self.output_changed.notify_waiters();
         result

@@ -63,6 +63,10 @@ pub(crate) async fn restore(
             let mut bounds = m.bounds;
             let options = shared.config.spool;
             let recovered = tokio::task::spawn_blocking(move || {
+                // A process that never wrote has no spool (it is created at the first byte).
+                if !dir.is_dir() {
+                    return Ok((0, 0));
+                }
                 Spool::open_writer(&dir, handle.0.as_bytes(), options)
                     .and_then(|(mut spool, _)| spool.checkpoint())
                     .map_err(|e| e.to_string())
