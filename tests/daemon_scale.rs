@@ -129,13 +129,17 @@ fn start_request(root: &Path) -> Request {
     })
 }
 
-/// Runs one `true` to completion over `client`, retrying refusals for capacity (the daemon's
-/// typed answer when its descriptor budget is spent) and reconnecting when a connection is
-/// closed under it. Returns how many starts were refused for capacity.
-fn run_one(socket: &Path, client: &mut Option<Client>, root: &Path, deadline: Instant) -> usize {
-    let mut refused = 0;
+/// Sends `request` over `client`, connecting first if need be and again whenever the daemon
+/// closed the connection without reading the request (`busy` when evicted, or a closed socket):
+/// those requests were never run, so sending them again is safe. Other API errors are returned.
+fn call(
+    socket: &Path,
+    client: &mut Option<Client>,
+    request: &Request,
+    deadline: Instant,
+) -> Result<Value, procjournal::protocol::ApiError> {
     loop {
-        assert!(Instant::now() < deadline, "hung running one command");
+        assert!(Instant::now() < deadline, "hung on {request:?}");
         let c = match client {
             Some(c) => c,
             None => match Client::connect(socket) {
@@ -146,58 +150,45 @@ fn run_one(socket: &Path, client: &mut Option<Client>, root: &Path, deadline: In
                 }
             },
         };
-        match c.call(&start_request(root)) {
+        match c.call(request) {
+            Ok(value) => return Ok(value),
+            Err(ClientError::Api(e)) if e.code == ErrorCode::Busy => {
+                *client = None;
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(ClientError::Io(_) | ClientError::BadResponse(_)) => *client = None,
+            Err(ClientError::Api(e)) => return Err(e),
+            Err(e) => panic!("{request:?}: {e}"),
+        }
+    }
+}
+
+/// Runs one `true` to completion, retrying refusals for capacity (the daemon's typed answer
+/// when its descriptor budget is spent). Returns how many starts were refused.
+fn run_one(socket: &Path, client: &mut Option<Client>, root: &Path, deadline: Instant) -> usize {
+    let mut refused = 0;
+    loop {
+        match call(socket, client, &start_request(root), deadline) {
             Ok(info) => {
                 let handle: Handle = info["handle"]
                     .as_str()
                     .and_then(|h| h.parse().ok())
                     .expect("a handle");
-                let waited = wait(socket, client, handle, deadline);
+                let request = Request::Wait {
+                    handle,
+                    timeout_ms: None,
+                };
+                let waited = call(socket, client, &request, deadline).expect("wait");
                 assert_eq!(waited["state"], "exited", "{waited}");
                 assert_eq!(waited["exit_code"], 0, "{waited}");
                 return refused;
             }
-            Err(ClientError::Api(e)) if e.code == ErrorCode::Refused => {
+            Err(e) if e.code == ErrorCode::Refused => {
                 assert!(e.message.contains("processes are live"), "{e:?}");
                 refused += 1;
                 std::thread::sleep(Duration::from_millis(2));
             }
-            Err(ClientError::Api(e)) if e.code == ErrorCode::Busy => {
-                *client = None;
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            Err(ClientError::Io(_) | ClientError::BadResponse(_)) => {
-                *client = None;
-            }
-            Err(e) => panic!("start: {e}"),
-        }
-    }
-}
-
-/// Waits for `handle`, reconnecting when the connection is evicted or closed under it (a wait
-/// changes nothing, so asking again is safe).
-fn wait(socket: &Path, client: &mut Option<Client>, handle: Handle, deadline: Instant) -> Value {
-    loop {
-        assert!(Instant::now() < deadline, "hung waiting for {handle}");
-        let c = match client {
-            Some(c) => c,
-            None => match Client::connect(socket) {
-                Ok(c) => client.insert(c),
-                Err(_) => {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue;
-                }
-            },
-        };
-        let request = Request::Wait {
-            handle,
-            timeout_ms: None,
-        };
-        match c.call(&request) {
-            Ok(w) => return w,
-            Err(ClientError::Api(e)) if e.code == ErrorCode::Busy => *client = None,
-            Err(ClientError::Io(_) | ClientError::BadResponse(_)) => *client = None,
-            Err(e) => panic!("wait for {handle}: {e}"),
+            Err(e) => panic!("start: {e:?}"),
         }
     }
 }

@@ -12,33 +12,9 @@ use std::time::Duration;
 
 use procjournal::lifecycle::event::kinds;
 use procjournal::lifecycle::{Handle, State};
-use procjournal::supervisor::{
-    Command, Rendering, ServiceEvent, Services, Supervisor, SupervisorConfig, SupervisorError,
-    SupervisorStats,
-};
+use procjournal::supervisor::{Rendering, Supervisor, SupervisorError, SupervisorStats};
 use proptest::prelude::*;
-use supervisor_common::{config, guarded, journal_records, sh, temp_root};
-
-async fn open(
-    config: SupervisorConfig,
-) -> (
-    Supervisor,
-    tokio::sync::mpsc::UnboundedReceiver<ServiceEvent>,
-) {
-    let (services, rx) = Services::channel();
-    let (sup, _) = Supervisor::open(config, services)
-        .await
-        .expect("open supervisor");
-    (sup, rx)
-}
-
-async fn start(sup: &Supervisor, command: Command) -> Handle {
-    let prepared = sup.prepare(command).expect("prepare");
-    match sup.start(prepared).await {
-        Ok(h) => h,
-        Err(e) => panic!("start failed: {e}"),
-    }
-}
+use supervisor_common::{config, guarded, journal_records, open, sh, start, temp_root};
 
 fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_procjournal")

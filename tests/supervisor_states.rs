@@ -19,40 +19,15 @@ use procjournal::spool::SpoolOptions;
 use procjournal::spool::format::Stream;
 use procjournal::supervisor::{
     Command, ListFilter, Refusal, Rendering, ServiceEvent, Services, StartError, Supervisor,
-    SupervisorConfig, SupervisorError, TerminalSummary,
+    SupervisorError, TerminalSummary,
 };
 use procjournal::tree::{
     GroupLauncher, Launcher, ProcessTree, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeSignal,
 };
 use supervisor_common::{
     Clock, CountingLease, KillGuard, base64, completed_of, config, guarded, journal_records,
-    kind_name, kinds_of, replay, sh, temp_root,
+    kind_name, kinds_of, open, replay, sh, start, temp_root,
 };
-
-async fn open(
-    config: SupervisorConfig,
-) -> (
-    Supervisor,
-    tokio::sync::mpsc::UnboundedReceiver<ServiceEvent>,
-) {
-    let (services, rx) = Services::channel();
-    let (sup, report) = Supervisor::open(config, services)
-        .await
-        .expect("open supervisor");
-    assert!(
-        report.reconciled.is_empty() && report.errors.is_empty(),
-        "{report:?}"
-    );
-    (sup, rx)
-}
-
-async fn start(sup: &Supervisor, command: Command) -> Handle {
-    let prepared = sup.prepare(command).expect("prepare");
-    match sup.start(prepared).await {
-        Ok(h) => h,
-        Err(e) => panic!("start failed: {e}"),
-    }
-}
 
 async fn wait(sup: &Supervisor, handle: &Handle) -> TerminalSummary {
     guarded("wait", sup.wait(handle, None))

@@ -103,6 +103,21 @@ mod tests {
         assert_eq!(parse_stat("1 (x"), None);
     }
 
+    proptest::proptest! {
+        /// The parser is total: any text (a process may vanish mid-read, a command name may
+        /// hold anything) yields a value or `None`, never a panic; and a well-formed line with
+        /// any command name parses to its fields.
+        #[test]
+        fn stat_parsing_is_total(text in ".{0,200}", comm in "[^\\x00]{0,40}", pgrp in 1i64..1_000_000, start in 0u64..u64::MAX / 2) {
+            let _ = parse_stat(&text);
+            let line = format!("7 ({comm}) S 1 {pgrp} {pgrp} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
+            proptest::prop_assert_eq!(
+                parse_stat(&line),
+                Some(Stat { state: b'S', pgrp, start_time_ticks: start })
+            );
+        }
+    }
+
     #[test]
     fn the_identity_of_this_process_is_readable_and_stable() {
         let pid = std::process::id();

@@ -50,6 +50,33 @@ pub fn config(root: &Path) -> SupervisorConfig {
     config
 }
 
+/// Opens a supervisor with channel services on a fresh root (nothing to restore).
+pub async fn open(
+    config: SupervisorConfig,
+) -> (
+    Supervisor,
+    tokio::sync::mpsc::UnboundedReceiver<ServiceEvent>,
+) {
+    let (services, rx) = Services::channel();
+    let (sup, report) = Supervisor::open(config, services)
+        .await
+        .expect("open supervisor");
+    assert!(
+        report.reconciled.is_empty() && report.errors.is_empty(),
+        "{report:?}"
+    );
+    (sup, rx)
+}
+
+/// Prepares and starts `command`, panicking if either fails.
+pub async fn start(sup: &Supervisor, command: Command) -> Handle {
+    let prepared = sup.prepare(command).expect("prepare");
+    match sup.start(prepared).await {
+        Ok(h) => h,
+        Err(e) => panic!("start failed: {e}"),
+    }
+}
+
 /// `sh -c script` in `cwd`.
 pub fn sh(cwd: &Path, script: &str) -> Command {
     Command::new("sh").arg("-c").arg(script).cwd(cwd)
