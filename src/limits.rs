@@ -189,6 +189,20 @@ pub const ACCEPT_BACKOFF_MS: u64 = 50;
 const _: () = assert!(CONNECTIONS_MAX > 0);
 const _: () = assert!(REQUEST_LINE_MS < CONNECTION_IDLE_MS);
 
+/// Refusals whose farewell line may be in flight at once when every connection is running a
+/// request; beyond it a newcomer's connection is closed without a line (it reads EOF and may
+/// try again), so a crowd of newcomers cannot pile up descriptors.
+pub const REFUSALS_AT_ONCE: usize = 4;
+
 /// The longest request line accepted from a client, socket or MCP (base64 input of up to
 /// 768 KiB fits). Longer lines are refused and skipped without being buffered.
 pub const REQUEST_BYTES_MAX: usize = 1 << 20;
+
+/// Bytes read from a pipe per read call: a quarter of the enlarged pipe, so one wakeup moves a
+/// lot and the spool writes several chunks in one call. One buffer of this size per runtime
+/// thread serves every drain on it (an idle process holds none).
+pub const READ_BYTES: usize = 256 * 1024;
+
+/// The pipe size asked for with F_SETPIPE_SZ: larger pipes mean fewer wakeups (research: 1 MiB
+/// pipes tripled throughput on this kind of machine).
+pub const PIPE_BYTES: i32 = 1024 * 1024;

@@ -389,7 +389,10 @@ fn refusal(reason: &crate::supervisor::Refusal) -> String {
     match reason {
         crate::supervisor::Refusal::ShuttingDown => "the supervisor is shutting down".to_owned(),
         crate::supervisor::Refusal::AtCapacity { live, max } => {
-            format!("{live} processes are live, the maximum is {max}")
+            format!(
+                "{live} processes are live, the maximum is {max} (the live-process bound: \
+                 LIVE_PROCESSES_DEFAULT or --max-live, capped by the descriptor budget)"
+            )
         }
     }
 }

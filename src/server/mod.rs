@@ -226,7 +226,7 @@ impl Server {
         // which costs the daemon nothing.
         let descriptors = Arc::new(Semaphore::new(limits.connections_max));
         // Refusals of a full house of running requests: their farewells are bounded too.
-        let refusals = Arc::new(Semaphore::new(REFUSALS_AT_ONCE));
+        let refusals = Arc::new(Semaphore::new(crate::limits::REFUSALS_AT_ONCE));
         loop {
             let stream = tokio::select! {
                 accepted = self.listener.accept() => match accepted {
@@ -278,7 +278,7 @@ impl Server {
     }
 
     /// Answers `busy` to a newcomer when every connection is running a request, within
-    /// [`REFUSALS_AT_ONCE`].
+    /// [`crate::limits::REFUSALS_AT_ONCE`].
     fn refuse_full_house(&self, stream: UnixStream, refusals: &Arc<Semaphore>) {
         let Ok(permit) = Arc::clone(refusals).try_acquire_owned() else {
             return; // dropped: closed without a line
@@ -355,11 +355,6 @@ impl Server {
         });
     }
 }
-
-/// Refusals whose farewell line may be in flight at once when every connection is running a
-/// request; beyond it a newcomer's connection is closed without a line (it reads EOF and may
-/// try again), so a crowd of newcomers cannot pile up descriptors.
-const REFUSALS_AT_ONCE: usize = 4;
 
 /// Whether an accept error means the process or the system is out of file descriptors.
 fn is_out_of_fds(errno: i32) -> bool {

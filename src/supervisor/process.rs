@@ -266,10 +266,6 @@ impl Drop for Waiter<'_> {
     }
 }
 
-/// Bytes read from a pipe per read call: a quarter of the enlarged pipe, so one wakeup moves a
-/// lot and the spool writes several chunks in one call.
-const READ_BYTES: usize = 256 * 1024;
-
 /// A spool sync (and maybe its journal record) running beside the drain; it yields the output
 /// total the journal records once it is done.
 type SyncTask = Pin<Box<dyn Future<Output = u64> + Send>>;
@@ -476,10 +472,10 @@ fn drain_ready(
     };
     SCRATCH.with(|scratch| {
         let mut buf = scratch.borrow_mut();
-        if buf.len() < READ_BYTES {
-            buf.resize(READ_BYTES, 0);
+        if buf.len() < crate::limits::READ_BYTES {
+            buf.resize(crate::limits::READ_BYTES, 0);
         }
-        match pipe.try_read(&mut buf[..READ_BYTES]) {
+        match pipe.try_read(&mut buf[..crate::limits::READ_BYTES]) {
             Ok(0) => Ok(Drained::Eof),
             Ok(n) => {
                 // A spool failure is recorded, and reading goes on: the workload must never

@@ -58,10 +58,6 @@ pub enum SpawnError {
     Adopt { cause: std::io::Error },
 }
 
-/// The pipe size asked for with F_SETPIPE_SZ: larger pipes mean fewer wakeups (research: 1 MiB
-/// pipes tripled throughput on this kind of machine).
-const PIPE_BYTES: i32 = 1024 * 1024;
-
 fn setup(what: &'static str) -> impl Fn(nix::errno::Errno) -> SpawnError {
     move |e| SpawnError::Setup {
         what,
@@ -218,7 +214,7 @@ pub(super) fn spawn(
     let (stderr_r, stderr_w) = pipe_above_stdio()?;
     for fd in [&stdout_r, &stderr_r] {
         // Best effort: the default pipe works, only slower.
-        let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(PIPE_BYTES));
+        let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(crate::limits::PIPE_BYTES));
     }
 
     let mut actions = PosixSpawnFileActions::init().map_err(setup("spawn file actions"))?;
