@@ -399,6 +399,22 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
     assert_eq!(code, 0);
     let handle = out.trim().to_owned();
     poll_until("output", || client(root, &["logs", &handle]).1 == "abc");
+    // Two writers run in the background of a fresh daemon: the first output checkpoint (one
+    // interval after the output) and the zero-fill of the journal's spare segment. The root is
+    // compared only once both are done.
+    poll_until("the checkpoint of the output", || {
+        client(root, &["ps", "--json"])
+            .1
+            .contains("\"total_bytes\":3")
+    });
+    poll_until("the root to settle", || {
+        let a = tree_digest(root);
+        let spare_full = a.iter().all(|(path, len, _)| {
+            path.extension().is_none_or(|e| e != "spare") || *len == 16 * 1024 * 1024
+        });
+        std::thread::sleep(Duration::from_millis(200));
+        spare_full && a == tree_digest(root)
+    });
     let before = tree_digest(root);
 
     let mut conn = Conn::open(&daemon.socket).unwrap();
