@@ -14,21 +14,32 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// Source lines of the runtime modules, without comments and without `#[cfg(test)]` modules
-/// (a test may hold whatever it likes).
-fn runtime_lines(area: &str) -> Vec<(String, usize, String)> {
+/// Every `.rs` file under `src/<area>` (`""`: all of `src`), as (path from the crate root, text),
+/// in a stable order.
+fn sources(area: &str) -> Vec<(String, String)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let mut files = Vec::new();
     rust_files(&root.join("src").join(area), &mut files);
     files.sort();
+    files
+        .into_iter()
+        .map(|file| {
+            let text = std::fs::read_to_string(&file).expect("read source");
+            let rel = file
+                .strip_prefix(root)
+                .expect("under the root")
+                .display()
+                .to_string();
+            (rel, text)
+        })
+        .collect()
+}
+
+/// Code lines of `src/<area>`, without comments and without `#[cfg(test)]` modules (a test may
+/// hold whatever it likes): (path, line number, code).
+fn runtime_lines(area: &str) -> Vec<(String, usize, String)> {
     let mut out = Vec::new();
-    for file in files {
-        let text = std::fs::read_to_string(&file).expect("read source");
-        let rel = file
-            .strip_prefix(root)
-            .expect("under the root")
-            .display()
-            .to_string();
+    for (rel, text) in sources(area) {
         for (n, line) in text.lines().enumerate() {
             if line.trim_start() == "#[cfg(test)]" {
                 break;
@@ -126,26 +137,11 @@ fn every_supervisor_task_is_spawned_by_the_actor() {
 /// or waits for processes.
 #[test]
 fn only_the_tree_boundary_touches_processes() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    let mut offenders = Vec::new();
-    for file in files {
-        let rel = file
-            .strip_prefix(root)
-            .expect("under root")
-            .display()
-            .to_string();
-        if rel.starts_with("src/tree/") || rel.starts_with("src/cli/") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&file).expect("read");
-        for (n, line) in text.lines().enumerate() {
-            if line.trim_start() == "#[cfg(test)]" {
-                break;
-            }
-            let code = line.split("//").next().unwrap_or("");
-            if [
+    let offenders: Vec<String> = runtime_lines("")
+        .into_iter()
+        .filter(|(rel, _, _)| !rel.starts_with("src/tree/") && !rel.starts_with("src/cli/"))
+        .filter(|(_, _, code)| {
+            [
                 "killpg(",
                 "signal::kill(",
                 "posix_spawn",
@@ -154,11 +150,9 @@ fn only_the_tree_boundary_touches_processes() {
             ]
             .iter()
             .any(|t| code.contains(t))
-            {
-                offenders.push(format!("{rel}:{}: {}", n + 1, code.trim()));
-            }
-        }
-    }
+        })
+        .map(|(rel, n, code)| format!("{rel}:{n}: {}", code.trim()))
+        .collect();
     assert!(
         offenders.is_empty(),
         "process handling outside src/tree: {offenders:#?}"
@@ -175,16 +169,7 @@ fn unsafe_code_is_confined_and_justified() {
         "src/tree/spawn.rs",
         "src/tree/group.rs",
     ];
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    rust_files(&root.join("src"), &mut files);
-    for file in files {
-        let rel = file
-            .strip_prefix(root)
-            .expect("under root")
-            .display()
-            .to_string();
-        let text = std::fs::read_to_string(&file).expect("read");
+    for (rel, text) in sources("") {
         let lines: Vec<&str> = text.lines().collect();
         for (n, line) in lines.iter().enumerate() {
             let code = line.split("//").next().unwrap_or("");

@@ -163,6 +163,8 @@ pub(crate) struct Actor {
     events: mpsc::Receiver<ProcEvent>,
     events_tx: mpsc::Sender<ProcEvent>,
     table: HashMap<Handle, Entry>,
+    /// Entries of `table` that are lingering (kept as a count: every terminal gate asks).
+    lingering: usize,
     live: usize,
     max_live: usize,
     closed: bool,
@@ -188,6 +190,7 @@ impl Actor {
             events,
             events_tx,
             table: HashMap::new(),
+            lingering: 0,
             live: 0,
             max_live,
             closed: false,
@@ -314,6 +317,7 @@ impl Actor {
             ProcEvent::TreeEmpty { handle } => {
                 if self.table.get(&handle).is_some_and(|e| e.lingering) {
                     self.table.remove(&handle);
+                    self.lingering -= 1;
                 }
             }
         }
@@ -323,8 +327,8 @@ impl Actor {
         SupervisorStats {
             live: self.live,
             max_live: self.max_live,
-            table: self.table.values().filter(|e| !e.lingering).count(),
-            lingering: self.table.values().filter(|e| e.lingering).count(),
+            table: self.table.len() - self.lingering,
+            lingering: self.lingering,
             tasks: self.tasks.len(),
             readers_cached: self.readers.len(),
             summaries_cached: self.summaries.len(),
@@ -488,11 +492,11 @@ impl Actor {
         let ids = entry.proc.ids;
         // Dropping the queue ends the stdin writer, which closes the pipe.
         entry.stdin = None;
-        let lingering_count = self.table.values().filter(|e| e.lingering).count();
-        if lingering && lingering_count < limits::LINGERING_TREES_MAX {
+        if lingering && self.lingering < limits::LINGERING_TREES_MAX {
             if let Some(tree) = entry.proc.tree.get().map(Arc::clone) {
                 let actor = self.events_tx.clone();
                 entry.lingering = true;
+                self.lingering += 1;
                 self.tasks.spawn(
                     watch_lingering(tree, actor, handle)
                         .instrument(info_span!("lingering", %handle)),
@@ -587,9 +591,6 @@ impl Actor {
     /// Answers shutdown once every task but the ones that outlive it (lingering watchers whose
     /// trees could not be ended) has been joined, or the join bound passed.
     fn finish_shutdown(&mut self, deadline_passed: bool) {
-        let ShutdownState::Joining { .. } = &self.shutdown else {
-            return;
-        };
         // The tasks of processes whose teardown failed stay owned and keep running (a drain and
         // a stdin writer, or a lingering tree's watcher); shutdown reports those processes and
         // waits for every other task.

@@ -302,16 +302,6 @@ pub(crate) async fn request_stop(shared: &Arc<Shared>, proc: &Proc, reason: &str
     let _ = shared.append(EventId::new_v7(), event).await;
 }
 
-/// The live-process bound the descriptor limit allows: a start refused with a typed error is
-/// better than one that fails half-way with EMFILE.
-fn descriptor_budget() -> usize {
-    limits::open_files_soft()
-        .saturating_sub(limits::DESCRIPTORS_RESERVED)
-        .checked_div(limits::DESCRIPTORS_PER_PROCESS)
-        .unwrap_or(1)
-        .max(1)
-}
-
 /// A durable supervisor of processes under one runtime root. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct Supervisor {
@@ -340,7 +330,12 @@ impl Supervisor {
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let (lifecycle, recovery, replay) = opened;
-        let max_live = config.max_live.min(descriptor_budget());
+        // The live bound the descriptor limit allows (a start refused with a typed error beats
+        // one that fails half-way with EMFILE); an embedding host's connections are its own,
+        // so only the split's minimum is kept for them.
+        let max_live = config
+            .max_live
+            .min(limits::descriptor_split(limits::open_files_soft(), 0).1);
         let shared = Arc::new(Shared {
             config,
             services,

@@ -19,7 +19,7 @@ use tracing::warn;
 
 use super::Shared;
 use super::command::Lease;
-use super::services::{Completion, LifecycleNotice};
+use super::services::{Completion, LifecycleNotice, ServiceError};
 use crate::journal::EventId;
 use crate::lifecycle::event::{CompletionNotified, ExitStatus, LifecycleIds, LifecyclePublished};
 use crate::lifecycle::{Handle, LifecycleEvent, State};
@@ -96,11 +96,18 @@ fn publish_batch(
             None => (false, false),
         }
     };
-    // Records are appended without waiting for durability (module doc).
-    let record = |id: EventId, event: LifecycleEvent| {
-        super::lock(&shared.lifecycle)
-            .append_deferred(id, &event)
-            .map(|_| ())
+    // A call the host accepted is recorded, without waiting for durability (module doc).
+    let mut deliver = |delivered: Result<(), ServiceError>, what: String, id: EventId, event| {
+        let recorded = delivered
+            .map_err(|e| format!("{handle}: {what}: {e}"))
+            .and_then(|()| {
+                super::lock(&shared.lifecycle)
+                    .append_deferred(id, &event)
+                    .map_err(|e| format!("{handle}: recording {what}: {e}"))
+            });
+        if let Err(e) = recorded {
+            errors.push(e);
+        }
     };
     if !published {
         let notice = LifecycleNotice {
@@ -108,18 +115,16 @@ fn publish_batch(
             handle,
             state,
         };
-        match shared.services.publisher.publish(&notice) {
-            Ok(()) => {
-                let event = LifecycleEvent::LifecyclePublished(LifecyclePublished {
-                    handle,
-                    event: event_id,
-                });
-                if let Err(e) = record(event_id.derived(PUBLISHED), event) {
-                    errors.push(format!("{handle}: recording publication: {e}"));
-                }
-            }
-            Err(e) => errors.push(format!("{handle}: publishing {state}: {e}")),
-        }
+        let event = LifecycleEvent::LifecyclePublished(LifecyclePublished {
+            handle,
+            event: event_id,
+        });
+        deliver(
+            shared.services.publisher.publish(&notice),
+            format!("publishing {state}"),
+            event_id.derived(PUBLISHED),
+            event,
+        );
     }
     if state.is_terminal() && !notified {
         let completion = Completion {
@@ -128,18 +133,16 @@ fn publish_batch(
             state,
             exit,
         };
-        match shared.services.notifier.notify(&completion) {
-            Ok(()) => {
-                let event = LifecycleEvent::CompletionNotified(CompletionNotified {
-                    handle,
-                    command: ids.completion,
-                });
-                if let Err(e) = record(ids.completion.derived(NOTIFIED), event) {
-                    errors.push(format!("{handle}: recording completion: {e}"));
-                }
-            }
-            Err(e) => errors.push(format!("{handle}: notifying completion: {e}")),
-        }
+        let event = LifecycleEvent::CompletionNotified(CompletionNotified {
+            handle,
+            command: ids.completion,
+        });
+        deliver(
+            shared.services.notifier.notify(&completion),
+            "notifying completion".to_owned(),
+            ids.completion.derived(NOTIFIED),
+            event,
+        );
     }
     errors
 }

@@ -16,7 +16,10 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions, pidfd_open, pidfd_send_signal};
+use rustix::process::{
+    Pid, PidfdFlags, WaitId, WaitIdOptions, kill_process_group, pidfd_open, pidfd_send_signal,
+    test_kill_process_group,
+};
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
@@ -87,18 +90,9 @@ impl GroupTree {
         self.identity.pid
     }
 
-    /// Members found in /proc that are ours by the rule in the module doc.
-    fn scan(&self) -> std::io::Result<Vec<u32>> {
-        Ok(procfs::group_members(self.pgid())?
-            .into_iter()
-            .filter(|(_, s)| s.start_time_ticks >= self.identity.start_time_ticks)
-            .map(|(pid, _)| pid)
-            .collect())
-    }
-
     fn signal_members(&self, signal: TreeSignal) -> std::io::Result<()> {
         let mut first_error = None;
-        for pid in self.scan()? {
+        for pid in members_of(self.pgid(), self.identity.start_time_ticks)? {
             let Ok(fd) = pidfd_open(rustix_pid(pid)?, PidfdFlags::empty()) else {
                 continue; // gone since the scan
             };
@@ -139,26 +133,29 @@ impl GroupTree {
     }
 }
 
-/// Members of group `pgid` started no earlier than `since` (the leader's start time). Once the
-/// leader is reaped, a cheap probe comes first: ESRCH means no process has the group id at all.
+/// Members of group `pgid` found in /proc that are ours by the rule in the module doc: started
+/// no earlier than `since`, the leader's start time.
+fn members_of(pgid: u32, since: u64) -> std::io::Result<Vec<u32>> {
+    Ok(procfs::group_members(pgid)?
+        .into_iter()
+        .filter(|(_, s)| s.start_time_ticks >= since)
+        .map(|(pid, _)| pid)
+        .collect())
+}
+
+/// How many members are left. Once the leader is reaped, a cheap probe comes first.
 fn count_members(pgid: u32, since: u64, reaped: bool) -> std::io::Result<usize> {
     if reaped && group_gone(pgid) {
         return Ok(0);
     }
-    Ok(procfs::group_members(pgid)?
-        .iter()
-        .filter(|(_, s)| s.start_time_ticks >= since)
-        .count())
+    Ok(members_of(pgid, since)?.len())
 }
 
 /// No process has the group id: `killpg(pgid, 0)` says ESRCH. Only a probe (signal 0 delivers
 /// nothing), so it may name the number after the leader was reaped.
 fn group_gone(pgid: u32) -> bool {
-    let Some(group) = i32::try_from(pgid).ok().filter(|p| *p > 0) else {
-        return false;
-    };
-    nix::sys::signal::killpg(nix::unistd::Pid::from_raw(group), None)
-        == Err(nix::errno::Errno::ESRCH)
+    rustix_pid(pgid)
+        .is_ok_and(|group| test_kill_process_group(group) == Err(rustix::io::Errno::SRCH))
 }
 
 impl ProcessTree for GroupTree {
@@ -173,11 +170,10 @@ impl ProcessTree for GroupTree {
     fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
         let exit = lock(&self.exit);
         if exit.is_none() {
-            let pgid = nix::unistd::Pid::from_raw(rustix_pid(self.pgid())?.as_raw_nonzero().get());
-            return match nix::sys::signal::killpg(pgid, signal.nix()) {
-                Ok(()) | Err(nix::errno::Errno::ESRCH) => Ok(()),
-                Err(e) => Err(e.into()),
-            };
+            return esrch_is_ok(kill_process_group(
+                rustix_pid(self.pgid())?,
+                rustix_signal(signal),
+            ));
         }
         drop(exit);
         self.signal_members(signal)

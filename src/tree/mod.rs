@@ -45,14 +45,6 @@ impl TreeSignal {
             TreeSignal::Kill => "SIGKILL",
         }
     }
-
-    pub(crate) fn nix(self) -> nix::sys::signal::Signal {
-        match self {
-            TreeSignal::Interrupt => nix::sys::signal::Signal::SIGINT,
-            TreeSignal::Terminate => nix::sys::signal::Signal::SIGTERM,
-            TreeSignal::Kill => nix::sys::signal::Signal::SIGKILL,
-        }
-    }
 }
 
 /// Which mechanism owns a tree (recorded so that `ps` and the manifest can say it).

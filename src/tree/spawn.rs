@@ -75,17 +75,10 @@ fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, SpawnError> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
-    let raw = fcntl(&fd, FcntlArg::F_DUPFD_CLOEXEC(3)).map_err(setup("pipe"))?;
-    // fcntl returned a new descriptor that nothing else owns.
-    Ok(owned(raw))
-}
-
-#[allow(unsafe_code)]
-fn owned(raw: std::os::fd::RawFd) -> OwnedFd {
-    use std::os::fd::FromRawFd;
-    // SAFETY: `raw` was just returned by F_DUPFD_CLOEXEC, so it is an open descriptor that no
-    // other owner knows about; wrapping it once gives it exactly one owner.
-    unsafe { OwnedFd::from_raw_fd(raw) }
+    rustix::io::fcntl_dupfd_cloexec(&fd, 3).map_err(|e| SpawnError::Setup {
+        what: "pipe",
+        cause: e.into(),
+    })
 }
 
 /// `posix_spawn_file_actions_addclosefrom_np(3)` (glibc 2.34), which nix does not wrap: closes
