@@ -25,6 +25,8 @@ pub mod spool;
 pub mod supervisor;
 pub mod tree;
 
+pub use tree::guardian::run_if_requested as run_guardian_if_requested;
+
 pub use journal::{
     Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,
     RecoveryReport,

@@ -136,6 +136,22 @@ pub const FINISHED_SUMMARIES_CACHED: usize = 4096;
 /// reach them. Beyond this many the oldest are no longer watched (and a warning says so).
 pub const LINGERING_TREES_MAX: usize = 1024;
 
+/// How long a guardian may take to answer each step of its launch handshake (its `REG` after
+/// the spawn, its `RUN` after `GO`), and to exit after an aborted launch. Generous: the
+/// guardian is an exec of this binary and one fork, about a millisecond here, but a loaded
+/// machine may page the binary in first.
+pub const GUARDIAN_HANDSHAKE_MS: u64 = 10_000;
+
+/// How long the end of a workload waits for its guardian to prove the whole tree gone (the
+/// guardian writes its receipt at ECHILD, well under a millisecond after a workload that left
+/// nothing behind) before the process is recorded as leaving a lingering tree instead.
+pub const TREE_PROOF_WAIT_MS: u64 = 50;
+
+/// How long a guardian whose supervisor died (or that was itself asked to end) waits between
+/// SIGTERM and SIGKILL to its tree: with the quiesce before it, the whole termination stays
+/// within the 2 s budget seed 003 gives one.
+pub const ORPHANED_TREE_GRACE_MS: u64 = 1_500;
+
 /// How long a call into the host (publisher, notifier, lease release) is awaited before it is
 /// reported as stuck. Its blocking thread is left to finish; the publication is retried by the
 /// next restore.

@@ -2,128 +2,17 @@
 //! the real `procjournal start|ps|logs|send|stop|wait|shutdown`, real children, real signals,
 //! and raw socket clients for what the commands never send (malformed and hostile requests).
 
-use std::io::{BufRead, BufReader, Write};
+#[path = "common/daemon.rs"]
+mod daemon_common;
+
+use std::io::Write;
 use std::os::unix::fs::{FileTypeExt, PermissionsExt};
-use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use daemon_common::{Conn, Daemon, bin, client};
 use serde_json::{Value, json};
-
-fn bin() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_procjournal"))
-}
-
-/// Runs a client command against `root`; returns (status, stdout, stderr).
-fn client(root: &Path, args: &[&str]) -> (i32, String, String) {
-    // `--root` right after the subcommand: anything after `--` belongs to the command.
-    let out: Output = bin()
-        .arg(args[0])
-        .arg("--root")
-        .arg(root)
-        .args(&args[1..])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8(out.stdout).unwrap(),
-        String::from_utf8(out.stderr).unwrap(),
-    )
-}
-
-/// A running `procjournal serve`, killed on drop if still alive.
-struct Daemon {
-    child: Child,
-    socket: PathBuf,
-}
-
-impl Daemon {
-    fn start(root: &Path) -> Daemon {
-        Daemon::start_with(root, &[])
-    }
-
-    fn start_with(root: &Path, extra: &[&str]) -> Daemon {
-        let child = bin()
-            .arg("serve")
-            .arg("--root")
-            .arg(root)
-            .args(extra)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let socket = root.join("procjournal.sock");
-        let mut daemon = Daemon { child, socket };
-        daemon.await_ready();
-        daemon
-    }
-
-    /// Ready when a hello round trip succeeds (the socket file can exist before `listen`).
-    fn await_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(mut conn) = Conn::open(&self.socket)
-                && conn.call(json!({"v":1,"op":"hello"}))["ok"] == json!(true)
-            {
-                return;
-            }
-            if let Some(status) = self.child.try_wait().unwrap() {
-                let mut err = String::new();
-                std::io::Read::read_to_string(self.child.stderr.as_mut().unwrap(), &mut err)
-                    .unwrap();
-                panic!("daemon exited early ({status}): {err}");
-            }
-            assert!(Instant::now() < deadline, "daemon never became ready");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-
-    fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    fn wait_exit(&mut self) -> std::process::ExitStatus {
-        self.child.wait().unwrap()
-    }
-}
-
-impl Drop for Daemon {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A raw protocol connection.
-struct Conn {
-    writer: UnixStream,
-    reader: BufReader<UnixStream>,
-}
-
-impl Conn {
-    fn open(socket: &Path) -> std::io::Result<Conn> {
-        let writer = UnixStream::connect(socket)?;
-        writer.set_read_timeout(Some(Duration::from_secs(60)))?;
-        let reader = BufReader::new(writer.try_clone()?);
-        Ok(Conn { writer, reader })
-    }
-
-    fn send_raw(&mut self, bytes: &[u8]) -> Value {
-        self.writer.write_all(bytes).unwrap();
-        let mut line = String::new();
-        self.reader.read_line(&mut line).unwrap();
-        serde_json::from_str(&line).unwrap_or_else(|e| panic!("bad response {line:?}: {e}"))
-    }
-
-    fn call(&mut self, request: Value) -> Value {
-        let mut line = request.to_string().into_bytes();
-        line.push(b'\n');
-        self.send_raw(&line)
-    }
-}
 
 fn ok(response: &Value) -> &Value {
     assert_eq!(response["ok"], json!(true), "{response}");
@@ -287,11 +176,14 @@ fn client_commands_drive_a_process_through_its_life() {
     );
 }
 
+/// Under the plain process group nothing owns a tree once its daemon died: the next daemon
+/// reports the processes `lost_on_restore` and never signals their persisted pids. (Guardians
+/// take their trees down themselves: tests/tree_survivors.rs.)
 #[test]
 fn a_killed_daemon_is_restored_by_the_next_one() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
-    let mut daemon = Daemon::start(root);
+    let mut daemon = Daemon::start_with(root, &["--tree-mechanism", "group"]);
     let mut handles = Vec::new();
     for i in 0..3 {
         let script = format!("echo before-crash-{i}; exec sleep 600");

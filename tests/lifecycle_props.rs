@@ -32,9 +32,10 @@ use std::path::Path;
 
 use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
-    InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, Registered, Running,
-    StopRequested, Terminal,
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
+    IdentityWitness, InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint,
+    ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested, Terminal,
+    TreeMechanism, TreeReleased,
 };
 use procjournal::lifecycle::{
     Applied, Handle, Lifecycle, LifecycleError, LifecycleEvent, LifecycleIds, ManifestStore,
@@ -189,6 +190,19 @@ enum Op {
         target: PublishTarget,
         id: PlainId,
     },
+    /// The tree's scope; `variant` picks the mechanism, so a repeat is the same record or a
+    /// different one.
+    Scope {
+        h: usize,
+        variant: u8,
+        id: PlainId,
+    },
+    /// The tree's release; `variant` picks the proof.
+    Release {
+        h: usize,
+        variant: u8,
+        id: PlainId,
+    },
     Complete {
         h: usize,
         right_command: bool,
@@ -264,6 +278,8 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
             .prop_map(|(h, target, id)| Op::Publish { h, target, id }),
         2 => (any_h.clone(), prop_oneof![3 => Just(true), 1 => Just(false)], plain_id())
             .prop_map(|(h, right_command, id)| Op::Complete { h, right_command, id }),
+        2 => (any_h.clone(), 0u8..3, plain_id()).prop_map(|(h, variant, id)| Op::Scope { h, variant, id }),
+        2 => (any_h.clone(), 0u8..3, plain_id()).prop_map(|(h, variant, id)| Op::Release { h, variant, id }),
         12 => (any_h, any::<Index>()).prop_map(|(h, pick)| Op::Advance { h, pick }),
     ]
 }
@@ -539,6 +555,17 @@ impl Concretizer {
                     }),
                 )
             }
+            Op::Scope { h, variant, id } => {
+                (self.plain(id), LifecycleEvent::Scoped(scoped(*h, *variant)))
+            }
+            Op::Release { h, variant, id } => (
+                self.plain(id),
+                LifecycleEvent::TreeReleased(TreeReleased {
+                    handle: handle_of(*h),
+                    proof: proof(*variant),
+                    at_unix_ms,
+                }),
+            ),
             Op::Complete {
                 h,
                 right_command,
@@ -582,6 +609,51 @@ struct ModelProc {
     terminal: Option<(State, EventId, u64)>,
     published: BTreeSet<EventId>,
     completion_notified: bool,
+    scope: Option<Scoped>,
+    released: Option<ExitProof>,
+}
+
+/// A scope record of handle `h`; each variant a different mechanism.
+fn scoped(h: usize, variant: u8) -> Scoped {
+    let mechanism = [
+        TreeMechanism::Group,
+        TreeMechanism::Guardian,
+        TreeMechanism::Cgroup,
+    ][usize::from(variant) % 3];
+    Scoped {
+        handle: handle_of(h),
+        mechanism,
+        boot_id: [7; 16],
+        workload: ProcessWitness {
+            pid: 100 + u32::from(variant),
+            start_time_ticks: 5,
+            pidfs_ino: 9,
+        },
+        guardian: (mechanism != TreeMechanism::Group).then_some(ProcessWitness {
+            pid: 99,
+            start_time_ticks: 5,
+            pidfs_ino: 8,
+        }),
+        cgroup: (mechanism == TreeMechanism::Cgroup).then(|| format!("/cg/{h}")),
+        receipt: (mechanism != TreeMechanism::Group).then(|| ReceiptBinding {
+            path: format!("/r/{h}"),
+            dev: 1,
+            ino: 2,
+            nonce: [variant; 16],
+        }),
+        at_unix_ms: 1,
+    }
+}
+
+fn proof(variant: u8) -> ExitProof {
+    match variant % 3 {
+        0 => ExitProof::Receipt {
+            status: ExitStatus::Code(0),
+            reaped: 1,
+        },
+        1 => ExitProof::CgroupEmpty,
+        _ => ExitProof::BootChanged,
+    }
 }
 
 impl ModelProc {
@@ -685,6 +757,8 @@ impl Model {
                     terminal: None,
                     published: BTreeSet::new(),
                     completion_notified: false,
+                    scope: None,
+                    released: None,
                 },
             );
             return Changed;
@@ -766,6 +840,18 @@ impl Model {
                     return Unchanged;
                 }
             }
+            LifecycleEvent::Scoped(e) => match &p.scope {
+                Some(s) if s == e => return Unchanged,
+                Some(_) => return Refused,
+                None if is_terminal(p.state) => return Refused,
+                None => p.scope = Some(e.clone()),
+            },
+            LifecycleEvent::TreeReleased(e) => match (&p.scope, &p.released) {
+                (None, _) => return Refused,
+                (Some(_), Some(r)) if *r == e.proof => return Unchanged,
+                (Some(_), Some(_)) => return Refused,
+                (Some(_), None) => p.released = Some(e.proof.clone()),
+            },
             LifecycleEvent::CompletionNotified(e) => {
                 if p.terminal.is_none() || e.command != p.ids.completion {
                     return Refused;
@@ -809,6 +895,8 @@ impl Model {
             );
             prop_assert_eq!(&m.published, &p.published, "{}", context);
             prop_assert_eq!(m.completion_notified, p.completion_notified, "{}", context);
+            prop_assert_eq!(&m.scope, &p.scope, "{}", context);
+            prop_assert_eq!(&m.released, &p.released, "{}", context);
         }
         Ok(())
     }

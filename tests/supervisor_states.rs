@@ -145,7 +145,7 @@ async fn exited_with_zero_and_with_non_zero() {
         })
         .map(kind_name)
         .collect();
-    assert_eq!(steps, ["registered", "running", "terminal"]);
+    assert_eq!(steps, ["registered", "scoped", "running", "terminal"]);
     assert_eq!(sup.live_count(), 0);
 }
 
@@ -958,8 +958,12 @@ impl ProcessTree for FailingTree {
 }
 
 impl Launcher for Unsignallable {
-    fn launch(&self, spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
-        let mut spawned = GroupLauncher.launch(spec)?;
+    fn launch(
+        &self,
+        spec: &SpawnSpec,
+        register: &mut procjournal::tree::Register<'_>,
+    ) -> Result<Spawned, SpawnError> {
+        let mut spawned = GroupLauncher.launch(spec, register)?;
         spawned.tree = Arc::new(FailingTree {
             inner: spawned.tree,
             pgid: Arc::clone(&self.pgid),

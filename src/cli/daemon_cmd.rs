@@ -91,6 +91,8 @@ pub(crate) struct ServeArgs {
     /// Most processes live at once; more starts are refused.
     #[arg(long, default_value_t = 1024)]
     max_live: usize,
+    #[command(flatten)]
+    tree: super::TreeArgs,
 }
 
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -105,6 +107,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let mut config = SupervisorConfig::new(&root);
         config.max_live = args.max_live;
+        config.launcher = args.tree.launcher(&root, false)?;
         let (server, restore) = Server::bind(config, socket)
             .await
             .with_context(|| format!("cannot serve the runtime root {}", root.display()))?;

@@ -22,6 +22,8 @@ pub(crate) struct McpArgs {
     /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    #[command(flatten)]
+    tree: super::TreeArgs,
 }
 
 /// Grace between SIGTERM and SIGKILL for the processes still running when the client leaves.
@@ -45,7 +47,9 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     let root = super::root_or_default(args.root)?;
-    let (supervisor, report) = Supervisor::open(SupervisorConfig::new(&root), Services::noop())
+    let mut config = SupervisorConfig::new(&root);
+    config.launcher = args.tree.launcher(&root, true)?;
+    let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| {
             format!(

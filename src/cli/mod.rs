@@ -130,3 +130,63 @@ pub(crate) fn raise_open_files_limit() {
         let _ = setrlimit(Resource::RLIMIT_NOFILE, hard, hard);
     }
 }
+
+/// Which mechanism owns each launched tree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum TreeChoice {
+    /// A guardian per launch, and its own cgroup v2 where the hierarchy is writable.
+    Auto,
+    /// A guardian with a cgroup; refuse to start without one.
+    Cgroup,
+    /// A guardian without a cgroup: stop quiesces the tree through the subreaper.
+    #[value(alias = "quiesce")]
+    Guardian,
+    /// A plain process group (no guardian): a descendant that calls setsid escapes it.
+    Group,
+}
+
+/// `--tree-mechanism`, shared by the commands that supervise.
+#[derive(Debug, clap::Args)]
+pub(crate) struct TreeArgs {
+    /// Which mechanism owns each launched tree.
+    #[arg(long = "tree-mechanism", value_enum, default_value = "auto")]
+    pub tree: TreeChoice,
+}
+
+impl TreeArgs {
+    /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
+    /// leaves that to the caller's verbosity).
+    pub(crate) fn launcher(
+        &self,
+        root: &std::path::Path,
+        quiet: bool,
+    ) -> anyhow::Result<std::sync::Arc<dyn crate::tree::Launcher>> {
+        use crate::tree::{GroupLauncher, GuardianLauncher, GuardianProgram};
+        let guardian = || GuardianLauncher::new(GuardianProgram::CurrentExe);
+        let cgroups = || {
+            let root = std::path::absolute(root).unwrap_or_else(|_| root.to_owned());
+            let name = format!(
+                "procjournal-{:08x}",
+                crc32fast::hash(root.as_os_str().as_encoded_bytes())
+            );
+            crate::tree::cgroup::CgroupBase::probe(&name)
+        };
+        Ok(match self.tree {
+            TreeChoice::Group => std::sync::Arc::new(GroupLauncher),
+            TreeChoice::Guardian => std::sync::Arc::new(guardian()?),
+            TreeChoice::Cgroup => {
+                let base = cgroups().map_err(|e| anyhow::anyhow!("no usable cgroup: {e}"))?;
+                std::sync::Arc::new(guardian()?.with_cgroups(Some(base)))
+            }
+            TreeChoice::Auto => match cgroups() {
+                Ok(base) => std::sync::Arc::new(guardian()?.with_cgroups(Some(base))),
+                Err(e) => {
+                    if !quiet {
+                        eprintln!("procjournal: no per-launch cgroup ({e}); guardians only");
+                    }
+                    std::sync::Arc::new(guardian()?)
+                }
+            },
+        })
+    }
+}

@@ -31,6 +31,8 @@ pub(crate) struct RunArgs {
     /// A label k=v (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    #[command(flatten)]
+    tree: super::TreeArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -79,7 +81,9 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 
 async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let root = super::root_or_default(args.root)?;
-    let (supervisor, report) = Supervisor::open(SupervisorConfig::new(&root), Services::noop())
+    let mut config = SupervisorConfig::new(&root);
+    config.launcher = args.tree.launcher(&root, true)?;
+    let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
     if !report.reconciled.is_empty() {

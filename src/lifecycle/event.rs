@@ -145,6 +145,99 @@ pub struct Running {
     pub at_unix_ms: u64,
 }
 
+/// Which mechanism owns a process's tree (recorded so that `ps` and the manifest can say it).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    Encode,
+    Decode,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum TreeMechanism {
+    /// A process group led by the workload; a member that calls `setsid` escapes it.
+    Group,
+    /// A guardian subreaper: every descendant stays its descendant, and an exit receipt
+    /// proves the tree gone.
+    Guardian,
+    /// A guardian whose workload runs in its own cgroup v2: stop freezes and kills the cgroup,
+    /// and the cgroup's emptiness proves the tree gone.
+    Cgroup,
+}
+
+impl TreeMechanism {
+    pub fn name(self) -> &'static str {
+        match self {
+            TreeMechanism::Group => "group",
+            TreeMechanism::Guardian => "guardian",
+            TreeMechanism::Cgroup => "cgroup",
+        }
+    }
+}
+
+/// Which process a pid named: its start time (clock ticks since boot) and, where the kernel has
+/// pidfs (Linux 6.9+), its pidfd's inode number, unique per process within one boot (0: none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct ProcessWitness {
+    pub pid: u32,
+    pub start_time_ticks: u64,
+    pub pidfs_ino: u64,
+}
+
+/// The receipt a guardian writes at ECHILD, as registered: the file (its path under the runtime
+/// root, device and inode, created by the guardian before the workload ran) and the nonce the
+/// receipt must carry.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct ReceiptBinding {
+    pub path: String,
+    pub dev: u64,
+    pub ino: u64,
+    #[serde(skip)]
+    pub nonce: [u8; 16],
+}
+
+/// The tree's scope, persisted before the workload may exec (guardian) or right after the
+/// spawn (group): everything a later supervisor needs to assess the tree without ever
+/// signalling a bare pid.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct Scoped {
+    pub handle: Handle,
+    pub mechanism: TreeMechanism,
+    pub boot_id: [u8; 16],
+    pub workload: ProcessWitness,
+    pub guardian: Option<ProcessWitness>,
+    pub cgroup: Option<String>,
+    pub receipt: Option<ReceiptBinding>,
+    pub at_unix_ms: u64,
+}
+
+/// What proved that a whole tree has exited.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+#[serde(tag = "by", rename_all = "snake_case")]
+pub enum ExitProof {
+    /// The guardian's receipt, verified against the registration (file identity, nonce,
+    /// handle, workload witness).
+    Receipt { status: ExitStatus, reaped: u64 },
+    /// The workload's cgroup reports `populated 0`.
+    CgroupEmpty,
+    /// The boot id differs from the one the scope was recorded under: that kernel lifetime,
+    /// and every process in it, has ended.
+    BootChanged,
+}
+
+/// The tree of a process is proven gone; its ownership is released.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct TreeReleased {
+    pub handle: Handle,
+    pub proof: ExitProof,
+    pub at_unix_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct StopRequested {
     pub handle: Handle,
@@ -211,6 +304,8 @@ pub enum LifecycleEvent {
     LostOnRestore(LostOnRestore),
     LifecyclePublished(LifecyclePublished),
     CompletionNotified(CompletionNotified),
+    Scoped(Scoped),
+    TreeReleased(TreeReleased),
 }
 
 /// Journal kind numbers of lifecycle events.
@@ -224,6 +319,8 @@ pub mod kinds {
     pub const LOST_ON_RESTORE: u16 = 0x0107;
     pub const LIFECYCLE_PUBLISHED: u16 = 0x0108;
     pub const COMPLETION_NOTIFIED: u16 = 0x0109;
+    pub const SCOPED: u16 = 0x010A;
+    pub const TREE_RELEASED: u16 = 0x010B;
 }
 
 /// Why a record could not be read as a lifecycle event.
@@ -252,6 +349,8 @@ impl LifecycleEvent {
             LifecycleEvent::LostOnRestore(_) => kinds::LOST_ON_RESTORE,
             LifecycleEvent::LifecyclePublished(_) => kinds::LIFECYCLE_PUBLISHED,
             LifecycleEvent::CompletionNotified(_) => kinds::COMPLETION_NOTIFIED,
+            LifecycleEvent::Scoped(_) => kinds::SCOPED,
+            LifecycleEvent::TreeReleased(_) => kinds::TREE_RELEASED,
         };
         match EventKind::new(raw) {
             Some(kind) => kind,
@@ -260,7 +359,7 @@ impl LifecycleEvent {
     }
 
     pub fn is_lifecycle_kind(kind: u16) -> bool {
-        (kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED).contains(&kind)
+        (kinds::REGISTERED..=kinds::TREE_RELEASED).contains(&kind)
     }
 
     pub fn handle(&self) -> Handle {
@@ -274,6 +373,8 @@ impl LifecycleEvent {
             LifecycleEvent::LostOnRestore(e) => e.handle,
             LifecycleEvent::LifecyclePublished(e) => e.handle,
             LifecycleEvent::CompletionNotified(e) => e.handle,
+            LifecycleEvent::Scoped(e) => e.handle,
+            LifecycleEvent::TreeReleased(e) => e.handle,
         }
     }
 
@@ -288,6 +389,8 @@ impl LifecycleEvent {
             LifecycleEvent::LostOnRestore(e) => codec::encode(e),
             LifecycleEvent::LifecyclePublished(e) => codec::encode(e),
             LifecycleEvent::CompletionNotified(e) => codec::encode(e),
+            LifecycleEvent::Scoped(e) => codec::encode(e),
+            LifecycleEvent::TreeReleased(e) => codec::encode(e),
         }
     }
 
@@ -340,6 +443,12 @@ impl LifecycleEvent {
                 kinds::COMPLETION_NOTIFIED => LifecycleEvent::CompletionNotified(
                     codec::decode(codec_version, p).map_err(wrap)?,
                 ),
+                kinds::SCOPED => {
+                    LifecycleEvent::Scoped(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::TREE_RELEASED => {
+                    LifecycleEvent::TreeReleased(codec::decode(codec_version, p).map_err(wrap)?)
+                }
                 other => return Err(EventDecodeError::NotLifecycle(other)),
             })
         };

@@ -31,7 +31,8 @@ use serde::Serialize;
 
 use super::command::StoredCommand;
 use super::event::{
-    CaptureStatus, CursorBounds, ExitStatus, Handle, IdentityWitness, LifecycleEvent, LifecycleIds,
+    CaptureStatus, CursorBounds, ExitProof, ExitStatus, Handle, IdentityWitness, LifecycleEvent,
+    LifecycleIds, Scoped,
 };
 use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
@@ -69,6 +70,10 @@ pub struct Manifest {
     /// Lifecycle event IDs already published to the host's services.
     pub published: BTreeSet<EventId>,
     pub completion_notified: bool,
+    /// Who owns the tree and the witnesses to assess it by (set once).
+    pub scope: Option<Scoped>,
+    /// What proved the whole tree gone (set once).
+    pub released: Option<ExitProof>,
 }
 
 /// Why an event was refused. Typed so that the supervisor and replay can tell cases apart.
@@ -110,6 +115,12 @@ pub enum Rejection {
     IdReserved { id: EventId, handle: Handle },
     #[error("event ID {id} is already used by a record of kind {kind:#06x}")]
     IdInUse { id: EventId, kind: u16 },
+    #[error("the tree's scope is already recorded differently")]
+    ScopeAlreadyRecorded,
+    #[error("a tree release needs a recorded scope")]
+    NotScoped,
+    #[error("the tree was already released with a different proof")]
+    AlreadyReleased,
     #[error("the store already holds {0} manifests, as many as it can")]
     StoreFull(usize),
 }
@@ -287,6 +298,18 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
                 Applied::Changed
             })
         }
+        LifecycleEvent::Scoped(e) => match &m.scope {
+            Some(scope) if scope == e => Ok(Applied::Unchanged),
+            Some(_) => Err(Rejection::ScopeAlreadyRecorded),
+            None if m.state.is_terminal() => Err(Rejection::AlreadyTerminal(m.state)),
+            None => Ok(Applied::Changed),
+        },
+        LifecycleEvent::TreeReleased(e) => match &m.released {
+            _ if m.scope.is_none() => Err(Rejection::NotScoped),
+            Some(proof) if *proof == e.proof => Ok(Applied::Unchanged),
+            Some(_) => Err(Rejection::AlreadyReleased),
+            None => Ok(Applied::Changed),
+        },
         LifecycleEvent::CompletionNotified(e) => {
             if m.terminal.is_none() {
                 return Err(Rejection::CompletionBeforeTerminal);
@@ -356,6 +379,8 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
             m.published.insert(e.event);
         }
         LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
+        LifecycleEvent::Scoped(e) => m.scope = Some(e.clone()),
+        LifecycleEvent::TreeReleased(e) => m.released = Some(e.proof.clone()),
     }
 }
 
@@ -553,6 +578,8 @@ impl ManifestStore {
             terminal: None,
             published: BTreeSet::new(),
             completion_notified: false,
+            scope: None,
+            released: None,
         });
         Ok(Applied::Changed)
     }

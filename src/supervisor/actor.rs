@@ -498,7 +498,7 @@ impl Actor {
                 entry.lingering = true;
                 self.lingering += 1;
                 self.tasks.spawn(
-                    watch_lingering(tree, actor, handle)
+                    watch_lingering(Arc::clone(&self.shared), tree, actor, handle, ids)
                         .instrument(info_span!("lingering", %handle)),
                 );
                 self.table.insert(handle, entry);
@@ -677,12 +677,21 @@ async fn stdin_writer(
     }
 }
 
-/// Watches a tree whose leader exited until its last member is gone.
+/// Watches a tree whose leader exited until its last member is gone, and records what proved
+/// it.
 async fn watch_lingering(
+    shared: Arc<Shared>,
     tree: Arc<dyn ProcessTree>,
     actor: mpsc::Sender<ProcEvent>,
     handle: Handle,
+    ids: LifecycleIds,
 ) {
     tree.wait_empty().await;
+    let _ = tokio::task::spawn_blocking(move || {
+        if let Some(proof) = tree.exit_proof() {
+            super::process::record_release_blocking(&shared, handle, ids, proof);
+        }
+    })
+    .await;
     let _ = actor.send(ProcEvent::TreeEmpty { handle }).await;
 }

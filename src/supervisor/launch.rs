@@ -21,10 +21,10 @@ use super::process::{self, Launched, Outcome, Proc, ProcEvent};
 use super::{Shared, StartError};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CommandSpec, ExitStatus, IdentityWitness, Registered, Running,
+    CaptureStatus, CommandSpec, ExitStatus, IdentityWitness, Registered, Running, Scoped,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
-use crate::tree::{SpawnSpec, Spawned, TreeSignal};
+use crate::tree::{SpawnSpec, Spawned, TreeScope, TreeSignal};
 
 /// How the blocking part of a start ended.
 enum Launch {
@@ -37,20 +37,33 @@ enum Launch {
     Running(Spawned),
 }
 
-/// The blocking part of a start, on one blocking thread: `Registered` acknowledged, the spawn,
-/// `running` acknowledged. One trip to the blocking pool instead of two, and
-/// `posix_spawn` (which holds its thread until the child has exec'd) never runs on a runtime
-/// thread. The pipes and the pidfd register with the runtime from here (blocking threads carry
-/// its context).
+/// The blocking part of a start, on one blocking thread: `Registered`, the launch with its
+/// scope recorded, `running` acknowledged. One trip to the blocking pool, and neither
+/// `posix_spawn` (which holds its thread until the child has exec'd) nor a guardian's handshake
+/// ever runs on a runtime thread. The pipes and the pidfd register with the runtime from here
+/// (blocking threads carry its context).
+///
+/// With a launcher that gates the workload (a guardian), `Registered` rides the
+/// acknowledgement of `Scoped`, which the launcher awaits before the workload may exec: one
+/// `fdatasync` for both, and a crash before it leaves only a guardian whose lifeline ended,
+/// which kills its gated workload. Without a gate, `Registered` is acknowledged before the
+/// spawn, and `Scoped` rides `running`.
 fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
     let (handle, ids) = (proc.handle, proc.ids);
+    let launcher = &shared.config.launcher;
+    let gated = launcher.gates();
     let registered = LifecycleEvent::Registered(Registered {
         handle,
         ids,
         command: spec.clone(),
         at_unix_ms: super::now_unix_ms(),
     });
-    if let Err(e) = shared.append_blocking(EventId::new_v7(), &registered) {
+    let recorded = if gated {
+        shared.append_deferred_blocking(EventId::new_v7(), &registered)
+    } else {
+        shared.append_blocking(EventId::new_v7(), &registered)
+    };
+    if let Err(e) = recorded {
         return Launch::NotRegistered(e.to_string());
     }
     // The spool is created at the first output byte (`Proc::append_output`).
@@ -59,12 +72,36 @@ fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
         return Launch::Failed(format!("working directory {} does not exist", spec.cwd));
     }
     let launch = SpawnSpec {
+        name: handle.to_string(),
+        receipts: shared.receipts_dir(),
         program: spec.program.clone(),
         args: spec.args.clone(),
         cwd,
         env_overrides: spec.env_overrides.clone(),
     };
-    let spawned = match shared.config.launcher.launch(&launch) {
+    let mut register = |scope: &TreeScope| {
+        let event = LifecycleEvent::Scoped(Scoped {
+            handle,
+            mechanism: scope.mechanism,
+            boot_id: scope.boot_id,
+            workload: scope.workload,
+            guardian: scope.guardian,
+            cgroup: scope
+                .cgroup
+                .as_ref()
+                .map(|p| p.to_string_lossy().into_owned()),
+            receipt: scope.receipt.clone(),
+            at_unix_ms: super::now_unix_ms(),
+        });
+        let id = ids.running.derived(super::derived::SCOPED);
+        let appended = if gated {
+            shared.append_blocking(id, &event)
+        } else {
+            shared.append_deferred_blocking(id, &event)
+        };
+        appended.map(drop).map_err(|e| e.to_string())
+    };
+    let spawned = match launcher.launch(&launch, &mut register) {
         Ok(spawned) => spawned,
         Err(e) => return Launch::Failed(e.to_string()),
     };
@@ -125,6 +162,7 @@ pub(crate) async fn start(
                 capture: CaptureStatus::Failed(reason.clone()),
                 reason,
                 lingering: false,
+                released: None,
             };
             process::terminalize(&shared, &actor, &proc, lease, outcome).await;
             let _ = reply.send(Ok(handle));
@@ -178,6 +216,7 @@ async fn fail(
         capture: CaptureStatus::Complete,
         reason: message.clone(),
         lingering: false,
+        released: None,
     };
     process::terminalize(shared, actor, proc, lease, outcome).await;
     let _ = reply.send(Err(StartError::Spawn {

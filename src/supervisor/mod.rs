@@ -225,6 +225,15 @@ pub struct ShutdownReport {
     pub teardown_failed: Vec<(Handle, String)>,
 }
 
+/// Purposes of record IDs derived from a registration's allocated IDs (`EventId::derived`), one
+/// per kind of record a step may add; fixed forever, like the kinds.
+pub(crate) mod derived {
+    pub const PUBLISHED: u8 = 1;
+    pub const NOTIFIED: u8 = 2;
+    pub const SCOPED: u8 = 3;
+    pub const RELEASED: u8 = 4;
+}
+
 pub(crate) fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -286,6 +295,21 @@ impl Shared {
         Ok(appended)
     }
 
+    /// [`Shared::append_blocking`] without waiting for durability: the record rides the next
+    /// acknowledgement (of a later record, or the next group commit).
+    pub fn append_deferred_blocking(
+        &self,
+        id: EventId,
+        event: &LifecycleEvent,
+    ) -> Result<Appended, LifecycleError> {
+        lock(&self.lifecycle).append_deferred(id, event)
+    }
+
+    /// Where guardians create their receipts.
+    pub fn receipts_dir(&self) -> PathBuf {
+        self.root.join("trees")
+    }
+
     pub fn spool_dir(&self, handle: &Handle) -> PathBuf {
         self.root.join("spool").join(handle.to_string())
     }
@@ -326,9 +350,18 @@ impl Supervisor {
             ..JournalOptions::default()
         };
         let open_root = root.clone();
-        let opened = tokio::task::spawn_blocking(move || Lifecycle::open(&open_root, options))
-            .await
-            .map_err(|e| SupervisorError::Task(e.to_string()))??;
+        let opened = tokio::task::spawn_blocking(move || {
+            let opened = Lifecycle::open(&open_root, options)?;
+            // Guardians create their receipts here (journal-format.md, "Guardian receipts").
+            let trees = open_root.join("trees");
+            std::fs::create_dir_all(&trees).map_err(|e| SupervisorError::Output {
+                handle: Handle(EventId::from_bytes([0; 16])),
+                message: format!("{}: {e}", trees.display()),
+            })?;
+            Ok::<_, SupervisorError>(opened)
+        })
+        .await
+        .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let (lifecycle, recovery, replay) = opened;
         // The live bound the descriptor limit allows (a start refused with a typed error beats
         // one that fails half-way with EMFILE); an embedding host's connections are its own,

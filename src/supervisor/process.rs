@@ -35,9 +35,11 @@ use super::command::Lease;
 use super::{Shared, lock};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CursorBounds, ExitStatus, LifecycleIds, OutputCheckpoint, Terminal,
+    CaptureStatus, CursorBounds, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint, Terminal,
+    TreeReleased,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
+use crate::limits;
 use crate::spool::Output;
 use crate::spool::format::Stream;
 use crate::tree::{LeaderExit, ProcessTree, TreeSignal};
@@ -408,14 +410,26 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         )),
     };
     let (state, exit, reason) = classify(&proc, status);
-    // Usually one probe answers; only a tree that may have members left is scanned (on the
-    // blocking pool).
-    let lingering = !tree.surely_empty() && {
-        let tree = Arc::clone(&tree);
-        matches!(
-            tokio::task::spawn_blocking(move || tree.members()).await,
-            Ok(Ok(n)) if n > 0
+    // A guardian reports the tree gone right after the workload's exit when nothing outlived
+    // it (its receipt is written at ECHILD): give it a moment, so that the common case ends
+    // with its proof instead of as a lingering tree.
+    if !tree.surely_empty() {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(limits::TREE_PROOF_WAIT_MS),
+            tree.wait_empty(),
         )
+        .await;
+    }
+    // Usually one probe answers; only a tree that may have members left is scanned, and a
+    // receipt is read, on the blocking pool.
+    let (lingering, released) = {
+        let tree = Arc::clone(&tree);
+        tokio::task::spawn_blocking(move || {
+            let lingering = !tree.surely_empty() && matches!(tree.members(), Ok(n) if n > 0);
+            (lingering, tree.exit_proof())
+        })
+        .await
+        .unwrap_or((false, None))
     };
     terminalize(
         &shared,
@@ -428,6 +442,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
             capture,
             reason,
             lingering,
+            released,
         },
     )
     .await;
@@ -585,6 +600,8 @@ pub(crate) struct Outcome {
     pub reason: String,
     /// Members of its tree outlived the leader.
     pub lingering: bool,
+    /// What proved the whole tree gone, when something did by the terminal event.
+    pub released: Option<ExitProof>,
 }
 
 /// The one-shot gate every terminal path goes through.
@@ -604,6 +621,7 @@ pub(crate) async fn terminalize(
         capture,
         reason,
         lingering,
+        released,
     } = outcome;
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
@@ -632,11 +650,20 @@ pub(crate) async fn terminalize(
             reason,
             at_unix_ms: super::now_unix_ms(),
         });
-        let persist_error = shared
-            .append(proc.ids.terminal, event)
+        let persist_error = {
+            let (shared, handle, ids) = (Arc::clone(shared), proc.handle, proc.ids);
+            tokio::task::spawn_blocking(move || {
+                // The release rides the terminal event's acknowledgement.
+                if let Some(proof) = released {
+                    record_release_blocking(&shared, handle, ids, proof);
+                }
+                shared.append_blocking(ids.terminal, &event)
+            })
             .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r.map_err(|e| e.to_string()))
             .err()
-            .map(|e| e.to_string());
+        };
         if let Some(e) = &persist_error {
             warn!(error = %e, "terminal event not persisted");
         }
@@ -671,6 +698,27 @@ pub(crate) async fn terminalize(
     // 6. Waiters see a persisted result.
     proc.exited.send_replace(Some(summary));
     proc.output_changed.notify_waiters();
+}
+
+/// Records that `handle`'s tree is proven gone, without waiting for durability (the proof stays
+/// on disk, and a later assessment finds it again). Refusals (a release already recorded) and
+/// failures are only logged: the record is a cache of evidence, not the evidence.
+pub(crate) fn record_release_blocking(
+    shared: &Shared,
+    handle: Handle,
+    ids: LifecycleIds,
+    proof: ExitProof,
+) {
+    let event = LifecycleEvent::TreeReleased(TreeReleased {
+        handle,
+        proof,
+        at_unix_ms: super::now_unix_ms(),
+    });
+    if let Err(e) =
+        shared.append_deferred_blocking(ids.terminal.derived(super::derived::RELEASED), &event)
+    {
+        debug!(%handle, error = %e, "tree release not recorded");
+    }
 }
 
 /// Ends a tree: SIGTERM, the grace period, SIGKILL, and a bounded wait until the leader's

@@ -25,9 +25,7 @@ use crate::lifecycle::event::{CompletionNotified, ExitStatus, LifecycleIds, Life
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
 
-/// Purposes of derived record IDs.
-const PUBLISHED: u8 = 1;
-const NOTIFIED: u8 = 2;
+use super::derived::{NOTIFIED, PUBLISHED};
 
 /// Runs one host call on a blocking thread, bounded.
 async fn host_call<T: Send + 'static>(

@@ -67,7 +67,7 @@ fn esrch_is_ok(r: rustix::io::Result<()>) -> std::io::Result<()> {
 
 /// Registers the pidfd with the runtime's reactor (tokio 1.54 made this call `unsafe`).
 #[allow(unsafe_code)]
-fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+pub(super) fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: tokio requires the descriptor to stay open and name the same file description
     // until the `AsyncFd` is dropped. It is an `OwnedFd` moved into the `AsyncFd`, so nothing
     // else can close or replace it, and `as_raw_fd` always returns the same number.
@@ -84,6 +84,29 @@ impl GroupTree {
             pidfd: register(fd)?,
             exit: Mutex::new(None),
         })
+    }
+
+    /// The leader's pidfs inode, 0 without pidfs.
+    pub(crate) fn pidfs_ino(&self) -> u64 {
+        super::guardian::pidfs_ino(self.pidfd.get_ref())
+    }
+
+    /// Kills the group and reaps the leader, blocking: for a launch that must be undone on a
+    /// blocking thread (its registration failed), so no zombie is left behind.
+    pub(crate) fn kill_and_reap(&self) {
+        let _ = self.signal(TreeSignal::Kill);
+        let mut exit = lock(&self.exit);
+        if exit.is_none()
+            && let Ok(Some(status)) = rustix::process::waitid(
+                WaitId::PidFd(self.pidfd.get_ref().as_fd()),
+                WaitIdOptions::EXITED,
+            )
+        {
+            *exit = Some(match status.terminating_signal() {
+                Some(sig) => LeaderExit::Signal(sig),
+                None => LeaderExit::Code(status.exit_status().unwrap_or(0)),
+            });
+        }
     }
 
     fn pgid(&self) -> u32 {

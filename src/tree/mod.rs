@@ -16,7 +16,9 @@
 //! - The leader is reaped exactly once, under the same lock that signals check, so no signal
 //!   follows the reaping of the process that pinned the group id.
 
+pub(crate) mod cgroup;
 mod group;
+pub mod guardian;
 pub(crate) mod procfs;
 mod spawn;
 
@@ -25,7 +27,11 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
 
+pub use crate::lifecycle::event::{
+    ExitProof, ProcessWitness, ReceiptBinding, TreeMechanism as Mechanism,
+};
 pub use group::GroupTree;
+pub use guardian::{GuardianLauncher, GuardianProgram, GuardianTree};
 pub use procfs::{Identity, boot_id};
 pub use spawn::{SpawnError, SpawnSpec};
 
@@ -45,13 +51,6 @@ impl TreeSignal {
             TreeSignal::Kill => "SIGKILL",
         }
     }
-}
-
-/// Which mechanism owns a tree (recorded so that `ps` and the manifest can say it).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mechanism {
-    /// A process group led by the workload, signalled through a pidfd.
-    Group,
 }
 
 /// How the leader ended.
@@ -87,10 +86,34 @@ pub trait ProcessTree: Send + Sync + Debug {
     /// is reaped and no process has the group id at all). False means "look closer".
     fn surely_empty(&self) -> bool;
 
-    /// Resolves once no member is left. Only meaningful after the leader was reaped. Its scans
-    /// run on the blocking pool.
+    /// Resolves once no member is left, or once the mechanism can no longer tell (a guardian
+    /// that died): [`ProcessTree::exit_proof`] then says which. Only meaningful after the
+    /// leader was reaped. Its scans run on the blocking pool.
     fn wait_empty(&self) -> TreeFuture<'_, ()>;
+
+    /// What proves the whole tree gone, if anything does yet: a verified receipt, an empty
+    /// cgroup. `None` for a tree that may still have members, and for the process group,
+    /// whose emptiness a process that left the group could belie. May read a file: call it
+    /// from the blocking pool.
+    fn exit_proof(&self) -> Option<ExitProof> {
+        None
+    }
 }
+
+/// What a launcher reports for the supervisor to persist before the workload may run (with a
+/// guardian) or right after its spawn (without one).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeScope {
+    pub mechanism: Mechanism,
+    pub boot_id: [u8; 16],
+    pub workload: ProcessWitness,
+    pub guardian: Option<ProcessWitness>,
+    pub cgroup: Option<std::path::PathBuf>,
+    pub receipt: Option<ReceiptBinding>,
+}
+
+/// Persists a scope; an error aborts the launch before the workload runs.
+pub type Register<'a> = dyn FnMut(&TreeScope) -> Result<(), String> + 'a;
 
 /// A launched workload: its tree and the supervisor's ends of its standard streams.
 #[derive(Debug)]
@@ -103,8 +126,16 @@ pub struct Spawned {
 
 /// Launches workloads into trees. The supervisor holds one; tests wrap it to inject faults.
 pub trait Launcher: Send + Sync + Debug {
-    /// Must be called inside a tokio runtime (the pipes and the pidfd register with it).
-    fn launch(&self, spec: &SpawnSpec) -> Result<Spawned, SpawnError>;
+    /// Launches `spec`, calling `register` with the tree's scope once, before the workload
+    /// may exec where the mechanism can gate it. Must be called on a blocking thread inside a
+    /// tokio runtime (the pipes and the pidfd register with it; a handshake may wait).
+    fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError>;
+
+    /// Whether the workload waits for `register` before it may exec (a guardian gates it; a
+    /// plain spawn cannot).
+    fn gates(&self) -> bool {
+        false
+    }
 }
 
 /// The default launcher: a new process group, its leader held through a pidfd.
@@ -112,9 +143,27 @@ pub trait Launcher: Send + Sync + Debug {
 pub struct GroupLauncher;
 
 impl Launcher for GroupLauncher {
-    fn launch(&self, spec: &SpawnSpec) -> Result<Spawned, SpawnError> {
-        let (pid, stdin, stdout, stderr) = spawn::spawn(spec)?;
+    fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
+        let (pid, (stdin, stdout, stderr)) = spawn::spawn(spec)?;
         let tree = GroupTree::adopt(pid).map_err(|cause| SpawnError::Adopt { cause })?;
+        let identity = tree.identity();
+        let scope = TreeScope {
+            mechanism: Mechanism::Group,
+            boot_id: identity.boot_id,
+            workload: ProcessWitness {
+                pid,
+                start_time_ticks: identity.start_time_ticks,
+                pidfs_ino: tree.pidfs_ino(),
+            },
+            guardian: None,
+            cgroup: None,
+            receipt: None,
+        };
+        if let Err(e) = register(&scope) {
+            // The workload runs already (a group cannot gate it): it must not run unrecorded.
+            tree.kill_and_reap();
+            return Err(SpawnError::Registration(e));
+        }
         Ok(Spawned {
             tree: Arc::new(tree),
             stdin,

@@ -15,6 +15,7 @@ pub struct Identity {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Stat {
     pub state: u8,
+    pub ppid: i64,
     pub pgrp: i64,
     pub start_time_ticks: u64,
 }
@@ -25,11 +26,12 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
     let after_comm = text.get(text.rfind(')')? + 1..)?;
     let mut fields = after_comm.split_ascii_whitespace();
     let state = *fields.next()?.as_bytes().first()?;
-    let _ppid = fields.next()?;
+    let ppid = fields.next()?.parse().ok()?;
     let pgrp = fields.next()?.parse().ok()?;
     let start_time_ticks = fields.nth(16)?.parse().ok()?;
     Some(Stat {
         state,
+        ppid,
         pgrp,
         start_time_ticks,
     })
@@ -94,6 +96,7 @@ mod tests {
             parse_stat(line),
             Some(Stat {
                 state: b'S',
+                ppid: 1,
                 pgrp: 42,
                 start_time_ticks: 12345
             })
@@ -113,7 +116,7 @@ mod tests {
             let line = format!("7 ({comm}) S 1 {pgrp} {pgrp} 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 {start} 0 0");
             proptest::prop_assert_eq!(
                 parse_stat(&line),
-                Some(Stat { state: b'S', pgrp, start_time_ticks: start })
+                Some(Stat { state: b'S', ppid: 1, pgrp, start_time_ticks: start })
             );
         }
     }

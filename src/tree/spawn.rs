@@ -16,7 +16,7 @@
 //! `SIGRTMIN` and no program can use them.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -28,6 +28,10 @@ use tokio::net::unix::pipe;
 /// What to launch. The working directory is explicit; nothing is resolved against ours.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
+    /// Names the launch's scope (the process handle): its receipt file and cgroup.
+    pub name: String,
+    /// Where a guardian creates its receipt file.
+    pub receipts: PathBuf,
     pub program: String,
     pub args: Vec<String>,
     pub cwd: PathBuf,
@@ -56,6 +60,11 @@ pub enum SpawnError {
     },
     #[error("cannot hold the spawned process through a pidfd: {cause}")]
     Adopt { cause: std::io::Error },
+    #[error("the guardian failed: {0}")]
+    Guardian(String),
+    /// The scope could not be recorded; the gated workload never ran.
+    #[error("the tree's scope was not recorded: {0}")]
+    Registration(String),
 }
 
 fn setup(what: &'static str) -> impl Fn(nix::errno::Errno) -> SpawnError {
@@ -81,15 +90,15 @@ fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, SpawnError> {
     })
 }
 
-/// `posix_spawn_file_actions_addclosefrom_np(3)` (glibc 2.34), which nix does not wrap: closes
-/// in the child every descriptor above the standard streams, including any the host inherited
+/// `posix_spawn_file_actions_addclosefrom_np(from)` (glibc 2.34), which nix does not wrap:
+/// closes in the child every descriptor from `from` up, including any the host inherited
 /// without close-on-exec and would otherwise pass on.
 #[allow(unsafe_code)]
-fn add_close_from_3(actions: &mut PosixSpawnFileActions) -> Result<(), SpawnError> {
+fn add_close_from(actions: &mut PosixSpawnFileActions, from: i32) -> Result<(), SpawnError> {
     let actions: *mut PosixSpawnFileActions = actions;
     // SAFETY: as in `add_chdir`: the cast pointer is a valid, initialised file-actions object
     // borrowed mutably for this call only.
-    let rc = unsafe { libc::posix_spawn_file_actions_addclosefrom_np(actions.cast(), 3) };
+    let rc = unsafe { libc::posix_spawn_file_actions_addclosefrom_np(actions.cast(), from) };
     if rc == 0 {
         Ok(())
     } else {
@@ -176,19 +185,25 @@ fn resolve(program: &str, cwd: &Path, path: Option<&OsStr>) -> Result<PathBuf, S
 }
 
 /// The supervisor's ends of the workload's standard streams.
-type Ends = (pipe::Sender, pipe::Receiver, pipe::Receiver);
+pub(super) type Ends = (pipe::Sender, pipe::Receiver, pipe::Receiver);
 
-/// Spawns the workload; returns its pid and our ends of its pipes.
-pub(super) fn spawn(
-    spec: &SpawnSpec,
-) -> Result<(u32, pipe::Sender, pipe::Receiver, pipe::Receiver), SpawnError> {
+/// A workload resolved for exec: its program's path, argv and environment.
+#[derive(Debug)]
+pub(super) struct Image {
+    pub path: CString,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+}
+
+/// Resolves `spec`'s program (on the workload's PATH) and builds its argv and environment.
+pub(super) fn image(spec: &SpawnSpec) -> Result<Image, SpawnError> {
     let env = environment(&spec.env_overrides);
     let path_var = env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_os_str());
     let program = resolve(&spec.program, &spec.cwd, path_var)?;
-    let program_c = cstring(program.as_os_str().as_bytes(), "the program")?;
+    let path = cstring(program.as_os_str().as_bytes(), "the program")?;
     let mut argv = Vec::with_capacity(1 + spec.args.len());
     argv.push(cstring(spec.program.as_bytes(), "the program")?);
     for arg in &spec.args {
@@ -201,7 +216,24 @@ pub(super) fn spawn(
         entry.extend_from_slice(v.as_bytes());
         envp.push(cstring(&entry, "an environment variable")?);
     }
+    Ok(Image { path, argv, envp })
+}
 
+/// Spawns the workload directly; returns its pid and our ends of its pipes.
+pub(super) fn spawn(spec: &SpawnSpec) -> Result<(u32, Ends), SpawnError> {
+    let image = image(spec)?;
+    spawn_image(&image, &spec.cwd, None, &spec.program)
+}
+
+/// Spawns `image` in `cwd` with fresh pipes as 0, 1 and 2 and, when given, `control` as
+/// descriptor 3 (the guardian's control socket); nothing else passes. `name` names the program
+/// in errors.
+pub(super) fn spawn_image(
+    image: &Image,
+    cwd: &Path,
+    control: Option<BorrowedFd<'_>>,
+    name: &str,
+) -> Result<(u32, Ends), SpawnError> {
     let (stdin_r, stdin_w) = pipe_above_stdio()?;
     let (stdout_r, stdout_w) = pipe_above_stdio()?;
     let (stderr_r, stderr_w) = pipe_above_stdio()?;
@@ -209,6 +241,20 @@ pub(super) fn spawn(
         // Best effort: the default pipe works, only slower.
         let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(crate::limits::PIPE_BYTES));
     }
+    // The control socket must not sit on 0-3, where a dup2 action would overwrite it first.
+    let control = match control {
+        Some(fd) if fd.as_raw_fd() <= 3 => Some(rustix::io::fcntl_dupfd_cloexec(fd, 4).map_err(
+            |e| SpawnError::Setup {
+                what: "control socket",
+                cause: e.into(),
+            },
+        )?),
+        Some(fd) => Some(fd.try_clone_to_owned().map_err(|cause| SpawnError::Setup {
+            what: "control socket",
+            cause,
+        })?),
+        None => None,
+    };
 
     let mut actions = PosixSpawnFileActions::init().map_err(setup("spawn file actions"))?;
     // dup2 clears close-on-exec on the target; the sources (all above 2) close at exec.
@@ -217,8 +263,13 @@ pub(super) fn spawn(
         .and_then(|()| actions.add_dup2(stdout_w.as_raw_fd(), 1))
         .and_then(|()| actions.add_dup2(stderr_w.as_raw_fd(), 2))
         .map_err(setup("spawn file actions"))?;
-    add_close_from_3(&mut actions)?;
-    add_chdir(&mut actions, &spec.cwd)?;
+    if let Some(control) = &control {
+        actions
+            .add_dup2(control.as_raw_fd(), 3)
+            .map_err(setup("spawn file actions"))?;
+    }
+    add_close_from(&mut actions, if control.is_some() { 4 } else { 3 })?;
+    add_chdir(&mut actions, cwd)?;
 
     let mut attr = PosixSpawnAttr::init().map_err(setup("spawn attributes"))?;
     attr.set_flags(
@@ -231,20 +282,26 @@ pub(super) fn spawn(
     .and_then(|()| attr.set_sigmask(&SigSet::empty()))
     .map_err(setup("spawn attributes"))?;
 
-    let pid =
-        posix_spawn(program_c.as_c_str(), &actions, &attr, &argv, &envp).map_err(|e| match e {
-            nix::errno::Errno::ENOENT => SpawnError::NotFound(spec.program.clone()),
-            nix::errno::Errno::EACCES | nix::errno::Errno::ENOEXEC => {
-                SpawnError::NotExecutable(spec.program.clone())
-            }
-            other => SpawnError::Spawn {
-                program: spec.program.clone(),
-                cause: std::io::Error::from(other),
-            },
-        })?;
-    drop((stdin_r, stdout_w, stderr_w));
+    let pid = posix_spawn(
+        image.path.as_c_str(),
+        &actions,
+        &attr,
+        &image.argv,
+        &image.envp,
+    )
+    .map_err(|e| match e {
+        nix::errno::Errno::ENOENT => SpawnError::NotFound(name.to_owned()),
+        nix::errno::Errno::EACCES | nix::errno::Errno::ENOEXEC => {
+            SpawnError::NotExecutable(name.to_owned())
+        }
+        other => SpawnError::Spawn {
+            program: name.to_owned(),
+            cause: std::io::Error::from(other),
+        },
+    })?;
+    drop((stdin_r, stdout_w, stderr_w, control));
     let pid = u32::try_from(pid.as_raw()).map_err(|_| SpawnError::Spawn {
-        program: spec.program.clone(),
+        program: name.to_owned(),
         cause: std::io::Error::other("negative pid"),
     })?;
     let ends: std::io::Result<Ends> = (|| {
@@ -254,11 +311,11 @@ pub(super) fn spawn(
             pipe::Receiver::from_owned_fd(stderr_r)?,
         ))
     })();
-    let (stdin, stdout, stderr) = ends.map_err(|cause| SpawnError::Setup {
+    let ends = ends.map_err(|cause| SpawnError::Setup {
         what: "pipe registration",
         cause,
     })?;
-    Ok((pid, stdin, stdout, stderr))
+    Ok((pid, ends))
 }
 
 #[cfg(test)]

@@ -157,6 +157,8 @@ pub fn kind_name(kind: u16) -> &'static str {
         kinds::LOST_ON_RESTORE => "lost_on_restore",
         kinds::LIFECYCLE_PUBLISHED => "lifecycle_published",
         kinds::COMPLETION_NOTIFIED => "completion_notified",
+        kinds::SCOPED => "scoped",
+        kinds::TREE_RELEASED => "tree_released",
         _ => "other",
     }
 }

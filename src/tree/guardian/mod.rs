@@ -1,0 +1,656 @@
+//! A guardian per launch: the supervisor's side of it ([`GuardianLauncher`], [`GuardianTree`])
+//! and the guardian process itself (`run.rs`).
+//!
+//! A process group loses every descendant that calls `setsid`, and a supervisor that dies
+//! leaves its trees unowned. The guardian closes both gaps: a small process (this executable,
+//! re-executed) that is a child subreaper, so every orphan of the tree becomes its child; it
+//! takes the tree down when its lifeline (the control socket) reaches end of stream; and it
+//! writes an exit receipt only when the kernel reports it has no child left.
+//!
+//! Invariants:
+//! - No workload runs before its scope is durable: the guardian forks the workload gated,
+//!   reports its identity (`REG`), and lets it exec only on `GO`, which the launcher sends after
+//!   `register` (the supervisor's journal append) returned. A failed registration closes the
+//!   socket: the guardian kills and reaps the gated workload and exits.
+//! - Every wait on the guardian is bounded ([`crate::limits::GUARDIAN_HANDSHAKE_MS`] for the
+//!   handshake); the guardian is reaped by its parent, the supervisor, through its pidfd.
+//! - Signals reach the tree only through the guardian, which pins each member with a pidfd; the
+//!   supervisor signals no pid itself. With a cgroup, a guardian that died no longer stands
+//!   between the supervisor and the tree: the cgroup is killed by its path.
+//! - A receipt is trusted only after it verified against the registration: the file's device
+//!   and inode, the nonce, the handle and the workload's witness.
+
+mod receipt;
+mod run;
+mod tree;
+pub(crate) mod wire;
+
+use std::ffi::CString;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions, pidfd_open};
+use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
+
+pub use receipt::{Receipt, ReceiptError};
+pub use run::{GUARDIAN_ARG, run_if_requested};
+pub(crate) use tree::pidfs_ino;
+
+use super::cgroup::{CgroupBase, Scope};
+use super::procfs::{self, Identity};
+use super::spawn::{self, Image};
+use super::{
+    ExitProof, Launcher, LeaderExit, Mechanism, ProcessTree, ProcessWitness, ReceiptBinding,
+    Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeScope, TreeSignal,
+};
+use crate::lifecycle::event::ExitStatus;
+use crate::limits;
+use wire::{Down, Up};
+
+/// Which executable runs the guardian.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardianProgram {
+    /// This process's own executable (`/proc/self/exe`, which names it even after the file was
+    /// replaced): the host's `main` must call [`run_if_requested`] first thing.
+    CurrentExe,
+    /// A `procjournal` binary (whose `main` calls [`run_if_requested`]).
+    Path(PathBuf),
+}
+
+/// Launches each workload under a guardian, in its own cgroup where one is available.
+#[derive(Debug, Clone)]
+pub struct GuardianLauncher {
+    program: CString,
+    cgroups: Option<CgroupBase>,
+    grace: Duration,
+}
+
+impl GuardianLauncher {
+    pub fn new(program: GuardianProgram) -> Result<GuardianLauncher, SpawnError> {
+        let path = match program {
+            GuardianProgram::CurrentExe => PathBuf::from("/proc/self/exe"),
+            GuardianProgram::Path(p) => p,
+        };
+        let program = CString::new(path.as_os_str().as_bytes()).map_err(|_| SpawnError::Nul {
+            what: "the guardian's path",
+        })?;
+        Ok(GuardianLauncher {
+            program,
+            cgroups: None,
+            grace: Duration::from_millis(limits::ORPHANED_TREE_GRACE_MS),
+        })
+    }
+
+    /// Runs each workload in its own cgroup under `base` (see [`CgroupBase::probe`]).
+    pub fn with_cgroups(mut self, base: Option<CgroupBase>) -> GuardianLauncher {
+        self.cgroups = base;
+        self
+    }
+
+    pub fn mechanism(&self) -> Mechanism {
+        if self.cgroups.is_some() {
+            Mechanism::Cgroup
+        } else {
+            Mechanism::Guardian
+        }
+    }
+}
+
+/// The handshake side of the control socket, blocking with a bound.
+struct Handshake {
+    stream: UnixStream,
+    buf: Vec<u8>,
+    deadline: Instant,
+}
+
+impl Handshake {
+    fn read(&mut self) -> Result<Up, String> {
+        loop {
+            match wire::take_line(&mut self.buf) {
+                Ok(Some(line)) => return Up::decode(&line).map_err(|e| e.to_string()),
+                Ok(None) => {}
+                Err(e) => return Err(e.to_string()),
+            }
+            let left = self.deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(format!(
+                    "no answer within {} ms (GUARDIAN_HANDSHAKE_MS)",
+                    limits::GUARDIAN_HANDSHAKE_MS
+                ));
+            }
+            self.stream
+                .set_read_timeout(Some(left))
+                .map_err(|e| e.to_string())?;
+            let mut chunk = [0u8; wire::LINE_MAX];
+            match self.stream.read(&mut chunk) {
+                Ok(0) => return Err("the guardian closed its control socket".to_owned()),
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+
+    fn send(&mut self, msg: &Down) -> Result<(), String> {
+        self.stream
+            .write_all(&msg.encode())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// Waits (bounded) for the guardian to exit and reaps it; kills it if it does not. For launches
+/// undone before the tree was handed over: no zombie is left behind.
+fn reap_blocking(pidfd: &OwnedFd) {
+    let bound = Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS);
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = u16::try_from(bound.as_millis()).unwrap_or(u16::MAX);
+    if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0) {
+        let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
+    }
+    let _ = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED);
+}
+
+fn open_pidfd(pid: u32) -> std::io::Result<OwnedFd> {
+    let pid = i32::try_from(pid)
+        .ok()
+        .and_then(Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other(format!("pid {pid} out of range")))?;
+    Ok(pidfd_open(pid, PidfdFlags::empty())?)
+}
+
+impl Launcher for GuardianLauncher {
+    fn gates(&self) -> bool {
+        true
+    }
+
+    fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
+        let workload = spawn::image(spec)?;
+        let scope = match &self.cgroups {
+            Some(base) => {
+                Some(
+                    base.create_scope(&spec.name)
+                        .map_err(|cause| SpawnError::Setup {
+                            what: "cgroup",
+                            cause,
+                        })?,
+                )
+            }
+            None => None,
+        };
+        let receipt_path = spec.receipts.join(format!("{}.receipt", spec.name));
+        let args = run::Args {
+            handle: spec.name.clone(),
+            receipt: receipt_path.clone(),
+            cgroup: scope.as_ref().map(|s| s.path().to_owned()),
+            grace: self.grace,
+            program: workload.path.clone(),
+            argv: workload.argv.clone(),
+        };
+        let mut argv = vec![self.program.clone()];
+        for a in args.encode() {
+            argv.push(CString::new(a.as_bytes()).map_err(|_| SpawnError::Nul {
+                what: "an argument",
+            })?);
+        }
+        let guardian = Image {
+            path: self.program.clone(),
+            argv,
+            envp: workload.envp,
+        };
+        let (ours, theirs) = UnixStream::pair().map_err(|cause| SpawnError::Setup {
+            what: "control socket",
+            cause,
+        })?;
+        let spawned = spawn::spawn_image(&guardian, &spec.cwd, Some(theirs.as_fd()), "guardian");
+        drop(theirs);
+        let (gpid, (stdin, stdout, stderr)) = match spawned {
+            Ok(s) => s,
+            Err(e) => {
+                if let Some(scope) = &scope {
+                    let _ = scope.remove();
+                }
+                return Err(e);
+            }
+        };
+        // Our unreaped child: its pid cannot be reused, so this pidfd names it.
+        let pidfd = open_pidfd(gpid).map_err(|cause| SpawnError::Adopt { cause })?;
+        let mut ctl = Handshake {
+            stream: ours,
+            buf: Vec::new(),
+            deadline: Instant::now() + Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS),
+        };
+        let abort = |ctl: Handshake, error: SpawnError| {
+            drop(ctl);
+            reap_blocking(&pidfd);
+            if let Some(scope) = &scope {
+                let _ = scope.remove();
+            }
+            error
+        };
+        let (wpid, wstart, wino, rdev, rino) = match ctl.read() {
+            Ok(Up::Reg {
+                pid,
+                start_time_ticks,
+                pidfs_ino,
+                receipt_dev,
+                receipt_ino,
+            }) => (pid, start_time_ticks, pidfs_ino, receipt_dev, receipt_ino),
+            Ok(Up::Failed(reason)) => return Err(abort(ctl, SpawnError::Guardian(reason))),
+            Ok(other) => {
+                let e = SpawnError::Guardian(format!("expected REG, got {other:?}"));
+                return Err(abort(ctl, e));
+            }
+            Err(e) => return Err(abort(ctl, SpawnError::Guardian(e))),
+        };
+        let boot_id = procfs::boot_id().unwrap_or([0; 16]);
+        let nonce = *uuid::Uuid::new_v4().as_bytes();
+        let binding = ReceiptBinding {
+            path: receipt_path.to_string_lossy().into_owned(),
+            dev: rdev,
+            ino: rino,
+            nonce,
+        };
+        let tree_scope = TreeScope {
+            mechanism: self.mechanism(),
+            boot_id,
+            workload: ProcessWitness {
+                pid: wpid,
+                start_time_ticks: wstart,
+                pidfs_ino: wino,
+            },
+            guardian: Some(ProcessWitness {
+                pid: gpid,
+                start_time_ticks: procfs::stat(gpid).map_or(0, |s| s.start_time_ticks),
+                pidfs_ino: pidfs_ino(&pidfd),
+            }),
+            cgroup: scope.as_ref().map(|s| s.path().to_owned()),
+            receipt: Some(binding.clone()),
+        };
+        if let Err(e) = register(&tree_scope) {
+            return Err(abort(ctl, SpawnError::Registration(e)));
+        }
+        if let Err(e) = ctl.send(&Down::Go { nonce }) {
+            return Err(abort(ctl, SpawnError::Guardian(e)));
+        }
+        match ctl.read() {
+            Ok(Up::Run) => {}
+            Ok(Up::ExecFailed { errno }) => {
+                let program = spec.program.clone();
+                let error = match errno {
+                    libc::ENOENT => SpawnError::NotFound(program),
+                    libc::EACCES | libc::ENOEXEC => SpawnError::NotExecutable(program),
+                    _ => SpawnError::Spawn {
+                        program,
+                        cause: std::io::Error::from_raw_os_error(errno),
+                    },
+                };
+                return Err(abort(ctl, error));
+            }
+            Ok(other) => {
+                let e = SpawnError::Guardian(format!("expected RUN, got {other:?}"));
+                return Err(abort(ctl, e));
+            }
+            Err(e) => return Err(abort(ctl, SpawnError::Guardian(e))),
+        }
+        let tree = GuardianTree::new(GuardianParts {
+            mechanism: self.mechanism(),
+            identity: Identity {
+                pid: wpid,
+                start_time_ticks: wstart,
+                boot_id,
+            },
+            workload_ino: wino,
+            guardian_pid: gpid,
+            pidfd,
+            control: ctl.stream,
+            leftover: ctl.buf,
+            scope,
+            receipt: binding,
+            handle: spec.name.clone(),
+        })
+        .map_err(|cause| SpawnError::Adopt { cause })?;
+        Ok(Spawned {
+            tree: std::sync::Arc::new(tree),
+            stdin,
+            stdout,
+            stderr,
+        })
+    }
+}
+
+/// What the guardian has reported since `RUN`.
+#[derive(Debug, Clone, Default)]
+struct Progress {
+    exit: Option<LeaderExit>,
+    /// `DONE`: the receipt is written and the tree is gone.
+    done: Option<u64>,
+    /// The control socket ended (after `DONE`, or because the guardian died).
+    eof: bool,
+}
+
+struct GuardianParts {
+    mechanism: Mechanism,
+    identity: Identity,
+    workload_ino: u64,
+    guardian_pid: u32,
+    pidfd: OwnedFd,
+    control: UnixStream,
+    leftover: Vec<u8>,
+    scope: Option<Scope>,
+    receipt: ReceiptBinding,
+    handle: String,
+}
+
+#[derive(Debug)]
+struct ControlReader {
+    stream: tokio::net::UnixStream,
+    buf: Vec<u8>,
+}
+
+/// A tree owned by a guardian (and, with [`Mechanism::Cgroup`], by a cgroup).
+#[derive(Debug)]
+pub struct GuardianTree {
+    mechanism: Mechanism,
+    identity: Identity,
+    workload_ino: u64,
+    guardian_pid: u32,
+    pidfd: AsyncFd<OwnedFd>,
+    /// The guardian was reaped (by `wait_empty`).
+    reaped: AtomicBool,
+    /// The sending side: a duplicate of the socket, written without blocking.
+    sender: OwnedFd,
+    /// One reader of the control socket at a time; what it reads goes to `progress`.
+    reader: tokio::sync::Mutex<ControlReader>,
+    progress: tokio::sync::watch::Sender<Progress>,
+    scope: Option<Scope>,
+    receipt: ReceiptBinding,
+    handle: String,
+}
+
+impl GuardianTree {
+    fn new(parts: GuardianParts) -> std::io::Result<GuardianTree> {
+        parts.control.set_nonblocking(true)?;
+        let sender = parts.control.try_clone()?.into();
+        let stream = tokio::net::UnixStream::from_std(parts.control)?;
+        Ok(GuardianTree {
+            mechanism: parts.mechanism,
+            identity: parts.identity,
+            workload_ino: parts.workload_ino,
+            guardian_pid: parts.guardian_pid,
+            pidfd: super::group::register(parts.pidfd)?,
+            reaped: AtomicBool::new(false),
+            sender,
+            reader: tokio::sync::Mutex::new(ControlReader {
+                stream,
+                buf: parts.leftover,
+            }),
+            progress: tokio::sync::watch::Sender::new(Progress::default()),
+            scope: parts.scope,
+            receipt: parts.receipt,
+            handle: parts.handle,
+        })
+    }
+
+    /// The guardian's pid (our child until `wait_empty` reaped it).
+    pub fn guardian_pid(&self) -> u32 {
+        self.guardian_pid
+    }
+
+    fn apply(&self, msg: Result<Up, wire::WireError>) {
+        self.progress.send_modify(|p| match msg {
+            Ok(Up::Exit(exit)) => p.exit = Some(exit),
+            Ok(Up::Done { reaped }) => p.done = Some(reaped),
+            Ok(other) => tracing::debug!(?other, "unexpected guardian message"),
+            // A guardian that speaks garbage is treated as gone.
+            Err(e) => {
+                tracing::warn!(error = %e, "guardian control message");
+                p.eof = true;
+            }
+        });
+    }
+
+    /// Reads control messages until `enough` holds of the progress (or the stream ends).
+    async fn pump(&self, enough: impl Fn(&Progress) -> bool) {
+        let mut reader = self.reader.lock().await;
+        loop {
+            if enough(&self.progress.borrow()) || self.progress.borrow().eof {
+                return;
+            }
+            match wire::take_line(&mut reader.buf) {
+                Ok(Some(line)) => {
+                    self.apply(Up::decode(&line));
+                    continue;
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    self.apply(Err(e));
+                    continue;
+                }
+            }
+            let mut chunk = [0u8; wire::LINE_MAX];
+            match reader.stream.read(&mut chunk).await {
+                Ok(0) | Err(_) => self.progress.send_modify(|p| p.eof = true),
+                Ok(n) => reader.buf.extend_from_slice(&chunk[..n]),
+            }
+        }
+    }
+
+    /// Reaps the guardian once it exited (it exits right after `DONE`, or died).
+    async fn reap_guardian(&self) {
+        loop {
+            if self.reaped.load(Ordering::SeqCst) {
+                return;
+            }
+            match rustix::process::waitid(
+                WaitId::PidFd(self.pidfd.get_ref().as_fd()),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+            ) {
+                Ok(Some(_)) | Err(_) => {
+                    self.reaped.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Ok(None) => {}
+            }
+            match self.pidfd.readable().await {
+                Ok(mut ready) => ready.clear_ready(),
+                Err(_) => return,
+            }
+        }
+    }
+
+    /// The receipt, if the file the registration names holds one that verifies against it.
+    fn verified_receipt(&self) -> Option<Receipt> {
+        verify_receipt(
+            &self.receipt,
+            &self.handle,
+            &ProcessWitness {
+                pid: self.identity.pid,
+                start_time_ticks: self.identity.start_time_ticks,
+                pidfs_ino: self.workload_ino,
+            },
+        )
+        .ok()
+    }
+}
+
+/// Reads and verifies the receipt a registration names: same file (device and inode), and a
+/// receipt for this handle, nonce and workload.
+pub fn verify_receipt(
+    binding: &ReceiptBinding,
+    handle: &str,
+    workload: &ProcessWitness,
+) -> Result<Receipt, String> {
+    let mut file = std::fs::File::open(Path::new(&binding.path))
+        .map_err(|e| format!("receipt {}: {e}", binding.path))?;
+    let meta = file.metadata().map_err(|e| e.to_string())?;
+    if (meta.dev(), meta.ino()) != (binding.dev, binding.ino) {
+        return Err("the receipt file was replaced".to_owned());
+    }
+    let mut bytes = Vec::new();
+    Read::by_ref(&mut file)
+        .take(receipt::RECEIPT_BYTES_MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| e.to_string())?;
+    let r = Receipt::decode(&bytes).map_err(|e| e.to_string())?;
+    if r.handle != handle || r.nonce != binding.nonce {
+        return Err("the receipt belongs to another registration".to_owned());
+    }
+    if r.workload_pid != workload.pid
+        || r.workload_start_ticks != workload.start_time_ticks
+        || r.workload_pidfs_ino != workload.pidfs_ino
+    {
+        return Err("the receipt names another workload".to_owned());
+    }
+    Ok(r)
+}
+
+fn exit_status(exit: Option<LeaderExit>) -> ExitStatus {
+    match exit {
+        Some(LeaderExit::Code(c)) => ExitStatus::Code(c),
+        Some(LeaderExit::Signal(s)) => ExitStatus::Signal(s),
+        None => ExitStatus::Unknown,
+    }
+}
+
+/// Signals what a cgroup holds, without a guardian: freeze, signal each member through a
+/// pidfd, thaw; or kill it whole.
+fn signal_scope(scope: &Scope, signal: TreeSignal) -> std::io::Result<()> {
+    if signal == TreeSignal::Kill {
+        return scope.kill();
+    }
+    let _ = scope.freeze(tree::QUIESCE_BUDGET)?;
+    for pid in scope.procs().unwrap_or_default() {
+        tree::signal_pid(pid, signal);
+    }
+    scope.thaw()
+}
+
+impl ProcessTree for GuardianTree {
+    fn mechanism(&self) -> Mechanism {
+        self.mechanism
+    }
+
+    fn identity(&self) -> Identity {
+        self.identity
+    }
+
+    fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
+        if self.progress.borrow().done.is_some() {
+            return Ok(());
+        }
+        let line = Down::Signal(signal).encode();
+        let sent = nix::sys::socket::send(
+            self.sender.as_raw_fd(),
+            &line,
+            nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+        );
+        match sent {
+            Ok(n) if n == line.len() => Ok(()),
+            Ok(_) => Err(std::io::Error::other(
+                "the guardian's control socket is full",
+            )),
+            // The guardian is gone: only a cgroup still reaches the tree.
+            Err(e) => match &self.scope {
+                Some(scope) => signal_scope(scope, signal),
+                None => Err(std::io::Error::other(format!(
+                    "the guardian is gone ({e}); its tree cannot be reached"
+                ))),
+            },
+        }
+    }
+
+    fn wait_leader(&self) -> TreeFuture<'_, std::io::Result<LeaderExit>> {
+        Box::pin(async move {
+            self.pump(|p| p.exit.is_some()).await;
+            self.progress.borrow().exit.ok_or_else(|| {
+                std::io::Error::other("the guardian ended without reporting the workload's exit")
+            })
+        })
+    }
+
+    fn members(&self) -> std::io::Result<usize> {
+        if self.progress.borrow().done.is_some() {
+            return Ok(0);
+        }
+        let mut n = if self.reaped.load(Ordering::SeqCst) {
+            0
+        } else {
+            tree::descendants(self.guardian_pid).len()
+        };
+        if n == 0
+            && let Some(scope) = &self.scope
+        {
+            n = scope.procs()?.len();
+        }
+        Ok(n)
+    }
+
+    fn surely_empty(&self) -> bool {
+        self.progress.borrow().done.is_some()
+    }
+
+    fn wait_empty(&self) -> TreeFuture<'_, ()> {
+        Box::pin(async move {
+            self.pump(|p| p.done.is_some()).await;
+            self.reap_guardian().await;
+            if self.progress.borrow().done.is_some() {
+                return;
+            }
+            // The guardian died without a receipt: only a cgroup can still say "empty".
+            let Some(scope) = self.scope.clone() else {
+                return;
+            };
+            let mut pause = Duration::from_millis(5);
+            loop {
+                let s = scope.clone();
+                if let Ok(Ok(false)) = tokio::task::spawn_blocking(move || s.populated()).await {
+                    return;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(200));
+            }
+        })
+    }
+
+    fn exit_proof(&self) -> Option<ExitProof> {
+        let progress = self.progress.borrow().clone();
+        if progress.done.is_some()
+            && let Some(r) = self.verified_receipt()
+        {
+            return Some(ExitProof::Receipt {
+                status: exit_status(r.status),
+                reaped: r.reaped,
+            });
+        }
+        match &self.scope {
+            Some(scope) if progress.eof && matches!(scope.populated(), Ok(false)) => {
+                Some(ExitProof::CgroupEmpty)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Drop for GuardianTree {
+    fn drop(&mut self) {
+        // A guardian that already exited is reaped here rather than left a zombie; one that
+        // still runs keeps its tree (its lifeline ends with this socket and it takes the tree
+        // down), and is reaped by init if this supervisor exits first.
+        if !self.reaped.load(Ordering::SeqCst) {
+            let _ = rustix::process::waitid(
+                WaitId::PidFd(self.pidfd.get_ref().as_fd()),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
+            );
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! The guardian process: one per managed launch, the same executable re-executed with
+//! [`GUARDIAN_ARG`] (or the `procjournal` binary). Single-threaded, no runtime: it may fork.
+//!
+//! Lifetime, in order:
+//! 1. Take the control socket from descriptor 3 (close-on-exec from then on), become a child
+//!    subreaper, refuse core dumps and ptrace by the workload (`PR_SET_DUMPABLE 0`: the nonce
+//!    lives in this memory), block the signals it handles and read them through a signalfd.
+//! 2. Create the receipt file (`O_EXCL`, mode 0600) and fork the workload: in its own cgroup
+//!    when one was given (created there by `clone3(CLONE_INTO_CGROUP)`), in a new session, with
+//!    an empty mask and SIGPIPE at its default. It waits on a gate pipe before it execs.
+//! 3. Report `REG` (the workload's identity and the receipt file's) and wait for `GO` with the
+//!    nonce: the supervisor persists the scope first, so no workload runs unregistered. End of
+//!    stream instead of `GO` aborts: the gated workload is killed and reaped, and the receipt
+//!    is written all the same.
+//! 4. Open the gate; report `RUN`, or `EXECFAIL` with the errno. Point its own standard
+//!    streams at /dev/null, so that only the tree holds the capture pipes.
+//! 5. Reap every child (the workload and every orphan that reparents here); report the
+//!    workload's `EXIT`. On `SIG` from the supervisor, signal the tree. On end of stream (the
+//!    supervisor died: the lifeline) or SIGTERM/SIGINT/SIGHUP to the guardian itself, take the
+//!    tree down: SIGTERM after a quiesce, the grace, then SIGKILL until nothing is left.
+//! 6. Only when `waitpid` reports ECHILD (no child at all, which under a subreaper means no
+//!    descendant at all) and any cgroup is empty, write and fsync the receipt, report `DONE`,
+//!    and exit.
+//!
+//! Invariants: the workload inherits no descriptor but 0, 1 and 2 (everything the guardian
+//! opens is close-on-exec); every signal goes through a pidfd to a process re-checked after it
+//! was pinned (its parent is a member of the tree, or the guardian); the receipt is written
+//! only at ECHILD.
+
+use std::ffi::{CString, OsString};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::{FcntlArg, FdFlag, OFlag, fcntl};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+use nix::sys::socket::{MsgFlags, send};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+
+use super::receipt::Receipt;
+use super::tree as walk;
+use super::wire::{self, Down, Up};
+use crate::tree::cgroup::{self, Forked, Scope};
+use crate::tree::{LeaderExit, TreeSignal, procfs};
+
+/// The hidden first argument that turns the executable into a guardian.
+pub const GUARDIAN_ARG: &str = "__procjournal_guardian";
+
+/// The descriptor the supervisor places the control socket on.
+pub(crate) const CONTROL_FD: i32 = 3;
+
+/// Exit status of a workload whose gate closed without `GO` (it never exec'd).
+const GATE_CLOSED: i32 = 125;
+
+/// Runs the guardian and exits if this process was started as one; returns otherwise. Call it
+/// first thing in `main`, before any thread or runtime exists.
+pub fn run_if_requested() {
+    let mut args = std::env::args_os();
+    let _ = args.next();
+    if args.next().is_some_and(|a| a == GUARDIAN_ARG) {
+        let code = match Args::parse(args) {
+            Ok(parsed) => run(parsed),
+            Err(e) => {
+                report_setup_failure(&e);
+                2
+            }
+        };
+        std::process::exit(code);
+    }
+}
+
+/// The guardian's arguments, after [`GUARDIAN_ARG`]:
+/// `<handle> <receipt path> <cgroup dir or -> <grace ms> <program path> -- <argv0> <args>...`.
+#[derive(Debug)]
+pub(crate) struct Args {
+    pub handle: String,
+    pub receipt: std::path::PathBuf,
+    pub cgroup: Option<std::path::PathBuf>,
+    pub grace: Duration,
+    pub program: CString,
+    pub argv: Vec<CString>,
+}
+
+impl Args {
+    pub(crate) fn encode(&self) -> Vec<OsString> {
+        let mut out: Vec<OsString> = vec![
+            GUARDIAN_ARG.into(),
+            self.handle.clone().into(),
+            self.receipt.clone().into(),
+            self.cgroup
+                .clone()
+                .map_or_else(|| OsString::from("-"), OsString::from),
+            self.grace.as_millis().to_string().into(),
+            std::ffi::OsStr::from_bytes(self.program.as_bytes()).into(),
+            "--".into(),
+        ];
+        out.extend(
+            self.argv
+                .iter()
+                .map(|a| std::ffi::OsStr::from_bytes(a.as_bytes()).to_owned()),
+        );
+        out
+    }
+
+    fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
+        let mut next = |what: &str| args.next().ok_or_else(|| format!("missing {what}"));
+        let handle = next("handle")?
+            .into_string()
+            .map_err(|_| "handle is not text".to_owned())?;
+        let receipt = next("receipt path")?.into();
+        let cgroup = next("cgroup")?;
+        let cgroup = (cgroup != "-").then(|| cgroup.into());
+        let grace = next("grace")?
+            .into_string()
+            .ok()
+            .and_then(|s| s.parse::<u64>().ok())
+            .map(Duration::from_millis)
+            .ok_or_else(|| "grace is not a number of milliseconds".to_owned())?;
+        let cstring = |o: OsString| CString::new(o.as_bytes()).map_err(|_| "NUL in an argument");
+        let program = cstring(next("program")?)?;
+        if next("--")? != "--" {
+            return Err("expected -- before the workload's argv".to_owned());
+        }
+        let argv = args.map(cstring).collect::<Result<Vec<_>, _>>()?;
+        if argv.is_empty() {
+            return Err("missing the workload's argv".to_owned());
+        }
+        Ok(Args {
+            handle,
+            receipt,
+            cgroup,
+            grace,
+            program,
+            argv,
+        })
+    }
+}
+
+/// Reports a failure before the workload exists, on the control socket if there is one.
+fn report_setup_failure(reason: &str) {
+    if let Some(ctl) = control_socket() {
+        let _ = send_line(ctl.as_fd(), &Up::Failed(reason.to_owned()));
+    }
+}
+
+/// Takes descriptor 3 if it is a socket: what the supervisor's spawn actions put there.
+#[allow(unsafe_code)]
+fn control_socket() -> Option<OwnedFd> {
+    // SAFETY: descriptor 3 was placed by the supervisor's posix_spawn `dup2` action and nothing
+    // in this process has opened, owned or closed anything since exec (this runs first in
+    // `main`); checking that it is a socket before taking it guards against a mistaken exec
+    // without one. From here this `OwnedFd` is its only owner.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(CONTROL_FD) };
+    let stat = nix::sys::stat::fstat(borrowed).ok()?;
+    if stat.st_mode & libc::S_IFMT != libc::S_IFSOCK {
+        return None;
+    }
+    // SAFETY: as above; the borrow ends here and ownership passes to the `OwnedFd`.
+    let owned = unsafe { OwnedFd::from_raw_fd(CONTROL_FD) };
+    fcntl(&owned, FcntlArg::F_SETFD(FdFlag::FD_CLOEXEC)).ok()?;
+    Some(owned)
+}
+
+fn send_line(ctl: BorrowedFd<'_>, msg: &Up) -> nix::Result<()> {
+    let line = msg.encode();
+    let mut sent = 0;
+    while sent < line.len() {
+        match send(ctl.as_raw_fd(), &line[sent..], MsgFlags::MSG_NOSIGNAL) {
+            Ok(n) => sent += n,
+            Err(Errno::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// What the guardian learned from its control socket.
+enum Control {
+    Message(Down),
+    /// End of stream or a broken peer: the supervisor is gone.
+    Lost,
+    /// Nothing complete yet.
+    Pending,
+}
+
+struct ControlReader {
+    fd: Option<OwnedFd>,
+    buf: Vec<u8>,
+}
+
+impl ControlReader {
+    fn read(&mut self) -> Control {
+        let Some(fd) = &self.fd else {
+            return Control::Lost;
+        };
+        if let Ok(Some(line)) = wire::take_line(&mut self.buf) {
+            return match Down::decode(&line) {
+                Ok(m) => Control::Message(m),
+                // A peer that speaks garbage is not a supervisor: treat it as gone.
+                Err(_) => Control::Lost,
+            };
+        }
+        let mut chunk = [0u8; wire::LINE_MAX];
+        match nix::unistd::read(fd, &mut chunk) {
+            Ok(0) | Err(_) => Control::Lost,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                match wire::take_line(&mut self.buf) {
+                    Ok(Some(line)) => match Down::decode(&line) {
+                        Ok(m) => Control::Message(m),
+                        Err(_) => Control::Lost,
+                    },
+                    Ok(None) => Control::Pending,
+                    Err(_) => Control::Lost,
+                }
+            }
+        }
+    }
+
+    fn send(&self, msg: &Up) {
+        if let Some(fd) = &self.fd {
+            // The supervisor may be gone: the lifeline read reports that.
+            let _ = send_line(fd.as_fd(), msg);
+        }
+    }
+}
+
+/// The workload as created, gated.
+struct Workload {
+    pid: u32,
+    gate: Option<OwnedFd>,
+    exec_error: OwnedFd,
+    pidfs_ino: u64,
+    start_time_ticks: u64,
+}
+
+fn run(args: Args) -> i32 {
+    let Some(ctl) = control_socket() else {
+        return 2;
+    };
+    let mut ctl = ControlReader {
+        fd: Some(ctl),
+        buf: Vec::new(),
+    };
+    match Guardian::setup(&args) {
+        Ok(mut g) => g.run(&args, &mut ctl),
+        Err(e) => {
+            ctl.send(&Up::Failed(e));
+            2
+        }
+    }
+}
+
+struct Guardian {
+    handle: String,
+    signals: SignalFd,
+    receipt: std::fs::File,
+    receipt_dev: u64,
+    receipt_ino: u64,
+    scope: Option<Scope>,
+    workload: Workload,
+    status: Option<LeaderExit>,
+    reaped: u64,
+}
+
+impl Guardian {
+    fn setup(args: &Args) -> Result<Guardian, String> {
+        let fail = |what: &str, e: &dyn std::fmt::Display| format!("guardian: {what}: {e}");
+        nix::sys::prctl::set_child_subreaper(true).map_err(|e| fail("subreaper", &e))?;
+        nix::sys::prctl::set_dumpable(false).map_err(|e| fail("dumpable", &e))?;
+        let mut handled = SigSet::empty();
+        for s in [
+            Signal::SIGCHLD,
+            Signal::SIGTERM,
+            Signal::SIGINT,
+            Signal::SIGHUP,
+            Signal::SIGQUIT,
+        ] {
+            handled.add(s);
+        }
+        handled
+            .thread_block()
+            .map_err(|e| fail("signal mask", &e))?;
+        let signals =
+            SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
+                .map_err(|e| fail("signalfd", &e))?;
+        let receipt = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&args.receipt)
+            .map_err(|e| fail(&format!("receipt {}", args.receipt.display()), &e))?;
+        let meta = receipt.metadata().map_err(|e| fail("receipt", &e))?;
+        let scope = args.cgroup.clone().map(Scope::at);
+        let workload = fork_workload(args, scope.as_ref())?;
+        Ok(Guardian {
+            handle: args.handle.clone(),
+            signals,
+            receipt,
+            receipt_dev: meta.dev(),
+            receipt_ino: meta.ino(),
+            scope,
+            workload,
+            status: None,
+            reaped: 0,
+        })
+    }
+
+    fn run(&mut self, args: &Args, ctl: &mut ControlReader) -> i32 {
+        ctl.send(&Up::Reg {
+            pid: self.workload.pid,
+            start_time_ticks: self.workload.start_time_ticks,
+            pidfs_ino: self.workload.pidfs_ino,
+            receipt_dev: self.receipt_dev,
+            receipt_ino: self.receipt_ino,
+        });
+        let nonce = match self.await_go(ctl) {
+            Some(nonce) => nonce,
+            None => {
+                // Aborted launch: the gate closes, the workload exits 125 without exec'ing.
+                self.workload.gate = None;
+                return self.finish(None, ctl, args.grace, true);
+            }
+        };
+        self.open_gate(ctl);
+        quiet_standard_streams();
+        self.finish(Some(nonce), ctl, args.grace, false)
+    }
+
+    /// Waits for `GO`; `None` if the supervisor went away or asked for a signal first (a stop
+    /// that raced the launch: the workload must not start).
+    fn await_go(&mut self, ctl: &mut ControlReader) -> Option<[u8; 16]> {
+        loop {
+            let (ctl_ready, sig_ready) = self.poll(ctl, PollTimeout::NONE);
+            if sig_ready && self.take_signals().1 {
+                return None;
+            }
+            if ctl_ready {
+                match ctl.read() {
+                    Control::Message(Down::Go { nonce }) => return Some(nonce),
+                    Control::Message(Down::Signal(_)) | Control::Lost => return None,
+                    Control::Pending => {}
+                }
+            }
+        }
+    }
+
+    fn open_gate(&mut self, ctl: &mut ControlReader) {
+        if let Some(gate) = self.workload.gate.take() {
+            let _ = nix::unistd::write(&gate, &[1]);
+        }
+        // EOF: exec closed the error pipe. Four bytes: the errno of a failed exec.
+        let mut errno = [0u8; 4];
+        let mut got = 0;
+        while got < 4 {
+            match nix::unistd::read(&self.workload.exec_error, &mut errno[got..]) {
+                Ok(0) => break,
+                Ok(n) => got += n,
+                Err(Errno::EINTR) => {}
+                Err(_) => break,
+            }
+        }
+        ctl.send(&if got == 4 {
+            Up::ExecFailed {
+                errno: i32::from_le_bytes(errno),
+            }
+        } else {
+            Up::Run
+        });
+    }
+
+    /// Polls the control socket (while it is open) and the signalfd.
+    fn poll(&self, ctl: &ControlReader, timeout: PollTimeout) -> (bool, bool) {
+        let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
+        if let Some(fd) = &ctl.fd {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        if poll(&mut fds, timeout).is_err() {
+            return (false, false);
+        }
+        let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+        let sig = ready(&fds[0]);
+        let ctl_ready = fds.get(1).is_some_and(ready);
+        (ctl_ready, sig)
+    }
+
+    /// Drains the signalfd: (a child changed state, the guardian was asked to end).
+    fn take_signals(&mut self) -> (bool, bool) {
+        let (mut child, mut end) = (false, false);
+        while let Ok(Some(info)) = self.signals.read_signal() {
+            if info.ssi_signo == Signal::SIGCHLD as u32 {
+                child = true;
+            } else {
+                end = true;
+            }
+        }
+        (child, end)
+    }
+
+    /// Reaps every child that has exited; true once there is no child left at all.
+    fn reap(&mut self, ctl: &ControlReader) -> bool {
+        loop {
+            match waitpid(None, Some(WaitPidFlag::WNOHANG | WaitPidFlag::__WALL)) {
+                Ok(WaitStatus::StillAlive) => return false,
+                Ok(status) => {
+                    let Some(pid) = status.pid() else { continue };
+                    self.reaped += 1;
+                    if u32::try_from(pid.as_raw()) == Ok(self.workload.pid) {
+                        let exit = match status {
+                            WaitStatus::Exited(_, code) => Some(LeaderExit::Code(code)),
+                            WaitStatus::Signaled(_, sig, _) => Some(LeaderExit::Signal(sig as i32)),
+                            _ => None,
+                        };
+                        if let Some(exit) = exit {
+                            self.status = Some(exit);
+                            ctl.send(&Up::Exit(exit));
+                        }
+                    }
+                }
+                Err(Errno::ECHILD) => return true,
+                Err(Errno::EINTR) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
+    /// Step 5 and 6: serve the supervisor and reap until nothing is left, then the receipt.
+    fn finish(
+        &mut self,
+        nonce: Option<[u8; 16]>,
+        ctl: &mut ControlReader,
+        grace: Duration,
+        abort: bool,
+    ) -> i32 {
+        // When SIGKILL is due (after the grace of a termination the guardian started itself).
+        let mut kill_at: Option<Instant> = None;
+        // SIGKILL was sent: repeat it while members remain (a fork may race a round).
+        let mut killing = false;
+        if abort {
+            killing = true;
+        }
+        loop {
+            if self.reap(ctl) && self.scope_empty() {
+                break;
+            }
+            if killing {
+                self.signal_tree(TreeSignal::Kill);
+            } else if kill_at.is_some_and(|t| Instant::now() >= t) {
+                killing = true;
+                continue;
+            }
+            let timeout = if killing {
+                Duration::from_millis(20)
+            } else if let Some(t) = kill_at {
+                t.saturating_duration_since(Instant::now())
+            } else {
+                // SIGCHLD wakes the loop; the timeout only bounds a missed wakeup.
+                Duration::from_secs(1)
+            };
+            let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
+            let (ctl_ready, sig_ready) = self.poll(ctl, PollTimeout::from(ms));
+            let mut end = false;
+            if sig_ready {
+                end = self.take_signals().1;
+            }
+            if ctl_ready {
+                match ctl.read() {
+                    Control::Message(Down::Signal(TreeSignal::Kill)) => killing = true,
+                    Control::Message(Down::Signal(s)) => self.signal_tree(s),
+                    Control::Message(Down::Go { .. }) | Control::Pending => {}
+                    Control::Lost => {
+                        ctl.fd = None;
+                        end = true;
+                    }
+                }
+            }
+            if end && kill_at.is_none() && !killing {
+                self.signal_tree(TreeSignal::Terminate);
+                kill_at = Some(Instant::now() + grace);
+            }
+        }
+        if let Some(scope) = &self.scope {
+            let _ = scope.remove();
+        }
+        self.write_receipt(nonce.unwrap_or([0; 16]));
+        ctl.send(&Up::Done {
+            reaped: self.reaped,
+        });
+        0
+    }
+
+    fn scope_empty(&self) -> bool {
+        match &self.scope {
+            // A cgroup member that escaped the subreaper (moved by a privileged workload) is
+            // still ours to wait for; an unreadable cgroup proves nothing either way.
+            Some(scope) => match scope.populated() {
+                Ok(populated) => !populated,
+                Err(_) => true,
+            },
+            None => true,
+        }
+    }
+
+    fn signal_tree(&self, signal: TreeSignal) {
+        let mut in_scope = std::collections::HashSet::new();
+        if let Some(scope) = &self.scope {
+            if signal == TreeSignal::Kill {
+                let _ = scope.kill();
+            } else {
+                // Frozen, the membership cannot change while each member is signalled.
+                let frozen = scope.freeze(walk::QUIESCE_BUDGET).unwrap_or(false);
+                for pid in scope.procs().unwrap_or_default() {
+                    walk::signal_pid(pid, signal);
+                    in_scope.insert(pid);
+                }
+                let _ = scope.thaw();
+                if !frozen {
+                    tracing::debug!("the cgroup did not freeze in time; signalled what it held");
+                }
+            }
+        }
+        // Members outside the cgroup (all of them, without one), found under the subreaper.
+        walk::signal_tree(std::process::id(), signal, &in_scope);
+    }
+
+    fn write_receipt(&mut self, nonce: [u8; 16]) {
+        let me = procfs::identity(std::process::id());
+        let receipt = Receipt {
+            handle: self.handle.clone(),
+            nonce,
+            boot_id: procfs::boot_id().unwrap_or([0; 16]),
+            guardian_pid: me.pid,
+            guardian_start_ticks: me.start_time_ticks,
+            workload_pid: self.workload.pid,
+            workload_start_ticks: self.workload.start_time_ticks,
+            workload_pidfs_ino: self.workload.pidfs_ino,
+            status: self.status,
+            reaped: self.reaped,
+        };
+        // A receipt that cannot be written leaves the tree `unverified`, which is the truth.
+        let _ = self
+            .receipt
+            .write_all(&receipt.encode())
+            .and_then(|()| self.receipt.sync_all());
+    }
+}
+
+/// Points the guardian's own standard streams at /dev/null: the capture pipes must reach EOF
+/// when the tree's last holder closes them, not when the guardian exits.
+fn quiet_standard_streams() {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        let _ = rustix::stdio::dup2_stdin(&null);
+        let _ = rustix::stdio::dup2_stdout(&null);
+        let _ = rustix::stdio::dup2_stderr(&null);
+    }
+}
+
+/// Forks the gated workload. The child runs only async-signal-safe code until exec: the
+/// guardian is single-threaded, and everything the child needs was prepared before the fork.
+fn fork_workload(args: &Args, scope: Option<&Scope>) -> Result<Workload, String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("guardian: {what}: {e}");
+    let (gate_r, gate_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail("gate", &e))?;
+    let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).map_err(|e| fail("pipe", &e))?;
+    let cgroup_dir = match scope {
+        Some(s) => Some(s.open_dir().map_err(|e| fail("cgroup", &e))?),
+        None => None,
+    };
+    // SAFETY: the guardian is single-threaded (it runs before any thread or runtime exists,
+    // `run_if_requested`), so the child inherits no lock another thread held; `child` execs or
+    // exits and never returns into the guardian's code.
+    #[allow(unsafe_code)]
+    let forked = unsafe { cgroup::fork_into(cgroup_dir.as_ref().map(|d| d.as_fd())) };
+    match forked.map_err(|e| fail("fork", &e))? {
+        Forked::Child => child(&gate_r, &err_w, args),
+        Forked::Parent { child } => {
+            drop((gate_r, err_w));
+            let (pidfs_ino, start_time_ticks) = walk::witness(child);
+            Ok(Workload {
+                pid: child,
+                gate: Some(gate_w),
+                exec_error: err_r,
+                pidfs_ino,
+                start_time_ticks,
+            })
+        }
+    }
+}
+
+/// The forked workload before exec: a new session, a clean mask, SIGPIPE at its default, the
+/// gate, exec. Never returns. Allocating here is sound only because the guardian is
+/// single-threaded: no other thread can hold the allocator's lock across the fork.
+fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
+    let _ = nix::unistd::setsid();
+    let _ = SigSet::empty().thread_set_mask();
+    reset_sigpipe();
+    let mut byte = [0u8; 1];
+    loop {
+        match nix::unistd::read(gate, &mut byte) {
+            Ok(1) => break,
+            Err(Errno::EINTR) => {}
+            _ => child_exit(GATE_CLOSED),
+        }
+    }
+    let errno = match nix::unistd::execv(&args.program, &args.argv) {
+        Err(e) => e as i32,
+        Ok(never) => match never {},
+    };
+    let _ = nix::unistd::write(exec_error, &errno.to_le_bytes());
+    child_exit(if errno == libc::ENOENT { 127 } else { 126 })
+}
+
+/// Ends the forked child that never exec'd. `exit` (not `_exit`, which needs `unsafe`) is sound
+/// here: the guardian registers no exit handlers and buffers no output, so nothing runs or is
+/// flushed twice.
+fn child_exit(code: i32) -> ! {
+    std::process::exit(code)
+}
+
+/// The Rust runtime ignores SIGPIPE, and an ignored disposition survives exec: the workload
+/// must get the default (a writer to a closed pipe dies, as from a shell).
+#[allow(unsafe_code)]
+fn reset_sigpipe() {
+    // SAFETY: installing SIG_DFL registers no handler, so no code of ours can ever run in a
+    // signal context; the call changes only this (single-threaded) process's disposition.
+    let _ =
+        unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+}
