@@ -147,6 +147,11 @@ pub const GUARDIAN_HANDSHAKE_MS: u64 = 10_000;
 /// nothing behind) before the process is recorded as leaving a lingering tree instead.
 pub const TREE_PROOF_WAIT_MS: u64 = 50;
 
+/// How often trees that nothing proved gone (their guardian died without a receipt) are
+/// re-assessed from their evidence (receipt, cgroup, boot id). Each assessment reads a file or
+/// two per tree; a second keeps held capacity from lingering long after the proof appears.
+pub const ASSESS_INTERVAL_MS: u64 = 1_000;
+
 /// How long a guardian whose supervisor died (or that was itself asked to end) waits between
 /// SIGTERM and SIGKILL to its tree: with the quiesce before it, the whole termination stays
 /// within the 2 s budget seed 003 gives one.

@@ -234,6 +234,15 @@ struct ProcView {
     exit_code: Option<i32>,
     signal: Option<i32>,
     total_bytes: u64,
+    #[serde(default)]
+    mechanism: Option<String>,
+    #[serde(default)]
+    ownership: Option<OwnershipView>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OwnershipView {
+    assessment: String,
 }
 
 pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
@@ -271,8 +280,8 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(
             out,
-            "{:<34} {:<15} {:>8} {:>6} {:>10}  COMMAND",
-            "HANDLE", "STATE", "PID", "EXIT", "BYTES"
+            "{:<34} {:<15} {:>8} {:>6} {:>10} {:<9} {:<10}  COMMAND",
+            "HANDLE", "STATE", "PID", "EXIT", "BYTES", "TREE", "OWNERSHIP"
         )?;
         for p in processes {
             let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
@@ -290,10 +299,12 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             };
             writeln!(
                 out,
-                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10}  {}{labels}",
+                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<9} {:<10}  {}{labels}",
                 p.handle,
                 p.state.name(),
                 p.total_bytes,
+                p.mechanism.as_deref().unwrap_or("-"),
+                p.ownership.as_ref().map_or("-", |o| o.assessment.as_str()),
                 shell_words(&p.command)
             )?;
         }

@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{ApiError, ErrorCode, Request, StartArgs};
-use crate::lifecycle::event::{CaptureStatus, ExitStatus};
+use crate::lifecycle::event::{CaptureStatus, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::supervisor::{
     Command, ListFilter, OutputPage, StartError, Supervisor, SupervisorError, TerminalSummary,
@@ -40,6 +40,54 @@ pub struct ProcessInfo {
     /// recorded in the journal (a running process may have written more since).
     pub retained_from: u64,
     pub total_bytes: u64,
+    /// Which mechanism owns the tree (`None`: recorded before scopes were).
+    pub mechanism: Option<TreeMechanism>,
+    /// Whether the whole tree is known to be gone (`tree::assess`).
+    pub ownership: Ownership,
+}
+
+/// The ownership assessment of a process's tree, from its record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "assessment", rename_all = "snake_case")]
+pub enum Ownership {
+    /// The process runs under this supervisor.
+    Live,
+    /// Something proved the whole tree gone.
+    Exited { proof: ExitProof },
+    /// Nothing proves the tree gone yet; the reason says what is missing.
+    Unverified { reason: String },
+}
+
+impl Ownership {
+    pub fn of(m: &Manifest) -> Ownership {
+        if let Some(proof) = &m.released {
+            return Ownership::Exited {
+                proof: proof.clone(),
+            };
+        }
+        if !m.state.is_terminal() {
+            return Ownership::Live;
+        }
+        let reason = match &m.scope {
+            None => "no tree scope was recorded for it",
+            Some(s) if s.guardian.is_none() => {
+                "a process group cannot prove that no member left it"
+            }
+            Some(_) => "no receipt yet: its guardian is still ending the tree, or died without one",
+        };
+        Ownership::Unverified {
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// One word for a table: live, exited, unverified.
+    pub fn word(&self) -> &'static str {
+        match self {
+            Ownership::Live => "live",
+            Ownership::Exited { .. } => "exited",
+            Ownership::Unverified { .. } => "unverified",
+        }
+    }
 }
 
 impl From<&Manifest> for ProcessInfo {
@@ -64,6 +112,8 @@ impl From<&Manifest> for ProcessInfo {
             signal,
             retained_from: m.bounds.retained_from,
             total_bytes: m.bounds.total_bytes,
+            mechanism: m.scope.as_ref().map(|s| s.mechanism),
+            ownership: Ownership::of(m),
         }
     }
 }

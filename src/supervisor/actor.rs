@@ -29,7 +29,7 @@ use super::command::PreparedProcess;
 use super::process::{Cause, Proc, ProcEvent, TerminalSummary, teardown};
 use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
 use crate::journal::EventId;
-use crate::lifecycle::event::LifecycleIds;
+use crate::lifecycle::event::{LifecycleIds, Scoped};
 use crate::lifecycle::{Handle, State};
 use crate::limits;
 use crate::spool::Spool;
@@ -172,6 +172,11 @@ pub(crate) struct Actor {
     readers: Bounded<Arc<Spool>>,
     summaries: Bounded<TerminalSummary>,
     shutdown: ShutdownState,
+    /// Trees nothing proved gone and nothing watches (their guardian died, here or under an
+    /// earlier supervisor): each holds one unit of `live` until an assessment proves it gone.
+    held: HashMap<Handle, (Scoped, LifecycleIds)>,
+    /// When the held trees are next assessed; an assessment in flight clears it.
+    next_assessment: Option<tokio::time::Instant>,
 }
 
 impl Actor {
@@ -180,6 +185,7 @@ impl Actor {
         inbox: mpsc::Receiver<Msg>,
         outbox: mpsc::WeakSender<Msg>,
         max_live: usize,
+        held: Vec<(Handle, Scoped, LifecycleIds)>,
     ) -> Actor {
         let readers = Bounded::new(shared.config.finished_readers_cached);
         let (events_tx, events) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
@@ -191,13 +197,15 @@ impl Actor {
             events_tx,
             table: HashMap::new(),
             lingering: 0,
-            live: 0,
+            live: held.len(),
             max_live,
             closed: false,
             tasks: JoinSet::new(),
             readers,
             summaries: Bounded::new(limits::FINISHED_SUMMARIES_CACHED),
             shutdown: ShutdownState::Open,
+            next_assessment: (!held.is_empty()).then(tokio::time::Instant::now),
+            held: held.into_iter().map(|(h, s, i)| (h, (s, i))).collect(),
         }
     }
 
@@ -226,6 +234,10 @@ impl Actor {
                 () = sleep_until_opt(deadline), if deadline.is_some() => {
                     self.finish_shutdown(true);
                 }
+                () = sleep_until_opt(self.next_assessment),
+                    if self.next_assessment.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
+                    self.assess_held();
+                }
             }
             self.finish_shutdown(false);
         }
@@ -235,6 +247,45 @@ impl Actor {
 
     fn sender(&self) -> Option<mpsc::Sender<Msg>> {
         self.outbox.upgrade()
+    }
+
+    /// Re-assesses every held tree from its evidence now, in one task on the blocking pool.
+    fn assess_held(&mut self) {
+        self.next_assessment = None;
+        let held: Vec<_> = self
+            .held
+            .iter()
+            .map(|(h, (s, i))| (*h, s.clone(), *i))
+            .collect();
+        let (shared, actor) = (Arc::clone(&self.shared), self.events_tx.clone());
+        self.tasks.spawn(
+            async move {
+                let released =
+                    tokio::task::spawn_blocking(move || super::restore::reassess(&shared, held))
+                        .await
+                        .unwrap_or_default();
+                let _ = actor.send(ProcEvent::Assessed { released }).await;
+            }
+            .instrument(info_span!("assess")),
+        );
+    }
+
+    fn hold(&mut self, handle: Handle) {
+        let Some(m) = super::lock(&self.shared.lifecycle)
+            .manifest(&handle)
+            .cloned()
+        else {
+            return;
+        };
+        if let Some(scope) = m.scope {
+            warn!(%handle, "the tree is unverified (its guardian is gone without a receipt); its capacity stays held");
+            self.held.insert(handle, (scope, m.ids));
+            self.live += 1;
+            self.publish_live();
+            self.next_assessment.get_or_insert_with(|| {
+                tokio::time::Instant::now() + Duration::from_millis(limits::ASSESS_INTERVAL_MS)
+            });
+        }
     }
 
     fn publish_live(&self) {
@@ -313,11 +364,37 @@ impl Actor {
                 handle,
                 summary,
                 lingering,
-            } => self.finished(handle, summary, lingering),
-            ProcEvent::TreeEmpty { handle } => {
+                unverified,
+            } => {
+                self.finished(handle, summary, lingering);
+                if unverified {
+                    self.hold(handle);
+                }
+            }
+            ProcEvent::TreeEmpty { handle, proven } => {
                 if self.table.get(&handle).is_some_and(|e| e.lingering) {
-                    self.table.remove(&handle);
+                    let mechanism = self
+                        .table
+                        .remove(&handle)
+                        .and_then(|e| e.proc.tree.get().map(|t| t.mechanism()));
                     self.lingering -= 1;
+                    if !proven && mechanism.is_some_and(|m| m != crate::tree::Mechanism::Group) {
+                        self.hold(handle);
+                    }
+                }
+            }
+            ProcEvent::Assessed { released } => {
+                for handle in released {
+                    if self.held.remove(&handle).is_some() {
+                        self.live = self.live.saturating_sub(1);
+                    }
+                }
+                self.publish_live();
+                if !self.held.is_empty() && matches!(self.shutdown, ShutdownState::Open) {
+                    self.next_assessment = Some(
+                        tokio::time::Instant::now()
+                            + Duration::from_millis(limits::ASSESS_INTERVAL_MS),
+                    );
                 }
             }
         }
@@ -329,6 +406,7 @@ impl Actor {
             max_live: self.max_live,
             table: self.table.len() - self.lingering,
             lingering: self.lingering,
+            unverified: self.held.len(),
             tasks: self.tasks.len(),
             readers_cached: self.readers.len(),
             summaries_cached: self.summaries.len(),
@@ -687,11 +765,14 @@ async fn watch_lingering(
     ids: LifecycleIds,
 ) {
     tree.wait_empty().await;
-    let _ = tokio::task::spawn_blocking(move || {
-        if let Some(proof) = tree.exit_proof() {
+    let proven = tokio::task::spawn_blocking(move || match tree.exit_proof() {
+        Some(proof) => {
             super::process::record_release_blocking(&shared, handle, ids, proof);
+            true
         }
+        None => false,
     })
-    .await;
-    let _ = actor.send(ProcEvent::TreeEmpty { handle }).await;
+    .await
+    .unwrap_or(false);
+    let _ = actor.send(ProcEvent::TreeEmpty { handle, proven }).await;
 }

@@ -163,6 +163,7 @@ pub(crate) async fn start(
                 reason,
                 lingering: false,
                 released: None,
+                unverified: false,
             };
             process::terminalize(&shared, &actor, &proc, lease, outcome).await;
             let _ = reply.send(Ok(handle));
@@ -217,6 +218,7 @@ async fn fail(
         reason: message.clone(),
         lingering: false,
         released: None,
+        unverified: false,
     };
     process::terminalize(shared, actor, proc, lease, outcome).await;
     let _ = reply.send(Err(StartError::Spawn {

@@ -81,6 +81,9 @@ pub struct SupervisorConfig {
     pub kill_confirm: Duration,
     /// Finished processes whose spool reader stays open for polls.
     pub finished_readers_cached: usize,
+    /// Where the boot id is read when a recorded tree is assessed (a different boot proves
+    /// the former lifetime over); tests point it at a file to simulate a reboot.
+    pub boot_id_source: PathBuf,
     /// How workloads are launched into trees (replaceable to inject faults in tests).
     pub launcher: Arc<dyn Launcher>,
 }
@@ -99,6 +102,7 @@ impl SupervisorConfig {
             default_grace: Duration::from_secs(2),
             kill_confirm: Duration::from_secs(5),
             finished_readers_cached: limits::FINISHED_READERS_CACHED_DEFAULT,
+            boot_id_source: PathBuf::from("/proc/sys/kernel/random/boot_id"),
             launcher: Arc::new(GroupLauncher),
         }
     }
@@ -115,6 +119,8 @@ pub struct SupervisorStats {
     pub table: usize,
     /// Trees whose leader exited while members live on.
     pub lingering: usize,
+    /// Trees nothing proved gone (a guardian died without a receipt); each holds capacity.
+    pub unverified: usize,
     /// Tasks in the actor's set (drains, stdin writers, teardowns, watchers, publications).
     pub tasks: usize,
     pub readers_cached: usize,
@@ -376,9 +382,9 @@ impl Supervisor {
             root,
             live: AtomicUsize::new(0),
         });
-        let report = restore::restore(&shared, recovery, replay).await;
+        let (report, held) = restore::restore(&shared, recovery, replay).await;
         let (tx, rx) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
-        let actor = Actor::new(Arc::clone(&shared), rx, tx.downgrade(), max_live);
+        let actor = Actor::new(Arc::clone(&shared), rx, tx.downgrade(), max_live, held);
         tokio::spawn(actor.run());
         Ok((Supervisor { shared, actor: tx }, report))
     }

@@ -42,7 +42,7 @@ use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
 use crate::spool::Output;
 use crate::spool::format::Stream;
-use crate::tree::{LeaderExit, ProcessTree, TreeSignal};
+use crate::tree::{LeaderExit, Mechanism, ProcessTree, TreeSignal};
 
 /// Why the supervisor is ending a process (the first reason wins).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -81,9 +81,14 @@ pub(crate) enum ProcEvent {
         handle: Handle,
         summary: TerminalSummary,
         lingering: bool,
+        /// Nothing proved the tree gone and nothing watches it any more (its guardian died):
+        /// the actor holds its capacity and re-assesses it.
+        unverified: bool,
     },
-    /// The last member of a lingering tree is gone.
-    TreeEmpty { handle: Handle },
+    /// The last member of a lingering tree is gone (`proven`: and something proved it).
+    TreeEmpty { handle: Handle, proven: bool },
+    /// Held trees whose exit the periodic assessment proved (their releases are recorded).
+    Assessed { released: Vec<Handle> },
 }
 
 /// What waiters learn once the terminal event is acknowledged.
@@ -431,6 +436,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         .await
         .unwrap_or((false, None))
     };
+    let unverified = released.is_none() && !lingering && tree.mechanism() != Mechanism::Group;
     terminalize(
         &shared,
         &actor,
@@ -443,6 +449,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
             reason,
             lingering,
             released,
+            unverified,
         },
     )
     .await;
@@ -602,6 +609,9 @@ pub(crate) struct Outcome {
     pub lingering: bool,
     /// What proved the whole tree gone, when something did by the terminal event.
     pub released: Option<ExitProof>,
+    /// No proof, no lingering watch, and a mechanism that can prove an exit (a guardian that
+    /// died): the tree stays `unverified`, holding its capacity.
+    pub unverified: bool,
 }
 
 /// The one-shot gate every terminal path goes through.
@@ -622,6 +632,7 @@ pub(crate) async fn terminalize(
         reason,
         lingering,
         released,
+        unverified,
     } = outcome;
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
@@ -693,6 +704,7 @@ pub(crate) async fn terminalize(
             handle: proc.handle,
             summary: summary.clone(),
             lingering,
+            unverified,
         })
         .await;
     // 6. Waiters see a persisted result.

@@ -8,17 +8,29 @@
 //!   second restore, or a restore that crashed half-way, writes nothing twice.
 //! - Spool recovery (which cuts torn tails and syncs) runs on a blocking thread, never on the
 //!   runtime.
+//! - Every recorded tree not yet released is assessed from its evidence (`tree::assess`): a
+//!   verified receipt, an empty cgroup or a changed boot id is recorded as its release; a cgroup
+//!   that still holds processes while its guardian is gone is killed by its path (ours, never a
+//!   pid); anything else stays `unverified` and holds capacity in the actor, which re-assesses
+//!   it.
 
 use std::sync::Arc;
 
 use serde::Serialize;
 
+use std::time::Duration;
+
 use super::Shared;
+use super::process::record_release_blocking;
 use super::publish::publish_and_notify;
 use crate::journal::RecoveryReport;
-use crate::lifecycle::event::{CursorBounds, ExitStatus, LostOnRestore};
+use crate::lifecycle::event::{
+    CursorBounds, ExitProof, ExitStatus, LifecycleIds, LostOnRestore, Scoped,
+};
 use crate::lifecycle::{Handle, LifecycleEvent, ReplayReport, State};
+use crate::limits;
 use crate::spool::Spool;
+use crate::tree::assess::{Assessment, assess, read_boot_id};
 
 /// What `Supervisor::open` found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -31,6 +43,46 @@ pub struct RestoreReport {
     pub replay: ReplayReport,
     /// One entry per record, spool or service problem; the rest reconciled regardless.
     pub errors: Vec<String>,
+    /// Trees of earlier lifetimes proven gone now, and what proved it.
+    pub released: Vec<(Handle, ExitProof)>,
+    /// Trees nothing proves gone yet, and why; each holds capacity until something does.
+    pub unverified: Vec<(Handle, String)>,
+}
+
+/// Re-assesses held trees; returns those proven gone (their releases recorded). A cgroup whose
+/// guardian is gone is killed by its path and waited for, bounded.
+pub(crate) fn reassess(shared: &Shared, held: Vec<(Handle, Scoped, LifecycleIds)>) -> Vec<Handle> {
+    let boot = read_boot_id(&shared.config.boot_id_source);
+    let mut released = Vec::new();
+    for (handle, scope, ids) in held {
+        if let Ok(proof) = settle(&scope, boot) {
+            record_release_blocking(shared, handle, ids, proof);
+            released.push(handle);
+        }
+    }
+    released
+}
+
+/// One assessment, ending a populated cgroup whose guardian is gone: the proof, or why none.
+fn settle(scope: &Scoped, boot: Option<[u8; 16]>) -> Result<ExitProof, String> {
+    match assess(scope, boot) {
+        Assessment::Exited(proof) => Ok(proof),
+        Assessment::CgroupPopulated(cgroup) => {
+            let bound = Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS);
+            match cgroup.kill().and_then(|()| cgroup.wait_empty(bound)) {
+                Ok(true) => {
+                    let _ = cgroup.remove();
+                    Ok(ExitProof::CgroupEmpty)
+                }
+                Ok(false) => Err("its cgroup did not empty after cgroup.kill".to_owned()),
+                Err(e) => Err(format!("killing its cgroup: {e}")),
+            }
+        }
+        Assessment::GuardianAlive(_) => {
+            Err("its guardian (of an earlier supervisor) is still ending it".to_owned())
+        }
+        Assessment::Unverified(why) => Err(why),
+    }
 }
 
 /// Reconciles every manifest replayed at open.
@@ -38,7 +90,7 @@ pub(crate) async fn restore(
     shared: &Arc<Shared>,
     journal: RecoveryReport,
     replay: ReplayReport,
-) -> RestoreReport {
+) -> (RestoreReport, Vec<(Handle, Scoped, LifecycleIds)>) {
     let mut report = RestoreReport {
         errors: replay
             .rejected
@@ -55,6 +107,45 @@ pub(crate) async fn restore(
         .iter()
         .cloned()
         .collect();
+    let mut held = Vec::new();
+    for m in &manifests {
+        // Only a guardian's tree can be proven gone; a group's is never held.
+        if let Some(scope) = m.scope.clone().filter(|s| s.guardian.is_some())
+            && m.released.is_none()
+        {
+            held.push((m.handle, scope, m.ids));
+        }
+    }
+    // Before the lifecycle records: a tree's assessment does not depend on them, and a
+    // guardian of the crashed supervisor is given its moment to finish while spools recover.
+    let assessed = {
+        let shared = Arc::clone(shared);
+        let held = held.clone();
+        tokio::task::spawn_blocking(move || {
+            let boot = read_boot_id(&shared.config.boot_id_source);
+            held.into_iter()
+                .map(|(handle, scope, ids)| {
+                    let outcome = settle(&scope, boot);
+                    if let Ok(proof) = &outcome {
+                        record_release_blocking(&shared, handle, ids, proof.clone());
+                    }
+                    (handle, outcome)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default()
+    };
+    let mut still_held = Vec::new();
+    for ((handle, outcome), entry) in assessed.into_iter().zip(held) {
+        match outcome {
+            Ok(proof) => report.released.push((handle, proof)),
+            Err(why) => {
+                report.unverified.push((handle, why));
+                still_held.push(entry);
+            }
+        }
+    }
     for m in manifests {
         let handle = m.handle;
         if !m.state.is_terminal() {
@@ -116,5 +207,5 @@ pub(crate) async fn restore(
             }
         }
     }
-    report
+    (report, still_held)
 }

@@ -1,0 +1,186 @@
+//! The ownership assessment of a recorded tree: `live`, `exited` (with what proved it) or
+//! `unverified` (with why), shared by restore, capacity and the surfaces.
+//!
+//! Invariants:
+//! - Nothing here signals a persisted pid. A recorded guardian is re-attached only through a
+//!   fresh pidfd whose identity matches the record (pidfs inode, or start time where the kernel
+//!   has no pidfs), and only to watch it.
+//! - Missing, partial or corrupt evidence never proves an exit: a receipt must verify against
+//!   the registration (file identity, nonce, handle, workload witness); a cgroup must exist and
+//!   report `populated 0`; a boot id must be known on both sides and differ.
+//! - Every call re-reads the evidence; nothing is cached here.
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use rustix::process::{Pid, PidfdFlags, pidfd_open};
+
+use super::cgroup::Scope;
+use super::guardian::{pidfs_ino, verify_receipt};
+use super::procfs;
+use crate::lifecycle::event::{ExitProof, ExitStatus, ProcessWitness, Scoped};
+use crate::tree::LeaderExit;
+
+/// What the evidence of a recorded tree says now.
+#[derive(Debug)]
+pub enum Assessment {
+    Exited(ExitProof),
+    /// The recorded guardian still runs (re-attached by identity): the tree is owned, and the
+    /// guardian will write its receipt.
+    GuardianAlive(OwnedFd),
+    /// The guardian is gone without a receipt, but the recorded cgroup still holds processes:
+    /// the cgroup (ours by its path) can still end them.
+    CgroupPopulated(Scope),
+    Unverified(String),
+}
+
+/// The boot id at `source` (normally /proc/sys/kernel/random/boot_id; tests point it elsewhere
+/// to simulate a reboot).
+pub fn read_boot_id(source: &Path) -> Option<[u8; 16]> {
+    let text = std::fs::read_to_string(source).ok()?;
+    uuid::Uuid::parse_str(text.trim())
+        .ok()
+        .map(|u| *u.as_bytes())
+}
+
+/// A pidfd for the process `w` recorded, if that very process still runs.
+pub fn reattach(w: &ProcessWitness) -> Option<OwnedFd> {
+    let pid = i32::try_from(w.pid).ok().and_then(Pid::from_raw)?;
+    let fd = pidfd_open(pid, PidfdFlags::empty()).ok()?;
+    let same = if w.pidfs_ino != 0 {
+        pidfs_ino(&fd) == w.pidfs_ino
+    } else {
+        // Pinned first, read second: if the stat matches, it is the pinned process's.
+        w.start_time_ticks != 0
+            && procfs::stat(w.pid).is_some_and(|s| s.start_time_ticks == w.start_time_ticks)
+    };
+    same.then_some(fd)
+}
+
+/// Assesses a recorded scope from its evidence now. `boot_now` is the current boot id.
+pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
+    if let Some(now) = boot_now
+        && scope.boot_id != [0; 16]
+        && now != scope.boot_id
+    {
+        return Assessment::Exited(ExitProof::BootChanged);
+    }
+    let mut why = Vec::new();
+    if let Some(binding) = &scope.receipt {
+        match verify_receipt(binding, &scope.handle.to_string(), &scope.workload) {
+            Ok(r) => {
+                return Assessment::Exited(ExitProof::Receipt {
+                    status: match r.status {
+                        Some(LeaderExit::Code(c)) => ExitStatus::Code(c),
+                        Some(LeaderExit::Signal(s)) => ExitStatus::Signal(s),
+                        None => ExitStatus::Unknown,
+                    },
+                    reaped: r.reaped,
+                });
+            }
+            Err(e) => why.push(e),
+        }
+    }
+    if let Some(guardian) = &scope.guardian {
+        match reattach(guardian) {
+            Some(fd) => return Assessment::GuardianAlive(fd),
+            None => why.push("the guardian is gone".to_owned()),
+        }
+    }
+    if let Some(path) = &scope.cgroup {
+        let cgroup = Scope::at(path.into());
+        if !cgroup.exists() {
+            why.push("its cgroup is gone".to_owned());
+        } else {
+            match cgroup.populated() {
+                Ok(false) => return Assessment::Exited(ExitProof::CgroupEmpty),
+                Ok(true) => return Assessment::CgroupPopulated(cgroup),
+                Err(e) => why.push(format!("its cgroup: {e}")),
+            }
+        }
+    }
+    if scope.guardian.is_none() {
+        why.push("a process group cannot prove that no member left it".to_owned());
+    }
+    Assessment::Unverified(why.join("; "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::event::TreeMechanism;
+    use crate::lifecycle::{Handle, event::ReceiptBinding};
+
+    fn witness_of(child: &std::process::Child) -> ProcessWitness {
+        let pid = child.id();
+        let fd = pidfd_open(Pid::from_raw(pid as i32).unwrap(), PidfdFlags::empty()).unwrap();
+        ProcessWitness {
+            pid,
+            start_time_ticks: procfs::stat(pid).unwrap().start_time_ticks,
+            pidfs_ino: pidfs_ino(&fd),
+        }
+    }
+
+    /// PID reuse: a record whose pidfs inode, or (without pidfs) start time, does not match the
+    /// process that now has its pid is never re-attached, so never watched nor signalled; the
+    /// assessment says `unverified` and the process that has the pid is untouched.
+    #[test]
+    fn a_recorded_identity_that_does_not_match_is_never_reattached() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let real = witness_of(&child);
+        assert!(reattach(&real).is_some());
+        if real.pidfs_ino != 0 {
+            let other_ino = ProcessWitness {
+                pidfs_ino: real.pidfs_ino + 1,
+                ..real
+            };
+            assert!(reattach(&other_ino).is_none());
+        }
+        let other_start = ProcessWitness {
+            pidfs_ino: 0,
+            start_time_ticks: real.start_time_ticks + 1,
+            ..real
+        };
+        assert!(reattach(&other_start).is_none());
+        let unknown_start = ProcessWitness {
+            pidfs_ino: 0,
+            start_time_ticks: 0,
+            ..real
+        };
+        assert!(reattach(&unknown_start).is_none());
+
+        let dir = tempfile::tempdir().unwrap();
+        let scope = Scoped {
+            handle: Handle(crate::journal::EventId::new_v7()),
+            mechanism: TreeMechanism::Guardian,
+            boot_id: procfs::boot_id().unwrap(),
+            workload: other_start,
+            guardian: Some(other_start),
+            cgroup: None,
+            receipt: Some(ReceiptBinding {
+                path: dir.path().join("none.receipt").display().to_string(),
+                dev: 0,
+                ino: 0,
+                nonce: [1; 16],
+            }),
+            at_unix_ms: 0,
+        };
+        match assess(&scope, procfs::boot_id()) {
+            Assessment::Unverified(why) => assert!(why.contains("guardian is gone"), "{why}"),
+            other => panic!("expected unverified, got {other:?}"),
+        }
+        // Another boot proves the record's lifetime over, whatever the pid now names.
+        assert!(matches!(
+            assess(&scope, Some([9; 16])),
+            Assessment::Exited(ExitProof::BootChanged)
+        ));
+        // Untouched: still running (not a zombie, not stopped).
+        let state = procfs::stat(real.pid).unwrap().state;
+        assert!(matches!(state, b'S' | b'R'), "{}", state as char);
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+}

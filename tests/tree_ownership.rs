@@ -1,0 +1,203 @@
+//! Ownership of trees past the life of whoever started them: exit receipts, assessment, held
+//! capacity and identity witnesses (issue 13). Real guardians, real signals.
+
+#[path = "common/daemon.rs"]
+mod daemon_common;
+#[path = "common/supervisor.rs"]
+mod supervisor_common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use procjournal::lifecycle::State;
+use procjournal::lifecycle::event::ExitProof;
+use procjournal::supervisor::Command;
+use procjournal::tree::{GuardianLauncher, GuardianProgram};
+use supervisor_common::{config, guarded, open, start, temp_root};
+
+fn guardian() -> Arc<GuardianLauncher> {
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal").into());
+    Arc::new(GuardianLauncher::new(program).expect("guardian launcher"))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .expect("boot id")
+        .trim()
+        .to_owned()
+}
+
+async fn poll<F: Fn() -> bool>(what: &str, done: F) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A guardian SIGKILLed under a running workload leaves a tree nothing can prove gone: the
+/// process ends `unverified` and keeps its capacity; a changed boot id (through the test hook on
+/// the boot id source) then proves the former lifetime over and releases it, with no signal to
+/// the workload, which still runs afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_guardian_holds_capacity_until_a_new_boot_releases_it_without_a_signal() {
+    let root = temp_root();
+    let boot_file = root.path().join("boot_id");
+    std::fs::write(&boot_file, boot_id()).unwrap();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    cfg.boot_id_source = boot_file.clone();
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(
+        &sup,
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo up; exec sleep 300")
+            .cwd(root.path()),
+    )
+    .await;
+    let m = sup.manifest(&handle).expect("manifest");
+    let scope = m
+        .scope
+        .clone()
+        .expect("a scope is recorded before the workload runs");
+    let guardian = scope.guardian.expect("a guardian");
+    let workload = scope.workload.pid;
+    assert!(alive(workload) && alive(guardian.pid));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(guardian.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert!(summary.state.is_terminal());
+    let stats = sup.stats().await.unwrap();
+    assert_eq!((stats.unverified, stats.live), (1, 1), "{stats:?}");
+    assert_eq!(sup.manifest(&handle).unwrap().released, None);
+    // The assessment keeps looking, and keeps the capacity, while nothing proves an exit.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(sup.stats().await.unwrap().unverified, 1);
+
+    std::fs::write(&boot_file, "00000000-0000-4000-8000-000000000001").unwrap();
+    poll("the held tree released", || sup.live_count() == 0).await;
+    assert_eq!(
+        sup.manifest(&handle).unwrap().released,
+        Some(ExitProof::BootChanged)
+    );
+    assert!(alive(workload), "release must not signal anything");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(workload as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// A workload that leaves nothing behind ends with its guardian's receipt recorded as the
+/// proof, bound to the registration.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_exit_is_proven_by_a_verified_receipt() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(
+        &sup,
+        Command::new("sh").arg("-c").arg("exit 4").cwd(root.path()),
+    )
+    .await;
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert_eq!(summary.state, State::Exited);
+    let m = sup.manifest(&handle).unwrap();
+    match m.released {
+        Some(ExitProof::Receipt { status, reaped }) => {
+            assert_eq!(status, procjournal::lifecycle::event::ExitStatus::Code(4));
+            assert_eq!(reaped, 1);
+        }
+        other => panic!("expected a receipt, got {other:?}"),
+    }
+    // The receipt verifies only against its own registration.
+    let scope = m.scope.unwrap();
+    let mut binding = scope.receipt.clone().unwrap();
+    assert!(
+        procjournal::tree::guardian::verify_receipt(&binding, &handle.to_string(), &scope.workload)
+            .is_ok()
+    );
+    binding.nonce[0] ^= 1;
+    assert!(
+        procjournal::tree::guardian::verify_receipt(&binding, &handle.to_string(), &scope.workload)
+            .is_err()
+    );
+    assert_eq!(sup.stats().await.unwrap().live, 0);
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+fn ps_json(root: &Path) -> Vec<serde_json::Value> {
+    let (code, out, err) = daemon_common::client(root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+/// The daemon SIGKILLed with live trees: each guardian takes its tree down and writes its
+/// receipt; the next daemon reports the processes `lost_on_restore` as lifecycle state and
+/// their trees `exited`, proven by those receipts, in `ps` with the mechanism that owned them.
+#[test]
+fn after_a_daemon_sigkill_the_next_one_reports_the_trees_exited_by_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = daemon_common::Daemon::start(root);
+    let mut handles = Vec::new();
+    for script in [
+        "sleep 300",
+        "trap '' TERM; sleep 300 & wait",
+        "(setsid sleep 300 &); sleep 300",
+    ] {
+        let (code, out, err) = daemon_common::client(root, &["start", "--", "sh", "-c", script]);
+        assert_eq!(code, 0, "{err}");
+        handles.push(out.trim().to_owned());
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait_exit();
+    let _again = daemon_common::Daemon::start(root);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = ps_json(root);
+        let ours: Vec<_> = listed
+            .iter()
+            .filter(|p| handles.iter().any(|h| p["handle"] == serde_json::json!(h)))
+            .collect();
+        assert_eq!(ours.len(), 3);
+        for p in &ours {
+            assert_eq!(p["state"], serde_json::json!("lost_on_restore"), "{p}");
+            assert!(
+                ["cgroup", "guardian"].contains(&p["mechanism"].as_str().unwrap_or("")),
+                "{p}"
+            );
+        }
+        let proven = ours.iter().all(|p| {
+            p["ownership"]["assessment"] == serde_json::json!("exited")
+                && p["ownership"]["proof"]["by"] == serde_json::json!("receipt")
+        });
+        if proven {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all proven: {ours:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
