@@ -207,6 +207,43 @@ fn samples() -> Vec<(u16, LifecycleEvent)> {
                 command: id(14),
             }),
         ),
+        (
+            kinds::SCOPED,
+            LifecycleEvent::Scoped(Scoped {
+                handle: h,
+                mechanism: TreeMechanism::Cgroup,
+                boot_id: [0xb0; 16],
+                workload: ProcessWitness {
+                    pid: 0x1002,
+                    start_time_ticks: 0x30,
+                    pidfs_ino: 0x41,
+                },
+                guardian: Some(ProcessWitness {
+                    pid: 0x1001,
+                    start_time_ticks: 0x2f,
+                    pidfs_ino: 0x40,
+                }),
+                cgroup: Some("/cg".into()),
+                receipt: Some(ReceiptBinding {
+                    path: "/r".into(),
+                    dev: 3,
+                    ino: 4,
+                    nonce: [0xcd; 16],
+                }),
+                at_unix_ms: 15,
+            }),
+        ),
+        (
+            kinds::TREE_RELEASED,
+            LifecycleEvent::TreeReleased(TreeReleased {
+                handle: h,
+                proof: ExitProof::Receipt {
+                    status: ExitStatus::Signal(9),
+                    reaped: 2,
+                },
+                at_unix_ms: 16,
+            }),
+        ),
     ]
 }
 
@@ -248,6 +285,14 @@ const GOLDEN: &[(u16, &str)] = &[
     (
         kinds::COMPLETION_NOTIFIED,
         "010101010101010101010101010101010e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e",
+    ),
+    (
+        kinds::SCOPED,
+        "0101010101010101010101010101010102000000b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0021000003000000000000000410000000000000001011000002f0000000000000040000000000000000103000000000000002f63670102000000000000002f7203000000000000000400000000000000cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd0f00000000000000",
+    ),
+    (
+        kinds::TREE_RELEASED,
+        "0101010101010101010101010101010100000000010000000900000002000000000000001000000000000000",
     ),
 ];
 
