@@ -64,9 +64,10 @@ pub const SEGMENT_INDEX_MAX: u64 = 1 << 40;
 pub const LIVE_PROCESSES_DEFAULT: usize = 256;
 
 /// Descriptors one live process costs the supervisor: stdin, stdout and stderr pipe ends, the
-/// pidfd, the spool's active segment and directory, and one more for a segment rotation or a
-/// sync in flight. Measured with /proc/self/fd on a process that writes while it is polled.
-pub const DESCRIPTORS_PER_PROCESS: usize = 7;
+/// pidfd (of the workload, or of its guardian), the guardian's control socket, the spool's
+/// active segment and directory, and one more for a segment rotation or a sync in flight.
+/// Measured with /proc/self/fd on a process that writes while it is polled.
+pub const DESCRIPTORS_PER_PROCESS: usize = 8;
 
 /// Descriptors kept back from the live-process budget for everything else the supervisor opens:
 /// the journal (segment, spare, directory, lock), the runtime (epoll, eventfds, signal pipe),

@@ -2,7 +2,9 @@
 //! after another and then 64 at once, and afterwards its descriptors and its resident memory are
 //! back within a small constant of where they started (issue 12).
 //!
-//! Real `procjournal serve`, real children, real descriptors: the counts come from
+//! Each command runs under the daemon's default tree mechanism (a guardian, and a cgroup where
+//! the hierarchy is writable), so the test also proves every guardian reaped and every receipt
+//! retired. Real `procjournal serve`, real children, real descriptors: the counts come from
 //! /proc/PID/fd and /proc/PID/status of the daemon. Nothing here measures speed; the timeouts
 //! are hang guards.
 
@@ -117,6 +119,33 @@ impl Daemon {
             .and_then(|v| v.parse().ok())
             .expect("Max open files")
     }
+}
+
+/// Children of `parent` that are zombies (exited, never reaped).
+fn zombie_children(parent: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let fields: Vec<&str> = stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .split_whitespace()
+            .collect();
+        if fields.first() == Some(&"Z") && fields.get(1) == Some(&parent.to_string().as_str()) {
+            out.push(pid);
+        }
+    }
+    out
 }
 
 fn start_request(root: &Path) -> Request {
@@ -272,6 +301,23 @@ fn under_ulimit_64_ten_thousand_commands_and_64_at_once_leave_nothing_behind() {
     assert!(
         fds_after <= fds_before + DESCRIPTORS_SLACK,
         "descriptors grew from {fds_before} to {fds_after}"
+    );
+
+    // Every guardian was reaped (none is left a zombie of the daemon), and every receipt was
+    // retired once its proof was in the journal: no file per command outlives the command.
+    let zombies = zombie_children(daemon.pid());
+    assert!(
+        zombies.is_empty(),
+        "zombie children of the daemon: {zombies:?}"
+    );
+    let receipts = std::fs::read_dir(root.join("trees"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(
+        receipts,
+        0,
+        "receipts left in {}",
+        root.join("trees").display()
     );
 
     let mut client = Client::connect(&daemon.socket).expect("connect");

@@ -117,7 +117,16 @@ fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
         },
         at_unix_ms: super::now_unix_ms(),
     });
-    match shared.append_blocking(ids.running, &running) {
+    // With a gate, the scope is already durable: everything a restore needs to find and assess
+    // the tree is on disk, so `running` rides the next acknowledgement instead of waiting for
+    // one of its own (a crash before it leaves a `starting` process, which restore reconciles
+    // exactly as a `running` one).
+    let recorded = if gated {
+        shared.append_deferred_blocking(ids.running, &running)
+    } else {
+        shared.append_blocking(ids.running, &running)
+    };
+    match recorded {
         Ok(_) => Launch::Running(spawned),
         Err(e) => Launch::RunningNotRecorded(spawned, e.to_string()),
     }

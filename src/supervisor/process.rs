@@ -664,11 +664,15 @@ pub(crate) async fn terminalize(
         let persist_error = {
             let (shared, handle, ids) = (Arc::clone(shared), proc.handle, proc.ids);
             tokio::task::spawn_blocking(move || {
-                // The release rides the terminal event's acknowledgement.
-                if let Some(proof) = released {
-                    record_release_blocking(&shared, handle, ids, proof);
+                // The release rides the terminal event's acknowledgement; once that is durable
+                // the receipt has served its purpose.
+                let released = released
+                    .is_some_and(|proof| append_release(&shared, handle, ids, proof, false));
+                let appended = shared.append_blocking(ids.terminal, &event);
+                if released && appended.is_ok() {
+                    retire_receipt(&shared, handle);
                 }
-                shared.append_blocking(ids.terminal, &event)
+                appended
             })
             .await
             .map_err(|e| e.to_string())
@@ -712,24 +716,61 @@ pub(crate) async fn terminalize(
     proc.output_changed.notify_waiters();
 }
 
-/// Records that `handle`'s tree is proven gone, without waiting for durability (the proof stays
-/// on disk, and a later assessment finds it again). Refusals (a release already recorded) and
-/// failures are only logged: the record is a cache of evidence, not the evidence.
+/// Records that `handle`'s tree is proven gone, durably, then retires its receipt (the record
+/// now carries the proof). Refusals (a release already recorded) and failures are only logged,
+/// and leave the receipt where a later assessment finds it again.
 pub(crate) fn record_release_blocking(
     shared: &Shared,
     handle: Handle,
     ids: LifecycleIds,
     proof: ExitProof,
 ) {
+    if append_release(shared, handle, ids, proof, true) {
+        retire_receipt(shared, handle);
+    }
+}
+
+/// Appends `handle`'s release, acknowledged or not; true if it is (now) recorded.
+fn append_release(
+    shared: &Shared,
+    handle: Handle,
+    ids: LifecycleIds,
+    proof: ExitProof,
+    acknowledged: bool,
+) -> bool {
     let event = LifecycleEvent::TreeReleased(TreeReleased {
         handle,
         proof,
         at_unix_ms: super::now_unix_ms(),
     });
-    if let Err(e) =
-        shared.append_deferred_blocking(ids.terminal.derived(super::derived::RELEASED), &event)
+    let id = ids.terminal.derived(super::derived::RELEASED);
+    let appended = if acknowledged {
+        shared.append_blocking(id, &event)
+    } else {
+        shared.append_deferred_blocking(id, &event)
+    };
+    match appended {
+        Ok(_) => true,
+        Err(e) => {
+            debug!(%handle, error = %e, "tree release not recorded");
+            false
+        }
+    }
+}
+
+/// Removes the receipt of a tree whose release is durable: every file the supervisor's
+/// launches create has an end (a receipt is needed only until its proof is in the journal).
+fn retire_receipt(shared: &Shared, handle: Handle) {
+    let path = super::lock(&shared.lifecycle)
+        .manifest(&handle)
+        .and_then(|m| m.scope.as_ref())
+        .and_then(|s| s.receipt.as_ref())
+        .map(|r| std::path::PathBuf::from(&r.path));
+    if let Some(path) = path
+        && let Err(e) = std::fs::remove_file(&path)
+        && e.kind() != std::io::ErrorKind::NotFound
     {
-        debug!(%handle, error = %e, "tree release not recorded");
+        debug!(%handle, error = %e, "receipt not removed");
     }
 }
 

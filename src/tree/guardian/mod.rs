@@ -367,8 +367,9 @@ pub struct GuardianTree {
     pidfd: AsyncFd<OwnedFd>,
     /// The guardian was reaped (by `wait_empty`).
     reaped: AtomicBool,
-    /// The sending side: a duplicate of the socket, written without blocking.
-    sender: OwnedFd,
+    /// The control socket's descriptor, for sends without blocking (the socket itself is owned
+    /// by `reader`, which lives as long as this tree, so the number stays valid).
+    sender: std::os::fd::RawFd,
     /// One reader of the control socket at a time; what it reads goes to `progress`.
     reader: tokio::sync::Mutex<ControlReader>,
     progress: tokio::sync::watch::Sender<Progress>,
@@ -380,7 +381,7 @@ pub struct GuardianTree {
 impl GuardianTree {
     fn new(parts: GuardianParts) -> std::io::Result<GuardianTree> {
         parts.control.set_nonblocking(true)?;
-        let sender = parts.control.try_clone()?.into();
+        let sender = parts.control.as_raw_fd();
         let stream = tokio::net::UnixStream::from_std(parts.control)?;
         Ok(GuardianTree {
             mechanism: parts.mechanism,
@@ -550,7 +551,7 @@ impl ProcessTree for GuardianTree {
         }
         let line = Down::Signal(signal).encode();
         let sent = nix::sys::socket::send(
-            self.sender.as_raw_fd(),
+            self.sender,
             &line,
             nix::sys::socket::MsgFlags::MSG_NOSIGNAL | nix::sys::socket::MsgFlags::MSG_DONTWAIT,
         );
@@ -652,5 +653,73 @@ impl Drop for GuardianTree {
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A receipt verifies only against its own registration: same file (device and inode),
+    /// handle, nonce and workload witness.
+    #[test]
+    fn a_receipt_verifies_only_against_its_registration() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.receipt");
+        let workload = ProcessWitness {
+            pid: 7,
+            start_time_ticks: 8,
+            pidfs_ino: 9,
+        };
+        let receipt = Receipt {
+            handle: "h".into(),
+            nonce: [5; 16],
+            boot_id: [1; 16],
+            guardian_pid: 6,
+            guardian_start_ticks: 7,
+            workload_pid: 7,
+            workload_start_ticks: 8,
+            workload_pidfs_ino: 9,
+            status: Some(LeaderExit::Code(0)),
+            reaped: 1,
+        };
+        std::fs::write(&path, receipt.encode()).unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let binding = ReceiptBinding {
+            path: path.display().to_string(),
+            dev: meta.dev(),
+            ino: meta.ino(),
+            nonce: [5; 16],
+        };
+        assert_eq!(
+            verify_receipt(&binding, "h", &workload),
+            Ok(receipt.clone())
+        );
+        assert!(verify_receipt(&binding, "other", &workload).is_err());
+        let other_nonce = ReceiptBinding {
+            nonce: [6; 16],
+            ..binding.clone()
+        };
+        assert!(verify_receipt(&other_nonce, "h", &workload).is_err());
+        let other_workload = ProcessWitness {
+            pidfs_ino: 10,
+            ..workload
+        };
+        assert!(verify_receipt(&binding, "h", &other_workload).is_err());
+        // The same bytes in a replaced file (another inode) do not verify.
+        std::fs::remove_file(&path).unwrap();
+        std::fs::write(dir.path().join("pad"), b"x").unwrap();
+        std::fs::write(&path, receipt.encode()).unwrap();
+        if std::fs::metadata(&path).unwrap().ino() != binding.ino {
+            assert!(verify_receipt(&binding, "h", &workload).is_err());
+        }
+        // A torn receipt does not verify.
+        let bytes = receipt.encode();
+        std::fs::write(&path, &bytes[..bytes.len() - 3]).unwrap();
+        let torn = ReceiptBinding {
+            ino: std::fs::metadata(&path).unwrap().ino(),
+            ..binding
+        };
+        assert!(verify_receipt(&torn, "h", &workload).is_err());
     }
 }
