@@ -16,7 +16,8 @@
 //! - The leader is reaped exactly once, under the same lock that signals check, so no signal
 //!   follows the reaping of the process that pinned the group id.
 
-pub(crate) mod cgroup;
+// Public so that benches can probe a cgroup base for `GuardianLauncher::with_cgroups`.
+pub mod cgroup;
 mod group;
 pub mod guardian;
 pub(crate) mod procfs;
