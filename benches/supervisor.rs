@@ -43,6 +43,25 @@
 //!    in a fresh process: 500 plain tokio spawns of `sleep 600` with stdin, stdout and stderr
 //!    piped, each held by a task awaiting `wait()`. Target (issue 12): <= 32 KiB per process
 //!    (pueue measured 30 KiB).
+//! 4. Launch-to-running latency per tree mechanism (`guardian`): p50 and p90 over 200
+//!    sequential starts of `true` (after 20 untimed), from the call of `Supervisor::start` to its
+//!    return (`running` acknowledged), as in 1, for three launchers: the default `GroupLauncher`,
+//!    a `GuardianLauncher` without cgroup, and one with a per-launch cgroup (skipped, with the
+//!    reason printed, when `CgroupBase::probe` fails). The guardian is the `procjournal` binary
+//!    Cargo built for this bench (`CARGO_BIN_EXE_procjournal`). Baseline: the plain tokio
+//!    spawn + `wait()` of 1, same count, in the same round. Target (the guardian issue): the
+//!    guardian's p50 <= 3x the baseline.
+//! 5. Stop latency of a 200-process tree (`tree_stop`): `sh -c 'for i in $(seq 200); do sleep
+//!    300 & done; wait'` is started under each launcher (as `env <MARK>=<token> sh -c ...`, so
+//!    that every process of the tree, and nothing else, carries the marker in its environment,
+//!    whatever group or session it is in); once 201 marked processes are live, `stop(handle,
+//!    5 s)` is timed until it returns (the process terminal, the teardown's wait for an empty
+//!    tree done) and no marked process is live (zombies do not count: here PID 1 reaps orphans
+//!    only every ~2 s; the group mechanism does not count them either). Also printed: whether
+//!    the manifest's `released` (the tree's exit proof) is set when `stop` returns. Baseline,
+//!    in the same run: the same tree started with std `Command` + `process_group(0)`, then
+//!    `killpg(SIGTERM)`, `wait()` of `sh`, and /proc scanned (1 ms apart) until no marked process
+//!    is live. 5 runs, interleaved; the median is reported. No target (a figure for the issue).
 //!
 //! Nothing here asserts on wall-clock time; the only checks are of correctness (exit states,
 //! byte counts).
@@ -50,20 +69,24 @@
 //! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir (on the project
 //! disk); the file system is printed, since tmpfs would make the write figures meaningless.
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one short round, for checking the harness only;
-//! `PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss` runs one part (`starts`: the supervised
-//! starts alone), for profiling it with perf or strace.
+//! `PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss|guardian|tree_stop` runs one part
+//! (`starts`: the supervised starts alone), for profiling it with perf or strace.
 
 use std::error::Error;
 use std::fs::File;
 use std::io::{Read, Write};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::{CaptureStatus, ExitStatus};
 use procjournal::spool::{Spool, SpoolOptions};
 use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
+use procjournal::tree::cgroup::CgroupBase;
+use procjournal::tree::{GroupLauncher, GuardianLauncher, GuardianProgram, Launcher};
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
 
 mod common;
@@ -90,6 +113,10 @@ struct Plan {
     starts: usize,
     output_bytes: u64,
     idle_children: usize,
+    /// Timed starts per launcher and round in the `guardian` part.
+    guardian_starts: usize,
+    /// Runs of each tree stop in the `tree_stop` part.
+    tree_runs: usize,
 }
 
 const FULL: Plan = Plan {
@@ -98,6 +125,8 @@ const FULL: Plan = Plan {
     starts: 300,
     output_bytes: GIB,
     idle_children: 500,
+    guardian_starts: 200,
+    tree_runs: 5,
 };
 
 const QUICK: Plan = Plan {
@@ -106,6 +135,8 @@ const QUICK: Plan = Plan {
     starts: 30,
     output_bytes: 64 * MIB,
     idle_children: 50,
+    guardian_starts: 30,
+    tree_runs: 1,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -165,6 +196,7 @@ fn config(root: &Path) -> SupervisorConfig {
 #[derive(Debug, Default)]
 struct Latency {
     p50: f64,
+    p90: f64,
     p99: f64,
     /// Run-queue wait of all this process's threads per timed operation (us): time lost to
     /// other work on the machine rather than to the operation.
@@ -175,14 +207,22 @@ fn latency_of(mut v: Vec<f64>, runq_us: f64) -> Latency {
     let n = v.len() as f64;
     Latency {
         p50: quantile(&mut v, 0.5),
+        p90: quantile(&mut v, 0.9),
         p99: quantile(&mut v, 0.99),
         runq: runq_us / n,
     }
 }
 
-/// Returns (start -> return of `start`, start -> return of `wait`), in microseconds each.
-async fn supervised_starts(root: &Path, plan: Plan) -> Res<(Latency, Latency)> {
-    let (sup, _) = Supervisor::open(config(root), Services::noop()).await?;
+/// Returns (start -> return of `start`, start -> return of `wait`), in microseconds each, of
+/// `plan.starts` starts through `launcher`.
+async fn supervised_starts(
+    root: &Path,
+    plan: Plan,
+    launcher: Arc<dyn Launcher>,
+) -> Res<(Latency, Latency)> {
+    let mut config = config(root);
+    config.launcher = launcher;
+    let (sup, _) = Supervisor::open(config, Services::noop()).await?;
     let cwd = root.to_owned();
     let mut to_running = Vec::with_capacity(plan.starts);
     let mut to_terminal = Vec::with_capacity(plan.starts);
@@ -484,6 +524,408 @@ fn rss_per_process(mode: &str, root: &Path, children: usize) -> Res<(f64, f64)> 
 }
 
 // ---------------------------------------------------------------------------------------------
+// 4. Launch-to-running latency per tree mechanism, and 5. the stop of a 200-process tree.
+
+/// The environment variable that marks every process of a measured tree, and nothing else.
+const MARK: &str = "PROCJOURNAL_BENCH_MARK";
+/// The tree `tree_stop` stops: `sh` and its 200 `sleep`s.
+const TREE_SCRIPT: &str = "for i in $(seq 200); do sleep 300 & done; wait";
+const TREE_PROCS: usize = 201;
+/// The grace of each supervised stop: SIGTERM ends `sh` and `sleep`, so it is never used up.
+const TREE_GRACE: Duration = Duration::from_secs(5);
+/// A hang guard for a tree to form or to vanish; it bounds a hang, it measures nothing.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+/// The launchers compared, by name: the default group, a guardian (the `procjournal` binary
+/// Cargo built for this bench), and a guardian with per-launch cgroups when the probe succeeds.
+#[derive(Debug)]
+struct Launchers {
+    list: Vec<(&'static str, Arc<dyn Launcher>)>,
+    /// The cgroup base this bench created, removed at the end.
+    cgroup_base: Option<PathBuf>,
+}
+
+impl Launchers {
+    fn new() -> Res<Launchers> {
+        let guardian = || {
+            GuardianLauncher::new(GuardianProgram::Path(
+                env!("CARGO_BIN_EXE_procjournal").into(),
+            ))
+        };
+        let mut list: Vec<(&'static str, Arc<dyn Launcher>)> = vec![
+            ("group", Arc::new(GroupLauncher)),
+            ("guardian", Arc::new(guardian()?)),
+        ];
+        let mut cgroup_base = None;
+        match CgroupBase::probe(&format!("procjournal-bench-{}", std::process::id())) {
+            Ok(base) => {
+                println!("guardian+cgroup: scopes under {}", base.dir().display());
+                cgroup_base = Some(base.dir().to_owned());
+                list.push((
+                    "guardian+cgroup",
+                    Arc::new(guardian()?.with_cgroups(Some(base))),
+                ));
+            }
+            Err(e) => println!("guardian+cgroup skipped: the cgroup probe failed: {e}"),
+        }
+        Ok(Launchers { list, cgroup_base })
+    }
+
+    /// Removes the cgroup base (every scope in it was removed by its guardian).
+    fn remove_cgroup_base(&self) {
+        if let Some(dir) = &self.cgroup_base
+            && let Err(e) = std::fs::remove_dir(dir)
+        {
+            println!("could not remove the cgroup base {}: {e}", dir.display());
+        }
+    }
+}
+
+/// Samples of the `guardian` part: per launcher (in [`Launchers`] order), and the baseline.
+#[derive(Debug, Default)]
+struct GuardianResults {
+    p50: Vec<Samples>,
+    p90: Vec<Samples>,
+    base_p50: Samples,
+    base_p90: Samples,
+}
+
+/// One round of the `guardian` part: every launcher's starts and the plain spawns, in an order
+/// rotated every round.
+fn guardian_round(
+    i: usize,
+    plan: Plan,
+    base: &Path,
+    rt: &tokio::runtime::Runtime,
+    launchers: &Launchers,
+    r: &mut GuardianResults,
+) -> Res<()> {
+    let plan = Plan {
+        starts: plan.guardian_starts,
+        ..plan
+    };
+    let n = launchers.list.len();
+    r.p50.resize_with(n, Samples::default);
+    r.p90.resize_with(n, Samples::default);
+    // Index n is the baseline.
+    for k in (0..=n).map(|k| (k + i) % (n + 1)) {
+        if k == n {
+            let s = rt.block_on(plain_spawns(plan, false))?;
+            r.base_p50.push(s.p50);
+            r.base_p90.push(s.p90);
+        } else {
+            let root = base.join(format!("guardian-{k}-{i}"));
+            let launcher = Arc::clone(&launchers.list[k].1);
+            let (running, _) = rt.block_on(supervised_starts(&root, plan, launcher))?;
+            discard(&root)?;
+            r.p50[k].push(running.p50);
+            r.p90[k].push(running.p90);
+        }
+    }
+    let figures: Vec<String> = launchers
+        .list
+        .iter()
+        .enumerate()
+        .map(|(k, (name, _))| format!("{name} {:.0}/{:.0}", r.p50[k].0[i], r.p90[k].0[i]))
+        .collect();
+    println!(
+        "  start -> running p50/p90 us: {}; plain spawn+wait {:.0}/{:.0}",
+        figures.join("; "),
+        r.base_p50.0[i],
+        r.base_p90.0[i]
+    );
+    Ok(())
+}
+
+/// How many live processes (zombies excluded: they are dead, and here PID 1 reaps orphans only
+/// every ~2 s) hold `MARK=<token>` in their environment.
+fn marked(token: &str) -> Res<usize> {
+    let entry = format!("{MARK}={token}").into_bytes();
+    let mut n = 0;
+    for dirent in std::fs::read_dir("/proc")?.flatten() {
+        let name = dirent.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|s| s.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        // Vanished and unreadable processes are skipped.
+        let Ok(environ) = std::fs::read(format!("/proc/{pid}/environ")) else {
+            continue;
+        };
+        if !environ.split(|b| *b == 0).any(|e| e == entry.as_slice()) {
+            continue;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let state = stat
+            .rfind(')')
+            .and_then(|at| stat[at + 1..].split_whitespace().next());
+        if !matches!(state, Some("Z" | "X")) {
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// Scans /proc, `pause` apart, until `done` holds of the count of marked processes. Returns when
+/// the scan that found it began and the first scan's count; an error after [`HANG_GUARD`].
+fn poll_marked(
+    token: &str,
+    pause: Duration,
+    what: &str,
+    done: impl Fn(usize) -> bool,
+) -> Res<(Instant, usize)> {
+    let t0 = Instant::now();
+    let mut first = None;
+    loop {
+        let at = Instant::now();
+        let n = marked(token)?;
+        let first = *first.get_or_insert(n);
+        if done(n) {
+            return Ok((at, first));
+        }
+        if t0.elapsed() > HANG_GUARD {
+            return Err(format!("{what}: {n} marked processes after {HANG_GUARD:?}").into());
+        }
+        std::thread::sleep(pause);
+    }
+}
+
+/// One supervised stop of the 200-process tree.
+#[derive(Debug, Clone, Copy)]
+struct StopRun {
+    /// `stop` called -> returned, ms.
+    returned_ms: f64,
+    /// `stop` called -> returned and no marked process live, ms.
+    gone_ms: f64,
+    /// Marked processes live when `stop` returned.
+    left: usize,
+    /// The manifest's `released` (the tree's exit proof) was set when `stop` returned.
+    released: bool,
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+async fn supervised_tree_stop(
+    root: &Path,
+    launcher: Arc<dyn Launcher>,
+    token: String,
+) -> Res<StopRun> {
+    let mut config = config(root);
+    config.launcher = launcher;
+    let (sup, _) = Supervisor::open(config, Services::noop()).await?;
+    let run = async {
+        let prepared = sup.prepare(
+            Command::new("env")
+                .args([format!("{MARK}={token}"), "sh".into(), "-c".into()])
+                .arg(TREE_SCRIPT)
+                .cwd(root),
+        )?;
+        let handle = sup
+            .start(prepared)
+            .await
+            .map_err(|e| format!("start: {e}"))?;
+        let t = token.clone();
+        tokio::task::spawn_blocking(move || {
+            poll_marked(&t, Duration::from_millis(10), "forming", |n| {
+                n >= TREE_PROCS
+            })
+        })
+        .await??;
+        let t0 = Instant::now();
+        let summary = sup.stop(&handle, TREE_GRACE).await?;
+        let returned = t0.elapsed();
+        let released = sup.manifest(&handle).is_some_and(|m| m.released.is_some());
+        if summary.state != State::Terminated {
+            return Err(format!(
+                "the tree's stop ended {:?} {:?}",
+                summary.state, summary.exit
+            )
+            .into());
+        }
+        let t = token.clone();
+        let (at, left) = tokio::task::spawn_blocking(move || {
+            poll_marked(&t, Duration::from_millis(1), "vanishing", |n| n == 0)
+        })
+        .await??;
+        let gone = if left == 0 { returned } else { at - t0 };
+        Ok::<_, Box<dyn Error + Send + Sync>>(StopRun {
+            returned_ms: ms(returned),
+            gone_ms: ms(gone),
+            left,
+            released,
+        })
+    }
+    .await;
+    sup.shutdown(Duration::from_secs(1)).await;
+    run
+}
+
+/// The baseline: the same tree in a plain process group, `killpg(SIGTERM)`, `wait()` of `sh`,
+/// then /proc scanned until no marked process is live. Milliseconds from the kill.
+fn plain_tree_kill(token: &str) -> Res<f64> {
+    use nix::sys::signal::{Signal, killpg};
+    let mut child = std::process::Command::new("env")
+        .arg(format!("{MARK}={token}"))
+        .args(["sh", "-c", TREE_SCRIPT])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()?;
+    let pgid = nix::unistd::Pid::from_raw(i32::try_from(child.id())?);
+    let mut measure = || -> Res<f64> {
+        poll_marked(token, Duration::from_millis(10), "forming", |n| {
+            n >= TREE_PROCS
+        })?;
+        let t0 = Instant::now();
+        killpg(pgid, Signal::SIGTERM)?;
+        child.wait()?;
+        let waited = t0.elapsed();
+        let (at, left) = poll_marked(token, Duration::from_millis(1), "vanishing", |n| n == 0)?;
+        Ok(ms(if left == 0 { waited } else { at - t0 }))
+    };
+    let measured = measure();
+    // Unreaped, `sh` still pins the group id: end what is left of a failed run.
+    if measured.is_err() && matches!(child.try_wait(), Ok(None)) {
+        let _ = killpg(pgid, Signal::SIGKILL);
+        let _ = child.wait();
+    }
+    measured
+}
+
+/// Samples of the `tree_stop` part: per launcher (in [`Launchers`] order), and the baseline.
+#[derive(Debug, Default)]
+struct TreeStopResults {
+    runs: Vec<Vec<StopRun>>,
+    base: Samples,
+}
+
+fn tree_stop_run(
+    i: usize,
+    base: &Path,
+    rt: &tokio::runtime::Runtime,
+    launchers: &Launchers,
+    r: &mut TreeStopResults,
+) -> Res<()> {
+    let n = launchers.list.len();
+    r.runs.resize_with(n, Vec::new);
+    for k in (0..=n).map(|k| (k + i) % (n + 1)) {
+        let token = format!("{}-{i}-{k}", std::process::id());
+        if k == n {
+            r.base.push(plain_tree_kill(&token)?);
+        } else {
+            let root = base.join(format!("tree-{k}-{i}"));
+            let launcher = Arc::clone(&launchers.list[k].1);
+            let run = rt.block_on(supervised_tree_stop(&root, launcher, token))?;
+            discard(&root)?;
+            r.runs[k].push(run);
+        }
+    }
+    let figures: Vec<String> = launchers
+        .list
+        .iter()
+        .zip(&r.runs)
+        .map(|(l, runs)| {
+            let run = runs[i];
+            format!(
+                "{} {:.1} (returned {:.1}, {} left, released {})",
+                l.0,
+                run.gone_ms,
+                run.returned_ms,
+                run.left,
+                if run.released { "yes" } else { "no" }
+            )
+        })
+        .collect();
+    println!(
+        "  run {}: stop -> tree gone ms: {}; plain killpg {:.1}",
+        i + 1,
+        figures.join("; "),
+        r.base.0[i]
+    );
+    Ok(())
+}
+
+fn print_guardian(launchers: &Launchers, r: &GuardianResults) {
+    let names: Vec<(String, String)> = launchers
+        .list
+        .iter()
+        .map(|(name, _)| {
+            (
+                format!("{name}: start -> running p50 (us)"),
+                format!("{name}: start -> running p90 (us)"),
+            )
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for (k, (name, _)) in launchers.list.iter().enumerate() {
+        let target = if name.starts_with("guardian") {
+            Target::MaxRatio(3.0)
+        } else {
+            Target::None
+        };
+        rows.push(Row {
+            figure: &names[k].0,
+            samples: &r.p50[k],
+            baseline: "tokio spawn+wait `true` p50",
+            base: &r.base_p50,
+            target,
+        });
+        rows.push(Row {
+            figure: &names[k].1,
+            samples: &r.p90[k],
+            baseline: "tokio spawn+wait `true` p90",
+            base: &r.base_p90,
+            target: Target::None,
+        });
+    }
+    common::print_rows(&rows);
+}
+
+fn print_tree_stop(launchers: &Launchers, r: &TreeStopResults) {
+    let samples: Vec<(String, Samples, String, Samples)> = launchers
+        .list
+        .iter()
+        .zip(&r.runs)
+        .map(|((name, _), runs)| {
+            (
+                format!("{name}: stop -> tree gone (ms)"),
+                Samples(runs.iter().map(|run| run.gone_ms).collect()),
+                format!("  {name}: stop -> returned (ms)"),
+                Samples(runs.iter().map(|run| run.returned_ms).collect()),
+            )
+        })
+        .collect();
+    let mut rows = Vec::new();
+    for (gone_name, gone, returned_name, returned) in &samples {
+        for (figure, samples) in [(gone_name, gone), (returned_name, returned)] {
+            rows.push(Row {
+                figure,
+                samples,
+                baseline: "killpg SIGTERM, plain group",
+                base: &r.base,
+                target: Target::None,
+            });
+        }
+    }
+    common::print_rows(&rows);
+    for ((name, _), runs) in launchers.list.iter().zip(&r.runs) {
+        println!(
+            "{name}: released when stop returned in {}/{} runs; marked processes left then: {:?}",
+            runs.iter().filter(|run| run.released).count(),
+            runs.len(),
+            runs.iter().map(|run| run.left).collect::<Vec<_>>()
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // The report.
 
 #[derive(Debug, Default)]
@@ -518,14 +960,17 @@ struct Results {
     plain_anon: Samples,
 }
 
-/// Which parts run (`PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss`, for profiling one of
-/// them; `starts` is the supervised starts alone, without baseline or breakdown).
-#[derive(Debug, Clone, Copy)]
+/// Which parts run (`PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss|guardian|tree_stop`, for
+/// profiling one of them; `starts` is the supervised starts alone, without baseline or
+/// breakdown).
+#[derive(Debug, Clone, Copy, Default)]
 struct Parts {
     latency: bool,
     starts_only: bool,
     output: bool,
     rss: bool,
+    guardian: bool,
+    tree_stop: bool,
 }
 
 fn latency_round(
@@ -548,7 +993,8 @@ fn latency_round(
             r.spawn_p99.push(s.p99);
             r.spawn_runq.push(s.runq);
         } else {
-            let (running, terminal) = rt.block_on(supervised_starts(&root, plan))?;
+            let (running, terminal) =
+                rt.block_on(supervised_starts(&root, plan, Arc::new(GroupLauncher)))?;
             r.start_p50.push(running.p50);
             r.start_p99.push(running.p99);
             r.start_runq.push(running.runq);
@@ -702,13 +1148,15 @@ fn main() -> Res<()> {
     let base = tmp.path();
     common::print_file_system(base, "roots", "is memory: the write figures mean nothing");
     println!(
-        "{} rounds; {} timed starts (+{} warm-up); {} of output; {} idle processes; {} available \
-         CPUs",
+        "{} rounds; {} timed starts (+{} warm-up); {} of output; {} idle processes; {} timed \
+         starts per launcher (guardian); {} tree stops per launcher (tree_stop); {} available CPUs",
         plan.rounds,
         plan.starts,
         plan.warmup_starts,
         size_name(plan.output_bytes),
         plan.idle_children,
+        plan.guardian_starts,
+        plan.tree_runs,
         common::available_cpus()
     );
     let rt = runtime()?;
@@ -716,31 +1164,47 @@ fn main() -> Res<()> {
         Ok(only @ ("latency" | "starts")) => Parts {
             latency: true,
             starts_only: only == "starts",
-            output: false,
-            rss: false,
+            ..Parts::default()
         },
         Ok("output") => Parts {
-            latency: false,
-            starts_only: false,
             output: true,
-            rss: false,
+            ..Parts::default()
         },
         Ok("rss") => Parts {
-            latency: false,
-            starts_only: false,
-            output: false,
             rss: true,
+            ..Parts::default()
+        },
+        Ok("guardian") => Parts {
+            guardian: true,
+            ..Parts::default()
+        },
+        Ok("tree_stop") => Parts {
+            tree_stop: true,
+            ..Parts::default()
         },
         _ => Parts {
             latency: true,
             starts_only: false,
             output: true,
             rss: true,
+            guardian: true,
+            tree_stop: true,
         },
     };
+    let launchers = if parts.guardian || parts.tree_stop {
+        Some(Launchers::new()?)
+    } else {
+        None
+    };
     let mut r = Results::default();
+    let mut g = GuardianResults::default();
     let t0 = Instant::now();
-    for i in 0..plan.rounds {
+    let rounds = if parts.latency || parts.output || parts.rss || parts.guardian {
+        plan.rounds
+    } else {
+        0
+    };
+    for i in 0..rounds {
         println!("round {} (load {})", i + 1, load_average());
         if parts.latency {
             latency_round(i, plan, base, &rt, &mut r, parts.starts_only)?;
@@ -751,8 +1215,36 @@ fn main() -> Res<()> {
         if parts.rss {
             rss_round(i, plan, base, &mut r)?;
         }
+        if let Some(launchers) = launchers.as_ref().filter(|_| parts.guardian) {
+            guardian_round(i, plan, base, &rt, launchers, &mut g)?;
+        }
+    }
+    let mut t = TreeStopResults::default();
+    if let Some(launchers) = launchers.as_ref().filter(|_| parts.tree_stop) {
+        println!(
+            "tree stop: {} runs (load {})",
+            plan.tree_runs,
+            load_average()
+        );
+        for i in 0..plan.tree_runs {
+            tree_stop_run(i, base, &rt, launchers, &mut t)?;
+        }
     }
     println!("({:.0} s)", t0.elapsed().as_secs_f64());
+    if let Some(launchers) = &launchers {
+        launchers.remove_cgroup_base();
+        if parts.guardian {
+            println!();
+            print_guardian(launchers, &g);
+        }
+        if parts.tree_stop {
+            println!();
+            print_tree_stop(launchers, &t);
+        }
+    }
+    if !(parts.latency || parts.output || parts.rss) {
+        return Ok(());
+    }
     println!();
     common::print_rows(&[
         Row {
