@@ -578,9 +578,30 @@ fn fork_workload(args: &Args, scope: Option<&Scope>) -> Result<Workload, String>
     // `run_if_requested`), so the child inherits no lock another thread held; `child` execs or
     // exits and never returns into the guardian's code.
     #[allow(unsafe_code)]
-    let forked = unsafe { cgroup::fork_into(cgroup_dir.as_ref().map(|d| d.as_fd())) };
+    let mut forked = unsafe { cgroup::fork_into(cgroup_dir.as_ref().map(|d| d.as_fd())) };
+    // Where clone3 is refused (an older container seccomp profile says ENOSYS or EPERM), the
+    // child joins the cgroup itself, before the gate: slower (a first write to cgroup.procs
+    // costs milliseconds), but still before any workload code runs.
+    let mut join = None;
+    if let (Err(e), Some(scope)) = (&forked, scope)
+        && matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM))
+    {
+        join = Some(scope.path().join("cgroup.procs"));
+        // SAFETY: as above.
+        #[allow(unsafe_code)]
+        {
+            forked = unsafe { cgroup::fork_into(None) };
+        }
+    }
     match forked.map_err(|e| fail("fork", &e))? {
-        Forked::Child => child(&gate_r, &err_w, args),
+        Forked::Child => {
+            if let Some(procs) = join
+                && std::fs::write(&procs, b"0").is_err()
+            {
+                child_exit(GATE_CLOSED);
+            }
+            child(&gate_r, &err_w, args)
+        }
         Forked::Parent { child } => {
             drop((gate_r, err_w));
             let (pidfs_ino, start_time_ticks) = walk::witness(child);
