@@ -12,6 +12,10 @@
 //! - [`codec_decode`]: the payload codec on a representative event shape.
 //! - [`lifecycle_decoders`] (run by the `lifecycle_store` target): the fast lifecycle decoders
 //!   against the reference (bincode) decoder, on the same bytes.
+//! - [`guardian_control`]: the guardian's control lines (`tree::guardian::wire`): the line splitter
+//!   under every chunking, both message decoders, and their round trip.
+//! - [`guardian_receipt`]: the guardian's exit-receipt decoder, as given and with its checksum
+//!   fixed up, and its round trip.
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
@@ -1222,4 +1226,175 @@ pub fn protocol_request(data: &[u8]) {
             }
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// guardian_control
+
+/// The guardian's control protocol (`tree::guardian::wire`) over arbitrary bytes, read as both of
+/// its readers read the socket: the bytes arrive in chunks (of 1, 7, [`LINE_MAX`] bytes, and all
+/// at once), and every complete line is taken off the buffer with `take_line` before the next
+/// chunk. Every chunking delivers the same lines, each exactly the bytes before a newline of the
+/// input, up to the first line of [`LINE_MAX`] bytes or more, which is an error in every chunking;
+/// a buffer left without a line is always shorter than [`LINE_MAX`]. Every line (and the input
+/// itself) goes through `Up::decode` and `Down::decode`: never a panic, at most one of them
+/// accepts, an accepted message encodes to one line of at most [`LINE_MAX`] bytes that decodes
+/// to the same message, and (but for `FAIL`, whose reason is made printable) to the very line.
+///
+/// [`LINE_MAX`]: crate::tree::guardian::wire::LINE_MAX
+pub fn guardian_control(data: &[u8]) {
+    use crate::tree::guardian::wire::LINE_MAX;
+    let whole = control_lines(data, data.len().max(1));
+    for chunk in [1, 7, LINE_MAX] {
+        assert_eq!(
+            control_lines(data, chunk),
+            whole,
+            "chunks of {chunk} bytes split the stream differently"
+        );
+    }
+    for line in whole.0.iter().map(Vec::as_slice).chain([data]) {
+        check_control_line(line);
+    }
+}
+
+/// Feeds `data` to `take_line` `chunk` bytes at a time, taking every complete line before the
+/// next chunk (what both control readers do). Returns the lines shorter than `LINE_MAX` in order,
+/// and whether a line of `LINE_MAX` bytes or more (complete, or refused by `take_line`) ended the
+/// stream.
+fn control_lines(data: &[u8], chunk: usize) -> (Vec<Vec<u8>>, bool) {
+    use crate::tree::guardian::wire::{LINE_MAX, WireError, take_line};
+    let mut buf = Vec::new();
+    let mut lines = Vec::new();
+    // Input bytes delivered as lines, newlines included.
+    let mut taken = 0;
+    for piece in data.chunks(chunk) {
+        buf.extend_from_slice(piece);
+        loop {
+            match take_line(&mut buf) {
+                Ok(Some(line)) => {
+                    assert!(!line.contains(&b'\n'), "a line holds a newline");
+                    assert_eq!(
+                        data.get(taken..=taken + line.len()),
+                        Some([line.as_slice(), b"\n"].concat().as_slice()),
+                        "a line is not the input up to its newline"
+                    );
+                    taken += line.len() + 1;
+                    if line.len() >= LINE_MAX {
+                        return (lines, true);
+                    }
+                    lines.push(line);
+                }
+                Ok(None) => {
+                    assert!(buf.len() < LINE_MAX, "a runaway line was left buffered");
+                    break;
+                }
+                Err(e) => {
+                    assert_eq!(e, WireError::TooLong);
+                    assert!(buf.len() >= LINE_MAX && !buf.contains(&b'\n'));
+                    return (lines, true);
+                }
+            }
+        }
+    }
+    assert_eq!(
+        buf.as_slice(),
+        &data[taken..],
+        "bytes after the last line were lost"
+    );
+    (lines, false)
+}
+
+/// One control line through both decoders (module doc of [`guardian_control`]).
+fn check_control_line(line: &[u8]) {
+    use crate::tree::guardian::wire::{Down, LINE_MAX, Up};
+    let one_line = |encoded: &[u8]| -> Vec<u8> {
+        assert!(encoded.len() <= LINE_MAX, "an encoded message is too long");
+        let Some(body) = encoded.strip_suffix(b"\n") else {
+            panic!("an encoded message does not end its line");
+        };
+        assert!(!body.contains(&b'\n'), "an encoded message spans lines");
+        body.to_vec()
+    };
+    let up = Up::decode(line);
+    let down = Down::decode(line);
+    assert!(
+        up.is_err() || down.is_err(),
+        "one line decodes both ways: {up:?}, {down:?}"
+    );
+    match up {
+        Ok(m) => {
+            let body = one_line(&m.encode());
+            assert_eq!(
+                Up::decode(&body),
+                Ok(m.clone()),
+                "Up changed on re-encoding"
+            );
+            if !matches!(m, Up::Failed(_)) {
+                assert_eq!(body, line, "a decoded Up does not re-encode to its line");
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+    match down {
+        Ok(m) => {
+            let body = one_line(&m.encode());
+            assert_eq!(Down::decode(&body), Ok(m), "Down changed on re-encoding");
+            assert_eq!(body, line, "a decoded Down does not re-encode to its line");
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// guardian_receipt
+
+/// The guardian's exit-receipt decoder over arbitrary bytes, twice: the input as it is, and the
+/// input with its checksum line (a last line starting `crc32 `, if any) replaced by the right one,
+/// so that the fuzzer reaches the field parser behind the CRC. Never a panic; an accepted receipt
+/// re-encodes to exactly its bytes (the format is canonical) and `decode(encode(r)) == r`.
+pub fn guardian_receipt(data: &[u8]) {
+    check_receipt(data);
+    check_receipt(&with_receipt_checksum(data));
+}
+
+fn check_receipt(bytes: &[u8]) {
+    use crate::tree::guardian::Receipt;
+    match Receipt::decode(bytes) {
+        Ok(r) => {
+            let encoded = r.encode();
+            assert_eq!(
+                Receipt::decode(&encoded),
+                Ok(r.clone()),
+                "a receipt changed on re-encoding"
+            );
+            assert_eq!(
+                encoded.as_slice(),
+                bytes,
+                "a decoded receipt does not re-encode to its bytes"
+            );
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// `data` without a last line that starts `crc32 `, ended by a newline, plus the checksum line of
+/// everything before it.
+fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
+    let last_start = data
+        .strip_suffix(b"\n")
+        .unwrap_or(data)
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let mut body = if data[last_start..].starts_with(b"crc32 ") {
+        data[..last_start].to_vec()
+    } else {
+        data.to_vec()
+    };
+    if !body.is_empty() && !body.ends_with(b"\n") {
+        body.push(b'\n');
+    }
+    let crc = crc32fast::hash(&body);
+    body.extend_from_slice(format!("crc32 {crc:08x}\n").as_bytes());
+    body
 }

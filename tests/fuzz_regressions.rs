@@ -15,6 +15,8 @@ const TARGETS: &[(&str, Body)] = &[
     ("spool_recovery", procjournal::fuzzing::spool_recovery),
     ("lifecycle_store", procjournal::fuzzing::lifecycle_store),
     ("protocol_request", procjournal::fuzzing::protocol_request),
+    ("guardian_control", procjournal::fuzzing::guardian_control),
+    ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must
@@ -102,8 +104,8 @@ fn every_open_bug_has_its_input() {
     }
 }
 
-/// The seeds are meant to start the fuzzer deep: at least one record seed is a valid record and at
-/// least one codec seed decodes.
+/// The seeds are meant to start the fuzzer deep: at least one record seed is a valid record, at
+/// least one codec seed decodes, and every guardian receipt seed is a valid receipt.
 #[test]
 fn seeds_reach_past_the_first_check() {
     let dir = fuzz_dir().join("corpus");
@@ -117,4 +119,9 @@ fn seeds_reach_past_the_first_check() {
         let data = std::fs::read(p).expect("read seed");
         procjournal::codec::decode::<procjournal::fuzzing::FuzzPayload>(1, &data).is_ok()
     }));
+    for p in files(&dir.join("guardian_receipt"), "seed-") {
+        let data = std::fs::read(&p).expect("read seed");
+        let decoded = procjournal::tree::guardian::Receipt::decode(&data);
+        assert!(decoded.is_ok(), "{}: {decoded:?}", p.display());
+    }
 }
