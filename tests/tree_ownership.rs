@@ -29,6 +29,23 @@ fn alive(pid: u32) -> bool {
     })
 }
 
+/// How many processes have `parent` as their parent now.
+fn children_of(parent: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    == Some(parent.to_string().as_str())
+            })
+        })
+        .count()
+}
+
 fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .expect("boot id")
@@ -257,4 +274,30 @@ fn auto_uses_a_cgroup_where_the_hierarchy_is_writable() {
         listed[0]["ownership"]["assessment"],
         serde_json::json!("exited")
     );
+}
+
+/// Two control lines in one read (an interrupt's `SIG INT` and a stop's `SIG TERM`/`SIG KILL`
+/// right behind it, while the guardian is busy quiescing a large tree) are all acted on: the
+/// stop ends a tree that ignores SIGINT and SIGTERM, and the process is `killed`, not `exited`
+/// (the ignored interrupt gives way to the stop as the cause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_right_behind_an_interrupt_kills_a_tree_that_ignores_both() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    let script = "trap '' INT TERM; for i in $(seq 150); do sleep 300 & done; echo up; wait";
+    let handle = start(
+        &sup,
+        Command::new("sh").arg("-c").arg(script).cwd(root.path()),
+    )
+    .await;
+    let workload = sup.manifest(&handle).unwrap().scope.unwrap().workload.pid;
+    poll("the tree formed", || children_of(workload) >= 150).await;
+    sup.interrupt(&handle).await.expect("interrupt");
+    let stopped = guarded("stop", sup.stop(&handle, Duration::ZERO)).await;
+    assert!(stopped.is_ok(), "{stopped:?}");
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert_eq!(summary.state, State::Killed, "{summary:?}");
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
 }

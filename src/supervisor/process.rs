@@ -44,7 +44,7 @@ use crate::spool::Output;
 use crate::spool::format::Stream;
 use crate::tree::{LeaderExit, Mechanism, ProcessTree, TreeSignal};
 
-/// Why the supervisor is ending a process (the first reason wins).
+/// Why the supervisor is ending a process (the first reason wins; see `Proc::set_cause`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[repr(u8)]
 pub(crate) enum Cause {
@@ -167,14 +167,26 @@ impl Proc {
         self.exited.borrow().clone()
     }
 
-    /// Records why the supervisor ends the process; the first cause stays.
+    /// Records why the supervisor ends the process; the first cause stays, except that an
+    /// interrupt (which the workload may ignore) gives way to a stop, timeout or shutdown that
+    /// follows it: a process that ignored SIGINT and was then killed by a stop is `killed`.
     pub fn set_cause(&self, cause: Cause) -> Cause {
-        match self
-            .cause
-            .compare_exchange(0, cause as u8, Ordering::SeqCst, Ordering::SeqCst)
-        {
-            Ok(_) => cause,
-            Err(first) => Cause::from_u8(first).unwrap_or(cause),
+        let mut current = self.cause.load(Ordering::SeqCst);
+        loop {
+            let replaceable =
+                current == 0 || (current == Cause::Interrupt as u8 && cause != Cause::Interrupt);
+            if !replaceable {
+                return Cause::from_u8(current).unwrap_or(cause);
+            }
+            match self.cause.compare_exchange(
+                current,
+                cause as u8,
+                Ordering::SeqCst,
+                Ordering::SeqCst,
+            ) {
+                Ok(_) => return cause,
+                Err(now) => current = now,
+            }
         }
     }
 

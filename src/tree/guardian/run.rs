@@ -184,8 +184,6 @@ enum Control {
     Message(Down),
     /// End of stream or a broken peer: the supervisor is gone.
     Lost,
-    /// Nothing complete yet.
-    Pending,
 }
 
 struct ControlReader {
@@ -194,32 +192,45 @@ struct ControlReader {
 }
 
 impl ControlReader {
-    fn read(&mut self) -> Control {
-        let Some(fd) = &self.fd else {
-            return Control::Lost;
-        };
-        if let Ok(Some(line)) = wire::take_line(&mut self.buf) {
-            return match Down::decode(&line) {
+    /// The next complete message already buffered, without reading the socket.
+    fn buffered(&mut self) -> Option<Control> {
+        match wire::take_line(&mut self.buf) {
+            Ok(Some(line)) => Some(match Down::decode(&line) {
                 Ok(m) => Control::Message(m),
                 // A peer that speaks garbage is not a supervisor: treat it as gone.
                 Err(_) => Control::Lost,
-            };
+            }),
+            Ok(None) => None,
+            Err(_) => Some(Control::Lost),
         }
-        let mut chunk = [0u8; wire::LINE_MAX];
-        match nix::unistd::read(fd, &mut chunk) {
-            Ok(0) | Err(_) => Control::Lost,
-            Ok(n) => {
-                self.buf.extend_from_slice(&chunk[..n]);
-                match wire::take_line(&mut self.buf) {
-                    Ok(Some(line)) => match Down::decode(&line) {
-                        Ok(m) => Control::Message(m),
-                        Err(_) => Control::Lost,
-                    },
-                    Ok(None) => Control::Pending,
-                    Err(_) => Control::Lost,
+    }
+
+    /// With `readable`, reads what the socket holds once; then returns every complete message
+    /// buffered, in order. All of them: two lines that arrived in one read must not leave the
+    /// second waiting for more bytes (a `SIG KILL` right behind a `SIG TERM`).
+    fn read(&mut self, readable: bool) -> Vec<Control> {
+        let mut out = Vec::new();
+        if readable && let Some(fd) = &self.fd {
+            let mut chunk = [0u8; wire::LINE_MAX];
+            match nix::unistd::read(fd, &mut chunk) {
+                Ok(0) | Err(_) => {
+                    while let Some(c) = self.buffered() {
+                        out.push(c);
+                    }
+                    out.push(Control::Lost);
+                    return out;
                 }
+                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
             }
         }
+        while let Some(c) = self.buffered() {
+            let lost = matches!(c, Control::Lost);
+            out.push(c);
+            if lost {
+                break;
+            }
+        }
+        out
     }
 
     fn send(&self, msg: &Up) {
@@ -340,12 +351,12 @@ impl Guardian {
             if sig_ready && self.take_signals().1 {
                 return None;
             }
-            if ctl_ready {
-                match ctl.read() {
-                    Control::Message(Down::Go { nonce }) => return Some(nonce),
-                    Control::Message(Down::Signal(_)) | Control::Lost => return None,
-                    Control::Pending => {}
-                }
+            // The first message decides: `GO`, or anything else (which aborts).
+            if let Some(control) = ctl.read(ctl_ready).into_iter().next() {
+                return match control {
+                    Control::Message(Down::Go { nonce }) => Some(nonce),
+                    Control::Message(Down::Signal(_)) | Control::Lost => None,
+                };
             }
         }
     }
@@ -445,8 +456,19 @@ impl Guardian {
             killing = true;
         }
         loop {
-            if self.reap(ctl) && self.scope_empty() {
-                break;
+            if self.reap(ctl) {
+                match self.scope_empty() {
+                    Ok(true) => break,
+                    Ok(false) => {}
+                    Err(e) => {
+                        // No child is left, but the cgroup cannot say whether it is empty:
+                        // no receipt (the tree stays `unverified`), and nothing left to reap.
+                        ctl.send(&Up::Failed(format!(
+                            "guardian: the cgroup is unreadable: {e}"
+                        )));
+                        return 3;
+                    }
+                }
             }
             if killing {
                 self.signal_tree(TreeSignal::Kill);
@@ -468,11 +490,15 @@ impl Guardian {
             if sig_ready {
                 end = self.take_signals().1;
             }
-            if ctl_ready {
-                match ctl.read() {
+            for control in ctl.read(ctl_ready) {
+                match control {
                     Control::Message(Down::Signal(TreeSignal::Kill)) => killing = true,
-                    Control::Message(Down::Signal(s)) => self.signal_tree(s),
-                    Control::Message(Down::Go { .. }) | Control::Pending => {}
+                    Control::Message(Down::Signal(s)) => {
+                        if !killing {
+                            self.signal_tree(s);
+                        }
+                    }
+                    Control::Message(Down::Go { .. }) => {}
                     Control::Lost => {
                         ctl.fd = None;
                         end = true;
@@ -494,15 +520,12 @@ impl Guardian {
         0
     }
 
-    fn scope_empty(&self) -> bool {
+    /// Whether the cgroup (if any) is empty. A member that escaped the subreaper (moved by a
+    /// privileged workload) is still ours to wait for; an unreadable cgroup proves nothing.
+    fn scope_empty(&self) -> Result<bool, std::io::Error> {
         match &self.scope {
-            // A cgroup member that escaped the subreaper (moved by a privileged workload) is
-            // still ours to wait for; an unreadable cgroup proves nothing either way.
-            Some(scope) => match scope.populated() {
-                Ok(populated) => !populated,
-                Err(_) => true,
-            },
-            None => true,
+            Some(scope) => scope.populated().map(|populated| !populated),
+            None => Ok(true),
         }
     }
 
