@@ -205,32 +205,49 @@ impl ControlReader {
         }
     }
 
+    /// With `readable`, reads what the socket holds once into the buffer; false at end of
+    /// stream (or a broken socket).
+    fn fill(&mut self, readable: bool) -> bool {
+        let Some(fd) = &self.fd else {
+            return false;
+        };
+        if !readable {
+            return true;
+        }
+        let mut chunk = [0u8; wire::LINE_MAX];
+        match nix::unistd::read(fd, &mut chunk) {
+            Ok(0) | Err(_) => false,
+            Ok(n) => {
+                self.buf.extend_from_slice(&chunk[..n]);
+                true
+            }
+        }
+    }
+
     /// With `readable`, reads what the socket holds once; then returns every complete message
     /// buffered, in order. All of them: two lines that arrived in one read must not leave the
     /// second waiting for more bytes (a `SIG KILL` right behind a `SIG TERM`).
     fn read(&mut self, readable: bool) -> Vec<Control> {
+        let open = self.fill(readable);
         let mut out = Vec::new();
-        if readable && let Some(fd) = &self.fd {
-            let mut chunk = [0u8; wire::LINE_MAX];
-            match nix::unistd::read(fd, &mut chunk) {
-                Ok(0) | Err(_) => {
-                    while let Some(c) = self.buffered() {
-                        out.push(c);
-                    }
-                    out.push(Control::Lost);
-                    return out;
-                }
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-            }
-        }
         while let Some(c) = self.buffered() {
             let lost = matches!(c, Control::Lost);
             out.push(c);
             if lost {
-                break;
+                return out;
             }
         }
+        if !open {
+            out.push(Control::Lost);
+        }
         out
+    }
+
+    /// Like [`ControlReader::read`], but takes only the first message and leaves the rest
+    /// buffered for the next reader.
+    fn read_one(&mut self, readable: bool) -> Option<Control> {
+        let open = self.fill(readable);
+        self.buffered().or((!open).then_some(Control::Lost))
     }
 
     fn send(&self, msg: &Up) {
@@ -351,8 +368,9 @@ impl Guardian {
             if sig_ready && self.take_signals().1 {
                 return None;
             }
-            // The first message decides: `GO`, or anything else (which aborts).
-            if let Some(control) = ctl.read(ctl_ready).into_iter().next() {
+            // The first message decides: `GO`, or anything else (which aborts); what follows it
+            // stays buffered for the serving loop.
+            if let Some(control) = ctl.read_one(ctl_ready) {
                 return match control {
                     Control::Message(Down::Go { nonce }) => Some(nonce),
                     Control::Message(Down::Signal(_)) | Control::Lost => None,
