@@ -2,8 +2,12 @@
 //! task the actor spawned into its set.
 //!
 //! Invariants:
-//! - Nothing is spawned before `starting` (the `Registered` event) is acknowledged; a workload
-//!   whose `running` cannot be recorded is killed and recorded `failed`.
+//! - No workload runs before `starting` (the `Registered` event) is durable: without a gate it
+//!   is acknowledged before the spawn; with a guardian it rides the acknowledgement of the
+//!   scope, which the gated workload waits for before it execs; a workload whose `running` cannot be
+//!   appended is killed and recorded `failed`. `running` itself is appended without waiting: the
+//!   start returns once the registration is durable and the workload runs, and the host hears
+//!   of `running` only after it is durable (`publish.rs`).
 //! - A start that recorded nothing hands the prepared process back and gives its admission back
 //!   (through the actor) before the caller hears of it.
 //! - Registration, the spawn and `running` run as one task on the blocking pool:
@@ -117,16 +121,12 @@ fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
         },
         at_unix_ms: super::now_unix_ms(),
     });
-    // With a gate, the scope is already durable: everything a restore needs to find and assess
-    // the tree is on disk, so `running` rides the next acknowledgement instead of waiting for
-    // one of its own (a crash before it leaves a `starting` process, which restore reconciles
-    // exactly as a `running` one).
-    let recorded = if gated {
-        shared.append_deferred_blocking(ids.running, &running)
-    } else {
-        shared.append_blocking(ids.running, &running)
-    };
-    match recorded {
+    // `running` rides the next acknowledgement instead of waiting for one of its own: what a
+    // restore needs is durable already (the registration, and with a gate the scope), a crash
+    // before it leaves a `starting` process, which restore reconciles exactly as a `running`
+    // one, and no host hears of `running` before it is durable (the publication acknowledges
+    // it first, off this path).
+    match shared.append_deferred_blocking(ids.running, &running) {
         Ok(_) => Launch::Running(spawned),
         Err(e) => Launch::RunningNotRecorded(spawned, e.to_string()),
     }

@@ -87,13 +87,23 @@ fn publish_batch(
     exit: ExitStatus,
 ) -> Vec<String> {
     let mut errors = Vec::new();
-    let (published, notified) = {
+    let (published, notified, journal) = {
         let lifecycle = super::lock(&shared.lifecycle);
+        let journal = lifecycle.journal_arc();
         match lifecycle.manifest(&handle) {
-            Some(m) => (m.published.contains(&event_id), m.completion_notified),
-            None => (false, false),
+            Some(m) => (m.published.contains(&event_id), m.completion_notified, journal),
+            None => (false, false, journal),
         }
     };
+    // No host hears of an event before it is durable (`running` is appended without waiting:
+    // its acknowledgement happens here, off the start's path, usually already done by a group
+    // commit).
+    if let Some(position) = journal.position_of(event_id)
+        && let Err(e) = journal.acknowledge(position.seq)
+    {
+        errors.push(format!("{handle}: {state} is not durable: {e}"));
+        return errors;
+    }
     // A call the host accepted is recorded, without waiting for durability (module doc).
     let mut deliver = |delivered: Result<(), ServiceError>, what: String, id: EventId, event| {
         let recorded = delivered
