@@ -367,7 +367,12 @@ pub fn print_rows<'r, 'a: 'r>(rows: impl IntoIterator<Item = &'r Row<'a>>) {
         "met",
     ];
     let mut cells: Vec<[String; 7]> = Vec::new();
-    for row in rows {
+    // A row whose section did not run (PROCJOURNAL_BENCH_ONLY chose another) has no samples:
+    // it is left out rather than printed as NaN with a target "not met".
+    for row in rows
+        .into_iter()
+        .filter(|r| !r.samples.median().is_nan() && !r.base.median().is_nan())
+    {
         let ratio = row.samples.median() / row.base.median();
         let (target, met) = match row.target {
             Target::MinRatio(t) => (format!(">= {t}x"), Some(ratio >= t)),

@@ -91,7 +91,11 @@ fn publish_batch(
         let lifecycle = super::lock(&shared.lifecycle);
         let journal = lifecycle.journal_arc();
         match lifecycle.manifest(&handle) {
-            Some(m) => (m.published.contains(&event_id), m.completion_notified, journal),
+            Some(m) => (
+                m.published.contains(&event_id),
+                m.completion_notified,
+                journal,
+            ),
             None => (false, false, journal),
         }
     };
