@@ -438,6 +438,7 @@ fn one_daemon_per_root_and_only_its_user() {
     let mut other = Daemon {
         child: other,
         socket: socket.clone(),
+        root: other_root.path().to_owned(),
     };
     other.await_ready();
     // Widen the mode by hand: the credential check must hold on its own.

@@ -60,6 +60,13 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // The base cgroup of the test's root, if the killed daemon left it (empty).
+        use procjournal::tree::cgroup::{CgroupBase, base_name};
+        if let Some(root) = self.socket.parent()
+            && let Ok(base) = CgroupBase::probe(&base_name(root))
+        {
+            let _ = std::fs::remove_dir(base.dir());
+        }
     }
 }
 

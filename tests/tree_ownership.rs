@@ -253,9 +253,12 @@ async fn a_guarded_workload_inherits_nothing_of_its_guardian() {
 /// kind of machine), and says which mechanism it used.
 #[test]
 fn auto_uses_a_cgroup_where_the_hierarchy_is_writable() {
-    if let Err(e) = procjournal::tree::cgroup::CgroupBase::probe("procjournal-probe-test") {
-        eprintln!("skipped: no writable cgroup v2 here ({e})");
-        return;
+    match procjournal::tree::cgroup::CgroupBase::probe("procjournal-probe-test") {
+        Ok(base) => std::fs::remove_dir(base.dir()).expect("remove the probed base"),
+        Err(e) => {
+            eprintln!("skipped: no writable cgroup v2 here ({e})");
+            return;
+        }
     }
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();

@@ -163,14 +163,8 @@ impl TreeArgs {
     ) -> anyhow::Result<std::sync::Arc<dyn crate::tree::Launcher>> {
         use crate::tree::{GroupLauncher, GuardianLauncher, GuardianProgram};
         let guardian = || GuardianLauncher::new(GuardianProgram::CurrentExe);
-        let cgroups = || {
-            let root = std::path::absolute(root).unwrap_or_else(|_| root.to_owned());
-            let name = format!(
-                "procjournal-{:08x}",
-                crc32fast::hash(root.as_os_str().as_encoded_bytes())
-            );
-            crate::tree::cgroup::CgroupBase::probe(&name)
-        };
+        let cgroups =
+            || crate::tree::cgroup::CgroupBase::probe(&crate::tree::cgroup::base_name(root));
         Ok(match self.tree {
             TreeChoice::Group => std::sync::Arc::new(GroupLauncher),
             TreeChoice::Guardian => std::sync::Arc::new(guardian()?),

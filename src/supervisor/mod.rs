@@ -530,8 +530,9 @@ impl Supervisor {
                 message: other.to_string(),
             },
         };
-        // Twice at most: a process found live may close its spool writer before the read.
-        for _ in 0..2 {
+        // Three times at most: a process found live may close its spool writer before the read,
+        // and the actor may not yet have handled its end when the result is persisted.
+        for _ in 0..3 {
             let reader = match self
                 .ask(|reply| Msg::Lookup {
                     handle: *handle,
@@ -541,6 +542,13 @@ impl Supervisor {
             {
                 Found::Live(proc) => match proc.read_output(cursor, max_bytes) {
                     Some(result) => return result.map_err(map),
+                    // Between the gate closing the writer and the result being persisted: wait
+                    // for the result, then read the finished spool.
+                    None if proc.terminalizing() => {
+                        let mut exited = proc.exited.subscribe();
+                        let _ = exited.wait_for(Option::is_some).await;
+                        continue;
+                    }
                     None if !proc.is_terminal() => {
                         // Registered, no spool yet: nothing was written.
                         return if cursor > 0 {

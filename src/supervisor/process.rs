@@ -163,6 +163,12 @@ impl Proc {
         self.exited.borrow().is_some()
     }
 
+    /// The terminal gate has been passed: the result may not be persisted yet, but the output
+    /// writer may already be gone.
+    pub fn terminalizing(&self) -> bool {
+        self.gate.load(Ordering::SeqCst)
+    }
+
     pub fn summary(&self) -> Option<TerminalSummary> {
         self.exited.borrow().clone()
     }

@@ -635,6 +635,16 @@ pub(crate) unsafe fn fork_into(cgroup: Option<BorrowedFd<'_>>) -> io::Result<For
     }
 }
 
+/// The name of the base cgroup of the runtime root `root`: one per root, so that a supervisor
+/// restarted on the same root finds (and reuses) what a killed one left.
+pub fn base_name(root: &Path) -> String {
+    let root = std::path::absolute(root).unwrap_or_else(|_| root.to_owned());
+    format!(
+        "procjournal-{:08x}",
+        crc32fast::hash(root.as_os_str().as_encoded_bytes())
+    )
+}
+
 #[cfg(test)]
 #[allow(unsafe_code)]
 mod tests {

@@ -39,6 +39,8 @@ pub fn client(root: &Path, args: &[&str]) -> (i32, String, String) {
 pub struct Daemon {
     pub child: Child,
     pub socket: PathBuf,
+    /// The runtime root it serves.
+    pub root: PathBuf,
 }
 
 impl Daemon {
@@ -58,7 +60,11 @@ impl Daemon {
             .spawn()
             .unwrap();
         let socket = root.join("procjournal.sock");
-        let mut daemon = Daemon { child, socket };
+        let mut daemon = Daemon {
+            child,
+            socket,
+            root: root.to_owned(),
+        };
         daemon.await_ready();
         daemon
     }
@@ -96,6 +102,24 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A killed daemon cannot remove its root's base cgroup; the test's root is gone after
+        // it, so remove the base here (it fails, harmlessly, while a scope is still in it).
+        if let Some(root) = self.socket.parent()
+            && let Ok(base) = procjournal::tree::cgroup::CgroupBase::probe(
+                &procjournal::tree::cgroup::base_name(root),
+            )
+        {
+            let _ = std::fs::remove_dir(base.dir());
+        }
+    }
+}
+
+/// Removes the base cgroup of `root` if it is there and empty: a SIGKILLed daemon cannot, and
+/// the test's root (whose name the base carries) is gone after the test.
+pub fn remove_base_cgroup(root: &Path) {
+    use procjournal::tree::cgroup::{CgroupBase, base_name};
+    if let Ok(base) = CgroupBase::probe(&base_name(root)) {
+        let _ = std::fs::remove_dir(base.dir());
     }
 }
 

@@ -65,7 +65,7 @@ pub enum GuardianProgram {
 }
 
 /// Launches each workload under a guardian, in its own cgroup where one is available.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct GuardianLauncher {
     program: CString,
     cgroups: Option<CgroupBase>,
@@ -100,6 +100,34 @@ impl GuardianLauncher {
         } else {
             Mechanism::Guardian
         }
+    }
+}
+
+impl Drop for GuardianLauncher {
+    /// The base cgroup is ours (one per runtime root): it goes with the launcher once no scope
+    /// is left in it (`rmdir` of a cgroup with children fails, which leaves it for the next
+    /// supervisor of the root to reuse).
+    fn drop(&mut self) {
+        if let Some(base) = &self.cgroups {
+            let _ = std::fs::remove_dir(base.dir());
+        }
+    }
+}
+
+/// A fresh scope for `name` under `base`, making the base again if it is gone: a launcher of
+/// the same root that ended (another supervisor that stopped, or failed to take the root's
+/// lock) removes the base when it is empty.
+fn scope_in(base: &CgroupBase, name: &str) -> std::io::Result<Scope> {
+    match base.create_scope(name) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            match std::fs::create_dir(base.dir()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e),
+            }
+            base.create_scope(name)
+        }
+        other => other,
     }
 }
 
@@ -176,15 +204,12 @@ impl Launcher for GuardianLauncher {
     fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
         let workload = spawn::image(spec)?;
         let scope = match &self.cgroups {
-            Some(base) => {
-                Some(
-                    base.create_scope(&spec.name)
-                        .map_err(|cause| SpawnError::Setup {
-                            what: "cgroup",
-                            cause,
-                        })?,
-                )
-            }
+            Some(base) => Some(
+                scope_in(base, &spec.name).map_err(|cause| SpawnError::Setup {
+                    what: "cgroup",
+                    cause,
+                })?,
+            ),
             None => None,
         };
         let receipt_path = spec.receipts.join(format!("{}.receipt", spec.name));
