@@ -102,24 +102,22 @@ impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-        // A killed daemon cannot remove its root's base cgroup; the test's root is gone after
-        // it, so remove the base here (it fails, harmlessly, while a scope is still in it).
-        if let Some(root) = self.socket.parent()
-            && let Ok(base) = procjournal::tree::cgroup::CgroupBase::probe(
-                &procjournal::tree::cgroup::base_name(root),
-            )
-        {
-            let _ = std::fs::remove_dir(base.dir());
-        }
+        remove_base_cgroup(&self.root);
     }
 }
 
-/// Removes the base cgroup of `root` if it is there and empty: a SIGKILLed daemon cannot, and
-/// the test's root (whose name the base carries) is gone after the test.
+/// Removes the base cgroup of `root`: a SIGKILLed daemon cannot, and the test's root (whose
+/// name the base carries) is gone after the test. The guardians of a killed daemon are still
+/// ending their trees (and removing their scopes) for up to their grace, so this waits for
+/// that, bounded.
 pub fn remove_base_cgroup(root: &Path) {
     use procjournal::tree::cgroup::{CgroupBase, base_name};
-    if let Ok(base) = CgroupBase::probe(&base_name(root)) {
-        let _ = std::fs::remove_dir(base.dir());
+    let Ok(base) = CgroupBase::probe(&base_name(root)) else {
+        return;
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::fs::remove_dir(base.dir()).is_err() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
 
