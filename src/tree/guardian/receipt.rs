@@ -24,7 +24,7 @@
 //! panic, and never a receipt.
 
 use crate::tree::LeaderExit;
-use crate::tree::guardian::wire::{hex, unhex};
+use crate::tree::guardian::wire::{hex, number, signed, unhex};
 
 /// Receipts are small; a larger file is not one.
 pub const RECEIPT_BYTES_MAX: usize = 1024;
@@ -198,23 +198,6 @@ impl Receipt {
 
 fn field<'a>(line: &'a str, key: &str) -> Option<&'a str> {
     line.strip_prefix(key)?.strip_prefix(' ')
-}
-
-fn number(word: &str) -> Option<u64> {
-    let canonical = !word.is_empty()
-        && word.bytes().all(|b| b.is_ascii_digit())
-        && (word == "0" || !word.starts_with('0'));
-    if canonical { word.parse().ok() } else { None }
-}
-
-fn signed(word: &str) -> Option<i32> {
-    match word.strip_prefix('-') {
-        Some(rest) if rest != "0" => number(rest)
-            .and_then(|n| i64::try_from(n).ok())
-            .and_then(|n| i32::try_from(-n).ok()),
-        Some(_) => None,
-        None => number(word).and_then(|n| i32::try_from(n).ok()),
-    }
 }
 
 #[cfg(test)]

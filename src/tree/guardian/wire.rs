@@ -192,15 +192,17 @@ fn words(line: &[u8]) -> Result<Vec<&str>, WireError> {
     Ok(text.split(' ').collect())
 }
 
-/// Plain decimal: digits only, no leading zero unless the number is 0.
-fn number(word: &str) -> Option<u64> {
+/// Plain decimal: digits only, no leading zero unless the number is 0 (shared with the
+/// receipt, which follows the same rule).
+pub(crate) fn number(word: &str) -> Option<u64> {
     let canonical = !word.is_empty()
         && word.bytes().all(|b| b.is_ascii_digit())
         && (word == "0" || !word.starts_with('0'));
     if canonical { word.parse().ok() } else { None }
 }
 
-fn signed(word: &str) -> Option<i32> {
+/// [`number`] with an optional `-`; `-0` is not canonical.
+pub(crate) fn signed(word: &str) -> Option<i32> {
     match word.strip_prefix('-') {
         Some(rest) if rest != "0" => number(rest)
             .and_then(|n| i64::try_from(n).ok())
