@@ -222,12 +222,25 @@ async fn a_guarded_workload_inherits_nothing_of_its_guardian() {
     let handle = start(&sup, Command::new("sleep").arg("30").cwd(root.path())).await;
     let m = sup.manifest(&handle).unwrap();
     let pid = m.scope.unwrap().workload.pid;
-    let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+    // The dynamic loader of `sleep` may still hold a library open just after exec: wait for
+    // the fd table to settle (bounded), then it must be exactly 0, 1 and 2.
+    let fds = || {
+        let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        fds.sort();
+        fds
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fds() != ["0", "1", "2"] && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let links: Vec<_> = fds()
+        .iter()
+        .map(|fd| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")))
         .collect();
-    fds.sort();
-    assert_eq!(fds, ["0", "1", "2"]);
+    assert_eq!(fds(), ["0", "1", "2"], "{links:?}");
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     // glibc keeps its two internal signals (32 and 33, below SIGRTMIN, unusable by programs)
     // ignored in every posix_spawn child, and the guardian is one; everything else is clear.
