@@ -153,6 +153,17 @@ pub const TREE_PROOF_WAIT_MS: u64 = 50;
 /// two per tree; a second keeps held capacity from lingering long after the proof appears.
 pub const ASSESS_INTERVAL_MS: u64 = 1_000;
 
+/// How long a termination waits, after its SIGKILL, for the exit to be proven (the terminal
+/// event persisted and no member left) before it reports failure: SIGKILL cannot be caught, so
+/// what is still there after half a second is in uninterruptible sleep or escaped; the tree
+/// stays owned either way. With the default grace (1.5 s) a termination's whole budget is the
+/// 2 s seed 003 gives it.
+pub const KILL_PROOF_MS: u64 = 500;
+
+/// The grace between SIGTERM and SIGKILL when the caller names none (`stop`, `shutdown`,
+/// timeouts): with [`KILL_PROOF_MS`], the 2 s termination budget of seed 003.
+pub const GRACE_MS_DEFAULT: u64 = 1_500;
+
 /// How long a guardian whose supervisor died (or that was itself asked to end) waits between
 /// SIGTERM and SIGKILL to its tree: with the quiesce before it, the whole termination stays
 /// within the 2 s budget seed 003 gives one.

@@ -588,8 +588,8 @@ pub(crate) struct StopArgs {
     /// The process handle (p-...).
     #[arg(value_parser = handle_arg)]
     handle: Handle,
-    /// Time between SIGTERM and SIGKILL.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    /// Time between SIGTERM and SIGKILL; the exit must then be proven within 0.5 s.
+    #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
     grace: Duration,
     /// Print the result as JSON.
     #[arg(long)]
@@ -624,8 +624,9 @@ pub(crate) struct HandleCmdArgs {
 pub(crate) struct ShutdownCmdArgs {
     #[command(flatten)]
     target: Target,
-    /// Time between SIGTERM and SIGKILL for every live process.
-    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    /// Time between SIGTERM and SIGKILL for every live process; each exit must then be proven
+    /// within 0.5 s.
+    #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
     grace: Duration,
 }
 

@@ -66,7 +66,7 @@ pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
 /// Bytes copied to the terminal per read.
 const PAGE_BYTES: usize = 1024 * 1024;
 /// Grace between SIGTERM and SIGKILL after a second Ctrl-C.
-const STOP_GRACE_MS: u64 = 2_000;
+const STOP_GRACE_MS: u64 = crate::limits::GRACE_MS_DEFAULT;
 /// How long one output request waits for new bytes; Ctrl-C is seen at once regardless.
 const POLL_WAIT_MS: u64 = 60_000;
 

@@ -43,7 +43,7 @@ pub const OUTPUT_WAIT_MS_MAX: u64 = 60_000;
 /// The longest grace between SIGTERM and SIGKILL a request may ask for.
 pub const GRACE_MS_MAX: u64 = 600_000;
 /// Grace between SIGTERM and SIGKILL when a request leaves it out.
-pub const GRACE_MS_DEFAULT: u64 = 5_000;
+pub const GRACE_MS_DEFAULT: u64 = crate::limits::GRACE_MS_DEFAULT;
 /// Request IDs are echoed back; a long one is refused rather than stored.
 pub const ID_CHARS_MAX: usize = 128;
 /// The most arguments, environment variables or labels one start may carry.

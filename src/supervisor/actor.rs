@@ -348,13 +348,10 @@ impl Actor {
             ProcEvent::Timeout { handle } => {
                 if let Some(e) = self.table.get(&handle) {
                     let proc = Arc::clone(&e.proc);
-                    let (grace, confirm) = (
-                        self.shared.config.default_grace,
-                        self.shared.config.kill_confirm,
-                    );
+                    let grace = self.shared.config.default_grace;
                     self.tasks.spawn(
                         async move {
-                            let _ = teardown(&proc, grace, confirm).await;
+                            let _ = teardown(&proc, grace).await;
                         }
                         .instrument(info_span!("deadline", %handle)),
                     );
@@ -544,13 +541,12 @@ impl Actor {
             proc.set_cause(Cause::Stop);
         }
         let shared = Arc::clone(&self.shared);
-        let confirm = self.shared.config.kill_confirm;
         self.tasks.spawn(
             async move {
                 if live {
                     super::request_stop(&shared, &proc, "stop").await;
                 }
-                let result = teardown(&proc, grace, confirm)
+                let result = teardown(&proc, grace)
                     .await
                     .map(|()| proc.summary())
                     .map_err(|reason| SupervisorError::TeardownFailed { handle, reason });
@@ -626,7 +622,6 @@ impl Actor {
             .map(|e| (Arc::clone(&e.proc), e.lingering))
             .collect();
         let shared = Arc::clone(&self.shared);
-        let confirm = self.shared.config.kill_confirm;
         self.tasks.spawn(
             async move {
                 let mut set = JoinSet::new();
@@ -638,7 +633,7 @@ impl Actor {
                             proc.set_cause(Cause::Shutdown);
                             super::request_stop(&shared, &proc, "shutdown").await;
                         }
-                        let result = teardown(&proc, grace, confirm).await;
+                        let result = teardown(&proc, grace).await;
                         let state = proc.summary().map(|s| s.state);
                         (proc.handle, live, result, state)
                     });

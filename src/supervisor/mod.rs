@@ -74,10 +74,10 @@ pub struct SupervisorConfig {
     /// The default, 8 MiB (one default spool segment), measured as fast as 16 MiB and faster
     /// than 32 MiB, whose larger final sync the workload's exit then waits for.
     pub write_behind_bytes: Option<u64>,
-    /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own).
+    /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own); with
+    /// [`limits::KILL_PROOF_MS`] after it, the termination's whole budget.
     pub default_grace: Duration,
-    /// How long an exit is awaited after SIGKILL before teardown is reported as failed; also
-    /// how long shutdown waits to join the supervisor's tasks.
+    /// How long shutdown waits to join the supervisor's tasks once every process is terminal.
     pub kill_confirm: Duration,
     /// Finished processes whose spool reader stays open for polls.
     pub finished_readers_cached: usize,
@@ -99,7 +99,7 @@ impl SupervisorConfig {
             final_drain: Duration::from_millis(200),
             checkpoint_interval: Duration::from_secs(1),
             write_behind_bytes: Some(8 * 1024 * 1024),
-            default_grace: Duration::from_secs(2),
+            default_grace: Duration::from_millis(limits::GRACE_MS_DEFAULT),
             kill_confirm: Duration::from_secs(5),
             finished_readers_cached: limits::FINISHED_READERS_CACHED_DEFAULT,
             boot_id_source: PathBuf::from("/proc/sys/kernel/random/boot_id"),
