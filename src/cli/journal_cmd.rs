@@ -324,9 +324,15 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 .labels()
                 .map(|(k, v)| format!("{k}={v}"))
                 .collect();
+            // Which mechanism owned the tree, and whether it is proven gone.
+            let tree = format!(
+                "{}:{}",
+                m.scope.as_ref().map_or("-", |s| s.mechanism.name()),
+                crate::protocol::dispatch::Ownership::of(m).word()
+            );
             writeln!(
                 out,
-                "{} {:<15} pid={pid} bytes={}..{}{exit} {} {} [{}]",
+                "{} {:<15} pid={pid} tree={tree} bytes={}..{}{exit} {} {} [{}]",
                 m.handle,
                 m.state.name(),
                 m.bounds.retained_from,
