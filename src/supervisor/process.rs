@@ -445,7 +445,10 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     }
     // Usually one probe answers; only a tree that may have members left is scanned, and a
     // receipt is read, on the blocking pool.
-    let (lingering, released) = {
+    let (lingering, released) = if tree.surely_empty() && tree.mechanism() == Mechanism::Group {
+        // Nothing to scan and nothing to read: a group cannot prove its exit.
+        (false, None)
+    } else {
         let tree = Arc::clone(&tree);
         tokio::task::spawn_blocking(move || {
             let lingering = !tree.surely_empty() && matches!(tree.members(), Ok(n) if n > 0);
