@@ -317,3 +317,59 @@ async fn a_stop_right_behind_an_interrupt_kills_a_tree_that_ignores_both() {
     assert_eq!(summary.state, State::Killed, "{summary:?}");
     let _ = sup.shutdown(Duration::from_millis(100)).await;
 }
+
+/// Where `clone3` is filtered the workload joins its cgroup itself, before its gate: it and
+/// its descendants (a setsid one included) are in the cgroup from their first instruction, and
+/// a stop (freeze, signals, `cgroup.kill`) leaves none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_clone3_the_workload_joins_its_cgroup_before_it_runs() {
+    use procjournal::tree::cgroup::{CgroupBase, base_name};
+    let root = temp_root();
+    let base = match CgroupBase::probe(&base_name(&root.path().join("rt"))) {
+        Ok(base) => base,
+        Err(e) => {
+            eprintln!("skipped: no writable cgroup v2 here ({e})");
+            return;
+        }
+    };
+    let launcher = GuardianLauncher::new(GuardianProgram::Path(
+        env!("CARGO_BIN_EXE_procjournal").into(),
+    ))
+    .unwrap()
+    .with_cgroups(Some(base.clone()))
+    .with_clone3(false);
+    let mut cfg = config(root.path());
+    cfg.launcher = Arc::new(launcher);
+    let (sup, _rx) = open(cfg).await;
+    let script = "(setsid sleep 300 &); exec sleep 300";
+    let handle = start(
+        &sup,
+        Command::new("sh").arg("-c").arg(script).cwd(root.path()),
+    )
+    .await;
+    let scope = sup.manifest(&handle).unwrap().scope.unwrap();
+    assert_eq!(
+        scope.mechanism,
+        procjournal::lifecycle::event::TreeMechanism::Cgroup
+    );
+    let cgroup = std::path::PathBuf::from(scope.cgroup.unwrap());
+    let procs = || {
+        std::fs::read_to_string(cgroup.join("cgroup.procs"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    // The workload (exec'd into sleep) and the setsid sleep, both inside.
+    poll("both sleeps in the cgroup", || procs() >= 2).await;
+    let own = std::fs::read_to_string(format!("/proc/{}/cgroup", scope.workload.pid)).unwrap();
+    assert!(
+        own.lines()
+            .any(|l| l.starts_with("0::") && l.ends_with(&handle.to_string())),
+        "{own}"
+    );
+    let summary = guarded("stop", sup.stop(&handle, Duration::from_millis(200))).await;
+    assert!(summary.is_ok(), "{summary:?}");
+    poll("the cgroup emptied and removed", || !cgroup.exists()).await;
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    drop(sup);
+    let _ = std::fs::remove_dir(base.dir());
+}

@@ -69,6 +69,8 @@ pub enum GuardianProgram {
 pub struct GuardianLauncher {
     program: CString,
     cgroups: Option<CgroupBase>,
+    /// Workloads enter their cgroup at clone time (`clone3`), not by a write before exec.
+    clone3: bool,
     grace: Duration,
 }
 
@@ -84,6 +86,7 @@ impl GuardianLauncher {
         Ok(GuardianLauncher {
             program,
             cgroups: None,
+            clone3: true,
             grace: Duration::from_millis(limits::ORPHANED_TREE_GRACE_MS),
         })
     }
@@ -91,6 +94,15 @@ impl GuardianLauncher {
     /// Runs each workload in its own cgroup under `base` (see [`CgroupBase::probe`]).
     pub fn with_cgroups(mut self, base: Option<CgroupBase>) -> GuardianLauncher {
         self.cgroups = base;
+        self
+    }
+
+    /// With `false`, a workload joins its cgroup by writing `cgroup.procs` before its gate
+    /// instead of being created there by `clone3(CLONE_INTO_CGROUP)`: for where `clone3` is
+    /// filtered (the guardian also falls back by itself on ENOSYS or EPERM). Slower: a first
+    /// write to a fresh cgroup costs milliseconds here.
+    pub fn with_clone3(mut self, clone3: bool) -> GuardianLauncher {
+        self.clone3 = clone3;
         self
     }
 
@@ -217,6 +229,7 @@ impl Launcher for GuardianLauncher {
             handle: spec.name.clone(),
             receipt: receipt_path.clone(),
             cgroup: scope.as_ref().map(|s| s.path().to_owned()),
+            clone3: self.clone3,
             grace: self.grace,
             program: workload.path.clone(),
             argv: workload.argv.clone(),

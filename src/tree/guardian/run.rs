@@ -74,13 +74,16 @@ pub fn run_if_requested() {
     }
 }
 
-/// The guardian's arguments, after [`GUARDIAN_ARG`]:
-/// `<handle> <receipt path> <cgroup dir or -> <grace ms> <program path> -- <argv0> <args>...`.
+/// The guardian's arguments, after [`GUARDIAN_ARG`]: `<handle> <receipt path> <cgroup dir or
+/// -> <clone3|join> <grace ms> <program path> -- <argv0> <args>...`.
 #[derive(Debug)]
 pub(crate) struct Args {
     pub handle: String,
     pub receipt: std::path::PathBuf,
     pub cgroup: Option<std::path::PathBuf>,
+    /// Enter the cgroup by `clone3(CLONE_INTO_CGROUP)` (`true`), or by the child writing
+    /// `cgroup.procs` before its gate (for where clone3 is filtered; also tested this way).
+    pub clone3: bool,
     pub grace: Duration,
     pub program: CString,
     pub argv: Vec<CString>,
@@ -95,6 +98,7 @@ impl Args {
             self.cgroup
                 .clone()
                 .map_or_else(|| OsString::from("-"), OsString::from),
+            if self.clone3 { "clone3" } else { "join" }.into(),
             self.grace.as_millis().to_string().into(),
             std::ffi::OsStr::from_bytes(self.program.as_bytes()).into(),
             "--".into(),
@@ -115,6 +119,11 @@ impl Args {
         let receipt = next("receipt path")?.into();
         let cgroup = next("cgroup")?;
         let cgroup = (cgroup != "-").then(|| cgroup.into());
+        let clone3 = match next("cgroup entry")?.to_str() {
+            Some("clone3") => true,
+            Some("join") => false,
+            _ => return Err("the cgroup entry is neither clone3 nor join".to_owned()),
+        };
         let grace = next("grace")?
             .into_string()
             .ok()
@@ -134,6 +143,7 @@ impl Args {
             handle,
             receipt,
             cgroup,
+            clone3,
             grace,
             program,
             argv,
@@ -618,13 +628,21 @@ fn fork_workload(args: &Args, scope: Option<&Scope>) -> Result<Workload, String>
     // SAFETY: the guardian is single-threaded (it runs before any thread or runtime exists,
     // `run_if_requested`), so the child inherits no lock another thread held; `child` execs or
     // exits and never returns into the guardian's code.
+    let clone_dir = if args.clone3 {
+        cgroup_dir.as_ref()
+    } else {
+        None
+    };
     #[allow(unsafe_code)]
-    let mut forked = unsafe { cgroup::fork_into(cgroup_dir.as_ref().map(|d| d.as_fd())) };
-    // Where clone3 is refused (an older container seccomp profile says ENOSYS or EPERM), the
-    // child joins the cgroup itself, before the gate: slower (a first write to cgroup.procs
-    // costs milliseconds), but still before any workload code runs.
-    let mut join = None;
+    let mut forked = unsafe { cgroup::fork_into(clone_dir.map(|d| d.as_fd())) };
+    // Where clone3 is refused (an older container seccomp profile says ENOSYS or EPERM), or
+    // not wanted, the child joins the cgroup itself, before the gate: slower (a first write to
+    // cgroup.procs costs milliseconds), but still before any workload code runs.
+    let mut join = (!args.clone3)
+        .then(|| scope.map(|s| s.path().join("cgroup.procs")))
+        .flatten();
     if let (Err(e), Some(scope)) = (&forked, scope)
+        && args.clone3
         && matches!(e.raw_os_error(), Some(libc::ENOSYS | libc::EPERM))
     {
         join = Some(scope.path().join("cgroup.procs"));
