@@ -180,3 +180,32 @@ fn the_progress_line_never_reaches_stdout_or_a_pipe() {
         assert_eq!(forced.stdout, plain.stdout, "{args:?}");
     }
 }
+
+/// Issue 14, finding 7: every tool given a root that does not exist says so and exits non-zero
+/// (it used to be `spool verify` exiting 0 on a missing root).
+#[test]
+fn every_tool_refuses_a_root_that_does_not_exist() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-root");
+    let handle = "p-00000000000000000000000000000000";
+    let tools: [&[&str]; 8] = [
+        &["journal", "verify"],
+        &["journal", "manifests"],
+        &["journal", "dump"],
+        &["spool", "verify"],
+        &["spool", "cat", handle],
+        &["ps"],
+        &["logs", handle],
+        &["wait", handle],
+    ];
+    for tool in tools {
+        let out = run_in(&missing, tool);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_ne!(out.status.code(), Some(0), "{tool:?}: {err}");
+        assert!(
+            err.contains("does not exist") || err.contains("no daemon"),
+            "{tool:?}: {err}"
+        );
+        assert!(!missing.exists(), "{tool:?} created the root");
+    }
+}

@@ -332,6 +332,7 @@ fn shell_words(words: &[String]) -> String {
 
 /// Replays the journal read-only: what `ps` and `logs` show when no daemon runs.
 fn offline_manifests(root: &Path) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
+    super::existing(root)?;
     let reader = JournalReader::open(root)
         .context("cannot read the journal (has anything run under this root?)")?;
     let mut replayer = Replayer::default();

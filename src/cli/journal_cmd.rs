@@ -76,7 +76,7 @@ pub(crate) fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn open(root: RootArg) -> anyhow::Result<JournalReader> {
-    let root = super::root_or_default(root.root)?;
+    let root = super::existing_root(root.root)?;
     JournalReader::open(&root)
         .with_context(|| format!("cannot open the journal of {}", root.display()))
 }

@@ -83,6 +83,25 @@ pub fn default_root() -> anyhow::Result<PathBuf> {
     }
 }
 
+/// [`root_or_default`] for the tools that only read a root: one that does not exist is an
+/// error that says so (the writers, `run`, `serve` and `mcp`, create theirs).
+pub(crate) fn existing_root(root: Option<PathBuf>) -> anyhow::Result<PathBuf> {
+    let root = root_or_default(root)?;
+    existing(&root)?;
+    Ok(root)
+}
+
+/// Fails, saying so, when `root` is not a directory.
+pub(crate) fn existing(root: &std::path::Path) -> anyhow::Result<()> {
+    if !root.is_dir() {
+        anyhow::bail!(
+            "the runtime root {} does not exist (nothing has run under it)",
+            root.display()
+        );
+    }
+    Ok(())
+}
+
 pub(crate) fn root_or_default(root: Option<PathBuf>) -> anyhow::Result<PathBuf> {
     match root {
         Some(root) => Ok(root),

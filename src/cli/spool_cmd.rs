@@ -62,7 +62,7 @@ pub(crate) fn run(cmd: SpoolCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
-    let root = super::root_or_default(args.root)?;
+    let root = super::existing_root(args.root)?;
     args.handle.parse::<Handle>()?;
     let root = crate::root::Root::open_reader(&root)?;
     let dir = root.spool_dir().join(&args.handle);
@@ -113,7 +113,7 @@ struct SpoolCheck {
 }
 
 fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
-    let root_path = super::root_or_default(args.root)?;
+    let root_path = super::existing_root(args.root)?;
     let root = crate::root::Root::open_reader(&root_path)?;
     let wanted: Vec<Handle> = args
         .handles
