@@ -209,3 +209,48 @@ fn every_tool_refuses_a_root_that_does_not_exist() {
         assert!(!missing.exists(), "{tool:?} created the root");
     }
 }
+
+/// Issue 14, finding 6: client-supplied labels and commands reach a human's terminal escaped.
+/// A label holding a newline and an OSC "set title" sequence, and a command whose words hold
+/// the same, show up in `ps` and `journal manifests` as visible escapes (`\n`, `\u{1b}`,
+/// `\u{7}`), never as raw control bytes; the output itself (`logs`) was already safe text.
+#[test]
+fn labels_and_commands_are_escaped_in_human_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let evil = "a\nb\u{1b}]0;pwned\u{7}";
+    let out = bin()
+        .args(["run", "--root"])
+        .arg(root)
+        .arg("--label")
+        .arg(format!("k={evil}"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "printf '\\033]0;pwned\\007'; exit 0",
+            evil,
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    for tool in [&["ps"][..], &["journal", "manifests"][..]] {
+        let out = run_in(root, tool);
+        assert!(out.status.success(), "{tool:?}: {out:?}");
+        let text = String::from_utf8(out.stdout).unwrap();
+        assert!(
+            !text.bytes().any(|b| b == 0x1b || b == 0x07),
+            "{tool:?} printed a raw control byte: {text:?}"
+        );
+        let line = text.lines().find(|l| l.contains("pwned")).unwrap_or("");
+        assert!(
+            line.contains("k=a\\nb\\u{1b}]0;pwned\\u{7}"),
+            "{tool:?}: {text:?}"
+        );
+        assert_eq!(
+            text.lines().filter(|l| l.contains("pwned")).count(),
+            1,
+            "{tool:?}: the label broke the line: {text:?}"
+        );
+    }
+}

@@ -291,11 +291,13 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
                 _ => "-".to_owned(),
             };
             let pid = p.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
-            let labels: Vec<String> = p.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let labels = if labels.is_empty() {
+            let labels = if p.labels.is_empty() {
                 String::new()
             } else {
-                format!("  [{}]", labels.join(","))
+                format!(
+                    "  [{}]",
+                    label_list(p.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                )
             };
             writeln!(
                 out,
@@ -313,21 +315,35 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn shell_words(words: &[String]) -> String {
-    let quote = |w: &String| {
+/// A command as a shell would quote it, each word's control characters shown as escapes
+/// (`render::escape_field`): a client-supplied word cannot steer the terminal or break the line.
+pub(crate) fn shell_words<S: AsRef<str>>(words: &[S]) -> String {
+    let quote = |w: &S| {
+        let w = crate::render::escape_field(w.as_ref(), false);
         let plain = !w.is_empty()
             && w.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
         if plain {
-            w.clone()
+            w.into_owned()
         } else {
             format!("'{}'", w.replace('\'', r"'\''"))
         }
     };
-    let text = words.iter().map(quote).collect::<Vec<_>>().join(" ");
-    crate::render::safe_text(text.as_bytes(), true)
-        .text
-        .replace('\n', " ")
+    words.iter().map(quote).collect::<Vec<_>>().join(" ")
+}
+
+/// Labels as `[k=v,...]` for a human, each key and value escaped like a command word.
+pub(crate) fn label_list<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> String {
+    let labels: Vec<String> = labels
+        .map(|(k, v)| {
+            format!(
+                "{}={}",
+                crate::render::escape_field(k, false),
+                crate::render::escape_field(v, false)
+            )
+        })
+        .collect();
+    labels.join(",")
 }
 
 /// Replays the journal read-only: what `ps` and `logs` show when no daemon runs.

@@ -319,10 +319,9 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 .as_ref()
                 .map_or_else(String::new, |t| format!(" {:?}", t.exit));
             let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
-            let labels: Vec<String> = m
-                .command
-                .labels()
-                .map(|(k, v)| format!("{k}={v}"))
+            let labels = super::daemon_cmd::label_list(m.command.labels());
+            let command: Vec<&str> = std::iter::once(m.command.program())
+                .chain(m.command.args())
                 .collect();
             // Which mechanism owned the tree, and whether it is proven gone.
             let tree = format!(
@@ -332,14 +331,13 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
             );
             writeln!(
                 out,
-                "{} {:<15} pid={pid} tree={tree} bytes={}..{}{exit} {} {} [{}]",
+                "{} {:<15} pid={pid} tree={tree} bytes={}..{}{exit} {} [{}]",
                 m.handle,
                 m.state.name(),
                 m.bounds.retained_from,
                 m.bounds.total_bytes,
-                m.command.program(),
-                m.command.args().collect::<Vec<_>>().join(" "),
-                labels.join(",")
+                super::daemon_cmd::shell_words(&command),
+                labels
             )?;
         }
         for issue in replay.rejected.iter().chain(&replay.undecodable) {

@@ -130,7 +130,12 @@ pub fn main() -> ExitCode {
     match result {
         Ok(code) => code,
         Err(error) => {
-            eprintln!("procjournal: {error:#}");
+            // Errors may quote what a client sent (a program name, a label): escaped.
+            let message = format!("{error:#}");
+            eprintln!(
+                "procjournal: {}",
+                crate::render::escape_field(&message, true)
+            );
             ExitCode::from(2)
         }
     }

@@ -302,6 +302,27 @@ pub fn safe_text_of_read(
 const BASE64_ALPHABET: &[u8; 64] =
     b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
 
+/// One client-supplied string (a label, a command word, an error message) made safe for a
+/// human's terminal, on one line: every control character (C0 with newline and tab, DEL, C1,
+/// and so every escape sequence's introducer) becomes a visible escape (`\n`, `\t`, `\u{1b}`),
+/// and a backslash is doubled so that the escapes are unambiguous. With `keep_newlines`, `\n`
+/// stays a line break (for multi-line messages); everything else is escaped all the same.
+pub fn escape_field(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
+    let needs = |c: char| c == '\\' || (c.is_control() && !(keep_newlines && c == '\n'));
+    if !text.chars().any(needs) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        if needs(c) {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
 /// Standard base64 (RFC 4648, with padding) of exactly `bytes`.
 pub fn base64(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
