@@ -509,3 +509,49 @@ fn send_streams_stdin_and_close_ends_the_input() {
     assert_eq!(code, 2);
     assert!(err.contains("not running"), "{err}");
 }
+
+/// Issue 14, finding 5: `logs` without `-f` reads up to the end that existed when it was asked
+/// and stops, instead of chasing a writer that never pauses (`yes`). The bound below is a hang
+/// guard, not a measurement.
+#[test]
+fn logs_without_follow_stops_at_the_end_it_was_asked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _daemon = Daemon::start(root);
+    let (code, out, err) = client(root, &["start", "--", "yes"]);
+    assert_eq!(code, 0, "{err}");
+    let handle = out.trim().to_owned();
+    poll_until("output", || !client(root, &["logs", &handle]).1.is_empty());
+    let child = bin()
+        .args(["logs", &handle, "--root"])
+        .arg(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let (tx, rx) = std::sync::mpsc::channel();
+    // Read everything it prints while it runs (a full pipe would stall it).
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    let out = match rx.recv_timeout(std::time::Duration::from_secs(60)) {
+        Ok(out) => out.unwrap(),
+        Err(_) => {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid as i32),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            panic!("`logs` chased the writer instead of stopping");
+        }
+    };
+    assert!(out.status.success(), "{:?}", out.status);
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        !text.is_empty() && text.lines().all(|l| l == "y"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    let (code, _, err) = client(root, &["stop", &handle]);
+    assert_eq!(code, 0, "{err}");
+}

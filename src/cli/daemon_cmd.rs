@@ -438,9 +438,19 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::stdout().lock();
     let mut cursor = args.cursor;
     let mut first = true;
+    // Without -f: the end of the output when the first page answered; a fast writer's later
+    // bytes are not chased.
+    let mut end: Option<u64> = None;
     loop {
         let follow = args.follow && source.is_live();
-        let (raw, page) = source.page(args.handle, cursor, rendering, follow)?;
+        let max_bytes = match end {
+            Some(end) if !follow => end.saturating_sub(cursor).min(LOGS_PAGE_BYTES),
+            _ => LOGS_PAGE_BYTES,
+        };
+        let (raw, page) = source.page(args.handle, cursor, rendering, follow, max_bytes)?;
+        if !follow {
+            end.get_or_insert(page.total_bytes);
+        }
         if page.cursor_ahead {
             bail!(
                 "cursor {cursor} is beyond the end of the output ({} bytes)",
@@ -472,7 +482,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         }
         let progressed = page.next_cursor != cursor || page.gap;
         cursor = page.next_cursor;
-        let read_to_end = cursor >= page.total_bytes;
+        let read_to_end = cursor >= end.unwrap_or(page.total_bytes);
         if follow && source.is_live() {
             if page.state.is_terminal() && read_to_end {
                 break;
@@ -503,25 +513,20 @@ impl PageSource {
         cursor: u64,
         rendering: Rendering,
         follow: bool,
+        max_bytes: u64,
     ) -> anyhow::Result<(Value, PageView)> {
         let raw = match self {
             PageSource::Daemon(client) => client.call(&Request::Output {
                 handle,
                 cursor,
-                max_bytes: LOGS_PAGE_BYTES,
+                max_bytes,
                 rendering,
                 wait_ms: if follow { FOLLOW_WAIT_MS } else { 0 },
             })?,
             PageSource::Offline { spool, manifest } => {
-                let page = match spool.read(cursor, LOGS_PAGE_BYTES as usize) {
-                    Ok(read) => render_page(
-                        &handle,
-                        manifest.state,
-                        cursor,
-                        &read,
-                        LOGS_PAGE_BYTES as usize,
-                        rendering,
-                    ),
+                let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+                let page = match spool.read(cursor, max) {
+                    Ok(read) => render_page(&handle, manifest.state, cursor, &read, max, rendering),
                     Err(crate::spool::SpoolError::CursorAhead { total_bytes, .. }) => {
                         bail!(
                             "cursor {cursor} is beyond the end of the output ({total_bytes} bytes)"
