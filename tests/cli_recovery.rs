@@ -254,3 +254,45 @@ fn labels_and_commands_are_escaped_in_human_output() {
         );
     }
 }
+
+/// Issue 14, `logs` and gaps: bytes lost to retention are announced on stderr as
+/// `-- N bytes lost at cursor C: reason --` (in text mode; a `--json` page carries `gap`), the
+/// intact bytes after them are printed, and `--fail-on-gap` turns the gap into exit status 3.
+#[test]
+fn logs_announce_every_gap_and_can_fail_on_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // 80 MB through a 64 MiB retention: the oldest 8 MiB segments are gone.
+    let out = bin()
+        .args(["run", "--root"])
+        .arg(root)
+        .args(["--", "sh", "-c", "head -c 80000000 /dev/zero | tr '\\0' y"])
+        .stdout(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let manifests = run_in(root, &["journal", "manifests", "--json"]);
+    let text = String::from_utf8(manifests.stdout).unwrap();
+    let handle = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|v| v.get("handle").and_then(|h| h.as_str()).map(str::to_owned))
+        .unwrap();
+    let plain = run_in(root, &["logs", &handle]);
+    assert_eq!(plain.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&plain.stderr);
+    let notice = err
+        .lines()
+        .find(|l| l.starts_with("-- ") && l.ends_with(" --"))
+        .unwrap_or_else(|| panic!("no gap notice: {err}"));
+    assert!(
+        notice.contains("bytes lost at cursor 0: retention"),
+        "{notice}"
+    );
+    let lost: u64 = notice[3..].split(' ').next().unwrap().parse().unwrap();
+    assert!(lost > 0);
+    assert_eq!(plain.stdout.len() as u64 + lost, 80_000_000);
+    assert!(plain.stdout.iter().all(|&b| b == b'y'));
+    let strict = run_in(root, &["logs", &handle, "--fail-on-gap"]);
+    assert_eq!(strict.status.code(), Some(3));
+}

@@ -385,7 +385,13 @@ pub(crate) struct LogsArgs {
     /// Print each page as one JSON object per line, with every cursor field.
     #[arg(long)]
     json: bool,
+    /// Exit with status 3 when any byte in the range read was lost (a gap), for scripts.
+    #[arg(long)]
+    fail_on_gap: bool,
 }
+
+/// `logs --fail-on-gap` exits with this status when the range it read had a gap.
+const EXIT_GAP: u8 = 3;
 
 /// The fields of an output page the client reads.
 #[derive(Debug, Deserialize)]
@@ -437,7 +443,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     let mut cursor = args.cursor;
-    let mut first = true;
+    let mut gaps = 0usize;
     // Without -f: the end of the output when the first page answered; a fast writer's later
     // bytes are not chased.
     let mut end: Option<u64> = None;
@@ -457,13 +463,17 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                 page.total_bytes
             );
         }
-        if first && page.gap {
-            eprintln!(
-                "procjournal: bytes before {} are no longer retained; starting there",
-                page.retained_from
-            );
+        if page.gap {
+            // Every gap, not only a first one: a follower outrun by retention loses bytes
+            // mid-stream too. In --json mode the page record itself carries `gap`.
+            let lost = page.retained_from.saturating_sub(cursor);
+            gaps += 1;
+            if !args.json {
+                eprintln!(
+                    "-- {lost} bytes lost at cursor {cursor}: retention (no longer retained) --"
+                );
+            }
         }
-        first = false;
         let written = if args.json {
             writeln!(out, "{raw}")
         } else if args.base64 {
@@ -490,6 +500,9 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         } else if read_to_end || !progressed {
             break;
         }
+    }
+    if args.fail_on_gap && gaps > 0 {
+        return Ok(ExitCode::from(EXIT_GAP));
     }
     Ok(ExitCode::SUCCESS)
 }
