@@ -625,14 +625,14 @@ fn fork_workload(args: &Args, scope: Option<&Scope>) -> Result<Workload, String>
         Some(s) => Some(s.open_dir().map_err(|e| fail("cgroup", &e))?),
         None => None,
     };
-    // SAFETY: the guardian is single-threaded (it runs before any thread or runtime exists,
-    // `run_if_requested`), so the child inherits no lock another thread held; `child` execs or
-    // exits and never returns into the guardian's code.
     let clone_dir = if args.clone3 {
         cgroup_dir.as_ref()
     } else {
         None
     };
+    // SAFETY: the guardian is single-threaded (it runs before any thread or runtime exists,
+    // `run_if_requested`), so the child inherits no lock another thread held; `child` execs or
+    // exits and never returns into the guardian's code.
     #[allow(unsafe_code)]
     let mut forked = unsafe { cgroup::fork_into(clone_dir.map(|d| d.as_fd())) };
     // Where clone3 is refused (an older container seccomp profile says ENOSYS or EPERM), or
