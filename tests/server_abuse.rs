@@ -23,6 +23,17 @@ const HANG_GUARD: Duration = Duration::from_secs(60);
 const NEVER: Duration = Duration::from_secs(3600);
 
 /// A fresh root, on tmpfs when there is one (the journal's fsyncs cost nothing there).
+/// The tests here time the server's bounds against real connections; run one at a time, so that
+/// a thousand stalled connections of one test do not starve another's (each is a separate
+/// daemon, but they share the two cores).
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 fn temp_root() -> tempfile::TempDir {
     let shm = Path::new("/dev/shm");
     if shm.is_dir()
@@ -255,6 +266,7 @@ fn assert_served(daemon: &Daemon) -> Conn {
 
 #[test]
 fn a_thousand_stalled_half_lines_do_not_lock_out_an_ordinary_client() {
+    let _serial = one_at_a_time();
     const STALLED: usize = 1000;
     // The clients' 1000, as many again on the daemon's side while evicted ones say goodbye.
     raise_fd_limit(2 * STALLED as u64 + 256);
@@ -295,6 +307,7 @@ fn a_thousand_stalled_half_lines_do_not_lock_out_an_ordinary_client() {
 
 #[test]
 fn a_stalled_half_line_gets_a_timeout_naming_the_bound_and_is_closed() {
+    let _serial = one_at_a_time();
     raise_fd_limit(256);
     let daemon = Daemon::start(ServerLimits {
         request_line: Duration::from_millis(200),
@@ -332,6 +345,7 @@ fn a_stalled_half_line_gets_a_timeout_naming_the_bound_and_is_closed() {
 
 #[test]
 fn an_idle_connection_is_closed_but_one_waiting_on_a_process_is_not() {
+    let _serial = one_at_a_time();
     raise_fd_limit(256);
     let idle = Duration::from_millis(300);
     let daemon = Daemon::start(ServerLimits {
@@ -378,6 +392,7 @@ fn an_idle_connection_is_closed_but_one_waiting_on_a_process_is_not() {
 
 #[test]
 fn the_client_sends_again_after_an_idle_close() {
+    let _serial = one_at_a_time();
     raise_fd_limit(256);
     let idle = Duration::from_millis(200);
     let daemon = Daemon::start(ServerLimits {
@@ -397,6 +412,7 @@ fn the_client_sends_again_after_an_idle_close() {
 
 #[test]
 fn slots_are_fair_stalled_clients_are_evicted_oldest_first() {
+    let _serial = one_at_a_time();
     raise_fd_limit(1024);
     let max = ServerLimits::default().connections_max;
     let daemon = Daemon::start(ServerLimits {
@@ -437,6 +453,7 @@ fn slots_are_fair_stalled_clients_are_evicted_oldest_first() {
 
 #[test]
 fn running_requests_are_never_evicted_and_a_full_house_of_them_refuses_newcomers() {
+    let _serial = one_at_a_time();
     raise_fd_limit(256);
     const SLOTS: usize = 4;
     let daemon = Daemon::start(ServerLimits {
