@@ -462,8 +462,12 @@ impl GuardianTree {
     async fn pump(&self, enough: impl Fn(&Progress) -> bool) {
         let mut reader = self.reader.lock().await;
         loop {
-            if enough(&self.progress.borrow()) || self.progress.borrow().eof {
-                return;
+            {
+                // One borrow at a time (a watch borrow is a read lock).
+                let progress = self.progress.borrow();
+                if enough(&progress) || progress.eof {
+                    return;
+                }
             }
             match wire::take_line(&mut reader.buf) {
                 Ok(Some(line)) => {
