@@ -296,3 +296,32 @@ fn logs_announce_every_gap_and_can_fail_on_one() {
     let strict = run_in(root, &["logs", &handle, "--fail-on-gap"]);
     assert_eq!(strict.status.code(), Some(3));
 }
+
+/// Issue 14: `ps` shows whether every output byte was captured. A descendant that holds the
+/// output open past the final drain leaves the capture `incomplete`, with the reason in
+/// `ps --json`; a plain command is `complete`.
+#[test]
+fn ps_shows_the_capture_status() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    for script in ["echo held; (setsid sleep 2 &)", "echo plain"] {
+        let out = bin()
+            .args(["run", "--root"])
+            .arg(root)
+            .args(["--", "sh", "-c", script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+    }
+    let out = run_in(root, &["ps", "--json"]);
+    let listed: Vec<Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let capture = |i: usize| listed[i]["capture"].as_str().unwrap_or("").to_owned();
+    assert!(capture(0).starts_with("incomplete: "), "{listed:?}");
+    assert_eq!(capture(1), "complete", "{listed:?}");
+    let text = String::from_utf8(run_in(root, &["ps"]).stdout).unwrap();
+    assert!(text.contains(" incomplete "), "{text}");
+}

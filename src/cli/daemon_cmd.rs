@@ -235,6 +235,8 @@ struct ProcView {
     signal: Option<i32>,
     total_bytes: u64,
     #[serde(default)]
+    capture: Option<String>,
+    #[serde(default)]
     mechanism: Option<String>,
     #[serde(default)]
     ownership: Option<OwnershipView>,
@@ -280,8 +282,8 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(
             out,
-            "{:<34} {:<15} {:>8} {:>6} {:>10} {:<9} {:<10}  COMMAND",
-            "HANDLE", "STATE", "PID", "EXIT", "BYTES", "TREE", "OWNERSHIP"
+            "{:<34} {:<15} {:>8} {:>6} {:>10} {:<10} {:<9} {:<10}  COMMAND",
+            "HANDLE", "STATE", "PID", "EXIT", "BYTES", "CAPTURE", "TREE", "OWNERSHIP"
         )?;
         for p in processes {
             let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
@@ -301,10 +303,14 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             };
             writeln!(
                 out,
-                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<9} {:<10}  {}{labels}",
+                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<10} {:<9} {:<10}  {}{labels}",
                 p.handle,
                 p.state.name(),
                 p.total_bytes,
+                // The word; the reason is in `ps --json`.
+                p.capture
+                    .as_deref()
+                    .map_or("-", |c| c.split(':').next().unwrap_or(c)),
                 p.mechanism.as_deref().unwrap_or("-"),
                 p.ownership.as_ref().map_or("-", |o| o.assessment.as_str()),
                 shell_words(&p.command)

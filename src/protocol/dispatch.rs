@@ -40,6 +40,9 @@ pub struct ProcessInfo {
     /// recorded in the journal (a running process may have written more since).
     pub retained_from: u64,
     pub total_bytes: u64,
+    /// Whether every output byte was captured, once terminal: "complete", or "incomplete: …" /
+    /// "failed: …" with the reason (`None` while the process runs).
+    pub capture: Option<String>,
     /// Which mechanism owns the tree (`None`: recorded before scopes were).
     pub mechanism: Option<TreeMechanism>,
     /// Whether the whole tree is known to be gone (`tree::assess`).
@@ -112,6 +115,7 @@ impl From<&Manifest> for ProcessInfo {
             signal,
             retained_from: m.bounds.retained_from,
             total_bytes: m.bounds.total_bytes,
+            capture: m.terminal.as_ref().map(|t| capture_text(&t.capture)),
             mechanism: m.scope.as_ref().map(|s| s.mechanism),
             ownership: Ownership::of(m),
         }
@@ -123,6 +127,15 @@ fn split_exit(exit: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
         Some(ExitStatus::Code(c)) => (Some(c), None),
         Some(ExitStatus::Signal(s)) => (None, Some(s)),
         Some(ExitStatus::Unknown) | None => (None, None),
+    }
+}
+
+/// A capture status as the surfaces say it: "complete", or "incomplete: …" / "failed: …".
+fn capture_text(capture: &CaptureStatus) -> String {
+    match capture {
+        CaptureStatus::Complete => "complete".to_owned(),
+        CaptureStatus::Incomplete(why) => format!("incomplete: {why}"),
+        CaptureStatus::Failed(why) => format!("failed: {why}"),
     }
 }
 
@@ -147,11 +160,7 @@ pub struct WaitResult {
 impl WaitResult {
     fn new(handle: Handle, summary: TerminalSummary) -> Self {
         let (exit_code, signal) = split_exit(Some(summary.exit));
-        let capture = match summary.capture {
-            CaptureStatus::Complete => "complete".to_owned(),
-            CaptureStatus::Incomplete(why) => format!("incomplete: {why}"),
-            CaptureStatus::Failed(why) => format!("failed: {why}"),
-        };
+        let capture = capture_text(&summary.capture);
         WaitResult {
             handle,
             state: summary.state,
