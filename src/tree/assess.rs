@@ -13,8 +13,6 @@
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
-use rustix::process::{Pid, PidfdFlags, pidfd_open};
-
 use super::cgroup::Scope;
 use super::guardian::{pidfs_ino, verify_receipt};
 use super::procfs;
@@ -45,8 +43,7 @@ pub fn read_boot_id(source: &Path) -> Option<[u8; 16]> {
 
 /// A pidfd for the process `w` recorded, if that very process still runs.
 pub fn reattach(w: &ProcessWitness) -> Option<OwnedFd> {
-    let pid = i32::try_from(w.pid).ok().and_then(Pid::from_raw)?;
-    let fd = pidfd_open(pid, PidfdFlags::empty()).ok()?;
+    let fd = super::open_pidfd(w.pid).ok()?;
     let same = if w.pidfs_ino != 0 {
         pidfs_ino(&fd) == w.pidfs_ino
     } else {
@@ -113,7 +110,7 @@ mod tests {
 
     fn witness_of(child: &std::process::Child) -> ProcessWitness {
         let pid = child.id();
-        let fd = pidfd_open(Pid::from_raw(pid as i32).unwrap(), PidfdFlags::empty()).unwrap();
+        let fd = crate::tree::open_pidfd(pid).unwrap();
         ProcessWitness {
             pid,
             start_time_ticks: procfs::stat(pid).unwrap().start_time_ticks,

@@ -17,14 +17,13 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rustix::process::{
-    Pid, PidfdFlags, WaitId, WaitIdOptions, kill_process_group, pidfd_open, pidfd_send_signal,
-    test_kill_process_group,
+    WaitId, WaitIdOptions, kill_process_group, pidfd_send_signal, test_kill_process_group,
 };
 use tokio::io::Interest;
 use tokio::io::unix::AsyncFd;
 
 use super::procfs::{self, Identity};
-use super::{LeaderExit, Mechanism, ProcessTree, TreeFuture, TreeSignal};
+use super::{LeaderExit, Mechanism, ProcessTree, TreeFuture, TreeSignal, open_pidfd, rustix_pid};
 
 /// Emptiness is polled from this interval, doubling up to [`EMPTY_POLL_MAX`]: a lingering group
 /// is rare, and a /proc scan costs about a millisecond.
@@ -41,21 +40,6 @@ pub struct GroupTree {
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-fn rustix_pid(pid: u32) -> std::io::Result<Pid> {
-    i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or_else(|| std::io::Error::other(format!("pid {pid} out of range")))
-}
-
-fn rustix_signal(signal: TreeSignal) -> rustix::process::Signal {
-    match signal {
-        TreeSignal::Interrupt => rustix::process::Signal::INT,
-        TreeSignal::Terminate => rustix::process::Signal::TERM,
-        TreeSignal::Kill => rustix::process::Signal::KILL,
-    }
 }
 
 fn esrch_is_ok(r: rustix::io::Result<()>) -> std::io::Result<()> {
@@ -78,7 +62,7 @@ impl GroupTree {
     /// Holds `pid`, a child of this process that nobody has waited for yet: until it is reaped
     /// its pid cannot be reused, so the pidfd opened here names exactly that child.
     pub fn adopt(pid: u32) -> std::io::Result<GroupTree> {
-        let fd = pidfd_open(rustix_pid(pid)?, PidfdFlags::empty())?;
+        let fd = open_pidfd(pid)?;
         Ok(GroupTree {
             identity: procfs::identity(pid),
             pidfd: register(fd)?,
@@ -116,7 +100,7 @@ impl GroupTree {
     fn signal_members(&self, signal: TreeSignal) -> std::io::Result<()> {
         let mut first_error = None;
         for pid in members_of(self.pgid(), self.identity.start_time_ticks)? {
-            let Ok(fd) = pidfd_open(rustix_pid(pid)?, PidfdFlags::empty()) else {
+            let Ok(fd) = open_pidfd(pid) else {
                 continue; // gone since the scan
             };
             match procfs::stat(pid) {
@@ -125,7 +109,7 @@ impl GroupTree {
                         && s.start_time_ticks >= self.identity.start_time_ticks => {}
                 _ => continue,
             }
-            if let Err(e) = esrch_is_ok(pidfd_send_signal(fd.as_fd(), rustix_signal(signal))) {
+            if let Err(e) = esrch_is_ok(pidfd_send_signal(fd.as_fd(), signal.rustix())) {
                 first_error.get_or_insert(e);
             }
         }
@@ -195,7 +179,7 @@ impl ProcessTree for GroupTree {
         if exit.is_none() {
             return esrch_is_ok(kill_process_group(
                 rustix_pid(self.pgid())?,
-                rustix_signal(signal),
+                signal.rustix(),
             ));
         }
         drop(exit);

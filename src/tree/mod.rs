@@ -45,6 +45,14 @@ pub enum TreeSignal {
 }
 
 impl TreeSignal {
+    pub(crate) fn rustix(self) -> rustix::process::Signal {
+        match self {
+            TreeSignal::Interrupt => rustix::process::Signal::INT,
+            TreeSignal::Terminate => rustix::process::Signal::TERM,
+            TreeSignal::Kill => rustix::process::Signal::KILL,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             TreeSignal::Interrupt => "SIGINT",
@@ -52,6 +60,23 @@ impl TreeSignal {
             TreeSignal::Kill => "SIGKILL",
         }
     }
+}
+
+/// `pid` as rustix names it; 0 and pids above `i32::MAX` name no process.
+pub(crate) fn rustix_pid(pid: u32) -> std::io::Result<rustix::process::Pid> {
+    i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+        .ok_or_else(|| std::io::Error::other(format!("pid {pid} out of range")))
+}
+
+/// A pidfd for whatever process has `pid` now: callers pin first, then check identity (or own
+/// the pid as an unreaped child, which no other process can take).
+pub(crate) fn open_pidfd(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
+    Ok(rustix::process::pidfd_open(
+        rustix_pid(pid)?,
+        rustix::process::PidfdFlags::empty(),
+    )?)
 }
 
 /// How the leader ended.

@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, PidfdFlags, WaitId, WaitIdOptions, pidfd_open};
+use rustix::process::{WaitId, WaitIdOptions};
 use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
@@ -44,6 +44,7 @@ pub use run::{GUARDIAN_ARG, run_if_requested};
 pub(crate) use tree::pidfs_ino;
 
 use super::cgroup::{CgroupBase, Scope};
+use super::open_pidfd;
 use super::procfs::{self, Identity};
 use super::spawn::{self, Image};
 use super::{
@@ -198,14 +199,6 @@ fn reap_blocking(pidfd: &OwnedFd) {
         let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
     }
     let _ = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED);
-}
-
-fn open_pidfd(pid: u32) -> std::io::Result<OwnedFd> {
-    let pid = i32::try_from(pid)
-        .ok()
-        .and_then(Pid::from_raw)
-        .ok_or_else(|| std::io::Error::other(format!("pid {pid} out of range")))?;
-    Ok(pidfd_open(pid, PidfdFlags::empty())?)
 }
 
 impl Launcher for GuardianLauncher {

@@ -17,7 +17,9 @@ use std::collections::{HashMap, HashSet};
 use std::os::fd::{AsFd, OwnedFd};
 use std::time::{Duration, Instant};
 
-use rustix::process::{Pid, PidfdFlags, Signal, pidfd_open, pidfd_send_signal};
+use rustix::process::{Signal, pidfd_send_signal};
+
+use crate::tree::open_pidfd;
 
 use crate::tree::{TreeSignal, procfs};
 
@@ -27,18 +29,6 @@ pub(crate) const QUIESCE_BUDGET: Duration = Duration::from_millis(500);
 /// The pidfs magic number (`PID_FS_MAGIC`): only on pidfs (Linux 6.9+) is a pidfd's inode
 /// number unique to its process.
 const PIDFS_MAGIC: i64 = 0x5049_4446;
-
-fn rustix_pid(pid: u32) -> Option<Pid> {
-    i32::try_from(pid).ok().and_then(Pid::from_raw)
-}
-
-fn rustix_signal(s: TreeSignal) -> Signal {
-    match s {
-        TreeSignal::Interrupt => Signal::INT,
-        TreeSignal::Terminate => Signal::TERM,
-        TreeSignal::Kill => Signal::KILL,
-    }
-}
 
 /// The pidfs inode of a pidfd, 0 where the kernel has no pidfs.
 // `f_type`'s width differs between targets: the cast is not a no-op everywhere.
@@ -55,9 +45,7 @@ pub(crate) fn pidfs_ino(fd: &OwnedFd) -> u64 {
 /// A child's identity witness: (pidfs inode or 0, start time in ticks or 0). Only for a child
 /// not yet reaped, whose pid therefore cannot be reused meanwhile.
 pub(crate) fn witness(pid: u32) -> (u64, u64) {
-    let ino = rustix_pid(pid)
-        .and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok())
-        .map_or(0, |fd| pidfs_ino(&fd));
+    let ino = open_pidfd(pid).map_or(0, |fd| pidfs_ino(&fd));
     (ino, procfs::stat(pid).map_or(0, |s| s.start_time_ticks))
 }
 
@@ -97,7 +85,7 @@ pub(crate) fn descendants(root: u32) -> Vec<(u32, u32)> {
 
 /// Pins `pid` and checks it is still the child of `parent`; returns the pidfd and its state.
 fn pin(pid: u32, parent: u32) -> Option<(OwnedFd, u8)> {
-    let fd = pidfd_open(rustix_pid(pid)?, PidfdFlags::empty()).ok()?;
+    let fd = open_pidfd(pid).ok()?;
     let stat = procfs::stat(pid)?;
     (stat.ppid == i64::from(parent)).then_some((fd, stat.state))
 }
@@ -105,8 +93,8 @@ fn pin(pid: u32, parent: u32) -> Option<(OwnedFd, u8)> {
 /// Signals one process by pid, through a pidfd; for members listed by a frozen cgroup, which
 /// the kernel keeps from exiting or being replaced while frozen.
 pub(crate) fn signal_pid(pid: u32, signal: TreeSignal) {
-    if let Some(fd) = rustix_pid(pid).and_then(|p| pidfd_open(p, PidfdFlags::empty()).ok()) {
-        let _ = pidfd_send_signal(fd.as_fd(), rustix_signal(signal));
+    if let Ok(fd) = open_pidfd(pid) {
+        let _ = pidfd_send_signal(fd.as_fd(), signal.rustix());
     }
 }
 
@@ -129,7 +117,7 @@ pub(crate) fn signal_tree(root: u32, signal: TreeSignal, skip: &HashSet<u32>) ->
     }
     let quiesced = quiesce(root, skip, Instant::now() + QUIESCE_BUDGET);
     for fd in quiesced.ours.values().chain(quiesced.foreign.values()) {
-        let _ = pidfd_send_signal(fd.as_fd(), rustix_signal(signal));
+        let _ = pidfd_send_signal(fd.as_fd(), signal.rustix());
     }
     for fd in quiesced.ours.values() {
         let _ = pidfd_send_signal(fd.as_fd(), Signal::CONT);
