@@ -16,7 +16,7 @@
 //! `SIGRTMIN` and no program can use them.
 
 use std::ffi::{CString, OsStr, OsString};
-use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
@@ -84,8 +84,13 @@ fn above_stdio(fd: OwnedFd) -> Result<OwnedFd, SpawnError> {
     if fd.as_raw_fd() > 2 {
         return Ok(fd);
     }
-    rustix::io::fcntl_dupfd_cloexec(&fd, 3).map_err(|e| SpawnError::Setup {
-        what: "pipe",
+    dup_from(&fd, 3, "pipe")
+}
+
+/// A close-on-exec duplicate of `fd` numbered `min` or more.
+fn dup_from(fd: impl AsFd, min: i32, what: &'static str) -> Result<OwnedFd, SpawnError> {
+    rustix::io::fcntl_dupfd_cloexec(fd, min).map_err(|e| SpawnError::Setup {
+        what,
         cause: e.into(),
     })
 }
@@ -241,20 +246,13 @@ pub(super) fn spawn_image(
         // Best effort: the default pipe works, only slower.
         let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(crate::limits::PIPE_BYTES));
     }
-    // The control socket must not sit on 0-3, where a dup2 action would overwrite it first.
-    let control = match control {
-        Some(fd) if fd.as_raw_fd() <= 3 => Some(rustix::io::fcntl_dupfd_cloexec(fd, 4).map_err(
-            |e| SpawnError::Setup {
-                what: "control socket",
-                cause: e.into(),
-            },
-        )?),
-        Some(fd) => Some(fd.try_clone_to_owned().map_err(|cause| SpawnError::Setup {
-            what: "control socket",
-            cause,
-        })?),
-        None => None,
+    // The control socket must not sit on 0-3, where a dup2 action would overwrite it first;
+    // only then is it moved (a host that closed its standard streams), else used as it is.
+    let moved = match control {
+        Some(fd) if fd.as_raw_fd() <= 3 => Some(dup_from(fd, 4, "control socket")?),
+        _ => None,
     };
+    let control = moved.as_ref().map(AsFd::as_fd).or(control);
 
     let mut actions = PosixSpawnFileActions::init().map_err(setup("spawn file actions"))?;
     // dup2 clears close-on-exec on the target; the sources (all above 2) close at exec.
@@ -299,7 +297,7 @@ pub(super) fn spawn_image(
             cause: std::io::Error::from(other),
         },
     })?;
-    drop((stdin_r, stdout_w, stderr_w, control));
+    drop((stdin_r, stdout_w, stderr_w, moved));
     let pid = u32::try_from(pid.as_raw()).map_err(|_| SpawnError::Spawn {
         program: name.to_owned(),
         cause: std::io::Error::other("negative pid"),
