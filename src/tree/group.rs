@@ -25,10 +25,11 @@ use tokio::io::unix::AsyncFd;
 use super::procfs::{self, Identity};
 use super::{LeaderExit, Mechanism, ProcessTree, TreeFuture, TreeSignal, open_pidfd, rustix_pid};
 
-/// Emptiness is polled from this interval, doubling up to [`EMPTY_POLL_MAX`]: a lingering group
-/// is rare, and a /proc scan costs about a millisecond.
-const EMPTY_POLL_MIN: Duration = Duration::from_millis(5);
-const EMPTY_POLL_MAX: Duration = Duration::from_millis(200);
+/// Emptiness is polled from this interval, doubling up to [`EMPTY_POLL_MAX`]: a lingering tree
+/// is rare, and a /proc scan (or a read of a cgroup's `cgroup.events`) costs up to a
+/// millisecond. Shared by every mechanism that has to poll for it.
+pub(super) const EMPTY_POLL_MIN: Duration = Duration::from_millis(5);
+pub(super) const EMPTY_POLL_MAX: Duration = Duration::from_millis(200);
 
 #[derive(Debug)]
 pub struct GroupTree {

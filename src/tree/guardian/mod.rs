@@ -646,14 +646,14 @@ impl ProcessTree for GuardianTree {
             let Some(scope) = self.scope.clone() else {
                 return;
             };
-            let mut pause = Duration::from_millis(5);
+            let mut pause = super::group::EMPTY_POLL_MIN;
             loop {
                 let s = scope.clone();
                 if let Ok(Ok(false)) = tokio::task::spawn_blocking(move || s.populated()).await {
                     return;
                 }
                 tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(200));
+                pause = (pause * 2).min(super::group::EMPTY_POLL_MAX);
             }
         })
     }
