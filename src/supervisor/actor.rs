@@ -261,7 +261,7 @@ impl Actor {
         self.tasks.spawn(
             async move {
                 let released =
-                    tokio::task::spawn_blocking(move || super::restore::reassess(&shared, held))
+                    tokio::task::spawn_blocking(move || super::restore::reassess(&shared, &held))
                         .await
                         .unwrap_or_default();
                 let _ = actor.send(ProcEvent::Assessed { released }).await;

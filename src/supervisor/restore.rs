@@ -51,16 +51,29 @@ pub struct RestoreReport {
 
 /// Re-assesses held trees; returns those proven gone (their releases recorded). A cgroup whose
 /// guardian is gone is killed by its path and waited for, bounded.
-pub(crate) fn reassess(shared: &Shared, held: Vec<(Handle, Scoped, LifecycleIds)>) -> Vec<Handle> {
+pub(crate) fn reassess(shared: &Shared, held: &[(Handle, Scoped, LifecycleIds)]) -> Vec<Handle> {
+    assess_all(shared, held)
+        .into_iter()
+        .filter_map(|(handle, outcome)| outcome.ok().map(|_| handle))
+        .collect()
+}
+
+/// Assesses each held tree against the boot id now, recording each release it proves; the
+/// proof, or why there is none, per tree in order.
+fn assess_all(
+    shared: &Shared,
+    held: &[(Handle, Scoped, LifecycleIds)],
+) -> Vec<(Handle, Result<ExitProof, String>)> {
     let boot = read_boot_id(&shared.config.boot_id_source);
-    let mut released = Vec::new();
-    for (handle, scope, ids) in held {
-        if let Ok(proof) = settle(&scope, boot) {
-            record_release_blocking(shared, handle, ids, proof);
-            released.push(handle);
-        }
-    }
-    released
+    held.iter()
+        .map(|(handle, scope, ids)| {
+            let outcome = settle(scope, boot);
+            if let Ok(proof) = &outcome {
+                record_release_blocking(shared, *handle, *ids, proof.clone());
+            }
+            (*handle, outcome)
+        })
+        .collect()
 }
 
 /// One assessment, ending a populated cgroup whose guardian is gone: the proof, or why none.
@@ -121,20 +134,9 @@ pub(crate) async fn restore(
     let assessed = {
         let shared = Arc::clone(shared);
         let held = held.clone();
-        tokio::task::spawn_blocking(move || {
-            let boot = read_boot_id(&shared.config.boot_id_source);
-            held.into_iter()
-                .map(|(handle, scope, ids)| {
-                    let outcome = settle(&scope, boot);
-                    if let Ok(proof) = &outcome {
-                        record_release_blocking(&shared, handle, ids, proof.clone());
-                    }
-                    (handle, outcome)
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default()
+        tokio::task::spawn_blocking(move || assess_all(&shared, &held))
+            .await
+            .unwrap_or_default()
     };
     let mut still_held = Vec::new();
     for ((handle, outcome), entry) in assessed.into_iter().zip(held) {
