@@ -236,6 +236,17 @@ pub const REQUEST_BYTES_MAX: usize = 1 << 20;
 /// thread serves every drain on it (an idle process holds none).
 pub const READ_BYTES: usize = 256 * 1024;
 
+/// After a spool write or sync failed, a new segment is tried at most this often: often enough
+/// that output resumes within a drain's checkpoint interval once space returns, rarely enough
+/// that a full disk costs a busy writer a file creation per quarter second, not per read.
+pub const SPOOL_RETRY_MS: u64 = 250;
+
+/// Gaps (output lost to failed writes or syncs) one process may have. Each is a journal
+/// record and an entry in its manifest; a disk that keeps failing would otherwise grow both
+/// without bound. Past it, writing does not resume: the last gap stays open to the end of the
+/// output, so nothing is lost silently, only kept less.
+pub const GAPS_PER_PROCESS_MAX: usize = 256;
+
 /// The pipe size asked for with F_SETPIPE_SZ: larger pipes mean fewer wakeups (research: 1 MiB
 /// pipes tripled throughput on this kind of machine).
 pub const PIPE_BYTES: i32 = 1024 * 1024;

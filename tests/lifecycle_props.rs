@@ -34,13 +34,14 @@ use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::event::{
     CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
     IdentityWitness, InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint,
-    ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested, Terminal,
-    TreeMechanism, TreeReleased,
+    OutputGap, ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested,
+    Terminal, TreeMechanism, TreeReleased,
 };
 use procjournal::lifecycle::{
     Applied, Handle, Lifecycle, LifecycleError, LifecycleEvent, LifecycleIds, ManifestStore,
     Replayer, State,
 };
+use procjournal::spool::{Gap, LossReason};
 use procjournal::{Durability, EventId, JournalOptions};
 use proptest::collection::vec;
 use proptest::prelude::*;
@@ -208,6 +209,14 @@ enum Op {
         right_command: bool,
         id: PlainId,
     },
+    /// Lost output `from..from + len`; `reason` 0 is retention (never valid).
+    Gap {
+        h: usize,
+        from: u64,
+        len: u64,
+        reason: u8,
+        id: PlainId,
+    },
     /// The natural next step for the handle in its current state (as the model sees it), under
     /// the right IDs: keeps sequences deep enough to reach terminal, publication and completion.
     Advance {
@@ -280,6 +289,8 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
             .prop_map(|(h, right_command, id)| Op::Complete { h, right_command, id }),
         2 => (any_h.clone(), 0u8..3, plain_id()).prop_map(|(h, variant, id)| Op::Scope { h, variant, id }),
         2 => (any_h.clone(), 0u8..3, plain_id()).prop_map(|(h, variant, id)| Op::Release { h, variant, id }),
+        2 => (any_h.clone(), 0u64..400, prop_oneof![4 => 1u64..100, 1 => Just(0u64)], 0u8..4, plain_id())
+            .prop_map(|(h, from, len, reason, id)| Op::Gap { h, from, len, reason, id }),
         12 => (any_h, any::<Index>()).prop_map(|(h, pick)| Op::Advance { h, pick }),
     ]
 }
@@ -558,6 +569,30 @@ impl Concretizer {
             Op::Scope { h, variant, id } => {
                 (self.plain(id), LifecycleEvent::Scoped(scoped(*h, *variant)))
             }
+            Op::Gap {
+                h,
+                from,
+                len,
+                reason,
+                id,
+            } => (
+                self.plain(id),
+                LifecycleEvent::OutputGap(OutputGap {
+                    handle: handle_of(*h),
+                    gap: Gap {
+                        from: *from,
+                        to: from + len,
+                        reason: [
+                            LossReason::Retention,
+                            LossReason::DiskFull,
+                            LossReason::IoError,
+                            LossReason::SyncFailed,
+                        ][*reason as usize],
+                        errno: 28,
+                    },
+                    at_unix_ms,
+                }),
+            ),
             Op::Release { h, variant, id } => (
                 self.plain(id),
                 LifecycleEvent::TreeReleased(TreeReleased {
@@ -611,6 +646,7 @@ struct ModelProc {
     completion_notified: bool,
     scope: Option<Scoped>,
     released: Option<ExitProof>,
+    gaps: Vec<Gap>,
 }
 
 /// A scope record of handle `h`; each variant a different mechanism.
@@ -759,6 +795,7 @@ impl Model {
                     completion_notified: false,
                     scope: None,
                     released: None,
+                    gaps: Vec::new(),
                 },
             );
             return Changed;
@@ -852,6 +889,18 @@ impl Model {
                 (Some(_), Some(_)) => return Refused,
                 (Some(_), None) => p.released = Some(e.proof.clone()),
             },
+            LifecycleEvent::OutputGap(e) => {
+                let g = e.gap;
+                if is_terminal(p.state)
+                    || g.from >= g.to
+                    || g.reason == LossReason::Retention
+                    || p.gaps.last().is_some_and(|last| last.to > g.from)
+                    || p.gaps.len() >= 256
+                {
+                    return Refused;
+                }
+                p.gaps.push(g);
+            }
             LifecycleEvent::CompletionNotified(e) => {
                 if p.terminal.is_none() || e.command != p.ids.completion {
                     return Refused;
@@ -897,6 +946,7 @@ impl Model {
             prop_assert_eq!(m.completion_notified, p.completion_notified, "{}", context);
             prop_assert_eq!(&m.scope, &p.scope, "{}", context);
             prop_assert_eq!(&m.released, &p.released, "{}", context);
+            prop_assert_eq!(&m.gaps, &p.gaps, "{}", context);
         }
         Ok(())
     }

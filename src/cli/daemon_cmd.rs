@@ -406,9 +406,36 @@ struct PageView {
     retained_from: u64,
     total_bytes: u64,
     gap: bool,
+    #[serde(default)]
+    skipped: Option<SkippedView>,
     cursor_ahead: bool,
     data: String,
     state: State,
+}
+
+/// A gap or damage a page stepped over (`Skipped` as the protocol sends it).
+#[derive(Debug, Deserialize)]
+struct SkippedView {
+    from: u64,
+    to: u64,
+    kind: crate::spool::SkipKind,
+    reason: String,
+}
+
+impl SkippedView {
+    /// The notice `logs` prints on stderr: `-- N bytes lost at cursor C: reason --`.
+    fn notice(&self) -> String {
+        let what = match self.kind {
+            crate::spool::SkipKind::Gap => "lost",
+            crate::spool::SkipKind::Damage => "damaged",
+        };
+        format!(
+            "-- {} bytes {what} at cursor {}: {} --",
+            self.to.saturating_sub(self.from),
+            self.from,
+            crate::render::escape_field(&self.reason, false)
+        )
+    }
 }
 
 /// Bytes asked for per page.
@@ -439,8 +466,9 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             eprintln!("procjournal: {note}");
             let root = crate::root::Root::open_reader(&root)?;
             let dir = root.spool_dir().join(args.handle.to_string());
-            let (spool, _) = Spool::open_reader(&dir)
+            let (mut spool, _) = Spool::open_reader(&dir)
                 .with_context(|| format!("no readable output for {}", args.handle))?;
+            spool.expect(&manifest.gaps, manifest.bounds.total_bytes);
             PageSource::Offline {
                 spool: Box::new(spool),
                 manifest: Box::new(manifest),
@@ -469,15 +497,20 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                 page.total_bytes
             );
         }
-        if page.gap {
-            // Every gap, not only a first one: a follower outrun by retention loses bytes
-            // mid-stream too. In --json mode the page record itself carries `gap`.
+        if let Some(skipped) = &page.skipped {
+            // Every gap and every damaged range, not only a first one: a follower outrun by
+            // retention loses bytes mid-stream too. In --json mode the page record itself
+            // carries `skipped`.
+            gaps += 1;
+            if !args.json {
+                eprintln!("{}", skipped.notice());
+            }
+        } else if page.gap {
+            // A daemon from before `skipped`: only retention made gaps.
             let lost = page.retained_from.saturating_sub(cursor);
             gaps += 1;
             if !args.json {
-                eprintln!(
-                    "-- {lost} bytes lost at cursor {cursor}: retention (no longer retained) --"
-                );
+                eprintln!("-- {lost} bytes lost at cursor {cursor}: retention --");
             }
         }
         let written = if args.json {
@@ -496,7 +529,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
             Err(e) => return Err(e.into()),
         }
-        let progressed = page.next_cursor != cursor || page.gap;
+        let progressed = page.next_cursor != cursor || page.gap || page.skipped.is_some();
         cursor = page.next_cursor;
         let read_to_end = cursor >= end.unwrap_or(page.total_bytes);
         if follow && source.is_live() {

@@ -16,7 +16,9 @@ use crate::spool::Spool;
 #[derive(Debug, Subcommand)]
 pub(crate) enum SpoolCommand {
     /// Print a process's retained output from a cursor: safe text by default, or base64 of the
-    /// exact bytes. The cursor to resume from is printed on stderr.
+    /// exact bytes. The cursor to resume from is printed on stderr, and so is every gap (output
+    /// lost, with its reason) and every damaged range (output the files should hold and do not).
+    /// Exit 0 when everything was read, 1 when damage was found (every intact byte is printed).
     Cat(CatArgs),
     /// Check every spool (or the named ones): each segment's header, every chunk's checksum and
     /// continuity, and that each holds at least the output bytes the journal recorded as
@@ -62,32 +64,37 @@ pub(crate) fn run(cmd: SpoolCommand) -> anyhow::Result<ExitCode> {
 }
 
 fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
-    let root = super::existing_root(args.root)?;
-    args.handle.parse::<Handle>()?;
-    let root = crate::root::Root::open_reader(&root)?;
+    let root_path = super::existing_root(args.root)?;
+    let handle = args.handle.parse::<Handle>()?;
+    let root = crate::root::Root::open_reader(&root_path)?;
+    let (store, _) = recorded(&root_path)?;
     let dir = root.spool_dir().join(&args.handle);
-    let (spool, recovery) = Spool::open_reader(&dir)
+    let (mut spool, recovery) = Spool::open_reader(&dir)
         .with_context(|| format!("no readable spool for {}", args.handle))?;
     if !recovery.is_clean() {
         eprintln!("procjournal: spool recovery: {recovery:?}");
     }
+    if let Some(m) = store.get(&handle) {
+        spool.expect(&m.gaps, m.bounds.total_bytes);
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut cursor = args.cursor;
-    let mut first = true;
+    let mut damaged = 0usize;
     loop {
         let read = spool.read(cursor, PAGE_BYTES)?;
-        if first && read.gap {
-            eprintln!(
-                "procjournal: bytes before {} are no longer retained; starting there",
-                read.retained_from
-            );
+        if let Some(skipped) = &read.skipped {
+            // In order with the bytes: what was printed so far reaches stdout first.
+            out.flush()?;
+            damaged += usize::from(skipped.kind == crate::spool::SkipKind::Damage);
+            eprintln!("{}", render::escape_field(&skipped.notice(), false));
         }
-        first = false;
-        if read.bytes.is_empty() {
+        if read.bytes.is_empty() && read.next_cursor == cursor {
             break;
         }
         if args.base64 {
-            writeln!(out, "{}", render::base64(&read.bytes))?;
+            if !read.bytes.is_empty() {
+                writeln!(out, "{}", render::base64(&read.bytes))?;
+            }
         } else {
             let at_end = read.next_cursor == read.total_bytes;
             out.write_all(render::safe_text(&read.bytes, at_end).text.as_bytes())?;
@@ -96,7 +103,31 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     }
     out.flush()?;
     eprintln!("next cursor {cursor}");
-    Ok(ExitCode::SUCCESS)
+    Ok(if damaged > 0 {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+/// The journal's record of every process (manifests, with their output's gaps and bounds), and
+/// whether the journal read clean. No journal at all is an empty record.
+fn recorded(root: &std::path::Path) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
+    let mut replayer = Replayer::default();
+    let mut clean = true;
+    match JournalReader::open(root) {
+        Ok(reader) => {
+            let mut progress = super::progress::Progress::journal("replaying", &reader.dir());
+            let report = reader.scan(1, |r| {
+                progress.record(r.position);
+                replayer.feed(&r)
+            })?;
+            clean = report.is_clean();
+        }
+        Err(e) => eprintln!("procjournal: no journal to compare with: {e}"),
+    }
+    let (store, _) = replayer.finish();
+    Ok((store, clean))
 }
 
 /// What `spool verify` found for one process.
@@ -109,6 +140,9 @@ struct SpoolCheck {
     total_bytes: u64,
     /// The durable total the journal recorded for this process (`None`: not in the journal).
     journal_total_bytes: Option<u64>,
+    /// Output the journal recorded as lost (a full disk, a failed write or sync): reported,
+    /// and not a fault of the spool.
+    gaps: Vec<String>,
     issues: Vec<String>,
 }
 
@@ -120,21 +154,9 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         .iter()
         .map(|h| h.parse::<Handle>())
         .collect::<Result<_, _>>()?;
-    // The journal's view: which processes exist and what output they recorded as durable.
-    let mut replayer = Replayer::default();
-    let mut journal_clean = true;
-    match JournalReader::open(&root_path) {
-        Ok(reader) => {
-            let mut progress = super::progress::Progress::journal("replaying", &reader.dir());
-            let report = reader.scan(1, |r| {
-                progress.record(r.position);
-                replayer.feed(&r)
-            })?;
-            journal_clean = report.is_clean();
-        }
-        Err(e) => eprintln!("procjournal: no journal to compare with: {e}"),
-    }
-    let (store, _) = replayer.finish();
+    // The journal's view: which processes exist, what output they recorded as durable, and
+    // what they recorded as lost.
+    let (store, journal_clean) = recorded(&root_path)?;
     let mut handles: Vec<String> = if wanted.is_empty() {
         let mut names: Vec<String> = store.iter().map(|m| m.handle.to_string()).collect();
         if let Ok(entries) = std::fs::read_dir(root.spool_dir()) {
@@ -172,8 +194,11 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
                     .journal_total_bytes
                     .map_or_else(|| "-".to_owned(), |t| t.to_string()),
             )?;
+            for gap in &check.gaps {
+                writeln!(out, "  {}", render::escape_field(gap, false))?;
+            }
             for issue in &check.issues {
-                writeln!(out, "  {issue}")?;
+                writeln!(out, "  {}", render::escape_field(issue, false))?;
             }
         }
     }
@@ -204,6 +229,7 @@ fn check_spool(
         retained_from: 0,
         total_bytes: 0,
         journal_total_bytes: manifest.map(|m| m.bounds.total_bytes),
+        gaps: Vec::new(),
         issues: Vec::new(),
     };
     if name.parse::<Handle>().is_err() {
@@ -228,7 +254,7 @@ fn check_spool(
         check.ok = check.issues.is_empty();
         return check;
     }
-    let (spool, recovery) = match Spool::open_reader(&dir) {
+    let (mut spool, recovery) = match Spool::open_reader(&dir) {
         Ok(opened) => opened,
         Err(e) => {
             check.issues.push(format!("cannot open: {e}"));
@@ -237,7 +263,12 @@ fn check_spool(
     };
     check.segments = recovery.segments;
     check.retained_from = spool.retained_from();
-    check.total_bytes = spool.total_bytes();
+    // What the files hold, before the journal's record extends the view to its total.
+    let files_total = spool.total_bytes();
+    check.total_bytes = files_total;
+    if let Some(m) = manifest {
+        spool.expect(&m.gaps, m.bounds.total_bytes);
+    }
     if recovery.torn_tail_bytes > 0 {
         check.issues.push(format!(
             "{} bytes after the last whole chunk (a torn append; the next writer cuts them)",
@@ -254,16 +285,41 @@ fn check_spool(
             d.start_offset, d.end_offset, d.segment, d.first_cursor, d.end_cursor, d.reason
         ));
     }
-    // Every retained chunk, read through the checksummed reader; the damaged ranges recovery
-    // reported (already listed) are stepped over.
+    // Every retained chunk, read through the checksummed reader: each gap the journal recorded
+    // is listed as such, and each damaged range (wherever it is: recovery scans only the
+    // active segment) is an issue, and the reading goes on after it.
     let mut cursor = spool.retained_from();
     while cursor < spool.total_bytes() {
-        if let Some(d) = recovery.damaged.iter().find(|d| d.first_cursor == cursor) {
-            cursor = d.end_cursor;
-            continue;
-        }
         match spool.read(cursor, PAGE_BYTES) {
-            Ok(read) if read.next_cursor > cursor => cursor = read.next_cursor,
+            Ok(read) if read.next_cursor > cursor => {
+                if let Some(s) = &read.skipped {
+                    let range = format!("{}..{}", s.from, s.to);
+                    match (s.kind, s.damage) {
+                        (crate::spool::SkipKind::Gap, _) => {
+                            check
+                                .gaps
+                                .push(format!("lost at cursors {range}: {}", s.reason));
+                        }
+                        (_, Some(crate::spool::DamageKind::Truncated)) => {
+                            check.issues.push(format!(
+                                "damaged at cursors {range}: {}; the journal recorded {} durable \
+                             bytes: acknowledged output is missing",
+                                s.reason,
+                                manifest.map_or(0, |m| m.bounds.total_bytes)
+                            ))
+                        }
+                        // Recovery named it already, with its file offsets.
+                        _ if recovery
+                            .damaged
+                            .iter()
+                            .any(|d| d.first_cursor <= s.from && s.from < d.end_cursor) => {}
+                        _ => check
+                            .issues
+                            .push(format!("damaged at cursors {range}: {}", s.reason)),
+                    }
+                }
+                cursor = read.next_cursor;
+            }
             Ok(_) => {
                 check
                     .issues
@@ -271,36 +327,22 @@ fn check_spool(
                 break;
             }
             Err(e) => {
-                // Damage in a sealed segment (recovery scans only the active one): listed, and
-                // the reading goes on after it.
-                let resume = spool.resume_after(cursor).ok().flatten();
-                let end = resume.map_or_else(|| "the end".to_owned(), |c| c.to_string());
                 check
                     .issues
-                    .push(format!("damaged at cursors {cursor}..{end}: {e}"));
-                match resume {
-                    Some(next) if next > cursor => cursor = next,
-                    _ => break,
-                }
+                    .push(format!("unreadable at cursor {cursor}: {e}"));
+                break;
             }
         }
     }
     if let Some(m) = manifest {
-        if m.bounds.total_bytes > spool.total_bytes() {
-            check.issues.push(format!(
-                "the journal recorded {} durable bytes but the spool holds {}: acknowledged output is missing",
-                m.bounds.total_bytes,
-                spool.total_bytes()
-            ));
-        }
         let lost = m.state == crate::lifecycle::State::LostOnRestore;
-        if m.state.is_terminal() && !lost && m.bounds.total_bytes < spool.total_bytes() {
+        if m.state.is_terminal() && !lost && m.bounds.total_bytes < files_total {
             // A finished process's final bound comes from a final checkpoint of everything it
             // wrote; bytes beyond it are not covered by the journal (a lost process's bound is
             // its last checkpoint before the crash, so more bytes are expected there).
             check.issues.push(format!(
                 "{} bytes beyond the final bound the journal recorded",
-                spool.total_bytes() - m.bounds.total_bytes
+                files_total - m.bounds.total_bytes
             ));
         }
     }

@@ -238,6 +238,16 @@ pub struct TreeReleased {
     pub at_unix_ms: u64,
 }
 
+/// Output the spool could not keep (a write or a sync failed): the cursors of the lost bytes and
+/// why. Appended before any checkpoint or terminal bounds that reach past it, so that a reader
+/// of the journal tells this loss from damage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct OutputGap {
+    pub handle: Handle,
+    pub gap: crate::spool::Gap,
+    pub at_unix_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct StopRequested {
     pub handle: Handle,
@@ -306,6 +316,7 @@ pub enum LifecycleEvent {
     CompletionNotified(CompletionNotified),
     Scoped(Scoped),
     TreeReleased(TreeReleased),
+    OutputGap(OutputGap),
 }
 
 /// Journal kind numbers of lifecycle events.
@@ -321,6 +332,7 @@ pub mod kinds {
     pub const COMPLETION_NOTIFIED: u16 = 0x0109;
     pub const SCOPED: u16 = 0x010A;
     pub const TREE_RELEASED: u16 = 0x010B;
+    pub const OUTPUT_GAP: u16 = 0x010C;
 }
 
 /// Why a record could not be read as a lifecycle event.
@@ -351,6 +363,7 @@ impl LifecycleEvent {
             LifecycleEvent::CompletionNotified(_) => kinds::COMPLETION_NOTIFIED,
             LifecycleEvent::Scoped(_) => kinds::SCOPED,
             LifecycleEvent::TreeReleased(_) => kinds::TREE_RELEASED,
+            LifecycleEvent::OutputGap(_) => kinds::OUTPUT_GAP,
         };
         match EventKind::new(raw) {
             Some(kind) => kind,
@@ -359,7 +372,7 @@ impl LifecycleEvent {
     }
 
     pub fn is_lifecycle_kind(kind: u16) -> bool {
-        (kinds::REGISTERED..=kinds::TREE_RELEASED).contains(&kind)
+        (kinds::REGISTERED..=kinds::OUTPUT_GAP).contains(&kind)
     }
 
     pub fn handle(&self) -> Handle {
@@ -375,6 +388,7 @@ impl LifecycleEvent {
             LifecycleEvent::CompletionNotified(e) => e.handle,
             LifecycleEvent::Scoped(e) => e.handle,
             LifecycleEvent::TreeReleased(e) => e.handle,
+            LifecycleEvent::OutputGap(e) => e.handle,
         }
     }
 
@@ -391,6 +405,7 @@ impl LifecycleEvent {
             LifecycleEvent::CompletionNotified(e) => codec::encode(e),
             LifecycleEvent::Scoped(e) => codec::encode(e),
             LifecycleEvent::TreeReleased(e) => codec::encode(e),
+            LifecycleEvent::OutputGap(e) => codec::encode(e),
         }
     }
 
@@ -445,6 +460,9 @@ impl LifecycleEvent {
                 ),
                 kinds::SCOPED => {
                     LifecycleEvent::Scoped(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::OUTPUT_GAP => {
+                    LifecycleEvent::OutputGap(codec::decode(codec_version, p).map_err(wrap)?)
                 }
                 kinds::TREE_RELEASED => {
                     LifecycleEvent::TreeReleased(codec::decode(codec_version, p).map_err(wrap)?)

@@ -74,6 +74,9 @@ pub struct Manifest {
     pub scope: Option<Scoped>,
     /// What proved the whole tree gone (set once).
     pub released: Option<ExitProof>,
+    /// Output lost to failed writes or syncs, in cursor order (at most
+    /// `GAPS_PER_PROCESS_MAX`).
+    pub gaps: Vec<crate::spool::Gap>,
 }
 
 /// Why an event was refused. Typed so that the supervisor and replay can tell cases apart.
@@ -117,6 +120,8 @@ pub enum Rejection {
     IdInUse { id: EventId, kind: u16 },
     #[error("the tree's scope is already recorded differently")]
     ScopeAlreadyRecorded,
+    #[error("gap {gap:?} is empty, out of order, for retention, or one too many")]
+    BadGap { gap: crate::spool::Gap },
     #[error("a tree release needs a recorded scope")]
     NotScoped,
     #[error("the tree was already released with a different proof")]
@@ -310,6 +315,23 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             Some(_) => Err(Rejection::AlreadyReleased),
             None => Ok(Applied::Changed),
         },
+        LifecycleEvent::OutputGap(e) => {
+            if m.state.is_terminal() {
+                return Err(Rejection::AlreadyTerminal(m.state));
+            }
+            let g = e.gap;
+            // Retention is a policy, never recorded as a loss; gaps come in cursor order, as
+            // the spool makes them.
+            let ordered = m.gaps.last().is_none_or(|last| last.to <= g.from);
+            if g.from >= g.to
+                || g.reason == crate::spool::LossReason::Retention
+                || !ordered
+                || m.gaps.len() >= crate::limits::GAPS_PER_PROCESS_MAX
+            {
+                return Err(Rejection::BadGap { gap: g });
+            }
+            Ok(Applied::Changed)
+        }
         LifecycleEvent::CompletionNotified(e) => {
             if m.terminal.is_none() {
                 return Err(Rejection::CompletionBeforeTerminal);
@@ -381,6 +403,7 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
         LifecycleEvent::Scoped(e) => m.scope = Some(e.clone()),
         LifecycleEvent::TreeReleased(e) => m.released = Some(e.proof.clone()),
+        LifecycleEvent::OutputGap(e) => m.gaps.push(e.gap),
     }
 }
 
@@ -580,6 +603,7 @@ impl ManifestStore {
             completion_notified: false,
             scope: None,
             released: None,
+            gaps: Vec::new(),
         });
         Ok(Applied::Changed)
     }

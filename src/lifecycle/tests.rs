@@ -244,6 +244,19 @@ fn samples() -> Vec<(u16, LifecycleEvent)> {
                 at_unix_ms: 16,
             }),
         ),
+        (
+            kinds::OUTPUT_GAP,
+            LifecycleEvent::OutputGap(OutputGap {
+                handle: h,
+                gap: crate::spool::Gap {
+                    from: 5,
+                    to: 9,
+                    reason: crate::spool::LossReason::DiskFull,
+                    errno: 28,
+                },
+                at_unix_ms: 17,
+            }),
+        ),
     ]
 }
 
@@ -293,6 +306,11 @@ const GOLDEN: &[(u16, &str)] = &[
     (
         kinds::TREE_RELEASED,
         "0101010101010101010101010101010100000000010000000900000002000000000000001000000000000000",
+    ),
+    (
+        kinds::OUTPUT_GAP,
+        "010101010101010101010101010101010500000000000000090000000000000001000000\
+         1c0000001100000000000000",
     ),
 ];
 

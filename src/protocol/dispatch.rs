@@ -323,7 +323,7 @@ impl Dispatcher {
                 .await
                 .map_err(api)?;
             let left = deadline.saturating_duration_since(Instant::now());
-            if !read.bytes.is_empty() || read.gap || left.is_zero() {
+            if !read.bytes.is_empty() || read.skipped.is_some() || left.is_zero() {
                 return Ok(read);
             }
             if sup.manifest(&handle).is_some_and(|m| m.state.is_terminal()) {
@@ -435,6 +435,7 @@ impl Dispatcher {
         page.total_bytes = total_bytes.max(page.total_bytes);
         page.cursor_ahead = true;
         page.gap = false;
+        page.skipped = None;
         page.data.clear();
         page.normalized = false;
         page.binary = false;

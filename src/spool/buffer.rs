@@ -95,6 +95,11 @@ impl RecentBuffer {
             retained_from,
             total_bytes,
             gap,
+            // The spool reports the same hole for the same read (the buffer holds no lost
+            // byte, so only retention can lie before bytes it holds).
+            skipped: gap.then(|| {
+                super::Skipped::gap(cursor, retained_from, super::LossReason::Retention, 0)
+            }),
             ..SpoolRead::default()
         };
         for (stream, c, bytes) in &self.chunks {

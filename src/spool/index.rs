@@ -64,6 +64,10 @@ impl Run {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SegmentIndex {
     runs: Vec<Run>,
+    /// Set when building the index of a sealed segment stopped before the cursors the segment
+    /// should hold ended: the cursor after its last readable chunk, and why it stopped there
+    /// (`None`: the file ended).
+    pub stopped: Option<(u64, Option<String>)>,
 }
 
 impl SegmentIndex {

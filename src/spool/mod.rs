@@ -50,21 +50,26 @@
 pub mod buffer;
 pub mod format;
 mod index;
+pub(crate) mod io;
+pub mod loss;
 mod output;
 mod sync;
 
+pub use loss::{DamageKind, Gap, LossReason, SkipKind, Skipped};
 pub use output::Output;
 pub use sync::{SyncDone, SyncPlan};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_loss;
 
 use std::collections::VecDeque;
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 
@@ -179,8 +184,13 @@ pub struct SpoolRead {
     pub next_cursor: u64,
     pub retained_from: u64,
     pub total_bytes: u64,
-    /// The requested cursor was before `retained_from`; the read started at `retained_from`.
+    /// The read stepped over a gap (lost output: retention, a full disk, a failed write or
+    /// sync) before its bytes: `skipped` says which cursors and why.
     pub gap: bool,
+    /// Cursors the read stepped over before its bytes (a gap or damage), with the reason. A
+    /// read reports at most one, at its start: it stops before the next, and the next read
+    /// begins with it.
+    pub skipped: Option<Skipped>,
 }
 
 impl SpoolRead {
@@ -246,6 +256,10 @@ struct Segment {
     file: File,
     /// Bytes of the file that hold whole chunks.
     valid_len: u64,
+    /// Where this segment's cursors end: exact for the last segment (scanned) and for segments
+    /// this handle wrote; for other sealed segments found at open, where the next one begins,
+    /// until its index is built and says where its readable chunks really end
+    /// ([`SegmentIndex::data_end`]).
     end_cursor: u64,
     /// Built at the first read of a sealed segment; kept current for the active one.
     index: OnceLock<SegmentIndex>,
@@ -271,6 +285,34 @@ pub struct Spool {
     /// `pending_at` to its `valid_len`.
     pending: Vec<u8>,
     pending_at: u64,
+    /// File offset and cursor where the last chunk wholly in the file ends: where a failed
+    /// write cuts the file back to, and where its gap starts. (Aligned writes may leave a
+    /// chunk's head in the file and its tail staged.)
+    written: (u64, u64),
+    /// The first chunk boundary at or after `pending_at`: its header is still staged.
+    boundary: (u64, u64),
+    /// Creates, writes and syncs go through this seam (tests fail them on purpose).
+    io: Arc<dyn io::SpoolIo>,
+    /// Output not kept (see [`loss`]): in cursor order, disjoint. While `failing`, the last one
+    /// is open: its `to` follows `total_bytes`.
+    gaps: Vec<Gap>,
+    /// The owner has recorded (journaled) this many gaps, a prefix of `gaps`.
+    gaps_recorded: usize,
+    /// Writing failed and has not resumed; appends count their bytes into the open gap.
+    failing: Option<Failing>,
+    /// Wait at least this long between attempts to resume writing after a failure.
+    retry_interval: Duration,
+    /// Bumped at every loss, so that a buffer in front of the spool knows to start again.
+    losses: u64,
+}
+
+/// A writer whose writes failed: the active segment is sealed (nothing more is written to it)
+/// and the next write starts a new segment, tried no earlier than `retry_at`.
+#[derive(Debug, Clone, Copy)]
+struct Failing {
+    retry_at: Instant,
+    /// `finish` closed the gap for good: writing never resumes.
+    finished: bool,
 }
 
 fn now_unix_ms() -> u64 {
@@ -361,6 +403,17 @@ fn resync(bytes: &[u8], from: usize, expected: u64) -> Option<(usize, u64)> {
     None
 }
 
+/// What holds a cursor (see `Spool::position`).
+enum Position {
+    End,
+    Hole(Skipped),
+    /// Bytes of `segments[segment]`, readable up to cursor `limit`.
+    Data {
+        segment: usize,
+        limit: u64,
+    },
+}
+
 /// What [`scan_segment`] found.
 #[derive(Debug)]
 pub(crate) struct Scan {
@@ -419,24 +472,32 @@ pub(crate) fn scan_segment(
 impl Spool {
     /// Opens (creating if needed) the spool in `dir` for appending, recovering the active
     /// segment's tail. `spool_id` is the owning process's handle.
+    ///
+    /// A directory that does not exist yet is created with the first segment, by the first
+    /// append: a failure to create it is then a failed write like any other (its bytes become a
+    /// gap, and writing is tried again), not an error that loses the spool.
     pub fn open_writer(
         dir: &Path,
         spool_id: [u8; 16],
         options: SpoolOptions,
+    ) -> Result<(Spool, SpoolRecovery), SpoolError> {
+        Self::open_writer_with(dir, spool_id, options, Arc::new(io::FileIo))
+    }
+
+    /// [`Spool::open_writer`] over another file-system seam (tests inject faults with it).
+    pub(crate) fn open_writer_with(
+        dir: &Path,
+        spool_id: [u8; 16],
+        options: SpoolOptions,
+        io: Arc<dyn io::SpoolIo>,
     ) -> Result<(Spool, SpoolRecovery), SpoolError> {
         if options.segment_bytes < (SPOOL_HEADER_BYTES + chunk_bytes(1)) as u64
             || options.retention_bytes == 0
         {
             return Err(SpoolError::InvalidOptions(format!("{options:?}")));
         }
-        let created = !dir.is_dir();
-        if created {
-            std::fs::create_dir_all(dir).map_err(io("create directory"))?;
-        }
         let (mut spool, recovery) = Self::open(dir, Some(spool_id), options, true)?;
-        // The new directory's own entry is synced by the first checkpoint, before any bounds
-        // naming its bytes can be recorded; nothing is gained by paying for it at start.
-        spool.parent_unsynced = created;
+        spool.io = io;
         Ok((spool, recovery))
     }
 
@@ -456,7 +517,8 @@ impl Spool {
     ) -> Result<(Spool, SpoolRecovery), SpoolError> {
         let mut listed: Vec<(u64, PathBuf)> = Vec::new();
         let entries = match std::fs::read_dir(dir) {
-            Err(e) if !writable && e.kind() == std::io::ErrorKind::NotFound => None,
+            // A writer creates it with its first segment.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
             other => Some(other.map_err(io("list segments"))?),
         };
         for entry in entries.into_iter().flatten() {
@@ -594,6 +656,14 @@ impl Spool {
             parent_unsynced: false,
             pending: Vec::new(),
             pending_at,
+            written: (pending_at, total_bytes),
+            boundary: (pending_at, total_bytes),
+            io: Arc::new(io::FileIo),
+            gaps: Vec::new(),
+            gaps_recorded: 0,
+            failing: None,
+            retry_interval: Duration::from_millis(crate::limits::SPOOL_RETRY_MS),
+            losses: 0,
         };
         Ok((spool, recovery))
     }
@@ -626,14 +696,21 @@ impl Spool {
         // name and rename: two directory operations fewer per segment.
         let name = segment_name(header.first_cursor);
         let path = self.dir.join(&name);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .map_err(io("create segment"))?;
-        file.write_all_at(&header.encode(), 0)
-            .map_err(io("write segment header"))?;
+        if self.segments.is_empty() && !self.dir.is_dir() {
+            std::fs::create_dir_all(&self.dir).map_err(io("create directory"))?;
+            // The new directory's own entry is synced by the first checkpoint, before any
+            // bounds naming its bytes can be recorded; nothing is gained by paying for it here.
+            self.parent_unsynced = true;
+        }
+        let file = self.io.create(&path).map_err(io("create segment"))?;
+        if let Err(e) = self.io.write_at(&file, &header.encode(), 0) {
+            // Never named by a checkpoint; a file left here would be a segment without a header.
+            let _ = std::fs::remove_file(&path);
+            return Err(SpoolError::Io {
+                op: "write segment header",
+                cause: e,
+            });
+        }
         let segment = Segment {
             path,
             header,
@@ -645,6 +722,8 @@ impl Spool {
         let _ = segment.index.set(SegmentIndex::default());
         debug_assert!(self.pending.is_empty());
         self.pending_at = segment.valid_len;
+        self.written = (segment.valid_len, self.total_bytes);
+        self.boundary = self.written;
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
@@ -655,19 +734,48 @@ impl Spool {
     /// [`Spool::flush`] or [`Spool::checkpoint`], or earlier; durability waits for
     /// [`Spool::checkpoint`].
     ///
-    /// On error, whole chunks of a prefix of `bytes` may have been appended (`total_bytes` says
-    /// how many); an append that fits the write buffer and needs no new segment either appends
-    /// everything or nothing.
+    /// Every byte is counted (`total_bytes` grows by `bytes.len()`) whether or not it could be
+    /// kept. When a write fails (a full disk, an I/O error) the bytes not yet written, staged
+    /// ones included, become a [`Gap`] with the failure's reason, the active segment is sealed,
+    /// and the error is returned; until writing resumes in a new segment (tried at most every
+    /// `SPOOL_RETRY_MS`), appends count their bytes into that gap and return `Ok`.
+    /// [`Spool::losses`] changes whenever bytes were lost.
     pub fn append(&mut self, stream: Stream, bytes: &[u8]) -> Result<(), SpoolError> {
         if !self.writable {
             return Err(SpoolError::ReadOnly);
         }
-        let frames = bytes.len().div_ceil(CHUNK_SPLIT_BYTES) * chunk_bytes(CHUNK_SPLIT_BYTES);
-        if self.pending.len() + frames > WRITE_BUFFER_BYTES {
-            // Before any of this append is staged, so that a failed write leaves none of it.
-            self.write_pending(true)?;
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.failing.is_some() && !self.try_resume() {
+            self.count_lost(bytes.len());
+            return Ok(());
         }
         let mut rest = bytes;
+        let result = self.append_kept(stream, &mut rest);
+        if let Err(e) = result {
+            let (reason, errno) = match &e {
+                SpoolError::Io { cause, .. } => (
+                    LossReason::of_write(cause),
+                    cause.raw_os_error().unwrap_or(0),
+                ),
+                _ => (LossReason::IoError, 0),
+            };
+            self.fail(self.written.1, reason, errno, true);
+            self.count_lost(rest.len());
+            return Err(e);
+        }
+        self.enforce_retention();
+        Ok(())
+    }
+
+    /// The writing part of [`Spool::append`]: stages `rest` chunk by chunk, leaving in it what
+    /// was not staged when a write failed.
+    fn append_kept(&mut self, stream: Stream, rest: &mut &[u8]) -> Result<(), SpoolError> {
+        let frames = rest.len().div_ceil(CHUNK_SPLIT_BYTES) * chunk_bytes(CHUNK_SPLIT_BYTES);
+        if self.pending.len() + frames > WRITE_BUFFER_BYTES {
+            self.write_pending(true)?;
+        }
         while !rest.is_empty() {
             let piece = &rest[..rest.len().min(CHUNK_SPLIT_BYTES)];
             let frame = chunk_bytes(piece.len()) as u64;
@@ -676,19 +784,182 @@ impl Spool {
                     && s.valid_len + frame > self.options.segment_bytes
             });
             if rotate {
-                self.flush()?;
+                self.write_pending(false)?;
                 self.new_segment()?;
                 // Per segment, not only per append: a large append spanning several segments
                 // keeps the retained window within a segment of the bound at every moment.
-                self.enforce_retention()?;
+                self.enforce_retention();
             } else if self.pending.len() + frame as usize > WRITE_BUFFER_BYTES {
                 // Only an append larger than the buffer gets here.
                 self.write_pending(true)?;
             }
             self.stage_chunk(stream, piece);
-            rest = &rest[piece.len()..];
+            *rest = &rest[piece.len()..];
         }
-        self.enforce_retention()
+        Ok(())
+    }
+
+    /// Counts `n` bytes that could not be kept into the open gap.
+    fn count_lost(&mut self, n: usize) {
+        self.total_bytes += n as u64;
+        if let Some(gap) = self.gaps.last_mut()
+            && self.failing.is_some()
+        {
+            gap.to = self.total_bytes;
+        }
+        self.losses += 1;
+    }
+
+    /// Writing failed: every byte from cursor `from` on is lost (those staged, and for a failed
+    /// sync those written since the last successful one: whatever the page cache shows, they
+    /// may never reach the disk, and a retried sync would prove nothing). Opens a gap from
+    /// `from`, taking in the gaps not yet recorded after it, and seals the active segment:
+    /// nothing more is written to it. `cut`: the failure was a write, whose bytes may have
+    /// partly landed past the last good chunk; the file is cut back there (best effort: a read
+    /// never trusts bytes inside a gap anyway).
+    fn fail(&mut self, from: u64, reason: LossReason, errno: i32, cut: bool) {
+        debug_assert!(from <= self.total_bytes);
+        // Recorded gaps end at or before a durable total, and `from` is never below it.
+        let keep = self.gaps[self.gaps_recorded..].partition_point(|g| g.to <= from);
+        let absorbed = self.gaps.split_off(self.gaps_recorded + keep);
+        let (from, reason, errno) = match absorbed.first() {
+            // An open (or later) gap that started first keeps its reason.
+            Some(g) if g.from <= from => (g.from, g.reason, g.errno),
+            _ => (from, reason, errno),
+        };
+        // Writing resumed and failed again at once, for the same reason: one gap, one record.
+        if self.gaps.len() > self.gaps_recorded
+            && let Some(last) = self.gaps.last_mut()
+            && last.to == from
+            && (last.reason, last.errno) == (reason, errno)
+        {
+            last.to = self.total_bytes;
+        } else {
+            self.gaps.push(Gap {
+                from,
+                to: self.total_bytes,
+                reason,
+                errno,
+            });
+        }
+        let (written_at, written_cursor) = self.written;
+        if let Some(active) = self.segments.back_mut() {
+            if cut {
+                let _ = active.file.set_len(written_at);
+            }
+            if active.valid_len > written_at {
+                // Its index names chunks that never wholly reached the file: built again, from
+                // the file, by the first read that needs it.
+                active.valid_len = written_at;
+                active.end_cursor = written_cursor.min(active.end_cursor);
+                active.index = OnceLock::new();
+            }
+        }
+        self.pending = Vec::new();
+        self.pending_at = written_at;
+        self.boundary = self.written;
+        let finished = self.failing.is_some_and(|f| f.finished);
+        self.failing = Some(Failing {
+            retry_at: Instant::now() + self.retry_interval,
+            finished,
+        });
+        self.dirty = true;
+        self.losses += 1;
+    }
+
+    /// While failing: starts a new segment at the end of the output, if it is time to try and
+    /// the gap bound allows. On success the open gap is closed where the new segment starts.
+    fn try_resume(&mut self) -> bool {
+        let Some(failing) = self.failing else {
+            return true;
+        };
+        if failing.finished
+            || Instant::now() < failing.retry_at
+            || self.gaps.len() >= crate::limits::GAPS_PER_PROCESS_MAX
+        {
+            return false;
+        }
+        match self.new_segment() {
+            Ok(()) => {
+                self.failing = None;
+                true
+            }
+            Err(_) => {
+                self.failing = Some(Failing {
+                    retry_at: Instant::now() + self.retry_interval,
+                    finished: false,
+                });
+                false
+            }
+        }
+    }
+
+    /// No more appends will come: an open gap is closed at the end of the output, so that a
+    /// checkpoint can now cover it. Call before the last checkpoint.
+    pub fn finish(&mut self) {
+        if let Some(failing) = &mut self.failing {
+            failing.finished = true;
+        }
+    }
+
+    /// How far output is settled: durable (synced) or inside a closed gap, from the start.
+    /// After a failed sync and [`Spool::finish`], the gap it opened makes this the end.
+    pub fn settled_total(&self) -> u64 {
+        let mut total = self.durable_total;
+        let closed = self.gaps.len() - usize::from(self.is_failing());
+        for gap in &self.gaps[..closed] {
+            if gap.from <= total {
+                total = total.max(gap.to);
+            }
+        }
+        total
+    }
+
+    /// Output lost so far (see [`loss`]), in cursor order; the last may still be growing.
+    pub fn gaps(&self) -> &[Gap] {
+        &self.gaps
+    }
+
+    /// Changes whenever bytes were lost (a buffer in front of the spool starts again then).
+    pub fn losses(&self) -> u64 {
+        self.losses
+    }
+
+    /// Whether writes are failing now (bytes appended are being lost).
+    pub fn is_failing(&self) -> bool {
+        self.failing.is_some_and(|f| !f.finished)
+    }
+
+    /// Gaps wholly below `upto` that the owner has not recorded yet: what it must record (in the
+    /// journal) before it records bounds reaching `upto`.
+    pub fn unrecorded_gaps(&self, upto: u64) -> &[Gap] {
+        let rest = &self.gaps[self.gaps_recorded..];
+        let closed = rest.len() - usize::from(self.is_failing());
+        let n = rest[..closed].partition_point(|g| g.to <= upto);
+        &rest[..n]
+    }
+
+    /// The owner recorded the first `n` of [`Spool::unrecorded_gaps`].
+    pub fn gaps_recorded(&mut self, n: usize) {
+        self.gaps_recorded = (self.gaps_recorded + n).min(self.gaps.len());
+    }
+
+    /// Where a reader's view must end and which gaps it must show, from a record of the
+    /// output this spool should hold (the journal's): its recorded gaps and its total. Bytes
+    /// the files hold inside a recorded gap are never returned; cursors the record names and
+    /// no file holds are damage. Gaps that overlap or run backwards are ignored (a record a
+    /// validating journal would not produce).
+    pub fn expect(&mut self, gaps: &[Gap], total_bytes: u64) {
+        let mut kept: Vec<Gap> = Vec::with_capacity(gaps.len());
+        for g in gaps {
+            if g.from < g.to && kept.last().is_none_or(|p| p.to <= g.from) {
+                kept.push(*g);
+            }
+        }
+        let end = kept.last().map_or(0, |g| g.to);
+        self.gaps = kept;
+        self.gaps_recorded = self.gaps.len();
+        self.total_bytes = self.total_bytes.max(total_bytes).max(end);
     }
 
     /// Copies one chunk (`piece` of at most [`CHUNK_SPLIT_BYTES`]) into the write buffer, at the
@@ -738,10 +1009,31 @@ impl Spool {
             return Ok(());
         }
         let n = (upto - self.pending_at) as usize;
-        active
-            .file
-            .write_all_at(&self.pending[..n], self.pending_at)
+        self.io
+            .write_at(&active.file, &self.pending[..n], self.pending_at)
             .map_err(io("write chunks"))?;
+        // Step over the chunks now wholly in the file (their headers are still staged).
+        let (mut offset, mut cursor) = self.boundary;
+        while offset < upto {
+            let at = (offset - self.pending_at) as usize;
+            let mut len = [0u8; 4];
+            len.copy_from_slice(
+                &self.pending[at + format::CH_PAYLOAD_BYTES_OFFSET
+                    ..at + format::CH_PAYLOAD_BYTES_OFFSET + 4],
+            );
+            let payload = u32::from_le_bytes(len);
+            let next = (
+                offset + chunk_bytes(payload as usize) as u64,
+                cursor + u64::from(payload),
+            );
+            if next.0 > upto {
+                self.boundary = next;
+                break;
+            }
+            (offset, cursor) = next;
+            self.boundary = next;
+        }
+        self.written = (offset, cursor);
         self.pending.drain(..n);
         self.pending_at = upto;
         Ok(())
@@ -749,24 +1041,44 @@ impl Spool {
 
     /// Writes every appended byte to its segment file, where readers in other processes (and a
     /// crash of this one) find it. Cheap when nothing is staged.
+    ///
+    /// A failed write loses the staged bytes as [`Spool::append`] describes, and is returned.
     pub fn flush(&mut self) -> Result<(), SpoolError> {
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.write_pending(false)
+        let result = self.write_pending(false);
+        if let Err(SpoolError::Io { cause, .. }) = &result {
+            let (reason, errno) = (
+                LossReason::of_write(cause),
+                cause.raw_os_error().unwrap_or(0),
+            );
+            self.fail(self.written.1, reason, errno, true);
+        }
+        result
     }
 
-    fn enforce_retention(&mut self) -> Result<(), SpoolError> {
+    /// Deletes whole oldest segments while more than the retention bound is retained. A file
+    /// that cannot be deleted stays (retention lags; nothing is lost) and is tried again at the
+    /// next append.
+    fn enforce_retention(&mut self) {
         while self.segments.len() > 1
             && self.total_bytes - self.retained_from > self.options.retention_bytes
         {
             let Some(oldest) = self.segments.pop_front() else {
                 break;
             };
-            std::fs::remove_file(&oldest.path).map_err(io("delete old segment"))?;
-            self.retained_from = oldest.end_cursor;
+            if let Err(e) = std::fs::remove_file(&oldest.path) {
+                tracing::warn!(error = %e, "spool retention could not delete a segment");
+                self.segments.push_front(oldest);
+                break;
+            }
+            // The next segment's first cursor, not this one's end: a gap may lie between them.
+            self.retained_from = self
+                .segments
+                .front()
+                .map_or(self.total_bytes, |s| s.header.first_cursor);
         }
-        Ok(())
     }
 
     /// Makes everything appended so far durable (fdatasync of the segments written since the
@@ -817,6 +1129,11 @@ impl Spool {
         let mut block_at = 0u64;
         let mut last_frame = 0u64;
         while cursor < segment.end_cursor {
+            if offset + CHUNK_HEADER_BYTES as u64 > segment.valid_len {
+                // The file ends before the cursors it should hold: a short file.
+                index.stopped = Some((cursor, None));
+                break;
+            }
             let in_block = offset
                 .checked_sub(block_at)
                 .filter(|&at| at + CHUNK_HEADER_BYTES as u64 <= block.len() as u64);
@@ -842,12 +1159,13 @@ impl Spool {
                     0
                 }
             };
-            let h = match decode_chunk_header(&block[at..]) {
+            let decoded = decode_chunk_header(&block[at..]);
+            let h = match decoded {
                 Ok(h) if h.cursor == cursor => h,
                 // Damaged bytes in a sealed segment (it was whole when sealed): the chunks after
                 // them stay readable, as recovery keeps them in the active segment. Reads of the
                 // cursors the damage held, and reads that reach it, walk into it and fail.
-                _ => match self.resync_sealed(segment, offset, cursor)? {
+                other => match self.resync_sealed(segment, offset, cursor)? {
                     Some((next, next_cursor, payload)) => {
                         index.push_entry(next, next_cursor, payload);
                         last_frame = chunk_bytes(payload as usize) as u64;
@@ -856,9 +1174,21 @@ impl Spool {
                         block.clear();
                         continue;
                     }
-                    None => break,
+                    None => {
+                        let reason = match other {
+                            Ok(h) => format!("chunk names cursor {}, expected {cursor}", h.cursor),
+                            Err(e) => e.to_string(),
+                        };
+                        index.stopped = Some((cursor, Some(reason)));
+                        break;
+                    }
                 },
             };
+            if offset + chunk_bytes(h.payload_bytes as usize) as u64 > segment.valid_len {
+                // The last chunk's header is there and its payload is cut off.
+                index.stopped = Some((cursor, None));
+                break;
+            }
             index.push(offset, cursor, h.payload_bytes);
             last_frame = chunk_bytes(h.payload_bytes as usize) as u64;
             offset += last_frame;
@@ -905,35 +1235,136 @@ impl Spool {
                 total_bytes: self.total_bytes,
             });
         }
-        let gap = cursor < self.retained_from;
-        let start = cursor.max(self.retained_from);
-        let available = usize::try_from(self.total_bytes - start).unwrap_or(usize::MAX);
+        let available = usize::try_from(self.total_bytes - cursor).unwrap_or(usize::MAX);
         let mut out = SpoolRead {
             // Filled once, without growing.
             bytes: Vec::with_capacity(max_bytes.min(available)),
-            next_cursor: start,
+            next_cursor: cursor,
             retained_from: self.retained_from,
             total_bytes: self.total_bytes,
-            gap,
             ..SpoolRead::default()
         };
-        let first = self.segments.partition_point(|s| s.end_cursor <= start);
-        let mut want = start;
         let mut loaded = 0;
-        for segment in self.segments.iter().skip(first) {
-            if out.bytes.len() >= max_bytes {
-                break;
-            }
-            match self.read_segment(segment, want, max_bytes, &mut out) {
+        while out.bytes.len() < max_bytes {
+            let at = out.next_cursor;
+            // One hole at most, and only before any byte: bytes after a hole are never joined
+            // to bytes before it, and the next read starts with the next hole.
+            let first = out.bytes.is_empty() && out.skipped.is_none();
+            let (segment, limit) = match self.position(at)? {
+                Position::End => break,
+                Position::Hole(skip) => {
+                    if !first {
+                        break;
+                    }
+                    out.gap = skip.kind == SkipKind::Gap;
+                    out.next_cursor = skip.to;
+                    out.skipped = Some(skip);
+                    continue;
+                }
+                Position::Data { segment, limit } => (segment, limit),
+            };
+            let cap = max_bytes.min(
+                out.bytes
+                    .len()
+                    .saturating_add(usize::try_from(limit - at).unwrap_or(usize::MAX)),
+            );
+            match self.read_segment(&self.segments[segment], at, cap, &mut out) {
                 Ok(n) => loaded += n,
-                // The bytes before damage are answered; a read from the damaged cursor gets the
-                // error (bytes after the damage are never joined to bytes before it).
-                Err(SpoolError::Corrupt { .. }) if !out.bytes.is_empty() => break,
+                Err(SpoolError::Corrupt { reason, .. }) => {
+                    // Bytes this segment gave before the damage are the answer.
+                    if !(out.bytes.is_empty() && out.skipped.is_none()) {
+                        break;
+                    }
+                    // The damaged chunk (or bytes) is stepped over, to where chunks resume.
+                    let to = self
+                        .resume_after(at)?
+                        .map_or(limit, |c| c.min(limit))
+                        .max(at + 1);
+                    out.next_cursor = to;
+                    out.skipped =
+                        Some(Skipped::damage(at, to, DamageKind::BadChunk, Some(&reason)));
+                    continue;
+                }
                 Err(e) => return Err(e),
             }
-            want = out.next_cursor;
+            if out.next_cursor == at {
+                break;
+            }
         }
         Ok((out, loaded))
+    }
+
+    /// The cursor after the readable chunks of a segment, and why reading stops there if the
+    /// segment should hold more (`None`: its file ends there).
+    fn data_end(&self, i: usize) -> Result<(u64, Option<String>), SpoolError> {
+        let segment = &self.segments[i];
+        if i + 1 == self.segments.len() {
+            // The last segment was scanned whole at open, and its end kept by every append.
+            return Ok((segment.end_cursor, None));
+        }
+        Ok(match &self.index_of(segment)?.stopped {
+            Some((cursor, reason)) => (*cursor, reason.clone()),
+            None => (segment.end_cursor, None),
+        })
+    }
+
+    /// What holds cursor `at`: bytes in a segment (readable up to `limit`, where they or the
+    /// next hole end), a hole (retention, a recorded gap, damage), or nothing (the end).
+    fn position(&self, at: u64) -> Result<Position, SpoolError> {
+        if at >= self.total_bytes {
+            return Ok(Position::End);
+        }
+        // Recorded gaps come first: bytes a file still holds inside one are never returned, and
+        // a gap keeps its own reason after retention deleted the segments around it.
+        let g = self.gaps.partition_point(|g| g.to <= at);
+        let next_gap = self.gaps.get(g);
+        if let Some(gap) = next_gap.filter(|gap| gap.from <= at) {
+            let to = gap.to.min(self.total_bytes);
+            return Ok(Position::Hole(Skipped::gap(at, to, gap.reason, gap.errno)));
+        }
+        let next_gap_from = next_gap.map_or(self.total_bytes, |gap| gap.from);
+        if at < self.retained_from {
+            return Ok(Position::Hole(Skipped::gap(
+                at,
+                self.retained_from.min(next_gap_from),
+                LossReason::Retention,
+                0,
+            )));
+        }
+        let i = self
+            .segments
+            .partition_point(|s| s.header.first_cursor <= at);
+        let next_first = self
+            .segments
+            .get(i)
+            .map_or(self.total_bytes, |s| s.header.first_cursor);
+        let hole_end = next_first.min(next_gap_from).min(self.total_bytes);
+        let Some(before) = i.checked_sub(1) else {
+            // Before every segment file (or there are none) and not before `retained_from`.
+            return Ok(Position::Hole(Skipped::damage(
+                at,
+                hole_end,
+                DamageKind::MissingFile,
+                None,
+            )));
+        };
+        let (data_end, broken) = self.data_end(before)?;
+        if at < data_end {
+            return Ok(Position::Data {
+                segment: before,
+                limit: data_end.min(next_gap_from),
+            });
+        }
+        let segment = &self.segments[before];
+        let hole = match (broken, self.segments.get(i)) {
+            (Some(reason), _) => Skipped::damage(at, hole_end, DamageKind::BadChunk, Some(&reason)),
+            (None, None) => Skipped::damage(at, hole_end, DamageKind::Truncated, None),
+            (None, Some(next)) if next.header.segment_index != segment.header.segment_index + 1 => {
+                Skipped::damage(at, hole_end, DamageKind::MissingFile, None)
+            }
+            (None, Some(_)) => Skipped::damage(at, hole_end, DamageKind::ShortFile, None),
+        };
+        Ok(Position::Hole(hole))
     }
 
     /// Fills `buf` with the bytes of `segment` from file offset `offset`: from the file, and

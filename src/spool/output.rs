@@ -1,7 +1,10 @@
 //! One process's output: the spool with the rolling buffer in front of it.
 //!
 //! Invariant: the buffer always ends where the spool ends (`buffer.end() == spool.total_bytes()`),
-//! because every append goes to the spool first and then, only if that succeeded, to the buffer.
+//! because every append goes to the spool first and then, only if the spool kept it, to the
+//! buffer; and the buffer never holds a lost byte: whenever the spool loses bytes (a failed
+//! write or sync), the buffer starts again, empty, at the spool's end, so reads of the lost
+//! cursors fall through to the spool, which reports them as a gap.
 //! Reads are answered from memory when the cursor is inside the buffer and from the spool
 //! otherwise, with identical results either way (proptested in `tests.rs`).
 
@@ -26,36 +29,61 @@ impl Output {
     }
 
     pub fn append(&mut self, stream: Stream, bytes: &[u8]) -> Result<(), SpoolError> {
-        if let Err(e) = self.spool.append(stream, bytes) {
-            // A failed append may still have appended a prefix of whole chunks: the buffer starts
-            // again, empty, where the spool now ends (older reads fall through to the spool).
-            if self.buffer.end() != self.spool.total_bytes() {
-                self.buffer = RecentBuffer::new(self.buffer.capacity(), self.spool.total_bytes());
-            }
-            return Err(e);
+        let losses = self.spool.losses();
+        let result = self.spool.append(stream, bytes);
+        if result.is_ok() && self.spool.losses() == losses {
+            self.buffer.push(stream, bytes);
         }
-        self.buffer.push(stream, bytes);
-        debug_assert_eq!(self.buffer.end(), self.spool.total_bytes());
-        Ok(())
+        self.after(losses);
+        result
+    }
+
+    /// Starts the buffer again at the spool's end if the spool lost bytes since `losses`.
+    fn after(&mut self, losses: u64) {
+        if self.spool.losses() != losses || self.buffer.end() != self.spool.total_bytes() {
+            self.buffer = RecentBuffer::new(self.buffer.capacity(), self.spool.total_bytes());
+        }
     }
 
     /// [`Spool::flush`]: every appended byte reaches the spool's files.
     pub fn flush(&mut self) -> Result<(), SpoolError> {
-        self.spool.flush()
+        let losses = self.spool.losses();
+        let result = self.spool.flush();
+        self.after(losses);
+        result
+    }
+
+    /// [`Spool::finish`]: no more appends; an open gap is closed at the end.
+    pub fn finish(&mut self) {
+        self.spool.finish();
+    }
+
+    /// [`Spool::gaps_recorded`].
+    pub fn gaps_recorded(&mut self, n: usize) {
+        self.spool.gaps_recorded(n);
     }
 
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {
-        self.spool.checkpoint()
+        let losses = self.spool.losses();
+        let result = self.spool.checkpoint();
+        self.after(losses);
+        result
     }
 
     /// [`Spool::plan_sync`]: the checkpoint's syncs can then run without this output's lock.
     pub fn plan_sync(&mut self) -> Result<SyncPlan, SpoolError> {
-        self.spool.plan_sync()
+        let losses = self.spool.losses();
+        let result = self.spool.plan_sync();
+        self.after(losses);
+        result
     }
 
     /// [`Spool::finish_sync`].
     pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
-        self.spool.finish_sync(done)
+        let losses = self.spool.losses();
+        let result = self.spool.finish_sync(done);
+        self.after(losses);
+        result
     }
 
     /// [`Spool::abandon_sync`].
@@ -65,6 +93,10 @@ impl Output {
 
     pub fn read(&self, cursor: u64, max_bytes: usize) -> Result<SpoolRead, SpoolError> {
         let (retained_from, total) = (self.spool.retained_from(), self.spool.total_bytes());
+        if cursor < retained_from && !self.spool.gaps().is_empty() {
+            // A recorded gap may lie before `retained_from`, with a reason of its own.
+            return self.spool.read(cursor, max_bytes);
+        }
         match self.buffer.read(cursor, max_bytes, retained_from, total) {
             Some(answer) => answer,
             None => self.spool.read(cursor, max_bytes),

@@ -19,8 +19,9 @@
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-use super::{Spool, SpoolError, io};
+use super::{LossReason, Spool, SpoolError, io};
 
 /// The first cursors of the oldest and the newest segment: which segment files are named in the
 /// spool directory.
@@ -33,14 +34,14 @@ pub const SYNC_THREADS_MAX: usize = 4;
 /// One `fdatasync` or directory `fsync` of a plan.
 #[derive(Debug)]
 enum SyncJob<'a> {
-    Segment(&'a File),
+    Segment(&'a dyn io::SpoolIo, &'a File),
     Directory(&'a Path),
 }
 
 impl SyncJob<'_> {
     fn run(&self) -> Result<(), SpoolError> {
         match self {
-            SyncJob::Segment(file) => file.sync_data().map_err(io("sync segment")),
+            SyncJob::Segment(seam, file) => seam.sync_data(file).map_err(io("sync segment")),
             SyncJob::Directory(dir) => {
                 crate::journal::storage_sync_dir(dir).map_err(io("sync directory"))
             }
@@ -59,6 +60,7 @@ pub struct SyncPlan {
     parent: Option<PathBuf>,
     layout: Layout,
     total_bytes: u64,
+    io: Arc<dyn io::SpoolIo>,
 }
 
 /// A plan that has run, with its result, to hand back to [`Spool::finish_sync`].
@@ -92,7 +94,12 @@ impl SyncPlan {
     /// fast writer). Nothing may be counted durable before all of them succeeded, so their order
     /// does not matter.
     fn sync(&self) -> Result<(), SpoolError> {
-        let mut jobs: Vec<SyncJob<'_>> = self.files.iter().map(SyncJob::Segment).collect();
+        let seam: &dyn io::SpoolIo = self.io.as_ref();
+        let mut jobs: Vec<SyncJob<'_>> = self
+            .files
+            .iter()
+            .map(|f| SyncJob::Segment(seam, f))
+            .collect();
         jobs.extend(
             self.dir
                 .iter()
@@ -160,6 +167,7 @@ impl Spool {
             parent: None,
             layout,
             total_bytes: self.durable_total,
+            io: Arc::clone(&self.io),
         };
         if !self.writable || !self.dirty {
             return Ok(plan);
@@ -191,7 +199,12 @@ impl Spool {
         }
         // Appends from now on set it again; a failed plan sets it again in `finish_sync`.
         self.dirty = false;
-        plan.total_bytes = self.total_bytes;
+        // While writes fail, the bytes from the open gap on are neither kept nor yet recorded
+        // as lost: the plan stops where the gap starts.
+        plan.total_bytes = match self.gaps.last() {
+            Some(gap) if self.is_failing() => gap.from,
+            _ => self.total_bytes,
+        };
         Ok(plan)
     }
 
@@ -205,6 +218,15 @@ impl Spool {
             if plan.parent.is_some() {
                 self.parent_unsynced = true;
             }
+            // Never retried on the same data: after a failed sync the kernel may have dropped
+            // the dirty pages it could not write, so a later sync that succeeds proves nothing
+            // about them. Everything since the last good sync is lost, and writing goes on in a
+            // new segment.
+            let errno = match &e {
+                SpoolError::Io { cause, .. } => cause.raw_os_error().unwrap_or(0),
+                _ => 0,
+            };
+            self.fail(self.durable_total, LossReason::SyncFailed, errno, false);
             return Err(e);
         }
         if plan.dir.is_some() {

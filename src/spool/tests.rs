@@ -324,10 +324,13 @@ fn a_flipped_byte_in_a_sealed_segment_is_reported_as_corrupt_not_returned() {
     bytes[format::SPOOL_HEADER_BYTES + format::CHUNK_HEADER_BYTES + 3] ^= 1;
     std::fs::write(&seg, bytes).unwrap();
     let (reader, _) = Spool::open_reader(dir.path()).unwrap();
-    assert!(matches!(
-        reader.read(0, 10),
-        Err(SpoolError::Corrupt { .. })
-    ));
+    let read = reader.read(0, 10).unwrap();
+    let skipped = read.skipped.expect("the damaged chunk is named");
+    assert_eq!((skipped.kind, skipped.from), (SkipKind::Damage, 0));
+    assert_eq!(skipped.damage, Some(DamageKind::BadChunk));
+    // The chunk after it follows at once: the damage is that chunk's 500 cursors.
+    assert_eq!(skipped.to, 500);
+    assert_eq!(read.bytes, model.bytes[500..510]);
     // Later segments stay readable.
     let later = reader.read(3000, 100).unwrap();
     assert_eq!(later.bytes, model.bytes[3000..3100]);
@@ -472,10 +475,20 @@ fn check_around_damage(reader: &Spool, model: &Model, damaged: &[SpoolDamage]) {
     while cursor < total {
         if let Some(d) = damaged.iter().find(|d| d.first_cursor == cursor) {
             for c in [d.first_cursor, d.end_cursor - 1] {
-                assert!(
-                    matches!(reader.read(c, 100), Err(SpoolError::Corrupt { .. })),
-                    "cursor {c} is damaged"
+                let read = reader.read(c, 100).unwrap();
+                let skipped = read.skipped.as_ref().expect("damage is named");
+                assert_eq!(
+                    (skipped.kind, skipped.from),
+                    (SkipKind::Damage, c),
+                    "at {c}"
                 );
+                assert!(
+                    skipped.to > c && skipped.to <= d.end_cursor,
+                    "{skipped:?} in {d:?}"
+                );
+                // Whatever follows the damage in the same read is the model's.
+                let to = skipped.to as usize;
+                assert_eq!(read.bytes, model.bytes[to..to + read.bytes.len()]);
             }
             cursor = d.end_cursor;
             continue;

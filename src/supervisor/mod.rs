@@ -204,6 +204,8 @@ pub struct OutputPage {
     pub retained_from: u64,
     pub total_bytes: u64,
     pub gap: bool,
+    /// Cursors the read stepped over before its bytes (a gap or damage) and why.
+    pub skipped: Option<crate::spool::Skipped>,
     pub cursor_ahead: bool,
     pub rendering: Rendering,
     /// Safe text, or base64 of exactly the raw bytes.
@@ -578,15 +580,24 @@ impl Supervisor {
 
     /// Opens a finished process's spool on a blocking thread (it lists and indexes segment
     /// files) and offers it to the actor's bounded cache.
+    ///
+    /// The journal's record of the output (its gaps and final bounds) shapes the reader's view:
+    /// lost output reads as a gap with its reason, and output the files no longer hold as damage.
     async fn open_reader(&self, handle: &Handle) -> Result<Arc<Spool>, SupervisorError> {
         let dir = self.shared.spool_dir(handle);
+        let record = self
+            .manifest(handle)
+            .map(|m| (m.gaps, m.bounds.total_bytes));
         let opened = tokio::task::spawn_blocking(move || Spool::open_reader(&dir))
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))?;
-        let (spool, _) = opened.map_err(|e| SupervisorError::Output {
+        let (mut spool, _) = opened.map_err(|e| SupervisorError::Output {
             handle: *handle,
             message: e.to_string(),
         })?;
+        if let Some((gaps, total)) = record {
+            spool.expect(&gaps, total);
+        }
         let spool = Arc::new(spool);
         let _ = self
             .actor
@@ -801,6 +812,7 @@ pub fn render_page(
         retained_from: read.retained_from,
         total_bytes: read.total_bytes,
         gap: read.gap,
+        skipped: read.skipped.clone(),
         cursor_ahead: false,
         rendering,
         data,

@@ -35,13 +35,13 @@ use super::command::Lease;
 use super::{Shared, lock};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CursorBounds, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint, Terminal,
-    TreeReleased,
+    CaptureStatus, CursorBounds, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint, OutputGap,
+    Terminal, TreeReleased,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
-use crate::spool::Output;
 use crate::spool::format::Stream;
+use crate::spool::{Gap, Output};
 use crate::tree::{LeaderExit, Mechanism, ProcessTree, TreeSignal};
 
 /// Why the supervisor is ending a process (the first reason wins; see `Proc::set_cause`).
@@ -125,6 +125,8 @@ pub(crate) struct Proc {
     cause: AtomicU8,
     /// SIGKILL had to be sent while the leader was unreaped.
     pub escalated: AtomicBool,
+    /// The first loss of output was logged (once per process, not once per chunk).
+    loss_logged: AtomicBool,
     /// Clients waiting for the exit now (bounded by `WAITERS_PER_PROCESS_MAX`).
     waiters: AtomicUsize,
     gate: AtomicBool,
@@ -138,6 +140,7 @@ impl Proc {
             ids,
             spool_at,
             tree: OnceLock::new(),
+            loss_logged: AtomicBool::new(false),
             output: Mutex::new(None),
             output_changed: Notify::new(),
             cause: AtomicU8::new(0),
@@ -202,7 +205,8 @@ impl Proc {
 
     /// Appends what one pass of the drain read and flushes it, under one lock: the bytes are in
     /// the spool's files (for readers in other processes, and a crash of the supervisor) before
-    /// the drain reads again.
+    /// the drain reads again. An error means no spool could be opened at all (its bytes are
+    /// not counted: the capture has failed).
     fn append_output(&self, stream: Stream, bytes: &[u8]) -> Result<(), crate::spool::SpoolError> {
         let result = {
             let mut output = lock(&self.output);
@@ -218,12 +222,34 @@ impl Proc {
                 *output = Some(Output::new(spool, at.buffer_bytes));
             }
             match output.as_mut() {
-                Some(output) => output.append(stream, bytes).and_then(|()| output.flush()),
+                Some(output) => {
+                    // A failed write is not an error of the capture: the spool counted the bytes
+                    // into a gap with its reason, which every read, the journal and the
+                    // capture status report.
+                    let _ = output.append(stream, bytes).and_then(|()| output.flush());
+                    self.log_first_loss(output);
+                    Ok(())
+                }
                 None => Err(crate::spool::SpoolError::ReadOnly),
             }
         };
         self.output_changed.notify_waiters();
         result
+    }
+
+    /// Logs the process's first lost output, once: a disk that stays full fails every pass of
+    /// the drain, and one line says it (the gap itself is in every read, the journal and `ps`).
+    fn log_first_loss(&self, output: &Output) {
+        if let Some(gap) = output.spool().gaps().first()
+            && !self.loss_logged.swap(true, Ordering::SeqCst)
+        {
+            warn!(
+                handle = %self.handle,
+                cursor = gap.from,
+                reason = %gap.describe(),
+                "output lost: recorded as a gap (readers see it; capture will be incomplete)"
+            );
+        }
     }
 
     /// Total bytes of output so far (0 without a spool).
@@ -236,10 +262,13 @@ impl Proc {
     /// Syncs the spool and returns its durable bounds (zero without a spool). The `fdatasync`s
     /// run on a blocking thread without the output lock, so appends (the drain task) and reads
     /// (`output` callers) go on meanwhile; the bounds are those planned before the syncs began.
-    pub async fn sync_output(&self) -> Result<CursorBounds, crate::spool::SpoolError> {
+    ///
+    /// Also returns the gaps (lost output) below those bounds not yet recorded: the caller
+    /// records them in the journal before the bounds, then says so with [`Proc::gaps_recorded`].
+    pub async fn sync_output(&self) -> Result<(CursorBounds, Vec<Gap>), crate::spool::SpoolError> {
         let plan = match lock(&self.output).as_mut() {
             Some(output) => output.plan_sync()?,
-            None => return Ok(CursorBounds::default()),
+            None => return Ok((CursorBounds::default(), Vec::new())),
         };
         let done = if plan.is_empty() {
             plan.run()
@@ -258,14 +287,42 @@ impl Proc {
             }
         };
         match lock(&self.output).as_mut() {
-            Some(output) => output
-                .finish_sync(done)
-                .map(|(retained_from, total_bytes)| CursorBounds {
-                    retained_from,
-                    total_bytes,
-                }),
-            None => Ok(CursorBounds::default()),
+            Some(output) => {
+                let finished = output.finish_sync(done);
+                self.log_first_loss(output);
+                let (retained_from, total_bytes) = finished?;
+                let gaps = output.spool().unrecorded_gaps(total_bytes).to_vec();
+                Ok((
+                    CursorBounds {
+                        retained_from,
+                        total_bytes,
+                    },
+                    gaps,
+                ))
+            }
+            None => Ok((CursorBounds::default(), Vec::new())),
         }
+    }
+
+    /// The first `n` gaps [`Proc::sync_output`] returned are in the journal now.
+    pub fn gaps_recorded(&self, n: usize) {
+        if let Some(output) = lock(&self.output).as_mut() {
+            output.gaps_recorded(n);
+        }
+    }
+
+    /// How much output was lost so far, for the capture status: `None` when nothing was.
+    pub fn loss(&self) -> Option<String> {
+        let output = lock(&self.output);
+        let gaps = output.as_ref()?.spool().gaps();
+        let first = gaps.first()?;
+        let lost: u64 = gaps.iter().map(Gap::len).sum();
+        Some(format!(
+            "{lost} bytes of output lost in {} gap(s), the first at cursor {}: {}",
+            gaps.len(),
+            first.from,
+            first.describe()
+        ))
     }
 
     /// Reads live output; `None` once terminalization closed the spool writer (the caller then
@@ -595,13 +652,29 @@ fn classify(proc: &Proc, status: std::io::Result<LeaderExit>) -> (State, ExitSta
 /// checkpoint when they go past `recorded` (the total the last checkpoint names). Returns the
 /// total the journal's last checkpoint now names.
 async fn sync_and_record(shared: Arc<Shared>, proc: Arc<Proc>, record: bool, recorded: u64) -> u64 {
-    let bounds = match proc.sync_output().await {
-        Ok(bounds) => bounds,
+    let (bounds, gaps) = match proc.sync_output().await {
+        Ok(synced) => synced,
         Err(e) => {
-            warn!(handle = %proc.handle, error = %e, "spool checkpoint failed");
+            // A failed sync lost output (recorded as a gap by the spool, logged once); the next
+            // checkpoint goes on from the next segment.
+            debug!(handle = %proc.handle, error = %e, "spool checkpoint failed");
             return recorded;
         }
     };
+    // Lost output is recorded before any bounds that reach past it, so that the journal tells
+    // the loss from damage. Without its record, no bounds beyond it are recorded either.
+    for gap in &gaps {
+        let event = LifecycleEvent::OutputGap(OutputGap {
+            handle: proc.handle,
+            gap: *gap,
+            at_unix_ms: super::now_unix_ms(),
+        });
+        if let Err(e) = shared.append(EventId::new_v7(), event).await {
+            warn!(handle = %proc.handle, error = %e, "output gap not recorded");
+            return recorded;
+        }
+    }
+    proc.gaps_recorded(gaps.len());
     if !record || bounds.total_bytes <= recorded {
         return recorded;
     }
@@ -658,19 +731,43 @@ pub(crate) async fn terminalize(
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
     // task is suspended at an await.
-    let (bounds, persist_error) = async {
-        // 1. Final cursor bounds: the spool is synced before the journal names its bounds.
-        let bounds = match proc.sync_output().await {
-            Ok(bounds) => bounds,
+    let (bounds, capture, persist_error) = async {
+        // 1. Final cursor bounds: the spool is synced before the journal names its bounds. No
+        // more output comes: a gap still open (writes failing to the end) is closed first, so
+        // that the bounds cover it and it is recorded with them.
+        if let Some(output) = lock(&proc.output).as_mut() {
+            output.finish();
+        }
+        let (bounds, gaps) = match proc.sync_output().await {
+            Ok(synced) => synced,
             Err(e) => {
+                // The spool made everything since its last good sync a gap; closed now.
                 warn!(error = %e, "final spool checkpoint failed");
-                lock(&proc.output)
-                    .as_ref()
-                    .map_or(CursorBounds::default(), |o| CursorBounds {
-                        retained_from: o.spool().retained_from(),
-                        total_bytes: o.spool().durable_total(),
-                    })
+                let mut output = lock(&proc.output);
+                match output.as_mut() {
+                    Some(o) => {
+                        o.finish();
+                        let total = o.spool().settled_total();
+                        (
+                            CursorBounds {
+                                retained_from: o.spool().retained_from(),
+                                total_bytes: total,
+                            },
+                            o.spool().unrecorded_gaps(total).to_vec(),
+                        )
+                    }
+                    None => (CursorBounds::default(), Vec::new()),
+                }
             }
+        };
+        // Lost output makes the capture incomplete, whatever else it was.
+        let capture = match (capture, proc.loss()) {
+            (capture, None) => capture,
+            (CaptureStatus::Complete, Some(loss)) => CaptureStatus::Incomplete(loss),
+            (CaptureStatus::Incomplete(why), Some(loss)) => {
+                CaptureStatus::Incomplete(format!("{why}; {loss}"))
+            }
+            (failed @ CaptureStatus::Failed(_), Some(_)) => failed,
         };
         // 2. The terminal result, under its pre-allocated ID.
         let event = LifecycleEvent::Terminal(Terminal {
@@ -685,6 +782,16 @@ pub(crate) async fn terminalize(
         let persist_error = {
             let (shared, handle, ids) = (Arc::clone(shared), proc.handle, proc.ids);
             tokio::task::spawn_blocking(move || {
+                // Gaps come before the terminal bounds that cover them, and ride its
+                // acknowledgement.
+                for gap in gaps {
+                    let event = LifecycleEvent::OutputGap(OutputGap {
+                        handle,
+                        gap,
+                        at_unix_ms: super::now_unix_ms(),
+                    });
+                    shared.append_deferred_blocking(EventId::new_v7(), &event)?;
+                }
                 // The release rides the terminal event's acknowledgement; once that is durable
                 // the receipt has served its purpose.
                 let released = released
@@ -703,7 +810,7 @@ pub(crate) async fn terminalize(
         if let Some(e) = &persist_error {
             warn!(error = %e, "terminal event not persisted");
         }
-        (bounds, persist_error)
+        (bounds, capture, persist_error)
     }
     .instrument(span)
     .await;
