@@ -891,15 +891,21 @@ impl Model {
             },
             LifecycleEvent::OutputGap(e) => {
                 let g = e.gap;
+                let joins = p.gaps.last().is_some_and(|last| {
+                    last.to == g.from && (last.reason, last.errno) == (g.reason, g.errno)
+                });
                 if is_terminal(p.state)
                     || g.from >= g.to
                     || g.reason == LossReason::Retention
                     || p.gaps.last().is_some_and(|last| last.to > g.from)
-                    || p.gaps.len() >= 256
+                    || (!joins && p.gaps.len() >= 256)
                 {
                     return Refused;
                 }
-                p.gaps.push(g);
+                match p.gaps.last_mut() {
+                    Some(last) if joins => last.to = g.to,
+                    _ => p.gaps.push(g),
+                }
             }
             LifecycleEvent::CompletionNotified(e) => {
                 if p.terminal.is_none() || e.command != p.ids.completion {

@@ -139,6 +139,16 @@ fn a_full_disk_is_a_reported_gap_and_output_resumes_when_space_returns() {
             .any(|s| s["kind"] == "gap" && s["reason"].as_str().unwrap().starts_with("disk full")),
         "{skipped_now:?}"
     );
+    // The journal has the gap (recorded up to each checkpoint while the disk stays full), so
+    // `ps` already says the capture is incomplete.
+    poll_until("ps to show the loss", || {
+        let (_, out, _) = client(root, &["ps", "--json"]);
+        out.lines()
+            .next()
+            .and_then(|l| serde_json::from_str::<Value>(l).ok())
+            .and_then(|i| i["capture"].as_str().map(str::to_owned))
+            .is_some_and(|c| c.starts_with("incomplete") && c.contains("disk full"))
+    });
     // Space returns; after the writer's retry interval, the command writes more.
     remount(&spool, "64m");
     std::thread::sleep(Duration::from_millis(400));

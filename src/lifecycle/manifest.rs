@@ -225,6 +225,12 @@ fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<
     }
 }
 
+/// A gap recorded in pieces (a disk full across checkpoints): the piece that starts where the
+/// last gap ends, for the same reason, extends it.
+fn joins(last: &crate::spool::Gap, next: &crate::spool::Gap) -> bool {
+    last.to == next.from && (last.reason, last.errno) == (next.reason, next.errno)
+}
+
 fn bounds_grow(old: CursorBounds, new: CursorBounds) -> Result<(), Rejection> {
     if new.is_valid() && new.extends(&old) {
         Ok(())
@@ -321,12 +327,13 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             }
             let g = e.gap;
             // Retention is a policy, never recorded as a loss; gaps come in cursor order, as
-            // the spool makes them.
+            // the spool makes them; a piece that continues the last gap joins it.
             let ordered = m.gaps.last().is_none_or(|last| last.to <= g.from);
+            let joins = m.gaps.last().is_some_and(|last| joins(last, &g));
             if g.from >= g.to
                 || g.reason == crate::spool::LossReason::Retention
                 || !ordered
-                || m.gaps.len() >= crate::limits::GAPS_PER_PROCESS_MAX
+                || (!joins && m.gaps.len() >= crate::limits::GAPS_PER_PROCESS_MAX)
             {
                 return Err(Rejection::BadGap { gap: g });
             }
@@ -403,7 +410,10 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
         LifecycleEvent::Scoped(e) => m.scope = Some(e.clone()),
         LifecycleEvent::TreeReleased(e) => m.released = Some(e.proof.clone()),
-        LifecycleEvent::OutputGap(e) => m.gaps.push(e.gap),
+        LifecycleEvent::OutputGap(e) => match m.gaps.last_mut() {
+            Some(last) if joins(last, &e.gap) => last.to = e.gap.to,
+            _ => m.gaps.push(e.gap),
+        },
     }
 }
 

@@ -115,7 +115,11 @@ impl From<&Manifest> for ProcessInfo {
             signal,
             retained_from: m.bounds.retained_from,
             total_bytes: m.bounds.total_bytes,
-            capture: m.terminal.as_ref().map(|t| capture_text(&t.capture)),
+            capture: m
+                .terminal
+                .as_ref()
+                .map(|t| capture_text(&t.capture))
+                .or_else(|| live_loss(&m.gaps)),
             mechanism: m.scope.as_ref().map(|s| s.mechanism),
             ownership: Ownership::of(m),
         }
@@ -128,6 +132,17 @@ fn split_exit(exit: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
         Some(ExitStatus::Signal(s)) => (None, Some(s)),
         Some(ExitStatus::Unknown) | None => (None, None),
     }
+}
+
+/// A live process whose output was lost (the gaps recorded so far): already incomplete.
+fn live_loss(gaps: &[crate::spool::Gap]) -> Option<String> {
+    let first = gaps.first()?;
+    let lost: u64 = gaps.iter().map(crate::spool::Gap::len).sum();
+    Some(format!(
+        "incomplete: {lost} bytes of output lost so far, the first at cursor {}: {}",
+        first.from,
+        first.describe()
+    ))
 }
 
 /// A capture status as the surfaces say it: "complete", or "incomplete: …" / "failed: …".

@@ -296,8 +296,9 @@ pub struct Spool {
     /// Output not kept (see [`loss`]): in cursor order, disjoint. While `failing`, the last one
     /// is open: its `to` follows `total_bytes`.
     gaps: Vec<Gap>,
-    /// The owner has recorded (journaled) this many gaps, a prefix of `gaps`.
-    gaps_recorded: usize,
+    /// The owner has recorded (journaled) the gaps below this cursor. A gap still growing is
+    /// recorded in pieces, each up to the bounds of a checkpoint (the journal joins them).
+    recorded: u64,
     /// Writing failed and has not resumed; appends count their bytes into the open gap.
     failing: Option<Failing>,
     /// Wait at least this long between attempts to resume writing after a failure.
@@ -660,7 +661,7 @@ impl Spool {
             boundary: (pending_at, total_bytes),
             io: Arc::new(io::FileIo),
             gaps: Vec::new(),
-            gaps_recorded: 0,
+            recorded: 0,
             failing: None,
             retry_interval: Duration::from_millis(crate::limits::SPOOL_RETRY_MS),
             losses: 0,
@@ -819,29 +820,48 @@ impl Spool {
     /// never trusts bytes inside a gap anyway).
     fn fail(&mut self, from: u64, reason: LossReason, errno: i32, cut: bool) {
         debug_assert!(from <= self.total_bytes);
-        // Recorded gaps end at or before a durable total, and `from` is never below it.
-        let keep = self.gaps[self.gaps_recorded..].partition_point(|g| g.to <= from);
-        let absorbed = self.gaps.split_off(self.gaps_recorded + keep);
-        let (from, reason, errno) = match absorbed.first() {
-            // An open (or later) gap that started first keeps its reason.
-            Some(g) if g.from <= from => (g.from, g.reason, g.errno),
-            _ => (from, reason, errno),
-        };
-        // Writing resumed and failed again at once, for the same reason: one gap, one record.
-        if self.gaps.len() > self.gaps_recorded
-            && let Some(last) = self.gaps.last_mut()
-            && last.to == from
-            && (last.reason, last.errno) == (reason, errno)
-        {
-            last.to = self.total_bytes;
-        } else {
-            self.gaps.push(Gap {
-                from,
+        // The cursors from `from` on not yet in a gap become gaps with this reason; those
+        // already in one keep theirs (the earlier failure lost them first).
+        let mut at = from;
+        let mut fill = Vec::new();
+        for g in self.gaps.iter().filter(|g| g.to > from) {
+            if g.from > at {
+                fill.push(Gap {
+                    from: at,
+                    to: g.from,
+                    reason,
+                    errno,
+                });
+            }
+            at = at.max(g.to);
+        }
+        // Always a last gap ending at the end of the output (empty if nothing is lost yet): the
+        // one appends count into while writes fail.
+        if at < self.total_bytes || self.gaps.last().is_none_or(|g| g.to < self.total_bytes) {
+            fill.push(Gap {
+                from: at,
                 to: self.total_bytes,
                 reason,
                 errno,
             });
         }
+        for gap in fill {
+            let i = self.gaps.partition_point(|g| g.from < gap.from);
+            self.gaps.insert(i, gap);
+        }
+        // Writing resumed and failed again at once, for the same reason: one gap.
+        let mut joined: Vec<Gap> = Vec::with_capacity(self.gaps.len());
+        for g in self.gaps.drain(..) {
+            match joined.last_mut() {
+                Some(last)
+                    if last.to == g.from && (last.reason, last.errno) == (g.reason, g.errno) =>
+                {
+                    last.to = g.to;
+                }
+                _ => joined.push(g),
+            }
+        }
+        self.gaps = joined;
         let (written_at, written_cursor) = self.written;
         if let Some(active) = self.segments.back_mut() {
             if cut {
@@ -906,8 +926,7 @@ impl Spool {
     /// After a failed sync and [`Spool::finish`], the gap it opened makes this the end.
     pub fn settled_total(&self) -> u64 {
         let mut total = self.durable_total;
-        let closed = self.gaps.len() - usize::from(self.is_failing());
-        for gap in &self.gaps[..closed] {
+        for gap in &self.gaps {
             if gap.from <= total {
                 total = total.max(gap.to);
             }
@@ -930,18 +949,25 @@ impl Spool {
         self.failing.is_some_and(|f| !f.finished)
     }
 
-    /// Gaps wholly below `upto` that the owner has not recorded yet: what it must record (in the
-    /// journal) before it records bounds reaching `upto`.
-    pub fn unrecorded_gaps(&self, upto: u64) -> &[Gap] {
-        let rest = &self.gaps[self.gaps_recorded..];
-        let closed = rest.len() - usize::from(self.is_failing());
-        let n = rest[..closed].partition_point(|g| g.to <= upto);
-        &rest[..n]
+    /// The parts of gaps below `upto` the owner has not recorded yet: what it must record (in
+    /// the journal) before it records bounds reaching `upto`. A gap still growing gives the
+    /// piece up to `upto`; the next call gives the rest (the journal joins pieces that touch).
+    pub fn unrecorded_gaps(&self, upto: u64) -> Vec<Gap> {
+        self.gaps
+            .iter()
+            .filter(|g| g.to > self.recorded && g.from < upto)
+            .map(|g| Gap {
+                from: g.from.max(self.recorded),
+                to: g.to.min(upto),
+                ..*g
+            })
+            .filter(|g| !g.is_empty())
+            .collect()
     }
 
-    /// The owner recorded the first `n` of [`Spool::unrecorded_gaps`].
-    pub fn gaps_recorded(&mut self, n: usize) {
-        self.gaps_recorded = (self.gaps_recorded + n).min(self.gaps.len());
+    /// The owner recorded every gap below `upto`.
+    pub fn gaps_recorded(&mut self, upto: u64) {
+        self.recorded = self.recorded.max(upto);
     }
 
     /// Where a reader's view must end and which gaps it must show, from a record of the
@@ -958,7 +984,7 @@ impl Spool {
         }
         let end = kept.last().map_or(0, |g| g.to);
         self.gaps = kept;
-        self.gaps_recorded = self.gaps.len();
+        self.recorded = end;
         self.total_bytes = self.total_bytes.max(total_bytes).max(end);
     }
 

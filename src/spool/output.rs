@@ -59,8 +59,8 @@ impl Output {
     }
 
     /// [`Spool::gaps_recorded`].
-    pub fn gaps_recorded(&mut self, n: usize) {
-        self.spool.gaps_recorded(n);
+    pub fn gaps_recorded(&mut self, upto: u64) {
+        self.spool.gaps_recorded(upto);
     }
 
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {

@@ -199,12 +199,9 @@ impl Spool {
         }
         // Appends from now on set it again; a failed plan sets it again in `finish_sync`.
         self.dirty = false;
-        // While writes fail, the bytes from the open gap on are neither kept nor yet recorded
-        // as lost: the plan stops where the gap starts.
-        plan.total_bytes = match self.gaps.last() {
-            Some(gap) if self.is_failing() => gap.from,
-            _ => self.total_bytes,
-        };
+        // Bytes lost while writes fail are settled too: the bounds may pass them once their gap
+        // (up to the plan's total) is recorded, so that checkpoints go on through a full disk.
+        plan.total_bytes = self.total_bytes;
         Ok(plan)
     }
 

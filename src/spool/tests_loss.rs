@@ -199,7 +199,7 @@ fn a_full_disk_is_a_gap_and_writing_resumes_after_it() {
     let (_, durable) = spool.checkpoint().unwrap();
     assert_eq!(durable, 2500);
     assert_eq!(spool.unrecorded_gaps(durable).len(), 1);
-    spool.gaps_recorded(1);
+    spool.gaps_recorded(durable);
     assert!(spool.unrecorded_gaps(durable).is_empty());
 }
 

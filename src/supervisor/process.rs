@@ -291,7 +291,7 @@ impl Proc {
                 let finished = output.finish_sync(done);
                 self.log_first_loss(output);
                 let (retained_from, total_bytes) = finished?;
-                let gaps = output.spool().unrecorded_gaps(total_bytes).to_vec();
+                let gaps = output.spool().unrecorded_gaps(total_bytes);
                 Ok((
                     CursorBounds {
                         retained_from,
@@ -304,10 +304,10 @@ impl Proc {
         }
     }
 
-    /// The first `n` gaps [`Proc::sync_output`] returned are in the journal now.
-    pub fn gaps_recorded(&self, n: usize) {
+    /// The gaps [`Proc::sync_output`] returned below `upto` are in the journal now.
+    pub fn gaps_recorded(&self, upto: u64) {
         if let Some(output) = lock(&self.output).as_mut() {
-            output.gaps_recorded(n);
+            output.gaps_recorded(upto);
         }
     }
 
@@ -674,7 +674,7 @@ async fn sync_and_record(shared: Arc<Shared>, proc: Arc<Proc>, record: bool, rec
             return recorded;
         }
     }
-    proc.gaps_recorded(gaps.len());
+    proc.gaps_recorded(bounds.total_bytes);
     if !record || bounds.total_bytes <= recorded {
         return recorded;
     }
@@ -753,7 +753,7 @@ pub(crate) async fn terminalize(
                                 retained_from: o.spool().retained_from(),
                                 total_bytes: total,
                             },
-                            o.spool().unrecorded_gaps(total).to_vec(),
+                            o.spool().unrecorded_gaps(total),
                         )
                     }
                     None => (CursorBounds::default(), Vec::new()),
