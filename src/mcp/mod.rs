@@ -86,9 +86,12 @@ page's `next_cursor` back as `cursor` (nothing is skipped or repeated). The page
 (the bytes from `cursor` to `next_cursor`, as `rendering` says: \"safe_text\" is UTF-8 with \
 terminal control sequences such as colours and cursor movement removed, for reading; \"base64\" \
 is exactly the raw bytes), `next_cursor`, `total_bytes` (all output written so far), \
-`retained_from` (the oldest byte still kept; older output was discarded by retention), `gap` \
-(true when the bytes from `cursor` up to `retained_from` were discarded, so the page starts at \
-`retained_from` instead of `cursor`: output was lost to you, not skipped by mistake), `cursor_ahead` (true when `cursor` was beyond \
+`retained_from` (the oldest byte still kept; older output was discarded by retention), \
+`skipped` (when the page starts after `cursor`: the range `from`..`to` it stepped over, its \
+`kind` (\"gap\": output that was not kept, such as retention or a full disk; \"damage\": output \
+the files should hold and cannot read) and its `reason`; the bytes in `data` start at `to`; \
+never a splice: cursors count over the range), `gap` (true when `skipped` is a gap), \
+`cursor_ahead` (true when `cursor` was beyond \
 `total_bytes`: no data is returned and `next_cursor` is the end of the output), `state` (the \
 process's state; when it is terminal and `next_cursor` equals `total_bytes` you have read \
 everything), `spans` (which byte ranges came from stdout or stderr). All sizes and offsets are \
