@@ -253,6 +253,50 @@ fn labels_and_commands_are_escaped_in_human_output() {
             "{tool:?}: the label broke the line: {text:?}"
         );
     }
+    // The same on a terminal (a pseudo-terminal, through util-linux `script`), where a raw
+    // sequence would retitle it: the human output of ps, manifests and the command's own
+    // output (logs) shows them escaped.
+    let Ok(probe) = std::process::Command::new("script")
+        .arg("--version")
+        .output()
+    else {
+        eprintln!("SKIPPED the pseudo-terminal half: util-linux `script` is not installed");
+        return;
+    };
+    assert!(probe.status.success());
+    let manifests = run_in(root, &["journal", "manifests", "--json"]);
+    let text = String::from_utf8(manifests.stdout).unwrap();
+    let handle = text
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find_map(|m| m["handle"].as_str().map(str::to_owned))
+        .unwrap();
+    let bin = env!("CARGO_BIN_EXE_procjournal");
+    let root = root.display();
+    // ps and manifests show the label and command escaped; logs strips the title sequence the
+    // command printed (safe text drops terminal control sequences).
+    for (tool, shows) in [
+        (format!("{bin} ps --root {root}"), true),
+        (format!("{bin} journal manifests --root {root}"), true),
+        (format!("{bin} logs --root {root} {handle}"), false),
+    ] {
+        let out = std::process::Command::new("script")
+            .args(["-q", "-e", "-c", &tool, "/dev/null"])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{tool}: {out:?}");
+        assert!(
+            !out.stdout.windows(2).any(|w| w == b"\x1b]") && !out.stdout.contains(&0x07),
+            "{tool} put a raw sequence on the terminal: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).contains("pwned"),
+            shows,
+            "{tool}: {:?}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+    }
 }
 
 /// Issue 14, `logs` and gaps: bytes lost to retention are announced on stderr as
