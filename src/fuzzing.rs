@@ -1037,6 +1037,16 @@ pub fn lifecycle_decoders(payload: &[u8]) {
             }
         }
     }
+    // The kinds only the reference reads: total, and the public decoder agrees with it.
+    for kind in kinds::SCOPED..=kinds::OUTPUT_GAP {
+        let reference = LifecycleEvent::decode_reference(kind, CODEC_VERSION, payload);
+        let public = LifecycleEvent::decode(kind, CODEC_VERSION, payload);
+        assert_eq!(format!("{public:?}"), format!("{reference:?}"));
+        if let Ok(event) = &reference {
+            // What decodes encodes back to the same bytes (fixed-width fields, no slack).
+            assert_eq!(event.encode().ok().as_deref(), Some(payload));
+        }
+    }
 }
 
 /// Arbitrary sequences of lifecycle events, built from the input bytes over three handles and a
@@ -1091,7 +1101,7 @@ pub fn lifecycle_store(data: &[u8]) {
             retained_from: u64::from(x >> 4),
             total_bytes: u64::from(x >> 2) + u64::from(pick & 3),
         };
-        let event = match op % 9 {
+        let event = match op % 10 {
             0 => LifecycleEvent::Registered(Registered {
                 handle: hd,
                 ids: ids(h),
@@ -1139,6 +1149,21 @@ pub fn lifecycle_store(data: &[u8]) {
             7 => LifecycleEvent::LifecyclePublished(LifecyclePublished {
                 handle: hd,
                 event: [ids(h).running, ids(h).terminal, ids(h).lost, id(99)][usize::from(x % 4)],
+            }),
+            8 => LifecycleEvent::OutputGap(OutputGap {
+                handle: hd,
+                gap: crate::spool::Gap {
+                    from: u64::from(x >> 2),
+                    to: u64::from(x >> 2) + u64::from(pick & 7),
+                    reason: [
+                        crate::spool::LossReason::Retention,
+                        crate::spool::LossReason::DiskFull,
+                        crate::spool::LossReason::IoError,
+                        crate::spool::LossReason::SyncFailed,
+                    ][usize::from(x & 3)],
+                    errno: i32::from(pick & 1) * 28,
+                },
+                at_unix_ms: 0,
             }),
             _ => LifecycleEvent::CompletionNotified(CompletionNotified {
                 handle: hd,
