@@ -61,6 +61,40 @@ fn verify_exits_zero_on_a_clean_journal_and_one_on_damage() {
     assert_eq!(report["records"], 199);
 }
 
+/// A leftover `.tmp` of an interrupted segment creation is counted by `verify` (human and JSON),
+/// makes it exit 1, and is gone after the next writable open.
+#[test]
+fn verify_counts_leftover_tmp_files_until_a_writable_open_removes_them() {
+    let dir = tempfile::tempdir().unwrap();
+    write_events(dir.path(), 3);
+    let (code, out, _) = run(&["journal", "verify"], dir.path());
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("leftover tmp files 0"), "{out}");
+    let tmp = dir.path().join("journal/00000000000000000007.log.tmp");
+    std::fs::write(&tmp, [0u8; 100]).unwrap();
+
+    let (code, out, _) = run(&["journal", "verify"], dir.path());
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("leftover tmp files 1"), "{out}");
+    assert!(out.contains("00000000000000000007.log.tmp"), "{out}");
+    let (code, out, _) = run(&["journal", "verify", "--json"], dir.path());
+    assert_eq!(code, 1, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["leftover_tmp_file_count"], 1, "{report}");
+    assert_eq!(
+        report["leftover_tmp_files"][0],
+        "00000000000000000007.log.tmp"
+    );
+    assert!(tmp.exists(), "verify is read-only");
+
+    write_events(dir.path(), 0);
+    assert!(!tmp.exists(), "a writable open removes it");
+    let (code, out, _) = run(&["journal", "verify", "--json"], dir.path());
+    assert_eq!(code, 0, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["leftover_tmp_file_count"], 0, "{report}");
+}
+
 #[test]
 fn verify_fails_with_exit_two_when_there_is_no_journal() {
     let dir = tempfile::tempdir().unwrap();

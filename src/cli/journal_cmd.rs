@@ -88,7 +88,11 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     progress.finish();
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(&mut out, &report)?;
+        let line = VerifyLine {
+            leftover_tmp_file_count: report.leftover_tmp_files.len(),
+            report: &report,
+        };
+        serde_json::to_writer(&mut out, &line)?;
         writeln!(out)?;
     } else {
         write_report(&mut out, &reader.dir(), &report)?;
@@ -98,6 +102,15 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `journal verify --json`: the report, and the counts a script checks without walking lists.
+#[derive(Serialize)]
+struct VerifyLine<'a> {
+    #[serde(flatten)]
+    report: &'a RecoveryReport,
+    /// Files of interrupted segment creations (a writable open removes them).
+    leftover_tmp_file_count: usize,
 }
 
 fn write_report(
@@ -111,8 +124,10 @@ fn write_report(
         .map_or_else(|| "none".to_owned(), |s| s.to_string());
     writeln!(
         out,
-        "segments {}  records {}  last seq {last}",
-        report.segments, report.records
+        "segments {}  records {}  last seq {last}  leftover tmp files {}",
+        report.segments,
+        report.records,
+        report.leftover_tmp_files.len()
     )?;
     for t in &report.torn_tails {
         writeln!(

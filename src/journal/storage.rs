@@ -7,7 +7,8 @@
 //!
 //! Invariants: a segment is visible under its final name only after its zeroes and header are
 //! durable and its directory entry is synced ([`FileBackend::create_segment`]); no method ever
-//! shrinks a file.
+//! shrinks a file; a spare whose preparation or commit fails before its rename is removed at once
+//! (best effort), so a full disk gets its space back without waiting for the next writable open.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -98,6 +99,13 @@ pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
+/// Removes a spare that failed part-way (ENOSPC while writing its zeroes, say) at once, so
+/// that the space it took is given back while the writer still runs, not at the next writable
+/// open. Best effort: the file never held a record, and a writable open removes what is left.
+fn remove_partial(path: &Path) {
+    let _ = fs::remove_file(path);
+}
+
 fn write_zeroes(file: &mut File, from: u64, to: u64) -> io::Result<()> {
     let zeroes = vec![0u8; ZERO_CHUNK_BYTES];
     let mut at = from;
@@ -124,9 +132,13 @@ impl Backend for FileBackend {
             .open(&path)?;
         // Real zeroes, not set_len or fallocate: the research measured fdatasync after stores into
         // unwritten extents at 1.5-2.2x the cost, and a hole can turn a store into SIGBUS on ENOSPC.
-        write_zeroes(&mut file, 0, segment_bytes as u64)?;
-        file.flush()?;
-        file.sync_all()
+        write_zeroes(&mut file, 0, segment_bytes as u64)
+            .and_then(|()| file.flush())
+            .and_then(|()| file.sync_all())
+            .inspect_err(|_| {
+                drop(file);
+                remove_partial(&path);
+            })
     }
 
     fn commit_spare(
@@ -137,11 +149,16 @@ impl Backend for FileBackend {
         header: &[u8],
     ) -> io::Result<()> {
         let spare_path = dir.join(spare_name);
-        let file = OpenOptions::new().write(true).open(&spare_path)?;
-        file.write_all_at(header, 0)?;
-        file.sync_data()?;
-        drop(file);
-        fs::rename(&spare_path, dir.join(name))?;
+        let headed = OpenOptions::new()
+            .write(true)
+            .open(&spare_path)
+            .and_then(|file| {
+                file.write_all_at(header, 0)?;
+                file.sync_data()
+            })
+            .and_then(|()| fs::rename(&spare_path, dir.join(name)));
+        // Until the rename the file is still a spare, which never held a record.
+        headed.inspect_err(|_| remove_partial(&spare_path))?;
         sync_dir(dir)
     }
 

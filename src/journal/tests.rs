@@ -479,12 +479,19 @@ fn leftover_tmp_segment_is_removed_by_a_writable_open() {
     std::fs::write(&tmp, b"partial").unwrap();
     let (_, report) = read_all(dir.path());
     assert_eq!(report.leftover_tmp_files.len(), 1);
+    // `journal verify` reports it too (and so is not clean), and removes nothing.
+    let verified = JournalReader::open(dir.path()).unwrap().verify().unwrap();
+    assert_eq!(verified.leftover_tmp_files.len(), 1, "{verified:?}");
+    assert!(!verified.is_clean() && verified.is_crash_residue_only());
+    assert!(tmp.exists());
     let (journal, report) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
     assert_eq!(report.leftover_tmp_files.len(), 1);
     assert!(!tmp.exists());
     append_n(&journal, 2, 40);
     drop(journal);
     check(dir.path(), 40);
+    let verified = JournalReader::open(dir.path()).unwrap().verify().unwrap();
+    assert!(verified.leftover_tmp_files.is_empty(), "{verified:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

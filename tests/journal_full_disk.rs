@@ -1,0 +1,113 @@
+//! The journal on a real full file system: a small tmpfs mounted for the test (the tests run as
+//! root; where mounting is not allowed the test prints why and passes without running).
+
+use std::path::Path;
+use std::process::Command;
+
+use procjournal::journal::reader::JournalReader;
+use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
+
+const KIND: EventKind = match EventKind::new(1) {
+    Some(k) => k,
+    None => panic!(),
+};
+
+/// A tmpfs of `size` mounted on a temporary directory, unmounted when dropped.
+struct SmallTmpfs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallTmpfs {
+    /// `None`, with the reason printed, where this process may not mount one.
+    fn mount(size: &str) -> Option<SmallTmpfs> {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mounted = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output();
+        match mounted {
+            Ok(out) if out.status.success() => Some(SmallTmpfs { dir }),
+            Ok(out) => {
+                eprintln!(
+                    "SKIPPED: cannot mount a {size} tmpfs ({}): {}",
+                    out.status,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
+                None
+            }
+            Err(e) => {
+                eprintln!("SKIPPED: cannot run mount: {e}");
+                None
+            }
+        }
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(self.dir.path()).status();
+    }
+}
+
+fn options(segment_bytes: usize) -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes,
+    }
+}
+
+/// Names in `root`'s journal directory that a segment creation leaves while it runs: the
+/// `.log.tmp` of a segment created in place and the `.spare` prepared ahead of a rotation.
+fn temporaries(root: &Path) -> Vec<String> {
+    std::fs::read_dir(root.join("journal"))
+        .map(|entries| {
+            entries
+                .map(|e| {
+                    e.expect("dir entry")
+                        .file_name()
+                        .to_string_lossy()
+                        .into_owned()
+                })
+                .filter(|n| n.ends_with(".tmp") || n.ends_with(".spare"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// ENOSPC while a segment's zeroes are written: the partial file is removed at once (its space
+/// given back), both for the first segment of a new journal (created as `.log.tmp`) and for the
+/// spare the writer prepares in the background (`.spare`); nothing is left for `journal verify`
+/// to report, and what was appended is intact.
+#[test]
+fn a_segment_that_fills_the_disk_is_removed_at_once() {
+    let Some(fs) = SmallTmpfs::mount("4m") else {
+        return;
+    };
+    // A first segment larger than the file system: the open fails, and leaves nothing.
+    let big = fs.path().join("big");
+    let failed = Journal::open(&big, options(8 << 20));
+    assert!(failed.is_err(), "an 8 MiB segment cannot fit in 4 MiB");
+    assert_eq!(temporaries(&big), Vec::<String>::new());
+
+    // A first segment that fits (in the space the failed one gave back) and a spare that does
+    // not: the open succeeds, the spare fails on its background thread (joined when the journal
+    // is dropped) and is removed.
+    let root = fs.path().join("root");
+    let (journal, _) = Journal::open(&root, options(3 << 20)).expect("open");
+    for i in 0..10u8 {
+        journal
+            .append(EventId::from_bytes([i + 1; 16]), KIND, 1, &[i; 40])
+            .expect("append");
+    }
+    drop(journal);
+    assert_eq!(temporaries(&root), Vec::<String>::new());
+    let reader = JournalReader::open(&root).expect("reader");
+    let report = reader.verify().expect("verify");
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(report.records, 10);
+    assert!(report.leftover_tmp_files.is_empty());
+}
