@@ -107,6 +107,7 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<()> {
             env: Default::default(),
             labels: Default::default(),
             timeout_ms: None,
+            retention_bytes: None,
         }))?;
         let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
         let done = client.call(&Request::Wait {

@@ -250,3 +250,52 @@ pub const GAPS_PER_PROCESS_MAX: usize = 256;
 /// The pipe size asked for with F_SETPIPE_SZ: larger pipes mean fewer wakeups (research: 1 MiB
 /// pipes tripled throughput on this kind of machine).
 pub const PIPE_BYTES: i32 = 1024 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// Output retention (issue 14: output that is never lost silently). What a process's spool keeps
+// is configurable per daemon (`serve --retention`) and per process (`start --retention`,
+// `StartArgs::retention_bytes`, `Command::output_retention`); what is past it is deleted in whole
+// oldest segments, and readers asking for it get a gap.
+
+/// Bytes of one spool segment by default (`SpoolOptions::default().segment_bytes`, checked by a
+/// test): a spool rotates to a new file once its active one holds this much.
+pub const SPOOL_SEGMENT_BYTES_DEFAULT: u64 = 8 * 1024 * 1024;
+
+/// Output bytes a process keeps by default (`SpoolOptions::default().retention_bytes`): a long
+/// build's or test run's tail several times over, at a cost of 64 MiB of disk per process.
+pub const RETENTION_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
+
+/// The least retention a start or a daemon may ask for: one default spool segment. Retention
+/// deletes whole segments and never the active one, so less than a segment could not be honoured
+/// (the spool would keep the whole active segment anyway); a value this small keeps between
+/// nothing and one segment of the most recent output, depending on where the last rotation fell.
+pub const RETENTION_BYTES_MIN: u64 = SPOOL_SEGMENT_BYTES_DEFAULT;
+
+/// Sealed segments a spool holds at most at its retention: the default's count
+/// (64 MiB / 8 MiB). A spool's writer and readers keep every retained segment open, so a larger
+/// retention gets larger segments (`retention / RETENTION_SEGMENTS_MAX`) rather than more
+/// descriptors: any retention costs a process the descriptors the default costs.
+pub const RETENTION_SEGMENTS_MAX: u64 = 8;
+
+/// The most retention a start or a daemon may ask for: 4 GiB per process. More is far more often
+/// a unit mistake than a wish (the live-process bound times this is already a terabyte of disk),
+/// and at [`RETENTION_SEGMENTS_MAX`] segments its segments are 512 MiB, the most a read of a
+/// damaged sealed segment loads at once.
+pub const RETENTION_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+
+const _: () = assert!(RETENTION_BYTES_MIN <= RETENTION_BYTES_DEFAULT);
+const _: () = assert!(RETENTION_BYTES_DEFAULT <= RETENTION_BYTES_MAX);
+const _: () =
+    assert!(RETENTION_BYTES_DEFAULT / RETENTION_SEGMENTS_MAX == SPOOL_SEGMENT_BYTES_DEFAULT);
+const _: () = assert!(RETENTION_BYTES_MAX / RETENTION_SEGMENTS_MAX <= 512 * 1024 * 1024);
+
+#[cfg(test)]
+mod tests {
+    /// The spool's defaults are the bounds named here (the spool keeps its own copy).
+    #[test]
+    fn spool_defaults_are_the_named_bounds() {
+        let options = crate::spool::SpoolOptions::default();
+        assert_eq!(options.segment_bytes, super::SPOOL_SEGMENT_BYTES_DEFAULT);
+        assert_eq!(options.retention_bytes, super::RETENTION_BYTES_DEFAULT);
+    }
+}

@@ -5,7 +5,10 @@ use std::collections::BTreeMap;
 
 use procjournal::lifecycle::{Handle, State};
 use procjournal::protocol::base64;
-use procjournal::protocol::{ErrorCode, Request, StartArgs, decode_request, request_from_args};
+use procjournal::protocol::{
+    ErrorCode, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN, Request, StartArgs, decode_request,
+    request_from_args,
+};
 use procjournal::supervisor::Rendering;
 use procjournal::{EventId, fuzzing};
 use proptest::prelude::*;
@@ -32,18 +35,22 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
         proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3),
         proptest::collection::btree_map(text(), text(), 0..3),
         proptest::option::of(1u64..u64::MAX),
+        proptest::option::of(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX),
     )
-        .prop_map(|(args, program, cwd, env, labels, timeout_ms)| {
-            let mut command = vec![program];
-            command.extend(args);
-            StartArgs {
-                command,
-                cwd,
-                env,
-                labels,
-                timeout_ms,
-            }
-        })
+        .prop_map(
+            |(args, program, cwd, env, labels, timeout_ms, retention_bytes)| {
+                let mut command = vec![program];
+                command.extend(args);
+                StartArgs {
+                    command,
+                    cwd,
+                    env,
+                    labels,
+                    timeout_ms,
+                    retention_bytes,
+                }
+            },
+        )
 }
 
 fn request() -> impl Strategy<Value = Request> {
@@ -156,6 +163,35 @@ proptest! {
                 ErrorCode::BadArgs,
                 "{}", line
             ),
+        }
+    }
+
+    /// `retention_bytes` outside its bounds (0, below one spool segment, past the maximum) is
+    /// refused as bad_args, naming the range; inside them it is accepted as given.
+    #[test]
+    fn retention_is_validated_against_its_bounds(bytes in prop_oneof![
+        Just(0u64),
+        1u64..RETENTION_BYTES_MIN,
+        Just(RETENTION_BYTES_MIN - 1),
+        Just(RETENTION_BYTES_MIN),
+        RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX,
+        Just(RETENTION_BYTES_MAX),
+        Just(RETENTION_BYTES_MAX + 1),
+        (RETENTION_BYTES_MAX + 1)..=u64::MAX,
+    ]) {
+        let args = json!({"command": ["true"], "retention_bytes": bytes});
+        let within = (RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX).contains(&bytes);
+        match request_from_args("start", args) {
+            Ok(Request::Start(start)) => {
+                prop_assert!(within, "accepted {}", bytes);
+                prop_assert_eq!(start.retention_bytes, Some(bytes));
+            }
+            Ok(other) => prop_assert!(false, "not a start: {:?}", other),
+            Err(e) => {
+                prop_assert!(!within, "refused {}: {}", bytes, e);
+                prop_assert_eq!(ErrorCode::from(&e), ErrorCode::BadArgs);
+                prop_assert!(e.to_string().contains("retention_bytes"), "{}", e);
+            }
         }
     }
 

@@ -683,6 +683,64 @@ async fn output_renders_as_safe_text_or_as_base64_of_the_same_bytes() {
     }
 }
 
+/// Issue 14: a process's own output retention (`Command::output_retention`) is checked against
+/// one spool segment and the maximum, recorded in its registration (a process without one is
+/// recorded with the supervisor's default), survives a replay, and bounds that process's spool
+/// while its neighbour keeps the default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_keeps_the_output_retention_it_was_started_with() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.spool = SpoolOptions {
+        segment_bytes: 4096,
+        retention_bytes: 1 << 20,
+    };
+    cfg.buffer_bytes = 1024;
+    let (sup, _rx) = open(cfg).await;
+    let seq = || Command::new("seq").args(["1", "20000"]).cwd(root.path());
+    for bad in [0, 4095, procjournal::limits::RETENTION_BYTES_MAX + 1] {
+        match sup.prepare(seq().output_retention(bad)) {
+            Err(procjournal::supervisor::PrepareError::Retention { bytes, min, max }) => {
+                assert_eq!((bytes, min), (bad, 4096));
+                assert_eq!(max, procjournal::limits::RETENTION_BYTES_MAX);
+            }
+            other => panic!("retention {bad} accepted: {other:?}"),
+        }
+    }
+    let own = start(&sup, seq().output_retention(16 * 1024)).await;
+    let default = start(&sup, seq()).await;
+    let own_end = wait(&sup, &own).await;
+    let default_end = wait(&sup, &default).await;
+    let total: u64 = (1..=20000u32).map(|n| format!("{n}\n").len() as u64).sum();
+    assert_eq!(own_end.bounds.total_bytes, total);
+    assert_eq!(default_end.bounds.total_bytes, total);
+    // Whole segments are deleted while more than the retention is kept: what is left is more
+    // than the retention less one segment (and a chunk it may run over by), and at most it.
+    let kept = own_end.bounds.total_bytes - own_end.bounds.retained_from;
+    let chunk = procjournal::spool::CHUNK_SPLIT_BYTES as u64;
+    assert!(kept <= 16 * 1024, "kept {kept}");
+    assert!(kept > 16 * 1024 - 4096 - chunk, "kept {kept}");
+    assert_eq!(
+        default_end.bounds.retained_from, 0,
+        "the default keeps all of it"
+    );
+    let (store, report) = replay(&root.path().join("rt"));
+    assert!(report.is_clean(), "{report:?}");
+    let retention = |h: &Handle| {
+        store
+            .get(h)
+            .and_then(|m| m.command.limits().output_retention_bytes)
+    };
+    assert_eq!(retention(&own), Some(16 * 1024));
+    assert_eq!(retention(&default), Some(1 << 20));
+    assert_eq!(
+        sup.manifest(&own)
+            .and_then(|m| m.command.limits().output_retention_bytes),
+        Some(16 * 1024)
+    );
+    sup.shutdown(Duration::from_secs(2)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_segments_give_a_gap_and_a_cursor_past_the_end_is_cursor_ahead() {
     let root = temp_root();

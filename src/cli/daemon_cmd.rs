@@ -182,6 +182,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         env: args.env.into_iter().collect(),
         labels: args.labels.into_iter().collect(),
         timeout_ms: args.timeout.map(millis),
+        retention_bytes: None,
     });
     let mut client = args.target.connect()?;
     let info = client.call(&request)?;

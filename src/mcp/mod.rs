@@ -68,7 +68,9 @@ const TOOLS: [ToolSpec; 7] = [
 background, in its own process group, with stdin, stdout and stderr captured). `command` is the \
 program and its arguments as a list; no shell is involved unless you run one, e.g. \
 [\"sh\", \"-c\", \"make test 2>&1\"]. Returns the process: `handle` (pass it to every other tool), \
-`state` (`running`), `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`. If the program \
+`state` (`running`), `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`, `retention_bytes` \
+(the output bytes kept: set `retention_bytes` to keep more or less than the server's default). \
+If the program \
 cannot be spawned the error is spawn_failed and the process is recorded as `failed` under the \
 handle the error names.",
         schema: schema_for_input::<StartArgs>,
@@ -163,8 +165,9 @@ so prefer a timeout for commands that may run long.",
         description: "List every process this runtime root knows, oldest first, including those \
 of earlier server runs (processes that were live when an earlier server died are \
 `lost_on_restore`; their output is still readable with `output`). Each entry has `handle`, \
-`state`, `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`, `exit_code`, `signal`, and \
-`retained_from`/`total_bytes` of its output as last recorded. Filter by `state` or by a `label` \
+`state`, `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`, `exit_code`, `signal`, \
+`retained_from`/`total_bytes` of its output as last recorded, and `retention_bytes` (how much \
+output it keeps; older output is discarded). Filter by `state` or by a `label` \
 given as \"key=value\".",
         schema: schema_for_input::<ListArgs>,
         read_only: true,

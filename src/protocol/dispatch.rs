@@ -40,6 +40,10 @@ pub struct ProcessInfo {
     /// recorded in the journal (a running process may have written more since).
     pub retained_from: u64,
     pub total_bytes: u64,
+    /// Output bytes this process keeps (its own retention, or the supervisor's default when it
+    /// started); older output is deleted in whole segments. `None` for a process recorded
+    /// before retention was.
+    pub retention_bytes: Option<u64>,
     /// Whether every output byte was captured, once terminal: "complete", or "incomplete: …" /
     /// "failed: …" with the reason (`None` while the process runs).
     pub capture: Option<String>,
@@ -115,6 +119,7 @@ impl From<&Manifest> for ProcessInfo {
             signal,
             retained_from: m.bounds.retained_from,
             total_bytes: m.bounds.total_bytes,
+            retention_bytes: m.command.limits().output_retention_bytes,
             capture: m
                 .terminal
                 .as_ref()
@@ -373,6 +378,9 @@ impl Dispatcher {
         }
         if let Some(ms) = args.timeout_ms {
             command = command.timeout(Duration::from_millis(ms));
+        }
+        if let Some(bytes) = args.retention_bytes {
+            command = command.output_retention(bytes);
         }
         let prepared = sup
             .prepare(command)

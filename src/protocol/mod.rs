@@ -33,7 +33,7 @@ pub use dispatch::Dispatcher;
 
 /// The protocol version this build speaks; requests carry it as `"v"`.
 pub const PROTOCOL_VERSION: u32 = 1;
-pub use crate::limits::REQUEST_BYTES_MAX;
+pub use crate::limits::{REQUEST_BYTES_MAX, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN};
 /// The most output bytes one `output` request returns.
 pub const OUTPUT_BYTES_MAX: u64 = 1 << 20;
 /// `max_bytes` when a request leaves it out.
@@ -70,6 +70,13 @@ pub struct StartArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
+    /// Bytes of output to keep (stdout and stderr together), from 8388608 (8 MiB, one spool
+    /// segment) to 4294967296 (4 GiB). Older output is deleted in whole segments; reading it
+    /// gives a page with `gap: true` that starts at `retained_from`. Default: the server's
+    /// (64 MiB unless it was started with another).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 8_388_608, max = 4_294_967_296_u64))]
+    pub retention_bytes: Option<u64>,
 }
 
 /// `list`: every process the journal knows, optionally filtered.
@@ -607,6 +614,14 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
     if args.timeout_ms == Some(0) {
         return Err("timeout_ms must be at least 1".to_owned());
     }
+    if let Some(bytes) = args.retention_bytes
+        && !(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX).contains(&bytes)
+    {
+        return Err(format!(
+            "retention_bytes {bytes} is out of range ({RETENTION_BYTES_MIN}, one spool segment, \
+             to {RETENTION_BYTES_MAX})"
+        ));
+    }
     Ok(())
 }
 
@@ -767,6 +782,10 @@ mod tests {
             output["properties"]["wait_ms"]["maximum"],
             serde_json::json!(OUTPUT_WAIT_MS_MAX)
         );
+        let start = serde_json::to_value(schemars::schema_for!(StartArgs)).unwrap();
+        let retention = &start["properties"]["retention_bytes"];
+        assert_eq!(retention["minimum"], serde_json::json!(RETENTION_BYTES_MIN));
+        assert_eq!(retention["maximum"], serde_json::json!(RETENTION_BYTES_MAX));
         let stop = serde_json::to_value(schemars::schema_for!(StopArgs)).unwrap();
         assert_eq!(
             stop["properties"]["grace_ms"]["maximum"],

@@ -465,7 +465,10 @@ impl Actor {
         };
         let spool_at = super::process::SpoolAt {
             dir: self.shared.spool_dir(&handle),
-            options: self.shared.config.spool,
+            options: self
+                .shared
+                .config
+                .spool_for(prepared.spec.limits.output_retention_bytes),
             buffer_bytes: self.shared.config.buffer_bytes,
         };
         let proc = Arc::new(Proc::new(handle, ids, spool_at));

@@ -9,6 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::lifecycle::event::{CommandSpec, Limits};
+use crate::limits;
+use crate::spool::SpoolOptions;
 
 /// A host-held resource (a workspace, a worktree) that a process uses; released exactly once,
 /// when the process is terminal, before its completion is notified.
@@ -26,6 +28,7 @@ pub struct Command {
     env: Vec<(String, String)>,
     labels: BTreeMap<String, String>,
     timeout: Option<Duration>,
+    retention: Option<u64>,
     owner: String,
 }
 
@@ -38,6 +41,7 @@ impl Command {
             env: Vec::new(),
             labels: BTreeMap::new(),
             timeout: None,
+            retention: None,
             owner: String::new(),
         }
     }
@@ -67,6 +71,14 @@ impl Command {
         self.timeout = Some(limit);
         self
     }
+    /// Output bytes this process keeps (its spool's retention) instead of the supervisor's
+    /// default (`SupervisorConfig::spool`): older output is deleted in whole segments, and a
+    /// read of it reports a gap. At least one spool segment, at most
+    /// [`limits::RETENTION_BYTES_MAX`]; `prepare` refuses anything else.
+    pub fn output_retention(mut self, bytes: u64) -> Self {
+        self.retention = Some(bytes);
+        self
+    }
     pub fn owner(mut self, owner: impl Into<String>) -> Self {
         self.owner = owner.into();
         self
@@ -85,6 +97,11 @@ pub enum PrepareError {
     RelativeWorkingDirectory(PathBuf),
     #[error("{0:?} is not valid UTF-8")]
     NotUtf8(PathBuf),
+    /// The output retention asked for is out of range: below one spool segment (retention
+    /// deletes whole segments and never the active one) or above
+    /// [`limits::RETENTION_BYTES_MAX`].
+    #[error("output retention {bytes} bytes is out of range ({min} to {max})")]
+    Retention { bytes: u64, min: u64, max: u64 },
 }
 
 /// A validated, single-use launch.
@@ -106,7 +123,12 @@ impl PreparedProcess {
     }
 }
 
-pub(crate) fn prepare(command: Command) -> Result<PreparedProcess, PrepareError> {
+/// Validates `command`; `spool` is the supervisor's default spool, whose retention a command
+/// without its own is recorded with, and whose segment size is the least retention it accepts.
+pub(crate) fn prepare(
+    command: Command,
+    spool: &SpoolOptions,
+) -> Result<PreparedProcess, PrepareError> {
     if command.program.is_empty() {
         return Err(PrepareError::EmptyProgram);
     }
@@ -118,12 +140,24 @@ pub(crate) fn prepare(command: Command) -> Result<PreparedProcess, PrepareError>
         .to_str()
         .ok_or_else(|| PrepareError::NotUtf8(cwd.clone()))?
         .to_owned();
+    let retention = match command.retention {
+        Some(bytes) => {
+            let (min, max) = (spool.segment_bytes, limits::RETENTION_BYTES_MAX);
+            if !(min..=max).contains(&bytes) {
+                return Err(PrepareError::Retention { bytes, min, max });
+            }
+            bytes
+        }
+        None => spool.retention_bytes,
+    };
     let limits = Limits {
         wall_clock_ms: command
             .timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         idle_ms: None,
-        output_retention_bytes: None,
+        // The effective value, default or not: the journal says what each process kept, whatever
+        // a later daemon's default is.
+        output_retention_bytes: Some(retention),
     };
     Ok(PreparedProcess {
         spec: CommandSpec {

@@ -106,6 +106,34 @@ impl SupervisorConfig {
             launcher: Arc::new(GroupLauncher),
         }
     }
+
+    /// The spool of a process that keeps `retention` bytes of output (`None`, for a process
+    /// recorded before retention was: the default). Its segments grow with its retention so that
+    /// it holds at most [`limits::RETENTION_SEGMENTS_MAX`] sealed segments: each stays open
+    /// while the spool does, so any retention costs the descriptors the default costs.
+    pub(crate) fn spool_for(&self, retention: Option<u64>) -> SpoolOptions {
+        let retention_bytes = retention.unwrap_or(self.spool.retention_bytes);
+        SpoolOptions {
+            segment_bytes: self
+                .spool
+                .segment_bytes
+                .max(retention_bytes.div_ceil(limits::RETENTION_SEGMENTS_MAX)),
+            retention_bytes,
+        }
+    }
+
+    /// Refuses a configuration no process could honour.
+    fn check(&self) -> Result<(), SupervisorError> {
+        let (min, max) = (self.spool.segment_bytes, limits::RETENTION_BYTES_MAX);
+        if min == 0 || !(min..=max).contains(&self.spool.retention_bytes) {
+            return Err(SupervisorError::Config(format!(
+                "spool.retention_bytes {} is out of range (one segment, {min}, to {max}); \
+                 spool.segment_bytes must be positive",
+                self.spool.retention_bytes
+            )));
+        }
+        Ok(())
+    }
 }
 
 /// What the actor owns right now; for hosts' health checks and for tests that prove ownership.
@@ -150,6 +178,9 @@ pub enum SupervisorError {
     TeardownFailed { handle: Handle, reason: String },
     #[error("the supervisor task failed: {0}")]
     Task(String),
+    /// The [`SupervisorConfig`] cannot be used; the message names the field.
+    #[error("invalid supervisor configuration: {0}")]
+    Config(String),
     /// A bound of [`crate::limits`] was reached; nothing already acknowledged was dropped.
     #[error("the bound {bound} ({limit}) is reached; try again later")]
     Bound { bound: &'static str, limit: usize },
@@ -349,6 +380,7 @@ impl Supervisor {
         config: SupervisorConfig,
         services: Services,
     ) -> Result<(Supervisor, RestoreReport), SupervisorError> {
+        config.check()?;
         let root = std::path::absolute(&config.root).map_err(|e| SupervisorError::Output {
             handle: Handle(EventId::from_bytes([0; 16])),
             message: format!("runtime root: {e}"),
@@ -395,9 +427,10 @@ impl Supervisor {
         &self.shared.root
     }
 
-    /// Validates a command into a single-use launch.
+    /// Validates a command into a single-use launch; a command without its own output retention
+    /// is recorded with the configuration's (`SupervisorConfig::spool`).
     pub fn prepare(&self, command: Command) -> Result<PreparedProcess, PrepareError> {
-        command::prepare(command)
+        command::prepare(command, &self.shared.config.spool)
     }
 
     /// How many processes hold capacity right now.
@@ -821,5 +854,61 @@ pub fn render_page(
         spans,
         artifact: ArtifactDescriptor::new(handle, start, next_cursor),
         state,
+    }
+}
+
+#[cfg(test)]
+mod retention_tests {
+    use super::*;
+
+    /// The default keeps the default spool; a larger retention gets larger segments, never more
+    /// than `RETENTION_SEGMENTS_MAX` of them; a smaller one keeps the configured segment size.
+    #[test]
+    fn segments_grow_with_retention_not_their_count() {
+        let config = SupervisorConfig::new("/nonexistent");
+        assert_eq!(config.spool_for(None), SpoolOptions::default());
+        assert_eq!(
+            config.spool_for(Some(limits::RETENTION_BYTES_DEFAULT)),
+            SpoolOptions::default()
+        );
+        let small = config.spool_for(Some(limits::RETENTION_BYTES_MIN));
+        assert_eq!(small.segment_bytes, limits::SPOOL_SEGMENT_BYTES_DEFAULT);
+        for retention in [
+            limits::RETENTION_BYTES_MIN,
+            100 << 20,
+            (1 << 30) + 1,
+            limits::RETENTION_BYTES_MAX,
+        ] {
+            let options = config.spool_for(Some(retention));
+            assert_eq!(options.retention_bytes, retention);
+            assert!(options.segment_bytes >= limits::SPOOL_SEGMENT_BYTES_DEFAULT);
+            assert!(
+                retention.div_ceil(options.segment_bytes) <= limits::RETENTION_SEGMENTS_MAX,
+                "{options:?}"
+            );
+        }
+        assert_eq!(
+            config
+                .spool_for(Some(limits::RETENTION_BYTES_MAX))
+                .segment_bytes,
+            512 << 20
+        );
+    }
+
+    #[test]
+    fn a_default_retention_below_a_segment_is_refused_at_open() {
+        let mut config = SupervisorConfig::new("/nonexistent");
+        assert!(config.check().is_ok());
+        for bad in [
+            0,
+            limits::SPOOL_SEGMENT_BYTES_DEFAULT - 1,
+            limits::RETENTION_BYTES_MAX + 1,
+        ] {
+            config.spool.retention_bytes = bad;
+            assert!(
+                matches!(config.check(), Err(SupervisorError::Config(_))),
+                "{bad}"
+            );
+        }
     }
 }

@@ -154,7 +154,9 @@ pub(crate) async fn restore(
             // Recover the spool (cut a torn tail, sync) so the Lost event names durable bounds.
             let dir = shared.spool_dir(&handle);
             let mut bounds = m.bounds;
-            let options = shared.config.spool;
+            let options = shared
+                .config
+                .spool_for(m.command.limits().output_retention_bytes);
             let recovered = tokio::task::spawn_blocking(move || {
                 // A process that never wrote has no spool (it is created at the first byte).
                 if !dir.is_dir() {

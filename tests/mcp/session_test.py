@@ -158,6 +158,8 @@ async def first_server(args, root, work, state):
         for word in ("next_cursor", "gap", "retained_from", "total_bytes", "cursor_ahead", "safe_text", "base64"):
             check(word in by_name["output"].description, f"tools/list: the output description explains {word}")
         check(by_name["output"].annotations.read_only_hint is True, "tools/list: output is read-only")
+        retention = by_name["start"].input_schema["properties"].get("retention_bytes", {})
+        check((retention.get("minimum"), retention.get("maximum")) == (8 << 20, 4 << 30), "tools/list: start takes retention_bytes, 8 MiB to 4 GiB", retention)
 
         # --- start -> output twice -> input -> stop -> wait
         script = 'printf "alpha\\n"; printf "beta\\n"; read line; echo "got:$line"; exec sleep 300'
@@ -166,6 +168,7 @@ async def first_server(args, root, work, state):
         check(HANDLE.match(handle) is not None, "start returns a handle", handle)
         check(started["state"] == "running", "start: the process is running", started["state"])
         check(started["labels"] == {"test": "mcp"}, "start: labels are kept", started["labels"])
+        check(started["retention_bytes"] == 64 << 20, "start: the server's default retention is recorded", started)
         state["first"] = handle
 
         # Wait until both lines are there, so the two pages below are deterministic.
