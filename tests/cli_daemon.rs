@@ -555,3 +555,148 @@ fn logs_without_follow_stops_at_the_end_it_was_asked_for() {
     let (code, _, err) = client(root, &["stop", &handle]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// The spool files of a process: (first cursor, file size) of each segment, oldest first.
+fn spool_segments(root: &Path, handle: &str) -> Vec<(u64, u64)> {
+    let mut segments: Vec<(u64, u64)> = std::fs::read_dir(root.join("spool").join(handle))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter_map(|e| {
+            let name = e.file_name().into_string().ok()?;
+            let first = name.strip_suffix(".seg")?.parse().ok()?;
+            Some((first, e.metadata().unwrap().len()))
+        })
+        .collect();
+    segments.sort();
+    segments
+}
+
+/// Issue 14, retention: `serve --retention` sets the daemon's default and `start --retention`
+/// a process's own; a process writing well past its retention has its oldest segments deleted
+/// (its spool holds about the retention), `ps --json` and `journal manifests` show the value,
+/// and `logs` announces the bytes lost (exit 3 with `--fail-on-gap`). Out-of-range values are
+/// refused by the command line and by the protocol; `run --retention` records its own.
+#[test]
+fn retention_is_set_per_daemon_and_per_process_and_shown() {
+    const MIB: u64 = 1 << 20;
+    const WRITTEN: u64 = 64_000_000;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = Daemon::start_with(root, &["--retention", "32MiB"]);
+    let script = format!("head -c {WRITTEN} /dev/zero | tr '\\0' y");
+    let (code, out, err) = client(
+        root,
+        &["start", "--retention", "16MiB", "--", "sh", "-c", &script],
+    );
+    assert_eq!(code, 0, "{err}");
+    let own = out.trim().to_owned();
+    let (code, out, err) = client(root, &["start", "--", "echo", "small"]);
+    assert_eq!(code, 0, "{err}");
+    let default = out.trim().to_owned();
+    for handle in [&own, &default] {
+        let (code, _, err) = client(root, &["wait", handle]);
+        assert_eq!(code, 0, "{err}");
+    }
+
+    // Whole oldest segments were deleted: what is left is at most the retention (plus the chunk
+    // framing) and more than the retention less one segment (8 MiB, and a chunk it may run
+    // over by).
+    let segments = spool_segments(root, &own);
+    assert!(segments[0].0 > 0, "no segment was deleted: {segments:?}");
+    let on_disk: u64 = segments.iter().map(|(_, len)| len).sum();
+    assert!(
+        on_disk <= 16 * MIB + 16 * MIB / 50,
+        "{on_disk}: {segments:?}"
+    );
+    assert!(on_disk > 7 * MIB, "{on_disk}: {segments:?}");
+
+    let listed = ps_json(root);
+    let info = |h: &str| listed.iter().find(|p| p["handle"] == json!(h)).unwrap();
+    assert_eq!(info(&own)["retention_bytes"], json!(16 * MIB));
+    assert_eq!(info(&default)["retention_bytes"], json!(32 * MIB));
+    let kept =
+        info(&own)["total_bytes"].as_u64().unwrap() - info(&own)["retained_from"].as_u64().unwrap();
+    assert_eq!(info(&own)["total_bytes"], json!(WRITTEN));
+    assert!(kept <= 16 * MIB, "{kept}");
+
+    let out = bin()
+        .args(["journal", "manifests", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8(out.stdout).unwrap();
+    let line = |h: &str| text.lines().find(|l| l.starts_with(h)).unwrap().to_owned();
+    assert!(line(&own).contains(" retention=16MiB "), "{text}");
+    assert!(line(&default).contains(" retention=32MiB "), "{text}");
+    let out = bin()
+        .args(["journal", "manifests", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let manifest: Value = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|m| m["handle"] == json!(own))
+        .unwrap();
+    assert_eq!(
+        manifest["command"]["limits"]["output_retention_bytes"],
+        json!(16 * MIB)
+    );
+
+    // `logs` prints what is retained and announces the rest as lost.
+    let out = bin()
+        .args(["logs", &own, "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let notice = err
+        .lines()
+        .find(|l| l.contains("bytes lost at cursor 0: retention"))
+        .unwrap_or_else(|| panic!("no gap notice: {err}"));
+    let lost: u64 = notice[3..].split(' ').next().unwrap().parse().unwrap();
+    assert_eq!(lost + out.stdout.len() as u64, WRITTEN);
+    assert_eq!(out.stdout.len() as u64, kept);
+    let strict = bin()
+        .args(["logs", &own, "--fail-on-gap", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert_eq!(strict.status.code(), Some(3));
+
+    // Out of range: refused before anything is sent, and by the protocol itself.
+    for bad in ["0", "1MiB", "5G", "64MB", "lots"] {
+        let (code, _, err) = client(root, &["start", "--retention", bad, "--", "true"]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("--retention"), "{bad}: {err}");
+    }
+    let mut conn = Conn::open(&daemon.socket).unwrap();
+    for bad in [0, 8 * MIB - 1, 4 * 1024 * MIB + 1] {
+        let response = conn.call(json!({"v": 1, "op": "start", "args": {
+            "command": ["true"], "retention_bytes": bad
+        }}));
+        assert_eq!(error_code(&response), "bad_args", "{response}");
+    }
+    assert_eq!(
+        ps_json(root).len(),
+        2,
+        "nothing was started by a refused request"
+    );
+
+    // `run --retention` records its own.
+    let (code, _, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_exit();
+    let out = bin()
+        .args(["run", "--root"])
+        .arg(root)
+        .args(["--retention", "24MiB", "--", "true"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let listed = ps_json(root);
+    assert_eq!(listed.len(), 3);
+    assert_eq!(listed[2]["retention_bytes"], json!(24 * MIB));
+}

@@ -91,6 +91,10 @@ pub(crate) struct ServeArgs {
     /// Most processes live at once; more starts are refused.
     #[arg(long, default_value_t = 1024)]
     max_live: usize,
+    /// Output each process keeps unless its start asks for other (default 64MiB), e.g. 256M,
+    /// 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB.
+    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
+    retention: Option<u64>,
     #[command(flatten)]
     tree: super::TreeArgs,
 }
@@ -107,6 +111,9 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let mut config = SupervisorConfig::new(&root);
         config.max_live = args.max_live;
+        if let Some(bytes) = args.retention {
+            config.spool.retention_bytes = bytes;
+        }
         config.launcher = args.tree.launcher(&root, false)?;
         let (server, restore) = Server::bind(config, socket)
             .await
@@ -156,6 +163,10 @@ pub(crate) struct StartCmdArgs {
     /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
+    /// Output this process keeps (default: the daemon's, 64MiB unless `serve --retention`),
+    /// e.g. 512M, 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB.
+    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
+    retention: Option<u64>,
     /// Working directory (default: this shell's).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
@@ -182,7 +193,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         env: args.env.into_iter().collect(),
         labels: args.labels.into_iter().collect(),
         timeout_ms: args.timeout.map(millis),
-        retention_bytes: None,
+        retention_bytes: args.retention,
     });
     let mut client = args.target.connect()?;
     let info = client.call(&request)?;

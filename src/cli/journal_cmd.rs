@@ -344,9 +344,15 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 m.scope.as_ref().map_or("-", |s| s.mechanism.name()),
                 crate::protocol::dispatch::Ownership::of(m).word()
             );
+            // What the process kept (`-`: recorded before retention was).
+            let retention = m
+                .command
+                .limits()
+                .output_retention_bytes
+                .map_or_else(|| "-".to_owned(), super::size::format_size);
             writeln!(
                 out,
-                "{} {:<15} pid={pid} tree={tree} bytes={}..{}{exit} {} [{}]",
+                "{} {:<15} pid={pid} tree={tree} bytes={}..{} retention={retention}{exit} {} [{}]",
                 m.handle,
                 m.state.name(),
                 m.bounds.retained_from,

@@ -22,6 +22,10 @@ pub(crate) struct McpArgs {
     /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    /// Output each process keeps unless its start asks for other (default 64MiB), e.g. 256M,
+    /// 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB.
+    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
+    retention: Option<u64>,
     #[command(flatten)]
     tree: super::TreeArgs,
 }
@@ -48,6 +52,9 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
 async fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     let root = super::root_or_default(args.root)?;
     let mut config = SupervisorConfig::new(&root);
+    if let Some(bytes) = args.retention {
+        config.spool.retention_bytes = bytes;
+    }
     config.launcher = args.tree.launcher(&root, true)?;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await

@@ -9,6 +9,7 @@ mod journal_cmd;
 mod mcp_cmd;
 mod progress;
 mod run_cmd;
+mod size;
 mod spool_cmd;
 
 use std::path::PathBuf;

@@ -31,6 +31,10 @@ pub(crate) struct RunArgs {
     /// A label k=v (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// Output kept in the spool, e.g. 64MiB (the default), 512M, 1G; older output is deleted
+    /// in whole segments. At least 8MiB, at most 4GiB.
+    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
+    retention: Option<u64>,
     #[command(flatten)]
     tree: super::TreeArgs,
     /// The command and its arguments, after `--`.
@@ -108,7 +112,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
-        retention_bytes: None,
+        retention_bytes: args.retention,
     };
     let request = serde_json::to_value(&start)
         .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
