@@ -659,6 +659,21 @@ fn retention_is_set_per_daemon_and_per_process_and_shown() {
     let lost: u64 = notice[3..].split(' ').next().unwrap().parse().unwrap();
     assert_eq!(lost + out.stdout.len() as u64, WRITTEN);
     assert_eq!(out.stdout.len() as u64, kept);
+    // `--raw` too: the retained bytes exactly on stdout, the notice on stderr.
+    let raw = bin()
+        .args(["logs", "--raw", &own, "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert_eq!(raw.status.code(), Some(0));
+    assert!(
+        String::from_utf8_lossy(&raw.stderr).contains(notice),
+        "{raw:?}"
+    );
+    assert!(
+        raw.stdout == out.stdout,
+        "--raw and safe text of plain bytes agree"
+    );
     let strict = bin()
         .args(["logs", &own, "--fail-on-gap", "--root"])
         .arg(root)
@@ -699,4 +714,60 @@ fn retention_is_set_per_daemon_and_per_process_and_shown() {
     let listed = ps_json(root);
     assert_eq!(listed.len(), 3);
     assert_eq!(listed[2]["retention_bytes"], json!(24 * MIB));
+}
+
+/// Issue 14, `logs --raw`: exactly the bytes the command wrote (an OSC title sequence, BEL, a
+/// byte that is not UTF-8, NUL), on stdout or stderr, through the daemon and offline from the
+/// spool; it cannot be combined with `--json` or `--base64`.
+#[test]
+fn logs_raw_writes_exactly_the_bytes_through_the_daemon_and_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = Daemon::start(root);
+    // Octal escapes: the printf of every POSIX sh knows them (dash's has no \x).
+    let cases: [(&str, &[u8]); 2] = [
+        (
+            r"printf '\033]0;pwned\007\377\000abc'",
+            b"\x1b]0;pwned\x07\xff\x00abc",
+        ),
+        (r"printf '\001\377\033[2Jerr' >&2", b"\x01\xff\x1b[2Jerr"),
+    ];
+    let mut started = Vec::new();
+    for (script, expected) in cases {
+        let (code, out, err) = client(root, &["start", "--", "sh", "-c", script]);
+        assert_eq!(code, 0, "{err}");
+        let handle = out.trim().to_owned();
+        let (code, _, err) = client(root, &["wait", &handle]);
+        assert_eq!(code, 0, "{err}");
+        started.push((handle, expected));
+    }
+    let raw = |handle: &str| {
+        bin()
+            .args(["logs", "--raw", handle, "--root"])
+            .arg(root)
+            .output()
+            .unwrap()
+    };
+    for (handle, expected) in &started {
+        let out = raw(handle);
+        assert!(out.status.success(), "{out:?}");
+        assert_eq!(out.stdout, *expected, "through the daemon");
+        for other in ["--json", "--base64"] {
+            let (code, _, err) = client(root, &["logs", "--raw", other, handle]);
+            assert_eq!(code, 2, "{other}: {err}");
+            assert!(err.contains("cannot be used with"), "{err}");
+        }
+    }
+    let (code, _, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
+    daemon.wait_exit();
+    for (handle, expected) in &started {
+        let out = raw(handle);
+        assert!(out.status.success(), "{out:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("no daemon is running"),
+            "{out:?}"
+        );
+        assert_eq!(out.stdout, *expected, "offline, from the spool");
+    }
 }

@@ -400,6 +400,11 @@ pub(crate) struct LogsArgs {
     /// Print base64 of exactly the raw bytes (one line per page) instead of safe text.
     #[arg(long, conflicts_with = "json")]
     base64: bool,
+    /// Write exactly the raw bytes (stdout and stderr in the order they arrived), escape
+    /// sequences and invalid UTF-8 included, e.g. `logs --raw HANDLE > file`. Gap notices still
+    /// go to stderr.
+    #[arg(long, conflicts_with_all = ["json", "base64"])]
+    raw: bool,
     /// Print each page as one JSON object per line, with every cursor field.
     #[arg(long)]
     json: bool,
@@ -456,7 +461,8 @@ const LOGS_PAGE_BYTES: u64 = 1 << 20;
 const FOLLOW_WAIT_MS: u64 = 30_000;
 
 pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
-    let rendering = if args.base64 {
+    // Raw bytes travel as base64 (JSON carries no arbitrary bytes) and are decoded here.
+    let rendering = if args.base64 || args.raw {
         Rendering::Base64
     } else {
         Rendering::SafeText
@@ -527,6 +533,12 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         }
         let written = if args.json {
             writeln!(out, "{raw}")
+        } else if args.raw {
+            // The project's strict decoder: the daemon's base64 is canonical, and anything else
+            // is an error, not bytes guessed at.
+            let bytes = crate::protocol::base64::decode(&page.data)
+                .with_context(|| format!("the output page at cursor {cursor} is not base64"))?;
+            out.write_all(&bytes)
         } else if args.base64 {
             if page.data.is_empty() {
                 Ok(())
