@@ -65,9 +65,12 @@ pub const LIVE_PROCESSES_DEFAULT: usize = 256;
 
 /// Descriptors one live process costs the supervisor: stdin, stdout and stderr pipe ends, the
 /// pidfd (of the workload, or of its guardian), the guardian's control socket, the spool's
-/// active segment and directory, and one more for a segment rotation or a sync in flight.
-/// Measured with /proc/self/fd on a process that writes while it is polled.
-pub const DESCRIPTORS_PER_PROCESS: usize = 8;
+/// directory (while a sync holds it), its active segment and every sealed segment it retains
+/// (at most [`RETENTION_SEGMENTS_MAX`]: the writer keeps each retained segment open), and one
+/// more for a segment rotation or a sync in flight. Counted from the worst case rather than a
+/// quiet process (measured with /proc/self/fd: 8 for a process that wrote less than one
+/// segment), so that a supervisor full of fast writers stays within its budget.
+pub const DESCRIPTORS_PER_PROCESS: usize = 7 + RETENTION_SEGMENTS_MAX as usize;
 
 /// Descriptors kept back from the live-process budget for everything else the supervisor opens:
 /// the journal (segment, spare, directory, lock), the runtime (epoll, eventfds, signal pipe),
@@ -103,7 +106,7 @@ pub const fn descriptor_split(open_files: usize, connections_max: usize) -> (usi
     (connections, live)
 }
 
-const _: () = assert!(descriptor_split(64, 256).0 == 8 && descriptor_split(64, 256).1 == 3);
+const _: () = assert!(descriptor_split(64, 256).0 == 8 && descriptor_split(64, 256).1 == 1);
 const _: () = assert!(descriptor_split(1024, 256).0 == 248);
 const _: () = assert!(descriptor_split(0, 256).1 == 1);
 
