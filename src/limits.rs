@@ -123,6 +123,18 @@ pub const INPUT_QUEUE_DEPTH: usize = 16;
 /// a typed timeout (the bytes already written stay written; the error says how many).
 pub const INPUT_WRITE_MS: u64 = 30_000;
 
+/// Chunks (each at most [`READ_BYTES`]) a process's tap holds for its consumer before the drain
+/// stops reading that process's pipes, so that the workload blocks in `write` exactly as it
+/// would writing to the slow consumer directly. Measured with `run` piping 1 GiB to `cat`:
+/// depths 1, 2, 4 and 8 are equally fast (about 2.3 s here; the spool's writes bound it, not the
+/// hand-off), so the depth only buys slack for a consumer whose writes stall now and then.
+/// Four chunks (1 MiB, as much as one pipe) absorb such a stall before the workload feels it;
+/// each chunk more holds another 256 KiB per tapped process and lets the workload run further
+/// ahead of a consumer that is really slow.
+pub const TAP_DEPTH: usize = 4;
+
+const _: () = assert!(TAP_DEPTH >= 1);
+
 /// Waiters (`wait`, `stop`) on one process at once. Each is a watch receiver; the bound keeps a
 /// client that opens waits in a loop from growing the process's waiter list without end.
 pub const WAITERS_PER_PROCESS_MAX: usize = 1024;

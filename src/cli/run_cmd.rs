@@ -3,10 +3,25 @@
 //! It drives the same [`Dispatcher`] (request validation, start, output, stop, wait) and the same
 //! supervisor actor as the daemon, so the foreground and daemon paths cannot drift apart.
 //!
-//! Output streams to this terminal as it arrives (stdout to stdout, stderr to stderr, byte for
-//! byte); Ctrl-C is forwarded as an interrupt (a second one stops the process); the exit status
-//! mirrors the child's (a signal N becomes 128+N). Everything stays in the journal and the spool
-//! for `journal dump`, `journal manifests` and `spool cat`.
+//! Output is live, with backpressure: the child's bytes come through a tap on the pipes the
+//! supervisor drains (`Dispatcher::start_tapped`), not back out of the spool, and go to this
+//! process's stdout and stderr byte for byte, each chunk written and flushed before the next is
+//! taken. When this process's stdout (or stderr) is slow, the tap fills, the drain stops
+//! reading, and the child blocks in `write`, exactly as it would writing to that stdout itself;
+//! so the spool's retention never drops a byte before it is printed. The durable copy still goes
+//! to the spool, with the same cursors, for `logs`, `journal dump`, `journal manifests` and
+//! `spool cat`; if it has a gap (its capture is not complete; retention does not count), one
+//! line on stderr says so when the child ends.
+//!
+//! Invariants:
+//! - Every byte the child wrote before it exited is printed, in the order the drain read it,
+//!   unless this process's stdout or stderr broke (the child is then stopped, as it would be by
+//!   SIGPIPE) or a third Ctrl-C gave up on a reader.
+//! - Writes run on the blocking pool, one chunk at a time, so Ctrl-C is handled while a write
+//!   waits for a slow reader: the first Ctrl-C interrupts the child, the second stops it, and a
+//!   third also stops delivering output (the tap is dropped, the drain reads on into the spool),
+//!   so a reader that never reads cannot keep `run` from exiting.
+//! - The exit status mirrors the child's (a signal N becomes 128+N).
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -15,10 +30,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
 
+use crate::lifecycle::Handle;
 use crate::protocol::{Dispatcher, ErrorCode, Request, StartArgs, request_from_args};
 use crate::spool::format::Stream;
-use crate::supervisor::{Services, Supervisor, SupervisorConfig};
+use crate::supervisor::{Services, Supervisor, SupervisorConfig, Tap, TapChunk};
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -67,12 +85,8 @@ pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Bytes copied to the terminal per read.
-const PAGE_BYTES: usize = 1024 * 1024;
 /// Grace between SIGTERM and SIGKILL after a second Ctrl-C.
 const STOP_GRACE_MS: u64 = crate::limits::GRACE_MS_DEFAULT;
-/// How long one output request waits for new bytes; Ctrl-C is seen at once regardless.
-const POLL_WAIT_MS: u64 = 60_000;
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -80,7 +94,11 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    runtime.block_on(supervise(args))
+    let result = runtime.block_on(supervise(args));
+    // Not a plain drop, which waits for every blocking task: a write abandoned at the third
+    // Ctrl-C may be blocked on a reader that never reads, and must not hold the exit.
+    runtime.shutdown_background();
+    result
 }
 
 async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -120,7 +138,11 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let Request::Start(start) = request else {
         anyhow::bail!("the start request did not decode as a start");
     };
-    let handle = match dispatcher.start(start).await {
+    // Before the start, so that a failure here leaves nothing running.
+    let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot watch for Ctrl-C")?;
+    let (tap, output) = Tap::new();
+    let handle = match dispatcher.start_tapped(start, tap).await {
         Ok(info) => info.handle,
         Err(e) if e.code == ErrorCode::SpawnFailed => {
             eprintln!("procjournal: {}", e.message);
@@ -128,52 +150,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => anyhow::bail!("{}", e.message),
     };
-    let mut cursor = 0u64;
-    let mut interrupts = 0u32;
-    let mut stdout = std::io::stdout().lock();
-    let mut stderr = std::io::stderr().lock();
-    loop {
-        let read = tokio::select! {
-            read = dispatcher.output_raw(handle, cursor, PAGE_BYTES, POLL_WAIT_MS) => {
-                read.map_err(|e| anyhow::anyhow!("{}", e.message))?
-            }
-            _ = tokio::signal::ctrl_c() => {
-                interrupts += 1;
-                if interrupts == 1 {
-                    let _ = dispatcher.interrupt(handle).await;
-                } else {
-                    let dispatcher = dispatcher.clone();
-                    tokio::spawn(async move { dispatcher.stop(handle, STOP_GRACE_MS).await });
-                }
-                continue;
-            }
-        };
-        let start = read.next_cursor - read.bytes.len() as u64;
-        let mut broken_pipe = false;
-        for span in &read.spans {
-            let from = (span.cursor - start) as usize;
-            let bytes = &read.bytes[from..from + span.len as usize];
-            let written = match span.stream {
-                Stream::Stdout => stdout.write_all(bytes).and_then(|()| stdout.flush()),
-                Stream::Stderr => stderr.write_all(bytes).and_then(|()| stderr.flush()),
-            };
-            broken_pipe |= written.is_err();
-        }
-        cursor = read.next_cursor;
-        if broken_pipe {
-            // Nobody reads any more: stop the command rather than run it unread.
-            let _ = dispatcher.stop(handle, STOP_GRACE_MS).await;
-            break;
-        }
-        if read.bytes.is_empty() && cursor >= read.total_bytes {
-            let terminal = supervisor
-                .manifest(&handle)
-                .is_some_and(|m| m.state.is_terminal());
-            if terminal {
-                break;
-            }
-        }
-    }
+    relay(&dispatcher, handle, output, ctrl_c).await;
     let result = dispatcher
         .wait(handle, None)
         .await
@@ -188,9 +165,103 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     if result.state == crate::lifecycle::State::TimedOut {
         eprintln!("procjournal: {handle} timed out");
     }
+    if result.capture != "complete" {
+        // The printed copy and the durable one come from the same reads, so a capture cut short
+        // (a descendant held a pipe past the final drain) cut both; retention is not a gap here.
+        let why = result
+            .capture
+            .strip_prefix("incomplete: ")
+            .unwrap_or(&result.capture);
+        eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
+    }
     Ok(match (result.exit_code, result.signal) {
         (Some(code), _) => ExitCode::from((code & 0xff) as u8),
         (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
         (None, None) => ExitCode::from(1),
     })
+}
+
+/// Copies the tap to stdout and stderr until it ends (the drain stopped reading: the child is
+/// terminal, or about to be), handling Ctrl-C meanwhile. One chunk is written at a time, on the
+/// blocking pool, and the next is taken only once it is written and flushed: this process's
+/// slowness reaches the tap, and through it the child.
+async fn relay(
+    dispatcher: &Dispatcher,
+    handle: Handle,
+    output: mpsc::Receiver<TapChunk>,
+    // One listener for the whole relay, so that no Ctrl-C falls between two waits.
+    mut ctrl_c: tokio::signal::unix::Signal,
+) {
+    let mut output = Some(output);
+    let mut writing: Option<JoinHandle<std::io::Result<()>>> = None;
+    let mut interrupts = 0u32;
+    while output.is_some() || writing.is_some() {
+        tokio::select! {
+            chunk = next_chunk(&mut output), if output.is_some() && writing.is_none() => {
+                match chunk {
+                    Some(chunk) => {
+                        writing = Some(tokio::task::spawn_blocking(move || write_chunk(&chunk)));
+                    }
+                    None => output = None,
+                }
+            }
+            written = finished(&mut writing), if writing.is_some() => {
+                writing = None;
+                if written.is_err() {
+                    // Nobody reads any more: stop the command rather than run it unread. The
+                    // tap goes first, so the drain reads on into the spool meanwhile.
+                    output = None;
+                    let _ = dispatcher.stop(handle, STOP_GRACE_MS).await;
+                }
+            }
+            Some(()) = ctrl_c.recv() => {
+                interrupts += 1;
+                match interrupts {
+                    1 => {
+                        let _ = dispatcher.interrupt(handle).await;
+                    }
+                    2 => {
+                        let dispatcher = dispatcher.clone();
+                        tokio::spawn(async move { dispatcher.stop(handle, STOP_GRACE_MS).await });
+                    }
+                    _ => {
+                        // Give up on the reader: the write in flight is left to the blocking
+                        // pool (`run` does not wait for it), and the spool keeps the rest.
+                        output = None;
+                        writing = None;
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn next_chunk(output: &mut Option<mpsc::Receiver<TapChunk>>) -> Option<TapChunk> {
+    match output {
+        Some(output) => output.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The result of the write in flight; a write that panicked counts as failed.
+async fn finished(writing: &mut Option<JoinHandle<std::io::Result<()>>>) -> std::io::Result<()> {
+    match writing {
+        Some(write) => write
+            .await
+            .unwrap_or_else(|e| Err(std::io::Error::other(e))),
+        None => std::future::pending().await,
+    }
+}
+
+fn write_chunk(chunk: &TapChunk) -> std::io::Result<()> {
+    match chunk.stream {
+        Stream::Stdout => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(&chunk.bytes).and_then(|()| stdout.flush())
+        }
+        Stream::Stderr => {
+            let mut stderr = std::io::stderr().lock();
+            stderr.write_all(&chunk.bytes).and_then(|()| stderr.flush())
+        }
+    }
 }

@@ -20,7 +20,7 @@ use super::{ApiError, ErrorCode, Request, StartArgs};
 use crate::lifecycle::event::{CaptureStatus, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::supervisor::{
-    Command, ListFilter, OutputPage, StartError, Supervisor, SupervisorError, TerminalSummary,
+    Command, ListFilter, OutputPage, StartError, Supervisor, SupervisorError, Tap, TerminalSummary,
 };
 
 /// One process as `start` and `list` describe it.
@@ -360,6 +360,17 @@ impl Dispatcher {
 
     /// `start`, typed: the one place a `StartArgs` becomes a supervised process.
     pub async fn start(&self, args: StartArgs) -> Result<ProcessInfo, ApiError> {
+        self.start_with(args, None).await
+    }
+
+    /// `start` with a live copy of the output for the caller (`run`): the same validation and
+    /// start as every surface's, with `tap` attached to the prepared process. The process
+    /// waits while the tap's consumer is behind; see [`Tap`].
+    pub async fn start_tapped(&self, args: StartArgs, tap: Tap) -> Result<ProcessInfo, ApiError> {
+        self.start_with(args, Some(tap)).await
+    }
+
+    async fn start_with(&self, args: StartArgs, tap: Option<Tap>) -> Result<ProcessInfo, ApiError> {
         let sup = &self.supervisor;
         let mut parts = args.command.into_iter();
         let program = parts.next().unwrap_or_default();
@@ -382,9 +393,12 @@ impl Dispatcher {
         if let Some(bytes) = args.retention_bytes {
             command = command.output_retention(bytes);
         }
-        let prepared = sup
+        let mut prepared = sup
             .prepare(command)
             .map_err(|e| ApiError::new(ErrorCode::BadArgs, e.to_string()))?;
+        if let Some(tap) = tap {
+            prepared = prepared.with_tap(tap);
+        }
         match sup.start(prepared).await {
             Ok(handle) => sup
                 .manifest(&handle)

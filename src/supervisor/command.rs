@@ -1,13 +1,14 @@
 //! What to run: the builder, the single-use prepared process, and the workspace lease.
 //!
 //! Invariant: a [`PreparedProcess`] is consumed by `start`; it is neither `Clone` nor `Copy`, so a
-//! prepared launch (and the lease it carries) can be started at most once. A refused start hands
-//! it back whole.
+//! prepared launch (and the lease and tap it carries) can be started at most once. A refused
+//! start hands it back whole.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use super::tap::Tap;
 use crate::lifecycle::event::{CommandSpec, Limits};
 use crate::limits;
 use crate::spool::SpoolOptions;
@@ -109,6 +110,7 @@ pub enum PrepareError {
 pub struct PreparedProcess {
     pub(crate) spec: CommandSpec,
     pub(crate) lease: Option<Box<dyn Lease>>,
+    pub(crate) tap: Option<Tap>,
 }
 
 impl PreparedProcess {
@@ -119,6 +121,15 @@ impl PreparedProcess {
     /// Attaches a lease released exactly once when the process is terminal.
     pub fn with_lease(mut self, lease: Box<dyn Lease>) -> Self {
         self.lease = Some(lease);
+        self
+    }
+
+    /// Attaches a live copy of the output, with backpressure: the workload waits while the
+    /// tap's consumer is behind (see [`Tap`]). It rides the prepared process rather than the
+    /// [`Command`], which is `Clone`: a tap belongs to exactly one launch, and is never part of
+    /// what the journal records.
+    pub fn with_tap(mut self, tap: Tap) -> Self {
+        self.tap = Some(tap);
         self
     }
 }
@@ -170,5 +181,6 @@ pub(crate) fn prepare(
             owner: command.owner,
         },
         lease: None,
+        tap: None,
     })
 }

@@ -140,7 +140,7 @@ pub(crate) async fn start(
     reply: oneshot::Sender<Result<Handle, StartError>>,
 ) {
     let handle = proc.handle;
-    let PreparedProcess { spec, lease } = prepared;
+    let PreparedProcess { spec, lease, tap } = prepared;
     let launched = {
         let (shared, proc, spec) = (Arc::clone(&shared), Arc::clone(&proc), spec.clone());
         tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec))
@@ -151,7 +151,7 @@ pub(crate) async fn start(
         Launch::NotRegistered(error) => {
             let _ = actor.send(ProcEvent::Abandoned { handle }).await;
             let _ = reply.send(Err(StartError::Journal {
-                prepared: PreparedProcess { spec, lease },
+                prepared: PreparedProcess { spec, lease, tap },
                 error,
             }));
             return;
@@ -207,6 +207,7 @@ pub(crate) async fn start(
         stderr: spawned.stderr,
         timeout,
         lease,
+        tap,
     };
     process::drain(shared, actor, launched).await;
 }

@@ -25,6 +25,7 @@ pub(crate) mod process;
 mod publish;
 pub mod restore;
 pub mod services;
+mod tap;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -41,6 +42,7 @@ pub use services::{
     Completion, CompletionNotifier, LifecycleNotice, LifecyclePublisher, ServiceError,
     ServiceEvent, Services,
 };
+pub use tap::{Tap, TapChunk};
 
 use crate::journal::{Appended, Durability, EventId, JournalOptions};
 use crate::lifecycle::event::{InputClosed, StopRequested};

@@ -13,9 +13,12 @@
 //!   actor told (capacity released, publication queued), waiters woken. Release comes before
 //!   any host publication or notification.
 //! - The drain task reads stdout and stderr until both reach EOF; after the workload exits it
-//!   keeps reading for at most the final-drain window, so a descendant that holds a pipe open
-//!   cannot withhold the result (capture is then reported incomplete). The pipes are dropped when
-//!   the drain ends.
+//!   reads what the pipes held at its exit, then keeps reading for at most the final-drain
+//!   window, so a descendant that holds a pipe open cannot withhold the result (capture is then
+//!   reported incomplete). The pipes are dropped when the drain ends.
+//! - With a tap (`tap.rs`), the drain reads a pipe only while it holds room in the tap, and
+//!   waits for room in an arm of its own: a slow consumer blocks the workload, never the
+//!   drain's checkpoints, its wall-clock limit or its watch on the leader.
 //! - Spool syncs never block the drain's reads: their `fdatasync`s run on a blocking thread,
 //!   without the output lock, one at a time. A checkpoint records the bounds its sync planned
 //!   (never bytes appended while it ran), checkpoints reach the journal in order, and the drain
@@ -32,6 +35,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{Instrument, debug, warn};
 
 use super::command::Lease;
+use super::tap::{Tap, Tapping};
 use super::{Shared, lock};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
@@ -360,6 +364,8 @@ pub(crate) struct Launched {
     pub stderr: pipe::Receiver,
     pub timeout: Option<Duration>,
     pub lease: Option<Box<dyn Lease>>,
+    /// A live copy of the output for one consumer, with backpressure.
+    pub tap: Option<Tap>,
 }
 
 /// Reads both streams into the spool, watches the wall-clock limit, checkpoints cursor bounds,
@@ -370,6 +376,19 @@ pub(crate) struct Launched {
 /// syncs and records the durable bounds, and in between, once `write_behind_bytes` more were
 /// appended, a sync without a record starts writing them back, so that the disk works while the
 /// pipes are read and the final checkpoint finds little left to sync.
+///
+/// The final-drain window and a tap: the window exists for descendants that keep a pipe open,
+/// not for bytes the workload itself wrote. So at the leader's exit the drain asks the kernel
+/// how many bytes each pipe holds (`FIONREAD`): every byte the leader wrote is by then either
+/// read or among them (pipes are FIFO), and the window starts only once that many have been
+/// read. A consumer of the tap may take as long as it likes over those bytes (a workload that
+/// wrote 256 MiB and exited while `run`'s reader dawdled still has every byte delivered), yet
+/// the wait is bounded in bytes, at most a pipe's worth per stream, so a descendant that writes
+/// without end after the exit cannot stretch it: the window then runs in wall-clock time as
+/// it does without a tap. (Rejected: pausing the window while the drain waits for the tap, or
+/// restarting it while bytes flow. Behind a slow consumer, either lets a descendant that writes
+/// on after the exit keep the result back far beyond the window, and the restart for as long as
+/// it writes.)
 pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, launched: Launched) {
     let Launched {
         proc,
@@ -378,7 +397,11 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         stderr,
         timeout,
         lease,
+        tap,
     } = launched;
+    let mut tapping = Tapping::new(tap);
+    // Bytes the pipes held at the leader's exit not read yet (see above).
+    let mut owed = Owed::default();
     let (mut stdout, mut stderr) = (Some(stdout), Some(stderr));
     let mut status: Option<std::io::Result<LeaderExit>> = None;
     let mut capture_failure: Option<String> = None;
@@ -416,11 +439,15 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         if stdout.is_none() && stderr.is_none() && status.is_some() {
             break;
         }
+        if status.is_some() && drain_deadline.is_none() && owed.settled(&stdout, &stderr) {
+            drain_deadline = Some(tokio::time::Instant::now() + final_drain);
+        }
         tokio::select! {
-            r = readable(&stdout), if stdout.is_some() => {
-                match r.and_then(|()| drain_ready(&proc, &stdout, Stream::Stdout)) {
+            r = readable(&stdout), if stdout.is_some() && tapping.may_read() => {
+                match r.and_then(|()| drain_ready(&proc, &stdout, Stream::Stdout, &mut tapping)) {
                     Ok(Drained::Eof) => stdout = None,
                     Ok(Drained::Bytes(n, failed)) => {
+                        owed.read(Stream::Stdout, n);
                         unsynced += n as u64;
                         if let Some(e) = failed {
                             capture_failure.get_or_insert(e);
@@ -433,10 +460,11 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
                     }
                 }
             }
-            r = readable(&stderr), if stderr.is_some() => {
-                match r.and_then(|()| drain_ready(&proc, &stderr, Stream::Stderr)) {
+            r = readable(&stderr), if stderr.is_some() && tapping.may_read() => {
+                match r.and_then(|()| drain_ready(&proc, &stderr, Stream::Stderr, &mut tapping)) {
                     Ok(Drained::Eof) => stderr = None,
                     Ok(Drained::Bytes(n, failed)) => {
+                        owed.read(Stream::Stderr, n);
                         unsynced += n as u64;
                         if let Some(e) = failed {
                             capture_failure.get_or_insert(e);
@@ -449,9 +477,10 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
                     }
                 }
             }
+            room = tapping.room(), if tapping.waiting() => tapping.reserved(room),
             s = &mut leader, if status.is_none() => {
                 status = Some(s);
-                drain_deadline = Some(tokio::time::Instant::now() + final_drain);
+                owed = Owed::at_exit(&stdout, &stderr);
             }
             () = sleep_until_opt(drain_deadline), if drain_deadline.is_some() => {
                 break;
@@ -473,6 +502,8 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         }
     }
     drop(leader);
+    // The consumer sees the end of the tap now, not after the syncs and proofs below.
+    drop(tapping);
     // A checkpoint record must not follow the terminal event: let the one in flight finish.
     if let Some(task) = sync_task.take() {
         task.await;
@@ -560,12 +591,14 @@ enum Drained {
     Nothing,
 }
 
-/// Reads what `stream` holds now into this thread's scratch buffer and appends it to the spool.
-/// An error is the pipe's: the stream is done.
+/// Reads what `stream` holds now into this thread's scratch buffer, appends it to the spool and
+/// hands it to the tap (whose room the caller holds, if it has a tap). An error is the pipe's:
+/// the stream is done.
 fn drain_ready(
     proc: &Proc,
     stream: &Option<pipe::Receiver>,
     which: Stream,
+    tap: &mut Tapping,
 ) -> Result<Drained, String> {
     let Some(pipe) = stream else {
         return Ok(Drained::Nothing);
@@ -583,11 +616,57 @@ fn drain_ready(
                 let kept = proc
                     .append_output(which, &buf[..n])
                     .map_err(|e| e.to_string());
+                // The live copy goes on whatever became of the durable one.
+                tap.send(which, &buf[..n]);
                 Ok(Drained::Bytes(n, kept.err()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Drained::Nothing),
             Err(e) => Err(format!("reading {}: {e}", stream_name(which))),
         }
+    })
+}
+
+/// Bytes the pipes held when the leader's exit was seen and the drain has not read yet: the
+/// leader's last output is among them, and the final-drain window starts only after them.
+#[derive(Debug, Default, Clone, Copy)]
+struct Owed {
+    stdout: u64,
+    stderr: u64,
+}
+
+impl Owed {
+    fn at_exit(stdout: &Option<pipe::Receiver>, stderr: &Option<pipe::Receiver>) -> Owed {
+        Owed {
+            stdout: pipe_holds(stdout),
+            stderr: pipe_holds(stderr),
+        }
+    }
+
+    fn read(&mut self, which: Stream, n: usize) {
+        let owed = match which {
+            Stream::Stdout => &mut self.stdout,
+            Stream::Stderr => &mut self.stderr,
+        };
+        *owed = owed.saturating_sub(n as u64);
+    }
+
+    /// Nothing is owed on a stream that is still open (a closed one owes nothing more).
+    fn settled(&self, stdout: &Option<pipe::Receiver>, stderr: &Option<pipe::Receiver>) -> bool {
+        (stdout.is_none() || self.stdout == 0) && (stderr.is_none() || self.stderr == 0)
+    }
+}
+
+/// Bytes a pipe holds now. When the kernel cannot say, none: the window then starts at the
+/// exit, as it did before taps, which may cut a slow consumer short (the capture then says
+/// so); owing a guessed amount instead could wait for bytes that never come while a
+/// descendant holds the pipe open.
+fn pipe_holds(stream: &Option<pipe::Receiver>) -> u64 {
+    let Some(pipe) = stream else {
+        return 0;
+    };
+    rustix::io::ioctl_fionread(pipe).unwrap_or_else(|e| {
+        warn!(error = %e, "FIONREAD on an output pipe failed; the final drain starts now");
+        0
     })
 }
 

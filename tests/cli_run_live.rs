@@ -1,0 +1,237 @@
+//! `procjournal run` prints the child's output live, with backpressure (issue 14): the real
+//! binary, real children, and a reader on the other end of `run`'s stdout that is slow on
+//! purpose. Every byte reaches a slow reader even when the child writes four times the spool's
+//! retention; the child is held in `write` while the reader reads nothing; a gap in the durable
+//! copy is announced on one stderr line.
+//!
+//! Nothing here measures time: the reader's pauses make a broken `run` show itself (bytes
+//! missing, a marker file written too early), and no assertion depends on how long anything
+//! took.
+
+use std::io::Read;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// The child's stdout: four blocks of 64 MiB (four times the default retention), each the
+/// decimal numbers from the block's number on, one a line, cut at 64 MiB: cheap for `sh` to
+/// write, and any loss, duplication or reordering shows.
+const BLOCK: usize = 64 * 1024 * 1024;
+const BLOCKS: usize = 4;
+const STDOUT_GENERATOR: &str = "for i in 1 2 3 4; do seq $i 100000000 | head -c 67108864; done";
+
+/// Far more than the slack between the child and `run`'s reader (the child's 1 MiB pipe, the
+/// tap's 1 MiB, the chunk being written and `run`'s own stdout pipe): a child that got this
+/// far was not held back.
+const BEYOND_SLACK: usize = 16 * 1024 * 1024;
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_procjournal"))
+}
+
+fn run_piped(root: &Path, args: &[&str]) -> Child {
+    bin()
+        .args(["run", "--root"])
+        .arg(root)
+        .arg("--")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Reads all of `stream` on a thread of its own (so that a full stderr pipe never stalls `run`).
+fn collect(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
+    std::thread::spawn(move || {
+        let mut bytes = Vec::new();
+        stream.read_to_end(&mut bytes).unwrap();
+        bytes
+    })
+}
+
+/// The same stdout, straight from the generator (no procjournal): what the reader must get.
+fn reference_stdout() -> Child {
+    Command::new("sh")
+        .args(["-c", STDOUT_GENERATOR])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// A reader of `run`'s stdout that checks every byte against the reference as it goes (the
+/// bytes compared, not a checksum of them: an unoptimized test build hashes 256 MiB slowly).
+struct Checked {
+    stdout: std::process::ChildStdout,
+    reference: Child,
+    expected: Vec<u8>,
+    total: usize,
+}
+
+impl Checked {
+    /// Reads up to `buf.len()` bytes; false at the end.
+    fn read(&mut self, buf: &mut [u8]) -> bool {
+        let n = self.stdout.read(buf).unwrap();
+        if n == 0 {
+            return false;
+        }
+        self.expected.resize(n, 0);
+        let reference = self.reference.stdout.as_mut().unwrap();
+        reference
+            .read_exact(&mut self.expected)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "run printed more than the generator wrote, after {}: {e}",
+                    self.total
+                )
+            });
+        assert!(
+            buf[..n] == self.expected[..],
+            "bytes {}..{} differ from the generator's",
+            self.total,
+            self.total + n
+        );
+        self.total += n;
+        true
+    }
+}
+
+fn expected_stderr() -> Vec<u8> {
+    let mut text: String = (1..=1000).map(|n| format!("{n}\n")).collect();
+    text.push_str("end\n");
+    text.into_bytes()
+}
+
+fn manifests(root: &Path) -> Vec<Value> {
+    let out = bin()
+        .args(["journal", "manifests", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|v| v.get("handle").is_some())
+        .collect()
+}
+
+/// 256 MiB through a reader that reads nothing for a while, then dribbles, then drinks: every
+/// byte arrives, in order, on stdout, and every stderr byte on stderr, although the spool kept
+/// only the last 64 MiB (reading back from the spool could not have printed them all).
+#[test]
+fn a_slow_reader_gets_every_byte_of_four_times_the_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let script = format!("seq 1 1000 >&2; {STDOUT_GENERATOR}; echo end >&2");
+    let mut child = run_piped(root, &["sh", "-c", &script]);
+    let stderr = collect(child.stderr.take().unwrap());
+    let mut reader = Checked {
+        stdout: child.stdout.take().unwrap(),
+        reference: reference_stdout(),
+        expected: Vec::new(),
+        total: 0,
+    };
+    // Nothing at all for a while: the child runs ahead of the reader by the slack, then waits.
+    std::thread::sleep(Duration::from_secs(2));
+    // Small reads with pauses.
+    let mut small = [0u8; 4096];
+    for _ in 0..200 {
+        assert!(reader.read(&mut small));
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    // The rest, in large reads.
+    let mut large = vec![0u8; 1 << 20];
+    while reader.read(&mut large) {}
+    let status = child.wait().unwrap();
+    let stderr = stderr.join().unwrap();
+    assert!(
+        status.success(),
+        "{status:?}: {}",
+        String::from_utf8_lossy(&stderr)
+    );
+    assert_eq!(reader.total, BLOCK * BLOCKS);
+    // The generator has nothing more either.
+    let mut rest = Vec::new();
+    let mut reference = reader.reference;
+    reference
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_end(&mut rest)
+        .unwrap();
+    assert!(rest.is_empty(), "run printed {} bytes too few", rest.len());
+    assert!(reference.wait().unwrap().success());
+    // Exactly the child's stderr: nothing lost, and no notice of an incomplete copy.
+    assert_eq!(
+        String::from_utf8_lossy(&stderr),
+        String::from_utf8_lossy(&expected_stderr())
+    );
+    // The durable copy: complete, every byte counted, the oldest dropped by retention.
+    let listed = manifests(root);
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    let bounds = &listed[0]["bounds"];
+    assert_eq!(
+        bounds["total_bytes"].as_u64(),
+        Some((BLOCK * BLOCKS + expected_stderr().len()) as u64),
+        "{listed:?}"
+    );
+    assert!(bounds["retained_from"].as_u64().unwrap() > 0, "{listed:?}");
+}
+
+/// While the reader reads nothing, the child is held in `write`: it does not get past a point
+/// far beyond the slack until the reader reads, and then it does.
+#[test]
+fn the_child_waits_while_the_reader_reads_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let marker = dir.path().join("wrote-everything");
+    let script = format!("head -c {BEYOND_SLACK} /dev/zero; : > \"$1\"; echo after; echo done >&2");
+    let mut child = run_piped(root, &["sh", "-c", &script, "sh", marker.to_str().unwrap()]);
+    let stderr = collect(child.stderr.take().unwrap());
+    let mut stdout = child.stdout.take().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(
+        !marker.exists(),
+        "the child wrote everything while nobody read run's stdout"
+    );
+    let mut bytes = Vec::new();
+    stdout.read_to_end(&mut bytes).unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert!(marker.exists());
+    assert_eq!(bytes.len(), BEYOND_SLACK + "after\n".len());
+    assert!(bytes.ends_with(b"\0after\n"));
+    assert_eq!(stderr.join().unwrap(), b"done\n");
+}
+
+/// A descendant that holds the output open past the final drain leaves the durable copy
+/// incomplete: `run` says so on one stderr line when the child ends, and still exits with the
+/// child's status.
+#[test]
+fn an_incomplete_durable_copy_is_announced_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let out = bin()
+        .args(["run", "--root"])
+        .arg(root)
+        .args(["--", "sh", "-c", "echo held; (setsid sleep 2 &); exit 3"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert_eq!(out.stdout, b"held\n");
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    let notices: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("procjournal: the durable copy of this output is incomplete: "))
+        .collect();
+    assert_eq!(notices.len(), 1, "{stderr}");
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
