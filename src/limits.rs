@@ -163,6 +163,11 @@ pub const GUARDIAN_HANDSHAKE_MS: u64 = 10_000;
 /// nothing behind) before the process is recorded as leaving a lingering tree instead.
 pub const TREE_PROOF_WAIT_MS: u64 = 50;
 
+/// How long a drain waits, after the terminal result is out, for a guardian that reported its
+/// tree gone to exit so that it is reaped (it exits at once; this bounds a stalled one, which
+/// its tree's drop then tries once more without waiting).
+pub const GUARDIAN_REAP_MS: u64 = 2_000;
+
 /// How often trees that nothing proved gone (their guardian died without a receipt) are
 /// re-assessed from their evidence (receipt, cgroup, boot id). Each assessment reads a file or
 /// two per tree; a second keeps held capacity from lingering long after the proof appears.

@@ -237,3 +237,40 @@ fn a_full_disk_is_a_reported_gap_and_output_resumes_when_space_returns() {
     assert_eq!(code, 0);
     assert!(out.contains("\"gaps\":[{\"from\""), "{out}");
 }
+
+/// `run` on a full disk: the terminal gets every byte (it prints from the pipe, not the spool),
+/// one line on stderr says the durable copy is incomplete and why, and the exit status is the
+/// child's.
+#[test]
+fn run_prints_everything_and_says_the_durable_copy_has_a_gap() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let spool = root.join("spool");
+    std::fs::create_dir_all(&spool).unwrap();
+    if let Err(why) = mount_tmpfs(&spool, "4m") {
+        eprintln!("SKIPPED: cannot mount a tmpfs for the spool ({why}); this test needs root");
+        return;
+    }
+    let _mounted = Mounted(&spool);
+    let out = Command::new(env!("CARGO_BIN_EXE_procjournal"))
+        .args(["run", "--root"])
+        .arg(root)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            &format!("head -c {FIRST} /dev/zero | tr '\\0' a; exit 7"),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(7), "the child's status");
+    assert_eq!(out.stdout.len() as u64, FIRST);
+    assert!(out.stdout.iter().all(|&b| b == b'a'));
+    let err = String::from_utf8_lossy(&out.stderr);
+    let notices: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("durable copy of this output is incomplete"))
+        .collect();
+    assert_eq!(notices.len(), 1, "{err}");
+    assert!(notices[0].contains("disk full"), "{err}");
+}

@@ -562,6 +562,16 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         },
     )
     .await;
+    // A guardian exits right after it reports its tree gone, and is our child until reaped:
+    // reap it here, after the result is out (bounded), rather than leave it to the tree's drop,
+    // whose one non-blocking try a busy machine can beat (a zombie per process).
+    if tree.surely_empty() && tree.mechanism() != Mechanism::Group {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(limits::GUARDIAN_REAP_MS),
+            tree.wait_empty(),
+        )
+        .await;
+    }
 }
 
 thread_local! {
