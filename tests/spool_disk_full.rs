@@ -45,6 +45,19 @@ fn remount(dir: &Path, size: &str) {
     );
 }
 
+/// The spool directory `spool` of a runtime root on a 4 MiB tmpfs, unmounted on drop; `None`
+/// (after saying why) where mounting is impossible.
+fn spool_on_tmpfs(spool: &Path) -> Option<Mounted<'_>> {
+    std::fs::create_dir_all(spool).unwrap();
+    match mount_tmpfs(spool, "4m") {
+        Ok(()) => Some(Mounted(spool)),
+        Err(why) => {
+            eprintln!("SKIPPED: cannot mount a tmpfs for the spool ({why}); this test needs root");
+            None
+        }
+    }
+}
+
 /// Unmounts on drop, lazily (a daemon killed on a panic may still hold files there).
 struct Mounted<'a>(&'a Path);
 
@@ -103,12 +116,9 @@ fn a_full_disk_is_a_reported_gap_and_output_resumes_when_space_returns() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let spool = root.join("spool");
-    std::fs::create_dir_all(&spool).unwrap();
-    if let Err(why) = mount_tmpfs(&spool, "4m") {
-        eprintln!("SKIPPED: cannot mount a tmpfs for the spool ({why}); this test needs root");
+    let Some(_mounted) = spool_on_tmpfs(&spool) else {
         return;
-    }
-    let _mounted = Mounted(&spool);
+    };
     let mut daemon = Daemon::start(root);
     let flag = root.join("go-on");
     let script = format!(
@@ -246,12 +256,9 @@ fn run_prints_everything_and_says_the_durable_copy_has_a_gap() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let spool = root.join("spool");
-    std::fs::create_dir_all(&spool).unwrap();
-    if let Err(why) = mount_tmpfs(&spool, "4m") {
-        eprintln!("SKIPPED: cannot mount a tmpfs for the spool ({why}); this test needs root");
+    let Some(_mounted) = spool_on_tmpfs(&spool) else {
         return;
-    }
-    let _mounted = Mounted(&spool);
+    };
     let out = Command::new(env!("CARGO_BIN_EXE_procjournal"))
         .args(["run", "--root"])
         .arg(root)

@@ -424,35 +424,10 @@ struct PageView {
     total_bytes: u64,
     gap: bool,
     #[serde(default)]
-    skipped: Option<SkippedView>,
+    skipped: Option<crate::spool::Skipped>,
     cursor_ahead: bool,
     data: String,
     state: State,
-}
-
-/// A gap or damage a page stepped over (`Skipped` as the protocol sends it).
-#[derive(Debug, Deserialize)]
-struct SkippedView {
-    from: u64,
-    to: u64,
-    kind: crate::spool::SkipKind,
-    reason: String,
-}
-
-impl SkippedView {
-    /// The notice `logs` prints on stderr: `-- N bytes lost at cursor C: reason --`.
-    fn notice(&self) -> String {
-        let what = match self.kind {
-            crate::spool::SkipKind::Gap => "lost",
-            crate::spool::SkipKind::Damage => "damaged",
-        };
-        format!(
-            "-- {} bytes {what} at cursor {}: {} --",
-            self.to.saturating_sub(self.from),
-            self.from,
-            crate::render::escape_field(&self.reason, false)
-        )
-    }
 }
 
 /// Bytes asked for per page.
@@ -521,7 +496,8 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             // carries `skipped`.
             gaps += 1;
             if !args.json {
-                eprintln!("{}", skipped.notice());
+                // The reason may come from a file name or an error: escaped like any field.
+                eprintln!("{}", crate::render::escape_field(&skipped.notice(), false));
             }
         } else if page.gap {
             // A daemon from before `skipped`: only retention made gaps.

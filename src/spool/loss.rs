@@ -12,14 +12,14 @@
 //! written at (a hole is never spliced over); a cursor is in at most one recorded gap; gaps are
 //! kept in cursor order.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::codec::{Decode, Encode};
 
 /// Why the bytes of a gap were not kept. The numbering is part of the journal's format
 /// (the `OutputGap` event); retention is never recorded there (it is a policy, and the spool's
 /// `retained_from` already says where kept output starts).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Encode, Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Encode, Decode)]
 #[serde(rename_all = "snake_case")]
 pub enum LossReason {
     /// Older than the retention window: deleted on purpose.
@@ -93,7 +93,7 @@ pub fn describe(reason: LossReason, errno: i32) -> String {
 }
 
 /// What is wrong with damaged cursors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum DamageKind {
     /// No segment file holds them (a file between two others is missing, or every file is).
@@ -119,15 +119,16 @@ impl DamageKind {
 
 /// Whether skipped cursors were lost on purpose or by a recorded failure (a gap), or found
 /// unreadable (damage).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum SkipKind {
     Gap,
     Damage,
 }
 
-/// Cursors `from..to` a read stepped over before its bytes, and why.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+/// Cursors `from..to` a read stepped over before its bytes, and why. Clients read it back from
+/// a page (`logs` through the daemon), so it deserializes too.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Skipped {
     pub from: u64,
     pub to: u64,
@@ -136,10 +137,10 @@ pub struct Skipped {
     /// what is wrong (`missing segment file`, `bad chunk: payload checksum mismatch`).
     pub reason: String,
     /// The gap's reason, typed (absent for damage).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub loss: Option<LossReason>,
     /// The damage's kind, typed (absent for a gap).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub damage: Option<DamageKind>,
 }
 
