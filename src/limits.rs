@@ -163,6 +163,13 @@ pub const GUARDIAN_HANDSHAKE_MS: u64 = 10_000;
 /// nothing behind) before the process is recorded as leaving a lingering tree instead.
 pub const TREE_PROOF_WAIT_MS: u64 = 50;
 
+/// A process's `running` is published this long after its spawn, not at once: a command that
+/// ends sooner has it published by its terminal publication (first, in order), which finds it
+/// already durable by the terminal event's commit, so a short command costs the journal one
+/// `fdatasync` fewer. Short enough that a host hears of a long-running process at once for
+/// any human or agent purpose.
+pub const RUNNING_PUBLICATION_DELAY_MS: u64 = 10;
+
 /// How long a drain waits, after the terminal result is out, for a guardian that reported its
 /// tree gone to exit so that it is reaped (it exits at once; this bounds a stalled one, which
 /// its tree's drop then tries once more without waiting).

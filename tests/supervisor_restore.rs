@@ -188,6 +188,14 @@ async fn host(root: PathBuf, mode: String) {
             );
             sup.output_changed(handle, read.total_bytes).await;
         };
+        // `running` is published a moment after the spawn (RUNNING_PUBLICATION_DELAY_MS),
+        // beside the drain: output can be visible before it. Ready once it is recorded.
+        while !sup
+            .manifest(handle)
+            .is_some_and(|m| m.published.contains(&m.ids.running))
+        {
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
         report(&format!("child {n} {handle} {pid} {total}"));
     }
     report("ready");

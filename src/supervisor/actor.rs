@@ -26,10 +26,10 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, info_span, warn};
 
 use super::command::PreparedProcess;
-use super::process::{Cause, Proc, ProcEvent, TerminalSummary, teardown};
+use super::process::{Cause, Proc, ProcEvent, RunningPublisher, TerminalSummary, teardown};
 use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
 use crate::journal::EventId;
-use crate::lifecycle::event::{LifecycleIds, Scoped};
+use crate::lifecycle::event::{ExitStatus, LifecycleIds, Scoped};
 use crate::lifecycle::{Handle, State};
 use crate::limits;
 use crate::spool::Spool;
@@ -567,6 +567,7 @@ impl Actor {
             return;
         };
         let ids = entry.proc.ids;
+        let proc = Arc::clone(&entry.proc);
         // Dropping the queue ends the stdin writer, which closes the pipe.
         entry.stdin = None;
         if lingering && self.lingering < limits::LINGERING_TREES_MAX {
@@ -588,6 +589,26 @@ impl Actor {
             let (state, exit) = (summary.state, summary.exit);
             self.tasks.spawn(
                 async move {
+                    // `running` first, exactly once: by the start task (wait for it to finish)
+                    // or, for a process that ended before it was due, here, if it ran at all.
+                    if proc.claim_running_publication(RunningPublisher::Terminal) {
+                        let ran = super::lock(&shared.lifecycle)
+                            .manifest(&handle)
+                            .is_some_and(|m| m.pid.is_some());
+                        if ran {
+                            super::publish::publish_and_notify(
+                                &shared,
+                                handle,
+                                ids,
+                                ids.running,
+                                State::Running,
+                                ExitStatus::Unknown,
+                            )
+                            .await;
+                        }
+                    } else {
+                        proc.running_publication_finished().await;
+                    }
                     super::publish::publish_and_notify(
                         &shared,
                         handle,

@@ -8,6 +8,11 @@
 //!   appended is killed and recorded `failed`. `running` itself is appended without waiting: the
 //!   start returns once the registration is durable and the workload runs, and the host hears
 //!   of `running` only after it is durable (`publish.rs`).
+//! - `running` is published exactly once and before the terminal notice: by this task
+//!   `RUNNING_PUBLICATION_DELAY_MS` after the spawn, beside the drain, or, for a process that
+//!   ended sooner, by its terminal publication, first (`Proc::claim_running_publication`: the
+//!   first claim wins; the terminal publication waits for a claimed one to finish). A short
+//!   command's `running` is then durable by the terminal event's commit: one `fdatasync` less.
 //! - A start that recorded nothing hands the prepared process back and gives its admission back
 //!   (through the actor) before the caller hears of it.
 //! - Registration, the spawn and `running` run as one task on the blocking pool:
@@ -21,13 +26,14 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::command::{Lease, PreparedProcess};
-use super::process::{self, Launched, Outcome, Proc, ProcEvent};
+use super::process::{self, Launched, Outcome, Proc, ProcEvent, RunningPublisher};
 use super::{Shared, StartError};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CommandSpec, ExitStatus, IdentityWitness, Registered, Running, Scoped,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
+use crate::limits;
 use crate::tree::{SpawnSpec, Spawned, TreeScope, TreeSignal};
 
 /// How the blocking part of a start ended.
@@ -187,18 +193,30 @@ pub(crate) async fn start(
         })
         .await;
     let _ = reply.send(Ok(handle));
-    // Published before the drain reads: the host hears of `running` before any output is
-    // captured, and before any terminal notice of the same process.
-    let ids = proc.ids;
-    super::publish::publish_and_notify(
-        &shared,
-        handle,
-        ids,
-        ids.running,
-        State::Running,
-        ExitStatus::Unknown,
-    )
-    .await;
+    // `running` is published a moment after the spawn, beside the drain: a command that ends
+    // sooner has it published by its terminal publication instead (first, then the terminal
+    // notice), by then durable with the terminal event's commit, which spares a short command
+    // the `fdatasync` this publication would force. Either way exactly once, and before the
+    // terminal notice.
+    let publication = {
+        let (shared, proc) = (Arc::clone(&shared), Arc::clone(&proc));
+        async move {
+            tokio::time::sleep(Duration::from_millis(limits::RUNNING_PUBLICATION_DELAY_MS)).await;
+            if proc.claim_running_publication(RunningPublisher::Start) {
+                let ids = proc.ids;
+                super::publish::publish_and_notify(
+                    &shared,
+                    handle,
+                    ids,
+                    ids.running,
+                    State::Running,
+                    ExitStatus::Unknown,
+                )
+                .await;
+                proc.running_publication_done();
+            }
+        }
+    };
     let timeout = spec.limits.wall_clock_ms.map(Duration::from_millis);
     let launched = Launched {
         proc,
@@ -209,7 +227,7 @@ pub(crate) async fn start(
         lease,
         tap,
     };
-    process::drain(shared, actor, launched).await;
+    tokio::join!(publication, process::drain(shared, actor, launched));
 }
 
 /// Records a start that failed before the workload ran, through the terminal gate.

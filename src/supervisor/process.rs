@@ -70,6 +70,14 @@ impl Cause {
     }
 }
 
+/// Who may publish a process's `running` (see `Proc::claim_running_publication`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u8)]
+pub(crate) enum RunningPublisher {
+    Start = 1,
+    Terminal = 2,
+}
+
 /// What process tasks (start, drain, gate, watchers) tell the actor. A channel of their own, so
 /// that these modules need nothing of the actor's: imports flow actor -> launch -> process.
 #[derive(Debug)]
@@ -131,6 +139,12 @@ pub(crate) struct Proc {
     pub escalated: AtomicBool,
     /// The first loss of output was logged (once per process, not once per chunk).
     loss_logged: AtomicBool,
+    /// Who publishes `running` (first claim wins): the start task after
+    /// `RUNNING_PUBLICATION_DELAY_MS`, or the terminal publication of a process that ended
+    /// sooner, which publishes it first. Exactly once, and always before the terminal notice.
+    running_claim: AtomicU8,
+    /// The start task's publication of `running` is done (the terminal one waits for it).
+    running_published: watch::Sender<bool>,
     /// Clients waiting for the exit now (bounded by `WAITERS_PER_PROCESS_MAX`).
     waiters: AtomicUsize,
     gate: AtomicBool,
@@ -145,6 +159,8 @@ impl Proc {
             spool_at,
             tree: OnceLock::new(),
             loss_logged: AtomicBool::new(false),
+            running_claim: AtomicU8::new(0),
+            running_published: watch::channel(false).0,
             output: Mutex::new(None),
             output_changed: Notify::new(),
             cause: AtomicU8::new(0),
@@ -153,6 +169,26 @@ impl Proc {
             gate: AtomicBool::new(false),
             exited: watch::channel(None).0,
         }
+    }
+
+    /// Claims the publication of `running` for `by`; false when the other claimer has it.
+    pub fn claim_running_publication(&self, by: RunningPublisher) -> bool {
+        self.running_claim
+            .compare_exchange(0, by as u8, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+    }
+
+    /// The start task is done publishing `running` (whether the host took it or not).
+    pub fn running_publication_done(&self) {
+        self.running_published.send_replace(true);
+    }
+
+    /// Waits until the start task's publication of `running` is done, bounded as a host call
+    /// is (it never takes longer unless the task was lost, and then nothing is gained waiting).
+    pub async fn running_publication_finished(&self) {
+        let mut done = self.running_published.subscribe();
+        let bound = Duration::from_millis(limits::SERVICE_CALL_MS);
+        let _ = tokio::time::timeout(bound, done.wait_for(|done| *done)).await;
     }
 
     /// Counts one more waiter, or `None` at the bound; the guard uncounts it.
