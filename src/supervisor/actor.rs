@@ -714,6 +714,9 @@ impl Actor {
             report, waiters, ..
         } = std::mem::replace(&mut self.shutdown, ShutdownState::Open)
         {
+            // Nothing launches after shutdown: what the launcher holds for the root goes now
+            // (an rmdir on cgroupfs; kept where a tree whose teardown failed is still in it).
+            self.shared.config.launcher.release();
             for w in waiters {
                 let _ = w.send(report.clone());
             }

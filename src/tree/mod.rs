@@ -162,6 +162,10 @@ pub trait Launcher: Send + Sync + Debug {
     fn gates(&self) -> bool {
         false
     }
+
+    /// Gives back what the launcher holds beyond its trees (a guardian launcher's base cgroup,
+    /// when it is empty), once its supervisor has shut down. Best effort; nothing by default.
+    fn release(&self) {}
 }
 
 /// The default launcher: a new process group, its leader held through a pidfd.

@@ -116,14 +116,20 @@ impl GuardianLauncher {
     }
 }
 
-impl Drop for GuardianLauncher {
-    /// The base cgroup is ours (one per runtime root): it goes with the launcher once no scope
-    /// is left in it (`rmdir` of a cgroup with children fails, which leaves it for the next
-    /// supervisor of the root to reuse).
-    fn drop(&mut self) {
+impl GuardianLauncher {
+    /// The base cgroup is ours (one per runtime root): it goes once no scope is left in it
+    /// (`rmdir` of a cgroup with children fails, which leaves it for the next supervisor of the
+    /// root to reuse, and a later launch makes it again: `scope_in`).
+    fn remove_base(&self) {
         if let Some(base) = &self.cgroups {
             let _ = std::fs::remove_dir(base.dir());
         }
+    }
+}
+
+impl Drop for GuardianLauncher {
+    fn drop(&mut self) {
+        self.remove_base();
     }
 }
 
@@ -204,6 +210,12 @@ fn reap_blocking(pidfd: &OwnedFd) {
 impl Launcher for GuardianLauncher {
     fn gates(&self) -> bool {
         true
+    }
+
+    /// A process that exits without dropping its supervisor (the CLI's `run` ends its runtime
+    /// in the background) never runs the drop: its shutdown removes the base instead.
+    fn release(&self) {
+        self.remove_base();
     }
 
     fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
