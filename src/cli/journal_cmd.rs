@@ -169,6 +169,13 @@ fn write_report(
     for t in &report.leftover_tmp_files {
         writeln!(out, "leftover from an interrupted segment creation: {t}")?;
     }
+    for u in &report.unrecognised_files {
+        writeln!(
+            out,
+            "unrecognised file in the journal directory (not read, not removed): {}",
+            crate::render::escape_field(u, false)
+        )?;
+    }
     writeln!(
         out,
         "{}",

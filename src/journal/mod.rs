@@ -382,7 +382,7 @@ impl Journal {
         let base_floor = scan.segments.iter().map(|s| s.header.base_seq).max();
         // Append into the last segment when it is usable; a bad last segment is left untouched
         // and a new one begins after it.
-        let (listed, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
+        let (listed, _, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
         let last_listed = listed.last().map(|(i, _)| *i);
         let listed_count = listed.len();
         let reuse_last = last.filter(|s| Some(s.header.segment_index) == last_listed);

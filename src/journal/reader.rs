@@ -245,7 +245,8 @@ impl Follower {
     /// header decodes, belongs to this journal and does not go back in sequence. Segments that
     /// a scan would report as bad are skipped here too, so a follower is never stuck behind one.
     fn next_segment(&self, after: Option<u64>) -> Result<Option<SegmentHeader>, JournalError> {
-        let (listed, _) = recovery::list_segments(&self.dir).map_err(self.io("list segments"))?;
+        let (listed, _, _) =
+            recovery::list_segments(&self.dir).map_err(self.io("list segments"))?;
         for (index, _) in listed {
             if after.is_some_and(|a| index <= a) {
                 continue;

@@ -128,6 +128,10 @@ pub struct RecoveryReport {
     pub short_segments: Vec<String>,
     /// Leftover `*.tmp` files of an interrupted segment creation (writable opens delete them).
     pub leftover_tmp_files: Vec<String>,
+    /// Files in the journal directory that are none of a segment, a spare or a leftover of a
+    /// segment creation (a copy, a stray file, a name that is not UTF-8): reported, never read
+    /// and never removed.
+    pub unrecognised_files: Vec<String>,
 }
 
 impl RecoveryReport {
@@ -140,6 +144,7 @@ impl RecoveryReport {
             && self.duplicate_ids.is_empty()
             && self.short_segments.is_empty()
             && self.leftover_tmp_files.is_empty()
+            && self.unrecognised_files.is_empty()
     }
 
     /// True when the only findings are what a crash leaves and a writable open repairs.
@@ -148,6 +153,7 @@ impl RecoveryReport {
             && self.bad_segments.is_empty()
             && self.gaps.is_empty()
             && self.duplicate_ids.is_empty()
+            && self.unrecognised_files.is_empty()
     }
 }
 
@@ -200,23 +206,37 @@ fn parse_segment_file_name(name: &str) -> Option<u64> {
         .filter(|&index| index <= crate::limits::SEGMENT_INDEX_MAX)
 }
 
-/// The segment files of a directory in index order, and leftover temporary files.
-pub(crate) type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>);
+/// The segment files of a directory in index order, leftover temporary files, and the names
+/// of files that are neither (nor a spare).
+pub(crate) type Listing = (Vec<(u64, PathBuf)>, Vec<PathBuf>, Vec<String>);
 
-/// Segment files of `dir` in index order, and leftover temporary files.
+/// Whether `name` is a spare segment being (or done being) zero-filled: `{index:020}.spare`.
+fn is_spare_name(name: &str) -> bool {
+    name.strip_suffix(".spare")
+        .is_some_and(|digits| digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Segment files of `dir` in index order, leftover temporary files, and unrecognised files.
 pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
     let mut segments = Vec::new();
     let mut leftovers = Vec::new();
+    let mut unrecognised = Vec::new();
     for entry in std::fs::read_dir(dir)? {
         let entry = entry?;
         let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
+        let Some(name) = name.to_str() else {
+            unrecognised.push(name.to_string_lossy().into_owned());
+            continue;
+        };
         if let Some(index) = parse_segment_file_name(name) {
             segments.push((index, entry.path()));
         } else if name.ends_with(".log.tmp") {
             leftovers.push(entry.path());
+        } else if !is_spare_name(name) {
+            unrecognised.push(name.to_owned());
         }
     }
+    unrecognised.sort();
     segments.sort();
     if segments.len() > SEGMENT_COUNT_MAX {
         return Err(std::io::Error::other(format!(
@@ -224,7 +244,7 @@ pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
             segments.len()
         )));
     }
-    Ok((segments, leftovers))
+    Ok((segments, leftovers, unrecognised))
 }
 
 /// Finds the next offset after `from` holding a checksum-valid record with a seq above `above`.
@@ -373,12 +393,13 @@ pub(crate) fn scan_journal(
     dir: &Path,
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<JournalScan> {
-    let (listed, leftovers) = list_segments(dir)?;
+    let (listed, leftovers, unrecognised_files) = list_segments(dir)?;
     let mut report = RecoveryReport {
         leftover_tmp_files: leftovers
             .iter()
             .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
             .collect(),
+        unrecognised_files,
         ..RecoveryReport::default()
     };
     let mut segments: Vec<ScannedSegment> = Vec::new();

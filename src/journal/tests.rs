@@ -72,7 +72,7 @@ fn round_trip_across_segment_boundaries_for_every_policy() {
         assert_eq!(journal.durable_seq(), 200);
         drop(journal);
         check(dir.path(), 200);
-        let (listed, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
+        let (listed, _, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
         assert!(
             listed.len() > 5,
             "expected many segments, got {}",
@@ -416,7 +416,7 @@ fn row_h_a_bad_tail_with_records_in_a_later_segment_is_damage_not_a_torn_tail() 
 fn row_i_a_bad_segment_header_is_reported_and_the_rest_reconciles() {
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 60);
-    let (listed, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
+    let (listed, _, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
     assert!(listed.len() >= 3);
     edit(dir.path(), 1, |b| b[format::SEG_BASE_SEQ_OFFSET] ^= 1);
     let (records, report) = read_all(dir.path());
@@ -492,6 +492,50 @@ fn leftover_tmp_segment_is_removed_by_a_writable_open() {
     check(dir.path(), 40);
     let verified = JournalReader::open(dir.path()).unwrap().verify().unwrap();
     assert!(verified.leftover_tmp_files.is_empty(), "{verified:?}");
+}
+
+/// Issue 15, finding 3: files in the journal directory that are no segment, spare or leftover
+/// (a stray copy, garbage, a name that is not UTF-8) are reported by `verify` and by a writable
+/// open, never read as records and never removed; the journal opens and appends as before.
+#[test]
+fn unrecognised_files_are_reported_and_left_alone() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    build(dir.path(), 2);
+    let journal_dir = dir.path().join("journal");
+    let stray = journal_dir.join("notes.txt");
+    std::fs::write(&stray, b"garbage \x00\xff").unwrap();
+    let copy = journal_dir.join(format!("{}.bak", recovery::segment_file_name(0)));
+    std::fs::copy(journal_dir.join(recovery::segment_file_name(0)), &copy).unwrap();
+    let odd = journal_dir.join(std::ffi::OsStr::from_bytes(b"x\xff.log"));
+    std::fs::write(&odd, b"?").unwrap();
+    let spare = journal_dir.join(format!("{:020}.spare", 9));
+    std::fs::write(&spare, [0u8; 64]).unwrap();
+    let verified = JournalReader::open(dir.path()).unwrap().verify().unwrap();
+    let names = |r: &RecoveryReport| r.unrecognised_files.clone();
+    let expected = vec![
+        format!("{}.bak", recovery::segment_file_name(0)),
+        "notes.txt".to_owned(),
+        "x\u{fffd}.log".to_owned(),
+    ];
+    assert_eq!(names(&verified), expected, "a spare is not unrecognised");
+    assert!(!verified.is_clean() && !verified.is_crash_residue_only());
+    let (journal, report) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+    assert_eq!(names(&report), expected);
+    append_n(&journal, 2, 40);
+    drop(journal);
+    let (records, report) = read_all(dir.path());
+    assert_eq!(records.len(), 40);
+    assert_eq!(names(&report), expected);
+    // Nothing else was found: the strays were neither read nor taken for damage.
+    let only_strays = RecoveryReport {
+        unrecognised_files: Vec::new(),
+        ..report
+    };
+    assert!(only_strays.is_clean(), "{only_strays:?}");
+    for f in [&stray, &copy, &odd] {
+        assert!(f.exists(), "{f:?} was removed");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
