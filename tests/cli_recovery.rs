@@ -369,3 +369,46 @@ fn ps_shows_the_capture_status() {
     let text = String::from_utf8(run_in(root, &["ps"]).stdout).unwrap();
     assert!(text.contains(" incomplete "), "{text}");
 }
+
+/// Issue 15, finding 6: `spool cat --base64` prints one base64 stream per contiguous run, so the
+/// joined output of a spool larger than a page decodes to every byte (it used to pad each 1 MiB
+/// page on its own, and a decoder of the joined text got the first MiB only); and
+/// `spool verify --json` keeps stdout JSON when the journal is not clean.
+#[test]
+fn spool_cat_base64_is_one_stream_and_verify_json_stays_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    // 2.5 MB of bytes that differ by position (page boundaries do not fall on 3-byte ones).
+    let h = supervise(root, "seq 1 400000 | head -c 2500001");
+    let out = bin()
+        .args(["spool", "cat", "--base64", "--root"])
+        .arg(root)
+        .arg(&h)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert_eq!(text.lines().count(), 1, "one run, one line");
+    let bytes = procjournal::protocol::base64::decode(text.trim_end()).unwrap();
+    let expected = std::process::Command::new("sh")
+        .args(["-c", "seq 1 400000 | head -c 2500001"])
+        .output()
+        .unwrap()
+        .stdout;
+    assert_eq!(bytes.len(), expected.len());
+    assert!(
+        bytes == expected,
+        "the decoded stream differs from the output"
+    );
+
+    // A journal that is not clean (a stray file): the note goes to stderr, stdout stays JSON.
+    std::fs::write(root.join("journal").join("stray.txt"), b"x").unwrap();
+    let out = run_in(root, &["spool", "verify", "--json"]);
+    for line in String::from_utf8(out.stdout.clone()).unwrap().lines() {
+        serde_json::from_str::<Value>(line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+    }
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the journal is not clean"),
+        "{out:?}"
+    );
+}

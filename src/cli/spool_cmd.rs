@@ -48,7 +48,9 @@ pub(crate) struct CatArgs {
     /// Combined-stream byte offset to start from.
     #[arg(long, default_value_t = 0)]
     cursor: u64,
-    /// Print base64 of exactly the raw bytes instead of safe text.
+    /// Print base64 of exactly the raw bytes instead of safe text: one base64 stream per
+    /// contiguous run of output, each ending with a newline (a gap or damage, announced on
+    /// stderr, ends a run).
     #[arg(long)]
     base64: bool,
 }
@@ -80,9 +82,17 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut cursor = args.cursor;
     let mut damaged = 0usize;
+    // --base64: one base64 stream per contiguous run of output (a page's last one or two bytes
+    // wait for the next page, so no padding falls inside a run), each ending with a newline.
+    let mut carry: Vec<u8> = Vec::new();
+    let mut in_run = false;
     loop {
         let read = spool.read(cursor, PAGE_BYTES)?;
         if let Some(skipped) = &read.skipped {
+            if args.base64 {
+                end_base64_run(&mut out, &mut carry, in_run)?;
+                in_run = false;
+            }
             // In order with the bytes: what was printed so far reaches stdout first.
             out.flush()?;
             damaged += usize::from(skipped.kind == crate::spool::SkipKind::Damage);
@@ -93,13 +103,20 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
         }
         if args.base64 {
             if !read.bytes.is_empty() {
-                writeln!(out, "{}", render::base64(&read.bytes))?;
+                in_run = true;
+                carry.extend_from_slice(&read.bytes);
+                let whole = carry.len() / 3 * 3;
+                write!(out, "{}", render::base64(&carry[..whole]))?;
+                carry.drain(..whole);
             }
         } else {
             let at_end = read.next_cursor == read.total_bytes;
             out.write_all(render::safe_text(&read.bytes, at_end).text.as_bytes())?;
         }
         cursor = read.next_cursor;
+    }
+    if args.base64 {
+        end_base64_run(&mut out, &mut carry, in_run)?;
     }
     out.flush()?;
     eprintln!("next cursor {cursor}");
@@ -108,6 +125,16 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Ends a `spool cat --base64` run: the bytes `carry` still holds (fewer than three), padded,
+/// and the newline, when the run printed anything.
+fn end_base64_run(out: &mut impl Write, carry: &mut Vec<u8>, any: bool) -> std::io::Result<()> {
+    if any {
+        writeln!(out, "{}", render::base64(carry))?;
+    }
+    carry.clear();
+    Ok(())
 }
 
 /// The journal's record of every process (manifests, with their output's gaps and bounds), and
@@ -203,10 +230,14 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if !journal_clean {
-        writeln!(
-            out,
-            "the journal is not clean; `procjournal journal verify` prints the report"
-        )?;
+        let note = "the journal is not clean; `procjournal journal verify` prints the report";
+        if args.json {
+            // stdout stays one JSON object per line.
+            out.flush()?;
+            eprintln!("procjournal: {note}");
+        } else {
+            writeln!(out, "{note}")?;
+        }
     }
     out.flush()?;
     Ok(if all_ok {
