@@ -141,13 +141,7 @@ fn split_exit(exit: Option<ExitStatus>) -> (Option<i32>, Option<i32>) {
 
 /// A live process whose output was lost (the gaps recorded so far): already incomplete.
 fn live_loss(gaps: &[crate::spool::Gap]) -> Option<String> {
-    let first = gaps.first()?;
-    let lost: u64 = gaps.iter().map(crate::spool::Gap::len).sum();
-    Some(format!(
-        "incomplete: {lost} bytes of output lost so far, the first at cursor {}: {}",
-        first.from,
-        first.describe()
-    ))
+    crate::spool::loss::summary(gaps).map(|lost| format!("incomplete: {lost}"))
 }
 
 /// A capture status as the surfaces say it: "complete", or "incomplete: …" / "failed: …".

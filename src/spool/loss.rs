@@ -79,6 +79,20 @@ impl Gap {
     }
 }
 
+/// What `gaps` lost, in one phrase for a capture status: `N bytes of output lost in G gap(s),
+/// the first at cursor C: disk full (ENOSPC)`; `None` when nothing was lost. The one wording of
+/// a finished process's status and a live one's in `ps`.
+pub fn summary(gaps: &[Gap]) -> Option<String> {
+    let first = gaps.iter().find(|g| !g.is_empty())?;
+    let lost: u64 = gaps.iter().map(Gap::len).sum();
+    let count = gaps.iter().filter(|g| !g.is_empty()).count();
+    Some(format!(
+        "{lost} bytes of output lost in {count} gap(s), the first at cursor {}: {}",
+        first.from,
+        first.describe()
+    ))
+}
+
 /// [`Gap::describe`] of a reason and an error number.
 pub fn describe(reason: LossReason, errno: i32) -> String {
     if errno == 0 {

@@ -45,12 +45,18 @@ impl Output {
         }
     }
 
-    /// [`Spool::flush`]: every appended byte reaches the spool's files.
-    pub fn flush(&mut self) -> Result<(), SpoolError> {
+    /// Runs a spool operation that may lose bytes (a failed write or sync), keeping the
+    /// buffer free of lost bytes.
+    fn guarded<T>(&mut self, op: impl FnOnce(&mut Spool) -> T) -> T {
         let losses = self.spool.losses();
-        let result = self.spool.flush();
+        let result = op(&mut self.spool);
         self.after(losses);
         result
+    }
+
+    /// [`Spool::flush`]: every appended byte reaches the spool's files.
+    pub fn flush(&mut self) -> Result<(), SpoolError> {
+        self.guarded(Spool::flush)
     }
 
     /// [`Spool::finish`]: no more appends; an open gap is closed at the end.
@@ -64,26 +70,17 @@ impl Output {
     }
 
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {
-        let losses = self.spool.losses();
-        let result = self.spool.checkpoint();
-        self.after(losses);
-        result
+        self.guarded(Spool::checkpoint)
     }
 
     /// [`Spool::plan_sync`]: the checkpoint's syncs can then run without this output's lock.
     pub fn plan_sync(&mut self) -> Result<SyncPlan, SpoolError> {
-        let losses = self.spool.losses();
-        let result = self.spool.plan_sync();
-        self.after(losses);
-        result
+        self.guarded(Spool::plan_sync)
     }
 
     /// [`Spool::finish_sync`].
     pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
-        let losses = self.spool.losses();
-        let result = self.spool.finish_sync(done);
-        self.after(losses);
-        result
+        self.guarded(|spool| spool.finish_sync(done))
     }
 
     /// [`Spool::abandon_sync`].

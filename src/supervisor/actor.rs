@@ -29,7 +29,7 @@ use super::command::PreparedProcess;
 use super::process::{Cause, Proc, ProcEvent, RunningPublisher, TerminalSummary, teardown};
 use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
 use crate::journal::EventId;
-use crate::lifecycle::event::{ExitStatus, LifecycleIds, Scoped};
+use crate::lifecycle::event::{LifecycleIds, Scoped};
 use crate::lifecycle::{Handle, State};
 use crate::limits;
 use crate::spool::Spool;
@@ -596,15 +596,7 @@ impl Actor {
                             .manifest(&handle)
                             .is_some_and(|m| m.pid.is_some());
                         if ran {
-                            super::publish::publish_and_notify(
-                                &shared,
-                                handle,
-                                ids,
-                                ids.running,
-                                State::Running,
-                                ExitStatus::Unknown,
-                            )
-                            .await;
+                            super::publish::publish_running(&shared, handle, ids).await;
                         }
                     } else {
                         proc.running_publication_finished().await;

@@ -203,16 +203,7 @@ pub(crate) async fn start(
         async move {
             tokio::time::sleep(Duration::from_millis(limits::RUNNING_PUBLICATION_DELAY_MS)).await;
             if proc.claim_running_publication(RunningPublisher::Start) {
-                let ids = proc.ids;
-                super::publish::publish_and_notify(
-                    &shared,
-                    handle,
-                    ids,
-                    ids.running,
-                    State::Running,
-                    ExitStatus::Unknown,
-                )
-                .await;
+                super::publish::publish_running(&shared, handle, proc.ids).await;
                 proc.running_publication_done();
             }
         }

@@ -353,16 +353,7 @@ impl Proc {
 
     /// How much output was lost so far, for the capture status: `None` when nothing was.
     pub fn loss(&self) -> Option<String> {
-        let output = lock(&self.output);
-        let gaps = output.as_ref()?.spool().gaps();
-        let first = gaps.first()?;
-        let lost: u64 = gaps.iter().map(Gap::len).sum();
-        Some(format!(
-            "{lost} bytes of output lost in {} gap(s), the first at cursor {}: {}",
-            gaps.len(),
-            first.from,
-            first.describe()
-        ))
+        crate::spool::loss::summary(lock(&self.output).as_ref()?.spool().gaps())
     }
 
     /// Reads live output; `None` once terminalization closed the spool writer (the caller then

@@ -77,6 +77,20 @@ pub(crate) async fn publish_and_notify(
     errors
 }
 
+/// [`publish_and_notify`] of a process's `running` (by its start task, or by its terminal
+/// publication for a process that ended before it was due).
+pub(crate) async fn publish_running(shared: &Arc<Shared>, handle: Handle, ids: LifecycleIds) {
+    publish_and_notify(
+        shared,
+        handle,
+        ids,
+        ids.running,
+        State::Running,
+        ExitStatus::Unknown,
+    )
+    .await;
+}
+
 /// The body of [`publish_and_notify`], on a blocking thread.
 fn publish_batch(
     shared: &Shared,
