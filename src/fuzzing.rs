@@ -147,6 +147,7 @@ fn check_segment_header_decoder(data: &[u8]) {
 /// Runs recovery's pure segment scanner over a valid header followed by `data`.
 fn check_segment_scan(data: &[u8]) {
     let header = SegmentHeader {
+        format_version: format::FORMAT_VERSION_V1,
         segment_bytes: FUZZ_SEGMENT_BYTES as u32,
         journal_id: FUZZ_JOURNAL_ID,
         segment_index: 0,
@@ -158,7 +159,7 @@ fn check_segment_scan(data: &[u8]) {
     bytes.extend_from_slice(body);
 
     let mut seen: Vec<(u64, format::RecordHeader, Vec<u8>)> = Vec::new();
-    let outcome = recovery::scan_segment(&bytes, &header, |r| {
+    let outcome = recovery::scan_segment(&bytes, &header, None, 0, |r| {
         assert_eq!(r.segment_index, 0);
         seen.push((r.offset, *r.header, r.payload.to_vec()));
     });
@@ -440,6 +441,7 @@ pub fn journal_plan(data: &[u8]) -> JournalPlan {
             _ => near_limit(&mut input, SEQ_MAX),
         };
         let mut header = SegmentHeader {
+            format_version: format::FORMAT_VERSION_V1,
             segment_bytes: FUZZ_SEGMENT_BYTES as u32,
             journal_id: FUZZ_JOURNAL_ID,
             segment_index: index,

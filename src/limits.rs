@@ -6,6 +6,12 @@
 /// Bytes of a segment's fixed header (see journal-format.md, "Segment header").
 pub const SEGMENT_HEADER_BYTES: usize = 64;
 
+/// Bytes of one commit slot of a version 2 segment; two follow the fixed header.
+pub const COMMIT_SLOT_BYTES: usize = 48;
+
+/// Where the records of a version 2 segment start: the fixed header, then two commit slots.
+pub const SEGMENT_RECORDS_OFFSET: usize = SEGMENT_HEADER_BYTES + 2 * COMMIT_SLOT_BYTES;
+
 /// Bytes of a record's fixed header (see journal-format.md, "Record header").
 pub const RECORD_HEADER_BYTES: usize = 48;
 
@@ -30,6 +36,11 @@ pub const SEGMENT_BYTES_MAX: usize = 1024 * 1024 * 1024;
 /// directory) is rare, small enough that preallocating one does not stall appenders for long.
 pub const SEGMENT_BYTES_DEFAULT: usize = 16 * 1024 * 1024;
 
+/// The size of a journal's first segment; each next one doubles, up to the configured size
+/// (`SEGMENT_BYTES_DEFAULT` by default). A root holding a few records then takes 1 MiB, not 16,
+/// and one that holds many pays for a rotation about every doubling.
+pub const SEGMENT_BYTES_INITIAL: usize = 1024 * 1024;
+
 /// A journal holds at most this many segments (about 16 TiB at the maximum segment size); the
 /// bound keeps directory scans and the segment table finite.
 pub const SEGMENT_COUNT_MAX: usize = 1 << 14;
@@ -42,7 +53,9 @@ const _: () = assert!(RECORD_HEADER_BYTES.is_multiple_of(RECORD_ALIGN_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MIN.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MAX.is_multiple_of(PAGE_BYTES));
 const _: () = assert!(SEGMENT_BYTES_DEFAULT.is_multiple_of(PAGE_BYTES));
-const _: () = assert!(SEGMENT_BYTES_MIN > SEGMENT_HEADER_BYTES + RECORD_HEADER_BYTES);
+const _: () = assert!(SEGMENT_BYTES_MIN > SEGMENT_RECORDS_OFFSET + RECORD_HEADER_BYTES);
+const _: () = assert!(SEGMENT_BYTES_INITIAL.is_multiple_of(PAGE_BYTES));
+const _: () = assert!(SEGMENT_RECORDS_OFFSET.is_multiple_of(RECORD_ALIGN_BYTES));
 const _: () = assert!(SEGMENT_BYTES_MAX <= u32::MAX as usize);
 const _: () = assert!(RECORD_PAYLOAD_BYTES_MAX < SEGMENT_BYTES_MAX);
 

@@ -49,11 +49,11 @@ fn verify_exits_zero_on_a_clean_journal_and_one_on_damage() {
     // Damage a record in the middle of the first segment.
     let seg = dir.path().join("journal/00000000000000000000.log");
     let mut bytes = std::fs::read(&seg).unwrap();
-    bytes[64 + 48 + 5] ^= 0xff;
+    bytes[160 + 48 + 5] ^= 0xff;
     std::fs::write(&seg, bytes).unwrap();
     let (code, out, _) = run(&["journal", "verify"], dir.path());
     assert_eq!(code, 1, "{out}");
-    assert!(out.contains("DAMAGED: segment 0 bytes 64.."), "{out}");
+    assert!(out.contains("DAMAGED: segment 0 bytes 160.."), "{out}");
     let (code, out, _) = run(&["journal", "verify", "--json"], dir.path());
     assert_eq!(code, 1);
     let report: serde_json::Value = serde_json::from_str(&out).unwrap();

@@ -83,14 +83,21 @@ fn segment_header() -> impl Strategy<Value = SegmentHeader> {
         0..=SEGMENT_INDEX_MAX,
         1..=SEQ_MAX,
         any::<u64>(),
+        prop_oneof![
+            Just(format::FORMAT_VERSION_V1),
+            Just(format::FORMAT_VERSION)
+        ],
     )
         .prop_map(
-            |(pages, journal_id, segment_index, base_seq, created_unix_ms)| SegmentHeader {
-                segment_bytes: pages * 4096,
-                journal_id,
-                segment_index,
-                base_seq,
-                created_unix_ms,
+            |(pages, journal_id, segment_index, base_seq, created_unix_ms, format_version)| {
+                SegmentHeader {
+                    format_version,
+                    segment_bytes: pages * 4096,
+                    journal_id,
+                    segment_index,
+                    base_seq,
+                    created_unix_ms,
+                }
             },
         )
 }

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use procjournal::codec::{self, CODEC_VERSION};
 use procjournal::journal::format::{
-    self, FORMAT_VERSION, RecordFields, SEGMENT_MAGIC, SegmentHeader,
+    self, CommitSlot, FORMAT_VERSION, RecordFields, SEGMENT_MAGIC, SegmentHeader,
 };
 use procjournal::journal::reader::JournalReader;
 use procjournal::limits;
@@ -60,6 +60,7 @@ fn uuid_bytes(text: &str) -> [u8; 16] {
 
 fn example_header() -> SegmentHeader {
     SegmentHeader {
+        format_version: FORMAT_VERSION,
         segment_bytes: 4096,
         journal_id: uuid_bytes(JOURNAL_ID),
         segment_index: 0,
@@ -75,10 +76,27 @@ fn example_payloads() -> [Vec<u8>; 2] {
     ]
 }
 
-/// The worked example as the code writes it: header, then the two records, chained.
+/// The commit area of the worked example: the clean close (generation 3) in slot 0, over the
+/// commit of event 1 (generation 1), and the commit of event 2 (generation 2) in slot 1.
+fn example_slots() -> [CommitSlot; 2] {
+    let claim = |flags, generation| CommitSlot {
+        flags,
+        generation,
+        committed_seq: 2,
+        end_offset: 0x118,
+        next_segment_bytes: 0,
+        next_base_seq: 0,
+    };
+    [claim(format::SLOT_CLOSED, 3), claim(0, 2)]
+}
+
+/// The worked example as the code writes it: header, commit area, then the two records, chained.
 fn example_from_code() -> (Vec<u8>, [u32; 2]) {
     let header = example_header();
     let mut out = header.encode().to_vec();
+    for slot in example_slots() {
+        out.extend_from_slice(&slot.encode(header.crc()));
+    }
     let mut prev_crc = header.crc();
     let mut crcs = [0u32; 2];
     for (i, payload) in example_payloads().iter().enumerate() {
@@ -104,7 +122,7 @@ fn example_from_code() -> (Vec<u8>, [u32; 2]) {
 fn the_worked_example_is_exactly_what_the_code_writes() {
     let documented = worked_example_bytes();
     let (written, _) = example_from_code();
-    assert_eq!(documented.len(), 184, "64 + 64 + 56 bytes");
+    assert_eq!(documented.len(), 280, "64 + 2 x 48 + 64 + 56 bytes");
     for (offset, (d, w)) in documented.iter().zip(&written).enumerate() {
         assert_eq!(
             d, w,
@@ -119,15 +137,19 @@ fn the_worked_example_decodes_field_by_field() {
     let bytes = worked_example_bytes();
     let header = SegmentHeader::decode(&bytes).unwrap();
     assert_eq!(header, example_header());
-    assert_eq!(header.crc(), 0x034f_ea5e);
+    assert_eq!(header.crc(), 0xbcb0_01aa);
     assert_eq!(&bytes[..8], &SEGMENT_MAGIC);
-    assert_eq!(FORMAT_VERSION, 1);
+    assert_eq!(FORMAT_VERSION, 2);
+    for (i, slot) in example_slots().iter().enumerate() {
+        let at = SegmentHeader::commit_slot_offset(i);
+        assert_eq!(CommitSlot::decode(&bytes[at..], &header), Ok(Some(*slot)));
+    }
 
     // The rest of the segment is zero, as on disk.
     let mut segment = bytes.clone();
     segment.resize(4096, 0);
     let payloads = example_payloads();
-    let mut at = limits::SEGMENT_HEADER_BYTES;
+    let mut at = limits::SEGMENT_RECORDS_OFFSET;
     let mut chain = header.crc();
     for (i, payload) in payloads.iter().enumerate() {
         let (h, p) = format::decode_record(&segment[at..]).unwrap();
@@ -141,8 +163,8 @@ fn the_worked_example_decodes_field_by_field() {
         chain = h.header_crc;
         at += format::record_bytes(payload.len());
     }
-    assert_eq!(at, 0xb8);
-    assert_eq!(chain, 0x2305_d6b0);
+    assert_eq!(at, 0x118);
+    assert_eq!(chain, 0xbf7c_297c);
     assert_eq!(
         format::decode_record(&segment[at..]),
         Err(format::FrameError::Zero)
@@ -178,12 +200,13 @@ fn the_worked_example_is_a_journal_that_reads_and_extends() {
         Position {
             seq: 2,
             segment_index: 0,
-            offset: 0x80,
+            offset: 0xe0,
         }
     );
     assert_eq!(records[1].event_id.to_string(), EVENT_IDS[1]);
 
-    // As the document says, the next record goes at 0x0b8 with seq 3, chained to record 2.
+    // As the document says, the next record goes at 0x118 with seq 3, chained to record 2, and
+    // its commit into slot 1 with generation 4.
     let options = JournalOptions {
         durability: Durability::Sync,
         segment_bytes: 4096,
@@ -199,14 +222,29 @@ fn the_worked_example_is_a_journal_that_reads_and_extends() {
         Position {
             seq: 3,
             segment_index: 0,
-            offset: 0xb8,
+            offset: 0x118,
         }
     );
+    let on_disk = std::fs::read(&path).unwrap();
+    assert_eq!(
+        on_disk[..0x70],
+        segment[..0x70],
+        "header and slot 0 untouched"
+    );
+    assert_eq!(
+        on_disk[0xa0..0x118],
+        segment[0xa0..0x118],
+        "records untouched"
+    );
+    let header = example_header();
+    let slot1 = CommitSlot::decode(&on_disk[0x70..], &header)
+        .unwrap()
+        .unwrap();
+    assert_eq!((slot1.generation, slot1.committed_seq), (4, 3));
     drop(journal);
     let on_disk = std::fs::read(&path).unwrap();
-    assert_eq!(on_disk[..0xb8], segment[..0xb8], "earlier bytes untouched");
-    let (h, payload) = format::decode_record(&on_disk[0xb8..]).unwrap();
-    assert_eq!((h.seq, h.prev_crc, payload.len()), (3, 0x2305_d6b0, 0));
+    let (h, payload) = format::decode_record(&on_disk[0x118..]).unwrap();
+    assert_eq!((h.seq, h.prev_crc, payload.len()), (3, 0xbf7c_297c, 0));
     // An empty payload's checksum is the mask constant itself.
     assert_eq!(h.payload_crc, 0xa282_ead8);
 }
@@ -290,12 +328,29 @@ fn the_layout_tables_match_the_offsets_of_format_rs() {
     .map(|(f, o, w)| (f.to_owned(), o, w))
     .collect();
     assert_eq!(layout_table(&doc, "## Record header"), record);
+    let slot: Vec<(String, usize, usize)> = [
+        ("slot_crc", format::SLOT_CRC_OFFSET, 4),
+        ("flags", format::SLOT_FLAGS_OFFSET, 4),
+        ("generation", format::SLOT_GENERATION_OFFSET, 8),
+        ("committed_seq", format::SLOT_COMMITTED_OFFSET, 8),
+        ("end_offset", format::SLOT_END_OFFSET_OFFSET, 4),
+        ("next_segment_bytes", format::SLOT_NEXT_BYTES_OFFSET, 4),
+        ("next_base_seq", format::SLOT_NEXT_BASE_OFFSET, 8),
+        ("reserved", format::SLOT_RESERVED_OFFSET, 8),
+    ]
+    .into_iter()
+    .map(|(f, o, w)| (f.to_owned(), o, w))
+    .collect();
+    assert_eq!(layout_table(&doc, "## Commit area"), slot);
     assert_eq!(format::REC_HEADER_CRC_COVERS, 4..48);
 }
 
 #[test]
 fn the_documented_limits_are_the_code_limits() {
     assert_eq!(limits::SEGMENT_HEADER_BYTES, 64);
+    assert_eq!(limits::COMMIT_SLOT_BYTES, 48);
+    assert_eq!(limits::SEGMENT_RECORDS_OFFSET, 160);
+    assert_eq!(limits::SEGMENT_BYTES_INITIAL, 1_048_576);
     assert_eq!(limits::RECORD_HEADER_BYTES, 48);
     assert_eq!(limits::RECORD_ALIGN_BYTES, 8);
     assert_eq!(limits::RECORD_PAYLOAD_BYTES_MAX, 1_048_576);
@@ -312,9 +367,9 @@ fn the_documented_limits_are_the_code_limits() {
 #[test]
 fn the_per_journal_payload_limit_is_as_documented() {
     for (segment_bytes, limit) in [
-        (4096, 3984),
-        (8192, 8080),
-        (1_048_576, 1_048_464),
+        (4096, 3888),
+        (8192, 7984),
+        (1_048_576, 1_048_368),
         (1_052_672, 1_048_576),
         (16_777_216, 1_048_576),
     ] {
@@ -331,7 +386,7 @@ fn the_per_journal_payload_limit_is_as_documented() {
         );
         if segment_bytes == 4096 {
             // The largest record fills an empty segment exactly.
-            assert_eq!(64 + format::record_bytes(limit), 4096);
+            assert_eq!(160 + format::record_bytes(limit), 4096);
         }
     }
 }

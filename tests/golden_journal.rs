@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use procjournal::codec::{self, CODEC_VERSION};
-use procjournal::journal::format::{FORMAT_VERSION, SegmentHeader};
+use procjournal::journal::format::{FORMAT_VERSION, FORMAT_VERSION_V1, SegmentHeader};
 use procjournal::journal::reader::{JournalReader, Record};
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions, Position};
 
@@ -129,7 +129,7 @@ fn the_fixture_is_three_whole_segments_of_one_journal() {
         let bytes = std::fs::read(dir.join(name)).unwrap();
         assert_eq!(bytes.len(), SEGMENT_BYTES);
         assert_eq!(&bytes[..8], b"PJOURNL\0");
-        assert_eq!(bytes[8..10], FORMAT_VERSION.to_le_bytes());
+        assert_eq!(bytes[8..10], FORMAT_VERSION_V1.to_le_bytes());
         let header = SegmentHeader::decode(&bytes).unwrap();
         assert_eq!(header.segment_bytes as usize, SEGMENT_BYTES);
         assert_eq!(header.segment_index, index as u64);
@@ -204,7 +204,8 @@ fn the_fixture_opens_writable_and_extends() {
             offset: 208,
         }
     );
-    // New events continue the sequence and the chain in the last segment, then rotate.
+    // New events continue the sequence in a new version 2 segment (the upgrade: a version 1
+    // segment has no commit area, so it is never appended to, and never written again).
     let next = journal
         .append(id(13), kind, CODEC_VERSION, &codec::encode(&13u64).unwrap())
         .unwrap();
@@ -213,14 +214,24 @@ fn the_fixture_opens_writable_and_extends() {
         next.position,
         Position {
             seq: 13,
-            segment_index: 2,
-            offset: 2864,
+            segment_index: 3,
+            offset: 160,
         }
     );
     let big = journal.append(id(14), kind, 0, &pattern(14, 3000)).unwrap();
     assert_eq!(big.position.seq, 14);
     assert_eq!(big.position.segment_index, 3);
     drop(journal);
+    let dir = root.path().join("journal");
+    let upgraded = std::fs::read(dir.join("00000000000000000003.log")).unwrap();
+    assert_eq!(upgraded[8..10], FORMAT_VERSION.to_le_bytes());
+    for name in SEGMENT_FILES {
+        assert_eq!(
+            std::fs::read(dir.join(name)).unwrap(),
+            std::fs::read(fixture_dir().join("journal").join(name)).unwrap(),
+            "{name}: a version 1 segment was written by the upgrade"
+        );
+    }
 
     // Read-only and writable opens agree, and the old records are untouched.
     let (records, report) = JournalReader::open(root.path())

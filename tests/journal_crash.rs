@@ -83,12 +83,13 @@ fn codec_of(index: u64) -> u8 {
     (index % 5) as u8
 }
 
-/// 8..408 bytes mostly; one in 32 is 2000..8000 bytes, so that with 8 KiB segments a large
-/// record often forces a rotation. The first 8 bytes are the index.
+/// 8..408 bytes mostly; one in 32 is 2000..7900 bytes (up to about the per-journal limit of
+/// 8 KiB segments), so that a large record often forces a rotation. The first 8 bytes are the
+/// index.
 fn payload_of(index: u64) -> Vec<u8> {
     let h = mix(index ^ 0x5EED);
     let len = if h.is_multiple_of(32) {
-        2000 + (h >> 8) % 6000
+        2000 + (h >> 8) % 5900
     } else {
         8 + (h >> 8) % 400
     } as usize;

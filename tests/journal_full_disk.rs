@@ -81,26 +81,40 @@ fn temporaries(root: &Path) -> Vec<String> {
 /// ENOSPC while a segment's zeroes are written: the partial file is removed at once (its space
 /// given back), both for the first segment of a new journal (created as `.log.tmp`) and for the
 /// spare the writer prepares in the background (`.spare`); nothing is left for `journal verify`
-/// to report, and what was appended is intact.
+/// to report, what was appended is intact, and the failed spare does not poison the writer.
 #[test]
 fn a_segment_that_fills_the_disk_is_removed_at_once() {
-    let Some(fs) = SmallTmpfs::mount("4m") else {
+    let Some(fs) = SmallTmpfs::mount("768k") else {
         return;
     };
-    // A first segment larger than the file system: the open fails, and leaves nothing.
+    // A first segment (1 MiB) larger than the file system: the open fails, and leaves nothing.
     let big = fs.path().join("big");
     let failed = Journal::open(&big, options(8 << 20));
-    assert!(failed.is_err(), "an 8 MiB segment cannot fit in 4 MiB");
+    assert!(
+        failed.is_err(),
+        "a 1 MiB first segment cannot fit in 768 KiB"
+    );
     assert_eq!(temporaries(&big), Vec::<String>::new());
+    drop(fs);
 
-    // A first segment that fits (in the space the failed one gave back) and a spare that does
-    // not: the open succeeds, the spare fails on its background thread (joined when the journal
-    // is dropped) and is removed.
+    // A first segment that fits and a spare that does not: once the first segment is half full
+    // the spare (2 MiB) is started, fails on its background thread and is removed; appending
+    // goes on in the first segment.
+    let Some(fs) = SmallTmpfs::mount("2m") else {
+        return;
+    };
     let root = fs.path().join("root");
-    let (journal, _) = Journal::open(&root, options(3 << 20)).expect("open");
-    for i in 0..10u8 {
+    let (journal, _) = Journal::open(&root, options_os(4 << 20)).expect("open");
+    let payload = [7u8; 4000];
+    let mut appended = 0u64;
+    while journal.last_seq() == 0
+        || journal
+            .position_of(EventId::from_bytes(id(appended)))
+            .is_some_and(|p| p.offset < 700 * 1024)
+    {
+        appended += 1;
         journal
-            .append(EventId::from_bytes([i + 1; 16]), KIND, 1, &[i; 40])
+            .append(EventId::from_bytes(id(appended)), KIND, 1, &payload)
             .expect("append");
     }
     drop(journal);
@@ -108,6 +122,17 @@ fn a_segment_that_fills_the_disk_is_removed_at_once() {
     let reader = JournalReader::open(&root).expect("reader");
     let report = reader.verify().expect("verify");
     assert!(report.is_clean(), "{report:?}");
-    assert_eq!(report.records, 10);
+    assert_eq!(report.records, appended);
     assert!(report.leftover_tmp_files.is_empty());
+}
+
+fn id(n: u64) -> [u8; 16] {
+    (u128::from(n) + 1).to_le_bytes()
+}
+
+fn options_os(segment_bytes: usize) -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Os,
+        segment_bytes,
+    }
 }

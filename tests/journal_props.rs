@@ -12,7 +12,8 @@ use std::path::Path;
 
 use procjournal::journal::reader::JournalReader;
 use procjournal::limits::{
-    PAGE_BYTES, RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
+    PAGE_BYTES, RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, SEGMENT_BYTES_INITIAL,
+    SEGMENT_RECORDS_OFFSET,
 };
 use procjournal::{
     Appended, Durability, EventId, EventKind, Journal, JournalOptions, Position, RecoveryReport,
@@ -50,11 +51,17 @@ struct Layout {
 }
 
 impl Layout {
+    /// Segment `index` of a journal opened with `configured` bytes: 1 MiB, doubling, at most the
+    /// configured size (journal-format.md, "Segment files").
+    fn size_of(index: usize, configured: usize) -> usize {
+        configured.min(SEGMENT_BYTES_INITIAL << index.min(20))
+    }
+
     fn opened(&mut self, segment_bytes: usize) {
         self.new_segment_bytes = segment_bytes;
         if self.segments.is_empty() {
-            self.segments.push(segment_bytes);
-            self.offset = SEGMENT_HEADER_BYTES;
+            self.segments.push(Self::size_of(0, segment_bytes));
+            self.offset = SEGMENT_RECORDS_OFFSET;
         }
     }
 
@@ -62,8 +69,10 @@ impl Layout {
         let bytes = RECORD_HEADER_BYTES + payload_bytes.next_multiple_of(RECORD_ALIGN_BYTES);
         let active = *self.segments.last().expect("placed after an open");
         if self.offset + bytes > active {
-            self.segments.push(self.new_segment_bytes);
-            self.offset = SEGMENT_HEADER_BYTES;
+            let size = Self::size_of(self.segments.len(), self.new_segment_bytes)
+                .max((SEGMENT_RECORDS_OFFSET + bytes).next_multiple_of(PAGE_BYTES));
+            self.segments.push(size);
+            self.offset = SEGMENT_RECORDS_OFFSET;
         }
         let at = (self.segments.len() as u64 - 1, self.offset as u64);
         self.offset += bytes;
@@ -256,7 +265,7 @@ proptest! {
         for (i, (_, position)) in model.events.iter().enumerate() {
             prop_assert_eq!(position.seq, i as u64 + 1);
         }
-        let total_bytes: usize = SEGMENT_HEADER_BYTES
+        let total_bytes: usize = SEGMENT_RECORDS_OFFSET
             + events
                 .iter()
                 .map(|e| RECORD_HEADER_BYTES + e.payload.len().next_multiple_of(RECORD_ALIGN_BYTES))

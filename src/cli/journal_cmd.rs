@@ -163,6 +163,32 @@ fn write_report(
             d.event_id, d.first_seq, d.duplicate_seq
         )?;
     }
+    for l in &report.lost_acknowledged {
+        writeln!(
+            out,
+            "LOST ACKNOWLEDGED RECORDS: segment {} confirmed seq {} durable, claims seq {}, but \
+             holds nothing from seq {} on; never used again",
+            l.segment_index, l.confirmed_seq, l.claimed_seq, l.first_missing_seq
+        )?;
+    }
+    for u in &report.unconfirmed_commits {
+        writeln!(
+            out,
+            "unconfirmed commit: segment {} claimed up to seq {} in a flush that may not have \
+             returned; seq {} on are missing and never used again",
+            u.segment_index, u.claimed_seq, u.first_missing_seq
+        )?;
+    }
+    for m in &report.missing_segments {
+        writeln!(
+            out,
+            "MISSING SEGMENT: {} (base seq {}) is named by its sealed predecessor but gone",
+            m.segment_index, m.base_seq
+        )?;
+    }
+    for c in &report.damaged_commit_areas {
+        writeln!(out, "DAMAGED COMMIT AREA: {c}: neither commit slot reads")?;
+    }
     for s in &report.short_segments {
         writeln!(out, "short segment file: {s}")?;
     }

@@ -68,6 +68,9 @@ impl Syncer for FaultySyncer {
         }
         self.inner.sync()
     }
+    fn write_slot(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        self.inner.write_slot(offset, bytes)
+    }
 }
 
 impl SegmentStore for FaultyStore {

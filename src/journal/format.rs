@@ -14,15 +14,20 @@
 //!   checksums are masked so that all-zero bytes never carry a matching checksum.
 
 use crate::limits::{
-    RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX,
-    SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX, SEQ_MAX,
+    COMMIT_SLOT_BYTES, RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX,
+    SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX,
+    SEGMENT_RECORDS_OFFSET, SEQ_MAX,
 };
 
 /// First eight bytes of every segment file.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"PJOURNL\0";
 
-/// Version of the segment and record framing described in journal-format.md.
-pub const FORMAT_VERSION: u16 = 1;
+/// Version of the segment and record framing that the writer produces (journal-format.md):
+/// version 2 adds the commit area after the fixed header.
+pub const FORMAT_VERSION: u16 = 2;
+
+/// The first version: no commit area, records from offset 64. Still read, never written.
+pub const FORMAT_VERSION_V1: u16 = 1;
 
 // Segment header layout. Each offset is the previous one plus the previous field's width.
 pub const SEG_MAGIC_OFFSET: usize = 0;
@@ -126,6 +131,9 @@ fn id_at(bytes: &[u8], offset: usize) -> [u8; 16] {
 /// The fixed header at offset 0 of every segment file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// [`FORMAT_VERSION`] for every segment this writer creates; [`FORMAT_VERSION_V1`] for a
+    /// segment of a version 1 journal, which has no commit area.
+    pub format_version: u16,
     /// Total bytes of the segment file, header included; the file is preallocated to this size.
     pub segment_bytes: u32,
     /// Random at journal creation, shared by every segment of the journal: a segment copied in
@@ -140,13 +148,39 @@ pub struct SegmentHeader {
 }
 
 impl SegmentHeader {
+    /// Where the first record of this segment starts: after the fixed header, and in version 2
+    /// after the commit area too. The `header_bytes` field on disk.
+    pub fn records_offset(&self) -> usize {
+        if self.format_version == FORMAT_VERSION_V1 {
+            SEGMENT_HEADER_BYTES
+        } else {
+            SEGMENT_RECORDS_OFFSET
+        }
+    }
+
+    /// Whether this segment has a commit area (version 2 on).
+    pub fn has_commit_area(&self) -> bool {
+        self.format_version != FORMAT_VERSION_V1
+    }
+
+    /// The offset of commit slot `slot` (0 or 1) in a version 2 segment.
+    pub fn commit_slot_offset(slot: usize) -> usize {
+        SEGMENT_HEADER_BYTES + (slot & 1) * COMMIT_SLOT_BYTES
+    }
+
+    /// The most records a segment of `segment_bytes` can hold (every record takes at least a
+    /// record header), whatever its version: the bound on the seqs a lost segment could have held.
+    pub fn record_capacity(segment_bytes: u64) -> u64 {
+        segment_bytes.saturating_sub(SEGMENT_HEADER_BYTES as u64) / RECORD_HEADER_BYTES as u64
+    }
+
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_BYTES] {
         let mut out = [0u8; SEGMENT_HEADER_BYTES];
         out[SEG_MAGIC_OFFSET..SEG_MAGIC_OFFSET + 8].copy_from_slice(&SEGMENT_MAGIC);
         out[SEG_VERSION_OFFSET..SEG_VERSION_OFFSET + 2]
-            .copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+            .copy_from_slice(&self.format_version.to_le_bytes());
         out[SEG_HEADER_BYTES_OFFSET..SEG_HEADER_BYTES_OFFSET + 2]
-            .copy_from_slice(&(SEGMENT_HEADER_BYTES as u16).to_le_bytes());
+            .copy_from_slice(&(self.records_offset() as u16).to_le_bytes());
         out[SEG_SEGMENT_BYTES_OFFSET..SEG_SEGMENT_BYTES_OFFSET + 4]
             .copy_from_slice(&self.segment_bytes.to_le_bytes());
         out[SEG_JOURNAL_ID_OFFSET..SEG_JOURNAL_ID_OFFSET + 16].copy_from_slice(&self.journal_id);
@@ -181,12 +215,14 @@ impl SegmentHeader {
         if masked_crc(&bytes[..SEG_CRC_OFFSET]) != u32_at(bytes, SEG_CRC_OFFSET) {
             return Err(FrameError::HeaderChecksum);
         }
-        let version = u16_at(bytes, SEG_VERSION_OFFSET);
-        if version != FORMAT_VERSION {
-            return Err(FrameError::UnsupportedVersion(version));
-        }
+        let format_version = u16_at(bytes, SEG_VERSION_OFFSET);
+        let records_offset = match format_version {
+            FORMAT_VERSION_V1 => SEGMENT_HEADER_BYTES,
+            FORMAT_VERSION => SEGMENT_RECORDS_OFFSET,
+            other => return Err(FrameError::UnsupportedVersion(other)),
+        };
         let header_bytes = u16_at(bytes, SEG_HEADER_BYTES_OFFSET);
-        if usize::from(header_bytes) != SEGMENT_HEADER_BYTES {
+        if usize::from(header_bytes) != records_offset {
             return Err(FrameError::BadHeaderBytes(header_bytes));
         }
         if u32_at(bytes, SEG_RESERVED_OFFSET) != 0 {
@@ -202,6 +238,7 @@ impl SegmentHeader {
             return Err(FrameError::OutOfRange);
         }
         Ok(SegmentHeader {
+            format_version,
             segment_bytes,
             journal_id: id_at(bytes, SEG_JOURNAL_ID_OFFSET),
             segment_index,
@@ -209,6 +246,124 @@ impl SegmentHeader {
             created_unix_ms: u64_at(bytes, SEG_CREATED_MS_OFFSET),
         })
     }
+}
+
+// Commit slot layout (version 2): two slots follow the fixed header.
+pub const SLOT_CRC_OFFSET: usize = 0;
+pub const SLOT_FLAGS_OFFSET: usize = SLOT_CRC_OFFSET + 4;
+pub const SLOT_GENERATION_OFFSET: usize = SLOT_FLAGS_OFFSET + 4;
+pub const SLOT_COMMITTED_OFFSET: usize = SLOT_GENERATION_OFFSET + 8;
+pub const SLOT_END_OFFSET_OFFSET: usize = SLOT_COMMITTED_OFFSET + 8;
+pub const SLOT_NEXT_BYTES_OFFSET: usize = SLOT_END_OFFSET_OFFSET + 4;
+pub const SLOT_NEXT_BASE_OFFSET: usize = SLOT_NEXT_BYTES_OFFSET + 4;
+pub const SLOT_RESERVED_OFFSET: usize = SLOT_NEXT_BASE_OFFSET + 8;
+const _: () = assert!(SLOT_RESERVED_OFFSET + 8 == COMMIT_SLOT_BYTES);
+const _: () = assert!(SEGMENT_HEADER_BYTES + 2 * COMMIT_SLOT_BYTES == SEGMENT_RECORDS_OFFSET);
+
+/// A successor segment exists: it was created (durably) before this slot was written.
+pub const SLOT_SEALED: u32 = 1;
+/// The writer closed the journal after its last flush: nothing was written past `end_offset`.
+pub const SLOT_CLOSED: u32 = 2;
+const SLOT_FLAGS_KNOWN: u32 = SLOT_SEALED | SLOT_CLOSED;
+
+/// One commit slot of a version 2 segment: the claim, written before a flush, that every record
+/// of the segment up to `committed_seq` is covered by that flush. The writer alternates between
+/// the two slots and writes one only after the flush of the other returned, so at most one slot
+/// is ever in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitSlot {
+    pub flags: u32,
+    /// Increases by one per slot written in this segment; the higher one is the newer slot.
+    pub generation: u64,
+    /// Every record of this segment with a seq up to this one was written before the slot; the
+    /// segment's `base_seq - 1` when it claims none.
+    pub committed_seq: u64,
+    /// The offset just past the record `committed_seq` (the records offset when none).
+    pub end_offset: u32,
+    /// For a sealed segment, the successor's size; 0 otherwise.
+    pub next_segment_bytes: u32,
+    /// For a sealed segment, the successor's base seq; 0 otherwise.
+    pub next_base_seq: u64,
+}
+
+impl CommitSlot {
+    pub fn sealed(&self) -> bool {
+        self.flags & SLOT_SEALED != 0
+    }
+    pub fn closed(&self) -> bool {
+        self.flags & SLOT_CLOSED != 0
+    }
+
+    /// The slot's bytes; its checksum also covers the segment header's checksum, so that a slot
+    /// copied from another segment does not verify.
+    pub fn encode(&self, header_crc: u32) -> [u8; COMMIT_SLOT_BYTES] {
+        let mut out = [0u8; COMMIT_SLOT_BYTES];
+        out[SLOT_FLAGS_OFFSET..SLOT_FLAGS_OFFSET + 4].copy_from_slice(&self.flags.to_le_bytes());
+        out[SLOT_GENERATION_OFFSET..SLOT_GENERATION_OFFSET + 8]
+            .copy_from_slice(&self.generation.to_le_bytes());
+        out[SLOT_COMMITTED_OFFSET..SLOT_COMMITTED_OFFSET + 8]
+            .copy_from_slice(&self.committed_seq.to_le_bytes());
+        out[SLOT_END_OFFSET_OFFSET..SLOT_END_OFFSET_OFFSET + 4]
+            .copy_from_slice(&self.end_offset.to_le_bytes());
+        out[SLOT_NEXT_BYTES_OFFSET..SLOT_NEXT_BYTES_OFFSET + 4]
+            .copy_from_slice(&self.next_segment_bytes.to_le_bytes());
+        out[SLOT_NEXT_BASE_OFFSET..SLOT_NEXT_BASE_OFFSET + 8]
+            .copy_from_slice(&self.next_base_seq.to_le_bytes());
+        let crc = slot_crc(header_crc, &out);
+        out[SLOT_CRC_OFFSET..SLOT_CRC_OFFSET + 4].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes the slot at the start of `bytes` for the segment `header`. `Ok(None)` is a slot
+    /// never written (all zero). Total: any input gives a slot, `None` or a [`FrameError`].
+    pub fn decode(bytes: &[u8], header: &SegmentHeader) -> Result<Option<CommitSlot>, FrameError> {
+        if bytes.len() < COMMIT_SLOT_BYTES {
+            return Err(FrameError::Truncated);
+        }
+        let bytes = &bytes[..COMMIT_SLOT_BYTES];
+        if bytes.iter().all(|&b| b == 0) {
+            return Ok(None);
+        }
+        if slot_crc(header.crc(), bytes) != u32_at(bytes, SLOT_CRC_OFFSET) {
+            return Err(FrameError::HeaderChecksum);
+        }
+        let slot = CommitSlot {
+            flags: u32_at(bytes, SLOT_FLAGS_OFFSET),
+            generation: u64_at(bytes, SLOT_GENERATION_OFFSET),
+            committed_seq: u64_at(bytes, SLOT_COMMITTED_OFFSET),
+            end_offset: u32_at(bytes, SLOT_END_OFFSET_OFFSET),
+            next_segment_bytes: u32_at(bytes, SLOT_NEXT_BYTES_OFFSET),
+            next_base_seq: u64_at(bytes, SLOT_NEXT_BASE_OFFSET),
+        };
+        if slot.flags & !SLOT_FLAGS_KNOWN != 0 || u64_at(bytes, SLOT_RESERVED_OFFSET) != 0 {
+            return Err(FrameError::ReservedNonZero);
+        }
+        let end = slot.end_offset as usize;
+        let in_range = slot.generation != 0
+            && slot.committed_seq >= header.base_seq - 1
+            && slot.committed_seq <= SEQ_MAX
+            && end >= header.records_offset()
+            && end <= header.segment_bytes as usize
+            && end.is_multiple_of(RECORD_ALIGN_BYTES)
+            && if slot.sealed() {
+                segment_bytes_valid(slot.next_segment_bytes as usize)
+                    && slot.next_base_seq > slot.committed_seq
+                    && slot.next_base_seq <= SEQ_MAX
+            } else {
+                slot.next_segment_bytes == 0 && slot.next_base_seq == 0
+            };
+        if !in_range {
+            return Err(FrameError::OutOfRange);
+        }
+        Ok(Some(slot))
+    }
+}
+
+fn slot_crc(header_crc: u32, slot: &[u8]) -> u32 {
+    let mut covered = [0u8; 4 + COMMIT_SLOT_BYTES - 4];
+    covered[..4].copy_from_slice(&header_crc.to_le_bytes());
+    covered[4..].copy_from_slice(&slot[SLOT_FLAGS_OFFSET..COMMIT_SLOT_BYTES]);
+    masked_crc(&covered)
 }
 
 pub fn segment_bytes_valid(segment_bytes: usize) -> bool {
@@ -368,6 +523,7 @@ mod tests {
 
     fn sample_segment_header() -> SegmentHeader {
         SegmentHeader {
+            format_version: FORMAT_VERSION_V1,
             segment_bytes: 4096,
             journal_id: std::array::from_fn(|i| i as u8),
             segment_index: 2,
@@ -384,6 +540,62 @@ mod tests {
         assert_eq!(u32_at(&bytes, SEG_CRC_OFFSET), crc);
         assert_eq!(hex(&bytes[SEG_CRC_OFFSET..]), "0ef5f900");
         assert_eq!(SegmentHeader::decode(&bytes), Ok(sample_segment_header()));
+    }
+
+    #[test]
+    fn version_2_header_and_commit_slot_golden_bytes() {
+        let header = SegmentHeader {
+            format_version: FORMAT_VERSION,
+            ..sample_segment_header()
+        };
+        let bytes = header.encode();
+        assert_eq!(
+            hex(&bytes[8..12]),
+            "0200a000",
+            "version 2, header_bytes 160"
+        );
+        assert_eq!(SegmentHeader::decode(&bytes), Ok(header));
+        assert_eq!(header.records_offset(), 160);
+        let slot = CommitSlot {
+            flags: SLOT_SEALED,
+            generation: 3,
+            committed_seq: 50,
+            end_offset: 1024,
+            next_segment_bytes: 8192,
+            next_base_seq: 51,
+        };
+        let encoded = slot.encode(header.crc());
+        assert_eq!(
+            hex(&encoded[4..]),
+            concat!(
+                "01000000",         // flags: sealed
+                "0300000000000000", // generation 3
+                "3200000000000000", // committed seq 50
+                "00040000",         // end offset 1024
+                "00200000",         // next segment bytes 8192
+                "3300000000000000", // next base seq 51
+                "0000000000000000", // reserved
+            )
+        );
+        assert_eq!(CommitSlot::decode(&encoded, &header), Ok(Some(slot)));
+        assert_eq!(CommitSlot::decode(&[0u8; 48], &header), Ok(None));
+        // A slot is bound to its segment: the same bytes under another header do not verify.
+        let other = SegmentHeader {
+            segment_index: 3,
+            ..header
+        };
+        assert_eq!(
+            CommitSlot::decode(&encoded, &other),
+            Err(FrameError::HeaderChecksum)
+        );
+        for bit in 0..encoded.len() * 8 {
+            let mut bad = encoded;
+            bad[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                !matches!(CommitSlot::decode(&bad, &header), Ok(Some(s)) if s == slot),
+                "bit {bit} flip accepted"
+            );
+        }
     }
 
     #[test]

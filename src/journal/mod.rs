@@ -38,13 +38,14 @@ use serde::Serialize;
 use tracing::{debug, warn};
 
 use crate::limits::{
-    RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES,
+    PAGE_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_DEFAULT,
+    SEGMENT_BYTES_INITIAL, SEGMENT_RECORDS_OFFSET,
 };
 use crate::root::{Root, RootError};
-use format::{RecordFields, SegmentHeader};
+use format::{CommitSlot, RecordFields, SLOT_CLOSED, SLOT_SEALED, SegmentHeader};
 use idindex::{IdIndex, IndexFull};
-use recovery::{DuplicateId, TornTail};
-pub use recovery::{RecoveryReport, Row};
+pub use recovery::{CommitLoss, MissingSegment, RecoveryReport, Row};
+use recovery::{CommitPoint, DuplicateId, JournalScan, TornTail};
 /// fsync of a directory, shared with the spool.
 pub(crate) use storage::sync_dir as storage_sync_dir;
 use storage::{Backend, FileBackend, SegmentStore, Syncer};
@@ -182,7 +183,6 @@ struct Writer {
     backend: Arc<dyn Backend>,
     store: Box<dyn SegmentStore>,
     header: SegmentHeader,
-    syncer: Arc<dyn Syncer>,
     write_offset: usize,
     chain_crc: u32,
     next_seq: u64,
@@ -216,15 +216,19 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    /// Starts zero-filling the file the next rotation will use. Best effort: without a spare,
-    /// rotation creates the segment itself.
-    fn start_spare(&mut self) {
+    /// Starts zero-filling the file the next rotation will use, once the active segment is half
+    /// full (a short-lived writer, such as a single `run`, never pays for one). Best effort:
+    /// without a spare, rotation creates the segment itself.
+    fn maybe_start_spare(&mut self) {
+        if self.spare.is_some() || self.write_offset <= self.header.segment_bytes as usize / 2 {
+            return;
+        }
         let index = self.header.segment_index + 1;
         let name = format!("{index:020}.spare");
         let (backend, dir, bytes) = (
             Arc::clone(&self.backend),
             self.dir.clone(),
-            self.segment_bytes_new,
+            segment_bytes_for(index, self.segment_bytes_new),
         );
         let task_name = name.clone();
         let spawned = std::thread::Builder::new()
@@ -239,6 +243,69 @@ impl Writer {
     }
 }
 
+/// The commit area of the active segment: where the next claim goes. Claims are written and
+/// flushed one at a time under this lock, so at most one slot is ever in flight (the other one
+/// stays valid whatever a crash does to it). Lock order: `writer` may be held when `commit` is
+/// taken, never the reverse; the group-commit leader takes them one after the other.
+#[derive(Debug)]
+struct Commit {
+    syncer: Arc<dyn Syncer>,
+    segment_index: u64,
+    header_crc: u32,
+    generation: u64,
+    next_slot: usize,
+    /// The highest seq claimed by a slot written to this segment.
+    claimed: u64,
+    /// The seq the newest slot claims when it is a flushed `CLOSED` one: nothing to close again.
+    closed_at: Option<u64>,
+}
+
+impl Commit {
+    /// The commit state of a segment whose commit area holds `point` (`None`: never written).
+    fn resume(syncer: Arc<dyn Syncer>, header: &SegmentHeader, point: Option<CommitPoint>) -> Self {
+        let newest = point.and_then(|p| p.newest);
+        Commit {
+            syncer,
+            segment_index: header.segment_index,
+            header_crc: header.crc(),
+            generation: newest.map_or(0, |(_, s)| s.generation),
+            next_slot: newest.map_or(0, |(i, _)| 1 - i),
+            claimed: point.map_or(header.base_seq - 1, |p| p.claimed),
+            closed_at: None,
+        }
+    }
+
+    /// Claims every record up to `committed` (ending at `end_offset`) in the next slot, then
+    /// flushes the segment: one `fdatasync` makes the records and the claim durable together.
+    fn write(
+        &mut self,
+        flags: u32,
+        committed: u64,
+        end_offset: usize,
+        successor: Option<(u32, u64)>,
+    ) -> std::io::Result<()> {
+        let (next_segment_bytes, next_base_seq) = successor.unwrap_or((0, 0));
+        let slot = CommitSlot {
+            flags,
+            generation: self.generation + 1,
+            committed_seq: committed,
+            end_offset: u32::try_from(end_offset).map_err(std::io::Error::other)?,
+            next_segment_bytes,
+            next_base_seq,
+        };
+        self.syncer.write_slot(
+            SegmentHeader::commit_slot_offset(self.next_slot),
+            &slot.encode(self.header_crc),
+        )?;
+        self.syncer.sync()?;
+        self.generation += 1;
+        self.next_slot = 1 - self.next_slot;
+        self.claimed = self.claimed.max(committed);
+        self.closed_at = (flags & SLOT_CLOSED != 0).then_some(committed);
+        Ok(())
+    }
+}
+
 #[derive(Default)]
 struct SyncState {
     durable_seq: u64,
@@ -249,6 +316,7 @@ struct SyncState {
 pub struct Journal {
     durability: Durability,
     writer: Mutex<Writer>,
+    commit: Mutex<Commit>,
     sync: Mutex<SyncState>,
     synced: Condvar,
     poison: Mutex<Option<String>>,
@@ -258,6 +326,22 @@ pub struct Journal {
     /// Declared last so that it drops last: the mapping in `writer` must be gone before the lock
     /// is released (see `mmap.rs`).
     root: Root,
+}
+
+impl Drop for Journal {
+    /// A clean close claims every record once more with the `CLOSED` flag and flushes, so that
+    /// the next open knows nothing is left in the page cache and nothing lies past the records:
+    /// it neither flushes nor reads the segment's zeroes. Nothing to do when
+    /// [`Journal::close_commit`] already did it and nothing was appended since.
+    fn drop(&mut self) {
+        // A poisoned handle writes nothing more: the next open runs recovery.
+        if self.poisoned.load(std::sync::atomic::Ordering::Acquire) {
+            return;
+        }
+        if let Err(e) = self.close_commit() {
+            warn!(error = %e, "journal close: the closing commit failed; the next open recovers");
+        }
+    }
 }
 
 impl std::fmt::Debug for Journal {
@@ -330,7 +414,7 @@ impl Journal {
         let mut ids = IdIndex::default();
         let mut index_full = false;
         let mut duplicates = Vec::new();
-        let scan = recovery::scan_journal(&dir, |r| {
+        let mut scan = recovery::scan_journal(&dir, |r| {
             let position = Position {
                 seq: r.header.seq,
                 segment_index: r.segment_index,
@@ -353,75 +437,97 @@ impl Journal {
                 max: IdIndex::CAPACITY,
             });
         }
-        let mut report = scan.report;
+        let mut report = std::mem::take(&mut scan.report);
         report.duplicate_ids = duplicates;
 
         // Crash residue: interrupted segment creations never held a record.
         for name in &report.leftover_tmp_files {
             std::fs::remove_file(dir.join(name)).map_err(io("remove leftover segment"))?;
         }
-        // A torn tail is cut by zeroing it in place: nothing truncates a segment file.
+        let (listed, _, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
+        let last_listed = listed.last().map(|(i, _)| *i);
+        let listed_count = listed.len();
+        let plan = open_plan(&scan, last_listed);
+        // A torn tail is cut by zeroing it in place: nothing truncates a segment file. The tail
+        // of the segment appended to is zeroed through its own store below, under the same
+        // flush as the commit that follows.
         for tail in &mut report.torn_tails {
+            if plan.reuse.is_some_and(|i| i == tail.segment_index) {
+                continue;
+            }
             zero_torn_tail(&backend, &scan.segments, tail).map_err(io("zero torn tail"))?;
         }
-        // A previous writer under `Os` may have left records only in the page cache: nothing found
-        // here counts as durable until it is flushed (the acknowledged position starts at the
-        // last record only because of this). Rotation flushes a segment before it starts the
-        // next one, so only the last segment can hold unflushed records.
-        if let Some(last) = scan.segments.last() {
+        // A previous writer under `Os`, or one that crashed before its flush returned, may have
+        // left records only in the page cache: nothing found counts as durable until it is
+        // flushed. Rotation flushes a segment before it starts the next one, so only the last
+        // segment can hold unflushed records; a clean close flushed it already.
+        if plan.reuse.is_none()
+            && !plan.closed_cleanly
+            && let Some(last) = scan.segments.last()
+        {
             backend
                 .sync_segment(&last.path)
                 .map_err(io("sync segment"))?;
         }
-        storage::sync_dir(&dir).map_err(io("sync journal directory"))?;
 
-        let last = scan.segments.last();
-        let next_seq = scan.last_seq + 1;
-        // A new segment never starts below the base seq of any segment found (an empty one
-        // included). Appends into the reused last segment continue its own chain instead.
-        let base_floor = scan.segments.iter().map(|s| s.header.base_seq).max();
-        // Append into the last segment when it is usable; a bad last segment is left untouched
-        // and a new one begins after it.
-        let (listed, _, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
-        let last_listed = listed.last().map(|(i, _)| *i);
-        let listed_count = listed.len();
-        let reuse_last = last.filter(|s| Some(s.header.segment_index) == last_listed);
         let journal_id = scan
             .journal_id
             .unwrap_or_else(|| *uuid::Uuid::new_v4().as_bytes());
-        let (store, header, write_offset, chain_crc, next_seq) = match reuse_last {
-            Some(segment) => {
-                if segment.file_len < u64::from(segment.header.segment_bytes) {
+        let durability = options.durability;
+        let (store, header, write_offset, chain_crc, next_seq, commit) = match plan.reuse {
+            Some(index) => {
+                let segment = scan
+                    .segments
+                    .iter()
+                    .find(|s| s.header.segment_index == index)
+                    .ok_or_else(|| {
+                        JournalError::InvalidOptions("reused segment vanished".into())
+                    })?;
+                let bytes = segment.header.segment_bytes as usize;
+                if segment.file_len < bytes as u64 {
                     backend
-                        .extend_segment(&segment.path, segment.header.segment_bytes as usize)
+                        .extend_segment(&segment.path, bytes)
                         .map_err(io("extend short segment"))?;
                 }
-                let store = backend
-                    .open_segment(
-                        &segment.path,
-                        segment.header.segment_bytes as usize,
-                        options.durability == Durability::Os,
-                    )
+                let mut store = backend
+                    .open_segment(&segment.path, bytes, durability == Durability::Os)
                     .map_err(io("map active segment"))?;
-                let write_offset = match report
+                let mut write_offset = segment.end_offset;
+                if let Some(tail) = report
                     .torn_tails
-                    .iter()
-                    .find(|t| t.segment_index == segment.header.segment_index)
+                    .iter_mut()
+                    .find(|t| t.segment_index == index)
                 {
-                    Some(t) => t.start_offset as usize,
-                    None => segment.end_offset,
-                };
-                let next_seq = next_seq.max(segment.header.base_seq);
+                    let end = (tail.end_offset as usize).min(bytes);
+                    let start = tail.start_offset as usize;
+                    if end > start {
+                        store
+                            .write_at(start, &vec![0u8; end - start])
+                            .map_err(io("zero torn tail"))?;
+                    }
+                    tail.zeroed = true;
+                    write_offset = start;
+                }
+                let next_seq = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
+                let mut commit = Commit::resume(store.syncer(), &segment.header, segment.commit);
+                if !plan.closed_cleanly {
+                    // One flush makes the zeroed tail and every record found durable, under a
+                    // claim of all of them.
+                    commit
+                        .write(0, next_seq - 1, write_offset, None)
+                        .map_err(io("commit recovered records"))?;
+                }
                 (
                     store,
                     segment.header,
                     write_offset,
                     segment.chain_crc,
                     next_seq,
+                    commit,
                 )
             }
             None => {
-                let next_seq = next_seq.max(base_floor.unwrap_or(1));
+                let next_seq = scan.seq_floor.max(plan.base_floor);
                 let index = last_listed.map_or(0, |i| i + 1);
                 // The same limits rotation keeps: a journal must stay openable.
                 if index > crate::limits::SEGMENT_INDEX_MAX
@@ -433,27 +539,29 @@ impl Journal {
                     });
                 }
                 let header = SegmentHeader {
-                    segment_bytes: options.segment_bytes as u32,
+                    format_version: format::FORMAT_VERSION,
+                    segment_bytes: segment_bytes_for(index, options.segment_bytes) as u32,
                     journal_id,
                     segment_index: index,
                     base_seq: next_seq,
                     created_unix_ms: now_unix_ms(),
                 };
-                let store = create_segment(
-                    &*backend,
-                    &dir,
-                    &header,
-                    options.durability == Durability::Os,
-                )
-                .map_err(io("create segment"))?;
-                (store, header, SEGMENT_HEADER_BYTES, header.crc(), next_seq)
+                let store = create_segment(&*backend, &dir, &header, durability == Durability::Os)
+                    .map_err(io("create segment"))?;
+                let commit = Commit::resume(store.syncer(), &header, None);
+                let offset = header.records_offset();
+                (store, header, offset, header.crc(), next_seq, commit)
             }
         };
+        // Every usable segment before the active one is sealed, naming its successor, so that
+        // the seqs between them are accounted for and a lost successor is noticed. Only a crash
+        // between a rotation's steps, or a recovery that started a new segment, leaves one
+        // unsealed.
+        seal_predecessors(&*backend, &scan, &header).map_err(io("seal segment"))?;
         debug!(dir = %dir.display(), next_seq, segment = header.segment_index, "journal opened");
         if !report.is_clean() {
             warn!(dir = %dir.display(), ?report, "journal recovery found problems");
         }
-        let syncer = store.syncer();
         let durable_seq = next_seq - 1;
         let segment_count = recovery::list_segments(&dir)
             .map_err(io("list segments"))?
@@ -461,13 +569,12 @@ impl Journal {
             .len();
         let journal = Journal {
             root,
-            durability: options.durability,
+            durability,
             writer: Mutex::new(Writer {
                 dir,
                 backend,
                 store,
                 header,
-                syncer,
                 write_offset,
                 chain_crc,
                 next_seq,
@@ -475,9 +582,10 @@ impl Journal {
                 segment_bytes_new: options.segment_bytes,
                 segment_count,
                 scratch: Vec::new(),
-                through_map: options.durability == Durability::Os,
+                through_map: durability == Durability::Os,
                 spare: None,
             }),
+            commit: Mutex::new(commit),
             sync: Mutex::new(SyncState {
                 durable_seq,
                 leader_active: false,
@@ -487,15 +595,43 @@ impl Journal {
             poisoned: std::sync::atomic::AtomicBool::new(false),
         };
         {
-            let mut w = lock(&journal.writer);
+            let w = lock(&journal.writer);
             remove_leftover_spares(&w.dir).map_err(|cause| JournalError::Io {
                 dir: w.dir.clone(),
                 op: "remove leftover spare",
                 cause,
             })?;
-            w.start_spare();
         }
         Ok((journal, report))
+    }
+
+    /// Drops the handle the way a killed process does: no closing commit, and whatever was
+    /// written stays in the page cache, unflushed.
+    #[cfg(test)]
+    pub(crate) fn crash(self) {
+        self.poisoned
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Flushes everything with a closing commit (`CLOSED`), as dropping the handle does, so that
+    /// a host that stops can pay for the flush before it reports that it stopped; the drop then
+    /// writes nothing unless records were appended since. Appending after it is allowed.
+    pub fn close_commit(&self) -> Result<(), JournalError> {
+        self.check_poison()?;
+        let w = lock(&self.writer);
+        let last = w.next_seq - 1;
+        let mut commit = lock(&self.commit);
+        if commit.segment_index != w.header.segment_index || commit.closed_at == Some(last) {
+            return Ok(());
+        }
+        commit
+            .write(SLOT_CLOSED, last, w.write_offset, None)
+            .map_err(|e| self.poison("closing commit", &e))?;
+        drop(commit);
+        drop(w);
+        let mut s = lock(&self.sync);
+        s.durable_seq = s.durable_seq.max(last);
+        Ok(())
     }
 
     /// The absolute runtime root this journal lives in.
@@ -577,8 +713,9 @@ impl Journal {
                     let position = self.write_record(&mut w, id, kind, codec_version, payload)?;
                     if self.durability == Durability::Sync {
                         // One flush per append, in append order, under the writer lock.
-                        let syncer = Arc::clone(&w.syncer);
-                        syncer.sync().map_err(|e| self.poison("fdatasync", &e))?;
+                        lock(&self.commit)
+                            .write(0, position.seq, w.write_offset, None)
+                            .map_err(|e| self.poison("fdatasync", &e))?;
                         lock(&self.sync).durable_seq = position.seq;
                     }
                     Appended {
@@ -618,7 +755,7 @@ impl Journal {
         }
         let bytes = format::record_bytes(payload.len());
         if w.write_offset + bytes > w.header.segment_bytes as usize {
-            self.rotate(w)?;
+            self.rotate(w, SEGMENT_RECORDS_OFFSET + bytes)?;
         }
         let seq = w.next_seq;
         if seq > crate::limits::SEQ_MAX {
@@ -659,6 +796,7 @@ impl Journal {
         w.write_offset += bytes;
         w.chain_crc = header_crc;
         w.next_seq += 1;
+        w.maybe_start_spare();
         // Cannot be refused: capacity was checked above, and the caller looked the ID up first.
         if let Err(IndexFull) = w.ids.insert(id.as_bytes(), position, kind.get()) {
             return Err(JournalError::TooManyRecords {
@@ -669,8 +807,8 @@ impl Journal {
     }
 
     /// Seals the active segment (flushing it, so that only the active segment ever holds
-    /// unflushed records) and starts the next one.
-    fn rotate(&self, w: &mut Writer) -> Result<(), JournalError> {
+    /// unflushed records) and starts the next one, of at least `needed` bytes.
+    fn rotate(&self, w: &mut Writer, needed: usize) -> Result<(), JournalError> {
         // Refused, not poisoned: nothing was written, and a reader must still be able to open
         // every segment (recovery refuses more than the maximum).
         if w.segment_count >= crate::limits::SEGMENT_COUNT_MAX
@@ -680,42 +818,66 @@ impl Journal {
                 max: crate::limits::SEGMENT_COUNT_MAX,
             });
         }
-        w.syncer
-            .sync()
+        let mut commit = lock(&self.commit);
+        let last = w.next_seq - 1;
+        commit
+            .write(0, last, w.write_offset, None)
             .map_err(|e| self.poison("fdatasync before rotation", &e))?;
         {
             let mut s = lock(&self.sync);
-            s.durable_seq = s.durable_seq.max(w.next_seq - 1);
+            s.durable_seq = s.durable_seq.max(last);
         }
+        let index = w.header.segment_index + 1;
+        let bytes =
+            segment_bytes_for(index, w.segment_bytes_new).max(needed.next_multiple_of(PAGE_BYTES));
         let header = SegmentHeader {
-            segment_bytes: w.segment_bytes_new as u32,
+            format_version: format::FORMAT_VERSION,
+            segment_bytes: bytes as u32,
             journal_id: w.header.journal_id,
-            segment_index: w.header.segment_index + 1,
+            segment_index: index,
             base_seq: w.next_seq,
             created_unix_ms: now_unix_ms(),
         };
-        let name = recovery::segment_file_name(header.segment_index);
-        let bytes = w.segment_bytes_new;
-        let created = match w.spare.take() {
-            Some(spare) if spare.index == header.segment_index && spare.segment_bytes == bytes => {
-                match spare.task.join() {
-                    Ok(Ok(())) => {
-                        w.backend
-                            .commit_spare(&w.dir, &spare.name, &name, &header.encode())
-                    }
-                    Ok(Err(e)) => Err(e),
-                    Err(_) => Err(std::io::Error::other("the spare segment thread panicked")),
+        let name = recovery::segment_file_name(index);
+        // A spare that failed (a full disk when it was prepared, say) is not fatal: the segment
+        // is created in place, which fails only if the disk is still full.
+        let spare = w.spare.take();
+        let prepared = spare.and_then(|spare| {
+            let ready = spare.task.join();
+            let usable = spare.index == index && spare.segment_bytes == bytes;
+            match ready {
+                Ok(Ok(())) if usable => Some(spare.name),
+                Ok(Ok(())) => {
+                    let _ = std::fs::remove_file(w.dir.join(&spare.name));
+                    None
                 }
+                Ok(Err(e)) => {
+                    debug!(error = %e, "journal spare failed; creating the segment in place");
+                    None
+                }
+                Err(_) => None,
             }
-            other => {
-                if let Some(spare) = other {
-                    let _ = spare.task.join();
-                }
+        });
+        let created = match prepared {
+            Some(spare_name) => {
                 w.backend
-                    .create_segment(&w.dir, &name, &header.encode(), bytes)
+                    .commit_spare(&w.dir, &spare_name, &name, &header.encode())
             }
+            None => w
+                .backend
+                .create_segment(&w.dir, &name, &header.encode(), bytes),
         };
         created.map_err(|e| self.poison("create segment", &e))?;
+        // Sealed only once the successor exists: a seal promises that it did, so that a
+        // successor missing later is a loss, not an interrupted rotation.
+        commit
+            .write(
+                SLOT_SEALED,
+                last,
+                w.write_offset,
+                Some((bytes as u32, w.next_seq)),
+            )
+            .map_err(|e| self.poison("seal segment", &e))?;
         let store = w
             .backend
             .open_segment(&w.dir.join(&name), bytes, w.through_map)
@@ -725,13 +887,12 @@ impl Journal {
             base_seq = header.base_seq,
             "journal rotated"
         );
-        w.syncer = store.syncer();
+        *commit = Commit::resume(store.syncer(), &header, None);
         w.store = store;
         w.segment_count += 1;
         w.header = header;
-        w.write_offset = SEGMENT_HEADER_BYTES;
+        w.write_offset = header.records_offset();
         w.chain_crc = header.crc();
-        w.start_spare();
         Ok(())
     }
 
@@ -749,11 +910,19 @@ impl Journal {
             }
             s.leader_active = true;
             drop(s);
-            let (target, syncer) = {
+            let (target, end_offset, segment_index) = {
                 let w = lock(&self.writer);
-                (w.next_seq - 1, Arc::clone(&w.syncer))
+                (w.next_seq - 1, w.write_offset, w.header.segment_index)
             };
-            let flushed = syncer.sync();
+            let flushed = {
+                let mut commit = lock(&self.commit);
+                // A rotation since the target was read flushed (and sealed) its segment.
+                if commit.segment_index == segment_index {
+                    commit.write(0, target, end_offset, None)
+                } else {
+                    Ok(())
+                }
+            };
             s = lock(&self.sync);
             s.leader_active = false;
             match flushed {
@@ -805,9 +974,112 @@ impl Journal {
 }
 
 fn payload_limit(segment_bytes: usize) -> usize {
-    (segment_bytes - SEGMENT_HEADER_BYTES - RECORD_HEADER_BYTES).min(RECORD_PAYLOAD_BYTES_MAX)
+    (segment_bytes - SEGMENT_RECORDS_OFFSET - RECORD_HEADER_BYTES).min(RECORD_PAYLOAD_BYTES_MAX)
         / crate::limits::RECORD_ALIGN_BYTES
         * crate::limits::RECORD_ALIGN_BYTES
+}
+
+/// The size of segment `index`: the first segments are small, so that a root that holds a few
+/// records takes little space and is read quickly, and each next one doubles up to the
+/// configured size (rotation makes a segment larger still when one record needs it).
+fn segment_bytes_for(index: u64, configured: usize) -> usize {
+    let shift = u32::try_from(index).unwrap_or(u32::MAX).min(20);
+    SEGMENT_BYTES_INITIAL
+        .checked_shl(shift)
+        .unwrap_or(usize::MAX)
+        .min(configured)
+}
+
+/// What a writable open does with the segments it found.
+#[derive(Debug, Clone, Copy)]
+struct OpenPlan {
+    /// The segment appended to, when the last one may be: a version 2 segment, not sealed,
+    /// whose commit area is readable and whose records reach every seq it claims.
+    reuse: Option<u64>,
+    /// The last segment was closed cleanly after its last flush: nothing needs flushing.
+    closed_cleanly: bool,
+    /// A new segment never starts below the base seq of any segment found (an empty one
+    /// included).
+    base_floor: u64,
+}
+
+fn open_plan(scan: &JournalScan, last_listed: Option<u64>) -> OpenPlan {
+    let base_floor = scan
+        .segments
+        .iter()
+        .map(|s| s.header.base_seq)
+        .max()
+        .unwrap_or(1);
+    let last = scan.segments.last();
+    let next_in = |s: &recovery::ScannedSegment| s.last_seq.map_or(s.header.base_seq, |q| q + 1);
+    let reuse = last
+        .filter(|s| Some(s.header.segment_index) == last_listed)
+        .filter(|s| {
+            // A version 1 segment is never appended to: the journal continues in a version 2
+            // segment (the upgrade).
+            s.commit.is_some_and(|c| {
+                !c.damaged
+                    && c.seal().is_none()
+                    && next_in(s) > c.claimed
+                    && next_in(s) >= scan.seq_floor
+            })
+        })
+        .map(|s| s.header.segment_index);
+    let closed_cleanly = last.is_some_and(|s| {
+        s.commit.and_then(|c| c.closed()).is_some_and(|slot| {
+            slot.committed_seq + 1 == next_in(s)
+                && slot.end_offset as usize == s.end_offset
+                && s.trailing.is_none()
+                && s.file_len == u64::from(s.header.segment_bytes)
+        })
+    });
+    OpenPlan {
+        reuse,
+        closed_cleanly,
+        base_floor,
+    }
+}
+
+/// Seals every usable version 2 segment before `active` that is not sealed yet, naming the
+/// segment that follows it. The seal claims the records the segment holds, or, when records it
+/// had confirmed are lost, keeps that claim so that the loss is reported at every open.
+fn seal_predecessors(
+    backend: &dyn Backend,
+    scan: &JournalScan,
+    active: &SegmentHeader,
+) -> std::io::Result<()> {
+    let usable: Vec<&recovery::ScannedSegment> = scan
+        .segments
+        .iter()
+        .filter(|s| s.header.segment_index < active.segment_index)
+        .collect();
+    for (at, segment) in usable.iter().enumerate() {
+        let Some(point) = segment.commit else {
+            continue;
+        };
+        if point.damaged || point.seal().is_some() {
+            continue;
+        }
+        let successor = usable.get(at + 1).map_or(active, |s| &s.header);
+        let first_missing = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
+        let committed = if first_missing <= point.confirmed {
+            point.claimed
+        } else {
+            first_missing - 1
+        };
+        let bytes = segment.header.segment_bytes as usize;
+        if segment.file_len < bytes as u64 {
+            backend.extend_segment(&segment.path, bytes)?;
+        }
+        let store = backend.open_segment(&segment.path, bytes, false)?;
+        Commit::resume(store.syncer(), &segment.header, Some(point)).write(
+            SLOT_SEALED,
+            committed,
+            segment.end_offset,
+            Some((successor.segment_bytes, successor.base_seq)),
+        )?;
+    }
+    Ok(())
 }
 
 fn create_segment(

@@ -191,7 +191,7 @@ impl JournalReader {
             None => Follower {
                 dir: self.dir(),
                 segment: None,
-                offset: SEGMENT_HEADER_BYTES,
+                offset: 0,
                 chain_crc: 0,
                 expected_seq: 1,
                 last_seq: 0,
@@ -318,7 +318,8 @@ impl Follower {
         }
         let (mut handed, mut expected, from_seq) = (0, self.expected_seq, self.from_seq);
         let mut last = self.last_seq;
-        recovery::scan_segment(&bytes, header, |r| {
+        let commit = recovery::CommitPoint::read(&bytes, header);
+        recovery::scan_segment(&bytes, header, commit.as_ref(), 0, |r| {
             if r.header.seq >= expected {
                 expected = r.header.seq + 1;
                 last = last.max(r.header.seq);
@@ -336,7 +337,7 @@ impl Follower {
     fn enter(&mut self, header: SegmentHeader) {
         self.journal_id.get_or_insert(header.journal_id);
         self.segment = Some(header);
-        self.offset = SEGMENT_HEADER_BYTES;
+        self.offset = header.records_offset();
         self.chain_crc = header.crc();
         self.expected_seq = header.base_seq;
     }

@@ -28,8 +28,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::format::{self, FrameError, RecordHeader, SegmentHeader};
-use crate::limits::{RECORD_ALIGN_BYTES, SEGMENT_COUNT_MAX, SEGMENT_HEADER_BYTES};
+use super::format::{self, CommitSlot, FrameError, RecordHeader, SegmentHeader};
+use crate::limits::{RECORD_ALIGN_BYTES, SEGMENT_COUNT_MAX};
 
 /// The rows C-G of the decision table: why a byte range is not a valid continuation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -85,7 +85,8 @@ pub struct DamagedRange {
     pub start_offset: u64,
     pub end_offset: u64,
     pub row: Row,
-    /// The last record accepted before the damage (0 if none).
+    /// The seq of the last record accepted before the damage, in this segment or an earlier
+    /// one (0 when none was).
     pub last_good_seq: u64,
     /// The first record accepted after it, when it is in the same segment.
     pub next_good_seq: Option<u64>,
@@ -132,6 +133,38 @@ pub struct RecoveryReport {
     /// segment creation (a copy, a stray file, a name that is not UTF-8): reported, never read
     /// and never removed.
     pub unrecognised_files: Vec<String>,
+    /// Records that a confirmed commit point says were durable but that the scan did not find:
+    /// acknowledged records lost (damage).
+    pub lost_acknowledged: Vec<CommitLoss>,
+    /// Records that the last, unconfirmed commit point claims but that the scan did not find:
+    /// what a power loss during the previous writer's last flush leaves (they were never
+    /// acknowledged if that flush did not return). Their seqs are never used again.
+    pub unconfirmed_commits: Vec<CommitLoss>,
+    /// Segments whose commit area has no readable slot: what they claimed is unknown.
+    pub damaged_commit_areas: Vec<String>,
+    /// Successors that a sealed segment names and that no file holds.
+    pub missing_segments: Vec<MissingSegment>,
+    /// The least seq the next record appended to this journal may carry: above every seq that
+    /// was ever acknowledged, whatever was lost since (a writable open may start higher, never
+    /// below a segment's base seq).
+    pub next_seq_floor: u64,
+}
+
+/// Seqs a commit point claims that no record holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct CommitLoss {
+    pub segment_index: u64,
+    pub first_missing_seq: u64,
+    pub claimed_seq: u64,
+    pub confirmed_seq: u64,
+}
+
+/// A segment that a seal names as its successor, with no file under its name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MissingSegment {
+    pub segment_index: u64,
+    pub base_seq: u64,
+    pub segment_bytes: u32,
 }
 
 impl RecoveryReport {
@@ -145,6 +178,10 @@ impl RecoveryReport {
             && self.short_segments.is_empty()
             && self.leftover_tmp_files.is_empty()
             && self.unrecognised_files.is_empty()
+            && self.lost_acknowledged.is_empty()
+            && self.unconfirmed_commits.is_empty()
+            && self.damaged_commit_areas.is_empty()
+            && self.missing_segments.is_empty()
     }
 
     /// True when the only findings are what a crash leaves and a writable open repairs.
@@ -154,6 +191,9 @@ impl RecoveryReport {
             && self.gaps.is_empty()
             && self.duplicate_ids.is_empty()
             && self.unrecognised_files.is_empty()
+            && self.lost_acknowledged.is_empty()
+            && self.damaged_commit_areas.is_empty()
+            && self.missing_segments.is_empty()
     }
 }
 
@@ -180,6 +220,19 @@ pub(crate) struct ScannedSegment {
     pub file_len: u64,
     /// Bad bytes after `end_offset` with no valid record after them in this segment.
     pub trailing: Option<(usize, usize, Row)>,
+    /// The commit point of a version 2 segment.
+    pub commit: Option<CommitPoint>,
+}
+
+impl ScannedSegment {
+    /// Whether the seqs between this segment's last record and `next_base` are accounted for
+    /// here: claimed by this segment's commit point (their loss is reported against this
+    /// segment), or skipped by the recovery that sealed it.
+    fn explains_gap_to(&self, next_base: u64) -> bool {
+        self.commit.is_some_and(|c| {
+            c.claimed + 1 >= next_base || c.seal().is_some_and(|s| s.next_base_seq == next_base)
+        })
+    }
 }
 
 pub(crate) struct JournalScan {
@@ -187,6 +240,8 @@ pub(crate) struct JournalScan {
     pub segments: Vec<ScannedSegment>,
     pub journal_id: Option<[u8; 16]>,
     pub last_seq: u64,
+    /// The least seq the next record may carry (also `report.next_seq_floor`).
+    pub seq_floor: u64,
 }
 
 /// `00000000000000000007.log` for segment 7.
@@ -268,6 +323,81 @@ fn last_nonzero_end(bytes: &[u8], from: usize) -> usize {
         .map_or(from, |p| from + p + 1)
 }
 
+/// What the commit area of a version 2 segment says (see journal-format.md, "Commit point").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct CommitPoint {
+    /// The valid slot with the highest generation, and which slot (0 or 1) holds it.
+    pub newest: Option<(usize, CommitSlot)>,
+    /// The highest seq any slot claims: every seq ever acknowledged in this segment is at most
+    /// this. `base_seq - 1` when no slot claims anything.
+    pub claimed: u64,
+    /// The highest seq whose flush is known to have returned: records up to it were durable.
+    pub confirmed: u64,
+    /// Neither slot decodes (both non-zero): the claim is unknown.
+    pub damaged: bool,
+}
+
+impl CommitPoint {
+    /// Reads both slots of `bytes` (the start of the segment, at least the records offset long,
+    /// zero-extended) for `header`. `None` for a version 1 segment.
+    pub(crate) fn read(bytes: &[u8], header: &SegmentHeader) -> Option<CommitPoint> {
+        if !header.has_commit_area() {
+            return None;
+        }
+        let none = header.base_seq - 1;
+        let slot = |i: usize| {
+            let at = SegmentHeader::commit_slot_offset(i);
+            bytes
+                .get(at..)
+                .map_or(Err(format::FrameError::Truncated), |b| {
+                    CommitSlot::decode(b, header)
+                })
+        };
+        let slots = [slot(0), slot(1)];
+        let newest = (0..2)
+            .filter_map(|i| match slots[i] {
+                Ok(Some(s)) => Some((i, s)),
+                _ => None,
+            })
+            .max_by_key(|(_, s)| s.generation);
+        let Some((i, newest_slot)) = newest else {
+            let damaged = slots.iter().all(Result::is_err);
+            return Some(CommitPoint {
+                newest: None,
+                claimed: none,
+                confirmed: none,
+                damaged,
+            });
+        };
+        // The writer writes a slot only after the flush of the other one returned, so the older
+        // slot is confirmed; the newest is confirmed only when it is a seal (written after the
+        // successor existed, which needed the flush before it), or when the other slot is torn
+        // (then the torn one was the slot in flight).
+        let confirmed = match slots[1 - i] {
+            _ if newest_slot.sealed() => newest_slot.committed_seq,
+            Err(_) => newest_slot.committed_seq,
+            Ok(Some(older)) => older.committed_seq.min(newest_slot.committed_seq),
+            Ok(None) => none,
+        };
+        Some(CommitPoint {
+            newest,
+            claimed: newest_slot.committed_seq,
+            confirmed,
+            damaged: false,
+        })
+    }
+
+    /// The seal of this segment, if its newest slot is one.
+    pub(crate) fn seal(&self) -> Option<CommitSlot> {
+        self.newest.map(|(_, s)| s).filter(CommitSlot::sealed)
+    }
+
+    /// A slot that a clean close wrote after its last flush.
+    pub(crate) fn closed(&self) -> Option<CommitSlot> {
+        self.newest.map(|(_, s)| s).filter(CommitSlot::closed)
+    }
+}
+
 pub(crate) struct SegmentOutcome {
     pub end_offset: usize,
     pub chain_crc: u32,
@@ -278,14 +408,23 @@ pub(crate) struct SegmentOutcome {
 }
 
 /// Scans the records of one segment whose header has been checked. `bytes` is the whole file
-/// (possibly shorter than the header's size after outside damage). Pure.
+/// (possibly shorter than the header's size after outside damage) or, on the fast path of a
+/// sealed or closed segment, its bytes up to the commit point's end offset. `commit` is the
+/// segment's commit point (`None` for version 1). Pure.
+///
+/// Past the confirmed commit point, the first bytes that are not a valid continuation end the
+/// segment's records: what follows was never acknowledged, so no resync looks past it (an
+/// unacknowledged record that reached the disk before an earlier one is dropped with the tail,
+/// not reported as damage). At or before it, damage is resynced over and reported (row H).
 pub(crate) fn scan_segment(
     bytes: &[u8],
     header: &SegmentHeader,
+    commit: Option<&CommitPoint>,
+    prior_seq: u64,
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> SegmentOutcome {
     let bytes = &bytes[..bytes.len().min(header.segment_bytes as usize)];
-    let mut at = SEGMENT_HEADER_BYTES;
+    let mut at = header.records_offset();
     let mut chain_crc = header.crc();
     let mut expected_seq = header.base_seq;
     let mut last_seq: Option<u64> = None;
@@ -320,15 +459,16 @@ pub(crate) fn scan_segment(
                 if bytes[at..].iter().all(|&b| b == 0) {
                     break; // row B
                 }
+                let unacknowledged = commit.is_some_and(|c| expected_seq > c.confirmed);
                 let above = last_seq.unwrap_or(header.base_seq.saturating_sub(1));
-                match resync(bytes, at + RECORD_ALIGN_BYTES, above) {
+                match resync(bytes, at + RECORD_ALIGN_BYTES, above).filter(|_| !unacknowledged) {
                     Some((next, next_header)) => {
                         damaged.push(DamagedRange {
                             segment_index: header.segment_index,
                             start_offset: at as u64,
                             end_offset: next as u64,
                             row,
-                            last_good_seq: last_seq.unwrap_or(0),
+                            last_good_seq: last_seq.unwrap_or(prior_seq),
                             next_good_seq: Some(next_header.seq),
                         });
                         at = next;
@@ -354,7 +494,9 @@ pub(crate) fn scan_segment(
 
 /// Why a segment whose header decoded is not usable (row I), or `None` when it is. The one
 /// statement of the rule: recovery's scan and the follower both apply it, so they never disagree
-/// about which segments exist.
+/// about which segments exist. The checks run in this order; `journal_id` is the journal's
+/// identity, taken from the first segment (in index order) whose header decodes and whose
+/// index matches its name.
 pub(crate) fn segment_rejection(
     header: &SegmentHeader,
     index: u64,
@@ -368,15 +510,14 @@ pub(crate) fn segment_rejection(
             header.segment_index
         ));
     }
-    if header.base_seq <= last_seq || header.base_seq == 0 {
+    if journal_id.is_some_and(|id| id != header.journal_id) {
+        return Some("segment belongs to another journal".to_owned());
+    }
+    if header.base_seq <= last_seq {
         return Some(format!(
             "base seq {} does not follow the last seq {last_seq}",
             header.base_seq
         ));
-    }
-    // Only a segment that passed every other check may name the journal's identity.
-    if journal_id.is_some_and(|id| id != header.journal_id) {
-        return Some("segment belongs to another journal".to_owned());
     }
     if file_len > u64::from(header.segment_bytes) {
         return Some(format!(
@@ -387,6 +528,15 @@ pub(crate) fn segment_rejection(
     None
 }
 
+/// Reads up to `len` bytes of `file` from its start into `bytes` (replacing its contents).
+fn read_prefix(file: &mut std::fs::File, len: u64, bytes: &mut Vec<u8>) -> std::io::Result<()> {
+    use std::io::Read;
+    bytes.clear();
+    std::io::Seek::rewind(file)?;
+    file.take(len).read_to_end(bytes)?;
+    Ok(())
+}
+
 /// Reads and scans every segment of `dir` in order, calling `visit` for each accepted record, and
 /// classifies trailing bad ranges as torn tails or damage. Read-only.
 pub(crate) fn scan_journal(
@@ -394,6 +544,7 @@ pub(crate) fn scan_journal(
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<JournalScan> {
     let (listed, leftovers, unrecognised_files) = list_segments(dir)?;
+    let last_listed = listed.last().map(|(i, _)| *i);
     let mut report = RecoveryReport {
         leftover_tmp_files: leftovers
             .iter()
@@ -405,6 +556,12 @@ pub(crate) fn scan_journal(
     let mut segments: Vec<ScannedSegment> = Vec::new();
     let mut journal_id: Option<[u8; 16]> = None;
     let mut last_seq = 0u64;
+    // The least seq the next record may carry: above every seq that any commit point claims,
+    // and above every seq that a segment now lost or unreadable could have held.
+    let mut seq_floor = 1u64;
+    // What an unreadable segment after the last usable one could have held; a usable segment
+    // after it bounds its seqs instead.
+    let mut unreadable_tail_floor = None;
     let mut bytes = Vec::new();
     for (index, path) in listed {
         let file_name = segment_file_name(index);
@@ -412,34 +569,98 @@ pub(crate) fn scan_journal(
             file_name: file_name.clone(),
             reason,
         };
+        let mut file = std::fs::File::open(&path)?;
+        let file_len = file.metadata()?.len();
         // One buffer for every segment: reusing its pages avoids a fresh allocation (and page
         // faults) of a whole segment per file.
-        bytes.clear();
-        std::io::Read::read_to_end(&mut std::fs::File::open(&path)?, &mut bytes)?;
-        let file_len = bytes.len() as u64;
+        read_prefix(&mut file, crate::limits::PAGE_BYTES as u64, &mut bytes)?;
+        // Whatever this segment held, the next record must not reuse its seqs: a segment that
+        // cannot be read could have held as many records as the largest segment holds.
+        let unreadable_floor =
+            last_seq + 1 + SegmentHeader::record_capacity(crate::limits::SEGMENT_BYTES_MAX as u64);
         let header = match SegmentHeader::decode(&bytes) {
             Ok(h) => h,
             Err(e) => {
                 report
                     .bad_segments
                     .push(bad(format!("segment header: {e}")));
+                unreadable_tail_floor.get_or_insert(unreadable_floor);
                 continue;
             }
         };
+        if header.segment_index == index {
+            journal_id.get_or_insert(header.journal_id);
+        }
         if let Some(reason) = segment_rejection(&header, index, file_len, journal_id, last_seq) {
             report.bad_segments.push(bad(reason));
+            unreadable_tail_floor.get_or_insert(unreadable_floor);
             continue;
         }
-        journal_id.get_or_insert(header.journal_id);
-        if file_len < u64::from(header.segment_bytes) {
-            // A short file reads as if extended with zeroes, which is what a writable open does
-            // to it: a record whose only missing bytes were zero padding is still whole.
+        unreadable_tail_floor = None;
+        let segment_bytes = u64::from(header.segment_bytes);
+        if file_len < segment_bytes {
             report.short_segments.push(file_name.clone());
-            bytes.resize(header.segment_bytes as usize, 0);
         }
-        let outcome = scan_segment(&bytes, &header, &mut visit);
+        if bytes.len() < header.records_offset() {
+            bytes.resize(header.records_offset(), 0);
+        }
+        let mut commit = CommitPoint::read(&bytes, &header);
+        // A file cut inside its commit area lost what the slots claimed (a newer slot may be the
+        // one cut): the claim is unknown.
+        let commit_area_cut = file_len < header.records_offset() as u64;
+        // The fast path: a sealed or cleanly closed segment whose records run exactly to the end
+        // its commit point names is read only that far (restore reads the records, not the
+        // preallocated zeroes). Anything unexpected falls back to reading the whole file.
+        let trusted_end = commit
+            .filter(|_| !commit_area_cut)
+            .and_then(|c| c.newest)
+            .map(|(_, s)| s)
+            .filter(|s| s.sealed() || s.closed())
+            .filter(|s| u64::from(s.end_offset) <= file_len);
+        // Records the fast path handed out: the same bytes give the same first records, so a
+        // fall back to the full scan skips exactly these.
+        let mut visited = 0u64;
+        let mut scanned = None;
+        if let Some(slot) = trusted_end {
+            // One record header past the end too: a writer that reopened the segment after a
+            // clean close and appended (then crashed before any commit of its own) put a record
+            // there, and the scan must see it.
+            let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
+            read_prefix(&mut file, look_past.min(segment_bytes), &mut bytes)?;
+            let outcome = scan_segment(&bytes, &header, commit.as_ref(), last_seq, |r| {
+                visited += 1;
+                visit(r);
+            });
+            let whole = outcome.end_offset == slot.end_offset as usize
+                && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
+                && outcome.damaged.is_empty()
+                && outcome.trailing.is_none();
+            scanned = whole.then_some(outcome);
+        }
+        let outcome = match scanned {
+            Some(outcome) => outcome,
+            None => {
+                read_prefix(&mut file, segment_bytes, &mut bytes)?;
+                // A short file reads as if extended with zeroes, which is what a writable open
+                // does to it: a record whose only missing bytes were zero padding is whole.
+                bytes.resize(header.segment_bytes as usize, 0);
+                commit = CommitPoint::read(&bytes, &header);
+                if commit_area_cut && let Some(c) = commit.as_mut() {
+                    c.damaged = true;
+                }
+                let mut seen = 0u64;
+                scan_segment(&bytes, &header, commit.as_ref(), last_seq, |r| {
+                    seen += 1;
+                    if seen > visited {
+                        visit(r);
+                    }
+                })
+            }
+        };
+        let previous = segments.last();
         if let Some(first) = outcome.last_seq.map(|_| header.base_seq)
             && first > last_seq + 1
+            && !previous.is_some_and(|p| p.explains_gap_to(first))
         {
             report.gaps.push(SeqGap {
                 after_seq: last_seq,
@@ -451,6 +672,18 @@ pub(crate) fn scan_journal(
         if let Some(seq) = outcome.last_seq {
             last_seq = seq;
         }
+        if let Some(c) = &commit {
+            seq_floor = seq_floor.max(c.claimed + 1);
+            if c.damaged {
+                report.damaged_commit_areas.push(file_name.clone());
+                seq_floor =
+                    seq_floor.max(header.base_seq + SegmentHeader::record_capacity(segment_bytes));
+            }
+            if let Some(seal) = c.seal() {
+                seq_floor = seq_floor.max(seal.next_base_seq);
+            }
+        }
+        seq_floor = seq_floor.max(last_seq + 1);
         segments.push(ScannedSegment {
             path,
             header,
@@ -460,19 +693,23 @@ pub(crate) fn scan_journal(
             records: outcome.records,
             file_len,
             trailing: outcome.trailing,
+            commit,
         });
     }
-    // A trailing bad range is a torn tail only if no later segment holds a record (row H otherwise).
+    // A trailing bad range is a torn tail only if no later segment holds a record (row H
+    // otherwise), and only if it lies past the confirmed commit point.
     let mut records_after = false;
     for segment in segments.iter().rev() {
+        let first_missing = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
         if let Some((start, end, row)) = segment.trailing {
-            if records_after {
+            let acknowledged = segment.commit.is_some_and(|c| first_missing <= c.confirmed);
+            if records_after || acknowledged {
                 report.damaged.push(DamagedRange {
                     segment_index: segment.header.segment_index,
                     start_offset: start as u64,
                     end_offset: end as u64,
                     row,
-                    last_good_seq: segment.last_seq.unwrap_or(0),
+                    last_good_seq: first_missing - 1,
                     next_good_seq: None,
                 });
             } else {
@@ -485,18 +722,55 @@ pub(crate) fn scan_journal(
                 });
             }
         }
+        if let Some(c) = segment.commit
+            && first_missing <= c.claimed
+        {
+            let loss = CommitLoss {
+                segment_index: segment.header.segment_index,
+                first_missing_seq: first_missing,
+                claimed_seq: c.claimed,
+                confirmed_seq: c.confirmed,
+            };
+            if first_missing <= c.confirmed {
+                report.lost_acknowledged.push(loss);
+            } else {
+                report.unconfirmed_commits.push(loss);
+            }
+        }
         records_after |= segment.records > 0;
     }
     report.torn_tails.reverse();
+    report.lost_acknowledged.reverse();
+    report.unconfirmed_commits.reverse();
+    // A seal names a successor that existed: if no segment file follows the sealed one, the
+    // successor was lost with every record it held.
+    if let Some(last) = segments.last()
+        && let Some(seal) = last.commit.as_ref().and_then(CommitPoint::seal)
+        && last_listed == Some(last.header.segment_index)
+    {
+        report.missing_segments.push(MissingSegment {
+            segment_index: last.header.segment_index + 1,
+            base_seq: seal.next_base_seq,
+            segment_bytes: seal.next_segment_bytes,
+        });
+        seq_floor = seq_floor.max(
+            seal.next_base_seq + SegmentHeader::record_capacity(u64::from(seal.next_segment_bytes)),
+        );
+    }
+    if let Some(floor) = unreadable_tail_floor {
+        seq_floor = seq_floor.max(floor);
+    }
     report
         .damaged
         .sort_by_key(|d| (d.segment_index, d.start_offset));
     report.segments = segments.len() as u64;
     report.last_seq = (last_seq > 0).then_some(last_seq);
+    report.next_seq_floor = seq_floor;
     Ok(JournalScan {
         report,
         segments,
         journal_id,
         last_seq,
+        seq_floor,
     })
 }

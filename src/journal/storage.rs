@@ -21,6 +21,10 @@ use super::mmap::MappedSegment;
 /// A flush of one segment's written bytes to stable storage.
 pub(crate) trait Syncer: Send + Sync + std::fmt::Debug {
     fn sync(&self) -> io::Result<()>;
+    /// Writes a commit slot at `offset` of the segment (with `pwrite`, whatever way records are
+    /// stored: both land in the same page cache). The journal writes one only under its commit
+    /// lock, right before a [`Syncer::sync`].
+    fn write_slot(&self, offset: usize, bytes: &[u8]) -> io::Result<()>;
 }
 
 /// One segment opened for appending.
@@ -80,6 +84,9 @@ struct FileSyncer(Arc<File>);
 impl Syncer for FileSyncer {
     fn sync(&self) -> io::Result<()> {
         self.0.sync_data()
+    }
+    fn write_slot(&self, offset: usize, bytes: &[u8]) -> io::Result<()> {
+        self.0.write_all_at(bytes, offset as u64)
     }
 }
 

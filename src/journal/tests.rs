@@ -7,7 +7,7 @@ use std::sync::Arc;
 use super::reader::{JournalReader, Record};
 use super::recovery::{self, Row};
 use super::*;
-use crate::limits::{SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES};
+use crate::limits::{RECORD_HEADER_BYTES, SEGMENT_BYTES_MIN, SEGMENT_RECORDS_OFFSET};
 
 pub(super) const KIND: EventKind = match EventKind::new(1) {
     Some(k) => k,
@@ -213,7 +213,7 @@ fn segment_header_is_first_and_records_follow_it() {
     let (journal, _) =
         Journal::open(dir.path(), options(Durability::Sync, SEGMENT_BYTES_MIN)).unwrap();
     let a = journal.append(id_of(0), KIND, 1, b"x").unwrap();
-    assert_eq!(a.position.offset, SEGMENT_HEADER_BYTES as u64);
+    assert_eq!(a.position.offset, SEGMENT_RECORDS_OFFSET as u64);
     let bytes = std::fs::read(segment_path(dir.path(), 0)).unwrap();
     assert_eq!(bytes.len(), SEGMENT_BYTES_MIN);
     let header = format::SegmentHeader::decode(&bytes).unwrap();
@@ -226,18 +226,23 @@ fn segment_header_is_first_and_records_follow_it() {
 
 const SEG: usize = SEGMENT_BYTES_MIN;
 
-/// Writes events `0..n` with small segments and returns their positions.
+/// Writes events `0..n` with small segments and returns their positions, the way a writer
+/// that was killed leaves them: every event but the last acknowledged (each under its own
+/// commit), the last one written but never acknowledged, nothing closed.
 fn build(root: &Path, n: u64) -> Vec<Position> {
-    let (journal, _) = Journal::open(root, options(Durability::Os, SEG)).unwrap();
+    let (journal, _) = Journal::open(root, options(Durability::Group, SEG)).unwrap();
     let positions = (0..n)
         .map(|i| {
-            journal
-                .append(id_of(i), KIND, 1, &payload_of(i))
-                .unwrap()
-                .position
+            let payload = payload_of(i);
+            let appended = if i + 1 < n {
+                journal.append(id_of(i), KIND, 1, &payload)
+            } else {
+                journal.append_deferred(id_of(i), KIND, 1, &payload)
+            };
+            appended.unwrap().position
         })
         .collect();
-    journal.sync().unwrap();
+    journal.crash();
     positions
 }
 
@@ -763,4 +768,250 @@ fn verify_reports_duplicate_event_ids_that_a_scan_does_not_look_for() {
         ),
         (1, 3)
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// The commit point (format version 2): acknowledged loss is damage, unacknowledged residue is
+// not, and no seq that was ever acknowledged is used twice.
+
+/// Events `0..n` appended under `Group` (each acknowledged by its own commit) and closed cleanly:
+/// every one of them is claimed and confirmed.
+fn build_closed(root: &Path, n: u64, segment_bytes: usize) -> Vec<Position> {
+    let (journal, _) = Journal::open(root, options(Durability::Group, segment_bytes)).unwrap();
+    let positions = (0..n)
+        .map(|i| {
+            journal
+                .append(id_of(i), KIND, 1, &payload_of(i))
+                .unwrap()
+                .position
+        })
+        .collect();
+    drop(journal);
+    positions
+}
+
+/// Opens writable, appends one event and returns its seq and the open's report.
+fn append_after_open(root: &Path, id: u64) -> (u64, RecoveryReport) {
+    let (journal, report) = Journal::open(root, options(Durability::Sync, SEG)).unwrap();
+    let seq = journal
+        .append(id_of(id), KIND, 1, b"after")
+        .unwrap()
+        .position
+        .seq;
+    (seq, report)
+}
+
+#[test]
+fn acknowledged_damage_at_the_tail_is_reported_at_every_open_and_never_zeroed() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build_closed(dir.path(), 4, SEG);
+    let last = p[3];
+    edit(dir.path(), last.segment_index, |b| {
+        b[last.offset as usize + 20] ^= 0x40;
+    });
+    let damaged = std::fs::read(segment_path(dir.path(), last.segment_index)).unwrap();
+    let (records, report) = read_all(dir.path());
+    assert_eq!(seqs(&records), vec![1, 2, 3]);
+    assert!(report.torn_tails.is_empty(), "{report:?}");
+    assert!(!report.is_crash_residue_only(), "{report:?}");
+    assert_eq!(report.damaged.len(), 1, "{report:?}");
+    assert_eq!(report.damaged[0].last_good_seq, 3);
+    assert_eq!(report.lost_acknowledged.len(), 1, "{report:?}");
+    assert_eq!(report.lost_acknowledged[0].first_missing_seq, 4);
+    assert_eq!(report.lost_acknowledged[0].confirmed_seq, 4);
+    assert_eq!(report.next_seq_floor, 5);
+
+    let (seq, opened) = append_after_open(dir.path(), 100);
+    assert_eq!(seq, 5, "seq 4 was acknowledged and must not be used again");
+    assert_eq!(opened.lost_acknowledged, report.lost_acknowledged);
+    let after = std::fs::read(segment_path(dir.path(), last.segment_index)).unwrap();
+    let records_end = last.offset as usize + record_len(3);
+    assert_eq!(
+        after[SEGMENT_RECORDS_OFFSET..records_end],
+        damaged[SEGMENT_RECORDS_OFFSET..records_end],
+        "the damaged record was rewritten"
+    );
+    // The loss stays on record: every later open reports it again.
+    for _ in 0..2 {
+        let (_, report) = read_all(dir.path());
+        assert_eq!(report.lost_acknowledged.len(), 1, "{report:?}");
+        assert!(report.gaps.is_empty(), "{report:?}");
+        assert_eq!(report.last_seq, Some(5));
+        drop(Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap());
+    }
+}
+
+#[test]
+fn truncating_the_tail_segment_at_every_offset_never_reuses_an_acknowledged_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build_closed(dir.path(), 12, 8192);
+    let last = *p.last().unwrap();
+    assert_eq!(last.segment_index, 0, "all in one segment");
+    let records_end = last.offset as usize + record_len(11);
+    let pristine = std::fs::read(segment_path(dir.path(), 0)).unwrap();
+    // Cutting only the zero padding of the last record loses nothing.
+    let written_end = 1 + pristine[..records_end]
+        .iter()
+        .rposition(|&b| b != 0)
+        .unwrap();
+    let mut cuts: Vec<usize> = (0..=records_end + 16).step_by(8).collect();
+    cuts.extend([1, 63, 65, 100, 159, 161, records_end - 1, 8192]);
+    for cut in cuts {
+        let case = tempfile::tempdir().unwrap();
+        std::fs::create_dir(case.path().join("journal")).unwrap();
+        std::fs::write(segment_path(case.path(), 0), &pristine[..cut]).unwrap();
+        let (seq, report) = append_after_open(case.path(), 100);
+        assert!(
+            seq > 12,
+            "cut {cut}: appended at seq {seq}, reusing an acknowledged seq"
+        );
+        if cut < written_end {
+            assert!(
+                !report.is_crash_residue_only(),
+                "cut {cut}: acknowledged records lost without a damage report: {report:?}"
+            );
+        } else {
+            assert!(report.is_crash_residue_only(), "cut {cut}: {report:?}");
+            assert_eq!(seq, 13, "cut {cut}");
+        }
+    }
+}
+
+#[test]
+fn a_deleted_tail_segment_is_reported_and_never_reuses_a_seq() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build_closed(dir.path(), 60, SEG);
+    let tail = p.last().unwrap().segment_index;
+    assert!(tail >= 2);
+    std::fs::remove_file(segment_path(dir.path(), tail)).unwrap();
+    let (records, report) = read_all(dir.path());
+    assert!(records.len() < 60);
+    assert_eq!(report.missing_segments.len(), 1, "{report:?}");
+    assert_eq!(report.missing_segments[0].segment_index, tail);
+    assert!(!report.is_crash_residue_only());
+    let (seq, _) = append_after_open(dir.path(), 100);
+    assert!(seq > 60, "appended at seq {seq}");
+}
+
+#[test]
+fn an_unacknowledged_record_on_disk_after_a_hole_is_dropped_as_a_torn_tail_not_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path(), options(Durability::Group, SEG)).unwrap();
+    append_n(&journal, 0, 3);
+    // Two records written after the last commit; power loss kept the second, not the first.
+    let first = journal.append_deferred(id_of(3), KIND, 1, b"lost").unwrap();
+    let second = journal.append_deferred(id_of(4), KIND, 1, b"kept").unwrap();
+    assert_eq!(first.position.segment_index, second.position.segment_index);
+    journal.crash();
+    edit(dir.path(), first.position.segment_index, |b| {
+        let at = first.position.offset as usize;
+        b[at..at + record_len_of(b"lost")].fill(0);
+    });
+    let (records, report) = read_all(dir.path());
+    assert_eq!(seqs(&records), vec![1, 2, 3]);
+    assert!(report.is_crash_residue_only(), "{report:?}");
+    assert!(report.damaged.is_empty(), "{report:?}");
+    assert_eq!(report.torn_tails.len(), 1, "{report:?}");
+    assert_eq!(report.torn_tails[0].row, Row::ZeroGap);
+    let (journal, _) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+    assert_eq!(journal.last_seq(), 3);
+    append_n(&journal, 3, 6);
+    drop(journal);
+    check(dir.path(), 6);
+}
+
+fn record_len_of(payload: &[u8]) -> usize {
+    format::record_bytes(payload.len())
+}
+
+#[test]
+fn a_claim_whose_flush_never_returned_is_an_unconfirmed_commit_not_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    // Events 1..=4 acknowledged, each under its own commit: the last claim (seq 4) is in the
+    // slot written before the flush that was still running when the power went.
+    let p = build(dir.path(), 5);
+    for victim in [p[3], p[4]] {
+        edit(dir.path(), victim.segment_index, |b| {
+            let at = victim.offset as usize;
+            b[at..at + RECORD_HEADER_BYTES].fill(0);
+        });
+    }
+    let (records, report) = read_all(dir.path());
+    assert_eq!(seqs(&records), vec![1, 2, 3]);
+    assert!(report.is_crash_residue_only(), "{report:?}");
+    assert!(report.lost_acknowledged.is_empty(), "{report:?}");
+    assert_eq!(report.unconfirmed_commits.len(), 1, "{report:?}");
+    assert_eq!(report.unconfirmed_commits[0].first_missing_seq, 4);
+    assert_eq!(report.unconfirmed_commits[0].claimed_seq, 4);
+    assert_eq!(report.unconfirmed_commits[0].confirmed_seq, 3);
+    let (seq, _) = append_after_open(dir.path(), 100);
+    assert_eq!(seq, 5, "a claimed seq is never used again");
+    // The recovery sealed the old segment over what it holds: nothing to report any more.
+    let (records, report) = read_all(dir.path());
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(seqs(&records), vec![1, 2, 3, 5]);
+}
+
+#[test]
+fn a_clean_close_lets_the_next_open_flush_nothing_and_a_crash_does_not() {
+    let open_failing_flushes = |root: &Path| {
+        let backend = Arc::new(FaultyBackend {
+            faults: Faults::new(None, Some(0), Fault::Eio),
+        });
+        Journal::open_with_backend(root, options(Durability::Group, SEG), backend, &mut |_| {})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    build_closed(dir.path(), 3, SEG);
+    let (journal, report) = open_failing_flushes(dir.path()).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(journal.last_seq(), 3);
+    // A record written after the clean close, then a crash before any commit covers it.
+    journal
+        .append_deferred(id_of(3), KIND, 1, b"unflushed")
+        .unwrap();
+    journal.crash();
+    // After a crash the open must flush what the page cache may hold: the first flush fails.
+    assert!(open_failing_flushes(dir.path()).is_err());
+}
+
+#[test]
+fn the_first_segment_is_small_and_the_spare_comes_only_when_it_fills() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(
+        dir.path(),
+        options(Durability::Os, crate::limits::SEGMENT_BYTES_DEFAULT),
+    )
+    .unwrap();
+    let journal_dir = dir.path().join("journal");
+    let names = || {
+        let mut n: Vec<String> = std::fs::read_dir(&journal_dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        n.sort();
+        n
+    };
+    append_n(&journal, 0, 10);
+    assert_eq!(names(), vec![recovery::segment_file_name(0)]);
+    assert_eq!(
+        std::fs::metadata(segment_path(dir.path(), 0))
+            .unwrap()
+            .len(),
+        crate::limits::SEGMENT_BYTES_INITIAL as u64
+    );
+    // Fill the first segment: it rotates into one twice its size.
+    let payload = vec![7u8; 4000];
+    let mut i = 10;
+    while journal.position_of(id_of(i - 1)).unwrap().segment_index == 0 {
+        journal.append(id_of(i), KIND, 1, &payload).unwrap();
+        i += 1;
+    }
+    assert_eq!(
+        std::fs::metadata(segment_path(dir.path(), 1))
+            .unwrap()
+            .len(),
+        2 * crate::limits::SEGMENT_BYTES_INITIAL as u64
+    );
+    drop(journal);
+    assert!(names().iter().all(|n| !n.ends_with(".spare")));
 }
