@@ -709,6 +709,14 @@ impl Actor {
             // Nothing launches after shutdown: what the launcher holds for the root goes now
             // (an rmdir on cgroupfs; kept where a tree whose teardown failed is still in it).
             self.shared.config.launcher.release();
+            // Every task that could append has been joined: the closing commit (one flush, on
+            // this thread, once) is paid for before shutdown answers, so that the journal's
+            // last handle, dropped after, writes nothing and releases the root at once, and
+            // the next open neither flushes nor reads past the records.
+            let journal = super::lock(&self.shared.lifecycle).journal_arc();
+            if let Err(e) = journal.close_commit() {
+                warn!(error = %e, "shutdown: the closing commit failed");
+            }
             for w in waiters {
                 let _ = w.send(report.clone());
             }
