@@ -277,3 +277,52 @@ fn spool_cat_prints_safe_text_or_exact_base64_from_a_cursor() {
     assert_eq!(code, 2);
     assert!(err.contains("not a process handle"), "{err}");
 }
+
+/// `journal verify --json` prints exactly the fields journal-format.md's report table lists (plus
+/// `leftover_tmp_file_count`), with the documented JSON types, so the document and the tool
+/// cannot drift apart.
+#[test]
+fn verify_json_has_exactly_the_documented_report_fields() {
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("journal-format.md"))
+            .unwrap();
+    let table = doc
+        .split_once("**The report.**")
+        .expect("the report section")
+        .1;
+    let mut documented: Vec<(String, String)> = table
+        .lines()
+        .skip_while(|l| !l.starts_with("| field | type |"))
+        .skip(2)
+        .take_while(|l| l.starts_with('|'))
+        .map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
+        })
+        .collect();
+    documented.push(("leftover_tmp_file_count".to_owned(), "number".to_owned()));
+    documented.sort();
+
+    let dir = tempfile::tempdir().unwrap();
+    write_events(dir.path(), 30);
+    let (_, out, _) = run(&["journal", "verify", "--json"], dir.path());
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let object = report.as_object().unwrap();
+    let mut printed: Vec<String> = object.keys().cloned().collect();
+    printed.sort();
+    let names: Vec<String> = documented.iter().map(|(n, _)| n.clone()).collect();
+    assert_eq!(
+        printed, names,
+        "journal verify --json fields vs journal-format.md"
+    );
+    for (name, ty) in &documented {
+        let value = &object[name];
+        let ok = match ty.as_str() {
+            "number" => value.is_u64(),
+            "list" => value.is_array(),
+            "number or null" => value.is_u64() || value.is_null(),
+            other => panic!("undocumented type {other:?} of {name}"),
+        };
+        assert!(ok, "{name} is documented as {ty}, printed as {value}");
+    }
+}

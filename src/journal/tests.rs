@@ -1015,3 +1015,96 @@ fn the_first_segment_is_small_and_the_spare_comes_only_when_it_fills() {
     drop(journal);
     assert!(names().iter().all(|n| !n.ends_with(".spare")));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rules journal-format.md states that an independent reader got wrong (issue 15, finding 6).
+
+/// The journal's identity comes from the first segment, in index order, whose header decodes and
+/// whose index matches its name, even when that segment is then rejected (here: too long), so a
+/// later segment of another journal is not used.
+#[test]
+fn the_journal_id_comes_from_the_first_decodable_segment_even_a_rejected_one() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    build_closed(a.path(), 60, SEG);
+    build_closed(b.path(), 60, SEG);
+    let (listed, _, _) = recovery::list_segments(&a.path().join("journal")).unwrap();
+    assert!(listed.len() >= 3);
+    edit(a.path(), 0, |bytes| bytes.extend_from_slice(&[0u8; 8]));
+    std::fs::copy(segment_path(b.path(), 1), segment_path(a.path(), 1)).unwrap();
+    let (records, report) = read_all(a.path());
+    let reasons: Vec<(&str, &str)> = report
+        .bad_segments
+        .iter()
+        .map(|s| (s.file_name.as_str(), s.reason.as_str()))
+        .collect();
+    assert_eq!(reasons.len(), 2, "{report:?}");
+    assert_eq!(reasons[0].0, recovery::segment_file_name(0));
+    assert!(reasons[0].1.contains("longer than"), "{reasons:?}");
+    assert_eq!(reasons[1].0, recovery::segment_file_name(1));
+    assert!(reasons[1].1.contains("another journal"), "{reasons:?}");
+    assert!(records.iter().all(|r| r.position.segment_index >= 2));
+    assert!(!records.is_empty());
+}
+
+/// Row I's checks run in the documented order: the name, then the journal, then the base seq,
+/// then the length; the reason reported is the first that fails.
+#[test]
+fn row_i_reasons_follow_the_documented_order() {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    build_closed(a.path(), 60, SEG);
+    build_closed(b.path(), 60, SEG);
+    // Segment 1 of another journal, renamed to 2: wrong name and wrong journal; the name wins.
+    std::fs::copy(segment_path(b.path(), 1), segment_path(a.path(), 2)).unwrap();
+    // Segment 1 of another journal, which also goes back in seq and is too long: the journal wins.
+    let mut foreign = std::fs::read(segment_path(b.path(), 1)).unwrap();
+    foreign.extend_from_slice(&[0u8; 8]);
+    std::fs::write(segment_path(a.path(), 1), &foreign).unwrap();
+    let (_, report) = read_all(a.path());
+    let reason = |index: u64| {
+        report
+            .bad_segments
+            .iter()
+            .find(|s| s.file_name == recovery::segment_file_name(index))
+            .map(|s| s.reason.clone())
+            .unwrap_or_default()
+    };
+    assert!(reason(2).contains("file name says 2"), "{report:?}");
+    assert!(reason(1).contains("another journal"), "{report:?}");
+    // Our own segment 1 put back, made too long and made to go back in seq: base seq first.
+    let c = tempfile::tempdir().unwrap();
+    build_closed(c.path(), 60, SEG);
+    edit(c.path(), 2, |bytes| {
+        bytes.extend_from_slice(&[0u8; 8]);
+        let header = format::SegmentHeader::decode(bytes).unwrap();
+        let moved = format::SegmentHeader {
+            base_seq: 1,
+            ..header
+        };
+        bytes[..crate::limits::SEGMENT_HEADER_BYTES].copy_from_slice(&moved.encode());
+    });
+    let (_, report) = read_all(c.path());
+    let bad = report
+        .bad_segments
+        .iter()
+        .find(|s| s.file_name == recovery::segment_file_name(2))
+        .unwrap();
+    assert!(bad.reason.contains("does not follow"), "{report:?}");
+}
+
+/// `last_good_seq` of a damaged range is the last record accepted before it anywhere in the
+/// journal: for damage at the start of a segment, the previous segment's last record.
+#[test]
+fn last_good_seq_of_damage_at_a_segment_start_is_the_previous_segments_last() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build_closed(dir.path(), 60, SEG);
+    let first_of_1 = *p.iter().find(|q| q.segment_index == 1).unwrap();
+    let last_of_0 = p.iter().filter(|q| q.segment_index == 0).count() as u64;
+    edit(dir.path(), 1, |b| b[first_of_1.offset as usize + 2] ^= 1);
+    let (_, report) = read_all(dir.path());
+    assert_eq!(report.damaged.len(), 1, "{report:?}");
+    assert_eq!(report.damaged[0].segment_index, 1);
+    assert_eq!(report.damaged[0].last_good_seq, last_of_0);
+    assert_eq!(report.damaged[0].next_good_seq, Some(first_of_1.seq + 1));
+}
