@@ -28,7 +28,11 @@ pub(crate) mod storage;
 #[cfg(test)]
 mod fault;
 #[cfg(test)]
+mod powerloss;
+#[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_powerloss;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
