@@ -6,10 +6,11 @@
 //! the writable open give the verdict the truth calls for (no damage when only unflushed writes
 //! were lost; damage, not a torn tail, when flushed acknowledged bytes were hit), the next append
 //! gets a seq above every acknowledged one, and a second open is clean (or still reports the
-//! damage). It runs on two kinds of crash:
+//! damage). It runs on three kinds of crash:
 //! - the power-loss simulator ([`super::powerloss`]): random workloads under every policy, a crash
 //!   at any point of the log, and any loss of the unflushed writes (two proptests, one per verdict);
-//! - SIGKILL of a child process that appends on the real file system and acknowledges over a pipe.
+//! - SIGKILL of a child process that appends on the real file system and acknowledges over a pipe;
+//! - and, in its own test, a tail segment truncated at every offset or deleted.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Write};
@@ -26,6 +27,7 @@ use super::powerloss::{
 };
 use super::reader::{JournalReader, Record};
 use super::*;
+use crate::limits::SEGMENT_BYTES_MIN;
 
 const KIND: EventKind = match EventKind::new(7) {
     Some(k) => k,
@@ -1077,6 +1079,21 @@ fn sigkill_at_a_random_moment_keeps_every_acknowledged_event() {
     }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Truncated or deleted tail segments.
+
+/// Copies the files of `from`'s journal into a fresh root.
+fn copy_root(from: &Path) -> tempfile::TempDir {
+    let dir = workload_root();
+    let journal = dir.path().join("journal");
+    std::fs::create_dir_all(&journal).unwrap();
+    for entry in std::fs::read_dir(from.join("journal")).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), journal.join(entry.file_name())).unwrap();
+    }
+    dir
+}
+
 /// Sorted values as runs (`1..=36 40 44..=52`), joining neighbours at most `step` apart.
 fn ranges(values: &[u64], step: u64) -> String {
     if values.is_empty() {
@@ -1097,4 +1114,181 @@ fn ranges(values: &[u64], step: u64) -> String {
         i = j + 1;
     }
     out.join(" ")
+}
+
+/// Cut offsets as runs (every byte, or every 8th), `delete` for the deletion.
+fn runs(cuts: &[Option<u64>]) -> String {
+    let offsets: Vec<u64> = cuts.iter().flatten().copied().collect();
+    let mut out = ranges(&offsets, 8);
+    if cuts.contains(&None) {
+        out.push_str(" delete");
+    }
+    out
+}
+
+/// Cutting the tail segment at any offset (every byte of the first 256, every 8th after), or
+/// deleting it, never lets the next append reuse an acknowledged seq; a cut that loses
+/// acknowledged records is reported as more than crash residue, both by verify and by the
+/// writable open, and one that loses none (only zeroes) as no more than that. Acknowledged
+/// records before the cut all stay.
+#[test]
+fn cutting_or_deleting_the_tail_segment_never_reuses_a_seq_and_reports_the_loss() {
+    let salt = 11;
+    let built = workload_root();
+    let opts = options(Durability::Sync, SEGMENT_BYTES_MIN);
+    let (journal, _) = Journal::open(built.path(), opts.clone()).unwrap();
+    let mut positions = BTreeMap::new();
+    let mut index = 0u64;
+    // Three segments, the last with several records.
+    while positions
+        .values()
+        .map(|(_, p): &(u64, Position)| p.segment_index)
+        .max()
+        .is_none_or(|s| s < 2)
+        || positions
+            .values()
+            .filter(|(_, p)| p.segment_index == 2)
+            .count()
+            < 8
+    {
+        let len = 40 + (mix(index) % 300) as usize;
+        let a = journal
+            .append(
+                event_id(salt, index),
+                KIND,
+                CODEC,
+                &payload(salt, index, len),
+            )
+            .unwrap();
+        positions.insert(a.position.seq, (index, a.position));
+        index += 1;
+    }
+    drop(journal);
+    let tail = segment_name(2);
+    let tail_bytes = std::fs::read(built.path().join("journal").join(&tail)).unwrap();
+    // The offset each record of the tail needs to survive a cut: one past its last non-zero
+    // byte (a cut is read as zero-extended, so trailing zeroes are not lost).
+    let needs: Vec<(u64, u64)> = positions
+        .iter()
+        .filter(|(_, (_, p))| p.segment_index == 2)
+        .map(|(&seq, (_, p))| {
+            let at = p.offset as usize;
+            let (h, _) = format::decode_record(&tail_bytes[at..]).unwrap();
+            let len = format::record_bytes(h.payload_bytes as usize);
+            let end = tail_bytes[at..at + len]
+                .iter()
+                .rposition(|&b| b != 0)
+                .map_or(at, |i| at + i + 1);
+            (seq, end as u64)
+        })
+        .collect();
+    let max_acked = *positions.keys().next_back().unwrap();
+    let payload_of = |i: u64| (i < index).then(|| payload(salt, i, 40 + (mix(i) % 300) as usize));
+
+    let cuts = (0..256u64)
+        .chain((256..=SEGMENT_BYTES_MIN as u64).step_by(8))
+        .map(Some)
+        .chain([None]);
+    // Failures by kind (the message with its numbers blanked), each with the cuts it hit, so
+    // that a failure names every class of cut at once.
+    let mut failures: BTreeMap<&str, (Vec<Option<u64>>, String)> = BTreeMap::new();
+    let mut tried = 0;
+    for cut in cuts {
+        tried += 1;
+        let root = copy_root(built.path());
+        let path = root.path().join("journal").join(&tail);
+        match cut {
+            Some(len) => std::fs::OpenOptions::new()
+                .write(true)
+                .open(&path)
+                .and_then(|f| f.set_len(len))
+                .unwrap(),
+            None => std::fs::remove_file(&path).unwrap(),
+        }
+        let lost: Vec<u64> = needs
+            .iter()
+            .filter(|(_, end)| cut.is_none_or(|c| c < *end))
+            .map(|(seq, _)| *seq)
+            .collect();
+        // Every problem of this cut, not only the first.
+        let mut problems = Vec::new();
+        let mut check = |kind: &'static str, result: Result<(), String>| {
+            if let Err(message) = result {
+                problems.push((kind, message));
+            }
+        };
+        let verify = JournalReader::open(root.path())
+            .and_then(|r| r.verify())
+            .expect("verify");
+        let mut visited = Vec::new();
+        let (journal, report) = Journal::open_visiting(root.path(), opts.clone(), |r| {
+            visited.push(r.to_owned());
+        })
+        .expect("writable open");
+        let truth = Truth {
+            options: opts.clone(),
+            salt,
+            acked: positions
+                .iter()
+                .filter(|(seq, _)| !lost.contains(seq))
+                .map(|(&seq, (i, _))| (seq, *i))
+                .collect(),
+            payload_of: &payload_of,
+            damaged: None,
+            probe_index: 1 << 40,
+        };
+        check(
+            "an acknowledged record before the cut is missing",
+            check_records("writable open", &visited, &truth).map(drop),
+        );
+        let a = journal
+            .append(event_id(salt, 1 << 40), KIND, CODEC, b"after the cut")
+            .expect("append after the cut");
+        check(
+            "a seq is reused",
+            if a.position.seq > max_acked {
+                Ok(())
+            } else {
+                Err(format!(
+                    "the next append got seq {} but seqs up to {max_acked} were acknowledged",
+                    a.position.seq
+                ))
+            },
+        );
+        for (who, r) in [("verify", &verify), ("the writable open", &report)] {
+            if !lost.is_empty() && r.is_crash_residue_only() {
+                check(
+                    "the loss is reported as crash residue only",
+                    Err(format!(
+                        "{who}: acknowledged seqs {lost:?} are lost, but the report is only \
+                         crash residue: {r:?}"
+                    )),
+                );
+            }
+            // A cut that took only zeroes took nothing: a short segment, not damage.
+            if lost.is_empty() && !r.is_crash_residue_only() {
+                check(
+                    "a cut that lost nothing is reported as damage",
+                    Err(format!("{who}: {r:?}")),
+                );
+            }
+        }
+        for (kind, message) in problems {
+            let entry = failures
+                .entry(kind)
+                .or_insert_with(|| (Vec::new(), message));
+            entry.0.push(cut);
+        }
+    }
+    let summary: Vec<String> = failures
+        .iter()
+        .map(|(kind, (cuts, first))| {
+            format!("{kind}: {} cuts ({}); e.g. {first}", cuts.len(), runs(cuts))
+        })
+        .collect();
+    assert!(
+        failures.is_empty(),
+        "of {tried} cuts of the tail segment (at these offsets, or its deletion):\n{}",
+        summary.join("\n")
+    );
 }
