@@ -4,12 +4,13 @@
 //! The workload runs against real files through [`FileBackend`]; this wrapper additionally writes
 //! down, in one log and in the order they happened, every event that decides what a power cut
 //! could leave on disk: a segment becoming durable as a whole (created, committed or extended: the
-//! backend syncs those before returning), each `write_at` (offset and bytes), the start and the
-//! successful end of each flush, and, noted by the test itself, each append the journal returned
-//! and each one acknowledged. [`Sim::state_at`] replays a prefix of that log into the state of
-//! every segment file at that moment (its durable image, and the writes since its last completed
-//! flush), and [`CrashState::image`] builds a post-crash image from it under a [`Loss`] plan,
-//! which the test writes into a fresh root ([`write_image`]) and opens with the real journal.
+//! backend syncs those before returning), each `write_at` and each commit slot (offset and bytes),
+//! the start and the successful end of each flush, and, noted by the test itself, each append the
+//! journal returned and each one acknowledged. [`Sim::state_at`] replays a prefix of that log into
+//! the state of every segment file at that moment (its durable image, and the writes since its
+//! last completed flush), and [`CrashState::image`] builds a post-crash image from it under a
+//! [`Loss`] plan, which the test writes into a fresh root ([`write_image`]) and opens with the
+//! real journal.
 //!
 //! Invariants of the model:
 //! - A write is logged after the store it describes returned, and a flush's start is logged before
@@ -20,6 +21,9 @@
 //! - An acknowledgement is logged by the test after `append` (or, under `Os`, `Journal::sync`)
 //!   returned, so at any prefix of the log every acknowledged record's flush has completed and its
 //!   bytes are in the durable image.
+//! - An acknowledged record is *confirmed* once a commit slot written to its segment after its
+//!   acknowledgement has been flushed: only then does the disk itself say that the flush which
+//!   acknowledged it returned (format v2, "Commit area").
 //! - A power cut inside a workload ([`Sim::power_cut`]) replaces every file's state by the image
 //!   put in place; acknowledgements before it stay acknowledged.
 //! - Segment creation is durable once the backend call returns; a crash during it leaves the
