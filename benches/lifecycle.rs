@@ -41,7 +41,7 @@ use std::time::{Duration, Instant};
 use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::event::{
     CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
-    Limits, OutputCheckpoint, Registered, Running, Terminal,
+    Limits, OutputCheckpoint, Registered, Running, Terminal, derived,
 };
 use procjournal::lifecycle::{
     Handle, Lifecycle, LifecycleEvent, LifecycleIds, ManifestStore, Replayer, State,
@@ -260,7 +260,7 @@ fn event(
             }),
         ),
         _ => (
-            ids.fresh(),
+            a.ids.completion.derived(derived::NOTIFIED),
             LifecycleEvent::CompletionNotified(CompletionNotified {
                 handle,
                 command: a.ids.completion,

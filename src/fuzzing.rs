@@ -1090,14 +1090,6 @@ pub fn lifecycle_store(data: &[u8]) {
             *step.get(3).unwrap_or(&0),
         ];
         let hd = handle(h);
-        let event_id = match pick % 6 {
-            0 => id(100 + pick / 6 % 50),
-            1 => ids(h).running,
-            2 => ids(h).terminal,
-            3 => ids(h).lost,
-            4 => ids(h.wrapping_add(1)).terminal,
-            _ => id(10 * (h % 3) + 9),
-        };
         let state = State::ALL[usize::from(x % 9)];
         let bounds = CursorBounds {
             retained_from: u64::from(x >> 4),
@@ -1175,6 +1167,23 @@ pub fn lifecycle_store(data: &[u8]) {
                     id(98)
                 },
             }),
+        };
+        // A record about a step is accepted only under the ID derived from the step's.
+        let derived = match &event {
+            LifecycleEvent::LifecyclePublished(e) => Some(e.event.derived(derived::PUBLISHED)),
+            LifecycleEvent::CompletionNotified(_) => {
+                Some(ids(h).completion.derived(derived::NOTIFIED))
+            }
+            _ => None,
+        };
+        let event_id = match (pick % 6, derived) {
+            (0, _) => id(100 + pick / 6 % 50),
+            (1, _) => ids(h).running,
+            (2, _) => ids(h).terminal,
+            (3, _) => ids(h).lost,
+            (4, _) => ids(h.wrapping_add(1)).terminal,
+            (_, Some(derived)) => derived,
+            (_, None) => id(10 * (h % 3) + 9),
         };
         let before = store.clone();
         let old = store.get(&hd).cloned();

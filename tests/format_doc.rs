@@ -390,3 +390,293 @@ fn the_per_journal_payload_limit_is_as_documented() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Lifecycle validity: the table of "### Validity", cell by cell, against the manifest store.
+
+mod validity {
+    use procjournal::EventId;
+    use procjournal::lifecycle::event::{
+        CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
+        IdentityWitness, InputClosed, LifecyclePublished, LostOnRestore, OutputCheckpoint,
+        OutputGap, ProcessWitness, Registered, Running, Scoped, StopRequested, Terminal,
+        TreeMechanism, TreeReleased, kinds,
+    };
+    use procjournal::lifecycle::{
+        Applied, Handle, LifecycleEvent, LifecycleIds, ManifestStore, State,
+    };
+
+    fn id(n: u8) -> EventId {
+        EventId::from_bytes([n; 16])
+    }
+
+    const H: Handle = Handle(EventId(uuid::Uuid::from_bytes([1; 16])));
+    const REGISTRATION: u8 = 9;
+
+    fn ids() -> LifecycleIds {
+        LifecycleIds {
+            running: id(11),
+            terminal: id(12),
+            lost: id(13),
+            completion: id(14),
+        }
+    }
+
+    fn registered() -> LifecycleEvent {
+        LifecycleEvent::Registered(Registered {
+            handle: H,
+            ids: ids(),
+            command: CommandSpec::default(),
+            at_unix_ms: 1,
+        })
+    }
+
+    fn running() -> LifecycleEvent {
+        LifecycleEvent::Running(Running {
+            handle: H,
+            pid: 7,
+            witness: IdentityWitness {
+                start_time_ticks: 1,
+                boot_id: [2; 16],
+            },
+            at_unix_ms: 2,
+        })
+    }
+
+    fn exited() -> LifecycleEvent {
+        LifecycleEvent::Terminal(Terminal {
+            handle: H,
+            state: State::Exited,
+            exit: ExitStatus::Code(0),
+            bounds: CursorBounds::default(),
+            capture: CaptureStatus::Complete,
+            reason: "exited".into(),
+            at_unix_ms: 3,
+        })
+    }
+
+    fn scoped() -> LifecycleEvent {
+        LifecycleEvent::Scoped(Scoped {
+            handle: H,
+            mechanism: TreeMechanism::Group,
+            boot_id: [2; 16],
+            workload: ProcessWitness {
+                pid: 7,
+                start_time_ticks: 1,
+                pidfs_ino: 0,
+            },
+            guardian: None,
+            cgroup: None,
+            receipt: None,
+            at_unix_ms: 2,
+        })
+    }
+
+    /// The event a row's `event` cell names.
+    fn event_of(cell: &str) -> LifecycleEvent {
+        let at_unix_ms = 4;
+        match cell {
+            "Registered" => registered(),
+            "Running" => running(),
+            "StopRequested" => LifecycleEvent::StopRequested(StopRequested {
+                handle: H,
+                reason: "r".into(),
+                requested_by: "b".into(),
+                at_unix_ms,
+            }),
+            "InputClosed" => LifecycleEvent::InputClosed(InputClosed {
+                handle: H,
+                at_unix_ms,
+            }),
+            "OutputCheckpoint" => LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle: H,
+                bounds: CursorBounds::default(),
+                at_unix_ms,
+            }),
+            // Killed: reachable from starting and from running, as the table's row says.
+            "Terminal" => LifecycleEvent::Terminal(Terminal {
+                handle: H,
+                state: State::Killed,
+                exit: ExitStatus::Signal(9),
+                bounds: CursorBounds::default(),
+                capture: CaptureStatus::Complete,
+                reason: "killed".into(),
+                at_unix_ms,
+            }),
+            "LostOnRestore" => LifecycleEvent::LostOnRestore(LostOnRestore {
+                handle: H,
+                bounds: CursorBounds::default(),
+                at_unix_ms,
+            }),
+            "LifecyclePublished of ids.running" => {
+                LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                    handle: H,
+                    event: ids().running,
+                })
+            }
+            "LifecyclePublished of ids.terminal" => {
+                LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                    handle: H,
+                    event: ids().terminal,
+                })
+            }
+            "CompletionNotified" => LifecycleEvent::CompletionNotified(CompletionNotified {
+                handle: H,
+                command: ids().completion,
+            }),
+            "Scoped" => scoped(),
+            "TreeReleased (after Scoped)" => LifecycleEvent::TreeReleased(TreeReleased {
+                handle: H,
+                proof: ExitProof::CgroupEmpty,
+                at_unix_ms,
+            }),
+            "OutputGap" => LifecycleEvent::OutputGap(OutputGap {
+                handle: H,
+                gap: procjournal::spool::Gap {
+                    from: 0,
+                    to: 4,
+                    reason: procjournal::spool::LossReason::DiskFull,
+                    errno: 28,
+                },
+                at_unix_ms,
+            }),
+            other => panic!("the validity table names an event this test does not know: {other:?}"),
+        }
+    }
+
+    /// The record ID a row's `record ID` cell names; `fresh` takes the next unused ID.
+    fn record_id(cell: &str, fresh: &mut u8) -> EventId {
+        let slot = |name: &str| match name {
+            "ids.running" => ids().running,
+            "ids.terminal" => ids().terminal,
+            "ids.lost" => ids().lost,
+            "ids.completion" => ids().completion,
+            other => panic!("unknown allocated ID {other:?}"),
+        };
+        if cell == "fresh" {
+            *fresh += 1;
+            return id(*fresh);
+        }
+        if let Some(args) = cell
+            .strip_prefix("derived(")
+            .and_then(|c| c.strip_suffix(')'))
+        {
+            let (from, purpose) = args.split_once(", ").expect("derived(ID, purpose)");
+            return slot(from).derived(purpose.parse().expect("a purpose number"));
+        }
+        slot(cell)
+    }
+
+    /// A store where `H` is in `state` (`none`, `starting`, `running`, `terminal`), with its
+    /// scope recorded first when `scope`.
+    fn store_in(state: &str, scope: bool) -> ManifestStore {
+        let mut store = ManifestStore::new();
+        if state == "none" {
+            return store;
+        }
+        store.apply(id(REGISTRATION), &registered()).unwrap();
+        if scope {
+            store.apply(ids().running.derived(3), &scoped()).unwrap();
+        }
+        if state == "running" || state == "terminal" {
+            store.apply(ids().running, &running()).unwrap();
+        }
+        if state == "terminal" {
+            store.apply(ids().terminal, &exited()).unwrap();
+        }
+        store
+    }
+
+    struct Row {
+        event: String,
+        record_id: String,
+        cells: [String; 4],
+        again: String,
+    }
+
+    fn rows() -> Vec<Row> {
+        let doc = super::doc();
+        let after = doc
+            .split_once("\n### Validity\n")
+            .expect("a Validity section")
+            .1;
+        let mut lines = after.lines().skip_while(|l| {
+            !l.starts_with(
+                "| rule | event | record ID | none | starting | running | terminal | again |",
+            )
+        });
+        assert!(lines.next().is_some(), "no validity table");
+        lines
+            .skip(1)
+            .take_while(|l| l.starts_with('|'))
+            .map(|line| {
+                let cells: Vec<String> =
+                    line.split('|').map(|c| c.trim().replace('`', "")).collect();
+                assert_eq!(cells.len(), 10, "{line}");
+                Row {
+                    event: cells[2].clone(),
+                    record_id: cells[3].clone(),
+                    cells: [4, 5, 6, 7].map(|i| cells[i].clone()),
+                    again: cells[8].clone(),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_validity_table_is_what_the_store_does() {
+        let rows = rows();
+        let mut kinds_seen: Vec<u16> = Vec::new();
+        for row in &rows {
+            let event = event_of(&row.event);
+            kinds_seen.push(event.kind().get());
+            let scope = row.event.contains("after Scoped");
+            let mut fresh = 100;
+            for (state, cell) in ["none", "starting", "running", "terminal"]
+                .iter()
+                .zip(&row.cells)
+            {
+                let mut store = store_in(state, scope);
+                let event_id = record_id(&row.record_id, &mut fresh);
+                let result = store.apply(event_id, &event);
+                match cell.as_str() {
+                    "yes" => assert_eq!(result, Ok(Applied::Changed), "{} in {state}", row.event),
+                    "no" => assert!(result.is_err(), "{} in {state}: {result:?}", row.event),
+                    other => panic!("cell {other:?}: yes or no"),
+                }
+            }
+            // `again`: once more, right after the first state that accepts it.
+            let state = ["none", "starting", "running", "terminal"]
+                .iter()
+                .zip(&row.cells)
+                .find(|(_, c)| *c == "yes")
+                .map(|(s, _)| *s)
+                .expect("a state that accepts it");
+            let mut store = store_in(state, scope);
+            let first = record_id(&row.record_id, &mut fresh);
+            store.apply(first, &event).unwrap();
+            let before = store.clone();
+            let second = record_id(&row.record_id, &mut fresh);
+            let again = store.apply(second, &event);
+            match row.again.as_str() {
+                "rejected" => {
+                    assert!(again.is_err(), "{} again: {again:?}", row.event);
+                    assert_eq!(store, before);
+                }
+                "no-op" => {
+                    assert_eq!(again, Ok(Applied::Unchanged), "{} again", row.event);
+                    assert_eq!(store, before);
+                }
+                "accepted" => assert_eq!(again, Ok(Applied::Changed), "{} again", row.event),
+                other => panic!("again {other:?}: rejected, no-op or accepted"),
+            }
+        }
+        kinds_seen.sort_unstable();
+        kinds_seen.dedup();
+        let all: Vec<u16> = (kinds::REGISTERED..=kinds::OUTPUT_GAP).collect();
+        assert_eq!(
+            kinds_seen, all,
+            "the validity table covers every lifecycle kind"
+        );
+    }
+}

@@ -12,7 +12,9 @@
 //! - publishing a recorded lifecycle event ID (running once running happened, terminal or lost once
 //!   that one happened) is accepted and repeating it is an idempotent no-op; anything else is
 //!   refused;
-//! - completion only after terminal, with the allocated command ID; repeating it is a no-op.
+//! - completion only after terminal, with the allocated command ID; repeating it is a no-op;
+//! - a publication, a completion, a scope and a release carry the ID derived from their step's ID
+//!   (journal-format.md's byte recipe, written out here as [`derive`]) and no other.
 //!
 //! Random sequences over 1-3 handles (plus one never registered) mix valid and invalid events:
 //! wrong IDs, wrong states, backwards or inconsistent cursors, unknown handles, repeats. Each step
@@ -78,6 +80,39 @@ fn fresh_id(n: u64) -> EventId {
     id(9, 0, n)
 }
 
+/// Purposes of derived IDs, as journal-format.md numbers them.
+const PUBLISHED: u8 = 1;
+const NOTIFIED: u8 = 2;
+const SCOPED: u8 = 3;
+const RELEASED: u8 = 4;
+
+/// The ID derived from `id` for `purpose`, by journal-format.md's recipe: byte 15 XOR purpose,
+/// byte 14 XOR 0xa5, version nibble 8, RFC variant.
+fn derive(id: EventId, purpose: u8) -> EventId {
+    let mut b = *id.0.as_bytes();
+    b[15] ^= purpose;
+    b[14] ^= 0xa5;
+    b[6] = (b[6] & 0x0f) | 0x80;
+    b[8] = (b[8] & 0x3f) | 0x80;
+    EventId::from_bytes(b)
+}
+
+/// The IDs handle `h` allocated: the model's once registered, else the canonical ones.
+fn ids_of(h: usize, model: &Model) -> LifecycleIds {
+    model.procs.get(&handle_of(h)).map_or_else(
+        || {
+            let c = canonical(h);
+            LifecycleIds {
+                running: c[Slot::Running as usize],
+                terminal: c[Slot::Terminal as usize],
+                lost: c[Slot::Lost as usize],
+                completion: c[Slot::Completion as usize],
+            }
+        },
+        |p| p.ids,
+    )
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Slot {
     Registration = 0,
@@ -136,6 +171,16 @@ enum PlainId {
     Reuse(Index),
 }
 
+/// Under which ID a record with a derived ID (publication, completion, scope, release) is
+/// appended.
+#[derive(Debug, Clone)]
+enum FactId {
+    /// The ID derived from the step the record is about.
+    Derived,
+    /// Anything else.
+    Plain(PlainId),
+}
+
 /// A change of the cursor bounds relative to the handle's current ones; negative moves back.
 #[derive(Debug, Clone, Copy)]
 struct Delta {
@@ -189,25 +234,25 @@ enum Op {
     Publish {
         h: usize,
         target: PublishTarget,
-        id: PlainId,
+        id: FactId,
     },
     /// The tree's scope; `variant` picks the mechanism, so a repeat is the same record or a
     /// different one.
     Scope {
         h: usize,
         variant: u8,
-        id: PlainId,
+        id: FactId,
     },
     /// The tree's release; `variant` picks the proof.
     Release {
         h: usize,
         variant: u8,
-        id: PlainId,
+        id: FactId,
     },
     Complete {
         h: usize,
         right_command: bool,
-        id: PlainId,
+        id: FactId,
     },
     /// Lost output `from..from + len`; `reason` 0 is retention (never valid).
     Gap {
@@ -242,6 +287,13 @@ fn plain_id() -> impl Strategy<Value = PlainId> {
     prop_oneof![
         5 => Just(PlainId::Fresh),
         1 => any::<Index>().prop_map(PlainId::Reuse),
+    ]
+}
+
+fn fact_id() -> impl Strategy<Value = FactId> {
+    prop_oneof![
+        5 => Just(FactId::Derived),
+        1 => plain_id().prop_map(FactId::Plain),
     ]
 }
 
@@ -283,12 +335,12 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
         1 => (any_h.clone(), plain_id()).prop_map(|(h, id)| Op::InputClosed { h, id }),
         3 => (any_h.clone(), delta(), plain_id())
             .prop_map(|(h, delta, id)| Op::Checkpoint { h, delta, id }),
-        3 => (any_h.clone(), publish_target(), plain_id())
+        3 => (any_h.clone(), publish_target(), fact_id())
             .prop_map(|(h, target, id)| Op::Publish { h, target, id }),
-        2 => (any_h.clone(), prop_oneof![3 => Just(true), 1 => Just(false)], plain_id())
+        2 => (any_h.clone(), prop_oneof![3 => Just(true), 1 => Just(false)], fact_id())
             .prop_map(|(h, right_command, id)| Op::Complete { h, right_command, id }),
-        2 => (any_h.clone(), 0u8..3, plain_id()).prop_map(|(h, variant, id)| Op::Scope { h, variant, id }),
-        2 => (any_h.clone(), 0u8..3, plain_id()).prop_map(|(h, variant, id)| Op::Release { h, variant, id }),
+        2 => (any_h.clone(), 0u8..3, fact_id()).prop_map(|(h, variant, id)| Op::Scope { h, variant, id }),
+        2 => (any_h.clone(), 0u8..3, fact_id()).prop_map(|(h, variant, id)| Op::Release { h, variant, id }),
         2 => (any_h.clone(), 0u64..400, prop_oneof![4 => 1u64..100, 1 => Just(0u64)], 0u8..4, plain_id())
             .prop_map(|(h, from, len, reason, id)| Op::Gap { h, from, len, reason, id }),
         12 => (any_h, any::<Index>()).prop_map(|(h, pick)| Op::Advance { h, pick }),
@@ -318,6 +370,18 @@ impl Concretizer {
         };
         self.plain_ids.push(chosen);
         chosen
+    }
+
+    /// The ID of a record about `step` (derived for `purpose`), or a plain one.
+    fn fact(&mut self, choice: &FactId, step: EventId, purpose: u8) -> EventId {
+        match choice {
+            FactId::Derived => {
+                let id = derive(step, purpose);
+                self.plain_ids.push(id);
+                id
+            }
+            FactId::Plain(plain) => self.plain(plain),
+        }
     }
 
     fn other_handle(&self, h: usize, i: &Index) -> usize {
@@ -371,6 +435,11 @@ impl Concretizer {
                     id: fresh,
                 },
                 terminal(State::Failed),
+                Op::Scope {
+                    h,
+                    variant: pick.index(3) as u8,
+                    id: FactId::Derived,
+                },
                 Op::Lost {
                     h,
                     delta: grow,
@@ -392,7 +461,7 @@ impl Concretizer {
                 Op::Publish {
                     h,
                     target: PublishTarget::Own(Slot::Running),
-                    id: PlainId::Fresh,
+                    id: FactId::Derived,
                 },
                 terminal(State::Exited),
                 terminal(State::TimedOut),
@@ -417,17 +486,22 @@ impl Concretizer {
                     Op::Publish {
                         h,
                         target: PublishTarget::Own(slot),
-                        id: PlainId::Fresh,
+                        id: FactId::Derived,
                     },
                     Op::Publish {
                         h,
                         target: PublishTarget::Own(Slot::Running),
-                        id: PlainId::Fresh,
+                        id: FactId::Derived,
                     },
                     Op::Complete {
                         h,
                         right_command: true,
-                        id: PlainId::Fresh,
+                        id: FactId::Derived,
+                    },
+                    Op::Release {
+                        h,
+                        variant: pick.index(3) as u8,
+                        id: FactId::Derived,
                     },
                 ]
             }
@@ -559,16 +633,17 @@ impl Concretizer {
                     PublishTarget::Nobody => self.fresh(),
                 };
                 (
-                    self.plain(id),
+                    self.fact(id, event, PUBLISHED),
                     LifecycleEvent::LifecyclePublished(LifecyclePublished {
                         handle: handle_of(*h),
                         event,
                     }),
                 )
             }
-            Op::Scope { h, variant, id } => {
-                (self.plain(id), LifecycleEvent::Scoped(scoped(*h, *variant)))
-            }
+            Op::Scope { h, variant, id } => (
+                self.fact(id, ids_of(*h, model).running, SCOPED),
+                LifecycleEvent::Scoped(scoped(*h, *variant)),
+            ),
             Op::Gap {
                 h,
                 from,
@@ -594,7 +669,7 @@ impl Concretizer {
                 }),
             ),
             Op::Release { h, variant, id } => (
-                self.plain(id),
+                self.fact(id, ids_of(*h, model).terminal, RELEASED),
                 LifecycleEvent::TreeReleased(TreeReleased {
                     handle: handle_of(*h),
                     proof: proof(*variant),
@@ -612,7 +687,7 @@ impl Concretizer {
                     canonical(*h)[Slot::Running as usize]
                 };
                 (
-                    self.plain(id),
+                    self.fact(id, ids_of(*h, model).completion, NOTIFIED),
                     LifecycleEvent::CompletionNotified(CompletionNotified {
                         handle: handle_of(*h),
                         command,
@@ -870,7 +945,7 @@ impl Model {
             LifecycleEvent::LifecyclePublished(e) => {
                 let recorded = (e.event == p.ids.running && p.pid.is_some())
                     || p.terminal.is_some_and(|(_, id, _)| id == e.event);
-                if !recorded {
+                if !recorded || event_id != derive(e.event, PUBLISHED) {
                     return Refused;
                 }
                 if !p.published.insert(e.event) {
@@ -878,12 +953,14 @@ impl Model {
                 }
             }
             LifecycleEvent::Scoped(e) => match &p.scope {
+                _ if event_id != derive(p.ids.running, SCOPED) => return Refused,
                 Some(s) if s == e => return Unchanged,
                 Some(_) => return Refused,
                 None if is_terminal(p.state) => return Refused,
                 None => p.scope = Some(e.clone()),
             },
             LifecycleEvent::TreeReleased(e) => match (&p.scope, &p.released) {
+                _ if event_id != derive(p.ids.terminal, RELEASED) => return Refused,
                 (None, _) => return Refused,
                 (Some(_), Some(r)) if *r == e.proof => return Unchanged,
                 (Some(_), Some(_)) => return Refused,
@@ -908,7 +985,10 @@ impl Model {
                 }
             }
             LifecycleEvent::CompletionNotified(e) => {
-                if p.terminal.is_none() || e.command != p.ids.completion {
+                if p.terminal.is_none()
+                    || e.command != p.ids.completion
+                    || event_id != derive(p.ids.completion, NOTIFIED)
+                {
                     return Refused;
                 }
                 if p.completion_notified {

@@ -319,6 +319,23 @@ pub enum LifecycleEvent {
     OutputGap(OutputGap),
 }
 
+/// Purposes of the record IDs derived from a registration's allocated IDs
+/// ([`EventId::derived`]). A record that states a fact about an allocated step (its publication,
+/// the completion notice, the tree's scope and release) carries an ID that is a function of that
+/// step's ID, so a retry of the same fact finds its record and a second record of it is never
+/// written; the store refuses any other ID (journal-format.md, "Lifecycle events"). Fixed
+/// forever, like the kinds.
+pub mod derived {
+    /// `LifecyclePublished`: derived from the ID of the event it reports.
+    pub const PUBLISHED: u8 = 1;
+    /// `CompletionNotified`: derived from `ids.completion`.
+    pub const NOTIFIED: u8 = 2;
+    /// `Scoped`: derived from `ids.running`.
+    pub const SCOPED: u8 = 3;
+    /// `TreeReleased`: derived from `ids.terminal`.
+    pub const RELEASED: u8 = 4;
+}
+
 /// Journal kind numbers of lifecycle events.
 pub mod kinds {
     pub const REGISTERED: u16 = 0x0101;

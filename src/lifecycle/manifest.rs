@@ -13,6 +13,8 @@
 //!   event.
 //! - The terminal result and the completion marker are set once; repeating the same publication
 //!   or notification is an idempotent no-op, a different one is rejected.
+//! - A record that states a fact about an allocated step (publication, completion, scope,
+//!   release) carries the ID derived from that step's ID (`event::derived`), and no other.
 //! - Every ID a registration allocates (and the registration's own ID) is reserved for its one
 //!   step of its one handle: no other event and no other registration may use it, so a step's
 //!   retry can never be answered by some other record that took its ID.
@@ -30,6 +32,7 @@ use crate::idhash::IdMap;
 use serde::Serialize;
 
 use super::command::StoredCommand;
+use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, SCOPED};
 use super::event::{
     CaptureStatus, CursorBounds, ExitProof, ExitStatus, Handle, IdentityWitness, LifecycleEvent,
     LifecycleIds, Scoped,
@@ -96,6 +99,12 @@ pub enum Rejection {
         event: &'static str,
         found: EventId,
         allocated: EventId,
+    },
+    #[error("{event} carries event ID {found}, but its ID is derived: {expected}")]
+    UnexpectedDerivedId {
+        event: &'static str,
+        found: EventId,
+        expected: EventId,
     },
     #[error("{0} is not a terminal state")]
     NotTerminal(State),
@@ -213,6 +222,27 @@ fn reservations_of(
     ]
 }
 
+/// A record that states a fact about an allocated step carries the ID derived from that step's
+/// (`event::derived`): the one ID a retry of the same fact uses, so that the journal holds each
+/// such fact once and a reader finds it by ID.
+fn derived(
+    event: &'static str,
+    found: EventId,
+    from: EventId,
+    purpose: u8,
+) -> Result<(), Rejection> {
+    let expected = from.derived(purpose);
+    if found == expected {
+        Ok(())
+    } else {
+        Err(Rejection::UnexpectedDerivedId {
+            event,
+            found,
+            expected,
+        })
+    }
+}
+
 fn allocated(event: &'static str, found: EventId, allocated: EventId) -> Result<(), Rejection> {
     if found == allocated {
         Ok(())
@@ -303,24 +333,33 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             if !recorded {
                 return Err(Rejection::NotPublishable(e.event));
             }
+            derived("lifecycle_published", event_id, e.event, PUBLISHED)?;
             Ok(if m.published.contains(&e.event) {
                 Applied::Unchanged
             } else {
                 Applied::Changed
             })
         }
-        LifecycleEvent::Scoped(e) => match &m.scope {
-            Some(scope) if scope == e => Ok(Applied::Unchanged),
-            Some(_) => Err(Rejection::ScopeAlreadyRecorded),
-            None if m.state.is_terminal() => Err(Rejection::AlreadyTerminal(m.state)),
-            None => Ok(Applied::Changed),
-        },
-        LifecycleEvent::TreeReleased(e) => match &m.released {
-            _ if m.scope.is_none() => Err(Rejection::NotScoped),
-            Some(proof) if *proof == e.proof => Ok(Applied::Unchanged),
-            Some(_) => Err(Rejection::AlreadyReleased),
-            None => Ok(Applied::Changed),
-        },
+        LifecycleEvent::Scoped(e) => {
+            let applied = match &m.scope {
+                Some(scope) if scope == e => Applied::Unchanged,
+                Some(_) => return Err(Rejection::ScopeAlreadyRecorded),
+                None if m.state.is_terminal() => return Err(Rejection::AlreadyTerminal(m.state)),
+                None => Applied::Changed,
+            };
+            derived("scoped", event_id, m.ids.running, SCOPED)?;
+            Ok(applied)
+        }
+        LifecycleEvent::TreeReleased(e) => {
+            let applied = match &m.released {
+                _ if m.scope.is_none() => return Err(Rejection::NotScoped),
+                Some(proof) if *proof == e.proof => Applied::Unchanged,
+                Some(_) => return Err(Rejection::AlreadyReleased),
+                None => Applied::Changed,
+            };
+            derived("tree_released", event_id, m.ids.terminal, RELEASED)?;
+            Ok(applied)
+        }
         LifecycleEvent::OutputGap(e) => {
             if m.state.is_terminal() {
                 return Err(Rejection::AlreadyTerminal(m.state));
@@ -349,6 +388,7 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
                     allocated: m.ids.completion,
                 });
             }
+            derived("completion_notified", event_id, m.ids.completion, NOTIFIED)?;
             Ok(if m.completion_notified {
                 Applied::Unchanged
             } else {

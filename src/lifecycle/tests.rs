@@ -379,8 +379,9 @@ fn the_validator_rejects_what_must_not_change() {
     // Completion cannot precede the terminal result.
     let notify =
         |command| LifecycleEvent::CompletionNotified(CompletionNotified { handle: h, command });
+    let notified = ids(10).completion.derived(derived::NOTIFIED);
     assert_eq!(
-        store.apply(id(160), &notify(ids(10).completion)),
+        store.apply(notified, &notify(ids(10).completion)),
         Err(Rejection::CompletionBeforeTerminal)
     );
     let exited = |retained_from| {
@@ -412,28 +413,29 @@ fn the_validator_rejects_what_must_not_change() {
     // Publication and completion: the same one twice is a no-op, a different one is refused.
     let publish =
         |event| LifecycleEvent::LifecyclePublished(LifecyclePublished { handle: h, event });
+    let published = |event: EventId| event.derived(derived::PUBLISHED);
     assert_eq!(
-        store.apply(id(170), &publish(ids(10).terminal)),
+        store.apply(published(ids(10).terminal), &publish(ids(10).terminal)),
         Ok(Applied::Changed)
     );
     assert_eq!(
-        store.apply(id(171), &publish(ids(10).terminal)),
+        store.apply(published(ids(10).terminal), &publish(ids(10).terminal)),
         Ok(Applied::Unchanged)
     );
     assert_eq!(
-        store.apply(id(172), &publish(ids(10).lost)),
+        store.apply(published(ids(10).lost), &publish(ids(10).lost)),
         Err(Rejection::NotPublishable(ids(10).lost))
     );
     assert_eq!(
-        store.apply(id(161), &notify(ids(10).completion)),
+        store.apply(notified, &notify(ids(10).completion)),
         Ok(Applied::Changed)
     );
     assert_eq!(
-        store.apply(id(162), &notify(ids(10).completion)),
+        store.apply(notified, &notify(ids(10).completion)),
         Ok(Applied::Unchanged)
     );
     assert!(matches!(
-        store.apply(id(163), &notify(id(77))),
+        store.apply(id(77).derived(derived::NOTIFIED), &notify(id(77))),
         Err(Rejection::CompletionIdMismatch { .. })
     ));
     assert_eq!(
@@ -593,5 +595,328 @@ fn every_reservation_is_found_after_the_index_grows() {
             store.check(wide(h, 9), &checkpoint(h)),
             Ok(Applied::Changed)
         );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The lifecycle rules of journal-format.md ("Validity"), one test each.
+
+fn publish(h: Handle, event: EventId) -> LifecycleEvent {
+    LifecycleEvent::LifecyclePublished(LifecyclePublished { handle: h, event })
+}
+
+fn notify(h: Handle, command: EventId) -> LifecycleEvent {
+    LifecycleEvent::CompletionNotified(CompletionNotified { handle: h, command })
+}
+
+fn scoped(h: Handle) -> LifecycleEvent {
+    LifecycleEvent::Scoped(Scoped {
+        handle: h,
+        mechanism: TreeMechanism::Group,
+        boot_id: [0xb0; 16],
+        workload: ProcessWitness {
+            pid: 4242,
+            start_time_ticks: 987_654,
+            pidfs_ino: 0,
+        },
+        guardian: None,
+        cgroup: None,
+        receipt: None,
+        at_unix_ms: 1_700_000_000_050,
+    })
+}
+
+fn released(h: Handle) -> LifecycleEvent {
+    LifecycleEvent::TreeReleased(TreeReleased {
+        handle: h,
+        proof: ExitProof::CgroupEmpty,
+        at_unix_ms: 1_700_000_000_400,
+    })
+}
+
+fn stop(h: Handle) -> LifecycleEvent {
+    LifecycleEvent::StopRequested(StopRequested {
+        handle: h,
+        reason: "user".into(),
+        requested_by: "cli".into(),
+        at_unix_ms: 5,
+    })
+}
+
+fn checkpoint(h: Handle, retained_from: u64, total_bytes: u64) -> LifecycleEvent {
+    LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+        handle: h,
+        bounds: CursorBounds {
+            retained_from,
+            total_bytes,
+        },
+        at_unix_ms: 7,
+    })
+}
+
+fn gap(h: Handle, from: u64, to: u64) -> LifecycleEvent {
+    LifecycleEvent::OutputGap(OutputGap {
+        handle: h,
+        gap: crate::spool::Gap {
+            from,
+            to,
+            reason: crate::spool::LossReason::DiskFull,
+            errno: 28,
+        },
+        at_unix_ms: 8,
+    })
+}
+
+/// Every terminal state, each reached by valid events (some from starting, some through running).
+fn terminal_states() -> impl Iterator<Item = State> {
+    State::ALL.into_iter().filter(|s| s.is_terminal())
+}
+
+/// Rule P: a publication names `ids.running` once `Running` was accepted, or the ID of the
+/// terminal record that was accepted, and nothing else: not the registration, not the other
+/// terminal ID, not `ids.completion`, not another handle's event, not a fresh ID.
+#[test]
+fn a_publication_names_only_the_running_event_or_the_recorded_terminal_one() {
+    let published = |event: EventId| event.derived(derived::PUBLISHED);
+    let h = handle(1);
+    let refused = |store: &ManifestStore, event: EventId| {
+        assert_eq!(
+            store.check(published(event), &publish(h, event)),
+            Err(Rejection::NotPublishable(event)),
+            "{event} was publishable in {:?}",
+            store.get(&h).map(|m| m.state)
+        );
+    };
+    // Starting: nothing is publishable, the registration's own ID included.
+    let (store, _) = store_in(State::Starting);
+    for event in [id(100), ids(10).running, ids(10).terminal, ids(10).lost] {
+        refused(&store, event);
+    }
+    // Running: only the running event.
+    let (mut store, _) = store_in(State::Running);
+    for event in [ids(10).terminal, ids(10).lost, ids(10).completion, id(100)] {
+        refused(&store, event);
+    }
+    let ran = ids(10).running;
+    assert_eq!(
+        store.apply(published(ran), &publish(h, ran)),
+        Ok(Applied::Changed)
+    );
+    // Terminal through `Terminal`: the terminal ID, not the lost one; running still is.
+    store
+        .apply(ids(10).terminal, &terminal(h, State::Exited, 0))
+        .unwrap();
+    refused(&store, ids(10).lost);
+    refused(&store, ids(10).completion);
+    assert_eq!(
+        store.apply(published(ran), &publish(h, ran)),
+        Ok(Applied::Unchanged)
+    );
+    let t = ids(10).terminal;
+    assert_eq!(
+        store.apply(published(t), &publish(h, t)),
+        Ok(Applied::Changed)
+    );
+    // Another handle's events are not this handle's, whatever its state.
+    store.apply(id(101), &registered(handle(2), 20)).unwrap();
+    store.apply(ids(20).running, &running(handle(2))).unwrap();
+    refused(&store, ids(20).running);
+    // Terminal through `LostOnRestore`: the lost ID, not the terminal one.
+    let (store, _) = store_in(State::LostOnRestore);
+    refused(&store, ids(10).terminal);
+    assert_eq!(
+        store.check(published(ids(10).lost), &publish(h, ids(10).lost)),
+        Ok(Applied::Changed)
+    );
+    // Failed from starting never ran: its running ID is not publishable.
+    let (store, _) = store_in(State::Failed);
+    refused(&store, ids(10).running);
+    let t = ids(10).terminal;
+    assert_eq!(
+        store.check(published(t), &publish(h, t)),
+        Ok(Applied::Changed)
+    );
+}
+
+/// Rule D: publication, completion, scope and release carry the ID derived from their step's ID
+/// and no other, in the store's check, in its apply and in replay from a real journal; under the
+/// derived ID the same records are accepted.
+#[test]
+fn derived_record_ids_are_checked() {
+    let h = handle(1);
+    let cases = [
+        (
+            "lifecycle_published",
+            publish(h, ids(10).terminal),
+            ids(10).terminal.derived(derived::PUBLISHED),
+        ),
+        (
+            "completion_notified",
+            notify(h, ids(10).completion),
+            ids(10).completion.derived(derived::NOTIFIED),
+        ),
+        (
+            "tree_released",
+            released(h),
+            ids(10).terminal.derived(derived::RELEASED),
+        ),
+    ];
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = ManifestStore::new();
+    {
+        let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+        fn both(store: &mut ManifestStore, lc: &mut Lifecycle, id: EventId, e: &LifecycleEvent) {
+            store.apply(id, e).unwrap();
+            lc.append(id, e).unwrap();
+        }
+        both(&mut store, &mut lc, id(100), &registered(h, 10));
+        both(&mut store, &mut lc, ids(10).running, &running(h));
+        let scope_id = ids(10).running.derived(derived::SCOPED);
+        for wrong in [id(60), ids(10).running.derived(derived::PUBLISHED)] {
+            assert_eq!(
+                store.check(wrong, &scoped(h)),
+                Err(Rejection::UnexpectedDerivedId {
+                    event: "scoped",
+                    found: wrong,
+                    expected: scope_id
+                })
+            );
+        }
+        both(&mut store, &mut lc, scope_id, &scoped(h));
+        both(
+            &mut store,
+            &mut lc,
+            ids(10).terminal,
+            &terminal(h, State::Exited, 0),
+        );
+        for (name, event, right) in &cases {
+            // Fresh, reserved-for-nothing IDs, and the ID derived for another purpose.
+            for wrong in [id(61), ids(10).terminal.derived(derived::SCOPED)] {
+                let expected = Err(Rejection::UnexpectedDerivedId {
+                    event: name,
+                    found: wrong,
+                    expected: *right,
+                });
+                assert_eq!(store.check(wrong, event), expected, "{name}");
+                let before = store.clone();
+                assert_eq!(store.apply(wrong, event), expected, "{name}");
+                assert_eq!(store, before);
+                assert!(matches!(
+                    lc.append(wrong, event),
+                    Err(LifecycleError::Rejected(
+                        Rejection::UnexpectedDerivedId { .. }
+                    ))
+                ));
+            }
+            assert_eq!(store.check(*right, event), Ok(Applied::Changed), "{name}");
+        }
+        // The same records written past the validator are rejected by replay, each for its ID.
+        for (n, (_, event, _)) in (62..).zip(&cases) {
+            let payload = event.encode().unwrap();
+            let kind = event.kind();
+            let written = lc
+                .journal()
+                .append(id(n), kind, crate::codec::CODEC_VERSION, &payload);
+            assert!(written.unwrap().written);
+        }
+    }
+    let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(replay.rejected.len(), cases.len(), "{replay:?}");
+    for issue in &replay.rejected {
+        assert!(issue.error.contains("its ID is derived"), "{replay:?}");
+    }
+    let m = lc.manifest(&h).unwrap();
+    assert!(m.published.is_empty() && !m.completion_notified && m.released.is_none());
+    assert!(m.scope.is_some());
+}
+
+/// Rule Q: a stop request is accepted (and counted) before the terminal event, in starting and
+/// running, and refused after it in every terminal state.
+#[test]
+fn a_stop_request_after_the_terminal_event_is_refused() {
+    for state in [State::Starting, State::Running] {
+        let (mut store, h) = store_in(state);
+        assert_eq!(store.apply(id(150), &stop(h)), Ok(Applied::Changed));
+        assert_eq!(store.apply(id(151), &stop(h)), Ok(Applied::Changed));
+        let m = store.get(&h).unwrap();
+        assert_eq!(m.stop_requests, 2);
+        assert_eq!(m.first_stop, Some(("user".into(), "cli".into())));
+    }
+    for state in terminal_states() {
+        let (mut store, h) = store_in(state);
+        let before = store.clone();
+        assert_eq!(
+            store.apply(id(150), &stop(h)),
+            Err(Rejection::AlreadyTerminal(state))
+        );
+        assert_eq!(store, before);
+    }
+}
+
+/// Rule I: input is closed once per handle, in any state, terminal included (closing stdin and
+/// recording it are two steps; the process may end between them); a second one is refused.
+#[test]
+fn input_is_closed_once_in_any_state_terminal_included() {
+    let closed = |h| {
+        LifecycleEvent::InputClosed(InputClosed {
+            handle: h,
+            at_unix_ms: 6,
+        })
+    };
+    for state in State::ALL {
+        let (mut store, h) = store_in(state);
+        assert_eq!(
+            store.apply(id(150), &closed(h)),
+            Ok(Applied::Changed),
+            "{state}"
+        );
+        assert!(store.get(&h).unwrap().input_closed);
+        assert_eq!(
+            store.apply(id(151), &closed(h)),
+            Err(Rejection::InputAlreadyClosed),
+            "{state}"
+        );
+    }
+}
+
+/// Rules C and G: nothing is recorded about output after the terminal event, in every terminal
+/// state: no checkpoint, not even one with the terminal bounds, and no gap.
+#[test]
+fn no_checkpoint_or_gap_is_accepted_after_the_terminal_event() {
+    for state in [State::Starting, State::Running] {
+        let (mut store, h) = store_in(state);
+        assert_eq!(store.apply(id(150), &gap(h, 0, 4)), Ok(Applied::Changed));
+        assert_eq!(
+            store.apply(id(151), &checkpoint(h, 0, 9)),
+            Ok(Applied::Changed)
+        );
+        // The same bounds again are accepted before the terminal event.
+        assert_eq!(
+            store.apply(id(152), &checkpoint(h, 0, 9)),
+            Ok(Applied::Changed)
+        );
+    }
+    for state in terminal_states() {
+        let (mut store, h) = store_in(state);
+        let before = store.clone();
+        let bounds = store.get(&h).unwrap().bounds;
+        assert_eq!(
+            store.apply(
+                id(150),
+                &checkpoint(h, bounds.retained_from, bounds.total_bytes)
+            ),
+            Err(Rejection::AlreadyTerminal(state)),
+            "{state}"
+        );
+        assert_eq!(
+            store.apply(id(151), &checkpoint(h, 0, bounds.total_bytes + 1)),
+            Err(Rejection::AlreadyTerminal(state))
+        );
+        assert_eq!(
+            store.apply(id(152), &gap(h, 0, 4)),
+            Err(Rejection::AlreadyTerminal(state))
+        );
+        assert_eq!(store, before);
     }
 }

@@ -266,14 +266,9 @@ pub struct ShutdownReport {
     pub teardown_failed: Vec<(Handle, String)>,
 }
 
-/// Purposes of record IDs derived from a registration's allocated IDs (`EventId::derived`), one
-/// per kind of record a step may add; fixed forever, like the kinds.
-pub(crate) mod derived {
-    pub const PUBLISHED: u8 = 1;
-    pub const NOTIFIED: u8 = 2;
-    pub const SCOPED: u8 = 3;
-    pub const RELEASED: u8 = 4;
-}
+/// Purposes of record IDs derived from a registration's allocated IDs: the lifecycle format's
+/// (the store refuses a record under any other ID).
+pub(crate) use crate::lifecycle::event::derived;
 
 pub(crate) fn now_unix_ms() -> u64 {
     SystemTime::now()
