@@ -326,3 +326,477 @@ fn verify_json_has_exactly_the_documented_report_fields() {
         assert!(ok, "{name} is documented as {ty}, printed as {value}");
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// `journal manifests --json` against the field tables of journal-format.md ("### Manifests").
+
+mod manifest_json {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use procjournal::lifecycle::event::*;
+    use procjournal::lifecycle::{Handle, Lifecycle, LifecycleEvent, LifecycleIds, State};
+    use procjournal::spool::{Gap, LossReason};
+    use procjournal::{Durability, EventId, EventKind, JournalOptions};
+    use serde_json::Value;
+
+    /// A JSON type as the document writes it.
+    #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+    enum Ty {
+        String,
+        Integer,
+        Boolean,
+        Null,
+        Object,
+        Pair,
+        MapOfString,
+        ArrayOf(Box<Ty>),
+    }
+
+    fn parse_ty(text: &str) -> Ty {
+        match text {
+            "string" => Ty::String,
+            "integer" => Ty::Integer,
+            "boolean" => Ty::Boolean,
+            "null" => Ty::Null,
+            "object" => Ty::Object,
+            "pair" => Ty::Pair,
+            "map of string" => Ty::MapOfString,
+            _ => match text.strip_prefix("array of ") {
+                Some(element) => Ty::ArrayOf(Box::new(parse_ty(element))),
+                None => panic!("journal-format.md names an unknown JSON type {text:?}"),
+            },
+        }
+    }
+
+    /// `field -> alternatives` of the first `| field | type | meaning |` table after `after`.
+    fn table(doc: &str, after: &str) -> BTreeMap<String, Vec<Ty>> {
+        let rest = doc
+            .split_once(after)
+            .unwrap_or_else(|| panic!("{after:?} is not in journal-format.md"))
+            .1;
+        let mut lines = rest
+            .lines()
+            .skip_while(|l| !l.starts_with("| field | type | meaning |"));
+        assert!(lines.next().is_some(), "no field table after {after:?}");
+        let mut rows = BTreeMap::new();
+        for line in lines.skip(1).take_while(|l| l.starts_with('|')) {
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            let field = cells[1].trim_matches('`').to_owned();
+            let types = cells[2].split(" or ").map(parse_ty).collect();
+            assert!(rows.insert(field.clone(), types).is_none(), "{field} twice");
+        }
+        rows
+    }
+
+    /// The keys of an object that may be missing (journal-format.md: the one-key objects `exit`,
+    /// `capture` and `status` name their variant; `released` has its other fields for a receipt
+    /// only). Every other object has every documented key.
+    const PARTIAL: &[&str] = &[
+        "terminal.exit",
+        "terminal.capture",
+        "released",
+        "released.status",
+    ];
+
+    #[derive(Default)]
+    struct Walk {
+        /// Path -> the documented types it was seen as.
+        seen: BTreeMap<String, BTreeSet<Ty>>,
+        errors: Vec<String>,
+    }
+
+    fn matches_atom(ty: &Ty, v: &Value) -> bool {
+        match ty {
+            Ty::String => v.is_string(),
+            Ty::Integer => v.as_u64().is_some() || v.as_i64().is_some(),
+            Ty::Boolean => v.is_boolean(),
+            Ty::Null => v.is_null(),
+            Ty::Object => v.is_object(),
+            Ty::Pair => v
+                .as_array()
+                .is_some_and(|a| a.len() == 2 && a.iter().all(Value::is_string)),
+            Ty::MapOfString => v
+                .as_object()
+                .is_some_and(|o| o.values().all(Value::is_string)),
+            Ty::ArrayOf(_) => v.is_array(),
+        }
+    }
+
+    impl Walk {
+        fn value(&mut self, rows: &BTreeMap<String, Vec<Ty>>, path: &str, v: &Value) {
+            let Some(types) = rows.get(path) else {
+                self.errors
+                    .push(format!("{path}: printed but not documented"));
+                return;
+            };
+            let Some(ty) = types.iter().find(|t| matches_atom(t, v)) else {
+                self.errors
+                    .push(format!("{path}: {v} is none of the documented {types:?}"));
+                return;
+            };
+            self.seen
+                .entry(path.to_owned())
+                .or_default()
+                .insert(ty.clone());
+            match ty {
+                Ty::Object => self.object(rows, path, v, ""),
+                Ty::ArrayOf(element) => {
+                    for e in v.as_array().into_iter().flatten() {
+                        if **element == Ty::Object && e.is_object() {
+                            self.object(rows, path, e, "[]");
+                        } else if !matches_atom(element, e) {
+                            self.errors
+                                .push(format!("{path}: element {e} is not {element:?}"));
+                        }
+                    }
+                }
+                _ => {}
+            }
+        }
+
+        fn object(&mut self, rows: &BTreeMap<String, Vec<Ty>>, path: &str, v: &Value, sep: &str) {
+            let Some(fields) = v.as_object() else { return };
+            let prefix = if path.is_empty() {
+                String::new()
+            } else {
+                format!("{path}{sep}.")
+            };
+            for (key, value) in fields {
+                self.value(rows, &format!("{prefix}{key}"), value);
+            }
+            if PARTIAL.contains(&path) {
+                return;
+            }
+            // Every documented direct child is printed.
+            for field in rows.keys() {
+                if let Some(child) = field.strip_prefix(&prefix)
+                    && !child.is_empty()
+                    && !child.contains('.')
+                    && !child.contains("[]")
+                    && !fields.contains_key(child)
+                {
+                    self.errors.push(format!("{field}: documented but missing"));
+                }
+            }
+        }
+    }
+
+    fn id(n: u8) -> EventId {
+        EventId::from_bytes([n; 16])
+    }
+
+    fn ids(h: u8) -> LifecycleIds {
+        LifecycleIds {
+            running: id(10 * h + 1),
+            terminal: id(10 * h + 2),
+            lost: id(10 * h + 3),
+            completion: id(10 * h + 4),
+        }
+    }
+
+    fn handle(h: u8) -> Handle {
+        Handle(id(200 + h))
+    }
+
+    fn scope(h: u8, mechanism: TreeMechanism) -> LifecycleEvent {
+        let guarded = mechanism != TreeMechanism::Group;
+        LifecycleEvent::Scoped(Scoped {
+            handle: handle(h),
+            mechanism,
+            boot_id: [0xb0; 16],
+            workload: ProcessWitness {
+                pid: 100 + u32::from(h),
+                start_time_ticks: 5,
+                pidfs_ino: 9,
+            },
+            guardian: guarded.then_some(ProcessWitness {
+                pid: 99,
+                start_time_ticks: 4,
+                pidfs_ino: 8,
+            }),
+            cgroup: (mechanism == TreeMechanism::Cgroup).then(|| format!("/cg/{h}")),
+            receipt: guarded.then(|| ReceiptBinding {
+                path: format!("trees/{h}.receipt"),
+                dev: 1,
+                ino: 2,
+                nonce: [h; 16],
+            }),
+            at_unix_ms: 3,
+        })
+    }
+
+    fn terminal(h: u8, state: State, exit: ExitStatus, capture: CaptureStatus) -> LifecycleEvent {
+        LifecycleEvent::Terminal(Terminal {
+            handle: handle(h),
+            state,
+            exit,
+            bounds: CursorBounds {
+                retained_from: 0,
+                total_bytes: 40,
+            },
+            capture,
+            reason: format!("{state}"),
+            at_unix_ms: 9,
+        })
+    }
+
+    /// Six processes whose manifests show every documented field in each of its types, one
+    /// rejected record, one undecodable one and one of another kind.
+    fn write_fixture(root: &std::path::Path) {
+        let options = JournalOptions {
+            durability: Durability::Os,
+            segment_bytes: 1 << 16,
+        };
+        let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+        let mut append = |event_id: EventId, event: LifecycleEvent| {
+            lc.append(event_id, &event)
+                .unwrap_or_else(|e| panic!("{event:?}: {e}"));
+        };
+        for h in 1..=6u8 {
+            let command = CommandSpec {
+                program: "sh".into(),
+                args: vec!["-c".into(), "true".into()],
+                cwd: "/tmp".into(),
+                env_overrides: vec![("K".into(), "V".into())],
+                labels: [("job".to_owned(), format!("j{h}"))].into(),
+                limits: if h == 1 {
+                    Limits::default()
+                } else {
+                    Limits {
+                        wall_clock_ms: Some(60_000),
+                        idle_ms: Some(1_000),
+                        output_retention_bytes: Some(1 << 20),
+                    }
+                },
+                owner: "test".into(),
+            };
+            append(
+                id(100 + h),
+                LifecycleEvent::Registered(Registered {
+                    handle: handle(h),
+                    ids: ids(h),
+                    command,
+                    at_unix_ms: 1,
+                }),
+            );
+        }
+        let running = |h: u8| {
+            (
+                ids(h).running,
+                LifecycleEvent::Running(Running {
+                    handle: handle(h),
+                    pid: 100 + u32::from(h),
+                    witness: IdentityWitness {
+                        start_time_ticks: 5,
+                        boot_id: [0xb0; 16],
+                    },
+                    at_unix_ms: 4,
+                }),
+            )
+        };
+        let scoped_id = |h: u8| ids(h).running.derived(derived::SCOPED);
+        let released = |h: u8, proof: ExitProof| {
+            (
+                ids(h).terminal.derived(derived::RELEASED),
+                LifecycleEvent::TreeReleased(TreeReleased {
+                    handle: handle(h),
+                    proof,
+                    at_unix_ms: 10,
+                }),
+            )
+        };
+        // 1: registered only. 2: everything, in a cgroup.
+        append(scoped_id(2), scope(2, TreeMechanism::Cgroup));
+        let (i, e) = running(2);
+        append(i, e);
+        append(
+            id(150),
+            LifecycleEvent::StopRequested(StopRequested {
+                handle: handle(2),
+                reason: "user".into(),
+                requested_by: "cli".into(),
+                at_unix_ms: 5,
+            }),
+        );
+        append(
+            id(151),
+            LifecycleEvent::InputClosed(InputClosed {
+                handle: handle(2),
+                at_unix_ms: 6,
+            }),
+        );
+        append(
+            id(152),
+            LifecycleEvent::OutputGap(OutputGap {
+                handle: handle(2),
+                gap: Gap {
+                    from: 10,
+                    to: 20,
+                    reason: LossReason::DiskFull,
+                    errno: 28,
+                },
+                at_unix_ms: 7,
+            }),
+        );
+        append(
+            id(153),
+            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle: handle(2),
+                bounds: CursorBounds {
+                    retained_from: 0,
+                    total_bytes: 30,
+                },
+                at_unix_ms: 8,
+            }),
+        );
+        append(
+            ids(2).terminal,
+            terminal(
+                2,
+                State::Exited,
+                ExitStatus::Code(0),
+                CaptureStatus::Complete,
+            ),
+        );
+        let (i, e) = released(
+            2,
+            ExitProof::Receipt {
+                status: ExitStatus::Signal(9),
+                reaped: 2,
+            },
+        );
+        append(i, e);
+        for event in [ids(2).running, ids(2).terminal] {
+            append(
+                event.derived(derived::PUBLISHED),
+                LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                    handle: handle(2),
+                    event,
+                }),
+            );
+        }
+        append(
+            ids(2).completion.derived(derived::NOTIFIED),
+            LifecycleEvent::CompletionNotified(CompletionNotified {
+                handle: handle(2),
+                command: ids(2).completion,
+            }),
+        );
+        // 3: a process group, lost on restore, its cgroup found empty.
+        append(scoped_id(3), scope(3, TreeMechanism::Group));
+        let (i, e) = running(3);
+        append(i, e);
+        append(
+            ids(3).lost,
+            LifecycleEvent::LostOnRestore(LostOnRestore {
+                handle: handle(3),
+                bounds: CursorBounds::default(),
+                at_unix_ms: 9,
+            }),
+        );
+        let (i, e) = released(3, ExitProof::CgroupEmpty);
+        append(i, e);
+        // 4: a guardian, killed, capture failed, released by a new boot.
+        append(scoped_id(4), scope(4, TreeMechanism::Guardian));
+        let (i, e) = running(4);
+        append(i, e);
+        append(
+            ids(4).terminal,
+            terminal(
+                4,
+                State::Killed,
+                ExitStatus::Signal(9),
+                CaptureStatus::Failed("pipe".into()),
+            ),
+        );
+        let (i, e) = released(4, ExitProof::BootChanged);
+        append(i, e);
+        // 5 and 6: receipts with an exit code and with no status.
+        for (h, status) in [(5u8, ExitStatus::Code(1)), (6, ExitStatus::Unknown)] {
+            append(scoped_id(h), scope(h, TreeMechanism::Guardian));
+            append(
+                ids(h).terminal,
+                terminal(
+                    h,
+                    State::Failed,
+                    ExitStatus::Unknown,
+                    CaptureStatus::Incomplete("spawn".into()),
+                ),
+            );
+            let (i, e) = released(h, ExitProof::Receipt { status, reaped: 0 });
+            append(i, e);
+        }
+        // Past the validator: a rejected record, an undecodable one, and another kind.
+        let (_, e) = running(1);
+        let kind = e.kind();
+        lc.journal()
+            .append(id(160), kind, 1, &e.encode().unwrap())
+            .unwrap();
+        lc.journal().append(id(161), kind, 1, b"\x01").unwrap();
+        let other = EventKind::new(3).unwrap();
+        lc.journal().append(id(162), other, 1, b"x").unwrap();
+    }
+
+    #[test]
+    fn manifests_json_has_exactly_the_documented_keys_and_types() {
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("journal-format.md"),
+        )
+        .unwrap();
+        let section = "\n### Manifests\n";
+        let manifest_rows = table(&doc, section);
+        let report_rows = table(&doc, "\nThe last line is the report");
+        assert!(manifest_rows.contains_key("handle") && report_rows.contains_key("replay"));
+
+        let dir = tempfile::tempdir().unwrap();
+        write_fixture(dir.path());
+        let (code, out, err) = super::run(&["journal", "manifests", "--json"], dir.path());
+        assert_eq!(code, 1, "a rejected and an undecodable record: {err}");
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 7, "{out}");
+
+        let mut manifests = Walk::default();
+        for line in &lines[..6] {
+            manifests.value(&rootless(&manifest_rows), "", line);
+        }
+        let mut report = Walk::default();
+        report.value(&rootless(&report_rows), "", &lines[6]);
+        for (walk, rows, what) in [
+            (&manifests, &manifest_rows, "manifest"),
+            (&report, &report_rows, "report"),
+        ] {
+            assert!(walk.errors.is_empty(), "{what}: {:#?}", walk.errors);
+            // Every documented field is printed, as every documented type, by some line.
+            for (field, types) in rows {
+                let seen = walk.seen.get(field).cloned().unwrap_or_default();
+                for ty in types {
+                    assert!(
+                        seen.contains(ty),
+                        "{what}: the fixture never prints {field} as {ty:?}"
+                    );
+                }
+            }
+        }
+        // A few values, so that a matching shape with wrong contents fails too.
+        assert_eq!(lines[0]["handle"], handle(1).to_string());
+        assert_eq!(lines[1]["terminal"]["exit"]["code"], 0);
+        assert_eq!(lines[1]["first_stop"][0], "user");
+        assert_eq!(lines[1]["released"]["by"], "receipt");
+        assert_eq!(lines[2]["terminal"]["exit"], "unknown");
+        assert_eq!(lines[1]["published"].as_array().map(Vec::len), Some(2));
+        assert_eq!(lines[6]["replay"]["other_events"], 1);
+        // 31 valid records, then the rejected one and the undecodable one.
+        assert_eq!(lines[6]["replay"]["rejected"][0]["seq"], 32);
+        assert_eq!(lines[6]["replay"]["undecodable"][0]["seq"], 33);
+    }
+
+    /// The rows, plus the root object itself (the walk starts at path "").
+    fn rootless(rows: &BTreeMap<String, Vec<Ty>>) -> BTreeMap<String, Vec<Ty>> {
+        let mut all = rows.clone();
+        all.insert(String::new(), vec![Ty::Object]);
+        all
+    }
+}
