@@ -12,6 +12,10 @@
 //! - [`codec_decode`]: the payload codec on a representative event shape.
 //! - [`lifecycle_decoders`] (run by the `lifecycle_store` target): the fast lifecycle decoders
 //!   against the reference (bincode) decoder, on the same bytes.
+//! - [`replay`]: structure-aware; the input describes a sequence of records, mostly real
+//!   lifecycle events of every kind over four handles, plus mutated payloads, garbage, other
+//!   kinds and codec versions, fed to `Replayer`: the report, the manifests and determinism
+//!   ([`check_replay`], which `tests/lifecycle_props.rs` also runs on its own sequences).
 //! - [`guardian_control`]: the guardian's control lines (`tree::guardian::wire`): the line splitter
 //!   under every chunking, both message decoders, and their round trip.
 //! - [`guardian_receipt`]: the guardian's exit-receipt decoder, as given and with its checksum
@@ -1222,6 +1226,621 @@ pub fn lifecycle_store(data: &[u8]) {
         } else {
             assert_eq!(new.state, State::Starting);
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// replay
+
+/// One record as a scan hands it to replay, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReplayRecord {
+    pub event_id: EventId,
+    pub kind: u16,
+    pub codec_version: u8,
+    pub payload: Vec<u8>,
+}
+
+impl ReplayRecord {
+    /// The record of `event` under `event_id`, encoded by the real codec.
+    pub fn of(event_id: EventId, event: &crate::lifecycle::LifecycleEvent) -> Self {
+        ReplayRecord {
+            event_id,
+            kind: event.kind().get(),
+            codec_version: codec::CODEC_VERSION,
+            // Every lifecycle event encodes (the codec has no limit on encoding).
+            payload: event.encode().unwrap_or_default(),
+        }
+    }
+}
+
+/// The most records one [`replay`] input describes, so that one run stays short.
+pub const REPLAY_RECORDS_MAX: usize = 512;
+
+/// How many handles [`replay_records`] draws from (the events of each hit one manifest).
+const REPLAY_HANDLES: u8 = 4;
+
+/// IDs of [`replay_records`]: `tag` says what the ID is for, `h` whose it is.
+fn replay_id(tag: u8, h: u8, n: u64) -> EventId {
+    let mut b = [0u8; 16];
+    b[0] = tag;
+    b[1] = h;
+    b[8..].copy_from_slice(&n.to_le_bytes());
+    EventId::from_bytes(b)
+}
+
+fn replay_handle(h: u8) -> crate::lifecycle::Handle {
+    crate::lifecycle::Handle(replay_id(6, h % REPLAY_HANDLES, 0))
+}
+
+fn replay_ids(h: u8) -> crate::lifecycle::LifecycleIds {
+    let h = h % REPLAY_HANDLES;
+    crate::lifecycle::LifecycleIds {
+        running: replay_id(2, h, 0),
+        terminal: replay_id(3, h, 0),
+        lost: replay_id(4, h, 0),
+        completion: replay_id(5, h, 0),
+    }
+}
+
+/// The generator's state: fresh IDs, IDs handed out, and each handle's last bounds and gap end
+/// as the generator last chose them (not as the store accepted them: it does not know).
+#[derive(Default)]
+struct ReplayGen {
+    fresh: u64,
+    used: Vec<EventId>,
+    bounds: [crate::lifecycle::event::CursorBounds; REPLAY_HANDLES as usize],
+    gap_end: [u64; REPLAY_HANDLES as usize],
+}
+
+impl ReplayGen {
+    /// A fresh ID; half of them sort below every reserved ID (tag 0), so that lookups take
+    /// both paths of the store's reservation check.
+    fn fresh(&mut self) -> EventId {
+        self.fresh += 1;
+        let tag = if self.fresh.is_multiple_of(2) { 0 } else { 7 };
+        replay_id(tag, 0, self.fresh)
+    }
+
+    fn bounds(&mut self, h: u8, x: u8) -> crate::lifecycle::event::CursorBounds {
+        let slot = &mut self.bounds[usize::from(h % REPLAY_HANDLES)];
+        let mut next = *slot;
+        if x & 0x40 == 0 {
+            next.total_bytes += u64::from(x & 15);
+        } else {
+            // Backwards, sometimes.
+            next.total_bytes = next.total_bytes.saturating_sub(u64::from(x & 3) + 1);
+        }
+        // Sometimes past `total_bytes`: inconsistent.
+        next.retained_from += u64::from((x >> 4) & 3);
+        *slot = next;
+        next
+    }
+
+    /// A real lifecycle event of kind `0x0101 + k` for handle `h`, its fields from `x` and `input`.
+    fn event(
+        &mut self,
+        k: u8,
+        h: u8,
+        x: u8,
+        input: &mut Input<'_>,
+    ) -> crate::lifecycle::LifecycleEvent {
+        use crate::lifecycle::State;
+        use crate::lifecycle::event::*;
+        let handle = replay_handle(h);
+        let ids = replay_ids(h);
+        let at_unix_ms = u64::from(x);
+        let exit = |v: u8| match v % 3 {
+            0 => ExitStatus::Code(i32::from(v) - 100),
+            1 => ExitStatus::Signal(i32::from(v % 32)),
+            _ => ExitStatus::Unknown,
+        };
+        let text = |n: u8| {
+            "é-x\u{1b}"
+                .chars()
+                .cycle()
+                .take(usize::from(n % 6))
+                .collect()
+        };
+        match k % 12 {
+            0 => {
+                let mut ids = ids;
+                match x % 8 {
+                    // One of another handle's IDs: refused while that one holds it.
+                    7 => ids.terminal = replay_ids(h.wrapping_add(1)).terminal,
+                    // The same ID twice in one registration.
+                    6 => ids.lost = ids.running,
+                    _ => {}
+                }
+                let arg_count = input.u8() % 4;
+                LifecycleEvent::Registered(Registered {
+                    handle,
+                    ids,
+                    command: CommandSpec {
+                        program: text(x),
+                        args: (0..arg_count).map(|i| text(x ^ i)).collect(),
+                        cwd: "/".into(),
+                        env_overrides: (0..x % 3).map(|i| (text(i), text(x))).collect(),
+                        labels: (0..x % 3).map(|i| (format!("k{i}"), text(x))).collect(),
+                        limits: Limits {
+                            wall_clock_ms: (x & 1 == 1).then_some(u64::from(x)),
+                            idle_ms: (x & 2 == 2).then_some(7),
+                            output_retention_bytes: (x & 4 == 4).then_some(1 << 20),
+                        },
+                        owner: text(x >> 3),
+                    },
+                    at_unix_ms,
+                })
+            }
+            1 => LifecycleEvent::Running(Running {
+                handle,
+                pid: u32::from(x),
+                witness: IdentityWitness {
+                    start_time_ticks: u64::from(x),
+                    boot_id: [x; 16],
+                },
+                at_unix_ms,
+            }),
+            2 => LifecycleEvent::StopRequested(StopRequested {
+                handle,
+                reason: text(x),
+                requested_by: text(x >> 2),
+                at_unix_ms,
+            }),
+            3 => LifecycleEvent::InputClosed(InputClosed { handle, at_unix_ms }),
+            4 => LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+                handle,
+                bounds: self.bounds(h, x),
+                at_unix_ms,
+            }),
+            5 => LifecycleEvent::Terminal(Terminal {
+                handle,
+                state: State::ALL[usize::from(x % 9)],
+                exit: exit(x >> 2),
+                bounds: self.bounds(h, input.u8()),
+                capture: match (x >> 4) % 3 {
+                    0 => CaptureStatus::Complete,
+                    1 => CaptureStatus::Incomplete(text(x)),
+                    _ => CaptureStatus::Failed(text(x)),
+                },
+                reason: text(x),
+                at_unix_ms,
+            }),
+            6 => LifecycleEvent::LostOnRestore(LostOnRestore {
+                handle,
+                bounds: self.bounds(h, x),
+                at_unix_ms,
+            }),
+            7 => LifecycleEvent::LifecyclePublished(LifecyclePublished {
+                handle,
+                event: [
+                    ids.running,
+                    ids.terminal,
+                    ids.lost,
+                    ids.completion,
+                    replay_id(1, h % REPLAY_HANDLES, 0),
+                    replay_ids(h.wrapping_add(1)).running,
+                ][usize::from(x % 6)],
+            }),
+            8 => LifecycleEvent::CompletionNotified(CompletionNotified {
+                handle,
+                command: if x % 4 == 3 {
+                    ids.running
+                } else {
+                    ids.completion
+                },
+            }),
+            9 => {
+                let mechanism = [
+                    TreeMechanism::Group,
+                    TreeMechanism::Guardian,
+                    TreeMechanism::Cgroup,
+                ][usize::from(x % 3)];
+                let guarded = mechanism != TreeMechanism::Group;
+                LifecycleEvent::Scoped(Scoped {
+                    handle,
+                    mechanism,
+                    boot_id: [1; 16],
+                    workload: ProcessWitness {
+                        // Half the scopes of a handle are the same record.
+                        pid: u32::from(x >> 7),
+                        start_time_ticks: 1,
+                        pidfs_ino: 0,
+                    },
+                    guardian: guarded.then_some(ProcessWitness {
+                        pid: 2,
+                        start_time_ticks: 1,
+                        pidfs_ino: 3,
+                    }),
+                    cgroup: (mechanism == TreeMechanism::Cgroup).then(|| "/cg".to_owned()),
+                    receipt: guarded.then(|| ReceiptBinding {
+                        path: "trees/r".into(),
+                        dev: 1,
+                        ino: 2,
+                        nonce: [h; 16],
+                    }),
+                    at_unix_ms: 0,
+                })
+            }
+            10 => LifecycleEvent::TreeReleased(TreeReleased {
+                handle,
+                proof: match x % 3 {
+                    0 => ExitProof::Receipt {
+                        status: exit(x >> 2),
+                        reaped: u64::from(x >> 6),
+                    },
+                    1 => ExitProof::CgroupEmpty,
+                    _ => ExitProof::BootChanged,
+                },
+                at_unix_ms: 0,
+            }),
+            _ => {
+                let end = &mut self.gap_end[usize::from(h % REPLAY_HANDLES)];
+                let from = if x & 0x80 == 0 {
+                    *end + u64::from(x & 3)
+                } else {
+                    end.saturating_sub(1)
+                };
+                let to = from + u64::from((x >> 2) & 7);
+                *end = to;
+                LifecycleEvent::OutputGap(OutputGap {
+                    handle,
+                    gap: crate::spool::Gap {
+                        from,
+                        to,
+                        reason: [
+                            crate::spool::LossReason::Retention,
+                            crate::spool::LossReason::DiskFull,
+                            crate::spool::LossReason::IoError,
+                            crate::spool::LossReason::SyncFailed,
+                        ][usize::from((x >> 5) % 4)],
+                        errno: i32::from(x >> 6) * 28,
+                    },
+                    at_unix_ms,
+                })
+            }
+        }
+    }
+
+    /// The ID the rules want for `event` of handle `h`: the allocated one for a step, the
+    /// derived one for a record about a step, a fresh one otherwise.
+    fn right_id(&mut self, event: &crate::lifecycle::LifecycleEvent, h: u8) -> EventId {
+        use crate::lifecycle::LifecycleEvent as E;
+        use crate::lifecycle::event::derived;
+        let ids = replay_ids(h);
+        match event {
+            E::Registered(_) => replay_id(1, h % REPLAY_HANDLES, 0),
+            E::Running(_) => ids.running,
+            E::Terminal(_) => ids.terminal,
+            E::LostOnRestore(_) => ids.lost,
+            E::LifecyclePublished(e) => e.event.derived(derived::PUBLISHED),
+            E::CompletionNotified(_) => ids.completion.derived(derived::NOTIFIED),
+            E::Scoped(_) => ids.running.derived(derived::SCOPED),
+            E::TreeReleased(_) => ids.terminal.derived(derived::RELEASED),
+            E::StopRequested(_) | E::InputClosed(_) | E::OutputCheckpoint(_) | E::OutputGap(_) => {
+                self.fresh()
+            }
+        }
+    }
+}
+
+/// Decodes a [`replay`] input into records: four bytes a record (`sel`, handle, ID choice, a
+/// field byte), a few more for some. Three records in four are real lifecycle events of every
+/// kind, encoded by the real codec, for one of four handles; the rest are the same events with
+/// a mutated payload, garbage under a lifecycle kind, records of other kinds, and records of
+/// another codec version. Three IDs in five are the one the rules want; the others are fresh,
+/// allocated to another step or handle, or reused.
+pub fn replay_records(data: &[u8]) -> Vec<ReplayRecord> {
+    let mut input = Input { data };
+    let mut generator = ReplayGen::default();
+    let mut records = Vec::new();
+    while !input.is_empty() && records.len() < REPLAY_RECORDS_MAX {
+        let [sel, h, pick, x] = [input.u8(), input.u8(), input.u8(), input.u8()];
+        let event = generator.event(sel % 12, h, x, &mut input);
+        let event_id = match pick % 10 {
+            0..=5 => generator.right_id(&event, h),
+            6 => generator.fresh(),
+            7 => {
+                let ids = replay_ids(h.wrapping_add(pick >> 6));
+                [ids.running, ids.terminal, ids.lost, ids.completion][usize::from(x % 4)]
+            }
+            8 if !generator.used.is_empty() => {
+                generator.used[usize::from(pick) % generator.used.len()]
+            }
+            _ => replay_id(1, (h.wrapping_add(1)) % REPLAY_HANDLES, 0),
+        };
+        generator.used.push(event_id);
+        let mut record = ReplayRecord::of(event_id, &event);
+        match sel >> 4 {
+            0..=11 => {}
+            // A mutated payload: a byte flipped, cut short, or one byte more.
+            12 => {
+                let len = record.payload.len();
+                match pick % 3 {
+                    0 if len > 0 => record.payload[usize::from(input.u8()) % len] ^= x | 1,
+                    1 => record
+                        .payload
+                        .truncate(usize::from(input.u8()) % len.max(1)),
+                    _ => record.payload.push(x),
+                }
+            }
+            // Garbage under a lifecycle kind.
+            13 => {
+                record.kind = 0x0101 + u16::from(x % 12);
+                record.payload = input.bytes(usize::from(pick % 48)).to_vec();
+            }
+            // Another kind, with a real lifecycle payload or not.
+            14 => {
+                record.kind = [1, 0x00ff, 0x0100, 0x010d, 0x0201, 0xffff][usize::from(x % 6)];
+                if pick & 1 == 1 {
+                    record.payload = input.bytes(usize::from(pick % 32)).to_vec();
+                }
+            }
+            // Another codec version.
+            _ => record.codec_version = [0, 2, 255][usize::from(x % 3)],
+        }
+        records.push(record);
+    }
+    records
+}
+
+/// The `replay` target: [`check_replay`] over the records [`replay_records`] decodes.
+pub fn replay(data: &[u8]) {
+    check_replay(&replay_records(data));
+}
+
+/// Feeds `records` (seq 1, 2, ...) through [`crate::lifecycle::Replayer::feed`] and `finish`;
+/// never a panic, and:
+/// - the report counts every record once: lifecycle kinds (0x0101..=0x010C) and the others;
+/// - replay folds exactly what the validating store does with the reference decoder: a record
+///   is undecodable exactly when `LifecycleEvent::decode_reference` refuses it (with its error
+///   text), rejected exactly when `ManifestStore::apply` refuses it (with its rejection, against
+///   its handle), and the stores are equal;
+/// - every manifest is what the accepted events say, checked here rule by rule without the
+///   store: one registration, states along the matrix, steps under their allocated IDs, records
+///   about steps under their derived IDs, bounds that only grow and freeze at the terminal
+///   event, the terminal result, publications of recorded events only, completion after the
+///   terminal event, scope and release once, gaps ordered and merged;
+/// - feeding the same records again gives the same manifests and report.
+pub fn check_replay(records: &[ReplayRecord]) {
+    use crate::journal::Position;
+    use crate::journal::reader::RecordView;
+    use crate::lifecycle::{Applied, LifecycleEvent, ManifestStore, Replayer};
+    let views: Vec<RecordView<'_>> = (0u64..)
+        .zip(records)
+        .map(|(i, r)| RecordView {
+            position: Position {
+                seq: i + 1,
+                segment_index: 0,
+                offset: SEGMENT_HEADER_BYTES as u64 + 64 * i,
+            },
+            event_id: r.event_id,
+            kind: r.kind,
+            codec_version: r.codec_version,
+            payload: &r.payload,
+        })
+        .collect();
+    let run = || {
+        let mut replayer = Replayer::default();
+        for view in &views {
+            replayer.feed(view);
+        }
+        replayer.finish()
+    };
+    let (store, report) = run();
+    assert_eq!(
+        run(),
+        (store.clone(), report.clone()),
+        "replay is not deterministic"
+    );
+
+    let lifecycle = records
+        .iter()
+        .filter(|r| LifecycleEvent::is_lifecycle_kind(r.kind))
+        .count() as u64;
+    assert_eq!(
+        report.lifecycle_events, lifecycle,
+        "lifecycle records miscounted"
+    );
+    assert_eq!(
+        report.lifecycle_events + report.other_events,
+        records.len() as u64,
+        "records fed and counted differ"
+    );
+
+    // The reference fold: bincode's decoder, and the store's check and apply.
+    let mut reference = ManifestStore::new();
+    let mut rejected = Vec::new();
+    let mut undecodable = Vec::new();
+    let mut accepted = Vec::new();
+    for (view, r) in views.iter().zip(records) {
+        if !LifecycleEvent::is_lifecycle_kind(r.kind) {
+            continue;
+        }
+        let seq = view.position.seq;
+        match LifecycleEvent::decode_reference(r.kind, r.codec_version, &r.payload) {
+            Err(e) => undecodable.push((seq, None, e.to_string())),
+            Ok(event) => {
+                let checked = reference.check(r.event_id, &event);
+                let applied = reference.apply(r.event_id, &event);
+                assert_eq!(checked, applied, "check and apply disagree at seq {seq}");
+                match applied {
+                    Ok(applied) => accepted.push((r.event_id, event, applied == Applied::Changed)),
+                    Err(e) => rejected.push((seq, Some(event.handle().to_string()), e.to_string())),
+                }
+            }
+        }
+    }
+    let issues = |list: &[crate::lifecycle::replay::ReplayIssue]| -> Vec<_> {
+        list.iter()
+            .map(|i| (i.seq, i.handle.clone(), i.error.clone()))
+            .collect()
+    };
+    assert_eq!(
+        issues(&report.undecodable),
+        undecodable,
+        "undecodable records differ"
+    );
+    assert_eq!(
+        issues(&report.rejected),
+        rejected,
+        "rejected records differ"
+    );
+    assert!(
+        store == reference,
+        "replay and the validating store fold differently"
+    );
+    check_manifests(&store, &accepted);
+}
+
+/// Every manifest of `store` against the events it accepted (`(ID, event, changed)`, in journal
+/// order), rule by rule, without the store's code (see [`check_replay`]).
+fn check_manifests(
+    store: &crate::lifecycle::ManifestStore,
+    accepted: &[(EventId, crate::lifecycle::LifecycleEvent, bool)],
+) {
+    use crate::lifecycle::LifecycleEvent as E;
+    use crate::lifecycle::State;
+    use crate::lifecycle::event::{CursorBounds, derived};
+    let registered: Vec<_> = accepted
+        .iter()
+        .filter_map(|(_, e, _)| match e {
+            E::Registered(r) => Some(r.handle),
+            _ => None,
+        })
+        .collect();
+    let handles: Vec<_> = store.iter().map(|m| m.handle).collect();
+    assert_eq!(
+        handles, registered,
+        "manifests are not the accepted registrations, in order"
+    );
+    for (_, e, _) in accepted {
+        assert!(
+            store.get(&e.handle()).is_some(),
+            "an event of an unregistered handle was accepted"
+        );
+    }
+    for m in store.iter() {
+        let mut events = accepted.iter().filter(|(_, e, _)| e.handle() == m.handle);
+        let Some((_, E::Registered(reg), _)) = events.next() else {
+            panic!(
+                "{}: the first accepted event is not its registration",
+                m.handle
+            );
+        };
+        let ids = reg.ids;
+        assert_eq!(m.ids, ids);
+        assert!(m.command == reg.command, "the command changed");
+        assert_eq!(m.registered_unix_ms, reg.at_unix_ms);
+        let mut state = State::Starting;
+        let mut bounds = CursorBounds::default();
+        let (mut pid, mut running_ms, mut stops, mut first_stop) = (None, None, 0u32, None);
+        let mut input_closed = false;
+        let mut terminal = None;
+        let mut published = std::collections::BTreeSet::new();
+        let mut completion = false;
+        let (mut scope, mut released) = (None, None);
+        let mut lost = 0u64;
+        let mut last_gap_end = 0u64;
+        for (id, e, changed) in events {
+            let grows = |new: &CursorBounds, old: &CursorBounds| {
+                new.retained_from <= new.total_bytes
+                    && new.retained_from >= old.retained_from
+                    && new.total_bytes >= old.total_bytes
+            };
+            match e {
+                E::Registered(_) => panic!("{}: registered twice", m.handle),
+                E::Running(r) => {
+                    assert!(state == State::Starting && *id == ids.running);
+                    (state, pid, running_ms) = (State::Running, Some(r.pid), Some(r.at_unix_ms));
+                }
+                E::Terminal(t) => {
+                    assert!(state.can_move_to(t.state) && t.state.is_terminal());
+                    assert!(*id == ids.terminal && grows(&t.bounds, &bounds));
+                    (state, bounds, terminal) = (t.state, t.bounds, Some(*id));
+                }
+                E::LostOnRestore(l) => {
+                    assert!(state.can_move_to(State::LostOnRestore) && *id == ids.lost);
+                    assert!(grows(&l.bounds, &bounds));
+                    (state, bounds, terminal) = (State::LostOnRestore, l.bounds, Some(*id));
+                }
+                E::StopRequested(s) => {
+                    assert!(!state.is_terminal(), "a stop after the terminal event");
+                    stops += 1;
+                    first_stop.get_or_insert((s.reason.clone(), s.requested_by.clone()));
+                }
+                E::InputClosed(_) => {
+                    assert!(!input_closed, "input closed twice");
+                    input_closed = true;
+                }
+                E::OutputCheckpoint(c) => {
+                    assert!(
+                        !state.is_terminal(),
+                        "a checkpoint after the terminal event"
+                    );
+                    assert!(grows(&c.bounds, &bounds));
+                    bounds = c.bounds;
+                }
+                E::LifecyclePublished(p) => {
+                    assert_eq!(*id, p.event.derived(derived::PUBLISHED));
+                    let ran = p.event == ids.running && pid.is_some();
+                    assert!(
+                        ran || terminal == Some(p.event),
+                        "an unrecorded event published"
+                    );
+                    assert_eq!(*changed, published.insert(p.event));
+                }
+                E::CompletionNotified(c) => {
+                    assert!(terminal.is_some() && c.command == ids.completion);
+                    assert_eq!(*id, ids.completion.derived(derived::NOTIFIED));
+                    assert_eq!(*changed, !completion);
+                    completion = true;
+                }
+                E::Scoped(s) => {
+                    assert_eq!(*id, ids.running.derived(derived::SCOPED));
+                    match &scope {
+                        Some(first) => assert!(first == s && !changed, "a second scope"),
+                        None => assert!(!state.is_terminal(), "a scope after the terminal event"),
+                    }
+                    scope.get_or_insert_with(|| s.clone());
+                }
+                E::TreeReleased(r) => {
+                    assert_eq!(*id, ids.terminal.derived(derived::RELEASED));
+                    assert!(scope.is_some(), "a release without a scope");
+                    if let Some(first) = &released {
+                        assert!(*first == r.proof && !changed, "a second release");
+                    }
+                    released.get_or_insert_with(|| r.proof.clone());
+                }
+                E::OutputGap(g) => {
+                    let g = g.gap;
+                    assert!(!state.is_terminal(), "a gap after the terminal event");
+                    assert!(g.from < g.to && g.reason != crate::spool::LossReason::Retention);
+                    assert!(g.from >= last_gap_end, "gaps out of order");
+                    last_gap_end = g.to;
+                    lost += g.to - g.from;
+                }
+            }
+        }
+        assert_eq!(m.state, state, "{}", m.handle);
+        assert_eq!(m.bounds, bounds);
+        assert_eq!((m.pid, m.running_unix_ms), (pid, running_ms));
+        assert_eq!(m.witness.is_some(), pid.is_some());
+        assert_eq!((m.stop_requests, &m.first_stop), (stops, &first_stop));
+        assert_eq!(m.input_closed, input_closed);
+        assert_eq!(m.terminal.as_ref().map(|t| t.event_id), terminal);
+        assert_eq!(
+            m.terminal.as_ref().map(|t| t.state),
+            terminal.map(|_| state)
+        );
+        assert_eq!(m.published, published);
+        assert_eq!(m.completion_notified, completion);
+        assert_eq!(m.scope, scope);
+        assert_eq!(m.released, released);
+        // Gaps: ordered, apart or joined, every lost cursor kept, at most the bound.
+        assert!(m.gaps.len() <= crate::limits::GAPS_PER_PROCESS_MAX);
+        assert!(m.gaps.windows(2).all(|w| w[0].to <= w[1].from));
+        assert_eq!(m.gaps.iter().map(|g| g.to - g.from).sum::<u64>(), lost);
     }
 }
 

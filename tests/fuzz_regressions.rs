@@ -17,6 +17,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("protocol_request", procjournal::fuzzing::protocol_request),
     ("guardian_control", procjournal::fuzzing::guardian_control),
     ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
+    ("replay", procjournal::fuzzing::replay),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must
@@ -105,7 +106,8 @@ fn every_open_bug_has_its_input() {
 }
 
 /// The seeds are meant to start the fuzzer deep: at least one record seed is a valid record, at
-/// least one codec seed decodes, and every guardian receipt seed is a valid receipt.
+/// least one codec seed decodes, replay seeds reach a completed process and every kind of
+/// report entry, and every guardian receipt seed is a valid receipt.
 #[test]
 fn seeds_reach_past_the_first_check() {
     let dir = fuzz_dir().join("corpus");
@@ -119,6 +121,39 @@ fn seeds_reach_past_the_first_check() {
         let data = std::fs::read(p).expect("read seed");
         procjournal::codec::decode::<procjournal::fuzzing::FuzzPayload>(1, &data).is_ok()
     }));
+    // Some replay seed takes a process through to its completion without a rejection, and some
+    // seed has records that replay rejects and records it cannot decode.
+    let replays: Vec<_> = files(&dir.join("replay"), "seed-")
+        .iter()
+        .map(|p| {
+            let data = std::fs::read(p).expect("read seed");
+            let mut replayer = procjournal::lifecycle::Replayer::default();
+            let records = procjournal::fuzzing::replay_records(&data);
+            for (seq, r) in (1..).zip(&records) {
+                replayer.feed(&procjournal::journal::reader::RecordView {
+                    position: procjournal::Position {
+                        seq,
+                        segment_index: 0,
+                        offset: 0,
+                    },
+                    event_id: r.event_id,
+                    kind: r.kind,
+                    codec_version: r.codec_version,
+                    payload: &r.payload,
+                });
+            }
+            replayer.finish()
+        })
+        .collect();
+    assert!(replays.iter().any(|(store, report)| {
+        report.is_clean()
+            && store
+                .iter()
+                .any(|m| m.completion_notified && m.released.is_some())
+    }));
+    assert!(replays.iter().any(|(_, report)| !report.rejected.is_empty()
+        && !report.undecodable.is_empty()
+        && report.other_events > 0));
     for p in files(&dir.join("guardian_receipt"), "seed-") {
         let data = std::fs::read(&p).expect("read seed");
         let decoded = procjournal::tree::guardian::Receipt::decode(&data);
