@@ -3,6 +3,10 @@
 //! Names end in their unit (`_bytes`, `_ms`, `_count`) so that a comparison of two limits with
 //! different units reads wrong at a glance.
 
+/// How long an open of a root waits for this same process to release it (a supervisor that was
+/// shut down drops its last journal handle right after), before it reports the root as held.
+pub const LOCK_HANDOVER_MS: u64 = 5_000;
+
 /// Bytes of a segment's fixed header (see journal-format.md, "Segment header").
 pub const SEGMENT_HEADER_BYTES: usize = 64;
 

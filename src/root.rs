@@ -3,7 +3,9 @@
 //! Invariants: the root path is made absolute once, when it is opened, and never resolved against
 //! the caller's working directory again; at most one writer holds a root at a time, enforced by an
 //! exclusive advisory lock on `<root>/LOCK` held for the writer's whole life. Read-only tools take
-//! no lock and never write.
+//! no lock and never write. Within one process, an open of a root that this same process is
+//! releasing (a supervisor shut down, its last handles about to drop) waits for that release, at
+//! most `LOCK_HANDOVER_MS`, instead of failing; a root held by another process fails at once.
 //!
 //! ```text
 //! <root>/LOCK                 advisory lock of the single writer
@@ -14,6 +16,35 @@
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io;
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::limits::LOCK_HANDOVER_MS;
+
+/// The roots whose writer lock this process holds, and a signal for each release.
+static HELD: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static RELEASED: Condvar = Condvar::new();
+
+/// Waits, at most `LOCK_HANDOVER_MS`, until this process no longer holds `path`; false when it
+/// does not hold it at all (another process does) or still holds it at the deadline.
+fn wait_for_handover(path: &Path) -> bool {
+    let deadline = Instant::now() + Duration::from_millis(LOCK_HANDOVER_MS);
+    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    if !held.iter().any(|p| p == path) {
+        return false;
+    }
+    while held.iter().any(|p| p == path) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return false;
+        }
+        held = RELEASED
+            .wait_timeout(held, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    true
+}
 
 /// Why a root could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -64,11 +95,18 @@ impl Root {
             .write(true)
             .open(path.join("LOCK"))
             .map_err(io_err)?;
-        match lock.try_lock() {
+        let mut locked = lock.try_lock();
+        if matches!(locked, Err(TryLockError::WouldBlock)) && wait_for_handover(&path) {
+            locked = lock.try_lock();
+        }
+        match locked {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(RootError::Locked { root: path }),
             Err(TryLockError::Error(cause)) => return Err(RootError::Io { root: path, cause }),
         }
+        HELD.lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(path.clone());
         Ok(Root {
             path,
             lock: Some(lock),
@@ -108,6 +146,12 @@ impl Drop for Root {
         if let Some(lock) = &self.lock {
             // Nothing to do on failure: the close that follows releases it as a last resort.
             let _ = lock.unlock();
+            let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(at) = held.iter().position(|p| *p == self.path) {
+                held.swap_remove(at);
+            }
+            drop(held);
+            RELEASED.notify_all();
         }
     }
 }

@@ -134,6 +134,23 @@ fn a_second_writer_on_the_same_root_gets_a_clear_error() {
     assert!(JournalReader::open(dir.path()).is_ok());
 }
 
+/// A writer this process is releasing (its last handle dropping on another thread, as after a
+/// supervisor's shutdown) is waited for: the next open takes the root over instead of failing.
+#[test]
+fn an_open_waits_for_a_writer_of_this_process_that_is_going() {
+    let dir = tempfile::tempdir().unwrap();
+    let (journal, _) = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    append_n(&journal, 0, 3);
+    let dropper = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        drop(journal);
+    });
+    let (again, report) = Journal::open(dir.path(), JournalOptions::default()).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(again.last_seq(), 3);
+    dropper.join().unwrap();
+}
+
 #[test]
 fn payload_over_the_limit_is_refused_and_nothing_is_written() {
     let dir = tempfile::tempdir().unwrap();
