@@ -300,7 +300,7 @@ fn verify_json_has_exactly_the_documented_report_fields() {
             (cells[1].trim_matches('`').to_owned(), cells[2].to_owned())
         })
         .collect();
-    documented.push(("leftover_tmp_file_count".to_owned(), "number".to_owned()));
+    documented.push(("leftover_tmp_file_count".to_owned(), "integer".to_owned()));
     documented.sort();
 
     let dir = tempfile::tempdir().unwrap();
@@ -318,9 +318,10 @@ fn verify_json_has_exactly_the_documented_report_fields() {
     for (name, ty) in &documented {
         let value = &object[name];
         let ok = match ty.as_str() {
-            "number" => value.is_u64(),
-            "list" => value.is_array(),
-            "number or null" => value.is_u64() || value.is_null(),
+            "integer" => value.is_u64(),
+            "array of object" => value.as_array().unwrap().iter().all(|v| v.is_object()),
+            "array of string" => value.as_array().unwrap().iter().all(|v| v.is_string()),
+            "integer or null" => value.is_u64() || value.is_null(),
             other => panic!("undocumented type {other:?} of {name}"),
         };
         assert!(ok, "{name} is documented as {ty}, printed as {value}");
