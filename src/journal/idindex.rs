@@ -136,9 +136,27 @@ impl IdIndex {
         (hash >> 32) << 32 | (number as u64 + 1)
     }
 
+    /// Makes room for `additional` more entries without growing again (an open that knows how
+    /// many IDs it will add, as one resuming from a snapshot does, files each entry once).
+    pub fn reserve(&mut self, additional: usize) {
+        let wanted = (self.entries.len().saturating_add(additional))
+            .min(Self::CAPACITY)
+            .saturating_mul(2)
+            .next_power_of_two()
+            .max(BUCKETS_MIN);
+        self.entries.reserve(additional.min(Self::CAPACITY));
+        if wanted > self.buckets.len() {
+            self.refile(wanted);
+        }
+    }
+
     /// Doubles the table and re-files every entry, reading the entries in order.
     fn grow(&mut self) {
-        let buckets = (self.buckets.len() * 2).max(BUCKETS_MIN);
+        self.refile((self.buckets.len() * 2).max(BUCKETS_MIN));
+    }
+
+    /// Re-files every entry into a table of `buckets` buckets (a power of two).
+    fn refile(&mut self, buckets: usize) {
         let mask = buckets - 1;
         let mut table = vec![0u64; buckets];
         for (number, e) in self.entries.iter().enumerate() {
@@ -194,6 +212,23 @@ mod tests {
                     prop_assert_eq!(index.get(&key), model.get(&key).copied());
                 }
             }
+        }
+    }
+
+    #[test]
+    fn reserving_room_keeps_every_entry_findable() {
+        let mut index = IdIndex::default();
+        for n in 0..100u64 {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&n.to_le_bytes());
+            index.insert(key, position(n), 1).unwrap();
+        }
+        index.reserve(10_000);
+        assert!(index.buckets.len() >= 2 * 10_100);
+        for n in 0..100u64 {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&n.to_le_bytes());
+            assert_eq!(index.get(&key), Some((position(n), 1)));
         }
     }
 

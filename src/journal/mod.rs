@@ -18,6 +18,7 @@
 //! - Lock order: `writer` before `sync` is never taken; the group-commit leader drops `sync` before
 //!   it takes `writer`.
 
+pub mod compact;
 pub mod format;
 mod idindex;
 mod mmap;
@@ -48,6 +49,7 @@ use crate::limits::{
 use crate::root::{Root, RootError};
 use format::{CommitSlot, RecordFields, SLOT_CLOSED, SLOT_SEALED, SegmentHeader};
 use idindex::{IdIndex, IndexFull};
+pub use compact::{Compacted, CrashPoints, Floor, Head, NoCrash, Resume, RetainedId};
 pub use recovery::{CommitLoss, MissingSegment, RecoveryReport, Row};
 use recovery::{CommitPoint, DuplicateId, JournalScan, TornTail};
 /// fsync of a directory, shared with the spool.
@@ -180,6 +182,38 @@ pub enum JournalError {
         "journal handle is poisoned by an earlier failure ({cause}); reopen it to run recovery"
     )]
     Poisoned { cause: String },
+    #[error(
+        "records from seq {from_seq} were removed by compaction (the journal now starts at seq {floor_seq})"
+    )]
+    Compacted { from_seq: u64, floor_seq: u64 },
+}
+
+/// What rebuilds a projection while the journal opens: first it says where to start (with the
+/// root's lock held, before the scan), then it sees every record after that, in order.
+pub trait OpenVisitor {
+    /// Where to start handing out records, and the IDs of records compaction may have removed.
+    fn resume(&mut self, head: &Head) -> Resume;
+    /// One record with a seq above the resume point.
+    fn record(&mut self, record: reader::RecordView<'_>);
+    /// Whether [`OpenVisitor::resume`] is to be called at all (it costs a look at the directory).
+    fn resumes(&self) -> bool {
+        true
+    }
+}
+
+/// A visitor of every record, from the first.
+struct Everything<'a>(&'a mut dyn FnMut(reader::RecordView<'_>));
+
+impl OpenVisitor for Everything<'_> {
+    fn resume(&mut self, _head: &Head) -> Resume {
+        Resume::default()
+    }
+    fn record(&mut self, record: reader::RecordView<'_>) {
+        (self.0)(record)
+    }
+    fn resumes(&self) -> bool {
+        false
+    }
 }
 
 struct Writer {
@@ -389,11 +423,32 @@ impl Journal {
         Self::open_with_backend(root, options, Arc::new(FileBackend), &mut visit)
     }
 
+    /// Like [`Journal::open_visiting`], for a projection that resumes from a snapshot: `visitor`
+    /// first says where to start ([`Resume`]), then sees the records after that point. Records at
+    /// or below it are still checked and indexed; the retained IDs it hands over are known to the
+    /// journal as if their records were still there.
+    pub fn open_resuming(
+        root: &Path,
+        options: JournalOptions,
+        visitor: &mut dyn OpenVisitor,
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        Self::open_inner(root, options, Arc::new(FileBackend), visitor)
+    }
+
     pub(crate) fn open_with_backend(
         root: &Path,
         options: JournalOptions,
         backend: Arc<dyn Backend>,
         visit: &mut dyn FnMut(reader::RecordView<'_>),
+    ) -> Result<(Journal, RecoveryReport), JournalError> {
+        Self::open_inner(root, options, backend, &mut Everything(visit))
+    }
+
+    fn open_inner(
+        root: &Path,
+        options: JournalOptions,
+        backend: Arc<dyn Backend>,
+        visitor: &mut dyn OpenVisitor,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
         if !format::segment_bytes_valid(options.segment_bytes) {
             return Err(JournalError::InvalidOptions(format!(
@@ -415,7 +470,14 @@ impl Journal {
             storage::sync_dir(root.path()).map_err(io("sync runtime root"))?;
         }
 
+        let resume = if visitor.resumes() {
+            let head = compact::peek_head(&dir).map_err(io("read journal head"))?;
+            visitor.resume(&head)
+        } else {
+            Resume::default()
+        };
         let mut ids = IdIndex::default();
+        ids.reserve(resume.ids.len());
         let mut index_full = false;
         let mut duplicates = Vec::new();
         let mut scan = recovery::scan_journal(&dir, |r| {
@@ -424,7 +486,9 @@ impl Journal {
                 segment_index: r.segment_index,
                 offset: r.offset,
             };
-            visit(reader::view(&r));
+            if r.header.seq > resume.after_seq {
+                visitor.record(reader::view(&r));
+            }
             match ids.insert(r.header.event_id, position, r.header.kind) {
                 Ok(None) => {}
                 Ok(Some((first, _))) => duplicates.push(DuplicateId {
@@ -436,6 +500,23 @@ impl Journal {
             }
         })
         .map_err(io("scan segments"))?;
+        // IDs of records compaction removed (and of records still on disk, which the scan
+        // indexed already, with their exact place): known as if their records were there. One
+        // under the same ID at another seq is a duplicate, the lower seq standing, as a scan of
+        // the whole journal would have found it.
+        for retained in &resume.ids {
+            match ids.insert(retained.id.as_bytes(), retained.position, retained.kind) {
+                Ok(Some((found, _))) if found.seq != retained.position.seq => {
+                    duplicates.push(DuplicateId {
+                        event_id: retained.id.to_string(),
+                        first_seq: found.seq.min(retained.position.seq),
+                        duplicate_seq: found.seq.max(retained.position.seq),
+                    });
+                }
+                Ok(_) => {}
+                Err(IndexFull) => index_full = true,
+            }
+        }
         if index_full {
             return Err(JournalError::TooManyRecords {
                 max: IdIndex::CAPACITY,
@@ -447,6 +528,26 @@ impl Journal {
         // Crash residue: interrupted segment creations never held a record.
         for name in &report.leftover_tmp_files {
             std::fs::remove_file(dir.join(name)).map_err(io("remove leftover segment"))?;
+        }
+        // An interrupted compaction: finish it (lowest index first; the directory sync below
+        // makes the removals durable).
+        for name in &report.compacted_leftovers {
+            match std::fs::remove_file(dir.join(name)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(io("remove compacted segment")(e)),
+            }
+        }
+        // A snapshot covers records the segments no longer hold (outside damage: a snapshot is
+        // written only once its seq is durable). Those seqs are never reused: the next record
+        // comes after the snapshot's, and the missing range is a reported gap.
+        if resume.after_seq >= scan.seq_floor {
+            report.gaps.push(recovery::SeqGap {
+                after_seq: scan.last_seq,
+                next_seq: resume.after_seq + 1,
+            });
+            scan.seq_floor = resume.after_seq + 1;
+            report.next_seq_floor = scan.seq_floor;
         }
         let (listed, _, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
         let last_listed = listed.last().map(|(i, _)| *i);
@@ -532,7 +633,10 @@ impl Journal {
             }
             None => {
                 let next_seq = scan.seq_floor.max(plan.base_floor);
-                let index = last_listed.map_or(0, |i| i + 1);
+                // Never below the floor: a segment there would read as a compaction leftover.
+                let index = last_listed
+                    .map_or(0, |i| i + 1)
+                    .max(report.floor.map_or(0, |f| f.segment_index));
                 // The same limits rotation keeps: a journal must stay openable.
                 if index > crate::limits::SEGMENT_INDEX_MAX
                     || next_seq > crate::limits::SEQ_MAX

@@ -95,6 +95,11 @@ impl JournalReader {
         self.root.journal_dir()
     }
 
+    /// The absolute runtime root.
+    pub fn root(&self) -> &Path {
+        self.root.path()
+    }
+
     /// Scans the whole journal, calling `visit` for each valid record with `seq >= from_seq` in
     /// order, and returns what a recovery would find (a read-only scan repairs nothing, so torn
     /// tails are reported with `zeroed: false`). Duplicate event IDs are not looked for here; see
@@ -279,6 +284,17 @@ impl Follower {
                 }
             };
             let Some((file, _)) = self.open_segment(header.segment_index) else {
+                // Removed under the follower by compaction: the records it has not handed out
+                // yet are gone, which it must say rather than wait for them forever.
+                let floor = super::compact::read_floor(&self.dir)
+                    .map_err(self.io("read floor"))?
+                    .good();
+                if let Some(floor) = floor.filter(|f| f.segment_index > header.segment_index) {
+                    return Err(JournalError::Compacted {
+                        from_seq: self.expected_seq,
+                        floor_seq: floor.seq,
+                    });
+                }
                 return Ok(handed);
             };
             handed += self.read_from(&file, &header, &mut visit)?;

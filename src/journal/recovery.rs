@@ -19,6 +19,11 @@
 //! | I   | a segment header that does not decode, or belongs elsewhere    | -                       | bad segment: reported, skipped whole      |
 //! | J   | a segment whose base seq is past the previous last seq + 1     | -                       | gap reported (records missing)            |
 //!
+//! Before the first segment, "the previous last seq" is `FLOOR.seq - 1` when compaction left a
+//! `journal/FLOOR` (see `compact.rs`), and 0 otherwise: a first segment whose base seq is above 1
+//! is a gap (row J) unless a floor says its head was compacted away. Segments below the floor are
+//! compaction leftovers, reported and never scanned.
+//!
 //! "A valid record after X" means a record whose header and payload checksums hold and whose seq is
 //! above the last accepted seq, anywhere later in this segment or in any later segment. A torn tail
 //! is therefore only ever the end of the written journal: a bad range with valid records after it is
@@ -144,6 +149,14 @@ pub struct RecoveryReport {
     pub damaged_commit_areas: Vec<String>,
     /// Successors that a sealed segment names and that no file holds.
     pub missing_segments: Vec<MissingSegment>,
+    /// Where compaction removed the journal's head up to (`journal/FLOOR`): records below its
+    /// seq were removed on purpose, so a first segment there is no gap.
+    pub floor: Option<super::compact::Floor>,
+    /// A `FLOOR` that could not be used, and why: ignored, so a removed head reads as a gap.
+    pub bad_floor: Option<String>,
+    /// Segment files below the floor: an interrupted compaction (never scanned; writable opens
+    /// delete them).
+    pub compacted_leftovers: Vec<String>,
     /// The least seq the next record appended to this journal may carry: above every seq that
     /// was ever acknowledged, whatever was lost since (a writable open may start higher, never
     /// below a segment's base seq).
@@ -182,6 +195,8 @@ impl RecoveryReport {
             && self.unconfirmed_commits.is_empty()
             && self.damaged_commit_areas.is_empty()
             && self.missing_segments.is_empty()
+            && self.bad_floor.is_none()
+            && self.compacted_leftovers.is_empty()
     }
 
     /// True when the only findings are what a crash leaves and a writable open repairs.
@@ -194,6 +209,7 @@ impl RecoveryReport {
             && self.lost_acknowledged.is_empty()
             && self.damaged_commit_areas.is_empty()
             && self.missing_segments.is_empty()
+            && self.bad_floor.is_none()
     }
 }
 
@@ -285,9 +301,9 @@ pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
         };
         if let Some(index) = parse_segment_file_name(name) {
             segments.push((index, entry.path()));
-        } else if name.ends_with(".log.tmp") {
+        } else if name.ends_with(".log.tmp") || name == super::compact::FLOOR_TMP_FILE {
             leftovers.push(entry.path());
-        } else if !is_spare_name(name) {
+        } else if !is_spare_name(name) && name != super::compact::FLOOR_FILE {
             unrecognised.push(name.to_owned());
         }
     }
@@ -555,21 +571,44 @@ pub(crate) fn scan_journal(
     };
     let mut segments: Vec<ScannedSegment> = Vec::new();
     let mut journal_id: Option<[u8; 16]> = None;
-    let mut last_seq = 0u64;
+    // Compaction removed every record below the floor on purpose: the expected seq starts there.
+    let (mut floor, bad_floor) = super::compact::floor_in_force(dir, &listed)?;
+    report.bad_floor = bad_floor;
+    let mut last_seq = floor.map_or(0, |f| f.seq - 1);
     // The least seq the next record may carry: above every seq that any commit point claims,
     // and above every seq that a segment now lost or unreadable could have held.
-    let mut seq_floor = 1u64;
+    let mut seq_floor = last_seq + 1;
     // What an unreadable segment after the last usable one could have held; a usable segment
     // after it bounds its seqs instead.
     let mut unreadable_tail_floor = None;
     let mut bytes = Vec::new();
     for (index, path) in listed {
         let file_name = segment_file_name(index);
+        if floor.is_some_and(|f| index < f.segment_index) {
+            report.compacted_leftovers.push(file_name);
+            continue;
+        }
         let bad = |reason: String| BadSegment {
             file_name: file_name.clone(),
             reason,
         };
-        let mut file = std::fs::File::open(&path)?;
+        let mut file = match std::fs::File::open(&path) {
+            Ok(file) => file,
+            // A read-only scan races a writer's compaction: a segment that vanished below a
+            // newer floor was removed on purpose; anything else that vanished is an error.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match super::compact::read_floor(dir)?.good() {
+                    Some(f) if index < f.segment_index => {
+                        last_seq = last_seq.max(f.seq - 1);
+                        seq_floor = seq_floor.max(f.seq);
+                        floor = Some(f);
+                        continue;
+                    }
+                    _ => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         let file_len = file.metadata()?.len();
         // One buffer for every segment: reusing its pages avoids a fresh allocation (and page
         // faults) of a whole segment per file.
@@ -766,6 +805,7 @@ pub(crate) fn scan_journal(
     report.segments = segments.len() as u64;
     report.last_seq = (last_seq > 0).then_some(last_seq);
     report.next_seq_floor = seq_floor;
+    report.floor = floor;
     Ok(JournalScan {
         report,
         segments,
