@@ -55,6 +55,42 @@ pub enum CodecError {
     Trailing(usize),
 }
 
+/// The allocation bound of [`decode_frame`], by the argument of [`DECODE_LIMIT_BYTES`] applied
+/// to a snapshot frame's size bound instead of a record's.
+pub const FRAME_DECODE_LIMIT_BYTES: usize = 4 * crate::limits::SNAPSHOT_FRAME_BYTES_MAX;
+
+type FrameConfig = bincode::config::Configuration<
+    bincode::config::LittleEndian,
+    bincode::config::Fixint,
+    bincode::config::Limit<FRAME_DECODE_LIMIT_BYTES>,
+>;
+
+const fn frame_config() -> FrameConfig {
+    bincode::config::standard()
+        .with_little_endian()
+        .with_fixed_int_encoding()
+        .with_limit::<FRAME_DECODE_LIMIT_BYTES>()
+}
+
+/// Appends the encoding of `value` to `out` (the same bytes [`encode`] returns).
+pub fn encode_into<T: Encode>(value: &T, out: &mut Vec<u8>) -> Result<usize, CodecError> {
+    bincode::encode_into_std_write(value, out, config())
+        .map_err(|e| CodecError::Encode(e.to_string()))
+}
+
+/// Decodes one frame of a snapshot (journal-format.md, "Snapshots and compaction"): the same
+/// encoding as [`decode`], for values up to [`crate::limits::SNAPSHOT_FRAME_BYTES_MAX`] bytes,
+/// which may exceed one record's payload. The codec version is the snapshot header's, checked by
+/// the caller. Total, and must consume every byte, like [`decode`].
+pub fn decode_frame<T: Decode<()>>(bytes: &[u8]) -> Result<T, CodecError> {
+    let (value, used) = bincode::decode_from_slice(bytes, frame_config())
+        .map_err(|e| CodecError::Decode(e.to_string()))?;
+    if used != bytes.len() {
+        return Err(CodecError::Trailing(bytes.len() - used));
+    }
+    Ok(value)
+}
+
 pub fn encode<T: Encode>(value: &T) -> Result<Vec<u8>, CodecError> {
     bincode::encode_to_vec(value, config()).map_err(|e| CodecError::Encode(e.to_string()))
 }

@@ -72,6 +72,53 @@ pub const SEQ_MAX: u64 = 1 << 62;
 pub const SEGMENT_INDEX_MAX: u64 = 1 << 40;
 
 // ---------------------------------------------------------------------------------------------
+// Snapshots and compaction (journal-format.md, "Snapshots and compaction"). A snapshot is the
+// manifests at a seq; segments wholly below the *previous* snapshot's seq may then be removed, so
+// that one damaged snapshot never costs a record.
+
+/// A running supervisor writes a snapshot once the journal has grown by this many bytes since the
+/// newest one, and by at least that snapshot's own size. The second term keeps the bytes written
+/// to snapshots below the bytes written to the journal (a store of 100,000 processes makes a
+/// snapshot of tens of MB: writing one per 16 MiB of journal would write more snapshot than
+/// journal); the first keeps small stores from snapshotting for every few records. One default
+/// segment: compaction removes whole segments, so snapshotting more often than a segment fills
+/// removes nothing more.
+pub const SNAPSHOT_AFTER_BYTES_MIN: u64 = SEGMENT_BYTES_DEFAULT as u64;
+
+/// On a clean shutdown a snapshot is written when the journal grew by this many bytes since the
+/// newest snapshot (and by a quarter of that snapshot's size): the next start then replays little.
+/// Below it a snapshot is not worth its syncs: a cold `procjournal run` appends a few hundred
+/// bytes and must not pay a snapshot's fsyncs at every exit.
+pub const SNAPSHOT_AT_SHUTDOWN_BYTES_MIN: u64 = 1024 * 1024;
+
+/// How often the supervisor's actor asks whether a snapshot is due (a cheap comparison under the
+/// lifecycle lock). Checkpoints of long-running processes grow the journal without any process
+/// finishing, so the check cannot only follow terminal events.
+pub const SNAPSHOT_CHECK_MS: u64 = 5_000;
+
+/// Snapshots kept: the newest and the one before it. Compaction removes segments only below the
+/// older one, so a newest snapshot found damaged is replaced by the older one and the records
+/// after it, with nothing lost.
+pub const SNAPSHOTS_KEPT: usize = 2;
+
+/// The largest snapshot file a reader accepts (header included). Bounds what a reader allocates
+/// for a file it has not checked yet; 2^29 manifests (the store's bound) would not fit, but far
+/// more than a root ever holds do (100,000 processes make a snapshot of about 40 MB).
+pub const SNAPSHOT_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
+
+/// The largest frame of a snapshot's payload (one manifest, or one run of retained IDs). A
+/// manifest holds at most a registration's command, a stop reason, a terminal reason and a scope,
+/// each bounded by one record's payload, plus a few hundred gaps.
+pub const SNAPSHOT_FRAME_BYTES_MAX: usize = 8 * RECORD_PAYLOAD_BYTES_MAX;
+
+/// Retained event IDs per frame of a snapshot (42 bytes each: about 170 KB a frame).
+pub const SNAPSHOT_IDS_PER_FRAME: usize = 4096;
+
+const _: () = assert!(SNAPSHOT_AT_SHUTDOWN_BYTES_MIN <= SNAPSHOT_AFTER_BYTES_MIN);
+const _: () = assert!(SNAPSHOTS_KEPT >= 2);
+const _: () = assert!(SNAPSHOT_IDS_PER_FRAME * 64 <= SNAPSHOT_FRAME_BYTES_MAX);
+
+// ---------------------------------------------------------------------------------------------
 // The supervisor's bounds (issue 12: every resource it holds has an owner and a bound). Hitting
 // one gives the caller a typed error that names it; nothing already acknowledged is dropped.
 

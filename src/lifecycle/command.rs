@@ -206,6 +206,62 @@ impl StoredCommand {
         self.piece(self.ends.len() - 1)
     }
 
+    /// The representation itself, for a snapshot: the text, the end of each piece, and the
+    /// counts of arguments and environment overrides (labels are what remains).
+    pub(crate) fn parts(&self) -> (&str, &[usize], usize, usize, &Limits) {
+        (&self.text, &self.ends, self.args, self.env, &self.limits)
+    }
+
+    /// Rebuilds a command from [`StoredCommand::parts`] read back from a snapshot, checking
+    /// every invariant of the module doc (so that no accessor can index out of bounds or split a
+    /// character, and two equal commands have equal parts).
+    pub(crate) fn from_parts(
+        text: String,
+        ends: Vec<u64>,
+        args: u64,
+        env: u64,
+        limits: Limits,
+    ) -> Result<Self, Malformed> {
+        let args = usize::try_from(args).map_err(|_| Malformed)?;
+        let env = usize::try_from(env).map_err(|_| Malformed)?;
+        // Program, arguments, cwd, environment pairs, label pairs, owner.
+        let fixed = args
+            .checked_add(env.checked_mul(2).ok_or(Malformed)?)
+            .and_then(|n| n.checked_add(3))
+            .ok_or(Malformed)?;
+        if ends.len() < fixed || !(ends.len() - fixed).is_multiple_of(2) {
+            return Err(Malformed);
+        }
+        let mut previous = 0usize;
+        let mut converted = Vec::with_capacity(ends.len());
+        for end in ends {
+            let end = usize::try_from(end).map_err(|_| Malformed)?;
+            if end < previous || end > text.len() || !text.is_char_boundary(end) {
+                return Err(Malformed);
+            }
+            converted.push(end);
+            previous = end;
+        }
+        if previous != text.len() {
+            return Err(Malformed);
+        }
+        let command = StoredCommand {
+            text: text.into_boxed_str(),
+            ends: converted.into_boxed_slice(),
+            args,
+            env,
+            limits,
+        };
+        // Labels are a map: keys in strictly increasing order.
+        let (first, count) = command.labels_at();
+        let sorted =
+            (1..count).all(|k| command.piece(first + 2 * (k - 1)) < command.piece(first + 2 * k));
+        if !sorted {
+            return Err(Malformed);
+        }
+        Ok(command)
+    }
+
     /// The command as the registration carried it.
     pub fn to_spec(&self) -> CommandSpec {
         CommandSpec {

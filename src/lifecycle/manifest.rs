@@ -43,7 +43,7 @@ use super::wire::Registration;
 use crate::journal::EventId;
 
 /// The terminal result, fixed once recorded.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, crate::codec::Encode, crate::codec::Decode)]
 pub struct TerminalResult {
     pub state: State,
     pub exit: ExitStatus,
@@ -137,6 +137,83 @@ pub enum Rejection {
     AlreadyReleased,
     #[error("the store already holds {0} manifests, as many as it can")]
     StoreFull(usize),
+}
+
+/// A manifest of a snapshot that no sequence of accepted events produces, or that its store
+/// would refuse to register.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("manifest {position} of the snapshot: {reason}")]
+pub struct InvalidManifest {
+    pub position: usize,
+    pub reason: String,
+}
+
+/// Whether `m` is a manifest that registration and the accepted events of its handle produce:
+/// every relation between its fields that `validate` and `fold` keep. (Each field's own values are
+/// whatever the events carried.)
+pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
+    if !m.bounds.is_valid() {
+        return Err("cursor bounds with retained_from past total_bytes");
+    }
+    match &m.terminal {
+        None if m.state.is_terminal() => return Err("a terminal state without a result"),
+        Some(_) if !m.state.is_terminal() => return Err("a result without a terminal state"),
+        Some(t) => {
+            if t.state != m.state {
+                return Err("a result whose state is not the manifest's");
+            }
+            let lost = t.event_id == m.ids.lost;
+            if !lost && t.event_id != m.ids.terminal {
+                return Err("a result under an ID its registration did not allocate for it");
+            }
+            // A `LostOnRestore` event always leaves lost_on_restore; a `Terminal` event may
+            // carry that state too, under the terminal ID.
+            if lost && m.state != State::LostOnRestore {
+                return Err("a result under the lost ID with another state");
+            }
+        }
+        None => {}
+    }
+    let ran = m.pid.is_some();
+    if ran != m.witness.is_some() || ran != m.running_unix_ms.is_some() {
+        return Err("running recorded in part");
+    }
+    if m.state == State::Running && !ran {
+        return Err("running without its running event");
+    }
+    if (m.stop_requests == 0) != m.first_stop.is_none() {
+        return Err("stop requests and the first stop disagree");
+    }
+    let recorded = |id: &EventId| {
+        (*id == m.ids.running && ran) || m.terminal.as_ref().is_some_and(|t| t.event_id == *id)
+    };
+    if !m.published.iter().all(recorded) {
+        return Err("a publication of an event that is not recorded");
+    }
+    if m.completion_notified && m.terminal.is_none() {
+        return Err("completion notified before terminal");
+    }
+    if m.released.is_some() && m.scope.is_none() {
+        return Err("a tree released without a scope");
+    }
+    if m.scope.as_ref().is_some_and(|s| s.handle != m.handle) {
+        return Err("a scope of another handle");
+    }
+    if m.gaps.len() > crate::limits::GAPS_PER_PROCESS_MAX {
+        return Err("more gaps than a process may have");
+    }
+    let gap_ok =
+        |g: &crate::spool::Gap| g.from < g.to && g.reason != crate::spool::LossReason::Retention;
+    if !m.gaps.iter().all(gap_ok) {
+        return Err("an empty gap, or one for retention");
+    }
+    if m.gaps
+        .windows(2)
+        .any(|w| w[0].to > w[1].from || joins(&w[0], &w[1]))
+    {
+        return Err("gaps out of order, or two that replay would have joined");
+    }
+    Ok(())
 }
 
 /// What applying an accepted event did.
@@ -617,44 +694,83 @@ impl ManifestStore {
         event_id: EventId,
         e: Registration,
     ) -> Result<Applied, Rejection> {
-        self.check_registration(event_id, e.handle, &e.ids)?;
+        self.push(
+            event_id,
+            Manifest {
+                handle: e.handle,
+                ids: e.ids,
+                command: e.command,
+                registered_unix_ms: e.at_unix_ms,
+                state: State::Starting,
+                pid: None,
+                witness: None,
+                running_unix_ms: None,
+                stop_requests: 0,
+                first_stop: None,
+                input_closed: false,
+                bounds: CursorBounds::default(),
+                terminal: None,
+                published: BTreeSet::new(),
+                completion_notified: false,
+                scope: None,
+                released: None,
+                gaps: Vec::new(),
+            },
+        )
+    }
+
+    /// Rebuilds a store from manifests read back from a snapshot (each with its registration's
+    /// event ID), in registration order. Each goes through the checks of a registration (a handle
+    /// once, every allocated ID reserved once, the store's bound) and must be a manifest some
+    /// sequence of accepted events produces ([`consistent`]): a snapshot that decodes is never a
+    /// projection replay could not have given.
+    pub(crate) fn restore(
+        entries: impl ExactSizeIterator<Item = (EventId, Manifest)>,
+    ) -> Result<ManifestStore, InvalidManifest> {
+        // Sized once for all of them: growing the reservations as they come re-files them
+        // over and over.
+        let mut store = ManifestStore::default();
+        let n = entries.len().min(SLOTS_MAX);
+        store.manifests.reserve(n);
+        store.registrations.reserve(n);
+        store.slots.reserve(n);
+        store.reserved.rebuild(5 * n, std::iter::empty());
+        for (position, (registration, m)) in entries.enumerate() {
+            let invalid = |reason: String| InvalidManifest { position, reason };
+            consistent(&m).map_err(|r| invalid(r.to_owned()))?;
+            store
+                .push(registration, m)
+                .map_err(|r| invalid(r.to_string()))?;
+        }
+        Ok(store)
+    }
+
+    /// Every manifest with the event ID of its registration, in registration order.
+    pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (EventId, &Manifest)> {
+        self.registrations.iter().copied().zip(&self.manifests)
+    }
+
+    /// Checks a manifest's registration and adds it, reserving every ID it allocates.
+    fn push(&mut self, event_id: EventId, m: Manifest) -> Result<Applied, Rejection> {
+        self.check_registration(event_id, m.handle, &m.ids)?;
         // `check_registration` refuses a position past `SLOTS_MAX`, which fits a `u32`.
         let slot = u32::try_from(self.manifests.len())
             .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
-        let reserve = reservations_of(slot, event_id, &e.ids);
+        let reserve = reservations_of(slot, event_id, &m.ids);
         if !self.reserved.has_room_for(reserve.len()) {
             let (manifests, registrations) = (&self.manifests, &self.registrations);
-            let all = (0u32..)
-                .zip(manifests.iter().zip(registrations))
-                .flat_map(|(slot, (m, registration))| reservations_of(slot, *registration, &m.ids));
+            let all = (0u32..).zip(manifests.iter().zip(registrations)).flat_map(
+                |(slot, (held, registration))| reservations_of(slot, *registration, &held.ids),
+            );
             self.reserved.rebuild(reserve.len(), all);
         }
         for (id, r) in reserve {
             self.reserved_max = self.reserved_max.max(id.0.as_u128());
             self.reserved.insert_absent(id, r);
         }
-        self.slots.insert(e.handle, slot);
+        self.slots.insert(m.handle, slot);
         self.registrations.push(event_id);
-        self.manifests.push(Manifest {
-            handle: e.handle,
-            ids: e.ids,
-            command: e.command,
-            registered_unix_ms: e.at_unix_ms,
-            state: State::Starting,
-            pid: None,
-            witness: None,
-            running_unix_ms: None,
-            stop_requests: 0,
-            first_stop: None,
-            input_closed: false,
-            bounds: CursorBounds::default(),
-            terminal: None,
-            published: BTreeSet::new(),
-            completion_notified: false,
-            scope: None,
-            released: None,
-            gaps: Vec::new(),
-        });
+        self.manifests.push(m);
         Ok(Applied::Changed)
     }
 

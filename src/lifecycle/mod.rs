@@ -2,32 +2,58 @@
 //! projections of those events (seed 000, "State Machine"; DESIGN.md, "Events, manifests and the
 //! state machine").
 //!
-//! Invariants: `state`, `event`, `manifest` and `replay` do no I/O; [`Lifecycle`] is the only
-//! place that joins them to the journal, and it checks every event against the store before it
-//! appends, so an invalid event never reaches disk. Manifests are never files of their own.
+//! Invariants: `state`, `event`, `manifest`, `replay` and `snapshot` do no I/O; [`Lifecycle`] is
+//! the only place that joins them to the journal (and `snapdir` to the snapshot files), and it
+//! checks every event against the store before it appends, so an invalid event never reaches disk.
+//! Manifests are never files of their own: a snapshot is a checkpoint of the projection at a seq,
+//! and opening from one gives the store a replay of the whole journal gives (the store, and the
+//! replay report's counts and issues, are equal).
+//!
+//! Snapshots and compaction (journal-format.md, "Snapshots and compaction"): a snapshot is taken
+//! in two steps, [`Lifecycle::capture_snapshot`] under whatever lock guards the `Lifecycle` (it
+//! encodes the manifests, which must not change meanwhile) and [`SnapshotCapture::persist`]
+//! without it (it waits for the journal to be durable up to the snapshot's seq, looks up the
+//! retained IDs, writes the file durably, keeps two snapshots, and compacts the journal below the
+//! older one). Appends go on during the second step.
 
 pub mod command;
 pub mod event;
 pub mod manifest;
 pub mod replay;
 mod reserved;
+pub mod snapdir;
+pub mod snapshot;
 pub mod state;
 pub(crate) mod wire;
+#[doc(hidden)]
+pub mod workload;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_snapshot;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+use serde::Serialize;
 
 pub use command::StoredCommand;
 pub use event::{Handle, LifecycleEvent, LifecycleIds};
 pub use manifest::{Applied, Manifest, ManifestStore, Rejection};
-pub use replay::{ReplayReport, Replayer};
+pub use replay::{ReplayReport, Replayer, SnapshotProblem};
+pub use snapshot::SnapshotError;
 pub use state::State;
 
 use crate::codec::{CODEC_VERSION, CodecError};
-use crate::journal::{Appended, EventId, Journal, JournalError, JournalOptions, RecoveryReport};
+use crate::journal::reader::{JournalReader, RecordView};
+use crate::journal::{
+    Appended, Compacted, CrashPoints, EventId, Head, Journal, JournalError, JournalOptions,
+    NoCrash, OpenVisitor, RecoveryReport, Resume,
+};
+use crate::limits::{
+    RECORD_HEADER_BYTES, SNAPSHOT_AFTER_BYTES_MIN, SNAPSHOT_AT_SHUTDOWN_BYTES_MIN,
+};
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -38,6 +64,263 @@ pub enum LifecycleError {
     Journal(#[from] JournalError),
     #[error(transparent)]
     Codec(#[from] CodecError),
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
+    #[error("snapshot {dir}: {op}: {cause}")]
+    SnapshotIo {
+        dir: PathBuf,
+        op: &'static str,
+        // In the message, not exposed again as the error's source (chains would repeat it).
+        cause: std::io::Error,
+    },
+}
+
+/// The bytes a record of `payload_bytes` takes in the journal (header, payload, padding): what
+/// the snapshot policy counts.
+fn record_bytes(payload_bytes: usize) -> u64 {
+    (RECORD_HEADER_BYTES + payload_bytes.next_multiple_of(crate::limits::RECORD_ALIGN_BYTES)) as u64
+}
+
+/// Where the snapshots of `root` live.
+fn snapshot_dir(root: &Path) -> PathBuf {
+    root.join(snapdir::SNAPSHOT_DIR)
+}
+
+/// When a running supervisor writes snapshots (the reasons for the defaults are in
+/// `src/limits.rs`, `SNAPSHOT_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotPolicy {
+    /// A snapshot once the journal grew by this many bytes since the newest one (and by that
+    /// one's size).
+    pub after_bytes_min: u64,
+    /// At a clean shutdown, once it grew by this many (and by a quarter of the newest's size).
+    pub at_shutdown_bytes_min: u64,
+    /// How often the supervisor asks.
+    pub check_every: std::time::Duration,
+}
+
+impl Default for SnapshotPolicy {
+    fn default() -> Self {
+        SnapshotPolicy {
+            after_bytes_min: SNAPSHOT_AFTER_BYTES_MIN,
+            at_shutdown_bytes_min: SNAPSHOT_AT_SHUTDOWN_BYTES_MIN,
+            check_every: std::time::Duration::from_millis(crate::limits::SNAPSHOT_CHECK_MS),
+        }
+    }
+}
+
+/// What the snapshot policy knows.
+#[derive(Debug, Default)]
+struct SnapshotState {
+    /// Record bytes the projection folded since open (replayed after the snapshot it started
+    /// from, or appended).
+    folded_bytes: u64,
+    /// `folded_bytes` when the newest snapshot was captured.
+    covered_bytes: u64,
+    /// Seq and file size of the newest snapshot (0: none).
+    newest_seq: u64,
+    newest_bytes: u64,
+    /// A capture is being persisted: no second one until it is done.
+    in_flight: bool,
+}
+
+/// Rebuilds the projection while the journal opens: from the newest usable snapshot, then the
+/// records after it.
+struct Restorer {
+    dir: PathBuf,
+    replayer: Replayer,
+    problems: Vec<SnapshotProblem>,
+    used: Option<(u64, u64)>,
+    lost_below: Option<u64>,
+    folded_bytes: u64,
+}
+
+impl Restorer {
+    fn new(dir: PathBuf) -> Self {
+        Restorer {
+            dir,
+            replayer: Replayer::default(),
+            problems: Vec::new(),
+            used: None,
+            lost_below: None,
+            folded_bytes: 0,
+        }
+    }
+
+    fn start(&mut self, head: &Head) -> Resume {
+        let (found, problems) = snapdir::load_best(&self.dir, head);
+        self.problems = problems;
+        match found {
+            Some((snap, file_bytes)) => {
+                let seq = snap.header.seq;
+                let ids = snap.retained_ids();
+                self.used = Some((seq, file_bytes));
+                self.replayer = Replayer::resumed(snap.store, snap.replay);
+                Resume {
+                    after_seq: seq,
+                    ids,
+                }
+            }
+            None => {
+                // Records below the floor are gone and nothing holds what they did.
+                self.lost_below = head.floor.map(|f| f.seq).filter(|&seq| seq > 1);
+                Resume::default()
+            }
+        }
+    }
+
+    fn finish(self) -> (ManifestStore, ReplayReport, SnapshotState) {
+        let (store, mut report) = self.replayer.finish();
+        report.snapshot_seq = self.used.map(|(seq, _)| seq);
+        report.snapshot_problems = self.problems;
+        report.lost_below_seq = self.lost_below;
+        let state = SnapshotState {
+            folded_bytes: self.folded_bytes,
+            newest_seq: self.used.map_or(0, |(seq, _)| seq),
+            newest_bytes: self.used.map_or(0, |(_, bytes)| bytes),
+            ..SnapshotState::default()
+        };
+        (store, report, state)
+    }
+}
+
+impl OpenVisitor for Restorer {
+    fn resume(&mut self, head: &Head) -> Resume {
+        self.start(head)
+    }
+
+    fn record(&mut self, record: RecordView<'_>) {
+        self.folded_bytes += record_bytes(record.payload.len());
+        self.replayer.feed(&record);
+    }
+}
+
+/// The manifests of a root read without taking its lock (what `journal manifests`, `ps` and
+/// `logs` show when no daemon runs): from the newest usable snapshot and the records after it,
+/// exactly as [`Lifecycle::open`] restores them. `progress` sees every record replayed.
+///
+/// A live writer may compact the journal during the read, past the snapshot this read chose; the
+/// read then starts again from the newer snapshot (a few times at most; after that it reports
+/// what it could not cover as lost).
+pub fn restore_read_only(
+    root: &Path,
+    mut progress: impl FnMut(&RecordView<'_>),
+) -> Result<(ManifestStore, ReplayReport, RecoveryReport), LifecycleError> {
+    let reader = JournalReader::open(root)?;
+    let dir = snapshot_dir(reader.root());
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let head = reader.head()?;
+        let mut restorer = Restorer::new(dir.clone());
+        let resume = restorer.start(&head);
+        let recovery = reader.scan(resume.after_seq + 1, |r| {
+            progress(&r);
+            restorer.record(r);
+        })?;
+        let covered = recovery
+            .floor
+            .is_none_or(|f| f.seq <= resume.after_seq + 1 || restorer.used.is_none());
+        if covered || attempts >= 3 {
+            let (store, mut replay, _) = restorer.finish();
+            if !covered && let Some(f) = recovery.floor {
+                replay.lost_below_seq = Some(f.seq);
+            }
+            return Ok((store, replay, recovery));
+        }
+    }
+}
+
+/// A snapshot captured from a [`Lifecycle`], to be persisted without holding it.
+#[derive(Debug)]
+pub struct SnapshotCapture {
+    seq: u64,
+    journal_id: [u8; 16],
+    manifests: snapshot::ManifestFrames,
+    candidates: Vec<EventId>,
+    replay: ReplayReport,
+    journal: Arc<Journal>,
+    dir: PathBuf,
+    folded_bytes: u64,
+}
+
+/// What persisting a snapshot did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotWritten {
+    pub seq: u64,
+    pub file_bytes: u64,
+    /// Snapshots kept afterwards (seqs, ascending).
+    pub kept: Vec<u64>,
+    /// The compaction below the older kept snapshot (`None` with a single snapshot).
+    pub compacted: Option<Compacted>,
+    #[serde(skip)]
+    folded_bytes: u64,
+}
+
+impl SnapshotCapture {
+    /// The seq the snapshot holds the projection at.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Persists the snapshot (module doc): the journal durable up to its seq, the retained IDs,
+    /// the file, the two kept, and the compaction below the older. Then hand the result to
+    /// [`Lifecycle::snapshot_done`].
+    pub fn persist(self) -> Result<SnapshotWritten, LifecycleError> {
+        self.persist_with(&mut NoCrash)
+    }
+
+    /// [`SnapshotCapture::persist`], announcing each file-system step to `crash`.
+    pub fn persist_with(
+        self,
+        crash: &mut dyn CrashPoints,
+    ) -> Result<SnapshotWritten, LifecycleError> {
+        // A snapshot must never hold an event the journal could lose: after a power loss the
+        // journal would reuse its seq.
+        self.journal.sync()?;
+        // The candidates are `CANDIDATES` per manifest, in store order: the place of a found
+        // one says which manifest and which candidate it is.
+        let mut retained = Vec::new();
+        let per_lookup = crate::limits::SNAPSHOT_IDS_PER_FRAME;
+        for (c, chunk) in self.candidates.chunks(per_lookup).enumerate() {
+            let found = self.journal.lookup_ids(chunk, self.seq);
+            for (i, hit) in found.into_iter().enumerate() {
+                let Some((seq, kind)) = hit else { continue };
+                let n = c * per_lookup + i;
+                retained.push(snapshot::RetainedStep {
+                    manifest: u32::try_from(n / snapshot::CANDIDATES).unwrap_or(u32::MAX),
+                    which: (n % snapshot::CANDIDATES) as u8,
+                    seq,
+                    kind,
+                });
+            }
+        }
+        let bytes = snapshot::assemble(
+            self.journal_id,
+            self.seq,
+            now_unix_ms(),
+            &self.manifests,
+            &retained,
+            &self.replay,
+        )?;
+        let io = |op: &'static str| {
+            let dir = self.dir.clone();
+            move |cause| LifecycleError::SnapshotIo { dir, op, cause }
+        };
+        let kept = snapdir::write(&self.dir, self.seq, self.journal_id, &bytes, crash)
+            .map_err(io("write snapshot"))?;
+        let compacted = match kept.as_slice() {
+            [older, _, ..] => Some(self.journal.compact_below_with(older + 1, crash)?),
+            _ => None,
+        };
+        Ok(SnapshotWritten {
+            seq: self.seq,
+            file_bytes: bytes.len() as u64,
+            kept,
+            compacted,
+            folded_bytes: self.folded_bytes,
+        })
+    }
 }
 
 /// The journal of a root together with the manifests replayed from it.
@@ -45,25 +328,112 @@ pub enum LifecycleError {
 pub struct Lifecycle {
     journal: Arc<Journal>,
     store: ManifestStore,
+    /// The replay report's counts and issues, kept up to date by appends: what a snapshot
+    /// carries.
+    records: ReplayReport,
+    snapshot_dir: PathBuf,
+    snapshots: SnapshotState,
 }
 
 impl Lifecycle {
-    /// Opens the journal (running recovery) and replays it into manifests in the same pass.
+    /// Opens the journal (running recovery) and restores the manifests in the same pass: from the
+    /// newest usable snapshot, then the records after it (the whole journal without one).
     pub fn open(
         root: &Path,
         options: JournalOptions,
     ) -> Result<(Self, RecoveryReport, ReplayReport), LifecycleError> {
-        let mut replayer = Replayer::default();
-        let (journal, recovery) = Journal::open_visiting(root, options, |r| replayer.feed(&r))?;
-        let (store, replay) = replayer.finish();
+        let dir = snapshot_dir(&std::path::absolute(root).map_err(|cause| {
+            LifecycleError::SnapshotIo {
+                dir: root.to_owned(),
+                op: "resolve root",
+                cause,
+            }
+        })?);
+        let mut restorer = Restorer::new(dir.clone());
+        let (journal, recovery) = Journal::open_resuming(root, options, &mut restorer)?;
+        let (store, replay, snapshots) = restorer.finish();
         Ok((
             Lifecycle {
                 journal: Arc::new(journal),
                 store,
+                records: replay.of_records(),
+                snapshot_dir: dir,
+                snapshots,
             },
             recovery,
             replay,
         ))
+    }
+
+    /// Whether `policy` wants a snapshot now: the journal grew since the newest snapshot by the
+    /// policy's minimum and by that snapshot's size (at a clean shutdown: by the shutdown
+    /// minimum and a quarter of that size). False while one is being persisted.
+    pub fn snapshot_due(&self, policy: &SnapshotPolicy, at_shutdown: bool) -> bool {
+        let s = &self.snapshots;
+        let grown = s.folded_bytes - s.covered_bytes;
+        let (minimum, share) = if at_shutdown {
+            (policy.at_shutdown_bytes_min, s.newest_bytes / 4)
+        } else {
+            (policy.after_bytes_min, s.newest_bytes)
+        };
+        !s.in_flight && grown >= minimum.max(share)
+    }
+
+    /// Captures a snapshot of the manifests at the journal's last seq, to be persisted without
+    /// holding this `Lifecycle` ([`SnapshotCapture::persist`], then [`Lifecycle::snapshot_done`]).
+    /// `None` when another capture is being persisted, or nothing was appended since the newest
+    /// snapshot.
+    pub fn capture_snapshot(&mut self) -> Result<Option<SnapshotCapture>, LifecycleError> {
+        let seq = self.journal.last_seq();
+        if self.snapshots.in_flight || seq == 0 || seq == self.snapshots.newest_seq {
+            return Ok(None);
+        }
+        let capture = SnapshotCapture {
+            seq,
+            journal_id: self.journal.journal_id(),
+            manifests: snapshot::encode_manifests(&self.store)?,
+            candidates: snapshot::candidate_ids(&self.store),
+            replay: self.records.clone(),
+            journal: Arc::clone(&self.journal),
+            dir: self.snapshot_dir.clone(),
+            folded_bytes: self.snapshots.folded_bytes,
+        };
+        self.snapshots.in_flight = true;
+        Ok(Some(capture))
+    }
+
+    /// Takes the outcome of persisting the capture this `Lifecycle` handed out last.
+    pub fn snapshot_done(&mut self, outcome: Result<&SnapshotWritten, &LifecycleError>) {
+        self.snapshots.in_flight = false;
+        if let Ok(written) = outcome {
+            self.snapshots.newest_seq = written.seq;
+            self.snapshots.newest_bytes = written.file_bytes;
+            self.snapshots.covered_bytes = written.folded_bytes;
+        }
+    }
+
+    /// Captures and persists a snapshot on this thread, holding this `Lifecycle` throughout (the
+    /// offline `journal compact`, tests). `None`: nothing new since the newest snapshot.
+    pub fn snapshot_now(&mut self) -> Result<Option<SnapshotWritten>, LifecycleError> {
+        self.snapshot_now_with(&mut NoCrash)
+    }
+
+    /// [`Lifecycle::snapshot_now`], announcing each file-system step to `crash`.
+    pub fn snapshot_now_with(
+        &mut self,
+        crash: &mut dyn CrashPoints,
+    ) -> Result<Option<SnapshotWritten>, LifecycleError> {
+        let Some(capture) = self.capture_snapshot()? else {
+            return Ok(None);
+        };
+        let outcome = capture.persist_with(crash);
+        self.snapshot_done(outcome.as_ref());
+        outcome.map(Some)
+    }
+
+    /// Where this root's snapshots are.
+    pub fn snapshot_dir(&self) -> &Path {
+        &self.snapshot_dir
     }
 
     pub fn journal(&self) -> &Journal {
@@ -139,7 +509,15 @@ impl Lifecycle {
                 .append_deferred(event_id, event.kind(), CODEC_VERSION, &payload)?;
         if appended.written {
             self.store.apply(event_id, event)?;
+            self.records.lifecycle_events += 1;
+            self.snapshots.folded_bytes += record_bytes(payload.len());
         }
         Ok(appended)
     }
+}
+
+fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }

@@ -22,6 +22,15 @@ pub struct ReplayIssue {
     pub error: String,
 }
 
+/// A snapshot file that could not be used, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SnapshotProblem {
+    pub file: String,
+    pub reason: String,
+}
+
+/// What replay found. The counts and issues cover every record the projection holds, those a
+/// snapshot brought included, so a restore from a snapshot reports what a full replay would.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ReplayReport {
     pub lifecycle_events: u64,
@@ -30,11 +39,34 @@ pub struct ReplayReport {
     pub rejected: Vec<ReplayIssue>,
     /// Lifecycle records whose payload did not decode.
     pub undecodable: Vec<ReplayIssue>,
+    /// The seq of the snapshot the projection was restored from (only later records were
+    /// replayed); `None` for a replay of the whole journal.
+    pub snapshot_seq: Option<u64>,
+    /// Snapshot files that could not be used (damaged, of another journal, not covering what
+    /// compaction removed): an older snapshot, or the records themselves, served instead.
+    pub snapshot_problems: Vec<SnapshotProblem>,
+    /// Compaction removed the records below this seq and no usable snapshot covers them: the
+    /// projection lacks whatever they did. Never silent: a report with it is not clean.
+    pub lost_below_seq: Option<u64>,
 }
 
 impl ReplayReport {
     pub fn is_clean(&self) -> bool {
-        self.rejected.is_empty() && self.undecodable.is_empty()
+        self.rejected.is_empty()
+            && self.undecodable.is_empty()
+            && self.snapshot_problems.is_empty()
+            && self.lost_below_seq.is_none()
+    }
+
+    /// The part of the report a snapshot carries: what the records themselves gave.
+    pub fn of_records(&self) -> ReplayReport {
+        ReplayReport {
+            lifecycle_events: self.lifecycle_events,
+            other_events: self.other_events,
+            rejected: self.rejected.clone(),
+            undecodable: self.undecodable.clone(),
+            ..ReplayReport::default()
+        }
     }
 }
 
@@ -46,6 +78,11 @@ pub struct Replayer {
 }
 
 impl Replayer {
+    /// A replayer that continues from a snapshot's store and report.
+    pub fn resumed(store: ManifestStore, report: ReplayReport) -> Replayer {
+        Replayer { store, report }
+    }
+
     pub fn feed(&mut self, record: &RecordView<'_>) {
         if !LifecycleEvent::is_lifecycle_kind(record.kind) {
             self.report.other_events += 1;

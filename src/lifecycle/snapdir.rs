@@ -1,0 +1,236 @@
+//! The snapshot directory, `<root>/snapshots/`: writing a snapshot durably, keeping the newest
+//! two, and choosing the one a restore starts from (journal-format.md, "Snapshots and
+//! compaction"). The bytes of a snapshot are `snapshot.rs`'s; this module is the file I/O.
+//!
+//! Invariants:
+//! - A snapshot is visible under its name (`{seq:020}.snap`) only once it is whole and durable
+//!   (tmp, fsync, rename, directory fsync); a leftover `.snap.tmp` never counts and is removed by
+//!   the next write.
+//! - Only snapshots of this journal that check (header and payload checksums) are counted as
+//!   kept; the newest [`SNAPSHOTS_KEPT`] of them stay and older ones of this journal are removed
+//!   after a new one is durable. A file that does not check, or that names another journal, is
+//!   never removed here: it is reported at every open that reaches it.
+//! - The restore's choice: the newest snapshot that decodes completely, names this journal, and
+//!   covers everything compaction removed (`seq + 1 >= FLOOR.seq`); every snapshot passed over on
+//!   the way is reported.
+
+use std::path::{Path, PathBuf};
+
+use super::replay::SnapshotProblem;
+use super::snapshot::{self, SNAPSHOT_HEADER_BYTES, Snapshot, SnapshotHeader};
+use crate::journal::{CrashPoints, Head};
+use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOTS_KEPT};
+
+/// The directory under the runtime root.
+pub const SNAPSHOT_DIR: &str = "snapshots";
+
+/// `00000000000000001234.snap` for a snapshot at seq 1234.
+pub fn file_name(seq: u64) -> String {
+    format!("{seq:020}.snap")
+}
+
+fn parse_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".snap")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+/// The files of a snapshot directory.
+#[derive(Debug, Default)]
+pub(crate) struct Listing {
+    /// Snapshot files by seq, ascending.
+    pub snapshots: Vec<(u64, PathBuf)>,
+    /// Leftovers of an interrupted write.
+    pub tmp: Vec<PathBuf>,
+    /// Anything else: reported, never read, never removed.
+    pub unrecognised: Vec<String>,
+}
+
+/// Lists `dir`; a missing directory is empty.
+pub(crate) fn list(dir: &Path) -> std::io::Result<Listing> {
+    let mut listing = Listing::default();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(listing),
+        Err(e) => return Err(e),
+    };
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        match name.to_str() {
+            Some(n) if n.ends_with(".snap.tmp") => listing.tmp.push(entry.path()),
+            Some(n) => match parse_name(n) {
+                Some(seq) => listing.snapshots.push((seq, entry.path())),
+                None => listing.unrecognised.push(n.to_owned()),
+            },
+            None => listing
+                .unrecognised
+                .push(name.to_string_lossy().into_owned()),
+        }
+    }
+    listing.snapshots.sort();
+    listing.unrecognised.sort();
+    Ok(listing)
+}
+
+fn name_of(path: &Path) -> String {
+    path.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+/// Reads a snapshot file, refusing one larger than any snapshot may be before reading it.
+fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
+    let file = std::fs::File::open(path)?;
+    let len = file.metadata()?.len();
+    if len > SNAPSHOT_BYTES_MAX {
+        return Err(std::io::Error::other(format!(
+            "{len} bytes exceed the snapshot limit of {SNAPSHOT_BYTES_MAX}"
+        )));
+    }
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    std::io::Read::read_to_end(
+        &mut std::io::Read::take(file, SNAPSHOT_BYTES_MAX),
+        &mut bytes,
+    )?;
+    Ok(bytes)
+}
+
+/// Why the snapshot named `seq` is not one a restore of the journal `head` may start from.
+fn unusable(seq: u64, header: &SnapshotHeader, head: &Head) -> Option<String> {
+    if header.seq != seq {
+        return Some(format!(
+            "its header says seq {}, its name {seq}",
+            header.seq
+        ));
+    }
+    match head.journal_id {
+        None => return Some("there is no journal for it to resume".to_owned()),
+        Some(id) if id != header.journal_id => {
+            return Some("it belongs to another journal".to_owned());
+        }
+        Some(_) => {}
+    }
+    if let Some(floor) = head.floor
+        && header.seq + 1 < floor.seq
+    {
+        return Some(format!(
+            "it ends at seq {}, but compaction removed the records below seq {}",
+            header.seq, floor.seq
+        ));
+    }
+    None
+}
+
+/// The newest snapshot of `dir` a restore of the journal `head` may start from, decoded, with its
+/// file's size; and every snapshot passed over on the way, with why (module doc).
+pub(crate) fn load_best(
+    dir: &Path,
+    head: &Head,
+) -> (Option<(Snapshot, u64)>, Vec<SnapshotProblem>) {
+    let mut problems = Vec::new();
+    let listing = match list(dir) {
+        Ok(listing) => listing,
+        Err(e) => {
+            problems.push(SnapshotProblem {
+                file: SNAPSHOT_DIR.to_owned(),
+                reason: format!("cannot list: {e}"),
+            });
+            return (None, problems);
+        }
+    };
+    for name in &listing.unrecognised {
+        problems.push(SnapshotProblem {
+            file: name.clone(),
+            reason: "not a snapshot file name; ignored".to_owned(),
+        });
+    }
+    for (seq, path) in listing.snapshots.iter().rev() {
+        let problem = |reason: String| SnapshotProblem {
+            file: name_of(path),
+            reason,
+        };
+        let bytes = match read_bounded(path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                problems.push(problem(format!("cannot read: {e}")));
+                continue;
+            }
+        };
+        let decoded =
+            SnapshotHeader::decode(&bytes).and_then(|header| match unusable(*seq, &header, head) {
+                Some(reason) => Ok(Err(reason)),
+                None => snapshot::decode(&bytes).map(Ok),
+            });
+        match decoded {
+            Ok(Ok(snap)) => return (Some((snap, bytes.len() as u64)), problems),
+            Ok(Err(reason)) => problems.push(problem(reason)),
+            Err(e) => problems.push(problem(format!("damaged: {e}"))),
+        }
+    }
+    (None, problems)
+}
+
+/// Whether the file at `path` is a whole snapshot of `journal_id`: header and payload checksums
+/// hold (a cheaper check than a full decode, for deciding what to keep).
+fn checks(path: &Path, seq: u64, journal_id: [u8; 16]) -> bool {
+    let Ok(bytes) = read_bounded(path) else {
+        return false;
+    };
+    let Ok(header) = SnapshotHeader::decode(&bytes) else {
+        return false;
+    };
+    let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
+    header.seq == seq
+        && header.journal_id == journal_id
+        && header.payload_bytes == payload.len() as u64
+        && crate::journal::format::masked_crc(payload) == header.payload_crc
+}
+
+/// Writes the snapshot `bytes` at `seq` under `dir` durably, then removes this journal's
+/// snapshots older than the newest [`SNAPSHOTS_KEPT`]. Returns the seqs of the snapshots kept
+/// that check, ascending (the new one last).
+pub(crate) fn write(
+    dir: &Path,
+    seq: u64,
+    journal_id: [u8; 16],
+    bytes: &[u8],
+    crash: &mut dyn CrashPoints,
+) -> std::io::Result<Vec<u64>> {
+    if !dir.is_dir() {
+        std::fs::create_dir_all(dir)?;
+        // The directory's entry must be durable before a snapshot in it is relied on.
+        if let Some(parent) = dir.parent() {
+            crate::journal::storage_sync_dir(parent)?;
+        }
+    }
+    for tmp in list(dir)?.tmp {
+        std::fs::remove_file(tmp)?;
+    }
+    let steps = crate::journal::compact::DurableSteps {
+        write: "snapshot: write tmp",
+        fsync: "snapshot: fsync tmp",
+        rename: "snapshot: rename",
+        fsync_dir: "snapshot: fsync dir",
+    };
+    crate::journal::compact::write_durably(dir, &file_name(seq), bytes, steps, crash)?;
+    // What counts as kept: this journal's snapshots at or below the new one that check.
+    let mut ours: Vec<(u64, PathBuf)> = list(dir)?
+        .snapshots
+        .into_iter()
+        .filter(|(s, path)| *s <= seq && (*s == seq || checks(path, *s, journal_id)))
+        .collect();
+    let old = ours.len().saturating_sub(SNAPSHOTS_KEPT);
+    let mut removed = false;
+    for (_, path) in ours.drain(..old) {
+        crash.reached("snapshot: delete old")?;
+        std::fs::remove_file(path)?;
+        removed = true;
+    }
+    if removed {
+        crash.reached("snapshot: fsync dir after delete")?;
+        crate::journal::storage_sync_dir(dir)?;
+    }
+    Ok(ours.into_iter().map(|(s, _)| s).collect())
+}

@@ -1,0 +1,682 @@
+//! Snapshots of the lifecycle projection: the bytes of a snapshot file, encoded and decoded
+//! (journal-format.md, "Snapshots and compaction"). Pure: no I/O (the files are `snapdir.rs`'s).
+//!
+//! ```text
+//! file    := header payload                    header: 64 bytes, below
+//! payload := frame(Meta) frame(Manifest){Meta.manifests}
+//!            frame(Vec<RetainedStep>){Meta.retained_frames}
+//!            frame(Issue){Meta.issues}
+//! frame   := length u32 | codec bytes (length bytes, at most SNAPSHOT_FRAME_BYTES_MAX)
+//! ```
+//!
+//! A snapshot at `seq` holds exactly what replaying the records with seq `1..=seq` gives: every
+//! manifest (with its registration's event ID, in registration order), the replay report's counts
+//! and issues, and the **retained IDs**: the event IDs of records that a retry could still name
+//! after those records are compacted away, each with its record's seq and kind, stored as which
+//! of its manifest's [`candidates`] it is. Those are, for every manifest, the five IDs its
+//! registration reserved (its own, running, terminal, lost,
+//! completion) and the IDs derived from them for follow-up records (`event::derived`: the
+//! publication of running, terminal and lost, the completion notice, the scope, the release),
+//! whichever the journal holds. Every other record's ID is a fresh v7 ID that lives only in the
+//! memory of the supervisor that appended it (checkpoints, stop requests, closed input, gaps):
+//! nothing persisted names it, so nothing can retry it after a restart, and a running supervisor
+//! keeps every ID in its journal's index until it exits (compaction removes files, never index
+//! entries).
+//!
+//! Invariants: [`decode`] is total (a typed error, never a panic; a count is never trusted for an
+//! allocation beyond the bytes that remain), checks the header, both checksums, every frame and
+//! every count, and accepts only what a replay could have produced ([`ManifestStore`]'s
+//! registration checks and `manifest::consistent`; retained IDs ascending, each once, seqs in
+//! `1..=seq`, kinds non-zero);
+//! [`encode`] of what [`decode`] returns gives the same bytes back.
+
+use std::collections::BTreeSet;
+
+use super::command::StoredCommand;
+use super::event::{
+    CursorBounds, ExitProof, Handle, IdentityWitness, LifecycleIds, Limits, Scoped, derived,
+};
+use super::manifest::{Manifest, ManifestStore, TerminalResult};
+use super::replay::{ReplayIssue, ReplayReport};
+use super::state::State;
+use crate::codec::{self, CODEC_VERSION, Decode, Encode};
+use crate::journal::format::masked_crc;
+use crate::journal::{EventId, Position, RetainedId};
+use crate::limits::{
+    SEQ_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_FRAME_BYTES_MAX, SNAPSHOT_IDS_PER_FRAME,
+};
+use crate::spool::Gap;
+
+/// First eight bytes of every snapshot file.
+pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
+/// Version of the snapshot layout described here.
+pub const SNAPSHOT_VERSION: u16 = 1;
+/// Bytes of the header.
+pub const SNAPSHOT_HEADER_BYTES: usize = 64;
+
+// Header layout, each offset the previous one plus the previous field's width.
+const SN_MAGIC_OFFSET: usize = 0;
+const SN_VERSION_OFFSET: usize = SN_MAGIC_OFFSET + 8;
+const SN_HEADER_BYTES_OFFSET: usize = SN_VERSION_OFFSET + 2;
+const SN_CODEC_OFFSET: usize = SN_HEADER_BYTES_OFFSET + 2;
+const SN_RESERVED_OFFSET: usize = SN_CODEC_OFFSET + 1;
+const SN_JOURNAL_ID_OFFSET: usize = SN_RESERVED_OFFSET + 3;
+const SN_SEQ_OFFSET: usize = SN_JOURNAL_ID_OFFSET + 16;
+const SN_PAYLOAD_BYTES_OFFSET: usize = SN_SEQ_OFFSET + 8;
+const SN_CREATED_MS_OFFSET: usize = SN_PAYLOAD_BYTES_OFFSET + 8;
+const SN_PAYLOAD_CRC_OFFSET: usize = SN_CREATED_MS_OFFSET + 8;
+const SN_CRC_OFFSET: usize = SN_PAYLOAD_CRC_OFFSET + 4;
+const _: () = assert!(SN_CRC_OFFSET + 4 == SNAPSHOT_HEADER_BYTES);
+
+/// Bytes of a frame's length prefix.
+const FRAME_PREFIX_BYTES: usize = 4;
+
+/// Bytes of one encoded [`RetainedStep`].
+const RETAINED_STEP_BYTES: usize = 4 + 1 + 8 + 2;
+
+/// Why bytes are not a snapshot.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SnapshotError {
+    #[error("fewer bytes than a snapshot header")]
+    Truncated,
+    #[error("bad magic")]
+    BadMagic,
+    #[error("header checksum mismatch")]
+    HeaderChecksum,
+    #[error("unsupported snapshot version {0}")]
+    UnsupportedVersion(u16),
+    #[error("header length {0} is not 64")]
+    BadHeaderBytes(u16),
+    #[error("unsupported codec version {0}")]
+    UnsupportedCodec(u8),
+    #[error("reserved bytes are not zero")]
+    ReservedNonZero,
+    #[error("seq out of range")]
+    OutOfRange,
+    #[error("the header says {declared} payload bytes, the file holds {held}")]
+    Length { declared: u64, held: u64 },
+    #[error("payload checksum mismatch")]
+    PayloadChecksum,
+    #[error("frame at payload offset {at}: {reason}")]
+    Frame { at: u64, reason: String },
+    #[error("{0}")]
+    Invalid(String),
+    #[error("cannot encode the snapshot: {0}")]
+    Encode(String),
+}
+
+/// The fixed header of a snapshot file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SnapshotHeader {
+    /// The journal the snapshot was taken of.
+    pub journal_id: [u8; 16],
+    /// The projection holds exactly the records with seq `1..=seq`.
+    pub seq: u64,
+    pub payload_bytes: u64,
+    /// When the snapshot was taken (informational).
+    pub created_unix_ms: u64,
+    /// `masked_crc` of the payload.
+    pub payload_crc: u32,
+}
+
+fn u16_at(b: &[u8], at: usize) -> u16 {
+    u16::from_le_bytes([b[at], b[at + 1]])
+}
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    let mut x = [0u8; 4];
+    x.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(x)
+}
+fn u64_at(b: &[u8], at: usize) -> u64 {
+    let mut x = [0u8; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(x)
+}
+
+impl SnapshotHeader {
+    pub fn encode(&self) -> [u8; SNAPSHOT_HEADER_BYTES] {
+        let mut b = [0u8; SNAPSHOT_HEADER_BYTES];
+        b[SN_MAGIC_OFFSET..SN_MAGIC_OFFSET + 8].copy_from_slice(&SNAPSHOT_MAGIC);
+        b[SN_VERSION_OFFSET..SN_VERSION_OFFSET + 2]
+            .copy_from_slice(&SNAPSHOT_VERSION.to_le_bytes());
+        b[SN_HEADER_BYTES_OFFSET..SN_HEADER_BYTES_OFFSET + 2]
+            .copy_from_slice(&(SNAPSHOT_HEADER_BYTES as u16).to_le_bytes());
+        b[SN_CODEC_OFFSET] = CODEC_VERSION;
+        b[SN_JOURNAL_ID_OFFSET..SN_JOURNAL_ID_OFFSET + 16].copy_from_slice(&self.journal_id);
+        b[SN_SEQ_OFFSET..SN_SEQ_OFFSET + 8].copy_from_slice(&self.seq.to_le_bytes());
+        b[SN_PAYLOAD_BYTES_OFFSET..SN_PAYLOAD_BYTES_OFFSET + 8]
+            .copy_from_slice(&self.payload_bytes.to_le_bytes());
+        b[SN_CREATED_MS_OFFSET..SN_CREATED_MS_OFFSET + 8]
+            .copy_from_slice(&self.created_unix_ms.to_le_bytes());
+        b[SN_PAYLOAD_CRC_OFFSET..SN_PAYLOAD_CRC_OFFSET + 4]
+            .copy_from_slice(&self.payload_crc.to_le_bytes());
+        let crc = masked_crc(&b[..SN_CRC_OFFSET]);
+        b[SN_CRC_OFFSET..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
+    /// Decodes the header at the start of `bytes`, in the order journal-format.md lists.
+    pub fn decode(bytes: &[u8]) -> Result<SnapshotHeader, SnapshotError> {
+        let Some(b) = bytes.get(..SNAPSHOT_HEADER_BYTES) else {
+            return Err(SnapshotError::Truncated);
+        };
+        if b[SN_MAGIC_OFFSET..SN_MAGIC_OFFSET + 8] != SNAPSHOT_MAGIC {
+            return Err(SnapshotError::BadMagic);
+        }
+        if u32_at(b, SN_CRC_OFFSET) != masked_crc(&b[..SN_CRC_OFFSET]) {
+            return Err(SnapshotError::HeaderChecksum);
+        }
+        let version = u16_at(b, SN_VERSION_OFFSET);
+        if version != SNAPSHOT_VERSION {
+            return Err(SnapshotError::UnsupportedVersion(version));
+        }
+        let header_bytes = u16_at(b, SN_HEADER_BYTES_OFFSET);
+        if usize::from(header_bytes) != SNAPSHOT_HEADER_BYTES {
+            return Err(SnapshotError::BadHeaderBytes(header_bytes));
+        }
+        if b[SN_CODEC_OFFSET] != CODEC_VERSION {
+            return Err(SnapshotError::UnsupportedCodec(b[SN_CODEC_OFFSET]));
+        }
+        if b[SN_RESERVED_OFFSET..SN_RESERVED_OFFSET + 3] != [0; 3] {
+            return Err(SnapshotError::ReservedNonZero);
+        }
+        let seq = u64_at(b, SN_SEQ_OFFSET);
+        if seq == 0 || seq > SEQ_MAX {
+            return Err(SnapshotError::OutOfRange);
+        }
+        let mut journal_id = [0u8; 16];
+        journal_id.copy_from_slice(&b[SN_JOURNAL_ID_OFFSET..SN_JOURNAL_ID_OFFSET + 16]);
+        Ok(SnapshotHeader {
+            journal_id,
+            seq,
+            payload_bytes: u64_at(b, SN_PAYLOAD_BYTES_OFFSET),
+            created_unix_ms: u64_at(b, SN_CREATED_MS_OFFSET),
+            payload_crc: u32_at(b, SN_PAYLOAD_CRC_OFFSET),
+        })
+    }
+}
+
+/// A retained ID as a snapshot stores it: which of its manifest's candidate IDs
+/// ([`candidates`]) it is, and its record's seq and kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Encode, Decode)]
+pub struct RetainedStep {
+    /// The manifest's position in registration order.
+    pub manifest: u32,
+    /// The index in [`candidates`].
+    pub which: u8,
+    pub seq: u64,
+    pub kind: u16,
+}
+
+/// Candidate IDs per manifest.
+pub const CANDIDATES: usize = 11;
+
+/// The IDs a retry could name after compaction (module doc), of the manifest registered under
+/// `registration` with `ids`, in the order [`RetainedStep::which`] counts them.
+pub fn candidates(registration: EventId, ids: &LifecycleIds) -> [EventId; CANDIDATES] {
+    [
+        registration,
+        ids.running,
+        ids.terminal,
+        ids.lost,
+        ids.completion,
+        ids.running.derived(derived::PUBLISHED),
+        ids.terminal.derived(derived::PUBLISHED),
+        ids.lost.derived(derived::PUBLISHED),
+        ids.completion.derived(derived::NOTIFIED),
+        ids.running.derived(derived::SCOPED),
+        ids.terminal.derived(derived::RELEASED),
+    ]
+}
+
+/// What a snapshot holds.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    pub header: SnapshotHeader,
+    pub store: ManifestStore,
+    /// Ascending by manifest, then by candidate.
+    pub retained: Vec<RetainedStep>,
+    /// The replay report of the records `1..=seq` (counts and issues; no snapshot fields).
+    pub replay: ReplayReport,
+}
+
+impl Snapshot {
+    /// The retained IDs, as the journal takes them ([`crate::journal::Resume::ids`]).
+    pub fn retained_ids(&self) -> Vec<RetainedId> {
+        let entries: Vec<(EventId, LifecycleIds)> = self
+            .store
+            .entries()
+            .map(|(registration, m)| (registration, m.ids))
+            .collect();
+        self.retained
+            .iter()
+            .filter_map(|r| {
+                let (registration, ids) = entries.get(r.manifest as usize)?;
+                Some(RetainedId {
+                    id: *candidates(*registration, ids).get(usize::from(r.which))?,
+                    position: Position {
+                        seq: r.seq,
+                        segment_index: 0,
+                        offset: 0,
+                    },
+                    kind: r.kind,
+                })
+            })
+            .collect()
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Frames. Field order is part of the format (journal-format.md lists each struct).
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Encode, Decode)]
+struct Meta {
+    manifests: u64,
+    retained_frames: u64,
+    issues: u64,
+    lifecycle_events: u64,
+    other_events: u64,
+}
+
+/// A manifest as [`encode`] writes it: borrowed from the store, so nothing is copied.
+#[derive(Encode)]
+struct ManifestOut<'a> {
+    registration: EventId,
+    handle: Handle,
+    ids: LifecycleIds,
+    command_text: &'a str,
+    command_ends: &'a [usize],
+    command_args: usize,
+    command_env: usize,
+    limits: &'a Limits,
+    registered_unix_ms: u64,
+    state: State,
+    pid: Option<u32>,
+    witness: Option<IdentityWitness>,
+    running_unix_ms: Option<u64>,
+    stop_requests: u32,
+    first_stop: Option<(&'a str, &'a str)>,
+    input_closed: bool,
+    bounds: CursorBounds,
+    terminal: &'a Option<TerminalResult>,
+    published: &'a BTreeSet<EventId>,
+    completion_notified: bool,
+    scope: &'a Option<Scoped>,
+    released: &'a Option<ExitProof>,
+    gaps: &'a [Gap],
+}
+
+/// The same fields as [`ManifestOut`], owned, as [`decode`] reads them.
+#[derive(Decode)]
+struct ManifestIn {
+    registration: EventId,
+    handle: Handle,
+    ids: LifecycleIds,
+    command_text: String,
+    command_ends: Vec<u64>,
+    command_args: u64,
+    command_env: u64,
+    limits: Limits,
+    registered_unix_ms: u64,
+    state: State,
+    pid: Option<u32>,
+    witness: Option<IdentityWitness>,
+    running_unix_ms: Option<u64>,
+    stop_requests: u32,
+    first_stop: Option<(String, String)>,
+    input_closed: bool,
+    bounds: CursorBounds,
+    terminal: Option<TerminalResult>,
+    published: Vec<EventId>,
+    completion_notified: bool,
+    scope: Option<Scoped>,
+    released: Option<ExitProof>,
+    gaps: Vec<Gap>,
+}
+
+#[derive(Encode, Decode)]
+struct Issue {
+    /// True for a record that did not decode, false for an event replay rejected.
+    undecodable: bool,
+    seq: u64,
+    handle: Option<String>,
+    error: String,
+}
+
+fn manifest_out<'a>(registration: EventId, m: &'a Manifest) -> ManifestOut<'a> {
+    let (text, ends, args, env, limits) = m.command.parts();
+    ManifestOut {
+        registration,
+        handle: m.handle,
+        ids: m.ids,
+        command_text: text,
+        command_ends: ends,
+        command_args: args,
+        command_env: env,
+        limits,
+        registered_unix_ms: m.registered_unix_ms,
+        state: m.state,
+        pid: m.pid,
+        witness: m.witness,
+        running_unix_ms: m.running_unix_ms,
+        stop_requests: m.stop_requests,
+        first_stop: m.first_stop.as_ref().map(|(a, b)| (a.as_str(), b.as_str())),
+        input_closed: m.input_closed,
+        bounds: m.bounds,
+        terminal: &m.terminal,
+        published: &m.published,
+        completion_notified: m.completion_notified,
+        scope: &m.scope,
+        released: &m.released,
+        gaps: &m.gaps,
+    }
+}
+
+fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
+    let command = StoredCommand::from_parts(
+        w.command_text,
+        w.command_ends,
+        w.command_args,
+        w.command_env,
+        w.limits,
+    )
+    .map_err(|_| "a command whose pieces do not fit its text".to_owned())?;
+    // A set, written in order: anything else is not what `encode` writes.
+    if w.published.windows(2).any(|p| p[0] >= p[1]) {
+        return Err("published events out of order".to_owned());
+    }
+    let manifest = Manifest {
+        handle: w.handle,
+        ids: w.ids,
+        command,
+        registered_unix_ms: w.registered_unix_ms,
+        state: w.state,
+        pid: w.pid,
+        witness: w.witness,
+        running_unix_ms: w.running_unix_ms,
+        stop_requests: w.stop_requests,
+        first_stop: w.first_stop,
+        input_closed: w.input_closed,
+        bounds: w.bounds,
+        terminal: w.terminal,
+        published: w.published.into_iter().collect(),
+        completion_notified: w.completion_notified,
+        scope: w.scope,
+        released: w.released,
+        gaps: w.gaps,
+    };
+    Ok((w.registration, manifest))
+}
+
+/// Appends one frame holding `value`.
+fn push_frame<T: Encode>(out: &mut Vec<u8>, value: &T) -> Result<(), SnapshotError> {
+    let at = out.len();
+    out.extend_from_slice(&[0; FRAME_PREFIX_BYTES]);
+    let len = codec::encode_into(value, out).map_err(|e| SnapshotError::Encode(e.to_string()))?;
+    if len > SNAPSHOT_FRAME_BYTES_MAX {
+        return Err(SnapshotError::Encode(format!(
+            "a frame of {len} bytes exceeds the limit of {SNAPSHOT_FRAME_BYTES_MAX}"
+        )));
+    }
+    // `len` fits: the frame limit is far below 4 GiB.
+    out[at..at + FRAME_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(())
+}
+
+/// The manifests of a store, encoded as frames: the part of a snapshot taken while the store
+/// cannot change (under the lifecycle lock); the rest is assembled afterwards.
+#[derive(Debug, Clone)]
+pub(crate) struct ManifestFrames {
+    pub bytes: Vec<u8>,
+    pub count: u64,
+}
+
+pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, SnapshotError> {
+    let mut bytes = Vec::new();
+    for (registration, m) in store.entries() {
+        push_frame(&mut bytes, &manifest_out(registration, m))?;
+    }
+    Ok(ManifestFrames {
+        bytes,
+        count: store.len() as u64,
+    })
+}
+
+/// [`candidates`] of every manifest, in store order: `CANDIDATES` per manifest.
+pub fn candidate_ids(store: &ManifestStore) -> Vec<EventId> {
+    let mut out = Vec::with_capacity(store.len() * CANDIDATES);
+    for (registration, m) in store.entries() {
+        out.extend(candidates(registration, &m.ids));
+    }
+    out
+}
+
+/// The whole snapshot file: header, meta, the manifests' frames, the retained IDs and the replay
+/// report's issues.
+pub(crate) fn assemble(
+    journal_id: [u8; 16],
+    seq: u64,
+    created_unix_ms: u64,
+    manifests: &ManifestFrames,
+    retained: &[RetainedStep],
+    replay: &ReplayReport,
+) -> Result<Vec<u8>, SnapshotError> {
+    let chunks = retained.chunks(SNAPSHOT_IDS_PER_FRAME);
+    let meta = Meta {
+        manifests: manifests.count,
+        retained_frames: chunks.len() as u64,
+        issues: (replay.rejected.len() + replay.undecodable.len()) as u64,
+        lifecycle_events: replay.lifecycle_events,
+        other_events: replay.other_events,
+    };
+    let mut file = vec![0u8; SNAPSHOT_HEADER_BYTES];
+    push_frame(&mut file, &meta)?;
+    file.extend_from_slice(&manifests.bytes);
+    for chunk in chunks {
+        push_frame(&mut file, &chunk)?;
+    }
+    let issues = (replay.rejected.iter().map(|i| (false, i)))
+        .chain(replay.undecodable.iter().map(|i| (true, i)));
+    for (undecodable, issue) in issues {
+        push_frame(
+            &mut file,
+            &Issue {
+                undecodable,
+                seq: issue.seq,
+                handle: issue.handle.clone(),
+                error: issue.error.clone(),
+            },
+        )?;
+    }
+    let payload = &file[SNAPSHOT_HEADER_BYTES..];
+    let header = SnapshotHeader {
+        journal_id,
+        seq,
+        payload_bytes: payload.len() as u64,
+        created_unix_ms,
+        payload_crc: masked_crc(payload),
+    };
+    if file.len() as u64 > SNAPSHOT_BYTES_MAX {
+        return Err(SnapshotError::Encode(format!(
+            "{} bytes exceed the snapshot limit of {SNAPSHOT_BYTES_MAX}",
+            file.len()
+        )));
+    }
+    file[..SNAPSHOT_HEADER_BYTES].copy_from_slice(&header.encode());
+    Ok(file)
+}
+
+/// Encodes a whole snapshot in one call (what [`assemble`] does in two steps).
+pub fn encode(
+    journal_id: [u8; 16],
+    seq: u64,
+    created_unix_ms: u64,
+    store: &ManifestStore,
+    retained: &[RetainedStep],
+    replay: &ReplayReport,
+) -> Result<Vec<u8>, SnapshotError> {
+    let manifests = encode_manifests(store)?;
+    assemble(
+        journal_id,
+        seq,
+        created_unix_ms,
+        &manifests,
+        retained,
+        replay,
+    )
+}
+
+/// Reads frames off a payload.
+struct Frames<'a> {
+    payload: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Frames<'a> {
+    fn error(&self, reason: impl Into<String>) -> SnapshotError {
+        SnapshotError::Frame {
+            at: self.at as u64,
+            reason: reason.into(),
+        }
+    }
+
+    fn remaining(&self) -> usize {
+        self.payload.len() - self.at
+    }
+
+    fn next<T: Decode<()>>(&mut self, what: &str) -> Result<T, SnapshotError> {
+        let rest = &self.payload[self.at..];
+        let Some((prefix, body)) = rest.split_first_chunk::<FRAME_PREFIX_BYTES>() else {
+            return Err(self.error(format!("{what}: the payload ends inside a frame length")));
+        };
+        let len = u32::from_le_bytes(*prefix) as usize;
+        if len > SNAPSHOT_FRAME_BYTES_MAX || len > body.len() {
+            return Err(self.error(format!("{what}: a frame of {len} bytes does not fit")));
+        }
+        let value =
+            codec::decode_frame(&body[..len]).map_err(|e| self.error(format!("{what}: {e}")))?;
+        self.at += FRAME_PREFIX_BYTES + len;
+        Ok(value)
+    }
+}
+
+/// How many entries to reserve room for: never more than the bytes left could hold.
+fn capacity(count: u64, frames: &Frames<'_>, min_bytes: usize) -> usize {
+    usize::try_from(count)
+        .unwrap_or(usize::MAX)
+        .min(frames.remaining() / min_bytes)
+}
+
+/// Decodes a whole snapshot file. Total (module doc).
+pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    let header = SnapshotHeader::decode(bytes)?;
+    let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
+    if header.payload_bytes != payload.len() as u64 {
+        return Err(SnapshotError::Length {
+            declared: header.payload_bytes,
+            held: payload.len() as u64,
+        });
+    }
+    if masked_crc(payload) != header.payload_crc {
+        return Err(SnapshotError::PayloadChecksum);
+    }
+    let mut frames = Frames { payload, at: 0 };
+    let meta: Meta = frames.next("meta")?;
+    let mut entries = Vec::with_capacity(capacity(meta.manifests, &frames, 64));
+    for _ in 0..meta.manifests {
+        let at = frames.at;
+        let w: ManifestIn = frames.next("manifest")?;
+        let entry = manifest_in(w).map_err(|reason| SnapshotError::Frame {
+            at: at as u64,
+            reason,
+        })?;
+        entries.push(entry);
+    }
+    let store = ManifestStore::restore(entries.into_iter())
+        .map_err(|e| SnapshotError::Invalid(e.to_string()))?;
+    let mut retained: Vec<RetainedStep> = Vec::with_capacity(capacity(
+        meta.retained_frames
+            .saturating_mul(SNAPSHOT_IDS_PER_FRAME as u64),
+        &frames,
+        RETAINED_STEP_BYTES,
+    ));
+    for _ in 0..meta.retained_frames {
+        let at = frames.at;
+        let chunk: Vec<RetainedStep> = frames.next("retained IDs")?;
+        let invalid = |reason: String| SnapshotError::Frame {
+            at: at as u64,
+            reason,
+        };
+        if chunk.is_empty() || chunk.len() > SNAPSHOT_IDS_PER_FRAME {
+            return Err(invalid(format!(
+                "{} retained IDs in one frame",
+                chunk.len()
+            )));
+        }
+        for r in chunk {
+            let valid = (r.manifest as usize) < store.len()
+                && usize::from(r.which) < CANDIDATES
+                && (1..=header.seq).contains(&r.seq)
+                && r.kind != 0;
+            if !valid {
+                return Err(invalid(format!("retained ID {r:?} out of range")));
+            }
+            // Ascending, each at most once: as the encoder writes them.
+            if retained
+                .last()
+                .is_some_and(|l| (l.manifest, l.which) >= (r.manifest, r.which))
+            {
+                return Err(invalid(format!("retained ID {r:?} out of order")));
+            }
+            retained.push(r);
+        }
+    }
+    // A frame holds at most SNAPSHOT_IDS_PER_FRAME IDs, all full but the last (as encoded).
+    if retained.len() as u64 > meta.retained_frames * SNAPSHOT_IDS_PER_FRAME as u64
+        || (meta.retained_frames > 0
+            && (retained.len() as u64)
+                <= (meta.retained_frames - 1) * SNAPSHOT_IDS_PER_FRAME as u64)
+    {
+        return Err(SnapshotError::Invalid(
+            "retained IDs not packed as the encoder packs them".to_owned(),
+        ));
+    }
+    let mut replay = ReplayReport {
+        lifecycle_events: meta.lifecycle_events,
+        other_events: meta.other_events,
+        ..ReplayReport::default()
+    };
+    let mut undecodable_seen = false;
+    for _ in 0..meta.issues {
+        let at = frames.at;
+        let issue: Issue = frames.next("issue")?;
+        // Rejected issues first, then undecodable ones, as encoded.
+        if !issue.undecodable && undecodable_seen {
+            return Err(SnapshotError::Frame {
+                at: at as u64,
+                reason: "issues out of order".to_owned(),
+            });
+        }
+        undecodable_seen |= issue.undecodable;
+        let entry = ReplayIssue {
+            seq: issue.seq,
+            handle: issue.handle,
+            error: issue.error,
+        };
+        if issue.undecodable {
+            replay.undecodable.push(entry);
+        } else {
+            replay.rejected.push(entry);
+        }
+    }
+    if frames.remaining() != 0 {
+        return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));
+    }
+    Ok(Snapshot {
+        header,
+        store,
+        retained,
+        replay,
+    })
+}

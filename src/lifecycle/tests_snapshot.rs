@@ -1,0 +1,539 @@
+//! Snapshots and compaction against real files: a restore from a snapshot gives the store (and
+//! the replay report's counts and issues) a full replay of an uncompacted journal gives, after a
+//! crash at every step of snapshotting and compaction too; retried appends of retained IDs write
+//! nothing after their records are gone; damage is reported, never a silently wrong projection.
+//!
+//! The reference is a *mirror*: a second root that receives the same deterministic workload
+//! (`workload.rs`) and is never snapshotted, replayed whole.
+
+use std::path::Path;
+
+use super::*;
+use crate::journal::Durability;
+
+/// Small segments, so that a few hundred events fill many and compaction has work.
+fn options() -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Os,
+        segment_bytes: 8192,
+    }
+}
+
+fn append(lc: &mut Lifecycle, range: std::ops::Range<u64>) {
+    for n in range {
+        let (id, event) = workload::event(n);
+        let appended = lc.append(id, &event).unwrap();
+        assert!(appended.written, "event {n} was not written");
+    }
+}
+
+/// The mirror: the same events in a fresh root, replayed whole.
+fn mirror(events: u64) -> (ManifestStore, ReplayReport) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    append(&mut lc, 0..events);
+    drop(lc);
+    full_replay(dir.path())
+}
+
+/// A replay of every record of `root`'s journal, ignoring snapshots.
+fn full_replay(root: &Path) -> (ManifestStore, ReplayReport) {
+    let mut replayer = Replayer::default();
+    let report = JournalReader::open(root)
+        .unwrap()
+        .scan(1, |r| replayer.feed(&r))
+        .unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    replayer.finish()
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+fn segment_count(root: &Path) -> usize {
+    std::fs::read_dir(root.join("journal"))
+        .unwrap()
+        .filter(|e| {
+            e.as_ref()
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(".log")
+        })
+        .count()
+}
+
+/// A root with `events` events and two snapshots (at `first` and at the end), compacted.
+fn compacted_root(first: u64, events: u64) -> (tempfile::TempDir, SnapshotWritten) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    append(&mut lc, 0..first);
+    let one = lc.snapshot_now().unwrap().unwrap();
+    assert_eq!(
+        (one.kept.clone(), one.compacted.clone()),
+        (vec![first], None)
+    );
+    append(&mut lc, first..events);
+    let two = lc.snapshot_now().unwrap().unwrap();
+    (dir, two)
+}
+
+#[test]
+fn a_snapshot_round_trips_to_the_same_bytes_and_every_header_byte_is_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    append(&mut lc, 0..300);
+    let store = lc.store().clone();
+    let ids = snapshot::candidate_ids(&store);
+    let retained: Vec<snapshot::RetainedStep> = lc
+        .journal()
+        .lookup_ids(&ids, 300)
+        .into_iter()
+        .enumerate()
+        .filter_map(|(n, hit)| {
+            let (seq, kind) = hit?;
+            Some(snapshot::RetainedStep {
+                manifest: (n / snapshot::CANDIDATES) as u32,
+                which: (n % snapshot::CANDIDATES) as u8,
+                seq,
+                kind,
+            })
+        })
+        .collect();
+    // Every process of the workload has its registration, running, scope, publications,
+    // terminal (or lost), completion notice and release written under retained IDs.
+    let processes = store.len() as u64;
+    assert!(retained.len() as u64 >= 8 * (processes - workload::LANES));
+    let replay = lc.records.clone();
+    let bytes = snapshot::encode(*b"0123456789abcdef", 300, 7, &store, &retained, &replay).unwrap();
+    let back = snapshot::decode(&bytes).unwrap();
+    assert_eq!(back.store, store);
+    assert_eq!(back.retained, retained);
+    assert_eq!(back.replay, replay);
+    let again = snapshot::encode(
+        *b"0123456789abcdef",
+        300,
+        7,
+        &back.store,
+        &back.retained,
+        &back.replay,
+    )
+    .unwrap();
+    assert_eq!(again, bytes);
+    for at in 0..snapshot::SNAPSHOT_HEADER_BYTES {
+        let mut b = bytes.clone();
+        b[at] ^= 0x01;
+        assert!(
+            snapshot::decode(&b).is_err(),
+            "header flip at {at} accepted"
+        );
+    }
+    let mut b = bytes.clone();
+    let last = b.len() - 1;
+    b[last] ^= 0x80;
+    assert_eq!(
+        snapshot::decode(&b).err(),
+        Some(SnapshotError::PayloadChecksum)
+    );
+    assert_eq!(
+        snapshot::decode(&bytes[..bytes.len() - 1]).err(),
+        Some(SnapshotError::Length {
+            declared: (bytes.len() - 64) as u64,
+            held: (bytes.len() - 65) as u64
+        })
+    );
+}
+
+#[test]
+fn a_restore_from_a_compacted_root_gives_the_full_replay() {
+    let (dir, written) = compacted_root(300, 700);
+    let compacted = written.compacted.clone().unwrap();
+    assert!(compacted.removed_segments > 0, "{written:?}");
+    assert_eq!(written.kept, vec![300, 700]);
+    let floor = compacted.floor.unwrap();
+    assert!(
+        floor.seq <= 301,
+        "compacted past the older snapshot: {floor:?}"
+    );
+
+    let (want, want_report) = mirror(750);
+    let kept = segment_count(dir.path());
+    let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert_eq!(recovery.segments as usize, kept);
+    assert_eq!(recovery.records, 700 - (floor.seq - 1));
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(recovery.floor, Some(floor));
+    assert_eq!(replay.snapshot_seq, Some(700));
+    assert!(replay.is_clean(), "{replay:?}");
+    append(&mut lc, 700..750);
+    assert_eq!(lc.journal().last_seq(), 750);
+    drop(lc);
+    let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(*lc.store(), want);
+    assert_eq!(replay.of_records(), want_report);
+    // The read-only restore of the CLI agrees.
+    let (store, replay, recovery) = restore_read_only(dir.path(), |_| {}).unwrap();
+    assert_eq!(store, want);
+    assert_eq!(replay.of_records(), want_report);
+    assert!(
+        recovery.is_clean() && replay.is_clean(),
+        "{recovery:?} {replay:?}"
+    );
+}
+
+#[test]
+fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
+    let (dir, written) = compacted_root(300, 700);
+    let floor = written.compacted.unwrap().floor.unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    let last = lc.journal().last_seq();
+    let mut retried = 0;
+    // Every event whose record compaction removed and whose ID is a retained one.
+    for n in 0..floor.seq - 1 {
+        let (id, event) = workload::event(n);
+        if matches!(
+            event,
+            LifecycleEvent::OutputCheckpoint(_)
+                | LifecycleEvent::StopRequested(_)
+                | LifecycleEvent::InputClosed(_)
+                | LifecycleEvent::OutputGap(_)
+        ) {
+            continue; // fresh IDs: never retried across a restart (snapshot.rs)
+        }
+        let appended = lc.append(id, &event).unwrap();
+        assert!(!appended.written, "event {n} written again");
+        assert_eq!(appended.position.seq, n + 1);
+        retried += 1;
+    }
+    assert!(retried > 100, "only {retried} retries");
+    assert_eq!(lc.journal().last_seq(), last);
+    // A retained ID still names its kind: another event under it is refused.
+    let (running_id, _) = workload::event(8); // process 0's running
+    let (_, stop) = workload::event(5 * workload::LANES);
+    assert!(matches!(
+        lc.append(running_id, &stop),
+        Err(LifecycleError::Rejected(Rejection::IdInUse { .. }))
+    ));
+    assert_eq!(lc.journal().last_seq(), last);
+}
+
+/// Stops the sequence at step `at` (counting from 0), as a crash there would; records the steps.
+#[derive(Debug, Default)]
+struct CrashAt {
+    at: Option<usize>,
+    steps: Vec<&'static str>,
+}
+
+impl crate::journal::CrashPoints for CrashAt {
+    fn reached(&mut self, step: &'static str) -> std::io::Result<()> {
+        if self.at == Some(self.steps.len()) {
+            return Err(std::io::Error::other(format!(
+                "simulated crash before {step}"
+            )));
+        }
+        self.steps.push(step);
+        Ok(())
+    }
+}
+
+/// Truncates every `*.tmp` under `root` to half: what a power loss leaves of writes that were
+/// never synced.
+fn tear_tmp_files(root: &Path) {
+    for sub in ["journal", "snapshots"] {
+        let Ok(entries) = std::fs::read_dir(root.join(sub)) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.to_string_lossy().ends_with(".tmp") {
+                let len = std::fs::metadata(&path).unwrap().len();
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .unwrap()
+                    .set_len(len / 2)
+                    .unwrap();
+            }
+        }
+    }
+}
+
+#[test]
+fn a_crash_at_every_step_of_snapshot_and_compaction_opens_to_the_full_replay() {
+    // A root with one snapshot: the next one compacts below it.
+    let template = tempfile::tempdir().unwrap();
+    {
+        let (mut lc, _, _) = Lifecycle::open(template.path(), options()).unwrap();
+        append(&mut lc, 0..300);
+        lc.snapshot_now().unwrap().unwrap();
+        append(&mut lc, 300..600);
+    }
+    let (want, want_report) = mirror(650);
+    // The steps of one uninterrupted run.
+    let steps = {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(template.path(), dir.path());
+        let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+        let mut count = CrashAt::default();
+        let written = lc.snapshot_now_with(&mut count).unwrap().unwrap();
+        assert!(written.compacted.unwrap().removed_segments > 1);
+        count.steps
+    };
+    assert!(steps.contains(&"compaction: delete segment"), "{steps:?}");
+    assert!(!steps.contains(&"snapshot: delete old"), "{steps:?}");
+    for at in 0..=steps.len() {
+        let dir = tempfile::tempdir().unwrap();
+        copy_dir(template.path(), dir.path());
+        let context = format!("crash before step {at} of {steps:?}");
+        {
+            let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+            let mut crash = CrashAt {
+                at: Some(at),
+                ..CrashAt::default()
+            };
+            let outcome = lc.snapshot_now_with(&mut crash);
+            assert_eq!(outcome.is_ok(), at == steps.len(), "{context}: {outcome:?}");
+        }
+        if steps.get(at).is_some_and(|s| s.ends_with("fsync tmp")) {
+            tear_tmp_files(dir.path());
+        }
+        let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+        assert!(recovery.is_crash_residue_only(), "{context}: {recovery:?}");
+        assert!(recovery.gaps.is_empty(), "{context}: {recovery:?}");
+        assert!(replay.is_clean(), "{context}: {replay:?}");
+        // A retried append of an early registration is still recognised.
+        let (id, event) = workload::event(0);
+        assert!(!lc.append(id, &event).unwrap().written, "{context}");
+        append(&mut lc, 600..650);
+        // The interrupted snapshot, again, to the end.
+        lc.snapshot_now().unwrap();
+        drop(lc);
+        let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+        assert!(recovery.is_clean(), "{context}: {recovery:?}");
+        assert_eq!(*lc.store(), want, "{context}");
+        assert_eq!(replay.of_records(), want_report, "{context}");
+        assert_eq!(replay.snapshot_seq, Some(650), "{context}");
+    }
+}
+
+#[test]
+fn a_damaged_newest_snapshot_falls_back_to_the_older_one_without_loss() {
+    let (dir, written) = compacted_root(300, 700);
+    assert!(written.compacted.unwrap().removed_segments > 0);
+    let newest = dir.path().join("snapshots").join(snapdir::file_name(700));
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    std::fs::write(&newest, bytes).unwrap();
+    let (want, want_report) = mirror(700);
+    let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(replay.snapshot_seq, Some(300));
+    assert_eq!(replay.snapshot_problems.len(), 1, "{replay:?}");
+    assert!(
+        replay.snapshot_problems[0].reason.contains("checksum"),
+        "{replay:?}"
+    );
+    assert_eq!(replay.lost_below_seq, None);
+    assert!(!replay.is_clean());
+    assert_eq!(*lc.store(), want);
+    assert_eq!(replay.of_records(), want_report);
+}
+
+#[test]
+fn with_every_snapshot_damaged_the_compacted_head_is_reported_lost() {
+    let (dir, written) = compacted_root(300, 700);
+    let floor = written.compacted.unwrap().floor.unwrap();
+    for seq in [300, 700] {
+        let path = dir.path().join("snapshots").join(snapdir::file_name(seq));
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes[70] ^= 0x01;
+        std::fs::write(&path, bytes).unwrap();
+    }
+    let (want, _) = mirror(700);
+    let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(replay.lost_below_seq, Some(floor.seq));
+    assert_eq!(replay.snapshot_seq, None);
+    assert_eq!(replay.snapshot_problems.len(), 2);
+    assert!(!replay.is_clean());
+    assert!(lc.store().len() < want.len());
+    let (_, replay, _) = restore_read_only(dir.path(), |_| {}).unwrap();
+    assert_eq!(replay.lost_below_seq, Some(floor.seq));
+}
+
+#[test]
+fn a_damaged_floor_is_reported_and_the_removed_head_reads_as_a_gap() {
+    let (dir, _) = compacted_root(300, 700);
+    let floor_path = dir.path().join("journal").join("FLOOR");
+    let mut bytes = std::fs::read(&floor_path).unwrap();
+    bytes[40] ^= 0x01;
+    std::fs::write(&floor_path, bytes).unwrap();
+    let report = JournalReader::open(dir.path()).unwrap().verify().unwrap();
+    assert!(report.bad_floor.is_some(), "{report:?}");
+    assert_eq!(report.floor, None);
+    assert_eq!(report.gaps.len(), 1, "{report:?}");
+    assert_eq!(report.gaps[0].after_seq, 0);
+    assert!(!report.is_clean() && !report.is_crash_residue_only());
+}
+
+#[test]
+fn a_snapshot_of_another_journal_is_reported_and_not_used() {
+    let (dir, _) = compacted_root(300, 700);
+    let other = tempfile::tempdir().unwrap();
+    {
+        let (mut lc, _, _) = Lifecycle::open(other.path(), options()).unwrap();
+        append(&mut lc, 0..800);
+        lc.snapshot_now().unwrap().unwrap();
+    }
+    std::fs::copy(
+        other.path().join("snapshots").join(snapdir::file_name(800)),
+        dir.path().join("snapshots").join(snapdir::file_name(800)),
+    )
+    .unwrap();
+    let (want, _) = mirror(700);
+    let (lc, _, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert_eq!(replay.snapshot_seq, Some(700));
+    assert_eq!(replay.snapshot_problems.len(), 1, "{replay:?}");
+    assert!(
+        replay.snapshot_problems[0]
+            .reason
+            .contains("another journal"),
+        "{replay:?}"
+    );
+    assert_eq!(*lc.store(), want);
+}
+
+#[test]
+fn the_policy_waits_for_a_segment_of_growth_and_the_snapshot_size() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    let policy = SnapshotPolicy::default();
+    append(&mut lc, 0..100);
+    assert!(!lc.snapshot_due(&policy, false));
+    assert!(!lc.snapshot_due(&policy, true));
+    lc.snapshots.folded_bytes = crate::limits::SNAPSHOT_AT_SHUTDOWN_BYTES_MIN;
+    assert!(lc.snapshot_due(&policy, true) && !lc.snapshot_due(&policy, false));
+    lc.snapshots.folded_bytes = crate::limits::SNAPSHOT_AFTER_BYTES_MIN;
+    assert!(lc.snapshot_due(&policy, false));
+    let written = lc.snapshot_now().unwrap().unwrap();
+    assert!(!lc.snapshot_due(&policy, false) && !lc.snapshot_due(&policy, true));
+    // A large newest snapshot raises the bar to its own size.
+    lc.snapshots.newest_bytes = 4 * crate::limits::SNAPSHOT_AFTER_BYTES_MIN;
+    lc.snapshots.folded_bytes = written.folded_bytes + 2 * crate::limits::SNAPSHOT_AFTER_BYTES_MIN;
+    assert!(!lc.snapshot_due(&policy, false) && lc.snapshot_due(&policy, true));
+    // Nothing new: no snapshot.
+    assert_eq!(lc.snapshot_now().unwrap(), None);
+}
+
+#[test]
+fn a_terminal_event_that_says_lost_on_restore_round_trips() {
+    // Found by the round-trip proptest: `Terminal` may carry the lost_on_restore state, under
+    // the terminal ID; the snapshot's consistency check must accept what replay accepts.
+    let mut store = ManifestStore::new();
+    let (id, registration) = workload::event(0);
+    store.apply(id, &registration).unwrap();
+    let h = workload::handle(0);
+    let terminal = LifecycleEvent::Terminal(event::Terminal {
+        handle: h,
+        state: State::LostOnRestore,
+        exit: event::ExitStatus::Unknown,
+        bounds: event::CursorBounds::default(),
+        capture: event::CaptureStatus::Complete,
+        reason: "restarted".into(),
+        at_unix_ms: 1,
+    });
+    store.apply(workload::ids(0).terminal, &terminal).unwrap();
+    let bytes = snapshot::encode([1; 16], 2, 0, &store, &[], &ReplayReport::default()).unwrap();
+    assert_eq!(snapshot::decode(&bytes).unwrap().store, store);
+}
+
+#[test]
+fn a_manifest_no_events_could_produce_is_refused() {
+    let mut store = ManifestStore::new();
+    let (id, registration) = workload::event(0);
+    store.apply(id, &registration).unwrap();
+    let (_, m) = store.entries().next().unwrap();
+    let broken = [
+        Manifest {
+            state: State::Exited,
+            ..m.clone()
+        },
+        Manifest {
+            pid: Some(7),
+            ..m.clone()
+        },
+        Manifest {
+            completion_notified: true,
+            ..m.clone()
+        },
+        Manifest {
+            stop_requests: 1,
+            ..m.clone()
+        },
+        Manifest {
+            published: [workload::ids(0).running].into(),
+            ..m.clone()
+        },
+    ];
+    for manifest in broken {
+        let restored = ManifestStore::restore([(id, manifest.clone())].into_iter());
+        assert!(restored.is_err(), "{manifest:?}");
+    }
+    // Two manifests of one handle, as a damaged snapshot could hold.
+    assert!(
+        ManifestStore::restore(
+            [(id, m.clone()), (workload::registration_id(9), m.clone())].into_iter()
+        )
+        .is_err()
+    );
+    assert_eq!(
+        ManifestStore::restore([(id, m.clone())].into_iter()).unwrap(),
+        store
+    );
+}
+
+#[test]
+fn a_snapshot_ahead_of_its_journal_never_lets_a_seq_be_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+        append(&mut lc, 0..300);
+        lc.snapshot_now().unwrap().unwrap();
+    }
+    // Outside damage: the last segment, holding seq 300, is gone.
+    let journal = dir.path().join("journal");
+    let mut segments: Vec<_> = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "log"))
+        .collect();
+    segments.sort();
+    std::fs::remove_file(segments.last().unwrap()).unwrap();
+    let (want, _) = mirror(300);
+    let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert_eq!(replay.snapshot_seq, Some(300));
+    assert_eq!(*lc.store(), want);
+    let gap = recovery.gaps.last().unwrap();
+    assert_eq!(gap.next_seq, 301, "{recovery:?}");
+    assert!(gap.after_seq < 300, "{recovery:?}");
+    // The next record takes 301, never a seq the snapshot already holds.
+    let (id, event) = workload::event(300);
+    assert_eq!(lc.append(id, &event).unwrap().position.seq, 301);
+    // A retry of a step whose record is gone but retained answers with its own seq.
+    let (id, event) = workload::event(290);
+    let retried = lc.append(id, &event).unwrap();
+    assert!(!retried.written);
+    assert_eq!(retried.position.seq, 291);
+}
