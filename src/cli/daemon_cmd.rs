@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::run_cmd::{parse_duration, parse_label};
 use crate::client::{Client, ClientError};
 use crate::journal::reader::JournalReader;
-use crate::lifecycle::{Handle, Manifest, Replayer, State};
+use crate::lifecycle::{Handle, Manifest, State};
 use crate::protocol::dispatch::ProcessInfo;
 use crate::protocol::{Request, StartArgs};
 use crate::server::{Server, default_socket};
@@ -369,9 +369,7 @@ fn offline_manifests(root: &Path) -> anyhow::Result<(crate::lifecycle::ManifestS
     super::existing(root)?;
     let reader = JournalReader::open(root)
         .context("cannot read the journal (has anything run under this root?)")?;
-    let mut replayer = Replayer::default();
-    let recovery = reader.scan(1, |r| replayer.feed(&r))?;
-    let (store, replay) = replayer.finish();
+    let (store, replay, recovery) = crate::lifecycle::restore_read_only(reader.root(), |_| {})?;
     let clean = recovery.is_clean() && replay.is_clean();
     if !clean {
         eprintln!(

@@ -12,7 +12,6 @@ use serde::Serialize;
 use super::progress::Progress;
 use crate::journal::reader::{JournalReader, RecordView};
 use crate::journal::recovery::RecoveryReport;
-use crate::lifecycle::Replayer;
 use crate::limits::FOLLOW_POLL_MS;
 
 #[derive(Debug, Subcommand)]
@@ -25,6 +24,19 @@ pub(crate) enum JournalCommand {
     /// Replay the lifecycle events and print the manifest of every process. Exit 0 when the
     /// journal and the replay are clean, 1 when anything was reported, 2 when it could not be read.
     Manifests(ManifestsArgs),
+    /// Write a snapshot of the manifests and remove the journal segments below the older of the
+    /// two snapshots kept (takes the root's lock: not while a daemon runs). A running daemon does
+    /// this on its own as the journal grows.
+    Compact(CompactArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CompactArgs {
+    #[command(flatten)]
+    root: RootArg,
+    /// Print what was done as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -72,7 +84,72 @@ pub(crate) fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
         JournalCommand::Verify(args) => verify(args),
         JournalCommand::Dump(args) => dump(args),
         JournalCommand::Manifests(args) => manifests(args),
+        JournalCommand::Compact(args) => compact(args),
     }
+}
+
+/// `journal compact --json`.
+#[derive(Serialize)]
+struct CompactLine<'a> {
+    /// The snapshot written (`null`: nothing new since the newest one).
+    snapshot: Option<&'a crate::lifecycle::SnapshotWritten>,
+    /// What the open found (a host refuses to compact anything but a clean journal).
+    journal_clean: bool,
+    replay_clean: bool,
+}
+
+fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
+    let root = super::existing_root(args.root.root)?;
+    let (mut lifecycle, recovery, replay) =
+        crate::lifecycle::Lifecycle::open(&root, crate::journal::JournalOptions::default())
+            .with_context(|| format!("cannot open {} for writing", root.display()))?;
+    // Compaction removes records for good: only ever below what a snapshot of a clean
+    // projection holds.
+    if !recovery.is_crash_residue_only() || !replay.is_clean() {
+        anyhow::bail!(
+            "not compacting {}: the journal or its replay has problems (`procjournal journal verify` and `journal manifests` report them)",
+            root.display()
+        );
+    }
+    let written = lifecycle.snapshot_now()?;
+    let mut out = std::io::stdout().lock();
+    if args.json {
+        serde_json::to_writer(
+            &mut out,
+            &CompactLine {
+                snapshot: written.as_ref(),
+                journal_clean: recovery.is_clean(),
+                replay_clean: replay.is_clean(),
+            },
+        )?;
+        writeln!(out)?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    match &written {
+        None => writeln!(out, "nothing new since the newest snapshot")?,
+        Some(w) => {
+            writeln!(
+                out,
+                "snapshot at seq {} ({} bytes); snapshots kept at seqs {:?}",
+                w.seq, w.file_bytes, w.kept
+            )?;
+            match &w.compacted {
+                Some(c) if c.removed_segments > 0 => writeln!(
+                    out,
+                    "removed {} segments ({} bytes): the journal now starts at seq {}",
+                    c.removed_segments,
+                    c.removed_bytes,
+                    c.floor.map_or(1, |f| f.seq)
+                )?,
+                Some(_) => writeln!(out, "no whole segment lies below the older snapshot")?,
+                None => writeln!(
+                    out,
+                    "this is the only snapshot: segments are removed only below an older one, so that a damaged snapshot never costs a record"
+                )?,
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn open(root: RootArg) -> anyhow::Result<JournalReader> {
@@ -200,6 +277,25 @@ fn write_report(
             out,
             "unrecognised file in the journal directory (not read, not removed): {}",
             crate::render::escape_field(u, false)
+        )?;
+    }
+    if let Some(f) = &report.floor {
+        writeln!(
+            out,
+            "compacted: the records below seq {} (segments below {}) were removed after a snapshot",
+            f.seq, f.segment_index
+        )?;
+    }
+    if let Some(reason) = &report.bad_floor {
+        writeln!(
+            out,
+            "BAD FLOOR: journal/FLOOR is ignored ({reason}); a removed head reads as a gap"
+        )?;
+    }
+    for c in &report.compacted_leftovers {
+        writeln!(
+            out,
+            "leftover of an interrupted compaction (below the floor; a writable open deletes it): {c}"
         )?;
     }
     writeln!(
@@ -338,14 +434,10 @@ fn broken_pipe_ok(e: std::io::Error) -> anyhow::Result<ExitCode> {
 
 fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
     let reader = open(args.root)?;
-    let mut replayer = Replayer::default();
     let mut progress = Progress::journal("replaying", &reader.dir());
-    let recovery = reader.scan(1, |r| {
-        progress.record(r.position);
-        replayer.feed(&r)
-    })?;
+    let (store, replay, recovery) =
+        crate::lifecycle::restore_read_only(reader.root(), |r| progress.record(r.position))?;
     progress.finish();
-    let (store, replay) = replayer.finish();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         for m in store.iter() {
@@ -400,6 +492,20 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 out,
                 "REPLAY ISSUE: seq {} handle {handle}: {}",
                 issue.seq, issue.error
+            )?;
+        }
+        for p in &replay.snapshot_problems {
+            writeln!(
+                out,
+                "SNAPSHOT NOT USED: {}: {}",
+                crate::render::escape_field(&p.file, false),
+                p.reason
+            )?;
+        }
+        if let Some(seq) = replay.lost_below_seq {
+            writeln!(
+                out,
+                "LOST: the records below seq {seq} were compacted away and no usable snapshot holds them; these manifests lack what they did"
             )?;
         }
         if !recovery.is_clean() {

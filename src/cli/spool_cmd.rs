@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::journal::reader::JournalReader;
-use crate::lifecycle::{Handle, Replayer};
+use crate::lifecycle::Handle;
 use crate::render;
 use crate::spool::Spool;
 
@@ -140,21 +140,20 @@ fn end_base64_run(out: &mut impl Write, carry: &mut Vec<u8>, any: bool) -> std::
 /// The journal's record of every process (manifests, with their output's gaps and bounds), and
 /// whether the journal read clean. No journal at all is an empty record.
 fn recorded(root: &std::path::Path) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
-    let mut replayer = Replayer::default();
-    let mut clean = true;
     match JournalReader::open(root) {
         Ok(reader) => {
             let mut progress = super::progress::Progress::journal("replaying", &reader.dir());
-            let report = reader.scan(1, |r| {
-                progress.record(r.position);
-                replayer.feed(&r)
-            })?;
-            clean = report.is_clean();
+            let (store, replay, report) =
+                crate::lifecycle::restore_read_only(reader.root(), |r| {
+                    progress.record(r.position)
+                })?;
+            Ok((store, report.is_clean() && replay.lost_below_seq.is_none()))
         }
-        Err(e) => eprintln!("procjournal: no journal to compare with: {e}"),
+        Err(e) => {
+            eprintln!("procjournal: no journal to compare with: {e}");
+            Ok((crate::lifecycle::ManifestStore::default(), true))
+        }
     }
-    let (store, _) = replayer.finish();
-    Ok((store, clean))
 }
 
 /// What `spool verify` found for one process.

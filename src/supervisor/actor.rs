@@ -177,6 +177,8 @@ pub(crate) struct Actor {
     held: HashMap<Handle, (Scoped, LifecycleIds)>,
     /// When the held trees are next assessed; an assessment in flight clears it.
     next_assessment: Option<tokio::time::Instant>,
+    /// When the snapshot policy is next asked; a snapshot in flight clears it.
+    next_snapshot_check: Option<tokio::time::Instant>,
 }
 
 impl Actor {
@@ -206,6 +208,7 @@ impl Actor {
             shutdown: ShutdownState::Open,
             next_assessment: (!held.is_empty()).then(tokio::time::Instant::now),
             held: held.into_iter().map(|(h, s, i)| (h, (s, i))).collect(),
+            next_snapshot_check: Some(tokio::time::Instant::now()),
         }
     }
 
@@ -238,6 +241,10 @@ impl Actor {
                     if self.next_assessment.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
                     self.assess_held();
                 }
+                () = sleep_until_opt(self.next_snapshot_check),
+                    if self.next_snapshot_check.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
+                    self.snapshot_if_due();
+                }
             }
             self.finish_shutdown(false);
         }
@@ -267,6 +274,21 @@ impl Actor {
                 let _ = actor.send(ProcEvent::Assessed { released }).await;
             }
             .instrument(info_span!("assess")),
+        );
+    }
+
+    /// Writes a snapshot in the background if the policy wants one (the supervisor's
+    /// `Shared::snapshot_blocking`, on the blocking pool); asks again after the policy's
+    /// interval once it is done.
+    fn snapshot_if_due(&mut self) {
+        self.next_snapshot_check = None;
+        let (shared, actor) = (Arc::clone(&self.shared), self.events_tx.clone());
+        self.tasks.spawn(
+            async move {
+                let _ = tokio::task::spawn_blocking(move || shared.snapshot_blocking(false)).await;
+                let _ = actor.send(ProcEvent::Snapshotted).await;
+            }
+            .instrument(info_span!("snapshot")),
         );
     }
 
@@ -378,6 +400,13 @@ impl Actor {
                     if !proven && mechanism.is_some_and(|m| m != crate::tree::Mechanism::Group) {
                         self.hold(handle);
                     }
+                }
+            }
+            ProcEvent::Snapshotted => {
+                if matches!(self.shutdown, ShutdownState::Open) {
+                    self.next_snapshot_check = Some(
+                        tokio::time::Instant::now() + self.shared.config.snapshots.check_every,
+                    );
                 }
             }
             ProcEvent::Assessed { released } => {
@@ -671,6 +700,9 @@ impl Actor {
                 report.terminated.sort();
                 report.killed.sort();
                 report.teardown_failed.sort();
+                // A clean shutdown leaves the next start little to replay (the shutdown rule of
+                // the snapshot policy); a snapshot in flight makes this one a no-op.
+                let _ = tokio::task::spawn_blocking(move || shared.snapshot_blocking(true)).await;
                 let _ = actor.send(Msg::ShutdownDone { report }).await;
             }
             .instrument(info_span!("shutdown")),

@@ -46,7 +46,10 @@ pub use tap::{Tap, TapChunk};
 
 use crate::journal::{Appended, Durability, EventId, JournalOptions};
 use crate::lifecycle::event::{InputClosed, StopRequested};
-use crate::lifecycle::{Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, State};
+use crate::lifecycle::{
+    Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, SnapshotPolicy, SnapshotWritten,
+    State,
+};
 use crate::limits;
 use crate::render::{self, ArtifactDescriptor};
 use crate::spool::{Span, Spool, SpoolError, SpoolOptions};
@@ -88,6 +91,9 @@ pub struct SupervisorConfig {
     pub boot_id_source: PathBuf,
     /// How workloads are launched into trees (replaceable to inject faults in tests).
     pub launcher: Arc<dyn Launcher>,
+    /// When snapshots of the manifests are written (and the journal compacted below them): in
+    /// the background while the journal grows, and at a clean shutdown.
+    pub snapshots: SnapshotPolicy,
 }
 
 impl SupervisorConfig {
@@ -106,6 +112,7 @@ impl SupervisorConfig {
             finished_readers_cached: limits::FINISHED_READERS_CACHED_DEFAULT,
             boot_id_source: PathBuf::from("/proc/sys/kernel/random/boot_id"),
             launcher: Arc::new(GroupLauncher),
+            snapshots: SnapshotPolicy::default(),
         }
     }
 
@@ -339,6 +346,36 @@ impl Shared {
         event: &LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
         lock(&self.lifecycle).append_deferred(id, event)
+    }
+
+    /// Writes a snapshot of the manifests if the policy wants one (`at_shutdown`: the shutdown
+    /// rule), and compacts the journal below the older snapshot kept. The lifecycle lock is held
+    /// only while the manifests are encoded; appends go on while the file is written. Runs on
+    /// the calling thread, which must not be a runtime thread (it syncs). `None`: not due.
+    pub fn snapshot_blocking(
+        &self,
+        at_shutdown: bool,
+    ) -> Option<Result<SnapshotWritten, LifecycleError>> {
+        let capture = {
+            let mut lifecycle = lock(&self.lifecycle);
+            if !lifecycle.snapshot_due(&self.config.snapshots, at_shutdown) {
+                return None;
+            }
+            match lifecycle.capture_snapshot() {
+                Ok(Some(capture)) => capture,
+                Ok(None) => return None,
+                Err(e) => return Some(Err(e)),
+            }
+        };
+        let outcome = capture.persist();
+        lock(&self.lifecycle).snapshot_done(outcome.as_ref());
+        match &outcome {
+            Ok(w) => {
+                tracing::debug!(seq = w.seq, bytes = w.file_bytes, compacted = ?w.compacted, "snapshot written")
+            }
+            Err(e) => tracing::warn!(error = %e, "snapshot failed; the journal keeps every record"),
+        }
+        Some(outcome)
     }
 
     /// Where guardians create their receipts.

@@ -101,6 +101,8 @@ pub(crate) enum ProcEvent {
     TreeEmpty { handle: Handle, proven: bool },
     /// Held trees whose exit the periodic assessment proved (their releases are recorded).
     Assessed { released: Vec<Handle> },
+    /// A background snapshot ended (written, failed, or not due after all).
+    Snapshotted,
 }
 
 /// What waiters learn once the terminal event is acknowledged.
