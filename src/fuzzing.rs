@@ -20,6 +20,8 @@
 //!   under every chunking, both message decoders, and their round trip.
 //! - [`guardian_receipt`]: the guardian's exit-receipt decoder, as given and with its checksum
 //!   fixed up, and its round trip.
+//! - [`snapshot_decode`]: the snapshot decoder, as given and behind a header fixed up to vouch
+//!   for the payload, and its round trip.
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
@@ -2056,4 +2058,106 @@ fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
     let crc = crc32fast::hash(&body);
     body.extend_from_slice(format!("crc32 {crc:08x}\n").as_bytes());
     body
+}
+
+// ------------------------------------------------------------------------------------------------
+// snapshot_decode
+
+/// The snapshot decoder (`lifecycle::snapshot`) over arbitrary bytes, twice: the input as it is,
+/// and the input behind a header rebuilt to vouch for it (its length and payload checksum fixed
+/// up, its seq kept when in range), so that the fuzzer reaches the frame decoders and the store's
+/// checks behind the checksums. Never a panic; an accepted snapshot re-encodes to exactly its
+/// bytes (the format is canonical), and its store finds every manifest by its handle.
+pub fn snapshot_decode(data: &[u8]) {
+    use crate::lifecycle::snapshot::{SNAPSHOT_HEADER_BYTES, SnapshotHeader};
+    check_snapshot(data);
+    if let Some(payload) = data.get(SNAPSHOT_HEADER_BYTES..) {
+        let word = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&data[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let mut journal_id = [0u8; 16];
+        journal_id.copy_from_slice(&data[16..32]);
+        let header = SnapshotHeader {
+            journal_id,
+            seq: word(32).clamp(1, SEQ_MAX),
+            payload_bytes: payload.len() as u64,
+            created_unix_ms: word(48),
+            payload_crc: format::masked_crc(payload),
+        };
+        let mut fixed = header.encode().to_vec();
+        fixed.extend_from_slice(payload);
+        check_snapshot(&fixed);
+    }
+}
+
+fn check_snapshot(bytes: &[u8]) {
+    use crate::lifecycle::snapshot;
+    match snapshot::decode(bytes) {
+        Ok(s) => {
+            let again = snapshot::encode(
+                s.header.journal_id,
+                s.header.seq,
+                s.header.created_unix_ms,
+                &s.store,
+                &s.retained,
+                &s.replay,
+            );
+            assert_eq!(
+                again.as_deref().ok(),
+                Some(bytes),
+                "a decoded snapshot does not re-encode to its bytes"
+            );
+            for m in s.store.iter() {
+                assert_eq!(
+                    s.store.get(&m.handle),
+                    Some(m),
+                    "a manifest not found by handle"
+                );
+            }
+        }
+        Err(e) => assert!(!e.to_string().is_empty()),
+    }
+}
+
+/// A real snapshot of the first `events` events of the lifecycle workload (`lifecycle::workload`),
+/// with every ID the journal would retain: the fuzz target's seeds, and the proptest's start.
+pub fn workload_snapshot(events: u64) -> Vec<u8> {
+    use crate::lifecycle::snapshot::{CANDIDATES, RetainedStep, candidate_ids};
+    use crate::lifecycle::{ManifestStore, ReplayReport, snapshot, workload};
+    let mut store = ManifestStore::new();
+    let mut written = std::collections::HashMap::new();
+    for n in 0..events {
+        let (id, event) = workload::event(n);
+        let _ = store.apply(id, &event);
+        written.insert(id, (n + 1, event.kind().get()));
+    }
+    // As a snapshot's persist finds them: every candidate the journal holds.
+    let retained: Vec<RetainedStep> = candidate_ids(&store)
+        .iter()
+        .enumerate()
+        .filter_map(|(i, id)| {
+            let (seq, kind) = written.get(id)?;
+            Some(RetainedStep {
+                manifest: (i / CANDIDATES) as u32,
+                which: (i % CANDIDATES) as u8,
+                seq: *seq,
+                kind: *kind,
+            })
+        })
+        .collect();
+    let replay = ReplayReport {
+        lifecycle_events: events,
+        ..ReplayReport::default()
+    };
+    snapshot::encode(
+        FUZZ_JOURNAL_ID,
+        events.max(1),
+        1_700_000_000_000,
+        &store,
+        &retained,
+        &replay,
+    )
+    .unwrap_or_default()
 }

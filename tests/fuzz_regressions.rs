@@ -18,6 +18,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("guardian_control", procjournal::fuzzing::guardian_control),
     ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
     ("replay", procjournal::fuzzing::replay),
+    ("snapshot_decode", procjournal::fuzzing::snapshot_decode),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must
