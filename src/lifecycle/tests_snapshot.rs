@@ -525,15 +525,61 @@ fn a_snapshot_ahead_of_its_journal_never_lets_a_seq_be_reused() {
     let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
     assert_eq!(replay.snapshot_seq, Some(300));
     assert_eq!(*lc.store(), want);
-    let gap = recovery.gaps.last().unwrap();
-    assert_eq!(gap.next_seq, 301, "{recovery:?}");
-    assert!(gap.after_seq < 300, "{recovery:?}");
-    // The next record takes 301, never a seq the snapshot already holds.
+    // The loss is reported (the sealed segment before names the missing one).
+    assert!(!recovery.is_crash_residue_only(), "{recovery:?}");
+    // The next record never takes a seq the snapshot already holds.
     let (id, event) = workload::event(300);
-    assert_eq!(lc.append(id, &event).unwrap().position.seq, 301);
+    assert!(lc.append(id, &event).unwrap().position.seq > 300);
     // A retry of a step whose record is gone but retained answers with its own seq.
     let (id, event) = workload::event(290);
     let retried = lc.append(id, &event).unwrap();
     assert!(!retried.written);
     assert_eq!(retried.position.seq, 291);
+}
+
+#[test]
+fn records_lost_after_a_snapshot_are_reported_and_their_seqs_not_reused() {
+    // One segment: its commit point, and the snapshot, know of the seqs past the damage.
+    let dir = tempfile::tempdir().unwrap();
+    let big = JournalOptions {
+        durability: Durability::Os,
+        segment_bytes: 1 << 20,
+    };
+    {
+        let (mut lc, _, _) = Lifecycle::open(dir.path(), big.clone()).unwrap();
+        append(&mut lc, 0..300);
+        lc.snapshot_now().unwrap().unwrap();
+    }
+    // Outside damage: the records after seq 200 are zeroed (the snapshot holds them).
+    let journal = dir.path().join("journal");
+    let segment = std::fs::read_dir(&journal)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.extension().is_some_and(|e| e == "log"))
+        .unwrap();
+    let mut at = None;
+    JournalReader::open(dir.path())
+        .unwrap()
+        .scan(201, |r| {
+            at.get_or_insert(r.position.offset);
+        })
+        .unwrap();
+    let at = at.unwrap();
+    let mut bytes = std::fs::read(&segment).unwrap();
+    for b in &mut bytes[at as usize..] {
+        *b = 0;
+    }
+    std::fs::write(&segment, bytes).unwrap();
+    let (want, _) = mirror(300);
+    let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), big).unwrap();
+    assert_eq!(replay.snapshot_seq, Some(300));
+    assert_eq!(*lc.store(), want);
+    assert!(!recovery.is_crash_residue_only(), "{recovery:?}");
+    let (id, event) = workload::event(300);
+    assert!(lc.append(id, &event).unwrap().position.seq > 300);
+    // A retry of a step whose record is gone answers with its own seq.
+    let (id, event) = workload::event(250);
+    let retried = lc.append(id, &event).unwrap();
+    assert!(!retried.written);
+    assert_eq!(retried.position.seq, 251);
 }
