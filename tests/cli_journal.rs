@@ -322,6 +322,8 @@ fn verify_json_has_exactly_the_documented_report_fields() {
             "array of object" => value.as_array().unwrap().iter().all(|v| v.is_object()),
             "array of string" => value.as_array().unwrap().iter().all(|v| v.is_string()),
             "integer or null" => value.is_u64() || value.is_null(),
+            "object or null" => value.is_object() || value.is_null(),
+            "string or null" => value.is_string() || value.is_null(),
             other => panic!("undocumented type {other:?} of {name}"),
         };
         assert!(ok, "{name} is documented as {ty}, printed as {value}");
@@ -543,6 +545,35 @@ mod manifest_json {
 
     /// Six processes whose manifests show every documented field in each of its types, one
     /// rejected record, one undecodable one and one of another kind.
+    /// A root of the lifecycle workload, snapshotted twice and compacted below the first; with
+    /// both snapshots damaged when `damaged`.
+    fn compacted_root(root: &std::path::Path, damaged: bool) {
+        use procjournal::lifecycle::workload;
+        let options = JournalOptions {
+            durability: Durability::Os,
+            segment_bytes: 8192,
+        };
+        let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+        for n in 0..400 {
+            if n == 200 {
+                lc.snapshot_now().unwrap();
+            }
+            let (id, event) = workload::event(n);
+            lc.append(id, &event).unwrap();
+        }
+        let written = lc.snapshot_now().unwrap().unwrap();
+        assert!(written.compacted.unwrap().removed_segments > 0);
+        if damaged {
+            for entry in std::fs::read_dir(root.join("snapshots")).unwrap() {
+                let path = entry.unwrap().path();
+                let mut bytes = std::fs::read(&path).unwrap();
+                let last = bytes.len() - 1;
+                bytes[last] ^= 1;
+                std::fs::write(&path, bytes).unwrap();
+            }
+        }
+    }
+
     fn write_fixture(root: &std::path::Path) {
         let options = JournalOptions {
             durability: Durability::Os,
@@ -765,6 +796,17 @@ mod manifest_json {
         }
         let mut report = Walk::default();
         report.value(&rootless(&report_rows), "", &lines[6]);
+        // The snapshot fields: a root restored from a snapshot, and one whose compacted head no
+        // usable snapshot holds.
+        for damaged in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            compacted_root(dir.path(), damaged);
+            let (_, out, _) = super::run(&["journal", "manifests", "--json"], dir.path());
+            let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+            assert_eq!(last["replay"]["snapshot_seq"].is_u64(), !damaged, "{last}");
+            assert_eq!(last["replay"]["lost_below_seq"].is_u64(), damaged, "{last}");
+            report.value(&rootless(&report_rows), "", &last);
+        }
         for (walk, rows, what) in [
             (&manifests, &manifest_rows, "manifest"),
             (&report, &report_rows, "report"),
