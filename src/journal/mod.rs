@@ -47,9 +47,9 @@ use crate::limits::{
     SEGMENT_BYTES_INITIAL, SEGMENT_RECORDS_OFFSET,
 };
 use crate::root::{Root, RootError};
+pub use compact::{Compacted, CrashPoints, Floor, Head, NoCrash, Resume, RetainedId};
 use format::{CommitSlot, RecordFields, SLOT_CLOSED, SLOT_SEALED, SegmentHeader};
 use idindex::{IdIndex, IndexFull};
-pub use compact::{Compacted, CrashPoints, Floor, Head, NoCrash, Resume, RetainedId};
 pub use recovery::{CommitLoss, MissingSegment, RecoveryReport, Row};
 use recovery::{CommitPoint, DuplicateId, JournalScan, TornTail};
 /// fsync of a directory, shared with the spool.
