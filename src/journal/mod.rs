@@ -477,7 +477,6 @@ impl Journal {
             Resume::default()
         };
         let mut ids = IdIndex::default();
-        ids.reserve(resume.ids.len());
         let mut index_full = false;
         let mut duplicates = Vec::new();
         let mut scan = recovery::scan_journal(&dir, |r| {
@@ -503,7 +502,8 @@ impl Journal {
         // IDs of records compaction removed (and of records still on disk, which the scan
         // indexed already, with their exact place): known as if their records were there. One
         // under the same ID at another seq is a duplicate, the lower seq standing, as a scan of
-        // the whole journal would have found it.
+        // the whole journal would have found it. The index is sized for them once.
+        ids.reserve(resume.ids.len());
         for retained in &resume.ids {
             match ids.insert(retained.id.as_bytes(), retained.position, retained.kind) {
                 Ok(Some((found, _))) if found.seq != retained.position.seq => {
