@@ -9,6 +9,9 @@
 //!   broken headers, valid chained records, stale records, garbage, zero runs, torn ends, short and
 //!   long files), which are written to a fresh temporary root and then scanned read-only, opened
 //!   writable (recovery) and appended to.
+//! - [`journal_commit_slot`]: the commit-slot decoder of version 2 segments under arbitrary
+//!   headers (totality, re-encoding, the rules of journal-format.md restated), and the commit
+//!   point recovery derives from two slots.
 //! - [`codec_decode`]: the payload codec on a representative event shape.
 //! - [`lifecycle_decoders`] (run by the `lifecycle_store` target): the fast lifecycle decoders
 //!   against the reference (bincode) decoder, on the same bytes.
@@ -34,13 +37,14 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::codec::{self, Decode, Encode};
-use crate::journal::format::{self, FrameError, RecordFields, SegmentHeader};
+use crate::journal::format::{self, CommitSlot, FrameError, RecordFields, SegmentHeader};
 use crate::journal::reader::{Follower, JournalReader, Record};
-use crate::journal::recovery::{self, RecoveryReport};
+use crate::journal::recovery::{self, CommitPoint, RecoveryReport};
 use crate::journal::{Durability, EventId, EventKind, Journal, JournalError, JournalOptions};
 use crate::limits::{
-    RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_HEADER_BYTES,
-    SEGMENT_INDEX_MAX, SEQ_MAX,
+    COMMIT_SLOT_BYTES, PAGE_BYTES, RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES,
+    RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_MAX, SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX,
+    SEGMENT_RECORDS_OFFSET, SEQ_MAX,
 };
 
 /// Segment size of every segment the fuzz targets build.
@@ -243,6 +247,9 @@ impl<'a> Input<'a> {
     }
     fn u16(&mut self) -> u16 {
         u16::from_le_bytes([self.u8(), self.u8()])
+    }
+    fn u32(&mut self) -> u32 {
+        u32::from_le_bytes([self.u8(), self.u8(), self.u8(), self.u8()])
     }
     fn u64(&mut self) -> u64 {
         let mut b = [0u8; 8];
@@ -742,6 +749,306 @@ fn poll_all(follower: &mut Follower) -> Vec<Record> {
         panic!("follower poll failed: {e}");
     }
     out
+}
+
+// ------------------------------------------------------------------------------------------------
+// journal_commit_slot
+
+/// The commit-slot decoder (`CommitSlot::decode`) over arbitrary bytes under arbitrary version 2
+/// headers, and the commit point recovery derives from two slots (`CommitPoint::read`).
+///
+/// Layout of the input: a header (one byte choosing the segment size, then the base seq and the
+/// index, each near a limit or anywhere in range), then slot 0, slot 1 and one more slot (each a
+/// mode byte and its bytes, see `fuzz_slot`), then one byte: how much of the commit area the file
+/// holds. Checked: every decode is total (a slot, `None` or a typed error, never a panic); fewer
+/// than 48 bytes are `Truncated` and 48 zero bytes are `None`; a decoded slot re-encodes to exactly
+/// its bytes; a slot encoded from fields decodes back to the same slot exactly when the fields
+/// keep the rules of journal-format.md (restated here), and a slot checksummed for another header
+/// never decodes; the commit point never panics, keeps `claimed >= confirmed >= base_seq - 1`,
+/// takes its claim from the newest valid slot, confirms the claim of a seal, and confirms only
+/// what a slot claimed.
+pub fn journal_commit_slot(data: &[u8]) {
+    let mut input = Input { data };
+    let header = fuzz_v2_header(&mut input);
+    let slots = [
+        fuzz_slot(&mut input, &header),
+        fuzz_slot(&mut input, &header),
+        fuzz_slot(&mut input, &header),
+    ];
+    for slot in &slots {
+        check_slot_bytes(slot, &header);
+    }
+    let mut area = header.encode().to_vec();
+    for slot in &slots[..2] {
+        let mut bytes = [0u8; COMMIT_SLOT_BYTES];
+        let n = slot.len().min(COMMIT_SLOT_BYTES);
+        bytes[..n].copy_from_slice(&slot[..n]);
+        area.extend_from_slice(&bytes);
+    }
+    // A file cut inside its commit area reads fewer bytes (recovery zero-extends them; the
+    // commit point must not rely on it).
+    let keep = match input.u8() {
+        cut @ 0..=159 => usize::from(cut),
+        _ => area.len(),
+    };
+    area.truncate(keep);
+    check_commit_point(&area, &header);
+    let v1 = SegmentHeader {
+        format_version: format::FORMAT_VERSION_V1,
+        ..header
+    };
+    assert_eq!(
+        CommitPoint::read(&area, &v1),
+        None,
+        "a version 1 commit point"
+    );
+}
+
+/// A version 2 header that decodes (the only kind a slot is ever read under).
+fn fuzz_v2_header(input: &mut Input<'_>) -> SegmentHeader {
+    let max_pages = (SEGMENT_BYTES_MAX / PAGE_BYTES) as u64;
+    let choice = input.u8();
+    let pages = match choice % 4 {
+        0 => 1,
+        1 => max_pages,
+        _ => 1 + u64::from(input.u16()) % max_pages,
+    };
+    let base_seq = match (choice >> 2) % 4 {
+        0 => 1 + u64::from(input.u8()),
+        1 => SEQ_MAX - u64::from(input.u8()),
+        _ => 1 + input.u64() % SEQ_MAX,
+    };
+    let segment_index = match (choice >> 4) % 2 {
+        0 => u64::from(input.u8()),
+        _ => input.u64() % (SEGMENT_INDEX_MAX + 1),
+    };
+    let header = SegmentHeader {
+        format_version: format::FORMAT_VERSION,
+        segment_bytes: u32::try_from(pages * PAGE_BYTES as u64).unwrap_or(u32::MAX),
+        journal_id: FUZZ_JOURNAL_ID,
+        segment_index,
+        base_seq,
+        created_unix_ms: u64::from(choice >> 5),
+    };
+    assert_eq!(SegmentHeader::decode(&header.encode()), Ok(header));
+    header
+}
+
+/// The masked CRC a slot's bytes must carry under a header whose CRC is `header_crc`
+/// (journal-format.md, "Commit area"), computed here from the specification.
+fn spec_slot_crc(header_crc: u32, slot: &[u8; COMMIT_SLOT_BYTES]) -> u32 {
+    let mut covered = header_crc.to_le_bytes().to_vec();
+    covered.extend_from_slice(&slot[4..]);
+    format::masked_crc(&covered)
+}
+
+/// Whether `slot` keeps the rules of a decodable slot of `header` (journal-format.md, "Commit
+/// area", decoding steps 4 and 5), restated from the specification.
+fn slot_valid_by_spec(slot: &CommitSlot, header: &SegmentHeader) -> bool {
+    let valid_size =
+        |bytes: u32| (4096..=1 << 30).contains(&bytes) && bytes.is_multiple_of(PAGE_BYTES as u32);
+    let end = slot.end_offset as usize;
+    let flags_known = slot.flags & !(format::SLOT_SEALED | format::SLOT_CLOSED) == 0;
+    let successor = if slot.sealed() {
+        valid_size(slot.next_segment_bytes)
+            && slot.next_base_seq > slot.committed_seq
+            && slot.next_base_seq <= SEQ_MAX
+    } else {
+        slot.next_segment_bytes == 0 && slot.next_base_seq == 0
+    };
+    flags_known
+        && slot.generation >= 1
+        && slot.committed_seq >= header.base_seq - 1
+        && slot.committed_seq <= SEQ_MAX
+        && end >= SEGMENT_RECORDS_OFFSET
+        && end <= header.segment_bytes as usize
+        && end.is_multiple_of(RECORD_ALIGN_BYTES)
+        && successor
+}
+
+/// One slot's bytes from the input, by its mode byte: raw bytes (48, or fewer: a cut file);
+/// 48 bytes with the checksum fixed up for `header` (so that the field checks are reached); a
+/// slot encoded from fields (near the bounds of each); or one encoded for another header.
+fn fuzz_slot(input: &mut Input<'_>, header: &SegmentHeader) -> Vec<u8> {
+    let mode = input.u8();
+    let mut fixed = [0u8; COMMIT_SLOT_BYTES];
+    match mode % 4 {
+        0 => {
+            let n = if mode & 4 != 0 {
+                usize::from(input.u8()) % (COMMIT_SLOT_BYTES + 1)
+            } else {
+                COMMIT_SLOT_BYTES
+            };
+            input.bytes(n).to_vec()
+        }
+        1 => {
+            let taken = input.bytes(COMMIT_SLOT_BYTES);
+            fixed[..taken.len()].copy_from_slice(taken);
+            let crc = spec_slot_crc(header.crc(), &fixed);
+            fixed[..4].copy_from_slice(&crc.to_le_bytes());
+            fixed.to_vec()
+        }
+        _ => {
+            let slot = fuzz_slot_fields(input, header, mode >> 2);
+            if mode % 4 == 2 {
+                let bytes = slot.encode(header.crc());
+                let decoded = CommitSlot::decode(&bytes, header);
+                let expected = if bytes.iter().all(|&b| b == 0) {
+                    Ok(None)
+                } else if slot.flags & !(format::SLOT_SEALED | format::SLOT_CLOSED) != 0 {
+                    Err(FrameError::ReservedNonZero)
+                } else if slot_valid_by_spec(&slot, header) {
+                    Ok(Some(slot))
+                } else {
+                    Err(FrameError::OutOfRange)
+                };
+                assert_eq!(decoded, expected, "{slot:?} under {header:?}");
+                bytes.to_vec()
+            } else {
+                // Checksummed for the next segment: a slot copied from another segment.
+                let other = SegmentHeader {
+                    segment_index: header.segment_index ^ 1,
+                    ..*header
+                };
+                let bytes = slot.encode(other.crc());
+                assert_eq!(
+                    CommitSlot::decode(&bytes, header),
+                    Err(FrameError::HeaderChecksum),
+                    "a slot of another segment decoded"
+                );
+                bytes.to_vec()
+            }
+        }
+    }
+}
+
+/// Slot fields from the input, each near one of its bounds more often than not.
+fn fuzz_slot_fields(input: &mut Input<'_>, header: &SegmentHeader, bits: u8) -> CommitSlot {
+    let flags = match bits % 8 {
+        0..=2 => 0,
+        3 => format::SLOT_SEALED,
+        4 => format::SLOT_CLOSED,
+        5 => format::SLOT_SEALED | format::SLOT_CLOSED,
+        _ => input.u32(),
+    };
+    let generation = match (bits >> 3) % 4 {
+        0 => 1 + u64::from(input.u8()),
+        1 => 0,
+        2 => u64::MAX - u64::from(input.u8() % 2),
+        _ => input.u64(),
+    };
+    let none = header.base_seq - 1;
+    let committed = match input.u8() % 4 {
+        0 => none + u64::from(input.u8()),
+        1 => none.wrapping_sub(1),
+        2 => near_limit(input, SEQ_MAX),
+        _ => input.u64(),
+    };
+    let end = match input.u8() % 4 {
+        0 => SEGMENT_RECORDS_OFFSET as u32 + u32::from(input.u16()) * RECORD_ALIGN_BYTES as u32,
+        1 => header.segment_bytes - u32::from(input.u8() % 24),
+        2 => u32::from(input.u8()),
+        _ => input.u32(),
+    };
+    let (next_segment_bytes, next_base_seq) = match input.u8() % 4 {
+        0 => (0, 0),
+        1 => (header.segment_bytes, committed.wrapping_add(1)),
+        2 => (
+            PAGE_BYTES as u32 * u32::from(input.u8()),
+            near_limit(input, SEQ_MAX),
+        ),
+        _ => (input.u32(), input.u64()),
+    };
+    CommitSlot {
+        flags,
+        generation,
+        committed_seq: committed,
+        end_offset: end,
+        next_segment_bytes,
+        next_base_seq,
+    }
+}
+
+/// `CommitSlot::decode` on `bytes` as they are: total, with the outcomes the format names.
+fn check_slot_bytes(bytes: &[u8], header: &SegmentHeader) {
+    let decoded = CommitSlot::decode(bytes, header);
+    if bytes.len() < COMMIT_SLOT_BYTES {
+        assert_eq!(decoded, Err(FrameError::Truncated));
+        return;
+    }
+    let slot_bytes = &bytes[..COMMIT_SLOT_BYTES];
+    match decoded {
+        Ok(None) => assert!(
+            slot_bytes.iter().all(|&b| b == 0),
+            "a written slot read as none"
+        ),
+        Ok(Some(slot)) => {
+            assert_eq!(
+                slot.encode(header.crc()).as_slice(),
+                slot_bytes,
+                "a decoded slot does not re-encode to its bytes"
+            );
+            assert!(slot_valid_by_spec(&slot, header), "{slot:?} accepted");
+        }
+        Err(e) => {
+            assert!(slot_bytes.iter().any(|&b| b != 0));
+            assert!(
+                matches!(
+                    e,
+                    FrameError::HeaderChecksum
+                        | FrameError::ReservedNonZero
+                        | FrameError::OutOfRange
+                ),
+                "unexpected slot error {e:?}"
+            );
+        }
+    }
+}
+
+/// `CommitPoint::read` over a commit area (possibly cut short): see [`journal_commit_slot`].
+fn check_commit_point(area: &[u8], header: &SegmentHeader) {
+    let Some(point) = CommitPoint::read(area, header) else {
+        panic!("no commit point for a version 2 header");
+    };
+    let none = header.base_seq - 1;
+    assert!(
+        point.claimed >= point.confirmed && point.confirmed >= none,
+        "claimed {} confirmed {} base {}",
+        point.claimed,
+        point.confirmed,
+        header.base_seq
+    );
+    let slots = [0, 1].map(|i| {
+        let at = SegmentHeader::commit_slot_offset(i);
+        area.get(at..).map_or(Err(FrameError::Truncated), |b| {
+            CommitSlot::decode(b, header)
+        })
+    });
+    let valid: Vec<CommitSlot> = slots.iter().flatten().flatten().copied().collect();
+    match point.newest {
+        None => {
+            assert!(valid.is_empty(), "a valid slot ignored");
+            assert_eq!((point.claimed, point.confirmed), (none, none));
+            assert_eq!(point.damaged, slots.iter().all(Result::is_err));
+        }
+        Some((i, newest)) => {
+            assert_eq!(slots[i], Ok(Some(newest)));
+            assert!(valid.iter().all(|s| s.generation <= newest.generation));
+            assert_eq!(point.claimed, newest.committed_seq);
+            assert!(!point.damaged);
+            if newest.sealed() {
+                assert_eq!(
+                    point.confirmed, point.claimed,
+                    "a seal's claim is confirmed"
+                );
+            }
+            assert!(
+                point.confirmed == none || valid.iter().any(|s| s.committed_seq == point.confirmed),
+                "confirmed {} is no slot's claim",
+                point.confirmed
+            );
+        }
+    }
 }
 
 // ------------------------------------------------------------------------------------------------

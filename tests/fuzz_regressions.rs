@@ -10,6 +10,10 @@ type Body = fn(&[u8]);
 const TARGETS: &[(&str, Body)] = &[
     ("journal_record", procjournal::fuzzing::record_decoder),
     ("journal_open", procjournal::fuzzing::journal_open),
+    (
+        "journal_commit_slot",
+        procjournal::fuzzing::journal_commit_slot,
+    ),
     ("codec_decode", procjournal::fuzzing::codec_decode),
     ("safe_text", procjournal::fuzzing::safe_text),
     ("spool_recovery", procjournal::fuzzing::spool_recovery),
