@@ -8,7 +8,7 @@ use proptest::prelude::*;
 use procjournal::codec;
 use procjournal::fuzzing::{self, FuzzPayload, FuzzState};
 use procjournal::journal::EventId;
-use procjournal::journal::format::{self, FrameError, RecordFields, SegmentHeader};
+use procjournal::journal::format::{self, CommitSlot, FrameError, RecordFields, SegmentHeader};
 use procjournal::lifecycle::event::{
     CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
     InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, Registered, Running,
@@ -16,8 +16,8 @@ use procjournal::lifecycle::event::{
 };
 use procjournal::lifecycle::{Handle, LifecycleEvent, LifecycleIds, State};
 use procjournal::limits::{
-    RECORD_HEADER_BYTES, SEGMENT_BYTES_MAX, SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES,
-    SEGMENT_INDEX_MAX, SEQ_MAX,
+    COMMIT_SLOT_BYTES, RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, SEGMENT_BYTES_MAX,
+    SEGMENT_BYTES_MIN, SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX, SEGMENT_RECORDS_OFFSET, SEQ_MAX,
 };
 
 fn config() -> ProptestConfig {
@@ -100,6 +100,49 @@ fn segment_header() -> impl Strategy<Value = SegmentHeader> {
                 }
             },
         )
+}
+
+/// A version 2 header and a commit slot that keeps every rule of journal-format.md ("Commit
+/// area") under it: any flags (sealed, closed, both, none), any generation from 1, a claim from
+/// `base_seq - 1`, an aligned end inside the segment, and for a seal a valid successor size and
+/// a base seq above the claim.
+fn header_and_valid_slot() -> impl Strategy<Value = (SegmentHeader, CommitSlot)> {
+    segment_header().prop_flat_map(|h| {
+        let header = SegmentHeader {
+            format_version: format::FORMAT_VERSION,
+            ..h
+        };
+        let align = RECORD_ALIGN_BYTES as u32;
+        let ends = SEGMENT_RECORDS_OFFSET as u32 / align..=header.segment_bytes / align;
+        let pages = (SEGMENT_BYTES_MIN / 4096) as u32..=(SEGMENT_BYTES_MAX / 4096) as u32;
+        (
+            Just(header),
+            0u32..4,
+            1..=u64::MAX,
+            header.base_seq - 1..SEQ_MAX,
+            ends,
+            pages,
+            any::<u64>(),
+        )
+            .prop_map(
+                move |(header, flags, generation, committed, end, pages, next)| {
+                    let sealed = flags & format::SLOT_SEALED != 0;
+                    let slot = CommitSlot {
+                        flags,
+                        generation,
+                        committed_seq: committed,
+                        end_offset: end * align,
+                        next_segment_bytes: if sealed { pages * 4096 } else { 0 },
+                        next_base_seq: if sealed {
+                            committed + 1 + next % (SEQ_MAX - committed)
+                        } else {
+                            0
+                        },
+                    };
+                    (header, slot)
+                },
+            )
+    })
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -448,7 +491,38 @@ proptest! {
         let _ = SegmentHeader::decode(&data);
         let _ = codec::decode::<FuzzPayload>(codec::CODEC_VERSION, &data);
         fuzzing::record_decoder(&data);
+        fuzzing::journal_commit_slot(&data);
         fuzzing::codec_decode(&data);
+    }
+
+    /// Every valid commit slot decodes back to itself, with or without bytes after it; cut short
+    /// it is `Truncated`; under another segment's header it fails its checksum; and no single bit
+    /// flip of its bytes decodes to the same slot (it is rejected, or decodes to another one).
+    #[test]
+    fn commit_slot_round_trip_and_bit_flips((header, slot) in header_and_valid_slot()) {
+        let bytes = slot.encode(header.crc());
+        prop_assert_eq!(CommitSlot::decode(&bytes, &header), Ok(Some(slot)));
+        let mut longer = bytes.to_vec();
+        longer.extend_from_slice(&[0xff; 8]);
+        prop_assert_eq!(CommitSlot::decode(&longer, &header), Ok(Some(slot)));
+        prop_assert_eq!(
+            CommitSlot::decode(&bytes[..COMMIT_SLOT_BYTES - 1], &header),
+            Err(FrameError::Truncated)
+        );
+        let other = SegmentHeader {
+            segment_index: header.segment_index ^ 1,
+            ..header
+        };
+        prop_assert_eq!(CommitSlot::decode(&bytes, &other), Err(FrameError::HeaderChecksum));
+        for bit in 0..COMMIT_SLOT_BYTES * 8 {
+            let mut flipped = bytes;
+            flipped[bit / 8] ^= 1 << (bit % 8);
+            let decoded = CommitSlot::decode(&flipped, &header);
+            prop_assert!(
+                !matches!(decoded, Ok(Some(s)) if s == slot),
+                "bit {} flipped and still decodes to {:?}", bit, slot
+            );
+        }
     }
 
     /// Arbitrary bytes behind a valid record header prefix still never panic (reaches the length,
