@@ -28,6 +28,15 @@
 //! single-threaded figures per second of wall time minus that wait, as an estimate of what an
 //! otherwise idle machine would show; the verdicts that count are those of the first table.
 //!
+//! `PROCJOURNAL_BENCH_ONLY` runs some parts of each round only, comma-separated: `group` (the
+//! `pwrite` + `fdatasync` baseline, `Sync` x1 and `Group` x1, x4, x64: the group-commit rows and
+//! their baselines), `durable` (the same and `Sync` x4), `os` (the buffered baseline, the
+//! no-rotation diagnostic and `Os` x4) and `replay` (the `Os` x1 run, whose journal it replays,
+//! and the replay measurements). Rows of parts that did not run are left out of the tables.
+//!
+//! The bench reads each segment's `header_bytes` (where its records start: 64 in a version 1
+//! segment, 160 in a version 2 one), so the same file measures a version 1 build too.
+//!
 //! Nothing here asserts on wall-clock time; the only checks are of correctness (counts, clean
 //! reports). Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir; the file
 //! system is printed, since fdatasync on tmpfs is free and would make the durable figures
@@ -45,6 +54,7 @@ use std::time::{Duration, Instant};
 
 use procjournal::journal::format::{
     self, REC_KIND_OFFSET, REC_PAYLOAD_BYTES_OFFSET, REC_SEQ_OFFSET, RecordFields,
+    SEG_HEADER_BYTES_OFFSET,
 };
 use procjournal::journal::reader::JournalReader;
 use procjournal::limits::{RECORD_HEADER_BYTES, SEGMENT_BYTES_DEFAULT, SEGMENT_HEADER_BYTES};
@@ -82,11 +92,63 @@ const QUICK: Plan = Plan {
     replay_passes: 1,
 };
 
+/// Where records start in a segment of any version this bench may run against: after the
+/// 64-byte header and, from version 2 on, the 96-byte commit area. (Written out rather than taken
+/// from `procjournal::limits`, so that this file also builds against a version 1 procjournal.)
+const RECORDS_OFFSET_MAX: usize = 160;
+
 impl Plan {
     /// A segment size that holds every event of an `Os` run, so that it never rotates.
     fn no_rotation_segment_bytes(&self) -> usize {
-        let bytes = SEGMENT_HEADER_BYTES + self.os_events as usize * RECORD_BYTES;
+        let bytes = RECORDS_OFFSET_MAX + self.os_events as usize * RECORD_BYTES;
         bytes.next_multiple_of(1024 * 1024)
+    }
+}
+
+/// The parts of a round that run (`PROCJOURNAL_BENCH_ONLY`, see the module doc).
+#[derive(Debug, Clone, Copy)]
+struct Parts {
+    /// The `pwrite` + `fdatasync` baseline, `Sync` x1 and the `Group` runs.
+    group: bool,
+    /// `Sync` x4.
+    sync4: bool,
+    /// The buffered baseline, the no-rotation diagnostic and `Os` x4.
+    os: bool,
+    /// `Os` x1 and the replay of its journal.
+    replay: bool,
+}
+
+impl Parts {
+    fn from_env() -> Res<Parts> {
+        let Ok(only) = std::env::var("PROCJOURNAL_BENCH_ONLY") else {
+            return Ok(Parts {
+                group: true,
+                sync4: true,
+                os: true,
+                replay: true,
+            });
+        };
+        let mut parts = Parts {
+            group: false,
+            sync4: false,
+            os: false,
+            replay: false,
+        };
+        for part in only.split(',').map(str::trim) {
+            match part {
+                "group" => parts.group = true,
+                "durable" => (parts.group, parts.sync4) = (true, true),
+                "os" => parts.os = true,
+                "replay" => parts.replay = true,
+                other => {
+                    return Err(format!(
+                        "PROCJOURNAL_BENCH_ONLY: unknown part {other:?} (group, durable, os, replay)"
+                    )
+                    .into());
+                }
+            }
+        }
+        Ok(parts)
     }
 }
 
@@ -406,7 +468,11 @@ fn raw_scan(journal_dir: &Path) -> Res<Visited> {
     let mut visited = Visited::default();
     for path in segment_files(journal_dir)? {
         let bytes = std::fs::read(&path)?;
-        let mut at = SEGMENT_HEADER_BYTES;
+        if bytes.len() < SEGMENT_HEADER_BYTES {
+            return Err(format!("{}: shorter than a segment header", path.display()).into());
+        }
+        // Records start at the segment's `header_bytes`: 64 in version 1, 160 in version 2.
+        let mut at = usize::from(u16_at(&bytes, SEG_HEADER_BYTES_OFFSET));
         while at + RECORD_HEADER_BYTES <= bytes.len() && u16_at(&bytes, at + REC_KIND_OFFSET) != 0 {
             let payload_bytes = u32_at(&bytes, at + REC_PAYLOAD_BYTES_OFFSET) as usize;
             let end = at + RECORD_HEADER_BYTES + payload_bytes;
@@ -553,8 +619,10 @@ fn print_table(rows: &[Row]) {
         "target",
         "verdict",
     ];
+    // A row whose part did not run (PROCJOURNAL_BENCH_ONLY) has no samples: left out.
     let cells: Vec<[String; 7]> = rows
         .iter()
+        .filter(|r| !r.value.median().is_nan() && !r.base.median().is_nan())
         .map(|r| {
             [
                 r.figure.clone(),
@@ -620,36 +688,73 @@ fn report_timed<T>(name: &str, t: &Timed<T>, events: u64, r: &mut Results) -> (f
     (secs, unqueued_secs(t.elapsed, t.sched))
 }
 
-fn round(base: &Path, plan: Plan, r: &mut Results) -> Res<()> {
+/// One durable run of a round: its name, policy and threads, where its figure goes (and its
+/// runqueue-corrected figure, for single-threaded runs), and whether its part runs.
+type DurableCase<'a> = (
+    &'a str,
+    Durability,
+    usize,
+    &'a mut Samples,
+    Option<&'a mut Samples>,
+    bool,
+);
+
+fn round(base: &Path, plan: Plan, parts: Parts, r: &mut Results) -> Res<()> {
     let durable = Limit::For(plan.durable_run);
     let segment = SEGMENT_BYTES_DEFAULT;
-    {
+    if parts.group {
         let dir = tempfile::tempdir_in(base)?;
         let run = fdatasync_loop(dir.path(), plan.durable_run)?;
         run.report("baseline pwrite+fdatasync");
         r.fdatasync_loop.push(run.per_sec());
         r.unqueued.fdatasync_loop.push(run.per_sec_unqueued());
     }
-    let durable_cases: [(&str, Durability, usize, &mut Samples, Option<&mut Samples>); 5] = [
+    let durable_cases: [DurableCase<'_>; 5] = [
         (
             "Sync  x1",
             Durability::Sync,
             1,
             &mut r.sync1,
             Some(&mut r.unqueued.sync1),
+            parts.group,
         ),
-        ("Sync  x4", Durability::Sync, 4, &mut r.sync4, None),
+        (
+            "Sync  x4",
+            Durability::Sync,
+            4,
+            &mut r.sync4,
+            None,
+            parts.sync4,
+        ),
         (
             "Group x1",
             Durability::Group,
             1,
             &mut r.group1,
             Some(&mut r.unqueued.group1),
+            parts.group,
         ),
-        ("Group x4", Durability::Group, 4, &mut r.group4, None),
-        ("Group x64", Durability::Group, 64, &mut r.group64, None),
+        (
+            "Group x4",
+            Durability::Group,
+            4,
+            &mut r.group4,
+            None,
+            parts.group,
+        ),
+        (
+            "Group x64",
+            Durability::Group,
+            64,
+            &mut r.group64,
+            None,
+            parts.group,
+        ),
     ];
-    for (name, durability, threads, samples, unqueued) in durable_cases {
+    for (name, durability, threads, samples, unqueued, runs) in durable_cases {
+        if !runs {
+            continue;
+        }
         let dir = tempfile::tempdir_in(base)?;
         let run = journal_run(dir.path(), durability, segment, threads, durable)?;
         run.report(name);
@@ -659,26 +764,31 @@ fn round(base: &Path, plan: Plan, r: &mut Results) -> Res<()> {
         }
     }
     let os = Limit::Events(plan.os_events);
-    {
-        let dir = tempfile::tempdir_in(base)?;
-        let run = buffered_write(dir.path(), plan.os_events)?;
-        run.report("baseline buffered write");
-        r.buffered.push(run.per_sec());
-        r.unqueued.buffered.push(run.per_sec_unqueued());
+    if parts.os {
+        {
+            let dir = tempfile::tempdir_in(base)?;
+            let run = buffered_write(dir.path(), plan.os_events)?;
+            run.report("baseline buffered write");
+            r.buffered.push(run.per_sec());
+            r.unqueued.buffered.push(run.per_sec_unqueued());
+        }
+        {
+            let dir = tempfile::tempdir_in(base)?;
+            let big = plan.no_rotation_segment_bytes();
+            let run = journal_run(dir.path(), Durability::Os, big, 1, os)?;
+            run.report(&format!("diag: Os x1, {} MiB segment", big >> 20));
+            r.os1_no_rotation.push(run.per_sec());
+            r.unqueued.os1_no_rotation.push(run.per_sec_unqueued());
+        }
+        {
+            let dir = tempfile::tempdir_in(base)?;
+            let run = journal_run(dir.path(), Durability::Os, segment, 4, os)?;
+            run.report("Os    x4");
+            r.os4.push(run.per_sec());
+        }
     }
-    {
-        let dir = tempfile::tempdir_in(base)?;
-        let big = plan.no_rotation_segment_bytes();
-        let run = journal_run(dir.path(), Durability::Os, big, 1, os)?;
-        run.report(&format!("diag: Os x1, {} MiB segment", big >> 20));
-        r.os1_no_rotation.push(run.per_sec());
-        r.unqueued.os1_no_rotation.push(run.per_sec_unqueued());
-    }
-    {
-        let dir = tempfile::tempdir_in(base)?;
-        let run = journal_run(dir.path(), Durability::Os, segment, 4, os)?;
-        run.report("Os    x4");
-        r.os4.push(run.per_sec());
+    if !parts.replay {
+        return Ok(());
     }
     // The Os x1 journal is kept for the replay measurements (`journal_run` synced it).
     let replay_root = tempfile::tempdir_in(base)?;
@@ -804,6 +914,7 @@ fn unqueued_rows(u: &Unqueued, plan: Plan) -> Vec<Row> {
 
 fn main() -> Res<()> {
     let plan = common::plan(FULL, QUICK);
+    let parts = Parts::from_env()?;
     let base = common::bench_dir()?;
     common::print_file_system(
         &base,
@@ -822,7 +933,7 @@ fn main() -> Res<()> {
     let all = Instant::now();
     for i in 0..plan.rounds {
         common::print_round(i, plan.rounds);
-        round(&base, plan, &mut r)?;
+        round(&base, plan, parts, &mut r)?;
     }
 
     println!();
@@ -852,15 +963,18 @@ fn main() -> Res<()> {
         ("Journal::open", &r.open_ms),
     ]
     .iter()
+    .filter(|(_, s)| !s.0.is_empty())
     .map(|(name, s)| format!("{name} {:.0}%", s.spread_pct()))
     .collect();
     println!("noise, (max-min)/median: {}", noise.join(", "));
-    println!(
-        "runqueue wait during the single-threaded replay passes: median {:.0}% of wall time [{:.0}-{:.0}%]",
-        r.wait_pct.median(),
-        r.wait_pct.min(),
-        r.wait_pct.max()
-    );
+    if parts.replay {
+        println!(
+            "runqueue wait during the single-threaded replay passes: median {:.0}% of wall time [{:.0}-{:.0}%]",
+            r.wait_pct.median(),
+            r.wait_pct.min(),
+            r.wait_pct.max()
+        );
+    }
     common::print_total_time(all);
     Ok(())
 }
