@@ -1,0 +1,315 @@
+//! A cold `procjournal run -- true` beside a plain spawn + wait of `true`, measured in the same
+//! run (issue 15).
+//!
+//! Run with `cargo bench --bench cold_run`. What is measured:
+//! 1. The size on disk of a fresh root after one `procjournal run --root R -- true`: what a
+//!    default root costs before any output (the sum of the blocks of every file and directory
+//!    under it, as `du` counts them; target: below 33 MB), with each file's length and blocks.
+//! 2. The syncs of one cold run on that (existing) root, counted with
+//!    `strace -f -c -e trace=fsync,fdatasync` (every thread and child: the guardian too) when
+//!    strace is installed; the bench says so when it is not. Target: at most 4.
+//! 3. The time of a cold run: `procjournal run --root R -- true`, the release binary Cargo built
+//!    for this bench (`CARGO_BIN_EXE_procjournal`), on that existing root with no daemon, so
+//!    each run opens the root, recovers, supervises `true` and closes. Baseline: a plain
+//!    `std::process::Command::new("true").status()` (spawn + wait). Each round runs both
+//!    `RUNS` times, alternating one of each (the order swapped every round), so that load from
+//!    other work on the machine hits both alike; a round's figure is the median of its runs.
+//!    The summary gives the median over the rounds with its min-max spread and the ratio of
+//!    the medians with its per-round range. Target: at most 10 x the baseline.
+//!
+//! Nothing here asserts on time; the checks are of correctness (every run exits 0, and the
+//! journal of the root is clean at the end). Roots live under `$PROCJOURNAL_BENCH_DIR`, else
+//! Cargo's target tmp dir (the file system is printed: on tmpfs a sync is free).
+//! `PROCJOURNAL_BENCH_QUICK=1` runs one short round, for checking the harness only.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{Res, Row, Samples, Target};
+use procjournal::journal::reader::JournalReader;
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    rounds: usize,
+    /// Cold runs (and as many plain spawns) per round.
+    runs: usize,
+    /// Cold runs counted under strace.
+    traced: usize,
+}
+
+const FULL: Plan = Plan {
+    rounds: 5,
+    runs: 20,
+    traced: 3,
+};
+
+const QUICK: Plan = Plan {
+    rounds: 1,
+    runs: 3,
+    traced: 1,
+};
+
+/// The procjournal binary Cargo built (in the bench profile) for this bench.
+fn procjournal_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_procjournal"))
+}
+
+fn run_command(bin: &Path, root: &Path) -> Command {
+    let mut command = Command::new(bin);
+    command
+        .arg("run")
+        .arg("--root")
+        .arg(root)
+        .arg("--")
+        .arg("true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    command
+}
+
+/// One cold `procjournal run --root R -- true`, timed from the spawn to the wait's return.
+fn cold_run(bin: &Path, root: &Path) -> Res<Duration> {
+    let start = Instant::now();
+    let status = run_command(bin, root).status()?;
+    let elapsed = start.elapsed();
+    if !status.success() {
+        return Err(format!("procjournal run -- true: {status}").into());
+    }
+    Ok(elapsed)
+}
+
+/// The baseline: spawn `true` and wait for it.
+fn plain_spawn() -> Res<Duration> {
+    let start = Instant::now();
+    let status = Command::new("true")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    let elapsed = start.elapsed();
+    if !status.success() {
+        return Err(format!("true: {status}").into());
+    }
+    Ok(elapsed)
+}
+
+/// Every file and directory under `path` (itself included), depth first, with its metadata.
+fn walk(path: &Path, out: &mut Vec<(PathBuf, std::fs::Metadata)>) -> Res<()> {
+    let meta = std::fs::symlink_metadata(path)?;
+    let is_dir = meta.is_dir();
+    out.push((path.to_owned(), meta));
+    if is_dir {
+        let mut entries: Vec<PathBuf> = std::fs::read_dir(path)?
+            .map(|e| e.map(|e| e.path()))
+            .collect::<Result<_, _>>()?;
+        entries.sort();
+        for entry in entries {
+            walk(&entry, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints every file of `root` with its length and the bytes its blocks take; returns the
+/// total on disk (`du`'s count: 512-byte blocks of every file and directory).
+fn disk_usage(root: &Path) -> Res<u64> {
+    let mut all = Vec::new();
+    walk(root, &mut all)?;
+    let mut total = 0;
+    for (path, meta) in &all {
+        let on_disk = meta.blocks() * 512;
+        total += on_disk;
+        if meta.is_file() {
+            let name = path.strip_prefix(root).unwrap_or(path);
+            println!(
+                "  {:<60} {:>10} bytes long, {:>10} bytes on disk",
+                name.display(),
+                meta.len(),
+                on_disk
+            );
+        }
+    }
+    Ok(total)
+}
+
+/// Whether `strace` runs here.
+fn strace_available() -> bool {
+    Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The `fsync` and `fdatasync` calls of one cold run, every thread and child followed, from
+/// the summary table of `strace -c`.
+fn traced_syncs(bin: &Path, root: &Path, scratch: &Path) -> Res<(u64, u64)> {
+    let summary = scratch.join("strace-summary");
+    let run = run_command(bin, root);
+    let status = Command::new("strace")
+        .args(["-f", "-c", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&summary)
+        .arg(run.get_program())
+        .args(run.get_args())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()?;
+    if !status.success() {
+        return Err(format!("strace procjournal run -- true: {status}").into());
+    }
+    let text = std::fs::read_to_string(&summary)?;
+    // Rows: % time, seconds, usecs/call, calls, [errors,] syscall.
+    let calls = |name: &str| -> u64 {
+        text.lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|f| f.last() == Some(&name) && f.len() >= 5)
+            .filter_map(|f| f[3].parse::<u64>().ok())
+            .sum()
+    };
+    Ok((calls("fsync"), calls("fdatasync")))
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn main() -> Res<()> {
+    let plan = common::plan(FULL, QUICK);
+    let base = common::bench_dir()?;
+    common::print_file_system(
+        &base,
+        "roots",
+        "makes fdatasync free; the cold run's figures mean little",
+    );
+    let bin = procjournal_bin();
+    println!(
+        "binary {}; {} rounds of {} cold runs and {} plain spawns each; {} available CPUs",
+        bin.display(),
+        plan.rounds,
+        plan.runs,
+        plan.runs,
+        common::available_cpus()
+    );
+    let all = Instant::now();
+    let dir = tempfile::tempdir_in(&base)?;
+    let root = dir.path().join("root");
+
+    // 1. A fresh root after one run: its size before any output.
+    let first = cold_run(&bin, &root)?;
+    println!(
+        "first run (creates the root): {:.1} ms; the root after it:",
+        ms(first)
+    );
+    let size = disk_usage(&root)?;
+    let size_met = if size < 33_000_000 { "yes" } else { "NO" };
+    println!(
+        "root size on disk before any output: {:.2} MB ({size} bytes); target < 33 MB: {size_met}",
+        size as f64 / 1e6
+    );
+
+    // 2. Syncs per cold run on the existing root.
+    if strace_available() {
+        let mut counts = Vec::new();
+        for _ in 0..plan.traced {
+            counts.push(traced_syncs(&bin, &root, dir.path())?);
+        }
+        let described: Vec<String> = counts
+            .iter()
+            .map(|(fsync, fdatasync)| {
+                format!(
+                    "{} ({fsync} fsync + {fdatasync} fdatasync)",
+                    fsync + fdatasync
+                )
+            })
+            .collect();
+        let most = counts.iter().map(|(a, b)| a + b).max().unwrap_or(0);
+        println!(
+            "syncs per cold run (strace -f -c -e trace=fsync,fdatasync), {} runs: {}; target <= 4: {}",
+            counts.len(),
+            described.join(", "),
+            if most <= 4 { "yes" } else { "NO" }
+        );
+    } else {
+        println!(
+            "syncs per cold run: not counted, strace is not installed (count them with `strace -f -c -e trace=fsync,fdatasync procjournal run --root R -- true`)"
+        );
+    }
+
+    // 3. Cold runs beside plain spawns, interleaved.
+    let mut cold = Samples::default();
+    let mut plain = Samples::default();
+    let mut every_cold = Vec::new();
+    let mut every_plain = Vec::new();
+    for i in 0..plan.rounds {
+        common::print_round(i, plan.rounds);
+        let mut round_cold = Vec::with_capacity(plan.runs);
+        let mut round_plain = Vec::with_capacity(plan.runs);
+        for _ in 0..plan.runs {
+            if i % 2 == 0 {
+                round_cold.push(ms(cold_run(&bin, &root)?));
+                round_plain.push(ms(plain_spawn()?));
+            } else {
+                round_plain.push(ms(plain_spawn()?));
+                round_cold.push(ms(cold_run(&bin, &root)?));
+            }
+        }
+        let round_cold = Samples(round_cold);
+        let round_plain = Samples(round_plain);
+        println!(
+            "  cold run -- true: median {:.2} ms [{:.2}-{:.2}]; spawn+wait true: median {:.3} ms [{:.3}-{:.3}]",
+            round_cold.median(),
+            round_cold.min(),
+            round_cold.max(),
+            round_plain.median(),
+            round_plain.min(),
+            round_plain.max()
+        );
+        cold.push(round_cold.median());
+        plain.push(round_plain.median());
+        every_cold.extend(round_cold.0);
+        every_plain.extend(round_plain.0);
+    }
+
+    // The journal the runs wrote is whole: every run closed it cleanly.
+    let report = JournalReader::open(&root)?.verify()?;
+    if !report.is_clean() {
+        return Err(format!("the root's journal is not clean after the runs: {report:?}").into());
+    }
+
+    println!();
+    println!(
+        "summary: median over {} rounds of each round's median [min-max]; ratio = median / baseline median [per-round ratios]",
+        plan.rounds
+    );
+    common::print_rows(&[Row {
+        figure: "cold run -- true, ms",
+        samples: &cold,
+        baseline: "spawn+wait true, ms",
+        base: &plain,
+        target: Target::MaxRatio(10.0),
+    }]);
+    let n = every_cold.len();
+    println!(
+        "every run: cold p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms; plain p50 {:.3} ms, p90 {:.3} ms ({n} each)",
+        common::quantile(&mut every_cold, 0.5),
+        common::quantile(&mut every_cold, 0.9),
+        common::quantile(&mut every_cold, 1.0),
+        common::quantile(&mut every_plain, 0.5),
+        common::quantile(&mut every_plain, 0.9),
+    );
+    println!(
+        "noise, (max-min)/median: cold {:.0}%, plain {:.0}%",
+        cold.spread_pct(),
+        plain.spread_pct()
+    );
+    common::print_total_time(all);
+    Ok(())
+}
