@@ -28,10 +28,7 @@ const TARGETS: &[(&str, Body)] = &[
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must
 /// still fail; when a fix lands this test says so, and the entry is removed here.
 /// (`procjournal::fuzzing::KNOWN_BUGS` describes them.)
-const OPEN_BUGS: &[(&str, &str)] = &[
-    ("journal_open", "gap-sealed-over-by-recovery"),
-    ("journal_open", "damage-sealed-over-by-recovery"),
-];
+const OPEN_BUGS: &[(&str, &str)] = &[];
 
 fn fuzz_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz")

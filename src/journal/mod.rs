@@ -665,7 +665,7 @@ impl Journal {
         // the seqs between them are accounted for and a lost successor is noticed. Only a crash
         // between a rotation's steps, or a recovery that started a new segment, leaves one
         // unsealed.
-        seal_predecessors(&*backend, &scan, &header).map_err(io("seal segment"))?;
+        seal_predecessors(&*backend, &scan, &report, &header).map_err(io("seal segment"))?;
         debug!(dir = %dir.display(), next_seq, segment = header.segment_index, "journal opened");
         if !report.is_clean() {
             warn!(dir = %dir.display(), ?report, "journal recovery found problems");
@@ -1151,9 +1151,15 @@ fn open_plan(scan: &JournalScan, last_listed: Option<u64>) -> OpenPlan {
 /// Seals every usable version 2 segment before `active` that is not sealed yet, naming the
 /// segment that follows it. The seal claims the records the segment holds, or, when records it
 /// had confirmed are lost, keeps that claim so that the loss is reported at every open.
+///
+/// A seal never hides what the scan found: a segment whose trailing bad range was damage (not a
+/// torn tail this open zeroed) is left unsealed, so the full scan keeps finding it; and a seal
+/// names the successor's base seq only when this segment's claim accounts for the seqs before it,
+/// otherwise the seq right after its records, so that a gap stays a gap.
 fn seal_predecessors(
     backend: &dyn Backend,
     scan: &JournalScan,
+    report: &RecoveryReport,
     active: &SegmentHeader,
 ) -> std::io::Result<()> {
     let usable: Vec<&recovery::ScannedSegment> = scan
@@ -1168,12 +1174,25 @@ fn seal_predecessors(
         if point.damaged || point.seal().is_some() {
             continue;
         }
+        let index = segment.header.segment_index;
+        let tail_zeroed = report
+            .torn_tails
+            .iter()
+            .any(|t| t.segment_index == index && t.zeroed);
+        if segment.trailing.is_some() && !tail_zeroed {
+            continue;
+        }
         let successor = usable.get(at + 1).map_or(active, |s| &s.header);
         let first_missing = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
         let committed = if first_missing <= point.confirmed {
             point.claimed
         } else {
             first_missing - 1
+        };
+        let next_base = if point.claimed + 1 >= successor.base_seq {
+            successor.base_seq
+        } else {
+            committed + 1
         };
         let bytes = segment.header.segment_bytes as usize;
         if segment.file_len < bytes as u64 {
@@ -1184,7 +1203,7 @@ fn seal_predecessors(
             SLOT_SEALED,
             committed,
             segment.end_offset,
-            Some((successor.segment_bytes, successor.base_seq)),
+            Some((successor.segment_bytes, next_base)),
         )?;
     }
     Ok(())
