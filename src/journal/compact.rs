@@ -24,6 +24,7 @@
 //! handing out records, and the event IDs of removed records that could still be retried), and
 //! [`Head`], what the journal knows before its scan, for choosing a snapshot.
 
+use super::format::{u16_at, u32_at, u64_at};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
@@ -94,20 +95,6 @@ pub enum FloorError {
     ReservedNonZero,
     #[error("segment index or seq out of range")]
     OutOfRange,
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 impl Floor {

@@ -104,19 +104,21 @@ pub enum FrameError {
     OutOfRange,
 }
 
-fn u16_at(bytes: &[u8], offset: usize) -> u16 {
+/// Fixed-width little-endian readers of every on-disk format of the crate (journal, floor,
+/// snapshot, spool): the caller has checked that `bytes` holds the field.
+pub(crate) fn u16_at(bytes: &[u8], offset: usize) -> u16 {
     let mut b = [0u8; 2];
     b.copy_from_slice(&bytes[offset..offset + 2]);
     u16::from_le_bytes(b)
 }
 
-fn u32_at(bytes: &[u8], offset: usize) -> u32 {
+pub(crate) fn u32_at(bytes: &[u8], offset: usize) -> u32 {
     let mut b = [0u8; 4];
     b.copy_from_slice(&bytes[offset..offset + 4]);
     u32::from_le_bytes(b)
 }
 
-fn u64_at(bytes: &[u8], offset: usize) -> u64 {
+pub(crate) fn u64_at(bytes: &[u8], offset: usize) -> u64 {
     let mut b = [0u8; 8];
     b.copy_from_slice(&bytes[offset..offset + 8]);
     u64::from_le_bytes(b)

@@ -30,6 +30,7 @@
 //! `1..=seq`, kinds non-zero);
 //! [`encode`] of what [`decode`] returns gives the same bytes back.
 
+use crate::journal::format::{u16_at, u32_at, u64_at};
 use std::collections::BTreeSet;
 
 use super::command::StoredCommand;
@@ -118,20 +119,6 @@ pub struct SnapshotHeader {
     pub created_unix_ms: u64,
     /// `masked_crc` of the payload.
     pub payload_crc: u32,
-}
-
-fn u16_at(b: &[u8], at: usize) -> u16 {
-    u16::from_le_bytes([b[at], b[at + 1]])
-}
-fn u32_at(b: &[u8], at: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[at..at + 4]);
-    u32::from_le_bytes(x)
-}
-fn u64_at(b: &[u8], at: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[at..at + 8]);
-    u64::from_le_bytes(x)
 }
 
 impl SnapshotHeader {

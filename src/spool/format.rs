@@ -10,6 +10,7 @@
 //! byte, so a chunk read out of context still says where it belongs.
 
 use crate::journal::format::{FrameError, masked_crc};
+use crate::journal::format::{u32_at, u64_at};
 
 pub const SPOOL_MAGIC: [u8; 8] = *b"PJSPOOL\0";
 pub const SPOOL_FORMAT_VERSION: u16 = 1;
@@ -62,18 +63,6 @@ impl Stream {
     pub fn tag(self) -> u8 {
         self as u8
     }
-}
-
-fn u32_at(b: &[u8], o: usize) -> u32 {
-    let mut x = [0u8; 4];
-    x.copy_from_slice(&b[o..o + 4]);
-    u32::from_le_bytes(x)
-}
-
-fn u64_at(b: &[u8], o: usize) -> u64 {
-    let mut x = [0u8; 8];
-    x.copy_from_slice(&b[o..o + 8]);
-    u64::from_le_bytes(x)
 }
 
 /// The header at offset 0 of every spool segment file.
