@@ -201,7 +201,14 @@ pub(crate) async fn start(
     let publication = {
         let (shared, proc) = (Arc::clone(&shared), Arc::clone(&proc));
         async move {
-            tokio::time::sleep(Duration::from_millis(limits::RUNNING_PUBLICATION_DELAY_MS)).await;
+            let mut exited = proc.exited.subscribe();
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(limits::RUNNING_PUBLICATION_DELAY_MS)) => {}
+                // Ended sooner (`exited` is sent once the terminal event is durable, and with it
+                // the `running` record before it): nothing is gained by waiting the delay out,
+                // which a `run` or a shutdown would otherwise spend idle joining this task.
+                _ = exited.wait_for(Option::is_some) => {}
+            }
             if proc.claim_running_publication(RunningPublisher::Start) {
                 super::publish::publish_running(&shared, handle, proc.ids).await;
                 proc.running_publication_done();
