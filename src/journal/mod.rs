@@ -671,10 +671,9 @@ impl Journal {
             warn!(dir = %dir.display(), ?report, "journal recovery found problems");
         }
         let durable_seq = next_seq - 1;
-        let segment_count = recovery::list_segments(&dir)
-            .map_err(io("list segments"))?
-            .0
-            .len();
+        // The listing after the removals above, and the segment this open created, if any: no
+        // third read of the directory.
+        let segment_count = listed_count + usize::from(plan.reuse.is_none());
         let journal = Journal {
             root,
             durability,

@@ -665,7 +665,13 @@ pub(crate) fn scan_journal(
             // clean close and appended (then crashed before any commit of its own) put a record
             // there, and the scan must see it.
             let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
-            read_prefix(&mut file, look_past.min(segment_bytes), &mut bytes)?;
+            // Small segments' records are often all in the page read already.
+            let wanted = look_past.min(segment_bytes).min(file_len);
+            if wanted as usize <= bytes.len() {
+                bytes.truncate(wanted as usize);
+            } else {
+                read_prefix(&mut file, wanted, &mut bytes)?;
+            }
             let outcome = scan_segment(&bytes, &header, commit.as_ref(), last_seq, |r| {
                 visited += 1;
                 visit(r);
