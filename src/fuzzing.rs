@@ -2127,7 +2127,7 @@ impl ReplayGen {
                 .take(usize::from(n % 6))
                 .collect()
         };
-        match k % 12 {
+        match k % 13 {
             0 => {
                 let mut ids = ids;
                 match x % 8 {
@@ -2259,6 +2259,12 @@ impl ReplayGen {
                 },
                 at_unix_ms: 0,
             }),
+            12 => LifecycleEvent::OutputRetired(OutputRetired {
+                handle,
+                // Two reasons and two times: a repeat of the same retirement, or another one.
+                reason: text(x & 1),
+                at_unix_ms: u64::from(x >> 7),
+            }),
             _ => {
                 let end = &mut self.gap_end[usize::from(h % REPLAY_HANDLES)];
                 let from = if x & 0x80 == 0 {
@@ -2302,6 +2308,7 @@ impl ReplayGen {
             E::CompletionNotified(_) => ids.completion.derived(derived::NOTIFIED),
             E::Scoped(_) => ids.running.derived(derived::SCOPED),
             E::TreeReleased(_) => ids.terminal.derived(derived::RELEASED),
+            E::OutputRetired(_) => ids.terminal.derived(derived::RETIRED),
             E::StopRequested(_) | E::InputClosed(_) | E::OutputCheckpoint(_) | E::OutputGap(_) => {
                 self.fresh()
             }
@@ -2486,7 +2493,7 @@ fn check_manifests(
 ) {
     use crate::lifecycle::LifecycleEvent as E;
     use crate::lifecycle::State;
-    use crate::lifecycle::event::{CursorBounds, derived};
+    use crate::lifecycle::event::{CursorBounds, ExitStatus, Scoped, TreeMechanism, derived};
     let registered: Vec<_> = accepted
         .iter()
         .filter_map(|(_, e, _)| match e {
@@ -2525,6 +2532,7 @@ fn check_manifests(
         let mut published = std::collections::BTreeSet::new();
         let mut completion = false;
         let (mut scope, mut released) = (None, None);
+        let mut retired = None;
         let mut lost = 0u64;
         let mut last_gap_end = 0u64;
         for (id, e, changed) in events {
@@ -2597,6 +2605,27 @@ fn check_manifests(
                     }
                     released.get_or_insert_with(|| r.proof.clone());
                 }
+                E::OutputRetired(r) => {
+                    assert_eq!(*id, ids.terminal.derived(derived::RETIRED));
+                    // Verified: terminal, and released, never ran, or a group leader reaped.
+                    let by_group = scope
+                        .as_ref()
+                        .is_none_or(|s: &Scoped| s.mechanism == TreeMechanism::Group);
+                    let reaped = terminal == Some(ids.terminal)
+                        && m.terminal.as_ref().is_some_and(|t| {
+                            matches!(t.exit, ExitStatus::Code(_) | ExitStatus::Signal(_))
+                        });
+                    let verified = state.is_terminal()
+                        && (released.is_some()
+                            || pid.is_none()
+                            || (state != State::LostOnRestore && by_group && reaped));
+                    assert!(verified, "output retired of an unverified exit");
+                    let this = (r.reason.clone(), r.at_unix_ms);
+                    if let Some(first) = &retired {
+                        assert!(*first == this && !changed, "a second retirement");
+                    }
+                    retired.get_or_insert(this);
+                }
                 E::OutputGap(g) => {
                     let g = g.gap;
                     assert!(!state.is_terminal(), "a gap after the terminal event");
@@ -2622,6 +2651,10 @@ fn check_manifests(
         assert_eq!(m.completion_notified, completion);
         assert_eq!(m.scope, scope);
         assert_eq!(m.released, released);
+        assert_eq!(
+            m.retired.as_ref().map(|r| (r.reason.clone(), r.at_unix_ms)),
+            retired
+        );
         // Gaps: ordered, apart or joined, every lost cursor kept, at most the bound.
         assert!(m.gaps.len() <= crate::limits::GAPS_PER_PROCESS_MAX);
         assert!(m.gaps.windows(2).all(|w| w[0].to <= w[1].from));

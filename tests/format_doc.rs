@@ -399,8 +399,8 @@ mod validity {
     use procjournal::lifecycle::event::{
         CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
         IdentityWitness, InputClosed, LifecyclePublished, LostOnRestore, OutputCheckpoint,
-        OutputGap, ProcessWitness, Registered, Running, Scoped, StopRequested, Terminal,
-        TreeMechanism, TreeReleased, kinds,
+        OutputGap, OutputRetired, ProcessWitness, Registered, Running, Scoped, StopRequested,
+        Terminal, TreeMechanism, TreeReleased, kinds,
     };
     use procjournal::lifecycle::{
         Applied, Handle, LifecycleEvent, LifecycleIds, ManifestStore, State,
@@ -540,6 +540,11 @@ mod validity {
                 },
                 at_unix_ms,
             }),
+            "OutputRetired" => LifecycleEvent::OutputRetired(OutputRetired {
+                handle: H,
+                reason: "clean: ended more than 0ms ago".into(),
+                at_unix_ms,
+            }),
             other => panic!("the validity table names an event this test does not know: {other:?}"),
         }
     }
@@ -673,7 +678,9 @@ mod validity {
         }
         kinds_seen.sort_unstable();
         kinds_seen.dedup();
-        let all: Vec<u16> = (kinds::REGISTERED..=kinds::OUTPUT_GAP).collect();
+        let all: Vec<u16> = (kinds::REGISTERED..=kinds::OUTPUT_GAP)
+            .chain([kinds::OUTPUT_RETIRED])
+            .collect();
         assert_eq!(
             kinds_seen, all,
             "the validity table covers every lifecycle kind"

@@ -41,8 +41,8 @@ use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::event::{
     CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
     IdentityWitness, InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint,
-    OutputGap, ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested,
-    Terminal, TreeMechanism, TreeReleased,
+    OutputGap, OutputRetired, ProcessWitness, ReceiptBinding, Registered, Running, Scoped,
+    StopRequested, Terminal, TreeMechanism, TreeReleased,
 };
 use procjournal::lifecycle::{
     Applied, Handle, Lifecycle, LifecycleError, LifecycleEvent, LifecycleIds, ManifestStore,
@@ -90,6 +90,7 @@ const PUBLISHED: u8 = 1;
 const NOTIFIED: u8 = 2;
 const SCOPED: u8 = 3;
 const RELEASED: u8 = 4;
+const RETIRED: u8 = 9;
 
 /// The ID derived from `id` for `purpose`, by journal-format.md's recipe: byte 15 XOR purpose,
 /// byte 14 XOR 0xa5, version nibble 8, RFC variant.
@@ -259,6 +260,13 @@ enum Op {
         right_command: bool,
         id: FactId,
     },
+    /// The output's retirement; `variant` picks the reason, so a repeat is the same record or a
+    /// different one.
+    Retire {
+        h: usize,
+        variant: u8,
+        id: FactId,
+    },
     /// Lost output `from..from + len`; `reason` 0 is retention (never valid).
     Gap {
         h: usize,
@@ -346,6 +354,7 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
             .prop_map(|(h, right_command, id)| Op::Complete { h, right_command, id }),
         2 => (any_h.clone(), 0u8..3, fact_id()).prop_map(|(h, variant, id)| Op::Scope { h, variant, id }),
         2 => (any_h.clone(), 0u8..3, fact_id()).prop_map(|(h, variant, id)| Op::Release { h, variant, id }),
+        2 => (any_h.clone(), 0u8..2, fact_id()).prop_map(|(h, variant, id)| Op::Retire { h, variant, id }),
         2 => (any_h.clone(), 0u64..400, prop_oneof![4 => 1u64..100, 1 => Just(0u64)], 0u8..4, plain_id())
             .prop_map(|(h, from, len, reason, id)| Op::Gap { h, from, len, reason, id }),
         12 => (any_h, any::<Index>()).prop_map(|(h, pick)| Op::Advance { h, pick }),
@@ -506,6 +515,11 @@ impl Concretizer {
                     Op::Release {
                         h,
                         variant: pick.index(3) as u8,
+                        id: FactId::Derived,
+                    },
+                    Op::Retire {
+                        h,
+                        variant: pick.index(2) as u8,
                         id: FactId::Derived,
                     },
                 ]
@@ -681,6 +695,14 @@ impl Concretizer {
                     at_unix_ms,
                 }),
             ),
+            Op::Retire { h, variant, id } => (
+                self.fact(id, ids_of(*h, model).terminal, RETIRED),
+                LifecycleEvent::OutputRetired(OutputRetired {
+                    handle: handle_of(*h),
+                    reason: format!("retention {variant}"),
+                    at_unix_ms: u64::from(*variant),
+                }),
+            ),
             Op::Complete {
                 h,
                 right_command,
@@ -727,6 +749,8 @@ struct ModelProc {
     scope: Option<Scoped>,
     released: Option<ExitProof>,
     gaps: Vec<Gap>,
+    /// The retirement's reason and time.
+    retired: Option<(String, u64)>,
 }
 
 /// A scope record of handle `h`; each variant a different mechanism.
@@ -876,6 +900,7 @@ impl Model {
                     scope: None,
                     released: None,
                     gaps: Vec::new(),
+                    retired: None,
                 },
             );
             return Changed;
@@ -971,6 +996,28 @@ impl Model {
                 (Some(_), Some(_)) => return Refused,
                 (Some(_), None) => p.released = Some(e.proof.clone()),
             },
+            LifecycleEvent::OutputRetired(e) => {
+                // Verified exit: terminal, and the tree released, or it never ran, or a group
+                // leader reaped here (a `Terminal` event: every one of this model's carries a
+                // code; a lost process's exit is unknown).
+                let by_group = p
+                    .scope
+                    .as_ref()
+                    .is_none_or(|s| s.mechanism == TreeMechanism::Group);
+                let reaped = p.terminal.is_some_and(|(_, id, _)| id == p.ids.terminal);
+                let verified = is_terminal(p.state)
+                    && (p.released.is_some()
+                        || p.pid.is_none()
+                        || (p.state != State::LostOnRestore && by_group && reaped));
+                let this = (e.reason.clone(), e.at_unix_ms);
+                match &p.retired {
+                    _ if event_id != derive(p.ids.terminal, RETIRED) => return Refused,
+                    Some(r) if *r == this => return Unchanged,
+                    Some(_) => return Refused,
+                    None if !verified => return Refused,
+                    None => p.retired = Some(this),
+                }
+            }
             LifecycleEvent::OutputGap(e) => {
                 let g = e.gap;
                 let joins = p.gaps.last().is_some_and(|last| {
@@ -1038,6 +1085,12 @@ impl Model {
             prop_assert_eq!(&m.scope, &p.scope, "{}", context);
             prop_assert_eq!(&m.released, &p.released, "{}", context);
             prop_assert_eq!(&m.gaps, &p.gaps, "{}", context);
+            prop_assert_eq!(
+                m.retired.as_ref().map(|r| (r.reason.clone(), r.at_unix_ms)),
+                p.retired.clone(),
+                "{}",
+                context
+            );
         }
         Ok(())
     }

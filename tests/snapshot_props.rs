@@ -58,6 +58,7 @@ enum Op {
     Complete(u8),
     Scope(u8, Option<String>),
     Release(u8, u8),
+    Retire(u8, String),
 }
 
 fn text() -> impl Strategy<Value = String> {
@@ -108,7 +109,8 @@ fn op() -> impl Strategy<Value = Op> {
         1 => (h.clone(), 0u8..3).prop_map(|(h, w)| Op::Publish(h, w)),
         1 => h.clone().prop_map(Op::Complete),
         1 => (h.clone(), proptest::option::of(text())).prop_map(|(h, c)| Op::Scope(h, c)),
-        1 => (h, 0u8..3).prop_map(|(h, p)| Op::Release(h, p)),
+        1 => (h.clone(), 0u8..3).prop_map(|(h, p)| Op::Release(h, p)),
+        1 => (h, text()).prop_map(|(h, reason)| Op::Retire(h, reason)),
     ]
 }
 
@@ -263,6 +265,14 @@ fn concrete(n: usize, op: &Op) -> (EventId, LifecycleEvent) {
                         reaped: 3,
                     },
                 },
+                at_unix_ms: n as u64,
+            }),
+        ),
+        Op::Retire(h, reason) => (
+            ids(h).terminal.derived(derived::RETIRED),
+            LifecycleEvent::OutputRetired(OutputRetired {
+                handle: handle(h),
+                reason,
                 at_unix_ms: n as u64,
             }),
         ),

@@ -24,6 +24,13 @@ impl Serialize for Handle {
     }
 }
 
+impl<'de> serde::Deserialize<'de> for Handle {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
 impl std::fmt::Display for Handle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "p-{}", self.0.0.simple())
@@ -248,6 +255,18 @@ pub struct OutputGap {
     pub at_unix_ms: u64,
 }
 
+/// A finished process's output was retired by the retention policy or `clean`: appended (and
+/// acknowledged) before any of its spool files is removed, so that a crash part-way leaves a
+/// record that says the output is going, and the next open finishes the removal. Allowed only
+/// once the process's exit is verified ([`crate::lifecycle::Manifest::exit_verified`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct OutputRetired {
+    pub handle: Handle,
+    /// Why: the policy that retired it (`retention: older than 7d`, `clean: older than 1h`).
+    pub reason: String,
+    pub at_unix_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct StopRequested {
     pub handle: Handle,
@@ -317,6 +336,7 @@ pub enum LifecycleEvent {
     Scoped(Scoped),
     TreeReleased(TreeReleased),
     OutputGap(OutputGap),
+    OutputRetired(OutputRetired),
 }
 
 /// Purposes of the record IDs derived from a registration's allocated IDs
@@ -334,6 +354,8 @@ pub mod derived {
     pub const SCOPED: u8 = 3;
     /// `TreeReleased`: derived from `ids.terminal`.
     pub const RELEASED: u8 = 4;
+    /// `OutputRetired`: derived from `ids.terminal`.
+    pub const RETIRED: u8 = 9;
 }
 
 /// Journal kind numbers of lifecycle events.
@@ -350,6 +372,7 @@ pub mod kinds {
     pub const SCOPED: u16 = 0x010A;
     pub const TREE_RELEASED: u16 = 0x010B;
     pub const OUTPUT_GAP: u16 = 0x010C;
+    pub const OUTPUT_RETIRED: u16 = 0x0112;
 }
 
 /// Why a record could not be read as a lifecycle event.
@@ -381,6 +404,7 @@ impl LifecycleEvent {
             LifecycleEvent::Scoped(_) => kinds::SCOPED,
             LifecycleEvent::TreeReleased(_) => kinds::TREE_RELEASED,
             LifecycleEvent::OutputGap(_) => kinds::OUTPUT_GAP,
+            LifecycleEvent::OutputRetired(_) => kinds::OUTPUT_RETIRED,
         };
         match EventKind::new(raw) {
             Some(kind) => kind,
@@ -389,7 +413,7 @@ impl LifecycleEvent {
     }
 
     pub fn is_lifecycle_kind(kind: u16) -> bool {
-        (kinds::REGISTERED..=kinds::OUTPUT_GAP).contains(&kind)
+        (kinds::REGISTERED..=kinds::OUTPUT_GAP).contains(&kind) || kind == kinds::OUTPUT_RETIRED
     }
 
     pub fn handle(&self) -> Handle {
@@ -406,6 +430,7 @@ impl LifecycleEvent {
             LifecycleEvent::Scoped(e) => e.handle,
             LifecycleEvent::TreeReleased(e) => e.handle,
             LifecycleEvent::OutputGap(e) => e.handle,
+            LifecycleEvent::OutputRetired(e) => e.handle,
         }
     }
 
@@ -423,6 +448,7 @@ impl LifecycleEvent {
             LifecycleEvent::Scoped(e) => codec::encode(e),
             LifecycleEvent::TreeReleased(e) => codec::encode(e),
             LifecycleEvent::OutputGap(e) => codec::encode(e),
+            LifecycleEvent::OutputRetired(e) => codec::encode(e),
         }
     }
 
@@ -483,6 +509,9 @@ impl LifecycleEvent {
                 }
                 kinds::TREE_RELEASED => {
                     LifecycleEvent::TreeReleased(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::OUTPUT_RETIRED => {
+                    LifecycleEvent::OutputRetired(codec::decode(codec_version, p).map_err(wrap)?)
                 }
                 other => return Err(EventDecodeError::NotLifecycle(other)),
             })

@@ -32,7 +32,7 @@ use crate::idhash::IdMap;
 use serde::Serialize;
 
 use super::command::StoredCommand;
-use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, SCOPED};
+use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, RETIRED, SCOPED};
 use super::event::{
     CaptureStatus, CursorBounds, ExitProof, ExitStatus, Handle, IdentityWitness, LifecycleEvent,
     LifecycleIds, Scoped,
@@ -80,6 +80,41 @@ pub struct Manifest {
     /// Output lost to failed writes or syncs, in cursor order (at most
     /// `GAPS_PER_PROCESS_MAX`).
     pub gaps: Vec<crate::spool::Gap>,
+    /// The output was retired (its spool removed) by retention or `clean` (set once).
+    pub retired: Option<Retirement>,
+}
+
+/// When and why a process's output was retired.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, crate::codec::Encode, crate::codec::Decode)]
+pub struct Retirement {
+    pub reason: String,
+    pub at_unix_ms: u64,
+}
+
+impl Manifest {
+    /// Whether the process's exit is verified, the condition for retiring its output (seed 003:
+    /// "live, unverified, missing, corrupt or unreadable ownership preserves evidence"): it is
+    /// terminal, and either its whole tree's exit is proven (a `TreeReleased` proof), or its tree
+    /// is a process group whose leader this supervisor reaped itself (a group has no stronger
+    /// proof to wait for; no file of the spool is written after the terminal result), or it never
+    /// ran at all. A process lost on restore without a release proof is unverified.
+    pub fn exit_verified(&self) -> bool {
+        if !self.state.is_terminal() {
+            return false;
+        }
+        if self.released.is_some() || self.pid.is_none() {
+            return true;
+        }
+        let by_group = self
+            .scope
+            .as_ref()
+            .is_none_or(|s| s.mechanism == super::event::TreeMechanism::Group);
+        let reaped = self.terminal.as_ref().is_some_and(|t| {
+            t.event_id == self.ids.terminal
+                && matches!(t.exit, ExitStatus::Code(_) | ExitStatus::Signal(_))
+        });
+        self.state != State::LostOnRestore && by_group && reaped
+    }
 }
 
 /// Why an event was refused. Typed so that the supervisor and replay can tell cases apart.
@@ -137,6 +172,10 @@ pub enum Rejection {
     AlreadyReleased,
     #[error("the store already holds {0} manifests, as many as it can")]
     StoreFull(usize),
+    #[error("output of a process whose exit is not verified ({0}) cannot be retired")]
+    NotRetirable(State),
+    #[error("the output was already retired")]
+    AlreadyRetired,
 }
 
 /// A manifest of a snapshot that no sequence of accepted events produces, or that its store
@@ -201,6 +240,9 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
     }
     if m.gaps.len() > crate::limits::GAPS_PER_PROCESS_MAX {
         return Err("more gaps than a process may have");
+    }
+    if m.retired.is_some() && !m.exit_verified() {
+        return Err("output retired of a process whose exit is not verified");
     }
     let gap_ok =
         |g: &crate::spool::Gap| g.from < g.to && g.reason != crate::spool::LossReason::Retention;
@@ -455,6 +497,18 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             }
             Ok(Applied::Changed)
         }
+        LifecycleEvent::OutputRetired(e) => {
+            let applied = match &m.retired {
+                Some(r) if r.reason == e.reason && r.at_unix_ms == e.at_unix_ms => {
+                    Applied::Unchanged
+                }
+                Some(_) => return Err(Rejection::AlreadyRetired),
+                None if !m.exit_verified() => return Err(Rejection::NotRetirable(m.state)),
+                None => Applied::Changed,
+            };
+            derived("output_retired", event_id, m.ids.terminal, RETIRED)?;
+            Ok(applied)
+        }
         LifecycleEvent::CompletionNotified(e) => {
             if m.terminal.is_none() {
                 return Err(Rejection::CompletionBeforeTerminal);
@@ -527,6 +581,12 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::CompletionNotified(_) => m.completion_notified = true,
         LifecycleEvent::Scoped(e) => m.scope = Some(e.clone()),
         LifecycleEvent::TreeReleased(e) => m.released = Some(e.proof.clone()),
+        LifecycleEvent::OutputRetired(e) => {
+            m.retired = Some(Retirement {
+                reason: std::mem::take(&mut e.reason),
+                at_unix_ms: e.at_unix_ms,
+            })
+        }
         LifecycleEvent::OutputGap(e) => match m.gaps.last_mut() {
             Some(last) if joins(last, &e.gap) => last.to = e.gap.to,
             _ => m.gaps.push(e.gap),
@@ -715,6 +775,7 @@ impl ManifestStore {
                 scope: None,
                 released: None,
                 gaps: Vec::new(),
+                retired: None,
             },
         )
     }

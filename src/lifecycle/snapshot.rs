@@ -37,7 +37,7 @@ use super::command::StoredCommand;
 use super::event::{
     CursorBounds, ExitProof, Handle, IdentityWitness, LifecycleIds, Limits, Scoped, derived,
 };
-use super::manifest::{Manifest, ManifestStore, TerminalResult};
+use super::manifest::{Manifest, ManifestStore, Retirement, TerminalResult};
 use super::replay::{ReplayIssue, ReplayReport};
 use super::state::State;
 use crate::codec::{self, CODEC_VERSION, Decode, Encode};
@@ -292,6 +292,7 @@ struct ManifestOut<'a> {
     scope: &'a Option<Scoped>,
     released: &'a Option<ExitProof>,
     gaps: &'a [Gap],
+    retired: &'a Option<Retirement>,
 }
 
 /// The same fields as [`ManifestOut`], owned, as [`decode`] reads them.
@@ -320,6 +321,7 @@ struct ManifestIn {
     scope: Option<Scoped>,
     released: Option<ExitProof>,
     gaps: Vec<Gap>,
+    retired: Option<Retirement>,
 }
 
 #[derive(Encode, Decode)]
@@ -357,6 +359,7 @@ fn manifest_out<'a>(registration: EventId, m: &'a Manifest) -> ManifestOut<'a> {
         scope: &m.scope,
         released: &m.released,
         gaps: &m.gaps,
+        retired: &m.retired,
     }
 }
 
@@ -392,6 +395,7 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
         scope: w.scope,
         released: w.released,
         gaps: w.gaps,
+        retired: w.retired,
     };
     Ok((w.registration, manifest))
 }
