@@ -244,6 +244,15 @@ pub const GUARDIAN_REAP_MS: u64 = 2_000;
 /// two per tree; a second keeps held capacity from lingering long after the proof appears.
 pub const ASSESS_INTERVAL_MS: u64 = 1_000;
 
+/// How long a finished process's output is kept by default (seed 003: "Seven-day log
+/// retention"): long enough for a person back from a weekend to read what ran on Friday.
+pub const RETENTION_AGE_DEFAULT_MS: u64 = 7 * 24 * 3_600_000;
+
+/// How often the retention policy runs (and once at every open). A pass reads every manifest in
+/// memory and lists the spool directory once; an hour keeps old output at most an hour past its
+/// age, at a cost no one notices.
+pub const RETENTION_PASS_INTERVAL_MS: u64 = 3_600_000;
+
 /// How long a termination waits, after its SIGKILL, for the exit to be proven (the terminal
 /// event persisted and no member left) before it reports failure: SIGKILL cannot be caught, so
 /// what is still there after half a second is in uninterruptible sleep or escaped; the tree

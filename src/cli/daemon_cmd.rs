@@ -38,7 +38,7 @@ pub(crate) struct Target {
 }
 
 impl Target {
-    fn root(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn root(&self) -> anyhow::Result<PathBuf> {
         let root = super::root_or_default(self.root.clone())?;
         std::path::absolute(&root).with_context(|| format!("runtime root {}", root.display()))
     }
@@ -64,7 +64,7 @@ impl Target {
     }
 
     /// A connection, or `None` when no daemon listens (the caller falls back to the journal).
-    fn try_connect(&self) -> anyhow::Result<Option<Client>> {
+    pub(crate) fn try_connect(&self) -> anyhow::Result<Option<Client>> {
         match Client::connect(&self.socket()?) {
             Ok(client) => Ok(Some(client)),
             Err(ClientError::NoDaemon { .. }) => Ok(None),
@@ -95,8 +95,23 @@ pub(crate) struct ServeArgs {
     /// 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB.
     #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
     retention: Option<u64>,
+    /// Delete the output of a finished process (whose exit is verified) once it ended this
+    /// long ago, e.g. 7d, 36h; `off` keeps all output. Checked at start and every hour.
+    #[arg(long, value_name = "AGE", default_value = "7d", value_parser = parse_age)]
+    retention_age: Age,
     #[command(flatten)]
     tree: super::TreeArgs,
+}
+
+/// `--retention-age`: a duration, or `off`.
+#[derive(Debug, Clone, Copy)]
+struct Age(Option<Duration>);
+
+fn parse_age(text: &str) -> Result<Age, String> {
+    if text == "off" {
+        return Ok(Age(None));
+    }
+    super::run_cmd::parse_duration(text).map(|d| Age(Some(d)))
 }
 
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -114,6 +129,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         if let Some(bytes) = args.retention {
             config.spool.retention_bytes = bytes;
         }
+        config.retention = args.retention_age.0;
         config.launcher = args.tree.launcher(&root, false)?;
         let (server, restore) = Server::bind(config, socket)
             .await
@@ -449,6 +465,14 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                 .get(&args.handle)
                 .cloned()
                 .with_context(|| format!("no process with handle {}", args.handle))?;
+            if let Some(r) = &manifest.retired {
+                bail!(
+                    "the output of {} was retired at {} ({}); its manifest stays (`procjournal ps`)",
+                    args.handle,
+                    super::unix_ms_text(r.at_unix_ms),
+                    r.reason
+                );
+            }
             let note = if manifest.state.is_terminal() {
                 "no daemon is running; reading the spool"
             } else {

@@ -4,6 +4,7 @@
 //! Recovery tooling (`journal ...`) is offline and read-only: it takes no lock and never writes, so
 //! it may run against a root that a live writer holds.
 
+mod clean_cmd;
 mod daemon_cmd;
 mod journal_cmd;
 mod mcp_cmd;
@@ -51,6 +52,9 @@ enum Command {
     Wait(daemon_cmd::WaitArgs),
     /// Stop every process and the daemon.
     Shutdown(daemon_cmd::ShutdownCmdArgs),
+    /// Delete the output of finished processes whose exit is verified and that ended long
+    /// enough ago (the daemon does this every hour for output older than its retention age).
+    Clean(clean_cmd::CleanArgs),
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
@@ -124,6 +128,7 @@ pub fn main() -> ExitCode {
         Command::Interrupt(args) => daemon_cmd::interrupt(args),
         Command::Wait(args) => daemon_cmd::wait(args),
         Command::Shutdown(args) => daemon_cmd::shutdown(args),
+        Command::Clean(args) => clean_cmd::clean(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
         Command::Mcp(args) => mcp_cmd::run(args),
@@ -207,5 +212,44 @@ impl TreeArgs {
                 }
             },
         })
+    }
+}
+
+/// `2026-12-01 14:43:59 UTC` for a time in milliseconds since the epoch (UTC, so that the same
+/// record reads the same everywhere; the proleptic Gregorian calendar of Howard Hinnant's
+/// `civil_from_days`).
+pub(crate) fn unix_ms_text(ms: u64) -> String {
+    let secs = ms / 1000;
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod time_tests {
+    #[test]
+    fn unix_times_print_as_utc_dates() {
+        assert_eq!(super::unix_ms_text(0), "1970-01-01 00:00:00 UTC");
+        assert_eq!(
+            super::unix_ms_text(1_796_136_239_999),
+            "2026-12-01 14:43:59 UTC"
+        );
+        assert_eq!(
+            super::unix_ms_text(951_782_400_000),
+            "2000-02-29 00:00:00 UTC"
+        );
     }
 }

@@ -67,13 +67,18 @@ pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     };
     let value: f64 = number
         .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms, 5m"))?;
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms, 5m, 7d"))?;
     let seconds = match unit {
         "ms" => value / 1000.0,
         "s" => value,
         "m" => value * 60.0,
         "h" => value * 3600.0,
-        _ => return Err(format!("unknown unit {unit:?} in {text:?} (ms, s, m, h)")),
+        "d" => value * 86_400.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?} (ms, s, m, h, d)"
+            ));
+        }
     };
     Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
 }

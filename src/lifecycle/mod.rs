@@ -21,6 +21,7 @@ pub mod event;
 pub mod manifest;
 pub mod replay;
 mod reserved;
+pub mod retention;
 pub mod snapdir;
 pub mod snapshot;
 pub mod state;

@@ -51,6 +51,8 @@ pub struct ProcessInfo {
     pub mechanism: Option<TreeMechanism>,
     /// Whether the whole tree is known to be gone (`tree::assess`).
     pub ownership: Ownership,
+    /// Set once the output was retired (removed by retention or `clean`): when and why.
+    pub retired: Option<crate::lifecycle::manifest::Retirement>,
 }
 
 /// The ownership assessment of a process's tree, from its record.
@@ -127,6 +129,7 @@ impl From<&Manifest> for ProcessInfo {
                 .or_else(|| live_loss(&m.gaps)),
             mechanism: m.scope.as_ref().map(|s| s.mechanism),
             ownership: Ownership::of(m),
+            retired: m.retired.clone(),
         }
     }
 }
@@ -287,6 +290,14 @@ impl Dispatcher {
             Request::Wait { handle, timeout_ms } => json(&self.wait(handle, timeout_ms).await?),
             Request::Shutdown { grace_ms } => {
                 json(&sup.shutdown(Duration::from_millis(grace_ms)).await)
+            }
+            Request::Clean {
+                older_than_ms,
+                dry_run,
+            } => {
+                let older_than =
+                    older_than_ms.map_or_else(|| sup.retention_age(), Duration::from_millis);
+                json(&sup.clean(older_than, dry_run).await.map_err(api)?)
             }
         }
     }
@@ -519,6 +530,7 @@ pub fn api(error: SupervisorError) -> ApiError {
         }
         SupervisorError::CursorAhead { .. } => (ErrorCode::BadArgs, None),
         SupervisorError::Output { handle, .. } => (ErrorCode::Internal, Some(*handle)),
+        SupervisorError::Retired { handle, .. } => (ErrorCode::Retired, Some(*handle)),
         _ => (ErrorCode::Internal, None),
     };
     ApiError {

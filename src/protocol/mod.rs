@@ -176,6 +176,19 @@ pub struct ShutdownArgs {
     pub grace_ms: Option<u64>,
 }
 
+/// `clean`: retire the output of finished processes whose exit is verified.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CleanArgs {
+    /// Retire output of processes that ended at least this many milliseconds ago. Default: the
+    /// server's retention age (7 days unless configured).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub older_than_ms: Option<u64>,
+    /// Only report what would be retired; remove nothing.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub dry_run: bool,
+}
+
 /// A validated request: what dispatch acts on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
@@ -211,6 +224,10 @@ pub enum Request {
     Shutdown {
         grace_ms: u64,
     },
+    Clean {
+        older_than_ms: Option<u64>,
+        dry_run: bool,
+    },
 }
 
 /// A request with the client's ID, echoed in the response.
@@ -221,7 +238,7 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 10] = [
+pub const OPS: [&str; 11] = [
     "hello",
     "start",
     "list",
@@ -232,6 +249,7 @@ pub const OPS: [&str; 10] = [
     "interrupt",
     "wait",
     "shutdown",
+    "clean",
 ];
 
 /// Why a request was refused before anything ran.
@@ -288,6 +306,8 @@ pub enum ErrorCode {
     SpawnFailed,
     WaitTimeout,
     TeardownFailed,
+    /// The process's output was retired (removed by retention or `clean`); its manifest stays.
+    Retired,
     /// The journal, the spool or the server failed.
     Internal,
     /// A code this client does not know (sent by a newer server).
@@ -562,6 +582,13 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
                 grace_ms: grace(args.grace_ms).map_err(bad)?,
             }
         }
+        "clean" => {
+            let args: CleanArgs = parse(args).map_err(bad)?;
+            Request::Clean {
+                older_than_ms: args.older_than_ms,
+                dry_run: args.dry_run,
+            }
+        }
         _ => return Err(ProtocolErrorKind::UnknownOp(truncate(op))),
     };
     Ok(request)
@@ -700,6 +727,16 @@ impl Request {
                 "shutdown",
                 to(serde_json::to_value(ShutdownArgs {
                     grace_ms: Some(*grace_ms),
+                })),
+            ),
+            Request::Clean {
+                older_than_ms,
+                dry_run,
+            } => (
+                "clean",
+                to(serde_json::to_value(CleanArgs {
+                    older_than_ms: *older_than_ms,
+                    dry_run: *dry_run,
                 })),
             ),
         }

@@ -53,6 +53,7 @@ mod index;
 pub(crate) mod io;
 pub mod loss;
 mod output;
+pub mod remove;
 mod sync;
 
 pub use loss::{DamageKind, Gap, LossReason, SkipKind, Skipped};

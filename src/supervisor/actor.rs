@@ -16,7 +16,7 @@
 //! - Messages from one task are handled in the order sent: the terminal gate's `Finished` is
 //!   handled before anything a woken waiter asks next.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -30,6 +30,7 @@ use super::process::{Cause, Proc, ProcEvent, RunningPublisher, TerminalSummary, 
 use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
 use crate::journal::EventId;
 use crate::lifecycle::event::{LifecycleIds, Scoped};
+use crate::lifecycle::retention::{CleanReport, RetentionRequest};
 use crate::lifecycle::{Handle, State};
 use crate::limits;
 use crate::spool::Spool;
@@ -86,6 +87,11 @@ pub(crate) enum Msg {
     Stats {
         reply: Reply<SupervisorStats>,
     },
+    /// A retention pass on demand (`clean`).
+    Clean {
+        request: RetentionRequest,
+        reply: Reply<CleanReport>,
+    },
     Shutdown {
         grace: Duration,
         reply: Reply<ShutdownReport>,
@@ -135,6 +141,11 @@ impl<V> Bounded<V> {
     fn get(&self, handle: &Handle) -> Option<&V> {
         self.map.get(handle)
     }
+    fn remove(&mut self, handle: &Handle) {
+        if self.map.remove(handle).is_some() {
+            self.order.retain(|h| h != handle);
+        }
+    }
     fn len(&self) -> usize {
         self.map.len()
     }
@@ -179,6 +190,8 @@ pub(crate) struct Actor {
     next_assessment: Option<tokio::time::Instant>,
     /// When the snapshot policy is next asked; a snapshot in flight clears it.
     next_snapshot_check: Option<tokio::time::Instant>,
+    /// When the retention policy next runs (never, when it is off); a pass in flight clears it.
+    next_retention: Option<tokio::time::Instant>,
 }
 
 impl Actor {
@@ -209,6 +222,7 @@ impl Actor {
             next_assessment: (!held.is_empty()).then(tokio::time::Instant::now),
             held: held.into_iter().map(|(h, s, i)| (h, (s, i))).collect(),
             next_snapshot_check: Some(tokio::time::Instant::now()),
+            next_retention: Some(tokio::time::Instant::now()),
         }
     }
 
@@ -244,6 +258,14 @@ impl Actor {
                 () = sleep_until_opt(self.next_snapshot_check),
                     if self.next_snapshot_check.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
                     self.snapshot_if_due();
+                }
+                () = sleep_until_opt(self.next_retention),
+                    if self.next_retention.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
+                    self.next_retention = None;
+                    // Off: a pass still finishes removals that a crash interrupted.
+                    let older_than = self.shared.config.retention.unwrap_or(Duration::MAX);
+                    let request = RetentionRequest { older_than, dry_run: false, by: "retention" };
+                    self.retention_pass(request, None);
                 }
             }
             self.finish_shutdown(false);
@@ -289,6 +311,34 @@ impl Actor {
                 let _ = actor.send(ProcEvent::Snapshotted).await;
             }
             .instrument(info_span!("snapshot")),
+        );
+    }
+
+    /// Runs one retention pass in a task on the blocking pool. Everything in the table (live,
+    /// or lingering) and every held tree is out of its reach; the store's own check refuses a
+    /// retirement of an unverified exit whatever the plan said.
+    fn retention_pass(&mut self, request: RetentionRequest, reply: Option<Reply<CleanReport>>) {
+        let held: HashSet<Handle> = self.table.keys().chain(self.held.keys()).copied().collect();
+        let (shared, actor) = (Arc::clone(&self.shared), self.events_tx.clone());
+        let scheduled = reply.is_none();
+        self.tasks.spawn(
+            async move {
+                let report =
+                    tokio::task::spawn_blocking(move || shared.retention_blocking(&request, &held))
+                        .await
+                        .unwrap_or_default();
+                let retired = report
+                    .retired
+                    .iter()
+                    .chain(&report.finished)
+                    .map(|r| r.handle)
+                    .collect();
+                if let Some(reply) = reply {
+                    let _ = reply.send(report);
+                }
+                let _ = actor.send(ProcEvent::Retired { retired, scheduled }).await;
+            }
+            .instrument(info_span!("retention")),
         );
     }
 
@@ -343,6 +393,7 @@ impl Actor {
             Msg::Stats { reply } => {
                 let _ = reply.send(self.stats());
             }
+            Msg::Clean { request, reply } => self.retention_pass(request, Some(reply)),
             Msg::Shutdown { grace, reply } => self.begin_shutdown(grace, reply),
             Msg::ShutdownDone { report } => {
                 let waiters = match std::mem::replace(&mut self.shutdown, ShutdownState::Open) {
@@ -406,6 +457,19 @@ impl Actor {
                 if matches!(self.shutdown, ShutdownState::Open) {
                     self.next_snapshot_check = Some(
                         tokio::time::Instant::now() + self.shared.config.snapshots.check_every,
+                    );
+                }
+            }
+            ProcEvent::Retired { retired, scheduled } => {
+                // A cached reader would keep the removed files' space and answer reads the
+                // retirement ended.
+                for handle in &retired {
+                    self.readers.remove(handle);
+                }
+                if scheduled && matches!(self.shutdown, ShutdownState::Open) {
+                    self.next_retention = Some(
+                        tokio::time::Instant::now()
+                            + Duration::from_millis(limits::RETENTION_PASS_INTERVAL_MS),
                     );
                 }
             }

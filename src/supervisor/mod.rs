@@ -27,6 +27,7 @@ pub mod restore;
 pub mod services;
 mod tap;
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -46,6 +47,7 @@ pub use tap::{Tap, TapChunk};
 
 use crate::journal::{Appended, Durability, EventId, JournalOptions};
 use crate::lifecycle::event::{InputClosed, StopRequested};
+use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
 use crate::lifecycle::{
     Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, SnapshotPolicy, SnapshotWritten,
     State,
@@ -94,6 +96,10 @@ pub struct SupervisorConfig {
     /// When snapshots of the manifests are written (and the journal compacted below them): in
     /// the background while the journal grows, and at a clean shutdown.
     pub snapshots: SnapshotPolicy,
+    /// Output of a finished process whose exit is verified is removed once it ended this long
+    /// ago (`lifecycle::retention`); `None` keeps everything (a pass at open still finishes
+    /// removals a crash interrupted). Default: 7 days.
+    pub retention: Option<Duration>,
 }
 
 impl SupervisorConfig {
@@ -113,6 +119,7 @@ impl SupervisorConfig {
             boot_id_source: PathBuf::from("/proc/sys/kernel/random/boot_id"),
             launcher: Arc::new(GroupLauncher),
             snapshots: SnapshotPolicy::default(),
+            retention: Some(Duration::from_millis(limits::RETENTION_AGE_DEFAULT_MS)),
         }
     }
 
@@ -193,6 +200,13 @@ pub enum SupervisorError {
     /// A bound of [`crate::limits`] was reached; nothing already acknowledged was dropped.
     #[error("the bound {bound} ({limit}) is reached; try again later")]
     Bound { bound: &'static str, limit: usize },
+    /// The output was retired (removed by retention or `clean`); the manifest stays.
+    #[error("the output of {handle} was retired ({reason})")]
+    Retired {
+        handle: Handle,
+        reason: String,
+        at_unix_ms: u64,
+    },
 }
 
 /// Why a start was refused; the prepared process comes back with it.
@@ -378,6 +392,48 @@ impl Shared {
         Some(outcome)
     }
 
+    /// One retention pass (module `lifecycle::retention`): the plan under the lifecycle lock,
+    /// then each retirement acknowledged durable before its spool is removed. Runs on the calling
+    /// thread, which must not be a runtime thread.
+    pub fn retention_blocking(
+        &self,
+        request: &RetentionRequest,
+        held: &HashSet<Handle>,
+    ) -> CleanReport {
+        let now = now_unix_ms();
+        let spool_root = self.root.join("spool");
+        let plan = retention::plan(lock(&self.lifecycle).store(), now, request.older_than, held);
+        let leftovers = {
+            let lifecycle = lock(&self.lifecycle);
+            retention::leftovers(lifecycle.store(), &spool_root)
+        };
+        let leftovers = leftovers.unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "retention: the spool directory could not be listed");
+            Vec::new()
+        });
+        let report = retention::execute(
+            request,
+            plan,
+            leftovers,
+            now,
+            &spool_root,
+            &mut SharedJournal(self),
+            &mut crate::journal::compact::NoCrash,
+        );
+        for f in &report.failed {
+            tracing::warn!(handle = %f.handle, error = %f.error, "retention: output not retired");
+        }
+        if !report.retired.is_empty() || !report.finished.is_empty() {
+            tracing::info!(
+                retired = report.retired.len(),
+                finished = report.finished.len(),
+                dry_run = report.dry_run,
+                "retention pass"
+            );
+        }
+        report
+    }
+
     /// Where guardians create their receipts.
     pub fn receipts_dir(&self) -> PathBuf {
         self.root.join("trees")
@@ -385,6 +441,18 @@ impl Shared {
 
     pub fn spool_dir(&self, handle: &Handle) -> PathBuf {
         self.root.join("spool").join(handle.to_string())
+    }
+}
+
+/// A retention pass's journal: the supervisor's, behind its lock.
+struct SharedJournal<'a>(&'a Shared);
+
+impl retention::RetireJournal for SharedJournal<'_> {
+    fn manifest(&mut self, handle: &Handle) -> Option<Manifest> {
+        lock(&self.0.lifecycle).manifest(handle).cloned()
+    }
+    fn append(&mut self, id: EventId, event: &LifecycleEvent) -> Result<(), LifecycleError> {
+        self.0.append_blocking(id, event).map(drop)
     }
 }
 
@@ -491,6 +559,32 @@ impl Supervisor {
         self.ask(|reply| Msg::Stats { reply }).await
     }
 
+    /// The configured retention age ([`SupervisorConfig::retention`]), or the default one when
+    /// automatic retention is off (what `clean` uses when not told an age).
+    pub fn retention_age(&self) -> Duration {
+        self.shared
+            .config
+            .retention
+            .unwrap_or(Duration::from_millis(limits::RETENTION_AGE_DEFAULT_MS))
+    }
+
+    /// Retires the output of every finished process whose exit is verified and which ended at
+    /// least `older_than` ago (or says what it would retire, with `dry_run`), and finishes
+    /// removals a crash interrupted. The same pass the retention policy runs every
+    /// [`limits::RETENTION_PASS_INTERVAL_MS`].
+    pub async fn clean(
+        &self,
+        older_than: Duration,
+        dry_run: bool,
+    ) -> Result<CleanReport, SupervisorError> {
+        let request = RetentionRequest {
+            older_than,
+            dry_run,
+            by: "clean",
+        };
+        self.ask(|reply| Msg::Clean { request, reply }).await
+    }
+
     /// Starts a prepared process: admission, registration (`starting`), launch into its own
     /// tree, `running`, then the drain task. Returns the opaque handle.
     pub async fn start(&self, prepared: PreparedProcess) -> Result<Handle, StartError> {
@@ -542,12 +636,21 @@ impl Supervisor {
             .collect()
     }
 
-    /// The state alone, without cloning the manifest: every output poll asks.
+    /// The state alone, without cloning the manifest: every output poll asks. Output that was
+    /// retired is an error of its own, not an I/O failure of a missing file.
     fn state_of(&self, handle: &Handle) -> Result<State, SupervisorError> {
-        lock(&self.shared.lifecycle)
+        let lifecycle = lock(&self.shared.lifecycle);
+        let m = lifecycle
             .manifest(handle)
-            .map(|m| m.state)
-            .ok_or(SupervisorError::UnknownHandle(*handle))
+            .ok_or(SupervisorError::UnknownHandle(*handle))?;
+        match &m.retired {
+            Some(r) => Err(SupervisorError::Retired {
+                handle: *handle,
+                reason: r.reason.clone(),
+                at_unix_ms: r.at_unix_ms,
+            }),
+            None => Ok(m.state),
+        }
     }
 
     /// Reads up to `max_bytes` of output from `cursor`, rendered.

@@ -103,6 +103,12 @@ pub(crate) enum ProcEvent {
     Assessed { released: Vec<Handle> },
     /// A background snapshot ended (written, failed, or not due after all).
     Snapshotted,
+    /// A retention pass ended; `retired`: the handles whose output it removed. `scheduled`: the
+    /// periodic pass (which schedules the next), not one on demand.
+    Retired {
+        retired: Vec<Handle>,
+        scheduled: bool,
+    },
 }
 
 /// What waiters learn once the terminal event is acknowledged.
