@@ -1829,7 +1829,7 @@ pub fn lifecycle_decoders(payload: &[u8]) {
         }
     }
     // The kinds only the reference reads: total, and the public decoder agrees with it.
-    for kind in kinds::SCOPED..=kinds::OUTPUT_GAP {
+    for kind in (kinds::SCOPED..=kinds::OUTPUT_GAP).chain([kinds::OUTPUT_RETIRED]) {
         let reference = LifecycleEvent::decode_reference(kind, CODEC_VERSION, payload);
         let public = LifecycleEvent::decode(kind, CODEC_VERSION, payload);
         assert_eq!(format!("{public:?}"), format!("{reference:?}"));
