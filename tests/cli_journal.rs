@@ -698,6 +698,14 @@ mod manifest_json {
             },
         );
         append(i, e);
+        append(
+            ids(2).terminal.derived(derived::RETIRED),
+            LifecycleEvent::OutputRetired(OutputRetired {
+                handle: handle(2),
+                reason: "clean: ended more than 0ms ago".into(),
+                at_unix_ms: 11,
+            }),
+        );
         for event in [ids(2).running, ids(2).terminal] {
             append(
                 event.derived(derived::PUBLISHED),
@@ -828,12 +836,14 @@ mod manifest_json {
         assert_eq!(lines[1]["terminal"]["exit"]["code"], 0);
         assert_eq!(lines[1]["first_stop"][0], "user");
         assert_eq!(lines[1]["released"]["by"], "receipt");
+        assert_eq!(lines[1]["retired"]["at_unix_ms"], 11);
+        assert!(lines[0]["retired"].is_null());
         assert_eq!(lines[2]["terminal"]["exit"], "unknown");
         assert_eq!(lines[1]["published"].as_array().map(Vec::len), Some(2));
         assert_eq!(lines[6]["replay"]["other_events"], 1);
-        // 31 valid records, then the rejected one and the undecodable one.
-        assert_eq!(lines[6]["replay"]["rejected"][0]["seq"], 32);
-        assert_eq!(lines[6]["replay"]["undecodable"][0]["seq"], 33);
+        // 32 valid records, then the rejected one and the undecodable one.
+        assert_eq!(lines[6]["replay"]["rejected"][0]["seq"], 33);
+        assert_eq!(lines[6]["replay"]["undecodable"][0]["seq"], 34);
     }
 
     /// The rows, plus the root object itself (the walk starts at path "").
