@@ -50,8 +50,11 @@ use crate::spool::Gap;
 
 /// First eight bytes of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
-/// Version of the snapshot layout described here.
-pub const SNAPSHOT_VERSION: u16 = 1;
+/// Version of the snapshot layout described here. Version 1 (written before retirement existed)
+/// is read too: its manifest frames lack the trailing `retired` field, which reads as `None`.
+pub const SNAPSHOT_VERSION: u16 = 2;
+/// The oldest version still read.
+pub const SNAPSHOT_VERSION_MIN: u16 = 1;
 /// Bytes of the header.
 pub const SNAPSHOT_HEADER_BYTES: usize = 64;
 
@@ -155,7 +158,7 @@ impl SnapshotHeader {
             return Err(SnapshotError::HeaderChecksum);
         }
         let version = u16_at(b, SN_VERSION_OFFSET);
-        if version != SNAPSHOT_VERSION {
+        if !(SNAPSHOT_VERSION_MIN..=SNAPSHOT_VERSION).contains(&version) {
             return Err(SnapshotError::UnsupportedVersion(version));
         }
         let header_bytes = u16_at(b, SN_HEADER_BYTES_OFFSET);
@@ -537,6 +540,17 @@ impl<'a> Frames<'a> {
     }
 
     fn next<T: Decode<()>>(&mut self, what: &str) -> Result<T, SnapshotError> {
+        self.next_extended(what, &[])
+    }
+
+    /// The next frame, decoded as if `suffix` followed its bytes: how an older version's frame,
+    /// which lacks trailing fields, reads as the current type (the suffix is the encoding of
+    /// their absent values).
+    fn next_extended<T: Decode<()>>(
+        &mut self,
+        what: &str,
+        suffix: &[u8],
+    ) -> Result<T, SnapshotError> {
         let rest = &self.payload[self.at..];
         let Some((prefix, body)) = rest.split_first_chunk::<FRAME_PREFIX_BYTES>() else {
             return Err(self.error(format!("{what}: the payload ends inside a frame length")));
@@ -545,8 +559,12 @@ impl<'a> Frames<'a> {
         if len > SNAPSHOT_FRAME_BYTES_MAX || len > body.len() {
             return Err(self.error(format!("{what}: a frame of {len} bytes does not fit")));
         }
-        let value =
-            codec::decode_frame(&body[..len]).map_err(|e| self.error(format!("{what}: {e}")))?;
+        let decoded = if suffix.is_empty() {
+            codec::decode_frame(&body[..len])
+        } else {
+            codec::decode_frame(&[&body[..len], suffix].concat())
+        };
+        let value = decoded.map_err(|e| self.error(format!("{what}: {e}")))?;
         self.at += FRAME_PREFIX_BYTES + len;
         Ok(value)
     }
@@ -572,12 +590,18 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     if masked_crc(payload) != header.payload_crc {
         return Err(SnapshotError::PayloadChecksum);
     }
+    // Version 1 manifests end before `retired`: `None` is one zero byte.
+    let manifest_suffix: &[u8] = if u16_at(bytes, SN_VERSION_OFFSET) == 1 {
+        &[0]
+    } else {
+        &[]
+    };
     let mut frames = Frames { payload, at: 0 };
     let meta: Meta = frames.next("meta")?;
     let mut entries = Vec::with_capacity(capacity(meta.manifests, &frames, 64));
     for _ in 0..meta.manifests {
         let at = frames.at;
-        let w: ManifestIn = frames.next("manifest")?;
+        let w: ManifestIn = frames.next_extended("manifest", manifest_suffix)?;
         let entry = manifest_in(w).map_err(|reason| SnapshotError::Frame {
             at: at as u64,
             reason,

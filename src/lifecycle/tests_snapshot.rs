@@ -583,3 +583,66 @@ fn records_lost_after_a_snapshot_are_reported_and_their_seqs_not_reused() {
     assert!(!retried.written);
     assert_eq!(retried.position.seq, 251);
 }
+
+/// A version 1 snapshot (its manifest frames end before `retired`) of `v2`, a version 2 file
+/// whose manifests are none of them retired: each manifest frame loses its last byte (`None`),
+/// and the lengths, the version and both checksums are written again.
+fn as_version_1(v2: &[u8]) -> Vec<u8> {
+    use crate::journal::format::{masked_crc, u32_at, u64_at};
+    let payload = &v2[snapshot::SNAPSHOT_HEADER_BYTES..];
+    let frame_at = |at: usize| {
+        let len = u32_at(payload, at) as usize;
+        (len, &payload[at + 4..at + 4 + len])
+    };
+    let (meta_len, meta) = frame_at(0);
+    let manifests = u64_at(meta, 0);
+    let mut out = payload[..4 + meta_len].to_vec();
+    let mut at = 4 + meta_len;
+    for _ in 0..manifests {
+        let (len, body) = frame_at(at);
+        assert_eq!(body.last(), Some(&0), "a manifest without `retired`");
+        out.extend_from_slice(&((len - 1) as u32).to_le_bytes());
+        out.extend_from_slice(&body[..len - 1]);
+        at += 4 + len;
+    }
+    out.extend_from_slice(&payload[at..]);
+    let mut header = v2[..snapshot::SNAPSHOT_HEADER_BYTES].to_vec();
+    header[8..10].copy_from_slice(&1u16.to_le_bytes());
+    header[40..48].copy_from_slice(&(out.len() as u64).to_le_bytes());
+    header[56..60].copy_from_slice(&masked_crc(&out).to_le_bytes());
+    let crc = masked_crc(&header[..60]);
+    header[60..64].copy_from_slice(&crc.to_le_bytes());
+    header.extend_from_slice(&out);
+    header
+}
+
+#[test]
+fn a_version_1_snapshot_is_still_read_with_nothing_retired() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    append(&mut lc, 0..200);
+    let store = lc.store().clone();
+    assert!(store.iter().all(|m| m.retired.is_none()));
+    let replay = lc.records.clone();
+    let v2 = snapshot::encode(*b"0123456789abcdef", 200, 7, &store, &[], &replay).unwrap();
+    let v1 = as_version_1(&v2);
+    assert_eq!(u16::from_le_bytes([v1[8], v1[9]]), 1);
+    assert!(v1.len() < v2.len());
+    let back = snapshot::decode(&v1).unwrap();
+    assert_eq!(back.store, store);
+    assert_eq!(back.replay, replay);
+    // A version 2 decoder does not take version 2 frames for version 1 ones, nor the reverse.
+    let mut wrong = v2.clone();
+    wrong[8..10].copy_from_slice(&1u16.to_le_bytes());
+    let crc = crate::journal::format::masked_crc(&wrong[..60]);
+    wrong[60..64].copy_from_slice(&crc.to_le_bytes());
+    assert!(snapshot::decode(&wrong).is_err());
+    let mut future = v2;
+    future[8..10].copy_from_slice(&3u16.to_le_bytes());
+    let crc = crate::journal::format::masked_crc(&future[..60]);
+    future[60..64].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(
+        snapshot::decode(&future),
+        Err(SnapshotError::UnsupportedVersion(3))
+    ));
+}
