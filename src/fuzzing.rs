@@ -2934,12 +2934,10 @@ fn check_snapshot(bytes: &[u8]) {
                     "a decoded snapshot does not re-encode to its bytes"
                 );
             } else {
-                let again = again.expect("an older snapshot re-encodes");
-                let back = snapshot::decode(&again).expect("and decodes");
-                assert!(
-                    back.store == s.store && back.retained == s.retained && back.replay == s.replay,
-                    "an older snapshot re-encoded reads differently"
-                );
+                let back = again.map(|again| snapshot::decode(&again));
+                let same = matches!(&back, Ok(Ok(b))
+                    if b.store == s.store && b.retained == s.retained && b.replay == s.replay);
+                assert!(same, "an older snapshot re-encoded reads differently");
             }
             for m in s.store.iter() {
                 assert_eq!(
