@@ -135,6 +135,16 @@ impl<'a> Reader<'a> {
             .then_some(Reader { rest: payload })
     }
 
+    /// A reader of one snapshot frame (up to [`crate::limits::SNAPSHOT_FRAME_BYTES_MAX`] bytes,
+    /// checked by the caller), whose codec version is the snapshot header's. Its acceptance
+    /// equals [`decode_frame`]'s by the argument above, with the frame cap in place of the
+    /// payload cap: bincode's frame limit is 4 x the frame cap, and it claims at most 3 bytes of
+    /// memory per encoded byte for the element types of a manifest (strings; `u64`, `EventId` and
+    /// `Gap` elements claim at most 4/3 of their encoded size).
+    pub fn frame(bytes: &'a [u8]) -> Option<Self> {
+        (bytes.len() <= crate::limits::SNAPSHOT_FRAME_BYTES_MAX).then_some(Reader { rest: bytes })
+    }
+
     /// Bytes not read yet.
     #[inline]
     pub fn remaining(&self) -> usize {
@@ -151,6 +161,11 @@ impl<'a> Reader<'a> {
     #[inline]
     pub fn u8(&mut self) -> Result<u8, Malformed> {
         Ok(self.take::<1>()?[0])
+    }
+
+    #[inline]
+    pub fn u16(&mut self) -> Result<u16, Malformed> {
+        Ok(u16::from_le_bytes(self.take()?))
     }
 
     #[inline]
@@ -209,6 +224,12 @@ impl<'a> Reader<'a> {
         let (text, rest) = self.rest.split_at(len);
         self.rest = rest;
         Ok(text)
+    }
+
+    /// A `bool`: `00` false, `01` true; any other byte is refused.
+    #[inline]
+    pub fn bool(&mut self) -> Result<bool, Malformed> {
+        self.option()
     }
 
     /// An `Option` tag: `false` for `None`, `true` for `Some`; any tag but 0 and 1 is refused.

@@ -2883,9 +2883,11 @@ fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
 /// and the input behind a header rebuilt to vouch for it (its length and payload checksum fixed
 /// up, its seq kept when in range), so that the fuzzer reaches the frame decoders and the store's
 /// checks behind the checksums; the rebuilt header keeps an input's version 1, so that both
-/// versions' frames are reached. Never a panic; an accepted snapshot of the current version
-/// re-encodes to exactly its bytes (the format is canonical), one of version 1 to a current one
-/// that decodes to the same values, and its store finds every manifest by its handle.
+/// versions' frames are reached. The decoder by hand agrees with the reference decoder (bincode's
+/// derived one), value for value and error for error. Never a panic; an accepted snapshot of the
+/// current version re-encodes to exactly its bytes (the format is canonical), one of version 1 to
+/// a current one that decodes to the same values, and its store finds every manifest by its
+/// handle.
 pub fn snapshot_decode(data: &[u8]) {
     use crate::lifecycle::snapshot::{SNAPSHOT_HEADER_BYTES, SnapshotHeader};
     check_snapshot(data);
@@ -2917,6 +2919,22 @@ pub fn snapshot_decode(data: &[u8]) {
 
 fn check_snapshot(bytes: &[u8]) {
     use crate::lifecycle::snapshot;
+    // The frames read by hand against bincode's derived decoders: the same value, or the same
+    // error.
+    match (snapshot::decode(bytes), snapshot::decode_reference(bytes)) {
+        (Ok(fast), Ok(reference)) => {
+            assert_eq!(fast.header, reference.header, "the decoders differ");
+            assert!(fast.store == reference.store, "the decoders differ");
+            assert_eq!(fast.retained, reference.retained, "the decoders differ");
+            assert_eq!(fast.replay, reference.replay, "the decoders differ");
+        }
+        (Err(fast), Err(reference)) => assert_eq!(fast, reference, "the decoders differ"),
+        (fast, reference) => panic!(
+            "the decoders differ: by hand {:?}, reference {:?}",
+            fast.err(),
+            reference.err()
+        ),
+    }
     match snapshot::decode(bytes) {
         Ok(s) => {
             let again = snapshot::encode(

@@ -3,7 +3,9 @@
 //! - Round trip: any store the validator builds from random events (random commands with any
 //!   Unicode, every event kind, rejections ignored), with random retained IDs and replay issues,
 //!   encodes to a snapshot that decodes to the same store, IDs and report, and re-encodes to the
-//!   same bytes.
+//!   same bytes; the decoder by hand decodes it as bincode's derived decoder does.
+//! - Differential: on every input of the totality properties below, the decoder by hand and the
+//!   reference decoder agree, value for value and error for error (`fuzzing::snapshot_decode`).
 //! - Totality: the decoder never panics on random bytes, nor on a real snapshot with random bytes
 //!   flipped, inserted or removed, with or without its checksums fixed up (the fuzz target's
 //!   body, `fuzzing::snapshot_decode`, which also checks that whatever decodes re-encodes to its
@@ -236,20 +238,34 @@ fn concrete(n: usize, op: &Op) -> (EventId, LifecycleEvent) {
                 command: ids(h).completion,
             }),
         ),
+        // Every shape of a scope (mechanism, guardian, cgroup, receipt), for the decoders.
         Op::Scope(h, cgroup) => (
             ids(h).running.derived(derived::SCOPED),
             LifecycleEvent::Scoped(Scoped {
                 handle: handle(h),
-                mechanism: TreeMechanism::Cgroup,
+                mechanism: [
+                    TreeMechanism::Group,
+                    TreeMechanism::Guardian,
+                    TreeMechanism::Cgroup,
+                ][n % 3],
                 boot_id: [h; 16],
                 workload: ProcessWitness {
                     pid: 7,
                     start_time_ticks: 8,
                     pidfs_ino: 9,
                 },
-                guardian: None,
+                guardian: (n % 2 == 1).then_some(ProcessWitness {
+                    pid: 70,
+                    start_time_ticks: 80,
+                    pidfs_ino: n as u64,
+                }),
+                receipt: cgroup.as_ref().map(|c| ReceiptBinding {
+                    path: format!("{c}/receipt"),
+                    dev: 3,
+                    ino: n as u64,
+                    nonce: [n as u8; 16],
+                }),
                 cgroup,
-                receipt: None,
                 at_unix_ms: n as u64,
             }),
         ),
@@ -327,6 +343,10 @@ proptest! {
         };
         let bytes = snapshot::encode(journal_id, seq, 42, &store, &retained, &replay).unwrap();
         let back = snapshot::decode(&bytes).unwrap();
+        // The decoder by hand against bincode's derived one.
+        let reference = snapshot::decode_reference(&bytes).unwrap();
+        prop_assert_eq!(&reference.store, &back.store);
+        prop_assert_eq!(&reference.retained, &back.retained);
         prop_assert_eq!(&back.store, &store);
         prop_assert_eq!(&back.retained, &retained);
         prop_assert_eq!(&back.replay, &replay);
@@ -596,7 +616,7 @@ fn the_floor_and_snapshot_header_tables_match_the_bytes() {
         &header.encode(),
         |f| match f {
             "magic" => b"PJSNAPS\0".to_vec(),
-            "version" => 1u16.to_le_bytes().to_vec(),
+            "version" => snapshot::SNAPSHOT_VERSION.to_le_bytes().to_vec(),
             "header_bytes" => 64u16.to_le_bytes().to_vec(),
             "codec_version" => vec![1],
             "reserved" => vec![0; 3],

@@ -275,8 +275,19 @@ pub(crate) fn peek_head(dir: &Path) -> std::io::Result<Head> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetainedId {
     pub id: EventId,
-    pub position: Position,
+    pub seq: u64,
     pub kind: u16,
+}
+
+impl RetainedId {
+    /// Where the journal says the record is: its seq, segment and offset 0.
+    pub fn position(&self) -> Position {
+        Position {
+            seq: self.seq,
+            segment_index: 0,
+            offset: 0,
+        }
+    }
 }
 
 /// What the layer above hands the journal at open.
@@ -287,7 +298,8 @@ pub struct Resume {
     pub after_seq: u64,
     /// IDs of records that may have been removed by compaction; the journal knows them as if it
     /// had scanned their records (a record still on disk under the same ID and seq is the same
-    /// record, not a duplicate).
+    /// record, not a duplicate). In any order; the journal sorts them where they are (in
+    /// ascending order by ID already, or in few ascending runs, that costs one pass).
     pub ids: Vec<RetainedId>,
 }
 

@@ -9,16 +9,26 @@
 //! key's hash and the entry's number. Growth rebuilds the table from the entries, reading them in
 //! order; the entries themselves never move between table sizes (the `Vec` grows by `realloc`).
 //!
+//! Beside the table, the **retained IDs** of an open that resumes from a snapshot (the IDs of
+//! records compaction may have removed, hundreds of thousands of them) are kept in one array
+//! sorted by ID, handed over whole: filing each into the table was a fifth of such an open
+//! (random probes into a table sized for all of them). A lookup that misses the table consults
+//! the array only when the ID lies between its least and greatest ID, which a fresh time-ordered
+//! ID (every new record's, and every ID derived from one) never does.
+//!
 //! Invariants: open addressing with linear probing over a power-of-two number of buckets, at most
 //! half of them full; a bucket is empty exactly when it is 0; entries are never removed, so a probe
 //! that reaches an empty bucket has seen every entry that hashes before it. Every entry is named by
 //! exactly one bucket and every key appears in at most one entry. A fingerprint match is only a
 //! candidate until the entry's full 16-byte key is compared. At most [`IdIndex::CAPACITY`] entries
-//! (entry numbers are 32-bit); inserting past that is refused, never wrapped.
+//! (entry numbers are 32-bit); inserting past that is refused, never wrapped. The retained array
+//! is strictly ascending by key (each key once) and holds no key the table holds: a key is in at
+//! most one of the two, so a lookup's answer does not depend on which it asks first.
 
 use std::hash::BuildHasher;
 
 use super::Position;
+use super::compact::RetainedId;
 use crate::idhash::IdHashBuilder;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -40,6 +50,17 @@ pub(crate) struct IdIndex {
     /// 0 for an empty bucket, else `fingerprint << 32 | (entry number + 1)`.
     buckets: Vec<u64>,
     hasher: IdHashBuilder,
+    /// Retained IDs (module doc), strictly ascending by ID, none in the table.
+    retained: Vec<RetainedId>,
+}
+
+/// Two records under one ID at different seqs, found while the retained IDs were added: the lower
+/// seq stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Duplicate {
+    pub key: [u8; 16],
+    pub first_seq: u64,
+    pub duplicate_seq: u64,
 }
 
 impl std::fmt::Debug for IdIndex {
@@ -91,13 +112,116 @@ impl IdIndex {
 
     /// The position and kind of the record with event ID `key`.
     pub fn get(&self, key: &[u8; 16]) -> Option<(Position, u16)> {
-        if self.buckets.is_empty() {
+        if !self.buckets.is_empty()
+            && let Probe::Found(number) = self.probe(key, self.hash(key))
+        {
+            return self.entries.get(number).map(|e| (e.position, e.kind));
+        }
+        self.retained_get(key).map(|r| (r.position(), r.kind))
+    }
+
+    /// The retained ID `key`, if the retained array holds it.
+    fn retained_get(&self, key: &[u8; 16]) -> Option<&RetainedId> {
+        let (first, last) = (self.retained.first()?, self.retained.last()?);
+        if *key < first.id.as_bytes() || *key > last.id.as_bytes() {
             return None;
         }
-        match self.probe(key, self.hash(key)) {
-            Probe::Found(number) => self.entries.get(number).map(|e| (e.position, e.kind)),
-            Probe::Vacant(_) => None,
+        let at = self
+            .retained
+            .binary_search_by(|r| r.id.as_bytes().cmp(key))
+            .ok()?;
+        self.retained.get(at)
+    }
+
+    /// Adds the retained IDs of an open that resumes from a snapshot (module doc), once, after
+    /// the scan filed every record on disk. An ID the table holds at the same seq is the same
+    /// record and keeps its exact place; at another seq, or twice among `ids` at different seqs,
+    /// it is a duplicate, returned, and the lower seq stands. Sorts `ids` in place: one pass when
+    /// they come in ascending runs, as a snapshot's do.
+    pub fn add_retained(&mut self, mut ids: Vec<RetainedId>) -> Vec<Duplicate> {
+        let mut duplicates = Vec::new();
+        ids.sort_by(|a, b| (a.id.as_bytes().cmp(&b.id.as_bytes())).then_with(|| a.seq.cmp(&b.seq)));
+        // Each key once, its lowest seq standing (sorted by seq within a key).
+        // The seq of the element before `later` in sorted order: a seq given twice is one record.
+        let mut previous_seq = 0;
+        ids.dedup_by(|later, kept| {
+            if later.id != kept.id {
+                previous_seq = later.seq;
+                return false;
+            }
+            let repeat = later.seq == previous_seq;
+            previous_seq = later.seq;
+            if !repeat && later.seq != kept.seq {
+                duplicates.push(Duplicate {
+                    key: kept.id.as_bytes(),
+                    first_seq: kept.seq,
+                    duplicate_seq: later.seq,
+                });
+            }
+            true
+        });
+        // Keys the table holds too: the table's entry answers, with the lower seq's place.
+        // Looked up from the table's side when it is the smaller (an open that resumes keeps
+        // about two snapshot intervals of records; a snapshot retains IDs of every process).
+        let dropped: std::collections::HashSet<([u8; 16], u64)> = duplicates
+            .iter()
+            .map(|d| (d.key, d.duplicate_seq))
+            .collect();
+        let mut in_table = vec![false; ids.len()];
+        if let (Some(first), Some(last)) = (ids.first(), ids.last()) {
+            let (low, high) = (first.id.as_bytes(), last.id.as_bytes());
+            // A finger: the table's entries come mostly in ascending ID order (time-ordered IDs
+            // in seq order), so each search starts where the previous one ended.
+            let mut finger = 0usize;
+            for e in &mut self.entries {
+                if e.key < low || e.key > high {
+                    continue;
+                }
+                let Some(at) = gallop(&ids, finger, &e.key) else {
+                    continue;
+                };
+                finger = at;
+                let (Some(r), Some(seen)) = (ids.get(at), in_table.get_mut(at)) else {
+                    continue;
+                };
+                *seen = true;
+                // The same record under both (its seq among the key's retained ones) is
+                // reported once, already, when at another seq than the lowest.
+                let reported = || dropped.contains(&(e.key, e.position.seq));
+                if r.seq != e.position.seq {
+                    if !reported() {
+                        duplicates.push(Duplicate {
+                            key: e.key,
+                            first_seq: r.seq.min(e.position.seq),
+                            duplicate_seq: r.seq.max(e.position.seq),
+                        });
+                    }
+                    if r.seq < e.position.seq {
+                        e.position = r.position();
+                        e.kind = r.kind;
+                    }
+                }
+            }
         }
+        if in_table.iter().any(|&t| t) {
+            let mut flags = in_table.into_iter();
+            ids.retain(|_| !flags.next().unwrap_or(false));
+        }
+        if self.retained.is_empty() {
+            self.retained = ids;
+            // Each duplicate names the seq that stands (the lowest of its key).
+            for d in &mut duplicates {
+                if let Some((standing, _)) = self.get(&d.key) {
+                    d.first_seq = standing.seq;
+                }
+            }
+        } else {
+            // A second call (not made by the journal): file them one by one.
+            for r in ids {
+                let _ = self.insert(r.id.as_bytes(), r.position(), r.kind);
+            }
+        }
+        duplicates
     }
 
     /// Adds `key` unless it is already present. Returns the position and kind already recorded
@@ -120,6 +244,10 @@ impl IdIndex {
         let hash = self.hash(&key);
         match self.probe(&key, hash) {
             Probe::Found(number) => Ok(self.entries.get(number).map(|e| (e.position, e.kind))),
+            // In at most one of the two (module doc).
+            Probe::Vacant(_) if let Some(r) = self.retained_get(&key) => {
+                Ok(Some((r.position(), r.kind)))
+            }
             Probe::Vacant(at) => {
                 self.buckets[at] = Self::bucket(hash, self.entries.len());
                 self.entries.push(Entry {
@@ -132,22 +260,14 @@ impl IdIndex {
         }
     }
 
-    fn bucket(hash: u64, number: usize) -> u64 {
-        (hash >> 32) << 32 | (number as u64 + 1)
+    /// Retained IDs kept beside the table.
+    #[cfg(test)]
+    pub fn retained_len(&self) -> usize {
+        self.retained.len()
     }
 
-    /// Makes room for `additional` more entries without growing again (an open that knows how
-    /// many IDs it will add, as one resuming from a snapshot does, files each entry once).
-    pub fn reserve(&mut self, additional: usize) {
-        let wanted = (self.entries.len().saturating_add(additional))
-            .min(Self::CAPACITY)
-            .saturating_mul(2)
-            .next_power_of_two()
-            .max(BUCKETS_MIN);
-        self.entries.reserve(additional.min(Self::CAPACITY));
-        if wanted > self.buckets.len() {
-            self.refile(wanted);
-        }
+    fn bucket(hash: u64, number: usize) -> u64 {
+        (hash >> 32) << 32 | (number as u64 + 1)
     }
 
     /// Doubles the table and re-files every entry, reading the entries in order.
@@ -169,6 +289,49 @@ impl IdIndex {
         }
         self.buckets = table;
     }
+}
+
+/// The position of `key` in `ids` (ascending by ID), searched from `from` outwards in doubling
+/// steps, then by bisection: cheap when keys are looked up in nearly ascending order.
+fn gallop(ids: &[RetainedId], from: usize, key: &[u8; 16]) -> Option<usize> {
+    let from = from.min(ids.len().checked_sub(1)?);
+    let at = |i: usize| ids.get(i).map(|r| r.id.as_bytes());
+    let here = at(from)?;
+    let (lo, hi) = if here == *key {
+        return Some(from);
+    } else if here < *key {
+        let mut step = 1usize;
+        let mut lo = from;
+        loop {
+            let next = from.saturating_add(step);
+            match at(next) {
+                Some(k) if k < *key => {
+                    lo = next;
+                    step = step.saturating_mul(2);
+                }
+                Some(_) => break (lo, next + 1),
+                None => break (lo, ids.len()),
+            }
+        }
+    } else {
+        let mut step = 1usize;
+        let mut hi = from + 1;
+        loop {
+            match from.checked_sub(step) {
+                Some(next) if at(next).is_some_and(|k| k > *key) => {
+                    hi = next + 1;
+                    step = step.saturating_mul(2);
+                }
+                Some(next) => break (next, hi),
+                None => break (0, hi),
+            }
+        }
+    };
+    let window = ids.get(lo..hi)?;
+    window
+        .binary_search_by(|r| r.id.as_bytes().cmp(key))
+        .ok()
+        .map(|i| lo + i)
 }
 
 #[cfg(test)]
@@ -215,21 +378,101 @@ mod tests {
         }
     }
 
+    fn key(hi: u8, lo: u8) -> [u8; 16] {
+        let mut key = [0u8; 16];
+        key[0] = hi;
+        key[15] = lo;
+        key
+    }
+
+    proptest! {
+        /// With retained IDs beside the table: every lookup answers as a map that holds the
+        /// table's records, then the retained IDs with the lower seq standing per key; every key
+        /// found at two seqs is reported once per extra seq; and later inserts refuse a retained
+        /// key. Keys in any order (the array is sorted where it is).
+        #[test]
+        fn retained_ids_agree_with_a_map(
+            table in proptest::collection::vec((0u8..3, any::<u8>(), 1u64..50, 1u16..4), 0..300),
+            retained in proptest::collection::vec((0u8..3, any::<u8>(), 1u64..50, 1u16..4), 0..300),
+        ) {
+            let mut index = IdIndex::default();
+            let mut model: HashMap<[u8; 16], (u64, u16)> = HashMap::new();
+            let mut seqs: HashMap<[u8; 16], std::collections::BTreeSet<u64>> = HashMap::new();
+            for (hi, lo, seq, kind) in &table {
+                let k = key(*hi, *lo);
+                let position = Position { seq: *seq, segment_index: 1, offset: 8 };
+                let had = index.insert(k, position, *kind).map_err(|_| TestCaseError::fail("full"))?;
+                if had.is_none() {
+                    model.insert(k, (*seq, *kind));
+                    seqs.entry(k).or_default().insert(*seq);
+                }
+            }
+            let ids: Vec<RetainedId> = retained
+                .iter()
+                .map(|(hi, lo, seq, kind)| RetainedId {
+                    id: crate::journal::EventId::from_bytes(key(*hi, *lo)),
+                    seq: *seq,
+                    kind: *kind,
+                })
+                .collect();
+            // The model: the lowest seq of every key stands, with its kind (the first given at
+            // that seq for the retained ones: the table's record when it has that seq).
+            let mut sorted = ids.clone();
+            sorted.sort_by_key(|r| (r.id.as_bytes(), r.seq));
+            let mut expected_duplicates = 0usize;
+            for r in &sorted {
+                let k = r.id.as_bytes();
+                let all = seqs.entry(k).or_default();
+                if all.insert(r.seq) && all.len() > 1 {
+                    expected_duplicates += 1;
+                }
+                match model.get(&k) {
+                    Some((seq, _)) if *seq <= r.seq => {}
+                    _ => {
+                        model.insert(k, (r.seq, r.kind));
+                    }
+                }
+            }
+            let duplicates = index.add_retained(ids);
+            prop_assert_eq!(duplicates.len(), expected_duplicates);
+            for d in &duplicates {
+                prop_assert!(d.first_seq < d.duplicate_seq);
+                prop_assert_eq!(Some(&d.first_seq), seqs.get(&d.key).and_then(|s| s.first()));
+            }
+            for hi in 0u8..4 {
+                for lo in 0..=255u8 {
+                    let k = key(hi, lo);
+                    let got = index.get(&k).map(|(p, kind)| (p.seq, kind));
+                    prop_assert_eq!(got, model.get(&k).copied(), "key {:?}", k);
+                    if let Some((seq, kind)) = model.get(&k) {
+                        let again = index
+                            .insert(k, Position { seq: 999, segment_index: 0, offset: 0 }, 9)
+                            .map_err(|_| TestCaseError::fail("full"))?;
+                        prop_assert_eq!(again.map(|(p, kind)| (p.seq, kind)), Some((*seq, *kind)));
+                    }
+                }
+            }
+            prop_assert!(index.retained_len() + index.len() >= model.len());
+        }
+    }
+
     #[test]
-    fn reserving_room_keeps_every_entry_findable() {
-        let mut index = IdIndex::default();
-        for n in 0..100u64 {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&n.to_le_bytes());
-            index.insert(key, position(n), 1).unwrap();
+    fn gallop_finds_every_key_from_any_finger() {
+        let ids: Vec<RetainedId> = (0..100u8)
+            .map(|n| RetainedId {
+                id: crate::journal::EventId::from_bytes(key(0, n * 2)),
+                seq: u64::from(n) + 1,
+                kind: 1,
+            })
+            .collect();
+        for from in [0usize, 1, 37, 99, 100, 5000] {
+            for n in 0..100u8 {
+                assert_eq!(gallop(&ids, from, &key(0, n * 2)), Some(usize::from(n)));
+                assert_eq!(gallop(&ids, from, &key(0, n * 2 + 1)), None);
+            }
+            assert_eq!(gallop(&ids, from, &key(1, 0)), None);
         }
-        index.reserve(10_000);
-        assert!(index.buckets.len() >= 2 * 10_100);
-        for n in 0..100u64 {
-            let mut key = [0u8; 16];
-            key[..8].copy_from_slice(&n.to_le_bytes());
-            assert_eq!(index.get(&key), Some((position(n), 1)));
-        }
+        assert_eq!(gallop(&[], 0, &key(0, 0)), None);
     }
 
     #[test]

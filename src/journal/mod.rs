@@ -500,22 +500,17 @@ impl Journal {
         })
         .map_err(io("scan segments"))?;
         // IDs of records compaction removed (and of records still on disk, which the scan
-        // indexed already, with their exact place): known as if their records were there. One
-        // under the same ID at another seq is a duplicate, the lower seq standing, as a scan of
-        // the whole journal would have found it. The index is sized for them once.
-        ids.reserve(resume.ids.len());
-        for retained in &resume.ids {
-            match ids.insert(retained.id.as_bytes(), retained.position, retained.kind) {
-                Ok(Some((found, _))) if found.seq != retained.position.seq => {
-                    duplicates.push(DuplicateId {
-                        event_id: retained.id.to_string(),
-                        first_seq: found.seq.min(retained.position.seq),
-                        duplicate_seq: found.seq.max(retained.position.seq),
-                    });
-                }
-                Ok(_) => {}
-                Err(IndexFull) => index_full = true,
-            }
+        // indexed already, with their exact place): known as if their records were there, kept
+        // in one sorted array beside the table (`idindex.rs`). One under the same ID at another
+        // seq is a duplicate, the lower seq standing, as a scan of the whole journal would have
+        // found it.
+        let after_seq = resume.after_seq;
+        for d in ids.add_retained(resume.ids) {
+            duplicates.push(DuplicateId {
+                event_id: EventId::from_bytes(d.key).to_string(),
+                first_seq: d.first_seq,
+                duplicate_seq: d.duplicate_seq,
+            });
         }
         if index_full {
             return Err(JournalError::TooManyRecords {
@@ -541,12 +536,12 @@ impl Journal {
         // A snapshot covers records the segments no longer hold (outside damage: a snapshot is
         // written only once its seq is durable). Those seqs are never reused: the next record
         // comes after the snapshot's, and the missing range is a reported gap.
-        if resume.after_seq >= scan.seq_floor {
+        if after_seq >= scan.seq_floor {
             report.gaps.push(recovery::SeqGap {
                 after_seq: scan.last_seq,
-                next_seq: resume.after_seq + 1,
+                next_seq: after_seq + 1,
             });
-            scan.seq_floor = resume.after_seq + 1;
+            scan.seq_floor = after_seq + 1;
             report.next_seq_floor = scan.seq_floor;
         }
         let (listed, _, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;

@@ -785,25 +785,47 @@ impl ManifestStore {
     /// once, every allocated ID reserved once, the store's bound) and must be a manifest some
     /// sequence of accepted events produces ([`consistent`]): a snapshot that decodes is never a
     /// projection replay could not have given.
+    #[cfg(test)]
     pub(crate) fn restore(
         entries: impl ExactSizeIterator<Item = (EventId, Manifest)>,
     ) -> Result<ManifestStore, InvalidManifest> {
+        let mut store = ManifestStore::restoring(entries.len());
+        for (position, (registration, m)) in entries.enumerate() {
+            store.restore_one(position, registration, m)?;
+        }
+        Ok(store)
+    }
+
+    /// An empty store sized for `n` manifests read back from a snapshot, which
+    /// [`ManifestStore::restore_one`] then adds one by one, in registration order.
+    pub(crate) fn restoring(n: usize) -> ManifestStore {
         // Sized once for all of them: growing the reservations as they come re-files them
         // over and over.
         let mut store = ManifestStore::default();
-        let n = entries.len().min(SLOTS_MAX);
+        let n = n.min(SLOTS_MAX);
         store.manifests.reserve(n);
         store.registrations.reserve(n);
         store.slots.reserve(n);
         store.reserved.rebuild(5 * n, std::iter::empty());
-        for (position, (registration, m)) in entries.enumerate() {
-            let invalid = |reason: String| InvalidManifest { position, reason };
-            consistent(&m).map_err(|r| invalid(r.to_owned()))?;
-            store
-                .push(registration, m)
-                .map_err(|r| invalid(r.to_string()))?;
-        }
-        Ok(store)
+        store
+    }
+
+    /// Adds a manifest read back from a snapshot (with its registration's event ID), the
+    /// `position`-th in registration order. It goes through the checks of a registration (a
+    /// handle once, every allocated ID reserved once, the store's bound) and must be a manifest
+    /// some sequence of accepted events produces ([`consistent`]): a snapshot that decodes is
+    /// never a projection replay could not have given.
+    pub(crate) fn restore_one(
+        &mut self,
+        position: usize,
+        registration: EventId,
+        m: Manifest,
+    ) -> Result<(), InvalidManifest> {
+        let invalid = |reason: String| InvalidManifest { position, reason };
+        consistent(&m).map_err(|r| invalid(r.to_owned()))?;
+        self.push(registration, m)
+            .map_err(|r| invalid(r.to_string()))?;
+        Ok(())
     }
 
     /// Every manifest with the event ID of its registration, in registration order.

@@ -28,7 +28,20 @@
 //! every count, and accepts only what a replay could have produced ([`ManifestStore`]'s
 //! registration checks and `manifest::consistent`; retained IDs ascending, each once, seqs in
 //! `1..=seq`, kinds non-zero);
-//! [`encode`] of what [`decode`] returns gives the same bytes back.
+//! [`encode`] of what [`decode`] returns gives the same bytes back. The manifest and retained-ID
+//! frames are read by hand (`read_manifest`, `read_retained`, on `codec::Reader`: bincode's
+//! generic decoding was most of a restore); they accept exactly what bincode's derived decoders
+//! accept, to equal values, and whatever they refuse goes to bincode, whose error is the one
+//! reported ([`decode_reference`] decodes with bincode alone; `tests/snapshot_props.rs` and the
+//! `snapshot_decode` fuzz target compare the two on every input).
+//!
+//! Adding a field to a manifest frame: add it to `ManifestOut` and `ManifestIn` in the same
+//! place (at the end, as `retired` was), read it in `read_manifest` in that place (only for the
+//! versions that have it), convert it in `manifest_in`, and bump [`SNAPSHOT_VERSION`]. Keep
+//! reading the old versions (the reference decoder reads an older frame with the encoding of the
+//! absent fields' defaults appended, `Frames::next_extended`): a snapshot the decoder refuses is
+//! passed over, and when compaction removed the records it held, their projection is reported
+//! lost (`lost_below_seq`).
 
 use crate::journal::format::{u16_at, u32_at, u64_at};
 use std::collections::BTreeSet;
@@ -40,9 +53,10 @@ use super::event::{
 use super::manifest::{Manifest, ManifestStore, Retirement, TerminalResult};
 use super::replay::{ReplayIssue, ReplayReport};
 use super::state::State;
-use crate::codec::{self, CODEC_VERSION, Decode, Encode};
+use super::wire;
+use crate::codec::{self, CODEC_VERSION, Decode, Encode, Malformed, Reader};
 use crate::journal::format::masked_crc;
-use crate::journal::{EventId, Position, RetainedId};
+use crate::journal::{EventId, RetainedId};
 use crate::limits::{
     SEQ_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_FRAME_BYTES_MAX, SNAPSHOT_IDS_PER_FRAME,
 };
@@ -234,27 +248,41 @@ pub struct Snapshot {
 impl Snapshot {
     /// The retained IDs, as the journal takes them ([`crate::journal::Resume::ids`]).
     pub fn retained_ids(&self) -> Vec<RetainedId> {
-        let entries: Vec<(EventId, LifecycleIds)> = self
-            .store
-            .entries()
-            .map(|(registration, m)| (registration, m.ids))
-            .collect();
-        self.retained
-            .iter()
-            .filter_map(|r| {
-                let (registration, ids) = entries.get(r.manifest as usize)?;
-                Some(RetainedId {
-                    id: *candidates(*registration, ids).get(usize::from(r.which))?,
-                    position: Position {
-                        seq: r.seq,
-                        segment_index: 0,
-                        offset: 0,
-                    },
-                    kind: r.kind,
-                })
-            })
-            .collect()
+        let mut out = Vec::with_capacity(self.retained.len());
+        // The steps are ascending by manifest (as `decode` checks): each manifest's candidates
+        // are derived once, for all of its steps.
+        let mut entries = self.store.entries().enumerate();
+        let mut current: Option<(usize, [EventId; CANDIDATES])> = None;
+        let mut block = 0;
+        for r in &self.retained {
+            let manifest = r.manifest as usize;
+            if current.is_none_or(|(at, _)| at != manifest) {
+                // Each manifest's IDs in ascending order: the journal sorts them all, in one
+                // pass when they come in ascending runs (time-ordered IDs of processes in
+                // registration order are).
+                sort_by_id(&mut out[block..]);
+                block = out.len();
+                current = entries
+                    .by_ref()
+                    .find(|(at, _)| *at == manifest)
+                    .map(|(at, (registration, m))| (at, candidates(registration, &m.ids)));
+            }
+            let Some(id) = current.and_then(|(_, c)| c.get(usize::from(r.which)).copied()) else {
+                continue;
+            };
+            out.push(RetainedId {
+                id,
+                seq: r.seq,
+                kind: r.kind,
+            });
+        }
+        sort_by_id(&mut out[block..]);
+        out
     }
+}
+
+fn sort_by_id(ids: &mut [RetainedId]) {
+    ids.sort_unstable_by_key(|r| (r.id.as_bytes(), r.seq));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -403,6 +431,135 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
     Ok((w.registration, manifest))
 }
 
+/// Reads a [`ManifestIn`] by hand, field by field in the order it declares them (its derived
+/// bincode encoding). Accepts exactly what `codec::decode_frame::<ManifestIn>` accepts, to equal
+/// values (`Reader::frame`; `tests/snapshot_props.rs` and the `snapshot_decode` fuzz target hold
+/// it to that). One line per field: a field added to [`ManifestIn`] is added here, in the same
+/// place.
+///
+/// `version` is the snapshot's: version 1 frames end before `retired` (read as `None`).
+fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malformed> {
+    let registration = wire::id(r)?;
+    let handle = wire::handle(r)?;
+    let ids = LifecycleIds {
+        running: wire::id(r)?,
+        terminal: wire::id(r)?,
+        lost: wire::id(r)?,
+        completion: wire::id(r)?,
+    };
+    let command_text = wire::string(r)?;
+    let n = r.count(8)?;
+    let mut command_ends = Vec::with_capacity(n);
+    for _ in 0..n {
+        command_ends.push(r.u64()?);
+    }
+    let command_args = r.u64()?;
+    let command_env = r.u64()?;
+    let limits = wire::limits(r)?;
+    let registered_unix_ms = r.u64()?;
+    let state = wire::state(r)?;
+    let pid = if r.option()? { Some(r.u32()?) } else { None };
+    let witness = if r.option()? {
+        Some(wire::identity_witness(r)?)
+    } else {
+        None
+    };
+    let running_unix_ms = wire::option_u64(r)?;
+    let stop_requests = r.u32()?;
+    let first_stop = if r.option()? {
+        Some((wire::string(r)?, wire::string(r)?))
+    } else {
+        None
+    };
+    let input_closed = r.bool()?;
+    let bounds = wire::bounds(r)?;
+    let terminal = if r.option()? {
+        Some(TerminalResult {
+            state: wire::state(r)?,
+            exit: wire::exit(r)?,
+            capture: wire::capture(r)?,
+            reason: wire::string(r)?,
+            at_unix_ms: r.u64()?,
+            event_id: wire::id(r)?,
+        })
+    } else {
+        None
+    };
+    let n = r.count(16)?;
+    let mut published = Vec::with_capacity(n);
+    for _ in 0..n {
+        published.push(wire::id(r)?);
+    }
+    let completion_notified = r.bool()?;
+    let scope = if r.option()? {
+        Some(wire::scoped(r)?)
+    } else {
+        None
+    };
+    let released = if r.option()? {
+        Some(wire::exit_proof(r)?)
+    } else {
+        None
+    };
+    let n = r.count(GAP_BYTES)?;
+    let mut gaps = Vec::with_capacity(n);
+    for _ in 0..n {
+        gaps.push(wire::gap(r)?);
+    }
+    let retired = if version > 1 && r.option()? {
+        Some(Retirement {
+            reason: wire::string(r)?,
+            at_unix_ms: r.u64()?,
+        })
+    } else {
+        None
+    };
+    Ok(ManifestIn {
+        registration,
+        handle,
+        ids,
+        command_text,
+        command_ends,
+        command_args,
+        command_env,
+        limits,
+        registered_unix_ms,
+        state,
+        pid,
+        witness,
+        running_unix_ms,
+        stop_requests,
+        first_stop,
+        input_closed,
+        bounds,
+        terminal,
+        published,
+        completion_notified,
+        scope,
+        released,
+        gaps,
+        retired,
+    })
+}
+
+/// Bytes of one encoded `Gap`.
+const GAP_BYTES: usize = 8 + 8 + 4 + 4;
+
+/// Reads a frame of [`RetainedStep`]s by hand (as [`read_manifest`], for `Vec<RetainedStep>`).
+fn read_retained(r: &mut Reader<'_>) -> Result<Vec<RetainedStep>, Malformed> {
+    let n = r.count(RETAINED_STEP_BYTES)?;
+    let mut steps = Vec::with_capacity(n);
+    for _ in 0..n {
+        steps.push(RetainedStep {
+            manifest: r.u32()?,
+            which: r.u8()?,
+            seq: r.u64()?,
+            kind: r.u16()?,
+        });
+    }
+    Ok(steps)
+}
+
 /// Appends one frame holding `value`.
 fn push_frame<T: Encode>(out: &mut Vec<u8>, value: &T) -> Result<(), SnapshotError> {
     let at = out.len();
@@ -539,18 +696,8 @@ impl<'a> Frames<'a> {
         self.payload.len() - self.at
     }
 
-    fn next<T: Decode<()>>(&mut self, what: &str) -> Result<T, SnapshotError> {
-        self.next_extended(what, &[])
-    }
-
-    /// The next frame, decoded as if `suffix` followed its bytes: how an older version's frame,
-    /// which lacks trailing fields, reads as the current type (the suffix is the encoding of
-    /// their absent values).
-    fn next_extended<T: Decode<()>>(
-        &mut self,
-        what: &str,
-        suffix: &[u8],
-    ) -> Result<T, SnapshotError> {
+    /// The next frame's bytes (not consumed yet: [`Frames::advance`] does that).
+    fn body(&self, what: &str) -> Result<&'a [u8], SnapshotError> {
         let rest = &self.payload[self.at..];
         let Some((prefix, body)) = rest.split_first_chunk::<FRAME_PREFIX_BYTES>() else {
             return Err(self.error(format!("{what}: the payload ends inside a frame length")));
@@ -559,14 +706,60 @@ impl<'a> Frames<'a> {
         if len > SNAPSHOT_FRAME_BYTES_MAX || len > body.len() {
             return Err(self.error(format!("{what}: a frame of {len} bytes does not fit")));
         }
+        Ok(&body[..len])
+    }
+
+    fn advance(&mut self, body: &[u8]) {
+        self.at += FRAME_PREFIX_BYTES + body.len();
+    }
+
+    /// The next frame, through the reference decoder (bincode).
+    fn next<T: Decode<()>>(&mut self, what: &str) -> Result<T, SnapshotError> {
+        self.next_extended(what, &[])
+    }
+
+    /// The next frame through the reference decoder, decoded as if `suffix` followed its bytes:
+    /// how an older version's frame, which lacks trailing fields, reads as the current type (the
+    /// suffix is the encoding of their absent values).
+    fn next_extended<T: Decode<()>>(
+        &mut self,
+        what: &str,
+        suffix: &[u8],
+    ) -> Result<T, SnapshotError> {
+        let body = self.body(what)?;
         let decoded = if suffix.is_empty() {
-            codec::decode_frame(&body[..len])
+            codec::decode_frame(body)
         } else {
-            codec::decode_frame(&[&body[..len], suffix].concat())
+            codec::decode_frame(&[body, suffix].concat())
         };
         let value = decoded.map_err(|e| self.error(format!("{what}: {e}")))?;
-        self.at += FRAME_PREFIX_BYTES + len;
+        self.advance(body);
         Ok(value)
+    }
+
+    /// The next frame, read by `fast` unless `how` asks for the reference decoder. Whatever
+    /// `fast` refuses goes to the reference decoder, so the error (and, should the two ever
+    /// disagree, the value) is the reference's.
+    /// `suffix` is [`Frames::next_extended`]'s, for the reference decoder; `fast` reads the
+    /// frame as it is.
+    fn next_with<T: Decode<()>>(
+        &mut self,
+        what: &str,
+        how: Decoder,
+        suffix: &[u8],
+        fast: impl FnOnce(&mut Reader<'_>) -> Result<T, Malformed>,
+    ) -> Result<T, SnapshotError> {
+        if how == Decoder::Fast {
+            let body = self.body(what)?;
+            if let Some(mut r) = Reader::frame(body)
+                && let Ok(value) = fast(&mut r)
+                && r.finish().is_ok()
+            {
+                self.advance(body);
+                return Ok(value);
+            }
+        }
+        self.next_extended(what, suffix)
     }
 }
 
@@ -577,8 +770,28 @@ fn capacity(count: u64, frames: &Frames<'_>, min_bytes: usize) -> usize {
         .min(frames.remaining() / min_bytes)
 }
 
+/// Which decoder reads the manifest and retained-ID frames.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decoder {
+    /// By hand ([`read_manifest`], [`read_retained`]): what restores use.
+    Fast,
+    /// bincode's derived decoders: the reference the fast one is held to.
+    Reference,
+}
+
 /// Decodes a whole snapshot file. Total (module doc).
 pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    decode_with(bytes, Decoder::Fast)
+}
+
+/// [`decode`] with every frame read by bincode's derived decoders: the reference that
+/// [`decode`] must agree with, error for error and value for value (differential tests only).
+#[doc(hidden)]
+pub fn decode_reference(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
+    decode_with(bytes, Decoder::Reference)
+}
+
+fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     let header = SnapshotHeader::decode(bytes)?;
     let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
     if header.payload_bytes != payload.len() as u64 {
@@ -591,25 +804,26 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
         return Err(SnapshotError::PayloadChecksum);
     }
     // Version 1 manifests end before `retired`: `None` is one zero byte.
-    let manifest_suffix: &[u8] = if u16_at(bytes, SN_VERSION_OFFSET) == 1 {
-        &[0]
-    } else {
-        &[]
-    };
+    let version = u16_at(bytes, SN_VERSION_OFFSET);
+    let manifest_suffix: &[u8] = if version == 1 { &[0] } else { &[] };
     let mut frames = Frames { payload, at: 0 };
     let meta: Meta = frames.next("meta")?;
-    let mut entries = Vec::with_capacity(capacity(meta.manifests, &frames, 64));
-    for _ in 0..meta.manifests {
+    // Each manifest goes straight into the store (a manifest is large: collecting them first
+    // would write every one twice).
+    let mut store = ManifestStore::restoring(capacity(meta.manifests, &frames, 64));
+    for position in 0..meta.manifests {
         let at = frames.at;
-        let w: ManifestIn = frames.next_extended("manifest", manifest_suffix)?;
-        let entry = manifest_in(w).map_err(|reason| SnapshotError::Frame {
+        let w: ManifestIn = frames.next_with("manifest", how, manifest_suffix, |r| {
+            read_manifest(r, version)
+        })?;
+        let (registration, manifest) = manifest_in(w).map_err(|reason| SnapshotError::Frame {
             at: at as u64,
             reason,
         })?;
-        entries.push(entry);
+        store
+            .restore_one(position as usize, registration, manifest)
+            .map_err(|e| SnapshotError::Invalid(e.to_string()))?;
     }
-    let store = ManifestStore::restore(entries.into_iter())
-        .map_err(|e| SnapshotError::Invalid(e.to_string()))?;
     let mut retained: Vec<RetainedStep> = Vec::with_capacity(capacity(
         meta.retained_frames
             .saturating_mul(SNAPSHOT_IDS_PER_FRAME as u64),
@@ -618,7 +832,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     ));
     for _ in 0..meta.retained_frames {
         let at = frames.at;
-        let chunk: Vec<RetainedStep> = frames.next("retained IDs")?;
+        let chunk: Vec<RetainedStep> = frames.next_with("retained IDs", how, &[], read_retained)?;
         let invalid = |reason: String| SnapshotError::Frame {
             at: at as u64,
             reason,

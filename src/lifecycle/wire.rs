@@ -17,27 +17,29 @@ use std::collections::BTreeMap;
 
 use super::command::{PAIR_BYTES_MIN, STRING_BYTES_MIN, StoredCommand};
 use super::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, Handle,
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus, Handle,
     IdentityWitness, InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits,
-    LostOnRestore, OutputCheckpoint, Registered, Running, StopRequested, Terminal, kinds,
+    LostOnRestore, OutputCheckpoint, ProcessWitness, ReceiptBinding, Registered, Running, Scoped,
+    StopRequested, Terminal, TreeMechanism, kinds,
 };
 use super::state::State;
 use crate::codec::{Malformed, Reader};
 use crate::journal::EventId;
+use crate::spool::{Gap, LossReason};
 
-fn id(r: &mut Reader<'_>) -> Result<EventId, Malformed> {
+pub(super) fn id(r: &mut Reader<'_>) -> Result<EventId, Malformed> {
     Ok(EventId::from_bytes(r.bytes16()?))
 }
 
-fn handle(r: &mut Reader<'_>) -> Result<Handle, Malformed> {
+pub(super) fn handle(r: &mut Reader<'_>) -> Result<Handle, Malformed> {
     Ok(Handle(id(r)?))
 }
 
-fn string(r: &mut Reader<'_>) -> Result<String, Malformed> {
+pub(super) fn string(r: &mut Reader<'_>) -> Result<String, Malformed> {
     Ok(r.str()?.to_owned())
 }
 
-fn bounds(r: &mut Reader<'_>) -> Result<CursorBounds, Malformed> {
+pub(super) fn bounds(r: &mut Reader<'_>) -> Result<CursorBounds, Malformed> {
     Ok(CursorBounds {
         retained_from: r.u64()?,
         total_bytes: r.u64()?,
@@ -45,7 +47,7 @@ fn bounds(r: &mut Reader<'_>) -> Result<CursorBounds, Malformed> {
 }
 
 /// `State`, by the position of each variant in its declaration.
-fn state(r: &mut Reader<'_>) -> Result<State, Malformed> {
+pub(super) fn state(r: &mut Reader<'_>) -> Result<State, Malformed> {
     Ok(match r.variant(9)? {
         0 => State::Starting,
         1 => State::Running,
@@ -59,7 +61,7 @@ fn state(r: &mut Reader<'_>) -> Result<State, Malformed> {
     })
 }
 
-fn exit(r: &mut Reader<'_>) -> Result<ExitStatus, Malformed> {
+pub(super) fn exit(r: &mut Reader<'_>) -> Result<ExitStatus, Malformed> {
     Ok(match r.variant(3)? {
         0 => ExitStatus::Code(r.i32()?),
         1 => ExitStatus::Signal(r.i32()?),
@@ -67,7 +69,7 @@ fn exit(r: &mut Reader<'_>) -> Result<ExitStatus, Malformed> {
     })
 }
 
-fn capture(r: &mut Reader<'_>) -> Result<CaptureStatus, Malformed> {
+pub(super) fn capture(r: &mut Reader<'_>) -> Result<CaptureStatus, Malformed> {
     Ok(match r.variant(3)? {
         0 => CaptureStatus::Complete,
         1 => CaptureStatus::Incomplete(string(r)?),
@@ -75,8 +77,87 @@ fn capture(r: &mut Reader<'_>) -> Result<CaptureStatus, Malformed> {
     })
 }
 
-fn option_u64(r: &mut Reader<'_>) -> Result<Option<u64>, Malformed> {
+pub(super) fn option_u64(r: &mut Reader<'_>) -> Result<Option<u64>, Malformed> {
     Ok(if r.option()? { Some(r.u64()?) } else { None })
+}
+
+pub(super) fn limits(r: &mut Reader<'_>) -> Result<Limits, Malformed> {
+    Ok(Limits {
+        wall_clock_ms: option_u64(r)?,
+        idle_ms: option_u64(r)?,
+        output_retention_bytes: option_u64(r)?,
+    })
+}
+
+pub(super) fn identity_witness(r: &mut Reader<'_>) -> Result<IdentityWitness, Malformed> {
+    Ok(IdentityWitness {
+        start_time_ticks: r.u64()?,
+        boot_id: r.bytes16()?,
+    })
+}
+
+fn process_witness(r: &mut Reader<'_>) -> Result<ProcessWitness, Malformed> {
+    Ok(ProcessWitness {
+        pid: r.u32()?,
+        start_time_ticks: r.u64()?,
+        pidfs_ino: r.u64()?,
+    })
+}
+
+/// A `Scoped` payload, field by field as `event.rs` declares it.
+pub(super) fn scoped(r: &mut Reader<'_>) -> Result<Scoped, Malformed> {
+    Ok(Scoped {
+        handle: handle(r)?,
+        mechanism: match r.variant(3)? {
+            0 => TreeMechanism::Group,
+            1 => TreeMechanism::Guardian,
+            _ => TreeMechanism::Cgroup,
+        },
+        boot_id: r.bytes16()?,
+        workload: process_witness(r)?,
+        guardian: if r.option()? {
+            Some(process_witness(r)?)
+        } else {
+            None
+        },
+        cgroup: if r.option()? { Some(string(r)?) } else { None },
+        receipt: if r.option()? {
+            Some(ReceiptBinding {
+                path: string(r)?,
+                dev: r.u64()?,
+                ino: r.u64()?,
+                nonce: r.bytes16()?,
+            })
+        } else {
+            None
+        },
+        at_unix_ms: r.u64()?,
+    })
+}
+
+pub(super) fn exit_proof(r: &mut Reader<'_>) -> Result<ExitProof, Malformed> {
+    Ok(match r.variant(3)? {
+        0 => ExitProof::Receipt {
+            status: exit(r)?,
+            reaped: r.u64()?,
+        },
+        1 => ExitProof::CgroupEmpty,
+        _ => ExitProof::BootChanged,
+    })
+}
+
+pub(super) fn gap(r: &mut Reader<'_>) -> Result<Gap, Malformed> {
+    Ok(Gap {
+        from: r.u64()?,
+        to: r.u64()?,
+        reason: match r.variant(4)? {
+            0 => LossReason::Retention,
+            1 => LossReason::DiskFull,
+            2 => LossReason::IoError,
+            _ => LossReason::SyncFailed,
+        },
+        errno: r.i32()?,
+    })
 }
 
 #[inline(never)]
