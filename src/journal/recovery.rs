@@ -767,7 +767,11 @@ pub(crate) fn scan_journal(
                 });
             }
         }
+        // A damaged commit area (a file cut inside it, say) is reported as such, once: what its
+        // surviving slot claims is not the claim (the slot cut may have been newer), so the
+        // records it names are not reported again as lost or unconfirmed.
         if let Some(c) = segment.commit
+            && !c.damaged
             && first_missing <= c.claimed
         {
             let loss = CommitLoss {

@@ -895,6 +895,40 @@ fn truncating_the_tail_segment_at_every_offset_never_reuses_an_acknowledged_seq(
 }
 
 #[test]
+fn a_file_cut_inside_its_commit_area_is_reported_once() {
+    let dir = tempfile::tempdir().unwrap();
+    build_closed(dir.path(), 12, 8192);
+    let pristine = std::fs::read(segment_path(dir.path(), 0)).unwrap();
+    let name = recovery::segment_file_name(0);
+    // Inside the first slot, between the slots, inside the second, one byte short of the records.
+    for cut in [65, 100, 111, 112, 113, 130, SEGMENT_RECORDS_OFFSET - 1] {
+        let case = tempfile::tempdir().unwrap();
+        std::fs::create_dir(case.path().join("journal")).unwrap();
+        std::fs::write(segment_path(case.path(), 0), &pristine[..cut]).unwrap();
+        let (_, report) = read_all(case.path());
+        assert_eq!(report.damaged_commit_areas, vec![name.clone()], "cut {cut}");
+        // Not a second time as lost or unconfirmed records, nor as damaged bytes.
+        assert!(report.lost_acknowledged.is_empty(), "cut {cut}: {report:?}");
+        assert!(
+            report.unconfirmed_commits.is_empty(),
+            "cut {cut}: {report:?}"
+        );
+        assert!(report.damaged.is_empty(), "cut {cut}: {report:?}");
+        assert!(report.torn_tails.is_empty(), "cut {cut}: {report:?}");
+        assert!(!report.is_crash_residue_only(), "cut {cut}");
+        // A writable open reports it once too, and never reuses a seq.
+        let (seq, report) = append_after_open(case.path(), 100);
+        assert!(seq > 12, "cut {cut}: seq {seq}");
+        assert_eq!(report.damaged_commit_areas, vec![name.clone()], "cut {cut}");
+        assert!(report.lost_acknowledged.is_empty(), "cut {cut}: {report:?}");
+        assert!(
+            report.unconfirmed_commits.is_empty(),
+            "cut {cut}: {report:?}"
+        );
+    }
+}
+
+#[test]
 fn a_deleted_tail_segment_is_reported_and_never_reuses_a_seq() {
     let dir = tempfile::tempdir().unwrap();
     let p = build_closed(dir.path(), 60, SEG);
