@@ -570,8 +570,11 @@ impl Journal {
                 .map_err(io("sync segment"))?;
         }
 
+        // With every segment gone, a floor in force still names the journal (a new identity
+        // would put the floor, and every snapshot, out of force at the next open).
         let journal_id = scan
             .journal_id
+            .or(report.floor.map(|f| f.journal_id))
             .unwrap_or_else(|| *uuid::Uuid::new_v4().as_bytes());
         let durability = options.durability;
         let (store, header, write_offset, chain_crc, next_seq, commit) = match plan.reuse {

@@ -537,6 +537,88 @@ fn a_snapshot_ahead_of_its_journal_never_lets_a_seq_be_reused() {
     assert_eq!(retried.position.seq, 291);
 }
 
+/// The snapshot is ahead of everything on disk, and nothing on disk tells of the seqs it holds
+/// (no segment is left to claim them: only the floor says which journal this is): the seqs up
+/// to the snapshot's are a reported gap, the writer starts above them, and the journal stays
+/// the floor's, so that every later open restores from the same snapshot.
+#[test]
+fn a_snapshot_ahead_of_every_record_on_disk_is_restored_and_its_seqs_never_reused() {
+    let (dir, written) = compacted_root(200, 400);
+    let floor = crate::journal::compact::read_floor(&dir.path().join("journal"))
+        .unwrap()
+        .good()
+        .expect("a floor");
+    assert!(floor.seq > 1);
+    // Outside damage: every segment file is gone.
+    for entry in std::fs::read_dir(dir.path().join("journal")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "log") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let (want, _) = mirror(400);
+    for open in 0..2 {
+        let (mut lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+        assert_eq!(
+            replay.snapshot_seq,
+            Some(written.seq),
+            "open {open}: {replay:?}"
+        );
+        assert!(
+            replay.snapshot_problems.is_empty(),
+            "open {open}: {replay:?}"
+        );
+        assert!(recovery.bad_floor.is_none(), "open {open}: {recovery:?}");
+        if open == 0 {
+            assert_eq!(*lc.store(), want);
+            // Reported: the seqs from the floor to the snapshot's are held by no segment.
+            assert_eq!(
+                recovery.gaps,
+                vec![crate::journal::recovery::SeqGap {
+                    after_seq: floor.seq - 1,
+                    next_seq: written.seq + 1,
+                }],
+                "{recovery:?}"
+            );
+            assert!(!recovery.is_crash_residue_only());
+            // The next record is above every seq the snapshot holds; a retried step of a
+            // process the snapshot holds answers with its own seq.
+            let (id, event) = workload::event(400);
+            assert_eq!(lc.append(id, &event).unwrap().position.seq, written.seq + 1);
+            let (id, event) = workload::event(390);
+            let retried = lc.append(id, &event).unwrap();
+            assert!(!retried.written);
+            assert_eq!(retried.position.seq, 391);
+        } else {
+            // The record written after the gap was replayed on top of the snapshot.
+            assert_eq!(*lc.store(), mirror(401).0, "open {open}");
+            let (id, event) = workload::event(401);
+            assert_eq!(lc.append(id, &event).unwrap().position.seq, written.seq + 2);
+        }
+    }
+}
+
+/// With no segment and no floor left, nothing names the journal the snapshot was of: it is not
+/// used, and it is reported at every open (never silently dropped); the new journal has a new
+/// identity, and its seqs are unique within it.
+#[test]
+fn a_snapshot_without_any_journal_left_is_reported_not_used() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+        append(&mut lc, 0..100);
+        lc.snapshot_now().unwrap().unwrap();
+    }
+    std::fs::remove_dir_all(dir.path().join("journal")).unwrap();
+    for _ in 0..2 {
+        let (lc, _, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+        assert_eq!(replay.snapshot_seq, None);
+        assert_eq!(replay.snapshot_problems.len(), 1, "{replay:?}");
+        assert!(!replay.is_clean());
+        assert!(lc.store().is_empty());
+    }
+}
+
 #[test]
 fn records_lost_after_a_snapshot_are_reported_and_their_seqs_not_reused() {
     // One segment: its commit point, and the snapshot, know of the seqs past the damage.
