@@ -847,6 +847,110 @@ mod manifest_json {
     }
 
     /// The rows, plus the root object itself (the walk starts at path "").
+    /// `journal verify` gives each file of `snapshots/` its verdict, in text and JSON: usable
+    /// ones (the newest chosen), a damaged one (checksum, not decodable, not usable, the exit
+    /// code 1), a temporary file and an unrecognised name.
+    #[test]
+    fn verify_reports_every_snapshot_file() {
+        let dir = tempfile::tempdir().unwrap();
+        compacted_root(dir.path(), false);
+        let snaps = dir.path().join("snapshots");
+        let mut names: Vec<String> = std::fs::read_dir(&snaps)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 2, "{names:?}");
+        let verdicts = |root: &std::path::Path| {
+            let (code, out, _) = super::run(&["journal", "verify", "--json"], root);
+            let v: Value = serde_json::from_str(&out).unwrap();
+            (code, v["snapshots"].as_array().unwrap().clone())
+        };
+        let (code, list) = verdicts(dir.path());
+        assert_eq!(code, 0, "{list:?}");
+        assert_eq!(list.len(), 2);
+        for (v, name) in list.iter().zip(&names) {
+            assert_eq!(v["file"], name.as_str());
+            assert_eq!(v["kind"], "snapshot");
+            assert_eq!(v["seq"].as_u64(), name[..20].parse::<u64>().ok());
+            assert!(v["bytes"].as_u64().unwrap() > 64);
+            assert_eq!(v["checksums"], true);
+            assert_eq!(v["decodes"], true);
+            assert_eq!(v["usable"], true);
+            assert!(v["problem"].is_null());
+        }
+        assert_eq!(list[0]["chosen"], false);
+        assert_eq!(list[1]["chosen"], true);
+        let (_, text, _) = super::run(&["journal", "verify"], dir.path());
+        assert!(
+            text.contains(&format!(
+                "snapshot {}: seq {}",
+                names[1],
+                list[1]["seq"].as_u64().unwrap()
+            )),
+            "{text}"
+        );
+        assert!(text.contains("a restore starts from it"), "{text}");
+
+        // The newest damaged, a leftover temporary file, a foreign name.
+        let newest = snaps.join(&names[1]);
+        let mut bytes = std::fs::read(&newest).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(&newest, bytes).unwrap();
+        std::fs::write(snaps.join("00000000000000000009.snap.tmp"), b"partial").unwrap();
+        std::fs::write(snaps.join("notes.txt"), b"x").unwrap();
+        let (code, list) = verdicts(dir.path());
+        assert_eq!(code, 1, "{list:?}");
+        let by_name = |name: &str| list.iter().find(|v| v["file"] == name).unwrap().clone();
+        let damaged = by_name(&names[1]);
+        assert_eq!(damaged["checksums"], false);
+        assert_eq!(damaged["decodes"], false);
+        assert_eq!(damaged["usable"], false);
+        assert_eq!(damaged["chosen"], false);
+        assert!(
+            damaged["seq"].is_u64(),
+            "the header still decodes: {damaged}"
+        );
+        let problem = damaged["problem"].as_str().unwrap();
+        assert!(problem.contains("payload checksum"), "{problem}");
+        let older = by_name(&names[0]);
+        assert_eq!(
+            (older["usable"].clone(), older["chosen"].clone()),
+            (true.into(), true.into())
+        );
+        let tmp = by_name("00000000000000000009.snap.tmp");
+        assert_eq!(tmp["kind"], "temporary");
+        assert!(tmp["problem"].is_null() && tmp["seq"].is_null());
+        let foreign = by_name("notes.txt");
+        assert_eq!(foreign["kind"], "unrecognised");
+        assert!(foreign["problem"].is_string());
+        let (code, text, _) = super::run(&["journal", "verify"], dir.path());
+        assert_eq!(code, 1);
+        assert!(
+            text.contains("NOT USABLE: damaged: payload checksum"),
+            "{text}"
+        );
+
+        // Every field as journal-format.md's verify table types it.
+        let doc = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("journal-format.md"),
+        )
+        .unwrap();
+        let rows = table(&doc, "**The verify report's snapshots.**");
+        let mut walk = Walk::default();
+        for v in &list {
+            walk.value(&rootless(&rows), "", v);
+        }
+        assert!(walk.errors.is_empty(), "{:#?}", walk.errors);
+        for (field, types) in &rows {
+            let seen = walk.seen.get(field).cloned().unwrap_or_default();
+            for ty in types {
+                assert!(seen.contains(ty), "never printed {field} as {ty:?}");
+            }
+        }
+    }
+
     fn rootless(rows: &BTreeMap<String, Vec<Ty>>) -> BTreeMap<String, Vec<Ty>> {
         let mut all = rows.clone();
         all.insert(String::new(), vec![Ty::Object]);

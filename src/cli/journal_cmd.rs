@@ -12,6 +12,7 @@ use serde::Serialize;
 use super::progress::Progress;
 use crate::journal::reader::{JournalReader, RecordView};
 use crate::journal::recovery::RecoveryReport;
+use crate::lifecycle::snapdir::SnapshotVerdict;
 use crate::limits::FOLLOW_POLL_MS;
 
 #[derive(Debug, Subcommand)]
@@ -163,22 +164,28 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut progress = Progress::journal("verifying", &reader.dir());
     let report = reader.verify_with(|r| progress.record(r.position))?;
     progress.finish();
+    let snapshots =
+        crate::lifecycle::snapdir::verify(reader.root()).context("cannot read the snapshots")?;
     let mut out = std::io::stdout().lock();
     if args.json {
         let line = VerifyLine {
             leftover_tmp_file_count: report.leftover_tmp_files.len(),
             report: &report,
+            snapshots: &snapshots,
         };
         serde_json::to_writer(&mut out, &line)?;
         writeln!(out)?;
     } else {
         write_report(&mut out, &reader.dir(), &report)?;
+        write_snapshots(&mut out, &snapshots)?;
     }
-    Ok(if report.is_clean() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
+    Ok(
+        if report.is_clean() && snapshots.iter().all(|s| s.problem.is_none()) {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(1)
+        },
+    )
 }
 
 /// `journal verify --json`: the report, and the counts a script checks without walking lists.
@@ -188,6 +195,30 @@ struct VerifyLine<'a> {
     report: &'a RecoveryReport,
     /// Files of interrupted segment creations (a writable open removes them).
     leftover_tmp_file_count: usize,
+    /// The verdict on each file of `snapshots/`.
+    snapshots: &'a [SnapshotVerdict],
+}
+
+/// One line per file of `snapshots/`, after the journal's report (nothing without any).
+fn write_snapshots(out: &mut impl Write, snapshots: &[SnapshotVerdict]) -> std::io::Result<()> {
+    for s in snapshots {
+        let seq = s.seq.map_or_else(|| "?".to_owned(), |q| q.to_string());
+        let verdict = match (&s.problem, s.kind) {
+            (_, "temporary") => "temporary file of an interrupted write (never read)".to_owned(),
+            (Some(problem), _) => format!("NOT USABLE: {problem}"),
+            (None, _) if s.chosen => "usable; a restore starts from it".to_owned(),
+            (None, _) => "usable".to_owned(),
+        };
+        writeln!(
+            out,
+            "snapshot {}: seq {seq}, {} bytes, checksums {}, decodes {}: {verdict}",
+            s.file,
+            s.bytes,
+            if s.checksums { "ok" } else { "bad" },
+            if s.decodes { "yes" } else { "no" },
+        )?;
+    }
+    Ok(())
 }
 
 fn write_report(

@@ -172,6 +172,92 @@ pub(crate) fn load_best(
     (None, problems)
 }
 
+/// What `journal verify` says of one file of `snapshots/` (journal-format.md, the verify
+/// report's `snapshots` field).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct SnapshotVerdict {
+    /// The file's name under `snapshots/`.
+    pub file: String,
+    /// `snapshot`, `temporary` (a `.snap.tmp` of an interrupted write: never read) or
+    /// `unrecognised`.
+    pub kind: &'static str,
+    pub bytes: u64,
+    /// The seq its header names; `None` when the header does not decode.
+    pub seq: Option<u64>,
+    /// The header's and the payload's checksums hold.
+    pub checksums: bool,
+    /// The whole snapshot decodes (every frame and every check).
+    pub decodes: bool,
+    /// A restore of this journal may start from it.
+    pub usable: bool,
+    /// It is the one a restore starts from: the newest usable one.
+    pub chosen: bool,
+    /// Why it is not usable; `None` when it is, and for a temporary file.
+    pub problem: Option<String>,
+}
+
+impl SnapshotVerdict {
+    fn new(file: String, kind: &'static str, bytes: u64) -> Self {
+        SnapshotVerdict {
+            file,
+            kind,
+            bytes,
+            seq: None,
+            checksums: false,
+            decodes: false,
+            usable: false,
+            chosen: false,
+            problem: None,
+        }
+    }
+}
+
+/// The verdict on every file of `<root>/snapshots/` (a missing directory has none), by name,
+/// against the journal of `<root>/journal/` as it is now: read-only, taking no lock.
+pub fn verify(root: &Path) -> std::io::Result<Vec<SnapshotVerdict>> {
+    let head = crate::journal::compact::peek_head(&root.join("journal"))?;
+    let dir = root.join(SNAPSHOT_DIR);
+    let listing = list(&dir)?;
+    let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
+    let mut verdicts = Vec::new();
+    for name in &listing.unrecognised {
+        let mut v = SnapshotVerdict::new(name.clone(), "unrecognised", size(&dir.join(name)));
+        v.problem = Some("not a snapshot file name; never read".to_owned());
+        verdicts.push(v);
+    }
+    for path in &listing.tmp {
+        verdicts.push(SnapshotVerdict::new(name_of(path), "temporary", size(path)));
+    }
+    let mut chosen = false;
+    for (seq, path) in listing.snapshots.iter().rev() {
+        let mut v = SnapshotVerdict::new(name_of(path), "snapshot", size(path));
+        v.problem = match read_bounded(path) {
+            Err(e) => Some(format!("cannot read: {e}")),
+            Ok(bytes) => match SnapshotHeader::decode(&bytes) {
+                Err(e) => Some(format!("damaged: {e}")),
+                Ok(header) => {
+                    v.seq = Some(header.seq);
+                    let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
+                    v.checksums = header.payload_bytes == payload.len() as u64
+                        && crate::journal::format::masked_crc(payload) == header.payload_crc;
+                    let decoded = snapshot::decode(&bytes);
+                    v.decodes = decoded.is_ok();
+                    match decoded {
+                        Err(e) => Some(format!("damaged: {e}")),
+                        Ok(_) => unusable(*seq, &header, &head),
+                    }
+                }
+            },
+        };
+        v.usable = v.problem.is_none();
+        v.chosen = v.usable && !chosen;
+        chosen |= v.usable;
+        verdicts.push(v);
+    }
+    verdicts.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(verdicts)
+}
+
 /// Whether the file at `path` is a whole snapshot of `journal_id`: header and payload checksums
 /// hold (a cheaper check than a full decode, for deciding what to keep).
 fn checks(path: &Path, seq: u64, journal_id: [u8; 16]) -> bool {
