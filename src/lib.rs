@@ -6,6 +6,7 @@
 #![deny(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
+pub mod admission;
 pub mod cli;
 pub mod client;
 pub mod codec;

@@ -278,6 +278,43 @@ const _: () = assert!(DESCRIPTORS_PER_PROCESS >= 4);
 const _: () = assert!(INPUT_QUEUE_DEPTH >= 1 && ACTOR_INBOX_DEPTH >= 16);
 
 // ---------------------------------------------------------------------------------------------
+// Soft admission (issue 16; seed 003, "Soft Capacity"; src/admission/).
+
+/// The share of detected logical cores and of currently available memory that automatic
+/// admission may spend: the product default of seed 003, which leaves 30 % of a shared host to
+/// Docker, target applications and whatever else runs outside our ownership.
+pub const ADMISSION_SHARE_PERCENT_DEFAULT: u8 = 70;
+
+/// The least memory reserved for each workload (a supervised root and all its descendants):
+/// seed 003's 2 GiB. Builds, checks and agent provider subprocesses start small and grow, so a
+/// fresh workload's small RSS says nothing about what it will take; only a complete, stable
+/// sample of its whole tree may raise its reservation above this.
+pub const ADMISSION_FLOOR_BYTES_DEFAULT: u64 = 2 * 1024 * 1024 * 1024;
+
+/// How often the live trees and the host's available memory are sampled while anything holds
+/// capacity or waits for it. A walk reads a few small /proc files per member; once a second
+/// keeps reservations current for workloads that grow over seconds to minutes, at a cost far
+/// below a millisecond per tree. Two consecutive complete walks with the same membership make
+/// a sample stable, so a reservation follows a workload within two intervals.
+pub const ADMISSION_SAMPLE_MS: u64 = 1_000;
+
+/// Starts waiting for capacity at once (those whose caller asked to queue). Each holds a
+/// prepared command (a few hundred bytes to a few KiB) and a reply; the bound keeps a client
+/// that queues in a loop from growing the actor's memory without end, while being far above
+/// what a host's agents queue at once (the daemon has at most [`CONNECTIONS_MAX`] requests in
+/// flight). Past it a queued start is refused at once (`Refusal::QueueFull`).
+pub const ADMISSION_QUEUE_MAX: usize = 1024;
+
+/// The longest a start may ask to wait for capacity (`queue_ms`): an hour. A start is one
+/// request on a connection or one tool call, whose client waits for its answer; a longer wait
+/// is better expressed by the caller retrying.
+pub const ADMISSION_QUEUE_WAIT_MS_MAX: u64 = 3_600_000;
+
+const _: () =
+    assert!(ADMISSION_SHARE_PERCENT_DEFAULT > 0 && ADMISSION_SHARE_PERCENT_DEFAULT <= 100);
+const _: () = assert!(ADMISSION_QUEUE_MAX >= CONNECTIONS_MAX);
+
+// ---------------------------------------------------------------------------------------------
 // The daemon's bounds on its clients (src/server). `ServerLimits::default()` is these.
 
 /// Connections holding a slot at once. Each slot costs a task, a 64 KiB read buffer and a file

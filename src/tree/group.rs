@@ -206,6 +206,13 @@ impl ProcessTree for GroupTree {
         lock(&self.exit).is_some() && group_gone(self.pgid())
     }
 
+    fn membership(&self) -> super::Membership {
+        super::Membership::Group {
+            pgid: self.pgid(),
+            since: self.identity.start_time_ticks,
+        }
+    }
+
     fn members(&self) -> std::io::Result<usize> {
         let reaped = lock(&self.exit).is_some();
         count_members(self.pgid(), self.identity.start_time_ticks, reaped)

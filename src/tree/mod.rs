@@ -21,6 +21,7 @@ pub mod cgroup;
 mod group;
 pub mod guardian;
 pub(crate) mod procfs;
+pub mod sample;
 mod spawn;
 
 use std::fmt::Debug;
@@ -34,6 +35,7 @@ pub use crate::lifecycle::event::{
 pub use group::GroupTree;
 pub use guardian::{GuardianLauncher, GuardianProgram, GuardianTree};
 pub use procfs::{Identity, boot_id};
+pub use sample::{Membership, TreeSample, sample_trees};
 pub use spawn::{SpawnError, SpawnSpec};
 
 /// A signal the supervisor sends to a tree (a closed set: the supervisor needs no others).
@@ -116,6 +118,12 @@ pub trait ProcessTree: Send + Sync + Debug {
     /// that died): [`ProcessTree::exit_proof`] then says which. Only meaningful after the
     /// leader was reaped. Its scans run on the blocking pool.
     fn wait_empty(&self) -> TreeFuture<'_, ()>;
+
+    /// How the tree's members are found now, for memory samples ([`sample_trees`]). The
+    /// default cannot list them: a sample of such a tree is incomplete.
+    fn membership(&self) -> Membership {
+        Membership::Unknown
+    }
 
     /// What proves the whole tree gone, if anything does yet: a verified receipt, an empty
     /// cgroup. `None` for a tree that may still have members, and for the process group,

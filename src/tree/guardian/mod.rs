@@ -40,6 +40,11 @@ use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
 pub use receipt::{Receipt, ReceiptError};
+
+/// Every descendant of `root` now, as (pid, parent), by the walk the guardian signals with.
+pub(crate) fn descendants_of(root: u32) -> Vec<(u32, u32)> {
+    tree::descendants(root)
+}
 pub use run::{GUARDIAN_ARG, run_if_requested};
 pub(crate) use tree::pidfs_ino;
 
@@ -48,8 +53,8 @@ use super::open_pidfd;
 use super::procfs::{self, Identity};
 use super::spawn::{self, Image};
 use super::{
-    ExitProof, Launcher, LeaderExit, Mechanism, ProcessTree, ProcessWitness, ReceiptBinding,
-    Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeScope, TreeSignal,
+    ExitProof, Launcher, LeaderExit, Mechanism, Membership, ProcessTree, ProcessWitness,
+    ReceiptBinding, Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeScope, TreeSignal,
 };
 use crate::lifecycle::event::ExitStatus;
 use crate::limits;
@@ -645,6 +650,24 @@ impl ProcessTree for GuardianTree {
 
     fn surely_empty(&self) -> bool {
         self.progress.borrow().done.is_some()
+    }
+
+    fn membership(&self) -> Membership {
+        if self.progress.borrow().done.is_some() {
+            return Membership::Empty;
+        }
+        if let Some(scope) = &self.scope {
+            return Membership::Cgroup {
+                scope: scope.path().to_owned(),
+            };
+        }
+        if self.reaped.load(Ordering::SeqCst) {
+            // Its pid is no longer ours: nothing names the tree any more.
+            return Membership::Unknown;
+        }
+        Membership::Descendants {
+            root: self.guardian_pid,
+        }
     }
 
     fn wait_empty(&self) -> TreeFuture<'_, ()> {

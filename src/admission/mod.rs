@@ -1,0 +1,440 @@
+//! Soft admission from observed load (seed 003, "Soft Capacity"; DESIGN.md, "Capacity and
+//! policy"): how many workloads may hold capacity at once, decided from the host's cores and
+//! available memory and from samples of the live trees, never from durable reservations.
+//!
+//! A workload is a supervised root and all its descendants (its tree, [`crate::tree`]). The
+//! policy, for the automatic case:
+//! - the count is at most `share` of the detected logical cores (70 % by default, rounded down);
+//! - the memory pool is `share` of the memory available now (MemAvailable, or the headroom of our
+//!   own cgroup and its ancestors where that is lower) plus what the stably sampled workloads
+//!   already use (it is missing from "available" because they hold it, and is counted once, in
+//!   their reservations);
+//! - each workload reserves at least the floor (2 GiB by default); only a complete, stable sample
+//!   of its tree may raise its reservation above the floor, to the memory the sample saw;
+//! - a start fits while the reservations plus one more floor fit in the pool and the count is
+//!   below the core share;
+//! - at least one slot, always; no available-memory telemetry means one automatic slot;
+//! - an explicit host limit (`max_concurrent`, `memory_budget_bytes`) replaces the automatic
+//!   policy: cores and available memory are then not consulted.
+//!
+//! Invariants:
+//! - This module decides; it does no I/O but through [`Telemetry`], which the supervisor calls on
+//!   the blocking pool. [`Admission`] is owned by the supervisor's actor (one owner, no lock), and
+//!   a decision is a few arithmetic operations on sums it keeps current: it costs nothing beside
+//!   a start.
+//! - A sample is complete when its tree's membership could be listed and every member's memory
+//!   was read; it is stable when it is complete and the sample before it was complete with the
+//!   same membership (the same (pid, start time) pairs). Anything else (no sample yet, an
+//!   incomplete or an unstable one) reserves exactly the floor.
+//! - A workload holds capacity from its admission until the supervisor releases it: when its
+//!   terminal result is recorded, or, when members of its tree outlive the leader, when the tree
+//!   is empty; a tree nothing proved gone (unverified) keeps holding it.
+
+mod host;
+#[cfg(test)]
+mod tests;
+
+use std::collections::HashMap;
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde::Serialize;
+
+pub use host::{available_memory, parse_cgroup_limit, parse_meminfo_available};
+
+use crate::lifecycle::Handle;
+use crate::limits;
+use crate::tree::{ProcessTree, TreeSample};
+
+/// The admission policy's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdmissionConfig {
+    /// Percent (1 to 100) of detected logical cores and of available memory that automatic
+    /// admission may spend.
+    pub share_percent: u8,
+    /// The least memory reserved per workload.
+    pub floor_bytes: u64,
+    /// An explicit host limit on workloads at once; replaces the automatic policy.
+    pub max_concurrent: Option<usize>,
+    /// An explicit host memory budget for all workloads' reservations together; replaces the
+    /// automatic policy.
+    pub memory_budget_bytes: Option<u64>,
+    /// How often trees and the host are sampled while anything holds capacity or waits.
+    pub sample_every: Duration,
+}
+
+impl Default for AdmissionConfig {
+    fn default() -> Self {
+        AdmissionConfig {
+            share_percent: limits::ADMISSION_SHARE_PERCENT_DEFAULT,
+            floor_bytes: limits::ADMISSION_FLOOR_BYTES_DEFAULT,
+            max_concurrent: None,
+            memory_budget_bytes: None,
+            sample_every: Duration::from_millis(limits::ADMISSION_SAMPLE_MS),
+        }
+    }
+}
+
+impl AdmissionConfig {
+    /// An explicit host limit of `n` workloads at once, nothing else consulted.
+    pub fn max_concurrent(n: usize) -> Self {
+        AdmissionConfig {
+            max_concurrent: Some(n),
+            ..AdmissionConfig::default()
+        }
+    }
+
+    /// Whether the host set an explicit limit (which replaces the automatic policy).
+    pub fn explicit(&self) -> bool {
+        self.max_concurrent.is_some() || self.memory_budget_bytes.is_some()
+    }
+
+    /// Refuses settings no decision could honour; the message names the field.
+    pub fn check(&self) -> Result<(), String> {
+        if !(1..=100).contains(&self.share_percent) {
+            return Err(format!(
+                "admission.share_percent {} is out of range (1 to 100)",
+                self.share_percent
+            ));
+        }
+        if self.floor_bytes == 0 {
+            return Err("admission.floor_bytes must be positive".to_owned());
+        }
+        if self.max_concurrent == Some(0) {
+            return Err("admission.max_concurrent must be at least 1".to_owned());
+        }
+        if self.sample_every.is_zero() {
+            return Err("admission.sample_every must be positive".to_owned());
+        }
+        Ok(())
+    }
+}
+
+/// What the host offers now: detected logical cores and available memory (`None`: unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+pub struct HostSample {
+    pub cores: Option<usize>,
+    pub available_bytes: Option<u64>,
+}
+
+/// The policy's inputs: the host and the trees. The supervisor calls both on the blocking pool;
+/// tests inject their own (the policy's input, not a stand-in for the kernel).
+pub trait Telemetry: Send + Sync + Debug {
+    /// The host's cores and available memory now.
+    fn host(&self) -> HostSample;
+
+    /// One sample of each tree (a handle left out counts as not sampled: the floor).
+    fn trees(&self, trees: &[(Handle, Arc<dyn ProcessTree>)]) -> Vec<(Handle, TreeSample)>;
+}
+
+/// The real telemetry: [`std::thread::available_parallelism`] (which honours CPU affinity and a
+/// cgroup's CPU quota), [`available_memory`], and [`crate::tree::sample_trees`].
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ProcTelemetry;
+
+impl Telemetry for ProcTelemetry {
+    fn host(&self) -> HostSample {
+        HostSample {
+            cores: std::thread::available_parallelism().ok().map(usize::from),
+            available_bytes: available_memory(),
+        }
+    }
+
+    fn trees(&self, trees: &[(Handle, Arc<dyn ProcessTree>)]) -> Vec<(Handle, TreeSample)> {
+        crate::tree::sample_trees(trees)
+    }
+}
+
+/// What the samples of one workload establish.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SampleState {
+    /// Not sampled yet (or its tree cannot be: an unverified tree held after its guardian died).
+    None,
+    /// The last sample missed members or memory.
+    Incomplete,
+    /// Complete, but its membership differs from the sample before (or there was none before).
+    Unstable,
+    /// Two consecutive complete samples with the same membership.
+    Stable,
+}
+
+/// One workload's reservation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WorkloadReservation {
+    pub handle: Handle,
+    pub reserved_bytes: u64,
+    /// The memory a stable sample saw (the larger of its two walks); `None` unless stable.
+    pub observed_bytes: Option<u64>,
+    pub sample: SampleState,
+    /// Members in the last sample.
+    pub members: usize,
+}
+
+/// Which rule set the slot count.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Basis {
+    /// Cores and available memory, at the configured share.
+    Automatic,
+    /// Available memory is unknown: one automatic slot.
+    NoMemoryTelemetry,
+    /// The host's explicit limit.
+    HostLimit,
+}
+
+/// One admission decision and every input it was made from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Decision {
+    /// Whether one more workload may start now.
+    pub admit: bool,
+    /// Workloads that may hold capacity at once, given the reservations held now (at least 1).
+    pub slots: usize,
+    /// Workloads holding capacity now (live, lingering and unverified trees).
+    pub in_use: usize,
+    pub basis: Basis,
+    pub cores: Option<usize>,
+    pub available_bytes: Option<u64>,
+    pub share_percent: u8,
+    pub floor_bytes: u64,
+    /// The sum of every workload's reservation.
+    pub reserved_bytes: u64,
+    /// The sum of what stable samples saw (added back to the available memory: it is ours).
+    pub observed_bytes: u64,
+    /// The memory the reservations must fit in (`None`: no memory bound applies).
+    pub pool_bytes: Option<u64>,
+    /// The slot bound from cores (automatic) or `max_concurrent` (host limit).
+    pub count_slots: Option<usize>,
+    /// The slot bound from memory: `in_use` plus the floors that still fit in the pool.
+    pub memory_slots: Option<usize>,
+    pub max_concurrent: Option<usize>,
+    pub memory_budget_bytes: Option<u64>,
+    /// The live-process bound (configuration and descriptor budget), which caps everything.
+    pub live_bound: usize,
+}
+
+/// The admission state a supervisor's actor owns: the policy, the host's last sample, and each
+/// workload holding capacity with its samples. The sums a decision needs are kept current.
+#[derive(Debug)]
+pub struct Admission {
+    config: AdmissionConfig,
+    live_bound: usize,
+    host: HostSample,
+    workloads: HashMap<Handle, Workload>,
+    reserved_sum: u64,
+    observed_sum: u64,
+    /// Workloads whose last sample is not stable (incomplete, unstable or none).
+    unsettled: usize,
+}
+
+#[derive(Debug)]
+struct Workload {
+    last: Option<TreeSample>,
+    state: SampleState,
+    observed: Option<u64>,
+    reserved: u64,
+}
+
+impl Admission {
+    /// `live_bound`: the live-process bound every decision is capped by.
+    pub fn new(config: AdmissionConfig, live_bound: usize, host: HostSample) -> Admission {
+        Admission {
+            config,
+            live_bound: live_bound.max(1),
+            host,
+            workloads: HashMap::new(),
+            reserved_sum: 0,
+            observed_sum: 0,
+            unsettled: 0,
+        }
+    }
+
+    pub fn config(&self) -> &AdmissionConfig {
+        &self.config
+    }
+
+    pub fn host(&self) -> HostSample {
+        self.host
+    }
+
+    /// Workloads holding capacity.
+    pub fn in_use(&self) -> usize {
+        self.workloads.len()
+    }
+
+    pub fn holds(&self, handle: &Handle) -> bool {
+        self.workloads.contains_key(handle)
+    }
+
+    /// Handles of the workloads holding capacity.
+    pub fn handles(&self) -> impl Iterator<Item = &Handle> {
+        self.workloads.keys()
+    }
+
+    /// Takes capacity for `handle` (at the floor until its samples say more). Idempotent.
+    pub fn admit(&mut self, handle: Handle) {
+        if self.workloads.contains_key(&handle) {
+            return;
+        }
+        let floor = self.config.floor_bytes;
+        self.workloads.insert(
+            handle,
+            Workload {
+                last: None,
+                state: SampleState::None,
+                observed: None,
+                reserved: floor,
+            },
+        );
+        self.reserved_sum = self.reserved_sum.saturating_add(floor);
+        self.unsettled += 1;
+    }
+
+    /// Gives `handle`'s capacity back; true if it held any.
+    pub fn release(&mut self, handle: &Handle) -> bool {
+        let Some(w) = self.workloads.remove(handle) else {
+            return false;
+        };
+        self.reserved_sum = self.reserved_sum.saturating_sub(w.reserved);
+        if let Some(o) = w.observed {
+            self.observed_sum = self.observed_sum.saturating_sub(o);
+        }
+        if w.state != SampleState::Stable {
+            self.unsettled -= 1;
+        }
+        true
+    }
+
+    /// Records the host's sample.
+    pub fn observe_host(&mut self, host: HostSample) {
+        self.host = host;
+    }
+
+    /// Records one sample of `handle`'s tree (ignored for a workload that holds no capacity).
+    pub fn observe(&mut self, handle: &Handle, sample: TreeSample) {
+        let floor = self.config.floor_bytes;
+        let Some(w) = self.workloads.get_mut(handle) else {
+            return;
+        };
+        let stable_with = match &w.last {
+            Some(prev) if prev.complete && sample.complete && prev.members == sample.members => {
+                Some(prev.bytes.max(sample.bytes))
+            }
+            _ => None,
+        };
+        let (state, observed) = match stable_with {
+            Some(bytes) => (SampleState::Stable, Some(bytes)),
+            None if sample.complete => (SampleState::Unstable, None),
+            None => (SampleState::Incomplete, None),
+        };
+        let reserved = observed.map_or(floor, |o| o.max(floor));
+        // Keep the sums current: out with the old values, in with the new.
+        self.reserved_sum = self
+            .reserved_sum
+            .saturating_sub(w.reserved)
+            .saturating_add(reserved);
+        self.observed_sum = self
+            .observed_sum
+            .saturating_sub(w.observed.unwrap_or(0))
+            .saturating_add(observed.unwrap_or(0));
+        match (w.state == SampleState::Stable, state == SampleState::Stable) {
+            (true, false) => self.unsettled += 1,
+            (false, true) => self.unsettled -= 1,
+            _ => {}
+        }
+        w.state = state;
+        w.observed = observed;
+        w.reserved = reserved;
+        w.last = Some(sample);
+    }
+
+    /// Whether every workload's last sample is stable (vacuously true with none).
+    pub fn telemetry_complete(&self) -> bool {
+        self.unsettled == 0 && self.host.available_bytes.is_some()
+    }
+
+    /// Whether one more workload may start now, and why.
+    pub fn decide(&self) -> Decision {
+        let c = &self.config;
+        let in_use = self.workloads.len();
+        let floor = c.floor_bytes;
+        let share = u64::from(c.share_percent);
+        let (basis, count_slots, pool) = if c.explicit() {
+            (Basis::HostLimit, c.max_concurrent, c.memory_budget_bytes)
+        } else {
+            match self.host.available_bytes {
+                None => (Basis::NoMemoryTelemetry, Some(1), None),
+                Some(available) => {
+                    let cores = self.host.cores.unwrap_or(1);
+                    let by_cores =
+                        (cores.saturating_mul(usize::from(c.share_percent)) / 100).max(1);
+                    let ours = available.saturating_add(self.observed_sum);
+                    // share% of `ours` without overflow: u128 for the product.
+                    let pool = u64::try_from(u128::from(ours) * u128::from(share) / 100)
+                        .unwrap_or(u64::MAX);
+                    (Basis::Automatic, Some(by_cores), Some(pool))
+                }
+            }
+        };
+        let memory_slots = pool.map(|pool| {
+            let free = pool.saturating_sub(self.reserved_sum) / floor;
+            in_use.saturating_add(usize::try_from(free).unwrap_or(usize::MAX))
+        });
+        let slots = count_slots
+            .unwrap_or(usize::MAX)
+            .min(memory_slots.unwrap_or(usize::MAX))
+            .max(1)
+            .min(self.live_bound);
+        Decision {
+            admit: in_use < slots,
+            slots,
+            in_use,
+            basis,
+            cores: self.host.cores,
+            available_bytes: self.host.available_bytes,
+            share_percent: c.share_percent,
+            floor_bytes: floor,
+            reserved_bytes: self.reserved_sum,
+            observed_bytes: self.observed_sum,
+            pool_bytes: pool,
+            count_slots,
+            memory_slots,
+            max_concurrent: c.max_concurrent,
+            memory_budget_bytes: c.memory_budget_bytes,
+            live_bound: self.live_bound,
+        }
+    }
+
+    /// Every workload's reservation, by handle.
+    pub fn reservations(&self) -> Vec<WorkloadReservation> {
+        let mut out: Vec<WorkloadReservation> = self
+            .workloads
+            .iter()
+            .map(|(handle, w)| WorkloadReservation {
+                handle: *handle,
+                reserved_bytes: w.reserved,
+                observed_bytes: w.observed,
+                sample: w.state,
+                members: w.last.as_ref().map_or(0, |s| s.members.len()),
+            })
+            .collect();
+        out.sort_by_key(|r| r.handle);
+        out
+    }
+}
+
+/// What [`crate::supervisor::Supervisor::admission`] reports: the decision a start would get now,
+/// every reservation, and the starts waiting for capacity.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AdmissionSnapshot {
+    pub decision: Decision,
+    pub reservations: Vec<WorkloadReservation>,
+    /// Whether available memory is known and every workload's last sample is stable.
+    pub telemetry_complete: bool,
+    /// Starts waiting for capacity (FIFO).
+    pub queued: usize,
+    pub queue_max: usize,
+    /// Milliseconds since the host and the trees were last sampled.
+    pub sampled_ms_ago: u64,
+}
