@@ -160,7 +160,12 @@ fn start_daemon(root: &Path, socket: &Path) -> Res<Daemon> {
                 .enable_all()
                 .build()?;
             rt.block_on(async move {
-                let bound = Server::bind(SupervisorConfig::new(&root), Some(socket_path)).await;
+                // Serving is measured, not admission: an explicit host limit.
+                let mut config = SupervisorConfig::new(&root);
+                config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+                    procjournal::limits::LIVE_PROCESSES_DEFAULT,
+                );
+                let bound = Server::bind(config, Some(socket_path)).await;
                 let server = match bound {
                     Ok((server, _restore)) => {
                         let _ = tx.send(Ok(server.supervisor().clone()));
@@ -195,6 +200,7 @@ fn start_processes(socket: &Path, cwd: &Path, n: usize) -> Res<(Vec<Handle>, Vec
             labels: Default::default(),
             timeout_ms: None,
             retention_bytes: None,
+            queue_ms: None,
         }))?;
         let handle: Handle = result["handle"].as_str().ok_or("no handle")?.parse()?;
         let pid = result["pid"].as_u64().ok_or("no pid")?;

@@ -186,6 +186,10 @@ fn runtime() -> Res<tokio::runtime::Runtime> {
 
 fn config(root: &Path) -> SupervisorConfig {
     let mut config = SupervisorConfig::new(root);
+    // Supervision is measured, not admission: an explicit host limit.
+    config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+        procjournal::limits::LIVE_PROCESSES_DEFAULT,
+    );
     config.durability = Durability::Group;
     config
 }

@@ -292,10 +292,11 @@ pub const ADMISSION_SHARE_PERCENT_DEFAULT: u8 = 70;
 pub const ADMISSION_FLOOR_BYTES_DEFAULT: u64 = 2 * 1024 * 1024 * 1024;
 
 /// How often the live trees and the host's available memory are sampled while anything holds
-/// capacity or waits for it. A walk reads a few small /proc files per member; once a second
-/// keeps reservations current for workloads that grow over seconds to minutes, at a cost far
-/// below a millisecond per tree. Two consecutive complete walks with the same membership make
-/// a sample stable, so a reservation follows a workload within two intervals.
+/// capacity or waits for it. A walk reads two small /proc files per member (and, for process
+/// groups, one scan of /proc shared by all of them), on the blocking pool; once a second keeps
+/// reservations current for workloads that grow over seconds to minutes. Two consecutive
+/// complete walks with the same membership make a sample stable, so a reservation follows a
+/// workload within two intervals.
 pub const ADMISSION_SAMPLE_MS: u64 = 1_000;
 
 /// Starts waiting for capacity at once (those whose caller asked to queue). Each holds a

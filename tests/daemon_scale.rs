@@ -163,6 +163,7 @@ fn start_request(root: &Path) -> Request {
         labels: Default::default(),
         timeout_ms: None,
         retention_bytes: None,
+        queue_ms: None,
     })
 }
 

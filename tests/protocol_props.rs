@@ -36,9 +36,10 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
         proptest::collection::btree_map(text(), text(), 0..3),
         proptest::option::of(1u64..u64::MAX),
         proptest::option::of(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX),
+        proptest::option::of(0u64..=procjournal::protocol::QUEUE_MS_MAX),
     )
         .prop_map(
-            |(args, program, cwd, env, labels, timeout_ms, retention_bytes)| {
+            |(args, program, cwd, env, labels, timeout_ms, retention_bytes, queue_ms)| {
                 let mut command = vec![program];
                 command.extend(args);
                 StartArgs {
@@ -48,6 +49,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                     labels,
                     timeout_ms,
                     retention_bytes,
+                    queue_ms,
                 }
             },
         )
@@ -56,6 +58,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         Just(Request::Hello),
+        Just(Request::Admission),
         start_args().prop_map(Request::Start),
         (
             proptest::option::of(state()),

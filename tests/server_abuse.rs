@@ -82,6 +82,11 @@ impl Daemon {
             .expect("runtime");
         let socket = root.path().join("d.sock");
         let mut config = SupervisorConfig::new(root.path().join("rt"));
+        // Supervision, not admission, is under test: an explicit host limit (the live bound's
+        // default), so that the machine's cores and memory do not decide how many run at once.
+        config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+            procjournal::limits::LIVE_PROCESSES_DEFAULT,
+        );
         config.durability = Durability::Os;
         let (server, _) = rt
             .block_on(Server::bind_with_limits(

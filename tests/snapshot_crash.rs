@@ -188,6 +188,11 @@ async fn a_supervisor_snapshots_in_the_background_and_at_shutdown() {
     let dir = tempfile::tempdir().expect("root");
     let rt = dir.path().join("rt");
     let mut config = SupervisorConfig::new(&rt);
+    // Supervision, not admission, is under test: an explicit host limit (the live bound's
+    // default), so that the machine's cores and memory do not decide how many run at once.
+    config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+        procjournal::limits::LIVE_PROCESSES_DEFAULT,
+    );
     config.durability = Durability::Os;
     config.snapshots.after_bytes_min = 1;
     config.snapshots.at_shutdown_bytes_min = 1;

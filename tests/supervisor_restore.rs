@@ -92,6 +92,11 @@ fn report(line: &str) {
 
 fn host_config(root: &Path, stream: bool) -> SupervisorConfig {
     let mut config = SupervisorConfig::new(root);
+    // Supervision, not admission, is under test: an explicit host limit (the live bound's
+    // default), so that the machine's cores and memory do not decide how many run at once.
+    config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+        procjournal::limits::LIVE_PROCESSES_DEFAULT,
+    );
     if stream {
         config.durability = Durability::Sync;
         config.spool = STREAM_SPOOL;
@@ -380,6 +385,11 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn restore_config(root: &Path) -> SupervisorConfig {
     let mut config = SupervisorConfig::new(root);
+    // Supervision, not admission, is under test: an explicit host limit (the live bound's
+    // default), so that the machine's cores and memory do not decide how many run at once.
+    config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+        procjournal::limits::LIVE_PROCESSES_DEFAULT,
+    );
     config.durability = Durability::Group;
     config
 }

@@ -438,3 +438,31 @@ pub struct AdmissionSnapshot {
     /// Milliseconds since the host and the trees were last sampled.
     pub sampled_ms_ago: u64,
 }
+
+/// A decision in one line, for errors and logs: "1 of 1 slots in use (automatic: 2 cores,
+/// 22.0 GiB available at 70 %, 2.0 GiB reserved, floor 2.0 GiB)".
+pub fn describe(d: &Decision) -> String {
+    let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    let basis = match d.basis {
+        Basis::Automatic => format!(
+            "automatic: {} cores and {} available at {} %, {} reserved by {} workload(s), \
+             floor {} each",
+            d.cores
+                .map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+            d.available_bytes.map_or_else(|| "unknown".to_owned(), gib),
+            d.share_percent,
+            gib(d.reserved_bytes),
+            d.in_use,
+            gib(d.floor_bytes),
+        ),
+        Basis::NoMemoryTelemetry => "available memory is unknown, so one automatic slot".to_owned(),
+        Basis::HostLimit => format!(
+            "host limit: max_concurrent {}, memory budget {}, {} reserved",
+            d.max_concurrent
+                .map_or_else(|| "none".to_owned(), |n| n.to_string()),
+            d.memory_budget_bytes.map_or_else(|| "none".to_owned(), gib),
+            gib(d.reserved_bytes),
+        ),
+    };
+    format!("{} of {} slots in use ({basis})", d.in_use, d.slots)
+}

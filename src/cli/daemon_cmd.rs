@@ -101,6 +101,8 @@ pub(crate) struct ServeArgs {
     retention_age: Age,
     #[command(flatten)]
     tree: super::TreeArgs,
+    #[command(flatten)]
+    admission: super::AdmissionArgs,
 }
 
 /// `--retention-age`: a duration, or `off`.
@@ -126,6 +128,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     runtime.block_on(async move {
         let mut config = SupervisorConfig::new(&root);
         config.max_live = args.max_live;
+        args.admission.apply(&mut config.admission);
         if let Some(bytes) = args.retention {
             config.spool.retention_bytes = bytes;
         }
@@ -186,6 +189,10 @@ pub(crate) struct StartCmdArgs {
     /// Working directory (default: this shell's).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
+    /// When admission finds no capacity now, wait up to this long for it (first come, first
+    /// served), e.g. 30s, 5m; default: fail at once and say why.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    queue: Option<Duration>,
     /// Print the started process as JSON instead of its handle.
     #[arg(long)]
     json: bool,
@@ -210,6 +217,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         labels: args.labels.into_iter().collect(),
         timeout_ms: args.timeout.map(millis),
         retention_bytes: args.retention,
+        queue_ms: args.queue.map(millis),
     });
     let mut client = args.target.connect()?;
     let info = client.call(&request)?;
@@ -786,6 +794,77 @@ pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args.timeout.map(millis),
     })?;
     print_end(result, args.json)
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AdmissionCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The daemon's whole answer as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let snapshot = client.call(&Request::Admission)?;
+    if args.json {
+        println!("{snapshot}");
+        return Ok(ExitCode::SUCCESS);
+    }
+    let d = &snapshot["decision"];
+    let num = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+    };
+    let size = |v: &Value| {
+        v.as_u64().map_or_else(
+            || "-".to_owned(),
+            |b| {
+                if b >= 1 << 30 {
+                    format!("{:.1}GiB", b as f64 / f64::from(1u32 << 30))
+                } else {
+                    format!("{:.1}MiB", b as f64 / f64::from(1u32 << 20))
+                }
+            },
+        )
+    };
+    println!(
+        "slots {} in use {} ({}) queued {}",
+        num(&d["slots"]),
+        num(&d["in_use"]),
+        d["basis"].as_str().unwrap_or("?"),
+        num(&snapshot["queued"])
+    );
+    println!(
+        "cores {} available {} share {}% floor {} reserved {} pool {}",
+        num(&d["cores"]),
+        size(&d["available_bytes"]),
+        num(&d["share_percent"]),
+        size(&d["floor_bytes"]),
+        size(&d["reserved_bytes"]),
+        size(&d["pool_bytes"]),
+    );
+    println!(
+        "telemetry {} (sampled {} ms ago)",
+        if snapshot["telemetry_complete"] == Value::Bool(true) {
+            "complete"
+        } else {
+            "incomplete"
+        },
+        num(&snapshot["sampled_ms_ago"])
+    );
+    for r in snapshot["reservations"].as_array().into_iter().flatten() {
+        println!(
+            "{}  reserved {}  observed {}  {} ({} members)",
+            r["handle"].as_str().unwrap_or("?"),
+            size(&r["reserved_bytes"]),
+            size(&r["observed_bytes"]),
+            r["sample"].as_str().unwrap_or("?"),
+            num(&r["members"]),
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {

@@ -28,6 +28,8 @@ pub(crate) struct McpArgs {
     retention: Option<u64>,
     #[command(flatten)]
     tree: super::TreeArgs,
+    #[command(flatten)]
+    admission: super::AdmissionArgs,
 }
 
 /// Grace between SIGTERM and SIGKILL for the processes still running when the client leaves.
@@ -56,6 +58,7 @@ async fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
         config.spool.retention_bytes = bytes;
     }
     config.launcher = args.tree.launcher(&root, true)?;
+    args.admission.apply(&mut config.admission);
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| {

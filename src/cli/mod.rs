@@ -55,6 +55,9 @@ enum Command {
     /// Delete the output of finished processes whose exit is verified and that ended long
     /// enough ago (the daemon does this every hour for output older than its retention age).
     Clean(clean_cmd::CleanArgs),
+    /// Show admission: slots, in use, each workload's reservation, starts waiting, and the
+    /// inputs (cores, available memory, share, floor).
+    Admission(daemon_cmd::AdmissionCmdArgs),
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
@@ -129,6 +132,7 @@ pub fn main() -> ExitCode {
         Command::Wait(args) => daemon_cmd::wait(args),
         Command::Shutdown(args) => daemon_cmd::shutdown(args),
         Command::Clean(args) => clean_cmd::clean(args),
+        Command::Admission(args) => daemon_cmd::admission(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
         Command::Mcp(args) => mcp_cmd::run(args),
@@ -173,6 +177,49 @@ pub(crate) enum TreeChoice {
     Guardian,
     /// A plain process group (no guardian): a descendant that calls setsid escapes it.
     Group,
+}
+
+/// Admission's host limits, shared by the commands that supervise many processes (`serve`,
+/// `mcp`). Without any, admission is automatic: 70 % of the cores and of the available memory,
+/// 2 GiB reserved per workload.
+#[derive(Debug, clap::Args)]
+pub(crate) struct AdmissionArgs {
+    /// At most this many workloads at once; replaces the automatic admission (cores and
+    /// available memory are then not consulted).
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_concurrent: Option<u64>,
+    /// A memory budget all workloads' reservations share, e.g. 16G; replaces the automatic
+    /// admission.
+    #[arg(long, value_name = "SIZE", value_parser = parse_budget)]
+    pub memory_budget: Option<u64>,
+    /// Percent of cores and available memory automatic admission may spend (1-100).
+    #[arg(long, value_name = "PERCENT", default_value_t = crate::limits::ADMISSION_SHARE_PERCENT_DEFAULT,
+          value_parser = clap::value_parser!(u8).range(1..=100))]
+    pub share: u8,
+    /// Memory reserved per workload until a stable sample of its tree says more, e.g. 2G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_budget)]
+    pub floor: Option<u64>,
+}
+
+fn parse_budget(text: &str) -> Result<u64, String> {
+    match size::parse_size(text) {
+        Ok(0) => Err("must be positive".to_owned()),
+        Ok(bytes) => Ok(bytes),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+impl AdmissionArgs {
+    pub(crate) fn apply(&self, config: &mut crate::admission::AdmissionConfig) {
+        config.max_concurrent = self
+            .max_concurrent
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+        config.memory_budget_bytes = self.memory_budget;
+        config.share_percent = self.share;
+        if let Some(floor) = self.floor {
+            config.floor_bytes = floor;
+        }
+    }
 }
 
 /// `--tree-mechanism`, shared by the commands that supervise.

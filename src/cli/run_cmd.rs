@@ -136,6 +136,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
         retention_bytes: args.retention,
+        queue_ms: None,
     };
     let request = serde_json::to_value(&start)
         .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))

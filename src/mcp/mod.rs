@@ -45,7 +45,7 @@ ones from earlier server runs: those that were still running when an earlier ser
 `lost_on_restore`, and their output stays readable. States: starting, running (live); exited, \
 failed, timed_out, interrupted, terminated, killed, lost_on_restore (terminal). A failed call \
 returns isError with `code: message` (codes such as unknown_handle, bad_args, not_running, \
-input_closed, wait_timeout, too_large).";
+input_closed, wait_timeout, too_large, capacity).";
 
 /// One tool: its name, the protocol operation it runs, and what an agent is told about it.
 struct ToolSpec {
@@ -59,7 +59,7 @@ struct ToolSpec {
     idempotent: bool,
 }
 
-const TOOLS: [ToolSpec; 7] = [
+const TOOLS: [ToolSpec; 8] = [
     ToolSpec {
         name: "start",
         op: "start",
@@ -72,7 +72,8 @@ program and its arguments as a list; no shell is involved unless you run one, e.
 (the output bytes kept: set `retention_bytes` to keep more or less than the server's default). \
 If the program \
 cannot be spawned the error is spawn_failed and the process is recorded as `failed` under the \
-handle the error names.",
+handle the error names. If the server has no capacity for another command now the error is \
+capacity (the `admission` tool says why); set `queue_ms` to wait in line for capacity instead.",
         schema: schema_for_input::<StartArgs>,
         read_only: false,
         destructive: false,
@@ -174,7 +175,40 @@ given as \"key=value\".",
         destructive: false,
         idempotent: true,
     },
+    ToolSpec {
+        name: "admission",
+        op: "admission",
+        title: "Capacity and admission",
+        description: "Show why a start would be admitted, refused or kept waiting now. The server \
+admits a command only while capacity remains: by default 70 % of the machine's cores and of its \
+available memory, at least 2 GiB reserved per running command and all its subprocesses, at \
+least one command always (the operator may set an explicit limit instead). Returns `decision` \
+(`admit`, `slots`, `in_use`, `basis`: automatic, no_memory_telemetry or host_limit, and the \
+inputs `cores`, `available_bytes`, `share_percent`, `floor_bytes`, `reserved_bytes`, \
+`pool_bytes`), `reservations` (per process handle: `reserved_bytes`, `observed_bytes`, `sample`), \
+`telemetry_complete` and `queued` (starts waiting). A `start` refused with code `capacity` can be \
+retried later, or given `queue_ms` to wait for capacity in line.",
+        schema: no_args_schema,
+        read_only: true,
+        destructive: false,
+        idempotent: true,
+    },
 ];
+
+/// No arguments.
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+/// The schema of a tool without arguments: an object with no properties (spelled out: clients
+/// expect `properties` on every tool's input schema).
+fn no_args_schema() -> Result<Arc<JsonObject>, String> {
+    let mut schema = (*schema_for_input::<Empty>()?).clone();
+    schema
+        .entry("properties")
+        .or_insert_with(|| Value::Object(JsonObject::new()));
+    Ok(Arc::new(schema))
+}
 
 /// The MCP side of a [`Dispatcher`]: lists the tools and runs tool calls through it.
 #[derive(Debug, Clone)]

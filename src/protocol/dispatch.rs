@@ -299,6 +299,7 @@ impl Dispatcher {
                     older_than_ms.map_or_else(|| sup.retention_age(), Duration::from_millis);
                 json(&sup.clean(older_than, dry_run).await.map_err(api)?)
             }
+            Request::Admission => json(&sup.admission().await.map_err(api)?),
         }
     }
 
@@ -398,6 +399,9 @@ impl Dispatcher {
         if let Some(bytes) = args.retention_bytes {
             command = command.output_retention(bytes);
         }
+        if let Some(ms) = args.queue_ms {
+            command = command.wait_for_capacity(Duration::from_millis(ms));
+        }
         let mut prepared = sup
             .prepare(command)
             .map_err(|e| ApiError::new(ErrorCode::BadArgs, e.to_string()))?;
@@ -413,6 +417,14 @@ impl Dispatcher {
                 ErrorCode::Refused,
                 format!("start refused: {}", refusal(&reason)),
             )),
+            Err(e @ (StartError::Capacity { .. } | StartError::CapacityTimeout { .. })) => {
+                Err(ApiError::new(
+                    ErrorCode::Capacity,
+                    format!(
+                        "start refused: {e}; see `admission`, or wait with queue_ms (start --queue)"
+                    ),
+                ))
+            }
             Err(StartError::Spawn { handle, message }) => Err(ApiError {
                 code: ErrorCode::SpawnFailed,
                 message: format!("{message} (recorded as {handle}, failed)"),
@@ -494,6 +506,11 @@ fn refusal(reason: &crate::supervisor::Refusal) -> String {
             format!(
                 "{live} processes are live, the maximum is {max} (the live-process bound: \
                  LIVE_PROCESSES_DEFAULT or --max-live, capped by the descriptor budget)"
+            )
+        }
+        crate::supervisor::Refusal::QueueFull { queued, max } => {
+            format!(
+                "{queued} starts already wait for capacity, the most that may (ADMISSION_QUEUE_MAX {max})"
             )
         }
     }

@@ -46,6 +46,8 @@ pub const GRACE_MS_MAX: u64 = 600_000;
 pub const GRACE_MS_DEFAULT: u64 = crate::limits::GRACE_MS_DEFAULT;
 /// Request IDs are echoed back; a long one is refused rather than stored.
 pub const ID_CHARS_MAX: usize = 128;
+/// The longest a start may wait for capacity (`queue_ms`).
+pub const QUEUE_MS_MAX: u64 = crate::limits::ADMISSION_QUEUE_WAIT_MS_MAX;
 /// The most arguments, environment variables or labels one start may carry.
 pub const START_ITEMS_MAX: usize = 4096;
 
@@ -77,6 +79,12 @@ pub struct StartArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 8_388_608, max = 4_294_967_296_u64))]
     pub retention_bytes: Option<u64>,
+    /// When admission finds no capacity now (see `admission`), wait up to this many
+    /// milliseconds (at most 3600000) for it, first come first served, instead of failing at
+    /// once with a `capacity` error. Default: fail at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 3_600_000))]
+    pub queue_ms: Option<u64>,
 }
 
 /// `list`: every process the journal knows, optionally filtered.
@@ -228,6 +236,8 @@ pub enum Request {
         older_than_ms: Option<u64>,
         dry_run: bool,
     },
+    /// Admission now: slots, in use, each workload's reservation and the inputs.
+    Admission,
 }
 
 /// A request with the client's ID, echoed in the response.
@@ -238,7 +248,7 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 11] = [
+pub const OPS: [&str; 12] = [
     "hello",
     "start",
     "list",
@@ -250,6 +260,7 @@ pub const OPS: [&str; 11] = [
     "wait",
     "shutdown",
     "clean",
+    "admission",
 ];
 
 /// Why a request was refused before anything ran.
@@ -300,8 +311,11 @@ pub enum ErrorCode {
     UnknownHandle,
     NotRunning,
     InputClosed,
-    /// Admission refused the start (shutting down, at capacity).
+    /// Admission refused the start (shutting down, at the live-process bound, queue full).
     Refused,
+    /// Admission found no capacity for the start (or none came within its `queue_ms`); the
+    /// message gives the decision and its inputs, `admission` shows them in full.
+    Capacity,
     /// The command could not be spawned; it is recorded as `failed` under `handle`.
     SpawnFailed,
     WaitTimeout,
@@ -491,6 +505,10 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
             let _: Empty = parse(args).map_err(bad)?;
             Request::Hello
         }
+        "admission" => {
+            let _: Empty = parse(args).map_err(bad)?;
+            Request::Admission
+        }
         "start" => {
             let args: StartArgs = parse(args).map_err(bad)?;
             validate_start(&args).map_err(bad)?;
@@ -641,6 +659,13 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
     if args.timeout_ms == Some(0) {
         return Err("timeout_ms must be at least 1".to_owned());
     }
+    if let Some(ms) = args.queue_ms
+        && ms > QUEUE_MS_MAX
+    {
+        return Err(format!(
+            "queue_ms {ms} is out of range (at most {QUEUE_MS_MAX})"
+        ));
+    }
     if let Some(bytes) = args.retention_bytes
         && !(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX).contains(&bytes)
     {
@@ -670,6 +695,7 @@ impl Request {
         let to = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
         match self {
             Request::Hello => ("hello", Value::Object(Map::new())),
+            Request::Admission => ("admission", Value::Object(Map::new())),
             Request::Start(args) => ("start", to(serde_json::to_value(args))),
             Request::List { state, label } => (
                 "list",
@@ -762,6 +788,7 @@ impl Request {
         match self {
             Request::Output { wait_ms, .. } => Some(Duration::from_millis(*wait_ms)),
             Request::Wait { timeout_ms, .. } => timeout_ms.map(Duration::from_millis),
+            Request::Start(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
             Request::Stop { grace_ms, .. } | Request::Shutdown { grace_ms } => {
                 Some(Duration::from_millis(*grace_ms))
             }

@@ -15,6 +15,14 @@
 //!   are then answered from bounded caches, the journal and the spool.
 //! - Messages from one task are handled in the order sent: the terminal gate's `Finished` is
 //!   handled before anything a woken waiter asks next.
+//! - Admission (src/admission/) is decided here and only here, in [`Actor::may_start`]: every
+//!   start, fresh or queued, passes that one function. A workload holds capacity from its
+//!   admission until it leaves the table and is not held (its terminal result recorded and no
+//!   member of its tree left, or its lingering tree emptied, or its unverified tree proven gone).
+//! - Starts that wait for capacity are admitted strictly first in, first out: a fresh start
+//!   never overtakes a queued one, and the head is retried on every release and every sample.
+//!   Each waits at most until its deadline, and the queue holds at most
+//!   [`limits::ADMISSION_QUEUE_MAX`].
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -23,11 +31,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
-use tracing::{Instrument, info_span, warn};
+use tracing::{Instrument, info, info_span, warn};
 
 use super::command::PreparedProcess;
 use super::process::{Cause, Proc, ProcEvent, RunningPublisher, TerminalSummary, teardown};
 use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
+use crate::admission::{Admission, AdmissionSnapshot, Decision, HostSample};
 use crate::journal::EventId;
 use crate::lifecycle::event::{LifecycleIds, Scoped};
 use crate::lifecycle::retention::{CleanReport, RetentionRequest};
@@ -92,6 +101,13 @@ pub(crate) enum Msg {
         request: RetentionRequest,
         reply: Reply<CleanReport>,
     },
+    Admission {
+        reply: Reply<AdmissionSnapshot>,
+    },
+    /// Answered once everything reported before it was handled (see `Supervisor::settled`).
+    Settled {
+        reply: Reply<()>,
+    },
     Shutdown {
         grace: Duration,
         reply: Reply<ShutdownReport>,
@@ -151,6 +167,30 @@ impl<V> Bounded<V> {
     }
 }
 
+/// A start waiting for capacity.
+#[derive(Debug)]
+struct Queued {
+    prepared: PreparedProcess,
+    reply: Reply<Result<Handle, StartError>>,
+    since: tokio::time::Instant,
+    deadline: tokio::time::Instant,
+}
+
+/// What [`Actor::may_start`] says about one start now.
+#[derive(Debug)]
+enum StartGate {
+    Open,
+    /// Refused whatever the caller asked (the supervisor is shutting down).
+    Closed(Refusal),
+    /// The live-process bound is reached.
+    AtBound {
+        live: usize,
+        max: usize,
+    },
+    /// Admission found no capacity (or starts are queued ahead of this one).
+    Full(Decision),
+}
+
 #[derive(Debug)]
 enum ShutdownState {
     Open,
@@ -192,6 +232,14 @@ pub(crate) struct Actor {
     next_snapshot_check: Option<tokio::time::Instant>,
     /// When the retention policy next runs (never, when it is off); a pass in flight clears it.
     next_retention: Option<tokio::time::Instant>,
+    /// Who holds capacity and what it reserves.
+    admission: Admission,
+    /// Starts waiting for capacity, oldest first.
+    queue: VecDeque<Queued>,
+    /// When the trees and the host are next sampled; a sample in flight clears it.
+    next_sample: Option<tokio::time::Instant>,
+    sampling: bool,
+    last_sampled: tokio::time::Instant,
 }
 
 impl Actor {
@@ -201,10 +249,21 @@ impl Actor {
         outbox: mpsc::WeakSender<Msg>,
         max_live: usize,
         held: Vec<(Handle, Scoped, LifecycleIds)>,
+        host: HostSample,
     ) -> Actor {
         let readers = Bounded::new(shared.config.finished_readers_cached);
         let (events_tx, events) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
+        let mut admission = Admission::new(shared.config.admission.clone(), max_live, host);
+        for (handle, _, _) in &held {
+            admission.admit(*handle);
+        }
+        let now = tokio::time::Instant::now();
         Actor {
+            admission,
+            queue: VecDeque::new(),
+            next_sample: (!held.is_empty()).then_some(now),
+            sampling: false,
+            last_sampled: now,
             shared,
             inbox,
             outbox,
@@ -232,6 +291,7 @@ impl Actor {
                 ShutdownState::Joining { deadline, .. } => Some(*deadline),
                 _ => None,
             };
+            let queue_deadline = self.queue_deadline();
             tokio::select! {
                 // Events first: a gate's `Finished` is queued before its waiters wake, so it is
                 // handled before anything they ask next.
@@ -267,11 +327,160 @@ impl Actor {
                     let request = RetentionRequest { older_than, dry_run: false, by: "retention" };
                     self.retention_pass(request, None);
                 }
+                () = sleep_until_opt(self.next_sample),
+                    if self.next_sample.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
+                    self.sample();
+                }
+                () = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
+                    self.expire_queued();
+                }
             }
             self.finish_shutdown(false);
         }
         // Every sender is gone, so no task can report any more; let them end.
         while self.tasks.join_next().await.is_some() {}
+    }
+
+    /// The one place that decides whether a start may proceed now: the shutdown gate, the
+    /// live-process bound, then admission. `fresh`: a start that is not the queue's head, which
+    /// must not overtake starts already waiting. (A pause gate belongs here too.)
+    fn may_start(&self, fresh: bool) -> StartGate {
+        if self.closed {
+            return StartGate::Closed(Refusal::ShuttingDown);
+        }
+        if self.live >= self.max_live {
+            return StartGate::AtBound {
+                live: self.live,
+                max: self.max_live,
+            };
+        }
+        let decision = self.admission.decide();
+        if !decision.admit || (fresh && !self.queue.is_empty()) {
+            return StartGate::Full(decision);
+        }
+        StartGate::Open
+    }
+
+    /// The earliest deadline in the queue.
+    fn queue_deadline(&self) -> Option<tokio::time::Instant> {
+        self.queue.iter().map(|q| q.deadline).min()
+    }
+
+    /// Admits queued starts from the head while capacity allows, strictly in order.
+    fn admit_queued(&mut self) {
+        while let Some(head) = self.queue.front() {
+            if head.reply.is_closed() {
+                // Its caller is gone: nobody would learn of the process.
+                self.queue.pop_front();
+                continue;
+            }
+            match self.may_start(false) {
+                StartGate::Open => {
+                    let Some(q) = self.queue.pop_front() else {
+                        break;
+                    };
+                    info!(target: "procjournal::admission", waited_ms = q.since.elapsed().as_millis() as u64, queued = self.queue.len(), "a queued start is admitted");
+                    self.launch(q.prepared, q.reply);
+                }
+                StartGate::Closed(reason) => {
+                    for q in self.queue.drain(..) {
+                        let _ = q.reply.send(Err(StartError::Refused {
+                            prepared: q.prepared,
+                            reason: reason.clone(),
+                        }));
+                    }
+                }
+                StartGate::AtBound { .. } | StartGate::Full(_) => break,
+            }
+        }
+    }
+
+    /// Fails every queued start whose deadline passed, with the decision that kept it waiting.
+    fn expire_queued(&mut self) {
+        let now = tokio::time::Instant::now();
+        let decision = self.admission.decide();
+        let (expired, kept): (VecDeque<Queued>, VecDeque<Queued>) =
+            self.queue.drain(..).partition(|q| q.deadline <= now);
+        self.queue = kept;
+        for q in expired {
+            let waited = now.duration_since(q.since);
+            info!(
+                target: "procjournal::admission",
+                waited_ms = waited.as_millis() as u64,
+                slots = decision.slots,
+                in_use = decision.in_use,
+                reserved_bytes = decision.reserved_bytes,
+                available_bytes = ?decision.available_bytes,
+                "a queued start reached its deadline without capacity"
+            );
+            let _ = q.reply.send(Err(StartError::CapacityTimeout {
+                prepared: q.prepared,
+                decision: Box::new(decision.clone()),
+                waited,
+            }));
+        }
+    }
+
+    /// Samples the host and every tree in the table, in one task on the blocking pool.
+    fn sample(&mut self) {
+        self.next_sample = None;
+        if self.sampling {
+            return;
+        }
+        self.sampling = true;
+        let trees: Vec<_> = self
+            .table
+            .iter()
+            .filter_map(|(h, e)| e.proc.tree.get().map(|t| (*h, Arc::clone(t))))
+            .collect();
+        let telemetry = Arc::clone(&self.shared.config.telemetry);
+        let actor = self.events_tx.clone();
+        self.tasks.spawn(
+            async move {
+                let sampled = tokio::task::spawn_blocking(move || {
+                    (telemetry.host(), telemetry.trees(&trees))
+                })
+                .await;
+                let (host, trees) = match sampled {
+                    Ok(s) => (Some(s.0), s.1),
+                    Err(e) => {
+                        warn!(error = %e, "admission sample failed");
+                        (None, Vec::new())
+                    }
+                };
+                let _ = actor.send(ProcEvent::Sampled { host, trees }).await;
+            }
+            .instrument(info_span!("admission_sample")),
+        );
+    }
+
+    /// Samples again after the configured interval while anything holds capacity or waits.
+    fn schedule_sample(&mut self) {
+        let busy = self.admission.in_use() > 0 || !self.queue.is_empty();
+        if busy && !self.sampling && self.next_sample.is_none() {
+            self.next_sample =
+                Some(tokio::time::Instant::now() + self.shared.config.admission.sample_every);
+        }
+    }
+
+    /// Gives `handle`'s capacity back once nothing of it is owned any more: not in the table
+    /// (live or lingering) and not held unverified.
+    fn settle(&mut self, handle: &Handle) {
+        if !self.table.contains_key(handle) && !self.held.contains_key(handle) {
+            self.admission.release(handle);
+        }
+    }
+
+    fn admission_snapshot(&self) -> AdmissionSnapshot {
+        AdmissionSnapshot {
+            decision: self.admission.decide(),
+            reservations: self.admission.reservations(),
+            telemetry_complete: self.admission.telemetry_complete(),
+            queued: self.queue.len(),
+            queue_max: limits::ADMISSION_QUEUE_MAX,
+            sampled_ms_ago: u64::try_from(self.last_sampled.elapsed().as_millis())
+                .unwrap_or(u64::MAX),
+        }
     }
 
     fn sender(&self) -> Option<mpsc::Sender<Msg>> {
@@ -394,6 +603,12 @@ impl Actor {
                 let _ = reply.send(self.stats());
             }
             Msg::Clean { request, reply } => self.retention_pass(request, Some(reply)),
+            Msg::Admission { reply } => {
+                let _ = reply.send(self.admission_snapshot());
+            }
+            Msg::Settled { reply } => {
+                let _ = reply.send(());
+            }
             Msg::Shutdown { grace, reply } => self.begin_shutdown(grace, reply),
             Msg::ShutdownDone { report } => {
                 let waiters = match std::mem::replace(&mut self.shutdown, ShutdownState::Open) {
@@ -410,6 +625,13 @@ impl Actor {
     }
 
     fn event(&mut self, event: ProcEvent) {
+        self.process_event(event);
+        // Whatever was released or sampled may admit the queue's head.
+        self.admit_queued();
+        self.schedule_sample();
+    }
+
+    fn process_event(&mut self, event: ProcEvent) {
         match event {
             ProcEvent::Spawned { handle, stdin } => self.spawned(handle, stdin),
             ProcEvent::Abandoned { handle } => {
@@ -417,6 +639,7 @@ impl Actor {
                     self.live = self.live.saturating_sub(1);
                     self.publish_live();
                 }
+                self.settle(&handle);
             }
             ProcEvent::Timeout { handle } => {
                 if let Some(e) = self.table.get(&handle) {
@@ -440,6 +663,7 @@ impl Actor {
                 if unverified {
                     self.hold(handle);
                 }
+                self.settle(&handle);
             }
             ProcEvent::TreeEmpty { handle, proven } => {
                 if self.table.get(&handle).is_some_and(|e| e.lingering) {
@@ -451,6 +675,17 @@ impl Actor {
                     if !proven && mechanism.is_some_and(|m| m != crate::tree::Mechanism::Group) {
                         self.hold(handle);
                     }
+                }
+                self.settle(&handle);
+            }
+            ProcEvent::Sampled { host, trees } => {
+                self.sampling = false;
+                self.last_sampled = tokio::time::Instant::now();
+                if let Some(host) = host {
+                    self.admission.observe_host(host);
+                }
+                for (handle, sample) in trees {
+                    self.admission.observe(&handle, sample);
                 }
             }
             ProcEvent::Snapshotted => {
@@ -478,6 +713,7 @@ impl Actor {
                     if self.held.remove(&handle).is_some() {
                         self.live = self.live.saturating_sub(1);
                     }
+                    self.settle(&handle);
                 }
                 self.publish_live();
                 if !self.held.is_empty() && matches!(self.shutdown, ShutdownState::Open) {
@@ -531,21 +767,68 @@ impl Actor {
     }
 
     fn start(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
-        if self.closed {
-            let _ = reply.send(Err(StartError::Refused {
+        let full = match self.may_start(true) {
+            StartGate::Open => return self.launch(prepared, reply),
+            StartGate::Closed(reason) => {
+                let _ = reply.send(Err(StartError::Refused { prepared, reason }));
+                return;
+            }
+            StartGate::AtBound { live, max } => {
+                if prepared.capacity_wait.is_none() {
+                    let reason = Refusal::AtCapacity { live, max };
+                    let _ = reply.send(Err(StartError::Refused { prepared, reason }));
+                    return;
+                }
+                None
+            }
+            StartGate::Full(decision) => Some(decision),
+        };
+        let Some(wait) = prepared.capacity_wait else {
+            let decision = full.unwrap_or_else(|| self.admission.decide());
+            info!(
+                target: "procjournal::admission",
+                slots = decision.slots,
+                in_use = decision.in_use,
+                reserved_bytes = decision.reserved_bytes,
+                available_bytes = ?decision.available_bytes,
+                cores = ?decision.cores,
+                basis = ?decision.basis,
+                "a start is refused: no capacity"
+            );
+            let _ = reply.send(Err(StartError::Capacity {
                 prepared,
-                reason: Refusal::ShuttingDown,
+                decision: Box::new(decision),
             }));
             return;
-        }
-        if self.live >= self.max_live {
-            let reason = Refusal::AtCapacity {
-                live: self.live,
-                max: self.max_live,
+        };
+        if self.queue.len() >= limits::ADMISSION_QUEUE_MAX {
+            let reason = Refusal::QueueFull {
+                queued: self.queue.len(),
+                max: limits::ADMISSION_QUEUE_MAX,
             };
             let _ = reply.send(Err(StartError::Refused { prepared, reason }));
             return;
         }
+        let now = tokio::time::Instant::now();
+        info!(
+            target: "procjournal::admission",
+            wait_ms = wait.as_millis() as u64,
+            queued = self.queue.len() + 1,
+            slots = full.as_ref().map(|d| d.slots),
+            in_use = self.admission.in_use(),
+            "a start waits for capacity"
+        );
+        self.queue.push_back(Queued {
+            prepared,
+            reply,
+            since: now,
+            deadline: now + wait,
+        });
+        self.schedule_sample();
+    }
+
+    /// Takes capacity for a start that passed [`Actor::may_start`] and spawns its start task.
+    fn launch(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
         let actor = self.events_tx.clone();
         self.live += 1;
         self.publish_live();
@@ -565,6 +848,8 @@ impl Actor {
             buffer_bytes: self.shared.config.buffer_bytes,
         };
         let proc = Arc::new(Proc::new(handle, ids, spool_at));
+        self.admission.admit(handle);
+        self.schedule_sample();
         self.table.insert(
             handle,
             Entry {
@@ -721,8 +1006,10 @@ impl Actor {
             }
             ShutdownState::Open => {}
         }
-        // Admission closes first: every start handled before this message has its entry.
+        // Admission closes first: every start handled before this message has its entry, and
+        // every queued one is refused.
         self.closed = true;
+        self.admit_queued();
         self.shutdown = ShutdownState::Stopping(vec![reply]);
         let Some(actor) = self.sender() else { return };
         let procs: Vec<(Arc<Proc>, bool)> = self

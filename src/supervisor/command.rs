@@ -31,6 +31,7 @@ pub struct Command {
     timeout: Option<Duration>,
     retention: Option<u64>,
     owner: String,
+    capacity_wait: Option<Duration>,
 }
 
 impl Command {
@@ -44,6 +45,7 @@ impl Command {
             timeout: None,
             retention: None,
             owner: String::new(),
+            capacity_wait: None,
         }
     }
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
@@ -84,6 +86,14 @@ impl Command {
         self.owner = owner.into();
         self
     }
+    /// When admission finds no capacity, wait up to `limit` for it in a FIFO queue instead of
+    /// failing at once (the default: the caller learns why at once, from the error's decision,
+    /// and nothing blocks unless asked to). At most [`limits::ADMISSION_QUEUE_WAIT_MS_MAX`].
+    /// Not recorded in the journal: it concerns this start, not the process.
+    pub fn wait_for_capacity(mut self, limit: Duration) -> Self {
+        self.capacity_wait = Some(limit);
+        self
+    }
 }
 
 /// Why a command cannot even be prepared.
@@ -103,6 +113,10 @@ pub enum PrepareError {
     /// [`limits::RETENTION_BYTES_MAX`].
     #[error("output retention {bytes} bytes is out of range ({min} to {max})")]
     Retention { bytes: u64, min: u64, max: u64 },
+    /// The wait for capacity asked for is longer than
+    /// [`limits::ADMISSION_QUEUE_WAIT_MS_MAX`].
+    #[error("a wait for capacity of {ms} ms is out of range (at most {max})")]
+    CapacityWait { ms: u64, max: u64 },
 }
 
 /// A validated, single-use launch.
@@ -111,11 +125,18 @@ pub struct PreparedProcess {
     pub(crate) spec: CommandSpec,
     pub(crate) lease: Option<Box<dyn Lease>>,
     pub(crate) tap: Option<Tap>,
+    /// How long this start may wait for capacity (`None`: fail at once).
+    pub(crate) capacity_wait: Option<Duration>,
 }
 
 impl PreparedProcess {
     pub fn spec(&self) -> &CommandSpec {
         &self.spec
+    }
+
+    /// How long this start may wait for capacity (`None`: it fails at once without it).
+    pub fn capacity_wait(&self) -> Option<Duration> {
+        self.capacity_wait
     }
 
     /// Attaches a lease released exactly once when the process is terminal.
@@ -161,6 +182,15 @@ pub(crate) fn prepare(
         }
         None => spool.retention_bytes,
     };
+    if let Some(wait) = command.capacity_wait {
+        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        if ms > limits::ADMISSION_QUEUE_WAIT_MS_MAX {
+            return Err(PrepareError::CapacityWait {
+                ms,
+                max: limits::ADMISSION_QUEUE_WAIT_MS_MAX,
+            });
+        }
+    }
     let limits = Limits {
         wall_clock_ms: command
             .timeout
@@ -182,5 +212,6 @@ pub(crate) fn prepare(
         },
         lease: None,
         tap: None,
+        capacity_wait: command.capacity_wait,
     })
 }

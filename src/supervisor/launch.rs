@@ -146,7 +146,12 @@ pub(crate) async fn start(
     reply: oneshot::Sender<Result<Handle, StartError>>,
 ) {
     let handle = proc.handle;
-    let PreparedProcess { spec, lease, tap } = prepared;
+    let PreparedProcess {
+        spec,
+        lease,
+        tap,
+        capacity_wait,
+    } = prepared;
     let launched = {
         let (shared, proc, spec) = (Arc::clone(&shared), Arc::clone(&proc), spec.clone());
         tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec))
@@ -157,7 +162,12 @@ pub(crate) async fn start(
         Launch::NotRegistered(error) => {
             let _ = actor.send(ProcEvent::Abandoned { handle }).await;
             let _ = reply.send(Err(StartError::Journal {
-                prepared: PreparedProcess { spec, lease, tap },
+                prepared: PreparedProcess {
+                    spec,
+                    lease,
+                    tap,
+                    capacity_wait,
+                },
                 error,
             }));
             return;

@@ -45,6 +45,9 @@ pub use services::{
 };
 pub use tap::{Tap, TapChunk};
 
+use crate::admission::{
+    self, AdmissionConfig, AdmissionSnapshot, Decision, ProcTelemetry, Telemetry,
+};
 use crate::journal::{Appended, Durability, EventId, JournalOptions};
 use crate::lifecycle::event::{InputClosed, StopRequested};
 use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
@@ -100,6 +103,13 @@ pub struct SupervisorConfig {
     /// ago (`lifecycle::retention`); `None` keeps everything (a pass at open still finishes
     /// removals a crash interrupted). Default: 7 days.
     pub retention: Option<Duration>,
+    /// Soft admission: how many workloads may hold capacity at once (src/admission/). The
+    /// default is automatic (70 % of cores and available memory, 2 GiB per workload); an
+    /// explicit `max_concurrent` or `memory_budget_bytes` replaces it.
+    pub admission: AdmissionConfig,
+    /// Where admission's inputs come from: the host's cores and available memory and samples of
+    /// the live trees (replaceable: tests inject the policy's inputs).
+    pub telemetry: Arc<dyn Telemetry>,
 }
 
 impl SupervisorConfig {
@@ -120,6 +130,8 @@ impl SupervisorConfig {
             launcher: Arc::new(GroupLauncher),
             snapshots: SnapshotPolicy::default(),
             retention: Some(Duration::from_millis(limits::RETENTION_AGE_DEFAULT_MS)),
+            admission: AdmissionConfig::default(),
+            telemetry: Arc::new(ProcTelemetry),
         }
     }
 
@@ -140,6 +152,7 @@ impl SupervisorConfig {
 
     /// Refuses a configuration no process could honour.
     fn check(&self) -> Result<(), SupervisorError> {
+        self.admission.check().map_err(SupervisorError::Config)?;
         let (min, max) = (self.spool.segment_bytes, limits::RETENTION_BYTES_MAX);
         if min == 0 || !(min..=max).contains(&self.spool.retention_bytes) {
             return Err(SupervisorError::Config(format!(
@@ -214,7 +227,17 @@ pub enum SupervisorError {
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
     ShuttingDown,
-    AtCapacity { live: usize, max: usize },
+    /// The live-process bound ([`SupervisorConfig::max_live`], capped by the descriptor budget).
+    AtCapacity {
+        live: usize,
+        max: usize,
+    },
+    /// The start asked to wait for capacity, but [`limits::ADMISSION_QUEUE_MAX`] starts already
+    /// wait.
+    QueueFull {
+        queued: usize,
+        max: usize,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -224,6 +247,21 @@ pub enum StartError {
     Refused {
         prepared: PreparedProcess,
         reason: Refusal,
+    },
+    /// Admission found no capacity now and the start did not ask to wait for it; the decision
+    /// says why (its inputs: cores, available memory, share, floor, reservations).
+    #[error("no capacity: {}", admission::describe(decision))]
+    Capacity {
+        prepared: PreparedProcess,
+        decision: Box<Decision>,
+    },
+    /// The start waited `waited` for capacity (FIFO) and none came before its deadline; the
+    /// decision is the last one made for it.
+    #[error("no capacity within {waited:?}: {}", admission::describe(decision))]
+    CapacityTimeout {
+        prepared: PreparedProcess,
+        decision: Box<Decision>,
+        waited: Duration,
     },
     /// The process could not be spawned; it is recorded as `failed` under `handle`.
     #[error("{handle} failed to start: {message}")]
@@ -519,8 +557,20 @@ impl Supervisor {
             live: AtomicUsize::new(0),
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
+        // The first decision has the host's telemetry; trees are sampled once they run.
+        let telemetry = Arc::clone(&shared.config.telemetry);
+        let host = tokio::task::spawn_blocking(move || telemetry.host())
+            .await
+            .unwrap_or_default();
         let (tx, rx) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
-        let actor = Actor::new(Arc::clone(&shared), rx, tx.downgrade(), max_live, held);
+        let actor = Actor::new(
+            Arc::clone(&shared),
+            rx,
+            tx.downgrade(),
+            max_live,
+            held,
+            host,
+        );
         tokio::spawn(actor.run());
         Ok((Supervisor { shared, actor: tx }, report))
     }
@@ -583,6 +633,12 @@ impl Supervisor {
             by: "clean",
         };
         self.ask(|reply| Msg::Clean { request, reply }).await
+    }
+    /// Admission now: the decision a start would get (slots, in use, and its inputs: cores,
+    /// available memory, share, floor, whether telemetry was complete), every workload's
+    /// reservation, and the starts waiting for capacity.
+    pub async fn admission(&self) -> Result<AdmissionSnapshot, SupervisorError> {
+        self.ask(|reply| Msg::Admission { reply }).await
     }
 
     /// Starts a prepared process: admission, registration (`starting`), launch into its own
@@ -861,9 +917,20 @@ impl Supervisor {
             })
             .await??
         {
-            Some(summary) => Ok(summary),
+            Some(summary) => {
+                self.settled().await;
+                Ok(summary)
+            }
             None => self.wait(handle, None).await,
         }
+    }
+
+    /// Returns once the actor has handled everything process tasks reported before this call:
+    /// the terminal gate reports `Finished` (which releases capacity) before it wakes waiters,
+    /// and the actor handles reports before requests, so after this a caller woken by a
+    /// process's end sees its capacity released in `live_count`, `stats` and `admission`.
+    async fn settled(&self) {
+        let _ = self.ask(|reply| Msg::Settled { reply }).await;
     }
 
     /// SIGINT to the tree; the process ends `interrupted` if it exits by it.
@@ -931,7 +998,10 @@ impl Supervisor {
                 .map_err(|_| SupervisorError::WaitTimeout(*handle))?,
             None => waited.await,
         };
-        summary.ok_or_else(|| SupervisorError::Task("the exit signal was dropped".to_owned()))
+        let summary = summary
+            .ok_or_else(|| SupervisorError::Task("the exit signal was dropped".to_owned()))?;
+        self.settled().await;
+        Ok(summary)
     }
 
     /// Idempotent and shared: every caller gets the same report. Closes admission, terminates

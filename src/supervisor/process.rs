@@ -109,6 +109,11 @@ pub(crate) enum ProcEvent {
         retired: Vec<Handle>,
         scheduled: bool,
     },
+    /// Admission's inputs: the host (`None`: the sample task failed) and a sample of each tree.
+    Sampled {
+        host: Option<crate::admission::HostSample>,
+        trees: Vec<(Handle, crate::tree::TreeSample)>,
+    },
 }
 
 /// What waiters learn once the terminal event is acknowledged.

@@ -53,6 +53,9 @@ impl Daemon {
             .arg("serve")
             .arg("--root")
             .arg(root)
+            // Supervision, not admission, is under test: an explicit host limit, so that the
+            // machine's cores and memory do not decide how many run at once.
+            .args(["--max-concurrent", "256"])
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

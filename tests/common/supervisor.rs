@@ -47,6 +47,11 @@ pub fn temp_root() -> tempfile::TempDir {
 pub fn config(root: &Path) -> SupervisorConfig {
     let mut config = SupervisorConfig::new(root.join("rt"));
     config.durability = Durability::Os;
+    // Supervision, not admission, is under test: an explicit host limit (the live bound's
+    // default), so that the machine's cores and memory do not decide how many run at once.
+    config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+        procjournal::limits::LIVE_PROCESSES_DEFAULT,
+    );
     config
 }
 

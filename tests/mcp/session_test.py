@@ -37,7 +37,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
-TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list"}
+TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission"}
 HANDLE = re.compile(r"^p-[0-9a-f]{32}$")
 # Every request gets an answer within this; `wait` and `output` calls pass smaller timeouts.
 CALL_TIMEOUT_S = 30.0
@@ -63,10 +63,10 @@ class Server:
 
     async def __aenter__(self):
         if self.pidfile is None:
-            params = StdioServerParameters(command=self.binary, args=["mcp", "--root", self.root])
+            params = StdioServerParameters(command=self.binary, args=["mcp", "--root", self.root, "--max-concurrent", "64"])
         else:
             # The shell records its pid and becomes the server (exec), so the test can SIGKILL it.
-            script = 'echo $$ > "$0"; exec "$1" mcp --root "$2"'
+            script = 'echo $$ > "$0"; exec "$1" mcp --root "$2" --max-concurrent 64'
             params = StdioServerParameters(command="/bin/sh", args=["-c", script, self.pidfile, self.binary, self.root])
         log = self.stack.enter_context(open(self.log_path, "a"))
         read, write = await self.stack.enter_async_context(stdio_client(params, errlog=log))
@@ -145,12 +145,12 @@ async def first_server(args, root, work, state):
 
         listed = (await s.list_tools()).tools
         by_name = {t.name: t for t in listed}
-        check(set(by_name) == TOOLS, "tools/list: start, output, input, stop, interrupt, wait, list", sorted(by_name))
+        check(set(by_name) == TOOLS, "tools/list: start, output, input, stop, interrupt, wait, list, admission", sorted(by_name))
         for tool in listed:
             check(len(tool.description or "") > 100, f"tools/list: {tool.name} has a description for an agent")
             check(tool.input_schema.get("type") == "object", f"tools/list: {tool.name} takes an object")
             check(tool.input_schema.get("additionalProperties") is False, f"tools/list: {tool.name} refuses unknown fields")
-            if tool.name not in ("start", "list"):
+            if tool.name not in ("start", "list", "admission"):
                 check("handle" in tool.input_schema.get("required", []), f"tools/list: {tool.name} requires a handle")
         output_props = by_name["output"].input_schema["properties"]
         for prop in ("handle", "cursor", "max_bytes", "rendering", "wait_ms"):
