@@ -767,6 +767,10 @@ impl Actor {
     }
 
     fn start(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
+        // Queued starts whose callers left must not keep a fresh one waiting behind them.
+        while self.queue.front().is_some_and(|q| q.reply.is_closed()) {
+            self.queue.pop_front();
+        }
         let full = match self.may_start(true) {
             StartGate::Open => return self.launch(prepared, reply),
             StartGate::Closed(reason) => {

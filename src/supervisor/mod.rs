@@ -8,7 +8,12 @@
 //!
 //! Invariants:
 //! - Admission is checked before anything else in `start`; a refused start hands the prepared
-//!   process back untouched. After `shutdown` begins, admission stays closed.
+//!   process back untouched. After `shutdown` begins, admission stays closed (queued starts are
+//!   refused). Admission is soft (src/admission/): a start fails fast with the decision, or, if
+//!   it asked to, waits FIFO for capacity until its deadline.
+//! - A process's capacity is released before any caller woken by its end can observe it: the
+//!   gate reports `Finished` before it wakes waiters, and `wait` and `stop` answer after an actor
+//!   round trip.
 //! - Capacity taken by a start is given back exactly once: by the terminal gate, or by the
 //!   start task when nothing was registered.
 //! - Restore never signals a persisted pid. Signals go only to trees this supervisor launched.
@@ -642,7 +647,10 @@ impl Supervisor {
     }
 
     /// Starts a prepared process: admission, registration (`starting`), launch into its own
-    /// tree, `running`, then the drain task. Returns the opaque handle.
+    /// tree, `running`, then the drain task. Returns the opaque handle. Without capacity the
+    /// start fails at once with [`StartError::Capacity`], or, with
+    /// [`Command::wait_for_capacity`], waits in line and fails with
+    /// [`StartError::CapacityTimeout`] at its deadline.
     pub async fn start(&self, prepared: PreparedProcess) -> Result<Handle, StartError> {
         let (tx, rx) = oneshot::channel();
         if let Err(mpsc::error::SendError(msg)) = self
