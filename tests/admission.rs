@@ -6,6 +6,8 @@
 //! samples flow to decisions, starts fail fast or queue FIFO with a deadline, capacity is
 //! released when a terminal result is recorded, and lingering trees keep theirs.
 
+#[path = "common/daemon.rs"]
+mod daemon_common;
 #[path = "common/supervisor.rs"]
 mod supervisor_common;
 
@@ -456,6 +458,54 @@ async fn a_lingering_tree_keeps_its_capacity() {
     let h = start(&sup, Command::new("true").cwd(root.path())).await;
     guarded("wait", sup.wait(&h, None)).await.expect("wait");
     sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// Through the daemon and the client commands: `serve --max-concurrent 1` refuses a second
+/// start with the decision (code `capacity`), `start --queue` waits and fails at its deadline,
+/// and `procjournal admission` shows the slot, the workload and the inputs.
+#[test]
+fn the_daemon_refuses_queues_and_shows_admission() {
+    use daemon_common::{Daemon, client};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _daemon = Daemon::start_with(
+        root,
+        &["--max-concurrent", "1", "--tree-mechanism", "group"],
+    );
+    let (code, out, err) = client(root, &["start", "--", "sleep", "60"]);
+    assert_eq!(code, 0, "{err}");
+    let holder = out.trim().to_owned();
+    let (code, _, err) = client(root, &["start", "--", "true"]);
+    assert_ne!(code, 0);
+    assert!(
+        err.contains("no capacity: 1 of 1 slots in use (host limit: max_concurrent 1"),
+        "{err}"
+    );
+    let (code, _, err) = client(root, &["start", "--queue", "100ms", "--", "true"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("no capacity within"), "{err}");
+    let (code, out, err) = client(root, &["admission", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["decision"]["in_use"], 1, "{v}");
+    assert_eq!(v["decision"]["slots"], 1, "{v}");
+    assert_eq!(v["decision"]["basis"], "host_limit", "{v}");
+    assert_eq!(v["decision"]["max_concurrent"], 1, "{v}");
+    assert_eq!(v["reservations"][0]["handle"], holder.as_str(), "{v}");
+    assert_eq!(v["queued"], 0, "{v}");
+    let (code, out, err) = client(root, &["admission"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("slots 1 in use 1 (host_limit) queued 0"),
+        "{out}"
+    );
+    assert!(out.contains(&holder), "{out}");
+    let (code, _, err) = client(root, &["stop", &holder]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = client(root, &["start", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
 }
 
 /// A start may not ask to wait longer than the bound, and the configuration is checked.

@@ -53,9 +53,14 @@ impl Daemon {
             .arg("serve")
             .arg("--root")
             .arg(root)
-            // Supervision, not admission, is under test: an explicit host limit, so that the
-            // machine's cores and memory do not decide how many run at once.
-            .args(["--max-concurrent", "256"])
+            // Supervision, not admission, is under test (unless `extra` sets a limit): an explicit
+            // host limit, so that the machine's cores and memory do not decide how many run at
+            // once.
+            .args(if extra.contains(&"--max-concurrent") {
+                &[][..]
+            } else {
+                &["--max-concurrent", "256"][..]
+            })
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
