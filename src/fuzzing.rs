@@ -1806,7 +1806,9 @@ pub fn lifecycle_decoders(payload: &[u8]) {
     use crate::codec::CODEC_VERSION;
     use crate::lifecycle::event::{LifecycleEvent, kinds};
     use crate::lifecycle::wire;
-    for kind in kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED {
+    let fast_kinds = (kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED)
+        .chain(kinds::GATE_CHANGED..=kinds::DEADLINE_FAILED);
+    for kind in fast_kinds {
         let reference = LifecycleEvent::decode_reference(kind, CODEC_VERSION, payload);
         let fast = wire::decode(kind, CODEC_VERSION, payload);
         match (&fast, &reference) {
@@ -1862,7 +1864,9 @@ pub fn lifecycle_store(data: &[u8]) {
         lifecycle_decoders(payload);
     }
     if data.first().is_some_and(|b| b % 10 == 0) {
-        for kind in kinds::REGISTERED..=kinds::COMPLETION_NOTIFIED {
+        let all =
+            (kinds::REGISTERED..=kinds::LAST).filter(|k| LifecycleEvent::is_lifecycle_kind(*k));
+        for kind in all {
             if let Ok(event) = LifecycleEvent::decode(kind, crate::codec::CODEC_VERSION, &data[1..])
             {
                 let bytes = event.encode().unwrap_or_default();
@@ -2127,7 +2131,7 @@ impl ReplayGen {
                 .take(usize::from(n % 6))
                 .collect()
         };
-        match k % 13 {
+        match k % 17 {
             0 => {
                 let mut ids = ids;
                 match x % 8 {
@@ -2265,6 +2269,44 @@ impl ReplayGen {
                 reason: text(x & 1),
                 at_unix_ms: u64::from(x >> 7),
             }),
+            13 => LifecycleEvent::GateChanged(GateChanged {
+                paused: x & 1 == 1,
+                requested_by: text(x >> 1),
+                reason: text(x >> 3),
+                at_unix_ms,
+            }),
+            14 => LifecycleEvent::HumanInput(HumanInput {
+                handle,
+                waiting: x & 1 == 1,
+                by: text(x >> 1),
+                at_unix_ms,
+            }),
+            15 => LifecycleEvent::DeadlineFired(DeadlineFired {
+                handle,
+                deadline: if x & 1 == 0 {
+                    Deadline::Wall
+                } else {
+                    Deadline::Idle
+                },
+                // The registration's limits (above): wall `x`, idle 7; sometimes another.
+                limit_ms: match (x >> 1) % 3 {
+                    0 => u64::from(x),
+                    1 => 7,
+                    _ => u64::from(x >> 2),
+                },
+                clock_from_unix_ms: u64::from(x >> 1),
+                at_unix_ms,
+            }),
+            16 => LifecycleEvent::DeadlineFailed(DeadlineFailed {
+                handle,
+                deadline: if x & 1 == 0 {
+                    Deadline::Wall
+                } else {
+                    Deadline::Idle
+                },
+                error: text(x >> 1),
+                at_unix_ms,
+            }),
             _ => {
                 let end = &mut self.gap_end[usize::from(h % REPLAY_HANDLES)];
                 let from = if x & 0x80 == 0 {
@@ -2309,9 +2351,14 @@ impl ReplayGen {
             E::Scoped(_) => ids.running.derived(derived::SCOPED),
             E::TreeReleased(_) => ids.terminal.derived(derived::RELEASED),
             E::OutputRetired(_) => ids.terminal.derived(derived::RETIRED),
-            E::StopRequested(_) | E::InputClosed(_) | E::OutputCheckpoint(_) | E::OutputGap(_) => {
-                self.fresh()
-            }
+            E::StopRequested(_)
+            | E::InputClosed(_)
+            | E::OutputCheckpoint(_)
+            | E::OutputGap(_)
+            | E::GateChanged(_)
+            | E::HumanInput(_)
+            | E::DeadlineFired(_)
+            | E::DeadlineFailed(_) => self.fresh(),
         }
     }
 }
@@ -2328,7 +2375,7 @@ pub fn replay_records(data: &[u8]) -> Vec<ReplayRecord> {
     let mut records = Vec::new();
     while !input.is_empty() && records.len() < REPLAY_RECORDS_MAX {
         let [sel, h, pick, x] = [input.u8(), input.u8(), input.u8(), input.u8()];
-        let event = generator.event(sel % 12, h, x, &mut input);
+        let event = generator.event(sel % 17, h, x, &mut input);
         let event_id = match pick % 10 {
             0..=5 => generator.right_id(&event, h),
             6 => generator.fresh(),
@@ -2358,7 +2405,7 @@ pub fn replay_records(data: &[u8]) -> Vec<ReplayRecord> {
             }
             // Garbage under a lifecycle kind.
             13 => {
-                record.kind = 0x0101 + u16::from(x % 12);
+                record.kind = 0x0101 + u16::from(x % 18);
                 record.payload = input.bytes(usize::from(pick % 48)).to_vec();
             }
             // Another kind, with a real lifecycle payload or not.
@@ -2383,7 +2430,8 @@ pub fn replay(data: &[u8]) {
 
 /// Feeds `records` (seq 1, 2, ...) through [`crate::lifecycle::Replayer::feed`] and `finish`;
 /// never a panic, and:
-/// - the report counts every record once: lifecycle kinds (0x0101..=0x010C) and the others;
+/// - the report counts every record once: lifecycle kinds (0x0101..=0x0112 but 0x010D) and the
+///   others;
 /// - replay folds exactly what the validating store does with the reference decoder: a record
 ///   is undecodable exactly when `LifecycleEvent::decode_reference` refuses it (with its error
 ///   text), rejected exactly when `ManifestStore::apply` refuses it (with its rejection, against
@@ -2458,7 +2506,9 @@ pub fn check_replay(records: &[ReplayRecord]) {
                 assert_eq!(checked, applied, "check and apply disagree at seq {seq}");
                 match applied {
                     Ok(applied) => accepted.push((r.event_id, event, applied == Applied::Changed)),
-                    Err(e) => rejected.push((seq, Some(event.handle().to_string()), e.to_string())),
+                    Err(e) => {
+                        rejected.push((seq, event.handle().map(|h| h.to_string()), e.to_string()))
+                    }
                 }
             }
         }
@@ -2506,14 +2556,36 @@ fn check_manifests(
         handles, registered,
         "manifests are not the accepted registrations, in order"
     );
+    // The gate: changes alternate, and the store keeps the last.
+    let mut gate: Option<&crate::lifecycle::event::GateChanged> = None;
     for (_, e, _) in accepted {
-        assert!(
-            store.get(&e.handle()).is_some(),
-            "an event of an unregistered handle was accepted"
-        );
+        match e.handle() {
+            Some(h) => assert!(
+                store.get(&h).is_some(),
+                "an event of an unregistered handle was accepted"
+            ),
+            None => {
+                let E::GateChanged(g) = e else {
+                    panic!("an event without a handle that is not the gate's")
+                };
+                assert_ne!(
+                    g.paused,
+                    gate.is_some_and(|l| l.paused),
+                    "a gate change to its state"
+                );
+                gate = Some(g);
+            }
+        }
     }
+    assert_eq!(
+        store.gate(),
+        gate,
+        "the store's gate is not the last change"
+    );
     for m in store.iter() {
-        let mut events = accepted.iter().filter(|(_, e, _)| e.handle() == m.handle);
+        let mut events = accepted
+            .iter()
+            .filter(|(_, e, _)| e.handle() == Some(m.handle));
         let Some((_, E::Registered(reg), _)) = events.next() else {
             panic!(
                 "{}: the first accepted event is not its registration",
@@ -2535,6 +2607,8 @@ fn check_manifests(
         let mut retired = None;
         let mut lost = 0u64;
         let mut last_gap_end = 0u64;
+        let (mut awaiting, mut fired, mut failures) = (None, None, 0usize);
+        let limits = reg.command.limits.clone();
         for (id, e, changed) in events {
             let grows = |new: &CursorBounds, old: &CursorBounds| {
                 new.retained_from <= new.total_bytes
@@ -2634,8 +2708,39 @@ fn check_manifests(
                     last_gap_end = g.to;
                     lost += g.to - g.from;
                 }
+                E::GateChanged(_) => panic!("a gate change counted against a process"),
+                E::HumanInput(i) => {
+                    assert!(
+                        !state.is_terminal(),
+                        "a human-input mark after the terminal event"
+                    );
+                    assert_ne!(i.waiting, awaiting.is_some(), "a mark that changes nothing");
+                    awaiting = i.waiting.then_some(i.at_unix_ms);
+                }
+                E::DeadlineFired(d) => {
+                    assert!(!state.is_terminal(), "a deadline after the terminal event");
+                    assert!(fired.is_none(), "a second deadline");
+                    let configured = match d.deadline {
+                        crate::lifecycle::event::Deadline::Wall => limits.wall_clock_ms,
+                        crate::lifecycle::event::Deadline::Idle => limits.idle_ms,
+                    };
+                    assert_eq!(configured, Some(d.limit_ms), "a limit not configured");
+                    fired = Some(d.clone());
+                }
+                E::DeadlineFailed(f) => {
+                    assert!(
+                        !state.is_terminal(),
+                        "a deadline failure after the terminal event"
+                    );
+                    assert_eq!(fired.as_ref().map(|d| d.deadline), Some(f.deadline));
+                    failures += 1;
+                    assert!(failures <= crate::limits::DEADLINE_FAILURES_MAX);
+                }
             }
         }
+        assert_eq!(m.awaiting_input, awaiting);
+        assert_eq!(m.deadline, fired);
+        assert_eq!(m.deadline_failures.len(), failures);
         assert_eq!(m.state, state, "{}", m.handle);
         assert_eq!(m.bounds, bounds);
         assert_eq!((m.pid, m.running_unix_ms), (pid, running_ms));
@@ -2882,12 +2987,12 @@ fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
 /// The snapshot decoder (`lifecycle::snapshot`) over arbitrary bytes, twice: the input as it is,
 /// and the input behind a header rebuilt to vouch for it (its length and payload checksum fixed
 /// up, its seq kept when in range), so that the fuzzer reaches the frame decoders and the store's
-/// checks behind the checksums; the rebuilt header keeps an input's version 1, so that both
-/// versions' frames are reached. The decoder by hand agrees with the reference decoder (bincode's
-/// derived one), value for value and error for error. Never a panic; an accepted snapshot of the
-/// current version re-encodes to exactly its bytes (the format is canonical), one of version 1 to
-/// a current one that decodes to the same values, and its store finds every manifest by its
-/// handle.
+/// checks behind the checksums; the rebuilt header keeps an input's version 1 or 2, so that
+/// every version's frames are reached. The decoder by hand agrees with the reference decoder
+/// (bincode's derived one), value for value and error for error. Never a panic; an accepted
+/// snapshot of the current version re-encodes to exactly its bytes (the format is canonical), an
+/// older one to a current one that decodes to the same values, and its store finds every
+/// manifest by its handle.
 pub fn snapshot_decode(data: &[u8]) {
     use crate::lifecycle::snapshot::{SNAPSHOT_HEADER_BYTES, SnapshotHeader};
     check_snapshot(data);
@@ -2907,8 +3012,8 @@ pub fn snapshot_decode(data: &[u8]) {
             payload_crc: format::masked_crc(payload),
         };
         let mut fixed = header.encode().to_vec();
-        if data[8..10] == [1, 0] {
-            fixed[8..10].copy_from_slice(&[1, 0]);
+        if data[8..10] == [1, 0] || data[8..10] == [2, 0] {
+            fixed[8..10].copy_from_slice(&data[8..10]);
             let crc = format::masked_crc(&fixed[..60]);
             fixed[60..64].copy_from_slice(&crc.to_le_bytes());
         }

@@ -421,6 +421,27 @@ pub const RETENTION_SEGMENTS_MAX: u64 = 8;
 /// damaged sealed segment loads at once.
 pub const RETENTION_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 
+// ---------------------------------------------------------------------------------------------
+// Deadlines (issue 16): the wall-clock and idle limits of each process, enforced by one sweep in
+// the actor over every live process (`src/supervisor/deadline.rs`).
+
+/// The sweep runs at the earliest deadline any live process could reach, but never sooner than
+/// this after the previous sweep: a sweep costs nanoseconds per live process
+/// (`benches/deadline.rs` measures one over 10 000), so at most ten a second keep it far below a
+/// millisecond of the actor's time per second at the live bound, and a deadline fires at most
+/// this late.
+pub const DEADLINE_SWEEP_MIN_MS: u64 = 100;
+
+/// After enforcing a fired deadline failed (the tree could not be signalled or its exit not
+/// proven), the sweep tries that process again this much later: often enough that a transient
+/// failure costs seconds, rarely enough that a permanent one costs little.
+pub const DEADLINE_RETRY_MS: u64 = 2_000;
+
+/// Failures to enforce a fired deadline recorded per process (a journal record and a manifest
+/// entry each); later ones are only traced, so a tree that can never be signalled cannot grow
+/// the journal without bound.
+pub const DEADLINE_FAILURES_MAX: usize = 8;
+
 const _: () = assert!(RETENTION_BYTES_MIN <= RETENTION_BYTES_DEFAULT);
 const _: () = assert!(RETENTION_BYTES_DEFAULT <= RETENTION_BYTES_MAX);
 const _: () =

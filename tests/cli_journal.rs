@@ -681,6 +681,35 @@ mod manifest_json {
                 at_unix_ms: 8,
             }),
         );
+        // Marked as waiting for human input, then an idle deadline fired and stopping failed once.
+        append(
+            id(154),
+            LifecycleEvent::HumanInput(HumanInput {
+                handle: handle(2),
+                waiting: true,
+                by: "agent".into(),
+                at_unix_ms: 8,
+            }),
+        );
+        append(
+            id(155),
+            LifecycleEvent::DeadlineFired(DeadlineFired {
+                handle: handle(2),
+                deadline: Deadline::Idle,
+                limit_ms: 1_000,
+                clock_from_unix_ms: 4,
+                at_unix_ms: 8,
+            }),
+        );
+        append(
+            id(156),
+            LifecycleEvent::DeadlineFailed(DeadlineFailed {
+                handle: handle(2),
+                deadline: Deadline::Idle,
+                error: "EPERM".into(),
+                at_unix_ms: 8,
+            }),
+        );
         append(
             ids(2).terminal,
             terminal(
@@ -775,6 +804,16 @@ mod manifest_json {
         lc.journal().append(id(161), kind, 1, b"\x01").unwrap();
         let other = EventKind::new(3).unwrap();
         lc.journal().append(id(162), other, 1, b"x").unwrap();
+        // A gate change to the state it is in: rejected, and it names no handle.
+        let resume = LifecycleEvent::GateChanged(GateChanged {
+            paused: false,
+            requested_by: "cli".into(),
+            reason: String::new(),
+            at_unix_ms: 11,
+        });
+        lc.journal()
+            .append(id(163), resume.kind(), 1, &resume.encode().unwrap())
+            .unwrap();
     }
 
     #[test]
@@ -841,9 +880,17 @@ mod manifest_json {
         assert_eq!(lines[2]["terminal"]["exit"], "unknown");
         assert_eq!(lines[1]["published"].as_array().map(Vec::len), Some(2));
         assert_eq!(lines[6]["replay"]["other_events"], 1);
-        // 32 valid records, then the rejected one and the undecodable one.
-        assert_eq!(lines[6]["replay"]["rejected"][0]["seq"], 33);
-        assert_eq!(lines[6]["replay"]["undecodable"][0]["seq"], 34);
+        assert_eq!(lines[1]["deadline"]["deadline"], "idle");
+        assert_eq!(lines[1]["deadline_failures"][0]["error"], "EPERM");
+        // 35 valid records, then the rejected one and the undecodable one, another kind, and a
+        // rejected gate change (no handle).
+        assert_eq!(lines[6]["replay"]["rejected"][0]["seq"], 36);
+        assert_eq!(lines[6]["replay"]["undecodable"][0]["seq"], 37);
+        assert_eq!(lines[6]["replay"]["rejected"][1]["seq"], 39);
+        assert_eq!(
+            lines[6]["replay"]["rejected"][1]["handle"],
+            serde_json::Value::Null
+        );
     }
 
     /// The rows, plus the root object itself (the walk starts at path "").

@@ -397,10 +397,11 @@ fn the_per_journal_payload_limit_is_as_documented() {
 mod validity {
     use procjournal::EventId;
     use procjournal::lifecycle::event::{
-        CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
-        IdentityWitness, InputClosed, LifecyclePublished, LostOnRestore, OutputCheckpoint,
-        OutputGap, OutputRetired, ProcessWitness, Registered, Running, Scoped, StopRequested,
-        Terminal, TreeMechanism, TreeReleased, kinds,
+        CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
+        DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness,
+        InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap,
+        OutputRetired, ProcessWitness, Registered, Running, Scoped, StopRequested, Terminal,
+        TreeMechanism, TreeReleased, kinds,
     };
     use procjournal::lifecycle::{
         Applied, Handle, LifecycleEvent, LifecycleIds, ManifestStore, State,
@@ -426,7 +427,14 @@ mod validity {
         LifecycleEvent::Registered(Registered {
             handle: H,
             ids: ids(),
-            command: CommandSpec::default(),
+            // A wall-clock limit, so that its deadline may fire (rule W).
+            command: CommandSpec {
+                limits: Limits {
+                    wall_clock_ms: Some(1_000),
+                    ..Limits::default()
+                },
+                ..CommandSpec::default()
+            },
             at_unix_ms: 1,
         })
     }
@@ -469,6 +477,16 @@ mod validity {
             cgroup: None,
             receipt: None,
             at_unix_ms: 2,
+        })
+    }
+
+    fn fired() -> LifecycleEvent {
+        LifecycleEvent::DeadlineFired(DeadlineFired {
+            handle: H,
+            deadline: Deadline::Wall,
+            limit_ms: 1_000,
+            clock_from_unix_ms: 2,
+            at_unix_ms: 3,
         })
     }
 
@@ -545,6 +563,27 @@ mod validity {
                 reason: "clean: ended more than 0ms ago".into(),
                 at_unix_ms,
             }),
+            "GateChanged (pause, gate open)" => LifecycleEvent::GateChanged(GateChanged {
+                paused: true,
+                requested_by: "b".into(),
+                reason: "r".into(),
+                at_unix_ms,
+            }),
+            "HumanInput (waiting, not marked)" => LifecycleEvent::HumanInput(HumanInput {
+                handle: H,
+                waiting: true,
+                by: "b".into(),
+                at_unix_ms,
+            }),
+            "DeadlineFired (wall, the configured limit)" => fired(),
+            "DeadlineFailed (after DeadlineFired)" => {
+                LifecycleEvent::DeadlineFailed(DeadlineFailed {
+                    handle: H,
+                    deadline: Deadline::Wall,
+                    error: "EPERM".into(),
+                    at_unix_ms,
+                })
+            }
             other => panic!("the validity table names an event this test does not know: {other:?}"),
         }
     }
@@ -573,8 +612,8 @@ mod validity {
     }
 
     /// A store where `H` is in `state` (`none`, `starting`, `running`, `terminal`), with its
-    /// scope recorded first when `scope`.
-    fn store_in(state: &str, scope: bool) -> ManifestStore {
+    /// scope recorded first when `scope`, and its wall deadline fired first when `fired`.
+    fn store_in(state: &str, scope: bool, fired: bool) -> ManifestStore {
         let mut store = ManifestStore::new();
         if state == "none" {
             return store;
@@ -582,6 +621,9 @@ mod validity {
         store.apply(id(REGISTRATION), &registered()).unwrap();
         if scope {
             store.apply(ids().running.derived(3), &scoped()).unwrap();
+        }
+        if fired {
+            store.apply(id(99), &self::fired()).unwrap();
         }
         if state == "running" || state == "terminal" {
             store.apply(ids().running, &running()).unwrap();
@@ -636,12 +678,13 @@ mod validity {
             let event = event_of(&row.event);
             kinds_seen.push(event.kind().get());
             let scope = row.event.contains("after Scoped");
+            let fired = row.event.contains("after DeadlineFired");
             let mut fresh = 100;
             for (state, cell) in ["none", "starting", "running", "terminal"]
                 .iter()
                 .zip(&row.cells)
             {
-                let mut store = store_in(state, scope);
+                let mut store = store_in(state, scope, fired);
                 let event_id = record_id(&row.record_id, &mut fresh);
                 let result = store.apply(event_id, &event);
                 match cell.as_str() {
@@ -657,7 +700,7 @@ mod validity {
                 .find(|(_, c)| *c == "yes")
                 .map(|(s, _)| *s)
                 .expect("a state that accepts it");
-            let mut store = store_in(state, scope);
+            let mut store = store_in(state, scope, fired);
             let first = record_id(&row.record_id, &mut fresh);
             store.apply(first, &event).unwrap();
             let before = store.clone();
@@ -678,8 +721,8 @@ mod validity {
         }
         kinds_seen.sort_unstable();
         kinds_seen.dedup();
-        let all: Vec<u16> = (kinds::REGISTERED..=kinds::OUTPUT_GAP)
-            .chain([kinds::OUTPUT_RETIRED])
+        let all: Vec<u16> = (kinds::REGISTERED..=kinds::LAST)
+            .filter(|k| LifecycleEvent::is_lifecycle_kind(*k))
             .collect();
         assert_eq!(
             kinds_seen, all,

@@ -14,7 +14,11 @@
 //!   refused;
 //! - completion only after terminal, with the allocated command ID; repeating it is a no-op;
 //! - a publication, a completion, a scope and a release carry the ID derived from their step's ID
-//!   (journal-format.md's byte recipe, written out here as [`derive`]) and no other.
+//!   (journal-format.md's byte recipe, written out here as [`derive`]) and no other;
+//! - the pause gate (root-level) only alternates: a change to the state it is in is refused;
+//! - a process is marked as waiting for human input, or cleared, only as a change and only
+//!   before terminal; one deadline fires per process, before terminal, with the limit its
+//!   registration configured; failures of it follow it, before terminal, at most 8.
 //!
 //! Random sequences over 1-3 handles (plus one never registered) mix valid and invalid events:
 //! wrong IDs, wrong states, backwards or inconsistent cursors, unknown handles, repeats. Each step
@@ -39,10 +43,11 @@ use std::path::Path;
 use procjournal::fuzzing::ReplayRecord;
 use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus,
-    IdentityWitness, InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint,
-    OutputGap, OutputRetired, ProcessWitness, ReceiptBinding, Registered, Running, Scoped,
-    StopRequested, Terminal, TreeMechanism, TreeReleased,
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
+    DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness, InputClosed,
+    LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap, OutputRetired,
+    ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested, Terminal,
+    TreeMechanism, TreeReleased,
 };
 use procjournal::lifecycle::{
     Applied, Handle, Lifecycle, LifecycleError, LifecycleEvent, LifecycleIds, ManifestStore,
@@ -146,7 +151,7 @@ fn command_spec(h: usize) -> CommandSpec {
         labels: [("job".into(), format!("j{h}"))].into(),
         limits: Limits {
             wall_clock_ms: Some(60_000),
-            idle_ms: None,
+            idle_ms: Some(30_000),
             output_retention_bytes: Some(1 << 20),
         },
         owner: "props".into(),
@@ -275,6 +280,28 @@ enum Op {
         reason: u8,
         id: PlainId,
     },
+    /// The pause gate.
+    Gate {
+        paused: bool,
+        id: PlainId,
+    },
+    HumanInput {
+        h: usize,
+        waiting: bool,
+        id: PlainId,
+    },
+    /// A deadline fires: `wall` or idle, with the configured limit or not.
+    Deadline {
+        h: usize,
+        wall: bool,
+        right_limit: bool,
+        id: PlainId,
+    },
+    DeadlineFailed {
+        h: usize,
+        wall: bool,
+        id: PlainId,
+    },
     /// The natural next step for the handle in its current state (as the model sees it), under
     /// the right IDs: keeps sequences deep enough to reach terminal, publication and completion.
     Advance {
@@ -357,6 +384,13 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
         2 => (any_h.clone(), 0u8..2, fact_id()).prop_map(|(h, variant, id)| Op::Retire { h, variant, id }),
         2 => (any_h.clone(), 0u64..400, prop_oneof![4 => 1u64..100, 1 => Just(0u64)], 0u8..4, plain_id())
             .prop_map(|(h, from, len, reason, id)| Op::Gap { h, from, len, reason, id }),
+        2 => (any::<bool>(), plain_id()).prop_map(|(paused, id)| Op::Gate { paused, id }),
+        2 => (any_h.clone(), any::<bool>(), plain_id())
+            .prop_map(|(h, waiting, id)| Op::HumanInput { h, waiting, id }),
+        2 => (any_h.clone(), any::<bool>(), prop_oneof![4 => Just(true), 1 => Just(false)], plain_id())
+            .prop_map(|(h, wall, right_limit, id)| Op::Deadline { h, wall, right_limit, id }),
+        2 => (any_h.clone(), any::<bool>(), plain_id())
+            .prop_map(|(h, wall, id)| Op::DeadlineFailed { h, wall, id }),
         12 => (any_h, any::<Index>()).prop_map(|(h, pick)| Op::Advance { h, pick }),
     ]
 }
@@ -703,6 +737,64 @@ impl Concretizer {
                     at_unix_ms: u64::from(*variant),
                 }),
             ),
+            Op::Gate { paused, id } => (
+                self.plain(id),
+                LifecycleEvent::GateChanged(GateChanged {
+                    paused: *paused,
+                    requested_by: "props".into(),
+                    reason: format!("gate {step}"),
+                    at_unix_ms,
+                }),
+            ),
+            Op::HumanInput { h, waiting, id } => (
+                self.plain(id),
+                LifecycleEvent::HumanInput(HumanInput {
+                    handle: handle_of(*h),
+                    waiting: *waiting,
+                    by: "props".into(),
+                    at_unix_ms,
+                }),
+            ),
+            Op::Deadline {
+                h,
+                wall,
+                right_limit,
+                id,
+            } => {
+                let limits = command_spec(*h).limits;
+                let configured = if *wall {
+                    limits.wall_clock_ms
+                } else {
+                    limits.idle_ms
+                };
+                (
+                    self.plain(id),
+                    LifecycleEvent::DeadlineFired(DeadlineFired {
+                        handle: handle_of(*h),
+                        deadline: if *wall {
+                            Deadline::Wall
+                        } else {
+                            Deadline::Idle
+                        },
+                        limit_ms: configured.unwrap_or(0) + u64::from(!*right_limit),
+                        clock_from_unix_ms: at_unix_ms - 1,
+                        at_unix_ms,
+                    }),
+                )
+            }
+            Op::DeadlineFailed { h, wall, id } => (
+                self.plain(id),
+                LifecycleEvent::DeadlineFailed(DeadlineFailed {
+                    handle: handle_of(*h),
+                    deadline: if *wall {
+                        Deadline::Wall
+                    } else {
+                        Deadline::Idle
+                    },
+                    error: format!("cannot signal {step}"),
+                    at_unix_ms,
+                }),
+            ),
             Op::Complete {
                 h,
                 right_command,
@@ -751,6 +843,10 @@ struct ModelProc {
     gaps: Vec<Gap>,
     /// The retirement's reason and time.
     retired: Option<(String, u64)>,
+    awaiting: Option<u64>,
+    /// The fired deadline: (wall, limit).
+    fired: Option<(bool, u64)>,
+    failures: usize,
 }
 
 /// A scope record of handle `h`; each variant a different mechanism.
@@ -843,6 +939,8 @@ fn grows(old: CursorBounds, new: CursorBounds) -> bool {
 #[derive(Debug, Clone, Default)]
 struct Model {
     procs: BTreeMap<Handle, ModelProc>,
+    /// The last gate change (paused or not), if any.
+    gate: Option<bool>,
 }
 
 impl Model {
@@ -901,8 +999,18 @@ impl Model {
                     released: None,
                     gaps: Vec::new(),
                     retired: None,
+                    awaiting: None,
+                    fired: None,
+                    failures: 0,
                 },
             );
+            return Changed;
+        }
+        if let LifecycleEvent::GateChanged(g) = event {
+            if self.reserved_by(event_id).is_some() || self.gate.unwrap_or(false) == g.paused {
+                return Refused;
+            }
+            self.gate = Some(g.paused);
             return Changed;
         }
         if let Some((owner, slot)) = self.reserved_by(event_id) {
@@ -912,15 +1020,42 @@ impl Model {
                 LifecycleEvent::LostOnRestore(_) => Some(Slot::Lost),
                 _ => None,
             };
-            if step != Some(slot) || owner != event.handle() {
+            if step != Some(slot) || Some(owner) != event.handle() {
                 return Refused;
             }
         }
-        let Some(p) = self.procs.get_mut(&event.handle()) else {
+        let Some(p) = event.handle().and_then(|h| self.procs.get_mut(&h)) else {
             return Refused;
         };
         match event {
-            LifecycleEvent::Registered(_) => unreachable!("handled above"),
+            LifecycleEvent::Registered(_) | LifecycleEvent::GateChanged(_) => {
+                unreachable!("handled above")
+            }
+            LifecycleEvent::HumanInput(e) => {
+                if is_terminal(p.state) || e.waiting == p.awaiting.is_some() {
+                    return Refused;
+                }
+                p.awaiting = e.waiting.then_some(e.at_unix_ms);
+            }
+            LifecycleEvent::DeadlineFired(e) => {
+                let wall = e.deadline == Deadline::Wall;
+                let configured = if wall {
+                    p.command.limits.wall_clock_ms
+                } else {
+                    p.command.limits.idle_ms
+                };
+                if is_terminal(p.state) || p.fired.is_some() || configured != Some(e.limit_ms) {
+                    return Refused;
+                }
+                p.fired = Some((wall, e.limit_ms));
+            }
+            LifecycleEvent::DeadlineFailed(e) => {
+                let wall = e.deadline == Deadline::Wall;
+                if is_terminal(p.state) || p.fired.map(|f| f.0) != Some(wall) || p.failures >= 8 {
+                    return Refused;
+                }
+                p.failures += 1;
+            }
             LifecycleEvent::Running(e) => {
                 if !allowed(p.state, State::Running) || event_id != p.ids.running {
                     return Refused;
@@ -1091,7 +1226,19 @@ impl Model {
                 "{}",
                 context
             );
+            prop_assert_eq!(m.awaiting_input, p.awaiting, "{}", context);
+            prop_assert_eq!(
+                m.deadline
+                    .as_ref()
+                    .map(|d| (d.deadline == Deadline::Wall, d.limit_ms)),
+                p.fired,
+                "{}",
+                context
+            );
+            prop_assert_eq!(m.deadline_failures.len(), p.failures, "{}", context);
         }
+        prop_assert_eq!(store.paused(), self.gate.unwrap_or(false), "{}", context);
+        prop_assert_eq!(store.gate().map(|g| g.paused), self.gate, "{}", context);
         Ok(())
     }
 }
@@ -1122,7 +1269,7 @@ fn open(root: &Path) -> Result<(Lifecycle, procjournal::lifecycle::ReplayReport)
 #[derive(Debug, Default)]
 struct JournalModel {
     model: Model,
-    ids: HashMap<EventId, (u16, procjournal::lifecycle::Handle)>,
+    ids: HashMap<EventId, (u16, Option<procjournal::lifecycle::Handle>)>,
 }
 
 fn is_step(event: &LifecycleEvent) -> bool {

@@ -519,6 +519,10 @@ proptest! {
                     | LifecycleEvent::StopRequested(_)
                     | LifecycleEvent::InputClosed(_)
                     | LifecycleEvent::OutputGap(_)
+                    | LifecycleEvent::GateChanged(_)
+                    | LifecycleEvent::HumanInput(_)
+                    | LifecycleEvent::DeadlineFired(_)
+                    | LifecycleEvent::DeadlineFailed(_)
             ) {
                 continue;
             }

@@ -535,7 +535,10 @@ async fn checkpoints_recorded_while_output_flows_grow_and_precede_the_terminal_e
     assert_eq!(s.bounds.total_bytes, FIRST + LAST);
 
     let records = journal_records(sup.root());
-    let mine: Vec<_> = records.iter().filter(|r| r.event.handle() == h).collect();
+    let mine: Vec<_> = records
+        .iter()
+        .filter(|r| r.event.handle() == Some(h))
+        .collect();
     let terminal_at = mine
         .iter()
         .position(|r| r.kind == kinds::TERMINAL)

@@ -15,6 +15,12 @@
 //!   or notification is an idempotent no-op, a different one is rejected.
 //! - A record that states a fact about an allocated step (publication, completion, scope,
 //!   release) carries the ID derived from that step's ID (`event::derived`), and no other.
+//! - The pause gate is root-level: the store keeps its last change ([`ManifestStore::gate`]), and
+//!   a change to the state it is already in is refused, so changes alternate.
+//! - Deadlines: a process is marked as waiting for human input at most once until the mark is
+//!   cleared; at most one deadline fires per process, with the limit its registration configured;
+//!   failures to enforce it come after it, at most `DEADLINE_FAILURES_MAX`. None of these is
+//!   accepted once the process is terminal.
 //! - Every ID a registration allocates (and the registration's own ID) is reserved for its one
 //!   step of its one handle: no other event and no other registration may use it, so a step's
 //!   retry can never be answered by some other record that took its ID.
@@ -34,8 +40,8 @@ use serde::Serialize;
 use super::command::StoredCommand;
 use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, RETIRED, SCOPED};
 use super::event::{
-    CaptureStatus, CursorBounds, ExitProof, ExitStatus, Handle, IdentityWitness, LifecycleEvent,
-    LifecycleIds, Scoped,
+    CaptureStatus, CursorBounds, Deadline, DeadlineFailed, DeadlineFired, ExitProof, ExitStatus,
+    GateChanged, Handle, IdentityWitness, LifecycleEvent, LifecycleIds, Scoped,
 };
 use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
@@ -82,6 +88,13 @@ pub struct Manifest {
     pub gaps: Vec<crate::spool::Gap>,
     /// The output was retired (its spool removed) by retention or `clean` (set once).
     pub retired: Option<Retirement>,
+    /// Since when the process waits for human input (its idle clock is suspended); `None` when
+    /// it does not.
+    pub awaiting_input: Option<u64>,
+    /// The deadline that fired, if one did (set once): which, its limit, and its clock.
+    pub deadline: Option<DeadlineFired>,
+    /// Failures to enforce the fired deadline, in order (at most `DEADLINE_FAILURES_MAX`).
+    pub deadline_failures: Vec<DeadlineFailed>,
 }
 
 /// When and why a process's output was retired.
@@ -176,6 +189,24 @@ pub enum Rejection {
     NotRetirable(State),
     #[error("the output was already retired")]
     AlreadyRetired,
+    #[error("the pause gate is already {}", if *.0 { "paused" } else { "open" })]
+    GateUnchanged(bool),
+    #[error("the process is already {} for human input", if *.0 { "marked as waiting" } else { "not waiting" })]
+    InputWaitUnchanged(bool),
+    #[error("a deadline already fired ({0})")]
+    DeadlineAlreadyFired(&'static str),
+    #[error(
+        "the {deadline} deadline fired with limit {found} ms, but the registration configured {configured:?}"
+    )]
+    DeadlineLimit {
+        deadline: &'static str,
+        found: u64,
+        configured: Option<u64>,
+    },
+    #[error("a deadline failure needs a fired deadline of that kind")]
+    DeadlineNotFired,
+    #[error("{0} deadline failures are recorded, as many as a process keeps")]
+    TooManyDeadlineFailures(usize),
 }
 
 /// A manifest of a snapshot that no sequence of accepted events produces, or that its store
@@ -255,7 +286,34 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
     {
         return Err("gaps out of order, or two that replay would have joined");
     }
+    if let Some(d) = &m.deadline {
+        if d.handle != m.handle {
+            return Err("a deadline of another handle");
+        }
+        if configured_limit(m, d.deadline) != Some(d.limit_ms) {
+            return Err("a deadline with a limit its registration did not configure");
+        }
+    }
+    if m.deadline_failures.len() > crate::limits::DEADLINE_FAILURES_MAX {
+        return Err("more deadline failures than a process keeps");
+    }
+    let fired = m.deadline.as_ref().map(|d| d.deadline);
+    if m.deadline_failures
+        .iter()
+        .any(|f| Some(f.deadline) != fired || f.handle != m.handle)
+    {
+        return Err("a deadline failure without its fired deadline");
+    }
     Ok(())
+}
+
+/// The limit the registration configured for `deadline`.
+fn configured_limit(m: &Manifest, deadline: Deadline) -> Option<u64> {
+    let limits = m.command.limits();
+    match deadline {
+        Deadline::Wall => limits.wall_clock_ms,
+        Deadline::Idle => limits.idle_ms,
+    }
 }
 
 /// What applying an accepted event did.
@@ -285,6 +343,8 @@ pub struct ManifestStore {
     /// of a journal mostly belong to a few live processes. A hit is checked against the full
     /// handle; a miss falls back to `slots`.
     recent: Box<[(Handle, u32)]>,
+    /// The last change of the pause gate (root-level); `None`: never changed, so open.
+    gate: Option<GateChanged>,
 }
 
 /// Entries of `ManifestStore::recent`; a power of two.
@@ -298,7 +358,9 @@ const NO_SLOT: u32 = u32::MAX;
 /// store's hash seed, their content does not).
 impl PartialEq for ManifestStore {
     fn eq(&self, other: &Self) -> bool {
-        self.manifests == other.manifests && self.registrations == other.registrations
+        self.manifests == other.manifests
+            && self.registrations == other.registrations
+            && self.gate == other.gate
     }
 }
 
@@ -314,6 +376,7 @@ impl Default for ManifestStore {
             reserved_max: 0,
             recent: vec![(Handle(EventId::from_bytes([0; 16])), NO_SLOT); RECENT_SLOTS]
                 .into_boxed_slice(),
+            gate: None,
         }
     }
 }
@@ -398,10 +461,53 @@ fn move_to(m: &Manifest, to: State) -> Result<(), Rejection> {
     Ok(())
 }
 
-/// The checks of every event but a registration, against its handle's manifest.
+fn not_terminal(m: &Manifest) -> Result<(), Rejection> {
+    if m.state.is_terminal() {
+        return Err(Rejection::AlreadyTerminal(m.state));
+    }
+    Ok(())
+}
+
+/// The checks of every event but a registration and the gate, against its handle's manifest.
 fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
     match event {
         LifecycleEvent::Registered(e) => Err(Rejection::AlreadyRegistered(e.handle)),
+        // Root-level: `ManifestStore` checks it against the gate, never against a manifest.
+        LifecycleEvent::GateChanged(e) => Err(Rejection::GateUnchanged(e.paused)),
+        LifecycleEvent::HumanInput(e) => {
+            not_terminal(m)?;
+            if e.waiting == m.awaiting_input.is_some() {
+                return Err(Rejection::InputWaitUnchanged(e.waiting));
+            }
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::DeadlineFired(e) => {
+            not_terminal(m)?;
+            if let Some(d) = &m.deadline {
+                return Err(Rejection::DeadlineAlreadyFired(d.deadline.name()));
+            }
+            let configured = configured_limit(m, e.deadline);
+            if configured != Some(e.limit_ms) {
+                return Err(Rejection::DeadlineLimit {
+                    deadline: e.deadline.name(),
+                    found: e.limit_ms,
+                    configured,
+                });
+            }
+            Ok(Applied::Changed)
+        }
+        LifecycleEvent::DeadlineFailed(e) => {
+            not_terminal(m)?;
+            if m.deadline.as_ref().map(|d| d.deadline) != Some(e.deadline) {
+                return Err(Rejection::DeadlineNotFired);
+            }
+            if m.deadline_failures.len() >= crate::limits::DEADLINE_FAILURES_MAX {
+                return Err(Rejection::TooManyDeadlineFailures(
+                    m.deadline_failures.len(),
+                ));
+            }
+            Ok(Applied::Changed)
+        }
         LifecycleEvent::Running(_) => {
             move_to(m, State::Running)?;
             allocated("running", event_id, m.ids.running)?;
@@ -591,6 +697,13 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
             Some(last) if joins(last, &e.gap) => last.to = e.gap.to,
             _ => m.gaps.push(e.gap),
         },
+        LifecycleEvent::HumanInput(e) => {
+            m.awaiting_input = e.waiting.then_some(e.at_unix_ms);
+        }
+        LifecycleEvent::DeadlineFired(e) => m.deadline = Some(e.clone()),
+        LifecycleEvent::DeadlineFailed(e) => m.deadline_failures.push(e.clone()),
+        // Root-level: folded into the store's gate, never into a manifest.
+        LifecycleEvent::GateChanged(_) => {}
     }
 }
 
@@ -621,6 +734,29 @@ impl ManifestStore {
 
     pub fn get(&self, handle: &Handle) -> Option<&Manifest> {
         self.manifests.get(self.slot(handle)?)
+    }
+
+    /// The last change of the pause gate, if it ever changed.
+    pub fn gate(&self) -> Option<&GateChanged> {
+        self.gate.as_ref()
+    }
+
+    /// Whether the pause gate is closed to new starts.
+    pub fn paused(&self) -> bool {
+        self.gate.as_ref().is_some_and(|g| g.paused)
+    }
+
+    /// Sets the gate read back from a snapshot (a store's gate is otherwise only ever changed
+    /// by an accepted `GateChanged`).
+    pub(crate) fn restore_gate(&mut self, gate: Option<GateChanged>) {
+        self.gate = gate;
+    }
+
+    fn check_gate(&self, e: &GateChanged) -> Result<Applied, Rejection> {
+        if e.paused == self.paused() {
+            return Err(Rejection::GateUnchanged(e.paused));
+        }
+        Ok(Applied::Changed)
     }
 
     /// Manifests in registration order.
@@ -681,7 +817,7 @@ impl ManifestStore {
             _ => None,
         };
         let handle = self.holder(r);
-        if step == Some(r.step) && handle == event.handle() {
+        if step == Some(r.step) && Some(handle) == event.handle() {
             Ok(())
         } else {
             Err(Rejection::IdReserved {
@@ -730,9 +866,12 @@ impl ManifestStore {
             return self.check_registration(event_id, e.handle, &e.ids);
         }
         self.check_reservation(event_id, event)?;
-        let handle = event.handle();
-        let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
-        validate(m, event_id, event)
+        let LifecycleEvent::GateChanged(gate) = event else {
+            let handle = event.handle().ok_or(Rejection::GateUnchanged(false))?;
+            let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
+            return validate(m, event_id, event);
+        };
+        self.check_gate(gate)
     }
 
     /// Checks `event` and folds it into its manifest.
@@ -776,6 +915,9 @@ impl ManifestStore {
                 released: None,
                 gaps: Vec::new(),
                 retired: None,
+                awaiting_input: None,
+                deadline: None,
+                deadline_failures: Vec::new(),
             },
         )
     }
@@ -879,7 +1021,14 @@ impl ManifestStore {
         if let LifecycleEvent::Registered(e) = event {
             return self.register(event_id, Registration::from_event(e));
         }
-        let handle = event.handle();
+        if let LifecycleEvent::GateChanged(gate) = &*event {
+            self.check_reservation(event_id, event)?;
+            let applied = self.check_gate(gate)?;
+            self.gate = Some(gate.clone());
+            return Ok(applied);
+        }
+        // Every other event names its process.
+        let handle = event.handle().ok_or(Rejection::GateUnchanged(false))?;
         let Some(slot) = self.slot_mut(&handle) else {
             self.check_reservation(event_id, event)?;
             return Err(Rejection::UnknownHandle(handle));

@@ -92,7 +92,7 @@ impl Replayer {
         let (kind, version, payload) = (record.kind, record.codec_version, record.payload);
         let (handle, applied) = if kind == kinds::REGISTERED {
             match wire::registration(version, payload) {
-                Ok(r) => (r.handle, self.store.register(record.event_id, r)),
+                Ok(r) => (Some(r.handle), self.store.register(record.event_id, r)),
                 Err(_) => return self.feed_reference(record),
             }
         } else {
@@ -123,13 +123,13 @@ impl Replayer {
     fn note(
         &mut self,
         record: &RecordView<'_>,
-        handle: Handle,
+        handle: Option<Handle>,
         applied: Result<Applied, Rejection>,
     ) {
         if let Err(rejection) = applied {
             self.report.rejected.push(ReplayIssue {
                 seq: record.position.seq,
-                handle: Some(Handle::to_string(&handle)),
+                handle: handle.as_ref().map(Handle::to_string),
                 error: rejection.to_string(),
             });
         }

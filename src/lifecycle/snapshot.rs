@@ -5,20 +5,21 @@
 //! file    := header payload                    header: 64 bytes, below
 //! payload := frame(Meta) frame(Manifest){Meta.manifests}
 //!            frame(Vec<RetainedStep>){Meta.retained_frames}
-//!            frame(Issue){Meta.issues}
+//!            frame(Issue){Meta.issues} frame(Option<GateChanged>)
 //! frame   := length u32 | codec bytes (length bytes, at most SNAPSHOT_FRAME_BYTES_MAX)
 //! ```
 //!
 //! A snapshot at `seq` holds exactly what replaying the records with seq `1..=seq` gives: every
 //! manifest (with its registration's event ID, in registration order), the replay report's counts
-//! and issues, and the **retained IDs**: the event IDs of records that a retry could still name
+//! and issues, the pause gate's last change, and the **retained IDs**: the event IDs of records that a retry could still name
 //! after those records are compacted away, each with its record's seq and kind, stored as which
 //! of its manifest's [`candidates`] it is. Those are, for every manifest, the five IDs its
 //! registration reserved (its own, running, terminal, lost,
 //! completion) and the IDs derived from them for follow-up records (`event::derived`: the
 //! publication of running, terminal and lost, the completion notice, the scope, the release),
 //! whichever the journal holds. Every other record's ID is a fresh v7 ID that lives only in the
-//! memory of the supervisor that appended it (checkpoints, stop requests, closed input, gaps):
+//! memory of the supervisor that appended it (checkpoints, stop requests, closed input, gaps, the
+//! gate's changes, human-input marks, fired and failed deadlines):
 //! nothing persisted names it, so nothing can retry it after a restart, and a running supervisor
 //! keeps every ID in its journal's index until it exits (compaction removes files, never index
 //! entries).
@@ -48,7 +49,8 @@ use std::collections::BTreeSet;
 
 use super::command::StoredCommand;
 use super::event::{
-    CursorBounds, ExitProof, Handle, IdentityWitness, LifecycleIds, Limits, Scoped, derived,
+    CursorBounds, DeadlineFailed, DeadlineFired, ExitProof, GateChanged, Handle, IdentityWitness,
+    LifecycleIds, Limits, Scoped, derived,
 };
 use super::manifest::{Manifest, ManifestStore, Retirement, TerminalResult};
 use super::replay::{ReplayIssue, ReplayReport};
@@ -64,11 +66,19 @@ use crate::spool::Gap;
 
 /// First eight bytes of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
-/// Version of the snapshot layout described here. Version 1 (written before retirement existed)
-/// is read too: its manifest frames lack the trailing `retired` field, which reads as `None`.
-pub const SNAPSHOT_VERSION: u16 = 2;
+/// Version of the snapshot layout described here. Older versions are read too: a version 1 file
+/// (written before retirement existed) lacks each manifest's trailing `retired`,
+/// `awaiting_input`, `deadline` and `deadline_failures`, a version 2 file (before the pause gate
+/// and deadlines) the last three and the gate frame; they read as `None` and empty, which is
+/// what their writers, which knew no such records, had.
+pub const SNAPSHOT_VERSION: u16 = 3;
 /// The oldest version still read.
 pub const SNAPSHOT_VERSION_MIN: u16 = 1;
+/// What a version 2 manifest frame lacks, encoded: `awaiting_input` and `deadline` `None` (a
+/// zero byte each), `deadline_failures` empty (a zero u64 length).
+const V2_MANIFEST_SUFFIX: [u8; 10] = [0; 10];
+/// What a version 1 manifest frame lacks: `retired` `None`, then what version 2 lacks.
+const V1_MANIFEST_SUFFIX: [u8; 11] = [0; 11];
 /// Bytes of the header.
 pub const SNAPSHOT_HEADER_BYTES: usize = 64;
 
@@ -324,6 +334,9 @@ struct ManifestOut<'a> {
     released: &'a Option<ExitProof>,
     gaps: &'a [Gap],
     retired: &'a Option<Retirement>,
+    awaiting_input: Option<u64>,
+    deadline: &'a Option<DeadlineFired>,
+    deadline_failures: &'a [DeadlineFailed],
 }
 
 /// The same fields as [`ManifestOut`], owned, as [`decode`] reads them.
@@ -353,6 +366,9 @@ struct ManifestIn {
     released: Option<ExitProof>,
     gaps: Vec<Gap>,
     retired: Option<Retirement>,
+    awaiting_input: Option<u64>,
+    deadline: Option<DeadlineFired>,
+    deadline_failures: Vec<DeadlineFailed>,
 }
 
 #[derive(Encode, Decode)]
@@ -391,6 +407,9 @@ fn manifest_out<'a>(registration: EventId, m: &'a Manifest) -> ManifestOut<'a> {
         released: &m.released,
         gaps: &m.gaps,
         retired: &m.retired,
+        awaiting_input: m.awaiting_input,
+        deadline: &m.deadline,
+        deadline_failures: &m.deadline_failures,
     }
 }
 
@@ -427,6 +446,9 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
         released: w.released,
         gaps: w.gaps,
         retired: w.retired,
+        awaiting_input: w.awaiting_input,
+        deadline: w.deadline,
+        deadline_failures: w.deadline_failures,
     };
     Ok((w.registration, manifest))
 }
@@ -437,7 +459,8 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 /// it to that). One line per field: a field added to [`ManifestIn`] is added here, in the same
 /// place.
 ///
-/// `version` is the snapshot's: version 1 frames end before `retired` (read as `None`).
+/// `version` is the snapshot's: version 1 frames end before `retired` (read as `None`), version 2
+/// frames before `awaiting_input` (read as `None`, `None` and empty).
 fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malformed> {
     let registration = wire::id(r)?;
     let handle = wire::handle(r)?;
@@ -514,6 +537,34 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
     } else {
         None
     };
+    // Version 3: the human-input mark and the deadlines.
+    let (awaiting_input, deadline, deadline_failures) = if version > 2 {
+        let awaiting_input = wire::option_u64(r)?;
+        let deadline = if r.option()? {
+            Some(DeadlineFired {
+                handle: wire::handle(r)?,
+                deadline: wire::deadline(r)?,
+                limit_ms: r.u64()?,
+                clock_from_unix_ms: r.u64()?,
+                at_unix_ms: r.u64()?,
+            })
+        } else {
+            None
+        };
+        let n = r.count(16 + 4 + 8 + 8)?;
+        let mut failures = Vec::with_capacity(n);
+        for _ in 0..n {
+            failures.push(DeadlineFailed {
+                handle: wire::handle(r)?,
+                deadline: wire::deadline(r)?,
+                error: wire::string(r)?,
+                at_unix_ms: r.u64()?,
+            });
+        }
+        (awaiting_input, deadline, failures)
+    } else {
+        (None, None, Vec::new())
+    };
     Ok(ManifestIn {
         registration,
         handle,
@@ -539,6 +590,9 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
         released,
         gaps,
         retired,
+        awaiting_input,
+        deadline,
+        deadline_failures,
     })
 }
 
@@ -581,6 +635,8 @@ fn push_frame<T: Encode>(out: &mut Vec<u8>, value: &T) -> Result<(), SnapshotErr
 pub(crate) struct ManifestFrames {
     pub bytes: Vec<u8>,
     pub count: u64,
+    /// The pause gate, captured with the manifests.
+    pub gate: Option<GateChanged>,
 }
 
 pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, SnapshotError> {
@@ -591,6 +647,7 @@ pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, 
     Ok(ManifestFrames {
         bytes,
         count: store.len() as u64,
+        gate: store.gate().cloned(),
     })
 }
 
@@ -640,6 +697,7 @@ pub(crate) fn assemble(
             },
         )?;
     }
+    push_frame(&mut file, &manifests.gate)?;
     let payload = &file[SNAPSHOT_HEADER_BYTES..];
     let header = SnapshotHeader {
         journal_id,
@@ -803,9 +861,12 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     if masked_crc(payload) != header.payload_crc {
         return Err(SnapshotError::PayloadChecksum);
     }
-    // Version 1 manifests end before `retired`: `None` is one zero byte.
     let version = u16_at(bytes, SN_VERSION_OFFSET);
-    let manifest_suffix: &[u8] = if version == 1 { &[0] } else { &[] };
+    let manifest_suffix: &[u8] = match version {
+        1 => &V1_MANIFEST_SUFFIX,
+        2 => &V2_MANIFEST_SUFFIX,
+        _ => &[],
+    };
     let mut frames = Frames { payload, at: 0 };
     let meta: Meta = frames.next("meta")?;
     // Each manifest goes straight into the store (a manifest is large: collecting them first
@@ -898,6 +959,11 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
         } else {
             replay.rejected.push(entry);
         }
+    }
+    // Versions before 3 have no gate frame: their writers knew no gate, so it never changed.
+    if version >= 3 {
+        let gate: Option<GateChanged> = frames.next("gate")?;
+        store.restore_gate(gate);
     }
     if frames.remaining() != 0 {
         return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));

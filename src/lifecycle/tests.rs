@@ -257,6 +257,43 @@ fn samples() -> Vec<(u16, LifecycleEvent)> {
                 at_unix_ms: 17,
             }),
         ),
+        (
+            kinds::GATE_CHANGED,
+            LifecycleEvent::GateChanged(GateChanged {
+                paused: true,
+                requested_by: "cli".into(),
+                reason: "deploy".into(),
+                at_unix_ms: 18,
+            }),
+        ),
+        (
+            kinds::HUMAN_INPUT,
+            LifecycleEvent::HumanInput(HumanInput {
+                handle: h,
+                waiting: true,
+                by: "agent".into(),
+                at_unix_ms: 19,
+            }),
+        ),
+        (
+            kinds::DEADLINE_FIRED,
+            LifecycleEvent::DeadlineFired(DeadlineFired {
+                handle: h,
+                deadline: Deadline::Idle,
+                limit_ms: 300,
+                clock_from_unix_ms: 20,
+                at_unix_ms: 21,
+            }),
+        ),
+        (
+            kinds::DEADLINE_FAILED,
+            LifecycleEvent::DeadlineFailed(DeadlineFailed {
+                handle: h,
+                deadline: Deadline::Wall,
+                error: "EPERM".into(),
+                at_unix_ms: 22,
+            }),
+        ),
     ]
 }
 
@@ -311,6 +348,22 @@ const GOLDEN: &[(u16, &str)] = &[
         kinds::OUTPUT_GAP,
         "010101010101010101010101010101010500000000000000090000000000000001000000\
          1c0000001100000000000000",
+    ),
+    (
+        kinds::GATE_CHANGED,
+        "010300000000000000636c6906000000000000006465706c6f791200000000000000",
+    ),
+    (
+        kinds::HUMAN_INPUT,
+        "010101010101010101010101010101010105000000000000006167656e741300000000000000",
+    ),
+    (
+        kinds::DEADLINE_FIRED,
+        "01010101010101010101010101010101010000002c0100000000000014000000000000001500000000000000",
+    ),
+    (
+        kinds::DEADLINE_FAILED,
+        "01010101010101010101010101010101000000000500000000000000455045524d1600000000000000",
     ),
 ];
 

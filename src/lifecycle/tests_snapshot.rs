@@ -208,6 +208,10 @@ fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
                 | LifecycleEvent::StopRequested(_)
                 | LifecycleEvent::InputClosed(_)
                 | LifecycleEvent::OutputGap(_)
+                | LifecycleEvent::GateChanged(_)
+                | LifecycleEvent::HumanInput(_)
+                | LifecycleEvent::DeadlineFired(_)
+                | LifecycleEvent::DeadlineFailed(_)
         ) {
             continue; // fresh IDs: never retried across a restart (snapshot.rs)
         }
@@ -666,12 +670,15 @@ fn records_lost_after_a_snapshot_are_reported_and_their_seqs_not_reused() {
     assert_eq!(retried.position.seq, 251);
 }
 
-/// A version 1 snapshot (its manifest frames end before `retired`) of `v2`, a version 2 file
-/// whose manifests are none of them retired: each manifest frame loses its last byte (`None`),
-/// and the lengths, the version and both checksums are written again.
-fn as_version_1(v2: &[u8]) -> Vec<u8> {
+/// An older snapshot of `current`, a current (version 3) file whose manifests have none of the
+/// fields `version` lacks and whose gate never changed: each manifest frame loses its last bytes
+/// (version 2: `awaiting_input` and `deadline` `None`, `deadline_failures` empty, 10 bytes;
+/// version 1: `retired` `None` too, 11 bytes), the gate frame goes, and the lengths, the version
+/// and both checksums are written again.
+fn as_version(current: &[u8], version: u16) -> Vec<u8> {
     use crate::journal::format::{masked_crc, u32_at, u64_at};
-    let payload = &v2[snapshot::SNAPSHOT_HEADER_BYTES..];
+    let cut = if version == 1 { 11 } else { 10 };
+    let payload = &current[snapshot::SNAPSHOT_HEADER_BYTES..];
     let frame_at = |at: usize| {
         let len = u32_at(payload, at) as usize;
         (len, &payload[at + 4..at + 4 + len])
@@ -682,14 +689,24 @@ fn as_version_1(v2: &[u8]) -> Vec<u8> {
     let mut at = 4 + meta_len;
     for _ in 0..manifests {
         let (len, body) = frame_at(at);
-        assert_eq!(body.last(), Some(&0), "a manifest without `retired`");
-        out.extend_from_slice(&((len - 1) as u32).to_le_bytes());
-        out.extend_from_slice(&body[..len - 1]);
+        assert!(
+            body[len - cut..].iter().all(|b| *b == 0),
+            "a manifest with a field version {version} lacks"
+        );
+        out.extend_from_slice(&((len - cut) as u32).to_le_bytes());
+        out.extend_from_slice(&body[..len - cut]);
         at += 4 + len;
     }
-    out.extend_from_slice(&payload[at..]);
-    let mut header = v2[..snapshot::SNAPSHOT_HEADER_BYTES].to_vec();
-    header[8..10].copy_from_slice(&1u16.to_le_bytes());
+    // The gate frame, last: `None` (length 1, one zero byte).
+    let rest = &payload[at..];
+    assert_eq!(
+        &rest[rest.len() - 5..],
+        &[1, 0, 0, 0, 0],
+        "a gate that changed"
+    );
+    out.extend_from_slice(&rest[..rest.len() - 5]);
+    let mut header = current[..snapshot::SNAPSHOT_HEADER_BYTES].to_vec();
+    header[8..10].copy_from_slice(&version.to_le_bytes());
     header[40..48].copy_from_slice(&(out.len() as u64).to_le_bytes());
     header[56..60].copy_from_slice(&masked_crc(&out).to_le_bytes());
     let crc = masked_crc(&header[..60]);
@@ -699,32 +716,51 @@ fn as_version_1(v2: &[u8]) -> Vec<u8> {
 }
 
 #[test]
-fn a_version_1_snapshot_is_still_read_with_nothing_retired() {
-    let dir = tempfile::tempdir().unwrap();
-    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
-    append(&mut lc, 0..200);
-    let store = lc.store().clone();
-    assert!(store.iter().all(|m| m.retired.is_none()));
-    let replay = lc.records.clone();
-    let v2 = snapshot::encode(*b"0123456789abcdef", 200, 7, &store, &[], &replay).unwrap();
-    let v1 = as_version_1(&v2);
-    assert_eq!(u16::from_le_bytes([v1[8], v1[9]]), 1);
-    assert!(v1.len() < v2.len());
-    let back = snapshot::decode(&v1).unwrap();
-    assert_eq!(back.store, store);
-    assert_eq!(back.replay, replay);
-    // A version 2 decoder does not take version 2 frames for version 1 ones, nor the reverse.
-    let mut wrong = v2.clone();
-    wrong[8..10].copy_from_slice(&1u16.to_le_bytes());
-    let crc = crate::journal::format::masked_crc(&wrong[..60]);
-    wrong[60..64].copy_from_slice(&crc.to_le_bytes());
-    assert!(snapshot::decode(&wrong).is_err());
-    let mut future = v2;
-    future[8..10].copy_from_slice(&3u16.to_le_bytes());
+fn older_snapshots_are_still_read_with_nothing_they_lack() {
+    // The workload without the records older versions' writers never wrote (all under fresh IDs,
+    // and nothing after them depends on them).
+    let mut store = ManifestStore::new();
+    let mut replay = ReplayReport::default();
+    for n in 0..200 {
+        let (id, event) = workload::event(n);
+        if matches!(
+            event,
+            LifecycleEvent::GateChanged(_)
+                | LifecycleEvent::HumanInput(_)
+                | LifecycleEvent::DeadlineFired(_)
+                | LifecycleEvent::DeadlineFailed(_)
+        ) {
+            continue;
+        }
+        store.apply(id, &event).unwrap();
+        replay.lifecycle_events += 1;
+    }
+    assert!(
+        store
+            .iter()
+            .all(|m| m.retired.is_none() && m.deadline.is_none())
+    );
+    let current = snapshot::encode(*b"0123456789abcdef", 200, 7, &store, &[], &replay).unwrap();
+    for version in [1u16, 2] {
+        let older = as_version(&current, version);
+        assert_eq!(u16::from_le_bytes([older[8], older[9]]), version);
+        assert!(older.len() < current.len());
+        let back = snapshot::decode(&older).unwrap();
+        assert_eq!(back.store, store, "version {version}");
+        assert_eq!(back.replay, replay);
+        // A decoder does not take current frames for an older version's.
+        let mut wrong = current.clone();
+        wrong[8..10].copy_from_slice(&version.to_le_bytes());
+        let crc = crate::journal::format::masked_crc(&wrong[..60]);
+        wrong[60..64].copy_from_slice(&crc.to_le_bytes());
+        assert!(snapshot::decode(&wrong).is_err(), "version {version}");
+    }
+    let mut future = current;
+    future[8..10].copy_from_slice(&4u16.to_le_bytes());
     let crc = crate::journal::format::masked_crc(&future[..60]);
     future[60..64].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
         snapshot::decode(&future),
-        Err(SnapshotError::UnsupportedVersion(3))
+        Err(SnapshotError::UnsupportedVersion(4))
     ));
 }

@@ -17,10 +17,11 @@ use std::collections::BTreeMap;
 
 use super::command::{PAIR_BYTES_MIN, STRING_BYTES_MIN, StoredCommand};
 use super::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitProof, ExitStatus, Handle,
-    IdentityWitness, InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits,
-    LostOnRestore, OutputCheckpoint, ProcessWitness, ReceiptBinding, Registered, Running, Scoped,
-    StopRequested, Terminal, TreeMechanism, kinds,
+    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
+    DeadlineFired, ExitProof, ExitStatus, GateChanged, Handle, HumanInput, IdentityWitness,
+    InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits, LostOnRestore,
+    OutputCheckpoint, ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested,
+    Terminal, TreeMechanism, kinds,
 };
 use super::state::State;
 use crate::codec::{Malformed, Reader};
@@ -74,6 +75,13 @@ pub(super) fn capture(r: &mut Reader<'_>) -> Result<CaptureStatus, Malformed> {
         0 => CaptureStatus::Complete,
         1 => CaptureStatus::Incomplete(string(r)?),
         _ => CaptureStatus::Failed(string(r)?),
+    })
+}
+
+pub(super) fn deadline(r: &mut Reader<'_>) -> Result<Deadline, Malformed> {
+    Ok(match r.variant(2)? {
+        0 => Deadline::Wall,
+        _ => Deadline::Idle,
     })
 }
 
@@ -297,6 +305,31 @@ fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
         kinds::COMPLETION_NOTIFIED => LifecycleEvent::CompletionNotified(CompletionNotified {
             handle: handle(r)?,
             command: id(r)?,
+        }),
+        kinds::GATE_CHANGED => LifecycleEvent::GateChanged(GateChanged {
+            paused: r.bool()?,
+            requested_by: string(r)?,
+            reason: string(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::HUMAN_INPUT => LifecycleEvent::HumanInput(HumanInput {
+            handle: handle(r)?,
+            waiting: r.bool()?,
+            by: string(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::DEADLINE_FIRED => LifecycleEvent::DeadlineFired(DeadlineFired {
+            handle: handle(r)?,
+            deadline: deadline(r)?,
+            limit_ms: r.u64()?,
+            clock_from_unix_ms: r.u64()?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::DEADLINE_FAILED => LifecycleEvent::DeadlineFailed(DeadlineFailed {
+            handle: handle(r)?,
+            deadline: deadline(r)?,
+            error: string(r)?,
+            at_unix_ms: r.u64()?,
         }),
         _ => return Err(Malformed),
     })

@@ -100,7 +100,7 @@ pub fn event(n: u64) -> (EventId, LifecycleEvent) {
                     .into(),
                     limits: Limits {
                         wall_clock_ms: (p % 3 == 0).then_some(60_000),
-                        idle_ms: None,
+                        idle_ms: (p % 4 == 1).then_some(30_000),
                         output_retention_bytes: Some(64 << 20),
                     },
                     owner: "ci".into(),
@@ -142,6 +142,35 @@ pub fn event(n: u64) -> (EventId, LifecycleEvent) {
             LifecycleEvent::LifecyclePublished(LifecyclePublished {
                 handle: h,
                 event: a.running,
+            }),
+        ),
+        // The pause gate, closed and opened in turn (root-level: it names no process).
+        4 if p % 8 == 0 => (
+            fresh(n),
+            LifecycleEvent::GateChanged(GateChanged {
+                paused: (p / 8) % 2 == 0,
+                requested_by: "ops".into(),
+                reason: format!("window {}", p / 8),
+                at_unix_ms: at,
+            }),
+        ),
+        5 if p % 4 == 1 => (
+            fresh(n),
+            LifecycleEvent::HumanInput(HumanInput {
+                handle: h,
+                waiting: true,
+                by: "agent".into(),
+                at_unix_ms: at,
+            }),
+        ),
+        7 if p % 3 == 0 => (
+            fresh(n),
+            LifecycleEvent::DeadlineFired(DeadlineFired {
+                handle: h,
+                deadline: Deadline::Wall,
+                limit_ms: 60_000,
+                clock_from_unix_ms: at - 5 * LANES,
+                at_unix_ms: at,
             }),
         ),
         5 if p % 5 == 0 => (

@@ -134,19 +134,20 @@ pub fn journal_records(root: &Path) -> Vec<Rec> {
 pub fn kinds_of(records: &[Rec], handle: &Handle) -> Vec<u16> {
     records
         .iter()
-        .filter(|r| r.event.handle() == *handle)
+        .filter(|r| r.event.handle() == Some(*handle))
         .map(|r| r.kind)
         .collect()
 }
 
-/// Counts of each lifecycle kind per handle.
+/// Counts of each lifecycle kind per handle (root-level records, the pause gate's, are not
+/// counted).
 pub fn kind_counts(records: &[Rec]) -> BTreeMap<Handle, BTreeMap<u16, usize>> {
     let mut out: BTreeMap<Handle, BTreeMap<u16, usize>> = BTreeMap::new();
     for r in records {
-        *out.entry(r.event.handle())
-            .or_default()
-            .entry(r.kind)
-            .or_default() += 1;
+        let Some(handle) = r.event.handle() else {
+            continue;
+        };
+        *out.entry(handle).or_default().entry(r.kind).or_default() += 1;
     }
     out
 }
