@@ -107,6 +107,7 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<()> {
             env: Default::default(),
             labels: Default::default(),
             timeout_ms: None,
+            idle_timeout_ms: None,
             retention_bytes: None,
             queue_ms: None,
         }))?;

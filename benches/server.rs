@@ -199,6 +199,7 @@ fn start_processes(socket: &Path, cwd: &Path, n: usize) -> Res<(Vec<Handle>, Vec
             env: Default::default(),
             labels: Default::default(),
             timeout_ms: None,
+            idle_timeout_ms: None,
             retention_bytes: None,
             queue_ms: None,
         }))?;

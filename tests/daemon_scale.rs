@@ -162,6 +162,7 @@ fn start_request(root: &Path) -> Request {
         env: Default::default(),
         labels: Default::default(),
         timeout_ms: None,
+        idle_timeout_ms: None,
         retention_bytes: None,
         queue_ms: None,
     })

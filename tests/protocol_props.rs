@@ -34,12 +34,24 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
         proptest::option::of("/[a-z/]{0,10}"),
         proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3),
         proptest::collection::btree_map(text(), text(), 0..3),
-        proptest::option::of(1u64..u64::MAX),
+        (
+            proptest::option::of(1u64..u64::MAX),
+            proptest::option::of(1u64..u64::MAX),
+        ),
         proptest::option::of(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX),
         proptest::option::of(0u64..=procjournal::protocol::QUEUE_MS_MAX),
     )
         .prop_map(
-            |(args, program, cwd, env, labels, timeout_ms, retention_bytes, queue_ms)| {
+            |(
+                args,
+                program,
+                cwd,
+                env,
+                labels,
+                (timeout_ms, idle_timeout_ms),
+                retention_bytes,
+                queue_ms,
+            )| {
                 let mut command = vec![program];
                 command.extend(args);
                 StartArgs {
@@ -48,6 +60,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                     env,
                     labels,
                     timeout_ms,
+                    idle_timeout_ms,
                     retention_bytes,
                     queue_ms,
                 }
@@ -98,6 +111,10 @@ fn request() -> impl Strategy<Value = Request> {
         (handle(), proptest::option::of(any::<u64>()))
             .prop_map(|(handle, timeout_ms)| Request::Wait { handle, timeout_ms }),
         (0u64..=600_000).prop_map(|grace_ms| Request::Shutdown { grace_ms }),
+        "[^\u{0}]{0,40}".prop_map(|reason| Request::Pause { reason }),
+        "[^\u{0}]{0,40}".prop_map(|reason| Request::Resume { reason }),
+        (handle(), any::<bool>())
+            .prop_map(|(handle, waiting)| Request::AwaitInput { handle, waiting }),
     ]
 }
 

@@ -64,6 +64,9 @@ const MODE_ENV: &str = "PROCJOURNAL_HOST_MODE";
 const HOST_TEST: &str = "supervisor_restore_child_host";
 
 const IDLE_CHILDREN: usize = 4;
+/// The idle children's wall-clock and idle limits (far beyond the test).
+const IDLE_WALL_S: u64 = 3_600;
+const IDLE_IDLE_S: u64 = 1_800;
 /// Stream rounds on one root: each host reopens what the previous rounds left.
 const STREAM_ROUNDS: usize = 3;
 /// The host reports the streaming child once this much output went through its spool, so that
@@ -161,7 +164,14 @@ async fn host(root: PathBuf, mode: String) {
         } else {
             format!("echo started-{n}; exec sleep 600")
         };
-        let command = Command::new("sh").arg("-c").arg(script).cwd(&root);
+        let mut command = Command::new("sh").arg("-c").arg(script).cwd(&root);
+        if !stream {
+            // Deadlines far away: a restart must keep them (and their start) as recorded, and
+            // must not give the processes a new period.
+            command = command
+                .timeout(Duration::from_secs(IDLE_WALL_S))
+                .idle_timeout(Duration::from_secs(IDLE_IDLE_S));
+        }
         let prepared = sup.prepare(command).expect("host: prepare");
         let handle = sup.start(prepared).await.expect("host: start");
         let pid = sup
@@ -621,6 +631,19 @@ fn restore_reconciles_live_children_without_signalling_them() {
         for r in &host.children {
             let ctx = format!("restore: child {} ({})", r.n, r.handle);
             let m = check_lost_manifest(&sup, r, &ctx);
+            // The deadlines as registered, the original start, and no deadline fired: the
+            // process is reconciled, never given a new wall or idle period.
+            let limits = m.command.limits();
+            assert_eq!(
+                (limits.wall_clock_ms, limits.idle_ms),
+                (Some(IDLE_WALL_S * 1000), Some(IDLE_IDLE_S * 1000)),
+                "{ctx}: the limits as registered"
+            );
+            assert!(
+                m.running_unix_ms.is_some_and(|t| t >= m.registered_unix_ms),
+                "{ctx}: the original start is kept"
+            );
+            assert!(m.deadline.is_none(), "{ctx}: no deadline fired");
             assert_eq!(
                 delivered.get(&r.handle),
                 Some(&expected_services(&m)),

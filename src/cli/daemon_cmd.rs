@@ -179,9 +179,14 @@ pub(crate) struct StartCmdArgs {
     /// An environment variable K=V set on top of the daemon's environment (repeatable).
     #[arg(long = "env", value_parser = parse_label)]
     env: Vec<(String, String)>,
-    /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h.
+    /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h: the tree is stopped and the process ends
+    /// `timed_out`.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
+    /// Idle limit, e.g. 10m: stopped (`timed_out`, deadline `idle`) after this long without
+    /// output, input or a signal, unless marked with `await-input`.
+    #[arg(long, value_parser = parse_duration)]
+    idle_timeout: Option<Duration>,
     /// Output this process keeps (default: the daemon's, 64MiB unless `serve --retention`),
     /// e.g. 512M, 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB.
     #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
@@ -215,7 +220,8 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         cwd: Some(cwd),
         env: args.env.into_iter().collect(),
         labels: args.labels.into_iter().collect(),
-        timeout_ms: args.timeout.map(millis),
+        timeout_ms: args.timeout.map(|t| millis(t).max(1)),
+        idle_timeout_ms: args.idle_timeout.map(|t| millis(t).max(1)),
         retention_bytes: args.retention,
         queue_ms: args.queue.map(millis),
     });
@@ -276,6 +282,10 @@ struct ProcView {
     mechanism: Option<String>,
     #[serde(default)]
     ownership: Option<OwnershipView>,
+    #[serde(default)]
+    awaiting_input: bool,
+    #[serde(default)]
+    deadline: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -284,8 +294,11 @@ struct OwnershipView {
 }
 
 pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let paused;
     let processes: Vec<Value> = match args.target.try_connect()? {
         Some(mut client) => {
+            let hello = client.call(&Request::Hello)?;
+            paused = hello.get("paused").and_then(Value::as_bool) == Some(true);
             let result = client.call(&Request::List {
                 state: args.state,
                 label: args.label.clone(),
@@ -298,6 +311,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         None => {
             eprintln!("procjournal: no daemon is running; reading the journal");
             let (store, _) = offline_manifests(&args.target.root()?)?;
+            paused = store.paused();
             store
                 .iter()
                 .filter(|m| args.state.is_none_or(|s| m.state == s))
@@ -310,6 +324,10 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
                 .collect::<Result<_, _>>()?
         }
     };
+    if paused {
+        // On stderr: stdout stays the process list (one JSON object a line with --json).
+        eprintln!("procjournal: paused: new starts are refused until `procjournal resume`");
+    }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         for p in &processes {
@@ -318,8 +336,8 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(
             out,
-            "{:<34} {:<15} {:>8} {:>6} {:>10} {:<10} {:<9} {:<10}  COMMAND",
-            "HANDLE", "STATE", "PID", "EXIT", "BYTES", "CAPTURE", "TREE", "OWNERSHIP"
+            "{:<34} {:<15} {:>8} {:>6} {:>10} {:<10} {:<9} {:<10} {:<8}  COMMAND",
+            "HANDLE", "STATE", "PID", "EXIT", "BYTES", "CAPTURE", "TREE", "OWNERSHIP", "DEADLINE"
         )?;
         for p in processes {
             let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
@@ -337,9 +355,15 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
                     label_list(p.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
                 )
             };
+            // The deadline that fired, or `await` while a human-input mark suspends the idle one.
+            let deadline = match (&p.deadline, p.awaiting_input) {
+                (Some(d), _) => d.as_str(),
+                (None, true) => "await",
+                (None, false) => "-",
+            };
             writeln!(
                 out,
-                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<10} {:<9} {:<10}  {}{labels}",
+                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<10} {:<9} {:<10} {deadline:<8}  {}{labels}",
                 p.handle,
                 p.state.name(),
                 p.total_bytes,
@@ -732,6 +756,64 @@ pub(crate) struct ShutdownCmdArgs {
     /// within 0.5 s.
     #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
     grace: Duration,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct GateCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// Why (recorded in the journal with the change).
+    #[arg(long, default_value = "")]
+    reason: String,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct AwaitInputCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    #[arg(value_parser = handle_arg)]
+    handle: Handle,
+    /// Clear the mark instead (writing input to the process clears it too).
+    #[arg(long)]
+    clear: bool,
+}
+
+/// `pause` and `resume`: the pause gate. Prints the gate as it is afterwards.
+pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let request = if pause {
+        Request::Pause {
+            reason: args.reason,
+        }
+    } else {
+        Request::Resume {
+            reason: args.reason,
+        }
+    };
+    let status = client.call(&request)?;
+    let paused = status.get("paused").and_then(Value::as_bool) == Some(true);
+    let changed = status.get("changed").and_then(Value::as_bool) == Some(true);
+    println!(
+        "{}{}",
+        if paused {
+            "paused: new starts are refused; running processes go on"
+        } else {
+            "running: new starts are admitted"
+        },
+        if changed { "" } else { " (already)" }
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `await-input`: mark a process as waiting for human input (its idle limit is suspended).
+pub(crate) fn await_input(args: AwaitInputCmdArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    client.call(&Request::AwaitInput {
+        handle: args.handle,
+        waiting: !args.clear,
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 #[derive(Debug, Deserialize)]

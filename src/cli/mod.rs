@@ -58,6 +58,14 @@ enum Command {
     /// Show admission: slots, in use, each workload's reservation, starts waiting, and the
     /// inputs (cores, available memory, share, floor).
     Admission(daemon_cmd::AdmissionCmdArgs),
+    /// Close the pause gate: new starts are refused; running processes go on. Journaled: a
+    /// restarted daemon stays paused.
+    Pause(daemon_cmd::GateCmdArgs),
+    /// Open the pause gate again.
+    Resume(daemon_cmd::GateCmdArgs),
+    /// Mark a process as waiting for human input: its idle limit is suspended until input is
+    /// written to it (`send`) or the mark is cleared (`--clear`).
+    AwaitInput(daemon_cmd::AwaitInputCmdArgs),
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
@@ -133,6 +141,9 @@ pub fn main() -> ExitCode {
         Command::Shutdown(args) => daemon_cmd::shutdown(args),
         Command::Clean(args) => clean_cmd::clean(args),
         Command::Admission(args) => daemon_cmd::admission(args),
+        Command::Pause(args) => daemon_cmd::gate(args, true),
+        Command::Resume(args) => daemon_cmd::gate(args, false),
+        Command::AwaitInput(args) => daemon_cmd::await_input(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
         Command::Mcp(args) => mcp_cmd::run(args),

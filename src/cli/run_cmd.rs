@@ -46,6 +46,10 @@ pub(crate) struct RunArgs {
     /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h (a bare number is seconds).
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
+    /// Idle limit, e.g. 10m: stopped (`timed_out`, deadline `idle`) after this long without
+    /// output, input or a signal.
+    #[arg(long, value_parser = parse_duration)]
+    idle_timeout: Option<Duration>,
     /// A label k=v (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
@@ -134,6 +138,9 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         labels: args.labels.into_iter().collect(),
         timeout_ms: args
             .timeout
+            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
+        idle_timeout_ms: args
+            .idle_timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
         retention_bytes: args.retention,
         queue_ms: None,

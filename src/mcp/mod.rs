@@ -29,8 +29,8 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::protocol::{
-    self, ApiError, Dispatcher, ErrorCode, HandleArgs, InputArgs, ListArgs, OutputArgs,
-    ProtocolErrorKind, StartArgs, StopArgs, WaitArgs,
+    self, ApiError, AwaitInputArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs, ListArgs,
+    OutputArgs, ProtocolErrorKind, StartArgs, StopArgs, WaitArgs,
 };
 
 /// What the server tells the agent at `initialize`, before any tool is called.
@@ -59,7 +59,7 @@ struct ToolSpec {
     idempotent: bool,
 }
 
-const TOOLS: [ToolSpec; 8] = [
+const TOOLS: [ToolSpec; 9] = [
     ToolSpec {
         name: "start",
         op: "start",
@@ -190,6 +190,20 @@ inputs `cores`, `available_bytes`, `share_percent`, `floor_bytes`, `reserved_byt
 retried later, or given `queue_ms` to wait for capacity in line.",
         schema: no_args_schema,
         read_only: true,
+        destructive: false,
+        idempotent: true,
+    },
+    ToolSpec {
+        name: "await_input",
+        op: "await_input",
+        title: "Mark as waiting for a human",
+        description: "Mark a running process as waiting for human input (`waiting`: true, the \
+default), or clear the mark (`waiting`: false). While marked, its idle limit (`idle_timeout_ms` \
+of `start`) does not run, so a prompt that waits for a person is not stopped as idle; writing to \
+its stdin with `input` clears the mark and restarts the idle clock. Returns `waiting` and \
+`changed` (false when it already was so). Errors: not_running (the process has ended).",
+        schema: schema_for_input::<AwaitInputArgs>,
+        read_only: false,
         destructive: false,
         idempotent: true,
     },

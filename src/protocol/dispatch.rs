@@ -17,7 +17,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use super::{ApiError, ErrorCode, Request, StartArgs};
-use crate::lifecycle::event::{CaptureStatus, ExitProof, ExitStatus, TreeMechanism};
+use crate::lifecycle::event::{CaptureStatus, Deadline, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::supervisor::{
     Command, ListFilter, OutputPage, StartError, Supervisor, SupervisorError, Tap, TerminalSummary,
@@ -53,6 +53,15 @@ pub struct ProcessInfo {
     pub ownership: Ownership,
     /// Set once the output was retired (removed by retention or `clean`): when and why.
     pub retired: Option<crate::lifecycle::manifest::Retirement>,
+    /// The configured wall-clock limit (ms after the start), if any.
+    pub timeout_ms: Option<u64>,
+    /// The configured idle limit (ms without activity), if any.
+    pub idle_timeout_ms: Option<u64>,
+    /// Marked as waiting for human input (its idle limit is suspended).
+    pub awaiting_input: bool,
+    /// The deadline that fired ("wall" or "idle"), if one did; the process then ends
+    /// `timed_out`.
+    pub deadline: Option<Deadline>,
 }
 
 /// The ownership assessment of a process's tree, from its record.
@@ -130,6 +139,10 @@ impl From<&Manifest> for ProcessInfo {
             mechanism: m.scope.as_ref().map(|s| s.mechanism),
             ownership: Ownership::of(m),
             retired: m.retired.clone(),
+            timeout_ms: m.command.limits().wall_clock_ms,
+            idle_timeout_ms: m.command.limits().idle_ms,
+            awaiting_input: m.awaiting_input.is_some(),
+            deadline: m.deadline.as_ref().map(|d| d.deadline),
         }
     }
 }
@@ -207,6 +220,8 @@ pub struct HelloResult {
     pub version: &'static str,
     pub pid: u32,
     pub live: usize,
+    /// The pause gate is closed: `start` is refused until `resume`.
+    pub paused: bool,
 }
 
 /// The shared implementation of every operation.
@@ -241,6 +256,7 @@ impl Dispatcher {
                 version: env!("CARGO_PKG_VERSION"),
                 pid: std::process::id(),
                 live: sup.live_count(),
+                paused: sup.gate().paused,
             }),
             Request::Start(args) => json(&self.start(args).await?),
             Request::List { state, label } => {
@@ -300,6 +316,15 @@ impl Dispatcher {
                 json(&sup.clean(older_than, dry_run).await.map_err(api)?)
             }
             Request::Admission => json(&sup.admission().await.map_err(api)?),
+            Request::Pause { reason } => json(&sup.pause(&self.owner, &reason).await.map_err(api)?),
+            Request::Resume { reason } => {
+                json(&sup.resume(&self.owner, &reason).await.map_err(api)?)
+            }
+            Request::AwaitInput { handle, waiting } => json(
+                &sup.await_input(&handle, waiting, &self.owner)
+                    .await
+                    .map_err(api)?,
+            ),
         }
     }
 
@@ -395,6 +420,9 @@ impl Dispatcher {
         }
         if let Some(ms) = args.timeout_ms {
             command = command.timeout(Duration::from_millis(ms));
+        }
+        if let Some(ms) = args.idle_timeout_ms {
+            command = command.idle_timeout(Duration::from_millis(ms));
         }
         if let Some(bytes) = args.retention_bytes {
             command = command.output_retention(bytes);
@@ -502,6 +530,9 @@ impl Dispatcher {
 fn refusal(reason: &crate::supervisor::Refusal) -> String {
     match reason {
         crate::supervisor::Refusal::ShuttingDown => "the supervisor is shutting down".to_owned(),
+        crate::supervisor::Refusal::Paused => {
+            "the supervisor is paused: new starts are refused until `resume`".to_owned()
+        }
         crate::supervisor::Refusal::AtCapacity { live, max } => {
             format!(
                 "{live} processes are live, the maximum is {max} (the live-process bound: \

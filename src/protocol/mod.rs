@@ -72,6 +72,13 @@ pub struct StartArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub timeout_ms: Option<u64>,
+    /// Idle limit in milliseconds: when the process shows no activity (output, input written to
+    /// it, a signal sent to it) for this long, and is not marked as waiting for human input
+    /// (`await_input`), its tree is terminated and it ends `timed_out`. Before any activity the
+    /// clock runs from the start. Default: none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub idle_timeout_ms: Option<u64>,
     /// Bytes of output to keep (stdout and stderr together), from 8388608 (8 MiB, one spool
     /// segment) to 4294967296 (4 GiB). Older output is deleted in whole segments; reading it
     /// gives a page with `gap: true` that starts at `retained_from`. Default: the server's
@@ -174,6 +181,30 @@ pub struct WaitArgs {
     pub timeout_ms: Option<u64>,
 }
 
+/// The longest reason `pause` and `resume` record.
+pub const REASON_CHARS_MAX: usize = 1024;
+
+/// `pause` and `resume`: close or open the pause gate.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GateArgs {
+    /// Why, recorded in the journal with the change (at most 1024 characters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+/// `await_input`: mark a running process as waiting for human input (its idle limit is
+/// suspended until input is written to it or the mark is cleared), or clear the mark.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AwaitInputArgs {
+    /// The process handle returned by `start`.
+    pub handle: String,
+    /// true (default): mark it as waiting; false: clear the mark.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting: Option<bool>,
+}
+
 /// `shutdown`: stop every process and the server.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -238,6 +269,16 @@ pub enum Request {
     },
     /// Admission now: slots, in use, each workload's reservation and the inputs.
     Admission,
+    Pause {
+        reason: String,
+    },
+    Resume {
+        reason: String,
+    },
+    AwaitInput {
+        handle: Handle,
+        waiting: bool,
+    },
 }
 
 /// A request with the client's ID, echoed in the response.
@@ -248,7 +289,7 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 12] = [
+pub const OPS: [&str; 15] = [
     "hello",
     "start",
     "list",
@@ -261,6 +302,9 @@ pub const OPS: [&str; 12] = [
     "shutdown",
     "clean",
     "admission",
+    "pause",
+    "resume",
+    "await_input",
 ];
 
 /// Why a request was refused before anything ran.
@@ -311,7 +355,7 @@ pub enum ErrorCode {
     UnknownHandle,
     NotRunning,
     InputClosed,
-    /// Admission refused the start (shutting down, at the live-process bound, queue full).
+    /// Admission refused the start (shutting down, at the live-process bound, queue full, paused).
     Refused,
     /// Admission found no capacity for the start (or none came within its `queue_ms`); the
     /// message gives the decision and its inputs, `admission` shows them in full.
@@ -607,6 +651,27 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
                 dry_run: args.dry_run,
             }
         }
+        "pause" | "resume" => {
+            let args: GateArgs = parse(args).map_err(bad)?;
+            let reason = args.reason.unwrap_or_default();
+            if reason.chars().count() > REASON_CHARS_MAX || reason.contains('\0') {
+                return Err(bad(format!(
+                    "reason must be at most {REASON_CHARS_MAX} characters, without NUL"
+                )));
+            }
+            if op == "pause" {
+                Request::Pause { reason }
+            } else {
+                Request::Resume { reason }
+            }
+        }
+        "await_input" => {
+            let args: AwaitInputArgs = parse(args).map_err(bad)?;
+            Request::AwaitInput {
+                handle: handle(&args.handle)?,
+                waiting: args.waiting.unwrap_or(true),
+            }
+        }
         _ => return Err(ProtocolErrorKind::UnknownOp(truncate(op))),
     };
     Ok(request)
@@ -665,6 +730,9 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
         return Err(format!(
             "queue_ms {ms} is out of range (at most {QUEUE_MS_MAX})"
         ));
+    }
+    if args.idle_timeout_ms == Some(0) {
+        return Err("idle_timeout_ms must be at least 1".to_owned());
     }
     if let Some(bytes) = args.retention_bytes
         && !(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX).contains(&bytes)
@@ -763,6 +831,23 @@ impl Request {
                 to(serde_json::to_value(CleanArgs {
                     older_than_ms: *older_than_ms,
                     dry_run: *dry_run,
+                })),
+            ),
+            Request::Pause { reason } | Request::Resume { reason } => (
+                if matches!(self, Request::Pause { .. }) {
+                    "pause"
+                } else {
+                    "resume"
+                },
+                to(serde_json::to_value(GateArgs {
+                    reason: (!reason.is_empty()).then(|| reason.clone()),
+                })),
+            ),
+            Request::AwaitInput { handle, waiting } => (
+                "await_input",
+                to(serde_json::to_value(AwaitInputArgs {
+                    handle: handle.to_string(),
+                    waiting: Some(*waiting),
                 })),
             ),
         }

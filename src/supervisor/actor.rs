@@ -13,6 +13,11 @@
 //! - A process leaves the live table at its terminal gate with every OS resource released; it
 //!   stays owned as lingering while members of its tree outlive the leader; finished processes
 //!   are then answered from bounded caches, the journal and the spool.
+//! - Deadlines are checked by one sweep over the table (`deadline.rs`), run when the earliest
+//!   deadline any live process could reach comes (never sooner than `DEADLINE_SWEEP_MIN_MS`
+//!   after the last); each due deadline is enforced in a task of its own.
+//! - The pause gate is one check at the top of the start path (`Shared::paused`, set under the
+//!   lifecycle lock with its journal record, `gate.rs`).
 //! - Messages from one task are handled in the order sent: the terminal gate's `Finished` is
 //!   handled before anything a woken waiter asks next.
 //! - Admission (src/admission/) is decided here and only here, in [`Actor::may_start`]: every
@@ -240,6 +245,10 @@ pub(crate) struct Actor {
     next_sample: Option<tokio::time::Instant>,
     sampling: bool,
     last_sampled: tokio::time::Instant,
+    /// When the deadlines are next swept (`None`: no live process has one that can fire).
+    next_sweep: Option<tokio::time::Instant>,
+    /// When they were last swept.
+    last_sweep: tokio::time::Instant,
 }
 
 impl Actor {
@@ -282,6 +291,8 @@ impl Actor {
             held: held.into_iter().map(|(h, s, i)| (h, (s, i))).collect(),
             next_snapshot_check: Some(tokio::time::Instant::now()),
             next_retention: Some(tokio::time::Instant::now()),
+            next_sweep: None,
+            last_sweep: tokio::time::Instant::now(),
         }
     }
 
@@ -334,6 +345,10 @@ impl Actor {
                 () = sleep_until_opt(queue_deadline), if queue_deadline.is_some() => {
                     self.expire_queued();
                 }
+                () = sleep_until_opt(self.next_sweep),
+                    if self.next_sweep.is_some() && matches!(self.shutdown, ShutdownState::Open) => {
+                    self.sweep();
+                }
             }
             self.finish_shutdown(false);
         }
@@ -342,11 +357,15 @@ impl Actor {
     }
 
     /// The one place that decides whether a start may proceed now: the shutdown gate, the
-    /// live-process bound, then admission. `fresh`: a start that is not the queue's head, which
-    /// must not overtake starts already waiting. (A pause gate belongs here too.)
+    /// pause gate, the live-process bound, then admission. `fresh`: a start that is not the
+    /// queue's head, which must not overtake starts already waiting. A start queued for capacity
+    /// when the gate closes is refused (paused) when capacity would have admitted it.
     fn may_start(&self, fresh: bool) -> StartGate {
         if self.closed {
             return StartGate::Closed(Refusal::ShuttingDown);
+        }
+        if self.shared.paused.load(Ordering::SeqCst) {
+            return StartGate::Closed(Refusal::Paused);
         }
         if self.live >= self.max_live {
             return StartGate::AtBound {
@@ -485,6 +504,48 @@ impl Actor {
 
     fn sender(&self) -> Option<mpsc::Sender<Msg>> {
         self.outbox.upgrade()
+    }
+
+    /// Asks for a sweep at `at` (not sooner than the spacing after the last one), unless one is
+    /// due sooner already.
+    fn arm_sweep(&mut self, at: tokio::time::Instant) {
+        let at = at.max(self.last_sweep + super::deadline::sweep_spacing());
+        self.next_sweep = Some(self.next_sweep.map_or(at, |n| n.min(at)));
+    }
+
+    /// Checks every live process's deadlines; each due one is claimed and enforced in a task
+    /// of its own, so a tree that cannot be signalled delays no other check or stop.
+    fn sweep(&mut self) {
+        let now = tokio::time::Instant::now();
+        self.last_sweep = now;
+        self.next_sweep = None;
+        let mut due = Vec::new();
+        let live = self
+            .table
+            .values()
+            .filter(|e| !e.lingering)
+            .map(|e| (&e.proc.clocks, &e.proc));
+        let next =
+            super::deadline::sweep(now, live, |proc, check| due.push((Arc::clone(proc), check)));
+        for (proc, check) in due {
+            if let super::deadline::Check::Due { deadline, .. } = check {
+                proc.clocks.claim(deadline);
+                proc.set_cause(Cause::Timeout);
+            }
+            let handle = proc.handle;
+            self.tasks.spawn(
+                super::deadline::enforce(
+                    Arc::clone(&self.shared),
+                    self.events_tx.clone(),
+                    proc,
+                    check,
+                )
+                .instrument(info_span!("deadline", %handle)),
+            );
+        }
+        if let Some(at) = next {
+            self.arm_sweep(at);
+        }
     }
 
     /// Re-assesses every held tree from its evidence now, in one task on the blocking pool.
@@ -641,15 +702,23 @@ impl Actor {
                 }
                 self.settle(&handle);
             }
-            ProcEvent::Timeout { handle } => {
-                if let Some(e) = self.table.get(&handle) {
-                    let proc = Arc::clone(&e.proc);
-                    let grace = self.shared.config.default_grace;
+            ProcEvent::DeadlineFailed { handle } => {
+                if let Some(e) = self.table.get(&handle).filter(|e| !e.lingering) {
+                    let now = tokio::time::Instant::now();
+                    e.proc
+                        .clocks
+                        .retry_after(now, super::deadline::retry_delay());
+                    self.arm_sweep(now + super::deadline::retry_delay());
+                }
+            }
+            ProcEvent::InputWritten { handle } => {
+                if let Some(e) = self.table.get(&handle).filter(|e| !e.lingering)
+                    && e.proc.clocks.awaiting()
+                {
+                    let (shared, proc) = (Arc::clone(&self.shared), Arc::clone(&e.proc));
                     self.tasks.spawn(
-                        async move {
-                            let _ = teardown(&proc, grace).await;
-                        }
-                        .instrument(info_span!("deadline", %handle)),
+                        super::deadline::clear_on_input(shared, proc)
+                            .instrument(info_span!("input", %handle)),
                     );
                 }
             }
@@ -736,6 +805,7 @@ impl Actor {
             tasks: self.tasks.len(),
             readers_cached: self.readers.len(),
             summaries_cached: self.summaries.len(),
+            paused: self.shared.paused.load(Ordering::SeqCst),
         }
     }
 
@@ -851,7 +921,8 @@ impl Actor {
                 .spool_for(prepared.spec.limits.output_retention_bytes),
             buffer_bytes: self.shared.config.buffer_bytes,
         };
-        let proc = Arc::new(Proc::new(handle, ids, spool_at));
+        let clocks = super::deadline::Clocks::new(&prepared.spec.limits);
+        let proc = Arc::new(Proc::new(handle, ids, spool_at, clocks));
         self.admission.admit(handle);
         self.schedule_sample();
         self.table.insert(
@@ -875,9 +946,14 @@ impl Actor {
         };
         let (tx, rx) = mpsc::channel(limits::INPUT_QUEUE_DEPTH);
         entry.stdin = Some(tx);
-        let exited = entry.proc.exited.subscribe();
+        let proc = Arc::clone(&entry.proc);
+        let first_deadline = proc.clocks.check(tokio::time::Instant::now());
+        let actor = self.events_tx.clone();
         self.tasks
-            .spawn(stdin_writer(stdin, rx, exited).instrument(info_span!("stdin", %handle)));
+            .spawn(stdin_writer(stdin, rx, proc, actor).instrument(info_span!("stdin", %handle)));
+        if let super::deadline::Check::NotBefore(at) = first_deadline {
+            self.arm_sweep(at);
+        }
     }
 
     /// SIGINT to the tree, from a task: a signal after the leader's reaping scans /proc, which
@@ -895,6 +971,8 @@ impl Actor {
             return;
         };
         entry.proc.set_cause(Cause::Interrupt);
+        // A signal sent to the process is activity (its idle clock restarts).
+        entry.proc.clocks.touch();
         self.tasks.spawn(
             async move {
                 let sent = tokio::task::spawn_blocking(move || tree.signal(TreeSignal::Interrupt))
@@ -1124,8 +1202,10 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 async fn stdin_writer(
     mut pipe: tokio::net::unix::pipe::Sender,
     mut queue: mpsc::Receiver<InputOp>,
-    mut exited: tokio::sync::watch::Receiver<Option<TerminalSummary>>,
+    proc: Arc<Proc>,
+    actor: mpsc::Sender<ProcEvent>,
 ) {
+    let mut exited = proc.exited.subscribe();
     use tokio::io::AsyncWriteExt;
     let bound = Duration::from_millis(limits::INPUT_WRITE_MS);
     loop {
@@ -1144,6 +1224,18 @@ async fn stdin_writer(
                     Ok::<(), std::io::Error>(())
                 })
                 .await;
+                if written > 0 {
+                    // Input is activity; it also clears a wait for human input (journaled, by
+                    // the actor).
+                    proc.clocks.touch();
+                    if proc.clocks.awaiting() {
+                        let _ = actor
+                            .send(ProcEvent::InputWritten {
+                                handle: proc.handle,
+                            })
+                            .await;
+                    }
+                }
                 let _ = reply.send(match result {
                     Ok(Ok(())) => Ok(()),
                     Ok(Err(e)) => Err(format!("{e} after {written} of {} bytes", bytes.len())),

@@ -29,6 +29,7 @@ pub struct Command {
     env: Vec<(String, String)>,
     labels: BTreeMap<String, String>,
     timeout: Option<Duration>,
+    idle_timeout: Option<Duration>,
     retention: Option<u64>,
     owner: String,
     capacity_wait: Option<Duration>,
@@ -43,6 +44,7 @@ impl Command {
             env: Vec::new(),
             labels: BTreeMap::new(),
             timeout: None,
+            idle_timeout: None,
             retention: None,
             owner: String::new(),
             capacity_wait: None,
@@ -72,6 +74,14 @@ impl Command {
     /// Wall-clock limit: the process is terminated (then killed) and ends `timed_out`.
     pub fn timeout(mut self, limit: Duration) -> Self {
         self.timeout = Some(limit);
+        self
+    }
+    /// Idle limit: once the process shows no activity (output, input written to it, a signal
+    /// sent to it) for this long, and is not marked as waiting for human input
+    /// (`Supervisor::await_input`), its tree is terminated (then killed) and it ends
+    /// `timed_out`. Before any activity the idle clock runs from the start.
+    pub fn idle_timeout(mut self, limit: Duration) -> Self {
+        self.idle_timeout = Some(limit);
         self
     }
     /// Output bytes this process keeps (its spool's retention) instead of the supervisor's
@@ -195,7 +205,9 @@ pub(crate) fn prepare(
         wall_clock_ms: command
             .timeout
             .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        idle_ms: None,
+        idle_ms: command
+            .idle_timeout
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         // The effective value, default or not: the journal says what each process kept, whatever
         // a later daemon's default is.
         output_retention_bytes: Some(retention),

@@ -118,6 +118,9 @@ fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
     // Set once, here; a stop that raced the launch is waiting for it.
     let _ = proc.tree.set(Arc::clone(&spawned.tree));
     let identity = spawned.tree.identity();
+    let at_unix_ms = super::now_unix_ms();
+    // The deadlines' clocks run from the same instant `running` records.
+    proc.clocks.start(tokio::time::Instant::now(), at_unix_ms);
     let running = LifecycleEvent::Running(Running {
         handle,
         pid: identity.pid,
@@ -125,7 +128,7 @@ fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
             start_time_ticks: identity.start_time_ticks,
             boot_id: identity.boot_id,
         },
-        at_unix_ms: super::now_unix_ms(),
+        at_unix_ms,
     });
     // `running` rides the next acknowledgement instead of waiting for one of its own: what a
     // restore needs is durable already (the registration, and with a gate the scope), a crash
@@ -225,13 +228,11 @@ pub(crate) async fn start(
             }
         }
     };
-    let timeout = spec.limits.wall_clock_ms.map(Duration::from_millis);
     let launched = Launched {
         proc,
         tree: spawned.tree,
         stdout: spawned.stdout,
         stderr: spawned.stderr,
-        timeout,
         lease,
         tap,
     };

@@ -25,6 +25,9 @@
 
 mod actor;
 pub mod command;
+#[doc(hidden)]
+pub mod deadline;
+mod gate;
 mod launch;
 pub(crate) mod process;
 mod publish;
@@ -34,7 +37,7 @@ mod tap;
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -42,6 +45,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
 pub use command::{Command, Lease, PrepareError, PreparedProcess};
+pub use gate::{GateStatus, InputWaitStatus};
 pub use process::TerminalSummary;
 pub use restore::RestoreReport;
 pub use services::{
@@ -187,6 +191,8 @@ pub struct SupervisorStats {
     pub tasks: usize,
     pub readers_cached: usize,
     pub summaries_cached: usize,
+    /// The pause gate is closed: new starts are refused.
+    pub paused: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -232,6 +238,8 @@ pub enum SupervisorError {
 #[serde(rename_all = "snake_case")]
 pub enum Refusal {
     ShuttingDown,
+    /// The pause gate is closed (`Supervisor::pause`); running processes go on.
+    Paused,
     /// The live-process bound ([`SupervisorConfig::max_live`], capped by the descriptor budget).
     AtCapacity {
         live: usize,
@@ -354,6 +362,9 @@ pub(crate) struct Shared {
     root: PathBuf,
     /// The actor's admission count, published for `live_count` (written by the actor only).
     live: AtomicUsize,
+    /// The pause gate: set only under the lifecycle lock, together with its journal record
+    /// (`gate.rs`), and read by the actor's start path.
+    paused: AtomicBool,
 }
 
 impl Shared {
@@ -548,6 +559,8 @@ impl Supervisor {
         .await
         .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let (lifecycle, recovery, replay) = opened;
+        // The gate as the journal (or the snapshot) left it: a restart keeps it.
+        let paused = AtomicBool::new(lifecycle.store().paused());
         // The live bound the descriptor limit allows (a start refused with a typed error beats
         // one that fails half-way with EMFILE); an embedding host's connections are its own,
         // so only the split's minimum is kept for them.
@@ -560,6 +573,7 @@ impl Supervisor {
             lifecycle: Mutex::new(lifecycle),
             root,
             live: AtomicUsize::new(0),
+            paused,
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
         // The first decision has the host's telemetry; trees are sampled once they run.

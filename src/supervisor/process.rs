@@ -18,7 +18,7 @@
 //!   reported incomplete). The pipes are dropped when the drain ends.
 //! - With a tap (`tap.rs`), the drain reads a pipe only while it holds room in the tap, and
 //!   waits for room in an arm of its own: a slow consumer blocks the workload, never the
-//!   drain's checkpoints, its wall-clock limit or its watch on the leader.
+//!   drain's checkpoints or its watch on the leader.
 //! - Spool syncs never block the drain's reads: their `fdatasync`s run on a blocking thread,
 //!   without the output lock, one at a time. A checkpoint records the bounds its sync planned
 //!   (never bytes appended while it ran), checkpoints reach the journal in order, and the drain
@@ -35,12 +35,13 @@ use tokio::sync::{Notify, mpsc, watch};
 use tracing::{Instrument, debug, warn};
 
 use super::command::Lease;
+use super::deadline::Clocks;
 use super::tap::{Tap, Tapping};
 use super::{Shared, lock};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CursorBounds, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint, OutputGap,
-    Terminal, TreeReleased,
+    CaptureStatus, CursorBounds, Deadline, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint,
+    OutputGap, Terminal, TreeReleased,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
@@ -86,8 +87,10 @@ pub(crate) enum ProcEvent {
     Spawned { handle: Handle, stdin: pipe::Sender },
     /// A start that recorded nothing: the admission is given back.
     Abandoned { handle: Handle },
-    /// The wall-clock limit passed.
-    Timeout { handle: Handle },
+    /// Enforcing a fired deadline failed (traced and recorded): the sweep tries again later.
+    DeadlineFailed { handle: Handle },
+    /// Input was written to a process marked as waiting for human input: the mark is cleared.
+    InputWritten { handle: Handle },
     /// The terminal gate passed.
     Finished {
         handle: Handle,
@@ -142,6 +145,8 @@ pub(crate) struct Proc {
     pub handle: Handle,
     pub ids: LifecycleIds,
     spool_at: SpoolAt,
+    /// The deadlines' clocks (`deadline.rs`): started at the spawn, touched by activity.
+    pub clocks: Clocks,
     /// Set once, when the workload was launched.
     pub tree: OnceLock<Arc<dyn ProcessTree>>,
     /// `None` before the spool exists and after terminalization closed it.
@@ -165,11 +170,12 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
-    pub fn new(handle: Handle, ids: LifecycleIds, spool_at: SpoolAt) -> Self {
+    pub fn new(handle: Handle, ids: LifecycleIds, spool_at: SpoolAt, clocks: Clocks) -> Self {
         Proc {
             handle,
             ids,
             spool_at,
+            clocks,
             tree: OnceLock::new(),
             loss_logged: AtomicBool::new(false),
             running_claim: AtomicU8::new(0),
@@ -402,14 +408,13 @@ pub(crate) struct Launched {
     pub tree: Arc<dyn ProcessTree>,
     pub stdout: pipe::Receiver,
     pub stderr: pipe::Receiver,
-    pub timeout: Option<Duration>,
     pub lease: Option<Box<dyn Lease>>,
     /// A live copy of the output for one consumer, with backpressure.
     pub tap: Option<Tap>,
 }
 
-/// Reads both streams into the spool, watches the wall-clock limit, checkpoints cursor bounds,
-/// and terminalizes when the leader has exited and its output is drained.
+/// Reads both streams into the spool (each read is activity for the idle deadline; the actor's
+/// sweep enforces the deadlines), checkpoints cursor bounds, and terminalizes when the leader has exited and its output is drained.
 ///
 /// Spool syncs run beside the reads, one at a time (so checkpoint records reach the journal in
 /// order, each with bounds no smaller than the last): every `checkpoint_interval` a checkpoint
@@ -435,7 +440,6 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         tree,
         stdout,
         stderr,
-        timeout,
         lease,
         tap,
     } = launched;
@@ -446,8 +450,6 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     let mut status: Option<std::io::Result<LeaderExit>> = None;
     let mut capture_failure: Option<String> = None;
     let start = tokio::time::Instant::now();
-    let deadline = timeout.map(|t| start + t);
-    let mut timeout_fired = false;
     let final_drain = shared.config.final_drain;
     let write_behind = shared.config.write_behind_bytes;
     let mut drain_deadline: Option<tokio::time::Instant> = None;
@@ -524,12 +526,6 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
             }
             () = sleep_until_opt(drain_deadline), if drain_deadline.is_some() => {
                 break;
-            }
-            () = sleep_until_opt(deadline), if deadline.is_some() && !timeout_fired && status.is_none() => {
-                timeout_fired = true;
-                proc.set_cause(Cause::Timeout);
-                // The actor runs the teardown in a task it owns, so shutdown joins it.
-                let _ = actor.send(ProcEvent::Timeout { handle: proc.handle }).await;
             }
             done = run_opt(&mut sync_task), if sync_task.is_some() => {
                 sync_task = None;
@@ -661,6 +657,7 @@ fn drain_ready(
         match pipe.try_read(&mut buf[..crate::limits::READ_BYTES]) {
             Ok(0) => Ok(Drained::Eof),
             Ok(n) => {
+                proc.clocks.touch();
                 // A spool failure is recorded, and reading goes on: the workload must never
                 // block on a full pipe because its output could not be kept.
                 let kept = proc
@@ -766,7 +763,13 @@ fn classify(proc: &Proc, status: std::io::Result<LeaderExit>) -> (State, ExitSta
         ),
         Some(Cause::Stop) => (State::Terminated, exit, "stopped".to_owned()),
         Some(Cause::Shutdown) => (State::Terminated, exit, "supervisor shut down".to_owned()),
-        Some(Cause::Timeout) => (State::TimedOut, exit, "wall-clock limit reached".to_owned()),
+        Some(Cause::Timeout) => {
+            let reason = match proc.clocks.fired() {
+                Some(Deadline::Idle) => "idle deadline reached: no activity within the idle limit",
+                _ => "wall-clock limit reached",
+            };
+            (State::TimedOut, exit, reason.to_owned())
+        }
         Some(Cause::Interrupt)
             if exit == ExitStatus::Signal(nix::sys::signal::Signal::SIGINT as i32)
                 || exit == ExitStatus::Code(130) =>

@@ -12,7 +12,8 @@
 //!   so a consumer that falls behind stops the reads, the pipes fill, and the workload blocks in
 //!   `write`, as it would writing to the consumer directly.
 //! - Waiting for room is one more arm of the drain's loop, never an await inside another arm:
-//!   checkpoints, the wall-clock limit and the leader's exit are handled while the tap is full.
+//!   checkpoints and the leader's exit are handled while the tap is full (deadlines are the
+//!   actor's sweep's, `deadline.rs`, and stop the tree whatever the tap holds).
 //! - A dropped receiver ends the tap, not the process: the drain reads on without it.
 //! - The consumer must read the tap or drop it. Bytes the workload wrote before its exit are
 //!   owed to the consumer however slowly it reads (see `drain`'s final window), so a receiver

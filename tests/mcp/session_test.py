@@ -37,7 +37,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
-TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission"}
+TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input"}
 HANDLE = re.compile(r"^p-[0-9a-f]{32}$")
 # Every request gets an answer within this; `wait` and `output` calls pass smaller timeouts.
 CALL_TIMEOUT_S = 30.0
@@ -145,7 +145,7 @@ async def first_server(args, root, work, state):
 
         listed = (await s.list_tools()).tools
         by_name = {t.name: t for t in listed}
-        check(set(by_name) == TOOLS, "tools/list: start, output, input, stop, interrupt, wait, list, admission", sorted(by_name))
+        check(set(by_name) == TOOLS, "tools/list: start, output, input, stop, interrupt, wait, list, admission, await_input", sorted(by_name))
         for tool in listed:
             check(len(tool.description or "") > 100, f"tools/list: {tool.name} has a description for an agent")
             check(tool.input_schema.get("type") == "object", f"tools/list: {tool.name} takes an object")

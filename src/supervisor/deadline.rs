@@ -1,0 +1,488 @@
+//! Per-process deadlines (journal-format.md, "Deadlines"; README, "Deadlines"): a wall-clock
+//! limit and an idle limit, enforced by one sweep in the actor over every live process.
+//!
+//! Each live process carries [`Clocks`]: its configured limits, the monotonic instant it started
+//! running, the instant of its last activity (output read by the drain, input written to it, a
+//! signal sent to it by a client; a PTY resize will call [`Clocks::touch`] too), whether it waits
+//! for human input, and which deadline fired. Activity is recorded with one atomic store; nothing
+//! is journaled per activity.
+//!
+//! Why one sweep and not a timer per process: activity would have to re-arm a process's idle
+//! timer on every read of its output (a timer-wheel entry moved per read, from the drain's
+//! task), while the sweep costs the hot path one atomic store, and the actor, at most every
+//! [`limits::DEADLINE_SWEEP_MIN_MS`], a few nanoseconds per live process (10 000 live processes:
+//! tens of microseconds; `benches/supervisor.rs`, `deadline_sweep`). The sweep is not periodic:
+//! each check answers the earliest instant its process could reach a deadline (a lower bound:
+//! activity only moves an idle deadline later), and the actor sleeps until the earliest of those,
+//! so with no deadline near, nothing runs.
+//!
+//! Invariants:
+//! - The wall clock runs from the instant the process was spawned (its journaled `running`
+//!   time), the idle clock from its last activity, or from that start before any activity.
+//! - While a process waits for human input its idle clock does not run; when the mark is
+//!   cleared (input written, or an explicit call) the clear is activity, so the idle clock
+//!   restarts from it.
+//! - At most one deadline fires per process (wall first when both are due at once); it is
+//!   journaled (`DeadlineFired`) before its tree is stopped through the same teardown as `stop`
+//!   (SIGTERM, grace, SIGKILL, exit proven); the process ends `timed_out` and its terminal reason
+//!   names the deadline.
+//! - Enforcement runs in a task per process: a failure to signal one tree (reported by tracing
+//!   and a `DeadlineFailed` record, and retried after [`limits::DEADLINE_RETRY_MS`]) never delays
+//!   the checks or the enforcement of others.
+//! - Across a restart: a process live when its supervisor stopped is reconciled as
+//!   `lost_on_restore` (never re-attached), so no process is ever given a new wall or idle
+//!   period by a restart. Its manifest keeps the original start and the configured limits.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tracing::warn;
+
+use super::process::{Proc, ProcEvent, teardown};
+use super::{Shared, SupervisorError, lock, now_unix_ms};
+use crate::journal::EventId;
+use crate::lifecycle::event::{Deadline, DeadlineFailed, DeadlineFired, HumanInput, Limits};
+use crate::lifecycle::{Applied, LifecycleError, LifecycleEvent, Rejection};
+use crate::limits;
+
+const FIRED_NONE: u8 = 0;
+const FIRED_WALL: u8 = 1;
+const FIRED_IDLE: u8 = 2;
+/// `Clocks::retry_at_ms` while an enforcement is in flight (no retry pending).
+const RETRY_NONE: u64 = u64::MAX;
+
+/// The deadline clocks of one process (module doc). Shared by the actor (which checks them), the
+/// drain and stdin writer (which record activity) and the enforcement task.
+#[derive(Debug)]
+pub struct Clocks {
+    wall_ms: Option<u64>,
+    idle_ms: Option<u64>,
+    /// When the process started running (monotonic) and the same instant as Unix ms.
+    started: OnceLock<(Instant, u64)>,
+    /// Milliseconds after `started` of the last activity (0: none yet, the clock runs from the
+    /// start).
+    activity_ms: AtomicU64,
+    awaiting: AtomicBool,
+    fired: AtomicU8,
+    /// Milliseconds after `started` at which a failed enforcement is tried again;
+    /// `RETRY_NONE` while none is pending.
+    retry_at_ms: AtomicU64,
+}
+
+/// What a check of one process's clocks found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// No deadline can fire: none configured, not started yet, or one fired and its enforcement
+    /// is in flight.
+    Nothing,
+    /// Nothing is due; no deadline of this process runs out before this instant.
+    NotBefore(Instant),
+    /// `deadline` ran out (its clock started at `clock_from`): enforce it. `first` is false for
+    /// a retry of an enforcement that failed.
+    Due {
+        deadline: Deadline,
+        limit_ms: u64,
+        clock_from: Instant,
+        first: bool,
+    },
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Clocks {
+    pub fn new(limits: &Limits) -> Clocks {
+        Clocks {
+            wall_ms: limits.wall_clock_ms,
+            idle_ms: limits.idle_ms,
+            started: OnceLock::new(),
+            activity_ms: AtomicU64::new(0),
+            awaiting: AtomicBool::new(false),
+            fired: AtomicU8::new(FIRED_NONE),
+            retry_at_ms: AtomicU64::new(RETRY_NONE),
+        }
+    }
+
+    /// Whether any deadline is configured.
+    pub fn limited(&self) -> bool {
+        self.wall_ms.is_some() || self.idle_ms.is_some()
+    }
+
+    /// The process started running now (once; later calls change nothing).
+    pub fn start(&self, at: Instant, unix_ms: u64) {
+        let _ = self.started.set((at, unix_ms));
+    }
+
+    /// Activity now (output, input, a signal; a PTY resize later): the idle clock restarts.
+    pub fn touch(&self) {
+        self.touch_at(Instant::now());
+    }
+
+    pub fn touch_at(&self, now: Instant) {
+        if self.idle_ms.is_none() {
+            return;
+        }
+        if let Some((start, _)) = self.started.get() {
+            let at = millis(now.saturating_duration_since(*start));
+            self.activity_ms.fetch_max(at, Ordering::Relaxed);
+        }
+    }
+
+    pub fn awaiting(&self) -> bool {
+        self.awaiting.load(Ordering::Relaxed)
+    }
+
+    /// Marks or clears the wait for human input; a clear is activity. The supervisor calls it
+    /// only together with the journal record (`set_awaiting_blocking`); the clocks of a live
+    /// process are not reachable from outside the crate.
+    pub fn set_awaiting(&self, waiting: bool) {
+        if !waiting {
+            self.touch();
+        }
+        self.awaiting.store(waiting, Ordering::Relaxed);
+    }
+
+    /// The deadline that fired, if one did.
+    pub fn fired(&self) -> Option<Deadline> {
+        match self.fired.load(Ordering::Relaxed) {
+            FIRED_WALL => Some(Deadline::Wall),
+            FIRED_IDLE => Some(Deadline::Idle),
+            _ => None,
+        }
+    }
+
+    /// The Unix time of a monotonic instant of this process's clocks.
+    fn unix_ms_of(&self, at: Instant) -> u64 {
+        match self.started.get() {
+            Some((start, unix)) => {
+                unix.saturating_add(millis(at.saturating_duration_since(*start)))
+            }
+            None => now_unix_ms(),
+        }
+    }
+
+    /// Decides, at `now`, whether a deadline is due (module doc). Pure but for reads of the
+    /// atomics: the sweep calls it for every live process.
+    pub fn check(&self, now: Instant) -> Check {
+        let Some((start, _)) = self.started.get() else {
+            return Check::Nothing;
+        };
+        let elapsed = millis(now.saturating_duration_since(*start));
+        if let Some(deadline) = self.fired() {
+            let retry = self.retry_at_ms.load(Ordering::Relaxed);
+            if retry == RETRY_NONE {
+                return Check::Nothing;
+            }
+            if elapsed < retry {
+                return Check::NotBefore(*start + Duration::from_millis(retry));
+            }
+            let (limit_ms, clock_from) = match deadline {
+                Deadline::Wall => (self.wall_ms.unwrap_or(0), *start),
+                Deadline::Idle => (
+                    self.idle_ms.unwrap_or(0),
+                    *start + Duration::from_millis(self.activity_ms.load(Ordering::Relaxed)),
+                ),
+            };
+            return Check::Due {
+                deadline,
+                limit_ms,
+                clock_from,
+                first: false,
+            };
+        }
+        let mut next: Option<Instant> = None;
+        if let Some(wall) = self.wall_ms {
+            if elapsed >= wall {
+                return Check::Due {
+                    deadline: Deadline::Wall,
+                    limit_ms: wall,
+                    clock_from: *start,
+                    first: true,
+                };
+            }
+            next = Some(*start + Duration::from_millis(wall));
+        }
+        if let Some(idle) = self.idle_ms {
+            let at = if self.awaiting() {
+                // Suspended. Once cleared (at `now` at the earliest) it restarts from the clear.
+                now + Duration::from_millis(idle)
+            } else {
+                let last = self.activity_ms.load(Ordering::Relaxed);
+                if elapsed >= last.saturating_add(idle) {
+                    return Check::Due {
+                        deadline: Deadline::Idle,
+                        limit_ms: idle,
+                        clock_from: *start + Duration::from_millis(last),
+                        first: true,
+                    };
+                }
+                *start + Duration::from_millis(last.saturating_add(idle))
+            };
+            next = Some(next.map_or(at, |n| n.min(at)));
+        }
+        next.map_or(Check::Nothing, Check::NotBefore)
+    }
+
+    /// Claims the enforcement of a due deadline: the fired deadline is set (first time), and no
+    /// retry is pending until [`Clocks::retry_after`].
+    pub fn claim(&self, deadline: Deadline) {
+        let v = match deadline {
+            Deadline::Wall => FIRED_WALL,
+            Deadline::Idle => FIRED_IDLE,
+        };
+        let _ = self
+            .fired
+            .compare_exchange(FIRED_NONE, v, Ordering::Relaxed, Ordering::Relaxed);
+        self.retry_at_ms.store(RETRY_NONE, Ordering::Relaxed);
+    }
+
+    /// The enforcement failed: try again `delay` after `now`.
+    pub(crate) fn retry_after(&self, now: Instant, delay: Duration) {
+        if let Some((start, _)) = self.started.get() {
+            let at = millis((now + delay).saturating_duration_since(*start));
+            self.retry_at_ms.store(at, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The sweep's decision over many processes (what the actor does each sweep, and what the
+/// bench measures): calls `due` for every process whose deadline is due and returns the earliest
+/// instant another one could be.
+pub fn sweep<'a, T: 'a>(
+    now: Instant,
+    entries: impl IntoIterator<Item = (&'a Clocks, T)>,
+    mut due: impl FnMut(T, Check),
+) -> Option<Instant> {
+    let mut next: Option<Instant> = None;
+    for (clocks, item) in entries {
+        match clocks.check(now) {
+            Check::Nothing => {}
+            Check::NotBefore(at) => next = Some(next.map_or(at, |n| n.min(at))),
+            c @ Check::Due { .. } => due(item, c),
+        }
+    }
+    next
+}
+
+/// Enforces a due deadline of `proc`: journals it (the first time), then stops the whole tree
+/// through the stop path. A failure is traced, recorded (up to `DEADLINE_FAILURES_MAX`), and
+/// reported to the actor, which retries later.
+pub(crate) async fn enforce(
+    shared: Arc<Shared>,
+    actor: mpsc::Sender<ProcEvent>,
+    proc: Arc<Proc>,
+    due: Check,
+) {
+    let Check::Due {
+        deadline,
+        limit_ms,
+        clock_from,
+        first,
+    } = due
+    else {
+        return;
+    };
+    let handle = proc.handle;
+    if first {
+        let event = LifecycleEvent::DeadlineFired(DeadlineFired {
+            handle,
+            deadline,
+            limit_ms,
+            clock_from_unix_ms: proc.clocks.unix_ms_of(clock_from),
+            at_unix_ms: now_unix_ms(),
+        });
+        // Refused only when the process became terminal meanwhile; a journal failure is only
+        // traced: stopping the tree matters more than the record of why.
+        if let Err(e) = shared.append(EventId::new_v7(), event).await
+            && !matches!(e, LifecycleError::Rejected(Rejection::AlreadyTerminal(_)))
+        {
+            warn!(%handle, deadline = deadline.name(), error = %e, "deadline: the record of its firing failed");
+        }
+    }
+    if let Err(reason) = teardown(&proc, shared.config.default_grace).await {
+        warn!(%handle, deadline = deadline.name(), %reason, "deadline: stopping the tree failed; retried later");
+        let event = LifecycleEvent::DeadlineFailed(DeadlineFailed {
+            handle,
+            deadline,
+            error: reason,
+            at_unix_ms: now_unix_ms(),
+        });
+        // Refused past DEADLINE_FAILURES_MAX, or once terminal: traced above either way.
+        let _ = shared.append(EventId::new_v7(), event).await;
+        let _ = actor.send(ProcEvent::DeadlineFailed { handle }).await;
+    }
+}
+
+/// Marks (`waiting`) or clears the wait of a live process for human input, journaled, and the
+/// clocks changed under the same lock as the record, so that concurrent marks and clears leave
+/// the clocks as the journal says. `Unchanged` when it already was so (nothing recorded).
+pub(crate) fn set_awaiting_blocking(
+    shared: &Shared,
+    proc: &Proc,
+    waiting: bool,
+    by: &str,
+) -> Result<Applied, SupervisorError> {
+    let handle = proc.handle;
+    let (appended, journal) = {
+        let mut lifecycle = lock(&shared.lifecycle);
+        let current = lifecycle
+            .manifest(&handle)
+            .ok_or(SupervisorError::UnknownHandle(handle))?;
+        if current.state.is_terminal() {
+            return Err(SupervisorError::NotRunning(handle));
+        }
+        if current.awaiting_input.is_some() == waiting {
+            return Ok(Applied::Unchanged);
+        }
+        let event = LifecycleEvent::HumanInput(HumanInput {
+            handle,
+            waiting,
+            by: by.to_owned(),
+            at_unix_ms: now_unix_ms(),
+        });
+        let appended = lifecycle.append_deferred(EventId::new_v7(), &event)?;
+        proc.clocks.set_awaiting(waiting);
+        (appended, lifecycle.journal_arc())
+    };
+    journal
+        .acknowledge(appended.position.seq)
+        .map_err(LifecycleError::from)?;
+    Ok(Applied::Changed)
+}
+
+/// The human-input wait of a process whose input was just written is cleared (input clears it).
+pub(crate) async fn clear_on_input(shared: Arc<Shared>, proc: Arc<Proc>) {
+    let handle = proc.handle;
+    let cleared =
+        tokio::task::spawn_blocking(move || set_awaiting_blocking(&shared, &proc, false, "input"))
+            .await;
+    match cleared {
+        Ok(Ok(_)) | Ok(Err(SupervisorError::NotRunning(_))) => {}
+        Ok(Err(e)) => warn!(%handle, error = %e, "clearing the wait for human input failed"),
+        Err(e) => warn!(%handle, error = %e, "clearing the wait for human input: task failed"),
+    }
+}
+
+/// The retry delay after a failed enforcement.
+pub(crate) fn retry_delay() -> Duration {
+    Duration::from_millis(limits::DEADLINE_RETRY_MS)
+}
+
+/// The least time between two sweeps.
+pub(crate) fn sweep_spacing() -> Duration {
+    Duration::from_millis(limits::DEADLINE_SWEEP_MIN_MS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn clocks(wall: Option<u64>, idle: Option<u64>) -> (Clocks, Instant) {
+        let c = Clocks::new(&Limits {
+            wall_clock_ms: wall,
+            idle_ms: idle,
+            output_retention_bytes: None,
+        });
+        let t0 = Instant::now();
+        c.start(t0, 1_000);
+        (c, t0)
+    }
+
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    #[test]
+    fn nothing_before_the_start_or_without_limits() {
+        let c = Clocks::new(&Limits {
+            idle_ms: Some(5),
+            ..Limits::default()
+        });
+        assert_eq!(c.check(Instant::now()), Check::Nothing);
+        let (c, t0) = clocks(None, None);
+        assert_eq!(c.check(t0 + ms(10_000)), Check::Nothing);
+    }
+
+    #[test]
+    fn idle_runs_from_the_start_then_from_the_last_activity() {
+        let (c, t0) = clocks(None, Some(100));
+        assert_eq!(c.check(t0 + ms(50)), Check::NotBefore(t0 + ms(100)));
+        assert!(matches!(
+            c.check(t0 + ms(100)),
+            Check::Due { deadline: Deadline::Idle, clock_from, first: true, .. } if clock_from == t0
+        ));
+        c.touch_at(t0 + ms(80));
+        assert_eq!(c.check(t0 + ms(100)), Check::NotBefore(t0 + ms(180)));
+        // Activity never moves the clock back.
+        c.touch_at(t0 + ms(20));
+        assert_eq!(c.check(t0 + ms(100)), Check::NotBefore(t0 + ms(180)));
+    }
+
+    #[test]
+    fn waiting_for_input_suspends_idle_and_a_clear_restarts_it() {
+        let (c, t0) = clocks(None, Some(100));
+        c.set_awaiting(true);
+        let far = t0 + ms(10_000);
+        assert_eq!(c.check(far), Check::NotBefore(far + ms(100)));
+        c.awaiting.store(false, Ordering::Relaxed);
+        c.touch_at(far);
+        assert_eq!(c.check(far + ms(99)), Check::NotBefore(far + ms(100)));
+    }
+
+    #[test]
+    fn wall_wins_and_fires_once_then_retries_only_when_asked() {
+        let (c, t0) = clocks(Some(100), Some(100));
+        let due = c.check(t0 + ms(100));
+        assert!(
+            matches!(
+                due,
+                Check::Due {
+                    deadline: Deadline::Wall,
+                    limit_ms: 100,
+                    first: true,
+                    ..
+                }
+            ),
+            "{due:?}"
+        );
+        c.claim(Deadline::Wall);
+        assert_eq!(c.fired(), Some(Deadline::Wall));
+        assert_eq!(c.check(t0 + ms(5_000)), Check::Nothing);
+        c.retry_after(t0 + ms(200), ms(300));
+        assert_eq!(c.check(t0 + ms(400)), Check::NotBefore(t0 + ms(500)));
+        assert!(matches!(
+            c.check(t0 + ms(500)),
+            Check::Due {
+                deadline: Deadline::Wall,
+                first: false,
+                ..
+            }
+        ));
+        // A later claim of the other kind does not change which fired.
+        c.claim(Deadline::Idle);
+        assert_eq!(c.fired(), Some(Deadline::Wall));
+    }
+
+    #[test]
+    fn the_sweep_reports_every_due_process_and_the_earliest_next() {
+        let t0 = Instant::now();
+        let all: Vec<Clocks> = (0..10u64)
+            .map(|i| {
+                let c = Clocks::new(&Limits {
+                    idle_ms: Some(100 + i * 10),
+                    ..Limits::default()
+                });
+                c.start(t0, 0);
+                c
+            })
+            .collect();
+        let mut due = Vec::new();
+        let next = sweep(t0 + ms(125), all.iter().zip(0..), |i, _| due.push(i));
+        assert_eq!(due, vec![0, 1, 2]);
+        assert_eq!(next, Some(t0 + ms(130)));
+    }
+}
