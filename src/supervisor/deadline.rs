@@ -10,8 +10,8 @@
 //! Why one sweep and not a timer per process: activity would have to re-arm a process's idle
 //! timer on every read of its output (a timer-wheel entry moved per read, from the drain's
 //! task), while the sweep costs the hot path one atomic store, and the actor, at most every
-//! [`limits::DEADLINE_SWEEP_MIN_MS`], a few nanoseconds per live process (10 000 live processes:
-//! tens of microseconds; `benches/supervisor.rs`, `deadline_sweep`). The sweep is not periodic:
+//! [`limits::DEADLINE_SWEEP_MIN_MS`], nanoseconds per live process (integer comparisons of
+//! milliseconds from one epoch; `benches/deadline.rs` measures a sweep over 10 000). The sweep is not periodic:
 //! each check answers the earliest instant its process could reach a deadline (a lower bound:
 //! activity only moves an idle deadline later), and the actor sleeps until the earliest of those,
 //! so with no deadline near, nothing runs.
@@ -51,8 +51,28 @@ use crate::limits;
 const FIRED_NONE: u8 = 0;
 const FIRED_WALL: u8 = 1;
 const FIRED_IDLE: u8 = 2;
-/// `Clocks::retry_at_ms` while an enforcement is in flight (no retry pending).
+/// `Clocks::retry_at` while an enforcement is in flight (no retry pending).
 const RETRY_NONE: u64 = u64::MAX;
+/// `Clocks::start_at` before the process started.
+const NOT_STARTED: u64 = u64::MAX;
+
+/// The instant every clock counts milliseconds from: the sweep compares plain integers (a
+/// `Duration` per process, and its conversion to milliseconds, cost more than the rest of the
+/// check).
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Milliseconds from the epoch to `at` (0 for an instant before it).
+fn ms_of(at: Instant) -> u64 {
+    millis(at.saturating_duration_since(epoch()))
+}
+
+/// The instant `ms` milliseconds after the epoch.
+fn instant_of(ms: u64) -> Instant {
+    epoch() + Duration::from_millis(ms)
+}
 
 /// The deadline clocks of one process (module doc). Shared by the actor (which checks them), the
 /// drain and stdin writer (which record activity) and the enforcement task.
@@ -60,16 +80,17 @@ const RETRY_NONE: u64 = u64::MAX;
 pub struct Clocks {
     wall_ms: Option<u64>,
     idle_ms: Option<u64>,
-    /// When the process started running (monotonic) and the same instant as Unix ms.
-    started: OnceLock<(Instant, u64)>,
-    /// Milliseconds after `started` of the last activity (0: none yet, the clock runs from the
-    /// start).
-    activity_ms: AtomicU64,
+    /// When the process started running, as Unix ms (for the records).
+    started_unix_ms: AtomicU64,
+    /// When it started, in ms from the epoch (`NOT_STARTED` before).
+    start_at: AtomicU64,
+    /// The last activity, in ms from the epoch (the start before any).
+    activity_at: AtomicU64,
     awaiting: AtomicBool,
     fired: AtomicU8,
-    /// Milliseconds after `started` at which a failed enforcement is tried again;
-    /// `RETRY_NONE` while none is pending.
-    retry_at_ms: AtomicU64,
+    /// When a failed enforcement is tried again, in ms from the epoch; `RETRY_NONE` while none
+    /// is pending.
+    retry_at: AtomicU64,
 }
 
 /// What a check of one process's clocks found.
@@ -90,8 +111,44 @@ pub enum Check {
     },
 }
 
+/// [`Check`] in milliseconds from the epoch: what the sweep computes per process.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CheckMs {
+    Nothing,
+    NotBefore(u64),
+    Due {
+        deadline: Deadline,
+        limit_ms: u64,
+        clock_from: u64,
+        first: bool,
+    },
+}
+
+impl CheckMs {
+    fn at(self) -> Check {
+        match self {
+            CheckMs::Nothing => Check::Nothing,
+            CheckMs::NotBefore(ms) => Check::NotBefore(instant_of(ms)),
+            CheckMs::Due {
+                deadline,
+                limit_ms,
+                clock_from,
+                first,
+            } => Check::Due {
+                deadline,
+                limit_ms,
+                clock_from: instant_of(clock_from),
+                first,
+            },
+        }
+    }
+}
+
 fn millis(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+    // Seconds and the sub-second part: no 128-bit division on the hot path.
+    d.as_secs()
+        .saturating_mul(1000)
+        .saturating_add(u64::from(d.subsec_millis()))
 }
 
 impl Clocks {
@@ -99,11 +156,12 @@ impl Clocks {
         Clocks {
             wall_ms: limits.wall_clock_ms,
             idle_ms: limits.idle_ms,
-            started: OnceLock::new(),
-            activity_ms: AtomicU64::new(0),
+            started_unix_ms: AtomicU64::new(0),
+            start_at: AtomicU64::new(NOT_STARTED),
+            activity_at: AtomicU64::new(0),
             awaiting: AtomicBool::new(false),
             fired: AtomicU8::new(FIRED_NONE),
-            retry_at_ms: AtomicU64::new(RETRY_NONE),
+            retry_at: AtomicU64::new(RETRY_NONE),
         }
     }
 
@@ -112,24 +170,26 @@ impl Clocks {
         self.wall_ms.is_some() || self.idle_ms.is_some()
     }
 
-    /// The process started running now (once; later calls change nothing).
+    /// The process started running at `at` (`unix_ms` as Unix time); once: later calls change
+    /// nothing.
     pub fn start(&self, at: Instant, unix_ms: u64) {
-        let _ = self.started.set((at, unix_ms));
+        let at = ms_of(at);
+        self.activity_at.store(at, Ordering::Relaxed);
+        self.started_unix_ms.store(unix_ms, Ordering::Relaxed);
+        let _ =
+            self.start_at
+                .compare_exchange(NOT_STARTED, at, Ordering::Release, Ordering::Relaxed);
     }
 
     /// Activity now (output, input, a signal; a PTY resize later): the idle clock restarts.
     pub fn touch(&self) {
-        self.touch_at(Instant::now());
+        if self.idle_ms.is_some() {
+            self.touch_at(Instant::now());
+        }
     }
 
     pub fn touch_at(&self, now: Instant) {
-        if self.idle_ms.is_none() {
-            return;
-        }
-        if let Some((start, _)) = self.started.get() {
-            let at = millis(now.saturating_duration_since(*start));
-            self.activity_ms.fetch_max(at, Ordering::Relaxed);
-        }
+        self.activity_at.fetch_max(ms_of(now), Ordering::Relaxed);
     }
 
     pub fn awaiting(&self) -> bool {
@@ -141,7 +201,7 @@ impl Clocks {
     /// process are not reachable from outside the crate.
     pub fn set_awaiting(&self, waiting: bool) {
         if !waiting {
-            self.touch();
+            self.touch_at(Instant::now());
         }
         self.awaiting.store(waiting, Ordering::Relaxed);
     }
@@ -157,74 +217,86 @@ impl Clocks {
 
     /// The Unix time of a monotonic instant of this process's clocks.
     fn unix_ms_of(&self, at: Instant) -> u64 {
-        match self.started.get() {
-            Some((start, unix)) => {
-                unix.saturating_add(millis(at.saturating_duration_since(*start)))
-            }
-            None => now_unix_ms(),
+        let start = self.start_at.load(Ordering::Acquire);
+        if start == NOT_STARTED {
+            return now_unix_ms();
         }
+        self.started_unix_ms
+            .load(Ordering::Relaxed)
+            .saturating_add(ms_of(at).saturating_sub(start))
     }
 
-    /// Decides, at `now`, whether a deadline is due (module doc). Pure but for reads of the
-    /// atomics: the sweep calls it for every live process.
+    /// Decides, at `now`, whether a deadline is due (module doc).
     pub fn check(&self, now: Instant) -> Check {
-        let Some((start, _)) = self.started.get() else {
-            return Check::Nothing;
-        };
-        let elapsed = millis(now.saturating_duration_since(*start));
+        self.check_ms(ms_of(now)).at()
+    }
+
+    /// [`Clocks::check`] at `now` ms from the epoch: reads of the atomics and integer
+    /// comparisons only (the sweep calls it for every live process).
+    fn check_ms(&self, now: u64) -> CheckMs {
+        let start = self.start_at.load(Ordering::Acquire);
+        if start == NOT_STARTED {
+            return CheckMs::Nothing;
+        }
         if let Some(deadline) = self.fired() {
-            let retry = self.retry_at_ms.load(Ordering::Relaxed);
+            let retry = self.retry_at.load(Ordering::Relaxed);
             if retry == RETRY_NONE {
-                return Check::Nothing;
+                return CheckMs::Nothing;
             }
-            if elapsed < retry {
-                return Check::NotBefore(*start + Duration::from_millis(retry));
+            if now < retry {
+                return CheckMs::NotBefore(retry);
             }
             let (limit_ms, clock_from) = match deadline {
-                Deadline::Wall => (self.wall_ms.unwrap_or(0), *start),
+                Deadline::Wall => (self.wall_ms.unwrap_or(0), start),
                 Deadline::Idle => (
                     self.idle_ms.unwrap_or(0),
-                    *start + Duration::from_millis(self.activity_ms.load(Ordering::Relaxed)),
+                    self.activity_at.load(Ordering::Relaxed),
                 ),
             };
-            return Check::Due {
+            return CheckMs::Due {
                 deadline,
                 limit_ms,
                 clock_from,
                 first: false,
             };
         }
-        let mut next: Option<Instant> = None;
+        let mut next = u64::MAX;
         if let Some(wall) = self.wall_ms {
-            if elapsed >= wall {
-                return Check::Due {
+            let due = start.saturating_add(wall);
+            if now >= due {
+                return CheckMs::Due {
                     deadline: Deadline::Wall,
                     limit_ms: wall,
-                    clock_from: *start,
+                    clock_from: start,
                     first: true,
                 };
             }
-            next = Some(*start + Duration::from_millis(wall));
+            next = due;
         }
         if let Some(idle) = self.idle_ms {
-            let at = if self.awaiting() {
+            let due = if self.awaiting() {
                 // Suspended. Once cleared (at `now` at the earliest) it restarts from the clear.
-                now + Duration::from_millis(idle)
+                now.saturating_add(idle)
             } else {
-                let last = self.activity_ms.load(Ordering::Relaxed);
-                if elapsed >= last.saturating_add(idle) {
-                    return Check::Due {
+                let last = self.activity_at.load(Ordering::Relaxed);
+                let due = last.saturating_add(idle);
+                if now >= due {
+                    return CheckMs::Due {
                         deadline: Deadline::Idle,
                         limit_ms: idle,
-                        clock_from: *start + Duration::from_millis(last),
+                        clock_from: last,
                         first: true,
                     };
                 }
-                *start + Duration::from_millis(last.saturating_add(idle))
+                due
             };
-            next = Some(next.map_or(at, |n| n.min(at)));
+            next = next.min(due);
         }
-        next.map_or(Check::Nothing, Check::NotBefore)
+        if next == u64::MAX {
+            CheckMs::Nothing
+        } else {
+            CheckMs::NotBefore(next)
+        }
     }
 
     /// Claims the enforcement of a due deadline: the fired deadline is set (first time), and no
@@ -237,15 +309,12 @@ impl Clocks {
         let _ = self
             .fired
             .compare_exchange(FIRED_NONE, v, Ordering::Relaxed, Ordering::Relaxed);
-        self.retry_at_ms.store(RETRY_NONE, Ordering::Relaxed);
+        self.retry_at.store(RETRY_NONE, Ordering::Relaxed);
     }
 
     /// The enforcement failed: try again `delay` after `now`.
     pub(crate) fn retry_after(&self, now: Instant, delay: Duration) {
-        if let Some((start, _)) = self.started.get() {
-            let at = millis((now + delay).saturating_duration_since(*start));
-            self.retry_at_ms.store(at, Ordering::Relaxed);
-        }
+        self.retry_at.store(ms_of(now + delay), Ordering::Relaxed);
     }
 }
 
@@ -257,15 +326,16 @@ pub fn sweep<'a, T: 'a>(
     entries: impl IntoIterator<Item = (&'a Clocks, T)>,
     mut due: impl FnMut(T, Check),
 ) -> Option<Instant> {
-    let mut next: Option<Instant> = None;
+    let now = ms_of(now);
+    let mut next = u64::MAX;
     for (clocks, item) in entries {
-        match clocks.check(now) {
-            Check::Nothing => {}
-            Check::NotBefore(at) => next = Some(next.map_or(at, |n| n.min(at))),
-            c @ Check::Due { .. } => due(item, c),
+        match clocks.check_ms(now) {
+            CheckMs::Nothing => {}
+            CheckMs::NotBefore(at) => next = next.min(at),
+            c @ CheckMs::Due { .. } => due(item, c.at()),
         }
     }
-    next
+    (next != u64::MAX).then(|| instant_of(next))
 }
 
 /// Enforces a due deadline of `proc`: journals it (the first time), then stops the whole tree
@@ -387,9 +457,15 @@ mod tests {
             idle_ms: idle,
             output_retention_bytes: None,
         });
-        let t0 = Instant::now();
+        let t0 = whole_ms();
         c.start(t0, 1_000);
         (c, t0)
+    }
+
+    /// An instant on a whole millisecond of the epoch, so that instants the tests derive from it
+    /// are exactly what the clocks give back.
+    fn whole_ms() -> Instant {
+        instant_of(ms_of(Instant::now()) + 1)
     }
 
     fn ms(n: u64) -> Duration {
@@ -469,7 +545,7 @@ mod tests {
 
     #[test]
     fn the_sweep_reports_every_due_process_and_the_earliest_next() {
-        let t0 = Instant::now();
+        let t0 = whole_ms();
         let all: Vec<Clocks> = (0..10u64)
             .map(|i| {
                 let c = Clocks::new(&Limits {
