@@ -771,3 +771,106 @@ fn logs_raw_writes_exactly_the_bytes_through_the_daemon_and_offline() {
         assert_eq!(out.stdout, *expected, "offline, from the spool");
     }
 }
+
+/// `pause` and `resume` through the real binaries: a paused daemon refuses `start` (exit 2, the
+/// `refused` error), keeps running what runs, says so in `ps`, and stays paused across a daemon
+/// killed with SIGKILL and restarted; `start --idle-timeout` ends a silent process `timed_out`
+/// with `deadline` idle in `ps --json`, and `await-input` suspends it.
+#[test]
+fn pause_resume_and_idle_deadlines_through_the_client_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = Daemon::start_with(root, &["--tree-mechanism", "group"]);
+    let (code, running, err) = client(root, &["start", "--", "sh", "-c", "read l; echo got:$l"]);
+    assert_eq!(code, 0, "{err}");
+    let running = running.trim().to_owned();
+
+    let (code, out, err) = client(root, &["pause", "--reason", "window"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("paused"), "{out}");
+    let (code, out, _) = client(root, &["pause"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("(already)"), "{out}");
+    let (code, _, err) = client(root, &["start", "--", "true"]);
+    assert_eq!(code, 2, "a paused daemon refuses a start");
+    assert!(err.contains("paused"), "{err}");
+    let (code, _, err) = client(root, &["ps"]);
+    assert_eq!(code, 0);
+    assert!(err.contains("paused"), "{err}");
+    // What runs goes on.
+    let send = bin()
+        .args(["send", "--text", "x\n", "--root"])
+        .arg(root)
+        .arg(&running)
+        .output()
+        .unwrap();
+    assert!(
+        send.status.success(),
+        "{}",
+        String::from_utf8_lossy(&send.stderr)
+    );
+    let (code, _, _) = client(root, &["wait", &running]);
+    assert_eq!(code, 0);
+
+    // Killed and restarted: still paused.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait_exit();
+    let _again = Daemon::start_with(root, &["--tree-mechanism", "group"]);
+    let (code, _, err) = client(root, &["start", "--", "true"]);
+    assert_eq!(code, 2, "still paused after a restart: {err}");
+    let (code, out, err) = client(root, &["resume"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("running"), "{out}");
+
+    // Idle deadlines: one silent process stopped, one marked as waiting for a human kept.
+    let (code, silent, err) = client(
+        root,
+        &["start", "--idle-timeout", "300ms", "--", "sleep", "60"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let silent = silent.trim().to_owned();
+    // A limit long enough to be marked within it (a start and a mark take milliseconds).
+    let (code, waiting, err) = client(
+        root,
+        &["start", "--idle-timeout", "2s", "--", "sleep", "60"],
+    );
+    assert_eq!(code, 0, "{err}");
+    let waiting = waiting.trim().to_owned();
+    let (code, _, err) = client(root, &["await-input", &waiting]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, _) = client(root, &["wait", &silent]);
+    assert_eq!(code, 128 + 15, "{out}");
+    assert!(out.contains("timed_out"), "{out}");
+    let listed = ps_json(root);
+    let p = |h: &str| {
+        listed
+            .iter()
+            .find(|p| p["handle"] == json!(h))
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(p(&silent)["deadline"], json!("idle"));
+    assert_eq!(p(&silent)["idle_timeout_ms"], json!(300));
+    // Twice its idle limit of silence while marked: not stopped.
+    std::thread::sleep(Duration::from_secs(4));
+    let listed = ps_json(root);
+    let w = listed
+        .iter()
+        .find(|p| p["handle"] == json!(waiting))
+        .unwrap();
+    assert_eq!(w["awaiting_input"], json!(true), "{w}");
+    assert_eq!(
+        (&w["state"], &w["deadline"]),
+        (&json!("running"), &Value::Null),
+        "{w}"
+    );
+    let (_, table, _) = client(root, &["ps"]);
+    let line = table.lines().find(|l| l.starts_with(&waiting)).unwrap();
+    assert!(line.contains(" await "), "{line}");
+    let (code, _, err) = client(root, &["stop", &waiting]);
+    assert_eq!(code, 0, "{err}");
+}
