@@ -189,6 +189,8 @@ async fn real_round(n: usize, base: &Path, r: &mut Real) -> Res<()> {
         .tempdir_in(base)?;
     let mut config = SupervisorConfig::new(dir.path().join("rt"));
     config.max_live = 2 * n + 16;
+    // Every sleep at once: an explicit limit, not this machine's automatic share.
+    config.admission = procjournal::admission::AdmissionConfig::max_concurrent(2 * n + 16);
     let (sup, _) = Supervisor::open(config, Services::noop()).await?;
     let cwd = dir.path().to_owned();
 
