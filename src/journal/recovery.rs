@@ -647,23 +647,25 @@ pub(crate) fn scan_journal(
         // A file cut inside its commit area lost what the slots claimed (a newer slot may be the
         // one cut): the claim is unknown.
         let commit_area_cut = file_len < header.records_offset() as u64;
-        // The fast path: a sealed or cleanly closed segment whose records run exactly to the end
-        // its commit point names is read only that far (restore reads the records, not the
-        // preallocated zeroes). Anything unexpected falls back to reading the whole file.
+        // The fast path: a sealed segment whose records run exactly to the end its commit point
+        // names is read only that far (restore reads the records, not the preallocated zeroes).
+        // Anything unexpected falls back to reading the whole file. A cleanly closed segment is
+        // read whole: a later writer may have resumed appending to it and lost power before its
+        // first commit replaced the `CLOSED` claim, leaving unflushed bytes anywhere past the
+        // claimed end (a lost first page does not hide a kept later one); only a full scan
+        // finds them, so that they are cut before new records are written among them.
         let trusted_end = commit
             .filter(|_| !commit_area_cut)
             .and_then(|c| c.newest)
             .map(|(_, s)| s)
-            .filter(|s| s.sealed() || s.closed())
+            .filter(|s| s.sealed())
             .filter(|s| u64::from(s.end_offset) <= file_len);
         // Records the fast path handed out: the same bytes give the same first records, so a
         // fall back to the full scan skips exactly these.
         let mut visited = 0u64;
         let mut scanned = None;
         if let Some(slot) = trusted_end {
-            // One record header past the end too: a writer that reopened the segment after a
-            // clean close and appended (then crashed before any commit of its own) put a record
-            // there, and the scan must see it.
+            // One record header past the end too: the next record's place must be empty.
             let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
             // Small segments' records are often all in the page read already.
             let wanted = look_past.min(segment_bytes).min(file_len);
