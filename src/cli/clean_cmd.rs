@@ -9,8 +9,9 @@ use anyhow::Context;
 use clap::Args;
 
 use super::daemon_cmd::Target;
-use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
+use crate::lifecycle::retention::{self, CleanReport};
 use crate::protocol::Request;
+use crate::supervisor::{Services, Supervisor, SupervisorConfig};
 
 #[derive(Debug, Args)]
 pub(crate) struct CleanArgs {
@@ -57,37 +58,32 @@ pub(crate) fn clean(args: CleanArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-/// The pass on the root itself: nothing is live without a daemon, so nothing is held; a process
-/// a crashed supervisor left live is not terminal and is kept.
+/// The pass on the root itself, through a supervisor of its own (no daemon runs, so nothing is
+/// live here): opening it restores the root as any writer does, which also assesses every tree
+/// whose release an earlier supervisor did not record (a `run` that ended before its guardian's
+/// receipt was read), so that a verified exit counts as one. Its own retention is off: the pass
+/// is this one, with the age asked for.
 fn offline(args: &CleanArgs) -> anyhow::Result<CleanReport> {
     let root = args.target.root()?;
     super::existing(&root)?;
     eprintln!("procjournal: no daemon is running; cleaning the root directly");
-    let (mut lifecycle, _, _) =
-        crate::lifecycle::Lifecycle::open(&root, crate::journal::JournalOptions::default())
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(async {
+        let mut config = SupervisorConfig::new(&root);
+        config.retention = None;
+        let (sup, _) = Supervisor::open(config, Services::noop())
+            .await
             .with_context(|| format!("cannot open {} for writing", root.display()))?;
-    let request = RetentionRequest {
-        older_than: args.older_than.unwrap_or(Duration::from_millis(
+        let older_than = args.older_than.unwrap_or(Duration::from_millis(
             crate::limits::RETENTION_AGE_DEFAULT_MS,
-        )),
-        dry_run: args.dry_run,
-        by: "clean",
-    };
-    let now = crate::supervisor::now_unix_ms();
-    let spool_root = root.join("spool");
-    let held = std::collections::HashSet::new();
-    let plan = retention::plan(lifecycle.store(), now, request.older_than, &held);
-    let leftovers = retention::leftovers(lifecycle.store(), &spool_root)
-        .with_context(|| format!("cannot list {}", spool_root.display()))?;
-    Ok(retention::execute(
-        &request,
-        plan,
-        leftovers,
-        now,
-        &spool_root,
-        &mut lifecycle,
-        &mut crate::journal::compact::NoCrash,
-    ))
+        ));
+        let report = sup.clean(older_than, args.dry_run).await;
+        sup.shutdown(Duration::ZERO).await;
+        Ok(report?)
+    })
 }
 
 fn print_report(out: &mut impl Write, r: &CleanReport) -> std::io::Result<()> {

@@ -237,6 +237,10 @@ pub(crate) struct Actor {
     next_snapshot_check: Option<tokio::time::Instant>,
     /// When the retention policy next runs (never, when it is off); a pass in flight clears it.
     next_retention: Option<tokio::time::Instant>,
+    /// Retention passes run one at a time (two would race to remove the same spool): true while
+    /// one runs; those asked for meanwhile wait here, in order.
+    retention_running: bool,
+    retention_waiting: VecDeque<(RetentionRequest, Option<Reply<CleanReport>>)>,
     /// Who holds capacity and what it reserves.
     admission: Admission,
     /// Starts waiting for capacity, oldest first.
@@ -291,6 +295,8 @@ impl Actor {
             held: held.into_iter().map(|(h, s, i)| (h, (s, i))).collect(),
             next_snapshot_check: Some(tokio::time::Instant::now()),
             next_retention: Some(tokio::time::Instant::now()),
+            retention_running: false,
+            retention_waiting: VecDeque::new(),
             next_sweep: None,
             last_sweep: tokio::time::Instant::now(),
         }
@@ -588,6 +594,11 @@ impl Actor {
     /// or lingering) and every held tree is out of its reach; the store's own check refuses a
     /// retirement of an unverified exit whatever the plan said.
     fn retention_pass(&mut self, request: RetentionRequest, reply: Option<Reply<CleanReport>>) {
+        if self.retention_running {
+            self.retention_waiting.push_back((request, reply));
+            return;
+        }
+        self.retention_running = true;
         let held: HashSet<Handle> = self.table.keys().chain(self.held.keys()).copied().collect();
         let (shared, actor) = (Arc::clone(&self.shared), self.events_tx.clone());
         let scheduled = reply.is_none();
@@ -775,6 +786,10 @@ impl Actor {
                         tokio::time::Instant::now()
                             + Duration::from_millis(limits::RETENTION_PASS_INTERVAL_MS),
                     );
+                }
+                self.retention_running = false;
+                if let Some((request, reply)) = self.retention_waiting.pop_front() {
+                    self.retention_pass(request, reply);
                 }
             }
             ProcEvent::Assessed { released } => {
