@@ -1682,10 +1682,10 @@ pub fn spool_recovery(data: &[u8]) {
             // Valid chunks built from the input, then the raw remainder as garbage.
             let (framed, garbage) = chunk.split_at(chunk.len() / 2);
             for part in framed.chunks(37).filter(|p| !p.is_empty()) {
-                let stream = if part[0] & 1 == 0 {
-                    Stream::Stdout
-                } else {
-                    Stream::Stderr
+                let stream = match part[0] % 3 {
+                    0 => Stream::Stdout,
+                    1 => Stream::Stderr,
+                    _ => Stream::Terminal,
                 };
                 encode_chunk(stream, cursor, part, &mut bytes);
                 cursor += part.len() as u64;

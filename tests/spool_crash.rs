@@ -122,6 +122,7 @@ fn stream_name(stream: Stream) -> &'static str {
     match stream {
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
+        Stream::Terminal => "terminal",
     }
 }
 
@@ -129,6 +130,7 @@ fn parse_stream(s: &str) -> Option<Stream> {
     match s {
         "stdout" => Some(Stream::Stdout),
         "stderr" => Some(Stream::Stderr),
+        "terminal" => Some(Stream::Terminal),
         _ => None,
     }
 }
@@ -214,7 +216,8 @@ fn spool_crash_child_appender() {
         if rng.below(4) != 0 {
             stream = match stream {
                 Stream::Stdout => Stream::Stderr,
-                Stream::Stderr => Stream::Stdout,
+                Stream::Stderr => Stream::Terminal,
+                Stream::Terminal => Stream::Stdout,
             };
         }
         let len = append_size(&mut rng);

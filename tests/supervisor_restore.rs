@@ -143,9 +143,10 @@ async fn host(root: PathBuf, mode: String) {
     // The harness may have printed "test supervisor_restore_child_host ... " without a newline:
     // end that line so every report starts a line of its own.
     report("");
-    let (stream, count) = match mode.split_once(':') {
-        Some(("idle", n)) => (false, n.parse::<usize>().expect("host: idle:<n>")),
-        None if mode == "stream" => (true, 1),
+    let (stream, count, pty) = match mode.split_once(':') {
+        Some(("idle", n)) => (false, n.parse::<usize>().expect("host: idle:<n>"), false),
+        Some(("idle-pty", n)) => (false, n.parse::<usize>().expect("host: idle-pty:<n>"), true),
+        None if mode == "stream" => (true, 1, false),
         _ => panic!("host: unknown mode {mode:?}"),
     };
     let (sup, restored) = Supervisor::open(host_config(&root, stream), Services::noop())
@@ -161,6 +162,11 @@ async fn host(root: PathBuf, mode: String) {
     for n in 0..count {
         let script = if stream {
             stream_script()
+        } else if pty {
+            // The host's death closes the terminal's master, and the kernel hangs the terminal
+            // up (SIGHUP to its session): that signal is the kernel's, not the restorer's, and
+            // the child ignores it so that the test can tell the restorer sent none.
+            format!("trap '' HUP; echo started-{n}; exec sleep 600")
         } else {
             format!("echo started-{n}; exec sleep 600")
         };
@@ -172,6 +178,9 @@ async fn host(root: PathBuf, mode: String) {
                 .timeout(Duration::from_secs(IDLE_WALL_S))
                 .idle_timeout(Duration::from_secs(IDLE_IDLE_S));
         }
+        if pty {
+            command = command.pty(24, 80);
+        }
         let prepared = sup.prepare(command).expect("host: prepare");
         let handle = sup.start(prepared).await.expect("host: start");
         let pid = sup
@@ -182,7 +191,7 @@ async fn host(root: PathBuf, mode: String) {
         children.push((n, handle, pid));
     }
     for (n, handle, pid) in &children {
-        let expected = format!("started-{n}\n");
+        let expected = format!("started-{n}{}", if pty { "\r\n" } else { "\n" });
         let total = loop {
             let read = sup
                 .output_raw(handle, 0, 64 * 1024)
@@ -595,12 +604,27 @@ fn temp_root() -> tempfile::TempDir {
 /// reconciles them without touching them, and a second restore changes nothing.
 #[test]
 fn restore_reconciles_live_children_without_signalling_them() {
+    restore_reconciles_live_children(false);
+}
+
+/// The same for PTY launches (issue 17): restore treats a terminal's output like a pipe's.
+#[test]
+fn restore_reconciles_live_terminal_children_without_signalling_them() {
+    restore_reconciles_live_children(true);
+}
+
+fn restore_reconciles_live_children(pty: bool) {
+    let (mode, newline, stream) = if pty {
+        ("idle-pty", "\r\n", Stream::Terminal)
+    } else {
+        ("idle", "\n", Stream::Stdout)
+    };
     let tmp = temp_root();
     let root = tmp.path().join("root");
     let mut cleanup = Cleanup::default();
     let host = run_host_and_kill(
         &root,
-        &format!("idle:{IDLE_CHILDREN}"),
+        &format!("{mode}:{IDLE_CHILDREN}"),
         tmp.path(),
         Duration::ZERO,
         &mut cleanup,
@@ -652,7 +676,7 @@ fn restore_reconciles_live_children_without_signalling_them() {
             );
             check_lost_records(&events, &m, &ctx);
             assert_untouched(r.pid, &m, &ctx);
-            let line = format!("started-{}\n", r.n);
+            let line = format!("started-{}{newline}", r.n);
             let read = sup
                 .output_raw(&r.handle, 0, 4096)
                 .await
@@ -663,7 +687,7 @@ fn restore_reconciles_live_children_without_signalling_them() {
                 "{ctx}: the output written before the crash"
             );
             assert!(
-                read.spans.iter().all(|s| s.stream == Stream::Stdout),
+                read.spans.iter().all(|s| s.stream == stream),
                 "{ctx}: spans {:?}",
                 read.spans
             );
@@ -744,7 +768,11 @@ fn restore_reconciles_live_children_without_signalling_them() {
                 .output_raw(&r.handle, 0, 4096)
                 .await
                 .expect("output_raw");
-            assert_eq!(read.bytes, format!("started-{}\n", r.n).as_bytes(), "{ctx}");
+            assert_eq!(
+                read.bytes,
+                format!("started-{}{newline}", r.n).as_bytes(),
+                "{ctx}"
+            );
             assert_untouched(r.pid, &m, &ctx);
         }
         sup.shutdown(Duration::from_secs(1)).await;

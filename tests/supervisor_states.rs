@@ -483,6 +483,7 @@ async fn drain_before_wait_loses_no_byte_of_64_mib() {
             match span.stream {
                 Stream::Stdout => out.extend_from_slice(bytes),
                 Stream::Stderr => err.extend_from_slice(bytes),
+                Stream::Terminal => panic!("a pipe launch has no terminal stream"),
             }
             if last_stream != Some(span.stream) {
                 switches += 1;

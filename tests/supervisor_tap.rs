@@ -46,6 +46,7 @@ async fn read_all(rx: &mut mpsc::Receiver<TapChunk>) -> (u64, u64) {
             match chunk.stream {
                 Stream::Stdout => out += chunk.bytes.len() as u64,
                 Stream::Stderr => err += chunk.bytes.len() as u64,
+                Stream::Terminal => panic!("a pipe launch has no terminal stream"),
             }
         }
     })

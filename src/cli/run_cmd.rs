@@ -268,7 +268,8 @@ async fn finished(writing: &mut Option<JoinHandle<std::io::Result<()>>>) -> std:
 
 fn write_chunk(chunk: &TapChunk) -> std::io::Result<()> {
     match chunk.stream {
-        Stream::Stdout => {
+        // A terminal's bytes go where a terminal's output would.
+        Stream::Stdout | Stream::Terminal => {
             let mut stdout = std::io::stdout().lock();
             stdout.write_all(&chunk.bytes).and_then(|()| stdout.flush())
         }

@@ -45,11 +45,17 @@ const _: () = assert!(CH_CURSOR_OFFSET + 8 == CHUNK_HEADER_BYTES);
 pub const CHUNK_PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
 
 /// Which stream a byte came from. 0 is never valid.
+///
+/// `Terminal` is the one stream of a PTY launch: the master side of its terminal, where the
+/// workload's stdout and stderr (and the terminal's echo) arrive interleaved and cannot be told
+/// apart. A reader that predates the tag refuses such a chunk as an unknown stream (damage),
+/// so it never attributes terminal bytes to stdout or stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Stream {
     Stdout = 1,
     Stderr = 2,
+    Terminal = 3,
 }
 
 impl Stream {
@@ -57,6 +63,7 @@ impl Stream {
         match tag {
             1 => Some(Stream::Stdout),
             2 => Some(Stream::Stderr),
+            3 => Some(Stream::Terminal),
             _ => None,
         }
     }

@@ -39,7 +39,9 @@ use tokio::task::JoinSet;
 use tracing::{Instrument, info, info_span, warn};
 
 use super::command::PreparedProcess;
-use super::process::{Cause, Proc, ProcEvent, RunningPublisher, TerminalSummary, teardown};
+use super::process::{
+    Cause, InputEnd, Proc, ProcEvent, RunningPublisher, TerminalSummary, teardown,
+};
 use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
 use crate::admission::{Admission, AdmissionSnapshot, Decision, HostSample};
 use crate::journal::EventId;
@@ -955,7 +957,7 @@ impl Actor {
         );
     }
 
-    fn spawned(&mut self, handle: Handle, stdin: tokio::net::unix::pipe::Sender) {
+    fn spawned(&mut self, handle: Handle, stdin: InputEnd) {
         let Some(entry) = self.table.get_mut(&handle) else {
             return; // dropping the pipe closes the child's stdin
         };
@@ -1215,13 +1217,12 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 /// Owns a child's stdin: writes what callers queue, each write bounded, until the queue closes,
 /// the input is closed, or the process is terminal.
 async fn stdin_writer(
-    mut pipe: tokio::net::unix::pipe::Sender,
+    mut pipe: InputEnd,
     mut queue: mpsc::Receiver<InputOp>,
     proc: Arc<Proc>,
     actor: mpsc::Sender<ProcEvent>,
 ) {
     let mut exited = proc.exited.subscribe();
-    use tokio::io::AsyncWriteExt;
     let bound = Duration::from_millis(limits::INPUT_WRITE_MS);
     loop {
         let op = tokio::select! {
@@ -1262,6 +1263,12 @@ async fn stdin_writer(
                 });
             }
             Some(InputOp::Close(reply)) => {
+                // A terminal stays open (its master is the output too): closing its input is
+                // what a user at it does, the end-of-file character (Ctrl-D), bounded as a
+                // write.
+                if let InputEnd::Terminal(_) = pipe {
+                    let _ = tokio::time::timeout(bound, pipe.write(&[0x04])).await;
+                }
                 drop(pipe);
                 let _ = reply.send(());
                 return;

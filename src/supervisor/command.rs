@@ -12,6 +12,7 @@ use super::tap::Tap;
 use crate::lifecycle::event::{CommandSpec, Limits};
 use crate::limits;
 use crate::spool::SpoolOptions;
+use crate::tree::PtySize;
 
 /// A host-held resource (a workspace, a worktree) that a process uses; released exactly once,
 /// when the process is terminal, before its completion is notified.
@@ -33,6 +34,7 @@ pub struct Command {
     retention: Option<u64>,
     owner: String,
     capacity_wait: Option<Duration>,
+    pty: Option<PtySize>,
 }
 
 impl Command {
@@ -48,6 +50,7 @@ impl Command {
             retention: None,
             owner: String::new(),
             capacity_wait: None,
+            pty: None,
         }
     }
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
@@ -104,6 +107,15 @@ impl Command {
         self.capacity_wait = Some(limit);
         self
     }
+    /// Runs the command under a terminal of `rows` x `cols` instead of pipes: the terminal's
+    /// slave is its standard input, output and error and its controlling terminal (it leads a
+    /// session of its own), and the master side is drained into its spool as one stream,
+    /// `terminal`. Input goes to the terminal; the size can be changed while it runs
+    /// (`Supervisor::resize`). `prepare` refuses a size of 0.
+    pub fn pty(mut self, rows: u16, cols: u16) -> Self {
+        self.pty = Some(PtySize { rows, cols });
+        self
+    }
 }
 
 /// Why a command cannot even be prepared.
@@ -127,6 +139,9 @@ pub enum PrepareError {
     /// [`limits::ADMISSION_QUEUE_WAIT_MS_MAX`].
     #[error("a wait for capacity of {ms} ms is out of range (at most {max})")]
     CapacityWait { ms: u64, max: u64 },
+    /// A terminal needs at least one row and one column.
+    #[error("terminal size {rows}x{cols} is out of range (at least 1x1)")]
+    TerminalSize { rows: u16, cols: u16 },
 }
 
 /// A validated, single-use launch.
@@ -137,6 +152,8 @@ pub struct PreparedProcess {
     pub(crate) tap: Option<Tap>,
     /// How long this start may wait for capacity (`None`: fail at once).
     pub(crate) capacity_wait: Option<Duration>,
+    /// The launch's terminal, if it runs under one.
+    pub(crate) pty: Option<PtySize>,
 }
 
 impl PreparedProcess {
@@ -147,6 +164,11 @@ impl PreparedProcess {
     /// How long this start may wait for capacity (`None`: it fails at once without it).
     pub fn capacity_wait(&self) -> Option<Duration> {
         self.capacity_wait
+    }
+
+    /// The terminal the process will run under, if any.
+    pub fn pty(&self) -> Option<PtySize> {
+        self.pty
     }
 
     /// Attaches a lease released exactly once when the process is terminal.
@@ -173,6 +195,11 @@ pub(crate) fn prepare(
 ) -> Result<PreparedProcess, PrepareError> {
     if command.program.is_empty() {
         return Err(PrepareError::EmptyProgram);
+    }
+    if let Some(PtySize { rows, cols }) = command.pty
+        && (rows == 0 || cols == 0)
+    {
+        return Err(PrepareError::TerminalSize { rows, cols });
     }
     let cwd = command.cwd.ok_or(PrepareError::NoWorkingDirectory)?;
     if !cwd.is_absolute() {
@@ -225,5 +252,6 @@ pub(crate) fn prepare(
         lease: None,
         tap: None,
         capacity_wait: command.capacity_wait,
+        pty: command.pty,
     })
 }

@@ -26,7 +26,9 @@ use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
 use super::command::{Lease, PreparedProcess};
-use super::process::{self, Launched, Outcome, Proc, ProcEvent, RunningPublisher};
+use super::process::{
+    self, InputEnd, Launched, Outcome, OutputEnd, Proc, ProcEvent, RunningPublisher,
+};
 use super::{Shared, StartError};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
@@ -34,7 +36,7 @@ use crate::lifecycle::event::{
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
-use crate::tree::{SpawnSpec, Spawned, TreeScope, TreeSignal};
+use crate::tree::{PtySize, SpawnSpec, Spawned, Streams, TreeScope, TreeSignal};
 
 /// How the blocking part of a start ended.
 enum Launch {
@@ -58,7 +60,12 @@ enum Launch {
 /// `fdatasync` for both, and a crash before it leaves only a guardian whose lifeline ended,
 /// which kills its gated workload. Without a gate, `Registered` is acknowledged before the
 /// spawn, and `Scoped` rides `running`.
-fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
+fn launch_blocking(
+    shared: &Shared,
+    proc: &Proc,
+    spec: &CommandSpec,
+    pty: Option<PtySize>,
+) -> Launch {
     let (handle, ids) = (proc.handle, proc.ids);
     let launcher = &shared.config.launcher;
     let gated = launcher.gates();
@@ -88,6 +95,7 @@ fn launch_blocking(shared: &Shared, proc: &Proc, spec: &CommandSpec) -> Launch {
         args: spec.args.clone(),
         cwd,
         env_overrides: spec.env_overrides.clone(),
+        pty,
     };
     let mut register = |scope: &TreeScope| {
         let event = LifecycleEvent::Scoped(Scoped {
@@ -154,10 +162,11 @@ pub(crate) async fn start(
         lease,
         tap,
         capacity_wait,
+        pty,
     } = prepared;
     let launched = {
         let (shared, proc, spec) = (Arc::clone(&shared), Arc::clone(&proc), spec.clone());
-        tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec))
+        tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec, pty))
             .await
             .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
     };
@@ -170,6 +179,7 @@ pub(crate) async fn start(
                     lease,
                     tap,
                     capacity_wait,
+                    pty,
                 },
                 error,
             }));
@@ -199,12 +209,24 @@ pub(crate) async fn start(
         }
         Launch::Running(spawned) => spawned,
     };
-    let _ = actor
-        .send(ProcEvent::Spawned {
-            handle,
-            stdin: spawned.stdin,
-        })
-        .await;
+    let (tree, stdin, stdout, stderr) = match spawned.streams {
+        Streams::Pipes((stdin, stdout, stderr)) => (
+            spawned.tree,
+            InputEnd::Pipe(stdin),
+            OutputEnd::Pipe(stdout),
+            Some(OutputEnd::Pipe(stderr)),
+        ),
+        Streams::Terminal(master) => {
+            let master = Arc::new(master);
+            (
+                spawned.tree,
+                InputEnd::Terminal(Arc::clone(&master)),
+                OutputEnd::Terminal(master),
+                None,
+            )
+        }
+    };
+    let _ = actor.send(ProcEvent::Spawned { handle, stdin }).await;
     let _ = reply.send(Ok(handle));
     // `running` is published a moment after the spawn, beside the drain: a command that ends
     // sooner has it published by its terminal publication instead (first, then the terminal
@@ -230,9 +252,9 @@ pub(crate) async fn start(
     };
     let launched = Launched {
         proc,
-        tree: spawned.tree,
-        stdout: spawned.stdout,
-        stderr: spawned.stderr,
+        tree,
+        stdout,
+        stderr,
         lease,
         tap,
     };

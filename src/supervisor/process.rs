@@ -12,7 +12,9 @@
 //!   acknowledged, the spool writer closed (its descriptors released), the lease released, the
 //!   actor told (capacity released, publication queued), waiters woken. Release comes before
 //!   any host publication or notification.
-//! - The drain task reads stdout and stderr until both reach EOF; after the workload exits it
+//! - The drain task reads stdout and stderr (or, for a PTY launch, the terminal's master: one
+//!   stream, whose EIO once no slave descriptor is left is its EOF) until both reach EOF;
+//!   after the workload exits it
 //!   reads what the pipes held at its exit, then keeps reading for at most the final-drain
 //!   window, so a descendant that holds a pipe open cannot withhold the result (capture is then
 //!   reported incomplete). The pipes are dropped when the drain ends.
@@ -47,7 +49,7 @@ use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
 use crate::spool::format::Stream;
 use crate::spool::{Gap, Output};
-use crate::tree::{LeaderExit, Mechanism, ProcessTree, TreeSignal};
+use crate::tree::{LeaderExit, Mechanism, ProcessTree, PtyMaster, TreeSignal};
 
 /// Why the supervisor is ending a process (the first reason wins; see `Proc::set_cause`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,7 +86,7 @@ pub(crate) enum RunningPublisher {
 #[derive(Debug)]
 pub(crate) enum ProcEvent {
     /// The workload runs; the actor owns its stdin from now on.
-    Spawned { handle: Handle, stdin: pipe::Sender },
+    Spawned { handle: Handle, stdin: InputEnd },
     /// A start that recorded nothing: the admission is given back.
     Abandoned { handle: Handle },
     /// Enforcing a fired deadline failed (traced and recorded): the sweep tries again later.
@@ -402,12 +404,64 @@ impl Drop for Waiter<'_> {
 /// total the journal records once it is done.
 type SyncTask = Pin<Box<dyn Future<Output = u64> + Send>>;
 
+/// The supervisor's end of a workload's input: its stdin pipe, or its terminal's master.
+#[derive(Debug)]
+pub(crate) enum InputEnd {
+    Pipe(pipe::Sender),
+    Terminal(Arc<PtyMaster>),
+}
+
+impl InputEnd {
+    /// One write of some of `bytes`, waiting for room; how many were written.
+    pub async fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        use tokio::io::AsyncWriteExt;
+        match self {
+            InputEnd::Pipe(p) => p.write(bytes).await,
+            InputEnd::Terminal(m) => m.write(bytes).await,
+        }
+    }
+}
+
+/// The supervisor's end of one output stream: a pipe, or a terminal's master.
+#[derive(Debug)]
+pub(crate) enum OutputEnd {
+    Pipe(pipe::Receiver),
+    Terminal(Arc<PtyMaster>),
+}
+
+impl OutputEnd {
+    async fn readable(&self) -> std::io::Result<()> {
+        match self {
+            OutputEnd::Pipe(p) => p.readable().await,
+            OutputEnd::Terminal(m) => m.readable().await,
+        }
+    }
+
+    /// `Ok(0)` at the end of output (a terminal's EIO included).
+    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            OutputEnd::Pipe(p) => p.try_read(buf),
+            OutputEnd::Terminal(m) => m.try_read(buf),
+        }
+    }
+
+    /// Bytes waiting to be read (`FIONREAD`).
+    fn pending(&self) -> std::io::Result<u64> {
+        match self {
+            OutputEnd::Pipe(p) => Ok(rustix::io::ioctl_fionread(p)?),
+            OutputEnd::Terminal(m) => m.pending(),
+        }
+    }
+}
+
 /// What the drain of one launched workload owns.
 pub(crate) struct Launched {
     pub proc: Arc<Proc>,
     pub tree: Arc<dyn ProcessTree>,
-    pub stdout: pipe::Receiver,
-    pub stderr: pipe::Receiver,
+    /// stdout, or a PTY launch's terminal.
+    pub stdout: OutputEnd,
+    /// `None` for a PTY launch (its terminal carries both).
+    pub stderr: Option<OutputEnd>,
     pub lease: Option<Box<dyn Lease>>,
     /// A live copy of the output for one consumer, with backpressure.
     pub tap: Option<Tap>,
@@ -446,7 +500,12 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     let mut tapping = Tapping::new(tap);
     // Bytes the pipes held at the leader's exit not read yet (see above).
     let mut owed = Owed::default();
-    let (mut stdout, mut stderr) = (Some(stdout), Some(stderr));
+    // A terminal's bytes are one stream of their own.
+    let out_stream = match stdout {
+        OutputEnd::Pipe(_) => Stream::Stdout,
+        OutputEnd::Terminal(_) => Stream::Terminal,
+    };
+    let (mut stdout, mut stderr) = (Some(stdout), stderr);
     let mut status: Option<std::io::Result<LeaderExit>> = None;
     let mut capture_failure: Option<String> = None;
     let start = tokio::time::Instant::now();
@@ -486,10 +545,10 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         }
         tokio::select! {
             r = readable(&stdout), if stdout.is_some() && tapping.may_read() => {
-                match r.and_then(|()| drain_ready(&proc, &stdout, Stream::Stdout, &mut tapping)) {
+                match r.and_then(|()| drain_ready(&proc, &stdout, out_stream, &mut tapping)) {
                     Ok(Drained::Eof) => stdout = None,
                     Ok(Drained::Bytes(n, failed)) => {
-                        owed.read(Stream::Stdout, n);
+                        owed.read(out_stream, n);
                         unsynced += n as u64;
                         if let Some(e) = failed {
                             capture_failure.get_or_insert(e);
@@ -618,12 +677,12 @@ thread_local! {
 }
 
 /// Resolves once `stream` may have bytes (or EOF) to read.
-async fn readable(stream: &Option<pipe::Receiver>) -> Result<(), String> {
+async fn readable(stream: &Option<OutputEnd>) -> Result<(), String> {
     match stream {
         Some(s) => s
             .readable()
             .await
-            .map_err(|e| format!("waiting on a pipe: {e}")),
+            .map_err(|e| format!("waiting on an output stream: {e}")),
         None => std::future::pending().await,
     }
 }
@@ -642,7 +701,7 @@ enum Drained {
 /// the stream is done.
 fn drain_ready(
     proc: &Proc,
-    stream: &Option<pipe::Receiver>,
+    stream: &Option<OutputEnd>,
     which: Stream,
     tap: &mut Tapping,
 ) -> Result<Drained, String> {
@@ -682,7 +741,7 @@ struct Owed {
 }
 
 impl Owed {
-    fn at_exit(stdout: &Option<pipe::Receiver>, stderr: &Option<pipe::Receiver>) -> Owed {
+    fn at_exit(stdout: &Option<OutputEnd>, stderr: &Option<OutputEnd>) -> Owed {
         Owed {
             stdout: pipe_holds(stdout),
             stderr: pipe_holds(stderr),
@@ -691,14 +750,14 @@ impl Owed {
 
     fn read(&mut self, which: Stream, n: usize) {
         let owed = match which {
-            Stream::Stdout => &mut self.stdout,
+            Stream::Stdout | Stream::Terminal => &mut self.stdout,
             Stream::Stderr => &mut self.stderr,
         };
         *owed = owed.saturating_sub(n as u64);
     }
 
     /// Nothing is owed on a stream that is still open (a closed one owes nothing more).
-    fn settled(&self, stdout: &Option<pipe::Receiver>, stderr: &Option<pipe::Receiver>) -> bool {
+    fn settled(&self, stdout: &Option<OutputEnd>, stderr: &Option<OutputEnd>) -> bool {
         (stdout.is_none() || self.stdout == 0) && (stderr.is_none() || self.stderr == 0)
     }
 }
@@ -707,11 +766,11 @@ impl Owed {
 /// exit, as it did before taps, which may cut a slow consumer short (the capture then says
 /// so); owing a guessed amount instead could wait for bytes that never come while a
 /// descendant holds the pipe open.
-fn pipe_holds(stream: &Option<pipe::Receiver>) -> u64 {
-    let Some(pipe) = stream else {
+fn pipe_holds(stream: &Option<OutputEnd>) -> u64 {
+    let Some(end) = stream else {
         return 0;
     };
-    rustix::io::ioctl_fionread(pipe).unwrap_or_else(|e| {
+    end.pending().unwrap_or_else(|e| {
         warn!(error = %e, "FIONREAD on an output pipe failed; the final drain starts now");
         0
     })
@@ -721,6 +780,7 @@ fn stream_name(which: Stream) -> &'static str {
     match which {
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
+        Stream::Terminal => "the terminal",
     }
 }
 

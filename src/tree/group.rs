@@ -51,12 +51,18 @@ fn esrch_is_ok(r: rustix::io::Result<()>) -> std::io::Result<()> {
 }
 
 /// Registers the pidfd with the runtime's reactor (tokio 1.54 made this call `unsafe`).
-#[allow(unsafe_code)]
 pub(super) fn register(fd: OwnedFd) -> std::io::Result<AsyncFd<OwnedFd>> {
+    register_with(fd, Interest::READABLE)
+}
+
+/// Registers an owned descriptor (a pidfd, a terminal's master) with the runtime's reactor
+/// for `interest`.
+#[allow(unsafe_code)]
+pub(super) fn register_with(fd: OwnedFd, interest: Interest) -> std::io::Result<AsyncFd<OwnedFd>> {
     // SAFETY: tokio requires the descriptor to stay open and name the same file description
     // until the `AsyncFd` is dropped. It is an `OwnedFd` moved into the `AsyncFd`, so nothing
     // else can close or replace it, and `as_raw_fd` always returns the same number.
-    unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.map_err(|e| e.into())
+    unsafe { AsyncFd::register_with_interest(fd, interest) }.map_err(|e| e.into())
 }
 
 impl GroupTree {

@@ -8,7 +8,9 @@
 //! Invariants:
 //! - A launched workload starts clean: every catchable signal at its default disposition, an
 //!   empty signal mask, its own process group, and no descriptor of the supervisor but the three
-//!   standard streams it was given (every other descriptor is closed in the child).
+//!   standard streams it was given (every other descriptor is closed in the child). A PTY
+//!   launch's three are one terminal's slave, its controlling terminal in a session it leads
+//!   (`pty.rs`); the supervisor keeps only the master.
 //! - No code path signals a bare number. While the leader is unreaped its zombie pins the group
 //!   id, so the group is signalled by that id; once it is reaped, each remaining member is found
 //!   in /proc, pinned with a pidfd, re-checked (same group, started no earlier than the leader)
@@ -21,6 +23,7 @@ pub mod cgroup;
 mod group;
 pub mod guardian;
 pub(crate) mod procfs;
+pub mod pty;
 pub mod sample;
 mod spawn;
 
@@ -35,8 +38,9 @@ pub use crate::lifecycle::event::{
 pub use group::GroupTree;
 pub use guardian::{GuardianLauncher, GuardianProgram, GuardianTree};
 pub use procfs::{Identity, boot_id};
+pub use pty::{PtyMaster, PtySize};
 pub use sample::{Membership, TreeSample, sample_trees};
-pub use spawn::{SpawnError, SpawnSpec};
+pub use spawn::{SpawnError, SpawnSpec, Streams};
 
 /// A signal the supervisor sends to a tree (a closed set: the supervisor needs no others).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -149,13 +153,11 @@ pub struct TreeScope {
 /// Persists a scope; an error aborts the launch before the workload runs.
 pub type Register<'a> = dyn FnMut(&TreeScope) -> Result<(), String> + 'a;
 
-/// A launched workload: its tree and the supervisor's ends of its standard streams.
+/// A launched workload: its tree and the supervisor's side of its standard streams.
 #[derive(Debug)]
 pub struct Spawned {
     pub tree: Arc<dyn ProcessTree>,
-    pub stdin: tokio::net::unix::pipe::Sender,
-    pub stdout: tokio::net::unix::pipe::Receiver,
-    pub stderr: tokio::net::unix::pipe::Receiver,
+    pub streams: Streams,
 }
 
 /// Launches workloads into trees. The supervisor holds one; tests wrap it to inject faults.
@@ -182,7 +184,7 @@ pub struct GroupLauncher;
 
 impl Launcher for GroupLauncher {
     fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
-        let (pid, (stdin, stdout, stderr)) = spawn::spawn(spec)?;
+        let (pid, streams) = spawn::spawn(spec)?;
         let tree = GroupTree::adopt(pid).map_err(|cause| SpawnError::Adopt { cause })?;
         let identity = tree.identity();
         let scope = TreeScope {
@@ -204,9 +206,7 @@ impl Launcher for GroupLauncher {
         }
         Ok(Spawned {
             tree: Arc::new(tree),
-            stdin,
-            stdout,
-            stderr,
+            streams,
         })
     }
 }

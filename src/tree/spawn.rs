@@ -7,8 +7,10 @@
 //! `posix_spawn` uses `clone(CLONE_VM | CLONE_VFORK)`.
 //!
 //! Invariants: the child gets every catchable signal at its default disposition
-//! (`POSIX_SPAWN_SETSIGDEF` with the full set), an empty mask, its own process group, the three
-//! pipe ends as 0, 1 and 2, and nothing else: every descriptor above 2 is closed in the child
+//! (`POSIX_SPAWN_SETSIGDEF` with the full set), an empty mask, its own process group (for a PTY
+//! launch without a guardian, its own session, whose group it leads, with the terminal as its
+//! controlling terminal), the three pipe ends (or the terminal's slave) as 0, 1 and 2, and
+//! nothing else: every descriptor above 2 is closed in the child
 //! (`closefrom(3)` as a spawn action), so not even one the host inherited without close-on-exec
 //! passes on; the pipe ends are moved above 2 before the `dup2` actions so that no action
 //! overwrites another's source. glibc keeps its two internal real-time signals (32 and 33)
@@ -25,6 +27,8 @@ use nix::spawn::{PosixSpawnAttr, PosixSpawnFileActions, PosixSpawnFlags, posix_s
 use nix::sys::signal::SigSet;
 use tokio::net::unix::pipe;
 
+use super::pty::{self, PtyMaster, PtySize};
+
 /// What to launch. The working directory is explicit; nothing is resolved against ours.
 #[derive(Debug, Clone)]
 pub struct SpawnSpec {
@@ -37,6 +41,9 @@ pub struct SpawnSpec {
     pub cwd: PathBuf,
     /// Set on top of the supervisor's environment.
     pub env_overrides: Vec<(String, String)>,
+    /// A terminal of this size as the workload's standard streams (and controlling terminal),
+    /// instead of pipes.
+    pub pty: Option<PtySize>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -192,6 +199,25 @@ fn resolve(program: &str, cwd: &Path, path: Option<&OsStr>) -> Result<PathBuf, S
 /// The supervisor's ends of the workload's standard streams.
 pub(super) type Ends = (pipe::Sender, pipe::Receiver, pipe::Receiver);
 
+/// The supervisor's side of the workload's standard streams: three pipes, or a terminal's
+/// master.
+#[derive(Debug)]
+pub enum Streams {
+    Pipes(Ends),
+    Terminal(PtyMaster),
+}
+
+/// How the spawned process gets a terminal as its standard streams.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct TerminalSetup {
+    pub size: PtySize,
+    /// The spawned process itself is the workload: it starts a new session (instead of a new
+    /// process group) and opens the slave as descriptor 0, which makes the terminal its
+    /// controlling terminal. Without it (a guardian), the slave is only duplicated onto 0-2:
+    /// the guardian's workload starts the session and claims the terminal itself.
+    pub session: bool,
+}
+
 /// A workload resolved for exec: its program's path, argv and environment.
 #[derive(Debug)]
 pub(super) struct Image {
@@ -224,21 +250,38 @@ pub(super) fn image(spec: &SpawnSpec) -> Result<Image, SpawnError> {
     Ok(Image { path, argv, envp })
 }
 
-/// Spawns the workload directly; returns its pid and our ends of its pipes.
-pub(super) fn spawn(spec: &SpawnSpec) -> Result<(u32, Ends), SpawnError> {
+/// Spawns the workload directly; returns its pid and our side of its standard streams.
+pub(super) fn spawn(spec: &SpawnSpec) -> Result<(u32, Streams), SpawnError> {
     let image = image(spec)?;
-    spawn_image(&image, &spec.cwd, None, &spec.program)
+    let terminal = spec.pty.map(|size| TerminalSetup {
+        size,
+        session: true,
+    });
+    spawn_image(&image, &spec.cwd, None, &spec.program, terminal)
 }
 
-/// Spawns `image` in `cwd` with fresh pipes as 0, 1 and 2 and, when given, `control` as
-/// descriptor 3 (the guardian's control socket); nothing else passes. `name` names the program
-/// in errors.
+/// Spawns `image` in `cwd` with fresh pipes (or, with `terminal`, a fresh terminal) as 0, 1
+/// and 2 and, when given, `control` as descriptor 3 (the guardian's control socket); nothing
+/// else passes. `name` names the program in errors.
 pub(super) fn spawn_image(
     image: &Image,
     cwd: &Path,
     control: Option<BorrowedFd<'_>>,
     name: &str,
-) -> Result<(u32, Ends), SpawnError> {
+    terminal: Option<TerminalSetup>,
+) -> Result<(u32, Streams), SpawnError> {
+    match terminal {
+        None => spawn_piped(image, cwd, control, name),
+        Some(t) => spawn_on_terminal(image, cwd, control, name, t),
+    }
+}
+
+fn spawn_piped(
+    image: &Image,
+    cwd: &Path,
+    control: Option<BorrowedFd<'_>>,
+    name: &str,
+) -> Result<(u32, Streams), SpawnError> {
     let (stdin_r, stdin_w) = pipe_above_stdio()?;
     let (stdout_r, stdout_w) = pipe_above_stdio()?;
     let (stderr_r, stderr_w) = pipe_above_stdio()?;
@@ -248,6 +291,76 @@ pub(super) fn spawn_image(
     }
     // The control socket must not sit on 0-3, where a dup2 action would overwrite it first;
     // only then is it moved (a host that closed its standard streams), else used as it is.
+    let pid = spawn_with(
+        image,
+        cwd,
+        control,
+        name,
+        StdioActions::Dup([stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()]),
+    )?;
+    drop((stdin_r, stdout_w, stderr_w));
+    let ends: std::io::Result<Ends> = (|| {
+        Ok((
+            pipe::Sender::from_owned_fd(stdin_w)?,
+            pipe::Receiver::from_owned_fd(stdout_r)?,
+            pipe::Receiver::from_owned_fd(stderr_r)?,
+        ))
+    })();
+    let ends = ends.map_err(|cause| SpawnError::Setup {
+        what: "pipe registration",
+        cause,
+    })?;
+    Ok((pid, Streams::Pipes(ends)))
+}
+
+/// Spawns with a fresh terminal of `t.size` as the standard streams. The slave is ours only
+/// until the spawn returns: afterwards the tree holds its only descriptors.
+fn spawn_on_terminal(
+    image: &Image,
+    cwd: &Path,
+    control: Option<BorrowedFd<'_>>,
+    name: &str,
+    t: TerminalSetup,
+) -> Result<(u32, Streams), SpawnError> {
+    let pair = pty::open(t.size).map_err(|cause| SpawnError::Setup {
+        what: "terminal",
+        cause,
+    })?;
+    let slave = above_stdio(pair.slave)?;
+    let stdio = if t.session {
+        StdioActions::Session(&pair.slave_path)
+    } else {
+        StdioActions::Dup([slave.as_fd(), slave.as_fd(), slave.as_fd()])
+    };
+    let pid = spawn_with(image, cwd, control, name, stdio)?;
+    drop(slave);
+    let master = PtyMaster::new(pair.master).map_err(|cause| SpawnError::Setup {
+        what: "terminal registration",
+        cause,
+    })?;
+    Ok((pid, Streams::Terminal(master)))
+}
+
+/// How the spawn actions give the child its descriptors 0-2.
+enum StdioActions<'a> {
+    /// Duplicate these (all above 2) onto 0, 1 and 2; a new process group.
+    Dup([BorrowedFd<'a>; 3]),
+    /// A new session, the terminal opened as 0 (which makes it the session's controlling
+    /// terminal: glibc runs `setsid` before the file actions) and duplicated onto 1 and 2.
+    Session(&'a Path),
+}
+
+/// The one `posix_spawn` of this module: `stdio` as 0-2, `control` as 3 when given, nothing
+/// else, every signal at its default and an empty mask.
+fn spawn_with(
+    image: &Image,
+    cwd: &Path,
+    control: Option<BorrowedFd<'_>>,
+    name: &str,
+    stdio: StdioActions<'_>,
+) -> Result<u32, SpawnError> {
+    // The control socket must not sit on 0-3, where a dup2 action would overwrite it first;
+    // only then is it moved (a host that closed its standard streams), else used as it is.
     let moved = match control {
         Some(fd) if fd.as_raw_fd() <= 3 => Some(dup_from(fd, 4, "control socket")?),
         _ => None,
@@ -255,12 +368,20 @@ pub(super) fn spawn_image(
     let control = moved.as_ref().map(AsFd::as_fd).or(control);
 
     let mut actions = PosixSpawnFileActions::init().map_err(setup("spawn file actions"))?;
-    // dup2 clears close-on-exec on the target; the sources (all above 2) close at exec.
-    actions
-        .add_dup2(stdin_r.as_raw_fd(), 0)
-        .and_then(|()| actions.add_dup2(stdout_w.as_raw_fd(), 1))
-        .and_then(|()| actions.add_dup2(stderr_w.as_raw_fd(), 2))
-        .map_err(setup("spawn file actions"))?;
+    let session = matches!(stdio, StdioActions::Session(_));
+    match stdio {
+        // dup2 clears close-on-exec on the target; the sources (all above 2) close at exec.
+        StdioActions::Dup([i, o, e]) => actions
+            .add_dup2(i.as_raw_fd(), 0)
+            .and_then(|()| actions.add_dup2(o.as_raw_fd(), 1))
+            .and_then(|()| actions.add_dup2(e.as_raw_fd(), 2))
+            .map_err(setup("spawn file actions"))?,
+        StdioActions::Session(path) => actions
+            .add_open(0, path, OFlag::O_RDWR, nix::sys::stat::Mode::empty())
+            .and_then(|()| actions.add_dup2(0, 1))
+            .and_then(|()| actions.add_dup2(0, 2))
+            .map_err(setup("spawn file actions"))?,
+    }
     if let Some(control) = &control {
         actions
             .add_dup2(control.as_raw_fd(), 3)
@@ -270,10 +391,16 @@ pub(super) fn spawn_image(
     add_chdir(&mut actions, cwd)?;
 
     let mut attr = PosixSpawnAttr::init().map_err(setup("spawn attributes"))?;
-    attr.set_flags(
+    // A session leader leads its own process group too (group id = pid), so the group
+    // mechanism signals it the same way; setpgid after setsid would fail, hence one or the
+    // other.
+    let grouping = if session {
+        PosixSpawnFlags::from_bits_retain(i32::from(libc::POSIX_SPAWN_SETSID))
+    } else {
         PosixSpawnFlags::POSIX_SPAWN_SETPGROUP
-            | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF
-            | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK,
+    };
+    attr.set_flags(
+        grouping | PosixSpawnFlags::POSIX_SPAWN_SETSIGDEF | PosixSpawnFlags::POSIX_SPAWN_SETSIGMASK,
     )
     .and_then(|()| attr.set_pgroup(nix::unistd::Pid::from_raw(0)))
     .and_then(|()| attr.set_sigdefault(&SigSet::all()))
@@ -297,23 +424,11 @@ pub(super) fn spawn_image(
             cause: std::io::Error::from(other),
         },
     })?;
-    drop((stdin_r, stdout_w, stderr_w, moved));
-    let pid = u32::try_from(pid.as_raw()).map_err(|_| SpawnError::Spawn {
+    drop(moved);
+    u32::try_from(pid.as_raw()).map_err(|_| SpawnError::Spawn {
         program: name.to_owned(),
         cause: std::io::Error::other("negative pid"),
-    })?;
-    let ends: std::io::Result<Ends> = (|| {
-        Ok((
-            pipe::Sender::from_owned_fd(stdin_w)?,
-            pipe::Receiver::from_owned_fd(stdout_r)?,
-            pipe::Receiver::from_owned_fd(stderr_r)?,
-        ))
-    })();
-    let ends = ends.map_err(|cause| SpawnError::Setup {
-        what: "pipe registration",
-        cause,
-    })?;
-    Ok((pid, ends))
+    })
 }
 
 #[cfg(test)]

@@ -259,9 +259,22 @@ impl Launcher for GuardianLauncher {
             what: "control socket",
             cause,
         })?;
-        let spawned = spawn::spawn_image(&guardian, &spec.cwd, Some(theirs.as_fd()), "guardian");
+        // With a terminal, the guardian holds the slave as 0-2 only until its workload runs
+        // (then it points them at /dev/null); its workload starts the session and claims the
+        // terminal as its controlling terminal (`run.rs`).
+        let terminal = spec.pty.map(|size| spawn::TerminalSetup {
+            size,
+            session: false,
+        });
+        let spawned = spawn::spawn_image(
+            &guardian,
+            &spec.cwd,
+            Some(theirs.as_fd()),
+            "guardian",
+            terminal,
+        );
         drop(theirs);
-        let (gpid, (stdin, stdout, stderr)) = match spawned {
+        let (gpid, streams) = match spawned {
             Ok(s) => s,
             Err(e) => {
                 if let Some(scope) = &scope {
@@ -369,9 +382,7 @@ impl Launcher for GuardianLauncher {
         .map_err(|cause| SpawnError::Adopt { cause })?;
         Ok(Spawned {
             tree: std::sync::Arc::new(tree),
-            stdin,
-            stdout,
-            stderr,
+            streams,
         })
     }
 }

@@ -680,6 +680,14 @@ fn fork_workload(args: &Args, scope: Option<&Scope>) -> Result<Workload, String>
 /// single-threaded: no other thread can hold the allocator's lock across the fork.
 fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
     let _ = nix::unistd::setsid();
+    // A PTY launch: descriptor 0 is the terminal's slave (only then is it a terminal: the
+    // supervisor gives the guardian pipes otherwise), which becomes the new session's
+    // controlling terminal, so that the workload gets SIGWINCH, job control and SIGHUP as
+    // under a terminal emulator.
+    let stdin = std::io::stdin();
+    if rustix::termios::isatty(&stdin) && rustix::process::ioctl_tiocsctty(&stdin).is_err() {
+        child_exit(GATE_CLOSED);
+    }
     let _ = SigSet::empty().thread_set_mask();
     reset_sigpipe();
     let mut byte = [0u8; 1];
