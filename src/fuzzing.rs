@@ -1831,7 +1831,7 @@ pub fn lifecycle_decoders(payload: &[u8]) {
         }
     }
     // The kinds only the reference reads: total, and the public decoder agrees with it.
-    for kind in (kinds::SCOPED..=kinds::OUTPUT_GAP).chain([kinds::OUTPUT_RETIRED]) {
+    for kind in (kinds::SCOPED..=kinds::LAST).filter(|k| LifecycleEvent::is_lifecycle_kind(*k)) {
         let reference = LifecycleEvent::decode_reference(kind, CODEC_VERSION, payload);
         let public = LifecycleEvent::decode(kind, CODEC_VERSION, payload);
         assert_eq!(format!("{public:?}"), format!("{reference:?}"));
@@ -2131,7 +2131,7 @@ impl ReplayGen {
                 .take(usize::from(n % 6))
                 .collect()
         };
-        match k % 17 {
+        match k % 18 {
             0 => {
                 let mut ids = ids;
                 match x % 8 {
@@ -2307,6 +2307,13 @@ impl ReplayGen {
                 error: text(x >> 1),
                 at_unix_ms,
             }),
+            17 => LifecycleEvent::TerminalResized(crate::lifecycle::event::TerminalResized {
+                handle,
+                // A size of 0 now and then, which is refused.
+                rows: u16::from(x & 7),
+                cols: u16::from(x >> 3),
+                at_unix_ms,
+            }),
             _ => {
                 let end = &mut self.gap_end[usize::from(h % REPLAY_HANDLES)];
                 let from = if x & 0x80 == 0 {
@@ -2358,7 +2365,8 @@ impl ReplayGen {
             | E::GateChanged(_)
             | E::HumanInput(_)
             | E::DeadlineFired(_)
-            | E::DeadlineFailed(_) => self.fresh(),
+            | E::DeadlineFailed(_)
+            | E::TerminalResized(_) => self.fresh(),
         }
     }
 }
@@ -2639,6 +2647,13 @@ fn check_manifests(
                 E::InputClosed(_) => {
                     assert!(!input_closed, "input closed twice");
                     input_closed = true;
+                }
+                E::TerminalResized(r) => {
+                    assert_eq!(state, State::Running, "a terminal sized while not running");
+                    assert!(
+                        r.rows > 0 && r.cols > 0,
+                        "a terminal without rows or columns"
+                    );
                 }
                 E::OutputCheckpoint(c) => {
                     assert!(

@@ -401,7 +401,7 @@ mod validity {
         DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness,
         InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap,
         OutputRetired, ProcessWitness, Registered, Running, Scoped, StopRequested, Terminal,
-        TreeMechanism, TreeReleased, kinds,
+        TerminalResized, TreeMechanism, TreeReleased, kinds,
     };
     use procjournal::lifecycle::{
         Applied, Handle, LifecycleEvent, LifecycleIds, ManifestStore, State,
@@ -584,6 +584,12 @@ mod validity {
                     at_unix_ms,
                 })
             }
+            "TerminalResized" => LifecycleEvent::TerminalResized(TerminalResized {
+                handle: H,
+                rows: 24,
+                cols: 80,
+                at_unix_ms,
+            }),
             other => panic!("the validity table names an event this test does not know: {other:?}"),
         }
     }

@@ -47,7 +47,7 @@ use procjournal::lifecycle::event::{
     DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness, InputClosed,
     LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap, OutputRetired,
     ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested, Terminal,
-    TreeMechanism, TreeReleased,
+    TerminalResized, TreeMechanism, TreeReleased,
 };
 use procjournal::lifecycle::{
     Applied, Handle, Lifecycle, LifecycleError, LifecycleEvent, LifecycleIds, ManifestStore,
@@ -237,6 +237,12 @@ enum Op {
         h: usize,
         id: PlainId,
     },
+    /// A terminal's size; `rows` 0 now and then (refused).
+    Resize {
+        h: usize,
+        rows: u16,
+        id: PlainId,
+    },
     Checkpoint {
         h: usize,
         delta: Delta,
@@ -373,6 +379,7 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
         3 => (any_h.clone(), delta(), step_id()).prop_map(|(h, delta, id)| Op::Lost { h, delta, id }),
         2 => (any_h.clone(), plain_id()).prop_map(|(h, id)| Op::Stop { h, id }),
         1 => (any_h.clone(), plain_id()).prop_map(|(h, id)| Op::InputClosed { h, id }),
+        1 => (any_h.clone(), 0u16..4, plain_id()).prop_map(|(h, rows, id)| Op::Resize { h, rows, id }),
         3 => (any_h.clone(), delta(), plain_id())
             .prop_map(|(h, delta, id)| Op::Checkpoint { h, delta, id }),
         3 => (any_h.clone(), publish_target(), fact_id())
@@ -663,6 +670,15 @@ impl Concretizer {
                 self.plain(id),
                 LifecycleEvent::InputClosed(InputClosed {
                     handle: handle_of(*h),
+                    at_unix_ms,
+                }),
+            ),
+            Op::Resize { h, rows, id } => (
+                self.plain(id),
+                LifecycleEvent::TerminalResized(TerminalResized {
+                    handle: handle_of(*h),
+                    rows: *rows,
+                    cols: 80,
                     at_unix_ms,
                 }),
             ),
@@ -1100,6 +1116,12 @@ impl Model {
                     return Refused;
                 }
                 p.input_closed = true;
+            }
+            // Rule W: only while running, at least one row and column; nothing is kept.
+            LifecycleEvent::TerminalResized(e) => {
+                if p.state != State::Running || e.rows == 0 || e.cols == 0 {
+                    return Refused;
+                }
             }
             LifecycleEvent::OutputCheckpoint(e) => {
                 if is_terminal(p.state) || !grows(p.bounds, e.bounds) {

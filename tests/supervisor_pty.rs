@@ -8,12 +8,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use procjournal::lifecycle::LifecycleEvent;
 use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::CaptureStatus;
 use procjournal::spool::format::Stream;
+use procjournal::supervisor::SupervisorError;
 use procjournal::supervisor::{Command, Supervisor};
 use procjournal::tree::{GroupLauncher, GuardianLauncher, GuardianProgram, Launcher};
-use supervisor_common::{config, guarded, open, start, temp_root};
+use supervisor_common::{config, guarded, journal_records, open, start, temp_root};
 
 fn guardian() -> Arc<dyn Launcher> {
     let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal").into());
@@ -252,4 +254,80 @@ async fn stop_takes_a_terminal_tree_down() {
         assert!(!alive(pid), "{name}: the background child is gone");
         sup.shutdown(Duration::from_secs(2)).await;
     }
+}
+
+/// A resize reaches the workload (a program that asks sees the new size) and is journaled:
+/// the launch size rides `running`, each resize follows in the order applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resize_reaches_the_workload_and_is_journaled() {
+    for (name, launcher) in launchers() {
+        let root = temp_root();
+        let sup = open_with(root.path(), launcher).await;
+        let h = start(
+            &sup,
+            Command::new("sh")
+                .arg("-c")
+                .arg("stty size; read x; stty size")
+                .cwd(root.path())
+                .pty(30, 100),
+        )
+        .await;
+        // The first size is out before the resize, so that it is the launch's.
+        guarded("the first size", async {
+            while !text(&terminal_output(&sup, &h).await).contains('\n') {
+                sup.output_changed(&h, 0).await;
+            }
+        })
+        .await;
+        sup.resize(&h, 40, 120).await.expect("resize");
+        sup.input(&h, b"go\n").await.expect("input");
+        let summary = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+        assert_eq!(summary.state, State::Exited, "{name}: {summary:?}");
+        let out = text(&terminal_output(&sup, &h).await);
+        assert_eq!(out, "30 100\r\ngo\r\n40 120\r\n", "{name}");
+        let sizes: Vec<(u16, u16)> = journal_records(&root.path().join("rt"))
+            .into_iter()
+            .filter_map(|r| match r.event {
+                LifecycleEvent::TerminalResized(e) if e.handle == h => Some((e.rows, e.cols)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(sizes, [(30, 100), (40, 120)], "{name}");
+        // Ended: nothing to resize.
+        assert!(
+            matches!(
+                sup.resize(&h, 10, 10).await,
+                Err(SupervisorError::NotRunning(_))
+            ),
+            "{name}"
+        );
+        sup.shutdown(Duration::from_secs(2)).await;
+    }
+}
+
+/// A pipe launch has no terminal to resize, and a terminal has at least one row and column.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_a_terminal_is_resized_and_never_to_nothing() {
+    let root = temp_root();
+    let sup = open_with(root.path(), Arc::new(GroupLauncher)).await;
+    let piped = start(&sup, Command::new("sleep").arg("30").cwd(root.path())).await;
+    assert!(matches!(
+        sup.resize(&piped, 10, 10).await,
+        Err(SupervisorError::NoTerminal(_))
+    ));
+    let tty = start(
+        &sup,
+        Command::new("sleep").arg("30").cwd(root.path()).pty(5, 5),
+    )
+    .await;
+    assert!(matches!(
+        sup.resize(&tty, 0, 10).await,
+        Err(SupervisorError::Resize { .. })
+    ));
+    for h in [piped, tty] {
+        guarded("stop", sup.stop(&h, Duration::from_secs(1)))
+            .await
+            .expect("stop");
+    }
+    sup.shutdown(Duration::from_secs(2)).await;
 }

@@ -267,6 +267,20 @@ pub struct OutputRetired {
     pub at_unix_ms: u64,
 }
 
+/// The size of a PTY launch's terminal (`Command::pty`): appended with `running` for the size it
+/// was launched with, and for every resize after it, once the terminal has the new size (the
+/// kernel then sends SIGWINCH to its foreground process group). Not a state change: a process
+/// whose journal holds one ran under a terminal, and the newest one is its terminal's size.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct TerminalResized {
+    pub handle: Handle,
+    /// At least 1.
+    pub rows: u16,
+    /// At least 1.
+    pub cols: u16,
+    pub at_unix_ms: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct StopRequested {
     pub handle: Handle,
@@ -419,6 +433,7 @@ pub enum LifecycleEvent {
     HumanInput(HumanInput),
     DeadlineFired(DeadlineFired),
     DeadlineFailed(DeadlineFailed),
+    TerminalResized(TerminalResized),
 }
 
 /// Purposes of the record IDs derived from a registration's allocated IDs
@@ -460,9 +475,10 @@ pub mod kinds {
     pub const DEADLINE_FIRED: u16 = 0x0110;
     pub const DEADLINE_FAILED: u16 = 0x0111;
     pub const OUTPUT_RETIRED: u16 = 0x0112;
+    pub const TERMINAL_RESIZED: u16 = 0x0113;
     /// The highest lifecycle kind: lifecycle kinds are the range from `REGISTERED` to it (but
     /// 0x010D, see `is_lifecycle_kind`).
-    pub const LAST: u16 = OUTPUT_RETIRED;
+    pub const LAST: u16 = TERMINAL_RESIZED;
 }
 
 /// Why a record could not be read as a lifecycle event.
@@ -499,6 +515,7 @@ impl LifecycleEvent {
             LifecycleEvent::HumanInput(_) => kinds::HUMAN_INPUT,
             LifecycleEvent::DeadlineFired(_) => kinds::DEADLINE_FIRED,
             LifecycleEvent::DeadlineFailed(_) => kinds::DEADLINE_FAILED,
+            LifecycleEvent::TerminalResized(_) => kinds::TERMINAL_RESIZED,
         };
         match EventKind::new(raw) {
             Some(kind) => kind,
@@ -528,6 +545,7 @@ impl LifecycleEvent {
             LifecycleEvent::TreeReleased(e) => e.handle,
             LifecycleEvent::OutputGap(e) => e.handle,
             LifecycleEvent::OutputRetired(e) => e.handle,
+            LifecycleEvent::TerminalResized(e) => e.handle,
             LifecycleEvent::HumanInput(e) => e.handle,
             LifecycleEvent::DeadlineFired(e) => e.handle,
             LifecycleEvent::DeadlineFailed(e) => e.handle,
@@ -554,6 +572,7 @@ impl LifecycleEvent {
             LifecycleEvent::HumanInput(e) => codec::encode(e),
             LifecycleEvent::DeadlineFired(e) => codec::encode(e),
             LifecycleEvent::DeadlineFailed(e) => codec::encode(e),
+            LifecycleEvent::TerminalResized(e) => codec::encode(e),
         }
     }
 
@@ -629,6 +648,9 @@ impl LifecycleEvent {
                 }
                 kinds::DEADLINE_FAILED => {
                     LifecycleEvent::DeadlineFailed(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::TERMINAL_RESIZED => {
+                    LifecycleEvent::TerminalResized(codec::decode(codec_version, p).map_err(wrap)?)
                 }
                 other => return Err(EventDecodeError::NotLifecycle(other)),
             })

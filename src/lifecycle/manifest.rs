@@ -207,6 +207,10 @@ pub enum Rejection {
     DeadlineNotFired,
     #[error("{0} deadline failures are recorded, as many as a process keeps")]
     TooManyDeadlineFailures(usize),
+    #[error("a terminal is sized only while its process runs (it is {0})")]
+    NotRunning(State),
+    #[error("terminal size {rows}x{cols}: a terminal has at least one row and one column")]
+    TerminalSize { rows: u16, cols: u16 },
 }
 
 /// A manifest of a snapshot that no sequence of accepted events produces, or that its store
@@ -519,6 +523,18 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             }
             Ok(Applied::Changed)
         }
+        LifecycleEvent::TerminalResized(e) => {
+            if m.state != State::Running {
+                return Err(Rejection::NotRunning(m.state));
+            }
+            if e.rows == 0 || e.cols == 0 {
+                return Err(Rejection::TerminalSize {
+                    rows: e.rows,
+                    cols: e.cols,
+                });
+            }
+            Ok(Applied::Changed)
+        }
         LifecycleEvent::InputClosed(_) => {
             if m.input_closed {
                 return Err(Rejection::InputAlreadyClosed);
@@ -639,7 +655,9 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
 /// events are decoded for this fold alone; nothing is copied twice).
 fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
     match event {
-        LifecycleEvent::Registered(_) => {}
+        // The terminal's size is the journal's to tell (its newest `TerminalResized`); the
+        // manifest keeps no copy, so snapshots need none.
+        LifecycleEvent::Registered(_) | LifecycleEvent::TerminalResized(_) => {}
         LifecycleEvent::Running(e) => {
             m.state = State::Running;
             m.pid = Some(e.pid);

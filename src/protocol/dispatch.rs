@@ -579,6 +579,8 @@ pub fn api(error: SupervisorError) -> ApiError {
         SupervisorError::CursorAhead { .. } => (ErrorCode::BadArgs, None),
         SupervisorError::Output { handle, .. } => (ErrorCode::Internal, Some(*handle)),
         SupervisorError::Retired { handle, .. } => (ErrorCode::Retired, Some(*handle)),
+        SupervisorError::NoTerminal(h) => (ErrorCode::BadArgs, Some(*h)),
+        SupervisorError::Resize { handle, .. } => (ErrorCode::Internal, Some(*handle)),
         _ => (ErrorCode::Internal, None),
     };
     ApiError {

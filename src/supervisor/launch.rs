@@ -33,6 +33,7 @@ use super::{Shared, StartError};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CommandSpec, ExitStatus, IdentityWitness, Registered, Running, Scoped,
+    TerminalResized,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
@@ -143,8 +144,25 @@ fn launch_blocking(
     // before it leaves a `starting` process, which restore reconciles exactly as a `running`
     // one, and no host hears of `running` before it is durable (the publication acknowledges
     // it first, off this path).
-    match shared.append_deferred_blocking(ids.running, &running) {
-        Ok(_) => Launch::Running(spawned),
+    // A terminal's launch size rides `running` the same way (rule W of journal-format.md).
+    let recorded = shared
+        .append_deferred_blocking(ids.running, &running)
+        .and_then(|_| match pty {
+            Some(size) => shared
+                .append_deferred_blocking(
+                    EventId::new_v7(),
+                    &LifecycleEvent::TerminalResized(TerminalResized {
+                        handle,
+                        rows: size.rows,
+                        cols: size.cols,
+                        at_unix_ms: super::now_unix_ms(),
+                    }),
+                )
+                .map(|_| ()),
+            None => Ok(()),
+        });
+    match recorded {
+        Ok(()) => Launch::Running(spawned),
         Err(e) => Launch::RunningNotRecorded(spawned, e.to_string()),
     }
 }
@@ -218,6 +236,7 @@ pub(crate) async fn start(
         ),
         Streams::Terminal(master) => {
             let master = Arc::new(master);
+            let _ = proc.terminal.set(Arc::clone(&master));
             (
                 spawned.tree,
                 InputEnd::Terminal(Arc::clone(&master)),

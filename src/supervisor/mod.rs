@@ -58,7 +58,7 @@ use crate::admission::{
     self, AdmissionConfig, AdmissionSnapshot, Decision, ProcTelemetry, Telemetry,
 };
 use crate::journal::{Appended, Durability, EventId, JournalOptions};
-use crate::lifecycle::event::{InputClosed, StopRequested};
+use crate::lifecycle::event::{InputClosed, StopRequested, TerminalResized};
 use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
 use crate::lifecycle::{
     Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, SnapshotPolicy, SnapshotWritten,
@@ -67,7 +67,7 @@ use crate::lifecycle::{
 use crate::limits;
 use crate::render::{self, ArtifactDescriptor};
 use crate::spool::{Span, Spool, SpoolError, SpoolOptions};
-use crate::tree::{GroupLauncher, Launcher};
+use crate::tree::{GroupLauncher, Launcher, PtySize};
 use actor::{Actor, Found, InputOp, Msg};
 use process::Proc;
 
@@ -224,6 +224,13 @@ pub enum SupervisorError {
     /// A bound of [`crate::limits`] was reached; nothing already acknowledged was dropped.
     #[error("the bound {bound} ({limit}) is reached; try again later")]
     Bound { bound: &'static str, limit: usize },
+    /// The process does not run under a terminal (it was not launched with `Command::pty`).
+    #[error("process {0} has no terminal")]
+    NoTerminal(Handle),
+    /// The terminal could not be resized (or the resize recorded); its size is as it was, or,
+    /// if only the record failed, the new one unrecorded.
+    #[error("resizing the terminal of {handle}: {message}")]
+    Resize { handle: Handle, message: String },
     /// The output was retired (removed by retention or `clean`); the manifest stays.
     #[error("the output of {handle} was retired ({reason})")]
     Retired {
@@ -386,6 +393,31 @@ impl Shared {
                 },
             )),
         }
+    }
+
+    /// Runs `act` and, if it succeeded, appends and acknowledges `event`, with the lifecycle
+    /// lock held across both: records of actions on one resource (a terminal's size) are then in
+    /// the order the actions took effect, whoever asked for them. `act` must be quick (one
+    /// syscall): every append waits for it. On the calling thread, which must not be a runtime
+    /// thread.
+    pub fn append_after_blocking(
+        &self,
+        id: EventId,
+        event: &LifecycleEvent,
+        act: impl FnOnce() -> Result<(), String>,
+    ) -> Result<Result<Appended, LifecycleError>, String> {
+        let (appended, journal) = {
+            let mut lifecycle = lock(&self.lifecycle);
+            act()?;
+            match lifecycle.append_deferred(id, event) {
+                Ok(a) => (a, lifecycle.journal_arc()),
+                Err(e) => return Ok(Err(e)),
+            }
+        };
+        Ok(journal
+            .acknowledge(appended.position.seq)
+            .map(|()| appended)
+            .map_err(LifecycleError::from))
     }
 
     /// [`Shared::append`] on the calling thread, which must not be a runtime thread (it
@@ -885,6 +917,68 @@ impl Supervisor {
             reply,
         })
         .await?
+    }
+
+    /// Resizes a PTY launch's terminal to `rows` x `cols` (the kernel sends SIGWINCH to its
+    /// foreground process group) and records the new size (`TerminalResized`, acknowledged
+    /// before this returns). Refused for a process that is not running or has no terminal.
+    pub async fn resize(
+        &self,
+        handle: &Handle,
+        rows: u16,
+        cols: u16,
+    ) -> Result<(), SupervisorError> {
+        let proc = match self
+            .ask(|reply| Msg::Lookup {
+                handle: *handle,
+                reply,
+            })
+            .await?
+        {
+            Found::Live(proc) if !proc.is_terminal() => proc,
+            _ => return Err(SupervisorError::NotRunning(*handle)),
+        };
+        let master = proc
+            .terminal
+            .get()
+            .cloned()
+            .ok_or(SupervisorError::NoTerminal(*handle))?;
+        if rows == 0 || cols == 0 {
+            return Err(SupervisorError::Resize {
+                handle: *handle,
+                message: format!("{rows}x{cols}: at least one row and one column"),
+            });
+        }
+        let event = LifecycleEvent::TerminalResized(TerminalResized {
+            handle: *handle,
+            rows,
+            cols,
+            at_unix_ms: now_unix_ms(),
+        });
+        let shared = Arc::clone(&self.shared);
+        let size = PtySize { rows, cols };
+        let done = tokio::task::spawn_blocking(move || {
+            shared.append_after_blocking(EventId::new_v7(), &event, || {
+                master.resize(size).map_err(|e| e.to_string())
+            })
+        })
+        .await
+        .map_err(|e| SupervisorError::Task(e.to_string()))?;
+        match done {
+            Ok(Ok(_)) => {
+                // A resize is activity (the idle deadline's clock restarts), as input is.
+                proc.clocks.touch();
+                Ok(())
+            }
+            Ok(Err(e)) => Err(SupervisorError::Resize {
+                handle: *handle,
+                message: format!("the terminal has the new size, but it was not recorded: {e}"),
+            }),
+            Err(message) => Err(SupervisorError::Resize {
+                handle: *handle,
+                message,
+            }),
+        }
     }
 
     /// Writes bytes to the process's stdin (bounded: [`limits::INPUT_WRITE_MS`]).

@@ -151,6 +151,8 @@ pub(crate) struct Proc {
     pub clocks: Clocks,
     /// Set once, when the workload was launched.
     pub tree: OnceLock<Arc<dyn ProcessTree>>,
+    /// A PTY launch's terminal (its master), set once at the launch: what `resize` sizes.
+    pub terminal: OnceLock<Arc<PtyMaster>>,
     /// `None` before the spool exists and after terminalization closed it.
     pub output: Mutex<Option<Output>>,
     pub output_changed: Notify,
@@ -179,6 +181,7 @@ impl Proc {
             spool_at,
             clocks,
             tree: OnceLock::new(),
+            terminal: OnceLock::new(),
             loss_logged: AtomicBool::new(false),
             running_claim: AtomicU8::new(0),
             running_published: watch::channel(false).0,
