@@ -110,6 +110,7 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<()> {
             idle_timeout_ms: None,
             retention_bytes: None,
             queue_ms: None,
+            pty: None,
         }))?;
         let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
         let done = client.call(&Request::Wait {

@@ -202,6 +202,7 @@ fn start_processes(socket: &Path, cwd: &Path, n: usize) -> Res<(Vec<Handle>, Vec
             idle_timeout_ms: None,
             retention_bytes: None,
             queue_ms: None,
+            pty: None,
         }))?;
         let handle: Handle = result["handle"].as_str().ok_or("no handle")?.parse()?;
         let pid = result["pid"].as_u64().ok_or("no pid")?;

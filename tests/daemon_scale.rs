@@ -165,6 +165,7 @@ fn start_request(root: &Path) -> Request {
         idle_timeout_ms: None,
         retention_bytes: None,
         queue_ms: None,
+        pty: None,
     })
 }
 

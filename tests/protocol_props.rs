@@ -40,6 +40,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
         ),
         proptest::option::of(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX),
         proptest::option::of(0u64..=procjournal::protocol::QUEUE_MS_MAX),
+        proptest::option::of((1u16.., 1u16..)),
     )
         .prop_map(
             |(
@@ -51,6 +52,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                 (timeout_ms, idle_timeout_ms),
                 retention_bytes,
                 queue_ms,
+                pty,
             )| {
                 let mut command = vec![program];
                 command.extend(args);
@@ -63,6 +65,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                     idle_timeout_ms,
                     retention_bytes,
                     queue_ms,
+                    pty: pty.map(|(rows, cols)| procjournal::protocol::PtyArgs { rows, cols }),
                 }
             },
         )
@@ -115,6 +118,11 @@ fn request() -> impl Strategy<Value = Request> {
         "[^\u{0}]{0,40}".prop_map(|reason| Request::Resume { reason }),
         (handle(), any::<bool>())
             .prop_map(|(handle, waiting)| Request::AwaitInput { handle, waiting }),
+        (handle(), 1u16.., 1u16..).prop_map(|(handle, rows, cols)| Request::Resize {
+            handle,
+            rows,
+            cols
+        }),
     ]
 }
 

@@ -21,7 +21,7 @@ use crate::client::{Client, ClientError};
 use crate::journal::reader::JournalReader;
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::protocol::dispatch::ProcessInfo;
-use crate::protocol::{Request, StartArgs};
+use crate::protocol::{PtyArgs, Request, StartArgs};
 use crate::server::{Server, default_socket};
 use crate::spool::Spool;
 use crate::supervisor::{Rendering, SupervisorConfig, render_page};
@@ -198,12 +198,57 @@ pub(crate) struct StartCmdArgs {
     /// served), e.g. 30s, 5m; default: fail at once and say why.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     queue: Option<Duration>,
+    /// Run under a terminal of ROWSxCOLS (e.g. 24x80) instead of pipes: its output is one
+    /// stream, `terminal`; `input` goes to the terminal and `resize` changes its size.
+    #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
+    pty: Option<(u16, u16)>,
     /// Print the started process as JSON instead of its handle.
     #[arg(long)]
     json: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
+}
+
+/// `24x80`: rows by columns, each at least 1.
+pub(crate) fn parse_size(text: &str) -> Result<(u16, u16), String> {
+    let parsed = text
+        .split_once(['x', 'X'])
+        .and_then(|(r, c)| Some((r.parse::<u16>().ok()?, c.parse::<u16>().ok()?)));
+    match parsed {
+        Some((rows, cols)) if rows > 0 && cols > 0 => Ok((rows, cols)),
+        _ => Err(format!(
+            "{text:?} is not a terminal size ROWSxCOLS like 24x80"
+        )),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// resize
+
+#[derive(Debug, Args)]
+pub(crate) struct ResizeCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The process handle (p-...).
+    handle: String,
+    /// The new size, ROWSxCOLS (e.g. 40x120).
+    #[arg(value_parser = parse_size)]
+    size: (u16, u16),
+}
+
+pub(crate) fn resize(args: ResizeCmdArgs) -> anyhow::Result<ExitCode> {
+    let handle = args
+        .handle
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{}: {e}", args.handle))?;
+    let mut client = args.target.connect()?;
+    client.call(&Request::Resize {
+        handle,
+        rows: args.size.0,
+        cols: args.size.1,
+    })?;
+    Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
@@ -224,6 +269,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         idle_timeout_ms: args.idle_timeout.map(|t| millis(t).max(1)),
         retention_bytes: args.retention,
         queue_ms: args.queue.map(millis),
+        pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
     });
     let mut client = args.target.connect()?;
     let info = client.call(&request)?;

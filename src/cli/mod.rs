@@ -38,6 +38,8 @@ enum Command {
     Serve(daemon_cmd::ServeArgs),
     /// Start a command under the daemon; prints its handle.
     Start(daemon_cmd::StartCmdArgs),
+    /// Resize the terminal of a process started with `--pty` (it gets SIGWINCH).
+    Resize(daemon_cmd::ResizeCmdArgs),
     /// List processes (from the journal when no daemon runs).
     Ps(daemon_cmd::PsArgs),
     /// Print a process's output from a cursor; -f follows it until the process ends.
@@ -132,6 +134,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Serve(args) => daemon_cmd::serve(args),
         Command::Start(args) => daemon_cmd::start(args),
+        Command::Resize(args) => daemon_cmd::resize(args),
         Command::Ps(args) => daemon_cmd::ps(args),
         Command::Logs(args) => daemon_cmd::logs(args),
         Command::Send(args) => daemon_cmd::send(args),

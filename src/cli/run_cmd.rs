@@ -34,9 +34,10 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::lifecycle::Handle;
-use crate::protocol::{Dispatcher, ErrorCode, Request, StartArgs, request_from_args};
+use crate::protocol::{Dispatcher, ErrorCode, PtyArgs, Request, StartArgs, request_from_args};
 use crate::spool::format::Stream;
 use crate::supervisor::{Services, Supervisor, SupervisorConfig, Tap, TapChunk};
+use crate::tree::PtySize;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
@@ -59,6 +60,11 @@ pub(crate) struct RunArgs {
     retention: Option<u64>,
     #[command(flatten)]
     tree: super::TreeArgs,
+    /// Run the command under a terminal: with a terminal here, it gets this terminal's size
+    /// (and its changes) and every keystroke (this terminal is in raw mode meanwhile, restored
+    /// at the end); without one, a 24x80 terminal fed from stdin.
+    #[arg(long)]
+    pty: bool,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -144,6 +150,13 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
         retention_bytes: args.retention,
         queue_ms: None,
+        pty: args.pty.then(|| {
+            let size = user_terminal_size().unwrap_or(PtySize::DEFAULT);
+            PtyArgs {
+                rows: size.rows,
+                cols: size.cols,
+            }
+        }),
     };
     let request = serde_json::to_value(&start)
         .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
@@ -155,6 +168,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot watch for Ctrl-C")?;
     let (tap, output) = Tap::new();
+    let pty = start.pty.is_some();
     let handle = match dispatcher.start_tapped(start, tap).await {
         Ok(info) => info.handle,
         Err(e) if e.code == ErrorCode::SpawnFailed => {
@@ -163,7 +177,14 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => anyhow::bail!("{}", e.message),
     };
+    // With a terminal here, it is raw until the guard drops (every return below), so that
+    // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
+    let _raw = if pty { RawMode::enter() } else { None };
+    let forwarding = pty.then(|| tokio::spawn(forward_input(dispatcher.clone(), handle)));
     relay(&dispatcher, handle, output, ctrl_c).await;
+    if let Some(task) = forwarding {
+        task.abort();
+    }
     let result = dispatcher
         .wait(handle, None)
         .await
@@ -276,6 +297,101 @@ fn write_chunk(chunk: &TapChunk) -> std::io::Result<()> {
         Stream::Stderr => {
             let mut stderr = std::io::stderr().lock();
             stderr.write_all(&chunk.bytes).and_then(|()| stderr.flush())
+        }
+    }
+}
+
+/// The size of the terminal on stdin, if stdin is one.
+fn user_terminal_size() -> Option<PtySize> {
+    let stdin = std::io::stdin();
+    if !rustix::termios::isatty(&stdin) {
+        return None;
+    }
+    let w = rustix::termios::tcgetwinsize(&stdin).ok()?;
+    (w.ws_row > 0 && w.ws_col > 0).then_some(PtySize {
+        rows: w.ws_row,
+        cols: w.ws_col,
+    })
+}
+
+/// The user's terminal in raw mode; its settings are restored when this drops (a normal end,
+/// an error return or a panic's unwinding alike).
+struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl RawMode {
+    /// `None` when stdin is not a terminal (nothing to change) or refuses raw mode.
+    fn enter() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        if !rustix::termios::isatty(&stdin) {
+            return None;
+        }
+        let saved = rustix::termios::tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Flush, &raw).ok()?;
+        Some(RawMode { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        );
+    }
+}
+
+/// Forwards what is typed (or piped) on stdin to the command's terminal, and this terminal's
+/// size changes (SIGWINCH) as resizes, until stdin ends (then the command's input is closed:
+/// the end-of-file character) or the task is aborted. Stdin is read on a thread of its own: its
+/// descriptor is shared with the shell, so it is not made non-blocking.
+async fn forward_input(dispatcher: Dispatcher, handle: Handle) {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut winch =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
+    loop {
+        tokio::select! {
+            bytes = rx.recv() => {
+                let request = match bytes {
+                    Some(data) => Request::Input { handle, data, close: false },
+                    None => Request::Input { handle, data: Vec::new(), close: true },
+                };
+                let end = matches!(request, Request::Input { close: true, .. });
+                if dispatcher.dispatch(request).await.is_err() || end {
+                    return;
+                }
+            }
+            Some(()) = async {
+                match &mut winch {
+                    Some(w) => w.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(size) = user_terminal_size() {
+                    let _ = dispatcher
+                        .dispatch(Request::Resize { handle, rows: size.rows, cols: size.cols })
+                        .await;
+                }
+            }
         }
     }
 }

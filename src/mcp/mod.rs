@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::protocol::{
     self, ApiError, AwaitInputArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs, ListArgs,
-    OutputArgs, ProtocolErrorKind, StartArgs, StopArgs, WaitArgs,
+    OutputArgs, ProtocolErrorKind, ResizeArgs, StartArgs, StopArgs, WaitArgs,
 };
 
 /// What the server tells the agent at `initialize`, before any tool is called.
@@ -59,7 +59,7 @@ struct ToolSpec {
     idempotent: bool,
 }
 
-const TOOLS: [ToolSpec; 9] = [
+const TOOLS: [ToolSpec; 10] = [
     ToolSpec {
         name: "start",
         op: "start",
@@ -73,7 +73,11 @@ program and its arguments as a list; no shell is involved unless you run one, e.
 If the program \
 cannot be spawned the error is spawn_failed and the process is recorded as `failed` under the \
 handle the error names. If the server has no capacity for another command now the error is \
-capacity (the `admission` tool says why); set `queue_ms` to wait in line for capacity instead.",
+capacity (the `admission` tool says why); set `queue_ms` to wait in line for capacity instead. \
+For an interactive program (a REPL such as `python3 -i`, a shell, a prompt, a full-screen or \
+colour-on-a-terminal program) set `pty` {rows, cols}: it then runs under a terminal, its output \
+is one stream (`terminal` in `spans`; read it with `output`, \"safe_text\" removes the escape \
+sequences), `input` types into the terminal (end a line with \"\\n\") and `resize` changes its size.",
         schema: schema_for_input::<StartArgs>,
         read_only: false,
         destructive: false,
@@ -117,6 +121,16 @@ reading).",
         read_only: false,
         destructive: false,
         idempotent: false,
+    },
+    ToolSpec {
+        name: "resize",
+        op: "resize",
+        title: "Resize a terminal",
+        description: "Change the size (`rows`, `cols`, each at least 1) of the terminal of a process started with `pty`; the program gets SIGWINCH and redraws for the new size. The size is recorded in the journal. Returns `handle`, `rows` and `cols`. Errors: not_running (the process has ended), bad_args (the process was started without `pty`).",
+        schema: schema_for_input::<ResizeArgs>,
+        read_only: false,
+        destructive: false,
+        idempotent: true,
     },
     ToolSpec {
         name: "stop",

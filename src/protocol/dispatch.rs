@@ -298,6 +298,10 @@ impl Dispatcher {
                     closed: close,
                 })
             }
+            Request::Resize { handle, rows, cols } => {
+                sup.resize(&handle, rows, cols).await.map_err(api)?;
+                json(&serde_json::json!({ "handle": handle, "rows": rows, "cols": cols }))
+            }
             Request::Stop { handle, grace_ms } => json(&self.stop(handle, grace_ms).await?),
             Request::Interrupt(handle) => {
                 self.interrupt(handle).await?;
@@ -429,6 +433,9 @@ impl Dispatcher {
         }
         if let Some(ms) = args.queue_ms {
             command = command.wait_for_capacity(Duration::from_millis(ms));
+        }
+        if let Some(pty) = args.pty {
+            command = command.pty(pty.rows, pty.cols);
         }
         let mut prepared = sup
             .prepare(command)

@@ -92,6 +92,39 @@ pub struct StartArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 3_600_000))]
     pub queue_ms: Option<u64>,
+    /// Run under a terminal of this size instead of pipes (for REPLs, full-screen programs,
+    /// prompts, colours that appear only on a terminal): stdout and stderr arrive as one stream,
+    /// `terminal`; `input` goes to the terminal (what a user types: end lines with "\r" or
+    /// "\n"); `resize` changes its size. Default: pipes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtyArgs>,
+}
+
+/// A terminal's size in character cells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PtyArgs {
+    /// Rows, 1 to 65535 (24 is the classic terminal).
+    #[schemars(range(min = 1, max = 65535))]
+    pub rows: u16,
+    /// Columns, 1 to 65535 (80 is the classic terminal).
+    #[schemars(range(min = 1, max = 65535))]
+    pub cols: u16,
+}
+
+/// `resize`: change the size of a process's terminal (a `start` with `pty`); the program gets
+/// SIGWINCH.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResizeArgs {
+    /// The process handle returned by `start`.
+    pub handle: String,
+    /// Rows, 1 to 65535.
+    #[schemars(range(min = 1, max = 65535))]
+    pub rows: u16,
+    /// Columns, 1 to 65535.
+    #[schemars(range(min = 1, max = 65535))]
+    pub cols: u16,
 }
 
 /// `list`: every process the journal knows, optionally filtered.
@@ -279,6 +312,11 @@ pub enum Request {
         handle: Handle,
         waiting: bool,
     },
+    Resize {
+        handle: Handle,
+        rows: u16,
+        cols: u16,
+    },
 }
 
 /// A request with the client's ID, echoed in the response.
@@ -289,7 +327,7 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 15] = [
+pub const OPS: [&str; 16] = [
     "hello",
     "start",
     "list",
@@ -305,6 +343,7 @@ pub const OPS: [&str; 15] = [
     "pause",
     "resume",
     "await_input",
+    "resize",
 ];
 
 /// Why a request was refused before anything ran.
@@ -624,6 +663,20 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
                 close: args.close,
             }
         }
+        "resize" => {
+            let args: ResizeArgs = parse(args).map_err(bad)?;
+            if args.rows == 0 || args.cols == 0 {
+                return Err(bad(format!(
+                    "{}x{}: a terminal has at least one row and one column",
+                    args.rows, args.cols
+                )));
+            }
+            Request::Resize {
+                handle: handle(&args.handle)?,
+                rows: args.rows,
+                cols: args.cols,
+            }
+        }
         "stop" => {
             let args: StopArgs = parse(args).map_err(bad)?;
             Request::Stop {
@@ -716,6 +769,14 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
     if args.env.keys().any(|k| k.is_empty() || k.contains('=')) {
         return Err("environment variable names must be non-empty and contain no '='".to_owned());
     }
+    if let Some(pty) = &args.pty
+        && (pty.rows == 0 || pty.cols == 0)
+    {
+        return Err(format!(
+            "pty {}x{}: a terminal has at least one row and one column",
+            pty.rows, pty.cols
+        ));
+    }
     if let Some(cwd) = &args.cwd
         && !cwd.starts_with('/')
     {
@@ -801,6 +862,14 @@ impl Request {
                     text: None,
                     base64: (!data.is_empty() || !close).then(|| crate::render::base64(data)),
                     close: *close,
+                })),
+            ),
+            Request::Resize { handle, rows, cols } => (
+                "resize",
+                to(serde_json::to_value(ResizeArgs {
+                    handle: handle.to_string(),
+                    rows: *rows,
+                    cols: *cols,
                 })),
             ),
             Request::Stop { handle, grace_ms } => (

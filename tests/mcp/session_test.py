@@ -37,7 +37,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
-TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input"}
+TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input", "resize"}
 HANDLE = re.compile(r"^p-[0-9a-f]{32}$")
 # Every request gets an answer within this; `wait` and `output` calls pass smaller timeouts.
 CALL_TIMEOUT_S = 30.0
@@ -311,6 +311,42 @@ async def third_server(args, root, work, state):
         ended = await server.call("wait", {"handle": started["handle"], "timeout_ms": 10000})
         check((ended["state"], ended["exit_code"], ended["signal"]) == ("exited", 3, None), "wait reports the exit code", ended)
         await server.refused("wait", {"handle": state["live"], "timeout_ms": "soon"}, "bad_args", "timeout as a string")
+        await terminal_session(server, started["handle"])
+
+
+async def read_terminal(server, handle, cursor, needle, timeout_s=20.0):
+    """Pages a terminal's output from `cursor` (raw bytes: a REPL's line editor writes escape
+    sequences, which safe_text would drop) until the text contains `needle`."""
+    text = ""
+    deadline = time.monotonic() + timeout_s
+    while needle not in text:
+        check(time.monotonic() < deadline, f"the terminal shows {needle!r} in time", text)
+        page = await server.call("output", {"handle": handle, "cursor": cursor, "wait_ms": 1000, "rendering": "base64"})
+        assert all(span["stream"] == "terminal" for span in page["spans"]), page["spans"]
+        text += base64.b64decode(page["data"]).decode("utf-8", "replace")
+        cursor = page["next_cursor"]
+    return text, cursor
+
+
+async def terminal_session(server, piped_handle):
+    """A REPL under a terminal (issue 17): start with `pty`, type into it, resize it."""
+    started = await server.call("start", {"command": ["python3", "-i", "-q"], "pty": {"rows": 24, "cols": 80}})
+    handle = started["handle"]
+    _, cursor = await read_terminal(server, handle, 0, ">>> ")
+    ask = "import os; print('size', os.get_terminal_size())\n"
+    await server.call("input", {"handle": handle, "text": ask})
+    _, cursor = await read_terminal(server, handle, cursor, "columns=80, lines=24")
+    check(True, "the REPL sees the terminal size it was started with")
+    resized = await server.call("resize", {"handle": handle, "rows": 40, "cols": 120})
+    check((resized["rows"], resized["cols"]) == (40, 120), "resize answers with the new size", resized)
+    await server.call("input", {"handle": handle, "text": ask})
+    _, cursor = await read_terminal(server, handle, cursor, "columns=120, lines=40")
+    check(True, "after resize the REPL sees the new size")
+    await server.refused("resize", {"handle": piped_handle, "rows": 10, "cols": 10}, "not_running", "resize of an ended process")
+    await server.refused("resize", {"handle": handle, "rows": 0, "cols": 10}, "bad_args", "a terminal of 0 rows", mentions="at least one row")
+    await server.call("input", {"handle": handle, "text": "exit()\n"})
+    ended = await server.call("wait", {"handle": handle, "timeout_ms": 10000})
+    check((ended["state"], ended["exit_code"]) == ("exited", 0), "the REPL exits when told", ended)
 
 
 async def main(args):
