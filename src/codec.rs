@@ -23,11 +23,13 @@ pub use bincode::{Decode, Encode};
 pub const CODEC_VERSION: u8 = 1;
 
 /// The decoder's allocation bound. bincode claims `count x size_of::<element>()` of *memory*
-/// before it decodes a container, so the bound must exceed the payload cap by the largest ratio of
-/// in-memory size to minimal encoded size of any element type an event uses: 3 for `String`
-/// (24 bytes in memory, 8 encoded when empty) and for `(String, String)` map entries. With 4x,
-/// every payload the journal accepts decodes, and a forged count still fails before allocating.
-pub const DECODE_LIMIT_BYTES: usize = 4 * RECORD_PAYLOAD_BYTES_MAX;
+/// before it decodes a container (and the bytes of every integer it reads), so the bound must
+/// exceed the payload cap by the largest ratio of claims to minimal encoded size of any element
+/// type an event uses: `EnvVar` (48 bytes in memory and 9 read for a name and a `None`, per 9
+/// encoded: 6.3); `String` and `(String, String)` claim 4 per encoded byte. With 8x, every
+/// payload the journal accepts decodes (`an_envvar_payload_at_the_cap_decodes`), and a forged
+/// count still fails before allocating.
+pub const DECODE_LIMIT_BYTES: usize = 8 * RECORD_PAYLOAD_BYTES_MAX;
 
 type Config = bincode::config::Configuration<
     bincode::config::LittleEndian,
@@ -118,9 +120,9 @@ pub struct Malformed;
 ///
 /// It only reads payloads of at most [`RECORD_PAYLOAD_BYTES_MAX`] bytes ([`Reader::new`] refuses
 /// longer ones). That is what makes its acceptance equal to [`decode`]'s without modelling
-/// bincode's allocation claims: bincode claims at most 3 bytes of memory per encoded byte for the
-/// element types of events (`String`: 24 in memory per 8 encoded; `(String, String)`: 48 per 16),
-/// so a payload that is all there never reaches [`DECODE_LIMIT_BYTES`] (4 x the payload cap), and
+/// bincode's allocation claims: bincode claims less than 8 bytes per encoded byte for the element
+/// types of events (`String`: 24 in memory and 8 read per 8 encoded; `EnvVar`: 48 and 9 per 9),
+/// so a payload that is all there never reaches [`DECODE_LIMIT_BYTES`] (8 x the payload cap), and
 /// bincode refuses a payload only for a reason this reader checks too.
 #[derive(Debug, Clone)]
 pub struct Reader<'a> {

@@ -602,15 +602,56 @@ mod manifest_json {
                 },
                 owner: "test".into(),
             };
-            append(
-                id(100 + h),
+            // Odd handles: a registration of kind 0x0101 (no policy); even ones of 0x010D,
+            // with a withheld and a persisted value, every overlay outcome, one a restart.
+            let event = if h % 2 == 1 {
                 LifecycleEvent::Registered(Registered {
                     handle: handle(h),
                     ids: ids(h),
                     command,
                     at_unix_ms: 1,
-                }),
-            );
+                })
+            } else {
+                let overlay = match h {
+                    2 => EnvOverlay::Failed {
+                        reason: "the login shell timed out".into(),
+                    },
+                    4 => EnvOverlay::Applied {
+                        names: vec!["PATH".into()],
+                    },
+                    _ => EnvOverlay::Off,
+                };
+                LifecycleEvent::RegisteredV2(RegisteredV2 {
+                    handle: handle(h),
+                    ids: ids(h),
+                    command: Box::new(CommandSpecV2 {
+                        program: command.program,
+                        args: command.args,
+                        cwd: command.cwd,
+                        env_overrides: vec![
+                            EnvVar {
+                                name: "K".into(),
+                                value: Some("V".into()),
+                            },
+                            EnvVar {
+                                name: "TOKEN".into(),
+                                value: None,
+                            },
+                        ],
+                        labels: command.labels,
+                        limits: command.limits,
+                        owner: command.owner,
+                        env_policy: EnvPolicy {
+                            base: EnvBase::Client,
+                            removed: vec!["GIT_DIR".into()],
+                            overlay,
+                        },
+                    }),
+                    restart_of: (h == 4).then(|| handle(3)),
+                    at_unix_ms: 1,
+                })
+            };
+            append(id(100 + h), event);
         }
         let running = |h: u8| {
             (
@@ -880,6 +921,13 @@ mod manifest_json {
         assert_eq!(lines[2]["terminal"]["exit"], "unknown");
         assert_eq!(lines[1]["published"].as_array().map(Vec::len), Some(2));
         assert_eq!(lines[6]["replay"]["other_events"], 1);
+        assert_eq!(lines[3]["restart_of"], handle(3).to_string());
+        assert_eq!(lines[1]["command"]["env_overrides"][1]["name"], "TOKEN");
+        assert_eq!(
+            lines[1]["command"]["env_overrides"][1]["value"],
+            Value::Null
+        );
+        assert_eq!(lines[0]["command"]["env_policy"], Value::Null);
         assert_eq!(lines[1]["deadline"]["deadline"], "idle");
         assert_eq!(lines[1]["deadline_failures"][0]["error"], "EPERM");
         // 35 valid records, then the rejected one and the undecodable one, another kind, and a
@@ -887,10 +935,7 @@ mod manifest_json {
         assert_eq!(lines[6]["replay"]["rejected"][0]["seq"], 36);
         assert_eq!(lines[6]["replay"]["undecodable"][0]["seq"], 37);
         assert_eq!(lines[6]["replay"]["rejected"][1]["seq"], 39);
-        assert_eq!(
-            lines[6]["replay"]["rejected"][1]["handle"],
-            serde_json::Value::Null
-        );
+        assert_eq!(lines[6]["replay"]["rejected"][1]["handle"], Value::Null);
     }
 
     /// The rows, plus the root object itself (the walk starts at path "").

@@ -325,8 +325,9 @@ fn other_codec_versions_are_refused() {
 
 #[test]
 fn a_length_claiming_more_than_the_decode_limit_is_refused_before_allocating() {
-    // A Vec<u8> claiming 4 MiB + 1 bytes: refused by the limit before any allocation.
-    let err = rejected::<Vec<u8>>("0100400000000000");
+    // A Vec<u8> claiming 8 MiB + 1 bytes (the limit is 8 x the payload cap): refused by the
+    // limit before any allocation.
+    let err = rejected::<Vec<u8>>("0100800000000000");
     assert!(matches!(err, CodecError::Decode(_)), "{err:?}");
     assert!(format!("{err}").contains("Limit"), "{err}");
     // A Vec<u64> of 2^62 elements likewise.

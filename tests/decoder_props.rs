@@ -10,9 +10,10 @@ use procjournal::fuzzing::{self, FuzzPayload, FuzzState};
 use procjournal::journal::EventId;
 use procjournal::journal::format::{self, CommitSlot, FrameError, RecordFields, SegmentHeader};
 use procjournal::lifecycle::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, ExitStatus, IdentityWitness,
-    InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, Registered, Running,
-    StopRequested, Terminal,
+    CaptureStatus, CommandSpec, CommandSpecV2, CompletionNotified, CursorBounds, EnvBase,
+    EnvOverlay, EnvPolicy, EnvVar, ExitStatus, IdentityWitness, InputClosed, LifecyclePublished,
+    Limits, LostOnRestore, OutputCheckpoint, Registered, RegisteredV2, Running, StopRequested,
+    Terminal,
 };
 use procjournal::lifecycle::{Handle, LifecycleEvent, LifecycleIds, State};
 use procjournal::limits::{
@@ -264,7 +265,49 @@ fn lifecycle_event() -> impl Strategy<Value = LifecycleEvent> {
         text().prop_map(CaptureStatus::Incomplete),
         text().prop_map(CaptureStatus::Failed),
     ];
+    let overlay = prop_oneof![
+        Just(EnvOverlay::Off),
+        proptest::collection::vec(text(), 0..3).prop_map(|names| EnvOverlay::Applied { names }),
+        text().prop_map(|reason| EnvOverlay::Failed { reason }),
+    ];
+    let policy = (0..3usize, proptest::collection::vec(text(), 0..3), overlay).prop_map(
+        |(base, removed, overlay)| EnvPolicy {
+            base: [EnvBase::Inherited, EnvBase::Explicit, EnvBase::Client][base],
+            removed,
+            overlay,
+        },
+    );
+    let env = proptest::collection::vec((text(), proptest::option::of(text())), 0..4);
     prop_oneof![
+        (
+            handle(),
+            ids(),
+            registration_parts(),
+            env,
+            policy,
+            proptest::option::of(handle())
+        )
+            .prop_map(|(handle, ids, p, env, env_policy, restart_of)| {
+                LifecycleEvent::RegisteredV2(RegisteredV2 {
+                    handle,
+                    ids,
+                    command: Box::new(CommandSpecV2 {
+                        program: p.2,
+                        args: p.3,
+                        cwd: p.4,
+                        env_overrides: env
+                            .into_iter()
+                            .map(|(name, value)| EnvVar { name, value })
+                            .collect(),
+                        labels: p.6.into_iter().collect(),
+                        limits: p.7,
+                        owner: p.8,
+                        env_policy,
+                    }),
+                    restart_of,
+                    at_unix_ms: p.9,
+                })
+            }),
         (handle(), ids(), registration_parts()).prop_map(|(handle, ids, p)| {
             LifecycleEvent::Registered(Registered {
                 handle,

@@ -397,11 +397,12 @@ fn the_per_journal_payload_limit_is_as_documented() {
 mod validity {
     use procjournal::EventId;
     use procjournal::lifecycle::event::{
-        CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
-        DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness,
-        InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap,
-        OutputRetired, ProcessWitness, Registered, Running, Scoped, StopRequested, Terminal,
-        TerminalResized, TreeMechanism, TreeReleased, kinds,
+        CaptureStatus, CommandSpec, CommandSpecV2, CompletionNotified, CursorBounds, Deadline,
+        DeadlineFailed, DeadlineFired, EnvBase, EnvOverlay, EnvPolicy, ExitProof, ExitStatus,
+        GateChanged, HumanInput, IdentityWitness, InputClosed, LifecyclePublished, Limits,
+        LostOnRestore, OutputCheckpoint, OutputGap, OutputRetired, ProcessWitness, Registered,
+        RegisteredV2, Running, Scoped, StopRequested, Terminal, TerminalResized, TreeMechanism,
+        TreeReleased, kinds,
     };
     use procjournal::lifecycle::{
         Applied, Handle, LifecycleEvent, LifecycleIds, ManifestStore, State,
@@ -495,6 +496,26 @@ mod validity {
         let at_unix_ms = 4;
         match cell {
             "Registered" => registered(),
+            "RegisteredV2" => LifecycleEvent::RegisteredV2(RegisteredV2 {
+                handle: H,
+                ids: ids(),
+                command: Box::new(CommandSpecV2 {
+                    program: String::new(),
+                    args: Vec::new(),
+                    cwd: String::new(),
+                    env_overrides: Vec::new(),
+                    labels: Default::default(),
+                    limits: Default::default(),
+                    owner: String::new(),
+                    env_policy: EnvPolicy {
+                        base: EnvBase::Inherited,
+                        removed: Vec::new(),
+                        overlay: EnvOverlay::Off,
+                    },
+                }),
+                restart_of: None,
+                at_unix_ms: 1,
+            }),
             "Running" => running(),
             "StopRequested" => LifecycleEvent::StopRequested(StopRequested {
                 handle: H,

@@ -1044,7 +1044,9 @@ impl Model {
             return Refused;
         };
         match event {
-            LifecycleEvent::Registered(_) | LifecycleEvent::GateChanged(_) => {
+            LifecycleEvent::Registered(_)
+            | LifecycleEvent::RegisteredV2(_)
+            | LifecycleEvent::GateChanged(_) => {
                 unreachable!("handled above")
             }
             LifecycleEvent::HumanInput(e) => {

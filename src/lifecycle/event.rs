@@ -136,11 +136,102 @@ pub enum CaptureStatus {
     Failed(String),
 }
 
+/// The registration of kind 0x0101, which earlier versions wrote: its overrides' values are all
+/// in the journal. Still replayed; the supervisor now writes [`RegisteredV2`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct Registered {
     pub handle: Handle,
     pub ids: LifecycleIds,
     pub command: CommandSpec,
+    pub at_unix_ms: u64,
+}
+
+/// Where a launch environment started from (journal-format.md, "Lifecycle events").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+#[serde(rename_all = "snake_case")]
+pub enum EnvBase {
+    /// The supervisor's own environment.
+    Inherited,
+    /// An environment the embedding host gave explicitly.
+    Explicit,
+    /// The environment of the client that asked (`procjournal start`), as a shell would run it.
+    Client,
+}
+
+/// What became of the overlay of PATH-like variables captured from a login shell.
+#[derive(Debug, Clone, PartialEq, Eq, Encode, Decode)]
+pub enum EnvOverlay {
+    /// Not asked for.
+    Off,
+    /// Applied: the names it set (a subset of the overlay's list).
+    Applied { names: Vec<String> },
+    /// Asked for but unavailable (the capture failed, timed out, ...): the environment is as
+    /// it would be without the overlay.
+    Failed { reason: String },
+}
+
+/// As JSON: `{"status": "off"|"applied"|"failed", "names": [...], "reason": null|"..."}`, every
+/// key always present.
+impl Serialize for EnvOverlay {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let (status, names, reason): (&str, &[String], Option<&str>) = match self {
+            EnvOverlay::Off => ("off", &[], None),
+            EnvOverlay::Applied { names } => ("applied", names, None),
+            EnvOverlay::Failed { reason } => ("failed", &[], Some(reason)),
+        };
+        let mut s = serializer.serialize_struct("EnvOverlay", 3)?;
+        s.serialize_field("status", status)?;
+        s.serialize_field("names", names)?;
+        s.serialize_field("reason", &reason)?;
+        s.end()
+    }
+}
+
+/// Which launch-environment policy applied to a process. Names only: no value of any variable.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct EnvPolicy {
+    pub base: EnvBase,
+    /// The Git redirection variables the base (and overlay) held and the policy removed, in the
+    /// order of `environment::GIT_REDIRECTION` (an override of the same name set it again).
+    pub removed: Vec<String>,
+    pub overlay: EnvOverlay,
+}
+
+/// One environment override as the journal keeps it: its value only when the caller marked it
+/// persistable (`None`: the value was never written; a restart must be given it again).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct EnvVar {
+    pub name: String,
+    pub value: Option<String>,
+}
+
+/// What to run, as a [`RegisteredV2`] records it: a [`CommandSpec`] whose overrides keep only
+/// persistable values, with the environment policy that applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct CommandSpecV2 {
+    pub program: String,
+    pub args: Vec<String>,
+    pub cwd: String,
+    /// Variables set on top of the launch environment, in the order given.
+    pub env_overrides: Vec<EnvVar>,
+    pub labels: BTreeMap<String, String>,
+    pub limits: Limits,
+    pub owner: String,
+    pub env_policy: EnvPolicy,
+}
+
+/// The registration the supervisor writes (kind 0x010D): as [`Registered`], with environment
+/// values kept only where persistable, the policy that built the environment, and the process
+/// this one restarts (none for a first start).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct RegisteredV2 {
+    pub handle: Handle,
+    pub ids: LifecycleIds,
+    /// Boxed (encoded as the `CommandSpecV2` itself) so that every `LifecycleEvent` stays the
+    /// size of its largest other variant: replay moves decoded events around.
+    pub command: Box<CommandSpecV2>,
+    pub restart_of: Option<Handle>,
     pub at_unix_ms: u64,
 }
 
@@ -434,6 +525,7 @@ pub enum LifecycleEvent {
     DeadlineFired(DeadlineFired),
     DeadlineFailed(DeadlineFailed),
     TerminalResized(TerminalResized),
+    RegisteredV2(RegisteredV2),
 }
 
 /// Purposes of the record IDs derived from a registration's allocated IDs
@@ -469,15 +561,14 @@ pub mod kinds {
     pub const SCOPED: u16 = 0x010A;
     pub const TREE_RELEASED: u16 = 0x010B;
     pub const OUTPUT_GAP: u16 = 0x010C;
-    // 0x010D: taken by another record kind (not a lifecycle event of this module yet).
     pub const GATE_CHANGED: u16 = 0x010E;
     pub const HUMAN_INPUT: u16 = 0x010F;
     pub const DEADLINE_FIRED: u16 = 0x0110;
     pub const DEADLINE_FAILED: u16 = 0x0111;
     pub const OUTPUT_RETIRED: u16 = 0x0112;
     pub const TERMINAL_RESIZED: u16 = 0x0113;
-    /// The highest lifecycle kind: lifecycle kinds are the range from `REGISTERED` to it (but
-    /// 0x010D, see `is_lifecycle_kind`).
+    pub const REGISTERED_V2: u16 = 0x010D;
+    /// The highest lifecycle kind: lifecycle kinds are the range from `REGISTERED` to it.
     pub const LAST: u16 = TERMINAL_RESIZED;
 }
 
@@ -516,6 +607,7 @@ impl LifecycleEvent {
             LifecycleEvent::DeadlineFired(_) => kinds::DEADLINE_FIRED,
             LifecycleEvent::DeadlineFailed(_) => kinds::DEADLINE_FAILED,
             LifecycleEvent::TerminalResized(_) => kinds::TERMINAL_RESIZED,
+            LifecycleEvent::RegisteredV2(_) => kinds::REGISTERED_V2,
         };
         match EventKind::new(raw) {
             Some(kind) => kind,
@@ -524,9 +616,15 @@ impl LifecycleEvent {
     }
 
     pub fn is_lifecycle_kind(kind: u16) -> bool {
-        // 0x010D is allocated to another record kind whose definition lands separately; until
-        // it does, a record of it is no lifecycle event of this reader's (counted, skipped).
-        (kinds::REGISTERED..=kinds::LAST).contains(&kind) && kind != 0x010D
+        (kinds::REGISTERED..=kinds::LAST).contains(&kind)
+    }
+
+    /// Whether this is a registration (of either kind).
+    pub fn is_registration(&self) -> bool {
+        matches!(
+            self,
+            LifecycleEvent::Registered(_) | LifecycleEvent::RegisteredV2(_)
+        )
     }
 
     /// The process the event is about; `None` for a root-level event (the pause gate).
@@ -546,6 +644,7 @@ impl LifecycleEvent {
             LifecycleEvent::OutputGap(e) => e.handle,
             LifecycleEvent::OutputRetired(e) => e.handle,
             LifecycleEvent::TerminalResized(e) => e.handle,
+            LifecycleEvent::RegisteredV2(e) => e.handle,
             LifecycleEvent::HumanInput(e) => e.handle,
             LifecycleEvent::DeadlineFired(e) => e.handle,
             LifecycleEvent::DeadlineFailed(e) => e.handle,
@@ -573,6 +672,7 @@ impl LifecycleEvent {
             LifecycleEvent::DeadlineFired(e) => codec::encode(e),
             LifecycleEvent::DeadlineFailed(e) => codec::encode(e),
             LifecycleEvent::TerminalResized(e) => codec::encode(e),
+            LifecycleEvent::RegisteredV2(e) => codec::encode(e),
         }
     }
 
@@ -651,6 +751,9 @@ impl LifecycleEvent {
                 }
                 kinds::TERMINAL_RESIZED => {
                     LifecycleEvent::TerminalResized(codec::decode(codec_version, p).map_err(wrap)?)
+                }
+                kinds::REGISTERED_V2 => {
+                    LifecycleEvent::RegisteredV2(codec::decode(codec_version, p).map_err(wrap)?)
                 }
                 other => return Err(EventDecodeError::NotLifecycle(other)),
             })

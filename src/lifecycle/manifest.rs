@@ -65,6 +65,8 @@ pub struct Manifest {
     pub handle: Handle,
     pub ids: LifecycleIds,
     pub command: StoredCommand,
+    /// The process this one restarts (set by a version 2 registration; `None` for a first start).
+    pub restart_of: Option<Handle>,
     pub registered_unix_ms: u64,
     pub state: State,
     pub pid: Option<u32>,
@@ -211,6 +213,8 @@ pub enum Rejection {
     NotRunning(State),
     #[error("terminal size {rows}x{cols}: a terminal has at least one row and one column")]
     TerminalSize { rows: u16, cols: u16 },
+    #[error("restart_of names {0}, which is not registered before it")]
+    UnknownRestart(Handle),
 }
 
 /// A manifest of a snapshot that no sequence of accepted events produces, or that its store
@@ -512,6 +516,7 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             }
             Ok(Applied::Changed)
         }
+        LifecycleEvent::RegisteredV2(e) => Err(Rejection::AlreadyRegistered(e.handle)),
         LifecycleEvent::Running(_) => {
             move_to(m, State::Running)?;
             allocated("running", event_id, m.ids.running)?;
@@ -657,7 +662,9 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
     match event {
         // The terminal's size is the journal's to tell (its newest `TerminalResized`); the
         // manifest keeps no copy, so snapshots need none.
-        LifecycleEvent::Registered(_) | LifecycleEvent::TerminalResized(_) => {}
+        LifecycleEvent::Registered(_)
+        | LifecycleEvent::RegisteredV2(_)
+        | LifecycleEvent::TerminalResized(_) => {}
         LifecycleEvent::Running(e) => {
             m.state = State::Running;
             m.pid = Some(e.pid);
@@ -828,7 +835,9 @@ impl ManifestStore {
             return Ok(());
         };
         let step = match event {
-            LifecycleEvent::Registered(_) => Some(Step::Registration),
+            LifecycleEvent::Registered(_) | LifecycleEvent::RegisteredV2(_) => {
+                Some(Step::Registration)
+            }
             LifecycleEvent::Running(_) => Some(Step::Running),
             LifecycleEvent::Terminal(_) => Some(Step::Terminal),
             LifecycleEvent::LostOnRestore(_) => Some(Step::Lost),
@@ -850,9 +859,16 @@ impl ManifestStore {
         event_id: EventId,
         handle: Handle,
         ids: &LifecycleIds,
+        restart_of: Option<Handle>,
     ) -> Result<Applied, Rejection> {
         if self.slots.contains_key(&handle) {
             return Err(Rejection::AlreadyRegistered(handle));
+        }
+        // A restart links to a process registered before it (never itself, never a later one).
+        if let Some(old) = restart_of
+            && !self.slots.contains_key(&old)
+        {
+            return Err(Rejection::UnknownRestart(old));
         }
         let all = [
             event_id,
@@ -880,8 +896,14 @@ impl ManifestStore {
 
     /// Decides whether `event`, appended under `event_id`, is valid now. Changes nothing.
     pub fn check(&self, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
-        if let LifecycleEvent::Registered(e) = event {
-            return self.check_registration(event_id, e.handle, &e.ids);
+        match event {
+            LifecycleEvent::Registered(e) => {
+                return self.check_registration(event_id, e.handle, &e.ids, None);
+            }
+            LifecycleEvent::RegisteredV2(e) => {
+                return self.check_registration(event_id, e.handle, &e.ids, e.restart_of);
+            }
+            _ => {}
         }
         self.check_reservation(event_id, event)?;
         let LifecycleEvent::GateChanged(gate) = event else {
@@ -898,9 +920,9 @@ impl ManifestStore {
         event_id: EventId,
         event: &LifecycleEvent,
     ) -> Result<Applied, Rejection> {
-        match event {
-            LifecycleEvent::Registered(e) => self.register(event_id, Registration::from_event(e)),
-            _ => self.apply_owned(event_id, event.clone()),
+        match Registration::of(event) {
+            Some(r) => self.register(event_id, r),
+            None => self.apply_owned(event_id, event.clone()),
         }
     }
 
@@ -917,6 +939,7 @@ impl ManifestStore {
                 handle: e.handle,
                 ids: e.ids,
                 command: e.command,
+                restart_of: e.restart_of,
                 registered_unix_ms: e.at_unix_ms,
                 state: State::Starting,
                 pid: None,
@@ -995,7 +1018,7 @@ impl ManifestStore {
 
     /// Checks a manifest's registration and adds it, reserving every ID it allocates.
     fn push(&mut self, event_id: EventId, m: Manifest) -> Result<Applied, Rejection> {
-        self.check_registration(event_id, m.handle, &m.ids)?;
+        self.check_registration(event_id, m.handle, &m.ids, m.restart_of)?;
         // `check_registration` refuses a position past `SLOTS_MAX`, which fits a `u32`.
         let slot = u32::try_from(self.manifests.len())
             .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
@@ -1036,8 +1059,8 @@ impl ManifestStore {
         event_id: EventId,
         event: &mut LifecycleEvent,
     ) -> Result<Applied, Rejection> {
-        if let LifecycleEvent::Registered(e) = event {
-            return self.register(event_id, Registration::from_event(e));
+        if let Some(r) = Registration::of(event) {
+            return self.register(event_id, r);
         }
         if let LifecycleEvent::GateChanged(gate) = &*event {
             self.check_reservation(event_id, event)?;

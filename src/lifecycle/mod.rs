@@ -489,19 +489,20 @@ impl Lifecycle {
                 .append_deferred(event_id, event.kind(), CODEC_VERSION, &[])?);
         }
         self.store.check(event_id, event)?;
-        if let LifecycleEvent::Registered(r) = event {
+        let allocated = match event {
+            LifecycleEvent::Registered(r) => Some((r.handle, r.ids)),
+            LifecycleEvent::RegisteredV2(r) => Some((r.handle, r.ids)),
+            _ => None,
+        };
+        if let Some((handle, ids)) = allocated {
             // IDs the store does not reserve (checkpoints, other records) are known to the
             // journal: a registration must not allocate one of them either.
-            let ids = [r.ids.running, r.ids.terminal, r.ids.lost, r.ids.completion];
+            let ids = [ids.running, ids.terminal, ids.lost, ids.completion];
             if let Some(id) = ids
                 .into_iter()
                 .find(|id| self.journal.position_of(*id).is_some())
             {
-                return Err(Rejection::IdReserved {
-                    id,
-                    handle: r.handle,
-                }
-                .into());
+                return Err(Rejection::IdReserved { id, handle }.into());
             }
         }
         let payload = event.encode()?;

@@ -90,8 +90,8 @@ impl Replayer {
         }
         self.report.lifecycle_events += 1;
         let (kind, version, payload) = (record.kind, record.codec_version, record.payload);
-        let (handle, applied) = if kind == kinds::REGISTERED {
-            match wire::registration(version, payload) {
+        let (handle, applied) = if kind == kinds::REGISTERED || kind == kinds::REGISTERED_V2 {
+            match wire::registration(kind, version, payload) {
                 Ok(r) => (Some(r.handle), self.store.register(record.event_id, r)),
                 Err(_) => return self.feed_reference(record),
             }

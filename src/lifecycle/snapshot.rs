@@ -47,10 +47,10 @@
 use crate::journal::format::{u16_at, u32_at, u64_at};
 use std::collections::BTreeSet;
 
-use super::command::StoredCommand;
+use super::command::{EnvMeta, StoredCommand, read_policy};
 use super::event::{
-    CursorBounds, DeadlineFailed, DeadlineFired, ExitProof, GateChanged, Handle, IdentityWitness,
-    LifecycleIds, Limits, Scoped, derived,
+    CursorBounds, DeadlineFailed, DeadlineFired, EnvPolicy, ExitProof, GateChanged, Handle,
+    IdentityWitness, LifecycleIds, Limits, Scoped, derived,
 };
 use super::manifest::{Manifest, ManifestStore, Retirement, TerminalResult};
 use super::replay::{ReplayIssue, ReplayReport};
@@ -68,17 +68,20 @@ use crate::spool::Gap;
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
 /// Version of the snapshot layout described here. Older versions are read too: a version 1 file
 /// (written before retirement existed) lacks each manifest's trailing `retired`,
-/// `awaiting_input`, `deadline` and `deadline_failures`, a version 2 file (before the pause gate
-/// and deadlines) the last three and the gate frame; they read as `None` and empty, which is
-/// what their writers, which knew no such records, had.
-pub const SNAPSHOT_VERSION: u16 = 3;
+/// `awaiting_input`, `deadline`, `deadline_failures` and `env`, a version 2 file (before the
+/// pause gate and deadlines) the last four and the gate frame, a version 3 file (before
+/// `RegisteredV2`) the `env`; they read as `None` and empty, which is what their writers, which
+/// knew no such records, had.
+pub const SNAPSHOT_VERSION: u16 = 4;
 /// The oldest version still read.
 pub const SNAPSHOT_VERSION_MIN: u16 = 1;
-/// What a version 2 manifest frame lacks, encoded: `awaiting_input` and `deadline` `None` (a
-/// zero byte each), `deadline_failures` empty (a zero u64 length).
-const V2_MANIFEST_SUFFIX: [u8; 10] = [0; 10];
+/// What a version 3 manifest frame lacks, encoded: `env` `None` (a zero byte).
+const V3_MANIFEST_SUFFIX: [u8; 1] = [0; 1];
+/// What a version 2 manifest frame lacks: `awaiting_input` and `deadline` `None` (a zero byte
+/// each), `deadline_failures` empty (a zero u64 length), then what version 3 lacks.
+const V2_MANIFEST_SUFFIX: [u8; 11] = [0; 11];
 /// What a version 1 manifest frame lacks: `retired` `None`, then what version 2 lacks.
-const V1_MANIFEST_SUFFIX: [u8; 11] = [0; 11];
+const V1_MANIFEST_SUFFIX: [u8; 12] = [0; 12];
 /// Bytes of the header.
 pub const SNAPSHOT_HEADER_BYTES: usize = 64;
 
@@ -337,6 +340,7 @@ struct ManifestOut<'a> {
     awaiting_input: Option<u64>,
     deadline: &'a Option<DeadlineFired>,
     deadline_failures: &'a [DeadlineFailed],
+    env: Option<ManifestEnvOut<'a>>,
 }
 
 /// The same fields as [`ManifestOut`], owned, as [`decode`] reads them.
@@ -369,6 +373,24 @@ struct ManifestIn {
     awaiting_input: Option<u64>,
     deadline: Option<DeadlineFired>,
     deadline_failures: Vec<DeadlineFailed>,
+    env: Option<ManifestEnvIn>,
+}
+
+/// What a `RegisteredV2` registration added to a manifest (snapshot version 4): the environment
+/// policy, which overrides' values were withheld, the restarted process. `None` for a manifest
+/// registered by a `Registered` (0x0101) record, and in every manifest of versions 1 to 3.
+#[derive(Encode)]
+struct ManifestEnvOut<'a> {
+    policy: &'a EnvPolicy,
+    withheld: &'a [bool],
+    restart_of: Option<Handle>,
+}
+
+#[derive(Decode)]
+struct ManifestEnvIn {
+    policy: EnvPolicy,
+    withheld: Vec<bool>,
+    restart_of: Option<Handle>,
 }
 
 #[derive(Encode, Decode)]
@@ -410,11 +432,16 @@ fn manifest_out<'a>(registration: EventId, m: &'a Manifest) -> ManifestOut<'a> {
         awaiting_input: m.awaiting_input,
         deadline: &m.deadline,
         deadline_failures: &m.deadline_failures,
+        env: m.command.meta().map(|meta| ManifestEnvOut {
+            policy: &meta.policy,
+            withheld: &meta.withheld,
+            restart_of: m.restart_of,
+        }),
     }
 }
 
 fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
-    let command = StoredCommand::from_parts(
+    let mut command = StoredCommand::from_parts(
         w.command_text,
         w.command_ends,
         w.command_args,
@@ -422,6 +449,17 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
         w.limits,
     )
     .map_err(|_| "a command whose pieces do not fit its text".to_owned())?;
+    let mut restart_of = None;
+    if let Some(env) = w.env {
+        let meta = EnvMeta {
+            policy: env.policy,
+            withheld: env.withheld.into_boxed_slice(),
+        };
+        command
+            .set_meta(meta)
+            .map_err(|_| "an environment that does not fit its command".to_owned())?;
+        restart_of = env.restart_of;
+    }
     // A set, written in order: anything else is not what `encode` writes.
     if w.published.windows(2).any(|p| p[0] >= p[1]) {
         return Err("published events out of order".to_owned());
@@ -430,6 +468,7 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
         handle: w.handle,
         ids: w.ids,
         command,
+        restart_of,
         registered_unix_ms: w.registered_unix_ms,
         state: w.state,
         pid: w.pid,
@@ -460,7 +499,8 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 /// place.
 ///
 /// `version` is the snapshot's: version 1 frames end before `retired` (read as `None`), version 2
-/// frames before `awaiting_input` (read as `None`, `None` and empty).
+/// frames before `awaiting_input` (read as `None`, `None` and empty), version 3 frames before
+/// `env` (read as `None`).
 fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malformed> {
     let registration = wire::id(r)?;
     let handle = wire::handle(r)?;
@@ -565,6 +605,28 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
     } else {
         (None, None, Vec::new())
     };
+    // Version 4: what a `RegisteredV2` registration added.
+    let env = if version > 3 && r.option()? {
+        let policy = read_policy(r)?;
+        let n = r.count(1)?;
+        let mut withheld = Vec::with_capacity(n);
+        for _ in 0..n {
+            // A bool is encoded as an option tag is: 0 or 1, anything else refused.
+            withheld.push(r.option()?);
+        }
+        let restart_of = if r.option()? {
+            Some(Handle(EventId::from_bytes(r.bytes16()?)))
+        } else {
+            None
+        };
+        Some(ManifestEnvIn {
+            policy,
+            withheld,
+            restart_of,
+        })
+    } else {
+        None
+    };
     Ok(ManifestIn {
         registration,
         handle,
@@ -593,6 +655,7 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
         awaiting_input,
         deadline,
         deadline_failures,
+        env,
     })
 }
 
@@ -865,6 +928,7 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     let manifest_suffix: &[u8] = match version {
         1 => &V1_MANIFEST_SUFFIX,
         2 => &V2_MANIFEST_SUFFIX,
+        3 => &V3_MANIFEST_SUFFIX,
         _ => &[],
     };
     let mut frames = Frames { payload, at: 0 };

@@ -43,6 +43,42 @@ fn registered(h: Handle, base: u8) -> LifecycleEvent {
     })
 }
 
+/// A version 2 registration: one withheld and one persisted override, a client base with
+/// `GIT_DIR` removed and an applied overlay, restarting `restart_of`.
+fn registered_v2(h: Handle, base: u8, restart_of: Option<Handle>) -> LifecycleEvent {
+    LifecycleEvent::RegisteredV2(RegisteredV2 {
+        handle: h,
+        ids: ids(base),
+        command: Box::new(CommandSpecV2 {
+            program: "sh".into(),
+            args: vec!["-c".into()],
+            cwd: "/tmp".into(),
+            env_overrides: vec![
+                EnvVar {
+                    name: "TOKEN".into(),
+                    value: None,
+                },
+                EnvVar {
+                    name: "K".into(),
+                    value: Some("V".into()),
+                },
+            ],
+            labels: [("job".into(), "b".into())].into(),
+            limits: Limits::default(),
+            owner: "ci".into(),
+            env_policy: EnvPolicy {
+                base: EnvBase::Client,
+                removed: vec!["GIT_DIR".into()],
+                overlay: EnvOverlay::Applied {
+                    names: vec!["PATH".into()],
+                },
+            },
+        }),
+        restart_of,
+        at_unix_ms: 1_700_000_000_000,
+    })
+}
+
 fn running(h: Handle) -> LifecycleEvent {
     LifecycleEvent::Running(Running {
         handle: h,
@@ -294,6 +330,7 @@ fn samples() -> Vec<(u16, LifecycleEvent)> {
                 at_unix_ms: 22,
             }),
         ),
+        (kinds::REGISTERED_V2, registered_v2(h, 10, Some(handle(2)))),
     ]
 }
 
@@ -364,6 +401,16 @@ const GOLDEN: &[(u16, &str)] = &[
     (
         kinds::DEADLINE_FAILED,
         "01010101010101010101010101010101000000000500000000000000455045524d1600000000000000",
+    ),
+    (
+        kinds::REGISTERED_V2,
+        "010101010101010101010101010101010b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0b0c0c0c0c0c0c0c0c0c0c0c0c\
+         0c0c0c0c0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0d0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0e0200000000000000\
+         7368010000000000000002000000000000002d6304000000000000002f746d70020000000000000005000000\
+         00000000544f4b454e0001000000000000004b01010000000000000056010000000000000003000000000000\
+         006a6f620100000000000000620000000200000000000000636902000000010000000000000007000000000000\
+         004749545f444952010000000100000000000000040000000000000050415448010202020202020202020202\
+         02020202020068e5cf8b010000",
     ),
 ];
 
@@ -972,4 +1019,102 @@ fn no_checkpoint_or_gap_is_accepted_after_the_terminal_event() {
         );
         assert_eq!(store, before);
     }
+}
+
+/// The worst ratio of bincode's claims to encoded bytes of any event (`EnvVar`s with empty names
+/// and no values): a payload at the journal's cap still decodes, by both decoders, and a
+/// registration at the cap is read into its stored form.
+#[test]
+fn an_envvar_payload_at_the_cap_decodes() {
+    let LifecycleEvent::RegisteredV2(mut e) = registered_v2(handle(1), 10, None) else {
+        unreachable!()
+    };
+    let base = LifecycleEvent::RegisteredV2(e.clone())
+        .encode()
+        .unwrap()
+        .len();
+    let n = (crate::limits::RECORD_PAYLOAD_BYTES_MAX - base) / 9;
+    e.command.env_overrides = vec![
+        EnvVar {
+            name: String::new(),
+            value: None
+        };
+        n
+    ];
+    let event = LifecycleEvent::RegisteredV2(e);
+    let bytes = event.encode().unwrap();
+    assert!(bytes.len() <= crate::limits::RECORD_PAYLOAD_BYTES_MAX);
+    assert!(bytes.len() + 64 > crate::limits::RECORD_PAYLOAD_BYTES_MAX);
+    let v = crate::codec::CODEC_VERSION;
+    let reference = LifecycleEvent::decode_reference(kinds::REGISTERED_V2, v, &bytes);
+    assert_eq!(reference.ok().as_ref(), Some(&event));
+    assert_eq!(
+        super::wire::decode(kinds::REGISTERED_V2, v, &bytes).ok(),
+        Some(event.clone())
+    );
+    let stored = super::wire::registration(kinds::REGISTERED_V2, v, &bytes).unwrap();
+    assert_eq!(stored.command.withheld_env_names().count(), n);
+}
+
+#[test]
+fn a_version_2_registration_keeps_names_policy_and_its_restart_link() {
+    let mut store = ManifestStore::new();
+    let (old, new) = (handle(1), handle(2));
+    // A restart of a handle not registered (yet) is refused, and reserves nothing.
+    let early = registered_v2(new, 20, Some(old));
+    assert_eq!(
+        store.apply(id(99), &early),
+        Err(Rejection::UnknownRestart(old))
+    );
+    assert!(store.is_empty());
+    store.apply(id(98), &registered(old, 10)).unwrap();
+    store.apply(id(99), &early).unwrap();
+    let legacy = store.get(&old).unwrap();
+    assert_eq!(legacy.command.env_policy(), None);
+    assert_eq!(legacy.restart_of, None);
+    assert_eq!(
+        legacy.command.env_overrides().collect::<Vec<_>>(),
+        [("K", Some("V"))]
+    );
+    let m = store.get(&new).unwrap();
+    assert_eq!(m.restart_of, Some(old));
+    assert_eq!(
+        m.command.withheld_env_names().collect::<Vec<_>>(),
+        ["TOKEN"]
+    );
+    assert_eq!(
+        m.command.env_overrides().collect::<Vec<_>>(),
+        [("TOKEN", None), ("K", Some("V"))]
+    );
+    let policy = m.command.env_policy().unwrap();
+    assert_eq!(policy.base, EnvBase::Client);
+    assert_eq!(policy.removed, ["GIT_DIR"]);
+    // As JSON: the withheld value is null, the policy's every key present.
+    let json = serde_json::to_value(m).unwrap();
+    assert_eq!(json["restart_of"], old.to_string());
+    assert_eq!(
+        json["command"]["env_overrides"][0]["value"],
+        serde_json::Value::Null
+    );
+    assert_eq!(json["command"]["env_overrides"][1]["value"], "V");
+    assert_eq!(json["command"]["env_policy"]["base"], "client");
+    assert_eq!(
+        json["command"]["env_policy"]["overlay"]["status"],
+        "applied"
+    );
+    assert_eq!(
+        json["command"]["env_policy"]["overlay"]["reason"],
+        serde_json::Value::Null
+    );
+    // A registration of either kind under the other's handle is refused.
+    assert_eq!(
+        store.apply(id(97), &registered_v2(old, 30, None)),
+        Err(Rejection::AlreadyRegistered(old))
+    );
+}
+
+#[test]
+fn a_version_2_registration_does_not_grow_the_event() {
+    // Replay moves decoded events around; the boxed command keeps them at their former size.
+    assert!(std::mem::size_of::<LifecycleEvent>() <= 280);
 }

@@ -670,14 +670,19 @@ fn records_lost_after_a_snapshot_are_reported_and_their_seqs_not_reused() {
     assert_eq!(retried.position.seq, 251);
 }
 
-/// An older snapshot of `current`, a current (version 3) file whose manifests have none of the
+/// An older snapshot of `current`, a current (version 4) file whose manifests have none of the
 /// fields `version` lacks and whose gate never changed: each manifest frame loses its last bytes
-/// (version 2: `awaiting_input` and `deadline` `None`, `deadline_failures` empty, 10 bytes;
-/// version 1: `retired` `None` too, 11 bytes), the gate frame goes, and the lengths, the version
-/// and both checksums are written again.
+/// (version 3: `env` `None`, 1 byte; version 2: `awaiting_input` and `deadline` `None`,
+/// `deadline_failures` empty too, 11 bytes; version 1: `retired` `None` too, 12 bytes), before
+/// version 3 the gate frame goes, and the lengths, the version and both checksums are written
+/// again.
 fn as_version(current: &[u8], version: u16) -> Vec<u8> {
     use crate::journal::format::{masked_crc, u32_at, u64_at};
-    let cut = if version == 1 { 11 } else { 10 };
+    let cut = match version {
+        1 => 12,
+        2 => 11,
+        _ => 1,
+    };
     let payload = &current[snapshot::SNAPSHOT_HEADER_BYTES..];
     let frame_at = |at: usize| {
         let len = u32_at(payload, at) as usize;
@@ -697,14 +702,15 @@ fn as_version(current: &[u8], version: u16) -> Vec<u8> {
         out.extend_from_slice(&body[..len - cut]);
         at += 4 + len;
     }
-    // The gate frame, last: `None` (length 1, one zero byte).
+    // The gate frame, last: `None` (length 1, one zero byte); versions before 3 have none.
     let rest = &payload[at..];
     assert_eq!(
         &rest[rest.len() - 5..],
         &[1, 0, 0, 0, 0],
         "a gate that changed"
     );
-    out.extend_from_slice(&rest[..rest.len() - 5]);
+    let gate = if version < 3 { 5 } else { 0 };
+    out.extend_from_slice(&rest[..rest.len() - gate]);
     let mut header = current[..snapshot::SNAPSHOT_HEADER_BYTES].to_vec();
     header[8..10].copy_from_slice(&version.to_le_bytes());
     header[40..48].copy_from_slice(&(out.len() as u64).to_le_bytes());
@@ -718,30 +724,33 @@ fn as_version(current: &[u8], version: u16) -> Vec<u8> {
 #[test]
 fn older_snapshots_are_still_read_with_nothing_they_lack() {
     // The workload without the records older versions' writers never wrote (all under fresh IDs,
-    // and nothing after them depends on them).
+    // and nothing after them depends on them), and only the processes registered by `Registered`
+    // (0x0101) records: what versions 1 to 3 held.
     let mut store = ManifestStore::new();
     let mut replay = ReplayReport::default();
-    for n in 0..200 {
+    for n in 0..400 {
         let (id, event) = workload::event(n);
-        if matches!(
-            event,
-            LifecycleEvent::GateChanged(_)
-                | LifecycleEvent::HumanInput(_)
-                | LifecycleEvent::DeadlineFired(_)
-                | LifecycleEvent::DeadlineFailed(_)
-        ) {
+        if !workload::place(n).0.is_multiple_of(2)
+            || matches!(
+                event,
+                LifecycleEvent::GateChanged(_)
+                    | LifecycleEvent::HumanInput(_)
+                    | LifecycleEvent::DeadlineFired(_)
+                    | LifecycleEvent::DeadlineFailed(_)
+            )
+        {
             continue;
         }
         store.apply(id, &event).unwrap();
         replay.lifecycle_events += 1;
     }
     assert!(
-        store
-            .iter()
-            .all(|m| m.retired.is_none() && m.deadline.is_none())
+        store.iter().all(|m| m.retired.is_none()
+            && m.deadline.is_none()
+            && m.command.env_policy().is_none())
     );
     let current = snapshot::encode(*b"0123456789abcdef", 200, 7, &store, &[], &replay).unwrap();
-    for version in [1u16, 2] {
+    for version in [1u16, 2, 3] {
         let older = as_version(&current, version);
         assert_eq!(u16::from_le_bytes([older[8], older[9]]), version);
         assert!(older.len() < current.len());
@@ -756,11 +765,11 @@ fn older_snapshots_are_still_read_with_nothing_they_lack() {
         assert!(snapshot::decode(&wrong).is_err(), "version {version}");
     }
     let mut future = current;
-    future[8..10].copy_from_slice(&4u16.to_le_bytes());
+    future[8..10].copy_from_slice(&5u16.to_le_bytes());
     let crc = crate::journal::format::masked_crc(&future[..60]);
     future[60..64].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
         snapshot::decode(&future),
-        Err(SnapshotError::UnsupportedVersion(4))
+        Err(SnapshotError::UnsupportedVersion(5))
     ));
 }

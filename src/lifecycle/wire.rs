@@ -15,13 +15,15 @@
 
 use std::collections::BTreeMap;
 
-use super::command::{PAIR_BYTES_MIN, STRING_BYTES_MIN, StoredCommand};
+use super::command::{
+    ENV_VAR_BYTES_MIN, PAIR_BYTES_MIN, STRING_BYTES_MIN, StoredCommand, read_policy,
+};
 use super::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
-    DeadlineFired, ExitProof, ExitStatus, GateChanged, Handle, HumanInput, IdentityWitness,
-    InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits, LostOnRestore,
-    OutputCheckpoint, ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested,
-    Terminal, TreeMechanism, kinds,
+    CaptureStatus, CommandSpec, CommandSpecV2, CompletionNotified, CursorBounds, Deadline,
+    DeadlineFailed, DeadlineFired, EnvVar, ExitProof, ExitStatus, GateChanged, Handle, HumanInput,
+    IdentityWitness, InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits,
+    LostOnRestore, OutputCheckpoint, ProcessWitness, ReceiptBinding, Registered, RegisteredV2,
+    Running, Scoped, StopRequested, Terminal, TreeMechanism, kinds,
 };
 use super::state::State;
 use crate::codec::{Malformed, Reader};
@@ -205,12 +207,57 @@ fn command(r: &mut Reader<'_>) -> Result<CommandSpec, Malformed> {
     })
 }
 
+#[inline(never)]
+fn command_v2(r: &mut Reader<'_>) -> Result<CommandSpecV2, Malformed> {
+    let program = string(r)?;
+    let n = r.count(STRING_BYTES_MIN)?;
+    let mut args = Vec::with_capacity(n);
+    for _ in 0..n {
+        args.push(string(r)?);
+    }
+    let cwd = string(r)?;
+    let n = r.count(ENV_VAR_BYTES_MIN)?;
+    let mut env_overrides = Vec::with_capacity(n);
+    for _ in 0..n {
+        let name = string(r)?;
+        let value = if r.option()? { Some(string(r)?) } else { None };
+        env_overrides.push(EnvVar { name, value });
+    }
+    let n = r.count(PAIR_BYTES_MIN)?;
+    let mut labels = BTreeMap::new();
+    for _ in 0..n {
+        labels.insert(string(r)?, string(r)?);
+    }
+    let limits = Limits {
+        wall_clock_ms: option_u64(r)?,
+        idle_ms: option_u64(r)?,
+        output_retention_bytes: option_u64(r)?,
+    };
+    let owner = string(r)?;
+    let env_policy = read_policy(r)?;
+    Ok(CommandSpecV2 {
+        program,
+        args,
+        cwd,
+        env_overrides,
+        labels,
+        limits,
+        owner,
+        env_policy,
+    })
+}
+
+fn option_handle(r: &mut Reader<'_>) -> Result<Option<Handle>, Malformed> {
+    Ok(if r.option()? { Some(handle(r)?) } else { None })
+}
+
 /// A registration as replay folds it: the command already in its stored form.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Registration {
     pub handle: Handle,
     pub ids: LifecycleIds,
     pub command: StoredCommand,
+    pub restart_of: Option<Handle>,
     pub at_unix_ms: u64,
 }
 
@@ -220,24 +267,62 @@ impl Registration {
             handle: e.handle,
             ids: e.ids,
             command: StoredCommand::from_spec(&e.command),
+            restart_of: None,
             at_unix_ms: e.at_unix_ms,
+        }
+    }
+
+    pub fn from_event_v2(e: &RegisteredV2) -> Self {
+        Registration {
+            handle: e.handle,
+            ids: e.ids,
+            command: StoredCommand::from_spec_v2(&e.command),
+            restart_of: e.restart_of,
+            at_unix_ms: e.at_unix_ms,
+        }
+    }
+
+    /// The registration of either kind, `None` for any other event.
+    pub fn of(e: &LifecycleEvent) -> Option<Self> {
+        match e {
+            LifecycleEvent::Registered(e) => Some(Self::from_event(e)),
+            LifecycleEvent::RegisteredV2(e) => Some(Self::from_event_v2(e)),
+            _ => None,
         }
     }
 }
 
-/// Decodes a `REGISTERED` payload into a [`Registration`]; accepts exactly what [`decode`] accepts
-/// for that kind, and gives `Registration::from_event` of what it decodes.
-pub(crate) fn registration(codec_version: u8, payload: &[u8]) -> Result<Registration, Malformed> {
+/// Decodes a `REGISTERED` or `REGISTERED_V2` payload (by `kind`) into a [`Registration`];
+/// accepts exactly what [`decode`] accepts for that kind, and gives `Registration::of` what it
+/// decodes.
+pub(crate) fn registration(
+    kind: u16,
+    codec_version: u8,
+    payload: &[u8],
+) -> Result<Registration, Malformed> {
+    let v2 = match kind {
+        kinds::REGISTERED => false,
+        kinds::REGISTERED_V2 => true,
+        _ => return Err(Malformed),
+    };
     let mut r = Reader::new(codec_version, payload).ok_or(Malformed)?;
+    let handle = handle(&mut r)?;
+    let ids = LifecycleIds {
+        running: id(&mut r)?,
+        terminal: id(&mut r)?,
+        lost: id(&mut r)?,
+        completion: id(&mut r)?,
+    };
+    let (command, restart_of) = if v2 {
+        (StoredCommand::read_v2(&mut r)?, option_handle(&mut r)?)
+    } else {
+        (StoredCommand::read(&mut r)?, None)
+    };
     let registration = Registration {
-        handle: handle(&mut r)?,
-        ids: LifecycleIds {
-            running: id(&mut r)?,
-            terminal: id(&mut r)?,
-            lost: id(&mut r)?,
-            completion: id(&mut r)?,
-        },
-        command: StoredCommand::read(&mut r)?,
+        handle,
+        ids,
+        command,
+        restart_of,
         at_unix_ms: r.u64()?,
     };
     r.finish()?;
@@ -258,6 +343,18 @@ fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
                 completion: id(r)?,
             },
             command: command(r)?,
+            at_unix_ms: r.u64()?,
+        }),
+        kinds::REGISTERED_V2 => LifecycleEvent::RegisteredV2(RegisteredV2 {
+            handle: handle(r)?,
+            ids: LifecycleIds {
+                running: id(r)?,
+                terminal: id(r)?,
+                lost: id(r)?,
+                completion: id(r)?,
+            },
+            command: Box::new(command_v2(r)?),
+            restart_of: option_handle(r)?,
             at_unix_ms: r.u64()?,
         }),
         kinds::RUNNING => LifecycleEvent::Running(Running {

@@ -75,6 +75,70 @@ fn bounds(p: u64, k: u64) -> CursorBounds {
     }
 }
 
+/// Process `p`'s registration: of kind 0x0101 for even `p`; of kind 0x010D (a withheld and a
+/// persisted override, a policy) for odd `p`, every second one a restart of the process before it.
+fn registration(p: u64, at: u64) -> LifecycleEvent {
+    let (h, a) = (handle(p), ids(p));
+    let program = "/usr/bin/make".to_owned();
+    let args = vec!["-j8".into(), format!("target-{}", p % 13)];
+    let cwd = format!("/srv/build/{}", p % 7);
+    let labels: std::collections::BTreeMap<String, String> = [
+        ("job".to_owned(), format!("j{p}")),
+        ("team".to_owned(), "infra".to_owned()),
+    ]
+    .into();
+    let limits = Limits {
+        wall_clock_ms: p.is_multiple_of(3).then_some(60_000),
+        idle_ms: (p % 4 == 1).then_some(30_000),
+        output_retention_bytes: Some(64 << 20),
+    };
+    if p.is_multiple_of(2) {
+        return LifecycleEvent::Registered(Registered {
+            handle: h,
+            ids: a,
+            command: CommandSpec {
+                program,
+                args,
+                cwd,
+                env_overrides: vec![("CC".into(), "clang".into())],
+                labels,
+                limits,
+                owner: "ci".into(),
+            },
+            at_unix_ms: at,
+        });
+    }
+    LifecycleEvent::RegisteredV2(RegisteredV2 {
+        handle: h,
+        ids: a,
+        command: Box::new(CommandSpecV2 {
+            program,
+            args,
+            cwd,
+            env_overrides: vec![
+                EnvVar {
+                    name: "CC".into(),
+                    value: Some("clang".into()),
+                },
+                EnvVar {
+                    name: "TOKEN".into(),
+                    value: None,
+                },
+            ],
+            labels,
+            limits,
+            owner: "ci".into(),
+            env_policy: EnvPolicy {
+                base: EnvBase::Client,
+                removed: vec!["GIT_DIR".into()],
+                overlay: EnvOverlay::Off,
+            },
+        }),
+        restart_of: (p % 4 == 3).then(|| handle(p - 1)),
+        at_unix_ms: at,
+    })
+}
+
 /// The `n`-th event of the workload and the ID it is appended under.
 pub fn event(n: u64) -> (EventId, LifecycleEvent) {
     let (p, phase) = place(n);
@@ -83,31 +147,7 @@ pub fn event(n: u64) -> (EventId, LifecycleEvent) {
     let at = 1_700_000_000_000 + n;
     let end = if is_lost(p) { a.lost } else { a.terminal };
     match phase {
-        0 => (
-            registration_id(p),
-            LifecycleEvent::Registered(Registered {
-                handle: h,
-                ids: a,
-                command: CommandSpec {
-                    program: "/usr/bin/make".into(),
-                    args: vec!["-j8".into(), format!("target-{}", p % 13)],
-                    cwd: format!("/srv/build/{}", p % 7),
-                    env_overrides: vec![("CC".into(), "clang".into())],
-                    labels: [
-                        ("job".to_owned(), format!("j{p}")),
-                        ("team".to_owned(), "infra".to_owned()),
-                    ]
-                    .into(),
-                    limits: Limits {
-                        wall_clock_ms: (p % 3 == 0).then_some(60_000),
-                        idle_ms: (p % 4 == 1).then_some(30_000),
-                        output_retention_bytes: Some(64 << 20),
-                    },
-                    owner: "ci".into(),
-                },
-                at_unix_ms: at,
-            }),
-        ),
+        0 => (registration_id(p), registration(p, at)),
         1 => (
             a.running.derived(derived::SCOPED),
             LifecycleEvent::Scoped(Scoped {
