@@ -10,6 +10,7 @@ pub mod admission;
 pub mod cli;
 pub mod client;
 pub mod codec;
+pub mod environment;
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]

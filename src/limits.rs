@@ -216,6 +216,17 @@ pub const FINISHED_SUMMARIES_CACHED: usize = 4096;
 /// reach them. Beyond this many the oldest are no longer watched (and a warning says so).
 pub const LINGERING_TREES_MAX: usize = 1024;
 
+/// How long a login shell may take to print its environment for the PATH-like overlay
+/// (`tree::login_shell`), once per supervisor at open. Generous: version managers (nvm, conda,
+/// sdkman) in a profile take seconds; a shell that takes longer is killed with its process group
+/// and the overlay is recorded as failed, never waited for.
+pub const LOGIN_SHELL_CAPTURE_MS: u64 = 10_000;
+
+/// The most bytes a login shell may print for the overlay: an environment is a few KiB, a
+/// profile's chatter a little more; anything beyond is not an environment, and is refused
+/// rather than buffered.
+pub const LOGIN_SHELL_OUTPUT_BYTES_MAX: usize = 1 << 20;
+
 /// How long a guardian may take to answer each step of its launch handshake (its `REG` after
 /// the spawn, its `RUN` after `GO`), and to exit after an aborted launch. Generous: the
 /// guardian is an exec of this binary and one fork, about a millisecond here, but a loaded

@@ -41,6 +41,12 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
         proptest::option::of(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX),
         proptest::option::of(0u64..=procjournal::protocol::QUEUE_MS_MAX),
         proptest::option::of((1u16.., 1u16..)),
+        (
+            proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3),
+            proptest::option::of(proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3)),
+            any::<bool>(),
+            any::<bool>(),
+        ),
     )
         .prop_map(
             |(
@@ -53,13 +59,25 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                 retention_bytes,
                 queue_ms,
                 pty,
+                (env_persist, client_env, inherit_env, login_shell_overlay),
             )| {
                 let mut command = vec![program];
                 command.extend(args);
+                // The two bases exclude each other: a request with both is refused.
+                let inherit_env = inherit_env && client_env.is_none();
+                // A name in both env and env_persist is refused too.
+                let env_persist = env_persist
+                    .into_iter()
+                    .filter(|(k, _)| !env.contains_key(k))
+                    .collect();
                 StartArgs {
                     command,
                     cwd,
                     env,
+                    env_persist,
+                    client_env,
+                    inherit_env,
+                    login_shell_overlay,
                     labels,
                     timeout_ms,
                     idle_timeout_ms,

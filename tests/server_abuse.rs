@@ -119,7 +119,7 @@ impl Daemon {
         let script = format!("while [ ! -e '{}' ]; do sleep 0.05; done", go.display());
         let started = self
             .conn()
-            .call(json!({"v":1,"id":1,"op":"start","args":{"command":["sh","-c",script]}}));
+            .call(json!({"v":1,"id":1,"op":"start","args":{"command":["sh","-c",script],"inherit_env":true}}));
         ok(&started)["handle"]
             .as_str()
             .expect("a handle")

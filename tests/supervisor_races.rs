@@ -448,7 +448,7 @@ fn exactly_once_violations(run: &Run) -> Vec<String> {
                 .unwrap_or(0)
         };
         for (kind, name, expected) in [
-            (kinds::REGISTERED, "registered", 1),
+            (kinds::REGISTERED_V2, "registered", 1),
             (kinds::TERMINAL, "terminal", 1),
             (kinds::LOST_ON_RESTORE, "lost_on_restore", 0),
             (kinds::COMPLETION_NOTIFIED, "completion_notified", 1),

@@ -179,21 +179,26 @@ async fn failed_for_a_missing_program_and_a_missing_working_directory() {
         .prepare(Command::new("true").cwd(&missing_dir))
         .expect("prepare")
         .with_lease(lease2);
-    let no_dir = match sup.start(prepared).await {
-        Err(StartError::Spawn { handle, message }) => {
-            let dir = missing_dir.to_str().expect("utf-8 path");
-            assert!(
-                message.contains(dir),
-                "message names the directory: {message}"
+    // A missing working directory is refused before anything is journaled: the prepared
+    // process (and its lease, unreleased) comes back, and no record names a process.
+    match sup.start(prepared).await {
+        Err(StartError::WorkingDirectory { prepared, path }) => {
+            assert_eq!(path, missing_dir.to_str().expect("utf-8 path"));
+            assert_eq!(
+                probe2.releases(),
+                0,
+                "the lease comes back with the process"
             );
-            handle
+            drop(prepared);
         }
-        Err(e) => panic!("expected a spawn failure, got {e}"),
+        Err(e) => panic!("expected a working-directory error, got {e}"),
         Ok(h) => panic!("a missing working directory started as {h}"),
     };
+    // (No record names any handle but the missing program's: checked after shutdown, below.)
 
     let mut seen = Vec::new();
-    for (h, probe) in [(no_program, &probe), (no_dir, &probe2)] {
+    {
+        let h = no_program;
         let s = wait(&sup, &h).await;
         check_terminal(&sup, &h, &s, State::Failed, ExitStatus::Unknown);
         let m = sup.manifest(&h).expect("manifest");
@@ -216,7 +221,7 @@ async fn failed_for_a_missing_program_and_a_missing_working_directory() {
             ["registered", "terminal"],
             "journal of {h}: {kinds:?}"
         );
-        assert_eq!(kinds[..2], [kinds::REGISTERED, kinds::TERMINAL]);
+        assert_eq!(kinds[..2], [kinds::REGISTERED_V2, kinds::TERMINAL]);
     }
     // No Running notice was ever published for them.
     assert!(
@@ -229,7 +234,16 @@ async fn failed_for_a_missing_program_and_a_missing_working_directory() {
     let report = sup.shutdown(Duration::from_millis(100)).await;
     assert_eq!(report, Default::default());
     let records = journal_records(sup.root());
-    for h in [no_program, no_dir] {
+    assert_eq!(
+        records
+            .iter()
+            .filter_map(|r| r.event.handle())
+            .collect::<std::collections::BTreeSet<_>>(),
+        [no_program].into(),
+        "records of the refused start"
+    );
+    {
+        let h = no_program;
         let kinds: Vec<_> = kinds_of(&records, &h).into_iter().map(kind_name).collect();
         assert_eq!(
             kinds,

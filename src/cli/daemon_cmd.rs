@@ -103,6 +103,10 @@ pub(crate) struct ServeArgs {
     tree: super::TreeArgs,
     #[command(flatten)]
     admission: super::AdmissionArgs,
+    /// Capture the PATH-like variables (PATH, PATHEXT, DOTNET_ROOT*) of a login shell once, at
+    /// start, for `start --login-shell-overlay` (`$SHELL -l`, or the shell given).
+    #[arg(long, value_name = "SHELL", num_args = 0..=1, default_missing_value = "")]
+    login_shell: Option<PathBuf>,
 }
 
 /// `--retention-age`: a duration, or `off`.
@@ -134,6 +138,13 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         }
         config.retention = args.retention_age.0;
         config.launcher = args.tree.launcher(&root, false)?;
+        config.login_shell = args.login_shell.map(|shell| {
+            if shell.as_os_str().is_empty() {
+                crate::tree::login_shell::default_shell()
+            } else {
+                shell
+            }
+        });
         let (server, restore) = Server::bind(config, socket)
             .await
             .with_context(|| format!("cannot serve the runtime root {}", root.display()))?;
@@ -176,9 +187,19 @@ pub(crate) struct StartCmdArgs {
     /// A label k=v (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
-    /// An environment variable K=V set on top of the daemon's environment (repeatable).
-    #[arg(long = "env", value_parser = parse_label)]
+    /// An environment variable NAME=value set on top of this shell's environment (repeatable).
+    /// Its value is never written to disk or shown: the journal keeps the name.
+    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
     env: Vec<(String, String)>,
+    /// As --env, for a value the journal may keep (no secrets): a restart reuses it.
+    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = parse_env)]
+    env_persist: Vec<(String, String)>,
+    /// Start from the daemon's environment instead of this shell's.
+    #[arg(long)]
+    daemon_env: bool,
+    /// Overlay the PATH-like variables of the daemon's login shell (`serve --login-shell`).
+    #[arg(long)]
+    login_shell_overlay: bool,
     /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h: the tree is stopped and the process ends
     /// `timed_out`.
     #[arg(long, value_parser = parse_duration)]
@@ -260,10 +281,22 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         .to_str()
         .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
         .to_owned();
+    // This shell's environment, as the command would get it run from here (the daemon removes
+    // Git redirection from it); a variable that is not UTF-8 cannot travel in JSON and is left
+    // out.
+    let client_env = (!args.daemon_env).then(|| {
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect()
+    });
     let request = Request::Start(StartArgs {
         command: args.command,
         cwd: Some(cwd),
         env: args.env.into_iter().collect(),
+        env_persist: args.env_persist.into_iter().collect(),
+        client_env,
+        inherit_env: args.daemon_env,
+        login_shell_overlay: args.login_shell_overlay,
         labels: args.labels.into_iter().collect(),
         timeout_ms: args.timeout.map(|t| millis(t).max(1)),
         idle_timeout_ms: args.idle_timeout.map(|t| millis(t).max(1)),
@@ -1017,4 +1050,12 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// `NAME=value`; the error never repeats the text (it may hold a secret).
+fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("not NAME=value (a non-empty name, then =, then the value)".to_owned()),
+    }
 }

@@ -80,7 +80,8 @@ async fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let owner = format!("uid:{} via mcp", nix::unistd::getuid());
-    let dispatcher = Dispatcher::new(supervisor.clone(), cwd, owner);
+    // The MCP server is the agent harness's own child: its environment is the client's.
+    let dispatcher = Dispatcher::new(supervisor.clone(), cwd, owner).inheriting_env();
     let server = McpServer::new(dispatcher)?;
 
     let outcome = match server.serve(rmcp::transport::stdio_pipes()).await {

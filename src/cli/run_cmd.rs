@@ -132,15 +132,22 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let uid = nix::unistd::geteuid().as_raw();
     // The daemon's path: the same request validation, the same dispatcher, the same actor.
+    // The command runs in this process's environment (Git redirection removed): `run` is the
+    // client's own process.
     let dispatcher = Dispatcher::new(
         supervisor.clone(),
         cwd.clone(),
         format!("uid {uid} via run"),
-    );
+    )
+    .inheriting_env();
     let start = StartArgs {
         command: args.command,
         cwd: Some(cwd.to_string_lossy().into_owned()),
         env: Default::default(),
+        env_persist: Default::default(),
+        client_env: None,
+        inherit_env: true,
+        login_shell_overlay: false,
         labels: args.labels.into_iter().collect(),
         timeout_ms: args
             .timeout

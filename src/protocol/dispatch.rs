@@ -230,6 +230,10 @@ pub struct Dispatcher {
     supervisor: Supervisor,
     default_cwd: PathBuf,
     owner: String,
+    /// Whether a start that gives neither `client_env` nor `inherit_env` starts from the
+    /// server's environment (a server that is the client's own process: `run`, `mcp`) or is
+    /// refused (the daemon, whose environment is not the client's).
+    inherit_by_default: bool,
 }
 
 impl Dispatcher {
@@ -240,7 +244,16 @@ impl Dispatcher {
             supervisor,
             default_cwd,
             owner: owner.into(),
+            inherit_by_default: false,
         }
+    }
+
+    /// A dispatcher whose starts begin from the server's own environment unless they give
+    /// `client_env`: for a server that runs as the client's own process (`run`, `mcp`), whose
+    /// environment is the client's.
+    pub fn inheriting_env(mut self) -> Self {
+        self.inherit_by_default = true;
+        self
     }
 
     pub fn supervisor(&self) -> &Supervisor {
@@ -415,9 +428,26 @@ impl Dispatcher {
         let mut command = Command::new(program)
             .args(parts)
             .cwd(cwd)
-            .owner(self.owner.clone());
+            .owner(self.owner.clone())
+            .login_shell_overlay(args.login_shell_overlay);
+        match args.client_env {
+            Some(vars) => command = command.client_env(vars),
+            None if args.inherit_env || self.inherit_by_default => {}
+            None => {
+                return Err(ApiError::new(
+                    ErrorCode::BadArgs,
+                    "give client_env (the environment to run the command in) or \
+                     inherit_env: true (the server's own): the server's environment is not \
+                     passed on unless asked for"
+                        .to_owned(),
+                ));
+            }
+        }
         for (k, v) in args.env {
             command = command.env(k, v);
+        }
+        for (k, v) in args.env_persist {
+            command = command.env_persisted(k, v);
         }
         for (k, v) in args.labels {
             command = command.label(k, v);
@@ -460,6 +490,13 @@ impl Dispatcher {
                     ),
                 ))
             }
+            Err(StartError::WorkingDirectory { path, .. }) => Err(ApiError::new(
+                ErrorCode::BadArgs,
+                format!(
+                    "working directory {} does not exist or is not a directory; nothing was started",
+                    truncate_path(&path)
+                ),
+            )),
             Err(StartError::Spawn { handle, message }) => Err(ApiError {
                 code: ErrorCode::SpawnFailed,
                 message: format!("{message} (recorded as {handle}, failed)"),
@@ -594,5 +631,17 @@ pub fn api(error: SupervisorError) -> ApiError {
         code,
         message: error.to_string(),
         handle: handle.map(|h| h.to_string()),
+    }
+}
+
+/// A client's own path in an error, kept short.
+fn truncate_path(path: &str) -> String {
+    const MAX: usize = 256;
+    if path.chars().count() <= MAX {
+        path.to_owned()
+    } else {
+        let mut short: String = path.chars().take(MAX).collect();
+        short.push('…');
+        short
     }
 }

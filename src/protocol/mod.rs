@@ -51,8 +51,9 @@ pub const QUEUE_MS_MAX: u64 = crate::limits::ADMISSION_QUEUE_WAIT_MS_MAX;
 /// The most arguments, environment variables or labels one start may carry.
 pub const START_ITEMS_MAX: usize = 4096;
 
-/// `start`: run a command under supervision.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+/// `start`: run a command under supervision. Its `Debug` shows the names of the environment
+/// variables, never their values.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartArgs {
     /// The program and its arguments, e.g. ["sh", "-c", "make test"]. A program without a slash
@@ -61,9 +62,30 @@ pub struct StartArgs {
     /// Absolute working directory. Default: the server's working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cwd: Option<String>,
-    /// Environment variables set on top of the server's environment.
+    /// Environment variables set on top of the launch environment. Their values are never
+    /// written to disk or shown (the journal keeps the names): a restart must be given them
+    /// again.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub env: BTreeMap<String, String>,
+    /// Environment variables set like `env`, whose values the journal keeps (no secrets).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env_persist: BTreeMap<String, String>,
+    /// The environment to start from: the client's own (`procjournal start` sends its
+    /// environment, so that the command runs as the shell that started it would run it).
+    /// Git redirection variables (GIT_DIR, GIT_WORK_TREE, GIT_INDEX_FILE, GIT_CONFIG*, ...) are
+    /// removed from it; `env` and `env_persist` are set on top. Never written to disk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_env: Option<BTreeMap<String, String>>,
+    /// Start from the server's own environment instead (Git redirection removed all the same).
+    /// Through the daemon, one of `client_env` and `inherit_env` is required: the daemon's
+    /// environment never reaches a command unless asked for.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_env: bool,
+    /// Overlay the PATH-like variables (PATH, PATHEXT, DOTNET_ROOT*) of the server's login
+    /// shell, as captured when it started (`serve --login-shell`); without a capture the
+    /// environment is unchanged and the manifest says why.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub login_shell_overlay: bool,
     /// Free-form labels (key to value) to find the process again with `list`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
@@ -125,6 +147,27 @@ pub struct ResizeArgs {
     /// Columns, 1 to 65535.
     #[schemars(range(min = 1, max = 65535))]
     pub cols: u16,
+}
+
+impl std::fmt::Debug for StartArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
+        f.debug_struct("StartArgs")
+            .field("command", &self.command)
+            .field("cwd", &self.cwd)
+            .field("env", &names(&self.env))
+            .field("env_persist", &names(&self.env_persist))
+            .field("client_env", &self.client_env.as_ref().map(names))
+            .field("inherit_env", &self.inherit_env)
+            .field("login_shell_overlay", &self.login_shell_overlay)
+            .field("labels", &self.labels)
+            .field("timeout_ms", &self.timeout_ms)
+            .field("idle_timeout_ms", &self.idle_timeout_ms)
+            .field("retention_bytes", &self.retention_bytes)
+            .field("queue_ms", &self.queue_ms)
+            .field("pty", &self.pty)
+            .finish()
+    }
 }
 
 /// `list`: every process the journal knows, optionally filtered.
@@ -751,22 +794,29 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
     if program.is_empty() {
         return Err("the program name is empty".to_owned());
     }
+    let client_env = args.client_env.as_ref();
     if args.command.len() > START_ITEMS_MAX
-        || args.env.len() > START_ITEMS_MAX
+        || args.env.len() + args.env_persist.len() > START_ITEMS_MAX
         || args.labels.len() > START_ITEMS_MAX
+        || client_env.is_some_and(|e| e.len() > START_ITEMS_MAX)
     {
         return Err(format!(
             "at most {START_ITEMS_MAX} arguments, variables and labels each"
         ));
     }
     let nul = |s: &String| s.contains('\0');
+    let vars = || {
+        (args.env.iter())
+            .chain(&args.env_persist)
+            .chain(client_env.into_iter().flatten())
+    };
     if args.command.iter().any(nul)
-        || args.env.iter().any(|(k, v)| nul(k) || nul(v))
+        || vars().any(|(k, v)| nul(k) || nul(v))
         || args.cwd.as_ref().is_some_and(nul)
     {
         return Err("arguments, variables and cwd cannot contain NUL characters".to_owned());
     }
-    if args.env.keys().any(|k| k.is_empty() || k.contains('=')) {
+    if vars().any(|(k, _)| k.is_empty() || k.contains('=')) {
         return Err("environment variable names must be non-empty and contain no '='".to_owned());
     }
     if let Some(pty) = &args.pty
@@ -776,6 +826,16 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
             "pty {}x{}: a terminal has at least one row and one column",
             pty.rows, pty.cols
         ));
+    }
+    // Names only in the message: values may be secrets.
+    if let Some(k) = args.env.keys().find(|k| args.env_persist.contains_key(*k)) {
+        return Err(format!(
+            "environment variable {} is in both env and env_persist",
+            truncate(k)
+        ));
+    }
+    if client_env.is_some() && args.inherit_env {
+        return Err("give client_env or inherit_env, not both".to_owned());
     }
     if let Some(cwd) = &args.cwd
         && !cwd.starts_with('/')
@@ -960,6 +1020,40 @@ fn handle_args(handle: &Handle) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The environment fields: checked, and no error or `Debug` repeats a value.
+    #[test]
+    fn start_environments_are_checked_and_values_never_shown() {
+        let start = |args: Value| request_from_args("start", args);
+        let secret = "vAlUe-never-shown";
+        let refused = [
+            serde_json::json!({"command": ["true"], "env": {"K": secret}, "env_persist": {"K": "x"}}),
+            serde_json::json!({"command": ["true"], "client_env": {"A": secret}, "inherit_env": true}),
+            serde_json::json!({"command": ["true"], "client_env": {"A=B": secret}}),
+            serde_json::json!({"command": ["true"], "env_persist": {"": secret}}),
+            serde_json::json!({"command": ["true"], "client_env": {"A": "nul\u{0}"}}),
+        ];
+        for args in refused {
+            let e = start(args.clone()).unwrap_err();
+            assert!(!format!("{e} {e:?}").contains(secret), "{e}");
+            assert!(!format!("{e}").contains("nul"), "{e}");
+        }
+        let Ok(Request::Start(args)) = start(serde_json::json!({
+            "command": ["true"],
+            "env": {"TOKEN": secret},
+            "env_persist": {"MODE": "fast"},
+            "client_env": {"HOME": secret},
+            "login_shell_overlay": true,
+        })) else {
+            panic!("a valid start");
+        };
+        let text = format!("{args:?}");
+        assert!(!text.contains(secret) && text.contains("TOKEN"), "{text}");
+        assert!(!text.contains("fast") && text.contains("HOME"), "{text}");
+        // The typed request round-trips through the wire form.
+        let wire = serde_json::to_value(&args).unwrap();
+        assert_eq!(start(wire).ok(), Some(Request::Start(args)));
+    }
 
     /// IDs come back exactly: integers and short strings only (a float ID was not echoed
     /// bit-exact; `fuzz/regressions/protocol_request/float-id-not-echoed-exactly`).

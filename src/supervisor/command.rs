@@ -9,7 +9,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::tap::Tap;
-use crate::lifecycle::event::{CommandSpec, Limits};
+use crate::environment::{Base, EnvOverride};
+use crate::lifecycle::event::{CommandSpecV2, EnvOverlay, EnvPolicy, Limits};
 use crate::limits;
 use crate::spool::SpoolOptions;
 use crate::tree::PtySize;
@@ -21,13 +22,19 @@ pub trait Lease: Send + Sync + std::fmt::Debug {
 }
 
 /// A command to supervise. The working directory is required: nothing is resolved against the
-/// supervisor's own working directory.
+/// supervisor's own working directory, and it must exist when the process starts (else the start
+/// fails with [`super::StartError::WorkingDirectory`] before anything is journaled). The
+/// environment is built by `crate::environment`: a base (the supervisor's own by default),
+/// Git redirection removed, the login-shell overlay when asked for, then the overrides. An
+/// override's value is journaled only when set with [`Command::env_persisted`].
 #[derive(Debug, Clone)]
 pub struct Command {
     program: String,
     args: Vec<String>,
     cwd: Option<PathBuf>,
-    env: Vec<(String, String)>,
+    env: Vec<EnvOverride>,
+    base: Base,
+    overlay: bool,
     labels: BTreeMap<String, String>,
     timeout: Option<Duration>,
     idle_timeout: Option<Duration>,
@@ -44,6 +51,8 @@ impl Command {
             args: Vec::new(),
             cwd: None,
             env: Vec::new(),
+            base: Base::Inherited,
+            overlay: false,
             labels: BTreeMap::new(),
             timeout: None,
             idle_timeout: None,
@@ -65,9 +74,55 @@ impl Command {
         self.cwd = Some(dir.into());
         self
     }
-    /// Sets a variable on top of the supervisor's environment.
+    /// Sets a variable on top of the launch environment. Its value is not persisted: the journal
+    /// keeps its name only, and a restart must be given the value again.
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
-        self.env.push((key.into(), value.into()));
+        self.env.push(EnvOverride {
+            name: key.into(),
+            value: value.into(),
+            persist: false,
+        });
+        self
+    }
+    /// [`Command::env`] for a value the journal may keep (no secret in it).
+    pub fn env_persisted(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.push(EnvOverride {
+            name: key.into(),
+            value: value.into(),
+            persist: true,
+        });
+        self
+    }
+    /// Starts the environment from exactly these variables instead of the supervisor's own.
+    pub fn env_base<K: Into<std::ffi::OsString>, V: Into<std::ffi::OsString>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.base = Base::Explicit(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        );
+        self
+    }
+    /// Starts the environment from a client's (recorded as base `client`): what a daemon does
+    /// with the environment `procjournal start` sent.
+    pub fn client_env<K: Into<std::ffi::OsString>, V: Into<std::ffi::OsString>>(
+        mut self,
+        vars: impl IntoIterator<Item = (K, V)>,
+    ) -> Self {
+        self.base = Base::Client(
+            vars.into_iter()
+                .map(|(k, v)| (k.into(), v.into()))
+                .collect(),
+        );
+        self
+    }
+    /// Overlays the PATH-like variables (`environment::OVERLAY_NAMES`) a login shell sets, as
+    /// the supervisor captured them at open (`SupervisorConfig::login_shell`); without a capture
+    /// the environment is unchanged and the policy records why.
+    pub fn login_shell_overlay(mut self, on: bool) -> Self {
+        self.overlay = on;
         self
     }
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
@@ -130,6 +185,13 @@ pub enum PrepareError {
     RelativeWorkingDirectory(PathBuf),
     #[error("{0:?} is not valid UTF-8")]
     NotUtf8(PathBuf),
+    /// An environment variable name that is empty or holds `=` or NUL.
+    #[error("{0:?} is not an environment variable name")]
+    BadEnvName(String),
+    /// The same variable overridden twice (which value, and whether it is persisted, would be
+    /// ambiguous).
+    #[error("environment variable {0} is set twice")]
+    DuplicateEnv(String),
     /// The output retention asked for is out of range: below one spool segment (retention
     /// deletes whole segments and never the active one) or above
     /// [`limits::RETENTION_BYTES_MAX`].
@@ -147,7 +209,10 @@ pub enum PrepareError {
 /// A validated, single-use launch.
 #[derive(Debug)]
 pub struct PreparedProcess {
-    pub(crate) spec: CommandSpec,
+    /// The command as the journal will record it: withheld values already `None`; its
+    /// `env_policy` is filled in at launch, when the environment is built.
+    pub(crate) spec: Box<CommandSpecV2>,
+    pub(crate) env: Box<LaunchEnvRequest>,
     pub(crate) lease: Option<Box<dyn Lease>>,
     pub(crate) tap: Option<Tap>,
     /// How long this start may wait for capacity (`None`: fail at once).
@@ -156,8 +221,17 @@ pub struct PreparedProcess {
     pub(crate) pty: Option<PtySize>,
 }
 
+/// What the launch builds the environment from (values included; never journaled whole).
+#[derive(Debug, Clone)]
+pub(crate) struct LaunchEnvRequest {
+    pub overrides: Vec<EnvOverride>,
+    pub base: Base,
+    pub overlay: bool,
+}
+
 impl PreparedProcess {
-    pub fn spec(&self) -> &CommandSpec {
+    /// The command as the journal will record it (its policy once launched).
+    pub fn spec(&self) -> &CommandSpecV2 {
         &self.spec
     }
 
@@ -209,6 +283,15 @@ pub(crate) fn prepare(
         .to_str()
         .ok_or_else(|| PrepareError::NotUtf8(cwd.clone()))?
         .to_owned();
+    let mut seen = std::collections::BTreeSet::new();
+    for o in &command.env {
+        if o.name.is_empty() || o.name.contains(['=', '\0']) {
+            return Err(PrepareError::BadEnvName(o.name.clone()));
+        }
+        if !seen.insert(o.name.as_str()) {
+            return Err(PrepareError::DuplicateEnv(o.name.clone()));
+        }
+    }
     let retention = match command.retention {
         Some(bytes) => {
             let (min, max) = (spool.segment_bytes, limits::RETENTION_BYTES_MAX);
@@ -240,15 +323,25 @@ pub(crate) fn prepare(
         output_retention_bytes: Some(retention),
     };
     Ok(PreparedProcess {
-        spec: CommandSpec {
+        spec: Box::new(CommandSpecV2 {
             program: command.program,
             args: command.args,
             cwd: cwd_text,
-            env_overrides: command.env,
+            env_overrides: command.env.iter().map(EnvOverride::recorded).collect(),
             labels: command.labels,
             limits,
             owner: command.owner,
-        },
+            env_policy: EnvPolicy {
+                base: command.base.kind(),
+                removed: Vec::new(),
+                overlay: EnvOverlay::Off,
+            },
+        }),
+        env: Box::new(LaunchEnvRequest {
+            overrides: command.env,
+            base: command.base,
+            overlay: command.overlay,
+        }),
         lease: None,
         tap: None,
         capacity_wait: command.capacity_wait,

@@ -13,6 +13,9 @@
 //!   ended sooner, by its terminal publication, first (`Proc::claim_running_publication`: the
 //!   first claim wins; the terminal publication waits for a claimed one to finish). A short
 //!   command's `running` is then durable by the terminal event's commit: one `fdatasync` less.
+//! - The working directory is checked and the environment built (`crate::environment`) before
+//!   `Registered`: a missing directory records nothing, and the registration carries the policy
+//!   that built the environment and only the values the caller marked persistable.
 //! - A start that recorded nothing hands the prepared process back and gives its admission back
 //!   (through the actor) before the caller hears of it.
 //! - Registration, the spawn and `running` run as one task on the blocking pool:
@@ -25,14 +28,15 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 use tracing::warn;
 
-use super::command::{Lease, PreparedProcess};
+use super::command::{LaunchEnvRequest, Lease, PreparedProcess};
 use super::process::{
     self, InputEnd, Launched, Outcome, OutputEnd, Proc, ProcEvent, RunningPublisher,
 };
 use super::{Shared, StartError};
+use crate::environment::{self, Overlay};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CommandSpec, ExitStatus, IdentityWitness, Registered, Running, Scoped,
+    CaptureStatus, CommandSpecV2, ExitStatus, IdentityWitness, RegisteredV2, Running, Scoped,
     TerminalResized,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
@@ -41,6 +45,8 @@ use crate::tree::{PtySize, SpawnSpec, Spawned, Streams, TreeScope, TreeSignal};
 
 /// How the blocking part of a start ended.
 enum Launch {
+    /// The working directory does not exist: nothing was recorded.
+    NoWorkingDirectory,
     /// `Registered` could not be recorded: nothing exists.
     NotRegistered(String),
     /// Registered, but nothing was spawned.
@@ -64,16 +70,41 @@ enum Launch {
 fn launch_blocking(
     shared: &Shared,
     proc: &Proc,
-    spec: &CommandSpec,
+    spec: &CommandSpecV2,
+    request: &LaunchEnvRequest,
     pty: Option<PtySize>,
 ) -> Launch {
     let (handle, ids) = (proc.handle, proc.ids);
     let launcher = &shared.config.launcher;
     let gated = launcher.gates();
-    let registered = LifecycleEvent::Registered(Registered {
+    // Checked before anything is recorded (a directory removed after this check fails the
+    // spawn, which is recorded as `failed`).
+    let cwd = std::path::PathBuf::from(&spec.cwd);
+    if !cwd.is_dir() {
+        return Launch::NoWorkingDirectory;
+    }
+    let overlay = match (request.overlay, &shared.login_env) {
+        (false, _) => Overlay::Off,
+        (true, Some(Ok(captured))) => Overlay::Captured(captured),
+        (true, Some(Err(reason))) => Overlay::Failed(reason),
+        (true, None) => Overlay::Failed("the supervisor captures no login shell"),
+    };
+    if let Overlay::Failed(reason) = overlay {
+        warn!(%handle, %reason, "login-shell overlay asked for but unavailable; environment unchanged");
+    }
+    let env = environment::build(
+        &request.base,
+        || std::env::vars_os().collect(),
+        overlay,
+        &request.overrides,
+    );
+    let mut command = Box::new(spec.clone());
+    command.env_policy = env.policy;
+    let registered = LifecycleEvent::RegisteredV2(RegisteredV2 {
         handle,
         ids,
-        command: spec.clone(),
+        command,
+        restart_of: None,
         at_unix_ms: super::now_unix_ms(),
     });
     let recorded = if gated {
@@ -85,17 +116,13 @@ fn launch_blocking(
         return Launch::NotRegistered(e.to_string());
     }
     // The spool is created at the first output byte (`Proc::append_output`).
-    let cwd = std::path::PathBuf::from(&spec.cwd);
-    if !cwd.is_dir() {
-        return Launch::Failed(format!("working directory {} does not exist", spec.cwd));
-    }
     let launch = SpawnSpec {
         name: handle.to_string(),
         receipts: shared.receipts_dir(),
         program: spec.program.clone(),
         args: spec.args.clone(),
         cwd,
-        env_overrides: spec.env_overrides.clone(),
+        env: env.vars,
         pty,
     };
     let mut register = |scope: &TreeScope| {
@@ -177,23 +204,42 @@ pub(crate) async fn start(
     let handle = proc.handle;
     let PreparedProcess {
         spec,
+        env,
         lease,
         tap,
         capacity_wait,
         pty,
     } = prepared;
     let launched = {
-        let (shared, proc, spec) = (Arc::clone(&shared), Arc::clone(&proc), spec.clone());
-        tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec, pty))
+        let (shared, proc) = (Arc::clone(&shared), Arc::clone(&proc));
+        let (spec, env) = (spec.clone(), env.clone());
+        tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec, &env, pty))
             .await
             .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
     };
     let spawned = match launched {
+        Launch::NoWorkingDirectory => {
+            let _ = actor.send(ProcEvent::Abandoned { handle }).await;
+            let path = spec.cwd.clone();
+            let _ = reply.send(Err(StartError::WorkingDirectory {
+                prepared: PreparedProcess {
+                    spec,
+                    env,
+                    lease,
+                    tap,
+                    capacity_wait,
+                    pty,
+                },
+                path,
+            }));
+            return;
+        }
         Launch::NotRegistered(error) => {
             let _ = actor.send(ProcEvent::Abandoned { handle }).await;
             let _ = reply.send(Err(StartError::Journal {
                 prepared: PreparedProcess {
                     spec,
+                    env,
                     lease,
                     tap,
                     capacity_wait,

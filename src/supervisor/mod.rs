@@ -119,6 +119,11 @@ pub struct SupervisorConfig {
     /// Where admission's inputs come from: the host's cores and available memory and samples of
     /// the live trees (replaceable: tests inject the policy's inputs).
     pub telemetry: Arc<dyn Telemetry>,
+    /// The login shell whose PATH-like variables a command may ask to overlay
+    /// ([`Command::login_shell_overlay`]): captured once, at open (`tree::login_shell`; a
+    /// change of the shell's profile takes effect at the next open). `None`: no capture, and a
+    /// command that asks gets its environment unchanged, with the overlay recorded as failed.
+    pub login_shell: Option<PathBuf>,
 }
 
 impl SupervisorConfig {
@@ -141,6 +146,7 @@ impl SupervisorConfig {
             retention: Some(Duration::from_millis(limits::RETENTION_AGE_DEFAULT_MS)),
             admission: AdmissionConfig::default(),
             telemetry: Arc::new(ProcTelemetry),
+            login_shell: None,
         }
     }
 
@@ -295,6 +301,13 @@ pub enum StartError {
         prepared: PreparedProcess,
         error: String,
     },
+    /// The working directory does not exist (or is not a directory): checked before anything is
+    /// journaled, so no record claims the process ran.
+    #[error("working directory {path} does not exist or is not a directory")]
+    WorkingDirectory {
+        prepared: PreparedProcess,
+        path: String,
+    },
 }
 
 /// How output is returned.
@@ -372,6 +385,9 @@ pub(crate) struct Shared {
     /// The pause gate: set only under the lifecycle lock, together with its journal record
     /// (`gate.rs`), and read by the actor's start path.
     paused: AtomicBool,
+    /// The login shell's environment, captured at open (`SupervisorConfig::login_shell`), or
+    /// why not; `None` when no capture was configured.
+    pub login_env: Option<Result<Vec<(String, String)>, String>>,
 }
 
 impl Shared {
@@ -578,6 +594,12 @@ impl Supervisor {
             ..JournalOptions::default()
         };
         let open_root = root.clone();
+        // Beside the open, on a blocking thread of its own: a profile may take seconds.
+        let login_env = config.login_shell.clone().map(|shell| {
+            tokio::task::spawn_blocking(move || {
+                crate::tree::login_shell::capture(&shell).map_err(|e| e.to_string())
+            })
+        });
         let opened = tokio::task::spawn_blocking(move || {
             let opened = Lifecycle::open(&open_root, options)?;
             // Guardians create their receipts here (journal-format.md, "Guardian receipts").
@@ -593,6 +615,16 @@ impl Supervisor {
         let (lifecycle, recovery, replay) = opened;
         // The gate as the journal (or the snapshot) left it: a restart keeps it.
         let paused = AtomicBool::new(lifecycle.store().paused());
+        let login_env = match login_env {
+            Some(task) => Some(
+                task.await
+                    .unwrap_or_else(|e| Err(format!("the capture task failed: {e}"))),
+            ),
+            None => None,
+        };
+        if let Some(Err(reason)) = &login_env {
+            tracing::warn!(%reason, "login shell capture failed; the overlay will not apply");
+        }
         // The live bound the descriptor limit allows (a start refused with a typed error beats
         // one that fails half-way with EMFILE); an embedding host's connections are its own,
         // so only the split's minimum is kept for them.
@@ -606,6 +638,7 @@ impl Supervisor {
             root,
             live: AtomicUsize::new(0),
             paused,
+            login_env,
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
         // The first decision has the host's telemetry; trees are sampled once they run.

@@ -22,6 +22,7 @@ pub mod assess;
 pub mod cgroup;
 mod group;
 pub mod guardian;
+pub mod login_shell;
 pub(crate) mod procfs;
 pub mod pty;
 pub mod sample;

@@ -39,8 +39,9 @@ pub struct SpawnSpec {
     pub program: String,
     pub args: Vec<String>,
     pub cwd: PathBuf,
-    /// Set on top of the supervisor's environment.
-    pub env_overrides: Vec<(String, String)>,
+    /// The workload's whole environment (`crate::environment` builds it): nothing of the
+    /// supervisor's own passes unless it is in here.
+    pub env: Vec<(OsString, OsString)>,
     /// A terminal of this size as the workload's standard streams (and controlling terminal),
     /// instead of pipes.
     pub pty: Option<PtySize>,
@@ -147,19 +148,6 @@ fn cstring(bytes: &[u8], what: &'static str) -> Result<CString, SpawnError> {
     CString::new(bytes).map_err(|_| SpawnError::Nul { what })
 }
 
-/// The workload's environment: ours, with the overrides set on top.
-fn environment(overrides: &[(String, String)]) -> Vec<(OsString, OsString)> {
-    let mut env: Vec<(OsString, OsString)> = std::env::vars_os()
-        .filter(|(k, _)| !overrides.iter().any(|(o, _)| OsStr::new(o) == k))
-        .collect();
-    env.extend(
-        overrides
-            .iter()
-            .map(|(k, v)| (OsString::from(k), OsString::from(v))),
-    );
-    env
-}
-
 /// Finds a bare program name on the workload's PATH (as the shell would), so that an override
 /// of PATH is honoured and "not found" is told apart from "not executable".
 fn resolve(program: &str, cwd: &Path, path: Option<&OsStr>) -> Result<PathBuf, SpawnError> {
@@ -228,7 +216,7 @@ pub(super) struct Image {
 
 /// Resolves `spec`'s program (on the workload's PATH) and builds its argv and environment.
 pub(super) fn image(spec: &SpawnSpec) -> Result<Image, SpawnError> {
-    let env = environment(&spec.env_overrides);
+    let env = &spec.env;
     let path_var = env
         .iter()
         .find(|(k, _)| k == "PATH")
@@ -242,7 +230,7 @@ pub(super) fn image(spec: &SpawnSpec) -> Result<Image, SpawnError> {
     }
     let mut envp = Vec::with_capacity(env.len());
     for (k, v) in env {
-        let mut entry = k.into_vec();
+        let mut entry = k.clone().into_vec();
         entry.push(b'=');
         entry.extend_from_slice(v.as_bytes());
         envp.push(cstring(&entry, "an environment variable")?);
@@ -454,13 +442,5 @@ mod tests {
             resolve("./x", Path::new("/tmp"), None).unwrap(),
             PathBuf::from("/tmp/./x")
         );
-    }
-
-    #[test]
-    fn overrides_replace_inherited_variables() {
-        let env = environment(&[("PATH".into(), "/only".into())]);
-        let paths: Vec<_> = env.iter().filter(|(k, _)| k == "PATH").collect();
-        assert_eq!(paths.len(), 1);
-        assert_eq!(paths[0].1, "/only");
     }
 }

@@ -49,6 +49,11 @@ impl Daemon {
     }
 
     pub fn start_with(root: &Path, extra: &[&str]) -> Daemon {
+        Daemon::start_env(root, extra, &[])
+    }
+
+    /// [`Daemon::start_with`], with `env` added to the daemon's environment.
+    pub fn start_env(root: &Path, extra: &[&str], env: &[(&str, String)]) -> Daemon {
         let child = bin()
             .arg("serve")
             .arg("--root")
@@ -62,6 +67,7 @@ impl Daemon {
                 &["--max-concurrent", "256"][..]
             })
             .args(extra)
+            .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

@@ -154,7 +154,7 @@ pub fn kind_counts(records: &[Rec]) -> BTreeMap<Handle, BTreeMap<u16, usize>> {
 
 pub fn kind_name(kind: u16) -> &'static str {
     match kind {
-        kinds::REGISTERED => "registered",
+        kinds::REGISTERED | kinds::REGISTERED_V2 => "registered",
         kinds::RUNNING => "running",
         kinds::STOP_REQUESTED => "stop_requested",
         kinds::INPUT_CLOSED => "input_closed",
