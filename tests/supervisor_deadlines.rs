@@ -20,7 +20,7 @@
 #[path = "common/supervisor.rs"]
 mod supervisor_common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use procjournal::lifecycle::event::{Deadline, ExitStatus, kinds};
@@ -30,11 +30,9 @@ use procjournal::supervisor::{
     Command, Refusal, Services, StartError, Supervisor, SupervisorConfig, SupervisorError,
     TerminalSummary,
 };
-use procjournal::tree::{
-    GroupLauncher, Launcher, ProcessTree, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeSignal,
-};
 use supervisor_common::{
-    KillGuard, config, guarded, journal_records, kinds_of, open, replay, sh, start, temp_root,
+    KillGuard, Unsignallable, config, guarded, journal_records, kinds_of, open, replay, sh, start,
+    temp_root,
 };
 
 async fn wait(sup: &Supervisor, handle: &Handle) -> TerminalSummary {
@@ -321,71 +319,13 @@ async fn a_human_input_mark_suspends_the_idle_clock_until_input_clears_it() {
     sup.shutdown(ms(500)).await;
 }
 
-/// Signals fail for the tree led by one pid; every other tree gets the real signals.
-#[derive(Debug, Default)]
-struct Unsignallable {
-    pgid: Arc<Mutex<Option<u32>>>,
-}
-
-#[derive(Debug)]
-struct FailingTree {
-    inner: Arc<dyn ProcessTree>,
-    pgid: Arc<Mutex<Option<u32>>>,
-}
-
-impl ProcessTree for FailingTree {
-    fn mechanism(&self) -> procjournal::tree::Mechanism {
-        self.inner.mechanism()
-    }
-    fn identity(&self) -> procjournal::tree::Identity {
-        self.inner.identity()
-    }
-    fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
-        let pid = self.inner.identity().pid;
-        if *self.pgid.lock().expect("lock") == Some(pid) {
-            return Err(std::io::Error::other(format!(
-                "injected: cannot send {} to {pid}",
-                signal.name()
-            )));
-        }
-        self.inner.signal(signal)
-    }
-    fn wait_leader(&self) -> TreeFuture<'_, std::io::Result<procjournal::tree::LeaderExit>> {
-        self.inner.wait_leader()
-    }
-    fn members(&self) -> std::io::Result<usize> {
-        self.inner.members()
-    }
-    fn surely_empty(&self) -> bool {
-        self.inner.surely_empty()
-    }
-    fn wait_empty(&self) -> TreeFuture<'_, ()> {
-        self.inner.wait_empty()
-    }
-}
-
-impl Launcher for Unsignallable {
-    fn launch(
-        &self,
-        spec: &SpawnSpec,
-        register: &mut procjournal::tree::Register<'_>,
-    ) -> Result<Spawned, SpawnError> {
-        let mut spawned = GroupLauncher.launch(spec, register)?;
-        // The first tree launched is the one that cannot be signalled.
-        let pid = spawned.tree.identity().pid;
-        self.pgid.lock().expect("lock").get_or_insert(pid);
-        spawned.tree = Arc::new(FailingTree {
-            inner: spawned.tree,
-            pgid: Arc::clone(&self.pgid),
-        });
-        Ok(spawned)
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deadline_that_cannot_be_enforced_is_reported_and_does_not_block_the_others() {
     let root = temp_root();
-    let signaller = Arc::new(Unsignallable::default());
+    let signaller = Arc::new(Unsignallable {
+        first: true,
+        ..Unsignallable::default()
+    });
     let mut cfg = config(root.path());
     cfg.launcher = signaller.clone();
     cfg.default_grace = ms(100);

@@ -10,7 +10,7 @@
 #[path = "common/supervisor.rs"]
 mod supervisor_common;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use procjournal::lifecycle::event::{CaptureStatus, ExitStatus, kinds};
@@ -21,12 +21,9 @@ use procjournal::supervisor::{
     Command, ListFilter, Refusal, Rendering, ServiceEvent, Services, StartError, Supervisor,
     SupervisorError, TerminalSummary,
 };
-use procjournal::tree::{
-    GroupLauncher, Launcher, ProcessTree, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeSignal,
-};
 use supervisor_common::{
-    Clock, CountingLease, KillGuard, base64, completed_of, config, guarded, journal_records,
-    kind_name, kinds_of, open, replay, sh, start, temp_root,
+    Clock, CountingLease, KillGuard, Unsignallable, base64, completed_of, config, guarded,
+    journal_records, kind_name, kinds_of, open, replay, sh, start, temp_root,
 };
 
 async fn wait(sup: &Supervisor, handle: &Handle) -> TerminalSummary {
@@ -987,64 +984,6 @@ async fn shutdown_is_shared_closes_admission_and_keeps_output_readable() {
     let mut seen = Vec::new();
     for h in [finished, sleeper, stubborn] {
         completed_of(&mut rx, &mut seen, &h).await;
-    }
-}
-
-/// Signals fail for the tree led by one pid; every other tree gets the real signals.
-#[derive(Debug, Default)]
-struct Unsignallable {
-    pgid: Arc<Mutex<Option<u32>>>,
-}
-
-#[derive(Debug)]
-struct FailingTree {
-    inner: Arc<dyn ProcessTree>,
-    pgid: Arc<Mutex<Option<u32>>>,
-}
-
-impl ProcessTree for FailingTree {
-    fn mechanism(&self) -> procjournal::tree::Mechanism {
-        self.inner.mechanism()
-    }
-    fn identity(&self) -> procjournal::tree::Identity {
-        self.inner.identity()
-    }
-    fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
-        let pid = self.inner.identity().pid;
-        if *self.pgid.lock().expect("lock") == Some(pid) {
-            return Err(std::io::Error::other(format!(
-                "injected: cannot send {} to {pid}",
-                signal.name()
-            )));
-        }
-        self.inner.signal(signal)
-    }
-    fn wait_leader(&self) -> TreeFuture<'_, std::io::Result<procjournal::tree::LeaderExit>> {
-        self.inner.wait_leader()
-    }
-    fn members(&self) -> std::io::Result<usize> {
-        self.inner.members()
-    }
-    fn surely_empty(&self) -> bool {
-        self.inner.surely_empty()
-    }
-    fn wait_empty(&self) -> TreeFuture<'_, ()> {
-        self.inner.wait_empty()
-    }
-}
-
-impl Launcher for Unsignallable {
-    fn launch(
-        &self,
-        spec: &SpawnSpec,
-        register: &mut procjournal::tree::Register<'_>,
-    ) -> Result<Spawned, SpawnError> {
-        let mut spawned = GroupLauncher.launch(spec, register)?;
-        spawned.tree = Arc::new(FailingTree {
-            inner: spawned.tree,
-            pgid: Arc::clone(&self.pgid),
-        });
-        Ok(spawned)
     }
 }
 

@@ -355,3 +355,69 @@ pub fn base64(bytes: &[u8]) -> String {
     }
     out
 }
+
+/// A launcher of process groups whose tree led by `pgid` cannot be signalled (set by the test,
+/// or, with `first`, to the first tree launched); every other tree gets the real signals.
+#[derive(Debug, Default)]
+pub struct Unsignallable {
+    pub pgid: Arc<std::sync::Mutex<Option<u32>>>,
+    pub first: bool,
+}
+
+#[derive(Debug)]
+struct FailingTree {
+    inner: Arc<dyn procjournal::tree::ProcessTree>,
+    pgid: Arc<std::sync::Mutex<Option<u32>>>,
+}
+
+impl procjournal::tree::ProcessTree for FailingTree {
+    fn mechanism(&self) -> procjournal::tree::Mechanism {
+        self.inner.mechanism()
+    }
+    fn identity(&self) -> procjournal::tree::Identity {
+        self.inner.identity()
+    }
+    fn signal(&self, signal: procjournal::tree::TreeSignal) -> std::io::Result<()> {
+        let pid = self.inner.identity().pid;
+        if *self.pgid.lock().expect("lock") == Some(pid) {
+            return Err(std::io::Error::other(format!(
+                "injected: cannot send {} to {pid}",
+                signal.name()
+            )));
+        }
+        self.inner.signal(signal)
+    }
+    fn wait_leader(
+        &self,
+    ) -> procjournal::tree::TreeFuture<'_, std::io::Result<procjournal::tree::LeaderExit>> {
+        self.inner.wait_leader()
+    }
+    fn members(&self) -> std::io::Result<usize> {
+        self.inner.members()
+    }
+    fn surely_empty(&self) -> bool {
+        self.inner.surely_empty()
+    }
+    fn wait_empty(&self) -> procjournal::tree::TreeFuture<'_, ()> {
+        self.inner.wait_empty()
+    }
+}
+
+impl procjournal::tree::Launcher for Unsignallable {
+    fn launch(
+        &self,
+        spec: &procjournal::tree::SpawnSpec,
+        register: &mut procjournal::tree::Register<'_>,
+    ) -> Result<procjournal::tree::Spawned, procjournal::tree::SpawnError> {
+        let mut spawned = procjournal::tree::GroupLauncher.launch(spec, register)?;
+        if self.first {
+            let pid = spawned.tree.identity().pid;
+            self.pgid.lock().expect("lock").get_or_insert(pid);
+        }
+        spawned.tree = Arc::new(FailingTree {
+            inner: spawned.tree,
+            pgid: Arc::clone(&self.pgid),
+        });
+        Ok(spawned)
+    }
+}
