@@ -581,25 +581,14 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
     let (awaiting_input, deadline, deadline_failures) = if version > 2 {
         let awaiting_input = wire::option_u64(r)?;
         let deadline = if r.option()? {
-            Some(DeadlineFired {
-                handle: wire::handle(r)?,
-                deadline: wire::deadline(r)?,
-                limit_ms: r.u64()?,
-                clock_from_unix_ms: r.u64()?,
-                at_unix_ms: r.u64()?,
-            })
+            Some(wire::deadline_fired(r)?)
         } else {
             None
         };
-        let n = r.count(16 + 4 + 8 + 8)?;
+        let n = r.count(wire::DEADLINE_FAILED_BYTES_MIN)?;
         let mut failures = Vec::with_capacity(n);
         for _ in 0..n {
-            failures.push(DeadlineFailed {
-                handle: wire::handle(r)?,
-                deadline: wire::deadline(r)?,
-                error: wire::string(r)?,
-                at_unix_ms: r.u64()?,
-            });
+            failures.push(wire::deadline_failed(r)?);
         }
         (awaiting_input, deadline, failures)
     } else {

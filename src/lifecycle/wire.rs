@@ -415,20 +415,33 @@ fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
             by: string(r)?,
             at_unix_ms: r.u64()?,
         }),
-        kinds::DEADLINE_FIRED => LifecycleEvent::DeadlineFired(DeadlineFired {
-            handle: handle(r)?,
-            deadline: deadline(r)?,
-            limit_ms: r.u64()?,
-            clock_from_unix_ms: r.u64()?,
-            at_unix_ms: r.u64()?,
-        }),
-        kinds::DEADLINE_FAILED => LifecycleEvent::DeadlineFailed(DeadlineFailed {
-            handle: handle(r)?,
-            deadline: deadline(r)?,
-            error: string(r)?,
-            at_unix_ms: r.u64()?,
-        }),
+        kinds::DEADLINE_FIRED => LifecycleEvent::DeadlineFired(deadline_fired(r)?),
+        kinds::DEADLINE_FAILED => LifecycleEvent::DeadlineFailed(deadline_failed(r)?),
         _ => return Err(Malformed),
+    })
+}
+
+/// A `DeadlineFired` payload (also a manifest's `deadline` in a snapshot).
+pub(super) fn deadline_fired(r: &mut Reader<'_>) -> Result<DeadlineFired, Malformed> {
+    Ok(DeadlineFired {
+        handle: handle(r)?,
+        deadline: deadline(r)?,
+        limit_ms: r.u64()?,
+        clock_from_unix_ms: r.u64()?,
+        at_unix_ms: r.u64()?,
+    })
+}
+
+/// Smallest encoding of a `DeadlineFailed`: handle, deadline variant, empty error, time.
+pub(super) const DEADLINE_FAILED_BYTES_MIN: usize = 16 + 4 + STRING_BYTES_MIN + 8;
+
+/// A `DeadlineFailed` payload (also each of a manifest's `deadline_failures` in a snapshot).
+pub(super) fn deadline_failed(r: &mut Reader<'_>) -> Result<DeadlineFailed, Malformed> {
+    Ok(DeadlineFailed {
+        handle: handle(r)?,
+        deadline: deadline(r)?,
+        error: string(r)?,
+        at_unix_ms: r.u64()?,
     })
 }
 
