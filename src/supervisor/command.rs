@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::tap::Tap;
 use crate::environment::{Base, EnvOverride};
+use crate::lifecycle::Handle;
 use crate::lifecycle::event::{CommandSpecV2, EnvOverlay, EnvPolicy, Limits};
 use crate::limits;
 use crate::spool::SpoolOptions;
@@ -42,6 +43,9 @@ pub struct Command {
     owner: String,
     capacity_wait: Option<Duration>,
     pty: Option<PtySize>,
+    /// The earlier process this one restarts; set only by `Supervisor::restart_command`,
+    /// which checked that the journal knows it (replay rejects a link to an unknown handle).
+    restart_of: Option<Handle>,
 }
 
 impl Command {
@@ -60,6 +64,7 @@ impl Command {
             owner: String::new(),
             capacity_wait: None,
             pty: None,
+            restart_of: None,
         }
     }
     pub fn arg(mut self, arg: impl Into<String>) -> Self {
@@ -171,6 +176,19 @@ impl Command {
         self.pty = Some(PtySize { rows, cols });
         self
     }
+
+    /// The process this command restarts, if it came from `Supervisor::restart_command`.
+    pub fn restart_of(&self) -> Option<Handle> {
+        self.restart_of
+    }
+
+    /// A restart's command: the recorded overrides (persistence as recorded) and the link to
+    /// the process it restarts.
+    pub(crate) fn restarting(mut self, old: Handle, overrides: Vec<EnvOverride>) -> Self {
+        self.env = overrides;
+        self.restart_of = Some(old);
+        self
+    }
 }
 
 /// Why a command cannot even be prepared.
@@ -219,6 +237,8 @@ pub struct PreparedProcess {
     pub(crate) capacity_wait: Option<Duration>,
     /// The launch's terminal, if it runs under one.
     pub(crate) pty: Option<PtySize>,
+    /// The process this one restarts (recorded in its `RegisteredV2`).
+    pub(crate) restart_of: Option<Handle>,
 }
 
 /// What the launch builds the environment from (values included; never journaled whole).
@@ -243,6 +263,11 @@ impl PreparedProcess {
     /// The terminal the process will run under, if any.
     pub fn pty(&self) -> Option<PtySize> {
         self.pty
+    }
+
+    /// The process this one restarts, if any.
+    pub fn restart_of(&self) -> Option<Handle> {
+        self.restart_of
     }
 
     /// Attaches a lease released exactly once when the process is terminal.
@@ -346,5 +371,6 @@ pub(crate) fn prepare(
         tap: None,
         capacity_wait: command.capacity_wait,
         pty: command.pty,
+        restart_of: command.restart_of,
     })
 }

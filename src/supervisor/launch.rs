@@ -73,6 +73,7 @@ fn launch_blocking(
     spec: &CommandSpecV2,
     request: &LaunchEnvRequest,
     pty: Option<PtySize>,
+    restart_of: Option<Handle>,
 ) -> Launch {
     let (handle, ids) = (proc.handle, proc.ids);
     let launcher = &shared.config.launcher;
@@ -104,7 +105,7 @@ fn launch_blocking(
         handle,
         ids,
         command,
-        restart_of: None,
+        restart_of,
         at_unix_ms: super::now_unix_ms(),
     });
     let recorded = if gated {
@@ -209,13 +210,16 @@ pub(crate) async fn start(
         tap,
         capacity_wait,
         pty,
+        restart_of,
     } = prepared;
     let launched = {
         let (shared, proc) = (Arc::clone(&shared), Arc::clone(&proc));
         let (spec, env) = (spec.clone(), env.clone());
-        tokio::task::spawn_blocking(move || launch_blocking(&shared, &proc, &spec, &env, pty))
-            .await
-            .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
+        tokio::task::spawn_blocking(move || {
+            launch_blocking(&shared, &proc, &spec, &env, pty, restart_of)
+        })
+        .await
+        .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
     };
     let spawned = match launched {
         Launch::NoWorkingDirectory => {
@@ -229,6 +233,7 @@ pub(crate) async fn start(
                     tap,
                     capacity_wait,
                     pty,
+                    restart_of,
                 },
                 path,
             }));
@@ -244,6 +249,7 @@ pub(crate) async fn start(
                     tap,
                     capacity_wait,
                     pty,
+                    restart_of,
                 },
                 error,
             }));

@@ -31,6 +31,7 @@ mod gate;
 mod launch;
 pub(crate) mod process;
 mod publish;
+mod restart;
 pub mod restore;
 pub mod services;
 mod tap;
@@ -47,6 +48,7 @@ use tokio::sync::{mpsc, oneshot};
 pub use command::{Command, Lease, PrepareError, PreparedProcess};
 pub use gate::{GateStatus, InputWaitStatus};
 pub use process::TerminalSummary;
+pub use restart::RestartError;
 pub use restore::RestoreReport;
 pub use services::{
     Completion, CompletionNotifier, LifecycleNotice, LifecyclePublisher, ServiceError,
