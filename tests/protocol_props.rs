@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use procjournal::lifecycle::{Handle, State};
 use procjournal::protocol::base64;
 use procjournal::protocol::{
-    ErrorCode, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN, Request, StartArgs, decode_request,
-    request_from_args,
+    ErrorCode, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN, Request, RestartArgs, StartArgs,
+    decode_request, request_from_args,
 };
 use procjournal::supervisor::Rendering;
 use procjournal::{EventId, fuzzing};
@@ -89,11 +89,35 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
         )
 }
 
+/// Every field of `RestartArgs`, each present or not.
+fn restart_args() -> impl Strategy<Value = RestartArgs> {
+    (
+        handle(),
+        proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3),
+        proptest::option::of(proptest::collection::btree_map("[A-Z_]{1,6}", text(), 0..3)),
+        any::<bool>(),
+        proptest::option::of(0u64..=procjournal::protocol::QUEUE_MS_MAX),
+        proptest::option::of((1u16.., 1u16..)),
+    )
+        .prop_map(
+            |(handle, env, client_env, inherit_env, queue_ms, pty)| RestartArgs {
+                handle: handle.to_string(),
+                env,
+                // The two bases exclude each other: a request with both is refused.
+                inherit_env: inherit_env && client_env.is_none(),
+                client_env,
+                queue_ms,
+                pty: pty.map(|(rows, cols)| procjournal::protocol::PtyArgs { rows, cols }),
+            },
+        )
+}
+
 fn request() -> impl Strategy<Value = Request> {
     prop_oneof![
         Just(Request::Hello),
         Just(Request::Admission),
         start_args().prop_map(Request::Start),
+        restart_args().prop_map(Request::Restart),
         (
             proptest::option::of(state()),
             proptest::option::of(("[^=\u{0}]{1,6}", text()))

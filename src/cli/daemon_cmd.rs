@@ -21,7 +21,7 @@ use crate::client::{Client, ClientError};
 use crate::journal::reader::JournalReader;
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::protocol::dispatch::ProcessInfo;
-use crate::protocol::{PtyArgs, Request, StartArgs};
+use crate::protocol::{PtyArgs, Request, RestartArgs, StartArgs};
 use crate::server::{Server, default_socket};
 use crate::spool::Spool;
 use crate::supervisor::{Rendering, SupervisorConfig, render_page};
@@ -281,14 +281,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         .to_str()
         .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
         .to_owned();
-    // This shell's environment, as the command would get it run from here (the daemon removes
-    // Git redirection from it); a variable that is not UTF-8 cannot travel in JSON and is left
-    // out.
-    let client_env = (!args.daemon_env).then(|| {
-        std::env::vars_os()
-            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-            .collect()
-    });
+    let client_env = (!args.daemon_env).then(client_environment);
     let request = Request::Start(StartArgs {
         command: args.command,
         cwd: Some(cwd),
@@ -313,6 +306,61 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         println!("{}", view.handle);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+// ---------------------------------------------------------------------------------------------
+// restart
+
+#[derive(Debug, Args)]
+pub(crate) struct RestartCmdArgs {
+    #[command(flatten)]
+    target: Target,
+    /// The handle of the finished process to run again (p-...).
+    handle: String,
+    /// The value of a variable the journal withheld (set with `start --env`), NAME=value
+    /// (repeatable); a restart without one names what is missing. Never written to disk.
+    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
+    env: Vec<(String, String)>,
+    /// Start from the daemon's environment instead of this shell's.
+    #[arg(long)]
+    daemon_env: bool,
+    /// When admission finds no capacity now, wait up to this long for it, e.g. 30s.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    queue: Option<Duration>,
+    /// Run under a terminal of ROWSxCOLS (a terminal is not carried over from the first run).
+    #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
+    pty: Option<(u16, u16)>,
+    /// Print the new process as JSON instead of its handle.
+    #[arg(long)]
+    json: bool,
+}
+
+pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
+    let request = Request::Restart(RestartArgs {
+        handle: args.handle,
+        env: args.env.into_iter().collect(),
+        client_env: (!args.daemon_env).then(client_environment),
+        inherit_env: args.daemon_env,
+        queue_ms: args.queue.map(millis),
+        pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
+    });
+    let mut client = args.target.connect()?;
+    let info = client.call(&request)?;
+    if args.json {
+        println!("{info}");
+    } else {
+        let view: ProcView = serde_json::from_value(info).context("the daemon's answer")?;
+        println!("{}", view.handle);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// This shell's environment, as a command would get it run from here (the daemon removes Git
+/// redirection from it); a variable that is not UTF-8 cannot travel in JSON and is left out.
+fn client_environment() -> BTreeMap<String, String> {
+    std::env::vars_os()
+        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------

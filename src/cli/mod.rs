@@ -38,6 +38,9 @@ enum Command {
     Serve(daemon_cmd::ServeArgs),
     /// Start a command under the daemon; prints its handle.
     Start(daemon_cmd::StartCmdArgs),
+    /// Start a finished process's command again, as a new process linked to it; prints the
+    /// new handle. Withheld environment values (`start --env`) must be given again.
+    Restart(daemon_cmd::RestartCmdArgs),
     /// Resize the terminal of a process started with `--pty` (it gets SIGWINCH).
     Resize(daemon_cmd::ResizeCmdArgs),
     /// List processes (from the journal when no daemon runs).
@@ -134,6 +137,7 @@ pub fn main() -> ExitCode {
         Command::Run(args) => run_cmd::run(args),
         Command::Serve(args) => daemon_cmd::serve(args),
         Command::Start(args) => daemon_cmd::start(args),
+        Command::Restart(args) => daemon_cmd::restart(args),
         Command::Resize(args) => daemon_cmd::resize(args),
         Command::Ps(args) => daemon_cmd::ps(args),
         Command::Logs(args) => daemon_cmd::logs(args),

@@ -30,7 +30,7 @@ use serde_json::Value;
 
 use crate::protocol::{
     self, ApiError, AwaitInputArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs, ListArgs,
-    OutputArgs, ProtocolErrorKind, ResizeArgs, StartArgs, StopArgs, WaitArgs,
+    OutputArgs, ProtocolErrorKind, ResizeArgs, RestartArgs, StartArgs, StopArgs, WaitArgs,
 };
 
 /// What the server tells the agent at `initialize`, before any tool is called.
@@ -59,7 +59,7 @@ struct ToolSpec {
     idempotent: bool,
 }
 
-const TOOLS: [ToolSpec; 10] = [
+const TOOLS: [ToolSpec; 11] = [
     ToolSpec {
         name: "start",
         op: "start",
@@ -118,6 +118,21 @@ to close stdin so the program sees end-of-file. Returns `bytes_written` and `clo
 not_running (the process has ended), input_closed (stdin was closed or the program stopped \
 reading).",
         schema: schema_for_input::<InputArgs>,
+        read_only: false,
+        destructive: false,
+        idempotent: false,
+    },
+    ToolSpec {
+        name: "restart",
+        op: "restart",
+        title: "Run a finished command again",
+        description: "Start the command of a finished process again, as a new process linked to \
+the old one (its `restart_of` names it): same program, arguments, working directory, labels, \
+limits and persisted environment variables. Variables whose values were not persisted (a \
+start's `env`, which may hold secrets) must be given again in `env`; without them the error is \
+missing_env and names each. Returns the new process, as `start` does. Errors: not_finished (the \
+process is still running: stop it first), unknown_handle, capacity, refused (paused).",
+        schema: schema_for_input::<RestartArgs>,
         read_only: false,
         destructive: false,
         idempotent: false,

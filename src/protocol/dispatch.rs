@@ -10,17 +10,19 @@
 //!   returns is exactly the supervisor's page, except for `cursor_ahead` pages, which carry no
 //!   bytes and point `next_cursor` at the end of the output.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde_json::Value;
 
-use super::{ApiError, ErrorCode, Request, StartArgs};
+use super::{ApiError, ErrorCode, Request, RestartArgs, StartArgs};
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::supervisor::{
-    Command, ListFilter, OutputPage, StartError, Supervisor, SupervisorError, Tap, TerminalSummary,
+    Command, ListFilter, OutputPage, RestartError, StartError, Supervisor, SupervisorError, Tap,
+    TerminalSummary,
 };
 
 /// One process as `start` and `list` describe it.
@@ -62,6 +64,8 @@ pub struct ProcessInfo {
     /// The deadline that fired ("wall" or "idle"), if one did; the process then ends
     /// `timed_out`.
     pub deadline: Option<Deadline>,
+    /// The process this one restarts (`restart`), if any.
+    pub restart_of: Option<Handle>,
 }
 
 /// The ownership assessment of a process's tree, from its record.
@@ -143,6 +147,7 @@ impl From<&Manifest> for ProcessInfo {
             idle_timeout_ms: m.command.limits().idle_ms,
             awaiting_input: m.awaiting_input.is_some(),
             deadline: m.deadline.as_ref().map(|d| d.deadline),
+            restart_of: m.restart_of,
         }
     }
 }
@@ -272,6 +277,7 @@ impl Dispatcher {
                 paused: sup.gate().paused,
             }),
             Request::Start(args) => json(&self.start(args).await?),
+            Request::Restart(args) => json(&self.restart(args).await?),
             Request::List { state, label } => {
                 let processes: Vec<ProcessInfo> = sup
                     .list(&ListFilter { state, label })
@@ -419,7 +425,6 @@ impl Dispatcher {
     }
 
     async fn start_with(&self, args: StartArgs, tap: Option<Tap>) -> Result<ProcessInfo, ApiError> {
-        let sup = &self.supervisor;
         let mut parts = args.command.into_iter();
         let program = parts.next().unwrap_or_default();
         let cwd = args
@@ -430,19 +435,7 @@ impl Dispatcher {
             .cwd(cwd)
             .owner(self.owner.clone())
             .login_shell_overlay(args.login_shell_overlay);
-        match args.client_env {
-            Some(vars) => command = command.client_env(vars),
-            None if args.inherit_env || self.inherit_by_default => {}
-            None => {
-                return Err(ApiError::new(
-                    ErrorCode::BadArgs,
-                    "give client_env (the environment to run the command in) or \
-                     inherit_env: true (the server's own): the server's environment is not \
-                     passed on unless asked for"
-                        .to_owned(),
-                ));
-            }
-        }
+        command = self.base_env(command, args.client_env, args.inherit_env)?;
         for (k, v) in args.env {
             command = command.env(k, v);
         }
@@ -467,6 +460,56 @@ impl Dispatcher {
         if let Some(pty) = args.pty {
             command = command.pty(pty.rows, pty.cols);
         }
+        self.launch(command, tap).await
+    }
+
+    /// The environment a command starts from: the client's, or the server's own when asked
+    /// for (or when this dispatcher's host runs commands as itself: `run`, MCP).
+    fn base_env(
+        &self,
+        command: Command,
+        client_env: Option<BTreeMap<String, String>>,
+        inherit_env: bool,
+    ) -> Result<Command, ApiError> {
+        match client_env {
+            Some(vars) => Ok(command.client_env(vars)),
+            None if inherit_env || self.inherit_by_default => Ok(command),
+            None => Err(ApiError::new(
+                ErrorCode::BadArgs,
+                "give client_env (the environment to run the command in) or \
+                 inherit_env: true (the server's own): the server's environment is not \
+                 passed on unless asked for"
+                    .to_owned(),
+            )),
+        }
+    }
+
+    /// `restart`: the recorded command of a finished process, with what the journal does not
+    /// keep given again, started like any other.
+    pub async fn restart(&self, args: RestartArgs) -> Result<ProcessInfo, ApiError> {
+        let handle: Handle =
+            args.handle
+                .parse()
+                .map_err(|e: crate::lifecycle::event::HandleParseError| {
+                    ApiError::new(ErrorCode::BadArgs, e.to_string())
+                })?;
+        let mut command = self
+            .supervisor
+            .restart_command(&handle, &args.env)
+            .map_err(|e| restart_error(&handle, e))?;
+        command = self.base_env(command, args.client_env, args.inherit_env)?;
+        if let Some(ms) = args.queue_ms {
+            command = command.wait_for_capacity(Duration::from_millis(ms));
+        }
+        if let Some(pty) = args.pty {
+            command = command.pty(pty.rows, pty.cols);
+        }
+        self.launch(command, None).await
+    }
+
+    /// Prepares and starts `command` (with `tap`), as every surface's start does.
+    async fn launch(&self, command: Command, tap: Option<Tap>) -> Result<ProcessInfo, ApiError> {
+        let sup = &self.supervisor;
         let mut prepared = sup
             .prepare(command)
             .map_err(|e| ApiError::new(ErrorCode::BadArgs, e.to_string()))?;
@@ -598,6 +641,22 @@ fn json<T: Serialize>(value: &T) -> Result<Value, ApiError> {
             format!("cannot encode the result: {e}"),
         )
     })
+}
+
+/// The client-facing form of a refused restart.
+fn restart_error(handle: &Handle, error: RestartError) -> ApiError {
+    let code = match &error {
+        RestartError::UnknownHandle(_) => return unknown(handle),
+        RestartError::NotFinished { .. } => ErrorCode::NotFinished,
+        RestartError::Environment { .. } => ErrorCode::MissingEnv,
+        RestartError::Prepare { .. } => ErrorCode::BadArgs,
+        _ => ErrorCode::Internal,
+    };
+    ApiError {
+        code,
+        message: error.to_string(),
+        handle: Some(handle.to_string()),
+    }
 }
 
 fn unknown(handle: &Handle) -> ApiError {

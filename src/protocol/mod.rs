@@ -122,6 +122,49 @@ pub struct StartArgs {
     pub pty: Option<PtyArgs>,
 }
 
+/// `restart`: start a finished process's command again, as a new process linked to it
+/// (`restart_of`). Everything the journal recorded is reused (command, working directory,
+/// labels, limits, persisted variables); what it did not record is given again here. Its
+/// `Debug` shows the names of the environment variables, never their values.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartArgs {
+    /// The handle of the finished process to run again.
+    pub handle: String,
+    /// Values of the variables whose values the journal withheld (set with `env` at the first
+    /// start, not `env_persist`), by name. A restart without one of them is refused with
+    /// `missing_env`, naming each. Never written to disk.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
+    /// The environment to start from, as for `start` (the base is not recorded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_env: Option<BTreeMap<String, String>>,
+    /// Start from the server's own environment, as for `start`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub inherit_env: bool,
+    /// Wait up to this many milliseconds for capacity, as for `start`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 3_600_000))]
+    pub queue_ms: Option<u64>,
+    /// Run under a terminal of this size, as for `start` (a terminal is not carried over).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pty: Option<PtyArgs>,
+}
+
+impl std::fmt::Debug for RestartArgs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
+        f.debug_struct("RestartArgs")
+            .field("handle", &self.handle)
+            .field("env", &names(&self.env))
+            .field("client_env", &self.client_env.as_ref().map(names))
+            .field("inherit_env", &self.inherit_env)
+            .field("queue_ms", &self.queue_ms)
+            .field("pty", &self.pty)
+            .finish()
+    }
+}
+
 /// A terminal's size in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -310,6 +353,8 @@ pub enum Request {
     /// Server identity and protocol version; changes nothing.
     Hello,
     Start(StartArgs),
+    /// A finished process's command again (the handle is checked to parse).
+    Restart(RestartArgs),
     List {
         state: Option<State>,
         label: Option<(String, String)>,
@@ -370,9 +415,10 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 16] = [
+pub const OPS: [&str; 17] = [
     "hello",
     "start",
+    "restart",
     "list",
     "manifest",
     "output",
@@ -448,6 +494,11 @@ pub enum ErrorCode {
     TeardownFailed,
     /// The process's output was retired (removed by retention or `clean`); its manifest stays.
     Retired,
+    /// `restart` of a process that has not ended (stop it first).
+    NotFinished,
+    /// `restart` without a value the journal withheld; the message names each missing
+    /// variable, to be given in `env`.
+    MissingEnv,
     /// The journal, the spool or the server failed.
     Internal,
     /// A code this client does not know (sent by a newer server).
@@ -640,6 +691,12 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
             validate_start(&args).map_err(bad)?;
             Request::Start(args)
         }
+        "restart" => {
+            let args: RestartArgs = parse(args).map_err(bad)?;
+            handle(&args.handle)?;
+            validate_restart(&args).map_err(bad)?;
+            Request::Restart(args)
+        }
         "list" => {
             let args: ListArgs = parse(args).map_err(bad)?;
             let label = match args.label {
@@ -787,6 +844,39 @@ fn grace(ms: Option<u64>) -> Result<u64, String> {
     Ok(ms)
 }
 
+fn validate_restart(args: &RestartArgs) -> Result<(), String> {
+    let client_env = args.client_env.as_ref();
+    if args.env.len() > START_ITEMS_MAX || client_env.is_some_and(|e| e.len() > START_ITEMS_MAX) {
+        return Err(format!("at most {START_ITEMS_MAX} variables each"));
+    }
+    let vars = || args.env.iter().chain(client_env.into_iter().flatten());
+    if vars().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
+        return Err("variables cannot contain NUL characters".to_owned());
+    }
+    if vars().any(|(k, _)| k.is_empty() || k.contains('=')) {
+        return Err("environment variable names must be non-empty and contain no '='".to_owned());
+    }
+    if client_env.is_some() && args.inherit_env {
+        return Err("give client_env or inherit_env, not both".to_owned());
+    }
+    if let Some(ms) = args.queue_ms
+        && ms > QUEUE_MS_MAX
+    {
+        return Err(format!(
+            "queue_ms {ms} is out of range (at most {QUEUE_MS_MAX})"
+        ));
+    }
+    if let Some(pty) = &args.pty
+        && (pty.rows == 0 || pty.cols == 0)
+    {
+        return Err(format!(
+            "pty {}x{}: a terminal has at least one row and one column",
+            pty.rows, pty.cols
+        ));
+    }
+    Ok(())
+}
+
 fn validate_start(args: &StartArgs) -> Result<(), String> {
     let Some(program) = args.command.first() else {
         return Err("command is empty: give the program and its arguments".to_owned());
@@ -886,6 +976,7 @@ impl Request {
             Request::Hello => ("hello", Value::Object(Map::new())),
             Request::Admission => ("admission", Value::Object(Map::new())),
             Request::Start(args) => ("start", to(serde_json::to_value(args))),
+            Request::Restart(args) => ("restart", to(serde_json::to_value(args))),
             Request::List { state, label } => (
                 "list",
                 to(serde_json::to_value(ListArgs {
@@ -1003,6 +1094,7 @@ impl Request {
             Request::Output { wait_ms, .. } => Some(Duration::from_millis(*wait_ms)),
             Request::Wait { timeout_ms, .. } => timeout_ms.map(Duration::from_millis),
             Request::Start(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
+            Request::Restart(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
             Request::Stop { grace_ms, .. } | Request::Shutdown { grace_ms } => {
                 Some(Duration::from_millis(*grace_ms))
             }
@@ -1053,6 +1145,43 @@ mod tests {
         // The typed request round-trips through the wire form.
         let wire = serde_json::to_value(&args).unwrap();
         assert_eq!(start(wire).ok(), Some(Request::Start(args)));
+    }
+
+    #[test]
+    fn restart_environments_are_checked_and_values_never_shown() {
+        let restart = |args: Value| request_from_args("restart", args);
+        let secret = "vAlUe-never-shown";
+        let h = "p-0123456789abcdef0123456789abcdef";
+        let refused = [
+            serde_json::json!({"handle": h, "client_env": {"A": secret}, "inherit_env": true}),
+            serde_json::json!({"handle": h, "env": {"A=B": secret}}),
+            serde_json::json!({"handle": h, "env": {"": secret}}),
+            serde_json::json!({"handle": h, "env": {"A": "nul\u{0}"}}),
+            serde_json::json!({"handle": "p-1", "env": {"A": secret}}),
+            serde_json::json!({"handle": h, "pty": {"rows": 0, "cols": 80}}),
+            serde_json::json!({"handle": h, "queue_ms": QUEUE_MS_MAX + 1}),
+            serde_json::json!({"handle": h, "command": ["true"]}),
+        ];
+        for args in refused {
+            let e = restart(args.clone()).unwrap_err();
+            assert!(
+                matches!(e, ProtocolErrorKind::BadArgs { op: "restart", .. }),
+                "{args}: {e}"
+            );
+            assert!(!format!("{e} {e:?}").contains(secret), "{e}");
+        }
+        let Ok(Request::Restart(args)) = restart(serde_json::json!({
+            "handle": h,
+            "env": {"TOKEN": secret},
+            "client_env": {"HOME": secret},
+        })) else {
+            panic!("a valid restart");
+        };
+        let text = format!("{args:?}");
+        assert!(!text.contains(secret) && text.contains("TOKEN"), "{text}");
+        assert!(text.contains("HOME"), "{text}");
+        let wire = serde_json::to_value(&args).unwrap();
+        assert_eq!(restart(wire).ok(), Some(Request::Restart(args)));
     }
 
     /// IDs come back exactly: integers and short strings only (a float ID was not echoed

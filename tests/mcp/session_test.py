@@ -37,7 +37,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
-TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input", "resize"}
+TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input", "resize", "restart"}
 HANDLE = re.compile(r"^p-[0-9a-f]{32}$")
 # Every request gets an answer within this; `wait` and `output` calls pass smaller timeouts.
 CALL_TIMEOUT_S = 30.0
@@ -311,7 +311,23 @@ async def third_server(args, root, work, state):
         ended = await server.call("wait", {"handle": started["handle"], "timeout_ms": 10000})
         check((ended["state"], ended["exit_code"], ended["signal"]) == ("exited", 3, None), "wait reports the exit code", ended)
         await server.refused("wait", {"handle": state["live"], "timeout_ms": "soon"}, "bad_args", "timeout as a string")
+        await restart_session(server, started["handle"])
         await terminal_session(server, started["handle"])
+
+
+async def restart_session(server, finished):
+    """`restart` (issue 16): a finished command again, linked to it; a withheld value asked for."""
+    again = await server.call("restart", {"handle": finished})
+    check(again["handle"] != finished and again["restart_of"] == finished, "restart links the new process to the old", again)
+    ended = await server.call("wait", {"handle": again["handle"], "timeout_ms": 10000})
+    check((ended["state"], ended["exit_code"]) == ("exited", 3), "the restarted command runs again", ended)
+    secret = await server.call("start", {"command": ["sh", "-c", 'test "$TOKEN" = abc'], "env": {"TOKEN": "abc"}})
+    await server.call("wait", {"handle": secret["handle"], "timeout_ms": 10000})
+    await server.refused("restart", {"handle": secret["handle"]}, "missing_env", "a restart without the withheld value", mentions="TOKEN")
+    again = await server.call("restart", {"handle": secret["handle"], "env": {"TOKEN": "abc"}})
+    ended = await server.call("wait", {"handle": again["handle"], "timeout_ms": 10000})
+    check((ended["state"], ended["exit_code"]) == ("exited", 0), "the restart with the value supplied sees it", ended)
+    await server.refused("restart", {"handle": "p-" + "0" * 32}, "unknown_handle", "a restart of an unknown handle")
 
 
 async def read_terminal(server, handle, cursor, needle, timeout_s=20.0):
