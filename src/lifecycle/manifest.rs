@@ -63,6 +63,11 @@ pub struct TerminalResult {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Manifest {
     pub handle: Handle,
+    /// The process's number on this root: its registration's position in the store, from 1.
+    /// Set by the store when the manifest is added (never by an event, never in a snapshot):
+    /// positions are never removed or reordered, so a number names one process for the life of
+    /// the root (`reference.rs`).
+    pub number: u64,
     pub ids: LifecycleIds,
     pub command: StoredCommand,
     /// The process this one restarts (set by a version 2 registration; `None` for a first start).
@@ -784,6 +789,12 @@ impl ManifestStore {
         Ok(Applied::Changed)
     }
 
+    /// The manifest with this number (`Manifest::number`: its position, from 1).
+    pub fn by_number(&self, number: u64) -> Option<&Manifest> {
+        let position = usize::try_from(number.checked_sub(1)?).ok()?;
+        self.manifests.get(position)
+    }
+
     /// Manifests in registration order.
     pub fn iter(&self) -> impl Iterator<Item = &Manifest> {
         self.manifests.iter()
@@ -937,6 +948,7 @@ impl ManifestStore {
             event_id,
             Manifest {
                 handle: e.handle,
+                number: 0,
                 ids: e.ids,
                 command: e.command,
                 restart_of: e.restart_of,
@@ -1017,7 +1029,7 @@ impl ManifestStore {
     }
 
     /// Checks a manifest's registration and adds it, reserving every ID it allocates.
-    fn push(&mut self, event_id: EventId, m: Manifest) -> Result<Applied, Rejection> {
+    fn push(&mut self, event_id: EventId, mut m: Manifest) -> Result<Applied, Rejection> {
         self.check_registration(event_id, m.handle, &m.ids, m.restart_of)?;
         // `check_registration` refuses a position past `SLOTS_MAX`, which fits a `u32`.
         let slot = u32::try_from(self.manifests.len())
@@ -1036,6 +1048,7 @@ impl ManifestStore {
         }
         self.slots.insert(m.handle, slot);
         self.registrations.push(event_id);
+        m.number = u64::from(slot) + 1;
         self.manifests.push(m);
         Ok(Applied::Changed)
     }

@@ -19,6 +19,7 @@
 pub mod command;
 pub mod event;
 pub mod manifest;
+pub mod reference;
 pub mod replay;
 mod reserved;
 pub mod retention;
@@ -42,6 +43,7 @@ use serde::Serialize;
 pub use command::StoredCommand;
 pub use event::{Handle, LifecycleEvent, LifecycleIds};
 pub use manifest::{Applied, Manifest, ManifestStore, Rejection};
+pub use reference::{NAME_LABEL, ProcessRef, ReferenceError};
 pub use replay::{ReplayReport, Replayer, SnapshotProblem};
 pub use snapshot::SnapshotError;
 pub use state::State;

@@ -466,6 +466,8 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
     }
     let manifest = Manifest {
         handle: w.handle,
+        // The store numbers it as it adds it, in registration order.
+        number: 0,
         ids: w.ids,
         command,
         restart_of,

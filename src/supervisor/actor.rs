@@ -47,7 +47,7 @@ use crate::admission::{Admission, AdmissionSnapshot, Decision, HostSample};
 use crate::journal::EventId;
 use crate::lifecycle::event::{LifecycleIds, Scoped};
 use crate::lifecycle::retention::{CleanReport, RetentionRequest};
-use crate::lifecycle::{Handle, State};
+use crate::lifecycle::{Handle, NAME_LABEL, State};
 use crate::limits;
 use crate::spool::Spool;
 use crate::tree::{ProcessTree, TreeSignal};
@@ -127,6 +127,8 @@ pub(crate) enum Msg {
 #[derive(Debug)]
 struct Entry {
     proc: Arc<Proc>,
+    /// The name it holds in `Actor::names`, if any.
+    name: Option<String>,
     stdin: Option<mpsc::Sender<InputOp>>,
     /// Set once the leader is terminal but members of its tree live on.
     lingering: bool,
@@ -221,6 +223,10 @@ pub(crate) struct Actor {
     events: mpsc::Receiver<ProcEvent>,
     events_tx: mpsc::Sender<ProcEvent>,
     table: HashMap<Handle, Entry>,
+    /// The names of live processes (`Command::name`) and who holds each: a name is taken from
+    /// the launch until the process is terminal (or its start recorded nothing), so that one
+    /// name names one live process.
+    names: HashMap<String, Handle>,
     /// Entries of `table` that are lingering (kept as a count: every terminal gate asks).
     lingering: usize,
     live: usize,
@@ -285,6 +291,7 @@ impl Actor {
             events,
             events_tx,
             table: HashMap::new(),
+            names: HashMap::new(),
             lingering: 0,
             live: held.len(),
             max_live,
@@ -386,6 +393,24 @@ impl Actor {
             return StartGate::Full(decision);
         }
         StartGate::Open
+    }
+
+    /// Why `prepared` may not take its name now: a live process holds it.
+    fn name_taken(&self, prepared: &PreparedProcess) -> Option<Refusal> {
+        let name = prepared.spec.labels.get(NAME_LABEL)?;
+        let holder = *self.names.get(name)?;
+        Some(Refusal::NameTaken {
+            name: name.clone(),
+            holder,
+        })
+    }
+
+    /// Gives back the name `handle` holds, once it is terminal or recorded nothing. A lingering
+    /// tree keeps nothing: the name belongs to the process, whose result is recorded.
+    fn free_name(&mut self, handle: &Handle) {
+        if let Some(name) = self.table.get_mut(handle).and_then(|e| e.name.take()) {
+            self.names.remove(&name);
+        }
     }
 
     /// The earliest deadline in the queue.
@@ -709,6 +734,7 @@ impl Actor {
         match event {
             ProcEvent::Spawned { handle, stdin } => self.spawned(handle, stdin),
             ProcEvent::Abandoned { handle } => {
+                self.free_name(&handle);
                 if self.table.remove(&handle).is_some() {
                     self.live = self.live.saturating_sub(1);
                     self.publish_live();
@@ -858,6 +884,11 @@ impl Actor {
         while self.queue.front().is_some_and(|q| q.reply.is_closed()) {
             self.queue.pop_front();
         }
+        // A name clash is told at once, not after a wait for capacity.
+        if let Some(reason) = self.name_taken(&prepared) {
+            let _ = reply.send(Err(StartError::Refused { prepared, reason }));
+            return;
+        }
         let full = match self.may_start(true) {
             StartGate::Open => return self.launch(prepared, reply),
             StartGate::Closed(reason) => {
@@ -920,10 +951,20 @@ impl Actor {
 
     /// Takes capacity for a start that passed [`Actor::may_start`] and spawns its start task.
     fn launch(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
+        // Checked here, where the name is taken, so that a start that waited in the queue is
+        // held to it as a fresh one is.
+        if let Some(reason) = self.name_taken(&prepared) {
+            let _ = reply.send(Err(StartError::Refused { prepared, reason }));
+            return;
+        }
         let actor = self.events_tx.clone();
         self.live += 1;
         self.publish_live();
         let handle = Handle(EventId::new_v7());
+        let name = prepared.spec.labels.get(NAME_LABEL).cloned();
+        if let Some(name) = &name {
+            self.names.insert(name.clone(), handle);
+        }
         let ids = LifecycleIds {
             running: EventId::new_v7(),
             terminal: EventId::new_v7(),
@@ -946,6 +987,7 @@ impl Actor {
             handle,
             Entry {
                 proc: Arc::clone(&proc),
+                name,
                 stdin: None,
                 lingering: false,
             },
@@ -1037,6 +1079,7 @@ impl Actor {
     }
 
     fn finished(&mut self, handle: Handle, summary: TerminalSummary, lingering: bool) {
+        self.free_name(&handle);
         self.live = self.live.saturating_sub(1);
         self.publish_live();
         self.summaries.insert(handle, summary.clone());

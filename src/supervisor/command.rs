@@ -130,6 +130,13 @@ impl Command {
         self.overlay = on;
         self
     }
+    /// Names the process (the label [`crate::lifecycle::NAME_LABEL`]), so that people can type
+    /// the name where a handle goes. A name is unique among live processes: a start whose name
+    /// a live process holds is refused ([`super::Refusal::NameTaken`]). `prepare` refuses a
+    /// name that [`crate::lifecycle::reference::valid_name`] does not accept.
+    pub fn name(self, name: impl Into<String>) -> Self {
+        self.label(crate::lifecycle::NAME_LABEL, name)
+    }
     pub fn label(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         self.labels.insert(key.into(), value.into());
         self
@@ -222,6 +229,11 @@ pub enum PrepareError {
     /// A terminal needs at least one row and one column.
     #[error("terminal size {rows}x{cols} is out of range (at least 1x1)")]
     TerminalSize { rows: u16, cols: u16 },
+    /// The name (label `name`) is not one people can type where a handle goes.
+    #[error(
+        "{0:?} is not a process name: 1 to 64 ASCII letters, digits, '.', '_' or '-', starting with a letter or '_' (not 'p-')"
+    )]
+    BadName(String),
 }
 
 /// A validated, single-use launch.
@@ -299,6 +311,11 @@ pub(crate) fn prepare(
         && (rows == 0 || cols == 0)
     {
         return Err(PrepareError::TerminalSize { rows, cols });
+    }
+    if let Some(name) = command.labels.get(crate::lifecycle::NAME_LABEL)
+        && !crate::lifecycle::reference::valid_name(name)
+    {
+        return Err(PrepareError::BadName(name.chars().take(80).collect()));
     }
     let cwd = command.cwd.ok_or(PrepareError::NoWorkingDirectory)?;
     if !cwd.is_absolute() {

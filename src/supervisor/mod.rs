@@ -266,6 +266,12 @@ pub enum Refusal {
         queued: usize,
         max: usize,
     },
+    /// A live process already has this name ([`Command::name`]); names are unique among live
+    /// processes so that one names one.
+    NameTaken {
+        name: String,
+        holder: Handle,
+    },
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -762,6 +768,17 @@ impl Supervisor {
     /// The manifest of one process, as the journal knows it.
     pub fn manifest(&self, handle: &Handle) -> Option<Manifest> {
         lock(&self.shared.lifecycle).manifest(handle).cloned()
+    }
+
+    /// The manifest a handle, a number or a name names (`lifecycle::reference`).
+    pub fn resolve(
+        &self,
+        reference: &crate::lifecycle::ProcessRef,
+    ) -> Result<Manifest, crate::lifecycle::ReferenceError> {
+        lock(&self.shared.lifecycle)
+            .store()
+            .resolve(reference)
+            .cloned()
     }
 
     /// Manifests of every process the journal knows, filtered.
