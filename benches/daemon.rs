@@ -110,6 +110,7 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<()> {
             inherit_env: true,
             login_shell_overlay: false,
             labels: Default::default(),
+            name: None,
             timeout_ms: None,
             idle_timeout_ms: None,
             retention_bytes: None,

@@ -202,6 +202,7 @@ fn start_processes(socket: &Path, cwd: &Path, n: usize) -> Res<(Vec<Handle>, Vec
             inherit_env: true,
             login_shell_overlay: false,
             labels: Default::default(),
+            name: None,
             timeout_ms: None,
             idle_timeout_ms: None,
             retention_bytes: None,

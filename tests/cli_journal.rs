@@ -273,9 +273,13 @@ fn spool_cat_prints_safe_text_or_exact_base64_from_a_cursor() {
     );
     assert_eq!(code, 0);
     assert_eq!(out.trim(), "bGluZQplcnL/Cg==");
+    // A reference that names nothing, and text that is no reference at all.
     let (code, _, err) = run(&["spool", "cat", "not-a-handle"], dir.path());
     assert_eq!(code, 2);
-    assert!(err.contains("not a process handle"), "{err}");
+    assert!(err.contains("no process named \"not-a-handle\""), "{err}");
+    let (code, _, err) = run(&["spool", "cat", "not a handle"], dir.path());
+    assert_eq!(code, 2);
+    assert!(err.contains("not a process reference"), "{err}");
 }
 
 /// `journal verify --json` prints exactly the fields journal-format.md's report table lists (plus

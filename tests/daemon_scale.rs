@@ -165,6 +165,7 @@ fn start_request(root: &Path) -> Request {
         inherit_env: true,
         login_shell_overlay: false,
         labels: Default::default(),
+        name: None,
         timeout_ms: None,
         idle_timeout_ms: None,
         retention_bytes: None,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use procjournal::lifecycle::{Handle, State};
+use procjournal::lifecycle::{Handle, ProcessRef, State};
 use procjournal::protocol::base64;
 use procjournal::protocol::{
     ErrorCode, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN, Request, RestartArgs, StartArgs,
@@ -47,6 +47,8 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
             any::<bool>(),
             any::<bool>(),
         ),
+        // A name: never a number, never starting "p-".
+        proptest::option::of("[a-oq-zA-Z_][a-zA-Z0-9._-]{0,12}"),
     )
         .prop_map(
             |(
@@ -60,6 +62,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                 queue_ms,
                 pty,
                 (env_persist, client_env, inherit_env, login_shell_overlay),
+                name,
             )| {
                 let mut command = vec![program];
                 command.extend(args);
@@ -70,6 +73,11 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                     .into_iter()
                     .filter(|(k, _)| !env.contains_key(k))
                     .collect();
+                // A name and a different label `name` are refused.
+                let mut labels = labels;
+                if name.is_some() {
+                    labels.remove("name");
+                }
                 StartArgs {
                     command,
                     cwd,
@@ -79,6 +87,7 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                     inherit_env,
                     login_shell_overlay,
                     labels,
+                    name,
                     timeout_ms,
                     idle_timeout_ms,
                     retention_bytes,
@@ -118,6 +127,12 @@ fn request() -> impl Strategy<Value = Request> {
         Just(Request::Admission),
         start_args().prop_map(Request::Start),
         restart_args().prop_map(Request::Restart),
+        prop_oneof![
+            handle().prop_map(ProcessRef::Handle),
+            (1u64..).prop_map(ProcessRef::Number),
+            "[a-oq-zA-Z_][a-zA-Z0-9._-]{0,12}".prop_map(ProcessRef::Name),
+        ]
+        .prop_map(Request::Resolve),
         (
             proptest::option::of(state()),
             proptest::option::of(("[^=\u{0}]{1,6}", text()))

@@ -19,7 +19,7 @@ use serde_json::Value;
 use super::run_cmd::{parse_duration, parse_label};
 use crate::client::{Client, ClientError};
 use crate::journal::reader::JournalReader;
-use crate::lifecycle::{Handle, Manifest, State};
+use crate::lifecycle::{Handle, Manifest, ProcessRef, State};
 use crate::protocol::dispatch::ProcessInfo;
 use crate::protocol::{PtyArgs, Request, RestartArgs, StartArgs};
 use crate::server::{Server, default_socket};
@@ -73,8 +73,21 @@ impl Target {
     }
 }
 
-fn handle_arg(text: &str) -> Result<Handle, String> {
-    text.parse::<Handle>().map_err(|e| e.to_string())
+fn reference_arg(text: &str) -> Result<ProcessRef, String> {
+    text.parse::<ProcessRef>().map_err(|e| e.to_string())
+}
+
+/// The handle `reference` names: a handle as it is (the daemon checks it), a number or a name
+/// asked of the daemon (`resolve`).
+fn resolve(client: &mut Client, reference: &ProcessRef) -> anyhow::Result<Handle> {
+    if let ProcessRef::Handle(h) = reference {
+        return Ok(*h);
+    }
+    let info = client.call(&Request::Resolve(reference.clone()))?;
+    let view: ProcView = serde_json::from_value(info).context("the daemon's answer")?;
+    view.handle
+        .parse()
+        .map_err(|e| anyhow::anyhow!("the daemon's answer: {e}"))
 }
 
 fn millis(d: Duration) -> u64 {
@@ -187,6 +200,10 @@ pub(crate) struct StartCmdArgs {
     /// A label k=v (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// A name to use instead of the handle in every command (`logs build`); unique among live
+    /// processes. Letters, digits, '.', '_', '-'; starts with a letter or '_'.
+    #[arg(long)]
+    name: Option<String>,
     /// An environment variable NAME=value set on top of this shell's environment (repeatable).
     /// Its value is never written to disk or shown: the journal keeps the name.
     #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
@@ -251,19 +268,17 @@ pub(crate) fn parse_size(text: &str) -> Result<(u16, u16), String> {
 pub(crate) struct ResizeCmdArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    handle: String,
+    /// The process: its handle (p-...), its number (12 or #12) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// The new size, ROWSxCOLS (e.g. 40x120).
     #[arg(value_parser = parse_size)]
     size: (u16, u16),
 }
 
 pub(crate) fn resize(args: ResizeCmdArgs) -> anyhow::Result<ExitCode> {
-    let handle = args
-        .handle
-        .parse()
-        .map_err(|e| anyhow::anyhow!("{}: {e}", args.handle))?;
     let mut client = args.target.connect()?;
+    let handle = resolve(&mut client, &args.handle)?;
     client.call(&Request::Resize {
         handle,
         rows: args.size.0,
@@ -291,6 +306,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         inherit_env: args.daemon_env,
         login_shell_overlay: args.login_shell_overlay,
         labels: args.labels.into_iter().collect(),
+        name: args.name,
         timeout_ms: args.timeout.map(|t| millis(t).max(1)),
         idle_timeout_ms: args.idle_timeout.map(|t| millis(t).max(1)),
         retention_bytes: args.retention,
@@ -315,8 +331,10 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
 pub(crate) struct RestartCmdArgs {
     #[command(flatten)]
     target: Target,
-    /// The handle of the finished process to run again (p-...).
-    handle: String,
+    /// The finished process to run again: its handle (p-...), its number (12 or #12) or its
+    /// name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// The value of a variable the journal withheld (set with `start --env`), NAME=value
     /// (repeatable); a restart without one names what is missing. Never written to disk.
     #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
@@ -336,15 +354,16 @@ pub(crate) struct RestartCmdArgs {
 }
 
 pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
+    let mut client = args.target.connect()?;
+    let handle = resolve(&mut client, &args.handle)?;
     let request = Request::Restart(RestartArgs {
-        handle: args.handle,
+        handle: handle.to_string(),
         env: args.env.into_iter().collect(),
         client_env: (!args.daemon_env).then(client_environment),
         inherit_env: args.daemon_env,
         queue_ms: args.queue.map(millis),
         pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
     });
-    let mut client = args.target.connect()?;
     let info = client.call(&request)?;
     if args.json {
         println!("{info}");
@@ -395,6 +414,9 @@ fn parse_state(text: &str) -> Result<State, String> {
 #[derive(Debug, Deserialize)]
 struct ProcView {
     handle: String,
+    /// The process's number on the root (0 from a daemon that predates numbers).
+    #[serde(default)]
+    number: u64,
     state: State,
     pid: Option<u32>,
     command: Vec<String>,
@@ -463,8 +485,17 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     } else {
         writeln!(
             out,
-            "{:<34} {:<15} {:>8} {:>6} {:>10} {:<10} {:<9} {:<10} {:<8}  COMMAND",
-            "HANDLE", "STATE", "PID", "EXIT", "BYTES", "CAPTURE", "TREE", "OWNERSHIP", "DEADLINE"
+            "{:>5} {:<34} {:<15} {:>8} {:>6} {:>10} {:<10} {:<9} {:<10} {:<8}  COMMAND",
+            "#",
+            "HANDLE",
+            "STATE",
+            "PID",
+            "EXIT",
+            "BYTES",
+            "CAPTURE",
+            "TREE",
+            "OWNERSHIP",
+            "DEADLINE"
         )?;
         for p in processes {
             let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
@@ -490,7 +521,8 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             };
             writeln!(
                 out,
-                "{:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<10} {:<9} {:<10} {deadline:<8}  {}{labels}",
+                "{:>5} {:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<10} {:<9} {:<10} {deadline:<8}  {}{labels}",
+                p.number,
                 p.handle,
                 p.state.name(),
                 p.total_bytes,
@@ -561,9 +593,9 @@ fn offline_manifests(root: &Path) -> anyhow::Result<(crate::lifecycle::ManifestS
 pub(crate) struct LogsArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    #[arg(value_parser = handle_arg)]
-    handle: Handle,
+    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// Keep printing output as it arrives; end when the process is terminal and read to the end.
     #[arg(short = 'f', long)]
     follow: bool,
@@ -615,19 +647,20 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     } else {
         Rendering::SafeText
     };
-    let mut source = match args.target.try_connect()? {
-        Some(client) => PageSource::Daemon(client),
+    let (handle, mut source) = match args.target.try_connect()? {
+        Some(mut client) => (
+            resolve(&mut client, &args.handle)?,
+            PageSource::Daemon(client),
+        ),
         None => {
             let root = args.target.root()?;
             let (store, _) = offline_manifests(&root)?;
-            let manifest = store
-                .get(&args.handle)
-                .cloned()
-                .with_context(|| format!("no process with handle {}", args.handle))?;
+            let manifest = store.resolve(&args.handle)?.clone();
+            let handle = manifest.handle;
             if let Some(r) = &manifest.retired {
                 bail!(
                     "the output of {} was retired at {} ({}); its manifest stays (`procjournal ps`)",
-                    args.handle,
+                    handle,
                     super::unix_ms_text(r.at_unix_ms),
                     r.reason
                 );
@@ -639,14 +672,15 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             };
             eprintln!("procjournal: {note}");
             let root = crate::root::Root::open_reader(&root)?;
-            let dir = root.spool_dir().join(args.handle.to_string());
+            let dir = root.spool_dir().join(handle.to_string());
             let (mut spool, _) = Spool::open_reader(&dir)
-                .with_context(|| format!("no readable output for {}", args.handle))?;
+                .with_context(|| format!("no readable output for {handle}"))?;
             spool.expect(&manifest.gaps, manifest.bounds.total_bytes);
-            PageSource::Offline {
+            let source = PageSource::Offline {
                 spool: Box::new(spool),
                 manifest: Box::new(manifest),
-            }
+            };
+            (handle, source)
         }
     };
     let mut out = std::io::stdout().lock();
@@ -661,7 +695,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             Some(end) if !follow => end.saturating_sub(cursor).min(LOGS_PAGE_BYTES),
             _ => LOGS_PAGE_BYTES,
         };
-        let (raw, page) = source.page(args.handle, cursor, rendering, follow, max_bytes)?;
+        let (raw, page) = source.page(handle, cursor, rendering, follow, max_bytes)?;
         if !follow {
             end.get_or_insert(page.total_bytes);
         }
@@ -782,9 +816,9 @@ impl PageSource {
 pub(crate) struct SendArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    #[arg(value_parser = handle_arg)]
-    handle: Handle,
+    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// Send this text (no newline is added) instead of this command's stdin.
     #[arg(long)]
     text: Option<String>,
@@ -798,11 +832,12 @@ const SEND_CHUNK_BYTES: usize = 512 * 1024;
 
 pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
+    let handle = resolve(&mut client, &args.handle)?;
     let mut sent = 0u64;
     let mut push = |client: &mut Client, data: Vec<u8>, close: bool| -> anyhow::Result<()> {
         sent += data.len() as u64;
         client.call(&Request::Input {
-            handle: args.handle,
+            handle,
             data,
             close,
         })?;
@@ -829,7 +864,7 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    eprintln!("procjournal: sent {sent} bytes to {}", args.handle);
+    eprintln!("procjournal: sent {sent} bytes to {handle}");
     Ok(ExitCode::SUCCESS)
 }
 
@@ -840,9 +875,9 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
 pub(crate) struct StopArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    #[arg(value_parser = handle_arg)]
-    handle: Handle,
+    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// Time between SIGTERM and SIGKILL; the exit must then be proven within 0.5 s.
     #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
     grace: Duration,
@@ -855,9 +890,9 @@ pub(crate) struct StopArgs {
 pub(crate) struct WaitArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    #[arg(value_parser = handle_arg)]
-    handle: Handle,
+    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// Give up after this long (exit status 2); the process keeps running.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -870,9 +905,9 @@ pub(crate) struct WaitArgs {
 pub(crate) struct HandleCmdArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    #[arg(value_parser = handle_arg)]
-    handle: Handle,
+    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
 }
 
 #[derive(Debug, Args)]
@@ -898,9 +933,9 @@ pub(crate) struct GateCmdArgs {
 pub(crate) struct AwaitInputCmdArgs {
     #[command(flatten)]
     target: Target,
-    /// The process handle (p-...).
-    #[arg(value_parser = handle_arg)]
-    handle: Handle,
+    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
+    #[arg(value_parser = reference_arg)]
+    handle: ProcessRef,
     /// Clear the mark instead (writing input to the process clears it too).
     #[arg(long)]
     clear: bool,
@@ -936,8 +971,9 @@ pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
 /// `await-input`: mark a process as waiting for human input (its idle limit is suspended).
 pub(crate) fn await_input(args: AwaitInputCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
+    let handle = resolve(&mut client, &args.handle)?;
     client.call(&Request::AwaitInput {
-        handle: args.handle,
+        handle,
         waiting: !args.clear,
     })?;
     Ok(ExitCode::SUCCESS)
@@ -981,8 +1017,9 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
+    let handle = resolve(&mut client, &args.handle)?;
     let result = client.call(&Request::Stop {
-        handle: args.handle,
+        handle,
         grace_ms: millis(args.grace),
     })?;
     print_end(result, args.json)?;
@@ -991,15 +1028,17 @@ pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn interrupt(args: HandleCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    client.call(&Request::Interrupt(args.handle))?;
+    let handle = resolve(&mut client, &args.handle)?;
+    client.call(&Request::Interrupt(handle))?;
     Ok(ExitCode::SUCCESS)
 }
 
 /// Exits with the process's status: its exit code, 128+N for signal N, 1 when none is known.
 pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
+    let handle = resolve(&mut client, &args.handle)?;
     let result = client.call(&Request::Wait {
-        handle: args.handle,
+        handle,
         timeout_ms: args.timeout.map(millis),
     })?;
     print_end(result, args.json)

@@ -54,6 +54,10 @@ pub(crate) struct RunArgs {
     /// A label k=v (repeatable).
     #[arg(long = "label", value_parser = parse_label)]
     labels: Vec<(String, String)>,
+    /// A name to find the process by later (`procjournal logs NAME`); unique among live
+    /// processes of the root.
+    #[arg(long)]
+    name: Option<String>,
     /// Output kept in the spool, e.g. 64MiB (the default), 512M, 1G; older output is deleted
     /// in whole segments. At least 8MiB, at most 4GiB.
     #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
@@ -149,6 +153,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         inherit_env: true,
         login_shell_overlay: false,
         labels: args.labels.into_iter().collect(),
+        name: args.name,
         timeout_ms: args
             .timeout
             .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),

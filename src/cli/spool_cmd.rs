@@ -9,7 +9,7 @@ use clap::{Args, Subcommand};
 use serde::Serialize;
 
 use crate::journal::reader::JournalReader;
-use crate::lifecycle::Handle;
+use crate::lifecycle::{Handle, ProcessRef};
 use crate::render;
 use crate::spool::Spool;
 
@@ -43,7 +43,8 @@ pub(crate) struct CatArgs {
     /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
-    /// The process handle, as `journal manifests` prints it (p-...).
+    /// The process: its handle, as `journal manifests` prints it (p-...), or its number (12 or
+    /// #12) or name as the journal records them (a handle works without a journal record).
     handle: String,
     /// Combined-stream byte offset to start from.
     #[arg(long, default_value_t = 0)]
@@ -67,12 +68,17 @@ pub(crate) fn run(cmd: SpoolCommand) -> anyhow::Result<ExitCode> {
 
 fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let root_path = super::existing_root(args.root)?;
-    let handle = args.handle.parse::<Handle>()?;
+    let reference = args.handle.parse::<ProcessRef>()?;
     let root = crate::root::Root::open_reader(&root_path)?;
     let (store, _) = recorded(&root_path)?;
-    let dir = root.spool_dir().join(&args.handle);
-    let (mut spool, recovery) = Spool::open_reader(&dir)
-        .with_context(|| format!("no readable spool for {}", args.handle))?;
+    // A handle needs no record: a spool can be read even when the journal lost its process.
+    let handle = match reference {
+        ProcessRef::Handle(h) => h,
+        other => store.resolve(&other)?.handle,
+    };
+    let dir = root.spool_dir().join(handle.to_string());
+    let (mut spool, recovery) =
+        Spool::open_reader(&dir).with_context(|| format!("no readable spool for {handle}"))?;
     if !recovery.is_clean() {
         eprintln!("procjournal: spool recovery: {recovery:?}");
     }

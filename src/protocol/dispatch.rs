@@ -66,6 +66,9 @@ pub struct ProcessInfo {
     pub deadline: Option<Deadline>,
     /// The process this one restarts (`restart`), if any.
     pub restart_of: Option<Handle>,
+    /// Its number on this root (1, 2, ...: the order of registration, never reused), which
+    /// `resolve` and the CLI accept where a handle goes.
+    pub number: u64,
 }
 
 /// The ownership assessment of a process's tree, from its record.
@@ -148,6 +151,7 @@ impl From<&Manifest> for ProcessInfo {
             awaiting_input: m.awaiting_input.is_some(),
             deadline: m.deadline.as_ref().map(|d| d.deadline),
             restart_of: m.restart_of,
+            number: m.number,
         }
     }
 }
@@ -278,6 +282,12 @@ impl Dispatcher {
             }),
             Request::Start(args) => json(&self.start(args).await?),
             Request::Restart(args) => json(&self.restart(args).await?),
+            Request::Resolve(reference) => {
+                let m = sup
+                    .resolve(&reference)
+                    .map_err(|e| ApiError::new(ErrorCode::UnknownHandle, e.to_string()))?;
+                json(&ProcessInfo::from(&m))
+            }
             Request::List { state, label } => {
                 let processes: Vec<ProcessInfo> = sup
                     .list(&ListFilter { state, label })
@@ -445,6 +455,9 @@ impl Dispatcher {
         for (k, v) in args.labels {
             command = command.label(k, v);
         }
+        if let Some(name) = args.name {
+            command = command.name(name);
+        }
         if let Some(ms) = args.timeout_ms {
             command = command.timeout(Duration::from_millis(ms));
         }
@@ -521,6 +534,14 @@ impl Dispatcher {
                 .manifest(&handle)
                 .map(|m| ProcessInfo::from(&m))
                 .ok_or_else(|| unknown(&handle)),
+            Err(StartError::Refused {
+                reason: reason @ crate::supervisor::Refusal::NameTaken { holder, .. },
+                ..
+            }) => Err(ApiError {
+                code: ErrorCode::NameTaken,
+                message: format!("start refused: {}", refusal(&reason)),
+                handle: Some(holder.to_string()),
+            }),
             Err(StartError::Refused { reason, .. }) => Err(ApiError::new(
                 ErrorCode::Refused,
                 format!("start refused: {}", refusal(&reason)),
@@ -629,6 +650,11 @@ fn refusal(reason: &crate::supervisor::Refusal) -> String {
         crate::supervisor::Refusal::QueueFull { queued, max } => {
             format!(
                 "{queued} starts already wait for capacity, the most that may (ADMISSION_QUEUE_MAX {max})"
+            )
+        }
+        crate::supervisor::Refusal::NameTaken { name, holder } => {
+            format!(
+                "the live process {holder} is named {name:?}; names are unique among live processes"
             )
         }
     }

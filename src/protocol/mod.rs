@@ -89,6 +89,12 @@ pub struct StartArgs {
     /// Free-form labels (key to value) to find the process again with `list`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// A name to use instead of the handle (`resolve`, and every CLI command): 1 to 64 ASCII
+    /// letters, digits, '.', '_' or '-', starting with a letter or '_', not with "p-". Unique
+    /// among live processes: a start whose name a live process holds fails with `name_taken`.
+    /// Kept as the label `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Wall-clock limit in milliseconds; when it passes the process tree is terminated and the
     /// process ends `timed_out`. Default: none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,6 +171,15 @@ impl std::fmt::Debug for RestartArgs {
     }
 }
 
+/// `resolve`: the process a reference names.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResolveArgs {
+    /// A handle (p- and 32 hex digits), the process's number on this root (12 or #12, as `list`
+    /// shows it), or its name (the live process with that name, else the newest that had it).
+    pub reference: String,
+}
+
 /// A terminal's size in character cells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -204,6 +219,7 @@ impl std::fmt::Debug for StartArgs {
             .field("inherit_env", &self.inherit_env)
             .field("login_shell_overlay", &self.login_shell_overlay)
             .field("labels", &self.labels)
+            .field("name", &self.name)
             .field("timeout_ms", &self.timeout_ms)
             .field("idle_timeout_ms", &self.idle_timeout_ms)
             .field("retention_bytes", &self.retention_bytes)
@@ -355,6 +371,8 @@ pub enum Request {
     Start(StartArgs),
     /// A finished process's command again (the handle is checked to parse).
     Restart(RestartArgs),
+    /// The process a handle, a number or a name names.
+    Resolve(crate::lifecycle::ProcessRef),
     List {
         state: Option<State>,
         label: Option<(String, String)>,
@@ -415,10 +433,11 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 17] = [
+pub const OPS: [&str; 18] = [
     "hello",
     "start",
     "restart",
+    "resolve",
     "list",
     "manifest",
     "output",
@@ -499,6 +518,8 @@ pub enum ErrorCode {
     /// `restart` without a value the journal withheld; the message names each missing
     /// variable, to be given in `env`.
     MissingEnv,
+    /// A live process already has the name the start asked for (`handle` names it).
+    NameTaken,
     /// The journal, the spool or the server failed.
     Internal,
     /// A code this client does not know (sent by a newer server).
@@ -690,6 +711,14 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
             let args: StartArgs = parse(args).map_err(bad)?;
             validate_start(&args).map_err(bad)?;
             Request::Start(args)
+        }
+        "resolve" => {
+            let args: ResolveArgs = parse(args).map_err(bad)?;
+            Request::Resolve(
+                args.reference
+                    .parse()
+                    .map_err(|e: crate::lifecycle::ReferenceError| bad(e.to_string()))?,
+            )
         }
         "restart" => {
             let args: RestartArgs = parse(args).map_err(bad)?;
@@ -927,6 +956,22 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
     if client_env.is_some() && args.inherit_env {
         return Err("give client_env or inherit_env, not both".to_owned());
     }
+    if let Some(name) = &args.name {
+        if !crate::lifecycle::reference::valid_name(name) {
+            return Err(format!(
+                "{:?} is not a process name: 1 to 64 ASCII letters, digits, '.', '_' or '-', \
+                 starting with a letter or '_' (not \"p-\")",
+                truncate(name)
+            ));
+        }
+        if args
+            .labels
+            .get(crate::lifecycle::NAME_LABEL)
+            .is_some_and(|l| l != name)
+        {
+            return Err("name and the label \"name\" differ: give one".to_owned());
+        }
+    }
     if let Some(cwd) = &args.cwd
         && !cwd.starts_with('/')
     {
@@ -977,6 +1022,12 @@ impl Request {
             Request::Admission => ("admission", Value::Object(Map::new())),
             Request::Start(args) => ("start", to(serde_json::to_value(args))),
             Request::Restart(args) => ("restart", to(serde_json::to_value(args))),
+            Request::Resolve(reference) => (
+                "resolve",
+                to(serde_json::to_value(ResolveArgs {
+                    reference: reference.to_string(),
+                })),
+            ),
             Request::List { state, label } => (
                 "list",
                 to(serde_json::to_value(ListArgs {
