@@ -299,9 +299,6 @@ pub fn safe_text_of_read(
     }
 }
 
-const BASE64_ALPHABET: &[u8; 64] =
-    b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
 /// One client-supplied string (a label, a command word, an error message) made safe for a
 /// human's terminal, on one line: every control character (C0 with newline and tab, DEL, C1,
 /// and so every escape sequence's introducer) becomes a visible escape (`\n`, `\t`, `\u{1b}`),
@@ -323,26 +320,11 @@ pub fn escape_field(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str
     std::borrow::Cow::Owned(out)
 }
 
-/// Standard base64 (RFC 4648, with padding) of exactly `bytes`.
+/// Standard base64 (RFC 4648, with padding) of exactly `bytes` (the `base64` crate's
+/// `STANDARD` engine, whose strict decoder `protocol::base64::decode` is).
 pub fn base64(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for group in bytes.chunks(3) {
-        let n = match *group {
-            [a, b, c] => (u32::from(a) << 16) | (u32::from(b) << 8) | u32::from(c),
-            [a, b] => (u32::from(a) << 16) | (u32::from(b) << 8),
-            [a] => u32::from(a) << 16,
-            _ => 0,
-        };
-        let symbols = group.len() + 1;
-        for k in 0..4 {
-            if k < symbols {
-                out.push(BASE64_ALPHABET[((n >> (18 - 6 * k)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
 }
 
 /// An opaque name for a range of a process's output: the handle and the cursor range, never a
