@@ -35,7 +35,8 @@ pub enum ClientError {
 }
 
 /// What one round trip got, short of a failure.
-enum Answer {
+#[derive(Debug)]
+pub(crate) enum Answer {
     Result(Value),
     /// The daemon closed the connection without reading the request.
     Unread(ApiError),
@@ -111,38 +112,105 @@ impl Client {
                 "the daemon closed the connection".to_owned(),
             ));
         }
-        if line.last() != Some(&b'\n') {
-            return Err(ClientError::BadResponse(format!(
-                "a response longer than {RESPONSE_BYTES_MAX} bytes, or a truncated one"
-            )));
-        }
-        let response: Response =
-            serde_json::from_slice(&line).map_err(|e| ClientError::BadResponse(e.to_string()))?;
-        if response.id.is_some() && response.id != Some(Value::from(id)) {
-            // Errors the server sends before it could read an ID carry none.
-            return Err(ClientError::BadResponse(format!(
-                "response to request {:?}, expected {id}",
-                response.id
-            )));
-        }
-        let unread = response.id.is_none();
-        match (response.ok, response.result, response.error) {
-            (true, Some(result), _) => Ok(Answer::Result(result)),
-            (false, _, Some(error))
-                if unread && matches!(error.code, ErrorCode::Idle | ErrorCode::Busy) =>
-            {
-                Ok(Answer::Unread(error))
-            }
-            (false, _, Some(error)) => Err(ClientError::Api(error)),
-            _ => Err(ClientError::BadResponse(
-                "neither a result nor an error".to_owned(),
-            )),
-        }
+        decode_answer(&line, id)
     }
 
     /// [`Client::call`], with the result decoded into `T`.
     pub fn call_as<T: DeserializeOwned>(&mut self, request: &Request) -> Result<T, ClientError> {
         let value = self.call(request)?;
         serde_json::from_value(value).map_err(|e| ClientError::BadResponse(e.to_string()))
+    }
+}
+
+/// Decodes one response line (newline included) to the request `id`: total, so a server that
+/// sends garbage gets [`ClientError::BadResponse`], never a panic (the `client_response` fuzz
+/// target holds it to that).
+pub(crate) fn decode_answer(line: &[u8], id: u64) -> Result<Answer, ClientError> {
+    if line.last() != Some(&b'\n') {
+        return Err(ClientError::BadResponse(format!(
+            "a response longer than {RESPONSE_BYTES_MAX} bytes, or a truncated one"
+        )));
+    }
+    let response: Response =
+        serde_json::from_slice(line).map_err(|e| ClientError::BadResponse(e.to_string()))?;
+    if response.id.is_some() && response.id != Some(Value::from(id)) {
+        // Errors the server sends before it could read an ID carry none.
+        return Err(ClientError::BadResponse(format!(
+            "response to request {:?}, expected {id}",
+            response.id
+        )));
+    }
+    let unread = response.id.is_none();
+    match (response.ok, response.result, response.error) {
+        (true, Some(result), _) => Ok(Answer::Result(result)),
+        (false, _, Some(error))
+            if unread && matches!(error.code, ErrorCode::Idle | ErrorCode::Busy) =>
+        {
+            Ok(Answer::Unread(error))
+        }
+        (false, _, Some(error)) => Err(ClientError::Api(error)),
+        _ => Err(ClientError::BadResponse(
+            "neither a result nor an error".to_owned(),
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn code() -> impl Strategy<Value = ErrorCode> {
+        prop_oneof![
+            Just(ErrorCode::Idle),
+            Just(ErrorCode::Busy),
+            Just(ErrorCode::UnknownHandle),
+            Just(ErrorCode::Internal),
+        ]
+    }
+
+    proptest! {
+        /// Every response the server can send is decoded by the client's rules: a result or an
+        /// error for its request; an ID-less idle or busy error means the request was not read;
+        /// another request's ID is a bad response.
+        #[test]
+        fn responses_decode_by_id_and_outcome(
+            id in prop_oneof![Just(None), Just(Some(7u64)), (8u64..).prop_map(Some)],
+            ok in any::<bool>(),
+            text in ".{0,40}",
+            code in code(),
+        ) {
+            let outcome = if ok {
+                Ok(Value::String(text.clone()))
+            } else {
+                Err(ApiError::new(code, text.clone()))
+            };
+            let line = Response::new(id.map(Value::from), outcome).to_line();
+            let got = decode_answer(&line, 7);
+            match (id, ok) {
+                (Some(other), _) if other != 7 => {
+                    prop_assert!(matches!(got, Err(ClientError::BadResponse(_))));
+                }
+                (_, true) => {
+                    prop_assert!(matches!(got, Ok(Answer::Result(Value::String(t))) if t == text));
+                }
+                (None, false) if matches!(code, ErrorCode::Idle | ErrorCode::Busy) => {
+                    prop_assert!(matches!(got, Ok(Answer::Unread(e)) if e.code == code));
+                }
+                (_, false) => {
+                    prop_assert!(matches!(got, Err(ClientError::Api(e)) if e.code == code && e.message == text));
+                }
+            }
+            // Cut anywhere before its newline, the same line is refused, never misread.
+            for cut in [0, line.len() / 2, line.len() - 1] {
+                prop_assert!(matches!(decode_answer(&line[..cut], 7), Err(ClientError::BadResponse(_))));
+            }
+        }
+
+        /// Arbitrary bytes: never a panic, and the fuzz body's checks hold.
+        #[test]
+        fn arbitrary_bytes_are_decoded_totally(data in proptest::collection::vec(any::<u8>(), 0..200)) {
+            crate::fuzzing::client_response(&data);
+        }
     }
 }

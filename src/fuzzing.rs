@@ -3189,3 +3189,103 @@ pub fn workload_snapshot(events: u64) -> Vec<u8> {
     )
     .unwrap_or_default()
 }
+
+// ---------------------------------------------------------------------------------------------
+// server_framing
+
+/// The daemon socket's line framing (`server::read_line`) over arbitrary bytes: the first byte
+/// picks the line bound (1 to 64), the second the read buffer's size (1 to 16, so lines arrive
+/// cut at every place), the rest is what a client sends. The lines read are exactly the input
+/// split at its newlines (a last line without one counts, an empty input is no line), each
+/// within the bound returned whole and each over it reported with its length and dropped whole,
+/// then end of input; never a panic, and never more than the bound kept.
+pub fn server_framing(data: &[u8]) {
+    use crate::server::{Line, read_line};
+    let (max, capacity, input) = match data {
+        [a, b, rest @ ..] => (usize::from(a % 64) + 1, usize::from(b % 16) + 1, rest),
+        _ => return,
+    };
+    let mut expected: Vec<Result<&[u8], usize>> = input
+        .split(|&b| b == b'\n')
+        .map(|line| {
+            if line.len() <= max {
+                Ok(line)
+            } else {
+                Err(line.len())
+            }
+        })
+        .collect();
+    // `split` yields an empty piece after a final newline (and for an empty input): no line.
+    if input.is_empty() || input.ends_with(b"\n") {
+        expected.pop();
+    }
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread().build() else {
+        return;
+    };
+    runtime.block_on(async {
+        let mut reader = tokio::io::BufReader::with_capacity(capacity, input);
+        let mut line = Vec::new();
+        for want in &expected {
+            let got = read_line(&mut reader, &mut line, max).await;
+            match (got, want) {
+                (Ok(Line::Complete), Ok(bytes)) => assert_eq!(&line[..], *bytes),
+                (Ok(Line::TooLong(n)), Err(len)) => {
+                    assert_eq!(n, *len);
+                    assert!(
+                        line.len() <= max,
+                        "a refused line kept {} bytes",
+                        line.len()
+                    );
+                }
+                (got, want) => panic!("read {got:?}, expected {want:?}"),
+            }
+        }
+        assert_eq!(
+            read_line(&mut reader, &mut line, max).await.ok(),
+            Some(Line::Eof)
+        );
+    });
+}
+
+// ---------------------------------------------------------------------------------------------
+// client_response
+
+/// The client's decoding of one daemon response line (`client::decode_answer`) over arbitrary
+/// bytes, for request ID 7: never a panic; a result is only ever taken from a line that ends in
+/// a newline, is JSON with `ok: true`, and carries ID 7 or none; a request is only ever called
+/// unread for an ID-less `idle` or `busy` error. And a response the server encodes decodes to
+/// what it carried.
+pub fn client_response(data: &[u8]) {
+    use crate::client::{Answer, ClientError, decode_answer};
+    use crate::protocol::{ApiError, ErrorCode, Response};
+    use serde_json::Value;
+    match decode_answer(data, 7) {
+        Ok(Answer::Result(result)) => {
+            assert!(data.ends_with(b"\n"));
+            let Ok(json) = serde_json::from_slice::<Value>(data) else {
+                panic!("a result from a line that is not JSON");
+            };
+            assert_eq!(json["ok"], Value::Bool(true));
+            assert!(json.get("id").is_none_or(|id| id.as_u64() == Some(7)));
+            assert_eq!(json["result"], result);
+        }
+        Ok(Answer::Unread(error)) => {
+            assert!(matches!(error.code, ErrorCode::Idle | ErrorCode::Busy));
+        }
+        Err(ClientError::Api(_) | ClientError::BadResponse(_)) => {}
+        Err(e) => panic!("a decode failed with neither an API nor a response error: {e}"),
+    }
+    // The same bytes as a result the server sends, and as an error's message.
+    let text = String::from_utf8_lossy(data).into_owned();
+    for (id, outcome) in [
+        (Some(Value::from(7)), Ok(Value::String(text.clone()))),
+        (None, Err(ApiError::new(ErrorCode::Internal, text.clone()))),
+    ] {
+        let line = Response::new(id, outcome.clone()).to_line();
+        match (decode_answer(&line, 7), outcome) {
+            (Ok(Answer::Result(got)), Ok(sent)) => assert_eq!(got, sent),
+            (Err(ClientError::Api(got)), Err(sent)) => assert_eq!(got, sent),
+            (got, sent) => panic!("sent {sent:?}, decoded {got:?}"),
+        }
+    }
+}

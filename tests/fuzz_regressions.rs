@@ -23,6 +23,8 @@ const TARGETS: &[(&str, Body)] = &[
     ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
     ("replay", procjournal::fuzzing::replay),
     ("snapshot_decode", procjournal::fuzzing::snapshot_decode),
+    ("server_framing", procjournal::fuzzing::server_framing),
+    ("client_response", procjournal::fuzzing::client_response),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must

@@ -586,7 +586,8 @@ struct Connection {
 }
 
 /// What one bounded line read found.
-enum Line {
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Line {
     Complete,
     TooLong(usize),
     Eof,
@@ -765,7 +766,7 @@ async fn peer_gone<R: AsyncBufRead + Unpin>(reader: &mut R) {
 /// Reads one `\n`-terminated line into `line` (without the newline), keeping at most `max`
 /// bytes: a longer line is consumed and dropped, and reported with the length seen. A final
 /// line without a newline counts as a line.
-async fn read_line<R: AsyncBufRead + Unpin>(
+pub(crate) async fn read_line<R: AsyncBufRead + Unpin>(
     reader: &mut R,
     line: &mut Vec<u8>,
     max: usize,
@@ -809,6 +810,22 @@ async fn read_line<R: AsyncBufRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Inputs rich in newlines and long lines, at every bound and buffer size: the fuzz
+        /// body's model of the framing holds.
+        #[test]
+        fn framing_matches_the_model(
+            max in 0u8..64,
+            capacity in 0u8..16,
+            input in proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'x'), any::<u8>()], 0..300),
+        ) {
+            let mut data = vec![max, capacity];
+            data.extend(input);
+            crate::fuzzing::server_framing(&data);
+        }
+    }
 
     async fn lines(input: &[u8], max: usize) -> Vec<Result<Vec<u8>, usize>> {
         let mut reader = BufReader::with_capacity(4, input);
