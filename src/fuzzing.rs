@@ -2889,16 +2889,15 @@ pub fn protocol_request(data: &[u8]) {
 // guardian_control
 
 /// The guardian's control protocol (`tree::guardian::wire`) over arbitrary bytes, read as both of
-/// its readers read the socket: the bytes arrive in chunks (of 1, 7, [`LINE_MAX`] bytes, and all
+/// its readers read the socket: the bytes arrive in chunks (of 1, 7, `LINE_MAX` bytes, and all
 /// at once), and every complete line is taken off the buffer with `take_line` before the next
 /// chunk. Every chunking delivers the same lines, each exactly the bytes before a newline of the
-/// input, up to the first line of [`LINE_MAX`] bytes or more, which is an error in every chunking;
-/// a buffer left without a line is always shorter than [`LINE_MAX`]. Every line (and the input
+/// input, up to the first line of `LINE_MAX` bytes or more, which is an error in every chunking;
+/// a buffer left without a line is always shorter than `LINE_MAX`. Every line (and the input
 /// itself) goes through `Up::decode` and `Down::decode`: never a panic, at most one of them
-/// accepts, an accepted message encodes to one line of at most [`LINE_MAX`] bytes that decodes
+/// accepts, an accepted message encodes to one line of at most `LINE_MAX` bytes that decodes
 /// to the same message, and (but for `FAIL`, whose reason is made printable) to the very line.
 ///
-/// [`LINE_MAX`]: crate::tree::guardian::wire::LINE_MAX
 pub fn guardian_control(data: &[u8]) {
     use crate::tree::guardian::wire::LINE_MAX;
     let whole = control_lines(data, data.len().max(1));

@@ -770,7 +770,7 @@ pub(crate) fn assemble(
     Ok(file)
 }
 
-/// Encodes a whole snapshot in one call (what [`assemble`] does in two steps).
+/// Encodes a whole snapshot in one call (what `assemble` does in two steps).
 pub fn encode(
     journal_id: [u8; 16],
     seq: u64,

@@ -20,7 +20,7 @@
 //! - `durable_total <= total_bytes` names the bytes covered by the last `checkpoint` (fdatasync).
 //!
 //! Reads never scan from the start: a binary search finds the segment, and the segment's index
-//! ([`index`]: runs of equal chunks located by arithmetic, and one entry per
+//! (`index.rs`: runs of equal chunks located by arithmetic, and one entry per
 //! [`INDEX_STRIDE_BYTES`] of file for anything else) finds the chunk that holds the cursor and
 //! bounds the end of the chunk that holds the last byte wanted. A read loads and checks only those
 //! chunks (for spools this writer wrote with large appends, exactly the chunks it returns; at

@@ -1,8 +1,8 @@
 //! The supervisor: Start, Drain, Terminalize, Stop, Input, Wait, Shutdown and Restore on tokio
 //! (seed 000; DESIGN.md, "The supervisor").
 //!
-//! A [`Supervisor`] is a cheap handle: a sender to the actor ([`actor`]) that owns the process
-//! table, and the [`Shared`] parts that every task may read (configuration, host services, the
+//! A [`Supervisor`] is a cheap handle: a sender to the actor (`actor.rs`) that owns the process
+//! table, and the `Shared` parts that every task may read (configuration, host services, the
 //! journal's writer). The supervisor is the only place that spawns, signals and sleeps; it does
 //! all three through the process-tree boundary ([`crate::tree`]).
 //!

@@ -19,7 +19,7 @@
 //! - An existing scope is reused only when no process is in it or below it, and only after it
 //!   is thawed, so a new workload never joins a live tree or is born frozen.
 //! - Every wait is bounded by its caller's timeout and sleeps in `poll` on `cgroup.events`,
-//!   which the kernel notifies on every change (rate-limited: see [`POLL_SLICE_MIN`]); it never
+//!   which the kernel notifies on every change (rate-limited: see `POLL_SLICE_MIN`); it never
 //!   spins.
 //! - Removal never touches a cgroup that holds a process, nor a directory that is not a cgroup.
 //! - The /proc parsers are total: any text yields a value or `None`, never a panic.
