@@ -453,6 +453,26 @@ pub const DEADLINE_RETRY_MS: u64 = 2_000;
 /// the journal without bound.
 pub const DEADLINE_FAILURES_MAX: usize = 8;
 
+// ---------------------------------------------------------------------------------------------
+// Run-to-completion capture (issue 17; seed 003, "Standard capture"): `Supervisor::capture`
+// (`src/supervisor/capture.rs`) returns a command's whole output, each stream bounded.
+
+/// Bytes of each stream a capture returns by default (seed 003: "Returned buffering is limited
+/// to 16 MiB per stream"): a quality check's or a probe's whole report many times over; more is
+/// an incomplete stream with this prefix, and the spool keeps the rest.
+pub const CAPTURE_STREAM_BYTES_DEFAULT: usize = 16 * 1024 * 1024;
+
+/// The most a capture may be asked to buffer per stream: the most output a spool may keep
+/// (`RETENTION_BYTES_MAX`). A larger buffer could only hold what retention already deleted.
+pub const CAPTURE_STREAM_BYTES_MAX: usize = RETENTION_BYTES_MAX as usize;
+
+/// Bytes one read of the spool moves into a capture's buffers: the same as the largest
+/// `output` page (`protocol::OUTPUT_BYTES_MAX`), so that a 16 MiB stream takes 16 reads, and a
+/// capture holds at most this much beside its buffers.
+pub const CAPTURE_READ_BYTES: usize = 1 << 20;
+
+const _: () = assert!(CAPTURE_STREAM_BYTES_DEFAULT <= CAPTURE_STREAM_BYTES_MAX);
+
 const _: () = assert!(RETENTION_BYTES_MIN <= RETENTION_BYTES_DEFAULT);
 const _: () = assert!(RETENTION_BYTES_DEFAULT <= RETENTION_BYTES_MAX);
 const _: () =

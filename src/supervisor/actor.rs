@@ -86,6 +86,9 @@ pub(crate) enum Msg {
     Stop {
         handle: Handle,
         grace: Duration,
+        /// Recorded with the stop request (`StopRequested`): "stop" for a client's stop, or
+        /// the fault a capture ended the process for.
+        reason: String,
         reply: Reply<Result<Option<TerminalSummary>, SupervisorError>>,
     },
     Interrupt {
@@ -681,8 +684,9 @@ impl Actor {
             Msg::Stop {
                 handle,
                 grace,
+                reason,
                 reply,
-            } => self.stop(handle, grace, reply),
+            } => self.stop(handle, grace, reason, reply),
             Msg::Interrupt { handle, reply } => self.interrupt(handle, reply),
             Msg::Stdin { handle, reply } => {
                 let result = match self.table.get(&handle) {
@@ -1050,6 +1054,7 @@ impl Actor {
         &mut self,
         handle: Handle,
         grace: Duration,
+        reason: String,
         reply: Reply<Result<Option<TerminalSummary>, SupervisorError>>,
     ) {
         let Some(entry) = self.table.get(&handle) else {
@@ -1066,7 +1071,7 @@ impl Actor {
         self.tasks.spawn(
             async move {
                 if live {
-                    super::request_stop(&shared, &proc, "stop").await;
+                    super::request_stop(&shared, &proc, &reason).await;
                 }
                 let result = teardown(&proc, grace)
                     .await

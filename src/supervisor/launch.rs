@@ -272,6 +272,7 @@ pub(crate) async fn start(
                 lingering: false,
                 released: None,
                 unverified: false,
+                drained: None,
             };
             process::terminalize(&shared, &actor, &proc, lease, outcome).await;
             let _ = reply.send(Ok(handle));
@@ -349,6 +350,7 @@ async fn fail(
         lingering: false,
         released: None,
         unverified: false,
+        drained: None,
     };
     process::terminalize(shared, actor, proc, lease, outcome).await;
     let _ = reply.send(Err(StartError::Spawn {

@@ -24,6 +24,7 @@
 //!   behind one lock shared by its drain and its readers; nothing else is shared mutably.
 
 mod actor;
+mod capture;
 pub mod command;
 #[doc(hidden)]
 pub mod deadline;
@@ -45,9 +46,14 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot};
 
+pub use capture::{
+    CaptureError, CaptureFailure, CaptureFault, CaptureLimits, CaptureReceipt, CaptureResult,
+    Incomplete, IncompleteCapture, SpoolArtifact, StreamCapture, StreamEnd, StreamReceipt, Why,
+    WorkloadStatus,
+};
 pub use command::{Command, Lease, PrepareError, PreparedProcess};
 pub use gate::{GateStatus, InputWaitStatus};
-pub use process::TerminalSummary;
+pub use process::{DrainEnd, Drained, TerminalSummary};
 pub use restart::RestartError;
 pub use restore::RestoreReport;
 pub use services::{
@@ -1077,10 +1083,21 @@ impl Supervisor {
         handle: &Handle,
         grace: Duration,
     ) -> Result<TerminalSummary, SupervisorError> {
+        self.stop_for(handle, grace, "stop".to_owned()).await
+    }
+
+    /// [`Supervisor::stop`], recording `reason` with the stop request.
+    async fn stop_for(
+        &self,
+        handle: &Handle,
+        grace: Duration,
+        reason: String,
+    ) -> Result<TerminalSummary, SupervisorError> {
         match self
             .ask(|reply| Msg::Stop {
                 handle: *handle,
                 grace,
+                reason,
                 reply,
             })
             .await??
@@ -1140,6 +1157,7 @@ impl Supervisor {
                         bounds: m.bounds,
                         capture: t.capture,
                         persist_error: None,
+                        drained: None,
                     }),
                     None => Err(SupervisorError::NotRunning(*handle)),
                 };

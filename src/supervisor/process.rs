@@ -17,7 +17,8 @@
 //!   after the workload exits it
 //!   reads what the pipes held at its exit, then keeps reading for at most the final-drain
 //!   window, so a descendant that holds a pipe open cannot withhold the result (capture is then
-//!   reported incomplete). The pipes are dropped when the drain ends.
+//!   reported incomplete, and the terminal summary's `Drained` says which stream was cut off or
+//!   failed). The pipes are dropped when the drain ends.
 //! - With a tap (`tap.rs`), the drain reads a pipe only while it holds room in the tap, and
 //!   waits for room in an arm of its own: a slow consumer blocks the workload, never the
 //!   drain's checkpoints or its watch on the leader.
@@ -131,6 +132,34 @@ pub struct TerminalSummary {
     /// Set when the terminal event could not be persisted (the journal failed); the state is
     /// then only known in memory.
     pub persist_error: Option<String>,
+    /// How the drain left each output stream: in memory only (the journal keeps the
+    /// process-wide `capture`), so `None` for a summary read back from the journal, and for a
+    /// process whose output was never drained (its launch failed).
+    pub drained: Option<Drained>,
+}
+
+/// How the drain left one output stream.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DrainEnd {
+    /// End of file (a terminal's EIO once no slave descriptor is left included): every byte
+    /// written to it was read.
+    Eof,
+    /// Still open when the final-drain window after the workload's exit ended: a descendant
+    /// holds it, and what it writes from then on is not read.
+    Open,
+    /// Reading it failed, or the spool could not be created for what was read.
+    Failed(String),
+}
+
+/// How the drain left each stream of one process, with the window that cut off open ones.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drained {
+    /// stdout, or a PTY launch's terminal.
+    pub first: (Stream, DrainEnd),
+    /// stderr; `None` for a PTY launch (its terminal carries both).
+    pub stderr: Option<DrainEnd>,
+    /// The final-drain window (`SupervisorConfig::final_drain`) that applied.
+    pub final_drain: Duration,
 }
 
 /// Where a process's spool goes, created at its first output byte: a process that never
@@ -511,6 +540,9 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     let (mut stdout, mut stderr) = (Some(stdout), stderr);
     let mut status: Option<std::io::Result<LeaderExit>> = None;
     let mut capture_failure: Option<String> = None;
+    // Each stream's own first failure, for `Drained` (capture reports per stream).
+    let (mut out_failure, mut err_failure): (Option<String>, Option<String>) = (None, None);
+    let has_stderr = stderr.is_some();
     let start = tokio::time::Instant::now();
     let final_drain = shared.config.final_drain;
     let write_behind = shared.config.write_behind_bytes;
@@ -549,34 +581,38 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         tokio::select! {
             r = readable(&stdout), if stdout.is_some() && tapping.may_read() => {
                 match r.and_then(|()| drain_ready(&proc, &stdout, out_stream, &mut tapping)) {
-                    Ok(Drained::Eof) => stdout = None,
-                    Ok(Drained::Bytes(n, failed)) => {
+                    Ok(Read::Eof) => stdout = None,
+                    Ok(Read::Bytes(n, failed)) => {
                         owed.read(out_stream, n);
                         unsynced += n as u64;
                         if let Some(e) = failed {
-                            capture_failure.get_or_insert(e);
+                            capture_failure.get_or_insert_with(|| e.clone());
+                            out_failure.get_or_insert(e);
                         }
                     }
-                    Ok(Drained::Nothing) => {}
+                    Ok(Read::Nothing) => {}
                     Err(e) => {
-                        capture_failure.get_or_insert(e);
+                        capture_failure.get_or_insert_with(|| e.clone());
+                        out_failure.get_or_insert(e);
                         stdout = None;
                     }
                 }
             }
             r = readable(&stderr), if stderr.is_some() && tapping.may_read() => {
                 match r.and_then(|()| drain_ready(&proc, &stderr, Stream::Stderr, &mut tapping)) {
-                    Ok(Drained::Eof) => stderr = None,
-                    Ok(Drained::Bytes(n, failed)) => {
+                    Ok(Read::Eof) => stderr = None,
+                    Ok(Read::Bytes(n, failed)) => {
                         owed.read(Stream::Stderr, n);
                         unsynced += n as u64;
                         if let Some(e) = failed {
-                            capture_failure.get_or_insert(e);
+                            capture_failure.get_or_insert_with(|| e.clone());
+                            err_failure.get_or_insert(e);
                         }
                     }
-                    Ok(Drained::Nothing) => {}
+                    Ok(Read::Nothing) => {}
                     Err(e) => {
-                        capture_failure.get_or_insert(e);
+                        capture_failure.get_or_insert_with(|| e.clone());
+                        err_failure.get_or_insert(e);
                         stderr = None;
                     }
                 }
@@ -607,6 +643,16 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         task.await;
     }
     let open_streams = usize::from(stdout.is_some()) + usize::from(stderr.is_some());
+    let end_of = |open: bool, failure: Option<String>| match failure {
+        Some(reason) => DrainEnd::Failed(reason),
+        None if open => DrainEnd::Open,
+        None => DrainEnd::Eof,
+    };
+    let drained = Drained {
+        first: (out_stream, end_of(stdout.is_some(), out_failure)),
+        stderr: has_stderr.then(|| end_of(stderr.is_some(), err_failure)),
+        final_drain,
+    };
     drop((stdout, stderr));
     // The loop ends only once the leader was reaped.
     let status = status.unwrap_or_else(|| Err(std::io::Error::other("the leader was not reaped")));
@@ -657,6 +703,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
             lingering,
             released,
             unverified,
+            drained: Some(drained),
         },
     )
     .await;
@@ -691,7 +738,7 @@ async fn readable(stream: &Option<OutputEnd>) -> Result<(), String> {
 }
 
 /// What one read of a ready pipe did.
-enum Drained {
+enum Read {
     Eof,
     /// Bytes read, and the spool's failure to keep them, if it failed.
     Bytes(usize, Option<String>),
@@ -707,9 +754,9 @@ fn drain_ready(
     stream: &Option<OutputEnd>,
     which: Stream,
     tap: &mut Tapping,
-) -> Result<Drained, String> {
+) -> Result<Read, String> {
     let Some(pipe) = stream else {
-        return Ok(Drained::Nothing);
+        return Ok(Read::Nothing);
     };
     SCRATCH.with(|scratch| {
         let mut buf = scratch.borrow_mut();
@@ -717,7 +764,7 @@ fn drain_ready(
             buf.resize(crate::limits::READ_BYTES, 0);
         }
         match pipe.try_read(&mut buf[..crate::limits::READ_BYTES]) {
-            Ok(0) => Ok(Drained::Eof),
+            Ok(0) => Ok(Read::Eof),
             Ok(n) => {
                 proc.clocks.touch();
                 // A spool failure is recorded, and reading goes on: the workload must never
@@ -727,9 +774,9 @@ fn drain_ready(
                     .map_err(|e| e.to_string());
                 // The live copy goes on whatever became of the durable one.
                 tap.send(which, &buf[..n]);
-                Ok(Drained::Bytes(n, kept.err()))
+                Ok(Read::Bytes(n, kept.err()))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Drained::Nothing),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Read::Nothing),
             Err(e) => Err(format!("reading {}: {e}", stream_name(which))),
         }
     })
@@ -901,6 +948,8 @@ pub(crate) struct Outcome {
     /// No proof, no lingering watch, and a mechanism that can prove an exit (a guardian that
     /// died): the tree stays `unverified`, holding its capacity.
     pub unverified: bool,
+    /// How the drain left each stream (`None`: nothing was drained).
+    pub drained: Option<Drained>,
 }
 
 /// The one-shot gate every terminal path goes through.
@@ -922,6 +971,7 @@ pub(crate) async fn terminalize(
         lingering,
         released,
         unverified,
+        drained,
     } = outcome;
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
@@ -1022,6 +1072,7 @@ pub(crate) async fn terminalize(
         bounds,
         capture,
         persist_error,
+        drained,
     };
     debug!(handle = %proc.handle, %state, "terminal");
     // 5. The actor releases capacity and queues the publication (a slow host holds nothing of
