@@ -874,3 +874,85 @@ fn pause_resume_and_idle_deadlines_through_the_client_commands() {
     let (code, _, err) = client(root, &["stop", &waiting]);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `capture` through the daemon's socket: the whole output and its receipt in one response;
+/// a stream past `max_bytes` is an incomplete prefix whose rest `output` reads from the
+/// receipt's cursor.
+#[test]
+fn capture_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let daemon = Daemon::start(root);
+    let mut conn = Conn::open(&daemon.socket).unwrap();
+    let start =
+        json!({"command": ["sh", "-c", "echo out; echo err >&2; exit 2"], "inherit_env": true});
+    let done = conn.call(json!({"v": 1, "id": 1, "op": "capture", "args": {"start": start}}));
+    let receipt = ok(&done);
+    assert_eq!(receipt["complete"], json!(true), "{receipt}");
+    assert_eq!(receipt["exit_code"], json!(2));
+    let streams = receipt["streams"].as_array().unwrap();
+    assert_eq!(streams[0]["stream"], json!("stdout"));
+    assert_eq!(streams[0]["prefix"], json!("out\n"));
+    assert_eq!(streams[1]["prefix"], json!("err\n"));
+    assert!(
+        streams.iter().all(|s| s["end"] == json!("eof")),
+        "{receipt}"
+    );
+    let big = json!({"command": ["sh", "-c", "printf 0123456789"], "inherit_env": true});
+    let cut = conn.call(json!({"v": 1, "op": "capture", "args": {"start": big, "max_bytes": 3, "rendering": "base64"}}));
+    let receipt = ok(&cut);
+    assert_eq!(receipt["complete"], json!(false), "{receipt}");
+    let out = &receipt["streams"][0];
+    assert_eq!(out["end"], json!("incomplete"));
+    assert_eq!(
+        out["reasons"],
+        json!([{"why": "limit_exceeded", "limit": 3}])
+    );
+    assert_eq!(
+        (out["prefix"].as_str(), out["spool_bytes"].as_u64()),
+        (Some("MDEy"), Some(10))
+    );
+    let handle = receipt["handle"].as_str().unwrap();
+    let rest = conn.call(
+        json!({"v": 1, "op": "output", "args": {"handle": handle, "cursor": out["resume_cursor"]}}),
+    );
+    assert_eq!(ok(&rest)["data"], json!("3456789"));
+    // The daemon passes no environment it was not asked to, capture included.
+    let bare =
+        conn.call(json!({"v": 1, "op": "capture", "args": {"start": {"command": ["true"]}}}));
+    assert_eq!(error_code(&bare), "bad_args");
+    let refused = conn.call(json!({"v": 1, "op": "capture", "args": {"start": {"command": ["true"], "inherit_env": true}, "max_bytes": 0}}));
+    assert_eq!(error_code(&refused), "bad_args");
+}
+
+/// `procjournal capture -- CMD`: the receipt as one JSON line, the command's exit status.
+#[test]
+fn capture_command_prints_the_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (code, out, err) = client(root, &["capture", "--", "sh", "-c", "echo hello; exit 5"]);
+    assert_eq!(code, 5, "{err}");
+    let receipt: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(receipt["complete"], json!(true), "{receipt}");
+    assert_eq!(receipt["streams"][0]["prefix"], json!("hello\n"));
+    let (code, out, err) = client(
+        root,
+        &[
+            "capture",
+            "--timeout",
+            "300ms",
+            "--",
+            "sh",
+            "-c",
+            "echo up; exec sleep 600",
+        ],
+    );
+    assert_eq!(code, 128 + 15, "{err}");
+    let receipt: Value = serde_json::from_str(out.trim()).unwrap();
+    assert_eq!(receipt["complete"], json!(false));
+    assert_eq!(receipt["state"], json!("timed_out"));
+    assert_eq!(
+        receipt["fault"],
+        json!({"fault": "deadline", "deadline": "wall", "limit_ms": 300})
+    );
+}

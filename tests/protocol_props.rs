@@ -180,6 +180,16 @@ fn request() -> impl Strategy<Value = Request> {
             rows,
             cols
         }),
+        (
+            start_args(),
+            1u64..=1 << 20,
+            prop_oneof![Just(Rendering::SafeText), Just(Rendering::Base64)]
+        )
+            .prop_map(|(start, max_bytes, rendering)| Request::Capture {
+                start,
+                max_bytes,
+                rendering
+            }),
     ]
 }
 
@@ -231,7 +241,7 @@ proptest! {
 
     #[test]
     fn wrong_typed_fields_are_bad_args(op in proptest::sample::select(vec![
-        "start", "output", "input", "stop", "wait", "interrupt", "manifest"
+        "start", "output", "input", "stop", "wait", "interrupt", "manifest", "capture"
     ]), value in prop_oneof![
         Just(json!(null)), Just(json!(-1)), Just(json!(1.5)), Just(json!("x")),
         Just(json!([1])), Just(json!({"a": 1})), Just(json!(true))
@@ -276,6 +286,30 @@ proptest! {
                 prop_assert!(!within, "refused {}: {}", bytes, e);
                 prop_assert_eq!(ErrorCode::from(&e), ErrorCode::BadArgs);
                 prop_assert!(e.to_string().contains("retention_bytes"), "{}", e);
+            }
+        }
+    }
+
+    /// `capture` takes `start` as `start` does (its checks included) and `max_bytes` within
+    /// `output`'s bounds.
+    #[test]
+    fn capture_is_validated_as_start_and_output_are(
+        max_bytes in prop_oneof![Just(0u64), 1u64..=1 << 20, (1u64 << 20) + 1..=u64::MAX],
+        command_ok in any::<bool>(),
+    ) {
+        let command = if command_ok { json!(["true"]) } else { json!([]) };
+        let args = json!({"start": {"command": command}, "max_bytes": max_bytes});
+        let within = (1..=1 << 20).contains(&max_bytes) && command_ok;
+        match request_from_args("capture", args) {
+            Ok(Request::Capture { max_bytes: got, rendering, .. }) => {
+                prop_assert!(within, "accepted {}", max_bytes);
+                prop_assert_eq!(got, max_bytes);
+                prop_assert_eq!(rendering, Rendering::SafeText);
+            }
+            Ok(other) => prop_assert!(false, "not a capture: {:?}", other),
+            Err(e) => {
+                prop_assert!(!within, "refused {}: {}", max_bytes, e);
+                prop_assert_eq!(ErrorCode::from(&e), ErrorCode::BadArgs);
             }
         }
     }

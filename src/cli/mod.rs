@@ -4,6 +4,7 @@
 //! Recovery tooling (`journal ...`) is offline and read-only: it takes no lock and never writes, so
 //! it may run against a root that a live writer holds.
 
+mod capture_cmd;
 mod clean_cmd;
 mod daemon_cmd;
 mod journal_cmd;
@@ -34,6 +35,9 @@ enum Command {
     /// Supervise one command in the foreground: stream its output, forward Ctrl-C, exit with its
     /// status, and keep everything in the journal and spool.
     Run(run_cmd::RunArgs),
+    /// Run one command to completion and print its capture receipt (JSON): each stream's
+    /// output up to --max-bytes and how it ended, the status, and what cut the run short.
+    Capture(capture_cmd::CaptureCmdArgs),
     /// Run the daemon: a supervisor answering the client commands on a Unix socket.
     Serve(daemon_cmd::ServeArgs),
     /// Start a command under the daemon; prints its handle.
@@ -135,6 +139,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_cmd::run(args),
+        Command::Capture(args) => capture_cmd::run(args),
         Command::Serve(args) => daemon_cmd::serve(args),
         Command::Start(args) => daemon_cmd::start(args),
         Command::Restart(args) => daemon_cmd::restart(args),

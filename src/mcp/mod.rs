@@ -29,8 +29,9 @@ use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
 use crate::protocol::{
-    self, ApiError, AwaitInputArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs, ListArgs,
-    OutputArgs, ProtocolErrorKind, ResizeArgs, RestartArgs, StartArgs, StopArgs, WaitArgs,
+    self, ApiError, AwaitInputArgs, CaptureArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs,
+    ListArgs, OutputArgs, ProtocolErrorKind, ResizeArgs, RestartArgs, StartArgs, StopArgs,
+    WaitArgs,
 };
 
 /// What the server tells the agent at `initialize`, before any tool is called.
@@ -59,7 +60,7 @@ struct ToolSpec {
     idempotent: bool,
 }
 
-const TOOLS: [ToolSpec; 11] = [
+const TOOLS: [ToolSpec; 12] = [
     ToolSpec {
         name: "start",
         op: "start",
@@ -235,6 +236,26 @@ its stdin with `input` clears the mark and restarts the idle clock. Returns `wai
         read_only: false,
         destructive: false,
         idempotent: true,
+    },
+    ToolSpec {
+        name: "capture",
+        op: "capture",
+        title: "Run to completion and capture",
+        description: "Run a command to completion and return its whole output in one call: for \
+checks and probes whose output you will parse (a test run, a linter, `git status`). `start` \
+takes the same fields as the start tool (set its `timeout_ms` to bound the run; without it the \
+call lasts as long as the command). Returns `complete` (true only when every stream reached end \
+of file with all its bytes returned and nothing cut the run short: parse the output only then), \
+`state`, `exit_code` or `signal`, `fault` (what cut the run short: a deadline, a stop, or a \
+capture failure), and `streams` (stdout and stderr, or one `terminal` stream with `pty`), each \
+with `end` (\"eof\", \"incomplete\" with its `reasons`, or \"failed\" with its `failure`), \
+`prefix` (the stream's first `max_bytes` bytes, as `rendering` says), `spool_bytes` and \
+`resume_cursor` (read the rest with the output tool from there). The process stays in `list` \
+under its `handle`.",
+        schema: schema_for_input::<CaptureArgs>,
+        read_only: false,
+        destructive: false,
+        idempotent: false,
     },
 ];
 

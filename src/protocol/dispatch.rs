@@ -21,8 +21,8 @@ use super::{ApiError, ErrorCode, Request, RestartArgs, StartArgs};
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::supervisor::{
-    Command, ListFilter, OutputPage, RestartError, StartError, Supervisor, SupervisorError, Tap,
-    TerminalSummary,
+    CaptureError, CaptureLimits, CaptureReceipt, Command, ListFilter, OutputPage, RestartError,
+    StartError, Supervisor, SupervisorError, Tap, TerminalSummary,
 };
 
 /// One process as `start` and `list` describe it.
@@ -353,6 +353,11 @@ impl Dispatcher {
             Request::Resume { reason } => {
                 json(&sup.resume(&self.owner, &reason).await.map_err(api)?)
             }
+            Request::Capture {
+                start,
+                max_bytes,
+                rendering,
+            } => json(&self.capture(start, max_bytes, rendering).await?),
             Request::AwaitInput { handle, waiting } => json(
                 &sup.await_input(&handle, waiting, &self.owner)
                     .await
@@ -435,6 +440,36 @@ impl Dispatcher {
     }
 
     async fn start_with(&self, args: StartArgs, tap: Option<Tap>) -> Result<ProcessInfo, ApiError> {
+        let command = self.command_of(args)?;
+        self.launch(command, tap).await
+    }
+
+    /// `capture`, typed: the command built as `start` builds it, run to completion, and its
+    /// receipt with each stream's first `max_bytes` bytes (all of them when complete).
+    pub async fn capture(
+        &self,
+        args: StartArgs,
+        max_bytes: u64,
+        rendering: crate::supervisor::Rendering,
+    ) -> Result<CaptureReceipt, ApiError> {
+        let sup = &self.supervisor;
+        let stream_bytes = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        let prepared = sup
+            .prepare(self.command_of(args)?)
+            .map_err(|e| ApiError::new(ErrorCode::BadArgs, e.to_string()))?;
+        let result = sup
+            .capture(prepared, CaptureLimits { stream_bytes })
+            .await
+            .map_err(|e| match e {
+                CaptureError::Start(e) => start_error(e),
+                CaptureError::Wait { error, .. } => api(error),
+                e => ApiError::new(ErrorCode::BadArgs, e.to_string()),
+            })?;
+        Ok(result.receipt(stream_bytes, rendering))
+    }
+
+    /// A `StartArgs` as a command: the one place its fields become a [`Command`].
+    fn command_of(&self, args: StartArgs) -> Result<Command, ApiError> {
         let mut parts = args.command.into_iter();
         let program = parts.next().unwrap_or_default();
         let cwd = args
@@ -473,7 +508,7 @@ impl Dispatcher {
         if let Some(pty) = args.pty {
             command = command.pty(pty.rows, pty.cols);
         }
-        self.launch(command, tap).await
+        Ok(command)
     }
 
     /// The environment a command starts from: the client's, or the server's own when asked
@@ -534,39 +569,7 @@ impl Dispatcher {
                 .manifest(&handle)
                 .map(|m| ProcessInfo::from(&m))
                 .ok_or_else(|| unknown(&handle)),
-            Err(StartError::Refused {
-                reason: reason @ crate::supervisor::Refusal::NameTaken { holder, .. },
-                ..
-            }) => Err(ApiError {
-                code: ErrorCode::NameTaken,
-                message: format!("start refused: {}", refusal(&reason)),
-                handle: Some(holder.to_string()),
-            }),
-            Err(StartError::Refused { reason, .. }) => Err(ApiError::new(
-                ErrorCode::Refused,
-                format!("start refused: {}", refusal(&reason)),
-            )),
-            Err(e @ (StartError::Capacity { .. } | StartError::CapacityTimeout { .. })) => {
-                Err(ApiError::new(
-                    ErrorCode::Capacity,
-                    format!(
-                        "start refused: {e}; see `admission`, or wait with queue_ms (start --queue)"
-                    ),
-                ))
-            }
-            Err(StartError::WorkingDirectory { path, .. }) => Err(ApiError::new(
-                ErrorCode::BadArgs,
-                format!(
-                    "working directory {} does not exist or is not a directory; nothing was started",
-                    truncate_path(&path)
-                ),
-            )),
-            Err(StartError::Spawn { handle, message }) => Err(ApiError {
-                code: ErrorCode::SpawnFailed,
-                message: format!("{message} (recorded as {handle}, failed)"),
-                handle: Some(handle.to_string()),
-            }),
-            Err(e) => Err(ApiError::new(ErrorCode::Internal, e.to_string())),
+            Err(e) => Err(start_error(e)),
         }
     }
 
@@ -632,6 +635,41 @@ impl Dispatcher {
         page.spans.clear();
         page.artifact = crate::render::ArtifactDescriptor::new(&handle, total_bytes, total_bytes);
         Ok(page)
+    }
+}
+
+/// The client-facing form of a start that did not start (`start`, `restart`, `capture`).
+fn start_error(error: StartError) -> ApiError {
+    match error {
+        StartError::Refused {
+            reason: reason @ crate::supervisor::Refusal::NameTaken { holder, .. },
+            ..
+        } => ApiError {
+            code: ErrorCode::NameTaken,
+            message: format!("start refused: {}", refusal(&reason)),
+            handle: Some(holder.to_string()),
+        },
+        StartError::Refused { reason, .. } => ApiError::new(
+            ErrorCode::Refused,
+            format!("start refused: {}", refusal(&reason)),
+        ),
+        e @ (StartError::Capacity { .. } | StartError::CapacityTimeout { .. }) => ApiError::new(
+            ErrorCode::Capacity,
+            format!("start refused: {e}; see `admission`, or wait with queue_ms (start --queue)"),
+        ),
+        StartError::WorkingDirectory { path, .. } => ApiError::new(
+            ErrorCode::BadArgs,
+            format!(
+                "working directory {} does not exist or is not a directory; nothing was started",
+                truncate_path(&path)
+            ),
+        ),
+        StartError::Spawn { handle, message } => ApiError {
+            code: ErrorCode::SpawnFailed,
+            message: format!("{message} (recorded as {handle}, failed)"),
+            handle: Some(handle.to_string()),
+        },
+        e => ApiError::new(ErrorCode::Internal, e.to_string()),
     }
 }
 

@@ -207,6 +207,26 @@ pub struct ResizeArgs {
     pub cols: u16,
 }
 
+/// `capture`: run a command to completion and return its output, each stream (stdout and
+/// stderr, or a terminal's one stream) up to `max_bytes`, with a receipt of how each ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CaptureArgs {
+    /// The command, exactly as `start` takes it (its `timeout_ms` and `idle_timeout_ms` bound
+    /// the run; without them the call lasts as long as the command does).
+    pub start: StartArgs,
+    /// The most bytes of each stream returned (1 to 1048576; default 65536). A stream that
+    /// writes more is returned `incomplete` with this many bytes; the rest stays in the
+    /// process's output (read it with `output` from the stream's `resume_cursor`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_048_576))]
+    pub max_bytes: Option<u64>,
+    /// "safe_text" (default): UTF-8 with terminal control sequences removed; "base64": exactly
+    /// the raw bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rendering: Option<Rendering>,
+}
+
 impl std::fmt::Debug for StartArgs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let names = |m: &BTreeMap<String, String>| m.keys().cloned().collect::<Vec<_>>();
@@ -423,6 +443,12 @@ pub enum Request {
         rows: u16,
         cols: u16,
     },
+    /// Run a command to completion and return each stream (up to `max_bytes`) and a receipt.
+    Capture {
+        start: StartArgs,
+        max_bytes: u64,
+        rendering: Rendering,
+    },
 }
 
 /// A request with the client's ID, echoed in the response.
@@ -433,7 +459,7 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 18] = [
+pub const OPS: [&str; 19] = [
     "hello",
     "start",
     "restart",
@@ -452,6 +478,7 @@ pub const OPS: [&str; 18] = [
     "resume",
     "await_input",
     "resize",
+    "capture",
 ];
 
 /// Why a request was refused before anything ran.
@@ -726,6 +753,15 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
             validate_restart(&args).map_err(bad)?;
             Request::Restart(args)
         }
+        "capture" => {
+            let args: CaptureArgs = parse(args).map_err(bad)?;
+            validate_start(&args.start).map_err(|e| bad(format!("start: {e}")))?;
+            Request::Capture {
+                start: args.start,
+                max_bytes: max_bytes(args.max_bytes).map_err(bad)?,
+                rendering: args.rendering.unwrap_or(Rendering::SafeText),
+            }
+        }
         "list" => {
             let args: ListArgs = parse(args).map_err(bad)?;
             let label = match args.label {
@@ -751,12 +787,7 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
         }
         "output" => {
             let args: OutputArgs = parse(args).map_err(bad)?;
-            let max_bytes = args.max_bytes.unwrap_or(OUTPUT_BYTES_DEFAULT);
-            if !(1..=OUTPUT_BYTES_MAX).contains(&max_bytes) {
-                return Err(bad(format!(
-                    "max_bytes {max_bytes} is out of range (1 to {OUTPUT_BYTES_MAX})"
-                )));
-            }
+            let max_bytes = max_bytes(args.max_bytes).map_err(bad)?;
             let wait_ms = args.wait_ms.unwrap_or(0);
             if wait_ms > OUTPUT_WAIT_MS_MAX {
                 return Err(bad(format!(
@@ -862,6 +893,18 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Empty {}
+
+/// `max_bytes` of `output` and `capture`: 1 to [`OUTPUT_BYTES_MAX`], [`OUTPUT_BYTES_DEFAULT`]
+/// when left out.
+fn max_bytes(bytes: Option<u64>) -> Result<u64, String> {
+    let bytes = bytes.unwrap_or(OUTPUT_BYTES_DEFAULT);
+    if !(1..=OUTPUT_BYTES_MAX).contains(&bytes) {
+        return Err(format!(
+            "max_bytes {bytes} is out of range (1 to {OUTPUT_BYTES_MAX})"
+        ));
+    }
+    Ok(bytes)
+}
 
 fn grace(ms: Option<u64>) -> Result<u64, String> {
     let ms = ms.unwrap_or(GRACE_MS_DEFAULT);
@@ -1114,6 +1157,18 @@ impl Request {
                     reason: (!reason.is_empty()).then(|| reason.clone()),
                 })),
             ),
+            Request::Capture {
+                start,
+                max_bytes,
+                rendering,
+            } => (
+                "capture",
+                to(serde_json::to_value(CaptureArgs {
+                    start: start.clone(),
+                    max_bytes: Some(*max_bytes),
+                    rendering: Some(*rendering),
+                })),
+            ),
             Request::AwaitInput { handle, waiting } => (
                 "await_input",
                 to(serde_json::to_value(AwaitInputArgs {
@@ -1146,6 +1201,8 @@ impl Request {
             Request::Wait { timeout_ms, .. } => timeout_ms.map(Duration::from_millis),
             Request::Start(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
             Request::Restart(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
+            // As long as the command runs: its own deadlines, if any, bound it.
+            Request::Capture { .. } => None,
             Request::Stop { grace_ms, .. } | Request::Shutdown { grace_ms } => {
                 Some(Duration::from_millis(*grace_ms))
             }

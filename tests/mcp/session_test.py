@@ -37,7 +37,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.shared.exceptions import MCPError
 
-TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input", "resize", "restart"}
+TOOLS = {"start", "output", "input", "stop", "interrupt", "wait", "list", "admission", "await_input", "resize", "restart", "capture"}
 HANDLE = re.compile(r"^p-[0-9a-f]{32}$")
 # Every request gets an answer within this; `wait` and `output` calls pass smaller timeouts.
 CALL_TIMEOUT_S = 30.0
@@ -150,7 +150,7 @@ async def first_server(args, root, work, state):
             check(len(tool.description or "") > 100, f"tools/list: {tool.name} has a description for an agent")
             check(tool.input_schema.get("type") == "object", f"tools/list: {tool.name} takes an object")
             check(tool.input_schema.get("additionalProperties") is False, f"tools/list: {tool.name} refuses unknown fields")
-            if tool.name not in ("start", "list", "admission"):
+            if tool.name not in ("start", "list", "admission", "capture"):
                 check("handle" in tool.input_schema.get("required", []), f"tools/list: {tool.name} requires a handle")
         output_props = by_name["output"].input_schema["properties"]
         for prop in ("handle", "cursor", "max_bytes", "rendering", "wait_ms"):
@@ -313,6 +313,7 @@ async def third_server(args, root, work, state):
         await server.refused("wait", {"handle": state["live"], "timeout_ms": "soon"}, "bad_args", "timeout as a string")
         await restart_session(server, started["handle"])
         await terminal_session(server, started["handle"])
+        await capture_session(server)
 
 
 async def restart_session(server, finished):
@@ -363,6 +364,23 @@ async def terminal_session(server, piped_handle):
     await server.call("input", {"handle": handle, "text": "exit()\n"})
     ended = await server.call("wait", {"handle": handle, "timeout_ms": 10000})
     check((ended["state"], ended["exit_code"]) == ("exited", 0), "the REPL exits when told", ended)
+
+
+async def capture_session(server):
+    """Run to completion (issue 17): the whole output with a receipt, and the receipt of a
+    stream past `max_bytes`."""
+    script = "printf 'out\\n'; printf 'err\\n' >&2; exit 4"
+    done = await server.call("capture", {"start": {"command": ["sh", "-c", script]}})
+    check(done["complete"] is True and (done["state"], done["exit_code"]) == ("exited", 4), "capture: a finished run is complete with its exit code", done)
+    streams = {s["stream"]: s for s in done["streams"]}
+    check((streams["stdout"]["prefix"], streams["stderr"]["prefix"]) == ("out\n", "err\n"), "capture: each stream whole", streams)
+    check(all(s["end"] == "eof" for s in done["streams"]), "capture: both streams reached end of file", streams)
+    big = await server.call("capture", {"start": {"command": ["sh", "-c", "printf 0123456789"]}, "max_bytes": 4})
+    out = {s["stream"]: s for s in big["streams"]}["stdout"]
+    check(big["complete"] is False and out["prefix"] == "0123", "capture: a stream past max_bytes is an incomplete prefix", big)
+    check(out["end"] == "incomplete" and out["reasons"] == [{"why": "limit_exceeded", "limit": 4}] and out["resume_cursor"] == 4, "capture: its receipt says why and where the rest is", out)
+    rest = await server.call("output", {"handle": big["handle"], "cursor": out["resume_cursor"]})
+    check(rest["data"] == "456789", "capture: the rest is read from the resume cursor", rest)
 
 
 async def main(args):

@@ -1,0 +1,148 @@
+//! `procjournal capture -- CMD`: run one command to completion in the foreground and print its
+//! capture receipt as one line of JSON (the protocol's `capture` result: each stream's end,
+//! counts, cursors and rendered prefix, the status and the fault).
+//!
+//! It goes through the same request validation and [`Dispatcher`] as every surface (the
+//! protocol's `capture`), on a supervisor it opens on the root, as `run` does; the command runs
+//! in this process's environment. Nothing of the command's output reaches this process's
+//! stdout except inside the receipt.
+//!
+//! The exit status mirrors the command's (a signal N becomes 128+N; 127 when it could not be
+//! spawned), as `run`'s does; whether the output is whole is the receipt's `complete`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+
+use super::run_cmd::{parse_duration, parse_label};
+use crate::protocol::{CaptureArgs, Dispatcher, ErrorCode, PtyArgs, Request, StartArgs};
+use crate::supervisor::{Rendering, Services, Supervisor, SupervisorConfig};
+
+#[derive(Debug, Args)]
+pub(crate) struct CaptureCmdArgs {
+    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
+    #[arg(long, value_name = "DIR")]
+    root: Option<PathBuf>,
+    /// Wall-clock limit, e.g. 30s, 500ms, 5m (a bare number is seconds): the run is then
+    /// `timed_out` and the receipt's fault names the deadline.
+    #[arg(long, value_parser = parse_duration)]
+    timeout: Option<Duration>,
+    /// Idle limit, e.g. 10m: stopped after this long without output, input or a signal.
+    #[arg(long, value_parser = parse_duration)]
+    idle_timeout: Option<Duration>,
+    /// A label k=v (repeatable).
+    #[arg(long = "label", value_parser = parse_label)]
+    labels: Vec<(String, String)>,
+    /// A name to find the process by later (`procjournal logs NAME`); unique among live
+    /// processes.
+    #[arg(long)]
+    name: Option<String>,
+    /// Bytes of each stream to return, 1 to 1048576 (default 65536); a stream that writes more
+    /// is `incomplete` (the spool keeps the rest: `logs --cursor` from its `resume_cursor`).
+    #[arg(long, value_name = "BYTES")]
+    max_bytes: Option<u64>,
+    /// Each stream's bytes as base64 (exactly the raw bytes) instead of safe text.
+    #[arg(long)]
+    base64: bool,
+    /// Run under a terminal of ROWSxCOLS (e.g. 24x80): one stream, `terminal`.
+    #[arg(long, value_name = "ROWSxCOLS", value_parser = super::daemon_cmd::parse_size)]
+    pty: Option<(u16, u16)>,
+    #[command(flatten)]
+    tree: super::TreeArgs,
+    /// The command and its arguments, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    command: Vec<String>,
+}
+
+pub(crate) fn run(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    runtime.block_on(capture(args))
+}
+
+async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
+    let root = super::root_or_default(args.root)?;
+    let mut config = SupervisorConfig::new(&root);
+    config.launcher = args.tree.launcher(&root, true)?;
+    let (supervisor, report) = Supervisor::open(config, Services::noop())
+        .await
+        .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
+    if !report.reconciled.is_empty() {
+        eprintln!(
+            "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
+            report.reconciled.len()
+        );
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let uid = nix::unistd::geteuid().as_raw();
+    let dispatcher = Dispatcher::new(
+        supervisor.clone(),
+        cwd.clone(),
+        format!("uid {uid} via capture"),
+    )
+    .inheriting_env();
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+    let wire = CaptureArgs {
+        start: StartArgs {
+            command: args.command,
+            cwd: Some(cwd.to_string_lossy().into_owned()),
+            env: Default::default(),
+            env_persist: Default::default(),
+            client_env: None,
+            inherit_env: true,
+            login_shell_overlay: false,
+            labels: args.labels.into_iter().collect(),
+            name: args.name,
+            timeout_ms: args.timeout.map(ms),
+            idle_timeout_ms: args.idle_timeout.map(ms),
+            retention_bytes: None,
+            queue_ms: None,
+            pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
+        },
+        max_bytes: args.max_bytes,
+        rendering: Some(if args.base64 {
+            Rendering::Base64
+        } else {
+            Rendering::SafeText
+        }),
+    };
+    let request = serde_json::to_value(&wire)
+        .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
+        .and_then(|value| {
+            crate::protocol::request_from_args("capture", value).map_err(|e| anyhow::anyhow!("{e}"))
+        })?;
+    let Request::Capture {
+        start,
+        max_bytes,
+        rendering,
+    } = request
+    else {
+        anyhow::bail!("the capture request did not decode as a capture");
+    };
+    let receipt = dispatcher.capture(start, max_bytes, rendering).await;
+    // Joins the publication of the terminal event and the completion notice.
+    supervisor
+        .shutdown(Duration::from_millis(crate::limits::GRACE_MS_DEFAULT))
+        .await;
+    let receipt = match receipt {
+        Ok(receipt) => receipt,
+        Err(e) if e.code == ErrorCode::SpawnFailed => {
+            eprintln!("procjournal: {}", e.message);
+            return Ok(ExitCode::from(127));
+        }
+        Err(e) => anyhow::bail!("{}", e.message),
+    };
+    let line = serde_json::to_string(&receipt).context("cannot encode the receipt")?;
+    println!("{line}");
+    Ok(match (receipt.exit_code, receipt.signal) {
+        (Some(code), _) => ExitCode::from((code & 0xff) as u8),
+        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
+        (None, None) => ExitCode::from(1),
+    })
+}
