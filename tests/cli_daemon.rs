@@ -875,6 +875,82 @@ fn pause_resume_and_idle_deadlines_through_the_client_commands() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// A terminal through the daemon (issue 17): `start --pty ROWSxCOLS` gives the command a
+/// terminal of that size, `resize HANDLE ROWSxCOLS` changes it while it runs (the command sees
+/// the new size), `send` types into it, and the journal records both sizes.
+#[test]
+fn start_pty_and_resize_through_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = Daemon::start(root);
+    let (code, out, err) = client(
+        root,
+        &[
+            "start",
+            "--pty",
+            "24x80",
+            "--",
+            "sh",
+            "-c",
+            "echo size:$(stty size); read line; echo size:$(stty size); echo got:$line",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let handle = out.trim().to_owned();
+    poll_until("the launch size", || {
+        client(root, &["logs", &handle]).1.contains("size:24 80")
+    });
+    let (code, _, err) = client(root, &["resize", &handle, "30x100"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = client(root, &["send", &handle, "--text", "typed\n"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = client(root, &["wait", &handle]);
+    assert_eq!(code, 0, "{err}");
+    let (_, text, _) = client(root, &["logs", &handle]);
+    assert!(
+        text.contains("size:30 100") && text.contains("got:typed"),
+        "{text}"
+    );
+    let (_, pages, _) = client(root, &["logs", "--json", &handle]);
+    let page: Value = serde_json::from_str(pages.lines().next().unwrap()).unwrap();
+    let spans = page["spans"].as_array().unwrap();
+    assert!(
+        !spans.is_empty() && spans.iter().all(|s| s["stream"] == json!("terminal")),
+        "{page}"
+    );
+    // Resizing needs a terminal, and a process that runs.
+    let (code, _, err) = client(root, &["resize", &handle, "10x10"]);
+    assert_ne!(code, 0, "{err}");
+    let (code, _, err) = client(root, &["resize", &handle, "0x10"]);
+    assert_ne!(code, 0);
+    assert!(err.contains("ROWSxCOLS"), "{err}");
+    let (code, out, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err} {out}");
+    assert!(daemon.wait_exit().success());
+    let dump = bin()
+        .args(["journal", "dump", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    let sizes: Vec<(u64, u64)> = String::from_utf8(dump.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        // TerminalResized (kind 0x0113): the handle, then rows and cols as u16 LE
+        // (journal-format.md).
+        .filter(|r| r["kind"] == json!(0x0113))
+        .map(|r| {
+            let hex = r["payload_hex"].as_str().unwrap();
+            let u16_at = |at: usize| {
+                u64::from_str_radix(&format!("{}{}", &hex[at + 2..at + 4], &hex[at..at + 2]), 16)
+                    .unwrap()
+            };
+            (u16_at(32), u16_at(36))
+        })
+        .collect();
+    assert_eq!(sizes, vec![(24, 80), (30, 100)]);
+}
+
 /// `capture` through the daemon's socket: the whole output and its receipt in one response;
 /// a stream past `max_bytes` is an incomplete prefix whose rest `output` reads from the
 /// receipt's cursor.

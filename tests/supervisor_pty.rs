@@ -12,8 +12,8 @@ use procjournal::lifecycle::LifecycleEvent;
 use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::CaptureStatus;
 use procjournal::spool::format::Stream;
-use procjournal::supervisor::SupervisorError;
 use procjournal::supervisor::{Command, Supervisor};
+use procjournal::supervisor::{Rendering, SupervisorError};
 use procjournal::tree::{GroupLauncher, GuardianLauncher, GuardianProgram, Launcher};
 use supervisor_common::{config, guarded, journal_records, open, start, temp_root};
 
@@ -130,6 +130,67 @@ async fn output_written_just_before_the_exit_is_all_captured() {
         let out = terminal_output(&sup, &h).await;
         assert_eq!(out.len(), BYTES, "{name}");
         assert!(out.iter().all(|&b| b == b'x'), "{name}");
+        sup.shutdown(Duration::from_secs(2)).await;
+    }
+}
+
+/// A full-screen program (the alternate screen, a clear, cursor addressing, then back) is kept
+/// raw, byte for byte as it wrote it, and its safe-text rendering has none of the sequences:
+/// only the text it placed on the screen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_screen_program_is_kept_raw_and_rendered_safely() {
+    // terminfo's sequences for xterm when `tput` is there, else the same kind by hand.
+    let script = if std::process::Command::new("tput")
+        .arg("-V")
+        .output()
+        .is_ok()
+    {
+        "tput smcup; tput clear; tput cup 5 10; printf 'full screen'; tput cup 6 10; \
+         printf 'second'; tput rmcup"
+    } else {
+        "printf '\\033[?1049h\\033[H\\033[2J\\033[6;11Hfull screen\\033[7;11Hsecond\\033[?1049l'"
+    };
+    // What the program writes, through a pipe: the terminal must not change a byte of it (it
+    // has no newline for the terminal's output processing to turn into \r\n).
+    let expected = std::process::Command::new("sh")
+        .args(["-c", script])
+        .env("TERM", "xterm")
+        .output()
+        .expect("run the script")
+        .stdout;
+    assert!(
+        expected.contains(&0x1b) && !expected.contains(&b'\n'),
+        "{expected:?}"
+    );
+    for (name, launcher) in launchers() {
+        let root = temp_root();
+        let sup = open_with(root.path(), launcher).await;
+        let h = start(
+            &sup,
+            Command::new("sh")
+                .args(["-c", script])
+                .env("TERM", "xterm")
+                .cwd(root.path())
+                .pty(24, 80),
+        )
+        .await;
+        let summary = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+        assert_eq!(summary.capture, CaptureStatus::Complete, "{name}");
+        assert_eq!(terminal_output(&sup, &h).await, expected, "{name}: raw");
+        let page = sup
+            .output(&h, 0, 64 * 1024, Rendering::SafeText)
+            .await
+            .expect("safe text");
+        assert_eq!(page.data, "full screensecond", "{name}: {page:?}");
+        assert!(page.normalized && !page.data.contains('\u{1b}'), "{name}");
+        let raw = sup
+            .output(&h, 0, 64 * 1024, Rendering::Base64)
+            .await
+            .expect("base64");
+        assert!(
+            !raw.normalized && raw.next_cursor == expected.len() as u64,
+            "{name}"
+        );
         sup.shutdown(Duration::from_secs(2)).await;
     }
 }
