@@ -380,6 +380,13 @@ pub const REFUSALS_AT_ONCE: usize = 4;
 /// 768 KiB fits). Longer lines are refused and skipped without being buffered.
 pub const REQUEST_BYTES_MAX: usize = 1 << 20;
 
+/// The longest escape sequence safe text removes whole (an OSC title or hyperlink, a DCS
+/// string). A page of safe text never ends inside a sequence, so the first sequence of a page may
+/// have to be read whole: this bounds that read. 1 MiB is the largest page a client may ask for
+/// (`protocol::OUTPUT_BYTES_MAX`), so a bounded sequence costs no more than one page. A longer
+/// one (inline images) is cut here, and what follows the cut reads as text (controls removed).
+pub const SAFE_TEXT_ESCAPE_BYTES_MAX: usize = 1 << 20;
+
 /// Bytes read from a pipe per read call: a quarter of the enlarged pipe, so one wakeup moves a
 /// lot and the spool writes several chunks in one call. One buffer of this size per runtime
 /// thread serves every drain on it (an idle process holds none).

@@ -24,7 +24,7 @@ use crate::protocol::dispatch::ProcessInfo;
 use crate::protocol::{PtyArgs, Request, RestartArgs, StartArgs};
 use crate::server::{Server, default_socket};
 use crate::spool::Spool;
-use crate::supervisor::{Rendering, SupervisorConfig, render_page};
+use crate::supervisor::{Rendering, SupervisorConfig, read_page};
 
 /// Where the daemon is: `--socket`, else `procjournal.sock` in the root.
 #[derive(Debug, Args)]
@@ -792,8 +792,10 @@ impl PageSource {
             })?,
             PageSource::Offline { spool, manifest } => {
                 let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-                let page = match spool.read(cursor, max) {
-                    Ok(read) => render_page(&handle, manifest.state, cursor, &read, max, rendering),
+                let page = match read_page(&handle, manifest.state, cursor, max, rendering, |n| {
+                    spool.read(cursor, n)
+                }) {
+                    Ok(page) => page,
                     Err(crate::spool::SpoolError::CursorAhead { total_bytes, .. }) => {
                         bail!(
                             "cursor {cursor} is beyond the end of the output ({total_bytes} bytes)"

@@ -116,8 +116,18 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
                 carry.drain(..whole);
             }
         } else {
-            let at_end = read.next_cursor == read.total_bytes;
-            out.write_all(render::safe_text(&read.bytes, at_end).text.as_bytes())?;
+            // Cut on a unit boundary (a character, an escape sequence), never inside one: the
+            // next page starts with the unit this one left out (see `render`).
+            let mut rendered =
+                render::safe_text_of_read(&handle, &read, PAGE_BYTES, PAGE_BYTES, true);
+            if rendered.stalled {
+                let size = render::ESCAPE_BYTES_MAX.max(PAGE_BYTES);
+                let whole = spool.read(cursor, size)?;
+                rendered = render::safe_text_of_read(&handle, &whole, size, PAGE_BYTES, true);
+            }
+            out.write_all(rendered.safe.text.as_bytes())?;
+            cursor = rendered.next_cursor;
+            continue;
         }
         cursor = read.next_cursor;
     }

@@ -10,13 +10,25 @@
 //! - `normalized` says whether anything was changed; `binary` flags binary-looking data (a NUL
 //!   byte, or more than 10 % of bytes that are controls or invalid UTF-8).
 //!
-//! Chunk boundaries: reads are *cut on boundaries*. When the rendered bytes end inside a UTF-8
-//! character, an escape sequence or a `\r` that a `\n` may follow, and more output may still come
-//! (`at_end == false`), those bytes are left out and `consumed` stops before them; the caller's
-//! next cursor is `start + consumed`, so the next read begins with the whole sequence and a split
-//! character never turns into U+FFFD. At most [`HOLD_BYTES_MAX`] bytes are ever held back, so a
-//! read larger than that always makes progress; [`safe_text_of_read`] applies that rule to spool
-//! reads (a read cut short by a tiny `max_bytes` is rendered whole instead of held).
+//! Units. Safe text is rendered in *units*: one well-formed UTF-8 character, a `\r\n` pair, one
+//! escape sequence (at most [`ESCAPE_BYTES_MAX`] bytes: a longer one is cut there), or any other
+//! single byte. Whether a unit is complete is decided by at most [`ESCAPE_BYTES_MAX`] bytes from
+//! its start, so any rendering that starts on a unit boundary cuts the rest into the same units
+//! as a rendering of the whole output does.
+//!
+//! Reads are *cut on unit boundaries*, never inside one:
+//! - when the rendered bytes end inside a unit and more output may still come
+//!   (`at_end == false`), those bytes are left out and `consumed` stops before them; the caller's
+//!   next cursor is `start + consumed`, so the next read begins with the whole unit and a split
+//!   character never turns into U+FFFD;
+//! - a page ([`safe_text_page`]) takes only units that end within its `limit` (the client's
+//!   `max_bytes`), except that its first unit is always taken whole, however long: a page
+//!   smaller than one character returns that one character, and its next cursor is after it.
+//!   So every page makes progress, and concatenating the pages read cursor by cursor gives
+//!   exactly the safe text of the whole output (`tests/render_pages.rs`). A page's bytes may
+//!   therefore exceed `max_bytes` by the rest of its first unit (three bytes for a character).
+//!   [`safe_text_of_read`] says when a read was too short to hold that first unit
+//!   ([`RenderedRead::stalled`]); the caller reads again with the next of [`page_read_sizes`].
 //!
 //! Invariants (fuzzed): the text is valid UTF-8 without control characters other than `\n` and
 //! `\t`; `normalized == false` implies the text equals the consumed bytes. No rendering ever
@@ -25,8 +37,13 @@
 
 use serde::Serialize;
 
-/// The longest tail a render holds back for the next read.
-pub const HOLD_BYTES_MAX: usize = 64;
+/// The longest escape sequence removed whole (`limits::SAFE_TEXT_ESCAPE_BYTES_MAX`).
+pub const ESCAPE_BYTES_MAX: usize = crate::limits::SAFE_TEXT_ESCAPE_BYTES_MAX;
+
+/// The second read of a page whose first read was too short for its first unit: enough for a
+/// character, a `\r\n` and every common escape sequence (colours, cursor movement), so only
+/// long sequences (titles, hyperlinks) need the third, [`ESCAPE_BYTES_MAX`].
+pub const SHORT_UNIT_BYTES: usize = 64;
 
 /// Safe text of a byte range.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -89,6 +106,14 @@ fn escape_len(bytes: &[u8]) -> Option<usize> {
             }
         }
     }
+}
+
+/// [`escape_len`] with the [`ESCAPE_BYTES_MAX`] cut: a sequence still open after that many bytes
+/// ends there. Decided by the first [`ESCAPE_BYTES_MAX`] bytes alone, so a prefix of the output
+/// that answers `Some` answers what the whole output would.
+fn escape_unit_len(bytes: &[u8]) -> Option<usize> {
+    let window = &bytes[..bytes.len().min(ESCAPE_BYTES_MAX)];
+    escape_len(window).or((window.len() == ESCAPE_BYTES_MAX).then_some(ESCAPE_BYTES_MAX))
 }
 
 /// The length of the UTF-8 sequence a lead byte announces (0 for a byte that cannot lead).
@@ -168,54 +193,61 @@ fn utf8_char(bytes: &[u8]) -> Option<usize> {
 /// Renders `bytes` as safe text. `at_end` says that no byte will ever follow these (the process
 /// is terminal and the read reached the end), so nothing is held back.
 pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
+    safe_text_page(bytes, bytes.len(), at_end)
+}
+
+/// Renders the units of `bytes` that end within `limit` bytes, and the first unit whole even if
+/// it ends beyond (see the module documentation); the bytes past `limit` serve only to tell
+/// where a unit ends. `consumed` is where the next page starts.
+pub fn safe_text_page(bytes: &[u8], limit: usize, at_end: bool) -> SafeText {
     // Built as bytes, each piece valid UTF-8 by construction (plain ASCII, a whole character
     // that decoded, or U+FFFD), and checked once at the end.
-    let mut out: Vec<u8> = Vec::with_capacity(bytes.len());
+    let mut out: Vec<u8> = Vec::with_capacity(bytes.len().min(limit));
     let mut normalized = false;
     let mut suspicious = 0usize;
     let mut nul = false;
     let mut i = 0;
-    let mut consumed = bytes.len();
-    let may_hold = |from: usize| !at_end && bytes.len() - from <= HOLD_BYTES_MAX;
-    while i < bytes.len() {
-        let run = plain_run(&bytes[i..]);
+    let limit = limit.min(bytes.len());
+    // A unit that starts at `i` and is `len` bytes long fits the page unless another unit
+    // came first and it ends beyond the limit.
+    let fits = |i: usize, len: usize| i == 0 || i + len <= limit;
+    while i < limit {
+        let run = plain_run(&bytes[i..limit]);
         out.extend_from_slice(&bytes[i..i + run]);
         i += run;
-        let Some(&b) = bytes.get(i) else {
+        if i >= limit {
             break;
-        };
+        }
+        let b = bytes[i];
         match b {
             b'\n' | b'\t' => {
                 out.push(b);
                 i += 1;
             }
             b'\r' => {
-                normalized = true;
-                match bytes.get(i + 1) {
-                    Some(b'\n') => {
-                        out.push(b'\n');
-                        i += 2;
-                    }
-                    None if may_hold(i) => {
-                        consumed = i;
-                        break;
-                    }
-                    _ => {
-                        out.push(b'\n');
-                        i += 1;
-                    }
+                let len = match bytes.get(i + 1) {
+                    Some(b'\n') => 2,
+                    None if !at_end => break,
+                    _ => 1,
+                };
+                if !fits(i, len) {
+                    break;
                 }
+                normalized = true;
+                out.push(b'\n');
+                i += len;
             }
             ESC => {
-                normalized = true;
-                match escape_len(&bytes[i..]) {
-                    Some(len) => i += len,
-                    None if may_hold(i) => {
-                        consumed = i;
-                        break;
-                    }
-                    None => i = bytes.len(),
+                let len = match escape_unit_len(&bytes[i..]) {
+                    Some(len) => len,
+                    None if !at_end => break,
+                    None => bytes.len() - i,
+                };
+                if !fits(i, len) {
+                    break;
                 }
+                normalized = true;
+                i += len;
             }
             0x00..=0x1f | 0x7f => {
                 normalized = true;
@@ -225,15 +257,15 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
             }
             _ => {
                 let len = utf8_len(b);
-                if len > 0 && i + len > bytes.len() {
-                    // Possibly a character split by the read: hold it if its prefix is valid.
+                if len > 0 && i + len > bytes.len() && !at_end {
+                    // Possibly a character split by the read: wait for it if its prefix is valid.
                     let prefix_ok = bytes[i + 1..].iter().all(|&c| (0x80..=0xbf).contains(&c));
-                    if prefix_ok && may_hold(i) {
-                        consumed = i;
+                    if prefix_ok {
                         break;
                     }
                 }
                 match utf8_char(&bytes[i..]) {
+                    Some(len) if !fits(i, len) => break,
                     // U+0080-U+009F, the C1 controls: C2 80 to C2 9F.
                     Some(2) if b == 0xc2 && bytes[i + 1] < 0xa0 => {
                         normalized = true;
@@ -254,6 +286,7 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
             }
         }
     }
+    let consumed = i;
     let binary = nul || (consumed > 0 && suspicious * 10 > consumed);
     // Never fails (see above); were it to, the text would still be valid, and marked changed.
     let text = String::from_utf8(out).unwrap_or_else(|e| {
@@ -276,24 +309,46 @@ pub struct RenderedRead {
     /// The read's start plus the bytes the text covers.
     pub next_cursor: u64,
     pub artifact: ArtifactDescriptor,
+    /// The read ended inside its first unit while more output follows it: the page would make
+    /// no progress, so the caller reads again with the next of [`page_read_sizes`].
+    #[serde(skip)]
+    pub stalled: bool,
 }
 
-/// Renders a spool read of at most `max_bytes` as safe text. `process_terminal` says the output
-/// is complete, so a read that reached `total_bytes` holds nothing back.
+/// The read sizes a page of at most `max_bytes` tries in turn, until its first unit is whole
+/// ([`RenderedRead::stalled`] is false): the page, then [`SHORT_UNIT_BYTES`], then
+/// [`ESCAPE_BYTES_MAX`], the longest unit (a read that long always holds a whole first unit, or
+/// stops at a hole or at the end of the output).
+pub fn page_read_sizes(max_bytes: usize) -> [usize; 3] {
+    [
+        max_bytes,
+        max_bytes.max(SHORT_UNIT_BYTES),
+        max_bytes.max(ESCAPE_BYTES_MAX),
+    ]
+}
+
+/// Renders a page of at most `max_bytes` (but for its first unit) from a spool read of
+/// `requested` bytes (one of [`page_read_sizes`]). `process_terminal` says the output is
+/// complete, so a read that reached `total_bytes` holds nothing back. A read that stopped short
+/// of `requested` before the end stopped at a hole (lost or damaged output): no byte continues
+/// its last unit, so that unit is rendered as it is (a split character becomes U+FFFD there, as
+/// it must: its other bytes were lost).
 pub fn safe_text_of_read(
     handle: &crate::lifecycle::Handle,
     read: &crate::spool::SpoolRead,
+    requested: usize,
     max_bytes: usize,
     process_terminal: bool,
 ) -> RenderedRead {
     let start = read.next_cursor - read.bytes.len() as u64;
     let reached_end = read.next_cursor == read.total_bytes;
-    let cut_by_tiny_max = !reached_end && max_bytes <= HOLD_BYTES_MAX;
-    let at_end = (reached_end && process_terminal) || cut_by_tiny_max;
-    let safe = safe_text(&read.bytes, at_end);
+    let stopped_at_hole = !reached_end && read.bytes.len() < requested;
+    let at_end = (reached_end && process_terminal) || stopped_at_hole;
+    let safe = safe_text_page(&read.bytes, max_bytes, at_end);
     let next_cursor = start + safe.consumed as u64;
     RenderedRead {
         artifact: ArtifactDescriptor::new(handle, start, next_cursor),
+        stalled: safe.consumed == 0 && !read.bytes.is_empty() && !reached_end && !at_end,
         safe,
         next_cursor,
     }

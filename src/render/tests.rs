@@ -12,7 +12,7 @@ fn reference(bytes: &[u8], at_end: bool) -> SafeText {
     let mut nul = false;
     let mut i = 0;
     let mut consumed = bytes.len();
-    let may_hold = |from: usize| !at_end && bytes.len() - from <= HOLD_BYTES_MAX;
+    let may_hold = |_from: usize| !at_end;
     while i < bytes.len() {
         let b = bytes[i];
         // Fast path: a run of printable ASCII.
@@ -31,34 +31,36 @@ fn reference(bytes: &[u8], at_end: bool) -> SafeText {
                 text.push(b as char);
                 i += 1;
             }
-            b'\r' => {
-                normalized = true;
-                match bytes.get(i + 1) {
-                    Some(b'\n') => {
-                        text.push('\n');
-                        i += 2;
-                    }
-                    None if may_hold(i) => {
-                        consumed = i;
-                        break;
-                    }
-                    _ => {
-                        text.push('\n');
-                        i += 1;
-                    }
+            b'\r' => match bytes.get(i + 1) {
+                Some(b'\n') => {
+                    normalized = true;
+                    text.push('\n');
+                    i += 2;
                 }
-            }
-            ESC => {
-                normalized = true;
-                match escape_len(&bytes[i..]) {
-                    Some(len) => i += len,
-                    None if may_hold(i) => {
-                        consumed = i;
-                        break;
-                    }
-                    None => i = bytes.len(),
+                None if may_hold(i) => {
+                    consumed = i;
+                    break;
                 }
-            }
+                _ => {
+                    normalized = true;
+                    text.push('\n');
+                    i += 1;
+                }
+            },
+            ESC => match escape_unit_len(&bytes[i..]) {
+                Some(len) => {
+                    normalized = true;
+                    i += len;
+                }
+                None if may_hold(i) => {
+                    consumed = i;
+                    break;
+                }
+                None => {
+                    normalized = true;
+                    i = bytes.len();
+                }
+            },
             0x00..=0x1f | 0x7f => {
                 normalized = true;
                 nul |= b == 0;
@@ -210,7 +212,7 @@ fn renderings_name_no_path() {
         .append(crate::spool::format::Stream::Stdout, b"output\n")
         .unwrap();
     let read = spool.read(0, 100).unwrap();
-    let rendered = safe_text_of_read(&handle, &read, 100, true);
+    let rendered = safe_text_of_read(&handle, &read, 100, 100, true);
     let json = serde_json::to_string(&rendered).unwrap();
     let dir_name = dir.path().to_string_lossy().into_owned();
     assert!(!json.contains(&dir_name), "{json}");

@@ -830,13 +830,26 @@ impl Supervisor {
         rendering: Rendering,
     ) -> Result<OutputPage, SupervisorError> {
         self.state_of(handle)?;
-        let read = self.read_output(handle, cursor, max_bytes).await?;
-        // Read after the bytes, so that a page never pairs a terminal state with a read that
-        // missed the last output.
-        let state = self.state_of(handle)?;
-        Ok(render_page(
-            handle, state, cursor, &read, max_bytes, rendering,
-        ))
+        let sizes = match rendering {
+            Rendering::SafeText => render::page_read_sizes(max_bytes),
+            Rendering::Base64 => [max_bytes; 3],
+        };
+        let mut last = None;
+        for size in sizes {
+            let read = self.read_output(handle, cursor, size).await?;
+            // Read after the bytes, so that a page never pairs a terminal state with a read that
+            // missed the last output.
+            let state = self.state_of(handle)?;
+            let (page, stalled) =
+                render_page(handle, state, cursor, &read, size, max_bytes, rendering);
+            if !stalled {
+                return Ok(page);
+            }
+            last = Some(page);
+        }
+        // The last size always holds a whole first unit; were it not to, the page is still true
+        // (it only makes no progress).
+        last.ok_or_else(|| SupervisorError::Task("a page without a read".to_owned()))
     }
 
     /// Raw output bytes with their spans (for hosts that stream output as is).
@@ -1201,25 +1214,43 @@ impl Supervisor {
     }
 }
 
-/// Renders one spool read as a page: the one rendering shared by live processes, restored ones
-/// and offline readers, so every surface shows the same bytes with the same cursor fields.
+/// Renders one spool read of `requested` bytes as a page of at most `max_bytes`: the one
+/// rendering shared by live processes, restored ones and offline readers, so every surface shows
+/// the same bytes with the same cursor fields. The flag is true when the read was too short to
+/// hold the page's first unit of safe text (a character, a `\r\n`, an escape sequence): the
+/// caller then reads again with the next of [`render::page_read_sizes`] (see
+/// [`read_page`] for the loop of a synchronous reader).
 pub fn render_page(
     handle: &Handle,
     state: State,
     cursor: u64,
     read: &crate::spool::SpoolRead,
+    requested: usize,
     max_bytes: usize,
     rendering: Rendering,
-) -> OutputPage {
+) -> (OutputPage, bool) {
     let start = read.next_cursor - read.bytes.len() as u64;
-    let (data, normalized, binary, next_cursor) = match rendering {
+    let (data, normalized, binary, next_cursor, stalled) = match rendering {
         Rendering::SafeText => {
-            let r = render::safe_text_of_read(handle, read, max_bytes, state.is_terminal());
-            (r.safe.text, r.safe.normalized, r.safe.binary, r.next_cursor)
+            let r =
+                render::safe_text_of_read(handle, read, requested, max_bytes, state.is_terminal());
+            (
+                r.safe.text,
+                r.safe.normalized,
+                r.safe.binary,
+                r.next_cursor,
+                r.stalled,
+            )
         }
         Rendering::Base64 => {
             let binary = render::safe_text(&read.bytes, true).binary;
-            (render::base64(&read.bytes), false, binary, read.next_cursor)
+            (
+                render::base64(&read.bytes),
+                false,
+                binary,
+                read.next_cursor,
+                false,
+            )
         }
     };
     let spans = read
@@ -1231,7 +1262,7 @@ pub fn render_page(
             ..*s
         })
         .collect();
-    OutputPage {
+    let page = OutputPage {
         handle: *handle,
         cursor,
         next_cursor,
@@ -1247,7 +1278,49 @@ pub fn render_page(
         spans,
         artifact: ArtifactDescriptor::new(handle, start, next_cursor),
         state,
+    };
+    (page, stalled)
+}
+
+/// Reads and renders one page with a synchronous reader (`read(size)` reads up to `size` bytes
+/// from `cursor`), reading again while the page's first unit of safe text did not fit (see
+/// [`render_page`]); for offline readers of a spool.
+pub fn read_page<E>(
+    handle: &Handle,
+    state: State,
+    cursor: u64,
+    max_bytes: usize,
+    rendering: Rendering,
+    mut read: impl FnMut(usize) -> Result<crate::spool::SpoolRead, E>,
+) -> Result<OutputPage, E> {
+    let [first, rest @ ..] = match rendering {
+        Rendering::SafeText => render::page_read_sizes(max_bytes),
+        Rendering::Base64 => [max_bytes; 3],
+    };
+    let (mut page, mut stalled) = render_page(
+        handle,
+        state,
+        cursor,
+        &read(first)?,
+        first,
+        max_bytes,
+        rendering,
+    );
+    for size in rest {
+        if !stalled {
+            break;
+        }
+        (page, stalled) = render_page(
+            handle,
+            state,
+            cursor,
+            &read(size)?,
+            size,
+            max_bytes,
+            rendering,
+        );
     }
+    Ok(page)
 }
 
 #[cfg(test)]
