@@ -24,6 +24,25 @@ impl Serialize for Handle {
     }
 }
 
+/// The schema of the display form, for the MCP tools' output schemas.
+impl schemars::JsonSchema for Handle {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Handle".into()
+    }
+
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({
+            "type": "string",
+            "pattern": "^p-[0-9a-f]{32}$",
+            "description": "A process handle: p- and 32 lowercase hex digits.",
+        })
+    }
+}
+
 impl<'de> serde::Deserialize<'de> for Handle {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
@@ -116,7 +135,7 @@ impl CursorBounds {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, Encode, Decode)]
 #[serde(rename_all = "snake_case")]
 pub enum ExitStatus {
     Code(i32),
@@ -315,7 +334,7 @@ pub struct Scoped {
 }
 
 /// What proved that a whole tree has exited.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, Encode, Decode)]
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum ExitProof {
     /// The guardian's receipt, verified against the registration (file identity, nonce,

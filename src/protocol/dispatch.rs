@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+use schemars::JsonSchema;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -26,7 +27,7 @@ use crate::supervisor::{
 };
 
 /// One process as `start` and `list` describe it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct ProcessInfo {
     pub handle: Handle,
     pub state: State,
@@ -72,7 +73,7 @@ pub struct ProcessInfo {
 }
 
 /// The ownership assessment of a process's tree, from its record.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 #[serde(tag = "assessment", rename_all = "snake_case")]
 pub enum Ownership {
     /// The process runs under this supervisor.
@@ -179,7 +180,7 @@ fn capture_text(capture: &CaptureStatus) -> String {
 }
 
 /// How a process ended, as `wait` and `stop` report it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct WaitResult {
     pub handle: Handle,
     pub state: State,
@@ -215,11 +216,34 @@ impl WaitResult {
 }
 
 /// What `input` did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
 pub struct InputResult {
     pub handle: Handle,
     pub bytes_written: u64,
     pub closed: bool,
+}
+
+/// What `list` returns.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ListResult {
+    /// Oldest first.
+    pub processes: Vec<ProcessInfo>,
+}
+
+/// What `resize` returns: the terminal's size now.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct ResizeResult {
+    pub handle: Handle,
+    pub rows: u16,
+    pub cols: u16,
+}
+
+/// What `interrupt` returns: the signal sent to the process's group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct InterruptResult {
+    pub handle: Handle,
+    /// Always "SIGINT".
+    pub signalled: String,
 }
 
 /// Who is answering.
@@ -294,7 +318,7 @@ impl Dispatcher {
                     .iter()
                     .map(ProcessInfo::from)
                     .collect();
-                json(&serde_json::json!({ "processes": processes }))
+                json(&ListResult { processes })
             }
             Request::Manifest(handle) => match sup.manifest(&handle) {
                 Some(m) => json(&m),
@@ -329,12 +353,15 @@ impl Dispatcher {
             }
             Request::Resize { handle, rows, cols } => {
                 sup.resize(&handle, rows, cols).await.map_err(api)?;
-                json(&serde_json::json!({ "handle": handle, "rows": rows, "cols": cols }))
+                json(&ResizeResult { handle, rows, cols })
             }
             Request::Stop { handle, grace_ms } => json(&self.stop(handle, grace_ms).await?),
             Request::Interrupt(handle) => {
                 self.interrupt(handle).await?;
-                json(&serde_json::json!({ "handle": handle, "signalled": "SIGINT" }))
+                json(&InterruptResult {
+                    handle,
+                    signalled: "SIGINT".to_owned(),
+                })
             }
             Request::Wait { handle, timeout_ms } => json(&self.wait(handle, timeout_ms).await?),
             Request::Shutdown { grace_ms } => {

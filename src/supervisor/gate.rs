@@ -44,7 +44,7 @@ impl GateStatus {
 }
 
 /// Whether a process waits for human input now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct InputWaitStatus {
     pub handle: Handle,
     pub waiting: bool,

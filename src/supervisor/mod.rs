@@ -335,7 +335,7 @@ pub enum Rendering {
 }
 
 /// One page of output with every cursor field a client needs to resume exactly.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 pub struct OutputPage {
     pub handle: Handle,
     pub cursor: u64,
