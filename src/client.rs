@@ -1,5 +1,6 @@
-//! A blocking client of the daemon's socket, for the client commands and for hosts that do not
-//! run tokio.
+//! Clients of the daemon's socket: [`Client`], blocking, for the client commands and for hosts
+//! that do not run tokio; [`call_async`], one request on a connection of its own, for async hosts
+//! (`procjournal mcp`); and [`connect_or_spawn`], which starts a daemon when none listens.
 //!
 //! Invariants: every request sent is built from a typed [`Request`] (so it is one the server
 //! accepts); a response is read with a bounded line read and decoded totally — a server that
@@ -152,6 +153,142 @@ pub(crate) fn decode_answer(line: &[u8], id: u64) -> Result<Answer, ClientError>
         _ => Err(ClientError::BadResponse(
             "neither a result nor an error".to_owned(),
         )),
+    }
+}
+
+fn connect_error(socket: &Path, cause: io::Error) -> ClientError {
+    match cause.kind() {
+        io::ErrorKind::NotFound | io::ErrorKind::ConnectionRefused => ClientError::NoDaemon {
+            socket: socket.to_owned(),
+            cause,
+        },
+        _ => ClientError::Io(cause),
+    }
+}
+
+/// Sends one request on a connection of its own and returns its result, for async hosts
+/// (`procjournal mcp` attached to a daemon, where calls run concurrently). Dropping the future
+/// closes the connection, which cancels a `wait` or a long-polling `output` on the daemon's side
+/// (operations with effects run to completion there). Sent again once, on a new connection,
+/// when the daemon says it never read it, as [`Client::call`] does.
+pub async fn call_async(socket: &Path, request: &Request) -> Result<Value, ClientError> {
+    use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt};
+    const ID: u64 = 1;
+    let line = request.to_line(Some(Value::from(ID)));
+    let mut unread = None;
+    for _ in 0..2 {
+        let stream = tokio::net::UnixStream::connect(socket)
+            .await
+            .map_err(|cause| connect_error(socket, cause))?;
+        let (read, mut write) = stream.into_split();
+        if let Err(e) = write.write_all(&line).await {
+            // As in `call_once`: a refusal's answer says more than the broken pipe.
+            if !matches!(
+                e.kind(),
+                io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset
+            ) {
+                return Err(e.into());
+            }
+        }
+        let mut response = Vec::new();
+        let n = tokio::io::BufReader::new(read)
+            .take(RESPONSE_BYTES_MAX as u64 + 1)
+            .read_until(b'\n', &mut response)
+            .await?;
+        if n == 0 {
+            return Err(ClientError::BadResponse(
+                "the daemon closed the connection".to_owned(),
+            ));
+        }
+        match decode_answer(&response, ID)? {
+            Answer::Result(result) => return Ok(result),
+            Answer::Unread(error) => unread = Some(error),
+        }
+    }
+    Err(match unread {
+        Some(error) => ClientError::Api(error),
+        None => ClientError::BadResponse("no answer".to_owned()),
+    })
+}
+
+/// A daemon that [`connect_or_spawn`] started.
+#[derive(Debug)]
+pub struct Spawned {
+    pub pid: u32,
+}
+
+/// Why [`connect_or_spawn`] found no daemon and could not start one.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SpawnError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("cannot start the daemon: {0}")]
+    Spawn(io::Error),
+    #[error("the daemon it started exited ({status}) without listening on {socket}")]
+    Exited {
+        status: std::process::ExitStatus,
+        socket: PathBuf,
+    },
+    #[error("the daemon it started (pid {pid}) is not listening on {socket} after {waited:?}")]
+    NotListening {
+        pid: u32,
+        socket: PathBuf,
+        waited: std::time::Duration,
+    },
+}
+
+/// Connects to the daemon on `socket`, starting one with `spawn` when none listens.
+///
+/// `spawn` starts the daemon detached (its own process group, stdio away from the caller's), so
+/// that it outlives the caller; this waits at most `wait` for it to listen. Two callers that
+/// race both spawn; the one whose daemon loses the root's lock still connects to the winner's
+/// (a daemon that exited is given `limits::DAEMON_SPAWN_LOSER_GRACE_MS` for another's socket to
+/// appear).
+pub fn connect_or_spawn(
+    socket: &Path,
+    spawn: impl FnOnce() -> io::Result<std::process::Child>,
+    wait: std::time::Duration,
+) -> Result<(Client, Option<Spawned>), SpawnError> {
+    use std::time::{Duration, Instant};
+    match Client::connect(socket) {
+        Ok(client) => return Ok((client, None)),
+        Err(ClientError::NoDaemon { .. }) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let mut child = spawn().map_err(SpawnError::Spawn)?;
+    let pid = child.id();
+    let started = Instant::now();
+    let mut exited: Option<(std::process::ExitStatus, Instant)> = None;
+    let mut pause = Duration::from_millis(5);
+    loop {
+        match Client::connect(socket) {
+            Ok(client) => return Ok((client, Some(Spawned { pid }))),
+            Err(ClientError::NoDaemon { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+        if exited.is_none()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            exited = Some((status, Instant::now()));
+        }
+        if let Some((status, at)) = exited
+            && at.elapsed() >= Duration::from_millis(crate::limits::DAEMON_SPAWN_LOSER_GRACE_MS)
+        {
+            return Err(SpawnError::Exited {
+                status,
+                socket: socket.to_owned(),
+            });
+        }
+        if started.elapsed() >= wait {
+            return Err(SpawnError::NotListening {
+                pid,
+                socket: socket.to_owned(),
+                waited: wait,
+            });
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).min(Duration::from_millis(100));
     }
 }
 

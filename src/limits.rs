@@ -387,6 +387,23 @@ pub const REQUEST_BYTES_MAX: usize = 1 << 20;
 /// one (inline images) is cut here, and what follows the cut reads as text (controls removed).
 pub const SAFE_TEXT_ESCAPE_BYTES_MAX: usize = 1 << 20;
 
+/// How long a client that started the daemon (`procjournal mcp`) waits for it to listen. Its
+/// restore reads the journal first, which takes seconds on a large root; a daemon that needs
+/// longer is left running (the error names its pid) rather than killed mid-restore.
+pub const DAEMON_AUTOSTART_WAIT_MS: u64 = 30_000;
+
+/// After the daemon a client started exited without listening, how long the client still tries
+/// to connect: two clients that start a daemon at once both spawn one, and the one that loses
+/// the root's lock exits while the winner is still restoring.
+pub const DAEMON_SPAWN_LOSER_GRACE_MS: u64 = 3_000;
+
+/// A started daemon's log (`<root>/daemon.log`) larger than this is moved aside
+/// (`daemon.log.old`, one kept) before the next daemon is started, so it never grows without
+/// bound across daemons.
+pub const DAEMON_LOG_BYTES_MAX: u64 = 1 << 20;
+
+const _: () = assert!(DAEMON_SPAWN_LOSER_GRACE_MS < DAEMON_AUTOSTART_WAIT_MS);
+
 /// Bytes read from a pipe per read call: a quarter of the enlarged pipe, so one wakeup moves a
 /// lot and the spool writes several chunks in one call. One buffer of this size per runtime
 /// thread serves every drain on it (an idle process holds none).
