@@ -2930,6 +2930,94 @@ pub fn protocol_request(data: &[u8]) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// mcp_line
+
+/// The MCP server's line decoder ([`crate::mcp::transport::classify`]: framing, the JSON-RPC
+/// envelope, the SDK's typed messages) over arbitrary bytes, and the same bytes as a tool call's
+/// name and arguments: never a panic; an answer is exactly one JSON-RPC error line (an object
+/// with `jsonrpc` "2.0", code -32700, -32600 or -32602, a message, and an id that is the string
+/// or integer the line carried under `id`, else null); bytes that are not JSON are answered -32700
+/// with id null; a message that passes re-encodes to a line that passes again. A `tools/call`
+/// whose params hold the input's text as `name` and an object as `arguments` passes (the tool
+/// name is the server's to refuse); with `arguments` neither an object nor null it is answered
+/// -32602 with its id.
+pub fn mcp_line(data: &[u8]) {
+    use crate::mcp::transport::{INVALID_PARAMS, PARSE_ERROR, Verdict, classify};
+    let check_answer = |line: &[u8], answer: &[u8]| -> serde_json::Value {
+        let Some(body) = answer.strip_suffix(b"\n") else {
+            panic!("an answer without its newline");
+        };
+        assert!(!body.contains(&b'\n'), "an answer spans lines");
+        let value: serde_json::Value = match serde_json::from_slice(body) {
+            Ok(value) => value,
+            Err(e) => panic!("an answer that is not JSON: {e}"),
+        };
+        assert_eq!(value["jsonrpc"], "2.0");
+        let code = value["error"]["code"].as_i64().unwrap_or_default();
+        assert!([-32700, -32600, -32602].contains(&code), "code {code}");
+        assert!(
+            value["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+        let sent: Option<serde_json::Value> = serde_json::from_slice(line).ok();
+        let sent_id = sent
+            .as_ref()
+            .and_then(|v| v.get("id"))
+            .filter(|id| id.is_string() || id.is_i64() || id.is_u64());
+        match sent_id {
+            Some(id) => assert_eq!(value["id"], *id, "the id is not echoed"),
+            None => assert!(value["id"].is_null(), "an id the line did not carry"),
+        }
+        value
+    };
+    let line = data.strip_suffix(b"\n").unwrap_or(data);
+    let trimmed = line.strip_suffix(b"\r").unwrap_or(line);
+    let trimmed = trimmed.strip_prefix(b"\xef\xbb\xbf").unwrap_or(trimmed);
+    match classify(line) {
+        Verdict::Answer(answer) => {
+            let value = check_answer(trimmed, &answer);
+            if serde_json::from_slice::<serde_json::Value>(trimmed).is_err() {
+                assert_eq!(value["error"]["code"], PARSE_ERROR);
+                assert!(value["id"].is_null());
+            }
+        }
+        Verdict::Pass(message) => {
+            let again = match serde_json::to_vec(&message) {
+                Ok(bytes) => bytes,
+                Err(e) => panic!("a message that passed does not encode: {e}"),
+            };
+            assert!(
+                matches!(classify(&again), Verdict::Pass(_)),
+                "a re-encoded message does not pass"
+            );
+        }
+        Verdict::Ignore(_) => {}
+    }
+    let name = String::from_utf8_lossy(data);
+    let arguments = serde_json::from_slice::<serde_json::Value>(line)
+        .unwrap_or_else(|_| serde_json::Value::Object(serde_json::Map::new()));
+    let call = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": name, "arguments": arguments},
+    });
+    let call = call.to_string().into_bytes();
+    // `arguments` may be left out, so null is the same as none.
+    match (
+        classify(&call),
+        arguments.is_object() || arguments.is_null(),
+    ) {
+        (Verdict::Pass(_), true) => {}
+        (Verdict::Answer(answer), false) => {
+            let value = check_answer(&call, &answer);
+            assert_eq!(value["error"]["code"], INVALID_PARAMS);
+            assert_eq!(value["id"], 1);
+        }
+        (verdict, object) => panic!("a tools/call with object arguments {object}: {verdict:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // guardian_control
 
 /// The guardian's control protocol (`tree::guardian::wire`) over arbitrary bytes, read as both of

@@ -387,6 +387,15 @@ pub const REQUEST_BYTES_MAX: usize = 1 << 20;
 /// one (inline images) is cut here, and what follows the cut reads as text (controls removed).
 pub const SAFE_TEXT_ESCAPE_BYTES_MAX: usize = 1 << 20;
 
+/// The longest line `procjournal mcp` reads from its client; a longer one is answered with an
+/// Invalid Request error (id null: it is not buffered, so its id is never read) and skipped. It
+/// is larger than [`REQUEST_BYTES_MAX`] so that a tool call whose arguments are merely too large
+/// gets a tool error the agent can read (`too_large`), as the socket's requests do; 16 MiB is
+/// the line bound of the MCP SDK's own stdio transport.
+pub const MCP_LINE_BYTES_MAX: usize = 16 << 20;
+
+const _: () = assert!(MCP_LINE_BYTES_MAX > REQUEST_BYTES_MAX);
+
 /// How long a client that started the daemon (`procjournal mcp`) waits for it to listen. Its
 /// restore reads the journal first, which takes seconds on a large root; a daemon that needs
 /// longer is left running (the error names its pid) rather than killed mid-restore.

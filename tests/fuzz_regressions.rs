@@ -24,6 +24,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("replay", procjournal::fuzzing::replay),
     ("snapshot_decode", procjournal::fuzzing::snapshot_decode),
     ("server_framing", procjournal::fuzzing::server_framing),
+    ("mcp_line", procjournal::fuzzing::mcp_line),
     ("client_response", procjournal::fuzzing::client_response),
 ];
 

@@ -15,6 +15,8 @@
 //! - an argument set is refused before anything runs, so a refused call changes nothing on disk;
 //! - stdout carries only protocol messages; this module writes nothing to it.
 
+pub mod transport;
+
 use std::borrow::Cow;
 use std::sync::Arc;
 
