@@ -1,20 +1,33 @@
-//! `procjournal mcp [--root DIR]`: a Model Context Protocol server on stdin/stdout.
+//! `procjournal mcp [--root DIR] [--standalone]`: a Model Context Protocol server on stdin/stdout.
 //!
-//! The server holds the root's supervisor (and so its lock) for its whole life. It ends when the
-//! client closes stdin (or on SIGTERM/SIGINT): it then stops every process it still runs (SIGTERM,
-//! [`SHUTDOWN_GRACE`], SIGKILL) so that they end `terminated` or `killed` rather than orphaned,
-//! and exits. Diagnostics go to stderr; stdout carries only protocol messages.
+//! Attached (the default), the server is a client of the root's daemon: it connects to the
+//! daemon's socket, and when none listens it starts `procjournal serve` for the root, detached
+//! (its own process group, stdin from /dev/null, stdout and stderr appended to
+//! `<root>/daemon.log`), so the daemon and its processes outlive this server and every later
+//! one: MCP clients such as the Inspector start a server per call. It says so on stderr. The
+//! server options (`--retention`, `--tree-mechanism`, admission) apply to a daemon it starts; a
+//! running daemon keeps its own.
+//!
+//! Standalone (`--standalone`), the server holds the root's supervisor (and so its lock) for its
+//! whole life. It ends when the client closes stdin (or on SIGTERM/SIGINT): it then stops every
+//! process it still runs (SIGTERM, [`SHUTDOWN_GRACE`], SIGKILL) so that they end `terminated`
+//! or `killed` rather than orphaned, and exits.
+//!
+//! Either way diagnostics go to stderr; stdout carries only protocol messages, written by
+//! [`crate::mcp::transport`].
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
-use clap::Args;
+use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 
-use crate::mcp::McpServer;
-use crate::protocol::Dispatcher;
+use crate::client::{Spawned, connect_or_spawn};
+use crate::mcp::{McpServer, transport};
+use crate::protocol::{Dispatcher, Request};
+use crate::server::default_socket;
 use crate::supervisor::{Services, Supervisor, SupervisorConfig};
 
 #[derive(Debug, Args)]
@@ -22,8 +35,17 @@ pub(crate) struct McpArgs {
     /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    /// The daemon's socket (default: procjournal.sock in the root).
+    #[arg(long, value_name = "PATH", conflicts_with = "standalone")]
+    socket: Option<PathBuf>,
+    /// Run a supervisor of its own in this process instead of attaching to the root's daemon:
+    /// its processes are stopped when the server exits (the tool instructions say so), and it
+    /// holds the root's lock meanwhile, so no daemon can serve the root.
+    #[arg(long)]
+    standalone: bool,
     /// Output each process keeps unless its start asks for other (default 64MiB), e.g. 256M,
-    /// 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB.
+    /// 1G; older output is deleted in whole segments. At least 8MiB, at most 4GiB. Attached:
+    /// for a daemon this server starts.
     #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
     retention: Option<u64>,
     #[command(flatten)]
@@ -38,53 +60,159 @@ pub(crate) struct McpArgs {
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(1);
 /// How long the runtime may take to wind down its blocking tasks after the shutdown.
 const RUNTIME_SHUTDOWN: Duration = Duration::from_secs(1);
+/// How long the last answers may take to reach stdout once the session ended.
+const FLUSH_WAIT: Duration = Duration::from_secs(2);
 
 pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
+    let root = super::root_or_default(args.root.clone())?;
+    let root =
+        std::path::absolute(&root).with_context(|| format!("runtime root {}", root.display()))?;
+    let attached = if args.standalone {
+        None
+    } else {
+        // Before the runtime: connecting (and starting a daemon) blocks, and nothing else runs yet.
+        Some(attach(&root, &args)?)
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
-    let result = runtime.block_on(serve(args));
+    let result = runtime.block_on(async move {
+        match attached {
+            Some(socket) => serve_session(McpServer::attached(socket)?).await,
+            None => serve_standalone(root, args).await,
+        }
+    });
     // A blocking read of stdin (when stdin is not a pipe) cannot be cancelled; do not wait for it.
     runtime.shutdown_timeout(RUNTIME_SHUTDOWN);
     result
 }
 
-async fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
-    let root = super::root_or_default(args.root)?;
-    let mut config = SupervisorConfig::new(&root);
-    if let Some(bytes) = args.retention {
-        config.spool.retention_bytes = bytes;
+/// Connects to the root's daemon, starting one when none listens; returns its socket.
+fn attach(root: &Path, args: &McpArgs) -> anyhow::Result<PathBuf> {
+    let socket = args.socket.clone().unwrap_or_else(|| default_socket(root));
+    let wait = Duration::from_millis(crate::limits::DAEMON_AUTOSTART_WAIT_MS);
+    let (mut client, spawned) = match connect_or_spawn(&socket, || spawn_daemon(root, args), wait) {
+        Ok(connected) => connected,
+        Err(e) => {
+            // What the daemon said before it exited (a root held by a standalone server's lock,
+            // say) is the reason; it is in its log, not on this process's stderr.
+            let log = daemon_log(root);
+            let said = log_tail(&log);
+            let log_note = if said.is_empty() {
+                String::new()
+            } else {
+                format!("\nits log {} ends:\n{said}", log.display())
+            };
+            anyhow::bail!(
+                "cannot reach or start the daemon of {}: {e}{log_note}\n\
+                 (`procjournal mcp --standalone` serves without a daemon)",
+                root.display()
+            );
+        }
+    };
+    let hello = client
+        .call(&Request::Hello)
+        .with_context(|| format!("the daemon on {} does not answer", socket.display()))?;
+    let pid = hello.get("pid").and_then(serde_json::Value::as_u64);
+    match spawned {
+        Some(Spawned { pid }) => eprintln!(
+            "procjournal mcp: no daemon was running for {}; started one (pid {pid}, log {}). \
+             It keeps running after this server, with every process it starts; \
+             `procjournal shutdown --root {}` stops it",
+            root.display(),
+            daemon_log(root).display(),
+            root.display()
+        ),
+        None => eprintln!(
+            "procjournal mcp: attached to the daemon of {} (pid {}) on {}",
+            root.display(),
+            pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
+            socket.display()
+        ),
     }
-    config.launcher = args.tree.launcher(&root, true)?;
-    args.admission.apply(&mut config.admission);
-    let (supervisor, report) = Supervisor::open(config, Services::noop())
-        .await
-        .with_context(|| {
-            format!(
-                "cannot open the runtime root {} for writing (one writer at a time holds {})",
-                root.display(),
-                root.join("LOCK").display()
-            )
-        })?;
-    eprintln!(
-        "procjournal mcp: serving {} on stdio ({} earlier process(es) now lost_on_restore, {} \
-         finished ones reopened)",
-        supervisor.root().display(),
-        report.reconciled.len(),
-        report.reopened.len()
-    );
-    for error in &report.errors {
-        eprintln!("procjournal mcp: restore: {error}");
-    }
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
-    let owner = format!("uid:{} via mcp", nix::unistd::getuid());
-    // The MCP server is the agent harness's own child: its environment is the client's.
-    let dispatcher = Dispatcher::new(supervisor.clone(), cwd, owner).inheriting_env();
-    let server = McpServer::new(dispatcher)?;
+    Ok(socket)
+}
 
-    let outcome = match server.serve(rmcp::transport::stdio_pipes()).await {
+/// The last lines of a daemon's log (at most a few KiB of it), for an error message.
+fn log_tail(log: &Path) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    const TAIL: u64 = 4096;
+    let Ok(mut file) = std::fs::File::open(log) else {
+        return String::new();
+    };
+    let len = file.metadata().map_or(0, |m| m.len());
+    let mut bytes = Vec::new();
+    if file
+        .seek(SeekFrom::Start(len.saturating_sub(TAIL)))
+        .is_err()
+        || file.read_to_end(&mut bytes).is_err()
+    {
+        return String::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(3)..].join("\n")
+}
+
+/// Where a daemon this command starts writes its stderr.
+pub(crate) fn daemon_log(root: &Path) -> PathBuf {
+    root.join("daemon.log")
+}
+
+/// Starts `procjournal serve` for `root`, detached: its own process group (a client that
+/// signals this server's group, as the MCP Python SDK does when it closes, leaves it alone),
+/// stdin from /dev/null, stdout and stderr appended to the root's `daemon.log` (never this
+/// server's stdout, which is the MCP channel), working directory `/`.
+fn spawn_daemon(root: &Path, args: &McpArgs) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    std::fs::create_dir_all(root)?;
+    let log_path = daemon_log(root);
+    // One earlier log is kept; a log is never let grow across many daemons.
+    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > crate::limits::DAEMON_LOG_BYTES_MAX) {
+        let _ = std::fs::rename(&log_path, root.join("daemon.log.old"));
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command.arg("serve").arg("--root").arg(root);
+    if let Some(socket) = &args.socket {
+        command.arg("--socket").arg(socket);
+    }
+    if let Some(bytes) = args.retention {
+        command.arg("--retention").arg(bytes.to_string());
+    }
+    if let Some(value) = args.tree.tree.to_possible_value() {
+        command.arg("--tree-mechanism").arg(value.get_name());
+    }
+    let admission = &args.admission;
+    if let Some(n) = admission.max_concurrent {
+        command.arg("--max-concurrent").arg(n.to_string());
+    }
+    if let Some(bytes) = admission.memory_budget {
+        command.arg("--memory-budget").arg(bytes.to_string());
+    }
+    command.arg("--share").arg(admission.share.to_string());
+    if let Some(bytes) = admission.floor {
+        command.arg("--floor").arg(bytes.to_string());
+    }
+    command
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .current_dir("/")
+        .process_group(0)
+        .spawn()
+}
+
+/// Serves one MCP session on stdio with `server`, until the client closes stdin or a signal.
+async fn serve_session(server: McpServer) -> anyhow::Result<ExitCode> {
+    let (read, write) = rmcp::transport::stdio_pipes();
+    let (lines, writer) = transport::line_transport(read, write);
+    let outcome = match server.serve(lines).await {
         Ok(running) => {
             let ct = running.cancellation_token();
             let stop_on_signal = tokio::spawn(async move {
@@ -105,6 +233,42 @@ async fn serve(args: McpArgs) -> anyhow::Result<ExitCode> {
         // The client went away or spoke something else before the handshake completed.
         Err(e) => Err(anyhow::anyhow!("MCP initialization failed: {e}")),
     };
+    // The session is over and the transport gone: the writer ends after the last answers.
+    let _ = tokio::time::timeout(FLUSH_WAIT, writer).await;
+    outcome
+}
+
+async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCode> {
+    let mut config = SupervisorConfig::new(&root);
+    if let Some(bytes) = args.retention {
+        config.spool.retention_bytes = bytes;
+    }
+    config.launcher = args.tree.launcher(&root, true)?;
+    args.admission.apply(&mut config.admission);
+    let (supervisor, report) = Supervisor::open(config, Services::noop())
+        .await
+        .with_context(|| {
+            format!(
+                "cannot open the runtime root {} for writing (one writer at a time holds {})",
+                root.display(),
+                root.join("LOCK").display()
+            )
+        })?;
+    eprintln!(
+        "procjournal mcp: serving {} on stdio, standalone: its processes end with this server \
+         ({} earlier process(es) now lost_on_restore, {} finished ones reopened)",
+        supervisor.root().display(),
+        report.reconciled.len(),
+        report.reopened.len()
+    );
+    for error in &report.errors {
+        eprintln!("procjournal mcp: restore: {error}");
+    }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let owner = format!("uid:{} via mcp", nix::unistd::getuid());
+    // The MCP server is the agent harness's own child: its environment is the client's.
+    let dispatcher = Dispatcher::new(supervisor.clone(), cwd, owner).inheriting_env();
+    let outcome = serve_session(McpServer::standalone(dispatcher)?).await;
     let report = supervisor.shutdown(SHUTDOWN_GRACE).await;
     if !report.terminated.is_empty() || !report.killed.is_empty() {
         eprintln!(

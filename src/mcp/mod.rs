@@ -1,26 +1,42 @@
-//! The Model Context Protocol server behind `procjournal mcp`: one supervisor on a runtime root,
-//! offered to an agent harness as tools over stdio (JSON-RPC, one message per line).
+//! The Model Context Protocol server behind `procjournal mcp`: the supervision of a runtime root,
+//! offered to an agent harness as tools over stdio (JSON-RPC, one message per line,
+//! [`transport`]).
+//!
+//! Two backends run the tools. Attached (the default), the server is a client of the root's
+//! daemon (`procjournal serve`, started when none runs), so the processes it starts belong to the
+//! daemon and outlive this server: MCP clients such as the Inspector start a new server for every
+//! call. Standalone (`--standalone`), the server runs its own supervisor, whose processes end
+//! with it. The instructions the agent gets at `initialize` say which.
 //!
 //! Every tool is a thin adapter over the request protocol ([`crate::protocol`]): its input schema
 //! is the JSON Schema of the protocol's argument struct, its arguments are validated by
-//! [`protocol::request_from_args`] and run by [`Dispatcher::dispatch`], so the socket and the MCP
-//! tools accept exactly the same values and give exactly the same results.
+//! [`protocol::request_from_args`], and the request runs either through [`Dispatcher::dispatch`]
+//! (standalone) or as the same request on the daemon's socket (attached), so both backends and the
+//! socket accept exactly the same values and give exactly the same results. Its output schema is
+//! the JSON Schema of the result type dispatch serializes (`tests/mcp_stdio.rs` validates every
+//! tool's results against it).
 //!
 //! Invariants:
 //! - a tool call never fails at the protocol level because of its arguments or the process it
 //!   names: malformed arguments, unknown handles, out-of-range values and oversized arguments are
 //!   tool results with `isError: true` and a `code: message` text an agent can act on (the MCP
 //!   specification asks for this, since clients show protocol errors to no model). Only an
-//!   unknown tool name is a protocol error (`-32602`), as the specification says;
+//!   unknown tool name is a protocol error (`-32602`), as the specification says. A tool error
+//!   carries no `structuredContent`: structured content is the tool's output, which its output
+//!   schema describes;
 //! - an argument set is refused before anything runs, so a refused call changes nothing on disk;
+//! - attached, a start runs in this server's working directory and environment unless its
+//!   arguments say otherwise, as it does standalone (the daemon's own never reach a command);
 //! - stdout carries only protocol messages; this module writes nothing to it.
 
 pub mod transport;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use rmcp::handler::server::tool::schema_for_input;
+use rmcp::handler::server::tool::{schema_for_input, schema_for_output};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     JsonObject, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -30,25 +46,44 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 
+use crate::admission::AdmissionSnapshot;
+use crate::client::ClientError;
+use crate::protocol::dispatch::{
+    InputResult, InterruptResult, ListResult, ProcessInfo, ResizeResult, WaitResult,
+};
 use crate::protocol::{
     self, ApiError, AwaitInputArgs, CaptureArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs,
-    ListArgs, OutputArgs, ProtocolErrorKind, ResizeArgs, RestartArgs, StartArgs, StopArgs,
+    ListArgs, OutputArgs, ProtocolErrorKind, Request, ResizeArgs, RestartArgs, StartArgs, StopArgs,
     WaitArgs,
 };
+use crate::supervisor::{CaptureReceipt, InputWaitStatus, OutputPage};
 
-/// What the server tells the agent at `initialize`, before any tool is called.
+/// What the server tells the agent at `initialize`, before any tool is called: how to use the
+/// tools, then [`ATTACHED`] or [`STANDALONE`], which say how long processes live.
 pub const INSTRUCTIONS: &str = "\
 procjournal supervises long-running shell commands durably: every process and all of its output \
-are kept in a journal on disk, so they survive this server's restart. Typical use: `start` a \
-command (you get a `handle`), read its output with `output` (pass each page's `next_cursor` back \
-as `cursor` to continue exactly where you stopped; use `wait_ms` to wait for new output instead \
-of polling fast), write to its stdin with `input`, end it with `stop` (or `interrupt` for \
-Ctrl-C), and `wait` for its exit status. `list` shows every process this root knows, including \
-ones from earlier server runs: those that were still running when an earlier server died are \
-`lost_on_restore`, and their output stays readable. States: starting, running (live); exited, \
-failed, timed_out, interrupted, terminated, killed, lost_on_restore (terminal). A failed call \
-returns isError with `code: message` (codes such as unknown_handle, bad_args, not_running, \
-input_closed, wait_timeout, too_large, capacity).";
+are kept in a journal on disk. Typical use: `start` a command (you get a `handle`), read its \
+output with `output` (pass each page's `next_cursor` back as `cursor` to continue exactly where \
+you stopped; use `wait_ms` to wait for new output instead of polling fast), write to its stdin \
+with `input`, end it with `stop` (or `interrupt` for Ctrl-C), and `wait` for its exit status. \
+`list` shows every process this root knows, including ones started by earlier servers. States: \
+starting, running (live); exited, failed, timed_out, interrupted, terminated, killed, \
+lost_on_restore (terminal). A failed call returns isError with `code: message` (codes such as \
+unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity).";
+
+/// How long processes live when the server is attached to the root's daemon.
+pub const ATTACHED: &str = "\
+Processes run under the root's daemon, not under this server: they keep running when this \
+server exits or is restarted (your client may start a new server for every call), until they \
+end, you `stop` them, or the daemon is shut down; handles stay valid across servers. A process \
+that was live when its daemon died is `lost_on_restore`; its output stays readable.";
+
+/// How long processes live when the server runs its own supervisor.
+pub const STANDALONE: &str = "\
+This server runs its own supervisor (--standalone): every process it started is stopped when \
+the server exits (its stdin closes), and ends terminated or killed. Their records and output \
+survive in the journal, so a later server lists them and serves their output; processes that \
+were live when a server died without stopping them are `lost_on_restore`.";
 
 /// One tool: its name, the protocol operation it runs, and what an agent is told about it.
 struct ToolSpec {
@@ -57,6 +92,8 @@ struct ToolSpec {
     title: &'static str,
     description: &'static str,
     schema: fn() -> Result<Arc<JsonObject>, String>,
+    /// The schema of the result's `structuredContent` (what dispatch serializes).
+    output: fn() -> Arc<JsonObject>,
     read_only: bool,
     destructive: bool,
     idempotent: bool,
@@ -82,6 +119,7 @@ colour-on-a-terminal program) set `pty` {rows, cols}: it then runs under a termi
 is one stream (`terminal` in `spans`; read it with `output`, \"safe_text\" removes the escape \
 sequences), `input` types into the terminal (end a line with \"\\n\") and `resize` changes its size.",
         schema: schema_for_input::<StartArgs>,
+        output: schema_for_output::<ProcessInfo>,
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -107,6 +145,7 @@ process's state; when it is terminal and `next_cursor` equals `total_bytes` you 
 everything), `spans` (which byte ranges came from stdout or stderr). All sizes and offsets are \
 bytes. Set `wait_ms` to wait for new output of a running process instead of polling.",
         schema: schema_for_input::<OutputArgs>,
+        output: schema_for_output::<OutputPage>,
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -121,6 +160,7 @@ to close stdin so the program sees end-of-file. Returns `bytes_written` and `clo
 not_running (the process has ended), input_closed (stdin was closed or the program stopped \
 reading).",
         schema: schema_for_input::<InputArgs>,
+        output: schema_for_output::<InputResult>,
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -136,6 +176,7 @@ start's `env`, which may hold secrets) must be given again in `env`; without the
 missing_env and names each. Returns the new process, as `start` does. Errors: not_finished (the \
 process is still running: stop it first), unknown_handle, capacity, refused (paused).",
         schema: schema_for_input::<RestartArgs>,
+        output: schema_for_output::<ProcessInfo>,
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -146,6 +187,7 @@ process is still running: stop it first), unknown_handle, capacity, refused (pau
         title: "Resize a terminal",
         description: "Change the size (`rows`, `cols`, each at least 1) of the terminal of a process started with `pty`; the program gets SIGWINCH and redraws for the new size. The size is recorded in the journal. Returns `handle`, `rows` and `cols`. Errors: not_running (the process has ended), bad_args (the process was started without `pty`).",
         schema: schema_for_input::<ResizeArgs>,
+        output: schema_for_output::<ResizeResult>,
         read_only: false,
         destructive: false,
         idempotent: true,
@@ -159,6 +201,7 @@ still alive after `grace_ms` milliseconds. Returns once it has ended, with the s
 `wait`; its state is `terminated` (it exited after SIGTERM) or `killed` (SIGKILL was needed). \
 Stopping a process that already ended returns how it ended.",
         schema: schema_for_input::<StopArgs>,
+        output: schema_for_output::<WaitResult>,
         read_only: false,
         destructive: true,
         idempotent: true,
@@ -171,6 +214,7 @@ Stopping a process that already ended returns how it ended.",
 return at once. Many programs stop cleanly on it; use `wait` to see whether it ended, and \
 `stop` if it did not.",
         schema: schema_for_input::<HandleArgs>,
+        output: schema_for_output::<InterruptResult>,
         read_only: false,
         destructive: true,
         idempotent: false,
@@ -187,6 +231,7 @@ was recorded). Set `timeout_ms` to give up after that many milliseconds: the err
 wait_timeout and the process keeps running. Without it the call blocks until the process ends, \
 so prefer a timeout for commands that may run long.",
         schema: schema_for_input::<WaitArgs>,
+        output: schema_for_output::<WaitResult>,
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -203,6 +248,7 @@ of earlier server runs (processes that were live when an earlier server died are
 output it keeps; older output is discarded). Filter by `state` or by a `label` \
 given as \"key=value\".",
         schema: schema_for_input::<ListArgs>,
+        output: schema_for_output::<ListResult>,
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -221,6 +267,7 @@ inputs `cores`, `available_bytes`, `share_percent`, `floor_bytes`, `reserved_byt
 `telemetry_complete` and `queued` (starts waiting). A `start` refused with code `capacity` can be \
 retried later, or given `queue_ms` to wait for capacity in line.",
         schema: no_args_schema,
+        output: schema_for_output::<AdmissionSnapshot>,
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -235,6 +282,7 @@ of `start`) does not run, so a prompt that waits for a person is not stopped as 
 its stdin with `input` clears the mark and restarts the idle clock. Returns `waiting` and \
 `changed` (false when it already was so). Errors: not_running (the process has ended).",
         schema: schema_for_input::<AwaitInputArgs>,
+        output: schema_for_output::<InputWaitStatus>,
         read_only: false,
         destructive: false,
         idempotent: true,
@@ -255,6 +303,7 @@ with `end` (\"eof\", \"incomplete\" with its `reasons`, or \"failed\" with its `
 `resume_cursor` (read the rest with the output tool from there). The process stays in `list` \
 under its `handle`.",
         schema: schema_for_input::<CaptureArgs>,
+        output: schema_for_output::<CaptureReceipt>,
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -276,11 +325,95 @@ fn no_args_schema() -> Result<Arc<JsonObject>, String> {
     Ok(Arc::new(schema))
 }
 
-/// The MCP side of a [`Dispatcher`]: lists the tools and runs tool calls through it.
+/// What runs the tools' requests.
+#[derive(Debug, Clone)]
+enum Backend {
+    /// This server's own supervisor (`--standalone`).
+    Standalone(Dispatcher),
+    /// The root's daemon, one connection per call.
+    Daemon(Arc<DaemonLink>),
+}
+
+/// Where the daemon listens, and what a start that names neither gets from this server: its
+/// working directory and its environment (the agent harness's, whose child this server is).
+/// Its `Debug` names the variables, never their values.
+struct DaemonLink {
+    socket: PathBuf,
+    cwd: Option<String>,
+    env: BTreeMap<String, String>,
+}
+
+impl std::fmt::Debug for DaemonLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DaemonLink")
+            .field("socket", &self.socket)
+            .field("cwd", &self.cwd)
+            .field("env", &self.env.keys().collect::<Vec<_>>())
+            .finish()
+    }
+}
+
+impl DaemonLink {
+    /// The request as the daemon should run it: a start (or a capture's) gets this server's
+    /// working directory and environment where it names none, and a restart this server's
+    /// environment, since the
+    /// daemon's are not the agent's (`inherit_env`, "the server's own environment", means this
+    /// server's here too).
+    fn localize(&self, request: Request) -> Request {
+        match request {
+            Request::Start(args) => Request::Start(self.localize_start(args)),
+            Request::Capture {
+                start,
+                max_bytes,
+                rendering,
+            } => Request::Capture {
+                start: self.localize_start(start),
+                max_bytes,
+                rendering,
+            },
+            Request::Restart(mut args) => {
+                if args.client_env.is_none() {
+                    args.client_env = Some(self.env.clone());
+                    args.inherit_env = false;
+                }
+                Request::Restart(args)
+            }
+            other => other,
+        }
+    }
+
+    fn localize_start(&self, mut args: StartArgs) -> StartArgs {
+        if args.cwd.is_none() {
+            args.cwd.clone_from(&self.cwd);
+        }
+        if args.client_env.is_none() {
+            args.client_env = Some(self.env.clone());
+            args.inherit_env = false;
+        }
+        args
+    }
+
+    async fn call(&self, request: Request) -> Result<Value, ApiError> {
+        let request = self.localize(request);
+        crate::client::call_async(&self.socket, &request)
+            .await
+            .map_err(|e| match e {
+                ClientError::Api(error) => error,
+                other => ApiError::new(
+                    ErrorCode::Internal,
+                    format!("the daemon at {}: {other}", self.socket.display()),
+                ),
+            })
+    }
+}
+
+/// The MCP side of the request protocol: lists the tools and runs tool calls through a
+/// [`Dispatcher`] or the root's daemon.
 #[derive(Debug, Clone)]
 pub struct McpServer {
-    dispatcher: Dispatcher,
+    backend: Backend,
     tools: Arc<Vec<Tool>>,
+    instructions: String,
 }
 
 /// A tool's input schema could not be generated (a programming error, caught by the tests).
@@ -292,15 +425,37 @@ pub struct SchemaError {
 }
 
 impl McpServer {
-    pub fn new(dispatcher: Dispatcher) -> Result<Self, SchemaError> {
+    /// A server whose tools run on `dispatcher`'s supervisor, in this process: its processes
+    /// end with it (the instructions say so).
+    pub fn standalone(dispatcher: Dispatcher) -> Result<Self, SchemaError> {
         Ok(McpServer {
-            dispatcher,
+            backend: Backend::Standalone(dispatcher),
             tools: Arc::new(tools()?),
+            instructions: format!("{INSTRUCTIONS}\n\n{STANDALONE}"),
         })
     }
 
-    pub fn dispatcher(&self) -> &Dispatcher {
-        &self.dispatcher
+    /// A server whose tools run on the daemon listening on `socket`: its processes outlive it.
+    /// Starts that name no working directory or environment get this process's.
+    pub fn attached(socket: PathBuf) -> Result<Self, SchemaError> {
+        let cwd = std::env::current_dir()
+            .ok()
+            .and_then(|dir| dir.into_os_string().into_string().ok());
+        // A variable that is not UTF-8 cannot travel in JSON; it is left out, as `procjournal
+        // start` leaves it out.
+        let env = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .collect();
+        Ok(McpServer {
+            backend: Backend::Daemon(Arc::new(DaemonLink { socket, cwd, env })),
+            tools: Arc::new(tools()?),
+            instructions: format!("{INSTRUCTIONS}\n\n{ATTACHED}"),
+        })
+    }
+
+    /// The instructions sent at `initialize`.
+    pub fn instructions(&self) -> &str {
+        &self.instructions
     }
 
     /// Runs one tool call: every failure that concerns the call's arguments or the process it
@@ -323,7 +478,11 @@ impl McpServer {
                 return error_result(&ApiError::new(ErrorCode::from(&kind), kind.to_string()));
             }
         };
-        match self.dispatcher.dispatch(request).await {
+        let outcome = match &self.backend {
+            Backend::Standalone(dispatcher) => dispatcher.dispatch(request).await,
+            Backend::Daemon(daemon) => daemon.call(request).await,
+        };
+        match outcome {
             Ok(value) => CallToolResult::structured(value),
             Err(error) => error_result(&error),
         }
@@ -346,23 +505,25 @@ pub fn tools() -> Result<Vec<Tool>, SchemaError> {
                 // Processes run on this machine only; nothing reaches an open world.
                 .open_world(false);
             Ok(Tool::new(spec.name, spec.description, schema)
+                .with_raw_output_schema((spec.output)())
                 .with_title(spec.title)
                 .with_annotations(annotations))
         })
         .collect()
 }
 
-/// A tool error: `code: message` as text for the agent, the error object as structured content
-/// for programs.
+/// A tool error: `code: message` as text, for the agent and for programs (the code is the
+/// protocol's error code, the text before the first colon). No structured content: that is the
+/// tool's output, which its output schema describes, and an error is not one.
 fn error_result(error: &ApiError) -> CallToolResult {
-    let structured = serde_json::to_value(error).unwrap_or(Value::Null);
-    let mut result = CallToolResult::structured_error(serde_json::json!({ "error": structured }));
     let code = serde_json::to_value(error.code)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_else(|| "internal".to_owned());
-    result.content = vec![ContentBlock::text(format!("{code}: {}", error.message))];
-    result
+    CallToolResult::error(vec![ContentBlock::text(format!(
+        "{code}: {}",
+        error.message
+    ))])
 }
 
 impl ServerHandler for McpServer {
@@ -372,7 +533,7 @@ impl ServerHandler for McpServer {
                 Implementation::new("procjournal", env!("CARGO_PKG_VERSION"))
                     .with_title("procjournal: durable supervision of long-running commands"),
             )
-            .with_instructions(INSTRUCTIONS)
+            .with_instructions(self.instructions.clone())
     }
 
     async fn list_tools(
@@ -479,11 +640,65 @@ mod tests {
         assert_eq!(result.is_error, Some(true));
         let text = result.content[0].as_text().map(|t| t.text.clone());
         assert_eq!(text.as_deref(), Some("unknown_handle: no process p-1"));
-        let code = result
-            .structured_content
-            .as_ref()
-            .and_then(|v| v.pointer("/error/code"))
-            .and_then(Value::as_str);
-        assert_eq!(code, Some("unknown_handle"));
+        assert_eq!(result.structured_content, None);
+    }
+
+    #[test]
+    fn every_tool_declares_an_object_output_schema() {
+        for tool in tools().expect("schemas") {
+            let schema = tool.output_schema.as_ref().expect("an output schema");
+            assert_eq!(
+                schema.get("type"),
+                Some(&Value::from("object")),
+                "{}",
+                tool.name
+            );
+            assert!(schema.contains_key("required"), "{}", tool.name);
+        }
+    }
+
+    /// Attached, a start gets this server's directory and environment unless it names its own.
+    #[test]
+    fn attached_starts_run_where_the_server_runs() {
+        let link = DaemonLink {
+            socket: PathBuf::from("/nonexistent"),
+            cwd: Some("/work/here".to_owned()),
+            env: BTreeMap::from([("K".to_owned(), "v".to_owned())]),
+        };
+        let start = |args: Value| match protocol::request_from_args("start", args) {
+            Ok(request) => match link.localize(request) {
+                Request::Start(args) => args,
+                other => panic!("{other:?}"),
+            },
+            Err(e) => panic!("{e}"),
+        };
+        let plain = start(serde_json::json!({"command": ["true"]}));
+        assert_eq!(plain.cwd.as_deref(), Some("/work/here"));
+        assert_eq!(plain.client_env, Some(link.env.clone()));
+        let inherit = start(serde_json::json!({"command": ["true"], "inherit_env": true}));
+        assert!(!inherit.inherit_env && inherit.client_env == Some(link.env.clone()));
+        let own = start(serde_json::json!({
+            "command": ["true"], "cwd": "/tmp", "client_env": {"A": "b"}
+        }));
+        assert_eq!(own.cwd.as_deref(), Some("/tmp"));
+        assert_eq!(
+            own.client_env,
+            Some(BTreeMap::from([("A".to_owned(), "b".to_owned())]))
+        );
+        let capture = protocol::request_from_args(
+            "capture",
+            serde_json::json!({"start": {"command": ["true"]}}),
+        )
+        .map(|request| link.localize(request));
+        let Ok(Request::Capture { start, .. }) = capture else {
+            panic!("{capture:?}");
+        };
+        assert_eq!(start.cwd.as_deref(), Some("/work/here"));
+        assert_eq!(start.client_env, Some(link.env.clone()));
+        let shown = format!("{link:?}");
+        assert!(
+            shown.contains("\"K\"") && !shown.contains("\"v\""),
+            "{shown}"
+        );
     }
 }

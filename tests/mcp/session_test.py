@@ -12,10 +12,14 @@ What it proves, against the real binary over stdio:
   a tool error (isError) with a `code: message` text, the runtime root is byte-for-byte
   unchanged, and the server keeps serving; an unknown tool is a protocol error;
 - the 2026-07-28 revision (server/discover instead of initialize) on the third server;
-- restart: a server killed with SIGKILL leaves its live process `lost_on_restore`; the next
-  server lists the first server's processes and serves their output (from any cursor); a second
-  server on the same root is refused with an error naming the lock; a server whose client closes
-  stdin stops its processes gracefully (`terminated`, not `lost_on_restore`).
+- restart, standalone (`--standalone`: the server runs its own supervisor): a server killed with
+  SIGKILL leaves its live process `lost_on_restore`; the next server lists the first server's
+  processes and serves their output (from any cursor); a second server on the same root is
+  refused with an error naming the lock; a server whose client closes stdin stops its processes
+  gracefully (`terminated`, not `lost_on_restore`);
+- attached (the default: the server is a client of the root's daemon, which it starts): a process
+  started through one server is still running when a later server reads and stops it; the
+  daemon is shut down at the end.
 
 Exits 0 when every check passed; otherwise an assertion names the check that failed.
 """
@@ -56,17 +60,18 @@ def check(condition, what, detail=None):
 class Server:
     """One `procjournal mcp` process and a client session on it."""
 
-    def __init__(self, binary, root, log_path, pidfile=None):
+    def __init__(self, binary, root, log_path, pidfile=None, standalone=True):
         self.binary, self.root, self.log_path, self.pidfile = binary, root, log_path, pidfile
+        self.mode = ["--standalone"] if standalone else []
         self.stack = AsyncExitStack()
         self.session = None
 
     async def __aenter__(self):
         if self.pidfile is None:
-            params = StdioServerParameters(command=self.binary, args=["mcp", "--root", self.root, "--max-concurrent", "64"])
+            params = StdioServerParameters(command=self.binary, args=["mcp", "--root", self.root, "--max-concurrent", "64", *self.mode])
         else:
             # The shell records its pid and becomes the server (exec), so the test can SIGKILL it.
-            script = 'echo $$ > "$0"; exec "$1" mcp --root "$2" --max-concurrent 64'
+            script = 'echo $$ > "$0"; exec "$1" mcp --root "$2" --max-concurrent 64 --standalone'
             params = StdioServerParameters(command="/bin/sh", args=["-c", script, self.pidfile, self.binary, self.root])
         log = self.stack.enter_context(open(self.log_path, "a"))
         read, write = await self.stack.enter_async_context(stdio_client(params, errlog=log))
@@ -89,8 +94,7 @@ class Server:
         text = result.content[0].text if result.content else ""
         check(result.is_error is True, f"{what}: {tool} returns isError", text)
         check(text.startswith(f"{code}: "), f"{what}: the message starts with {code!r}", text)
-        error = (result.structured_content or {}).get("error", {})
-        check(error.get("code") == code, f"{what}: structured error code is {code!r}", error)
+        check(result.structured_content is None, f"{what}: an error has no structured content", result.structured_content)
         if mentions is not None:
             check(mentions in text, f"{what}: the message mentions {mentions!r}", text)
         return text
@@ -142,6 +146,7 @@ async def first_server(args, root, work, state):
         check(init.server_info.name == "procjournal", "initialize: the server is procjournal", init.server_info)
         check(init.capabilities.tools is not None, "initialize: the server offers tools")
         check("next_cursor" in (init.instructions or ""), "initialize: instructions explain resuming output")
+        check("stopped when the server exits" in (init.instructions or ""), "initialize: standalone, the instructions say processes end with the server", init.instructions)
 
         listed = (await s.list_tools()).tools
         by_name = {t.name: t for t in listed}
@@ -150,6 +155,7 @@ async def first_server(args, root, work, state):
             check(len(tool.description or "") > 100, f"tools/list: {tool.name} has a description for an agent")
             check(tool.input_schema.get("type") == "object", f"tools/list: {tool.name} takes an object")
             check(tool.input_schema.get("additionalProperties") is False, f"tools/list: {tool.name} refuses unknown fields")
+            check((tool.output_schema or {}).get("type") == "object", f"tools/list: {tool.name} declares an output schema")
             if tool.name not in ("start", "list", "admission", "capture"):
                 check("handle" in tool.input_schema.get("required", []), f"tools/list: {tool.name} requires a handle")
         output_props = by_name["output"].input_schema["properties"]
@@ -285,7 +291,7 @@ async def second_server(args, root, work, state):
         check([p["handle"] for p in labelled["processes"]] == [state["first"]], "restart: list filters by label", labelled)
 
         # A second server on a root that is in use is refused, naming the lock.
-        other = subprocess.run([args.binary, "mcp", "--root", root], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        other = subprocess.run([args.binary, "mcp", "--root", root, "--standalone"], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
         check(other.returncode != 0, "a second server on the same root fails", other.returncode)
         check("LOCK" in other.stderr and root in other.stderr, "its error names the root and its lock", other.stderr)
         check(other.stdout == "", "its stdout stays clean", other.stdout)
@@ -383,6 +389,26 @@ async def capture_session(server):
     check(rest["data"] == "456789", "capture: the rest is read from the resume cursor", rest)
 
 
+async def attached_servers(args, root, work, state):
+    """The Inspector's pattern with the official client: one server per step, attached."""
+    async with Server(args.binary, root, work / "attached1.log", standalone=False) as server:
+        init = await server.session.initialize()
+        check("keep running when this server exits" in (init.instructions or ""), "attached: the instructions say processes outlive the server", init.instructions)
+        started = await server.call("start", {"command": ["sh", "-c", "echo attached; exec sleep 300"]})
+        state["attached"] = started["handle"]
+    async with Server(args.binary, root, work / "attached2.log", standalone=False) as server:
+        await server.session.initialize()
+        listed = {p["handle"]: p for p in (await server.call("list", {}))["processes"]}
+        check(listed[state["attached"]]["state"] == "running", "attached: the process runs on after its server exited", listed[state["attached"]])
+        await server.read_until(state["attached"], 0, "attached\n")
+    async with Server(args.binary, root, work / "attached3.log", standalone=False) as server:
+        await server.session.initialize()
+        stopped = await server.call("stop", {"handle": state["attached"], "grace_ms": 5000})
+        check(stopped["state"] == "terminated", "attached: a later server stops it", stopped)
+    shutdown = subprocess.run([args.binary, "shutdown", "--root", root], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+    check(shutdown.returncode == 0, "attached: the daemon the first server started shuts down", shutdown.stderr)
+
+
 async def main(args):
     work = Path(args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
@@ -393,6 +419,7 @@ async def main(args):
             await first_server(args, root, work, state)
             await second_server(args, root, work, state)
             await third_server(args, root, work, state)
+            await attached_servers(args, str(work / "attached-root"), work, state)
     finally:
         # The process of the killed server is nobody's child any more: end it here.
         if "orphan_pid" in state:
@@ -400,7 +427,9 @@ async def main(args):
                 os.kill(state["orphan_pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        for log in sorted(work.glob("server*.log")):
+        if (work / "attached-root" / "procjournal.sock").exists():
+            subprocess.run([args.binary, "shutdown", "--root", str(work / "attached-root")], stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+        for log in sorted(work.glob("*.log")):
             print(f"--- {log.name}\n{log.read_text()}", end="", flush=True)
     print(f"mcp session: {passed} passed, 0 failed", flush=True)
 
