@@ -159,7 +159,12 @@ async fn failed_for_a_missing_program_and_a_missing_working_directory() {
         .expect("prepare")
         .with_lease(lease);
     let no_program = match sup.start(prepared).await {
-        Err(StartError::Spawn { handle, message }) => {
+        Err(StartError::Spawn {
+            handle,
+            message,
+            failure,
+        }) => {
+            assert_eq!(failure, procjournal::supervisor::SpawnFailure::NotFound);
             assert!(
                 message.contains(program),
                 "message names the program: {message}"

@@ -634,6 +634,31 @@ impl LifecycleEvent {
         }
     }
 
+    /// The event's name as its JSON form tags it (`terminal`, `registered_v2`, ...).
+    pub fn name(&self) -> &'static str {
+        match self {
+            LifecycleEvent::Registered(_) => "registered",
+            LifecycleEvent::Running(_) => "running",
+            LifecycleEvent::StopRequested(_) => "stop_requested",
+            LifecycleEvent::InputClosed(_) => "input_closed",
+            LifecycleEvent::OutputCheckpoint(_) => "output_checkpoint",
+            LifecycleEvent::Terminal(_) => "terminal",
+            LifecycleEvent::LostOnRestore(_) => "lost_on_restore",
+            LifecycleEvent::LifecyclePublished(_) => "lifecycle_published",
+            LifecycleEvent::CompletionNotified(_) => "completion_notified",
+            LifecycleEvent::Scoped(_) => "scoped",
+            LifecycleEvent::TreeReleased(_) => "tree_released",
+            LifecycleEvent::OutputGap(_) => "output_gap",
+            LifecycleEvent::OutputRetired(_) => "output_retired",
+            LifecycleEvent::GateChanged(_) => "gate_changed",
+            LifecycleEvent::HumanInput(_) => "human_input",
+            LifecycleEvent::DeadlineFired(_) => "deadline_fired",
+            LifecycleEvent::DeadlineFailed(_) => "deadline_failed",
+            LifecycleEvent::TerminalResized(_) => "terminal_resized",
+            LifecycleEvent::RegisteredV2(_) => "registered_v2",
+        }
+    }
+
     pub fn is_lifecycle_kind(kind: u16) -> bool {
         (kinds::REGISTERED..=kinds::LAST).contains(&kind)
     }

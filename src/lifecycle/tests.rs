@@ -434,6 +434,20 @@ fn every_event_kind_has_pinned_golden_bytes_and_round_trips() {
     }
 }
 
+/// `LifecycleEvent::name` is the JSON form's tag (what `journal dump` prints), and names differ.
+#[test]
+fn every_event_name_is_its_json_tag() {
+    let mut names = std::collections::BTreeSet::new();
+    for (_, event) in samples() {
+        let json = serde_json::to_value(&event).unwrap();
+        // `lifecycle_published` has a field called `event`, which the tag's key then holds.
+        if !matches!(event, LifecycleEvent::LifecyclePublished(_)) {
+            assert_eq!(json["event"], event.name(), "{json}");
+        }
+        assert!(names.insert(event.name()), "{} twice", event.name());
+    }
+}
+
 #[test]
 fn the_validator_rejects_what_must_not_change() {
     let h = handle(1);

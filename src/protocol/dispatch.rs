@@ -37,6 +37,15 @@ pub struct ProcessInfo {
     pub cwd: String,
     pub labels: std::collections::BTreeMap<String, String>,
     pub registered_unix_ms: u64,
+    /// When the workload was spawned (`None`: it never ran, or not yet).
+    pub running_unix_ms: Option<u64>,
+    /// When its terminal result was recorded (`None` while it runs).
+    pub ended_unix_ms: Option<u64>,
+    /// Why it ended, as recorded with its terminal state ("exited", "stopped", "supervisor
+    /// shut down", a spawn error, ...); `None` while it runs.
+    pub reason: Option<String>,
+    /// How many stops were requested (by `stop`, `shutdown`, a deadline or `run`'s Ctrl-C).
+    pub stop_requests: u32,
     pub exit_code: Option<i32>,
     pub signal: Option<i32>,
     /// Output bytes retained: `retained_from..total_bytes` of the combined stream, as last
@@ -134,6 +143,10 @@ impl From<&Manifest> for ProcessInfo {
                 .map(|(k, v)| (k.to_owned(), v.to_owned()))
                 .collect(),
             registered_unix_ms: m.registered_unix_ms,
+            running_unix_ms: m.running_unix_ms,
+            ended_unix_ms: m.terminal.as_ref().map(|t| t.at_unix_ms),
+            reason: m.terminal.as_ref().map(|t| t.reason.clone()),
+            stop_requests: m.stop_requests,
             exit_code,
             signal,
             retained_from: m.bounds.retained_from,
@@ -675,6 +688,7 @@ fn start_error(error: StartError) -> ApiError {
             code: ErrorCode::NameTaken,
             message: format!("start refused: {}", refusal(&reason)),
             handle: Some(holder.to_string()),
+            spawn: None,
         },
         StartError::Refused { reason, .. } => ApiError::new(
             ErrorCode::Refused,
@@ -691,10 +705,15 @@ fn start_error(error: StartError) -> ApiError {
                 truncate_path(&path)
             ),
         ),
-        StartError::Spawn { handle, message } => ApiError {
+        StartError::Spawn {
+            handle,
+            message,
+            failure,
+        } => ApiError {
             code: ErrorCode::SpawnFailed,
             message: format!("{message} (recorded as {handle}, failed)"),
             handle: Some(handle.to_string()),
+            spawn: Some(failure),
         },
         e => ApiError::new(ErrorCode::Internal, e.to_string()),
     }
@@ -747,6 +766,7 @@ fn restart_error(handle: &Handle, error: RestartError) -> ApiError {
         code,
         message: error.to_string(),
         handle: Some(handle.to_string()),
+        spawn: None,
     }
 }
 
@@ -755,6 +775,7 @@ fn unknown(handle: &Handle) -> ApiError {
         code: ErrorCode::UnknownHandle,
         message: format!("no process with handle {handle}"),
         handle: Some(handle.to_string()),
+        spawn: None,
     }
 }
 
@@ -781,6 +802,7 @@ pub fn api(error: SupervisorError) -> ApiError {
         code,
         message: error.to_string(),
         handle: handle.map(|h| h.to_string()),
+        spawn: None,
     }
 }
 

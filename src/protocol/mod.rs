@@ -563,6 +563,10 @@ pub struct ApiError {
     /// The process the error concerns, when there is one (a failed spawn has a handle).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handle: Option<String>,
+    /// With `spawn_failed`: which kind of failure (`not_found`, `not_executable`, `other`),
+    /// for a client that answers with the shell's exit statuses 127 and 126.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spawn: Option<crate::supervisor::SpawnFailure>,
 }
 
 impl ApiError {
@@ -571,6 +575,7 @@ impl ApiError {
             code,
             message: message.into(),
             handle: None,
+            spawn: None,
         }
     }
 }
@@ -1057,6 +1062,31 @@ fn truncate(text: &str) -> String {
 }
 
 impl Request {
+    /// The operation's name on the wire (`start`, `output`, ...), for logs.
+    pub fn op(&self) -> &'static str {
+        match self {
+            Request::Hello => "hello",
+            Request::Start(_) => "start",
+            Request::Restart(_) => "restart",
+            Request::Resolve(_) => "resolve",
+            Request::List { .. } => "list",
+            Request::Manifest(_) => "manifest",
+            Request::Output { .. } => "output",
+            Request::Input { .. } => "input",
+            Request::Stop { .. } => "stop",
+            Request::Interrupt(_) => "interrupt",
+            Request::Wait { .. } => "wait",
+            Request::Shutdown { .. } => "shutdown",
+            Request::Clean { .. } => "clean",
+            Request::Admission => "admission",
+            Request::Pause { .. } => "pause",
+            Request::Resume { .. } => "resume",
+            Request::AwaitInput { .. } => "await_input",
+            Request::Resize { .. } => "resize",
+            Request::Capture { .. } => "capture",
+        }
+    }
+
     /// The operation name and `args` object that [`decode_request`] turns back into `self`.
     pub fn to_wire(&self) -> (&'static str, Value) {
         let to = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);

@@ -664,8 +664,13 @@ impl Connection {
                     )),
                 ),
                 Line::Complete => match decode_request(&line) {
-                    Err(e) => Response::new(e.id.clone(), Err(ApiError::from(&e))),
+                    Err(e) => {
+                        let error = ApiError::from(&e);
+                        log_refusal("?", &error);
+                        Response::new(e.id.clone(), Err(error))
+                    }
                     Ok(envelope) => {
+                        let op = envelope.request.op();
                         let shutdown = matches!(envelope.request, Request::Shutdown { .. });
                         let cancellable = matches!(
                             envelope.request,
@@ -679,6 +684,9 @@ impl Connection {
                         } else {
                             self.dispatcher.dispatch(envelope.request).await
                         };
+                        if let Err(error) = &outcome {
+                            log_refusal(op, error);
+                        }
                         let response = Response::new(envelope.id, outcome);
                         if shutdown {
                             let _ = self.write_response(&mut write, &response).await;
@@ -752,6 +760,25 @@ impl Connection {
                 false
             }
         }
+    }
+}
+
+/// One log line per request the daemon refused or failed: a refusal (paused, no capacity, a bad
+/// request, an unknown handle) at info, a failure of the daemon's own (the journal, a
+/// teardown) at warn. The message may quote what a client sent: escaped.
+fn log_refusal(op: &str, error: &ApiError) {
+    let message = crate::render::escape_field(&error.message, false);
+    let code = serde_json::to_value(error.code)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    match error.code {
+        ErrorCode::Internal | ErrorCode::TeardownFailed => {
+            warn!(op, code, handle = error.handle.as_deref(), %message, "request failed");
+        }
+        // Waiting longer than asked is what a wait with a timeout is for.
+        ErrorCode::WaitTimeout => {}
+        _ => info!(op, code, handle = error.handle.as_deref(), %message, "request refused"),
     }
 }
 

@@ -559,7 +559,8 @@ impl Actor {
         let live = self
             .table
             .values()
-            .filter(|e| !e.lingering)
+            // A leader that exited ends on its own within the final drain: no deadline is its.
+            .filter(|e| !e.lingering && !e.proc.leader_exited())
             .map(|e| (&e.proc.clocks, &e.proc));
         let next =
             super::deadline::sweep(now, live, |proc, check| due.push((Arc::clone(proc), check)));
@@ -1063,10 +1064,8 @@ impl Actor {
             return;
         };
         let proc = Arc::clone(&entry.proc);
-        let live = !entry.lingering && !proc.is_terminal();
-        if live {
-            proc.set_cause(Cause::Stop);
-        }
+        // A leader that already exited is not stopped (its tree still is torn down below).
+        let live = !entry.lingering && !proc.is_terminal() && proc.set_cause(Cause::Stop);
         let shared = Arc::clone(&self.shared);
         self.tasks.spawn(
             async move {
@@ -1171,9 +1170,12 @@ impl Actor {
                 for (proc, lingering) in procs {
                     let shared = Arc::clone(&shared);
                     set.spawn(async move {
-                        let live = !lingering && !proc.is_terminal();
+                        // A process whose leader had exited on its own is not terminated by
+                        // the shutdown: it keeps its own status (its descendants are still
+                        // torn down).
+                        let live =
+                            !lingering && !proc.is_terminal() && proc.set_cause(Cause::Shutdown);
                         if live {
-                            proc.set_cause(Cause::Shutdown);
                             super::request_stop(&shared, &proc, "shutdown").await;
                         }
                         let result = teardown(&proc, grace).await;

@@ -50,7 +50,7 @@ enum Launch {
     /// `Registered` could not be recorded: nothing exists.
     NotRegistered(String),
     /// Registered, but nothing was spawned.
-    Failed(String),
+    Failed(String, super::SpawnFailure),
     /// Spawned, but `running` could not be recorded.
     RunningNotRecorded(Spawned, String),
     Running(Spawned),
@@ -150,7 +150,7 @@ fn launch_blocking(
     };
     let spawned = match launcher.launch(&launch, &mut register) {
         Ok(spawned) => spawned,
-        Err(e) => return Launch::Failed(e.to_string()),
+        Err(e) => return Launch::Failed(e.to_string(), super::SpawnFailure::of(&e)),
     };
     // Set once, here; a stop that raced the launch is waiting for it.
     let _ = proc.tree.set(Arc::clone(&spawned.tree));
@@ -255,8 +255,8 @@ pub(crate) async fn start(
             }));
             return;
         }
-        Launch::Failed(message) => {
-            return fail(&shared, &actor, &proc, lease, message, reply).await;
+        Launch::Failed(message, failure) => {
+            return fail(&shared, &actor, &proc, lease, message, failure, reply).await;
         }
         Launch::RunningNotRecorded(spawned, e) => {
             // The journal failed: the process must not run unrecorded.
@@ -340,8 +340,10 @@ async fn fail(
     proc: &Arc<Proc>,
     lease: Option<Box<dyn Lease>>,
     message: String,
+    failure: super::SpawnFailure,
     reply: oneshot::Sender<Result<Handle, StartError>>,
 ) {
+    tracing::info!(handle = %proc.handle, %message, "start failed: the command could not be spawned");
     let outcome = Outcome {
         state: State::Failed,
         exit: ExitStatus::Unknown,
@@ -356,5 +358,6 @@ async fn fail(
     let _ = reply.send(Err(StartError::Spawn {
         handle: proc.handle,
         message,
+        failure,
     }));
 }

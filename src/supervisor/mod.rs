@@ -305,7 +305,12 @@ pub enum StartError {
     },
     /// The process could not be spawned; it is recorded as `failed` under `handle`.
     #[error("{handle} failed to start: {message}")]
-    Spawn { handle: Handle, message: String },
+    Spawn {
+        handle: Handle,
+        message: String,
+        /// Which kind of failure, for a caller that answers with an exit status (126, 127).
+        failure: SpawnFailure,
+    },
     /// The start task ended without an answer (it panicked); what it recorded, the journal has.
     #[error("start failed: {0}")]
     Task(String),
@@ -581,6 +586,32 @@ pub(crate) async fn request_stop(shared: &Arc<Shared>, proc: &Proc, reason: &str
         at_unix_ms: now_unix_ms(),
     });
     let _ = shared.append(EventId::new_v7(), event).await;
+}
+
+/// Why a spawn failed, as far as a caller tells the cases apart: the shell's exit statuses 127
+/// (not found) and 126 (found, but it cannot be executed) mean these.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum SpawnFailure {
+    /// No such program (not on the search path, or no such file).
+    NotFound,
+    /// The program exists but cannot be executed (no execute permission, not an executable
+    /// format, a directory).
+    NotExecutable,
+    /// Anything else (a resource, the guardian, the registration).
+    Other,
+}
+
+impl SpawnFailure {
+    pub(crate) fn of(error: &crate::tree::SpawnError) -> SpawnFailure {
+        match error {
+            crate::tree::SpawnError::NotFound(_) => SpawnFailure::NotFound,
+            crate::tree::SpawnError::NotExecutable(_) => SpawnFailure::NotExecutable,
+            _ => SpawnFailure::Other,
+        }
+    }
 }
 
 /// A durable supervisor of processes under one runtime root. Cheap to clone.

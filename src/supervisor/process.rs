@@ -186,6 +186,10 @@ pub(crate) struct Proc {
     pub output: Mutex<Option<Output>>,
     pub output_changed: Notify,
     cause: AtomicU8,
+    /// The drain saw the leader's exit. A stop, shutdown or deadline that comes after it is no
+    /// cause of the process's end (its descendants may still be torn down): the process is
+    /// recorded with the status it exited with on its own.
+    leader_exited: AtomicBool,
     /// SIGKILL had to be sent while the leader was unreaped.
     pub escalated: AtomicBool,
     /// The first loss of output was logged (once per process, not once per chunk).
@@ -217,6 +221,7 @@ impl Proc {
             output: Mutex::new(None),
             output_changed: Notify::new(),
             cause: AtomicU8::new(0),
+            leader_exited: AtomicBool::new(false),
             escalated: AtomicBool::new(false),
             waiters: AtomicUsize::new(0),
             gate: AtomicBool::new(false),
@@ -269,16 +274,23 @@ impl Proc {
         self.exited.borrow().clone()
     }
 
-    /// Records why the supervisor ends the process; the first cause stays, except that an
-    /// interrupt (which the workload may ignore) gives way to a stop, timeout or shutdown that
-    /// follows it: a process that ignored SIGINT and was then killed by a stop is `killed`.
-    pub fn set_cause(&self, cause: Cause) -> Cause {
+    /// Records why the supervisor ends the process, and says whether this cause now stands. The
+    /// first cause stays, except that an interrupt (which the workload may ignore) gives way to
+    /// a stop, timeout or shutdown that follows it: a process that ignored SIGINT and was then
+    /// killed by a stop is `killed`. Once the drain saw the leader's exit nothing becomes a cause
+    /// (false): the process ended on its own, with the status it has. (A leader that exits
+    /// between this check and the signal is still counted as stopped: nothing tells the two
+    /// apart later.)
+    pub fn set_cause(&self, cause: Cause) -> bool {
+        if self.leader_exited() {
+            return false;
+        }
         let mut current = self.cause.load(Ordering::SeqCst);
         loop {
             let replaceable =
                 current == 0 || (current == Cause::Interrupt as u8 && cause != Cause::Interrupt);
             if !replaceable {
-                return Cause::from_u8(current).unwrap_or(cause);
+                return Cause::from_u8(current) == Some(cause);
             }
             match self.cause.compare_exchange(
                 current,
@@ -286,10 +298,15 @@ impl Proc {
                 Ordering::SeqCst,
                 Ordering::SeqCst,
             ) {
-                Ok(_) => return cause,
+                Ok(_) => return true,
                 Err(now) => current = now,
             }
         }
+    }
+
+    /// Whether the drain saw the leader exit (its descendants may still hold its pipes).
+    pub fn leader_exited(&self) -> bool {
+        self.leader_exited.load(Ordering::SeqCst)
     }
 
     pub fn cause(&self) -> Option<Cause> {
@@ -619,6 +636,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
             }
             room = tapping.room(), if tapping.waiting() => tapping.reserved(room),
             s = &mut leader, if status.is_none() => {
+                proc.leader_exited.store(true, Ordering::SeqCst);
                 status = Some(s);
                 owed = Owed::at_exit(&stdout, &stderr);
             }
@@ -1074,7 +1092,7 @@ pub(crate) async fn terminalize(
         persist_error,
         drained,
     };
-    debug!(handle = %proc.handle, %state, "terminal");
+    tracing::info!(handle = %proc.handle, %state, "ended");
     // 5. The actor releases capacity and queues the publication (a slow host holds nothing of
     // ours). It handles this before any request a woken waiter sends next.
     let _ = actor

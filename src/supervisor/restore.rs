@@ -115,6 +115,9 @@ pub(crate) async fn restore(
         replay,
         ..RestoreReport::default()
     };
+    for error in &report.errors {
+        tracing::warn!(%error, "restore: a journal record was not applied");
+    }
     let manifests: Vec<_> = super::lock(&shared.lifecycle)
         .store()
         .iter()
@@ -141,8 +144,12 @@ pub(crate) async fn restore(
     let mut still_held = Vec::new();
     for ((handle, outcome), entry) in assessed.into_iter().zip(held) {
         match outcome {
-            Ok(proof) => report.released.push((handle, proof)),
+            Ok(proof) => {
+                tracing::info!(%handle, proof = ?proof, "restore: the tree of an earlier lifetime is proven gone");
+                report.released.push((handle, proof));
+            }
             Err(why) => {
+                tracing::warn!(%handle, reason = %why, "restore: the tree stays unverified and holds capacity");
                 report.unverified.push((handle, why));
                 still_held.push(entry);
             }
@@ -183,11 +190,13 @@ pub(crate) async fn restore(
                 at_unix_ms: super::now_unix_ms(),
             });
             if let Err(e) = shared.append(m.ids.lost, event).await {
+                tracing::warn!(%handle, error = %e, "restore: lost_on_restore not recorded");
                 report
                     .errors
                     .push(format!("{handle}: recording lost_on_restore: {e}"));
                 continue;
             }
+            tracing::info!(%handle, was = m.state.name(), "restore: live under an earlier supervisor; now lost_on_restore (not reattached)");
             report.reconciled.push(handle);
             let errors = publish_and_notify(
                 shared,
