@@ -124,7 +124,7 @@ fn client_commands_drive_a_process_through_its_life() {
         root,
         &["logs", &handle, "--cursor", &(total + 10).to_string()],
     );
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("beyond the end"), "{err}");
     let (code, b64, _) = client(root, &["logs", "--base64", &handle]);
     assert_eq!(code, 0);
@@ -169,7 +169,7 @@ fn client_commands_drive_a_process_through_its_life() {
     assert!(text.contains("got:hello daemon"), "{text}");
     // ...but nothing that needs a live supervisor pretends to work.
     let (code, _, err) = client(root, &["stop", &handle]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(
         err.contains("no daemon") && err.contains("procjournal serve"),
         "{err}"
@@ -391,10 +391,10 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
 
     // Unknown handles through the commands.
     let (code, _, err) = client(root, &["logs", "p-00000000000000000000000000000001"]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("no process with handle"), "{err}");
     let (code, _, err) = client(root, &["stop", "p-zz"]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("not a process reference"), "{err}");
 }
 
@@ -409,7 +409,7 @@ fn one_daemon_per_root_and_only_its_user() {
         .stderr(Stdio::piped())
         .output()
         .unwrap();
-    assert_eq!(second.status.code(), Some(2));
+    assert_eq!(second.status.code(), Some(125));
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(err.contains("held by another writer"), "{err}");
     let mut conn = Conn::open(&daemon.socket).unwrap();
@@ -460,7 +460,7 @@ fn one_daemon_per_root_and_only_its_user() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("serves uid 0 only"), "{err}");
 }
 
@@ -506,7 +506,7 @@ fn send_streams_stdin_and_close_ends_the_input() {
     assert_eq!(bytes.len(), payload.len());
     assert!(bytes == payload, "the echoed bytes differ");
     let (code, _, err) = client(root, &["send", &handle, "--text", "late"]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("not running"), "{err}");
 }
 
@@ -684,7 +684,7 @@ fn retention_is_set_per_daemon_and_per_process_and_shown() {
     // Out of range: refused before anything is sent, and by the protocol itself.
     for bad in ["0", "1MiB", "5G", "64MB", "lots"] {
         let (code, _, err) = client(root, &["start", "--retention", bad, "--", "true"]);
-        assert_eq!(code, 2, "{bad}: {err}");
+        assert_eq!(code, 125, "{bad}: {err}");
         assert!(err.contains("--retention"), "{bad}: {err}");
     }
     let mut conn = Conn::open(&daemon.socket).unwrap();
@@ -754,7 +754,7 @@ fn logs_raw_writes_exactly_the_bytes_through_the_daemon_and_offline() {
         assert_eq!(out.stdout, *expected, "through the daemon");
         for other in ["--json", "--base64"] {
             let (code, _, err) = client(root, &["logs", "--raw", other, handle]);
-            assert_eq!(code, 2, "{other}: {err}");
+            assert_eq!(code, 125, "{other}: {err}");
             assert!(err.contains("cannot be used with"), "{err}");
         }
     }
@@ -792,7 +792,7 @@ fn pause_resume_and_idle_deadlines_through_the_client_commands() {
     assert_eq!(code, 0);
     assert!(out.contains("(already)"), "{out}");
     let (code, _, err) = client(root, &["start", "--", "true"]);
-    assert_eq!(code, 2, "a paused daemon refuses a start");
+    assert_eq!(code, 125, "a paused daemon refuses a start");
     assert!(err.contains("paused"), "{err}");
     let (code, _, err) = client(root, &["ps"]);
     assert_eq!(code, 0);
@@ -821,7 +821,7 @@ fn pause_resume_and_idle_deadlines_through_the_client_commands() {
     daemon.wait_exit();
     let _again = Daemon::start_with(root, &["--tree-mechanism", "group"]);
     let (code, _, err) = client(root, &["start", "--", "true"]);
-    assert_eq!(code, 2, "still paused after a restart: {err}");
+    assert_eq!(code, 125, "still paused after a restart: {err}");
     let (code, out, err) = client(root, &["resume"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.starts_with("running"), "{out}");

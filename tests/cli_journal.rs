@@ -96,10 +96,10 @@ fn verify_counts_leftover_tmp_files_until_a_writable_open_removes_them() {
 }
 
 #[test]
-fn verify_fails_with_exit_two_when_there_is_no_journal() {
+fn verify_fails_with_exit_125_when_there_is_no_journal() {
     let dir = tempfile::tempdir().unwrap();
     let (code, _, err) = run(&["journal", "verify"], dir.path());
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("no journal directory"), "{err}");
 }
 
@@ -275,10 +275,10 @@ fn spool_cat_prints_safe_text_or_exact_base64_from_a_cursor() {
     assert_eq!(out.trim(), "bGluZQplcnL/Cg==");
     // A reference that names nothing, and text that is no reference at all.
     let (code, _, err) = run(&["spool", "cat", "not-a-handle"], dir.path());
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("no process named \"not-a-handle\""), "{err}");
     let (code, _, err) = run(&["spool", "cat", "not a handle"], dir.path());
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("not a process reference"), "{err}");
 }
 

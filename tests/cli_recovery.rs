@@ -115,7 +115,7 @@ fn spool_verify_passes_clean_spools_and_names_damage() {
     );
 
     let out = run_in(root, &["spool", "verify", "p-nothex"]);
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(125));
 }
 
 /// Damage in a sealed segment (recovery scans only the active one) is found by reading: every

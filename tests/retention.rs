@@ -499,7 +499,7 @@ fn clean_on_the_command_line_offline_and_through_the_daemon() {
     assert!(!root.join("spool").join(&handle).exists());
 
     let (code, _, err) = client(root, &["logs", &handle]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(
         err.contains("was retired") && err.contains("clean: ended more than 0ms ago"),
         "{err}"
@@ -531,7 +531,7 @@ fn clean_on_the_command_line_offline_and_through_the_daemon() {
     assert!(out.contains(&format!("retired {second}")), "{out}");
     assert!(out.contains("1 retired earlier"), "{out}");
     let (code, _, err) = client(root, &["logs", &second]);
-    assert_eq!(code, 2);
+    assert_eq!(code, 125);
     assert!(err.contains("was retired"), "{err}");
     let (code, out, err) = client(root, &["ps", "--json"]);
     assert_eq!(code, 0, "{err}");

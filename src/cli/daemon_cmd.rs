@@ -6,12 +6,12 @@
 //! journal and the spool directly, without a lock, and say so on stderr.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
@@ -19,12 +19,10 @@ use serde_json::Value;
 use super::run_cmd::{parse_duration, parse_label};
 use crate::client::{Client, ClientError};
 use crate::journal::reader::JournalReader;
-use crate::lifecycle::{Handle, Manifest, ProcessRef, State};
-use crate::protocol::dispatch::ProcessInfo;
+use crate::lifecycle::{Handle, ProcessRef, State};
 use crate::protocol::{PtyArgs, Request, RestartArgs, StartArgs};
 use crate::server::{Server, default_socket};
-use crate::spool::Spool;
-use crate::supervisor::{Rendering, SupervisorConfig, read_page};
+use crate::supervisor::SupervisorConfig;
 
 /// Where the daemon is: `--socket`, else `procjournal.sock` in the root.
 #[derive(Debug, Args)]
@@ -43,7 +41,7 @@ impl Target {
         std::path::absolute(&root).with_context(|| format!("runtime root {}", root.display()))
     }
 
-    fn socket(&self) -> anyhow::Result<PathBuf> {
+    pub(crate) fn socket(&self) -> anyhow::Result<PathBuf> {
         match &self.socket {
             Some(socket) => Ok(socket.clone()),
             None => Ok(default_socket(&self.root()?)),
@@ -73,18 +71,19 @@ impl Target {
     }
 }
 
-fn reference_arg(text: &str) -> Result<ProcessRef, String> {
+pub(crate) fn reference_arg(text: &str) -> Result<ProcessRef, String> {
     text.parse::<ProcessRef>().map_err(|e| e.to_string())
 }
 
 /// The handle `reference` names: a handle as it is (the daemon checks it), a number or a name
 /// asked of the daemon (`resolve`).
-fn resolve(client: &mut Client, reference: &ProcessRef) -> anyhow::Result<Handle> {
+pub(crate) fn resolve(client: &mut Client, reference: &ProcessRef) -> anyhow::Result<Handle> {
     if let ProcessRef::Handle(h) = reference {
         return Ok(*h);
     }
     let info = client.call(&Request::Resolve(reference.clone()))?;
-    let view: ProcView = serde_json::from_value(info).context("the daemon's answer")?;
+    let view: super::ps_cmd::ProcView =
+        serde_json::from_value(info).context("the daemon's answer")?;
     view.handle
         .parse()
         .map_err(|e| anyhow::anyhow!("the daemon's answer: {e}"))
@@ -120,6 +119,53 @@ pub(crate) struct ServeArgs {
     /// start, for `start --login-shell-overlay` (`$SHELL -l`, or the shell given).
     #[arg(long, value_name = "SHELL", num_args = 0..=1, default_missing_value = "")]
     login_shell: Option<PathBuf>,
+    /// What the daemon logs: a level (error, warn, info, debug, trace) or a filter in
+    /// RUST_LOG's syntax (default: $RUST_LOG, else `warn,procjournal=info`: one line per
+    /// refusal, fault and restore decision, and per process start and end).
+    #[arg(long, value_name = "FILTER")]
+    log_level: Option<String>,
+    /// Append the log to this file instead of stderr (without a value: daemon.log in the root).
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
+    log_file: Option<PathBuf>,
+}
+
+/// The default log filter: procjournal's own events at info, other crates' warnings.
+const LOG_FILTER_DEFAULT: &str = "warn,procjournal=info";
+
+/// Installs the daemon's log (tracing-subscriber): `--log-level`, else `RUST_LOG`, else
+/// [`LOG_FILTER_DEFAULT`]; to stderr, or appended to `--log-file`.
+fn init_log(root: &Path, level: Option<&str>, file: Option<&Path>) -> anyhow::Result<()> {
+    use tracing_subscriber::EnvFilter;
+    let filter = match level {
+        Some(level) => EnvFilter::try_new(level).with_context(|| {
+            format!("--log-level {}", crate::render::escape_field(level, false))
+        })?,
+        None => {
+            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT))
+        }
+    };
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false);
+    let installed = match file {
+        Some(path) => {
+            let path = if path.as_os_str().is_empty() {
+                root.join("daemon.log")
+            } else {
+                path.to_owned()
+            };
+            let file = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .with_context(|| format!("cannot open the log file {}", path.display()))?;
+            builder.with_writer(std::sync::Mutex::new(file)).try_init()
+        }
+        None => builder.with_writer(std::io::stderr).try_init(),
+    };
+    // Only a second installation in one process fails; the first one stays.
+    let _ = installed;
+    Ok(())
 }
 
 /// `--retention-age`: a duration, or `off`.
@@ -136,6 +182,11 @@ fn parse_age(text: &str) -> Result<Age, String> {
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let root = args.target.root()?;
     let socket = args.target.socket.clone();
+    if args.log_file.is_some() {
+        std::fs::create_dir_all(&root)
+            .with_context(|| format!("cannot create the runtime root {}", root.display()))?;
+    }
+    init_log(&root, args.log_level.as_deref(), args.log_file.as_deref())?;
     super::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -318,8 +369,9 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{info}");
     } else {
-        let view: ProcView = serde_json::from_value(info).context("the daemon's answer")?;
-        println!("{}", view.handle);
+        let view: super::ps_cmd::ProcView =
+            serde_json::from_value(info).context("the daemon's answer")?;
+        println!("{}", crate::render::escape_field(&view.handle, false));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -368,8 +420,9 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{info}");
     } else {
-        let view: ProcView = serde_json::from_value(info).context("the daemon's answer")?;
-        println!("{}", view.handle);
+        let view: super::ps_cmd::ProcView =
+            serde_json::from_value(info).context("the daemon's answer")?;
+        println!("{}", crate::render::escape_field(&view.handle, false));
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -383,162 +436,7 @@ fn client_environment() -> BTreeMap<String, String> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// ps
-
-#[derive(Debug, Args)]
-pub(crate) struct PsArgs {
-    #[command(flatten)]
-    target: Target,
-    /// One JSON object per process per line.
-    #[arg(long)]
-    json: bool,
-    /// Only processes in this state (running, exited, lost_on_restore, ...).
-    #[arg(long, value_parser = parse_state)]
-    state: Option<State>,
-    /// Only processes with this label k=v.
-    #[arg(long, value_parser = parse_label)]
-    label: Option<(String, String)>,
-}
-
-fn parse_state(text: &str) -> Result<State, String> {
-    State::ALL
-        .into_iter()
-        .find(|s| s.name() == text)
-        .ok_or_else(|| {
-            let names: Vec<&str> = State::ALL.iter().map(|s| s.name()).collect();
-            format!("unknown state {text:?} (one of {})", names.join(", "))
-        })
-}
-
-/// The fields of a process the client commands print.
-#[derive(Debug, Deserialize)]
-struct ProcView {
-    handle: String,
-    /// The process's number on the root (0 from a daemon that predates numbers).
-    #[serde(default)]
-    number: u64,
-    state: State,
-    pid: Option<u32>,
-    command: Vec<String>,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    total_bytes: u64,
-    #[serde(default)]
-    capture: Option<String>,
-    #[serde(default)]
-    mechanism: Option<String>,
-    #[serde(default)]
-    ownership: Option<OwnershipView>,
-    #[serde(default)]
-    awaiting_input: bool,
-    #[serde(default)]
-    deadline: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct OwnershipView {
-    assessment: String,
-}
-
-pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
-    let paused;
-    let processes: Vec<Value> = match args.target.try_connect()? {
-        Some(mut client) => {
-            let hello = client.call(&Request::Hello)?;
-            paused = hello.get("paused").and_then(Value::as_bool) == Some(true);
-            let result = client.call(&Request::List {
-                state: args.state,
-                label: args.label.clone(),
-            })?;
-            match result.get("processes") {
-                Some(Value::Array(list)) => list.clone(),
-                _ => bail!("the daemon's answer has no process list"),
-            }
-        }
-        None => {
-            eprintln!("procjournal: no daemon is running; reading the journal");
-            let (store, _) = offline_manifests(&args.target.root()?)?;
-            paused = store.paused();
-            store
-                .iter()
-                .filter(|m| args.state.is_none_or(|s| m.state == s))
-                .filter(|m| {
-                    args.label
-                        .as_ref()
-                        .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
-                })
-                .map(|m| serde_json::to_value(ProcessInfo::from(m)))
-                .collect::<Result<_, _>>()?
-        }
-    };
-    if paused {
-        // On stderr: stdout stays the process list (one JSON object a line with --json).
-        eprintln!("procjournal: paused: new starts are refused until `procjournal resume`");
-    }
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    if args.json {
-        for p in &processes {
-            writeln!(out, "{p}")?;
-        }
-    } else {
-        writeln!(
-            out,
-            "{:>5} {:<34} {:<15} {:>8} {:>6} {:>10} {:<10} {:<9} {:<10} {:<8}  COMMAND",
-            "#",
-            "HANDLE",
-            "STATE",
-            "PID",
-            "EXIT",
-            "BYTES",
-            "CAPTURE",
-            "TREE",
-            "OWNERSHIP",
-            "DEADLINE"
-        )?;
-        for p in processes {
-            let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
-            let exit = match (p.exit_code, p.signal) {
-                (Some(code), _) => code.to_string(),
-                (None, Some(signal)) => format!("sig{signal}"),
-                _ => "-".to_owned(),
-            };
-            let pid = p.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
-            let labels = if p.labels.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    "  [{}]",
-                    label_list(p.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-                )
-            };
-            // The deadline that fired, or `await` while a human-input mark suspends the idle one.
-            let deadline = match (&p.deadline, p.awaiting_input) {
-                (Some(d), _) => d.as_str(),
-                (None, true) => "await",
-                (None, false) => "-",
-            };
-            writeln!(
-                out,
-                "{:>5} {:<34} {:<15} {pid:>8} {exit:>6} {:>10} {:<10} {:<9} {:<10} {deadline:<8}  {}{labels}",
-                p.number,
-                p.handle,
-                p.state.name(),
-                p.total_bytes,
-                // The word; the reason is in `ps --json`.
-                p.capture
-                    .as_deref()
-                    .map_or("-", |c| c.split(':').next().unwrap_or(c)),
-                p.mechanism.as_deref().unwrap_or("-"),
-                p.ownership.as_ref().map_or("-", |o| o.assessment.as_str()),
-                shell_words(&p.command)
-            )?;
-        }
-    }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
-}
+// helpers of ps and logs
 
 /// A command as a shell would quote it, each word's control characters shown as escapes
 /// (`render::escape_field`): a client-supplied word cannot steer the terminal or break the line.
@@ -572,7 +470,9 @@ pub(crate) fn label_list<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -
 }
 
 /// Replays the journal read-only: what `ps` and `logs` show when no daemon runs.
-fn offline_manifests(root: &Path) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
+pub(crate) fn offline_manifests(
+    root: &Path,
+) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
     super::existing(root)?;
     let reader = JournalReader::open(root)
         .context("cannot read the journal (has anything run under this root?)")?;
@@ -587,231 +487,6 @@ fn offline_manifests(root: &Path) -> anyhow::Result<(crate::lifecycle::ManifestS
 }
 
 // ---------------------------------------------------------------------------------------------
-// logs
-
-#[derive(Debug, Args)]
-pub(crate) struct LogsArgs {
-    #[command(flatten)]
-    target: Target,
-    /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
-    #[arg(value_parser = reference_arg)]
-    handle: ProcessRef,
-    /// Keep printing output as it arrives; end when the process is terminal and read to the end.
-    #[arg(short = 'f', long)]
-    follow: bool,
-    /// Combined-stream byte offset to start from.
-    #[arg(long, default_value_t = 0)]
-    cursor: u64,
-    /// Print base64 of exactly the raw bytes (one line per page) instead of safe text.
-    #[arg(long, conflicts_with = "json")]
-    base64: bool,
-    /// Write exactly the raw bytes (stdout and stderr in the order they arrived), escape
-    /// sequences and invalid UTF-8 included, e.g. `logs --raw HANDLE > file`. Gap notices still
-    /// go to stderr.
-    #[arg(long, conflicts_with_all = ["json", "base64"])]
-    raw: bool,
-    /// Print each page as one JSON object per line, with every cursor field.
-    #[arg(long)]
-    json: bool,
-    /// Exit with status 3 when any byte in the range read was lost (a gap), for scripts.
-    #[arg(long)]
-    fail_on_gap: bool,
-}
-
-/// `logs --fail-on-gap` exits with this status when the range it read had a gap.
-const EXIT_GAP: u8 = 3;
-
-/// The fields of an output page the client reads.
-#[derive(Debug, Deserialize)]
-struct PageView {
-    next_cursor: u64,
-    retained_from: u64,
-    total_bytes: u64,
-    gap: bool,
-    #[serde(default)]
-    skipped: Option<crate::spool::Skipped>,
-    cursor_ahead: bool,
-    data: String,
-    state: State,
-}
-
-/// Bytes asked for per page.
-const LOGS_PAGE_BYTES: u64 = 1 << 20;
-/// How long one follow request waits for output before asking again.
-const FOLLOW_WAIT_MS: u64 = 30_000;
-
-pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
-    // Raw bytes travel as base64 (JSON carries no arbitrary bytes) and are decoded here.
-    let rendering = if args.base64 || args.raw {
-        Rendering::Base64
-    } else {
-        Rendering::SafeText
-    };
-    let (handle, mut source) = match args.target.try_connect()? {
-        Some(mut client) => (
-            resolve(&mut client, &args.handle)?,
-            PageSource::Daemon(client),
-        ),
-        None => {
-            let root = args.target.root()?;
-            let (store, _) = offline_manifests(&root)?;
-            let manifest = store.resolve(&args.handle)?.clone();
-            let handle = manifest.handle;
-            if let Some(r) = &manifest.retired {
-                bail!(
-                    "the output of {} was retired at {} ({}); its manifest stays (`procjournal ps`)",
-                    handle,
-                    super::unix_ms_text(r.at_unix_ms),
-                    r.reason
-                );
-            }
-            let note = if manifest.state.is_terminal() {
-                "no daemon is running; reading the spool"
-            } else {
-                "no daemon is running; showing the output recorded so far (following needs a daemon)"
-            };
-            eprintln!("procjournal: {note}");
-            let root = crate::root::Root::open_reader(&root)?;
-            let dir = root.spool_dir().join(handle.to_string());
-            let (mut spool, _) = Spool::open_reader(&dir)
-                .with_context(|| format!("no readable output for {handle}"))?;
-            spool.expect(&manifest.gaps, manifest.bounds.total_bytes);
-            let source = PageSource::Offline {
-                spool: Box::new(spool),
-                manifest: Box::new(manifest),
-            };
-            (handle, source)
-        }
-    };
-    let mut out = std::io::stdout().lock();
-    let mut cursor = args.cursor;
-    let mut gaps = 0usize;
-    // Without -f: the end of the output when the first page answered; a fast writer's later
-    // bytes are not chased.
-    let mut end: Option<u64> = None;
-    loop {
-        let follow = args.follow && source.is_live();
-        let max_bytes = match end {
-            Some(end) if !follow => end.saturating_sub(cursor).min(LOGS_PAGE_BYTES),
-            _ => LOGS_PAGE_BYTES,
-        };
-        let (raw, page) = source.page(handle, cursor, rendering, follow, max_bytes)?;
-        if !follow {
-            end.get_or_insert(page.total_bytes);
-        }
-        if page.cursor_ahead {
-            bail!(
-                "cursor {cursor} is beyond the end of the output ({} bytes)",
-                page.total_bytes
-            );
-        }
-        if let Some(skipped) = &page.skipped {
-            // Every gap and every damaged range, not only a first one: a follower outrun by
-            // retention loses bytes mid-stream too. In --json mode the page record itself
-            // carries `skipped`.
-            gaps += 1;
-            if !args.json {
-                // The reason may come from a file name or an error: escaped like any field.
-                eprintln!("{}", crate::render::escape_field(&skipped.notice(), false));
-            }
-        } else if page.gap {
-            // A daemon from before `skipped`: only retention made gaps.
-            let lost = page.retained_from.saturating_sub(cursor);
-            gaps += 1;
-            if !args.json {
-                eprintln!("-- {lost} bytes lost at cursor {cursor}: retention --");
-            }
-        }
-        let written = if args.json {
-            writeln!(out, "{raw}")
-        } else if args.raw {
-            // The project's strict decoder: the daemon's base64 is canonical, and anything else
-            // is an error, not bytes guessed at.
-            let bytes = crate::protocol::base64::decode(&page.data)
-                .with_context(|| format!("the output page at cursor {cursor} is not base64"))?;
-            out.write_all(&bytes)
-        } else if args.base64 {
-            if page.data.is_empty() {
-                Ok(())
-            } else {
-                writeln!(out, "{}", page.data)
-            }
-        } else {
-            out.write_all(page.data.as_bytes())
-        };
-        match written.and_then(|()| out.flush()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-            Err(e) => return Err(e.into()),
-        }
-        let progressed = page.next_cursor != cursor || page.gap || page.skipped.is_some();
-        cursor = page.next_cursor;
-        let read_to_end = cursor >= end.unwrap_or(page.total_bytes);
-        if follow && source.is_live() {
-            if page.state.is_terminal() && read_to_end {
-                break;
-            }
-        } else if read_to_end || !progressed {
-            break;
-        }
-    }
-    if args.fail_on_gap && gaps > 0 {
-        return Ok(ExitCode::from(EXIT_GAP));
-    }
-    Ok(ExitCode::SUCCESS)
-}
-
-enum PageSource {
-    Daemon(Client),
-    Offline {
-        spool: Box<Spool>,
-        manifest: Box<Manifest>,
-    },
-}
-
-impl PageSource {
-    fn is_live(&self) -> bool {
-        matches!(self, PageSource::Daemon(_))
-    }
-
-    fn page(
-        &mut self,
-        handle: Handle,
-        cursor: u64,
-        rendering: Rendering,
-        follow: bool,
-        max_bytes: u64,
-    ) -> anyhow::Result<(Value, PageView)> {
-        let raw = match self {
-            PageSource::Daemon(client) => client.call(&Request::Output {
-                handle,
-                cursor,
-                max_bytes,
-                rendering,
-                wait_ms: if follow { FOLLOW_WAIT_MS } else { 0 },
-            })?,
-            PageSource::Offline { spool, manifest } => {
-                let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-                let page = match read_page(&handle, manifest.state, cursor, max, rendering, |n| {
-                    spool.read(cursor, n)
-                }) {
-                    Ok(page) => page,
-                    Err(crate::spool::SpoolError::CursorAhead { total_bytes, .. }) => {
-                        bail!(
-                            "cursor {cursor} is beyond the end of the output ({total_bytes} bytes)"
-                        )
-                    }
-                    Err(e) => return Err(e.into()),
-                };
-                serde_json::to_value(page)?
-            }
-        };
-        let view = serde_json::from_value(raw.clone()).context("an output page")?;
-        Ok((raw, view))
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // send
 
 #[derive(Debug, Args)]
@@ -821,12 +496,61 @@ pub(crate) struct SendArgs {
     /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
     #[arg(value_parser = reference_arg)]
     handle: ProcessRef,
-    /// Send this text (no newline is added) instead of this command's stdin.
-    #[arg(long)]
-    text: Option<String>,
+    /// Send this text instead of this command's stdin, with the usual escapes: \n, \t, \r,
+    /// \0, \e (ESC), \\ (a backslash) and \xHH (any byte). No newline is added: `--text 'y\n'`
+    /// answers a prompt.
+    #[arg(long, value_parser = |t: &str| unescape(t).map(Unescaped))]
+    text: Option<Unescaped>,
     /// Close the process's stdin afterwards, so it reads end-of-file.
     #[arg(long)]
     close: bool,
+}
+
+/// `send --text`'s bytes (a type of its own: clap reads a bare `Vec` as many values).
+#[derive(Debug, Clone)]
+pub(crate) struct Unescaped(Vec<u8>);
+
+/// The bytes `send --text` means: backslash escapes as in C and the shell's `printf`, so that
+/// a prompt can be answered with `'y\n'`. An unknown escape is an error rather than a guess.
+pub(crate) fn unescape(text: &str) -> Result<Vec<u8>, String> {
+    let mut out = Vec::with_capacity(text.len());
+    let mut rest = text.as_bytes();
+    while let Some((&b, tail)) = rest.split_first() {
+        rest = tail;
+        if b != b'\\' {
+            out.push(b);
+            continue;
+        }
+        let Some((&e, tail)) = rest.split_first() else {
+            return Err("a lone backslash at the end (write \\\\ for a backslash)".to_owned());
+        };
+        rest = tail;
+        out.push(match e {
+            b'n' => b'\n',
+            b't' => b'\t',
+            b'r' => b'\r',
+            b'0' => 0,
+            b'e' => 0x1b,
+            b'\\' => b'\\',
+            b'x' => {
+                let hex = rest
+                    .get(..2)
+                    .filter(|h| h.iter().all(u8::is_ascii_hexdigit))
+                    .and_then(|h| std::str::from_utf8(h).ok())
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or("\\x must be followed by two hex digits")?;
+                rest = &rest[2..];
+                hex
+            }
+            other => {
+                return Err(format!(
+                    "unknown escape \\{} (known: \\n \\t \\r \\0 \\e \\\\ \\xHH)",
+                    crate::render::escape_field(&char::from(other).to_string(), false)
+                ));
+            }
+        });
+    }
+    Ok(out)
 }
 
 /// Bytes per `input` request when streaming stdin (base64 of it fits the request limit).
@@ -846,7 +570,7 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
         Ok(())
     };
     match args.text {
-        Some(text) => push(&mut client, text.into_bytes(), args.close)?,
+        Some(Unescaped(text)) => push(&mut client, text, args.close)?,
         None => {
             let mut stdin = std::io::stdin().lock();
             let mut buf = vec![0u8; SEND_CHUNK_BYTES];
@@ -895,7 +619,7 @@ pub(crate) struct WaitArgs {
     /// The process: its handle (p-...), its number (12 or #12, as `ps` shows it) or its name.
     #[arg(value_parser = reference_arg)]
     handle: ProcessRef,
-    /// Give up after this long (exit status 2); the process keeps running.
+    /// Give up after this long (exit status 124); the process keeps running.
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
     /// Print the result as JSON.
@@ -1010,11 +734,7 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
             end.capture
         );
     }
-    Ok(match (end.exit_code, end.signal) {
-        (Some(code), _) => ExitCode::from((code & 0xff) as u8),
-        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
-        _ => ExitCode::from(1),
-    })
+    Ok(super::exit::of_process(end.exit_code, end.signal))
 }
 
 pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
@@ -1035,14 +755,25 @@ pub(crate) fn interrupt(args: HandleCmdArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Exits with the process's status: its exit code, 128+N for signal N, 1 when none is known.
+/// Exits with the process's status (`exit::HELP`): its exit code, 128+N for signal N, 125 when
+/// none is known, 124 when `--timeout` gave up.
 pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let handle = resolve(&mut client, &args.handle)?;
-    let result = client.call(&Request::Wait {
+    let result = match client.call(&Request::Wait {
         handle,
         timeout_ms: args.timeout.map(millis),
-    })?;
+    }) {
+        Ok(result) => result,
+        Err(ClientError::Api(e)) if e.code == crate::protocol::ErrorCode::WaitTimeout => {
+            eprintln!(
+                "procjournal: {}",
+                crate::render::escape_field(&e.message, true)
+            );
+            return Ok(ExitCode::from(super::exit::WAIT_GAVE_UP));
+        }
+        Err(e) => return Err(e.into()),
+    };
     print_end(result, args.json)
 }
 
@@ -1142,9 +873,28 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// `NAME=value`; the error never repeats the text (it may hold a secret).
-fn parse_env(text: &str) -> Result<(String, String), String> {
+pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
         _ => Err("not NAME=value (a non-empty name, then =, then the value)".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::unescape;
+
+    #[test]
+    fn send_text_escapes_mean_their_bytes() {
+        assert_eq!(unescape(r"y\n").unwrap(), b"y\n");
+        assert_eq!(
+            unescape(r"a\tb\r\0\e[1m\\\x41\xff").unwrap(),
+            b"a\tb\r\0\x1b[1m\\A\xff"
+        );
+        assert_eq!(unescape("plain é").unwrap(), "plain é".as_bytes());
+        assert!(unescape(r"\q").unwrap_err().contains("unknown escape"));
+        assert!(unescape(r"\x4").is_err());
+        assert!(unescape(r"\x+f").is_err());
+        assert!(unescape("trailing\\").is_err());
     }
 }

@@ -18,12 +18,13 @@ use crate::limits::FOLLOW_POLL_MS;
 #[derive(Debug, Subcommand)]
 pub(crate) enum JournalCommand {
     /// Check every segment and record. Exit 0 when clean, 1 when anything was found (the report
-    /// says what), 2 when the journal could not be read.
+    /// says what), 125 when the journal could not be read.
     Verify(VerifyArgs),
-    /// Print records in order, as text or JSON lines.
+    /// Print records in order, as text or JSON lines, each lifecycle event decoded field by
+    /// field (other records, and payloads that do not decode, as hex).
     Dump(DumpArgs),
     /// Replay the lifecycle events and print the manifest of every process. Exit 0 when the
-    /// journal and the replay are clean, 1 when anything was reported, 2 when it could not be read.
+    /// journal and the replay are clean, 1 when anything was reported, 125 when it could not be read.
     Manifests(ManifestsArgs),
     /// Write a snapshot of the manifests and remove the journal segments below the older of the
     /// two snapshots kept (takes the root's lock: not while a daemon runs). A running daemon does
@@ -78,6 +79,9 @@ pub(crate) struct DumpArgs {
     /// Keep printing records as a live writer appends them (until interrupted).
     #[arg(long)]
     follow: bool,
+    /// Also print every payload as hex (a payload that does not decode always is).
+    #[arg(long)]
+    hex: bool,
 }
 
 pub(crate) fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
@@ -131,8 +135,14 @@ fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
         Some(w) => {
             writeln!(
                 out,
-                "snapshot at seq {} ({} bytes); snapshots kept at seqs {:?}",
-                w.seq, w.file_bytes, w.kept
+                "snapshot at seq {} ({} bytes); snapshots kept at seqs {}",
+                w.seq,
+                w.file_bytes,
+                w.kept
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             )?;
             match &w.compacted {
                 Some(c) if c.removed_segments > 0 => writeln!(
@@ -221,6 +231,18 @@ fn write_snapshots(out: &mut impl Write, snapshots: &[SnapshotVerdict]) -> std::
     Ok(())
 }
 
+/// A recovery row for a person: what was found, and the row of journal-format.md's table.
+fn row_text(row: crate::journal::recovery::Row) -> &'static str {
+    use crate::journal::recovery::Row;
+    match row {
+        Row::ZeroGap => "zeroed header with bytes after it, row C",
+        Row::Garbage => "bad record header, row D",
+        Row::TornPayload => "bad payload checksum or padding, row E",
+        Row::LengthPastEnd => "length past the segment's end, row F",
+        Row::Stale => "stale record or broken chain, row G",
+    }
+}
+
 fn write_report(
     out: &mut impl Write,
     dir: &std::path::Path,
@@ -240,8 +262,11 @@ fn write_report(
     for t in &report.torn_tails {
         writeln!(
             out,
-            "torn tail: segment {} bytes {}..{} ({:?}); a writable open zeroes it",
-            t.segment_index, t.start_offset, t.end_offset, t.row
+            "torn tail: segment {} bytes {}..{} ({}); a writable open zeroes it",
+            t.segment_index,
+            t.start_offset,
+            t.end_offset,
+            row_text(t.row)
         )?;
     }
     for d in &report.damaged {
@@ -250,8 +275,12 @@ fn write_report(
             .map_or_else(|| "a later segment".to_owned(), |s| format!("seq {s}"));
         writeln!(
             out,
-            "DAMAGED: segment {} bytes {}..{} ({:?}) between seq {} and {next}; left as found",
-            d.segment_index, d.start_offset, d.end_offset, d.row, d.last_good_seq
+            "DAMAGED: segment {} bytes {}..{} ({}) between seq {} and {next}; left as found",
+            d.segment_index,
+            d.start_offset,
+            d.end_offset,
+            row_text(d.row),
+            d.last_good_seq
         )?;
     }
     for b in &report.bad_segments {
@@ -340,6 +369,7 @@ fn write_report(
     )
 }
 
+/// `journal dump --json`: one record (docs/cli-json.md).
 #[derive(Serialize)]
 struct DumpLine<'a> {
     seq: u64,
@@ -349,7 +379,18 @@ struct DumpLine<'a> {
     segment_index: u64,
     offset: u64,
     payload_bytes: usize,
-    payload_hex: &'a str,
+    /// The lifecycle event's name (`registered_v2`, `terminal`, ...), when it decoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    event: Option<&'a str>,
+    /// Its fields, when it decoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decoded: Option<&'a serde_json::Map<String, serde_json::Value>>,
+    /// Why a payload of a lifecycle kind did not decode.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    decode_error: Option<&'a str>,
+    /// With `--hex`, or when nothing decoded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    payload_hex: Option<&'a str>,
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -361,8 +402,98 @@ fn hex(bytes: &[u8]) -> String {
     s
 }
 
-fn print_record(out: &mut impl Write, json: bool, r: &RecordView<'_>) -> std::io::Result<()> {
-    let payload_hex = hex(r.payload);
+/// A record's payload read as a lifecycle event: its name and fields, or why it did not decode
+/// (`Err`), or nothing for a kind that is no lifecycle event.
+type Decoded = Option<Result<(&'static str, serde_json::Map<String, serde_json::Value>), String>>;
+
+fn decode_payload(r: &RecordView<'_>) -> Decoded {
+    use crate::lifecycle::LifecycleEvent;
+    if !LifecycleEvent::is_lifecycle_kind(r.kind) {
+        return None;
+    }
+    Some(
+        LifecycleEvent::decode(r.kind, r.codec_version, r.payload)
+            .map_err(|e| e.to_string())
+            .and_then(|event| match serde_json::to_value(&event) {
+                Ok(serde_json::Value::Object(mut fields)) => {
+                    // The JSON form's tag is `event`; a variant with a field of that name
+                    // (`lifecycle_published`) has the field there instead, which stays.
+                    let name = event.name();
+                    if fields.get("event").and_then(|v| v.as_str()) == Some(name) {
+                        fields.remove("event");
+                    }
+                    Ok((name, fields))
+                }
+                Ok(_) => Err("the event is not an object".to_owned()),
+                Err(e) => Err(e.to_string()),
+            }),
+    )
+}
+
+/// `key=value` pairs of a decoded event for a person: nested objects as dotted keys, arrays of
+/// plain values joined by commas, every string escaped (labels and commands come from clients)
+/// and quoted when it would not read as one word.
+fn fields_text(fields: &serde_json::Map<String, serde_json::Value>) -> String {
+    fn scalar(v: &serde_json::Value) -> String {
+        match v {
+            serde_json::Value::String(s) => {
+                let s = crate::render::escape_field(s, false);
+                if s.is_empty() || s.contains([' ', '"', '=', ',']) {
+                    format!("\"{}\"", s.replace('"', "\\\""))
+                } else {
+                    s.into_owned()
+                }
+            }
+            other => other.to_string(),
+        }
+    }
+    fn walk(out: &mut Vec<String>, key: &str, v: &serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) if map.is_empty() => out.push(format!("{key}={{}}")),
+            serde_json::Value::Object(map) => {
+                for (k, v) in map {
+                    let k = crate::render::escape_field(k, false);
+                    walk(
+                        out,
+                        &format!("{key}{}{k}", if key.is_empty() { "" } else { "." }),
+                        v,
+                    );
+                }
+            }
+            serde_json::Value::Array(items)
+                if items.iter().all(|i| !i.is_object() && !i.is_array()) =>
+            {
+                let items: Vec<String> = items.iter().map(scalar).collect();
+                out.push(format!("{key}=[{}]", items.join(",")));
+            }
+            serde_json::Value::Array(items) => {
+                for (i, item) in items.iter().enumerate() {
+                    walk(out, &format!("{key}.{i}"), item);
+                }
+            }
+            other => out.push(format!("{key}={}", scalar(other))),
+        }
+    }
+    let mut out = Vec::new();
+    for (k, v) in fields {
+        walk(&mut out, &crate::render::escape_field(k, false), v);
+    }
+    out.join(" ")
+}
+
+fn print_record(
+    out: &mut impl Write,
+    json: bool,
+    with_hex: bool,
+    r: &RecordView<'_>,
+) -> std::io::Result<()> {
+    let decoded = decode_payload(r);
+    let (event, fields, error) = match &decoded {
+        Some(Ok((name, fields))) => (Some(*name), Some(fields), None),
+        Some(Err(e)) => (None, None, Some(e.as_str())),
+        None => (None, None, None),
+    };
+    let payload_hex = (with_hex || fields.is_none()).then(|| hex(r.payload));
     if json {
         let line = DumpLine {
             seq: r.position.seq,
@@ -372,23 +503,38 @@ fn print_record(out: &mut impl Write, json: bool, r: &RecordView<'_>) -> std::io
             segment_index: r.position.segment_index,
             offset: r.position.offset,
             payload_bytes: r.payload.len(),
-            payload_hex: &payload_hex,
+            event,
+            decoded: fields,
+            decode_error: error,
+            payload_hex: payload_hex.as_deref(),
         };
         serde_json::to_writer(&mut *out, &line)?;
-        writeln!(out)
-    } else {
-        writeln!(
+        return writeln!(out);
+    }
+    write!(
+        out,
+        "{:>8} {} kind={} codec={} at={}:{} bytes={}",
+        r.position.seq,
+        r.event_id,
+        r.kind,
+        r.codec_version,
+        r.position.segment_index,
+        r.position.offset,
+        r.payload.len(),
+    )?;
+    if let (Some(name), Some(fields)) = (event, fields) {
+        write!(out, " {name} {}", fields_text(fields))?;
+    }
+    if let Some(e) = error {
+        write!(
             out,
-            "{:>8} {} kind={} codec={} at={}:{} bytes={} {}",
-            r.position.seq,
-            r.event_id,
-            r.kind,
-            r.codec_version,
-            r.position.segment_index,
-            r.position.offset,
-            r.payload.len(),
-            payload_hex
-        )
+            " UNDECODABLE: {}",
+            crate::render::escape_field(e, false)
+        )?;
+    }
+    match payload_hex {
+        Some(h) => writeln!(out, " hex={h}"),
+        None => writeln!(out),
     }
 }
 
@@ -396,13 +542,14 @@ fn print_record(out: &mut impl Write, json: bool, r: &RecordView<'_>) -> std::io
 struct Printer<W: Write> {
     out: W,
     json: bool,
+    hex: bool,
     failed: Option<std::io::Error>,
 }
 
 impl<W: Write> Printer<W> {
     fn emit(&mut self, r: RecordView<'_>) {
         if self.failed.is_none()
-            && let Err(e) = print_record(&mut self.out, self.json, &r)
+            && let Err(e) = print_record(&mut self.out, self.json, self.hex, &r)
         {
             self.failed = Some(e);
         }
@@ -421,6 +568,7 @@ fn dump(args: DumpArgs) -> anyhow::Result<ExitCode> {
     let mut printer = Printer {
         out: std::io::BufWriter::new(std::io::stdout().lock()),
         json: args.json,
+        hex: args.hex,
         failed: None,
     };
     if !args.follow {
@@ -488,7 +636,7 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
             let exit = m
                 .terminal
                 .as_ref()
-                .map_or_else(String::new, |t| format!(" {:?}", t.exit));
+                .map_or_else(String::new, |t| format!(" exit={}", exit_text(t.exit)));
             let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
             let labels = super::daemon_cmd::label_list(m.command.labels());
             let command: Vec<&str> = std::iter::once(m.command.program())
@@ -521,8 +669,10 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
             let handle = issue.handle.as_deref().unwrap_or("?");
             writeln!(
                 out,
-                "REPLAY ISSUE: seq {} handle {handle}: {}",
-                issue.seq, issue.error
+                "REPLAY ISSUE: seq {} handle {}: {}",
+                issue.seq,
+                crate::render::escape_field(handle, false),
+                crate::render::escape_field(&issue.error, false)
             )?;
         }
         for p in &replay.snapshot_problems {
@@ -552,6 +702,16 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// An exit status for a person: `0`, `SIGTERM`, `unknown`.
+pub(crate) fn exit_text(exit: crate::lifecycle::event::ExitStatus) -> String {
+    use crate::lifecycle::event::ExitStatus;
+    match exit {
+        ExitStatus::Code(code) => code.to_string(),
+        ExitStatus::Signal(signal) => format!("SIG{}", super::exit::signal_name(signal)),
+        ExitStatus::Unknown => "unknown".to_owned(),
+    }
 }
 
 #[derive(Serialize)]

@@ -18,9 +18,12 @@
 //!   unless this process's stdout or stderr broke (the child is then stopped, as it would be by
 //!   SIGPIPE) or a third Ctrl-C gave up on a reader.
 //! - Writes run on the blocking pool, one chunk at a time, so Ctrl-C is handled while a write
-//!   waits for a slow reader: the first Ctrl-C interrupts the child, the second stops it, and a
-//!   third also stops delivering output (the tap is dropped, the drain reads on into the spool),
-//!   so a reader that never reads cannot keep `run` from exiting.
+//!   waits for a slow reader: the first Ctrl-C interrupts the child (SIGINT), the second stops it
+//!   as `stop` does (SIGTERM, SIGKILL after the grace), and a third kills it at once and also
+//!   stops delivering output (the tap is dropped, the drain reads on into the spool), so a
+//!   reader that never reads cannot keep `run` from exiting. A stop is recorded as one
+//!   (`terminated` or `killed`), whatever status the child then exits with.
+//! - The handle is printed once on stderr when the command has started.
 //! - The exit status mirrors the child's (a signal N becomes 128+N).
 
 use std::io::Write;
@@ -58,6 +61,16 @@ pub(crate) struct RunArgs {
     /// processes of the root.
     #[arg(long)]
     name: Option<String>,
+    /// Working directory (default: this shell's).
+    #[arg(long, value_name = "DIR")]
+    cwd: Option<PathBuf>,
+    /// An environment variable NAME=value set on top of this shell's environment (repeatable).
+    /// Its value is never written to disk or shown: the journal keeps the name.
+    #[arg(long = "env", value_name = "NAME=value", value_parser = super::daemon_cmd::parse_env)]
+    env: Vec<(String, String)>,
+    /// As --env, for a value the journal may keep (no secrets): a restart reuses it.
+    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = super::daemon_cmd::parse_env)]
+    env_persist: Vec<(String, String)>,
     /// Output kept in the spool, e.g. 64MiB (the default), 512M, 1G; older output is deleted
     /// in whole segments. At least 8MiB, at most 4GiB.
     #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
@@ -104,7 +117,7 @@ pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
     }
 }
 
-/// Grace between SIGTERM and SIGKILL after a second Ctrl-C.
+/// Grace between SIGTERM and SIGKILL after a second Ctrl-C (a third sends SIGKILL at once).
 const STOP_GRACE_MS: u64 = crate::limits::GRACE_MS_DEFAULT;
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
@@ -133,22 +146,24 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
             report.reconciled.len()
         );
     }
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    let here = std::env::current_dir().context("cannot read the working directory")?;
+    // Relative to this shell's directory, as `cd` would take it.
+    let cwd = args.cwd.map_or_else(|| here.clone(), |dir| here.join(dir));
     let uid = nix::unistd::geteuid().as_raw();
     // The daemon's path: the same request validation, the same dispatcher, the same actor.
     // The command runs in this process's environment (Git redirection removed): `run` is the
     // client's own process.
-    let dispatcher = Dispatcher::new(
-        supervisor.clone(),
-        cwd.clone(),
-        format!("uid {uid} via run"),
-    )
-    .inheriting_env();
+    let dispatcher =
+        Dispatcher::new(supervisor.clone(), here, format!("uid {uid} via run")).inheriting_env();
     let start = StartArgs {
         command: args.command,
-        cwd: Some(cwd.to_string_lossy().into_owned()),
-        env: Default::default(),
-        env_persist: Default::default(),
+        cwd: Some(
+            cwd.to_str()
+                .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
+                .to_owned(),
+        ),
+        env: args.env.into_iter().collect(),
+        env_persist: args.env_persist.into_iter().collect(),
         client_env: None,
         inherit_env: true,
         login_shell_overlay: false,
@@ -184,11 +199,16 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let handle = match dispatcher.start_tapped(start, tap).await {
         Ok(info) => info.handle,
         Err(e) if e.code == ErrorCode::SpawnFailed => {
-            eprintln!("procjournal: {}", e.message);
-            return Ok(ExitCode::from(127));
+            eprintln!(
+                "procjournal: {}",
+                crate::render::escape_field(&e.message, true)
+            );
+            return Ok(super::exit::of_spawn(e.spawn));
         }
         Err(e) => anyhow::bail!("{}", e.message),
     };
+    // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
+    eprintln!("procjournal: started {handle}");
     // With a terminal here, it is raw until the guard drops (every return below), so that
     // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
     let _raw = if pty { RawMode::enter() } else { None };
@@ -220,11 +240,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
             .unwrap_or(&result.capture);
         eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
     }
-    Ok(match (result.exit_code, result.signal) {
-        (Some(code), _) => ExitCode::from((code & 0xff) as u8),
-        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
-        (None, None) => ExitCode::from(1),
-    })
+    Ok(super::exit::of_process(result.exit_code, result.signal))
 }
 
 /// Copies the tap to stdout and stderr until it ends (the drain stopped reading: the child is
@@ -267,12 +283,21 @@ async fn relay(
                         let _ = dispatcher.interrupt(handle).await;
                     }
                     2 => {
+                        // As `stop`: SIGTERM, then SIGKILL after the grace; recorded as the
+                        // stop it is (`terminated` or `killed`, not a normal exit).
+                        eprintln!("procjournal: stopping {handle} (SIGTERM; Ctrl-C again to kill)");
                         let dispatcher = dispatcher.clone();
                         tokio::spawn(async move { dispatcher.stop(handle, STOP_GRACE_MS).await });
                     }
                     _ => {
-                        // Give up on the reader: the write in flight is left to the blocking
-                        // pool (`run` does not wait for it), and the spool keeps the rest.
+                        // No more grace: SIGKILL now (a stop with none). And give up on the
+                        // reader: the write in flight is left to the blocking pool (`run` does
+                        // not wait for it), and the spool keeps the rest.
+                        if interrupts == 3 {
+                            eprintln!("procjournal: killing {handle}");
+                            let dispatcher = dispatcher.clone();
+                            tokio::spawn(async move { dispatcher.stop(handle, 0).await });
+                        }
                         output = None;
                         writing = None;
                     }

@@ -22,7 +22,7 @@ pub(crate) enum SpoolCommand {
     Cat(CatArgs),
     /// Check every spool (or the named ones): each segment's header, every chunk's checksum and
     /// continuity, and that each holds at least the output bytes the journal recorded as
-    /// durable. Exit 0 when all are clean, 1 when anything was found, 2 when nothing could be read.
+    /// durable. Exit 0 when all are clean, 1 when anything was found, 125 when nothing could be read.
     Verify(VerifyArgs),
 }
 
@@ -80,7 +80,12 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let (mut spool, recovery) =
         Spool::open_reader(&dir).with_context(|| format!("no readable spool for {handle}"))?;
     if !recovery.is_clean() {
-        eprintln!("procjournal: spool recovery: {recovery:?}");
+        eprintln!(
+            "procjournal: spool recovery: {} torn tail bytes, {} unusable segment files, {} damaged ranges (`procjournal spool verify` reports them)",
+            recovery.torn_tail_bytes,
+            recovery.bad_segments.len(),
+            recovery.damaged.len()
+        );
     }
     if let Some(m) = store.get(&handle) {
         spool.expect(&m.gaps, m.bounds.total_bytes);

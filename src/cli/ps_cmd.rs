@@ -1,0 +1,391 @@
+//! `procjournal ps`: the process list, from the daemon or (when none runs) the journal.
+//!
+//! The table's columns are a closed set ([`Column`]), chosen with `--format`; every string that
+//! came from a client or the journal (handles, commands, labels, reasons) is escaped by
+//! `render::escape_field` before it reaches the terminal. `--json` prints the protocol's process
+//! objects unchanged (docs/cli-json.md).
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use clap::Args;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::daemon_cmd::{Target, label_list, offline_manifests, shell_words};
+use super::run_cmd::parse_label;
+use crate::lifecycle::State;
+use crate::protocol::Request;
+use crate::protocol::dispatch::ProcessInfo;
+
+#[derive(Debug, Args)]
+pub(crate) struct PsArgs {
+    #[command(flatten)]
+    target: Target,
+    /// One JSON object per process per line (the protocol's process objects).
+    #[arg(long, conflicts_with = "format")]
+    json: bool,
+    /// The columns, comma-separated, from: number, handle, state, pid, exit, age, duration, bytes,
+    /// capture, tree, ownership, deadline, reason, cwd, labels, command.
+    #[arg(long, value_name = "COLUMNS", value_delimiter = ',', value_parser = parse_column)]
+    format: Option<Vec<Column>>,
+    /// Only processes in this state (running, exited, lost_on_restore, ...).
+    #[arg(long, value_parser = parse_state)]
+    state: Option<State>,
+    /// Only processes with this label k=v.
+    #[arg(long, value_parser = parse_label)]
+    label: Option<(String, String)>,
+}
+
+pub(crate) fn parse_state(text: &str) -> Result<State, String> {
+    State::ALL
+        .into_iter()
+        .find(|s| s.name() == text)
+        .ok_or_else(|| {
+            let names: Vec<&str> = State::ALL.iter().map(|s| s.name()).collect();
+            format!("unknown state {text:?} (one of {})", names.join(", "))
+        })
+}
+
+/// The fields of a process the client commands print (a daemon from before a field leaves it
+/// at its default).
+#[derive(Debug, Deserialize)]
+pub(crate) struct ProcView {
+    pub handle: String,
+    /// The process's number on the root (0 from a daemon that predates numbers).
+    #[serde(default)]
+    number: u64,
+    state: State,
+    pid: Option<u32>,
+    command: Vec<String>,
+    #[serde(default)]
+    cwd: String,
+    #[serde(default)]
+    labels: BTreeMap<String, String>,
+    #[serde(default)]
+    registered_unix_ms: Option<u64>,
+    #[serde(default)]
+    running_unix_ms: Option<u64>,
+    #[serde(default)]
+    ended_unix_ms: Option<u64>,
+    #[serde(default)]
+    reason: Option<String>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    total_bytes: u64,
+    #[serde(default)]
+    capture: Option<String>,
+    #[serde(default)]
+    retired: Option<Value>,
+    #[serde(default)]
+    mechanism: Option<String>,
+    #[serde(default)]
+    ownership: Option<OwnershipView>,
+    #[serde(default)]
+    awaiting_input: bool,
+    #[serde(default)]
+    deadline: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct OwnershipView {
+    assessment: String,
+}
+
+/// A column of the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Column {
+    Number,
+    Handle,
+    State,
+    Pid,
+    Exit,
+    Age,
+    Duration,
+    Bytes,
+    Capture,
+    Tree,
+    Ownership,
+    Deadline,
+    Reason,
+    Cwd,
+    Labels,
+    Command,
+}
+
+impl Column {
+    const ALL: [Column; 16] = [
+        Column::Number,
+        Column::Handle,
+        Column::State,
+        Column::Pid,
+        Column::Exit,
+        Column::Age,
+        Column::Duration,
+        Column::Bytes,
+        Column::Capture,
+        Column::Tree,
+        Column::Ownership,
+        Column::Deadline,
+        Column::Reason,
+        Column::Cwd,
+        Column::Labels,
+        Column::Command,
+    ];
+
+    /// The table without `--format`.
+    const DEFAULT: [Column; 13] = [
+        Column::Number,
+        Column::Handle,
+        Column::State,
+        Column::Pid,
+        Column::Exit,
+        Column::Age,
+        Column::Duration,
+        Column::Bytes,
+        Column::Capture,
+        Column::Tree,
+        Column::Ownership,
+        Column::Deadline,
+        Column::Command,
+    ];
+
+    fn name(self) -> &'static str {
+        match self {
+            Column::Number => "number",
+            Column::Handle => "handle",
+            Column::State => "state",
+            Column::Pid => "pid",
+            Column::Exit => "exit",
+            Column::Age => "age",
+            Column::Duration => "duration",
+            Column::Bytes => "bytes",
+            Column::Capture => "capture",
+            Column::Tree => "tree",
+            Column::Ownership => "ownership",
+            Column::Deadline => "deadline",
+            Column::Reason => "reason",
+            Column::Cwd => "cwd",
+            Column::Labels => "labels",
+            Column::Command => "command",
+        }
+    }
+
+    /// Numbers align right.
+    fn right(self) -> bool {
+        matches!(
+            self,
+            Column::Number
+                | Column::Pid
+                | Column::Exit
+                | Column::Age
+                | Column::Duration
+                | Column::Bytes
+        )
+    }
+
+    /// The cell for `p`, escaped; `now_ms` is this client's clock, for ages and durations.
+    fn cell(self, p: &ProcView, now_ms: u64) -> String {
+        let esc = |s: &str| crate::render::escape_field(s, false).into_owned();
+        match self {
+            Column::Number => p.number.to_string(),
+            Column::Handle => esc(&p.handle),
+            Column::State => p.state.name().to_owned(),
+            Column::Pid => p.pid.map_or_else(|| "-".to_owned(), |p| p.to_string()),
+            Column::Exit => match (p.exit_code, p.signal) {
+                (Some(code), _) => code.to_string(),
+                (None, Some(signal)) => format!("SIG{}", super::exit::signal_name(signal)),
+                _ => "-".to_owned(),
+            },
+            Column::Age => p
+                .registered_unix_ms
+                .map_or_else(|| "-".to_owned(), |t| span_text(now_ms.saturating_sub(t))),
+            Column::Duration => match p.running_unix_ms {
+                // A process that never ran has no duration; a running one, its time so far.
+                Some(from) => span_text(p.ended_unix_ms.unwrap_or(now_ms).saturating_sub(from)),
+                None => "-".to_owned(),
+            },
+            Column::Bytes => p.total_bytes.to_string(),
+            Column::Capture => capture_word(p).to_owned(),
+            Column::Tree => esc(p.mechanism.as_deref().unwrap_or("-")),
+            Column::Ownership => esc(p.ownership.as_ref().map_or("-", |o| o.assessment.as_str())),
+            // The deadline that fired, or `await` while a human-input mark suspends the idle one.
+            Column::Deadline => match (&p.deadline, p.awaiting_input) {
+                (Some(d), _) => esc(d),
+                (None, true) => "await".to_owned(),
+                (None, false) => "-".to_owned(),
+            },
+            Column::Reason => esc(p.reason.as_deref().unwrap_or("-")),
+            Column::Cwd => esc(&p.cwd),
+            Column::Labels => {
+                if p.labels.is_empty() {
+                    "-".to_owned()
+                } else {
+                    label_list(p.labels.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+                }
+            }
+            Column::Command => shell_words(&p.command),
+        }
+    }
+}
+
+fn parse_column(text: &str) -> Result<Column, String> {
+    let text = text.trim();
+    Column::ALL
+        .into_iter()
+        .find(|c| c.name().eq_ignore_ascii_case(text))
+        .ok_or_else(|| {
+            let names: Vec<&str> = Column::ALL.iter().map(|c| c.name()).collect();
+            format!("unknown column {text:?} (one of {})", names.join(", "))
+        })
+}
+
+/// One word for the capture: `retired` once the output was removed; while the process runs,
+/// `-`, or `gap` once output was lost; then the terminal status's word (`complete`,
+/// `incomplete`, `failed`; the reason is in `ps --json`).
+fn capture_word(p: &ProcView) -> &str {
+    if p.retired.as_ref().is_some_and(|r| !r.is_null()) {
+        return "retired";
+    }
+    match (&p.capture, p.state.is_terminal()) {
+        (None, _) => "-",
+        (Some(_), false) => "gap",
+        (Some(c), true) => c.split(':').next().unwrap_or(c),
+    }
+}
+
+/// A span of milliseconds for a table: `850ms`, `42s`, `3m07s`, `5h02m`, `12d03h`.
+pub(crate) fn span_text(ms: u64) -> String {
+    let s = ms / 1000;
+    match s {
+        0 => format!("{ms}ms"),
+        1..60 => format!("{s}s"),
+        60..3600 => format!("{}m{:02}s", s / 60, s % 60),
+        3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
+        _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+pub(crate) fn now_unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let paused;
+    let processes: Vec<Value> = match args.target.try_connect()? {
+        Some(mut client) => {
+            let hello = client.call(&Request::Hello)?;
+            paused = hello.get("paused").and_then(Value::as_bool) == Some(true);
+            let result = client.call(&Request::List {
+                state: args.state,
+                label: args.label.clone(),
+            })?;
+            match result.get("processes") {
+                Some(Value::Array(list)) => list.clone(),
+                _ => bail!("the daemon's answer has no process list"),
+            }
+        }
+        None => {
+            eprintln!("procjournal: no daemon is running; reading the journal");
+            let (store, _) = offline_manifests(&args.target.root()?)?;
+            paused = store.paused();
+            store
+                .iter()
+                .filter(|m| args.state.is_none_or(|s| m.state == s))
+                .filter(|m| {
+                    args.label
+                        .as_ref()
+                        .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
+                })
+                .map(|m| serde_json::to_value(ProcessInfo::from(m)))
+                .collect::<Result<_, _>>()?
+        }
+    };
+    if paused {
+        // On stderr: stdout stays the process list (one JSON object a line with --json).
+        eprintln!("procjournal: paused: new starts are refused until `procjournal resume`");
+    }
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    if args.json {
+        for p in &processes {
+            writeln!(out, "{p}")?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let columns = args.format.unwrap_or_else(|| Column::DEFAULT.to_vec());
+    let now_ms = now_unix_ms();
+    let mut rows: Vec<Vec<String>> = Vec::with_capacity(processes.len());
+    for p in processes {
+        let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
+        let mut row: Vec<String> = columns.iter().map(|c| c.cell(&p, now_ms)).collect();
+        // Without --format, the labels follow the command, as they always did.
+        if columns.as_slice() == Column::DEFAULT.as_slice()
+            && !p.labels.is_empty()
+            && let Some(last) = row.last_mut()
+        {
+            last.push_str(&format!("  [{}]", Column::Labels.cell(&p, now_ms)));
+        }
+        rows.push(row);
+    }
+    // The number is what people type (`logs 12`): `#` as its header, as `#12` names it.
+    let header: Vec<String> = columns
+        .iter()
+        .map(|c| match c {
+            Column::Number => "#".to_owned(),
+            c => c.name().to_ascii_uppercase(),
+        })
+        .collect();
+    let widths: Vec<usize> = (0..columns.len())
+        .map(|i| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|r| r[i].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in std::iter::once(&header).chain(&rows) {
+        let mut line = String::new();
+        for (i, (cell, column)) in row.iter().zip(&columns).enumerate() {
+            if i > 0 {
+                line.push_str("  ");
+            }
+            // The last column is not padded (a command is as long as it is).
+            if i + 1 == columns.len() && !column.right() {
+                line.push_str(cell);
+            } else if column.right() {
+                line.push_str(&format!("{cell:>w$}", w = widths[i]));
+            } else {
+                line.push_str(&format!("{cell:<w$}", w = widths[i]));
+            }
+        }
+        writeln!(out, "{}", line.trim_end())?;
+    }
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_read_at_a_glance() {
+        assert_eq!(span_text(850), "850ms");
+        assert_eq!(span_text(42_000), "42s");
+        assert_eq!(span_text(187_000), "3m07s");
+        assert_eq!(span_text(5 * 3_600_000 + 120_000), "5h02m");
+        assert_eq!(span_text(12 * 86_400_000 + 3 * 3_600_000), "12d03h");
+    }
+
+    #[test]
+    fn columns_parse_by_name_and_refuse_others() {
+        assert_eq!(parse_column("AGE"), Ok(Column::Age));
+        assert!(parse_column("nope").unwrap_err().contains("one of handle"));
+    }
+}
