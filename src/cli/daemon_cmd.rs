@@ -117,15 +117,19 @@ pub(crate) struct ServeArgs {
     admission: super::AdmissionArgs,
     /// Capture the PATH-like variables (PATH, PATHEXT, DOTNET_ROOT*) of a login shell once, at
     /// start, for `start --login-shell-overlay` (`$SHELL -l`, or the shell given).
-    #[arg(long, value_name = "SHELL", num_args = 0..=1, default_missing_value = "")]
+    // Bare, it is the empty path: clap's PathBuf parser refuses an empty value, so the plain
+    // OsString one is used.
+    #[arg(long, value_name = "SHELL", num_args = 0..=1, default_missing_value = "",
+          value_parser = |s: &str| Ok::<PathBuf, std::convert::Infallible>(PathBuf::from(s)))]
     login_shell: Option<PathBuf>,
     /// What the daemon logs: a level (error, warn, info, debug, trace) or a filter in
     /// RUST_LOG's syntax (default: $RUST_LOG, else `warn,procjournal=info`: one line per
     /// refusal, fault and restore decision, and per process start and end).
     #[arg(long, value_name = "FILTER")]
     log_level: Option<String>,
-    /// Append the log to this file instead of stderr (without a value: daemon.log in the root).
-    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "")]
+    /// Append the log to this file instead of stderr: without a value daemon.log, a relative
+    /// path in the root.
+    #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "daemon.log")]
     log_file: Option<PathBuf>,
 }
 
@@ -149,11 +153,8 @@ fn init_log(root: &Path, level: Option<&str>, file: Option<&Path>) -> anyhow::Re
         .with_ansi(false);
     let installed = match file {
         Some(path) => {
-            let path = if path.as_os_str().is_empty() {
-                root.join("daemon.log")
-            } else {
-                path.to_owned()
-            };
+            // `root.join` keeps an absolute path as it is.
+            let path = root.join(path);
             let file = std::fs::OpenOptions::new()
                 .create(true)
                 .append(true)
@@ -504,6 +505,9 @@ pub(crate) struct SendArgs {
     /// Close the process's stdin afterwards, so it reads end-of-file.
     #[arg(long)]
     close: bool,
+    /// Print `{handle, bytes_sent, closed}` as JSON instead of the note on stderr.
+    #[arg(long)]
+    json: bool,
 }
 
 /// `send --text`'s bytes (a type of its own: clap reads a bare `Vec` as many values).
@@ -590,7 +594,14 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
             }
         }
     }
-    eprintln!("procjournal: sent {sent} bytes to {handle}");
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"handle": handle.to_string(), "bytes_sent": sent, "closed": args.close})
+        );
+    } else {
+        eprintln!("procjournal: sent {sent} bytes to {handle}");
+    }
     Ok(ExitCode::SUCCESS)
 }
 
@@ -644,6 +655,9 @@ pub(crate) struct ShutdownCmdArgs {
     /// within 0.5 s.
     #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
     grace: Duration,
+    /// Print the daemon's report as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -653,6 +667,9 @@ pub(crate) struct GateCmdArgs {
     /// Why (recorded in the journal with the change).
     #[arg(long, default_value = "")]
     reason: String,
+    /// Print the gate as one JSON object.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -680,6 +697,10 @@ pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
         }
     };
     let status = client.call(&request)?;
+    if args.json {
+        println!("{status}");
+        return Ok(ExitCode::SUCCESS);
+    }
     let paused = status.get("paused").and_then(Value::as_bool) == Some(true);
     let changed = status.get("changed").and_then(Value::as_bool) == Some(true);
     println!(
@@ -723,15 +744,16 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
     if !json {
         let how = match (end.exit_code, end.signal) {
             (Some(code), _) => format!("exit code {code}"),
-            (None, Some(signal)) => format!("signal {signal}"),
+            (None, Some(signal)) => format!("signal SIG{}", super::exit::signal_name(signal)),
             _ => "no exit status".to_owned(),
         };
+        // The handle and the capture's reason come from the daemon: escaped.
         println!(
             "{} {} ({how}; {} output bytes, capture {})",
-            end.handle,
+            crate::render::escape_field(&end.handle, false),
             end.state.name(),
             end.total_bytes,
-            end.capture
+            crate::render::escape_field(&end.capture, false)
         );
     }
     Ok(super::exit::of_process(end.exit_code, end.signal))
@@ -814,7 +836,7 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         "slots {} in use {} ({}) queued {}",
         num(&d["slots"]),
         num(&d["in_use"]),
-        d["basis"].as_str().unwrap_or("?"),
+        crate::render::escape_field(d["basis"].as_str().unwrap_or("?"), false),
         num(&snapshot["queued"])
     );
     println!(
@@ -838,10 +860,10 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
     for r in snapshot["reservations"].as_array().into_iter().flatten() {
         println!(
             "{}  reserved {}  observed {}  {} ({} members)",
-            r["handle"].as_str().unwrap_or("?"),
+            crate::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
             size(&r["reserved_bytes"]),
             size(&r["observed_bytes"]),
-            r["sample"].as_str().unwrap_or("?"),
+            crate::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
             num(&r["members"]),
         );
     }
@@ -853,18 +875,23 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
     let report = client.call(&Request::Shutdown {
         grace_ms: millis(args.grace),
     })?;
+    if args.json {
+        println!("{report}");
+    }
     let count = |field: &str| {
         report
             .get(field)
             .and_then(Value::as_array)
             .map_or(0, Vec::len)
     };
-    println!(
-        "shut down: {} terminated, {} killed, {} teardown failures",
-        count("terminated"),
-        count("killed"),
-        count("teardown_failed")
-    );
+    if !args.json {
+        println!(
+            "shut down: {} terminated, {} killed, {} teardown failures",
+            count("terminated"),
+            count("killed"),
+            count("teardown_failed")
+        );
+    }
     Ok(if count("teardown_failed") == 0 {
         ExitCode::SUCCESS
     } else {

@@ -99,6 +99,9 @@ const LOGS_PAGE_BYTES: u64 = 1 << 20;
 const FOLLOW_WAIT_MS: u64 = 30_000;
 /// How long one follow request waits while lines wait for a checkpoint to give their time.
 const TIMED_FOLLOW_WAIT_MS: u64 = 500;
+/// How many times `logs -f -t` looks again for the end's record once the daemon reported the
+/// end (`FOLLOW_POLL_MS` apart: 2 s).
+const END_RECORD_POLLS: u32 = 40;
 /// The first window `--tail` reads back from the end; it doubles until it holds enough lines.
 const TAIL_WINDOW_BYTES: u64 = 64 * 1024;
 
@@ -498,12 +501,23 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                 lines.feed(&page.spans, &bytes);
                 if let Some(times) = times.as_mut() {
                     times.poll(handle)?;
+                    // The end is journaled before the daemon reports it; a reader may see
+                    // the file a moment later. Bounded: after that, what is left shows `-`.
+                    let mut polls = 0;
+                    while follow && at_end && !times.ended && polls < END_RECORD_POLLS {
+                        std::thread::sleep(std::time::Duration::from_millis(
+                            crate::limits::FOLLOW_POLL_MS,
+                        ));
+                        times.poll(handle)?;
+                        polls += 1;
+                    }
                 }
-                // Without -f everything read is printed now (what no record covers yet
-                // shows `-`); with -f, a line waits for the record that gives its time,
+                // A line still open at a page's end may go on in the next page; with -f it is
+                // complete once the process has ended (without -f, once the read is done,
+                // below). Without -f every complete line is printed now (what no record covers
+                // yet shows `-`); with -f -t, a line waits for the record that gives its time,
                 // until the process has ended.
-                let last = !follow || at_end;
-                if last {
+                if follow && at_end {
                     lines.finish();
                 }
                 lines.print(
@@ -511,7 +525,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                     times.as_ref(),
                     args.timestamps,
                     args.json,
-                    last || !args.timestamps,
+                    !follow || at_end || !args.timestamps,
                 )
             }
             None if args.json => writeln!(out, "{raw}"),

@@ -280,6 +280,7 @@ async fn relay(
                 interrupts += 1;
                 match interrupts {
                     1 => {
+                        eprintln!("procjournal: interrupting {handle} (SIGINT; Ctrl-C again to stop it)");
                         let _ = dispatcher.interrupt(handle).await;
                     }
                     2 => {
