@@ -1105,3 +1105,44 @@ async fn at_capacity_a_start_is_refused_and_the_prepared_process_comes_back() {
     let read = sup.output_raw(&second, 0, 100).await.expect("output");
     assert_eq!(read.bytes, b"second\n");
 }
+
+/// Issue 18: a process whose leader had already exited when `shutdown` ran (a descendant still
+/// held its stdout, so it was in the final drain) was recorded as `terminated` with exit code 0.
+/// It keeps the status it exited with; shutdown still tears its tree down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_that_exited_before_shutdown_keeps_its_own_status() {
+    let root = temp_root();
+    let mut config = config(root.path());
+    // Long enough that shutdown comes while the drain still waits for the descendant.
+    config.final_drain = Duration::from_secs(60);
+    let (sup, _rx) = open(config).await;
+    let handle = start(&sup, sh(root.path(), "sleep 600 & echo started; exit 4")).await;
+    output_until(&sup, &handle, b"started").await;
+    let pid = sup.manifest(&handle).and_then(|m| m.pid).expect("a pid");
+    // The group launcher's drain reaps the leader itself: once its pid is gone, the drain has
+    // seen the exit (and notes it in the same step, a moment later).
+    guarded("the leader's reaping", async {
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!sup.manifest(&handle).expect("manifest").state.is_terminal());
+
+    let report = guarded("shutdown", sup.shutdown(Duration::from_secs(1))).await;
+    assert!(report.terminated.is_empty(), "{report:?}");
+    assert!(
+        report.killed.is_empty() && report.teardown_failed.is_empty(),
+        "{report:?}"
+    );
+    let s = wait(&sup, &handle).await;
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(4)));
+    let m = sup.manifest(&handle).expect("manifest");
+    assert_eq!(m.stop_requests, 0, "no stop of it was recorded");
+    let t = m.terminal.expect("terminal");
+    assert_eq!(
+        (t.state, t.exit, t.reason.as_str()),
+        (State::Exited, ExitStatus::Code(4), "exited")
+    );
+}
