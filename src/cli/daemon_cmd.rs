@@ -924,4 +924,14 @@ mod tests {
         assert!(unescape(r"\x+f").is_err());
         assert!(unescape("trailing\\").is_err());
     }
+
+    proptest::proptest! {
+        /// Any text is bytes or an error, never a panic; any bytes, escaped, come back.
+        #[test]
+        fn unescape_is_total_and_inverts_escaping(text in ".{0,40}", bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..40)) {
+            let _ = unescape(&text);
+            let escaped: String = bytes.iter().map(|b| format!("\\x{b:02x}")).collect();
+            proptest::prop_assert_eq!(unescape(&escaped).unwrap(), bytes);
+        }
+    }
 }

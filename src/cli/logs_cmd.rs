@@ -604,7 +604,7 @@ fn tail_start(source: &mut PageSource, handle: Handle, from: u64, n: u64) -> any
                 (end - cursor).min(LOGS_PAGE_BYTES),
             )?;
             let bytes = PageSource::bytes(&page, cursor)?;
-            let first = page.next_cursor - bytes.len() as u64;
+            let first = page.next_cursor.saturating_sub(bytes.len() as u64);
             newlines.extend(
                 bytes
                     .iter()
@@ -669,7 +669,12 @@ impl Lines {
         };
         let base = first.cursor;
         for span in spans {
-            let from = usize::try_from(span.cursor - base).unwrap_or(usize::MAX);
+            // Spans come from the daemon in cursor order; one out of order names no bytes.
+            let from = span
+                .cursor
+                .checked_sub(base)
+                .and_then(|d| usize::try_from(d).ok())
+                .unwrap_or(usize::MAX);
             let Some(piece) = bytes.get(from..from.saturating_add(span.len as usize)) else {
                 continue;
             };
@@ -809,6 +814,59 @@ mod tests {
         assert!(t <= now - 600_000 && t + 60_000 > now - 600_000);
         assert!(parse_since("cursor:x").is_err());
         assert!(parse_since("soon").is_err());
+    }
+
+    proptest::proptest! {
+        /// Any text is a time or an error, never a panic; every time prints and parses back.
+        #[test]
+        fn rfc3339_parsing_is_total_and_round_trips(text in ".{0,40}", ms in 0u64..253_402_300_800_000) {
+            let _ = parse_rfc3339_ms(&text);
+            let _ = parse_since(&text);
+            proptest::prop_assert_eq!(parse_rfc3339_ms(&rfc3339_ms(ms)), Ok(ms));
+        }
+
+        /// Cutting any spans of any bytes into lines loses no byte and keeps each stream's order.
+        #[test]
+        fn lines_keep_every_byte_of_each_stream(
+            pieces in proptest::collection::vec((0u8..2, proptest::collection::vec(proptest::sample::select(b"ab\n\r".to_vec()), 0..8)), 0..12),
+            per_stream in proptest::bool::ANY,
+        ) {
+            let mut spans = Vec::new();
+            let mut bytes = Vec::new();
+            let mut cursor = 7u64;
+            for (stream, piece) in &pieces {
+                let name = if *stream == 0 { "stdout" } else { "stderr" };
+                spans.push(span(name, cursor, piece.len() as u32));
+                bytes.extend_from_slice(piece);
+                cursor += piece.len() as u64;
+            }
+            let mut lines = Lines::new(per_stream);
+            lines.feed(&spans, &bytes);
+            lines.finish();
+            for name in ["stdout", "stderr"] {
+                let wrote: Vec<u8> = pieces
+                    .iter()
+                    .filter(|(s, _)| (*s == 0) == (name == "stdout"))
+                    .flat_map(|(_, p)| p.clone())
+                    .collect();
+                if per_stream {
+                    let kept: Vec<u8> = lines
+                        .held
+                        .iter()
+                        .filter(|l| l.stream == name)
+                        .flat_map(|l| l.bytes.clone())
+                        .collect();
+                    proptest::prop_assert_eq!(kept, wrote);
+                }
+            }
+            let total: usize = lines.held.iter().map(|l| l.bytes.len()).sum();
+            proptest::prop_assert_eq!(total, bytes.len());
+            // Cursors are exact: each line's end minus its start is its length, or more when
+            // another stream's bytes came between (per stream).
+            for l in &lines.held {
+                proptest::prop_assert!(l.end - l.cursor >= l.bytes.len() as u64);
+            }
+        }
     }
 
     fn span(stream: &str, cursor: u64, len: u32) -> SpanView {
