@@ -195,7 +195,7 @@ pub(crate) fn root_or_default(root: Option<PathBuf>) -> anyhow::Result<PathBuf> 
 }
 
 /// Runs the CLI; the exit code is the command's verdict (see each command's help and
-/// [`exit`]).
+/// `exit.rs`).
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
