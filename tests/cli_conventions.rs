@@ -205,6 +205,7 @@ fn ps_shows_age_duration_exit_capture_and_tree_with_format_and_json() {
     assert_eq!(
         header,
         [
+            "#",
             "HANDLE",
             "STATE",
             "PID",
@@ -219,12 +220,14 @@ fn ps_shows_age_duration_exit_capture_and_tree_with_format_and_json() {
             "COMMAND"
         ]
     );
+    // Without the number, which comes first.
     let row = |h: &str| -> Vec<String> {
         table
             .lines()
-            .find(|l| l.starts_with(h))
+            .find(|l| l.contains(h))
             .unwrap_or_else(|| panic!("{h} not in {table}"))
             .split_whitespace()
+            .skip(1)
             .map(str::to_owned)
             .collect()
     };

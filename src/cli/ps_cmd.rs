@@ -386,6 +386,10 @@ mod tests {
     #[test]
     fn columns_parse_by_name_and_refuse_others() {
         assert_eq!(parse_column("AGE"), Ok(Column::Age));
-        assert!(parse_column("nope").unwrap_err().contains("one of handle"));
+        assert!(
+            parse_column("nope")
+                .unwrap_err()
+                .contains("one of number, handle")
+        );
     }
 }
