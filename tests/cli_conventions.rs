@@ -100,6 +100,21 @@ fn run_passes_the_status_through_and_keeps_125_to_127_for_itself() {
     let out = run(&root, &["--", &not_executable(dir.path())]);
     assert_eq!(code(&out), 126, "{}", text(&out.stderr));
     assert!(text(&out.stderr).contains("not executable"));
+    // `capture` answers as `run` does.
+    let capture = |cmd: &[&str]| {
+        let out = bin()
+            .args(["capture", "--root"])
+            .arg(&root)
+            .arg("--")
+            .args(cmd)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        code(&out)
+    };
+    assert_eq!(capture(&["sh", "-c", "exit 3"]), 3);
+    assert_eq!(capture(&["procjournal-test-no-such-program"]), 127);
+    assert_eq!(capture(&[&not_executable(dir.path())]), 126);
     // Usage errors are procjournal's own: 125, not clap's 2 (which a child could exit with).
     let out = run(&root, &["--no-such-flag", "--", "true"]);
     assert_eq!(code(&out), 125, "{}", text(&out.stderr));

@@ -936,16 +936,12 @@ fn start_pty_and_resize_through_the_daemon() {
         .unwrap()
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        // TerminalResized (kind 0x0113): the handle, then rows and cols as u16 LE
-        // (journal-format.md).
+        // TerminalResized (kind 0x0113), as `journal dump` decodes it.
         .filter(|r| r["kind"] == json!(0x0113))
         .map(|r| {
-            let hex = r["payload_hex"].as_str().unwrap();
-            let u16_at = |at: usize| {
-                u64::from_str_radix(&format!("{}{}", &hex[at + 2..at + 4], &hex[at..at + 2]), 16)
-                    .unwrap()
-            };
-            (u16_at(32), u16_at(36))
+            assert_eq!(r["event"], "terminal_resized", "{r}");
+            let d = &r["decoded"];
+            (d["rows"].as_u64().unwrap(), d["cols"].as_u64().unwrap())
         })
         .collect();
     assert_eq!(sizes, vec![(24, 80), (30, 100)]);

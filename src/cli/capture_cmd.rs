@@ -7,8 +7,9 @@
 //! in this process's environment. Nothing of the command's output reaches this process's
 //! stdout except inside the receipt.
 //!
-//! The exit status mirrors the command's (a signal N becomes 128+N; 127 when it could not be
-//! spawned), as `run`'s does; whether the output is whole is the receipt's `complete`.
+//! The exit status mirrors the command's as `run`'s does (`exit.rs`: 128+N for a signal N, 127
+//! when it was not found, 126 when it cannot be executed, 125 when procjournal failed or has
+//! no status); whether the output is whole is the receipt's `complete`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -133,16 +134,15 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let receipt = match receipt {
         Ok(receipt) => receipt,
         Err(e) if e.code == ErrorCode::SpawnFailed => {
-            eprintln!("procjournal: {}", e.message);
-            return Ok(ExitCode::from(127));
+            eprintln!(
+                "procjournal: {}",
+                crate::render::escape_field(&e.message, true)
+            );
+            return Ok(super::exit::of_spawn(e.spawn));
         }
         Err(e) => anyhow::bail!("{}", e.message),
     };
     let line = serde_json::to_string(&receipt).context("cannot encode the receipt")?;
     println!("{line}");
-    Ok(match (receipt.exit_code, receipt.signal) {
-        (Some(code), _) => ExitCode::from((code & 0xff) as u8),
-        (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
-        (None, None) => ExitCode::from(1),
-    })
+    Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
 }

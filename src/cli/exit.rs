@@ -20,7 +20,7 @@ pub(crate) const WAIT_GAVE_UP: u8 = 124;
 
 /// What `--help` says about exit statuses (the top level, `run` and `wait`).
 pub(crate) const HELP: &str = "\
-Exit status (run, wait, and start for a command that cannot start):
+Exit status (run, capture, wait, and start for a command that cannot start):
   N        the command's own exit status, passed through
   128+N    the command died of signal N (143: SIGTERM, 137: SIGKILL)
   124      wait --timeout gave up; the process keeps running

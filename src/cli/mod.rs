@@ -43,6 +43,7 @@ enum Command {
     Run(run_cmd::RunArgs),
     /// Run one command to completion and print its capture receipt (JSON): each stream's
     /// output up to --max-bytes and how it ended, the status, and what cut the run short.
+    #[command(after_help = exit::HELP)]
     Capture(capture_cmd::CaptureCmdArgs),
     /// Run the daemon: a supervisor answering the client commands on a Unix socket.
     Serve(daemon_cmd::ServeArgs),
