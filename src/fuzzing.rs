@@ -2893,6 +2893,7 @@ fn check_manifests(
 /// of every operation (what the MCP tools pass): never a panic; a refusal carries an error code
 /// and a message; whatever decodes re-encodes ([`crate::protocol::Request::to_line`]) to a line
 /// that decodes to the same request and ID.
+#[cfg(feature = "server")]
 pub fn protocol_request(data: &[u8]) {
     use crate::protocol::{ApiError, OPS, decode_request, request_from_args};
     let line = data.strip_suffix(b"\n").unwrap_or(data);
@@ -2941,6 +2942,7 @@ pub fn protocol_request(data: &[u8]) {
 /// whose params hold the input's text as `name` and an object as `arguments` passes (the tool
 /// name is the server's to refuse); with `arguments` neither an object nor null it is answered
 /// -32602 with its id.
+#[cfg(feature = "mcp")]
 pub fn mcp_line(data: &[u8]) {
     use crate::mcp::transport::{INVALID_PARAMS, PARSE_ERROR, Verdict, classify};
     let check_answer = |line: &[u8], answer: &[u8]| -> serde_json::Value {
@@ -3330,6 +3332,7 @@ pub fn workload_snapshot(events: u64) -> Vec<u8> {
 /// split at its newlines (a last line without one counts, an empty input is no line), each
 /// within the bound returned whole and each over it reported with its length and dropped whole,
 /// then end of input; never a panic, and never more than the bound kept.
+#[cfg(feature = "server")]
 pub fn server_framing(data: &[u8]) {
     use crate::server::{Line, read_line};
     let (max, capacity, input) = match data {
@@ -3386,6 +3389,7 @@ pub fn server_framing(data: &[u8]) {
 /// a newline, is JSON with `ok: true`, and carries ID 7 or none; a request is only ever called
 /// unread for an ID-less `idle` or `busy` error. And a response the server encodes decodes to
 /// what it carried.
+#[cfg(feature = "server")]
 pub fn client_response(data: &[u8]) {
     use crate::client::{Answer, ClientError, decode_answer};
     use crate::protocol::{ApiError, ErrorCode, Response};

@@ -7,10 +7,13 @@
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 
 pub mod admission;
+#[cfg(feature = "cli")]
 pub mod cli;
+#[cfg(feature = "server")]
 pub mod client;
 pub mod codec;
 pub mod environment;
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]
@@ -18,10 +21,13 @@ pub mod idhash;
 pub mod journal;
 pub mod lifecycle;
 pub mod limits;
+#[cfg(feature = "mcp")]
 pub mod mcp;
+#[cfg(feature = "server")]
 pub mod protocol;
 pub mod render;
 pub mod root;
+#[cfg(feature = "server")]
 pub mod server;
 pub mod spool;
 pub mod supervisor;

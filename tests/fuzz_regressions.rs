@@ -18,13 +18,18 @@ const TARGETS: &[(&str, Body)] = &[
     ("safe_text", procjournal::fuzzing::safe_text),
     ("spool_recovery", procjournal::fuzzing::spool_recovery),
     ("lifecycle_store", procjournal::fuzzing::lifecycle_store),
+    // The bodies of a surface's decoders come with its feature.
+    #[cfg(feature = "server")]
     ("protocol_request", procjournal::fuzzing::protocol_request),
     ("guardian_control", procjournal::fuzzing::guardian_control),
     ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
     ("replay", procjournal::fuzzing::replay),
     ("snapshot_decode", procjournal::fuzzing::snapshot_decode),
+    #[cfg(feature = "server")]
     ("server_framing", procjournal::fuzzing::server_framing),
+    #[cfg(feature = "mcp")]
     ("mcp_line", procjournal::fuzzing::mcp_line),
+    #[cfg(feature = "server")]
     ("client_response", procjournal::fuzzing::client_response),
 ];
 

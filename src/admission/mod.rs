@@ -147,7 +147,8 @@ impl Telemetry for ProcTelemetry {
 }
 
 /// What the samples of one workload establish.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SampleState {
     /// Not sampled yet (or its tree cannot be: an unverified tree held after its guardian died).
@@ -161,7 +162,8 @@ pub enum SampleState {
 }
 
 /// One workload's reservation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct WorkloadReservation {
     pub handle: Handle,
     pub reserved_bytes: u64,
@@ -173,7 +175,8 @@ pub struct WorkloadReservation {
 }
 
 /// Which rule set the slot count.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Basis {
     /// Cores and available memory, at the configured share.
@@ -185,7 +188,8 @@ pub enum Basis {
 }
 
 /// One admission decision and every input it was made from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Decision {
     /// Whether one more workload may start now.
     pub admit: bool,
@@ -426,7 +430,8 @@ impl Admission {
 
 /// What [`crate::supervisor::Supervisor::admission`] reports: the decision a start would get now,
 /// every reservation, and the starts waiting for capacity.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct AdmissionSnapshot {
     pub decision: Decision,
     pub reservations: Vec<WorkloadReservation>,

@@ -25,6 +25,7 @@ impl Serialize for Handle {
 }
 
 /// The schema of the display form, for the MCP tools' output schemas.
+#[cfg(feature = "schema")]
 impl schemars::JsonSchema for Handle {
     fn schema_name() -> std::borrow::Cow<'static, str> {
         "Handle".into()
@@ -135,7 +136,8 @@ impl CursorBounds {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema, Encode, Decode)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Encode, Decode)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ExitStatus {
     Code(i32),
@@ -263,18 +265,8 @@ pub struct Running {
 }
 
 /// Which mechanism owns a process's tree (recorded so that `ps` and the manifest can say it).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-    Encode,
-    Decode,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, Encode, Decode)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum TreeMechanism {
     /// A process group led by the workload; a member that calls `setsid` escapes it.
@@ -334,7 +326,8 @@ pub struct Scoped {
 }
 
 /// What proved that a whole tree has exited.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema, Encode, Decode)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "by", rename_all = "snake_case")]
 pub enum ExitProof {
     /// The guardian's receipt, verified against the registration (file identity, nonce,
@@ -458,18 +451,9 @@ pub struct GateChanged {
 
 /// Which per-process deadline (journal-format.md, "Deadlines").
 #[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    serde::Deserialize,
-    schemars::JsonSchema,
-    Encode,
-    Decode,
+    Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, Encode, Decode,
 )]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Deadline {
     /// `Limits::wall_clock_ms` after the process started running.

@@ -105,16 +105,8 @@ pub struct Manifest {
 }
 
 /// When and why a process's output was retired.
-#[derive(
-    Debug,
-    Clone,
-    PartialEq,
-    Eq,
-    Serialize,
-    schemars::JsonSchema,
-    crate::codec::Encode,
-    crate::codec::Decode,
-)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, crate::codec::Encode, crate::codec::Decode)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Retirement {
     pub reason: String,
     pub at_unix_ms: u64,

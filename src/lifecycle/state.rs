@@ -17,10 +17,10 @@ use serde::Serialize;
     Ord,
     Serialize,
     serde::Deserialize,
-    schemars::JsonSchema,
     Encode,
     Decode,
 )]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum State {
     Starting,

@@ -384,7 +384,8 @@ pub fn base64(bytes: &[u8]) -> String {
 
 /// An opaque name for a range of a process's output: the handle and the cursor range, never a
 /// path. Hosts pass it back to fetch the raw bytes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ArtifactDescriptor(pub String);
 
 impl ArtifactDescriptor {

@@ -50,7 +50,8 @@ pub const CHUNK_PAYLOAD_BYTES_MAX: usize = 1024 * 1024;
 /// workload's stdout and stderr (and the terminal's echo) arrive interleaved and cannot be told
 /// apart. A reader that predates the tag refuses such a chunk as an unknown stream (damage),
 /// so it never attributes terminal bytes to stdout or stderr.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Stream {
     Stdout = 1,

@@ -19,19 +19,8 @@ use crate::codec::{Decode, Encode};
 /// Why the bytes of a gap were not kept. The numbering is part of the journal's format
 /// (the `OutputGap` event); retention is never recorded there (it is a policy, and the spool's
 /// `retained_from` already says where kept output starts).
-#[derive(
-    Debug,
-    Clone,
-    Copy,
-    PartialEq,
-    Eq,
-    Hash,
-    Serialize,
-    Deserialize,
-    schemars::JsonSchema,
-    Encode,
-    Decode,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Encode, Decode)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum LossReason {
     /// Older than the retention window: deleted on purpose.
@@ -119,7 +108,8 @@ pub fn describe(reason: LossReason, errno: i32) -> String {
 }
 
 /// What is wrong with damaged cursors.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum DamageKind {
     /// No segment file holds them (a file between two others is missing, or every file is).
@@ -145,7 +135,8 @@ impl DamageKind {
 
 /// Whether skipped cursors were lost on purpose or by a recorded failure (a gap), or found
 /// unreadable (damage).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SkipKind {
     Gap,
@@ -154,7 +145,8 @@ pub enum SkipKind {
 
 /// Cursors `from..to` a read stepped over before its bytes, and why. Clients read it back from
 /// a page (`logs` through the daemon), so it deserializes too.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Skipped {
     pub from: u64,
     pub to: u64,

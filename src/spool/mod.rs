@@ -167,7 +167,8 @@ fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> SpoolError {
 }
 
 /// A run of bytes from one stream inside a [`SpoolRead`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct Span {
     pub stream: Stream,
     /// Cursor of the span's first byte.

@@ -94,7 +94,8 @@ pub enum CaptureError {
 }
 
 /// How one stream of a capture ended.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "end", rename_all = "snake_case")]
 pub enum StreamEnd {
     /// End of file, and every byte of the stream is in the result.
@@ -107,7 +108,8 @@ pub enum StreamEnd {
 }
 
 /// Why a stream is incomplete.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "why", rename_all = "snake_case")]
 pub enum Incomplete {
     /// The stream wrote more than the limit: the result holds its first `limit` bytes, the
@@ -128,7 +130,8 @@ pub enum Incomplete {
 }
 
 /// Why capturing a stream failed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "cause", rename_all = "snake_case")]
 pub enum CaptureFailure {
     /// The drain could not read the stream, or the spool could not be created for its bytes.
@@ -142,7 +145,8 @@ pub enum CaptureFailure {
 
 /// What ended a run before it finished by itself: the original cause, not the signal the
 /// shared termination sent for it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "fault", rename_all = "snake_case")]
 pub enum CaptureFault {
     /// A deadline of the command fired (its `DeadlineFired` record): the tree was terminated
@@ -387,7 +391,8 @@ impl CaptureResult {
 /// A capture's receipt as clients see it (the `capture` operation's result, `procjournal
 /// capture`'s output): identity, status, fault, each stream's end, counts and rendered prefix,
 /// and the artifact descriptor of the whole retained output. No path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct CaptureReceipt {
     pub handle: Handle,
     /// Every stream ended at EOF with all its bytes here, and nothing cut the run short.
@@ -406,7 +411,8 @@ pub struct CaptureReceipt {
 }
 
 /// One stream in a [`CaptureReceipt`].
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct StreamReceipt {
     pub stream: Stream,
     /// `"end": "eof"`, `"incomplete"` with `reasons`, or `"failed"` with `failure`.

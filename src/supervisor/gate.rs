@@ -44,7 +44,8 @@ impl GateStatus {
 }
 
 /// Whether a process waits for human input now.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct InputWaitStatus {
     pub handle: Handle,
     pub waiting: bool,

@@ -330,9 +330,8 @@ pub enum StartError {
 }
 
 /// How output is returned.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum Rendering {
     SafeText,
@@ -340,7 +339,8 @@ pub enum Rendering {
 }
 
 /// One page of output with every cursor field a client needs to resume exactly.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct OutputPage {
     pub handle: Handle,
     pub cursor: u64,
@@ -590,9 +590,8 @@ pub(crate) async fn request_stop(shared: &Arc<Shared>, proc: &Proc, reason: &str
 
 /// Why a spawn failed, as far as a caller tells the cases apart: the shell's exit statuses 127
 /// (not found) and 126 (found, but it cannot be executed) mean these.
-#[derive(
-    Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize, schemars::JsonSchema,
-)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum SpawnFailure {
     /// No such program (not on the search path, or no such file).
