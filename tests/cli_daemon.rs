@@ -1028,3 +1028,43 @@ fn capture_command_prints_the_receipt() {
         json!({"fault": "deadline", "deadline": "wall", "limit_ms": 300})
     );
 }
+
+/// `start` with no daemon running starts one (detached, said on stderr with its pid and log),
+/// the process runs under it, the next client commands find it, and `shutdown` ends it.
+#[test]
+fn start_without_a_daemon_starts_one_that_outlives_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let (code, out, err) = client(root, &["start", "--", "sh", "-c", "echo autostarted"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        err.contains("no daemon was running") && err.contains("daemon.log"),
+        "{err}"
+    );
+    let pid: i32 = err
+        .split("(pid ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no pid in {err:?}"));
+    let handle = out.trim().to_owned();
+    let (code, _, err) = client(root, &["wait", &handle]);
+    assert_eq!(code, 0, "{err}");
+    let (code, logs, _) = client(root, &["logs", &handle]);
+    assert_eq!((code, logs.as_str()), (0, "autostarted\n"));
+    // A second start finds the running daemon and says nothing about starting one.
+    let (code, _, err) = client(root, &["start", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(!err.contains("no daemon was running"), "{err}");
+    let (code, _, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
+    let gone = std::time::Instant::now();
+    while nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_ok() {
+        // The daemon is not this test's child: it is reaped by init once it exits.
+        assert!(
+            gone.elapsed() < std::time::Duration::from_secs(30),
+            "daemon {pid} still runs"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

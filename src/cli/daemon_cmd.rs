@@ -61,6 +61,34 @@ impl Target {
         })
     }
 
+    /// A connection to the root's daemon, starting one when none listens (detached, so it
+    /// outlives this command, and said on stderr): what `start` and `restart` use, so that a
+    /// newcomer never has to open a second terminal for `serve`.
+    fn connect_or_start(&self) -> anyhow::Result<Client> {
+        let socket = self.socket()?;
+        let root = self.root()?;
+        let wait = Duration::from_millis(crate::limits::DAEMON_AUTOSTART_WAIT_MS);
+        let spawn = || super::spawn_detached_daemon(&root, self.socket.as_deref(), &[]);
+        match crate::client::connect_or_spawn(&socket, spawn, wait) {
+            Ok((client, None)) => Ok(client),
+            Ok((client, Some(spawned))) => {
+                eprintln!(
+                    "procjournal: no daemon was running for {}; started one (pid {}, log {}); \
+                     `procjournal shutdown` stops it",
+                    root.display(),
+                    spawned.pid,
+                    root.join("daemon.log").display()
+                );
+                Ok(client)
+            }
+            Err(e) => Err(anyhow::anyhow!(
+                "cannot reach or start the daemon of {}: {e} (see {})",
+                root.display(),
+                root.join("daemon.log").display()
+            )),
+        }
+    }
+
     /// A connection, or `None` when no daemon listens (the caller falls back to the journal).
     pub(crate) fn try_connect(&self) -> anyhow::Result<Option<Client>> {
         match Client::connect(&self.socket()?) {
@@ -365,7 +393,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         queue_ms: args.queue.map(millis),
         pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
     });
-    let mut client = args.target.connect()?;
+    let mut client = args.target.connect_or_start()?;
     let info = client.call(&request)?;
     if args.json {
         println!("{info}");
@@ -407,7 +435,7 @@ pub(crate) struct RestartCmdArgs {
 }
 
 pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
-    let mut client = args.target.connect()?;
+    let mut client = args.target.connect_or_start()?;
     let handle = resolve(&mut client, &args.handle)?;
     let request = Request::Restart(RestartArgs {
         handle: handle.to_string(),

@@ -166,46 +166,25 @@ pub(crate) fn daemon_log(root: &Path) -> PathBuf {
 /// stdin from /dev/null, stdout and stderr appended to the root's `daemon.log` (never this
 /// server's stdout, which is the MCP channel), working directory `/`.
 fn spawn_daemon(root: &Path, args: &McpArgs) -> std::io::Result<std::process::Child> {
-    use std::os::unix::process::CommandExt;
-    std::fs::create_dir_all(root)?;
-    let log_path = daemon_log(root);
-    // One earlier log is kept; a log is never let grow across many daemons.
-    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > crate::limits::DAEMON_LOG_BYTES_MAX) {
-        let _ = std::fs::rename(&log_path, root.join("daemon.log.old"));
-    }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
-    let mut command = std::process::Command::new(std::env::current_exe()?);
-    command.arg("serve").arg("--root").arg(root);
-    if let Some(socket) = &args.socket {
-        command.arg("--socket").arg(socket);
-    }
+    let mut extra: Vec<std::ffi::OsString> = Vec::new();
     if let Some(bytes) = args.retention {
-        command.arg("--retention").arg(bytes.to_string());
+        extra.extend(["--retention".into(), bytes.to_string().into()]);
     }
     if let Some(value) = args.tree.tree.to_possible_value() {
-        command.arg("--tree-mechanism").arg(value.get_name());
+        extra.extend(["--tree-mechanism".into(), value.get_name().into()]);
     }
     let admission = &args.admission;
     if let Some(n) = admission.max_concurrent {
-        command.arg("--max-concurrent").arg(n.to_string());
+        extra.extend(["--max-concurrent".into(), n.to_string().into()]);
     }
     if let Some(bytes) = admission.memory_budget {
-        command.arg("--memory-budget").arg(bytes.to_string());
+        extra.extend(["--memory-budget".into(), bytes.to_string().into()]);
     }
-    command.arg("--share").arg(admission.share.to_string());
+    extra.extend(["--share".into(), admission.share.to_string().into()]);
     if let Some(bytes) = admission.floor {
-        command.arg("--floor").arg(bytes.to_string());
+        extra.extend(["--floor".into(), bytes.to_string().into()]);
     }
-    command
-        .stdin(std::process::Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log)
-        .current_dir("/")
-        .process_group(0)
-        .spawn()
+    super::spawn_detached_daemon(root, args.socket.as_deref(), &extra)
 }
 
 /// Serves one MCP session on stdio with `server`, until the client closes stdin or a signal.

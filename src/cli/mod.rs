@@ -147,6 +147,41 @@ fn man(args: ManArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Starts `procjournal serve --root ROOT [--socket S] EXTRA` detached (its own process group,
+/// stdio to `daemon.log` in the root, one earlier log kept), so that it outlives the command
+/// that started it: what `mcp` and the client commands that start processes do when no daemon
+/// runs.
+pub(crate) fn spawn_detached_daemon(
+    root: &std::path::Path,
+    socket: Option<&std::path::Path>,
+    extra: &[std::ffi::OsString],
+) -> std::io::Result<std::process::Child> {
+    use std::os::unix::process::CommandExt;
+    std::fs::create_dir_all(root)?;
+    let log_path = root.join("daemon.log");
+    // One earlier log is kept; a log is never let grow across many daemons.
+    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > crate::limits::DAEMON_LOG_BYTES_MAX) {
+        let _ = std::fs::rename(&log_path, root.join("daemon.log.old"));
+    }
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)?;
+    let mut command = std::process::Command::new(std::env::current_exe()?);
+    command.arg("serve").arg("--root").arg(root);
+    if let Some(socket) = socket {
+        command.arg("--socket").arg(socket);
+    }
+    command
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .current_dir("/")
+        .process_group(0)
+        .spawn()
+}
+
 /// `--root DIR`, else `$PROCJOURNAL_ROOT`, else `$XDG_STATE_HOME/procjournal`, else
 /// `~/.local/state/procjournal`.
 pub fn default_root() -> anyhow::Result<PathBuf> {
