@@ -24,7 +24,7 @@ use procjournal::lifecycle::{Lifecycle, State};
 use procjournal::supervisor::StartError;
 use procjournal::{Durability, JournalOptions};
 use serde_json::Value;
-use supervisor_common::{config, guarded, open, sh, temp_root};
+use supervisor_common::{config, files_containing, guarded, open, sh, temp_root};
 
 /// The Git variables the test plants in a host environment: the brief's list and git's
 /// configuration injection.
@@ -53,27 +53,6 @@ const PERSISTED: &str = "pErSiStEd-qwz-5150";
 
 fn hex(text: &str) -> String {
     text.bytes().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Every file under `dir` (recursively) that contains `needle`.
-fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let entry = entry.unwrap();
-            let kind = entry.file_type().unwrap();
-            if kind.is_dir() {
-                stack.push(entry.path());
-            } else if kind.is_file() {
-                let bytes = std::fs::read(entry.path()).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
-                    found.push(entry.path());
-                }
-            }
-        }
-    }
-    found
 }
 
 /// The output of the offline tools over `root`: `journal dump` (text and JSON), `journal

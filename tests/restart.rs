@@ -13,7 +13,7 @@ mod daemon_common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{config, guarded, open, replay, sh, start, temp_root};
+use common::{config, files_containing, guarded, open, replay, sh, start, temp_root};
 use procjournal::environment::RestartEnvError;
 use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::ExitStatus;
@@ -27,26 +27,6 @@ async fn output_of(sup: &Supervisor, h: &procjournal::lifecycle::Handle) -> Vec<
     let read = sup.output_raw(h, 0, 1 << 20).await.expect("read output");
     assert!(!read.gap, "no gap expected");
     read.bytes
-}
-
-fn files_containing(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_owned()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let entry = entry.unwrap();
-            let kind = entry.file_type().unwrap();
-            if kind.is_dir() {
-                stack.push(entry.path());
-            } else if kind.is_file() {
-                let bytes = std::fs::read(entry.path()).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(entry.path());
-                }
-            }
-        }
-    }
-    found
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,7 +178,7 @@ async fn a_withheld_value_is_asked_for_by_name_and_never_reaches_the_disk() {
     );
     sup.shutdown(Duration::from_secs(5)).await;
     assert!(
-        files_containing(root.path(), SECRET.as_bytes()).is_empty(),
+        files_containing(root.path(), SECRET).is_empty(),
         "the restart's secret reached the disk"
     );
 }

@@ -7,7 +7,7 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -420,4 +420,26 @@ impl procjournal::tree::Launcher for Unsignallable {
         });
         Ok(spawned)
     }
+}
+
+/// Every file under `dir` (recursively) that contains `needle`: the secrets tests scan a whole
+/// root with it.
+pub fn files_containing(dir: &Path, needle: &str) -> Vec<PathBuf> {
+    let mut found = Vec::new();
+    let mut stack = vec![dir.to_owned()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let entry = entry.unwrap();
+            let kind = entry.file_type().unwrap();
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                if bytes.windows(needle.len()).any(|w| w == needle.as_bytes()) {
+                    found.push(entry.path());
+                }
+            }
+        }
+    }
+    found
 }
