@@ -285,6 +285,34 @@ struct HostReport {
 
 /// Spawns the host on `root`, reads its reports until `ready` (registering every process group
 /// with `cleanup` as soon as it is reported), then SIGKILLs it and reaps it.
+/// Waits (bounded) until no writer holds `root`'s lock. The test's own restore supervisor of the
+/// round before has shut down, but its last blocking tasks drop the root (and with it the lock)
+/// a moment after `shutdown` returns; a reopen in this process would wait for that handover
+/// (`LOCK_HANDOVER_MS`), a host in another process fails at once with `Locked`.
+fn wait_until_unlocked(root: &Path) {
+    let Ok(lock) = File::open(root.join("LOCK")) else {
+        return; // no root yet
+    };
+    let started = std::time::Instant::now();
+    loop {
+        match lock.try_lock() {
+            Ok(()) => {
+                lock.unlock().expect("unlock LOCK");
+                return;
+            }
+            Err(std::fs::TryLockError::WouldBlock) => {
+                assert!(
+                    started.elapsed() < HANG_GUARD,
+                    "{} stays locked",
+                    root.display()
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(std::fs::TryLockError::Error(e)) => panic!("lock {}: {e}", root.display()),
+        }
+    }
+}
+
 fn run_host_and_kill(
     root: &Path,
     mode: &str,
@@ -292,6 +320,7 @@ fn run_host_and_kill(
     delay_before_kill: Duration,
     cleanup: &mut Cleanup,
 ) -> HostReport {
+    wait_until_unlocked(root);
     let stderr_path = scratch.join(format!("host-{}.stderr", cleanup.groups.len()));
     let exe = std::env::current_exe().expect("current_exe");
     let child = OsCommand::new(exe)
