@@ -104,7 +104,10 @@ proptest! {
             let pages = pages(&spool, state, max_bytes);
             let joined: String = pages.iter().map(|p| p.data.as_str()).collect();
             prop_assert_eq!(&joined, &whole, "max_bytes {} ({:?})", max_bytes, state);
-            prop_assert_eq!(replacements(&joined), replacements(&text));
+            // No new U+FFFD: paging never splits a character. Fewer is right when one sat inside
+            // an escape sequence, which safe text drops whole, paged or not (the kept seed:
+            // "\u{1b}]\u{fffd}", an unfinished OSC holding one).
+            prop_assert!(replacements(&joined) <= replacements(&text));
             for page in &pages {
                 // A page is over its max_bytes only by the rest of its one first unit.
                 let len = usize::try_from(page.next_cursor - page.cursor).unwrap_or(usize::MAX);
