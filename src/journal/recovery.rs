@@ -332,6 +332,14 @@ fn resync(bytes: &[u8], from: usize, above: u64) -> Option<(usize, RecordHeader)
     None
 }
 
+/// Whether every byte is zero. An OR over each page, which the compiler vectorises, rather than a
+/// byte-by-byte search: the preallocated tail of a segment is most of its bytes, all zero.
+pub(crate) fn all_zero(bytes: &[u8]) -> bool {
+    bytes
+        .chunks(crate::limits::PAGE_BYTES)
+        .all(|page| page.iter().fold(0u8, |acc, &b| acc | b) == 0)
+}
+
 fn last_nonzero_end(bytes: &[u8], from: usize) -> usize {
     bytes[from..]
         .iter()
@@ -472,7 +480,7 @@ pub(crate) fn scan_segment(
                 at += format::record_bytes(h.payload_bytes as usize);
             }
             Err(row) => {
-                if bytes[at..].iter().all(|&b| b == 0) {
+                if all_zero(&bytes[at..]) {
                     break; // row B
                 }
                 let unacknowledged = commit.is_some_and(|c| expected_seq > c.confirmed);
@@ -548,9 +556,43 @@ pub(crate) fn segment_rejection(
 fn read_prefix(file: &mut std::fs::File, len: u64, bytes: &mut Vec<u8>) -> std::io::Result<()> {
     use std::io::Read;
     bytes.clear();
+    // Room for all of it first: `read_to_end` on a buffer without room starts with small
+    // reads and grows by doubling (a dozen reads and reallocations for one segment).
+    bytes.reserve(usize::try_from(len).unwrap_or(usize::MAX));
     std::io::Seek::rewind(file)?;
     file.take(len).read_to_end(bytes)?;
     Ok(())
+}
+
+/// Whether every byte of `file` from `from` to `len` is zero, read with `pread` in blocks of at
+/// most [`crate::limits::SCAN_BLOCK_BYTES`] into `buf` (its contents are replaced). Bytes a file
+/// shorter than `len` does not have read as zero, as in the full scan, which zero-extends it.
+fn zero_from(
+    file: &std::fs::File,
+    from: u64,
+    len: u64,
+    buf: &mut Vec<u8>,
+) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let block = crate::limits::SCAN_BLOCK_BYTES
+        .min(usize::try_from(len.saturating_sub(from)).unwrap_or(usize::MAX));
+    buf.clear();
+    buf.resize(block, 0);
+    let mut at = from;
+    while at < len {
+        let want = block.min(usize::try_from(len - at).unwrap_or(usize::MAX));
+        let read = match file.read_at(&mut buf[..want], at) {
+            Ok(0) => break,
+            Ok(read) => read,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if !all_zero(&buf[..read]) {
+            return Ok(false);
+        }
+        at += read as u64;
+    }
+    Ok(true)
 }
 
 /// Reads and scans every segment of `dir` in order, calling `visit` for each accepted record, and
@@ -649,16 +691,19 @@ pub(crate) fn scan_journal(
         let commit_area_cut = file_len < header.records_offset() as u64;
         // The fast path: a sealed segment whose records run exactly to the end its commit point
         // names is read only that far (restore reads the records, not the preallocated zeroes).
-        // Anything unexpected falls back to reading the whole file. A cleanly closed segment is
-        // read whole: a later writer may have resumed appending to it and lost power before its
-        // first commit replaced the `CLOSED` claim, leaving unflushed bytes anywhere past the
-        // claimed end (a lost first page does not hide a kept later one); only a full scan
-        // finds them, so that they are cut before new records are written among them.
+        // Anything unexpected falls back to reading the whole file. A cleanly closed segment's
+        // claim does not bound what is past it: a later writer may have resumed appending to it
+        // and lost power before its first commit replaced the `CLOSED` claim, leaving unflushed
+        // bytes anywhere past the claimed end (a lost first page does not hide a kept later
+        // one). So the rest of its file is read too, but only checked to be zero, in blocks: if
+        // it is, the full scan would find exactly what the fast path found (the same records,
+        // then zeroes to the end); if not, the full scan runs and finds those bytes, so that
+        // they are cut before new records are written among them.
         let trusted_end = commit
             .filter(|_| !commit_area_cut)
             .and_then(|c| c.newest)
             .map(|(_, s)| s)
-            .filter(|s| s.sealed())
+            .filter(|s| s.sealed() || s.closed())
             .filter(|s| u64::from(s.end_offset) <= file_len);
         // Records the fast path handed out: the same bytes give the same first records, so a
         // fall back to the full scan skips exactly these.
@@ -681,7 +726,8 @@ pub(crate) fn scan_journal(
             let whole = outcome.end_offset == slot.end_offset as usize
                 && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
                 && outcome.damaged.is_empty()
-                && outcome.trailing.is_none();
+                && outcome.trailing.is_none()
+                && (slot.sealed() || zero_from(&file, wanted, file_len, &mut bytes)?);
             scanned = whole.then_some(outcome);
         }
         let outcome = match scanned {

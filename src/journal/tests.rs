@@ -1025,6 +1025,89 @@ fn a_clean_close_lets_the_next_open_flush_nothing_and_a_crash_does_not() {
     assert!(open_failing_flushes(dir.path()).is_err());
 }
 
+/// Bytes that a writer which resumed after a clean close left past the claimed end (it lost
+/// power before its first commit) are found wherever they are. The scan reads the records only
+/// as far as the claim and checks the rest of the file block by block, so a stray byte in the
+/// first bytes it checks, at either side of a block boundary, or in the file's last byte is a
+/// torn tail (which a writable open zeroes before it appends), exactly as a scan of the whole
+/// segment finds it. A file shorter than its segment is only reported short.
+#[test]
+fn a_stray_byte_anywhere_past_a_clean_close_is_a_torn_tail() {
+    let block = crate::limits::SCAN_BLOCK_BYTES;
+    let segment = 4 * block;
+    let pristine_root = tempfile::tempdir().unwrap();
+    let p = build_closed(pristine_root.path(), 5, segment);
+    assert!(p.iter().all(|q| q.segment_index == 0));
+    let pristine = std::fs::read(segment_path(pristine_root.path(), 0)).unwrap();
+    assert_eq!(pristine.len(), segment);
+    let end = p[4].offset as usize + record_len(4);
+    let checked_from = end + RECORD_HEADER_BYTES;
+    let strays = [
+        checked_from,
+        checked_from + 7,
+        2 * block - 1,
+        2 * block,
+        segment - 1,
+    ];
+    for at in strays {
+        let case = tempfile::tempdir().unwrap();
+        std::fs::create_dir(case.path().join("journal")).unwrap();
+        let mut bytes = pristine.clone();
+        bytes[at] = 0x5a;
+        std::fs::write(segment_path(case.path(), 0), &bytes).unwrap();
+        let (records, report) = read_all(case.path());
+        assert_eq!(seqs(&records), vec![1, 2, 3, 4, 5], "stray at {at}");
+        let torn = TornTail {
+            segment_index: 0,
+            start_offset: end as u64,
+            end_offset: at as u64 + 1,
+            row: Row::ZeroGap,
+            zeroed: false,
+        };
+        assert_eq!(report.torn_tails, vec![torn.clone()], "stray at {at}");
+        assert!(report.is_crash_residue_only(), "stray at {at}: {report:?}");
+        let (journal, opened) =
+            Journal::open(case.path(), options(Durability::Sync, segment)).unwrap();
+        assert_eq!(
+            opened.torn_tails,
+            vec![TornTail {
+                zeroed: true,
+                ..torn
+            }],
+            "stray at {at}"
+        );
+        append_n(&journal, 5, 6);
+        drop(journal);
+        // Clean again: the stray byte is gone, so no later scan finds it among new records.
+        check(case.path(), 6);
+    }
+    let cut = 2 * block + 100;
+    let case = tempfile::tempdir().unwrap();
+    std::fs::create_dir(case.path().join("journal")).unwrap();
+    std::fs::write(segment_path(case.path(), 0), &pristine[..cut]).unwrap();
+    let (records, report) = read_all(case.path());
+    assert_eq!(seqs(&records), vec![1, 2, 3, 4, 5]);
+    assert_eq!(report.short_segments, vec![recovery::segment_file_name(0)]);
+    assert!(report.torn_tails.is_empty(), "{report:?}");
+    assert!(report.is_crash_residue_only(), "{report:?}");
+}
+
+proptest::proptest! {
+    /// The block check of a clean close's tail agrees with a byte-by-byte search: zeroes of any
+    /// length, with at most one non-zero byte anywhere (across page boundaries too).
+    #[test]
+    fn all_zero_agrees_with_a_byte_search(
+        len in 0usize..3 * crate::limits::PAGE_BYTES,
+        stray in proptest::option::of((0usize..3 * crate::limits::PAGE_BYTES, 1u8..=255)),
+    ) {
+        let mut bytes = vec![0u8; len];
+        if let Some((at, value)) = stray.filter(|(at, _)| *at < len) {
+            bytes[at] = value;
+        }
+        proptest::prop_assert_eq!(recovery::all_zero(&bytes), bytes.iter().all(|&b| b == 0));
+    }
+}
+
 #[test]
 fn the_first_segment_is_small_and_the_spare_comes_only_when_it_fills() {
     let dir = tempfile::tempdir().unwrap();
