@@ -638,12 +638,8 @@ impl Supervisor {
             ..JournalOptions::default()
         };
         let open_root = root.clone();
-        // Beside the open, on a blocking thread of its own: a profile may take seconds.
-        let login_env = config.login_shell.clone().map(|shell| {
-            tokio::task::spawn_blocking(move || {
-                crate::tree::login_shell::capture(&shell).map_err(|e| e.to_string())
-            })
-        });
+        // Spawned first: the open is the longest of the steps that run beside each other here,
+        // and each may need a blocking thread of its own (a new one takes a while to start).
         let opened = tokio::task::spawn_blocking(move || {
             let opened = Lifecycle::open(&open_root, options)?;
             // Guardians create their receipts here (journal-format.md, "Guardian receipts").
@@ -653,9 +649,22 @@ impl Supervisor {
                 message: format!("{}: {e}", trees.display()),
             })?;
             Ok::<_, SupervisorError>(opened)
-        })
-        .await
-        .map_err(|e| SupervisorError::Task(e.to_string()))??;
+        });
+        // The first decision has the host's telemetry (trees are sampled once they run). It
+        // depends on nothing the open does, so it is read beside it rather than after restore.
+        let host = {
+            let telemetry = Arc::clone(&config.telemetry);
+            tokio::task::spawn_blocking(move || telemetry.host())
+        };
+        // Beside the open, on a blocking thread of its own: a profile may take seconds.
+        let login_env = config.login_shell.clone().map(|shell| {
+            tokio::task::spawn_blocking(move || {
+                crate::tree::login_shell::capture(&shell).map_err(|e| e.to_string())
+            })
+        });
+        let opened = opened
+            .await
+            .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let (lifecycle, recovery, replay) = opened;
         // The gate as the journal (or the snapshot) left it: a restart keeps it.
         let paused = AtomicBool::new(lifecycle.store().paused());
@@ -685,11 +694,7 @@ impl Supervisor {
             login_env,
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
-        // The first decision has the host's telemetry; trees are sampled once they run.
-        let telemetry = Arc::clone(&shared.config.telemetry);
-        let host = tokio::task::spawn_blocking(move || telemetry.host())
-            .await
-            .unwrap_or_default();
+        let host = host.await.unwrap_or_default();
         let (tx, rx) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
         let actor = Actor::new(
             Arc::clone(&shared),
