@@ -21,7 +21,7 @@ use std::process::{Command as OsCommand, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use common::{MIB, Res, Row, Samples, Target};
+use common::{MIB, Res, Row, Target};
 use procjournal::Durability;
 use procjournal::supervisor::{CaptureLimits, Command, Services, Supervisor, SupervisorConfig};
 use procjournal::tree::GroupLauncher;
@@ -105,22 +105,12 @@ fn main() -> Res<()> {
     // Room for every run's output: retention is not what is measured.
     config.spool.retention_bytes = config.spool.retention_bytes.max(plan.bytes * 2);
     let (sup, _) = runtime.block_on(Supervisor::open(config, Services::noop()))?;
-    let (mut raw, mut captured) = (Samples::default(), Samples::default());
-    for round in 0..plan.rounds {
-        common::print_round(round, plan.rounds);
-        let (mut r, mut c) = (Samples::default(), Samples::default());
-        for run in 0..plan.runs {
-            if (round + run) % 2 == 0 {
-                r.push(raw_pipe(plan.bytes)?);
-                c.push(runtime.block_on(capture(&sup, dir.path(), plan.bytes))?);
-            } else {
-                c.push(runtime.block_on(capture(&sup, dir.path(), plan.bytes))?);
-                r.push(raw_pipe(plan.bytes)?);
-            }
-        }
-        raw.push(r.median());
-        captured.push(c.median());
-    }
+    let (raw, captured) = common::interleaved_rounds(
+        plan.rounds,
+        plan.runs,
+        || raw_pipe(plan.bytes),
+        || runtime.block_on(capture(&sup, dir.path(), plan.bytes)),
+    )?;
     runtime.block_on(sup.shutdown(std::time::Duration::from_secs(2)));
     println!(
         "\nCapture of stdout, {} per run, {} round(s) of {} run(s) (MiB/s):",

@@ -238,6 +238,34 @@ impl Samples {
 }
 
 /// The `q` quantile (0..=1) of `v`, which is sorted here; NaN if `v` is empty.
+/// `rounds` rounds of `runs` runs of a baseline and the project's figure, one of each per run in
+/// an order that alternates from run to run and round to round (so load from other work hits
+/// both alike); each round's figure is the median of its runs. Returns (baseline, project).
+pub fn interleaved_rounds(
+    rounds: usize,
+    runs: usize,
+    mut baseline: impl FnMut() -> Res<f64>,
+    mut project: impl FnMut() -> Res<f64>,
+) -> Res<(Samples, Samples)> {
+    let (mut base, mut ours) = (Samples::default(), Samples::default());
+    for round in 0..rounds {
+        print_round(round, rounds);
+        let (mut b, mut o) = (Samples::default(), Samples::default());
+        for run in 0..runs {
+            if (round + run) % 2 == 0 {
+                b.push(baseline()?);
+                o.push(project()?);
+            } else {
+                o.push(project()?);
+                b.push(baseline()?);
+            }
+        }
+        base.push(b.median());
+        ours.push(o.median());
+    }
+    Ok((base, ours))
+}
+
 pub fn quantile(v: &mut [f64], q: f64) -> f64 {
     v.sort_by(f64::total_cmp);
     if v.is_empty() {
