@@ -211,7 +211,8 @@ pub async fn call_async(socket: &Path, request: &Request) -> Result<Value, Clien
     })
 }
 
-/// A daemon that [`connect_or_spawn`] started.
+/// A daemon that [`connect_or_spawn`] started, and that is the one serving (not one that lost
+/// the root's lock to a daemon started meanwhile).
 #[derive(Debug)]
 pub struct Spawned {
     pub pid: u32,
@@ -263,7 +264,23 @@ pub fn connect_or_spawn(
     let mut pause = Duration::from_millis(5);
     loop {
         match Client::connect(socket) {
-            Ok(client) => return Ok((client, Some(Spawned { pid }))),
+            Ok(mut client) => {
+                // A daemon started by someone else meanwhile (`serve &` a moment before, another
+                // client's autostart) may be the one that answers, and the one spawned here then
+                // lost the root's lock: the start is only reported when its pid is the one that
+                // serves, so nobody is told of a daemon that no longer exists.
+                let serving = client
+                    .call(&Request::Hello)?
+                    .get("pid")
+                    .and_then(Value::as_u64);
+                let ours = serving == Some(u64::from(pid));
+                if !ours {
+                    // The loser exits by itself (it found the root locked); reaping it keeps no
+                    // zombie behind a long-lived caller (the MCP server).
+                    std::thread::spawn(move || child.wait());
+                }
+                return Ok((client, ours.then_some(Spawned { pid })));
+            }
             Err(ClientError::NoDaemon { .. }) => {}
             Err(e) => return Err(e.into()),
         }

@@ -1068,3 +1068,50 @@ fn start_without_a_daemon_starts_one_that_outlives_it() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// `serve &` then at once `start` (the README's order): the daemon `start` spawns may lose the
+/// root's lock to the one just backgrounded, and `start` then says nothing of a daemon it started
+/// (whose pid would name a process that exited). Whoever wins, the pid `start` reports is the
+/// pid that serves.
+#[test]
+fn a_start_racing_serve_reports_only_the_daemon_that_serves() {
+    let mut reported_ours = 0;
+    let mut reported_none = 0;
+    for _ in 0..8 {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let mut serve = bin()
+            .arg("serve")
+            .arg("--root")
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let (code, _, err) = client(root, &["start", "--", "true"]);
+        assert_eq!(code, 0, "{err}");
+        let mut conn = Conn::open(&root.join("procjournal.sock")).unwrap();
+        let serving = ok(&conn.call(json!({"v": 1, "op": "hello"})))["pid"]
+            .as_u64()
+            .unwrap();
+        match err.split("(pid ").nth(1) {
+            Some(rest) => {
+                let said: u64 = rest.split(',').next().unwrap().parse().unwrap();
+                assert_eq!(
+                    said, serving,
+                    "start reported a daemon that does not serve: {err}"
+                );
+                reported_ours += 1;
+            }
+            None => {
+                assert_eq!(serving, u64::from(serve.id()), "{err}");
+                reported_none += 1;
+            }
+        }
+        let (code, _, err) = client(root, &["shutdown"]);
+        assert_eq!(code, 0, "{err}");
+        serve.wait().unwrap();
+    }
+    eprintln!("start's daemon served {reported_ours} times, serve's {reported_none} times");
+}
