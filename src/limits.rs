@@ -194,6 +194,13 @@ pub const INPUT_QUEUE_DEPTH: usize = 16;
 /// a typed timeout (the bytes already written stay written; the error says how many).
 pub const INPUT_WRITE_MS: u64 = 30_000;
 
+/// How often a terminal whose input was closed is checked for a change of line mode (a prompt
+/// that switched to raw mode after the end-of-file character was typed, and so lost it), and how
+/// many times the character is typed again at most (a full-screen program switches modes often;
+/// each retype is one byte to a program that reads at the end of its input anyway).
+pub const PTY_EOF_POLL_MS: u64 = 25;
+pub const PTY_EOF_RETYPES: u32 = 16;
+
 /// Chunks (each at most [`READ_BYTES`]) a process's tap holds for its consumer before the drain
 /// stops reading that process's pipes, so that the workload blocks in `write` exactly as it
 /// would writing to the slow consumer directly. Measured with `run` piping 1 GiB to `cat`:

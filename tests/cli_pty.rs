@@ -184,3 +184,54 @@ fn run_pty_without_a_terminal_uses_24x80_and_stdin() {
     let answers = stdout.replacen("typed\r\n", "", 1);
     assert_eq!(answers, "24 80\r\ntty\r\ngot:typed\r\n", "{stdout:?}");
 }
+
+/// An interactive shell and a REPL on a terminal whose input ends at once (stdin /dev/null, the
+/// README's `run --pty -- bash` from a script) end, as they would reading a pipe at its end: the
+/// first Ctrl-D reaches the terminal before readline takes it out of canonical mode, which turns
+/// it into a NUL byte; the end-of-file character is typed again at the next prompt. Before, both
+/// waited forever. Also a canonical reader (`cat`) still sees the first one.
+#[test]
+fn run_pty_with_stdin_at_its_end_ends_readline_programs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut commands: Vec<Vec<&str>> = vec![
+        vec!["bash"],
+        vec!["bash", "--norc", "-i"],
+        vec!["sh", "-c", "cat; echo cat-saw-the-end"],
+    ];
+    let python = Command::new("python3").arg("--version").output().is_ok();
+    if python {
+        commands.push(vec!["python3", "-i"]);
+    } else {
+        eprintln!("python3 not installed: its REPL is not run");
+    }
+    for command in commands {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_procjournal"))
+            .args(["run", "--root"])
+            .arg(dir.path().join("root"))
+            .args(["--pty", "--"])
+            .args(&command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Only a guard against the hang this test is about: no time is asserted.
+        let started = Instant::now();
+        let status = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(60) {
+                let _ = child.kill();
+                panic!("{command:?} on a terminal whose input ended is still running");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = child.wait_with_output().unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(status.success(), "{command:?}: {status}\n{stdout}");
+        if command[0] == "sh" {
+            assert!(stdout.contains("cat-saw-the-end"), "{stdout:?}");
+        }
+    }
+}

@@ -1313,11 +1313,11 @@ async fn stdin_writer(
                 });
             }
             Some(InputOp::Close(reply)) => {
-                // A terminal stays open (its master is the output too): closing its input is
-                // what a user at it does, the end-of-file character (Ctrl-D), bounded as a
-                // write.
-                if let InputEnd::Terminal(_) = pipe {
-                    let _ = tokio::time::timeout(bound, pipe.write(&[0x04])).await;
+                if let InputEnd::Terminal(master) = pipe {
+                    // Later writes find the input closed, as after a pipe's close.
+                    drop(queue);
+                    keep_terminal_at_eof(&master, &mut exited, bound, reply).await;
+                    return;
                 }
                 drop(pipe);
                 let _ = reply.send(());
@@ -1325,6 +1325,43 @@ async fn stdin_writer(
             }
             None => return,
         }
+    }
+}
+
+/// Ends a terminal's input as a pipe's end is ended: for good.
+///
+/// A terminal stays open (its master is the output too), so closing its input is what a user at
+/// it does: typing the end-of-file character (Ctrl-D), bounded as a write. One is not enough. A
+/// program that leaves canonical mode after it was typed (a shell's or a REPL's readline, taking
+/// its first prompt) finds it turned into a NUL byte, which is not the end of anything, and
+/// would wait forever for input that will never come; a pipe at its end answers every later read
+/// with the end too. So the character is typed again each time the program changes the
+/// terminal's line mode (its next prompt), until the process exits, at most
+/// `limits::PTY_EOF_RETYPES` times; `reply` is answered after the first.
+async fn keep_terminal_at_eof<T>(
+    master: &crate::tree::PtyMaster,
+    exited: &mut tokio::sync::watch::Receiver<Option<T>>,
+    bound: Duration,
+    reply: oneshot::Sender<()>,
+) {
+    let mut mode = master.line_mode().ok();
+    let eof = |mode: Option<crate::tree::pty::LineMode>| mode.map_or(0x04, |m| m.eof);
+    let _ = tokio::time::timeout(bound, master.write(&[eof(mode)])).await;
+    let _ = reply.send(());
+    let mut poll = tokio::time::interval(Duration::from_millis(limits::PTY_EOF_POLL_MS));
+    for _ in 0..limits::PTY_EOF_RETYPES {
+        loop {
+            tokio::select! {
+                _ = exited.wait_for(Option::is_some) => return,
+                _ = poll.tick() => {}
+            }
+            let now = master.line_mode().ok();
+            if now != mode {
+                mode = now;
+                break;
+            }
+        }
+        let _ = tokio::time::timeout(bound, master.write(&[eof(mode)])).await;
     }
 }
 

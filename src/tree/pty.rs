@@ -144,10 +144,31 @@ impl PtyMaster {
         })
     }
 
+    /// How the terminal's line discipline takes input now, as the program reading it last set
+    /// it (the master shares the slave's termios).
+    pub fn line_mode(&self) -> std::io::Result<LineMode> {
+        let t = rustix::termios::tcgetattr(self.fd.get_ref())?;
+        Ok(LineMode {
+            eof: t.special_codes[rustix::termios::SpecialCodeIndex::VEOF],
+            canonical: t.local_modes.contains(rustix::termios::LocalModes::ICANON),
+            echo: t.local_modes.contains(rustix::termios::LocalModes::ECHO),
+        })
+    }
+
     /// Bytes the workload wrote that are waiting to be read (`FIONREAD` on the master).
     pub fn pending(&self) -> std::io::Result<u64> {
         Ok(rustix::io::ioctl_fionread(self.fd.get_ref())?)
     }
+}
+
+/// A terminal's input mode: what ends input (`VEOF`, Ctrl-D unless a program changed it) and
+/// whether input is read by lines (canonical) and echoed. A readline prompt turns both off while
+/// it reads a line and back on after it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LineMode {
+    pub eof: u8,
+    pub canonical: bool,
+    pub echo: bool,
 }
 
 impl AsFd for PtyMaster {
