@@ -485,10 +485,18 @@ fn run_takes_cwd_and_env_and_keeps_secrets_out_of_the_journal() {
 /// Repeated Ctrl-C escalates as `stop` does, and the record says the stop ended it: a workload
 /// that ignores SIGINT and exits 0 on SIGTERM is `terminated` (it used to read as a normal
 /// exit), and a third Ctrl-C kills one that ignores SIGTERM too, without waiting for the grace.
+/// The same on a root a daemon serves, where `run` goes through it.
 #[test]
 fn repeated_ctrl_c_escalates_and_is_recorded_as_the_stop() {
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path();
+    for through_daemon in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let _daemon = through_daemon.then(|| Daemon::start(root));
+        ctrl_c_escalates(root, through_daemon);
+    }
+}
+
+fn ctrl_c_escalates(root: &Path, through_daemon: bool) {
     let cases = [
         // (script, Ctrl-Cs, run's status, state)
         (
@@ -545,6 +553,11 @@ fn repeated_ctrl_c_escalates_and_is_recorded_as_the_stop() {
         let exit = child.wait().unwrap();
         stderr.read_to_string(&mut said).unwrap();
         assert_eq!(exit.code(), Some(status), "{said}");
+        assert_eq!(
+            said.contains("through the daemon"),
+            through_daemon,
+            "{said}"
+        );
         let handle = announced(&said);
         let (_, json, _) = tool(root, &["ps", "--json"]);
         let p = json_lines(&json)

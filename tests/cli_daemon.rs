@@ -1115,3 +1115,115 @@ fn a_start_racing_serve_reports_only_the_daemon_that_serves() {
     }
     eprintln!("start's daemon served {reported_ours} times, serve's {reported_none} times");
 }
+
+/// `run` and `capture` on a root a daemon serves (one a `start` autostarted, say) go through it:
+/// they used to fail at once with "held by another writer". The command starts from this
+/// shell's environment and directory; stdout and stderr stay apart; the status is the
+/// command's, 127 for one not found; the receipt is the daemon's.
+#[test]
+fn run_and_capture_go_through_the_daemon_that_serves_the_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _daemon = Daemon::start(&root);
+    let out = bin()
+        .args(["run", "--root"])
+        .arg(&root)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo out:$RUN_VIA; pwd; echo err >&2; exit 5",
+        ])
+        .current_dir(dir.path())
+        .env("RUN_VIA", "this-shell")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(5), "{stderr}");
+    let here = dir.path().canonicalize().unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("out:this-shell\n{}\n", here.display())
+    );
+    assert!(stderr.contains("through the daemon"), "{stderr}");
+    assert!(stderr.ends_with("err\n"), "{stderr:?}");
+    let (code, _, err) = client(&root, &["run", "--", "no-such-program-here"]);
+    assert_eq!(code, 127, "{err}");
+    let out = bin()
+        .args(["capture", "--root"])
+        .arg(&root)
+        .args(["--", "sh", "-c", "echo captured:$RUN_VIA; exit 4"])
+        .env("RUN_VIA", "this-shell")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4));
+    let receipt: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(receipt["complete"], true, "{receipt}");
+    assert_eq!(receipt["streams"][0]["prefix"], "captured:this-shell\n");
+    // Both ran in the daemon: it lists them.
+    assert_eq!(ps_json(&root).len(), 3);
+}
+
+/// Through a daemon, `run` reads the output back from the spool, so a reader slower than the
+/// retention loses bytes; it is never silent: every lost range is one stderr line, and what is
+/// printed plus what is said lost is all of it.
+#[test]
+fn run_through_the_daemon_says_what_a_slow_reader_lost() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _daemon = Daemon::start(&root);
+    let total: u64 = 48 << 20;
+    let mut child = bin()
+        .args(["run", "--root"])
+        .arg(&root)
+        .args([
+            "--retention",
+            "8MiB",
+            "--",
+            "head",
+            "-c",
+            &total.to_string(),
+            "/dev/zero",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Not read until the command has ended: all of its output is in the spool by then, and
+    // retention has deleted the oldest.
+    poll_until("the command to end", || {
+        ps_json(&root)
+            .iter()
+            .any(|p| p["state"] == "exited" && p["total_bytes"] == total)
+    });
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut n = 0u64;
+        let mut buf = vec![0u8; 1 << 16];
+        let mut stdout = stdout;
+        loop {
+            match std::io::Read::read(&mut stdout, &mut buf).unwrap() {
+                0 => return n,
+                k => n += k as u64,
+            }
+        }
+    });
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    let printed = reader.join().unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0), "{stderr}");
+    let lost: u64 = stderr
+        .lines()
+        .filter(|l| l.contains("lost"))
+        .map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("no count in {l:?}"))
+        })
+        .sum();
+    assert!(lost > 0, "a reader this slow lost nothing? {stderr}");
+    assert_eq!(printed + lost, total, "{stderr}");
+}

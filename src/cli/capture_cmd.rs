@@ -68,9 +68,22 @@ pub(crate) fn run(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
-    let root = super::root_or_default(args.root)?;
+    let root = super::root_or_default(args.root.clone())?;
+    // A daemon serving the root holds its lock: the capture runs through it, from this shell's
+    // environment.
+    let socket = crate::server::default_socket(&root);
+    let through_daemon = super::run_daemon::serves(&socket);
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
+    // Only a supervisor of this process's own launches trees: the daemon's mechanism is its.
+    let launcher = (!through_daemon)
+        .then(|| args.tree.launcher(&root, true))
+        .transpose()?;
+    let request = capture_request(args, &cwd, through_daemon)?;
+    let Some(launcher) = launcher else {
+        return super::run_daemon::capture(&socket, &request).await;
+    };
     let mut config = SupervisorConfig::new(&root);
-    config.launcher = args.tree.launcher(&root, true)?;
+    config.launcher = launcher;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
@@ -80,7 +93,6 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
             report.reconciled.len()
         );
     }
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let uid = nix::unistd::geteuid().as_raw();
     let dispatcher = Dispatcher::new(
         supervisor.clone(),
@@ -88,36 +100,6 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         format!("uid {uid} via capture"),
     )
     .inheriting_env();
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
-    let wire = CaptureArgs {
-        start: StartArgs {
-            command: args.command,
-            cwd: Some(cwd.to_string_lossy().into_owned()),
-            env: Default::default(),
-            env_persist: Default::default(),
-            client_env: None,
-            inherit_env: true,
-            login_shell_overlay: false,
-            labels: args.labels.into_iter().collect(),
-            name: args.name,
-            timeout_ms: args.timeout.map(ms),
-            idle_timeout_ms: args.idle_timeout.map(ms),
-            retention_bytes: None,
-            queue_ms: None,
-            pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
-        },
-        max_bytes: args.max_bytes,
-        rendering: Some(if args.base64 {
-            Rendering::Base64
-        } else {
-            Rendering::SafeText
-        }),
-    };
-    let request = serde_json::to_value(&wire)
-        .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
-        .and_then(|value| {
-            crate::protocol::request_from_args("capture", value).map_err(|e| anyhow::anyhow!("{e}"))
-        })?;
     let Request::Capture {
         start,
         max_bytes,
@@ -145,4 +127,43 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let line = serde_json::to_string(&receipt).context("cannot encode the receipt")?;
     println!("{line}");
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
+}
+
+/// The `capture` request, validated as the protocol validates it; through a daemon its start
+/// carries this shell's environment, else the command starts from this process's.
+fn capture_request(
+    args: CaptureCmdArgs,
+    cwd: &std::path::Path,
+    through_daemon: bool,
+) -> anyhow::Result<Request> {
+    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+    let wire = CaptureArgs {
+        start: StartArgs {
+            command: args.command,
+            cwd: Some(cwd.to_string_lossy().into_owned()),
+            env: Default::default(),
+            env_persist: Default::default(),
+            client_env: through_daemon.then(super::daemon_cmd::client_environment),
+            inherit_env: !through_daemon,
+            login_shell_overlay: false,
+            labels: args.labels.into_iter().collect(),
+            name: args.name,
+            timeout_ms: args.timeout.map(ms),
+            idle_timeout_ms: args.idle_timeout.map(ms),
+            retention_bytes: None,
+            queue_ms: None,
+            pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
+        },
+        max_bytes: args.max_bytes,
+        rendering: Some(if args.base64 {
+            Rendering::Base64
+        } else {
+            Rendering::SafeText
+        }),
+    };
+    serde_json::to_value(&wire)
+        .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
+        .and_then(|value| {
+            crate::protocol::request_from_args("capture", value).map_err(|e| anyhow::anyhow!("{e}"))
+        })
 }

@@ -458,7 +458,7 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
 
 /// This shell's environment, as a command would get it run from here (the daemon removes Git
 /// redirection from it); a variable that is not UTF-8 cannot travel in JSON and is left out.
-fn client_environment() -> BTreeMap<String, String> {
+pub(super) fn client_environment() -> BTreeMap<String, String> {
     std::env::vars_os()
         .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
         .collect()

@@ -211,25 +211,25 @@ pub(crate) fn rfc3339_ms(ms: u64) -> String {
 
 /// The fields of an output page the client reads.
 #[derive(Debug, Deserialize)]
-struct PageView {
-    next_cursor: u64,
-    retained_from: u64,
-    total_bytes: u64,
-    gap: bool,
+pub(super) struct PageView {
+    pub(super) next_cursor: u64,
+    pub(super) retained_from: u64,
+    pub(super) total_bytes: u64,
+    pub(super) gap: bool,
     #[serde(default)]
-    skipped: Option<crate::spool::Skipped>,
-    cursor_ahead: bool,
-    data: String,
-    state: State,
+    pub(super) skipped: Option<crate::spool::Skipped>,
+    pub(super) cursor_ahead: bool,
+    pub(super) data: String,
+    pub(super) state: State,
     #[serde(default)]
-    spans: Vec<SpanView>,
+    pub(super) spans: Vec<SpanView>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
-struct SpanView {
-    stream: String,
-    cursor: u64,
-    len: u32,
+pub(super) struct SpanView {
+    pub(super) stream: String,
+    pub(super) cursor: u64,
+    pub(super) len: u32,
 }
 
 /// The journal's times of a process's output: `(total, at)` of every record that names the

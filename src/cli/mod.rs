@@ -14,6 +14,7 @@ mod mcp_cmd;
 mod progress;
 mod ps_cmd;
 mod run_cmd;
+mod run_daemon;
 mod size;
 mod spool_cmd;
 

@@ -134,7 +134,13 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let root = super::root_or_default(args.root)?;
+    let root = super::root_or_default(args.root.clone())?;
+    // A daemon serving the root holds its lock: the command runs through it instead (started
+    // with this shell's environment, its output read back from the spool).
+    let socket = crate::server::default_socket(&root);
+    if super::run_daemon::serves(&socket) {
+        return super::run_daemon::run(args, &root, &socket).await;
+    }
     let mut config = SupervisorConfig::new(&root);
     config.launcher = args.tree.launcher(&root, true)?;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
@@ -147,14 +153,74 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         );
     }
     let here = std::env::current_dir().context("cannot read the working directory")?;
-    // Relative to this shell's directory, as `cd` would take it.
-    let cwd = args.cwd.map_or_else(|| here.clone(), |dir| here.join(dir));
     let uid = nix::unistd::geteuid().as_raw();
     // The daemon's path: the same request validation, the same dispatcher, the same actor.
     // The command runs in this process's environment (Git redirection removed): `run` is the
     // client's own process.
-    let dispatcher =
-        Dispatcher::new(supervisor.clone(), here, format!("uid {uid} via run")).inheriting_env();
+    let dispatcher = Dispatcher::new(
+        supervisor.clone(),
+        here.clone(),
+        format!("uid {uid} via run"),
+    )
+    .inheriting_env();
+    let start = start_request(args, &here, None)?;
+    // Before the start, so that a failure here leaves nothing running.
+    let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot watch for Ctrl-C")?;
+    let (tap, output) = Tap::new();
+    let pty = start.pty.is_some();
+    let handle = match dispatcher.start_tapped(start, tap).await {
+        Ok(info) => info.handle,
+        Err(e) if e.code == ErrorCode::SpawnFailed => {
+            eprintln!(
+                "procjournal: {}",
+                crate::render::escape_field(&e.message, true)
+            );
+            return Ok(super::exit::of_spawn(e.spawn));
+        }
+        Err(e) => anyhow::bail!("{}", e.message),
+    };
+    // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
+    eprintln!("procjournal: started {handle}");
+    // With a terminal here, it is raw until the guard drops (every return below), so that
+    // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
+    let _raw = if pty { RawMode::enter() } else { None };
+    let control = Control::Local(dispatcher.clone());
+    let forwarding = pty.then(|| tokio::spawn(forward_input(control.clone(), handle)));
+    relay(&control, handle, output, ctrl_c).await;
+    if let Some(task) = forwarding {
+        task.abort();
+    }
+    let result = dispatcher
+        .wait(handle, None)
+        .await
+        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
+    // Joins the publication of the terminal event and the completion notice.
+    supervisor
+        .shutdown(Duration::from_millis(STOP_GRACE_MS))
+        .await;
+    Ok(ended(
+        handle,
+        result.state,
+        &result.capture,
+        result.persist_error.as_deref(),
+        result.exit_code,
+        result.signal,
+    ))
+}
+
+/// The start request `run` makes, validated as the protocol validates it: with `client_env` the
+/// command starts from it (through a daemon), else from this process's environment.
+pub(super) fn start_request(
+    args: RunArgs,
+    here: &std::path::Path,
+    client_env: Option<std::collections::BTreeMap<String, String>>,
+) -> anyhow::Result<StartArgs> {
+    // Relative to this shell's directory, as `cd` would take it.
+    let cwd = args
+        .cwd
+        .map_or_else(|| here.to_owned(), |dir| here.join(dir));
+    let inherit_env = client_env.is_none();
     let start = StartArgs {
         command: args.command,
         cwd: Some(
@@ -164,8 +230,8 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         ),
         env: args.env.into_iter().collect(),
         env_persist: args.env_persist.into_iter().collect(),
-        client_env: None,
-        inherit_env: true,
+        client_env,
+        inherit_env,
         login_shell_overlay: false,
         labels: args.labels.into_iter().collect(),
         name: args.name,
@@ -191,56 +257,84 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let Request::Start(start) = request else {
         anyhow::bail!("the start request did not decode as a start");
     };
-    // Before the start, so that a failure here leaves nothing running.
-    let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("cannot watch for Ctrl-C")?;
-    let (tap, output) = Tap::new();
-    let pty = start.pty.is_some();
-    let handle = match dispatcher.start_tapped(start, tap).await {
-        Ok(info) => info.handle,
-        Err(e) if e.code == ErrorCode::SpawnFailed => {
-            eprintln!(
-                "procjournal: {}",
-                crate::render::escape_field(&e.message, true)
-            );
-            return Ok(super::exit::of_spawn(e.spawn));
-        }
-        Err(e) => anyhow::bail!("{}", e.message),
-    };
-    // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
-    eprintln!("procjournal: started {handle}");
-    // With a terminal here, it is raw until the guard drops (every return below), so that
-    // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
-    let _raw = if pty { RawMode::enter() } else { None };
-    let forwarding = pty.then(|| tokio::spawn(forward_input(dispatcher.clone(), handle)));
-    relay(&dispatcher, handle, output, ctrl_c).await;
-    if let Some(task) = forwarding {
-        task.abort();
-    }
-    let result = dispatcher
-        .wait(handle, None)
-        .await
-        .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    // Joins the publication of the terminal event and the completion notice.
-    supervisor
-        .shutdown(Duration::from_millis(STOP_GRACE_MS))
-        .await;
-    if let Some(e) = &result.persist_error {
+    Ok(start)
+}
+
+/// What `run` says when the command has ended, and the status it exits with.
+pub(super) fn ended(
+    handle: Handle,
+    state: crate::lifecycle::State,
+    capture: &str,
+    persist_error: Option<&str>,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+) -> ExitCode {
+    if let Some(e) = persist_error {
         eprintln!("procjournal: the terminal state was not persisted: {e}");
     }
-    if result.state == crate::lifecycle::State::TimedOut {
+    if state == crate::lifecycle::State::TimedOut {
         eprintln!("procjournal: {handle} timed out");
     }
-    if result.capture != "complete" {
+    if capture != "complete" {
         // The printed copy and the durable one come from the same reads, so a capture cut short
         // (a descendant held a pipe past the final drain) cut both; retention is not a gap here.
-        let why = result
-            .capture
-            .strip_prefix("incomplete: ")
-            .unwrap_or(&result.capture);
+        let why = capture.strip_prefix("incomplete: ").unwrap_or(capture);
         eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
     }
-    Ok(super::exit::of_process(result.exit_code, result.signal))
+    super::exit::of_process(exit_code, signal)
+}
+
+/// Where the command is controlled from: this process's own supervisor, or the root's daemon.
+#[derive(Debug, Clone)]
+pub(super) enum Control {
+    Local(Dispatcher),
+    Daemon(PathBuf),
+}
+
+impl Control {
+    pub(super) async fn call(&self, request: Request) -> Result<serde_json::Value, String> {
+        match self {
+            Control::Local(dispatcher) => dispatcher.dispatch(request).await.map_err(|e| e.message),
+            Control::Daemon(socket) => crate::client::call_async(socket, &request)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// The `n`th Ctrl-C (from 1): SIGINT, then a stop (SIGTERM, SIGKILL after the grace; recorded
+/// as the stop it is, `terminated` or `killed`, not a normal exit), then SIGKILL at once.
+/// Whether to give up delivering output (the third and later).
+pub(super) fn interrupted(n: u32, control: &Control, handle: Handle) -> bool {
+    let (say, request) = match n {
+        1 => (
+            "interrupting {handle} (SIGINT; Ctrl-C again to stop it)",
+            Request::Interrupt(handle),
+        ),
+        2 => (
+            "stopping {handle} (SIGTERM; Ctrl-C again to kill)",
+            Request::Stop {
+                handle,
+                grace_ms: STOP_GRACE_MS,
+            },
+        ),
+        3 => (
+            "killing {handle}",
+            Request::Stop {
+                handle,
+                grace_ms: 0,
+            },
+        ),
+        _ => return true,
+    };
+    eprintln!(
+        "procjournal: {}",
+        say.replace("{handle}", &handle.to_string())
+    );
+    // Not awaited here: a stop lasts its grace, and Ctrl-C must stay answered meanwhile.
+    let control = control.clone();
+    tokio::spawn(async move { control.call(request).await });
+    n >= 3
 }
 
 /// Copies the tap to stdout and stderr until it ends (the drain stopped reading: the child is
@@ -248,7 +342,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
 /// blocking pool, and the next is taken only once it is written and flushed: this process's
 /// slowness reaches the tap, and through it the child.
 async fn relay(
-    dispatcher: &Dispatcher,
+    control: &Control,
     handle: Handle,
     output: mpsc::Receiver<TapChunk>,
     // One listener for the whole relay, so that no Ctrl-C falls between two waits.
@@ -273,35 +367,18 @@ async fn relay(
                     // Nobody reads any more: stop the command rather than run it unread. The
                     // tap goes first, so the drain reads on into the spool meanwhile.
                     output = None;
-                    let _ = dispatcher.stop(handle, STOP_GRACE_MS).await;
+                    let _ = control
+                        .call(Request::Stop { handle, grace_ms: STOP_GRACE_MS })
+                        .await;
                 }
             }
             Some(()) = ctrl_c.recv() => {
                 interrupts += 1;
-                match interrupts {
-                    1 => {
-                        eprintln!("procjournal: interrupting {handle} (SIGINT; Ctrl-C again to stop it)");
-                        let _ = dispatcher.interrupt(handle).await;
-                    }
-                    2 => {
-                        // As `stop`: SIGTERM, then SIGKILL after the grace; recorded as the
-                        // stop it is (`terminated` or `killed`, not a normal exit).
-                        eprintln!("procjournal: stopping {handle} (SIGTERM; Ctrl-C again to kill)");
-                        let dispatcher = dispatcher.clone();
-                        tokio::spawn(async move { dispatcher.stop(handle, STOP_GRACE_MS).await });
-                    }
-                    _ => {
-                        // No more grace: SIGKILL now (a stop with none). And give up on the
-                        // reader: the write in flight is left to the blocking pool (`run` does
-                        // not wait for it), and the spool keeps the rest.
-                        if interrupts == 3 {
-                            eprintln!("procjournal: killing {handle}");
-                            let dispatcher = dispatcher.clone();
-                            tokio::spawn(async move { dispatcher.stop(handle, 0).await });
-                        }
-                        output = None;
-                        writing = None;
-                    }
+                if interrupted(interrupts, control, handle) {
+                    // Give up on the reader: the write in flight is left to the blocking pool
+                    // (`run` does not wait for it), and the spool keeps the rest.
+                    output = None;
+                    writing = None;
                 }
             }
         }
@@ -326,21 +403,26 @@ async fn finished(writing: &mut Option<JoinHandle<std::io::Result<()>>>) -> std:
 }
 
 fn write_chunk(chunk: &TapChunk) -> std::io::Result<()> {
-    match chunk.stream {
-        // A terminal's bytes go where a terminal's output would.
+    write_stream(chunk.stream, &chunk.bytes)
+}
+
+/// Writes and flushes `bytes` where `stream`'s output goes here; a terminal's bytes go where a
+/// terminal's output would, to stdout.
+pub(super) fn write_stream(stream: Stream, bytes: &[u8]) -> std::io::Result<()> {
+    match stream {
         Stream::Stdout | Stream::Terminal => {
             let mut stdout = std::io::stdout().lock();
-            stdout.write_all(&chunk.bytes).and_then(|()| stdout.flush())
+            stdout.write_all(bytes).and_then(|()| stdout.flush())
         }
         Stream::Stderr => {
             let mut stderr = std::io::stderr().lock();
-            stderr.write_all(&chunk.bytes).and_then(|()| stderr.flush())
+            stderr.write_all(bytes).and_then(|()| stderr.flush())
         }
     }
 }
 
 /// The size of the terminal on stdin, if stdin is one.
-fn user_terminal_size() -> Option<PtySize> {
+pub(super) fn user_terminal_size() -> Option<PtySize> {
     let stdin = std::io::stdin();
     if !rustix::termios::isatty(&stdin) {
         return None;
@@ -354,13 +436,13 @@ fn user_terminal_size() -> Option<PtySize> {
 
 /// The user's terminal in raw mode; its settings are restored when this drops (a normal end,
 /// an error return or a panic's unwinding alike).
-struct RawMode {
+pub(super) struct RawMode {
     saved: rustix::termios::Termios,
 }
 
 impl RawMode {
     /// `None` when stdin is not a terminal (nothing to change) or refuses raw mode.
-    fn enter() -> Option<RawMode> {
+    pub(super) fn enter() -> Option<RawMode> {
         let stdin = std::io::stdin();
         if !rustix::termios::isatty(&stdin) {
             return None;
@@ -387,7 +469,7 @@ impl Drop for RawMode {
 /// size changes (SIGWINCH) as resizes, until stdin ends (then the command's input is closed:
 /// the end-of-file character) or the task is aborted. Stdin is read on a thread of its own: its
 /// descriptor is shared with the shell, so it is not made non-blocking.
-async fn forward_input(dispatcher: Dispatcher, handle: Handle) {
+pub(super) async fn forward_input(control: Control, handle: Handle) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     std::thread::spawn(move || {
         use std::io::Read;
@@ -414,7 +496,7 @@ async fn forward_input(dispatcher: Dispatcher, handle: Handle) {
                     None => Request::Input { handle, data: Vec::new(), close: true },
                 };
                 let end = matches!(request, Request::Input { close: true, .. });
-                if dispatcher.dispatch(request).await.is_err() || end {
+                if control.call(request).await.is_err() || end {
                     return;
                 }
             }
@@ -425,8 +507,8 @@ async fn forward_input(dispatcher: Dispatcher, handle: Handle) {
                 }
             } => {
                 if let Some(size) = user_terminal_size() {
-                    let _ = dispatcher
-                        .dispatch(Request::Resize { handle, rows: size.rows, cols: size.cols })
+                    let _ = control
+                        .call(Request::Resize { handle, rows: size.rows, cols: size.cols })
                         .await;
                 }
             }

@@ -1,0 +1,237 @@
+//! `run` and `capture` on a root a daemon serves.
+//!
+//! The daemon holds the root's lock, so these commands cannot open a supervisor of their own
+//! there (before, both failed with "held by another writer" as soon as a `start` had started a
+//! daemon). They go through it instead: the command starts from this shell's environment and
+//! directory, as `start` sends them, and `capture` is the protocol's `capture`.
+//!
+//! `run`'s output then comes back out of the spool (long-polled `output` pages, each span written
+//! to the stream it came from) rather than from a tap on the pipes, so a slow stdout here does
+//! not hold the command back: once the reader is a whole retention window behind, the bytes in
+//! between are gone, and each such range is said on stderr as the spool's notice (`-- N bytes
+//! lost ...: retention --`), never skipped silently.
+//!
+//! Invariants:
+//! - Every byte the spool holds from cursor 0 to the end is written once, in cursor order, to
+//!   the stream it came from; every range it does not hold is one stderr line with its reason.
+//! - Ctrl-C escalates as in `run_cmd` (SIGINT, stop, SIGKILL), through the daemon.
+//! - The exit status is the command's, as `run_cmd` computes it.
+
+use std::future::Future;
+use std::path::Path;
+use std::process::ExitCode;
+
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use super::logs_cmd::PageView;
+use super::run_cmd::{Control, RawMode, RunArgs, ended, forward_input, interrupted};
+use crate::client::{ClientError, call_async};
+use crate::lifecycle::{Handle, State};
+use crate::protocol::{ErrorCode, Request};
+use crate::spool::format::Stream;
+use crate::supervisor::Rendering;
+
+/// Bytes asked for per page, and how long the daemon may hold a page for new output.
+const PAGE_BYTES: u64 = 1 << 20;
+const WAIT_MS: u64 = 30_000;
+
+/// The fields of a `wait` result `run` reports.
+#[derive(Debug, Deserialize)]
+struct WaitView {
+    state: State,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    capture: String,
+    #[serde(default)]
+    persist_error: Option<String>,
+}
+
+/// Whether a daemon answers on `socket`.
+pub(super) fn serves(socket: &Path) -> bool {
+    crate::client::Client::connect(socket).is_ok()
+}
+
+/// The exit status for a request the daemon refused: a spawn failure is the command's (126,
+/// 127), said as `run` says it; anything else is procjournal's own failure.
+fn refused(e: ClientError) -> anyhow::Result<ExitCode> {
+    match e {
+        ClientError::Api(e) if e.code == ErrorCode::SpawnFailed => {
+            eprintln!(
+                "procjournal: {}",
+                crate::render::escape_field(&e.message, true)
+            );
+            Ok(super::exit::of_spawn(e.spawn))
+        }
+        other => Err(other.into()),
+    }
+}
+
+pub(super) async fn run(args: RunArgs, root: &Path, socket: &Path) -> anyhow::Result<ExitCode> {
+    let here = std::env::current_dir().context("cannot read the working directory")?;
+    let env = super::daemon_cmd::client_environment();
+    let start = super::run_cmd::start_request(args, &here, Some(env))?;
+    let pty = start.pty.is_some();
+    // Before the start, so that a failure here leaves nothing running.
+    let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
+        .context("cannot watch for Ctrl-C")?;
+    let handle = match call_async(socket, &Request::Start(start)).await {
+        Ok(info) => serde_json::from_value::<Handle>(info["handle"].clone())
+            .context("the daemon's start result names no handle")?,
+        Err(e) => return refused(e),
+    };
+    eprintln!(
+        "procjournal: started {handle} (through the daemon serving {})",
+        root.display()
+    );
+    let _raw = if pty { RawMode::enter() } else { None };
+    let control = Control::Daemon(socket.to_owned());
+    let forwarding = pty.then(|| tokio::spawn(forward_input(control.clone(), handle)));
+    let followed = follow(&control, handle, &mut ctrl_c).await;
+    if let Some(task) = forwarding {
+        task.abort();
+    }
+    followed?;
+    let result = control
+        .call(Request::Wait {
+            handle,
+            timeout_ms: None,
+        })
+        .await
+        .map_err(|e| anyhow::anyhow!(e))?;
+    let result: WaitView = serde_json::from_value(result).context("the daemon's wait result")?;
+    Ok(ended(
+        handle,
+        result.state,
+        &result.capture,
+        result.persist_error.as_deref(),
+        result.exit_code,
+        result.signal,
+    ))
+}
+
+/// Awaits `work`, answering Ctrl-C meanwhile; `None` once a Ctrl-C gave up on the output.
+async fn answering<F: Future>(
+    work: F,
+    ctrl_c: &mut tokio::signal::unix::Signal,
+    interrupts: &mut u32,
+    control: &Control,
+    handle: Handle,
+) -> Option<F::Output> {
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return Some(out),
+            Some(()) = ctrl_c.recv() => {
+                *interrupts += 1;
+                if interrupted(*interrupts, control, handle) {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Prints the process's output from cursor 0 until it has ended and all of it was read.
+async fn follow(
+    control: &Control,
+    handle: Handle,
+    ctrl_c: &mut tokio::signal::unix::Signal,
+) -> anyhow::Result<()> {
+    let mut cursor = 0u64;
+    let mut interrupts = 0u32;
+    loop {
+        let request = Request::Output {
+            handle,
+            cursor,
+            max_bytes: PAGE_BYTES,
+            rendering: Rendering::Base64,
+            wait_ms: WAIT_MS,
+        };
+        let Some(page) = answering(
+            control.call(request),
+            ctrl_c,
+            &mut interrupts,
+            control,
+            handle,
+        )
+        .await
+        else {
+            return Ok(());
+        };
+        let page = page.map_err(|e| anyhow::anyhow!(e))?;
+        let page: PageView = serde_json::from_value(page).context("an output page")?;
+        if page.cursor_ahead {
+            bail!("the daemon has less output than was already printed (cursor {cursor})");
+        }
+        if let Some(skipped) = &page.skipped {
+            eprintln!("{}", crate::render::escape_field(&skipped.notice(), false));
+        } else if page.gap {
+            let lost = page.retained_from.saturating_sub(cursor);
+            eprintln!("-- {lost} bytes lost at cursor {cursor}: retention --");
+        }
+        let bytes = crate::protocol::base64::decode(&page.data)
+            .with_context(|| format!("the output page at cursor {cursor} is not base64"))?;
+        let spans: Vec<(Stream, usize)> = page
+            .spans
+            .iter()
+            .map(|s| (stream_of(&s.stream), s.len as usize))
+            .collect();
+        let write = tokio::task::spawn_blocking(move || write_spans(&spans, &bytes));
+        match answering(write, ctrl_c, &mut interrupts, control, handle).await {
+            None => return Ok(()),
+            Some(Ok(Ok(()))) => {}
+            Some(_) => {
+                // Nobody reads any more: stop the command rather than run it unread, as
+                // `run_cmd` does when its stdout breaks.
+                let _ = control
+                    .call(Request::Stop {
+                        handle,
+                        grace_ms: crate::limits::GRACE_MS_DEFAULT,
+                    })
+                    .await;
+                return Ok(());
+            }
+        }
+        cursor = page.next_cursor;
+        if page.state.is_terminal() && cursor >= page.total_bytes {
+            return Ok(());
+        }
+    }
+}
+
+fn stream_of(name: &str) -> Stream {
+    match name {
+        "stderr" => Stream::Stderr,
+        "terminal" => Stream::Terminal,
+        _ => Stream::Stdout,
+    }
+}
+
+/// Writes a page's bytes, span by span, each to its stream. Bytes no span covers (a daemon that
+/// sends no spans) go to stdout.
+fn write_spans(spans: &[(Stream, usize)], bytes: &[u8]) -> std::io::Result<()> {
+    let mut rest = bytes;
+    for &(stream, len) in spans {
+        let (this, after) = rest.split_at(len.min(rest.len()));
+        super::run_cmd::write_stream(stream, this)?;
+        rest = after;
+    }
+    if rest.is_empty() {
+        Ok(())
+    } else {
+        super::run_cmd::write_stream(Stream::Stdout, rest)
+    }
+}
+
+/// `capture` through the daemon: `request` is a validated `capture` whose start carries this
+/// shell's environment. Prints the receipt and returns the command's status.
+pub(super) async fn capture(socket: &Path, request: &Request) -> anyhow::Result<ExitCode> {
+    let receipt = match call_async(socket, request).await {
+        Ok(receipt) => receipt,
+        Err(e) => return refused(e),
+    };
+    println!("{receipt}");
+    let int = |field: &str| receipt[field].as_i64().and_then(|n| i32::try_from(n).ok());
+    Ok(super::exit::of_process(int("exit_code"), int("signal")))
+}
