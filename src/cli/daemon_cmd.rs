@@ -505,7 +505,10 @@ pub(crate) fn offline_manifests(
     super::existing(root)?;
     let reader = JournalReader::open(root)
         .context("cannot read the journal (has anything run under this root?)")?;
-    let (store, replay, recovery) = crate::lifecycle::restore_read_only(reader.root(), |_| {})?;
+    let mut progress = super::progress::Progress::journal("replaying", &reader.dir());
+    let (store, replay, recovery) =
+        crate::lifecycle::restore_read_only(reader.root(), |r| progress.record(r.position))?;
+    progress.finish();
     let clean = recovery.is_clean() && replay.is_clean();
     if !clean {
         eprintln!(

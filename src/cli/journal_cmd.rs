@@ -581,7 +581,9 @@ fn dump(args: DumpArgs) -> anyhow::Result<ExitCode> {
             }
             printer.emit(r)
         })?;
-        drop(progress);
+        if let Some(p) = progress {
+            p.finish();
+        }
         if let Err(e) = printer.flush() {
             return broken_pipe_ok(e);
         }

@@ -251,13 +251,18 @@ impl Times {
         let reader =
             JournalReader::open(root).context("cannot read the journal for the output's times")?;
         let mut times = Times::default();
+        let mut progress = super::progress::Progress::journal("reading times", &reader.dir());
+        let mut visit = |r: RecordView<'_>| {
+            progress.record(r.position);
+            times.visit(handle, &r);
+        };
         let follower = if follow {
-            let (follower, _) = reader.follow(1, |r| times.visit(handle, &r))?;
-            Some(follower)
+            Some(reader.follow(1, &mut visit)?.0)
         } else {
-            reader.scan(1, |r| times.visit(handle, &r))?;
+            reader.scan(1, &mut visit)?;
             None
         };
+        progress.finish();
         times.follower = follower;
         if !times.registered_seen {
             times.known_from = times.marks.first().map_or(0, |m| m.0);

@@ -1,42 +1,42 @@
-//! A progress line on stderr for long offline scans, shown only when stderr is a terminal (so
-//! pipes, logs and tests see nothing) and only once a scan has run for a moment.
+//! The progress bar of long offline scans (indicatif), on stderr only, so it never mixes with
+//! what stdout prints.
 //!
-//! The line is redrawn in place (`\r`, then erase to the end of the line) at most every
-//! [`REDRAW`], and erased when the scan ends, so it never mixes with what stdout prints.
+//! - Drawn only where indicatif's own test says stderr is a terminal that can take it (a tty,
+//!   `TERM` set and not `dumb`): pipes, logs and tests see nothing. `PROCJOURNAL_PROGRESS=1`
+//!   forces it on (for terminals that do not say so), `=0` off.
+//! - Drawn once as the scan starts, so that a scan over before the first redraw is seen too
+//!   (and a test can see it without a clock), then at most [`REDRAW_HZ`] times a second.
+//! - Cleared when the scan ends, and when it is dropped on an error path, so no line of it stays
+//!   behind the report.
 
-use std::io::{IsTerminal, Write};
 use std::path::Path;
-use std::time::{Duration, Instant};
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
 
 use crate::journal::Position;
 
-/// The least time between two redraws, and the time before the first.
-const REDRAW: Duration = Duration::from_millis(200);
+/// The most redraws a second (indicatif's default for stderr).
+const REDRAW_HZ: u8 = 20;
+/// Records between two updates of the bar: each costs a clock read, and a scan reads millions.
+const RECORDS_PER_UPDATE: u64 = 1024;
 
 #[derive(Debug)]
 pub(crate) struct Progress {
-    label: &'static str,
-    enabled: bool,
-    shown: bool,
-    started: Instant,
-    last: Instant,
+    /// `None` when nothing is drawn, so a hidden bar costs a counter and a branch per record.
+    bar: Option<ProgressBar>,
     records: u64,
     /// Sizes of the journal's segment files by index, to turn a position into bytes scanned.
     segments: Vec<(u64, u64)>,
-    total_bytes: u64,
 }
 
 impl Progress {
-    /// A progress line for a scan of the journal in `journal_dir`. `PROCJOURNAL_PROGRESS=1`
-    /// forces it on (for terminals that do not say so), `=0` off.
+    /// A bar in bytes of the journal in `journal_dir` (its segment files' sizes, read now).
     pub(crate) fn journal(label: &'static str, journal_dir: &Path) -> Progress {
-        let enabled = match std::env::var("PROCJOURNAL_PROGRESS").as_deref() {
-            Ok("1") => true,
-            Ok("0") => false,
-            _ => std::io::stderr().is_terminal(),
+        let Some(target) = target() else {
+            return Progress::hidden();
         };
         let mut segments = Vec::new();
-        if enabled && let Ok(entries) = std::fs::read_dir(journal_dir) {
+        if let Ok(entries) = std::fs::read_dir(journal_dir) {
             for entry in entries.flatten() {
                 let name = entry.file_name();
                 let index = name
@@ -50,66 +50,87 @@ impl Progress {
         }
         segments.sort_unstable();
         let total_bytes = segments.iter().map(|s| s.1).sum();
-        let now = Instant::now();
         Progress {
-            label,
-            enabled,
-            shown: false,
-            started: now,
-            last: now,
+            bar: Some(bar(target, label, total_bytes, BYTES)),
             records: 0,
             segments,
-            total_bytes,
         }
     }
 
+    /// A bar counting `total` items (`spool verify`'s spools).
+    pub(crate) fn items(label: &'static str, total: u64) -> Progress {
+        Progress {
+            bar: target().map(|target| bar(target, label, total, ITEMS)),
+            ..Progress::hidden()
+        }
+    }
+
+    fn hidden() -> Progress {
+        Progress {
+            bar: None,
+            records: 0,
+            segments: Vec::new(),
+        }
+    }
+
+    /// A journal record at `position` was read.
     pub(crate) fn record(&mut self, position: Position) {
         self.records += 1;
-        if !self.enabled || !self.records.is_multiple_of(1024) {
+        let Some(bar) = &self.bar else { return };
+        if !self.records.is_multiple_of(RECORDS_PER_UPDATE) {
             return;
         }
-        let now = Instant::now();
-        if now - self.started < REDRAW || now - self.last < REDRAW {
-            return;
-        }
-        self.last = now;
         let before: u64 = self
             .segments
             .iter()
             .take_while(|s| s.0 < position.segment_index)
             .map(|s| s.1)
             .sum();
-        let done = before + position.offset;
-        let percent = if self.total_bytes == 0 {
-            100.0
-        } else {
-            (done as f64 * 100.0 / self.total_bytes as f64).min(100.0)
-        };
-        let mut err = std::io::stderr().lock();
-        let _ = write!(
-            err,
-            "\r\x1b[K{}: {percent:5.1}% of {} MiB, {} records",
-            self.label,
-            self.total_bytes >> 20,
-            self.records
-        );
-        let _ = err.flush();
-        self.shown = true;
+        bar.set_position(before + position.offset);
     }
 
-    /// Erases the line; call before printing a report.
-    pub(crate) fn finish(&mut self) {
-        if self.shown {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[K");
-            let _ = err.flush();
-            self.shown = false;
+    /// One of the bar's items is done.
+    pub(crate) fn item(&self) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+    }
+
+    /// Clears the bar; call before printing a report.
+    pub(crate) fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
         }
     }
 }
 
-impl Drop for Progress {
-    fn drop(&mut self) {
-        self.finish();
-    }
+const BYTES: &str = "{prefix}: [{wide_bar}] {binary_bytes}/{binary_total_bytes}";
+const ITEMS: &str = "{prefix}: [{wide_bar}] {pos}/{len}";
+
+/// Where the bar is drawn, or `None` when it is not to be.
+fn target() -> Option<ProgressDrawTarget> {
+    let target = match std::env::var("PROCJOURNAL_PROGRESS").as_deref() {
+        Ok("0") => return None,
+        Ok("1") => {
+            ProgressDrawTarget::term_like_with_hz(Box::new(console::Term::stderr()), REDRAW_HZ)
+        }
+        _ => ProgressDrawTarget::stderr_with_hz(REDRAW_HZ),
+    };
+    (!target.is_hidden()).then_some(target)
+}
+
+/// The bar, drawn once now.
+fn bar(target: ProgressDrawTarget, label: &'static str, total: u64, template: &str) -> ProgressBar {
+    // The templates are constants of this file: a bad one is a bug that any test drawing the bar
+    // catches (the label would be missing); the fallback keeps a release build drawing all the same.
+    let style = ProgressStyle::with_template(template)
+        .unwrap_or_else(|_| ProgressStyle::default_bar())
+        .progress_chars("=> ");
+    let bar = ProgressBar::with_draw_target(Some(total), target)
+        .with_style(style)
+        .with_prefix(label)
+        // Dropped on an error path (`?`), the bar is cleared too.
+        .with_finish(ProgressFinish::AndClear);
+    bar.force_draw();
+    bar
 }

@@ -168,6 +168,7 @@ fn recorded(root: &std::path::Path) -> anyhow::Result<(crate::lifecycle::Manifes
                 crate::lifecycle::restore_read_only(reader.root(), |r| {
                     progress.record(r.position)
                 })?;
+            progress.finish();
             Ok((store, report.is_clean() && replay.lost_below_seq.is_none()))
         }
         Err(e) => {
@@ -220,10 +221,20 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     };
     handles.sort();
     handles.dedup();
+    // Checked before anything is printed, so that the bar never shares a terminal with stdout.
+    let progress = super::progress::Progress::items("checking spools", handles.len() as u64);
+    let checks: Vec<SpoolCheck> = handles
+        .iter()
+        .map(|name| {
+            let check = check_spool(&root, &store, name);
+            progress.item();
+            check
+        })
+        .collect();
+    progress.finish();
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut all_ok = journal_clean;
-    for name in handles {
-        let check = check_spool(&root, &store, &name);
+    for check in checks {
         all_ok &= check.ok;
         if args.json {
             serde_json::to_writer(&mut out, &check)?;
