@@ -239,6 +239,7 @@ pub fn main() -> ExitCode {
         Err(e) => {
             // Help and version go to stdout and succeed; a usage error is procjournal's own
             // failure (clap's default, 2, could be a command's status).
+            let e = escape_usage_error(e);
             let _ = e.print();
             return if e.use_stderr() {
                 ExitCode::from(exit::FAILURE)
@@ -296,6 +297,28 @@ pub fn main() -> ExitCode {
             }
         }
     }
+}
+
+/// A usage error quotes what was typed (an unknown argument or subcommand, an invalid value),
+/// which may come from an untrusted string (`procjournal logs "$name"`): every string it quotes
+/// is escaped before clap renders the message, in its colours on a terminal.
+fn escape_usage_error(mut error: clap::Error) -> clap::Error {
+    use clap::error::ContextValue;
+    let escape = |s: &String| crate::render::escape_field(s, false).into_owned();
+    let quoted: Vec<_> = error
+        .context()
+        .filter_map(|(kind, value)| match value {
+            ContextValue::String(s) => Some((kind, ContextValue::String(escape(s)))),
+            ContextValue::Strings(v) => {
+                Some((kind, ContextValue::Strings(v.iter().map(escape).collect())))
+            }
+            _ => None,
+        })
+        .collect();
+    for (kind, value) in quoted {
+        error.insert(kind, value);
+    }
+    error
 }
 
 fn broken_pipe(error: &anyhow::Error) -> bool {

@@ -243,7 +243,8 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             writeln!(
                 out,
                 "{} {} segments={} bytes={}..{} journal={}",
-                check.handle,
+                // A spool directory's name, which need not be a handle.
+                render::escape_field(&check.handle, false),
                 if check.ok { "ok" } else { "NOT OK" },
                 check.segments,
                 check.retained_from,

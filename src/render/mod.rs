@@ -356,11 +356,14 @@ pub fn safe_text_of_read(
 
 /// One client-supplied string (a label, a command word, an error message) made safe for a
 /// human's terminal, on one line: every control character (C0 with newline and tab, DEL, C1,
-/// and so every escape sequence's introducer) becomes a visible escape (`\n`, `\t`, `\u{1b}`),
+/// and so every escape sequence's introducer) and every bidirectional control (U+202E and the
+/// rest of [`is_bidi_control`]) becomes a visible escape (`\n`, `\t`, `\u{1b}`, `\u{202e}`),
 /// and a backslash is doubled so that the escapes are unambiguous. With `keep_newlines`, `\n`
 /// stays a line break (for multi-line messages); everything else is escaped all the same.
 pub fn escape_field(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
-    let needs = |c: char| c == '\\' || (c.is_control() && !(keep_newlines && c == '\n'));
+    let needs = |c: char| {
+        c == '\\' || is_bidi_control(c) || (c.is_control() && !(keep_newlines && c == '\n'))
+    };
     if !text.chars().any(needs) {
         return std::borrow::Cow::Borrowed(text);
     }
@@ -373,6 +376,17 @@ pub fn escape_field(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str
         }
     }
     std::borrow::Cow::Owned(out)
+}
+
+/// Unicode's Bidi_Control characters (UAX #9): invisible, and a terminal that lays out
+/// bidirectional text reorders what follows them, so a label holding U+202E can show a
+/// different string than it is (the "Trojan Source" trick). Not `char::is_control` (they are
+/// format characters, Cf).
+fn is_bidi_control(c: char) -> bool {
+    matches!(
+        c,
+        '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+    )
 }
 
 /// Standard base64 (RFC 4648, with padding) of exactly `bytes` (the `base64` crate's

@@ -290,3 +290,37 @@ fn utf8_char_agrees_with_std() {
         assert_eq!(utf8_char(&[lead]), None, "{lead:02x}");
     }
 }
+
+/// A field shows every control and bidirectional control as a visible escape, keeps other
+/// characters (accents, CJK, emoji), and can be read back: a backslash is doubled.
+#[test]
+fn escape_field_shows_controls_and_bidi_overrides_as_escapes() {
+    let hostile = "\x1b]0;pwned\x07\x1b[2J\r\u{9b}\u{202e}gnp.exe\\";
+    assert_eq!(
+        escape_field(hostile, false),
+        r"\u{1b}]0;pwned\u{7}\u{1b}[2J\r\u{9b}\u{202e}gnp.exe\\"
+    );
+    for c in [
+        '\u{061c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{2066}', '\u{2069}',
+    ] {
+        assert_eq!(
+            escape_field(&c.to_string(), false),
+            c.escape_default().to_string()
+        );
+    }
+    assert!(matches!(
+        escape_field("héllo 世界 🦀 a\u{200d}b", false),
+        std::borrow::Cow::Borrowed(_)
+    ));
+    assert_eq!(escape_field("a\nb", true), "a\nb");
+    assert_eq!(escape_field("a\nb", false), r"a\nb");
+}
+
+proptest::proptest! {
+    /// Whatever a client sends, the field holds no control or bidirectional control character.
+    #[test]
+    fn escape_field_leaves_no_control_character(text in proptest::prelude::any::<String>()) {
+        let field = escape_field(&text, false);
+        proptest::prop_assert!(!field.chars().any(|c| c.is_control() || is_bidi_control(c)), "{field:?}");
+    }
+}
