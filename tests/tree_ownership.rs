@@ -150,6 +150,39 @@ async fn a_clean_exit_is_proven_by_a_verified_receipt() {
     let _ = sup.shutdown(Duration::from_millis(100)).await;
 }
 
+/// A command that cannot be executed fails after its guardian recorded its scope (the guardian
+/// gates the exec): the start is refused as a spawn failure, and the manifest still carries the
+/// guardian's tree as released by its receipt, with the receipt retired,
+/// at once. It used to read `unverified: no receipt yet` until a later restore looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_exec_is_released_by_its_guardians_receipt_at_once() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    for program in ["./procjournal-test-no-such-program", "./not-executable"] {
+        std::fs::write(root.path().join("not-executable"), "#!/bin/sh\n").unwrap();
+        let prepared = sup.prepare(Command::new(program).cwd(root.path())).unwrap();
+        let handle = match sup.start(prepared).await {
+            Err(procjournal::supervisor::StartError::Spawn { handle, .. }) => handle,
+            other => panic!("{program}: expected a spawn failure, got {other:?}"),
+        };
+        let m = sup.manifest(&handle).unwrap();
+        assert_eq!(m.state, State::Failed);
+        // The child whose exec failed exits 126/127, or is ended by the guardian's teardown
+        // when the launch drops its control socket first (SIGTERM): either way reaped, by
+        // receipt.
+        match &m.released {
+            Some(ExitProof::Receipt { reaped, .. }) => assert_eq!(*reaped, 1),
+            other => panic!("{program}: expected a receipt, got {other:?}"),
+        }
+        let receipt = m.scope.as_ref().unwrap().receipt.as_ref().unwrap();
+        assert!(!Path::new(&receipt.path).exists(), "{}", receipt.path);
+    }
+    assert_eq!(sup.stats().await.unwrap().live, 0);
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
 fn ps_json(root: &Path) -> Vec<serde_json::Value> {
     let (code, out, err) = daemon_common::client(root, &["ps", "--json"]);
     assert_eq!(code, 0, "{err}");

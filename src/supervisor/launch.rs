@@ -50,7 +50,9 @@ enum Launch {
     /// `Registered` could not be recorded: nothing exists.
     NotRegistered(String),
     /// Registered, but nothing was spawned.
-    Failed(String, super::SpawnFailure),
+    /// The command could not be started; with the scope its guardian recorded first, when it
+    /// got that far (the guardian ran, and its receipt can prove its tree gone).
+    Failed(String, super::SpawnFailure, Option<Scoped>),
     /// Spawned, but `running` could not be recorded.
     RunningNotRecorded(Spawned, String),
     Running(Spawned),
@@ -126,8 +128,9 @@ fn launch_blocking(
         env: env.vars,
         pty,
     };
+    let mut recorded: Option<Scoped> = None;
     let mut register = |scope: &TreeScope| {
-        let event = LifecycleEvent::Scoped(Scoped {
+        let scoped = Scoped {
             handle,
             mechanism: scope.mechanism,
             boot_id: scope.boot_id,
@@ -139,18 +142,22 @@ fn launch_blocking(
                 .map(|p| p.to_string_lossy().into_owned()),
             receipt: scope.receipt.clone(),
             at_unix_ms: super::now_unix_ms(),
-        });
+        };
+        let event = LifecycleEvent::Scoped(scoped.clone());
         let id = ids.running.derived(super::derived::SCOPED);
         let appended = if gated {
             shared.append_blocking(id, &event)
         } else {
             shared.append_deferred_blocking(id, &event)
         };
-        appended.map(drop).map_err(|e| e.to_string())
+        appended.map_err(|e| e.to_string())?;
+        recorded = Some(scoped);
+        Ok(())
     };
-    let spawned = match launcher.launch(&launch, &mut register) {
+    let launched = launcher.launch(&launch, &mut register);
+    let spawned = match launched {
         Ok(spawned) => spawned,
-        Err(e) => return Launch::Failed(e.to_string(), super::SpawnFailure::of(&e)),
+        Err(e) => return Launch::Failed(e.to_string(), super::SpawnFailure::of(&e), recorded),
     };
     // Set once, here; a stop that raced the launch is waiting for it.
     let _ = proc.tree.set(Arc::clone(&spawned.tree));
@@ -255,8 +262,13 @@ pub(crate) async fn start(
             }));
             return;
         }
-        Launch::Failed(message, failure) => {
-            return fail(&shared, &actor, &proc, lease, message, failure, reply).await;
+        Launch::Failed(message, failure, scoped) => {
+            let failed = Failed {
+                message,
+                failure,
+                scoped,
+            };
+            return fail(&shared, &actor, &proc, lease, failed, reply).await;
         }
         Launch::RunningNotRecorded(spawned, e) => {
             // The journal failed: the process must not run unrecorded.
@@ -333,16 +345,31 @@ pub(crate) async fn start(
     tokio::join!(publication, process::drain(shared, actor, launched));
 }
 
-/// Records a start that failed before the workload ran, through the terminal gate.
+/// A start that failed before the workload ran.
+struct Failed {
+    message: String,
+    failure: super::SpawnFailure,
+    /// The scope its guardian recorded before the workload's exec failed.
+    scoped: Option<Scoped>,
+}
+
+/// Records a start that failed before the workload ran, through the terminal gate; then, when
+/// a guardian had recorded its scope (the exec it gated failed), the release of its tree, which
+/// the guardian's receipt proves: it has exited by now (the launch reaped it), and without this
+/// the manifest said `unverified: no receipt yet` until the next restore looked.
 async fn fail(
     shared: &Arc<Shared>,
     actor: &mpsc::Sender<ProcEvent>,
     proc: &Arc<Proc>,
     lease: Option<Box<dyn Lease>>,
-    message: String,
-    failure: super::SpawnFailure,
+    failed: Failed,
     reply: oneshot::Sender<Result<Handle, StartError>>,
 ) {
+    let Failed {
+        message,
+        failure,
+        scoped,
+    } = failed;
     tracing::info!(handle = %proc.handle, %message, "start failed: the command could not be spawned");
     let outcome = Outcome {
         state: State::Failed,
@@ -355,6 +382,12 @@ async fn fail(
         drained: None,
     };
     process::terminalize(shared, actor, proc, lease, outcome).await;
+    if let Some(scoped) = scoped {
+        let held = [(proc.handle, scoped, proc.ids)];
+        let shared = Arc::clone(shared);
+        // A tree nothing proves gone stays `unverified` with why, as after a restore.
+        let _ = tokio::task::spawn_blocking(move || super::restore::reassess(&shared, &held)).await;
+    }
     let _ = reply.send(Err(StartError::Spawn {
         handle: proc.handle,
         message,
