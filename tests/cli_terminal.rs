@@ -278,8 +278,23 @@ fn untrusted_strings_reach_a_terminal_escaped_offline() {
         0
     );
     assert_eq!(check_escaped(root, &dump, &format!("cwd-{ESCAPED}")), 0);
-    // JSON is for programs: it keeps the string (JSON escapes ESC itself).
+    // JSON keeps the string for programs, and on a terminal it is inert too: JSON escapes ESC,
+    // BEL and CR itself, and the CLI also writes DEL, the C1 controls and the bidi controls as
+    // \u escapes (serde_json leaves them raw).
+    for args in [
+        &["ps", "--json"][..],
+        &["journal", "manifests", "--json"],
+        &["journal", "dump", "--json"],
+    ] {
+        let seen = on_terminal(&rooted(args, root), Term::Both, Some("0"));
+        assert_eq!(seen.status, 0, "{args:?}");
+        assert_inert(&format!("{args:?}"), &seen.screen);
+    }
     let (_, json, _) = client(dir.path(), &["ps", "--json"]);
+    assert!(
+        json.contains(r"\u009b") && json.contains(r"\u202e"),
+        "{json}"
+    );
     let row: serde_json::Value = serde_json::from_str(json.lines().next().unwrap()).unwrap();
     assert_eq!(row["labels"]["t"], HOSTILE);
 }

@@ -124,7 +124,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         }
         Err(e) => anyhow::bail!("{}", e.message),
     };
-    let line = serde_json::to_string(&receipt).context("cannot encode the receipt")?;
+    let line = super::json::line(&receipt).context("cannot encode the receipt")?;
     println!("{line}");
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
 }

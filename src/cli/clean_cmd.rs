@@ -46,7 +46,7 @@ pub(crate) fn clean(args: CleanArgs) -> anyhow::Result<ExitCode> {
     };
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(&mut out, &report)?;
+        super::json::to_writer(&mut out, &report)?;
         writeln!(out)?;
     } else {
         print_report(&mut out, &report)?;

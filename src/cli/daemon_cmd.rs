@@ -396,7 +396,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect_or_start()?;
     let info = client.call(&request)?;
     if args.json {
-        println!("{info}");
+        println!("{}", super::json::line(&info)?);
     } else {
         let view: super::ps_cmd::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
@@ -447,7 +447,7 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     });
     let info = client.call(&request)?;
     if args.json {
-        println!("{info}");
+        println!("{}", super::json::line(&info)?);
     } else {
         let view: super::ps_cmd::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
@@ -626,10 +626,8 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
         }
     }
     if args.json {
-        println!(
-            "{}",
-            serde_json::json!({"handle": handle.to_string(), "bytes_sent": sent, "closed": args.close})
-        );
+        let sent = serde_json::json!({"handle": handle.to_string(), "bytes_sent": sent, "closed": args.close});
+        println!("{}", super::json::line(&sent)?);
     } else {
         eprintln!("procjournal: sent {sent} bytes to {handle}");
     }
@@ -729,7 +727,7 @@ pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
     };
     let status = client.call(&request)?;
     if args.json {
-        println!("{status}");
+        println!("{}", super::json::line(&status)?);
         return Ok(ExitCode::SUCCESS);
     }
     let paused = status.get("paused").and_then(Value::as_bool) == Some(true);
@@ -769,7 +767,7 @@ struct EndView {
 
 fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{result}");
+        println!("{}", super::json::line(&result)?);
     }
     let end: EndView = serde_json::from_value(result).context("the daemon's answer")?;
     if !json {
@@ -843,7 +841,7 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let snapshot = client.call(&Request::Admission)?;
     if args.json {
-        println!("{snapshot}");
+        println!("{}", super::json::line(&snapshot)?);
         return Ok(ExitCode::SUCCESS);
     }
     let d = &snapshot["decision"];
@@ -907,7 +905,7 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
         grace_ms: millis(args.grace),
     })?;
     if args.json {
-        println!("{report}");
+        println!("{}", super::json::line(&report)?);
     }
     let count = |field: &str| {
         report

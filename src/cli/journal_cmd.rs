@@ -119,7 +119,7 @@ fn compact(args: CompactArgs) -> anyhow::Result<ExitCode> {
     let written = lifecycle.snapshot_now()?;
     let mut out = std::io::stdout().lock();
     if args.json {
-        serde_json::to_writer(
+        super::json::to_writer(
             &mut out,
             &CompactLine {
                 snapshot: written.as_ref(),
@@ -183,7 +183,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
             report: &report,
             snapshots: &snapshots,
         };
-        serde_json::to_writer(&mut out, &line)?;
+        super::json::to_writer(&mut out, &line)?;
         writeln!(out)?;
     } else {
         write_report(&mut out, &reader.dir(), &report)?;
@@ -508,7 +508,7 @@ fn print_record(
             decode_error: error,
             payload_hex: payload_hex.as_deref(),
         };
-        serde_json::to_writer(&mut *out, &line)?;
+        super::json::to_writer(&mut *out, &line)?;
         return writeln!(out);
     }
     write!(
@@ -622,10 +622,10 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         for m in store.iter() {
-            serde_json::to_writer(&mut out, m)?;
+            super::json::to_writer(&mut out, m)?;
             writeln!(out)?;
         }
-        serde_json::to_writer(
+        super::json::to_writer(
             &mut out,
             &ReportLine {
                 replay: &replay,

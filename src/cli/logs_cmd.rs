@@ -533,7 +533,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                     !follow || at_end || !args.timestamps,
                 )
             }
-            None if args.json => writeln!(out, "{raw}"),
+            None if args.json => writeln!(out, "{}", super::json::line(&raw)?),
             None if args.raw => {
                 let bytes = PageSource::bytes(&page, cursor)?;
                 out.write_all(&bytes)
@@ -755,7 +755,7 @@ impl Lines {
                     "time_unix_ms": if timestamps { time } else { None },
                     "text": text,
                 });
-                writeln!(out, "{record}")?;
+                writeln!(out, "{}", super::json::line(&record)?)?;
                 continue;
             }
             let mut prefix = String::new();

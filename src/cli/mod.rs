@@ -9,6 +9,7 @@ mod clean_cmd;
 mod daemon_cmd;
 mod exit;
 mod journal_cmd;
+mod json;
 mod logs_cmd;
 mod mcp_cmd;
 mod progress;

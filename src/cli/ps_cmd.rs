@@ -312,7 +312,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         for p in &processes {
-            writeln!(out, "{p}")?;
+            writeln!(out, "{}", super::json::line(&p)?)?;
         }
         out.flush()?;
         return Ok(ExitCode::SUCCESS);

@@ -231,7 +231,7 @@ pub(super) async fn capture(socket: &Path, request: &Request) -> anyhow::Result<
         Ok(receipt) => receipt,
         Err(e) => return refused(e),
     };
-    println!("{receipt}");
+    println!("{}", super::json::line(&receipt)?);
     let int = |field: &str| receipt[field].as_i64().and_then(|n| i32::try_from(n).ok());
     Ok(super::exit::of_process(int("exit_code"), int("signal")))
 }

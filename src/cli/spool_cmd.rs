@@ -237,7 +237,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     for check in checks {
         all_ok &= check.ok;
         if args.json {
-            serde_json::to_writer(&mut out, &check)?;
+            super::json::to_writer(&mut out, &check)?;
             writeln!(out)?;
         } else {
             writeln!(

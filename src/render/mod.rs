@@ -382,7 +382,7 @@ pub fn escape_field(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str
 /// bidirectional text reorders what follows them, so a label holding U+202E can show a
 /// different string than it is (the "Trojan Source" trick). Not `char::is_control` (they are
 /// format characters, Cf).
-fn is_bidi_control(c: char) -> bool {
+pub fn is_bidi_control(c: char) -> bool {
     matches!(
         c,
         '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
