@@ -416,13 +416,9 @@ fn decode_payload(r: &RecordView<'_>) -> Decoded {
             .map_err(|e| e.to_string())
             .and_then(|event| match serde_json::to_value(&event) {
                 Ok(serde_json::Value::Object(mut fields)) => {
-                    // The JSON form's tag is `event`; a variant with a field of that name
-                    // (`lifecycle_published`) has the field there instead, which stays.
-                    let name = event.name();
-                    if fields.get("event").and_then(|v| v.as_str()) == Some(name) {
-                        fields.remove("event");
-                    }
-                    Ok((name, fields))
+                    // The JSON form's tag is `event`: the record's own `event` field says it.
+                    fields.remove("event");
+                    Ok((event.name(), fields))
                 }
                 Ok(_) => Err("the event is not an object".to_owned()),
                 Err(e) => Err(e.to_string()),

@@ -427,7 +427,9 @@ pub struct LostOnRestore {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct LifecyclePublished {
     pub handle: Handle,
-    /// The lifecycle event that was published to the host's services.
+    /// The lifecycle event that was published to the host's services. Named `published_event`
+    /// in JSON, where `event` is [`LifecycleEvent`]'s tag (the two would be one key).
+    #[serde(rename = "published_event")]
     pub event: EventId,
 }
 

@@ -1132,3 +1132,17 @@ fn a_version_2_registration_does_not_grow_the_event() {
     // Replay moves decoded events around; the boxed command keeps them at their former size.
     assert!(std::mem::size_of::<LifecycleEvent>() <= 280);
 }
+
+/// The JSON form of every event is tagged `event`; `LifecyclePublished`'s own event field is
+/// `published_event` there, so the tag is not overwritten (a JSON object has one `event` key).
+#[test]
+fn the_json_tag_of_a_published_record_survives_its_field() {
+    let id = EventId::new_v7();
+    let event = LifecycleEvent::LifecyclePublished(crate::lifecycle::event::LifecyclePublished {
+        handle: Handle(EventId::new_v7()),
+        event: id,
+    });
+    let json = serde_json::to_value(&event).unwrap();
+    assert_eq!(json["event"], "lifecycle_published", "{json}");
+    assert_eq!(json["published_event"], serde_json::to_value(id).unwrap());
+}
