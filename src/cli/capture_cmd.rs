@@ -19,7 +19,7 @@ use anyhow::Context;
 use clap::Args;
 
 use super::run_cmd::{parse_duration, parse_label};
-use crate::protocol::{CaptureArgs, Dispatcher, ErrorCode, PtyArgs, Request, StartArgs};
+use crate::protocol::{CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
 use crate::supervisor::{Rendering, Services, Supervisor, SupervisorConfig};
 
 #[derive(Debug, Args)]
@@ -115,14 +115,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         .await;
     let receipt = match receipt {
         Ok(receipt) => receipt,
-        Err(e) if e.code == ErrorCode::SpawnFailed => {
-            eprintln!(
-                "procjournal: {}",
-                crate::render::escape_field(&e.message, true)
-            );
-            return Ok(super::exit::of_spawn(e.spawn));
-        }
-        Err(e) => anyhow::bail!("{}", e.message),
+        Err(e) => return super::exit::of_refusal(e),
     };
     let line = super::json::line(&receipt).context("cannot encode the receipt")?;
     println!("{line}");

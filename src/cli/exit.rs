@@ -54,6 +54,19 @@ pub(crate) fn of_spawn(failure: Option<crate::supervisor::SpawnFailure>) -> Exit
 }
 
 /// A signal's name without `SIG` (`TERM`), or its number when it has none here.
+/// The status for a request that was refused: a spawn failure is the command's (126, 127),
+/// said on stderr as a start's failure is; any other refusal is procjournal's own failure.
+pub(crate) fn of_refusal(e: crate::protocol::ApiError) -> anyhow::Result<ExitCode> {
+    if e.code != crate::protocol::ErrorCode::SpawnFailed {
+        anyhow::bail!("{}", e.message);
+    }
+    eprintln!(
+        "procjournal: {}",
+        crate::render::escape_field(&e.message, true)
+    );
+    Ok(of_spawn(e.spawn))
+}
+
 pub(crate) fn signal_name(signal: i32) -> String {
     match nix::sys::signal::Signal::try_from(signal) {
         Ok(s) => s.as_str().trim_start_matches("SIG").to_owned(),

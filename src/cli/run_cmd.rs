@@ -37,7 +37,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::lifecycle::Handle;
-use crate::protocol::{Dispatcher, ErrorCode, PtyArgs, Request, StartArgs, request_from_args};
+use crate::protocol::{Dispatcher, PtyArgs, Request, StartArgs, request_from_args};
 use crate::spool::format::Stream;
 use crate::supervisor::{Services, Supervisor, SupervisorConfig, Tap, TapChunk};
 use crate::tree::PtySize;
@@ -171,14 +171,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let pty = start.pty.is_some();
     let handle = match dispatcher.start_tapped(start, tap).await {
         Ok(info) => info.handle,
-        Err(e) if e.code == ErrorCode::SpawnFailed => {
-            eprintln!(
-                "procjournal: {}",
-                crate::render::escape_field(&e.message, true)
-            );
-            return Ok(super::exit::of_spawn(e.spawn));
-        }
-        Err(e) => anyhow::bail!("{}", e.message),
+        Err(e) => return super::exit::of_refusal(e),
     };
     // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
     eprintln!("procjournal: started {handle}");
@@ -199,14 +192,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     supervisor
         .shutdown(Duration::from_millis(STOP_GRACE_MS))
         .await;
-    Ok(ended(
-        handle,
-        result.state,
-        &result.capture,
-        result.persist_error.as_deref(),
-        result.exit_code,
-        result.signal,
-    ))
+    Ok(ended(handle, &result.into()))
 }
 
 /// The start request `run` makes, validated as the protocol validates it: with `client_env` the
@@ -260,28 +246,47 @@ pub(super) fn start_request(
     Ok(start)
 }
 
-/// What `run` says when the command has ended, and the status it exits with.
-pub(super) fn ended(
-    handle: Handle,
+/// The fields of a `wait` result that `run` reports, from the dispatcher or from the daemon.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct Ended {
     state: crate::lifecycle::State,
-    capture: &str,
-    persist_error: Option<&str>,
     exit_code: Option<i32>,
     signal: Option<i32>,
-) -> ExitCode {
-    if let Some(e) = persist_error {
+    capture: String,
+    #[serde(default)]
+    persist_error: Option<String>,
+}
+
+impl From<crate::protocol::dispatch::WaitResult> for Ended {
+    fn from(r: crate::protocol::dispatch::WaitResult) -> Ended {
+        Ended {
+            state: r.state,
+            exit_code: r.exit_code,
+            signal: r.signal,
+            capture: r.capture,
+            persist_error: r.persist_error,
+        }
+    }
+}
+
+/// What `run` says when the command has ended, and the status it exits with.
+pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
+    if let Some(e) = &end.persist_error {
         eprintln!("procjournal: the terminal state was not persisted: {e}");
     }
-    if state == crate::lifecycle::State::TimedOut {
+    if end.state == crate::lifecycle::State::TimedOut {
         eprintln!("procjournal: {handle} timed out");
     }
-    if capture != "complete" {
+    if end.capture != "complete" {
         // The printed copy and the durable one come from the same reads, so a capture cut short
         // (a descendant held a pipe past the final drain) cut both; retention is not a gap here.
-        let why = capture.strip_prefix("incomplete: ").unwrap_or(capture);
+        let why = end
+            .capture
+            .strip_prefix("incomplete: ")
+            .unwrap_or(&end.capture);
         eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
     }
-    super::exit::of_process(exit_code, signal)
+    super::exit::of_process(end.exit_code, end.signal)
 }
 
 /// Where the command is controlled from: this process's own supervisor, or the root's daemon.

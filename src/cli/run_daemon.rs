@@ -22,13 +22,12 @@ use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
-use serde::Deserialize;
 
 use super::logs_cmd::PageView;
-use super::run_cmd::{Control, RawMode, RunArgs, ended, forward_input, interrupted};
+use super::run_cmd::{Control, Ended, RawMode, RunArgs, ended, forward_input, interrupted};
 use crate::client::{ClientError, call_async};
-use crate::lifecycle::{Handle, State};
-use crate::protocol::{ErrorCode, Request};
+use crate::lifecycle::Handle;
+use crate::protocol::Request;
 use crate::spool::format::Stream;
 use crate::supervisor::Rendering;
 
@@ -36,33 +35,16 @@ use crate::supervisor::Rendering;
 const PAGE_BYTES: u64 = 1 << 20;
 const WAIT_MS: u64 = 30_000;
 
-/// The fields of a `wait` result `run` reports.
-#[derive(Debug, Deserialize)]
-struct WaitView {
-    state: State,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    capture: String,
-    #[serde(default)]
-    persist_error: Option<String>,
-}
-
 /// Whether a daemon answers on `socket`.
 pub(super) fn serves(socket: &Path) -> bool {
     crate::client::Client::connect(socket).is_ok()
 }
 
-/// The exit status for a request the daemon refused: a spawn failure is the command's (126,
-/// 127), said as `run` says it; anything else is procjournal's own failure.
+/// The exit status for a request the daemon refused (`exit::of_refusal`), or the error that
+/// kept it from answering.
 fn refused(e: ClientError) -> anyhow::Result<ExitCode> {
     match e {
-        ClientError::Api(e) if e.code == ErrorCode::SpawnFailed => {
-            eprintln!(
-                "procjournal: {}",
-                crate::render::escape_field(&e.message, true)
-            );
-            Ok(super::exit::of_spawn(e.spawn))
-        }
+        ClientError::Api(e) => super::exit::of_refusal(e),
         other => Err(other.into()),
     }
 }
@@ -99,15 +81,8 @@ pub(super) async fn run(args: RunArgs, root: &Path, socket: &Path) -> anyhow::Re
         })
         .await
         .map_err(|e| anyhow::anyhow!(e))?;
-    let result: WaitView = serde_json::from_value(result).context("the daemon's wait result")?;
-    Ok(ended(
-        handle,
-        result.state,
-        &result.capture,
-        result.persist_error.as_deref(),
-        result.exit_code,
-        result.signal,
-    ))
+    let result: Ended = serde_json::from_value(result).context("the daemon's wait result")?;
+    Ok(ended(handle, &result))
 }
 
 /// Awaits `work`, answering Ctrl-C meanwhile; `None` once a Ctrl-C gave up on the output.
