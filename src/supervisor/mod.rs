@@ -1242,6 +1242,12 @@ impl Supervisor {
     /// every live tree concurrently (and every lingering one), kills what survives the grace
     /// period, confirms each exit (bounded), and joins the supervisor's tasks (bounded). Output
     /// of finished processes stays readable afterwards.
+    ///
+    /// The journal is flushed (its closing commit) before this returns; the root's lock is
+    /// released when the last handle to this supervisor (every clone of it) is dropped, since
+    /// the journal's mapping must be gone first (`journal::mmap`). Another open of the root in
+    /// this process waits for that handover (`limits::LOCK_HANDOVER_MS`); one in another
+    /// process fails with `Locked` until it happened.
     pub async fn shutdown(&self, grace: Duration) -> ShutdownReport {
         self.ask(|reply| Msg::Shutdown { grace, reply })
             .await
