@@ -46,6 +46,12 @@ fn wait_for_handover(path: &Path) -> bool {
     true
 }
 
+/// Makes the entries of `dir` durable (a file created, renamed or removed in it): every layer
+/// that writes under the root (the journal, the spool, snapshots) syncs its directories with it.
+pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
+    File::open(dir)?.sync_all()
+}
+
 /// Why a root could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -85,7 +91,7 @@ impl Root {
         if !path.is_dir() {
             std::fs::create_dir_all(&path).map_err(io_err)?;
             if let Some(parent) = path.parent() {
-                crate::journal::storage_sync_dir(parent).map_err(io_err)?;
+                sync_dir(parent).map_err(io_err)?;
             }
         }
         let lock = OpenOptions::new()

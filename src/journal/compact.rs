@@ -361,7 +361,7 @@ pub fn write_durably(
     crash.reached(steps.rename)?;
     std::fs::rename(&tmp, dir.join(name))?;
     crash.reached(steps.fsync_dir)?;
-    super::storage::sync_dir(dir)
+    crate::root::sync_dir(dir)
 }
 
 /// What one compaction did.
@@ -401,7 +401,7 @@ pub(crate) fn remove_below(
     }
     if files > 0 {
         crash.reached("compaction: fsync dir")?;
-        super::storage::sync_dir(dir)?;
+        crate::root::sync_dir(dir)?;
     }
     Ok((files, bytes))
 }

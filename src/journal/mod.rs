@@ -52,8 +52,6 @@ use format::{CommitSlot, RecordFields, SLOT_CLOSED, SLOT_SEALED, SegmentHeader};
 use idindex::{IdIndex, IndexFull};
 pub use recovery::{CommitLoss, MissingSegment, RecoveryReport, Row};
 use recovery::{CommitPoint, DuplicateId, JournalScan, TornTail};
-/// fsync of a directory, shared with the spool.
-pub(crate) use storage::sync_dir as storage_sync_dir;
 use storage::{Backend, FileBackend, SegmentStore, Syncer};
 
 /// A stable, caller-allocated event identity (a UUID; v7 by default so IDs sort by creation time).
@@ -467,7 +465,7 @@ impl Journal {
         if !dir.is_dir() {
             std::fs::create_dir_all(&dir).map_err(io("create journal directory"))?;
             // The new directory entry must survive a power loss like the segments inside it.
-            storage::sync_dir(root.path()).map_err(io("sync runtime root"))?;
+            crate::root::sync_dir(root.path()).map_err(io("sync runtime root"))?;
         }
 
         let resume = if visitor.resumes() {

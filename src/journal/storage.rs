@@ -102,10 +102,6 @@ impl SegmentStore for MappedSegment {
 /// Zeroes are written in pieces of this size while preallocating.
 const ZERO_CHUNK_BYTES: usize = 1024 * 1024;
 
-pub(crate) fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
-}
-
 /// Removes a spare that failed part-way (ENOSPC while writing its zeroes, say) at once, so
 /// that the space it took is given back while the writer still runs, not at the next writable
 /// open. Best effort: the file never held a record, and a writable open removes what is left.
@@ -166,7 +162,7 @@ impl Backend for FileBackend {
             .and_then(|()| fs::rename(&spare_path, dir.join(name)));
         // Until the rename the file is still a spare, which never held a record.
         headed.inspect_err(|_| remove_partial(&spare_path))?;
-        sync_dir(dir)
+        crate::root::sync_dir(dir)
     }
 
     fn open_segment(

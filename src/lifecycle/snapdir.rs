@@ -288,7 +288,7 @@ pub(crate) fn write(
         std::fs::create_dir_all(dir)?;
         // The directory's entry must be durable before a snapshot in it is relied on.
         if let Some(parent) = dir.parent() {
-            crate::journal::storage_sync_dir(parent)?;
+            crate::root::sync_dir(parent)?;
         }
     }
     for tmp in list(dir)?.tmp {
@@ -316,7 +316,7 @@ pub(crate) fn write(
     }
     if removed {
         crash.reached("snapshot: fsync dir after delete")?;
-        crate::journal::storage_sync_dir(dir)?;
+        crate::root::sync_dir(dir)?;
     }
     Ok(ours.into_iter().map(|(s, _)| s).collect())
 }

@@ -93,7 +93,7 @@ pub fn remove_spool(dir: &Path, crash: &mut dyn CrashPoints) -> Result<Removed, 
     }
     if let Some(parent) = dir.parent() {
         crash.reached("retire: fsync dir").map_err(io("stopped"))?;
-        crate::journal::storage::sync_dir(parent).map_err(io("fsync dir"))?;
+        crate::root::sync_dir(parent).map_err(io("fsync dir"))?;
     }
     Ok(done)
 }

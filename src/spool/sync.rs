@@ -42,9 +42,7 @@ impl SyncJob<'_> {
     fn run(&self) -> Result<(), SpoolError> {
         match self {
             SyncJob::Segment(seam, file) => seam.sync_data(file).map_err(io("sync segment")),
-            SyncJob::Directory(dir) => {
-                crate::journal::storage_sync_dir(dir).map_err(io("sync directory"))
-            }
+            SyncJob::Directory(dir) => crate::root::sync_dir(dir).map_err(io("sync directory")),
         }
     }
 }
