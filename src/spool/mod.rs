@@ -54,6 +54,7 @@ pub(crate) mod io;
 pub mod loss;
 mod output;
 pub mod remove;
+pub mod render;
 mod sync;
 
 pub use loss::{DamageKind, Gap, LossReason, SkipKind, Skipped};

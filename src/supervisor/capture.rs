@@ -51,8 +51,8 @@ use super::{PreparedProcess, Rendering, StartError, Supervisor, SupervisorError}
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitStatus};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::limits;
-use crate::render::{self, ArtifactDescriptor};
 use crate::spool::format::Stream;
+use crate::spool::render::{self, ArtifactDescriptor};
 use crate::spool::{Skipped, SpoolRead};
 
 /// How much a capture returns.

@@ -73,7 +73,7 @@ use crate::lifecycle::{
     State,
 };
 use crate::limits;
-use crate::render::{self, ArtifactDescriptor};
+use crate::spool::render::{self, ArtifactDescriptor};
 use crate::spool::{Span, Spool, SpoolError, SpoolOptions};
 use crate::tree::{GroupLauncher, Launcher, PtySize};
 use actor::{Actor, Found, InputOp, Msg};

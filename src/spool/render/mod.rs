@@ -1,5 +1,9 @@
 //! Rendering output for clients: safe text, or base64 of exactly the raw bytes.
 //!
+//! Part of the spool because it renders spool bytes and names nothing above the spool (a
+//! handle only by its display form): the supervisor renders its pages with it, and the
+//! surfaces reach it as `crate::render`, the path it had before it moved here.
+//!
 //! Safe text is what an agent or a terminal can show without being steered by the output:
 //! - invalid UTF-8 becomes U+FFFD;
 //! - terminal control sequences are removed: CSI (`ESC [` … final byte), OSC (`ESC ]` … BEL or
@@ -334,8 +338,8 @@ pub fn page_read_sizes(max_bytes: usize) -> [usize; 3] {
 /// its last unit, so that unit is rendered as it is (a split character becomes U+FFFD there, as
 /// it must: its other bytes were lost).
 pub fn safe_text_of_read(
-    handle: &crate::lifecycle::Handle,
-    read: &crate::spool::SpoolRead,
+    handle: &impl std::fmt::Display,
+    read: &super::SpoolRead,
     requested: usize,
     max_bytes: usize,
     process_terminal: bool,
@@ -403,7 +407,9 @@ pub fn base64(bytes: &[u8]) -> String {
 pub struct ArtifactDescriptor(pub String);
 
 impl ArtifactDescriptor {
-    pub fn new(handle: &crate::lifecycle::Handle, start: u64, end: u64) -> Self {
+    /// `handle` is the process's handle (`lifecycle::Handle`, by its display form: the spool
+    /// is below the lifecycle and knows no handle type).
+    pub fn new(handle: &impl std::fmt::Display, start: u64, end: u64) -> Self {
         ArtifactDescriptor(format!("pjout:{handle}:{start}-{end}"))
     }
 }
