@@ -361,7 +361,7 @@ pub fn safe_text_of_read(
 /// One client-supplied string (a label, a command word, an error message) made safe for a
 /// human's terminal, on one line: every control character (C0 with newline and tab, DEL, C1,
 /// and so every escape sequence's introducer) and every bidirectional control (U+202E and the
-/// rest of [`is_bidi_control`]) becomes a visible escape (`\n`, `\t`, `\u{1b}`, `\u{202e}`),
+/// rest of `is_bidi_control`) becomes a visible escape (`\n`, `\t`, `\u{1b}`, `\u{202e}`),
 /// and a backslash is doubled so that the escapes are unambiguous. With `keep_newlines`, `\n`
 /// stays a line break (for multi-line messages); everything else is escaped all the same.
 pub fn escape_field(text: &str, keep_newlines: bool) -> std::borrow::Cow<'_, str> {
