@@ -706,18 +706,6 @@ impl LifecycleEvent {
         }
     }
 
-    /// Decodes the payload of a record of `kind`. Total: any bytes give an event or an error.
-    ///
-    /// Reads with the fast decoder of `wire.rs`, which accepts exactly what
-    /// [`LifecycleEvent::decode_reference`] accepts; whatever it does not read goes to the
-    /// reference, so every error (and its text) is the reference's.
-    pub fn decode(kind: u16, codec_version: u8, payload: &[u8]) -> Result<Self, EventDecodeError> {
-        match super::wire::decode(kind, codec_version, payload) {
-            Ok(event) => Ok(event),
-            Err(_) => Self::decode_reference(kind, codec_version, payload),
-        }
-    }
-
     /// The reference decoder: bincode, through [`crate::codec::decode`]. Kept as the statement
     /// of what a payload means; the differential tests hold the fast decoder to it.
     pub fn decode_reference(

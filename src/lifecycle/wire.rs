@@ -2,6 +2,9 @@
 //! [`codec::Reader`], in the order the structs of `event.rs` declare them (which is their derived
 //! bincode encoding, journal-format.md "Lifecycle events").
 //!
+//! `LifecycleEvent::decode` is here too, beside the decoder it tries first: `event.rs` imports
+//! nothing of this module, which imports its types.
+//!
 //! Replay decodes every record of the journal, and bincode's generic decoding (allocation claims,
 //! error values built on the way) cost more than the rest of replay; the fixed-size kinds (6 in
 //! 10 events are output checkpoints) decode here without allocating at all.
@@ -20,10 +23,10 @@ use super::command::{
 };
 use super::event::{
     CaptureStatus, CommandSpec, CommandSpecV2, CompletionNotified, CursorBounds, Deadline,
-    DeadlineFailed, DeadlineFired, EnvVar, ExitProof, ExitStatus, GateChanged, Handle, HumanInput,
-    IdentityWitness, InputClosed, LifecycleEvent, LifecycleIds, LifecyclePublished, Limits,
-    LostOnRestore, OutputCheckpoint, ProcessWitness, ReceiptBinding, Registered, RegisteredV2,
-    Running, Scoped, StopRequested, Terminal, TreeMechanism, kinds,
+    DeadlineFailed, DeadlineFired, EnvVar, EventDecodeError, ExitProof, ExitStatus, GateChanged,
+    Handle, HumanInput, IdentityWitness, InputClosed, LifecycleEvent, LifecycleIds,
+    LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, ProcessWitness, ReceiptBinding,
+    Registered, RegisteredV2, Running, Scoped, StopRequested, Terminal, TreeMechanism, kinds,
 };
 use super::state::State;
 use crate::codec::{Malformed, Reader};
@@ -458,6 +461,22 @@ pub(crate) fn decode(
     let event = event(kind, &mut r)?;
     r.finish()?;
     Ok(event)
+}
+
+/// `decode` is defined here, beside the fast decoder it tries first, so that `event.rs` (the
+/// events and their reference decoder) needs nothing of this module, which reads its types.
+impl LifecycleEvent {
+    /// Decodes the payload of a record of `kind`. Total: any bytes give an event or an error.
+    ///
+    /// Reads with the fast decoder of `wire.rs`, which accepts exactly what
+    /// [`LifecycleEvent::decode_reference`] accepts; whatever it does not read goes to the
+    /// reference, so every error (and its text) is the reference's.
+    pub fn decode(kind: u16, codec_version: u8, payload: &[u8]) -> Result<Self, EventDecodeError> {
+        match decode(kind, codec_version, payload) {
+            Ok(event) => Ok(event),
+            Err(_) => Self::decode_reference(kind, codec_version, payload),
+        }
+    }
 }
 
 #[cfg(test)]
