@@ -571,7 +571,7 @@ impl Actor {
             }
             let handle = proc.handle;
             self.tasks.spawn(
-                super::deadline::enforce(
+                super::enforce::enforce(
                     Arc::clone(&self.shared),
                     self.events_tx.clone(),
                     proc,
@@ -761,7 +761,7 @@ impl Actor {
                 {
                     let (shared, proc) = (Arc::clone(&self.shared), Arc::clone(&e.proc));
                     self.tasks.spawn(
-                        super::deadline::clear_on_input(shared, proc)
+                        super::enforce::clear_on_input(shared, proc)
                             .instrument(info_span!("input", %handle)),
                     );
                 }

@@ -16,6 +16,10 @@
 //! activity only moves an idle deadline later), and the actor sleeps until the earliest of those,
 //! so with no deadline near, nothing runs.
 //!
+//! This module is the clocks and the sweep's decision; acting on a decision (the records, the
+//! teardown) is `enforce.rs`, so that the clocks, which the drain touches, import nothing of the
+//! process.
+//!
 //! Invariants:
 //! - The wall clock runs from the instant the process was spawned (its journaled `running`
 //!   time), the idle clock from its last activity, or from that start before any activity.
@@ -33,19 +37,14 @@
 //!   `lost_on_restore` (never re-attached), so no process is ever given a new wall or idle
 //!   period by a restart. Its manifest keeps the original start and the configured limits.
 
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tracing::warn;
 
-use super::process::{Proc, ProcEvent, teardown};
-use super::{Shared, SupervisorError, lock, now_unix_ms};
-use crate::journal::EventId;
-use crate::lifecycle::event::{Deadline, DeadlineFailed, DeadlineFired, HumanInput, Limits};
-use crate::lifecycle::{Applied, LifecycleError, LifecycleEvent, Rejection};
+use super::now_unix_ms;
+use crate::lifecycle::event::{Deadline, Limits};
 use crate::limits;
 
 const FIRED_NONE: u8 = 0;
@@ -216,7 +215,7 @@ impl Clocks {
     }
 
     /// The Unix time of a monotonic instant of this process's clocks.
-    fn unix_ms_of(&self, at: Instant) -> u64 {
+    pub(super) fn unix_ms_of(&self, at: Instant) -> u64 {
         let start = self.start_at.load(Ordering::Acquire);
         if start == NOT_STARTED {
             return now_unix_ms();
@@ -336,105 +335,6 @@ pub fn sweep<'a, T: 'a>(
         }
     }
     (next != u64::MAX).then(|| instant_of(next))
-}
-
-/// Enforces a due deadline of `proc`: journals it (the first time), then stops the whole tree
-/// through the stop path. A failure is traced, recorded (up to `DEADLINE_FAILURES_MAX`), and
-/// reported to the actor, which retries later.
-pub(crate) async fn enforce(
-    shared: Arc<Shared>,
-    actor: mpsc::Sender<ProcEvent>,
-    proc: Arc<Proc>,
-    due: Check,
-) {
-    let Check::Due {
-        deadline,
-        limit_ms,
-        clock_from,
-        first,
-    } = due
-    else {
-        return;
-    };
-    let handle = proc.handle;
-    if first {
-        let event = LifecycleEvent::DeadlineFired(DeadlineFired {
-            handle,
-            deadline,
-            limit_ms,
-            clock_from_unix_ms: proc.clocks.unix_ms_of(clock_from),
-            at_unix_ms: now_unix_ms(),
-        });
-        // Refused only when the process became terminal meanwhile; a journal failure is only
-        // traced: stopping the tree matters more than the record of why.
-        if let Err(e) = shared.append(EventId::new_v7(), event).await
-            && !matches!(e, LifecycleError::Rejected(Rejection::AlreadyTerminal(_)))
-        {
-            warn!(%handle, deadline = deadline.name(), error = %e, "deadline: the record of its firing failed");
-        }
-    }
-    if let Err(reason) = teardown(&proc, shared.config.default_grace).await {
-        warn!(%handle, deadline = deadline.name(), %reason, "deadline: stopping the tree failed; retried later");
-        let event = LifecycleEvent::DeadlineFailed(DeadlineFailed {
-            handle,
-            deadline,
-            error: reason,
-            at_unix_ms: now_unix_ms(),
-        });
-        // Refused past DEADLINE_FAILURES_MAX, or once terminal: traced above either way.
-        let _ = shared.append(EventId::new_v7(), event).await;
-        let _ = actor.send(ProcEvent::DeadlineFailed { handle }).await;
-    }
-}
-
-/// Marks (`waiting`) or clears the wait of a live process for human input, journaled, and the
-/// clocks changed under the same lock as the record, so that concurrent marks and clears leave
-/// the clocks as the journal says. `Unchanged` when it already was so (nothing recorded).
-pub(crate) fn set_awaiting_blocking(
-    shared: &Shared,
-    proc: &Proc,
-    waiting: bool,
-    by: &str,
-) -> Result<Applied, SupervisorError> {
-    let handle = proc.handle;
-    let (appended, journal) = {
-        let mut lifecycle = lock(&shared.lifecycle);
-        let current = lifecycle
-            .manifest(&handle)
-            .ok_or(SupervisorError::UnknownHandle(handle))?;
-        if current.state.is_terminal() {
-            return Err(SupervisorError::NotRunning(handle));
-        }
-        if current.awaiting_input.is_some() == waiting {
-            return Ok(Applied::Unchanged);
-        }
-        let event = LifecycleEvent::HumanInput(HumanInput {
-            handle,
-            waiting,
-            by: by.to_owned(),
-            at_unix_ms: now_unix_ms(),
-        });
-        let appended = lifecycle.append_deferred(EventId::new_v7(), &event)?;
-        proc.clocks.set_awaiting(waiting);
-        (appended, lifecycle.journal_arc())
-    };
-    journal
-        .acknowledge(appended.position.seq)
-        .map_err(LifecycleError::from)?;
-    Ok(Applied::Changed)
-}
-
-/// The human-input wait of a process whose input was just written is cleared (input clears it).
-pub(crate) async fn clear_on_input(shared: Arc<Shared>, proc: Arc<Proc>) {
-    let handle = proc.handle;
-    let cleared =
-        tokio::task::spawn_blocking(move || set_awaiting_blocking(&shared, &proc, false, "input"))
-            .await;
-    match cleared {
-        Ok(Ok(_)) | Ok(Err(SupervisorError::NotRunning(_))) => {}
-        Ok(Err(e)) => warn!(%handle, error = %e, "clearing the wait for human input failed"),
-        Err(e) => warn!(%handle, error = %e, "clearing the wait for human input: task failed"),
-    }
 }
 
 /// The retry delay after a failed enforcement.

@@ -137,7 +137,7 @@ impl Supervisor {
         let shared = std::sync::Arc::clone(&self.shared);
         let by = requested_by.to_owned();
         let applied = tokio::task::spawn_blocking(move || {
-            super::deadline::set_awaiting_blocking(&shared, &proc, waiting, &by)
+            super::enforce::set_awaiting_blocking(&shared, &proc, waiting, &by)
         })
         .await
         .map_err(|e| SupervisorError::Task(e.to_string()))??;

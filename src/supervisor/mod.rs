@@ -28,6 +28,7 @@ mod capture;
 pub mod command;
 #[doc(hidden)]
 pub mod deadline;
+mod enforce;
 mod gate;
 mod launch;
 pub(crate) mod process;
