@@ -28,7 +28,7 @@
 use std::hash::BuildHasher;
 
 use super::Position;
-use super::compact::RetainedId;
+use super::floor::RetainedId;
 use crate::idhash::IdHashBuilder;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

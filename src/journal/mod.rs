@@ -19,6 +19,7 @@
 //!   it takes `writer`.
 
 pub mod compact;
+pub mod floor;
 pub mod format;
 mod idindex;
 mod mmap;
@@ -47,7 +48,8 @@ use crate::limits::{
     SEGMENT_BYTES_INITIAL, SEGMENT_RECORDS_OFFSET,
 };
 use crate::root::{Root, RootError};
-pub use compact::{Compacted, CrashPoints, Floor, Head, NoCrash, Resume, RetainedId};
+pub use compact::{Compacted, CrashPoints, Head, NoCrash};
+pub use floor::{Floor, Resume, RetainedId};
 use format::{CommitSlot, RecordFields, SLOT_CLOSED, SLOT_SEALED, SegmentHeader};
 use idindex::{IdIndex, IndexFull};
 pub use recovery::{CommitLoss, MissingSegment, RecoveryReport, Row};

@@ -286,7 +286,7 @@ impl Follower {
             let Some((file, _)) = self.open_segment(header.segment_index) else {
                 // Removed under the follower by compaction: the records it has not handed out
                 // yet are gone, which it must say rather than wait for them forever.
-                let floor = super::compact::read_floor(&self.dir)
+                let floor = super::floor::read_floor(&self.dir)
                     .map_err(self.io("read floor"))?
                     .good();
                 if let Some(floor) = floor.filter(|f| f.segment_index > header.segment_index) {

@@ -20,7 +20,7 @@
 //! | J   | a segment whose base seq is past the previous last seq + 1     | -                       | gap reported (records missing)            |
 //!
 //! Before the first segment, "the previous last seq" is `FLOOR.seq - 1` when compaction left a
-//! `journal/FLOOR` (see `compact.rs`), and 0 otherwise: a first segment whose base seq is above 1
+//! `journal/FLOOR` (see `floor.rs`), and 0 otherwise: a first segment whose base seq is above 1
 //! is a gap (row J) unless a floor says its head was compacted away. Segments below the floor are
 //! compaction leftovers, reported and never scanned.
 //!
@@ -151,7 +151,7 @@ pub struct RecoveryReport {
     pub missing_segments: Vec<MissingSegment>,
     /// Where compaction removed the journal's head up to (`journal/FLOOR`): records below its
     /// seq were removed on purpose, so a first segment there is no gap.
-    pub floor: Option<super::compact::Floor>,
+    pub floor: Option<super::floor::Floor>,
     /// A `FLOOR` that could not be used, and why: ignored, so a removed head reads as a gap.
     pub bad_floor: Option<String>,
     /// Segment files below the floor: an interrupted compaction (never scanned; writable opens
@@ -301,9 +301,9 @@ pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
         };
         if let Some(index) = parse_segment_file_name(name) {
             segments.push((index, entry.path()));
-        } else if name.ends_with(".log.tmp") || name == super::compact::FLOOR_TMP_FILE {
+        } else if name.ends_with(".log.tmp") || name == super::floor::FLOOR_TMP_FILE {
             leftovers.push(entry.path());
-        } else if !is_spare_name(name) && name != super::compact::FLOOR_FILE {
+        } else if !is_spare_name(name) && name != super::floor::FLOOR_FILE {
             unrecognised.push(name.to_owned());
         }
     }
@@ -614,7 +614,7 @@ pub(crate) fn scan_journal(
     let mut segments: Vec<ScannedSegment> = Vec::new();
     let mut journal_id: Option<[u8; 16]> = None;
     // Compaction removed every record below the floor on purpose: the expected seq starts there.
-    let (mut floor, bad_floor) = super::compact::floor_in_force(dir, &listed)?;
+    let (mut floor, bad_floor) = super::floor::floor_in_force(dir, &listed)?;
     report.bad_floor = bad_floor;
     let mut last_seq = floor.map_or(0, |f| f.seq - 1);
     // The least seq the next record may carry: above every seq that any commit point claims,
@@ -639,7 +639,7 @@ pub(crate) fn scan_journal(
             // A read-only scan races a writer's compaction: a segment that vanished below a
             // newer floor was removed on purpose; anything else that vanished is an error.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                match super::compact::read_floor(dir)?.good() {
+                match super::floor::read_floor(dir)?.good() {
                     Some(f) if index < f.segment_index => {
                         last_seq = last_seq.max(f.seq - 1);
                         seq_floor = seq_floor.max(f.seq);
