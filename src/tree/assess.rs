@@ -14,7 +14,8 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::cgroup::Scope;
-use super::guardian::{pidfs_ino, verify_receipt};
+use super::guardian::verify_receipt;
+use super::pidfs_ino;
 use super::procfs;
 use crate::lifecycle::event::{ExitProof, ExitStatus, ProcessWitness, Scoped};
 use crate::tree::LeaderExit;

@@ -79,7 +79,7 @@ impl GroupTree {
 
     /// The leader's pidfs inode, 0 without pidfs.
     pub(crate) fn pidfs_ino(&self) -> u64 {
-        super::guardian::pidfs_ino(self.pidfd.get_ref())
+        super::pidfs_ino(self.pidfd.get_ref())
     }
 
     /// Kills the group and reaps the leader, blocking: for a launch that must be undone on a

@@ -86,6 +86,23 @@ pub(crate) fn open_pidfd(pid: u32) -> std::io::Result<std::os::fd::OwnedFd> {
     )?)
 }
 
+/// The pidfs magic number (`PID_FS_MAGIC`): only on pidfs (Linux 6.9+) is a pidfd's inode
+/// number unique to its process.
+const PIDFS_MAGIC: i64 = 0x5049_4446;
+
+/// The pidfs inode of a pidfd, 0 where the kernel has no pidfs. Here, beside `open_pidfd`,
+/// because the guardian (its walk, its registration) and the group's leader both use it.
+// `f_type`'s width differs between targets: the cast is not a no-op everywhere.
+#[allow(clippy::unnecessary_cast)]
+pub(crate) fn pidfs_ino(fd: &std::os::fd::OwnedFd) -> u64 {
+    let on_pidfs =
+        nix::sys::statfs::fstatfs(fd).is_ok_and(|s| s.filesystem_type().0 as i64 == PIDFS_MAGIC);
+    if !on_pidfs {
+        return 0;
+    }
+    nix::sys::stat::fstat(fd).map_or(0, |s| s.st_ino)
+}
+
 /// How the leader ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LeaderExit {

@@ -46,16 +46,15 @@ pub(crate) fn descendants_of(root: u32) -> Vec<(u32, u32)> {
     tree::descendants(root)
 }
 pub use run::{GUARDIAN_ARG, run_if_requested};
-pub(crate) use tree::pidfs_ino;
 
 use super::cgroup::{CgroupBase, Scope};
-use super::open_pidfd;
 use super::procfs::{self, Identity};
 use super::spawn::{self, Image};
 use super::{
     ExitProof, Launcher, LeaderExit, Mechanism, Membership, ProcessTree, ProcessWitness,
     ReceiptBinding, Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeScope, TreeSignal,
 };
+use super::{open_pidfd, pidfs_ino};
 use crate::lifecycle::event::ExitStatus;
 use crate::limits;
 use wire::{Down, Up};

@@ -19,28 +19,12 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{Signal, pidfd_send_signal};
 
-use crate::tree::open_pidfd;
+use crate::tree::{open_pidfd, pidfs_ino};
 
 use crate::tree::{TreeSignal, procfs};
 
 /// How long a graceful signal may spend stopping a forking tree before it signals what it has.
 pub(crate) const QUIESCE_BUDGET: Duration = Duration::from_millis(500);
-
-/// The pidfs magic number (`PID_FS_MAGIC`): only on pidfs (Linux 6.9+) is a pidfd's inode
-/// number unique to its process.
-const PIDFS_MAGIC: i64 = 0x5049_4446;
-
-/// The pidfs inode of a pidfd, 0 where the kernel has no pidfs.
-// `f_type`'s width differs between targets: the cast is not a no-op everywhere.
-#[allow(clippy::unnecessary_cast)]
-pub(crate) fn pidfs_ino(fd: &OwnedFd) -> u64 {
-    let on_pidfs =
-        nix::sys::statfs::fstatfs(fd).is_ok_and(|s| s.filesystem_type().0 as i64 == PIDFS_MAGIC);
-    if !on_pidfs {
-        return 0;
-    }
-    nix::sys::stat::fstat(fd).map_or(0, |s| s.st_ino)
-}
 
 /// A child's identity witness: (pidfs inode or 0, start time in ticks or 0). Only for a child
 /// not yet reaped, whose pid therefore cannot be reused meanwhile.
