@@ -267,7 +267,7 @@ impl<'a> Reader<'a> {
 }
 
 /// Event IDs travel inside payloads as their 16 bytes (RFC 9562 order), no length prefix.
-impl Encode for crate::journal::EventId {
+impl Encode for crate::event_id::EventId {
     fn encode<E: bincode::enc::Encoder>(
         &self,
         encoder: &mut E,
@@ -276,14 +276,14 @@ impl Encode for crate::journal::EventId {
     }
 }
 
-impl<Context> Decode<Context> for crate::journal::EventId {
+impl<Context> Decode<Context> for crate::event_id::EventId {
     fn decode<D: bincode::de::Decoder<Context = Context>>(
         decoder: &mut D,
     ) -> Result<Self, bincode::error::DecodeError> {
-        Ok(crate::journal::EventId::from_bytes(<[u8; 16]>::decode(
+        Ok(crate::event_id::EventId::from_bytes(<[u8; 16]>::decode(
             decoder,
         )?))
     }
 }
 
-bincode::impl_borrow_decode!(crate::journal::EventId);
+bincode::impl_borrow_decode!(crate::event_id::EventId);

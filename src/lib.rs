@@ -13,6 +13,7 @@ pub mod cli;
 pub mod client;
 pub mod codec;
 pub mod environment;
+mod event_id;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;

@@ -43,6 +43,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use serde::Serialize;
 use tracing::{debug, warn};
 
+pub use crate::event_id::EventId;
 use crate::limits::{
     PAGE_BYTES, RECORD_HEADER_BYTES, RECORD_PAYLOAD_BYTES_MAX, SEGMENT_BYTES_DEFAULT,
     SEGMENT_BYTES_INITIAL, SEGMENT_RECORDS_OFFSET,
@@ -55,42 +56,6 @@ use idindex::{IdIndex, IndexFull};
 pub use recovery::{CommitLoss, MissingSegment, RecoveryReport, Row};
 use recovery::{CommitPoint, DuplicateId, JournalScan, TornTail};
 use storage::{Backend, FileBackend, SegmentStore, Syncer};
-
-/// A stable, caller-allocated event identity (a UUID; v7 by default so IDs sort by creation time).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
-pub struct EventId(pub uuid::Uuid);
-
-impl EventId {
-    /// A fresh time-ordered ID, for callers that allocate IDs ahead of the events they name.
-    pub fn new_v7() -> Self {
-        EventId(uuid::Uuid::now_v7())
-    }
-    pub fn as_bytes(&self) -> [u8; 16] {
-        *self.0.as_bytes()
-    }
-    pub fn from_bytes(bytes: [u8; 16]) -> Self {
-        EventId(uuid::Uuid::from_bytes(bytes))
-    }
-
-    /// A deterministic ID for a record that follows from this one (its publication, say): the
-    /// same input always gives the same ID, so the follow-up record is exactly as idempotent as
-    /// the event it follows. The result is a UUIDv8 (version 8, RFC variant), so it never equals
-    /// a v7 ID; different `purpose`s give different IDs.
-    pub fn derived(&self, purpose: u8) -> EventId {
-        let mut b = self.as_bytes();
-        b[15] ^= purpose;
-        b[14] ^= 0xa5;
-        b[6] = (b[6] & 0x0f) | 0x80;
-        b[8] = (b[8] & 0x3f) | 0x80;
-        EventId::from_bytes(b)
-    }
-}
-
-impl std::fmt::Display for EventId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.0.fmt(f)
-    }
-}
 
 /// The kind of an event: a non-zero u16 (0 is reserved so that zero fill never parses).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
