@@ -18,7 +18,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::run_cmd::{parse_duration, parse_label};
+use super::args::{parse_duration, parse_label, parse_size};
 use crate::protocol::{CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
 use crate::supervisor::{Rendering, Services, Supervisor, SupervisorConfig};
 
@@ -49,7 +49,7 @@ pub(crate) struct CaptureCmdArgs {
     #[arg(long)]
     base64: bool,
     /// Run under a terminal of ROWSxCOLS (e.g. 24x80): one stream, `terminal`.
-    #[arg(long, value_name = "ROWSxCOLS", value_parser = super::daemon_cmd::parse_size)]
+    #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
     pty: Option<(u16, u16)>,
     #[command(flatten)]
     tree: super::TreeArgs,
@@ -136,7 +136,7 @@ fn capture_request(
             cwd: Some(cwd.to_string_lossy().into_owned()),
             env: Default::default(),
             env_persist: Default::default(),
-            client_env: through_daemon.then(super::daemon_cmd::client_environment),
+            client_env: through_daemon.then(super::target::client_environment),
             inherit_env: !through_daemon,
             login_shell_overlay: false,
             labels: args.labels.into_iter().collect(),

@@ -8,7 +8,8 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Args;
 
-use super::daemon_cmd::Target;
+use super::args::parse_duration;
+use super::target::Target;
 use crate::lifecycle::retention::{self, CleanReport};
 use crate::protocol::Request;
 use crate::supervisor::{Services, Supervisor, SupervisorConfig};
@@ -19,7 +20,7 @@ pub(crate) struct CleanArgs {
     target: Target,
     /// Retire output of processes that ended at least this long ago, e.g. 7d, 12h, 30m.
     /// Default: the daemon's retention age, else 7d.
-    #[arg(long, value_parser = super::run_cmd::parse_duration)]
+    #[arg(long, value_parser = parse_duration)]
     older_than: Option<Duration>,
     /// Say what would be retired; remove nothing.
     #[arg(long)]

@@ -5,7 +5,6 @@
 //! the read-only ones (`ps`, and `logs` of a process the journal shows as finished) read the
 //! journal and the spool directly, without a lock, and say so on stderr.
 
-use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -16,106 +15,13 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::run_cmd::{parse_duration, parse_label};
+use super::args::{parse_duration, parse_env, parse_label, parse_size, reference_arg};
+use super::target::{Target, client_environment, resolve};
 use crate::client::{Client, ClientError};
-use crate::journal::reader::JournalReader;
-use crate::lifecycle::{Handle, ProcessRef, State};
+use crate::lifecycle::{ProcessRef, State};
 use crate::protocol::{PtyArgs, Request, RestartArgs, StartArgs};
-use crate::server::{Server, default_socket};
+use crate::server::Server;
 use crate::supervisor::SupervisorConfig;
-
-/// Where the daemon is: `--socket`, else `procjournal.sock` in the root.
-#[derive(Debug, Args)]
-pub(crate) struct Target {
-    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// The daemon's socket (default: procjournal.sock in the root).
-    #[arg(long, value_name = "PATH")]
-    socket: Option<PathBuf>,
-}
-
-impl Target {
-    pub(crate) fn root(&self) -> anyhow::Result<PathBuf> {
-        let root = super::root_or_default(self.root.clone())?;
-        std::path::absolute(&root).with_context(|| format!("runtime root {}", root.display()))
-    }
-
-    pub(crate) fn socket(&self) -> anyhow::Result<PathBuf> {
-        match &self.socket {
-            Some(socket) => Ok(socket.clone()),
-            None => Ok(default_socket(&self.root()?)),
-        }
-    }
-
-    fn connect(&self) -> anyhow::Result<Client> {
-        let socket = self.socket()?;
-        Client::connect(&socket).map_err(|e| match e {
-            ClientError::NoDaemon { .. } => anyhow::anyhow!(
-                "{e}\nstart one with `procjournal serve{}`",
-                self.root
-                    .as_ref()
-                    .map_or_else(String::new, |r| format!(" --root {}", r.display()))
-            ),
-            other => other.into(),
-        })
-    }
-
-    /// A connection to the root's daemon, starting one when none listens (detached, so it
-    /// outlives this command, and said on stderr): what `start` and `restart` use, so that a
-    /// newcomer never has to open a second terminal for `serve`.
-    fn connect_or_start(&self) -> anyhow::Result<Client> {
-        let socket = self.socket()?;
-        let root = self.root()?;
-        let wait = Duration::from_millis(crate::limits::DAEMON_AUTOSTART_WAIT_MS);
-        let spawn = || super::spawn_detached_daemon(&root, self.socket.as_deref(), &[]);
-        match crate::client::connect_or_spawn(&socket, spawn, wait) {
-            Ok((client, None)) => Ok(client),
-            Ok((client, Some(spawned))) => {
-                eprintln!(
-                    "procjournal: no daemon was running for {}; started one (pid {}, log {}); \
-                     `procjournal shutdown` stops it",
-                    root.display(),
-                    spawned.pid,
-                    root.join("daemon.log").display()
-                );
-                Ok(client)
-            }
-            Err(e) => Err(anyhow::anyhow!(
-                "cannot reach or start the daemon of {}: {e} (see {})",
-                root.display(),
-                root.join("daemon.log").display()
-            )),
-        }
-    }
-
-    /// A connection, or `None` when no daemon listens (the caller falls back to the journal).
-    pub(crate) fn try_connect(&self) -> anyhow::Result<Option<Client>> {
-        match Client::connect(&self.socket()?) {
-            Ok(client) => Ok(Some(client)),
-            Err(ClientError::NoDaemon { .. }) => Ok(None),
-            Err(e) => Err(e.into()),
-        }
-    }
-}
-
-pub(crate) fn reference_arg(text: &str) -> Result<ProcessRef, String> {
-    text.parse::<ProcessRef>().map_err(|e| e.to_string())
-}
-
-/// The handle `reference` names: a handle as it is (the daemon checks it), a number or a name
-/// asked of the daemon (`resolve`).
-pub(crate) fn resolve(client: &mut Client, reference: &ProcessRef) -> anyhow::Result<Handle> {
-    if let ProcessRef::Handle(h) = reference {
-        return Ok(*h);
-    }
-    let info = client.call(&Request::Resolve(reference.clone()))?;
-    let view: super::ps_cmd::ProcView =
-        serde_json::from_value(info).context("the daemon's answer")?;
-    view.handle
-        .parse()
-        .map_err(|e| anyhow::anyhow!("the daemon's answer: {e}"))
-}
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -205,7 +111,7 @@ fn parse_age(text: &str) -> Result<Age, String> {
     if text == "off" {
         return Ok(Age(None));
     }
-    super::run_cmd::parse_duration(text).map(|d| Age(Some(d)))
+    parse_duration(text).map(|d| Age(Some(d)))
 }
 
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
@@ -328,19 +234,6 @@ pub(crate) struct StartCmdArgs {
     command: Vec<String>,
 }
 
-/// `24x80`: rows by columns, each at least 1.
-pub(crate) fn parse_size(text: &str) -> Result<(u16, u16), String> {
-    let parsed = text
-        .split_once(['x', 'X'])
-        .and_then(|(r, c)| Some((r.parse::<u16>().ok()?, c.parse::<u16>().ok()?)));
-    match parsed {
-        Some((rows, cols)) if rows > 0 && cols > 0 => Ok((rows, cols)),
-        _ => Err(format!(
-            "{text:?} is not a terminal size ROWSxCOLS like 24x80"
-        )),
-    }
-}
-
 // ---------------------------------------------------------------------------------------------
 // resize
 
@@ -398,7 +291,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", super::json::line(&info)?);
     } else {
-        let view: super::ps_cmd::ProcView =
+        let view: super::views::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
         println!("{}", crate::render::escape_field(&view.handle, false));
     }
@@ -449,73 +342,11 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", super::json::line(&info)?);
     } else {
-        let view: super::ps_cmd::ProcView =
+        let view: super::views::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
         println!("{}", crate::render::escape_field(&view.handle, false));
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// This shell's environment, as a command would get it run from here (the daemon removes Git
-/// redirection from it); a variable that is not UTF-8 cannot travel in JSON and is left out.
-pub(super) fn client_environment() -> BTreeMap<String, String> {
-    std::env::vars_os()
-        .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
-        .collect()
-}
-
-// ---------------------------------------------------------------------------------------------
-// helpers of ps and logs
-
-/// A command as a shell would quote it, each word's control characters shown as escapes
-/// (`render::escape_field`): a client-supplied word cannot steer the terminal or break the line.
-pub(crate) fn shell_words<S: AsRef<str>>(words: &[S]) -> String {
-    let quote = |w: &S| {
-        let w = crate::render::escape_field(w.as_ref(), false);
-        let plain = !w.is_empty()
-            && w.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
-        if plain {
-            w.into_owned()
-        } else {
-            format!("'{}'", w.replace('\'', r"'\''"))
-        }
-    };
-    words.iter().map(quote).collect::<Vec<_>>().join(" ")
-}
-
-/// Labels as `[k=v,...]` for a human, each key and value escaped like a command word.
-pub(crate) fn label_list<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -> String {
-    let labels: Vec<String> = labels
-        .map(|(k, v)| {
-            format!(
-                "{}={}",
-                crate::render::escape_field(k, false),
-                crate::render::escape_field(v, false)
-            )
-        })
-        .collect();
-    labels.join(",")
-}
-
-/// Replays the journal read-only: what `ps` and `logs` show when no daemon runs.
-pub(crate) fn offline_manifests(
-    root: &Path,
-) -> anyhow::Result<(crate::lifecycle::ManifestStore, bool)> {
-    super::existing(root)?;
-    let reader = JournalReader::open(root)
-        .context("cannot read the journal (has anything run under this root?)")?;
-    let mut progress = super::progress::Progress::journal("replaying", &reader.dir());
-    let (store, replay, recovery) =
-        crate::lifecycle::restore_read_only(reader.root(), |r| progress.record(r.position))?;
-    progress.finish();
-    let clean = recovery.is_clean() && replay.is_clean();
-    if !clean {
-        eprintln!(
-            "procjournal: the journal has damage or invalid events; `procjournal journal verify` reports them"
-        );
-    }
-    Ok((store, clean))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -926,14 +757,6 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
-}
-
-/// `NAME=value`; the error never repeats the text (it may hold a secret).
-pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err("not NAME=value (a non-empty name, then =, then the value)".to_owned()),
-    }
 }
 
 #[cfg(test)]

@@ -636,7 +636,7 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 .as_ref()
                 .map_or_else(String::new, |t| format!(" exit={}", exit_text(t.exit)));
             let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
-            let labels = super::daemon_cmd::label_list(m.command.labels());
+            let labels = super::views::label_list(m.command.labels());
             let command: Vec<&str> = std::iter::once(m.command.program())
                 .chain(m.command.args())
                 .collect();
@@ -659,7 +659,7 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 m.state.name(),
                 m.bounds.retained_from,
                 m.bounds.total_bytes,
-                super::daemon_cmd::shell_words(&command),
+                super::views::shell_words(&command),
                 labels
             )?;
         }

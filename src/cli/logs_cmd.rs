@@ -33,13 +33,14 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde::Deserialize;
 use serde_json::Value;
 
-use super::daemon_cmd::{Target, offline_manifests, reference_arg, resolve};
+use super::args::{parse_duration, reference_arg};
+use super::target::{Target, offline_manifests, resolve};
+use super::views::{PageView, SpanView};
 use crate::client::Client;
 use crate::journal::reader::{Follower, JournalReader, RecordView};
-use crate::lifecycle::{Handle, LifecycleEvent, Manifest, ProcessRef, State};
+use crate::lifecycle::{Handle, LifecycleEvent, Manifest, ProcessRef};
 use crate::protocol::Request;
 use crate::spool::Spool;
 use crate::supervisor::{Rendering, read_page};
@@ -123,11 +124,10 @@ fn parse_since(text: &str) -> Result<Since, String> {
     if text.contains('-') && text.len() >= 10 {
         return parse_rfc3339_ms(text).map(Since::Time);
     }
-    let ago = super::run_cmd::parse_duration(text)
-        .map_err(|e| format!("{e}; or an RFC 3339 time, or cursor:N"))?;
+    let ago = parse_duration(text).map_err(|e| format!("{e}; or an RFC 3339 time, or cursor:N"))?;
     let ago_ms = u64::try_from(ago.as_millis()).unwrap_or(u64::MAX);
     Ok(Since::Time(
-        super::ps_cmd::now_unix_ms().saturating_sub(ago_ms),
+        super::views::now_unix_ms().saturating_sub(ago_ms),
     ))
 }
 
@@ -207,29 +207,6 @@ pub(crate) fn rfc3339_ms(ms: u64) -> String {
     let date = text.get(..10).unwrap_or("");
     let time = text.get(11..19).unwrap_or("");
     format!("{date}T{time}.{:03}Z", ms % 1000)
-}
-
-/// The fields of an output page the client reads.
-#[derive(Debug, Deserialize)]
-pub(super) struct PageView {
-    pub(super) next_cursor: u64,
-    pub(super) retained_from: u64,
-    pub(super) total_bytes: u64,
-    pub(super) gap: bool,
-    #[serde(default)]
-    pub(super) skipped: Option<crate::spool::Skipped>,
-    pub(super) cursor_ahead: bool,
-    pub(super) data: String,
-    pub(super) state: State,
-    #[serde(default)]
-    pub(super) spans: Vec<SpanView>,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-pub(super) struct SpanView {
-    pub(super) stream: String,
-    pub(super) cursor: u64,
-    pub(super) len: u32,
 }
 
 /// The journal's times of a process's output: `(total, at)` of every record that names the
@@ -812,7 +789,7 @@ mod tests {
             parse_since("1970-01-01T00:00:01Z"),
             Ok(Since::Time(1000))
         ));
-        let now = super::super::ps_cmd::now_unix_ms();
+        let now = super::super::views::now_unix_ms();
         let Ok(Since::Time(t)) = parse_since("10m") else {
             panic!("10m is an age");
         };

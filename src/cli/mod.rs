@@ -4,10 +4,12 @@
 //! Recovery tooling (`journal ...`) is offline and read-only: it takes no lock and never writes, so
 //! it may run against a root that a live writer holds.
 
+mod args;
 mod capture_cmd;
 mod clean_cmd;
 mod daemon_cmd;
 mod exit;
+mod foreground;
 mod journal_cmd;
 mod json;
 mod logs_cmd;
@@ -18,6 +20,8 @@ mod run_cmd;
 mod run_daemon;
 mod size;
 mod spool_cmd;
+mod target;
+mod views;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

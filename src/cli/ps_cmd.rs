@@ -5,17 +5,16 @@
 //! `render::escape_field` before it reaches the terminal. `--json` prints the protocol's process
 //! objects unchanged (docs/cli-json.md).
 
-use std::collections::BTreeMap;
 use std::io::Write;
 use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 use clap::Args;
-use serde::Deserialize;
 use serde_json::Value;
 
-use super::daemon_cmd::{Target, label_list, offline_manifests, shell_words};
-use super::run_cmd::parse_label;
+use super::args::parse_label;
+use super::target::{Target, offline_manifests};
+use super::views::{ProcView, label_list, now_unix_ms, shell_words};
 use crate::lifecycle::State;
 use crate::protocol::Request;
 use crate::protocol::dispatch::ProcessInfo;
@@ -47,51 +46,6 @@ pub(crate) fn parse_state(text: &str) -> Result<State, String> {
             let names: Vec<&str> = State::ALL.iter().map(|s| s.name()).collect();
             format!("unknown state {text:?} (one of {})", names.join(", "))
         })
-}
-
-/// The fields of a process the client commands print (a daemon from before a field leaves it
-/// at its default).
-#[derive(Debug, Deserialize)]
-pub(crate) struct ProcView {
-    pub handle: String,
-    /// The process's number on the root (0 from a daemon that predates numbers).
-    #[serde(default)]
-    number: u64,
-    state: State,
-    pid: Option<u32>,
-    command: Vec<String>,
-    #[serde(default)]
-    cwd: String,
-    #[serde(default)]
-    labels: BTreeMap<String, String>,
-    #[serde(default)]
-    registered_unix_ms: Option<u64>,
-    #[serde(default)]
-    running_unix_ms: Option<u64>,
-    #[serde(default)]
-    ended_unix_ms: Option<u64>,
-    #[serde(default)]
-    reason: Option<String>,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    total_bytes: u64,
-    #[serde(default)]
-    capture: Option<String>,
-    #[serde(default)]
-    retired: Option<Value>,
-    #[serde(default)]
-    mechanism: Option<String>,
-    #[serde(default)]
-    ownership: Option<OwnershipView>,
-    #[serde(default)]
-    awaiting_input: bool,
-    #[serde(default)]
-    deadline: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-struct OwnershipView {
-    assessment: String,
 }
 
 /// A column of the table.
@@ -266,12 +220,6 @@ pub(crate) fn span_text(ms: u64) -> String {
         3600..86_400 => format!("{}h{:02}m", s / 3600, s % 3600 / 60),
         _ => format!("{}d{:02}h", s / 86_400, s % 86_400 / 3600),
     }
-}
-
-pub(crate) fn now_unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {

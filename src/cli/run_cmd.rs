@@ -26,7 +26,6 @@
 //! - The handle is printed once on stderr when the command has started.
 //! - The exit status mirrors the child's (a signal N becomes 128+N).
 
-use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -36,9 +35,13 @@ use clap::Args;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::args::{parse_duration, parse_env, parse_label};
+use super::foreground::{
+    Control, RawMode, STOP_GRACE_MS, ended, forward_input, interrupted, user_terminal_size,
+    write_stream,
+};
 use crate::lifecycle::Handle;
 use crate::protocol::{Dispatcher, PtyArgs, Request, StartArgs, request_from_args};
-use crate::spool::format::Stream;
 use crate::supervisor::{Services, Supervisor, SupervisorConfig, Tap, TapChunk};
 use crate::tree::PtySize;
 
@@ -66,10 +69,10 @@ pub(crate) struct RunArgs {
     cwd: Option<PathBuf>,
     /// An environment variable NAME=value set on top of this shell's environment (repeatable).
     /// Its value is never written to disk or shown: the journal keeps the name.
-    #[arg(long = "env", value_name = "NAME=value", value_parser = super::daemon_cmd::parse_env)]
+    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
     env: Vec<(String, String)>,
     /// As --env, for a value the journal may keep (no secrets): a restart reuses it.
-    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = super::daemon_cmd::parse_env)]
+    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = parse_env)]
     env_persist: Vec<(String, String)>,
     /// Output kept in the spool, e.g. 64MiB (the default), 512M, 1G; older output is deleted
     /// in whole segments. At least 8MiB, at most 4GiB.
@@ -86,39 +89,6 @@ pub(crate) struct RunArgs {
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
 }
-
-pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
-    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
-        Some(i) => text.split_at(i),
-        None => (text, "s"),
-    };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms, 5m, 7d"))?;
-    let seconds = match unit {
-        "ms" => value / 1000.0,
-        "s" => value,
-        "m" => value * 60.0,
-        "h" => value * 3600.0,
-        "d" => value * 86_400.0,
-        _ => {
-            return Err(format!(
-                "unknown unit {unit:?} in {text:?} (ms, s, m, h, d)"
-            ));
-        }
-    };
-    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
-}
-
-pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err(format!("{text:?} is not a label k=v")),
-    }
-}
-
-/// Grace between SIGTERM and SIGKILL after a second Ctrl-C (a third sends SIGKILL at once).
-const STOP_GRACE_MS: u64 = crate::limits::GRACE_MS_DEFAULT;
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -139,7 +109,10 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     // with this shell's environment, its output read back from the spool).
     let socket = crate::server::default_socket(&root);
     if super::run_daemon::serves(&socket) {
-        return super::run_daemon::run(args, &root, &socket).await;
+        let here = std::env::current_dir().context("cannot read the working directory")?;
+        let env = super::target::client_environment();
+        let start = start_request(args, &here, Some(env))?;
+        return super::run_daemon::run(start, &root, &socket).await;
     }
     let mut config = SupervisorConfig::new(&root);
     config.launcher = args.tree.launcher(&root, true)?;
@@ -246,102 +219,6 @@ pub(super) fn start_request(
     Ok(start)
 }
 
-/// The fields of a `wait` result that `run` reports, from the dispatcher or from the daemon.
-#[derive(Debug, serde::Deserialize)]
-pub(super) struct Ended {
-    state: crate::lifecycle::State,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    capture: String,
-    #[serde(default)]
-    persist_error: Option<String>,
-}
-
-impl From<crate::protocol::dispatch::WaitResult> for Ended {
-    fn from(r: crate::protocol::dispatch::WaitResult) -> Ended {
-        Ended {
-            state: r.state,
-            exit_code: r.exit_code,
-            signal: r.signal,
-            capture: r.capture,
-            persist_error: r.persist_error,
-        }
-    }
-}
-
-/// What `run` says when the command has ended, and the status it exits with.
-pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
-    if let Some(e) = &end.persist_error {
-        eprintln!("procjournal: the terminal state was not persisted: {e}");
-    }
-    if end.state == crate::lifecycle::State::TimedOut {
-        eprintln!("procjournal: {handle} timed out");
-    }
-    if end.capture != "complete" {
-        // The printed copy and the durable one come from the same reads, so a capture cut short
-        // (a descendant held a pipe past the final drain) cut both; retention is not a gap here.
-        let why = end
-            .capture
-            .strip_prefix("incomplete: ")
-            .unwrap_or(&end.capture);
-        eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
-    }
-    super::exit::of_process(end.exit_code, end.signal)
-}
-
-/// Where the command is controlled from: this process's own supervisor, or the root's daemon.
-#[derive(Debug, Clone)]
-pub(super) enum Control {
-    Local(Dispatcher),
-    Daemon(PathBuf),
-}
-
-impl Control {
-    pub(super) async fn call(&self, request: Request) -> Result<serde_json::Value, String> {
-        match self {
-            Control::Local(dispatcher) => dispatcher.dispatch(request).await.map_err(|e| e.message),
-            Control::Daemon(socket) => crate::client::call_async(socket, &request)
-                .await
-                .map_err(|e| e.to_string()),
-        }
-    }
-}
-
-/// The `n`th Ctrl-C (from 1): SIGINT, then a stop (SIGTERM, SIGKILL after the grace; recorded
-/// as the stop it is, `terminated` or `killed`, not a normal exit), then SIGKILL at once.
-/// Whether to give up delivering output (the third and later).
-pub(super) fn interrupted(n: u32, control: &Control, handle: Handle) -> bool {
-    let (say, request) = match n {
-        1 => (
-            "interrupting {handle} (SIGINT; Ctrl-C again to stop it)",
-            Request::Interrupt(handle),
-        ),
-        2 => (
-            "stopping {handle} (SIGTERM; Ctrl-C again to kill)",
-            Request::Stop {
-                handle,
-                grace_ms: STOP_GRACE_MS,
-            },
-        ),
-        3 => (
-            "killing {handle}",
-            Request::Stop {
-                handle,
-                grace_ms: 0,
-            },
-        ),
-        _ => return true,
-    };
-    eprintln!(
-        "procjournal: {}",
-        say.replace("{handle}", &handle.to_string())
-    );
-    // Not awaited here: a stop lasts its grace, and Ctrl-C must stay answered meanwhile.
-    let control = control.clone();
-    tokio::spawn(async move { control.call(request).await });
-    n >= 3
-}
-
 /// Copies the tap to stdout and stderr until it ends (the drain stopped reading: the child is
 /// terminal, or about to be), handling Ctrl-C meanwhile. One chunk is written at a time, on the
 /// blocking pool, and the next is taken only once it is written and flushed: this process's
@@ -409,114 +286,4 @@ async fn finished(writing: &mut Option<JoinHandle<std::io::Result<()>>>) -> std:
 
 fn write_chunk(chunk: &TapChunk) -> std::io::Result<()> {
     write_stream(chunk.stream, &chunk.bytes)
-}
-
-/// Writes and flushes `bytes` where `stream`'s output goes here; a terminal's bytes go where a
-/// terminal's output would, to stdout.
-pub(super) fn write_stream(stream: Stream, bytes: &[u8]) -> std::io::Result<()> {
-    match stream {
-        Stream::Stdout | Stream::Terminal => {
-            let mut stdout = std::io::stdout().lock();
-            stdout.write_all(bytes).and_then(|()| stdout.flush())
-        }
-        Stream::Stderr => {
-            let mut stderr = std::io::stderr().lock();
-            stderr.write_all(bytes).and_then(|()| stderr.flush())
-        }
-    }
-}
-
-/// The size of the terminal on stdin, if stdin is one.
-pub(super) fn user_terminal_size() -> Option<PtySize> {
-    let stdin = std::io::stdin();
-    if !rustix::termios::isatty(&stdin) {
-        return None;
-    }
-    let w = rustix::termios::tcgetwinsize(&stdin).ok()?;
-    (w.ws_row > 0 && w.ws_col > 0).then_some(PtySize {
-        rows: w.ws_row,
-        cols: w.ws_col,
-    })
-}
-
-/// The user's terminal in raw mode; its settings are restored when this drops (a normal end,
-/// an error return or a panic's unwinding alike).
-pub(super) struct RawMode {
-    saved: rustix::termios::Termios,
-}
-
-impl RawMode {
-    /// `None` when stdin is not a terminal (nothing to change) or refuses raw mode.
-    pub(super) fn enter() -> Option<RawMode> {
-        let stdin = std::io::stdin();
-        if !rustix::termios::isatty(&stdin) {
-            return None;
-        }
-        let saved = rustix::termios::tcgetattr(&stdin).ok()?;
-        let mut raw = saved.clone();
-        raw.make_raw();
-        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Flush, &raw).ok()?;
-        Some(RawMode { saved })
-    }
-}
-
-impl Drop for RawMode {
-    fn drop(&mut self) {
-        let _ = rustix::termios::tcsetattr(
-            std::io::stdin(),
-            rustix::termios::OptionalActions::Now,
-            &self.saved,
-        );
-    }
-}
-
-/// Forwards what is typed (or piped) on stdin to the command's terminal, and this terminal's
-/// size changes (SIGWINCH) as resizes, until stdin ends (then the command's input is closed:
-/// the end-of-file character) or the task is aborted. Stdin is read on a thread of its own: its
-/// descriptor is shared with the shell, so it is not made non-blocking.
-pub(super) async fn forward_input(control: Control, handle: Handle) {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut stdin = std::io::stdin().lock();
-        let mut buf = [0u8; 4096];
-        loop {
-            match stdin.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
-                        return;
-                    }
-                }
-            }
-        }
-    });
-    let mut winch =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
-    loop {
-        tokio::select! {
-            bytes = rx.recv() => {
-                let request = match bytes {
-                    Some(data) => Request::Input { handle, data, close: false },
-                    None => Request::Input { handle, data: Vec::new(), close: true },
-                };
-                let end = matches!(request, Request::Input { close: true, .. });
-                if control.call(request).await.is_err() || end {
-                    return;
-                }
-            }
-            Some(()) = async {
-                match &mut winch {
-                    Some(w) => w.recv().await,
-                    None => std::future::pending().await,
-                }
-            } => {
-                if let Some(size) = user_terminal_size() {
-                    let _ = control
-                        .call(Request::Resize { handle, rows: size.rows, cols: size.cols })
-                        .await;
-                }
-            }
-        }
-    }
 }

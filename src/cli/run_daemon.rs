@@ -15,7 +15,7 @@
 //! - Every byte the spool holds from cursor 0 to the end is written once, in cursor order, to
 //!   the stream it came from; every range it does not hold is one stderr line with its reason.
 //! - Ctrl-C escalates as in `run_cmd` (SIGINT, stop, SIGKILL), through the daemon.
-//! - The exit status is the command's, as `run_cmd` computes it.
+//! - The exit status is the command's, as `run_cmd` computes it (both through `foreground.rs`).
 
 use std::future::Future;
 use std::path::Path;
@@ -23,11 +23,11 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use super::logs_cmd::PageView;
-use super::run_cmd::{Control, Ended, RawMode, RunArgs, ended, forward_input, interrupted};
+use super::foreground::{Control, Ended, RawMode, ended, forward_input, interrupted, write_stream};
+use super::views::PageView;
 use crate::client::{ClientError, call_async};
 use crate::lifecycle::Handle;
-use crate::protocol::Request;
+use crate::protocol::{Request, StartArgs};
 use crate::spool::format::Stream;
 use crate::supervisor::Rendering;
 
@@ -49,10 +49,8 @@ fn refused(e: ClientError) -> anyhow::Result<ExitCode> {
     }
 }
 
-pub(super) async fn run(args: RunArgs, root: &Path, socket: &Path) -> anyhow::Result<ExitCode> {
-    let here = std::env::current_dir().context("cannot read the working directory")?;
-    let env = super::daemon_cmd::client_environment();
-    let start = super::run_cmd::start_request(args, &here, Some(env))?;
+/// Runs `start` (`run`'s request, with this shell's environment) through the daemon on `socket`.
+pub(super) async fn run(start: StartArgs, root: &Path, socket: &Path) -> anyhow::Result<ExitCode> {
     let pty = start.pty.is_some();
     // Before the start, so that a failure here leaves nothing running.
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -189,13 +187,13 @@ fn write_spans(spans: &[(Stream, usize)], bytes: &[u8]) -> std::io::Result<()> {
     let mut rest = bytes;
     for &(stream, len) in spans {
         let (this, after) = rest.split_at(len.min(rest.len()));
-        super::run_cmd::write_stream(stream, this)?;
+        write_stream(stream, this)?;
         rest = after;
     }
     if rest.is_empty() {
         Ok(())
     } else {
-        super::run_cmd::write_stream(Stream::Stdout, rest)
+        write_stream(Stream::Stdout, rest)
     }
 }
 

@@ -1,0 +1,61 @@
+//! The value parsers of the command line that more than one command uses: durations, labels,
+//! terminal sizes, environment variables, process references. (`size.rs` parses sizes.)
+
+use std::time::Duration;
+
+use crate::lifecycle::ProcessRef;
+
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
+    let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
+        Some(i) => text.split_at(i),
+        None => (text, "s"),
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("{text:?} is not a duration like 30s, 500ms, 5m, 7d"))?;
+    let seconds = match unit {
+        "ms" => value / 1000.0,
+        "s" => value,
+        "m" => value * 60.0,
+        "h" => value * 3600.0,
+        "d" => value * 86_400.0,
+        _ => {
+            return Err(format!(
+                "unknown unit {unit:?} in {text:?} (ms, s, m, h, d)"
+            ));
+        }
+    };
+    Duration::try_from_secs_f64(seconds).map_err(|e| format!("{text:?}: {e}"))
+}
+
+pub(crate) fn parse_label(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err(format!("{text:?} is not a label k=v")),
+    }
+}
+
+/// `24x80`: rows by columns, each at least 1.
+pub(crate) fn parse_size(text: &str) -> Result<(u16, u16), String> {
+    let parsed = text
+        .split_once(['x', 'X'])
+        .and_then(|(r, c)| Some((r.parse::<u16>().ok()?, c.parse::<u16>().ok()?)));
+    match parsed {
+        Some((rows, cols)) if rows > 0 && cols > 0 => Ok((rows, cols)),
+        _ => Err(format!(
+            "{text:?} is not a terminal size ROWSxCOLS like 24x80"
+        )),
+    }
+}
+
+/// `NAME=value`; the error never repeats the text (it may hold a secret).
+pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
+        _ => Err("not NAME=value (a non-empty name, then =, then the value)".to_owned()),
+    }
+}
+
+pub(crate) fn reference_arg(text: &str) -> Result<ProcessRef, String> {
+    text.parse::<ProcessRef>().map_err(|e| e.to_string())
+}

@@ -1,0 +1,224 @@
+//! What `run` does in the foreground, whichever supervisor runs its command (its own, or the
+//! root's daemon: `run_daemon.rs`): Ctrl-C escalated through a [`Control`], stdin and terminal
+//! size changes forwarded to a PTY, this terminal in raw mode meanwhile, output written to the
+//! stream it came from, and the end reported with the command's status.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use tokio::sync::mpsc;
+
+use crate::lifecycle::Handle;
+use crate::protocol::{Dispatcher, Request};
+use crate::spool::format::Stream;
+use crate::tree::PtySize;
+
+/// Grace between SIGTERM and SIGKILL after a second Ctrl-C (a third sends SIGKILL at once).
+pub(super) const STOP_GRACE_MS: u64 = crate::limits::GRACE_MS_DEFAULT;
+
+/// The fields of a `wait` result that `run` reports, from the dispatcher or from the daemon.
+#[derive(Debug, serde::Deserialize)]
+pub(super) struct Ended {
+    state: crate::lifecycle::State,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    capture: String,
+    #[serde(default)]
+    persist_error: Option<String>,
+}
+
+impl From<crate::protocol::dispatch::WaitResult> for Ended {
+    fn from(r: crate::protocol::dispatch::WaitResult) -> Ended {
+        Ended {
+            state: r.state,
+            exit_code: r.exit_code,
+            signal: r.signal,
+            capture: r.capture,
+            persist_error: r.persist_error,
+        }
+    }
+}
+
+/// What `run` says when the command has ended, and the status it exits with.
+pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
+    if let Some(e) = &end.persist_error {
+        eprintln!("procjournal: the terminal state was not persisted: {e}");
+    }
+    if end.state == crate::lifecycle::State::TimedOut {
+        eprintln!("procjournal: {handle} timed out");
+    }
+    if end.capture != "complete" {
+        // The printed copy and the durable one come from the same reads, so a capture cut short
+        // (a descendant held a pipe past the final drain) cut both; retention is not a gap here.
+        let why = end
+            .capture
+            .strip_prefix("incomplete: ")
+            .unwrap_or(&end.capture);
+        eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
+    }
+    super::exit::of_process(end.exit_code, end.signal)
+}
+
+/// Where the command is controlled from: this process's own supervisor, or the root's daemon.
+#[derive(Debug, Clone)]
+pub(super) enum Control {
+    Local(Dispatcher),
+    Daemon(PathBuf),
+}
+
+impl Control {
+    pub(super) async fn call(&self, request: Request) -> Result<serde_json::Value, String> {
+        match self {
+            Control::Local(dispatcher) => dispatcher.dispatch(request).await.map_err(|e| e.message),
+            Control::Daemon(socket) => crate::client::call_async(socket, &request)
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+/// The `n`th Ctrl-C (from 1): SIGINT, then a stop (SIGTERM, SIGKILL after the grace; recorded
+/// as the stop it is, `terminated` or `killed`, not a normal exit), then SIGKILL at once.
+/// Whether to give up delivering output (the third and later).
+pub(super) fn interrupted(n: u32, control: &Control, handle: Handle) -> bool {
+    let (say, request) = match n {
+        1 => (
+            "interrupting {handle} (SIGINT; Ctrl-C again to stop it)",
+            Request::Interrupt(handle),
+        ),
+        2 => (
+            "stopping {handle} (SIGTERM; Ctrl-C again to kill)",
+            Request::Stop {
+                handle,
+                grace_ms: STOP_GRACE_MS,
+            },
+        ),
+        3 => (
+            "killing {handle}",
+            Request::Stop {
+                handle,
+                grace_ms: 0,
+            },
+        ),
+        _ => return true,
+    };
+    eprintln!(
+        "procjournal: {}",
+        say.replace("{handle}", &handle.to_string())
+    );
+    // Not awaited here: a stop lasts its grace, and Ctrl-C must stay answered meanwhile.
+    let control = control.clone();
+    tokio::spawn(async move { control.call(request).await });
+    n >= 3
+}
+
+/// Writes and flushes `bytes` where `stream`'s output goes here; a terminal's bytes go where a
+/// terminal's output would, to stdout.
+pub(super) fn write_stream(stream: Stream, bytes: &[u8]) -> std::io::Result<()> {
+    match stream {
+        Stream::Stdout | Stream::Terminal => {
+            let mut stdout = std::io::stdout().lock();
+            stdout.write_all(bytes).and_then(|()| stdout.flush())
+        }
+        Stream::Stderr => {
+            let mut stderr = std::io::stderr().lock();
+            stderr.write_all(bytes).and_then(|()| stderr.flush())
+        }
+    }
+}
+
+/// The size of the terminal on stdin, if stdin is one.
+pub(super) fn user_terminal_size() -> Option<PtySize> {
+    let stdin = std::io::stdin();
+    if !rustix::termios::isatty(&stdin) {
+        return None;
+    }
+    let w = rustix::termios::tcgetwinsize(&stdin).ok()?;
+    (w.ws_row > 0 && w.ws_col > 0).then_some(PtySize {
+        rows: w.ws_row,
+        cols: w.ws_col,
+    })
+}
+
+/// The user's terminal in raw mode; its settings are restored when this drops (a normal end,
+/// an error return or a panic's unwinding alike).
+pub(super) struct RawMode {
+    saved: rustix::termios::Termios,
+}
+
+impl RawMode {
+    /// `None` when stdin is not a terminal (nothing to change) or refuses raw mode.
+    pub(super) fn enter() -> Option<RawMode> {
+        let stdin = std::io::stdin();
+        if !rustix::termios::isatty(&stdin) {
+            return None;
+        }
+        let saved = rustix::termios::tcgetattr(&stdin).ok()?;
+        let mut raw = saved.clone();
+        raw.make_raw();
+        rustix::termios::tcsetattr(&stdin, rustix::termios::OptionalActions::Flush, &raw).ok()?;
+        Some(RawMode { saved })
+    }
+}
+
+impl Drop for RawMode {
+    fn drop(&mut self) {
+        let _ = rustix::termios::tcsetattr(
+            std::io::stdin(),
+            rustix::termios::OptionalActions::Now,
+            &self.saved,
+        );
+    }
+}
+
+/// Forwards what is typed (or piped) on stdin to the command's terminal, and this terminal's
+/// size changes (SIGWINCH) as resizes, until stdin ends (then the command's input is closed:
+/// the end-of-file character) or the task is aborted. Stdin is read on a thread of its own: its
+/// descriptor is shared with the shell, so it is not made non-blocking.
+pub(super) async fn forward_input(control: Control, handle: Handle) {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut stdin = std::io::stdin().lock();
+        let mut buf = [0u8; 4096];
+        loop {
+            match stdin.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    if tx.blocking_send(buf[..n].to_vec()).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    });
+    let mut winch =
+        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
+    loop {
+        tokio::select! {
+            bytes = rx.recv() => {
+                let request = match bytes {
+                    Some(data) => Request::Input { handle, data, close: false },
+                    None => Request::Input { handle, data: Vec::new(), close: true },
+                };
+                let end = matches!(request, Request::Input { close: true, .. });
+                if control.call(request).await.is_err() || end {
+                    return;
+                }
+            }
+            Some(()) = async {
+                match &mut winch {
+                    Some(w) => w.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(size) = user_terminal_size() {
+                    let _ = control
+                        .call(Request::Resize { handle, rows: size.rows, cols: size.cols })
+                        .await;
+                }
+            }
+        }
+    }
+}
