@@ -207,3 +207,630 @@ fn unsafe_code_is_confined_and_justified() {
         }
     }
 }
+
+/// The crate's import graph, read from the sources: which module names which (`crate::` and
+/// `super::` paths, `use` lists expanded), at two grains. Files are nodes: `src/a/b.rs` is
+/// `a/b`, `src/a/mod.rs` is `a`; at the top level every file of `src/a/` is `a`. A module
+/// naming its own ancestor (`super::Shared`) is no edge: a parent declares its children and
+/// re-exports them, which is not a dependency of the kind the layering is about. Left out:
+/// comment lines, code under `#[cfg(test)]` (test modules and files, test-only items), and
+/// `src/fuzzing.rs` (the fuzz-target bodies: test support that reaches into every layer and
+/// that nothing imports). A path through a re-export of `src/lib.rs` (`crate::render` for
+/// `crate::spool::render`) counts as the module it names.
+mod imports {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// Each edge with every place that makes it (file, line), sorted.
+    pub type Edges = BTreeMap<String, BTreeMap<String, BTreeSet<(String, usize)>>>;
+
+    pub struct Graph {
+        pub top: Edges,
+        pub file: Edges,
+    }
+
+    /// `src/a/b.rs` -> `[a, b]`, `src/a/mod.rs` -> `[a]`, `src/lib.rs` -> `[]`; `None` for the
+    /// binary and anything else that is no module of the library.
+    fn module_path(rel: &str) -> Option<Vec<String>> {
+        let p = rel.strip_prefix("src/")?.strip_suffix(".rs")?;
+        if p.starts_with("bin/") {
+            return None;
+        }
+        let mut parts: Vec<String> = p.split('/').map(str::to_owned).collect();
+        if p == "lib" || parts.last().is_some_and(|l| l == "mod") {
+            parts.pop();
+        }
+        Some(parts)
+    }
+
+    fn indent(line: &str) -> usize {
+        line.len() - line.trim_start().len()
+    }
+
+    /// The index of the last line of the item starting at `lines[at]`: the line itself when it
+    /// ends the item (`;`, `,` or a block closed on it), the end of a `use` list, or the `}` at
+    /// the item's indentation. The line itself when no end is found, so that a misread never
+    /// blanks the rest of a file.
+    fn item_end(lines: &[&str], at: usize) -> usize {
+        let Some(first) = lines.get(at) else {
+            return at;
+        };
+        if first.trim_end().ends_with([';', ',', '}']) {
+            return at;
+        }
+        let is_use = first.split_whitespace().any(|w| w == "use");
+        let column = indent(first);
+        (at + 1..lines.len())
+            .find(|&k| {
+                let l = lines[k];
+                if is_use {
+                    l.trim_end().ends_with(';')
+                } else {
+                    indent(l) == column && l.trim_start().starts_with('}')
+                }
+            })
+            .unwrap_or(at)
+    }
+
+    /// The code of `text` line by line, comment lines and everything under `#[cfg(test)]`
+    /// blanked (line numbers stay), and the names of the test-only child modules it declares
+    /// (`#[cfg(test)] mod tests;`).
+    fn code_lines(text: &str) -> (Vec<String>, Vec<String>) {
+        const TEST_ONLY: &str = "#[cfg(test)]";
+        let lines: Vec<&str> = text.lines().collect();
+        let mut code = vec![String::new(); lines.len()];
+        let mut test_children = Vec::new();
+        let mut i = 0;
+        while i < lines.len() {
+            let t = lines[i].trim();
+            if let Some(rest) = t.strip_prefix(TEST_ONLY) {
+                // The item it gates: on this line, or the first after attributes and docs.
+                let mut item = i;
+                if rest.trim().is_empty() {
+                    item += 1;
+                    while lines.get(item).is_some_and(|l| {
+                        l.trim_start().starts_with("#[") || l.trim_start().starts_with("//")
+                    }) {
+                        item += 1;
+                    }
+                }
+                if let Some(l) = lines.get(item) {
+                    let l = l.trim().trim_start_matches(TEST_ONLY);
+                    let words: Vec<&str> = l.split_whitespace().collect();
+                    if let Some(at) = words.iter().position(|w| *w == "mod")
+                        && let Some(name) = words.get(at + 1).and_then(|n| n.strip_suffix(';'))
+                    {
+                        test_children.push(name.to_owned());
+                    }
+                }
+                i = item_end(&lines, item).max(i) + 1;
+                continue;
+            }
+            if !t.starts_with("//") {
+                code[i] = lines[i].to_owned();
+            }
+            i += 1;
+        }
+        (code, test_children)
+    }
+
+    /// One path of a `use` tree, or a path in code: its segments, and its `as` name.
+    #[derive(Debug, PartialEq)]
+    pub struct UsePath {
+        pub segments: Vec<String>,
+        pub rename: Option<String>,
+    }
+
+    /// A cursor over source bytes (identifiers are ASCII; anything else only ends them).
+    struct Cursor<'a> {
+        s: &'a [u8],
+        i: usize,
+    }
+
+    fn is_ident(b: u8) -> bool {
+        b.is_ascii_alphanumeric() || b == b'_'
+    }
+
+    impl Cursor<'_> {
+        fn peek(&mut self) -> Option<u8> {
+            while self.s.get(self.i).is_some_and(|b| b.is_ascii_whitespace()) {
+                self.i += 1;
+            }
+            self.s.get(self.i).copied()
+        }
+
+        fn ident(&mut self) -> Option<String> {
+            self.peek();
+            let start = self.i;
+            while self.s.get(self.i).copied().is_some_and(is_ident) {
+                self.i += 1;
+            }
+            (self.i > start).then(|| String::from_utf8_lossy(&self.s[start..self.i]).into_owned())
+        }
+
+        fn eat(&mut self, token: &[u8]) -> bool {
+            self.peek();
+            let found = self.s[self.i..].starts_with(token);
+            if found {
+                self.i += token.len();
+            }
+            found
+        }
+
+        /// A use tree (a path in code is one without braces): `a::b`, `a::{b, c::{d, self}}`,
+        /// `a::*`, `a::b as c`, expanded into its paths.
+        fn tree(&mut self) -> Vec<UsePath> {
+            let mut prefix = Vec::new();
+            loop {
+                if self.eat(b"{") {
+                    let mut out = Vec::new();
+                    while !self.eat(b"}") {
+                        let before = self.i;
+                        for mut sub in self.tree() {
+                            if sub.segments.first().is_some_and(|s| s == "self") {
+                                sub.segments.remove(0);
+                            }
+                            let mut segments = prefix.clone();
+                            segments.append(&mut sub.segments);
+                            out.push(UsePath {
+                                segments,
+                                rename: sub.rename,
+                            });
+                        }
+                        let separated = self.eat(b",");
+                        if self.i == before || !separated && self.peek() != Some(b'}') {
+                            break;
+                        }
+                    }
+                    return out;
+                }
+                if self.eat(b"*") {
+                    break;
+                }
+                match self.ident() {
+                    Some(segment) => prefix.push(segment),
+                    None => break,
+                }
+                if !self.eat(b"::") {
+                    break;
+                }
+            }
+            let save = self.i;
+            let rename = match self.ident().as_deref() {
+                Some("as") => self.ident(),
+                _ => {
+                    self.i = save;
+                    None
+                }
+            };
+            vec![UsePath {
+                segments: prefix,
+                rename,
+            }]
+        }
+    }
+
+    /// Every `crate::`, `$crate::` and `super::` path of `code` (lines), with its line number.
+    pub fn paths(code: &[String]) -> Vec<(usize, UsePath)> {
+        let text = code.join("\n");
+        let s = text.as_bytes();
+        let mut out = Vec::new();
+        let mut i = 0;
+        while i < s.len() {
+            let starts = [&b"crate::"[..], b"super::"]
+                .iter()
+                .any(|k| s[i..].starts_with(k))
+                && (i == 0 || !(is_ident(s[i - 1]) || s[i - 1] == b':'));
+            if !starts {
+                i += 1;
+                continue;
+            }
+            let line = 1 + s[..i].iter().filter(|&&b| b == b'\n').count();
+            let mut cursor = Cursor { s, i };
+            for path in cursor.tree() {
+                out.push((line, path));
+            }
+            i = cursor.i.max(i + 1);
+        }
+        out
+    }
+
+    /// The module a path names: the longest prefix of it that is a module file, through
+    /// `src/lib.rs`'s re-exports for a first name that is no module of the crate root.
+    fn resolve(
+        from: &[String],
+        segments: &[String],
+        modules: &BTreeSet<Vec<String>>,
+        aliases: &BTreeMap<String, Vec<String>>,
+    ) -> Option<Vec<String>> {
+        let (first, rest) = segments.split_first()?;
+        let mut abs: Vec<String> = match first.as_str() {
+            "crate" => rest.to_vec(),
+            "super" => {
+                let mut base = from[..from.len().saturating_sub(1)].to_vec();
+                let mut rest = rest;
+                while let Some((s, r)) = rest.split_first()
+                    && s == "super"
+                {
+                    base.pop();
+                    rest = r;
+                }
+                base.extend_from_slice(rest);
+                base
+            }
+            _ => return None,
+        };
+        if let Some(target) = abs.first().and_then(|name| aliases.get(name))
+            && !modules.contains(&abs[..1].to_vec())
+        {
+            abs.splice(..1, target.iter().cloned());
+        }
+        (1..=abs.len())
+            .rev()
+            .map(|n| abs[..n].to_vec())
+            .find(|m| modules.contains(m))
+    }
+
+    /// The graph of `files` ((path from the crate root, text): every `.rs` of `src/`).
+    pub fn graph(files: &[(String, String)]) -> Graph {
+        let mut parsed = Vec::new();
+        let mut test_only = BTreeSet::new();
+        for (rel, text) in files {
+            let Some(module) = module_path(rel) else {
+                continue;
+            };
+            let (code, test_children) = code_lines(text);
+            for child in test_children {
+                let mut m = module.clone();
+                m.push(child);
+                test_only.insert(m);
+            }
+            parsed.push((rel.clone(), module, code));
+        }
+        let modules: BTreeSet<Vec<String>> = parsed.iter().map(|(_, m, _)| m.clone()).collect();
+        let mut aliases = BTreeMap::new();
+        for (_, _, code) in parsed.iter().filter(|(rel, _, _)| rel == "src/lib.rs") {
+            for line in code {
+                if let Some(tree) = line.trim().strip_prefix("pub use ") {
+                    let mut cursor = Cursor {
+                        s: tree.as_bytes(),
+                        i: 0,
+                    };
+                    for path in cursor.tree() {
+                        if let Some(name) = path.rename.or_else(|| path.segments.last().cloned()) {
+                            aliases.insert(name, path.segments);
+                        }
+                    }
+                }
+            }
+        }
+        let mut graph = Graph {
+            top: Edges::new(),
+            file: Edges::new(),
+        };
+        for (rel, module, code) in &parsed {
+            let excluded = rel == "src/fuzzing.rs"
+                || module.is_empty()
+                || (1..=module.len()).any(|n| test_only.contains(&module[..n]));
+            if excluded {
+                continue;
+            }
+            let from = module.join("/");
+            for (line, path) in paths(code) {
+                let Some(to) = resolve(module, &path.segments, &modules, &aliases) else {
+                    continue;
+                };
+                if to.is_empty() {
+                    continue;
+                }
+                let place = (rel.clone(), line);
+                if to[0] != module[0] {
+                    let edge = graph.top.entry(module[0].clone()).or_default();
+                    edge.entry(to[0].clone()).or_default().insert(place.clone());
+                }
+                let to = to.join("/");
+                if to != from && !from.starts_with(&format!("{to}/")) {
+                    let edge = graph.file.entry(from.clone()).or_default();
+                    edge.entry(to).or_default().insert(place);
+                }
+            }
+        }
+        graph
+    }
+
+    /// The strongly connected components of `edges` with more than one node (each holds a
+    /// cycle), by Tarjan's algorithm.
+    pub fn cycles(edges: &Edges) -> Vec<BTreeSet<String>> {
+        struct Tarjan<'a> {
+            edges: &'a Edges,
+            index: BTreeMap<&'a str, usize>,
+            low: BTreeMap<&'a str, usize>,
+            stack: Vec<&'a str>,
+            out: Vec<BTreeSet<String>>,
+        }
+        impl<'a> Tarjan<'a> {
+            fn visit(&mut self, v: &'a str) {
+                let n = self.index.len();
+                self.index.insert(v, n);
+                self.low.insert(v, n);
+                self.stack.push(v);
+                for w in self.edges.get(v).into_iter().flat_map(|m| m.keys()) {
+                    let w = w.as_str();
+                    let low = if !self.index.contains_key(w) {
+                        self.visit(w);
+                        self.low[w]
+                    } else if self.stack.contains(&w) {
+                        self.index[w]
+                    } else {
+                        continue;
+                    };
+                    let low = self.low[v].min(low);
+                    self.low.insert(v, low);
+                }
+                if self.low[v] == self.index[v] {
+                    let mut component = BTreeSet::new();
+                    while let Some(w) = self.stack.pop() {
+                        component.insert(w.to_owned());
+                        if w == v {
+                            break;
+                        }
+                    }
+                    if component.len() > 1 {
+                        self.out.push(component);
+                    }
+                }
+            }
+        }
+        let mut t = Tarjan {
+            edges,
+            index: BTreeMap::new(),
+            low: BTreeMap::new(),
+            stack: Vec::new(),
+            out: Vec::new(),
+        };
+        for v in edges.keys() {
+            if !t.index.contains_key(v.as_str()) {
+                t.visit(v);
+            }
+        }
+        t.out
+    }
+
+    /// A shortest cycle within `component` (a strongly connected component of `edges`), as its
+    /// nodes in order (the first is not repeated at the end).
+    pub fn shortest_cycle(edges: &Edges, component: &BTreeSet<String>) -> Vec<String> {
+        let mut best: Option<Vec<String>> = None;
+        for start in component {
+            // Breadth first from `start` back to it, through the component only.
+            let mut parent: BTreeMap<&str, &str> = BTreeMap::new();
+            let mut queue = std::collections::VecDeque::from([start.as_str()]);
+            let mut closing = None;
+            while let Some(v) = queue.pop_front() {
+                for w in edges.get(v).into_iter().flat_map(|m| m.keys()) {
+                    if w == start {
+                        closing = Some(v);
+                        break;
+                    }
+                    if component.contains(w) && !parent.contains_key(w.as_str()) {
+                        parent.insert(w, v);
+                        queue.push_back(w);
+                    }
+                }
+                if closing.is_some() {
+                    break;
+                }
+            }
+            let Some(mut v) = closing else {
+                continue;
+            };
+            let mut cycle = vec![v.to_owned()];
+            while v != start {
+                v = parent[v];
+                cycle.push(v.to_owned());
+            }
+            cycle.reverse();
+            if best.as_ref().is_none_or(|b| cycle.len() < b.len()) {
+                best = Some(cycle);
+            }
+        }
+        best.unwrap_or_default()
+    }
+
+    /// `a -> b (src/a.rs:3, src/a.rs:9)`, at most four places.
+    pub fn describe(from: &str, to: &str, places: &BTreeSet<(String, usize)>) -> String {
+        let mut at: Vec<String> = places
+            .iter()
+            .take(4)
+            .map(|(file, line)| format!("{file}:{line}"))
+            .collect();
+        if places.len() > 4 {
+            at.push(format!("{} more", places.len() - 4));
+        }
+        format!("{from} -> {to} ({})", at.join(", "))
+    }
+}
+
+/// The layers of the crate from the top, each a set of top-level modules (ARCHITECTURE.md,
+/// "Layers"). A module may import from a lower layer, and from another module of its own
+/// layer (cycles are checked apart).
+const LAYERS: &[&[&str]] = &[
+    // The surfaces.
+    &["cli", "mcp", "server", "client"],
+    &["protocol"],
+    &["supervisor"],
+    // What the supervisor drives beside the lifecycle: the OS boundary of process trees, the
+    // admission policy, the launch environment.
+    &["tree", "admission", "environment"],
+    &["lifecycle"],
+    &["spool"],
+    &["journal"],
+];
+
+/// Leaves: imported from any layer, importing only each other.
+const LEAVES: &[&str] = &["limits", "codec", "idhash", "root", "event_id"];
+
+/// What is wrong with the import graph of `files`: every cycle (top-level and file-level),
+/// every top-level edge against the layers, and every command module of the CLI that imports
+/// another; each edge with the places that make it.
+fn import_violations(files: &[(String, String)]) -> Vec<String> {
+    let graph = imports::graph(files);
+    let mut out = Vec::new();
+    for (grain, edges) in [("top-level", &graph.top), ("file-level", &graph.file)] {
+        for component in imports::cycles(edges) {
+            // One cycle of the tangle, the shortest: breaking it may leave others.
+            let cycle = imports::shortest_cycle(edges, &component);
+            let mut lines = vec![format!(
+                "a {grain} import cycle ({} modules tangled in all): {} -> {}",
+                component.len(),
+                cycle.join(" -> "),
+                cycle[0]
+            )];
+            for (i, from) in cycle.iter().enumerate() {
+                let to = &cycle[(i + 1) % cycle.len()];
+                lines.push(format!(
+                    "  {}",
+                    imports::describe(from, to, &edges[from][to])
+                ));
+            }
+            out.push(lines.join("\n"));
+        }
+    }
+    let rank = |m: &str| LAYERS.iter().position(|layer| layer.contains(&m));
+    for (from, tos) in &graph.top {
+        for (to, places) in tos {
+            let wrong = match (
+                LEAVES.contains(&from.as_str()),
+                LEAVES.contains(&to.as_str()),
+            ) {
+                (_, true) => None,
+                (true, false) => Some("a leaf imports a layer"),
+                (false, false) => match (rank(from), rank(to)) {
+                    (Some(a), Some(b)) if a <= b => None,
+                    (Some(_), Some(_)) => Some("an import against the layers"),
+                    _ => Some("a module with no place in the layers (LAYERS or LEAVES)"),
+                },
+            };
+            if let Some(why) = wrong {
+                out.push(format!("{why}: {}", imports::describe(from, to, places)));
+            }
+        }
+    }
+    let is_command = |m: &str| m.starts_with("cli/") && m.ends_with("_cmd");
+    for (from, tos) in graph.file.iter().filter(|(from, _)| is_command(from)) {
+        for (to, places) in tos.iter().filter(|(to, _)| is_command(to)) {
+            out.push(format!(
+                "a CLI command imports another (move what they share into a leaf module of \
+                 src/cli): {}",
+                imports::describe(from, to, places)
+            ));
+        }
+    }
+    out
+}
+
+/// Architecture Invariant: imports flow one way, surfaces -> protocol -> supervisor ->
+/// {tree, admission, environment} -> lifecycle -> spool -> journal, with the leaves (limits,
+/// codec, idhash, root, event_id) below them all; no module imports itself back through
+/// others; no CLI command imports another.
+#[test]
+fn imports_flow_one_way() {
+    let violations = import_violations(&sources(""));
+    assert!(
+        violations.is_empty(),
+        "{}\n\nMove what both sides use down into the lower module, or into a small leaf module \
+         of its own; a new top-level module gets its place in LAYERS or LEAVES here and in \
+         ARCHITECTURE.md ('Layers').",
+        violations.join("\n")
+    );
+}
+
+/// The sources with `line` appended to `file`, and the number it gets there.
+fn with_line(file: &str, line: &str) -> (Vec<(String, String)>, usize) {
+    let mut files = sources("");
+    let (_, text) = files
+        .iter_mut()
+        .find(|(rel, _)| rel == file)
+        .expect("a source file");
+    text.push('\n');
+    text.push_str(line);
+    let number = text.lines().count();
+    (files, number)
+}
+
+/// The check itself: each kind of bad import is found, at the place it was made; an import
+/// inside a test module is not one.
+#[test]
+fn the_import_check_finds_each_kind_of_bad_import() {
+    assert_eq!(import_violations(&sources("")), Vec::<String>::new());
+    let found = |file: &str, line: &str, expected: &str| {
+        let (files, number) = with_line(file, line);
+        let violations = import_violations(&files).join("\n");
+        let expected = expected.replace("{n}", &number.to_string());
+        assert!(
+            violations.contains(&expected),
+            "{line} in {file}: expected {expected:?} in\n{violations}"
+        );
+    };
+    // Against the layers, and through a `use` list.
+    found(
+        "src/journal/format.rs",
+        "use crate::{limits, supervisor::Supervisor};",
+        "an import against the layers: journal -> supervisor (src/journal/format.rs:{n})",
+    );
+    // A leaf importing a layer, through a path in code.
+    found(
+        "src/limits.rs",
+        "fn _options(_: crate::spool::SpoolOptions) {}",
+        "a leaf imports a layer: limits -> spool (src/limits.rs:{n})",
+    );
+    // A cycle inside one layer: the floor is what the reader reads.
+    found(
+        "src/journal/floor.rs",
+        "use super::reader::JournalReader;",
+        "  journal/floor -> journal/reader (src/journal/floor.rs:{n})",
+    );
+    // Through the old path of a module that moved: `crate::render` is the spool's, which the
+    // supervisor may import, and the journal may not.
+    let (files, _) = with_line(
+        "src/supervisor/capture.rs",
+        "use crate::render::escape_field as _;",
+    );
+    assert_eq!(import_violations(&files), Vec::<String>::new());
+    found(
+        "src/journal/reader.rs",
+        "use crate::render::{self as r};",
+        "an import against the layers: journal -> spool (src/journal/reader.rs:{n})",
+    );
+    // A CLI command importing another.
+    found(
+        "src/cli/logs_cmd.rs",
+        "use super::ps_cmd::PsArgs;",
+        "a CLI command imports another (move what they share into a leaf module of src/cli): \
+         cli/logs_cmd -> cli/ps_cmd (src/cli/logs_cmd.rs:{n})",
+    );
+    // A test may import anything.
+    let (files, _) = with_line(
+        "src/journal/format.rs",
+        "#[cfg(test)]\nmod more_tests {\n    use crate::cli::exit;\n}",
+    );
+    assert_eq!(import_violations(&files), Vec::<String>::new());
+}
+
+/// `use` lists expand to one path each, `self` and renames included.
+#[test]
+fn use_lists_expand_to_their_paths() {
+    let code = ["use super::{a::{b, self}, c as d, e::*};".to_owned()];
+    let paths: Vec<(usize, Vec<String>, Option<String>)> = imports::paths(&code)
+        .into_iter()
+        .map(|(line, p)| (line, p.segments, p.rename))
+        .collect();
+    let path = |s: &str| s.split("::").map(str::to_owned).collect::<Vec<_>>();
+    assert_eq!(
+        paths,
+        vec![
+            (1, path("super::a::b"), None),
+            (1, path("super::a"), None),
+            (1, path("super::c"), Some("d".to_owned())),
+            (1, path("super::e"), None),
+        ]
+    );
+}
