@@ -217,6 +217,45 @@ async fn a_failing_command_still_has_complete_output() {
     sup.shutdown(Duration::from_secs(2)).await;
 }
 
+/// A receipt's safe-text prefix is cut on a character boundary: `世界` (3 bytes each) in 4-
+/// and 1-byte prefixes is `世` (3 bytes covered), never `世` and a U+FFFD for half of `界`; a
+/// base64 prefix is exactly the bytes asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_receipt_prefix_never_splits_a_character() {
+    let root = temp_root();
+    let sup = open(config(root.path())).await.0;
+    let result = capture(
+        &sup,
+        sh(root.path(), "printf '\\344\\270\\226\\347\\225\\214'"),
+        CaptureLimits::default(),
+    )
+    .await;
+    assert_eq!(result.complete_stdout().expect("whole"), "世界".as_bytes());
+    for asked in [1, 3, 4, 5] {
+        let receipt = result.receipt(asked, Rendering::SafeText);
+        let stdout = &receipt.streams[0];
+        assert_eq!(
+            (stdout.prefix.as_str(), stdout.prefix_bytes),
+            ("世", 3),
+            "{asked}"
+        );
+    }
+    let whole = result.receipt(6, Rendering::SafeText);
+    assert_eq!(
+        (
+            whole.streams[0].prefix.as_str(),
+            whole.streams[0].prefix_bytes
+        ),
+        ("世界", 6)
+    );
+    let raw = result.receipt(4, Rendering::Base64);
+    assert_eq!(
+        (raw.streams[0].prefix.as_str(), raw.streams[0].prefix_bytes),
+        ("5LiW5w==", 4)
+    );
+    sup.shutdown(Duration::from_secs(2)).await;
+}
+
 /// Nobody types into a capture: a command that reads its input gets end of file at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_command_that_reads_input_gets_end_of_file() {

@@ -426,7 +426,9 @@ pub struct StreamReceipt {
     /// The combined output from `resume_cursor` on, when the stream is not complete.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rest: Option<ArtifactDescriptor>,
-    /// The first `prefix_bytes` captured bytes, rendered.
+    /// The first `prefix_bytes` captured bytes, rendered. Safe text is cut on a character (or
+    /// escape sequence) boundary, so `prefix_bytes` may be a little under the bytes asked for
+    /// (or, for a first character longer than that, over).
     pub rendering: Rendering,
     pub prefix: String,
     pub prefix_bytes: u64,
@@ -441,16 +443,26 @@ impl StreamReceipt {
         prefix_bytes: usize,
         rendering: Rendering,
     ) -> Self {
-        let prefix = &s.bytes[..s.bytes.len().min(prefix_bytes)];
-        let (text, binary) = match rendering {
+        let limit = s.bytes.len().min(prefix_bytes);
+        let (text, binary, covered) = match rendering {
             Rendering::SafeText => {
-                let safe = render::safe_text(prefix, true);
-                (safe.text, safe.binary)
+                // Cut on a unit boundary (a character, an escape sequence), as an output page
+                // is: a prefix that stops inside a character leaves it out, rather than showing
+                // a U+FFFD the output does not hold. Only the end of a stream captured whole
+                // is the end: a character cut there is shown as what it is, invalid.
+                let at_end = s.end == StreamEnd::Eof && limit == s.bytes.len();
+                let safe = render::safe_text_page(&s.bytes, limit, at_end);
+                (safe.text, safe.binary, safe.consumed)
             }
-            Rendering::Base64 => (
-                render::base64(prefix),
-                render::safe_text(prefix, true).binary,
-            ),
+            // Exactly the bytes: no unit to keep whole.
+            Rendering::Base64 => {
+                let prefix = &s.bytes[..limit];
+                (
+                    render::base64(prefix),
+                    render::safe_text(prefix, true).binary,
+                    limit,
+                )
+            }
         };
         StreamReceipt {
             stream: s.stream,
@@ -462,7 +474,7 @@ impl StreamReceipt {
                 .then(|| ArtifactDescriptor::new(handle, s.resume_cursor, total_bytes)),
             rendering,
             prefix: text,
-            prefix_bytes: prefix.len() as u64,
+            prefix_bytes: covered as u64,
             binary,
         }
     }
