@@ -3190,6 +3190,65 @@ fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
 }
 
 // ------------------------------------------------------------------------------------------------
+// journal_floor
+
+/// The `FLOOR` file's decoder (`journal::floor::Floor::decode`, what recovery and compaction
+/// read from disk) over arbitrary bytes, as they are and with the checksum rebuilt to vouch for
+/// them (so that the checks behind it are reached), and `read_floor` over the same bytes as the
+/// file: never a panic; what decodes re-encodes to exactly its bytes (the format is canonical),
+/// is in range (a seq from 1, a segment index and seq within the journal's limits), and is what
+/// `read_floor` reads; a refusal is `read_floor`'s `Bad` with the same reason (for a file longer
+/// than a floor, the length it read: one byte more).
+pub fn journal_floor(data: &[u8]) {
+    use crate::journal::floor::{FLOOR_BYTES, Floor};
+    check_floor(data);
+    if data.len() == FLOOR_BYTES {
+        let mut vouched = data.to_vec();
+        let crc = crate::journal::format::masked_crc(&vouched[..FLOOR_BYTES - 4]);
+        vouched[FLOOR_BYTES - 4..].copy_from_slice(&crc.to_le_bytes());
+        check_floor(&vouched);
+        // A floor that decodes refuses every one-byte change to it.
+        if let Ok(floor) = Floor::decode(&vouched) {
+            for at in 0..FLOOR_BYTES {
+                let mut changed = vouched.clone();
+                changed[at] ^= 0x01 | data.first().copied().unwrap_or(0);
+                assert!(
+                    Floor::decode(&changed).is_err(),
+                    "{floor:?} decoded after byte {at} changed"
+                );
+            }
+        }
+    }
+}
+
+fn check_floor(bytes: &[u8]) {
+    use crate::journal::floor::{Floor, FloorRead, read_floor};
+    use crate::limits::{SEGMENT_INDEX_MAX, SEQ_MAX};
+    let decoded = Floor::decode(bytes);
+    if let Ok(floor) = &decoded {
+        assert_eq!(floor.encode().as_slice(), bytes, "not canonical");
+        assert!(floor.seq >= 1 && floor.seq <= SEQ_MAX);
+        assert!(floor.segment_index <= SEGMENT_INDEX_MAX);
+    }
+    let Some(root) = TempRoot::new() else { return };
+    let dir = root.path().join("journal");
+    if std::fs::write(dir.join(crate::journal::floor::FLOOR_FILE), bytes).is_err() {
+        return;
+    }
+    // read_floor reads one byte past a floor's length, never more: a longer file is refused
+    // for the length it read.
+    let read_len = bytes.len().min(crate::journal::floor::FLOOR_BYTES + 1);
+    let decoded_read = Floor::decode(&bytes[..read_len]);
+    assert_eq!(decoded_read.is_ok(), decoded.is_ok());
+    match (read_floor(&dir), decoded_read) {
+        (Ok(FloorRead::Good(read)), Ok(floor)) => assert_eq!(read, floor),
+        (Ok(FloorRead::Bad(why)), Err(e)) => assert_eq!(why, e.to_string()),
+        (Err(e), _) => panic!("read_floor of a readable file failed: {e}"),
+        (read, decoded) => panic!("read_floor says {read:?}, the decoder {decoded:?}"),
+    }
+}
+
+// ------------------------------------------------------------------------------------------------
 // snapshot_decode
 
 /// The snapshot decoder (`lifecycle::snapshot`) over arbitrary bytes, twice: the input as it is,

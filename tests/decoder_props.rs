@@ -684,3 +684,24 @@ fn codec_accepts_non_canonical_maps() {
     assert_eq!(decoded, value);
     fuzzing::codec_decode(&swapped);
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// The `FLOOR` decoder on any bytes, and on any floor (`fuzzing::journal_floor`: canonical,
+    /// in range, `read_floor` agrees; a floor that decodes refuses every one-byte change).
+    #[test]
+    fn the_floor_decoder_is_total_and_canonical(
+        data in proptest::collection::vec(any::<u8>(), 0..80),
+        journal_id in any::<[u8; 16]>(),
+        segment_index in 0u64..1 << 40,
+        seq in 1u64..1 << 40,
+        created_unix_ms in any::<u64>(),
+    ) {
+        fuzzing::journal_floor(&data);
+        let floor = procjournal::journal::Floor { journal_id, segment_index, seq, created_unix_ms };
+        let bytes = floor.encode();
+        prop_assert_eq!(procjournal::journal::Floor::decode(&bytes), Ok(floor));
+        fuzzing::journal_floor(&bytes);
+    }
+}

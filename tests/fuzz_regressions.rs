@@ -25,6 +25,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
     ("replay", procjournal::fuzzing::replay),
     ("snapshot_decode", procjournal::fuzzing::snapshot_decode),
+    ("journal_floor", procjournal::fuzzing::journal_floor),
     #[cfg(feature = "server")]
     ("server_framing", procjournal::fuzzing::server_framing),
     #[cfg(feature = "mcp")]
