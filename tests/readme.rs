@@ -562,10 +562,16 @@ fn run_scenario(name: &str) {
             ));
         }
     }
-    // Nothing is left serving the scratch root: the block's daemon was shut down.
+    // Nothing is left serving the scratch root: the block's daemon was shut down. `shutdown`
+    // answers before the daemon has closed its socket and exited, so this waits (bounded).
     let socket = root.join("procjournal.sock");
-    if std::os::unix::net::UnixStream::connect(&socket).is_ok() {
-        failures.push("a daemon still serves the block's root after shutdown".to_owned());
+    let stopping = Instant::now();
+    while std::os::unix::net::UnixStream::connect(&socket).is_ok() {
+        if stopping.elapsed() > Duration::from_secs(30) {
+            failures.push("a daemon still serves the block's root after shutdown".to_owned());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
     let stderr = child
         .stderr
