@@ -9,8 +9,9 @@
 //! with it. The instructions the agent gets at `initialize` say which.
 //!
 //! Every tool is a thin adapter over the request protocol ([`crate::protocol`]): its input schema
-//! is the JSON Schema of the protocol's argument struct, its arguments are validated by
-//! [`protocol::request_from_args`], and the request runs either through [`Dispatcher::dispatch`]
+//! is the JSON Schema of the protocol's argument struct, [`decode_call`] looks the tool up and
+//! validates its arguments with [`protocol::request_from_args`] into a [`ToolCall`] (the only
+//! value a backend runs), and the request runs either through [`Dispatcher::dispatch`]
 //! (standalone) or as the same request on the daemon's socket (attached), so both backends and the
 //! socket accept exactly the same values and give exactly the same results. Its output schema is
 //! the JSON Schema of the result type dispatch serializes (`tests/mcp_stdio.rs` validates every
@@ -24,7 +25,8 @@
 //!   unknown tool name is a protocol error (`-32602`), as the specification says. A tool error
 //!   carries no `structuredContent`: structured content is the tool's output, which its output
 //!   schema describes;
-//! - an argument set is refused before anything runs, so a refused call changes nothing on disk;
+//! - an argument set is refused before anything runs, so a refused call changes nothing on disk:
+//!   [`decode_call`] is pure, and a backend runs only the [`ToolCall`] it returns;
 //! - attached, a start runs in this server's working directory and environment unless its
 //!   arguments say otherwise, as it does standalone (the daemon's own never reach a command);
 //! - stdout carries only protocol messages; this module writes nothing to it.
@@ -337,10 +339,10 @@ enum Backend {
 /// Where the daemon listens, and what a start that names neither gets from this server: its
 /// working directory and its environment (the agent harness's, whose child this server is).
 /// Its `Debug` names the variables, never their values.
-struct DaemonLink {
-    socket: PathBuf,
-    cwd: Option<String>,
-    env: BTreeMap<String, String>,
+pub(crate) struct DaemonLink {
+    pub(crate) socket: PathBuf,
+    pub(crate) cwd: Option<String>,
+    pub(crate) env: BTreeMap<String, String>,
 }
 
 impl std::fmt::Debug for DaemonLink {
@@ -359,7 +361,7 @@ impl DaemonLink {
     /// environment, since the
     /// daemon's are not the agent's (`inherit_env`, "the server's own environment", means this
     /// server's here too).
-    fn localize(&self, request: Request) -> Request {
+    pub(crate) fn localize(&self, request: Request) -> Request {
         match request {
             Request::Start(args) => Request::Start(self.localize_start(args)),
             Request::Capture {
@@ -458,34 +460,115 @@ impl McpServer {
         &self.instructions
     }
 
-    /// Runs one tool call: every failure that concerns the call's arguments or the process it
+    /// Runs one decoded tool call on the backend: every failure that concerns the process it
     /// names becomes a tool error, so that the agent sees the message.
-    async fn call(&self, spec: &ToolSpec, arguments: Option<JsonObject>) -> CallToolResult {
-        let args = Value::Object(arguments.unwrap_or_default());
-        // The socket refuses request lines above this size; the same bound applies here so that
-        // a huge argument (e.g. megabytes of input) is refused the same way on both surfaces.
-        let size = serde_json::to_vec(&args).map_or(usize::MAX, |bytes| bytes.len());
-        if size > protocol::REQUEST_BYTES_MAX {
-            let kind = ProtocolErrorKind::TooLarge {
-                len: size,
-                max: protocol::REQUEST_BYTES_MAX,
-            };
-            return error_result(&ApiError::new(ErrorCode::TooLarge, kind.to_string()));
-        }
-        let request = match protocol::request_from_args(spec.op, args) {
-            Ok(request) => request,
-            Err(kind) => {
-                return error_result(&ApiError::new(ErrorCode::from(&kind), kind.to_string()));
-            }
-        };
+    async fn run(&self, call: ToolCall) -> CallToolResult {
         let outcome = match &self.backend {
-            Backend::Standalone(dispatcher) => dispatcher.dispatch(request).await,
-            Backend::Daemon(daemon) => daemon.call(request).await,
+            Backend::Standalone(dispatcher) => dispatcher.dispatch(call.request).await,
+            Backend::Daemon(daemon) => daemon.call(call.request).await,
         };
         match outcome {
             Ok(value) => CallToolResult::structured(value),
             Err(error) => error_result(&error),
         }
+    }
+}
+
+/// A tool call decoded by [`decode_call`]: the listed tool and the protocol request it runs,
+/// validated exactly as the socket validates a request. Only `decode_call` builds one, so a
+/// request that reaches a backend has passed that validation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    tool: &'static str,
+    op: &'static str,
+    read_only: bool,
+    request: Request,
+}
+
+impl ToolCall {
+    /// The tool's name, as listed.
+    pub fn tool(&self) -> &'static str {
+        self.tool
+    }
+
+    /// The protocol operation the tool runs.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// Whether the tool only reads (a cancelled call may then simply be abandoned).
+    pub fn read_only(&self) -> bool {
+        self.read_only
+    }
+
+    /// The validated request.
+    pub fn request(&self) -> &Request {
+        &self.request
+    }
+}
+
+/// Why a tool call is refused before anything runs (so a refused call changes nothing).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CallError {
+    /// No listed tool has this name (`name` is the client's, cut short): the one protocol-level
+    /// error of a call, `-32602`, as the MCP specification says.
+    #[error("unknown tool {name:?} (tools: {known})")]
+    UnknownTool { name: String, known: String },
+    /// The arguments do not fit the tool (`bad_args`) or are too large (`too_large`): a tool
+    /// error, which the agent sees.
+    #[error("{0}")]
+    Arguments(ApiError),
+}
+
+impl CallError {
+    /// What the server answers: the JSON-RPC error of an unknown tool, or the tool error
+    /// (`code: message`, `isError`) of refused arguments.
+    pub fn answer(&self) -> Result<CallToolResult, ErrorData> {
+        match self {
+            CallError::UnknownTool { .. } => Err(ErrorData::invalid_params(self.to_string(), None)),
+            CallError::Arguments(error) => Ok(error_result(error)),
+        }
+    }
+}
+
+/// Decodes one `tools/call`: looks the tool up by name among those listed and validates its
+/// `arguments` into the protocol request it runs ([`protocol::request_from_args`], the socket's
+/// own validation). Pure and total: the decoder of the client's tool calls, fuzzed
+/// (`fuzz/fuzz_targets/mcp_tool_call.rs`) and proptested (`tests/mcp_props.rs`). Arguments left
+/// out are the same as an empty object.
+pub fn decode_call(name: &str, arguments: Option<JsonObject>) -> Result<ToolCall, CallError> {
+    let Some(spec) = TOOLS.iter().find(|t| t.name == name) else {
+        let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
+        return Err(CallError::UnknownTool {
+            name: truncate(name).into_owned(),
+            known: known.join(", "),
+        });
+    };
+    let args = Value::Object(arguments.unwrap_or_default());
+    // The socket refuses request lines above this size; the same bound applies here so that
+    // a huge argument (e.g. megabytes of input) is refused the same way on both surfaces.
+    let size = serde_json::to_vec(&args).map_or(usize::MAX, |bytes| bytes.len());
+    if size > protocol::REQUEST_BYTES_MAX {
+        let kind = ProtocolErrorKind::TooLarge {
+            len: size,
+            max: protocol::REQUEST_BYTES_MAX,
+        };
+        return Err(CallError::Arguments(ApiError::new(
+            ErrorCode::TooLarge,
+            kind.to_string(),
+        )));
+    }
+    match protocol::request_from_args(spec.op, args) {
+        Ok(request) => Ok(ToolCall {
+            tool: spec.name,
+            op: spec.op,
+            read_only: spec.read_only,
+            request,
+        }),
+        Err(kind) => Err(CallError::Arguments(ApiError::new(
+            ErrorCode::from(&kind),
+            kind.to_string(),
+        ))),
     }
 }
 
@@ -553,29 +636,22 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let Some(spec) = TOOLS.iter().find(|t| t.name == request.name) else {
-            let known: Vec<&str> = TOOLS.iter().map(|t| t.name).collect();
-            return Err(ErrorData::invalid_params(
-                format!(
-                    "unknown tool {:?} (tools: {})",
-                    truncate(&request.name),
-                    known.join(", ")
-                ),
-                None,
-            ));
+        let call = match decode_call(&request.name, request.arguments) {
+            Ok(call) => call,
+            Err(refused) => return refused.answer().map(Into::into),
         };
         // `wait` and `output` only read, so a cancelled call may simply be abandoned; the others
         // run to completion so that what they started (a spawn, a stop) is recorded whole.
-        let result = if spec.read_only {
+        let result = if call.read_only {
             tokio::select! {
-                result = self.call(spec, request.arguments) => result,
+                result = self.run(call) => result,
                 () = context.ct.cancelled() => error_result(&ApiError::new(
                     ErrorCode::Internal,
                     "the call was cancelled by the client",
                 )),
             }
         } else {
-            self.call(spec, request.arguments).await
+            self.run(call).await
         };
         Ok(result.into())
     }
