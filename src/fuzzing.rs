@@ -25,6 +25,8 @@
 //!   fixed up, and its round trip.
 //! - [`snapshot_decode`]: the snapshot decoder, as given and behind a header fixed up to vouch
 //!   for the payload, and its round trip.
+//! - [`mcp_tool_call`] (with `mcp`): the MCP server's tool lookup and argument decoding
+//!   ([`check_tool_call`], which `tests/mcp_props.rs` also runs on its own names and arguments).
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
@@ -3016,6 +3018,145 @@ pub fn mcp_line(data: &[u8]) {
             assert_eq!(value["id"], 1);
         }
         (verdict, object) => panic!("a tools/call with object arguments {object}: {verdict:?}"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// mcp_tool_call
+
+/// The MCP server's decoding of a `tools/call` ([`crate::mcp::decode_call`]: the tool looked up
+/// by name, its `arguments` validated into the protocol request it runs) over arbitrary bytes.
+/// The first byte picks the name: below 0xF0 the listed tool at that index (modulo the count)
+/// with the rest as `arguments`; else the text of the rest's first line, with what follows it as
+/// `arguments`. Arguments that are not a JSON object are left out (a client cannot send them: the
+/// transport answers -32602, see [`mcp_line`]). The invariants are [`check_tool_call`]'s.
+#[cfg(feature = "mcp")]
+pub fn mcp_tool_call(data: &[u8]) {
+    let [pick, rest @ ..] = data else {
+        return;
+    };
+    let listed = listed_tools();
+    let (name, arguments) = if *pick < 0xF0 {
+        let name = &listed[usize::from(*pick) % listed.len()];
+        (std::borrow::Cow::Borrowed(name.as_str()), rest)
+    } else {
+        let (head, tail) = match rest.iter().position(|&b| b == b'\n') {
+            Some(at) => (&rest[..at], &rest[at + 1..]),
+            None => (rest, &[][..]),
+        };
+        (String::from_utf8_lossy(head), tail)
+    };
+    let arguments = match serde_json::from_slice::<serde_json::Value>(arguments) {
+        Ok(serde_json::Value::Object(object)) => Some(object),
+        _ => None,
+    };
+    check_tool_call(&name, arguments);
+}
+
+/// The names of the tools the server lists (`tools/list`), in order; built once, since each
+/// builds its JSON Schemas.
+#[cfg(feature = "mcp")]
+pub fn listed_tools() -> &'static [String] {
+    static LISTED: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    LISTED.get_or_init(|| match crate::mcp::tools() {
+        Ok(tools) => tools.into_iter().map(|t| t.name.into_owned()).collect(),
+        Err(e) => panic!("the tool list cannot be built: {e}"),
+    })
+}
+
+/// One `tools/call` with this `name` and `arguments` (`None`: left out), as the server decodes
+/// it: never a panic, and
+/// - a name the server lists decodes to a call of that tool, or to refused arguments; any other
+///   name is an unknown tool, whose answer is the JSON-RPC error -32602 ("unknown tool …", the
+///   name cut short);
+/// - refused arguments are `bad_args` or `too_large` only, answered as the README says: a tool
+///   result with `isError`, no structured content, and the one text `code: message`;
+/// - arguments left out decode as an empty object does;
+/// - a decoded request is valid as the socket defines it: its wire form validates
+///   ([`crate::protocol::request_from_args`]) to the very same request, and so does what an
+///   attached server sends the daemon (the request with the server's working directory and
+///   environment added, as `mcp::DaemonLink::localize` adds them) as one line the daemon decodes
+///   back to it, unless that line is over the socket's bound (then refused whole, as too large).
+#[cfg(feature = "mcp")]
+pub fn check_tool_call(name: &str, arguments: Option<serde_json::Map<String, serde_json::Value>>) {
+    use crate::mcp::{CallError, DaemonLink, decode_call};
+    use crate::protocol::{ErrorCode, ProtocolErrorKind, decode_request, request_from_args};
+    let listed = listed_tools().iter().any(|t| t == name);
+    let decoded = decode_call(name, arguments.clone());
+    if arguments.is_none() {
+        assert_eq!(
+            decoded,
+            decode_call(name, Some(serde_json::Map::new())),
+            "arguments left out decode otherwise than an empty object"
+        );
+    }
+    match decoded {
+        Ok(call) => {
+            assert!(listed, "a call of a tool the server does not list");
+            assert_eq!(call.tool(), name);
+            let (op, args) = call.request().to_wire();
+            assert_eq!(op, call.op(), "arguments decoded into another operation");
+            match request_from_args(op, args) {
+                Ok(again) => assert_eq!(&again, call.request(), "the request changed"),
+                Err(e) => panic!("a decoded request the socket refuses: {e}"),
+            }
+            let link = DaemonLink {
+                socket: PathBuf::from("/nonexistent/daemon.sock"),
+                cwd: Some("/fuzz/cwd".to_owned()),
+                env: BTreeMap::from([
+                    ("HOME".to_owned(), "/fuzz".to_owned()),
+                    ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+                ]),
+            };
+            let sent = link.localize(call.request().clone());
+            let line = sent.to_line(Some(serde_json::Value::from(1)));
+            let Some(body) = line.strip_suffix(b"\n") else {
+                panic!("a request line without its newline");
+            };
+            match decode_request(body) {
+                Ok(envelope) => {
+                    assert_eq!(envelope.request, sent, "the daemon reads another request")
+                }
+                Err(e) if matches!(e.kind, ProtocolErrorKind::TooLarge { .. }) => {}
+                Err(e) => panic!("the daemon refuses what an attached server sends: {e}"),
+            }
+        }
+        Err(refused) => match (&refused, refused.answer()) {
+            (CallError::UnknownTool { name: shown, .. }, Err(error)) => {
+                assert!(!listed, "a listed tool is unknown");
+                assert_eq!(error.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+                assert!(
+                    error.message.starts_with("unknown tool "),
+                    "{}",
+                    error.message
+                );
+                assert!(shown.chars().count() <= 65, "the name is not cut short");
+            }
+            (CallError::Arguments(api), Ok(result)) => {
+                assert!(
+                    listed,
+                    "arguments refused for a tool the server does not list"
+                );
+                let code = match api.code {
+                    ErrorCode::BadArgs => "bad_args",
+                    ErrorCode::TooLarge => "too_large",
+                    other => panic!("arguments refused with {other:?}"),
+                };
+                assert!(!api.message.is_empty(), "a refusal without a message");
+                assert_eq!(result.is_error, Some(true));
+                assert!(
+                    result.structured_content.is_none(),
+                    "a tool error with structured content"
+                );
+                let texts: Vec<&str> = result
+                    .content
+                    .iter()
+                    .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+                    .collect();
+                assert_eq!(texts, [format!("{code}: {}", api.message)]);
+            }
+            (refused, answer) => panic!("{refused:?} answered {answer:?}"),
+        },
     }
 }
 

@@ -30,6 +30,8 @@ const TARGETS: &[(&str, Body)] = &[
     ("server_framing", procjournal::fuzzing::server_framing),
     #[cfg(feature = "mcp")]
     ("mcp_line", procjournal::fuzzing::mcp_line),
+    #[cfg(feature = "mcp")]
+    ("mcp_tool_call", procjournal::fuzzing::mcp_tool_call),
     #[cfg(feature = "server")]
     ("client_response", procjournal::fuzzing::client_response),
 ];
@@ -178,5 +180,27 @@ fn seeds_reach_past_the_first_check() {
         let data = std::fs::read(&p).expect("read seed");
         let decoded = procjournal::tree::guardian::Receipt::decode(&data);
         assert!(decoded.is_ok(), "{}: {decoded:?}", p.display());
+    }
+}
+
+/// Every listed MCP tool has a seed (`seed-<tool>`) whose first byte picks it and whose
+/// arguments decode, so the fuzzer starts past the argument checks of each tool.
+#[cfg(feature = "mcp")]
+#[test]
+fn every_listed_tool_has_a_tool_call_seed_that_decodes() {
+    let dir = fuzz_dir().join("corpus").join("mcp_tool_call");
+    for (i, tool) in procjournal::fuzzing::listed_tools().iter().enumerate() {
+        let path = dir.join(format!("seed-{tool}"));
+        let data = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(
+            data.first().map(|&b| usize::from(b)),
+            Some(i),
+            "{}",
+            path.display()
+        );
+        let args: serde_json::Map<String, serde_json::Value> =
+            serde_json::from_slice(&data[1..]).expect("a JSON object");
+        let call = procjournal::mcp::decode_call(tool, Some(args));
+        assert!(call.is_ok(), "{}: {call:?}", path.display());
     }
 }
