@@ -1080,15 +1080,18 @@ fn a_start_racing_serve_reports_only_the_daemon_that_serves() {
     for _ in 0..8 {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let mut serve = bin()
-            .arg("serve")
-            .arg("--root")
-            .arg(root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut served = Served {
+            root: root.to_owned(),
+            serve: bin()
+                .arg("serve")
+                .arg("--root")
+                .arg(root)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap(),
+        };
         let (code, _, err) = client(root, &["start", "--", "true"]);
         assert_eq!(code, 0, "{err}");
         let mut conn = Conn::open(&root.join("procjournal.sock")).unwrap();
@@ -1105,15 +1108,31 @@ fn a_start_racing_serve_reports_only_the_daemon_that_serves() {
                 reported_ours += 1;
             }
             None => {
-                assert_eq!(serving, u64::from(serve.id()), "{err}");
+                assert_eq!(serving, u64::from(served.serve.id()), "{err}");
                 reported_none += 1;
             }
         }
         let (code, _, err) = client(root, &["shutdown"]);
         assert_eq!(code, 0, "{err}");
-        serve.wait().unwrap();
+        served.serve.wait().unwrap();
     }
     eprintln!("start's daemon served {reported_ours} times, serve's {reported_none} times");
+}
+
+/// Whoever serves `root` is shut down when this drops, after a failed assertion too, and the
+/// backgrounded `serve` is killed and reaped: a round that panics leaves no daemon behind (one
+/// that `start` spawned is not this test's child).
+struct Served {
+    root: PathBuf,
+    serve: std::process::Child,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = bin().arg("shutdown").arg("--root").arg(&self.root).output();
+        let _ = self.serve.kill();
+        let _ = self.serve.wait();
+    }
 }
 
 /// `run` and `capture` on a root a daemon serves (one a `start` autostarted, say) go through it:
