@@ -104,15 +104,14 @@ impl Ownership {
             return Ownership::Live;
         }
         let reason = match &m.scope {
-            None => "no tree scope was recorded for it",
+            None => "no tree scope was recorded for it".to_owned(),
             Some(s) if s.guardian.is_none() => {
-                "a process group cannot prove that no member left it"
+                "a process group cannot prove that no member left it".to_owned()
             }
-            Some(_) => "no receipt yet: its guardian is still ending the tree, or died without one",
+            // What the receipt, the guardian and the cgroup say now, not a guess from the record.
+            Some(s) => crate::tree::assess::evidence_note(s),
         };
-        Ownership::Unverified {
-            reason: reason.to_owned(),
-        }
+        Ownership::Unverified { reason }
     }
 
     /// One word for a table: live, exited, unverified.

@@ -6,15 +6,20 @@
 //!   fresh pidfd whose identity matches the record (pidfs inode, or start time where the kernel
 //!   has no pidfs), and only to watch it.
 //! - Missing, partial or corrupt evidence never proves an exit: a receipt must verify against
-//!   the registration (file identity, nonce, handle, workload witness); a cgroup must exist and
-//!   report `populated 0`; a boot id must be known on both sides and differ.
+//!   the registration (file identity, handle, workload witness, and its nonce or, for an
+//!   aborted launch's receipt, its guardian's identity, boot and `status none`: see
+//!   guardian/mod.rs); a cgroup must report `populated 0`, or be gone from a hierarchy that is
+//!   still mounted (the kernel removes only an empty cgroup); a boot id must be known on both
+//!   sides and differ. A receipt that does not verify is not the end of the assessment: the
+//!   guardian and the cgroup are asked next, so an empty or foreign receipt with the guardian
+//!   gone and the cgroup empty is an exit.
 //! - Every call re-reads the evidence; nothing is cached here.
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::cgroup::Scope;
-use super::guardian::verify_receipt;
+use super::guardian::{Registration, verify_receipt};
 use super::pidfs_ino;
 use super::procfs;
 use crate::lifecycle::event::{ExitProof, ExitStatus, ProcessWitness, Scoped};
@@ -65,7 +70,16 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
     }
     let mut why = Vec::new();
     if let Some(binding) = &scope.receipt {
-        match verify_receipt(binding, &scope.handle.to_string(), &scope.workload) {
+        let registration = Registration {
+            binding,
+            handle: &scope.handle.to_string(),
+            workload: &scope.workload,
+            // Nothing in the record says whether `GO` was sent: the receipt of an aborted
+            // launch binds by what its guardian knew before it (guardian/mod.rs).
+            gateless_guardian: scope.guardian.as_ref(),
+            boot_id: scope.boot_id,
+        };
+        match verify_receipt(&registration) {
             Ok(r) => {
                 return Assessment::Exited(ExitProof::Receipt {
                     status: match r.status {
@@ -76,7 +90,7 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
                     reaped: r.reaped,
                 });
             }
-            Err(e) => why.push(e),
+            Err(e) => why.push(format!("its receipt does not prove the exit ({e})")),
         }
     }
     if let Some(guardian) = &scope.guardian {
@@ -86,21 +100,78 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
         }
     }
     if let Some(path) = &scope.cgroup {
-        let cgroup = Scope::at(path.into());
-        if !cgroup.exists() {
-            why.push("its cgroup is gone".to_owned());
-        } else {
-            match cgroup.populated() {
-                Ok(false) => return Assessment::Exited(ExitProof::CgroupEmpty),
-                Ok(true) => return Assessment::CgroupPopulated(cgroup),
-                Err(e) => why.push(format!("its cgroup: {e}")),
-            }
+        match cgroup_evidence(Path::new(path)) {
+            CgroupEvidence::Empty => return Assessment::Exited(ExitProof::CgroupEmpty),
+            CgroupEvidence::Populated(cgroup) => return Assessment::CgroupPopulated(cgroup),
+            CgroupEvidence::Unknown(e) => why.push(format!("its cgroup: {e}")),
         }
     }
     if scope.guardian.is_none() {
         why.push("a process group cannot prove that no member left it".to_owned());
     }
     Assessment::Unverified(why.join("; "))
+}
+
+/// What a recorded cgroup says about its processes now.
+#[derive(Debug)]
+pub enum CgroupEvidence {
+    /// It reports `populated 0`, or it was removed from a cgroup hierarchy that is still
+    /// mounted: the kernel refuses `rmdir` of a cgroup that holds a process or a child cgroup,
+    /// so a removed one emptied first (the guardian removes its cgroup once it is empty).
+    Empty,
+    Populated(Scope),
+    Unknown(String),
+}
+
+/// Reads the evidence of the cgroup at `path`.
+pub fn cgroup_evidence(path: &Path) -> CgroupEvidence {
+    let cgroup = Scope::at(path.into());
+    if cgroup.exists() {
+        return match cgroup.populated() {
+            Ok(false) => CgroupEvidence::Empty,
+            Ok(true) => CgroupEvidence::Populated(cgroup),
+            Err(e) => CgroupEvidence::Unknown(e.to_string()),
+        };
+    }
+    // Gone, or never visible here: only a removal inside a hierarchy that is still mounted
+    // (its nearest surviving ancestor is a cgroup) says it emptied; an unmounted hierarchy,
+    // another mount namespace or a path that never was a cgroup says nothing.
+    let in_hierarchy = path
+        .ancestors()
+        .skip(1)
+        .find(|a| a.is_dir())
+        .is_some_and(|a| a.join("cgroup.procs").is_file());
+    if in_hierarchy {
+        CgroupEvidence::Empty
+    } else {
+        CgroupEvidence::Unknown("it is gone and no mounted cgroup hierarchy holds its path".into())
+    }
+}
+
+/// What the evidence of a recorded, unreleased tree says now, in words for `ps`: the reason it
+/// is not (yet) released, read from the evidence rather than guessed from the record.
+pub fn evidence_note(scope: &Scoped) -> String {
+    match assess(scope, procfs::boot_id()) {
+        Assessment::Exited(proof) => format!(
+            "proven gone ({}); its release is recorded at the root's next assessment",
+            proof_words(&proof)
+        ),
+        Assessment::GuardianAlive(_) => {
+            "its guardian still runs and is ending the tree (its receipt comes at the end)".into()
+        }
+        Assessment::CgroupPopulated(_) => {
+            "its guardian is gone and its cgroup still holds processes (a stop ends them)".into()
+        }
+        Assessment::Unverified(why) => why,
+    }
+}
+
+fn proof_words(proof: &ExitProof) -> &'static str {
+    match proof {
+        ExitProof::Receipt { .. } => "a verified receipt",
+        ExitProof::CgroupEmpty => "its cgroup is empty",
+        ExitProof::BootChanged => "the machine rebooted",
+    }
 }
 
 #[cfg(test)]

@@ -18,7 +18,27 @@
 //!   supervisor signals no pid itself. With a cgroup, a guardian that died no longer stands
 //!   between the supervisor and the tree: the cgroup is killed by its path.
 //! - A receipt is trusted only after it verified against the registration: the file's device
-//!   and inode, the nonce, the handle and the workload's witness.
+//!   and inode, the handle and the workload's witness, and the nonce; or, for the receipt of a
+//!   launch aborted before `GO`, the binding below instead of the nonce.
+//!
+//! Receipts without a nonce. A supervisor killed after `Scoped` was durable but before `GO`
+//! leaves a registration whose guardian never learned its nonce: the guardian sees end of
+//! stream, kills and reaps the gated child, and writes a receipt with nonce zero and
+//! `status none`. Its binding is what the guardian knew before `GO`, all of it recorded in
+//! `Scoped` from `REG` and the spawn: the receipt file (device and inode: the guardian created
+//! it `O_EXCL` for this launch), the handle, the workload's witness (pid, start ticks, pidfs
+//! inode), the guardian's own pid and start ticks, and the boot. It verifies (where
+//! [`Registration::gateless_guardian`] allows it: a restore's assessment) only if all of those
+//! match and it says `status none` and `reaped 1`. Soundness: a guardian writes its receipt
+//! once, at ECHILD; it writes nonce zero if and only if `await_go` ended without `GO` (a
+//! supervisor's nonce is a UUIDv4, never zero), and then the gate never opened, so the one
+//! child it reaped ran none of the workload's code and had no descendant: the tree is gone.
+//! A guardian that did get `GO` writes that nonce, never zero, so for such a registration a
+//! receipt without one was not written by its guardian: in the file the guardian created,
+//! with the guardian's identity, it can only come from a process of the same user writing
+//! over the guardian's file, which could as well copy the nonce from the journal (the nonce
+//! protects against receipts of other registrations and stale files, not against the owner of
+//! the root). The supervisor that sent `GO` itself never accepts one.
 
 mod receipt;
 mod run;
@@ -508,6 +528,15 @@ impl GuardianTree {
         }
     }
 
+    /// Whether the guardian has exited (its pidfd is readable), without reaping it.
+    fn guardian_exited(&self) -> bool {
+        let mut fds = [nix::poll::PollFd::new(
+            self.pidfd.get_ref().as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+    }
+
     /// Reaps the guardian once it exited (it exits right after `DONE`, or died).
     async fn reap_guardian(&self) {
         loop {
@@ -532,49 +561,128 @@ impl GuardianTree {
     }
 
     /// The receipt, if the file the registration names holds one that verifies against it.
+    /// This supervisor sent `GO`: only a receipt with its nonce verifies.
     fn verified_receipt(&self) -> Option<Receipt> {
-        verify_receipt(
-            &self.receipt,
-            &self.handle,
-            &ProcessWitness {
+        verify_receipt(&Registration {
+            binding: &self.receipt,
+            handle: &self.handle,
+            workload: &ProcessWitness {
                 pid: self.identity.pid,
                 start_time_ticks: self.identity.start_time_ticks,
                 pidfs_ino: self.workload_ino,
             },
-        )
+            gateless_guardian: None,
+            boot_id: self.identity.boot_id,
+        })
         .ok()
     }
 }
 
+/// What a receipt is verified against: the registration's record, and whether its guardian
+/// may have written it without a nonce.
+#[derive(Debug, Clone, Copy)]
+pub struct Registration<'a> {
+    pub binding: &'a ReceiptBinding,
+    pub handle: &'a str,
+    pub workload: &'a ProcessWitness,
+    /// The guardian as recorded (its pid and start time), when a receipt without a nonce may
+    /// verify: only where nothing shows that the guardian got `GO` (a restore's assessment).
+    /// `None` requires the nonce (the supervisor that sent `GO` verifies its own receipts).
+    pub gateless_guardian: Option<&'a ProcessWitness>,
+    /// The boot id the registration recorded.
+    pub boot_id: [u8; 16],
+}
+
+/// Why a receipt did not verify.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum Rejection {
+    #[error("receipt {path}: {cause}")]
+    Unreadable { path: String, cause: String },
+    #[error("the receipt file was replaced (another device or inode than recorded)")]
+    Replaced,
+    #[error("{0}")]
+    Undecodable(ReceiptError),
+    #[error("the receipt names another handle")]
+    OtherHandle,
+    #[error("the receipt names another workload")]
+    OtherWorkload,
+    #[error("the receipt carries another registration's nonce")]
+    OtherNonce,
+    /// No nonce, but not what a guardian that never got `GO` writes for this registration.
+    #[error("the receipt has no nonce and does not prove the gate never opened: {0}")]
+    UnboundGateless(&'static str),
+}
+
 /// Reads and verifies the receipt a registration names: same file (device and inode), and a
-/// receipt for this handle, nonce and workload.
-pub fn verify_receipt(
-    binding: &ReceiptBinding,
-    handle: &str,
-    workload: &ProcessWitness,
-) -> Result<Receipt, String> {
-    let mut file = std::fs::File::open(Path::new(&binding.path))
-        .map_err(|e| format!("receipt {}: {e}", binding.path))?;
-    let meta = file.metadata().map_err(|e| e.to_string())?;
-    if (meta.dev(), meta.ino()) != (binding.dev, binding.ino) {
-        return Err("the receipt file was replaced".to_owned());
+/// receipt for this handle and workload, carrying the registration's nonce; or, where
+/// `gateless_guardian` allows it, the receipt of an aborted launch (module docs: "Receipts
+/// without a nonce").
+pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
+    let path = &reg.binding.path;
+    let unreadable = |e: std::io::Error| Rejection::Unreadable {
+        path: path.clone(),
+        cause: e.to_string(),
+    };
+    let mut file = std::fs::File::open(Path::new(path)).map_err(unreadable)?;
+    let meta = file.metadata().map_err(unreadable)?;
+    if (meta.dev(), meta.ino()) != (reg.binding.dev, reg.binding.ino) {
+        return Err(Rejection::Replaced);
     }
     let mut bytes = Vec::new();
     Read::by_ref(&mut file)
         .take(receipt::RECEIPT_BYTES_MAX as u64 + 1)
         .read_to_end(&mut bytes)
-        .map_err(|e| e.to_string())?;
-    let r = Receipt::decode(&bytes).map_err(|e| e.to_string())?;
-    if r.handle != handle || r.nonce != binding.nonce {
-        return Err("the receipt belongs to another registration".to_owned());
+        .map_err(unreadable)?;
+    let r = Receipt::decode(&bytes).map_err(Rejection::Undecodable)?;
+    if r.handle != reg.handle {
+        return Err(Rejection::OtherHandle);
     }
-    if r.workload_pid != workload.pid
-        || r.workload_start_ticks != workload.start_time_ticks
-        || r.workload_pidfs_ino != workload.pidfs_ino
+    let w = reg.workload;
+    if r.workload_pid != w.pid
+        || r.workload_start_ticks != w.start_time_ticks
+        || r.workload_pidfs_ino != w.pidfs_ino
     {
-        return Err("the receipt names another workload".to_owned());
+        return Err(Rejection::OtherWorkload);
     }
+    if r.nonce == reg.binding.nonce {
+        return Ok(r);
+    }
+    if r.nonce != [0; 16] {
+        return Err(Rejection::OtherNonce);
+    }
+    let Some(g) = reg.gateless_guardian else {
+        return Err(Rejection::UnboundGateless(
+            "this registration's guardian was sent GO",
+        ));
+    };
+    gateless_binding(&r, g, reg.boot_id).map_err(Rejection::UnboundGateless)?;
     Ok(r)
+}
+
+/// The binding of a receipt without a nonce: what the aborted guardian knew before `GO` and
+/// wrote, checked against what the registration recorded of it.
+fn gateless_binding(
+    r: &Receipt,
+    g: &ProcessWitness,
+    boot_id: [u8; 16],
+) -> Result<(), &'static str> {
+    if r.status.is_some() {
+        return Err("it reports a workload status (the workload ran)");
+    }
+    if r.reaped != 1 {
+        return Err("it reaped other than the one gated child");
+    }
+    if g.start_time_ticks == 0
+        || r.guardian_pid != g.pid
+        || r.guardian_start_ticks != g.start_time_ticks
+    {
+        return Err("it names another guardian than the one recorded");
+    }
+    if boot_id == [0; 16] || r.boot_id != boot_id {
+        return Err("it names another boot than the registration");
+    }
+    Ok(())
 }
 
 fn exit_status(exit: Option<LeaderExit>) -> ExitStatus {
@@ -641,11 +749,16 @@ impl ProcessTree for GuardianTree {
         })
     }
 
+    /// The guardian counts as a member while it runs without having reported `DONE`: it is
+    /// the part of the tree still to report the tree gone (its receipt comes last, after the
+    /// workload's `EXIT`), so a tree whose guardian is merely slow to write it (a loaded
+    /// machine, a slow fsync) is watched as lingering, never judged `unverified`.
     fn members(&self) -> std::io::Result<usize> {
         if self.progress.borrow().done.is_some() {
             return Ok(0);
         }
-        let mut n = if self.reaped.load(Ordering::SeqCst) {
+        let reaped = self.reaped.load(Ordering::SeqCst);
+        let mut n = if reaped {
             0
         } else {
             tree::descendants(self.guardian_pid).len()
@@ -653,9 +766,15 @@ impl ProcessTree for GuardianTree {
         if n == 0
             && let Some(scope) = &self.scope
         {
-            n = scope.procs()?.len();
+            n = match scope.procs() {
+                Ok(procs) => procs.len(),
+                // The guardian removes its cgroup once it is empty.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+                Err(e) => return Err(e),
+            };
         }
-        Ok(n)
+        let guardian_working = !reaped && !self.progress.borrow().eof && !self.guardian_exited();
+        Ok(n + usize::from(guardian_working))
     }
 
     fn surely_empty(&self) -> bool {
@@ -694,7 +813,9 @@ impl ProcessTree for GuardianTree {
             let mut pause = super::group::EMPTY_POLL_MIN;
             loop {
                 let s = scope.clone();
-                if let Ok(Ok(false)) = tokio::task::spawn_blocking(move || s.populated()).await {
+                let evidence =
+                    tokio::task::spawn_blocking(move || super::assess::cgroup_evidence(s.path()));
+                if let Ok(super::assess::CgroupEvidence::Empty) = evidence.await {
                     return;
                 }
                 tokio::time::sleep(pause).await;
@@ -713,8 +834,17 @@ impl ProcessTree for GuardianTree {
                 reaped: r.reaped,
             });
         }
+        // `DONE` (the guardian reached ECHILD; its receipt may still be lost, to a full disk)
+        // or a guardian gone: an empty cgroup, or one removed (only an empty one can be),
+        // proves the exit on its own.
         match &self.scope {
-            Some(scope) if progress.eof && matches!(scope.populated(), Ok(false)) => {
+            Some(scope)
+                if (progress.done.is_some() || progress.eof)
+                    && matches!(
+                        super::assess::cgroup_evidence(scope.path()),
+                        super::assess::CgroupEvidence::Empty
+                    ) =>
+            {
                 Some(ExitProof::CgroupEmpty)
             }
             _ => None,
@@ -771,27 +901,33 @@ mod tests {
             ino: meta.ino(),
             nonce: [5; 16],
         };
-        assert_eq!(
-            verify_receipt(&binding, "h", &workload),
-            Ok(receipt.clone())
-        );
-        assert!(verify_receipt(&binding, "other", &workload).is_err());
+        let reg = |binding: &ReceiptBinding, handle: &str, workload: &ProcessWitness| {
+            verify_receipt(&Registration {
+                binding,
+                handle,
+                workload,
+                gateless_guardian: None,
+                boot_id: [1; 16],
+            })
+        };
+        assert_eq!(reg(&binding, "h", &workload), Ok(receipt.clone()));
+        assert!(reg(&binding, "other", &workload).is_err());
         let other_nonce = ReceiptBinding {
             nonce: [6; 16],
             ..binding.clone()
         };
-        assert!(verify_receipt(&other_nonce, "h", &workload).is_err());
+        assert!(reg(&other_nonce, "h", &workload).is_err());
         let other_workload = ProcessWitness {
             pidfs_ino: 10,
             ..workload
         };
-        assert!(verify_receipt(&binding, "h", &other_workload).is_err());
+        assert!(reg(&binding, "h", &other_workload).is_err());
         // The same bytes in a replaced file (another inode) do not verify.
         std::fs::remove_file(&path).unwrap();
         std::fs::write(dir.path().join("pad"), b"x").unwrap();
         std::fs::write(&path, receipt.encode()).unwrap();
         if std::fs::metadata(&path).unwrap().ino() != binding.ino {
-            assert!(verify_receipt(&binding, "h", &workload).is_err());
+            assert!(reg(&binding, "h", &workload).is_err());
         }
         // A torn receipt does not verify.
         let bytes = receipt.encode();
@@ -800,6 +936,106 @@ mod tests {
             ino: std::fs::metadata(&path).unwrap().ino(),
             ..binding
         };
-        assert!(verify_receipt(&torn, "h", &workload).is_err());
+        assert!(reg(&torn, "h", &workload).is_err());
+    }
+
+    /// The receipt of a launch aborted before `GO` (no nonce, `status none`, one child reaped)
+    /// verifies where a restore allows it, and only with the recorded guardian, boot, handle,
+    /// workload and file; never for the supervisor that sent `GO`, never with a status, and
+    /// never with another guardian's identity.
+    #[test]
+    fn a_receipt_without_a_nonce_binds_by_what_the_guardian_knew_before_go() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.receipt");
+        let workload = ProcessWitness {
+            pid: 7,
+            start_time_ticks: 8,
+            pidfs_ino: 9,
+        };
+        let guardian = ProcessWitness {
+            pid: 6,
+            start_time_ticks: 5,
+            pidfs_ino: 4,
+        };
+        let aborted = Receipt {
+            handle: "h".into(),
+            nonce: [0; 16],
+            boot_id: [1; 16],
+            guardian_pid: 6,
+            guardian_start_ticks: 5,
+            workload_pid: 7,
+            workload_start_ticks: 8,
+            workload_pidfs_ino: 9,
+            status: None,
+            reaped: 1,
+        };
+        let check = |r: &Receipt, gateless: Option<&ProcessWitness>, boot: [u8; 16]| {
+            let _ = std::fs::remove_file(&path);
+            std::fs::write(&path, r.encode()).unwrap();
+            let meta = std::fs::metadata(&path).unwrap();
+            let binding = ReceiptBinding {
+                path: path.display().to_string(),
+                dev: meta.dev(),
+                ino: meta.ino(),
+                nonce: [5; 16],
+            };
+            verify_receipt(&Registration {
+                binding: &binding,
+                handle: "h",
+                workload: &workload,
+                gateless_guardian: gateless,
+                boot_id: boot,
+            })
+        };
+        assert_eq!(
+            check(&aborted, Some(&guardian), [1; 16]),
+            Ok(aborted.clone())
+        );
+        // The supervisor that sent GO requires its nonce.
+        assert!(matches!(
+            check(&aborted, None, [1; 16]),
+            Err(Rejection::UnboundGateless(_))
+        ));
+        // A status means the workload ran: a guardian that got GO wrote it, with a nonce.
+        let ran = Receipt {
+            status: Some(LeaderExit::Code(0)),
+            ..aborted.clone()
+        };
+        assert!(check(&ran, Some(&guardian), [1; 16]).is_err());
+        let many = Receipt {
+            reaped: 2,
+            ..aborted.clone()
+        };
+        assert!(check(&many, Some(&guardian), [1; 16]).is_err());
+        let other_guardian = ProcessWitness {
+            start_time_ticks: 6,
+            ..guardian
+        };
+        assert!(check(&aborted, Some(&other_guardian), [1; 16]).is_err());
+        let unknown_start = ProcessWitness {
+            start_time_ticks: 0,
+            ..guardian
+        };
+        let zero_start = Receipt {
+            guardian_start_ticks: 0,
+            ..aborted.clone()
+        };
+        assert!(check(&zero_start, Some(&unknown_start), [1; 16]).is_err());
+        assert!(check(&aborted, Some(&guardian), [2; 16]).is_err());
+        assert!(check(&aborted, Some(&guardian), [0; 16]).is_err());
+        let other_handle = Receipt {
+            handle: "g".into(),
+            ..aborted.clone()
+        };
+        assert!(check(&other_handle, Some(&guardian), [1; 16]).is_err());
+        // A foreign nonce is never taken for a missing one.
+        let foreign = Receipt {
+            nonce: [3; 16],
+            ..aborted
+        };
+        assert_eq!(
+            check(&foreign, Some(&guardian), [1; 16]),
+            Err(Rejection::OtherNonce)
+        );
     }
 }

@@ -19,8 +19,10 @@
 //!    supervisor died: the lifeline) or SIGTERM/SIGINT/SIGHUP to the guardian itself, take the
 //!    tree down: SIGTERM after a quiesce, the grace, then SIGKILL until nothing is left.
 //! 6. Only when `waitpid` reports ECHILD (no child at all, which under a subreaper means no
-//!    descendant at all) and any cgroup is empty, write and fsync the receipt, report `DONE`,
-//!    and exit.
+//!    descendant at all) and any cgroup is empty, remove the cgroup, write and fsync the
+//!    receipt (into blocks reserved at step 2), report `DONE`, and exit. A launch aborted
+//!    before `GO` writes no nonce (it never had one) and `status none` (the workload never
+//!    exec'd).
 //!
 //! Invariants: the workload inherits no descriptor but 0, 1 and 2 (everything the guardian
 //! opens is close-on-exec); every signal goes through a pidfd to a process re-checked after it
@@ -334,6 +336,7 @@ impl Guardian {
             .open(&args.receipt)
             .map_err(|e| fail(&format!("receipt {}", args.receipt.display()), &e))?;
         let meta = receipt.metadata().map_err(|e| fail("receipt", &e))?;
+        reserve_receipt(&receipt);
         let scope = args.cgroup.clone().map(Scope::at);
         let workload = fork_workload(args, scope.as_ref())?;
         Ok(Guardian {
@@ -541,6 +544,12 @@ impl Guardian {
         if let Some(scope) = &self.scope {
             let _ = scope.remove();
         }
+        if nonce.is_none() {
+            // The gate never opened: the forked child ran none of the workload's code, and
+            // what it exited with (125, or SIGKILL) is ours, not the workload's. `status none`
+            // with no nonce is what a verifier binds to the registration instead of a nonce.
+            self.status = None;
+        }
         self.write_receipt(nonce.unwrap_or([0; 16]));
         ctl.send(&Up::Done {
             reaped: self.reaped,
@@ -599,6 +608,20 @@ impl Guardian {
             .write_all(&receipt.encode())
             .and_then(|()| self.receipt.sync_all());
     }
+}
+
+/// Reserves the receipt's blocks now (without changing the file's size), so that writing the
+/// receipt at the end needs no new space: a disk that fills while the tree runs must not leave
+/// it empty. Best effort: where the file system cannot reserve (or is full already), the
+/// receipt may be lost, and the tree's other evidence (its cgroup) has to prove its exit.
+fn reserve_receipt(file: &std::fs::File) {
+    let len = libc::off_t::try_from(super::receipt::RECEIPT_BYTES_MAX).unwrap_or(1024);
+    let _ = nix::fcntl::fallocate(
+        file,
+        nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
+        0,
+        len,
+    );
 }
 
 /// Points the guardian's own standard streams at /dev/null: the capture pipes must reach EOF
