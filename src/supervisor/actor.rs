@@ -654,6 +654,41 @@ impl Actor {
         );
     }
 
+    /// `stop` of a held tree: re-assessed and ended where its evidence reaches it, in a task;
+    /// the release (if proven) reaches the actor before the reply reaches the caller, so that
+    /// a stop that returns has given the capacity back.
+    fn stop_held(
+        &mut self,
+        held: (Handle, Scoped, LifecycleIds),
+        reply: Reply<Result<Option<TerminalSummary>, SupervisorError>>,
+    ) {
+        let handle = held.0;
+        let summary = self.summaries.get(&handle).cloned();
+        let (shared, actor) = (Arc::clone(&self.shared), self.events_tx.clone());
+        self.tasks.spawn(
+            async move {
+                let outcome =
+                    tokio::task::spawn_blocking(move || super::restore::stop_held(&shared, &held))
+                        .await
+                        .unwrap_or_else(|e| Err(e.to_string()));
+                let (released, answer) = match outcome {
+                    Ok(_) => (vec![handle], Ok(summary)),
+                    Err(why) => {
+                        warn!(%handle, reason = %why, "stop: the tree stays unverified");
+                        let reason = format!("its tree stays unverified: {why}");
+                        (
+                            Vec::new(),
+                            Err(SupervisorError::TeardownFailed { handle, reason }),
+                        )
+                    }
+                };
+                let _ = actor.send(ProcEvent::Assessed { released }).await;
+                let _ = reply.send(answer);
+            }
+            .instrument(info_span!("stop", %handle)),
+        );
+    }
+
     fn hold(&mut self, handle: Handle) {
         let Some(m) = super::lock(&self.shared.lifecycle)
             .manifest(&handle)
@@ -1058,6 +1093,10 @@ impl Actor {
         reason: String,
         reply: Reply<Result<Option<TerminalSummary>, SupervisorError>>,
     ) {
+        if let Some((scope, ids)) = self.held.get(&handle) {
+            self.stop_held((handle, scope.clone(), *ids), reply);
+            return;
+        }
         let Some(entry) = self.table.get(&handle) else {
             // Not ours any more (or never): the caller answers from the journal.
             let _ = reply.send(Ok(self.summaries.get(&handle).cloned()));

@@ -12,7 +12,8 @@
 //!   verified receipt, an empty cgroup or a changed boot id is recorded as its release; a cgroup
 //!   that still holds processes while its guardian is gone is killed by its path (ours, never a
 //!   pid); anything else stays `unverified` and holds capacity in the actor, which re-assesses
-//!   it.
+//!   it, and which a `stop` re-assesses at once (`stop_held`): a guardian re-attached by its
+//!   recorded identity is asked to end its tree, a cgroup is killed by its path.
 
 use std::sync::Arc;
 
@@ -95,6 +96,48 @@ fn settle(scope: &Scoped, boot: Option<[u8; 16]>) -> Result<ExitProof, String> {
             Err("its guardian (of an earlier supervisor) is still ending it".to_owned())
         }
         Assessment::Unverified(why) => Err(why),
+    }
+}
+
+/// `stop` of a held (unverified) tree: re-assesses it now and ends what the evidence lets it
+/// reach. A guardian re-attached by its recorded identity (a fresh pidfd whose pidfs inode or
+/// start time matches, never the bare pid) is asked to end its tree with SIGTERM, which it
+/// answers as it answers a lost supervisor (the quiesce, the grace, SIGKILL, its receipt), and
+/// is waited for, bounded; a cgroup whose guardian is gone is killed by its path. Records the
+/// release it proves; returns the proof, or why there is none.
+pub(crate) fn stop_held(
+    shared: &Shared,
+    held: &(Handle, Scoped, LifecycleIds),
+) -> Result<ExitProof, String> {
+    let (handle, scope, ids) = held;
+    let boot = read_boot_id(&shared.config.boot_id_source);
+    if let Assessment::GuardianAlive(pidfd) = assess(scope, boot) {
+        end_guardian(&pidfd)?;
+    }
+    let outcome = settle(scope, boot);
+    if let Ok(proof) = &outcome {
+        record_release_blocking(shared, *handle, *ids, proof.clone());
+    }
+    outcome
+}
+
+/// SIGTERM to a re-attached guardian through its pidfd, then a bounded wait for its exit.
+fn end_guardian(pidfd: &std::os::fd::OwnedFd) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::TERM)
+        .map_err(|e| format!("signalling its guardian: {e}"))?;
+    let bound = limits::ORPHANED_TREE_GRACE_MS + limits::KILL_PROOF_MS + limits::GUARDIAN_REAP_MS;
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = u16::try_from(bound).unwrap_or(u16::MAX);
+    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+        Ok(n) if n > 0 => Ok(()),
+        Ok(_) => Err(format!(
+            "its guardian did not end its tree within {bound} ms"
+        )),
+        Err(e) => Err(format!("waiting for its guardian: {e}")),
     }
 }
 
