@@ -60,6 +60,16 @@ pub fn reattach(w: &ProcessWitness) -> Option<OwnedFd> {
     same.then_some(fd)
 }
 
+/// Whether the process a pidfd names has exited (a zombie included), without waiting.
+fn exited(fd: &OwnedFd) -> bool {
+    use std::os::fd::AsFd;
+    let mut fds = [nix::poll::PollFd::new(
+        fd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+}
+
 /// Assesses a recorded scope from its evidence now. `boot_now` is the current boot id.
 pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
     if let Some(now) = boot_now
@@ -95,7 +105,10 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
     }
     if let Some(guardian) = &scope.guardian {
         match reattach(guardian) {
-            Some(fd) => return Assessment::GuardianAlive(fd),
+            // An exited guardian nobody reaped yet (its parent died, and the reaper it was
+            // given is slow or never reaps) still has its pidfd: its readability says it exited.
+            Some(fd) if !exited(&fd) => return Assessment::GuardianAlive(fd),
+            Some(_) => why.push("the guardian has exited".to_owned()),
             None => why.push("the guardian is gone".to_owned()),
         }
     }
