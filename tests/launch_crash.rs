@@ -493,3 +493,51 @@ fn an_empty_receipt_on_a_full_disk_is_an_exit_by_its_cgroup() {
         "{second}"
     );
 }
+
+/// Kills the CPU hogs it holds when dropped (a failed assertion included).
+struct Hogs(Vec<std::process::Child>);
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for hog in &mut self.0 {
+            let _ = hog.kill();
+            let _ = hog.wait();
+        }
+    }
+}
+
+/// A slot stays held after an end under CPU load: 200 sequential captures of a command that
+/// exits 2, on one root, under three `yes` hogs, each failing fast when admission finds no
+/// capacity (capture does not queue). None is refused: a guardian still writing its receipt
+/// when the capture's drain looked is a lingering tree that the capture's shutdown waits for,
+/// not an unverified one that the next capture's restore finds held.
+#[test]
+fn captures_under_cpu_load_never_find_a_slot_held() {
+    let dir = temp_root();
+    let root = dir.path().join("root");
+    let _hogs = Hogs(
+        (0..3)
+            .map(|_| {
+                OsCommand::new("sh")
+                    .args(["-c", "exec yes >/dev/null"])
+                    .spawn()
+                    .unwrap()
+            })
+            .collect(),
+    );
+    let mut refused = Vec::new();
+    for round in 0..200 {
+        let out = cli(&root, &["capture", "--", "sh", "-c", "echo x; exit 2"]);
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if stderr.contains("no capacity") {
+            refused.push((round, stderr));
+            continue;
+        }
+        assert_eq!(out.status.code(), Some(2), "round {round}: {stderr}");
+    }
+    assert!(
+        refused.is_empty(),
+        "{} of 200 refused: {refused:?}",
+        refused.len()
+    );
+}
