@@ -19,7 +19,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 
 use super::cgroup::Scope;
-use super::guardian::{Registration, verify_receipt};
+use super::guardian::{CgroupEvidence, Registration, cgroup_evidence, verify_receipt};
 use super::pidfs_ino;
 use super::procfs;
 use crate::lifecycle::event::{ExitProof, ExitStatus, ProcessWitness, Scoped};
@@ -123,42 +123,6 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
         why.push("a process group cannot prove that no member left it".to_owned());
     }
     Assessment::Unverified(why.join("; "))
-}
-
-/// What a recorded cgroup says about its processes now.
-#[derive(Debug)]
-pub enum CgroupEvidence {
-    /// It reports `populated 0`, or it was removed from a cgroup hierarchy that is still
-    /// mounted: the kernel refuses `rmdir` of a cgroup that holds a process or a child cgroup,
-    /// so a removed one emptied first (the guardian removes its cgroup once it is empty).
-    Empty,
-    Populated(Scope),
-    Unknown(String),
-}
-
-/// Reads the evidence of the cgroup at `path`.
-pub fn cgroup_evidence(path: &Path) -> CgroupEvidence {
-    let cgroup = Scope::at(path.into());
-    if cgroup.exists() {
-        return match cgroup.populated() {
-            Ok(false) => CgroupEvidence::Empty,
-            Ok(true) => CgroupEvidence::Populated(cgroup),
-            Err(e) => CgroupEvidence::Unknown(e.to_string()),
-        };
-    }
-    // Gone, or never visible here: only a removal inside a hierarchy that is still mounted
-    // (its nearest surviving ancestor is a cgroup) says it emptied; an unmounted hierarchy,
-    // another mount namespace or a path that never was a cgroup says nothing.
-    let in_hierarchy = path
-        .ancestors()
-        .skip(1)
-        .find(|a| a.is_dir())
-        .is_some_and(|a| a.join("cgroup.procs").is_file());
-    if in_hierarchy {
-        CgroupEvidence::Empty
-    } else {
-        CgroupEvidence::Unknown("it is gone and no mounted cgroup hierarchy holds its path".into())
-    }
 }
 
 /// What the evidence of a recorded, unreleased tree says now, in words for `ps`: the reason it

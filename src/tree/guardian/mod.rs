@@ -40,6 +40,7 @@
 //! protects against receipts of other registrations and stale files, not against the owner of
 //! the root). The supervisor that sent `GO` itself never accepts one.
 
+mod evidence;
 mod receipt;
 mod run;
 mod tree;
@@ -59,6 +60,7 @@ use rustix::process::{WaitId, WaitIdOptions};
 use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
+pub use evidence::{CgroupEvidence, cgroup_evidence};
 pub use receipt::{Receipt, ReceiptError};
 
 /// Every descendant of `root` now, as (pid, parent), by the walk the guardian signals with.
@@ -813,9 +815,8 @@ impl ProcessTree for GuardianTree {
             let mut pause = super::group::EMPTY_POLL_MIN;
             loop {
                 let s = scope.clone();
-                let evidence =
-                    tokio::task::spawn_blocking(move || super::assess::cgroup_evidence(s.path()));
-                if let Ok(super::assess::CgroupEvidence::Empty) = evidence.await {
+                let evidence = tokio::task::spawn_blocking(move || cgroup_evidence(s.path()));
+                if let Ok(CgroupEvidence::Empty) = evidence.await {
                     return;
                 }
                 tokio::time::sleep(pause).await;
@@ -840,10 +841,7 @@ impl ProcessTree for GuardianTree {
         match &self.scope {
             Some(scope)
                 if (progress.done.is_some() || progress.eof)
-                    && matches!(
-                        super::assess::cgroup_evidence(scope.path()),
-                        super::assess::CgroupEvidence::Empty
-                    ) =>
+                    && matches!(cgroup_evidence(scope.path()), CgroupEvidence::Empty) =>
             {
                 Some(ExitProof::CgroupEmpty)
             }
