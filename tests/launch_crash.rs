@@ -419,6 +419,24 @@ fn no_crash_point_holds_a_slot_or_releases_a_live_tree() {
             let _ = cli(&root, &["run", "--", "true"]);
             let ownership = ownership_of_first(&root);
             assert_eq!(ownership["assessment"], "unverified", "{what}: {ownership}");
+            // `ps` says what the evidence is, not "no receipt yet".
+            let reason = ownership["reason"].as_str().unwrap_or_default();
+            assert!(
+                reason.contains("receipt is empty or incomplete")
+                    && (reason.contains("the guardian is gone")
+                        || reason.contains("the guardian has exited")),
+                "{what}: {reason}"
+            );
+            // A stop re-assesses it: nothing proves the escaped tree gone, and it says so.
+            let daemon = Daemon::serve(&root);
+            let stop = cli(&root, &["stop", "1"]);
+            drop(daemon);
+            assert!(!stop.status.success(), "{what}: stop freed a live tree");
+            assert!(
+                String::from_utf8_lossy(&stop.stderr).contains("unverified"),
+                "{what}: {}",
+                String::from_utf8_lossy(&stop.stderr)
+            );
             continue;
         }
         // Before `Scoped` nothing was recorded to hold a slot (and `ps` cannot say more).
@@ -540,4 +558,70 @@ fn captures_under_cpu_load_never_find_a_slot_held() {
         "{} of 200 refused: {refused:?}",
         refused.len()
     );
+}
+
+/// `stop` of a tree held unverified because its guardian (of the crashed supervisor) is still
+/// ending it: the stop re-finds the guardian by its recorded identity, asks it to end the tree,
+/// waits for it, and records the release its receipt proves before it answers, so that `ps`
+/// right after shows the tree exited. The workload ignores SIGTERM, so the guardian takes its
+/// grace (1.5 s) before SIGKILL, and the stop's own restore usually finds it still at work;
+/// where the machine is slower than that, the restore proves the exit instead (still exited).
+#[test]
+fn stop_of_a_held_tree_ends_it_through_its_refound_guardian() {
+    let dir = temp_root();
+    let root = dir.path().join("root");
+    let crashed = crash(
+        &root,
+        false,
+        Point::AfterRun,
+        "trap '' TERM; sleep 30",
+        false,
+    );
+    let daemon = Daemon::serve(&root);
+    let stop = cli(&root, &["stop", "1"]);
+    drop(daemon);
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let ownership = ownership_of_first(&root);
+    assert_eq!(ownership["assessment"], "exited", "{ownership}");
+    assert!(marked(&crashed.token).is_empty(), "released while alive");
+}
+
+/// A daemon serving a root (`procjournal serve`), shut down and reaped when dropped.
+struct Daemon {
+    child: std::process::Child,
+    root: PathBuf,
+}
+
+impl Daemon {
+    fn serve(root: &Path) -> Daemon {
+        let child = OsCommand::new(pj())
+            .arg("serve")
+            .arg("--root")
+            .arg(root)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let daemon = Daemon {
+            child,
+            root: root.to_owned(),
+        };
+        let socket = root.join("procjournal.sock");
+        wait_until("the daemon's socket", || {
+            std::os::unix::net::UnixStream::connect(&socket).is_ok()
+        });
+        daemon
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = cli(&self.root, &["shutdown"]);
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
