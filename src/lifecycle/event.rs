@@ -333,7 +333,8 @@ pub enum ExitProof {
     /// The guardian's receipt, verified against the registration (file identity, nonce,
     /// handle, workload witness).
     Receipt { status: ExitStatus, reaped: u64 },
-    /// The workload's cgroup reports `populated 0`.
+    /// The workload's cgroup reports `populated 0`, or was removed from a cgroup hierarchy
+    /// that is still mounted (the kernel removes only an empty cgroup).
     CgroupEmpty,
     /// The boot id differs from the one the scope was recorded under: that kernel lifetime,
     /// and every process in it, has ended.
