@@ -3303,9 +3303,65 @@ fn check_receipt(bytes: &[u8]) {
                 bytes,
                 "a decoded receipt does not re-encode to its bytes"
             );
+            check_receipt_binding(&r);
         }
         Err(e) => assert!(!e.to_string().is_empty()),
     }
+}
+
+/// A decoded receipt against the registration its own fields describe (journal-format.md,
+/// "Guardian receipts"): its nonce always binds; another nonce never does; no nonce binds only
+/// where an assessment allows it and only for an aborted launch's receipt (`status none`,
+/// `reaped 1`, a known guardian start time and boot).
+fn check_receipt_binding(r: &crate::tree::guardian::Receipt) {
+    use crate::tree::guardian::{Registration, bind};
+    let workload = crate::tree::ProcessWitness {
+        pid: r.workload_pid,
+        start_time_ticks: r.workload_start_ticks,
+        pidfs_ino: r.workload_pidfs_ino,
+    };
+    let guardian = crate::tree::ProcessWitness {
+        pid: r.guardian_pid,
+        start_time_ticks: r.guardian_start_ticks,
+        pidfs_ino: 0,
+    };
+    let binding = |nonce| crate::tree::ReceiptBinding {
+        path: String::new(),
+        dev: 0,
+        ino: 0,
+        nonce,
+    };
+    let reg = |b: &crate::tree::ReceiptBinding, gateless| {
+        bind(
+            r,
+            &Registration {
+                binding: b,
+                handle: &r.handle,
+                workload: &workload,
+                gateless_guardian: gateless,
+                boot_id: r.boot_id,
+            },
+        )
+    };
+    let own = binding(r.nonce);
+    assert!(reg(&own, Some(&guardian)).is_ok() && reg(&own, None).is_ok());
+    let mut other = r.nonce;
+    other[0] ^= 1;
+    let other = binding(other);
+    assert!(
+        reg(&other, None).is_err(),
+        "a receipt bound without its nonce"
+    );
+    let aborted = r.nonce == [0; 16]
+        && r.status.is_none()
+        && r.reaped == 1
+        && r.guardian_start_ticks != 0
+        && r.boot_id != [0; 16];
+    assert_eq!(
+        reg(&other, Some(&guardian)).is_ok(),
+        aborted,
+        "a receipt without the registration's nonce bound, or an aborted launch's did not"
+    );
 }
 
 /// `data` without a last line that starts `crc32 `, ended by a newline, plus the checksum line of

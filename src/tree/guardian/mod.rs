@@ -637,6 +637,14 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
         .read_to_end(&mut bytes)
         .map_err(unreadable)?;
     let r = Receipt::decode(&bytes).map_err(Rejection::Undecodable)?;
+    bind(&r, reg)?;
+    Ok(r)
+}
+
+/// Whether a decoded receipt belongs to the registration: its handle and workload, and its
+/// nonce or the binding of a receipt without one. Pure: what [`verify_receipt`] checks once
+/// the file's identity and bytes passed.
+pub fn bind(r: &Receipt, reg: &Registration<'_>) -> Result<(), Rejection> {
     if r.handle != reg.handle {
         return Err(Rejection::OtherHandle);
     }
@@ -648,7 +656,7 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
         return Err(Rejection::OtherWorkload);
     }
     if r.nonce == reg.binding.nonce {
-        return Ok(r);
+        return Ok(());
     }
     if r.nonce != [0; 16] {
         return Err(Rejection::OtherNonce);
@@ -658,8 +666,7 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
             "this registration's guardian was sent GO",
         ));
     };
-    gateless_binding(&r, g, reg.boot_id).map_err(Rejection::UnboundGateless)?;
-    Ok(r)
+    gateless_binding(r, g, reg.boot_id).map_err(Rejection::UnboundGateless)
 }
 
 /// The binding of a receipt without a nonce: what the aborted guardian knew before `GO` and
