@@ -334,8 +334,7 @@ mod tests {
                 "properties": {
                     "max_bytes": {"type": "integer", "minimum": 1, "maximum": 1048576},
                     "rows": {"type": "integer", "minimum": 1, "maximum": 65535},
-                    "rendering": {"description": "how", "type": "string",
-                                  "enum": ["safe_text", "base64"]},
+                    "rendering": {"type": "string", "enum": ["safe_text", "base64"]},
                     "pty": {"type": "object", "properties": {
                         "cols": {"type": "integer", "minimum": 0, "maximum": 65535}}},
                     "description": {"type": "string", "format": "uri"},
