@@ -436,7 +436,7 @@ pub struct StopArgs {
     #[serde(deserialize_with = "reference_text")]
     #[schemars(schema_with = "reference_schema")]
     pub handle: String,
-    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000). The process ends
+    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 1500, `limits::GRACE_MS_DEFAULT`). The process ends
     /// `terminated` if it exits within the grace, else `killed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 600_000))]
@@ -487,7 +487,7 @@ pub struct AwaitInputArgs {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShutdownArgs {
-    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000).
+    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 1500, `limits::GRACE_MS_DEFAULT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 600_000))]
     pub grace_ms: Option<u64>,
