@@ -102,6 +102,9 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<()> {
     let mut client = Client::connect(socket)?;
     for _ in 0..n {
         let started = client.call(&Request::Start(StartArgs {
+            max_bytes: None,
+            settle_ms: None,
+            yield_ms: None,
             command: vec!["true".into()],
             cwd: Some(cwd.to_owned()),
             env: Default::default(),
@@ -119,7 +122,7 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<()> {
         }))?;
         let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
         let done = client.call(&Request::Wait {
-            handle,
+            handle: handle.into(),
             timeout_ms: None,
         })?;
         if done["state"] != "exited" || done["exit_code"] != 0 {

@@ -194,6 +194,9 @@ fn start_processes(socket: &Path, cwd: &Path, n: usize) -> Res<(Vec<Handle>, Vec
     let mut pids = Vec::with_capacity(n);
     for _ in 0..n {
         let result = client.call(&Request::Start(StartArgs {
+            max_bytes: None,
+            settle_ms: None,
+            yield_ms: None,
             command: vec!["bash".into(), "-c".into(), SCRIPT.into()],
             cwd: Some(cwd.to_str().ok_or("non-UTF-8 temp dir")?.to_owned()),
             env: Default::default(),
@@ -230,7 +233,10 @@ fn total_bytes(socket: &Path, handles: &[Handle]) -> Res<Vec<u64>> {
 
 fn output_request(handle: Handle, cursor: u64) -> Request {
     Request::Output {
-        handle,
+        min_bytes: None,
+        settle_ms: None,
+        tail_lines: None,
+        handle: handle.into(),
         cursor,
         max_bytes: MAX_BYTES,
         rendering: Rendering::SafeText,
@@ -543,6 +549,9 @@ fn serve_in_process(
     } = envelope.request
     else {
         return Err("not an output request".into());
+    };
+    let procjournal::lifecycle::ProcessRef::Handle(handle) = handle else {
+        return Err("not a handle".into());
     };
     let page = rt.block_on(sup.output(&handle, cursor, usize::try_from(max_bytes)?, rendering))?;
     let next = page.next_cursor;

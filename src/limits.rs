@@ -285,6 +285,11 @@ pub const RETENTION_PASS_INTERVAL_MS: u64 = 3_600_000;
 /// 2 s seed 003 gives it.
 pub const KILL_PROOF_MS: u64 = 500;
 
+/// The most lines an `output` request's `tail_lines` asks for: a page holds at most
+/// `protocol::OUTPUT_BYTES_MAX` bytes whatever the count, so the bound only keeps a count from
+/// meaning "everything" by accident; a hundred thousand lines is more than any page fits.
+pub const TAIL_LINES_MAX: u64 = 100_000;
+
 /// The grace between SIGTERM and SIGKILL when the caller names none (`stop`, `shutdown`,
 /// timeouts): with [`KILL_PROOF_MS`], the 2 s termination budget of seed 003.
 pub const GRACE_MS_DEFAULT: u64 = 1_500;

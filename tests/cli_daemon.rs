@@ -334,9 +334,14 @@ fn bad_requests_get_clear_errors_and_change_nothing() {
         b"{\"v\":1,\"op\":\"start\",\"args\":{\"command\":[\"true\"],\"cwd\":\"rel\"}}\n",
         "bad_args",
     );
+    // Text that is no reference is refused; a name no process has is an unknown handle.
+    check(
+        b"{\"v\":1,\"op\":\"output\",\"args\":{\"handle\":\"p-nonsense\"}}\n",
+        "bad_args",
+    );
     check(
         b"{\"v\":1,\"op\":\"output\",\"args\":{\"handle\":\"nonsense\"}}\n",
-        "bad_args",
+        "unknown_handle",
     );
     check(
         b"{\"v\":1,\"op\":\"output\",\"args\":{\"handle\":\"p-00000000000000000000000000000001\"}}\n",

@@ -157,6 +157,9 @@ fn zombie_children(parent: u32) -> Vec<u32> {
 
 fn start_request(root: &Path) -> Request {
     Request::Start(StartArgs {
+        max_bytes: None,
+        settle_ms: None,
+        yield_ms: None,
         command: vec!["true".to_owned()],
         cwd: Some(root.display().to_string()),
         env: Default::default(),
@@ -220,7 +223,7 @@ fn run_one(socket: &Path, client: &mut Option<Client>, root: &Path, deadline: In
                     .and_then(|h| h.parse().ok())
                     .expect("a handle");
                 let request = Request::Wait {
-                    handle,
+                    handle: handle.into(),
                     timeout_ms: None,
                 };
                 let waited = call(socket, client, &request, deadline).expect("wait");

@@ -689,3 +689,80 @@ fn the_schema_validator_refuses_what_does_not_fit() {
         assert!(!fails(bad.clone()).is_empty(), "{bad} passed");
     }
 }
+
+/// `tools/list` fits an agent's budget: at most 12 KiB of JSON for every tool, each with an
+/// input and an output schema, and no format outside JSON Schema's, no optional input as a
+/// union with null or a `$ref` (clients that convert typed text could not send it).
+#[test]
+fn the_tool_listing_is_small_and_standard() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::start(&work.path().join("root"), &["--standalone"]);
+    server.initialize();
+    let listed = server.request("tools/list", json!({}));
+    let result = &listed["result"];
+    let bytes = serde_json::to_vec(result).expect("json").len();
+    eprintln!("tools/list: {bytes} bytes of JSON");
+    assert!(bytes <= 12_288, "tools/list is {bytes} bytes");
+    let text = result.to_string();
+    for format in ["uint", "int8", "int16", "int32", "int64", "double", "float"] {
+        assert!(
+            !text.contains(&format!("\"format\":\"{format}")),
+            "{format}"
+        );
+    }
+    for tool in result["tools"].as_array().expect("tools") {
+        assert!(tool["outputSchema"]["properties"].is_object(), "{tool}");
+        let input = tool["inputSchema"].to_string();
+        assert!(
+            !input.contains("$ref") && !input.contains("\"null\""),
+            "{input}"
+        );
+    }
+    server.close();
+}
+
+/// The 8.9 KB counter is read whole in at most three calls: a start that yields, then output
+/// that waits for quiet or the end. Handles, numbers and names all name the process, and a
+/// string command runs through `sh -c`, recorded so.
+#[test]
+fn a_counter_is_read_in_three_calls_by_any_reference() {
+    let work = tempfile::tempdir().expect("tempdir");
+    let mut server = Server::start(&work.path().join("root"), &["--standalone"]);
+    server.initialize();
+    let script = "for i in $(seq 1 2000); do echo $i; done";
+    let expected: String = (1..=2000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(expected.len(), 8893);
+    let mut calls = 1;
+    let started = server.ok(
+        "start",
+        json!({"command": script, "yield_ms": 30000, "name": "counter"}),
+    );
+    assert_eq!(started["command"], json!(["sh", "-c", script]), "{started}");
+    let mut page = started["output"].clone();
+    let mut text = page["data"].as_str().expect("data").to_owned();
+    let number = started["number"].as_u64().expect("number");
+    while !(page["state"] != "running"
+        && page["state"] != "starting"
+        && page["next_cursor"] == page["total_bytes"])
+    {
+        calls += 1;
+        assert!(calls <= 3, "more than three calls: {page}");
+        page = server.ok(
+            "output",
+            json!({"handle": number, "cursor": page["next_cursor"], "wait_ms": 30000,
+                   "settle_ms": 1000}),
+        );
+        text.push_str(page["data"].as_str().expect("data"));
+    }
+    eprintln!("counter: {} bytes in {calls} calls", text.len());
+    assert_eq!(text, expected);
+    // The last lines, by name and by "#N".
+    let tail = server.ok("output", json!({"handle": "counter", "tail_lines": 2}));
+    assert_eq!(tail["data"], "1999\n2000\n", "{tail}");
+    assert_eq!(tail["cursor"], 8893 - 10);
+    let waited = server.ok("wait", json!({"handle": format!("#{number}")}));
+    assert_eq!(waited["exit_code"], 0, "{waited}");
+    let refused = server.call("wait", json!({"handle": "nobody"}));
+    assert_eq!(refused["isError"], true, "{refused}");
+    server.close();
+}

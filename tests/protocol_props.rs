@@ -18,6 +18,15 @@ fn handle() -> impl Strategy<Value = Handle> {
     any::<[u8; 16]>().prop_map(|b| Handle(EventId::from_bytes(b)))
 }
 
+/// Any way to name a process: its handle, its number, its name.
+fn reference() -> impl Strategy<Value = ProcessRef> {
+    prop_oneof![
+        handle().prop_map(ProcessRef::Handle),
+        (1u64..).prop_map(ProcessRef::Number),
+        "[a-oq-zA-Z_][a-zA-Z0-9._-]{0,12}".prop_map(ProcessRef::Name),
+    ]
+}
+
 fn text() -> impl Strategy<Value = String> {
     // Any Unicode but NUL (which start refuses), including quotes, escapes and newlines.
     "[^\u{0}]{0,12}"
@@ -78,7 +87,14 @@ fn start_args() -> impl Strategy<Value = StartArgs> {
                 if name.is_some() {
                     labels.remove("name");
                 }
+                // The yield fields, drawn from the others' values (the tuple is at its size).
+                let yield_ms = queue_ms.map(|q| q % 60_001);
+                let settle_ms = yield_ms.and(idle_timeout_ms.map(|t| t % 60_000 + 1));
+                let max_bytes = yield_ms.and(retention_bytes.map(|b| b % (1 << 20) + 1));
                 StartArgs {
+                    yield_ms,
+                    settle_ms,
+                    max_bytes,
                     command,
                     cwd,
                     env,
@@ -138,26 +154,43 @@ fn request() -> impl Strategy<Value = Request> {
             proptest::option::of(("[^=\u{0}]{1,6}", text()))
         )
             .prop_map(|(state, label)| Request::List { state, label }),
-        handle().prop_map(Request::Manifest),
-        handle().prop_map(Request::Interrupt),
+        reference().prop_map(Request::Manifest),
+        reference().prop_map(Request::Interrupt),
         (
-            handle(),
+            reference(),
             any::<u64>(),
             1u64..=1 << 20,
             prop_oneof![Just(Rendering::SafeText), Just(Rendering::Base64)],
-            0u64..=60_000
+            0u64..=60_000,
+            proptest::option::of(0u64..=1 << 20),
+            proptest::option::of(1u64..=60_000),
+            proptest::option::of(1u64..=procjournal::protocol::TAIL_LINES_MAX),
         )
-            .prop_map(|(handle, cursor, max_bytes, rendering, wait_ms)| {
-                Request::Output {
+            .prop_map(
+                |(
                     handle,
                     cursor,
                     max_bytes,
                     rendering,
                     wait_ms,
+                    min_bytes,
+                    settle_ms,
+                    tail_lines,
+                )| {
+                    Request::Output {
+                        handle,
+                        cursor,
+                        max_bytes,
+                        rendering,
+                        wait_ms,
+                        min_bytes,
+                        settle_ms,
+                        tail_lines,
+                    }
                 }
-            }),
+            ),
         (
-            handle(),
+            reference(),
             proptest::collection::vec(any::<u8>(), 0..64),
             any::<bool>()
         )
@@ -166,16 +199,16 @@ fn request() -> impl Strategy<Value = Request> {
                 data,
                 close
             }),
-        (handle(), 0u64..=600_000)
+        (reference(), 0u64..=600_000)
             .prop_map(|(handle, grace_ms)| Request::Stop { handle, grace_ms }),
-        (handle(), proptest::option::of(any::<u64>()))
+        (reference(), proptest::option::of(any::<u64>()))
             .prop_map(|(handle, timeout_ms)| Request::Wait { handle, timeout_ms }),
         (0u64..=600_000).prop_map(|grace_ms| Request::Shutdown { grace_ms }),
         "[^\u{0}]{0,40}".prop_map(|reason| Request::Pause { reason }),
         "[^\u{0}]{0,40}".prop_map(|reason| Request::Resume { reason }),
-        (handle(), any::<bool>())
+        (reference(), any::<bool>())
             .prop_map(|(handle, waiting)| Request::AwaitInput { handle, waiting }),
-        (handle(), 1u16.., 1u16..).prop_map(|(handle, rows, cols)| Request::Resize {
+        (reference(), 1u16.., 1u16..).prop_map(|(handle, rows, cols)| Request::Resize {
             handle,
             rows,
             cols
@@ -186,7 +219,13 @@ fn request() -> impl Strategy<Value = Request> {
             prop_oneof![Just(Rendering::SafeText), Just(Rendering::Base64)]
         )
             .prop_map(|(start, max_bytes, rendering)| Request::Capture {
-                start,
+                // Capture runs to the end: the yield fields are the start tool's only.
+                start: StartArgs {
+                    yield_ms: None,
+                    settle_ms: None,
+                    max_bytes: None,
+                    ..start
+                },
                 max_bytes,
                 rendering
             }),
@@ -243,10 +282,11 @@ proptest! {
     fn wrong_typed_fields_are_bad_args(op in proptest::sample::select(vec![
         "start", "output", "input", "stop", "wait", "interrupt", "manifest", "capture"
     ]), value in prop_oneof![
-        Just(json!(null)), Just(json!(-1)), Just(json!(1.5)), Just(json!("x")),
+        Just(json!(null)), Just(json!(-1)), Just(json!(1.5)), Just(json!("p-x")), Just(json!("a b")),
         Just(json!([1])), Just(json!({"a": 1})), Just(json!(true))
     ]) {
-        // Every field of every operation given a value of the wrong type or range.
+        // Every field of every operation given a value of the wrong type or range ("x" is a
+        // name, so a reference: "p-x" and "a b" are not).
         let mut args = BTreeMap::new();
         args.insert("handle".to_owned(), value.clone());
         let args = serde_json::to_value(args).unwrap();

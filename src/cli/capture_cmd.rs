@@ -132,6 +132,9 @@ fn capture_request(
     let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
     let wire = CaptureArgs {
         start: StartArgs {
+            max_bytes: None,
+            settle_ms: None,
+            yield_ms: None,
             command: args.command,
             cwd: Some(cwd.to_string_lossy().into_owned()),
             env: Default::default(),

@@ -253,7 +253,7 @@ pub(crate) fn resize(args: ResizeCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let handle = resolve(&mut client, &args.handle)?;
     client.call(&Request::Resize {
-        handle,
+        handle: handle.into(),
         rows: args.size.0,
         cols: args.size.1,
     })?;
@@ -271,6 +271,9 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         .to_owned();
     let client_env = (!args.daemon_env).then(client_environment);
     let request = Request::Start(StartArgs {
+        max_bytes: None,
+        settle_ms: None,
+        yield_ms: None,
         command: args.command,
         cwd: Some(cwd),
         env: args.env.into_iter().collect(),
@@ -429,7 +432,7 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
     let mut push = |client: &mut Client, data: Vec<u8>, close: bool| -> anyhow::Result<()> {
         sent += data.len() as u64;
         client.call(&Request::Input {
-            handle,
+            handle: handle.into(),
             data,
             close,
         })?;
@@ -580,7 +583,7 @@ pub(crate) fn await_input(args: AwaitInputCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let handle = resolve(&mut client, &args.handle)?;
     client.call(&Request::AwaitInput {
-        handle,
+        handle: handle.into(),
         waiting: !args.clear,
     })?;
     Ok(ExitCode::SUCCESS)
@@ -623,7 +626,7 @@ pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let handle = resolve(&mut client, &args.handle)?;
     let result = client.call(&Request::Stop {
-        handle,
+        handle: handle.into(),
         grace_ms: millis(args.grace),
     })?;
     print_end(result, args.json)?;
@@ -633,7 +636,7 @@ pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
 pub(crate) fn interrupt(args: HandleCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let handle = resolve(&mut client, &args.handle)?;
-    client.call(&Request::Interrupt(handle))?;
+    client.call(&Request::Interrupt(handle.into()))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -643,7 +646,7 @@ pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
     let handle = resolve(&mut client, &args.handle)?;
     let result = match client.call(&Request::Wait {
-        handle,
+        handle: handle.into(),
         timeout_ms: args.timeout.map(millis),
     }) {
         Ok(result) => result,

@@ -85,19 +85,19 @@ pub(super) fn interrupted(n: u32, control: &Control, handle: Handle) -> bool {
     let (say, request) = match n {
         1 => (
             "interrupting {handle} (SIGINT; Ctrl-C again to stop it)",
-            Request::Interrupt(handle),
+            Request::Interrupt(handle.into()),
         ),
         2 => (
             "stopping {handle} (SIGTERM; Ctrl-C again to kill)",
             Request::Stop {
-                handle,
+                handle: handle.into(),
                 grace_ms: STOP_GRACE_MS,
             },
         ),
         3 => (
             "killing {handle}",
             Request::Stop {
-                handle,
+                handle: handle.into(),
                 grace_ms: 0,
             },
         ),
@@ -199,8 +199,8 @@ pub(super) async fn forward_input(control: Control, handle: Handle) {
         tokio::select! {
             bytes = rx.recv() => {
                 let request = match bytes {
-                    Some(data) => Request::Input { handle, data, close: false },
-                    None => Request::Input { handle, data: Vec::new(), close: true },
+                    Some(data) => Request::Input { handle: handle.into(), data, close: false },
+                    None => Request::Input { handle: handle.into(), data: Vec::new(), close: true },
                 };
                 let end = matches!(request, Request::Input { close: true, .. });
                 if control.call(request).await.is_err() || end {
@@ -215,7 +215,7 @@ pub(super) async fn forward_input(control: Control, handle: Handle) {
             } => {
                 if let Some(size) = user_terminal_size() {
                     let _ = control
-                        .call(Request::Resize { handle, rows: size.rows, cols: size.cols })
+                        .call(Request::Resize { handle: handle.into(), rows: size.rows, cols: size.cols })
                         .await;
                 }
             }

@@ -336,7 +336,10 @@ impl PageSource {
     ) -> anyhow::Result<(Value, PageView)> {
         let raw = match self {
             PageSource::Daemon(client) => client.call(&Request::Output {
-                handle,
+                min_bytes: None,
+                settle_ms: None,
+                tail_lines: None,
+                handle: handle.into(),
                 cursor,
                 max_bytes,
                 rendering,

@@ -181,6 +181,9 @@ pub(super) fn start_request(
         .map_or_else(|| here.to_owned(), |dir| here.join(dir));
     let inherit_env = client_env.is_none();
     let start = StartArgs {
+        max_bytes: None,
+        settle_ms: None,
+        yield_ms: None,
         command: args.command,
         cwd: Some(
             cwd.to_str()
@@ -250,7 +253,7 @@ async fn relay(
                     // tap goes first, so the drain reads on into the spool meanwhile.
                     output = None;
                     let _ = control
-                        .call(Request::Stop { handle, grace_ms: STOP_GRACE_MS })
+                        .call(Request::Stop { handle: handle.into(), grace_ms: STOP_GRACE_MS })
                         .await;
                 }
             }

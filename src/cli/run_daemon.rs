@@ -74,7 +74,7 @@ pub(super) async fn run(start: StartArgs, root: &Path, socket: &Path) -> anyhow:
     followed?;
     let result = control
         .call(Request::Wait {
-            handle,
+            handle: handle.into(),
             timeout_ms: None,
         })
         .await
@@ -115,7 +115,10 @@ async fn follow(
     let mut interrupts = 0u32;
     loop {
         let request = Request::Output {
-            handle,
+            min_bytes: None,
+            settle_ms: None,
+            tail_lines: None,
+            handle: handle.into(),
             cursor,
             max_bytes: PAGE_BYTES,
             rendering: Rendering::Base64,
@@ -159,7 +162,7 @@ async fn follow(
                 // `run_cmd` does when its stdout breaks.
                 let _ = control
                     .call(Request::Stop {
-                        handle,
+                        handle: handle.into(),
                         grace_ms: crate::limits::GRACE_MS_DEFAULT,
                     })
                     .await;

@@ -81,6 +81,12 @@ impl std::str::FromStr for ProcessRef {
     }
 }
 
+impl From<Handle> for ProcessRef {
+    fn from(handle: Handle) -> Self {
+        ProcessRef::Handle(handle)
+    }
+}
+
 impl std::fmt::Display for ProcessRef {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -31,6 +31,7 @@
 //!   arguments say otherwise, as it does standalone (the daemon's own never reach a command);
 //! - stdout carries only protocol messages; this module writes nothing to it.
 
+pub mod schema;
 pub mod transport;
 
 use std::borrow::Cow;
@@ -51,7 +52,7 @@ use serde_json::Value;
 use crate::admission::AdmissionSnapshot;
 use crate::client::ClientError;
 use crate::protocol::dispatch::{
-    InputResult, InterruptResult, ListResult, ProcessInfo, ResizeResult, WaitResult,
+    InputResult, InterruptResult, ListResult, ProcessInfo, ResizeResult, StartResult, WaitResult,
 };
 use crate::protocol::{
     self, ApiError, AwaitInputArgs, CaptureArgs, Dispatcher, ErrorCode, HandleArgs, InputArgs,
@@ -68,7 +69,11 @@ are kept in a journal on disk. Typical use: `start` a command (you get a `handle
 output with `output` (pass each page's `next_cursor` back as `cursor` to continue exactly where \
 you stopped; use `wait_ms` to wait for new output instead of polling fast), write to its stdin \
 with `input`, end it with `stop` (or `interrupt` for Ctrl-C), and `wait` for its exit status. \
-`list` shows every process this root knows, including ones started by earlier servers. States: \
+`list` shows every process this root knows, including ones started by earlier servers. Every \
+`handle` argument takes a handle, the process's `number` (12 or \"#12\") or its `name`. A \
+`command` is an argv list, or one string run by `sh -c`. `start` with `yield_ms` returns the \
+output so far too (often the whole run), and `output` with `wait_ms` and `settle_ms` reads \
+what came until the output went quiet. States: \
 starting, running (live); exited, failed, timed_out, interrupted, terminated, killed, \
 lost_on_restore (terminal). A failed call returns isError with `code: message` (codes such as \
 unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity).";
@@ -91,11 +96,13 @@ were live when a server died without stopping them are `lost_on_restore`.";
 struct ToolSpec {
     name: &'static str,
     op: &'static str,
-    title: &'static str,
     description: &'static str,
     schema: fn() -> Result<Arc<JsonObject>, String>,
     /// The schema of the result's `structuredContent` (what dispatch serializes).
     output: fn() -> Arc<JsonObject>,
+    /// Each argument's description as the agent reads it (short: the protocol's doc comments
+    /// are the reference; `handle`, the same everywhere, is described in [`INSTRUCTIONS`]).
+    fields: &'static [(&'static str, &'static str)],
     read_only: bool,
     destructive: bool,
     idempotent: bool,
@@ -105,23 +112,24 @@ const TOOLS: [ToolSpec; 12] = [
     ToolSpec {
         name: "start",
         op: "start",
-        title: "Start a command",
-        description: "Start a command under supervision and return at once (it runs in the \
-background, in its own process group, with stdin, stdout and stderr captured). `command` is the \
-program and its arguments as a list; no shell is involved unless you run one, e.g. \
-[\"sh\", \"-c\", \"make test 2>&1\"]. Returns the process: `handle` (pass it to every other tool), \
-`state` (`running`), `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`, `retention_bytes` \
-(the output bytes kept: set `retention_bytes` to keep more or less than the server's default). \
-If the program \
-cannot be spawned the error is spawn_failed and the process is recorded as `failed` under the \
-handle the error names. If the server has no capacity for another command now the error is \
-capacity (the `admission` tool says why); set `queue_ms` to wait in line for capacity instead. \
-For an interactive program (a REPL such as `python3 -i`, a shell, a prompt, a full-screen or \
-colour-on-a-terminal program) set `pty` {rows, cols}: it then runs under a terminal, its output \
-is one stream (`terminal` in `spans`; read it with `output`, \"safe_text\" removes the escape \
-sequences), `input` types into the terminal (end a line with \"\\n\") and `resize` changes its size.",
+        description: "Run a command in the background, supervised. With `yield_ms` it waits \
+(for the end, a full page or `settle_ms` of quiet) and adds `output`, a page as output gives.",
         schema: schema_for_input::<StartArgs>,
-        output: schema_for_output::<ProcessInfo>,
+        output: schema_for_output::<StartResult>,
+        fields: &[
+            ("command", "argv list, or one string run by sh -c"),
+            ("cwd", "absolute working directory"),
+            ("env", "variables, values not stored"),
+            ("name", "unique among live processes"),
+            ("timeout_ms", "wall-clock limit"),
+            ("idle_timeout_ms", "limit without activity"),
+            ("retention_bytes", "output bytes kept"),
+            ("queue_ms", "wait this long for capacity"),
+            ("pty", "terminal {rows, cols}"),
+            ("yield_ms", "wait for the end and return output"),
+            ("settle_ms", "with yield_ms: return after this quiet"),
+            ("max_bytes", "with yield_ms: bytes returned"),
+        ],
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -129,25 +137,19 @@ sequences), `input` types into the terminal (end a line with \"\\n\") and `resiz
     ToolSpec {
         name: "output",
         op: "output",
-        title: "Read output",
-        description: "Read one page of a process's output: stdout and stderr merged in the order \
-they arrived, addressed by byte offset (`cursor`). Start at cursor 0; to continue, pass the \
-page's `next_cursor` back as `cursor` (nothing is skipped or repeated). The page has: `data` \
-(the bytes from `cursor` to `next_cursor`, as `rendering` says: \"safe_text\" is UTF-8 with \
-terminal control sequences such as colours and cursor movement removed, for reading; \"base64\" \
-is exactly the raw bytes), `next_cursor`, `total_bytes` (all output written so far), \
-`retained_from` (the oldest byte still kept; older output was discarded by retention), \
-`skipped` (when the page starts after `cursor`: the range `from`..`to` it stepped over, its \
-`kind` (\"gap\": output that was not kept, such as retention or a full disk; \"damage\": output \
-the files should hold and cannot read) and its `reason`; the bytes in `data` start at `to`; \
-never a splice: cursors count over the range), `gap` (true when `skipped` is a gap), \
-`cursor_ahead` (true when `cursor` was beyond \
-`total_bytes`: no data is returned and `next_cursor` is the end of the output), `state` (the \
-process's state; when it is terminal and `next_cursor` equals `total_bytes` you have read \
-everything), `spans` (which byte ranges came from stdout or stderr). All sizes and offsets are \
-bytes. Set `wait_ms` to wait for new output of a running process instead of polling.",
+        description: "A page of output (stdout and stderr merged) from byte `cursor`; go on \
+from `next_cursor`. All read when `state` is terminal and `next_cursor` = `total_bytes`.",
         schema: schema_for_input::<OutputArgs>,
         output: schema_for_output::<OutputPage>,
+        fields: &[
+            ("cursor", "byte offset (a next_cursor)"),
+            ("max_bytes", "page size"),
+            ("rendering", "safe_text or base64 (raw)"),
+            ("wait_ms", "wait this long for output"),
+            ("min_bytes", "wait for this many bytes"),
+            ("settle_ms", "then for this much quiet"),
+            ("tail_lines", "only the last lines"),
+        ],
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -155,14 +157,14 @@ bytes. Set `wait_ms` to wait for new output of a running process instead of poll
     ToolSpec {
         name: "input",
         op: "input",
-        title: "Write to stdin",
-        description: "Write to a running process's stdin: `text` as UTF-8 (include \"\\n\" to end \
-a line; most programs read line by line) or `base64` for arbitrary bytes, and/or `close: true` \
-to close stdin so the program sees end-of-file. Returns `bytes_written` and `closed`. Errors: \
-not_running (the process has ended), input_closed (stdin was closed or the program stopped \
-reading).",
+        description: "Write to a running process's stdin, and/or close it.",
         schema: schema_for_input::<InputArgs>,
         output: schema_for_output::<InputResult>,
+        fields: &[
+            ("text", "text (end lines with \\n)"),
+            ("base64", "bytes, base64"),
+            ("close", "close stdin"),
+        ],
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -170,15 +172,14 @@ reading).",
     ToolSpec {
         name: "restart",
         op: "restart",
-        title: "Run a finished command again",
-        description: "Start the command of a finished process again, as a new process linked to \
-the old one (its `restart_of` names it): same program, arguments, working directory, labels, \
-limits and persisted environment variables. Variables whose values were not persisted (a \
-start's `env`, which may hold secrets) must be given again in `env`; without them the error is \
-missing_env and names each. Returns the new process, as `start` does. Errors: not_finished (the \
-process is still running: stop it first), unknown_handle, capacity, refused (paused).",
+        description: "Run a finished process's command again; give its `env` values again.",
         schema: schema_for_input::<RestartArgs>,
         output: schema_for_output::<ProcessInfo>,
+        fields: &[
+            ("env", "the withheld values"),
+            ("queue_ms", "wait this long for capacity"),
+            ("pty", "terminal {rows, cols}"),
+        ],
         read_only: false,
         destructive: false,
         idempotent: false,
@@ -186,10 +187,10 @@ process is still running: stop it first), unknown_handle, capacity, refused (pau
     ToolSpec {
         name: "resize",
         op: "resize",
-        title: "Resize a terminal",
-        description: "Change the size (`rows`, `cols`, each at least 1) of the terminal of a process started with `pty`; the program gets SIGWINCH and redraws for the new size. The size is recorded in the journal. Returns `handle`, `rows` and `cols`. Errors: not_running (the process has ended), bad_args (the process was started without `pty`).",
+        description: "Resize the terminal of a process started with `pty` (it gets SIGWINCH).",
         schema: schema_for_input::<ResizeArgs>,
         output: schema_for_output::<ResizeResult>,
+        fields: &[],
         read_only: false,
         destructive: false,
         idempotent: true,
@@ -197,13 +198,10 @@ process is still running: stop it first), unknown_handle, capacity, refused (pau
     ToolSpec {
         name: "stop",
         op: "stop",
-        title: "Stop a process",
-        description: "Stop a process and its whole process tree: SIGTERM, then SIGKILL if it is \
-still alive after `grace_ms` milliseconds. Returns once it has ended, with the same fields as \
-`wait`; its state is `terminated` (it exited after SIGTERM) or `killed` (SIGKILL was needed). \
-Stopping a process that already ended returns how it ended.",
+        description: "SIGTERM to the process tree, SIGKILL after `grace_ms` (default 1500).",
         schema: schema_for_input::<StopArgs>,
         output: schema_for_output::<WaitResult>,
+        fields: &[("grace_ms", "SIGTERM to SIGKILL")],
         read_only: false,
         destructive: true,
         idempotent: true,
@@ -211,12 +209,10 @@ Stopping a process that already ended returns how it ended.",
     ToolSpec {
         name: "interrupt",
         op: "interrupt",
-        title: "Interrupt (Ctrl-C)",
-        description: "Send SIGINT (what Ctrl-C sends) to a running process's process group and \
-return at once. Many programs stop cleanly on it; use `wait` to see whether it ended, and \
-`stop` if it did not.",
+        description: "Send SIGINT (Ctrl-C) to a process's group; returns at once.",
         schema: schema_for_input::<HandleArgs>,
         output: schema_for_output::<InterruptResult>,
+        fields: &[],
         read_only: false,
         destructive: true,
         idempotent: false,
@@ -224,16 +220,10 @@ return at once. Many programs stop cleanly on it; use `wait` to see whether it e
     ToolSpec {
         name: "wait",
         op: "wait",
-        title: "Wait for the end",
-        description: "Wait until a process has ended and return how: `state` (exited, failed, \
-timed_out, interrupted, terminated, killed or lost_on_restore), `exit_code` (when it exited \
-normally) or `signal` (the signal number that ended it, e.g. 15 for SIGTERM, 9 for SIGKILL), \
-`total_bytes` and `retained_from` of its output, `capture` (\"complete\" when every output byte \
-was recorded). Set `timeout_ms` to give up after that many milliseconds: the error is then \
-wait_timeout and the process keeps running. Without it the call blocks until the process ends, \
-so prefer a timeout for commands that may run long.",
+        description: "Wait until a process ends; after `timeout_ms`: wait_timeout.",
         schema: schema_for_input::<WaitArgs>,
         output: schema_for_output::<WaitResult>,
+        fields: &[("timeout_ms", "give up after")],
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -241,16 +231,10 @@ so prefer a timeout for commands that may run long.",
     ToolSpec {
         name: "list",
         op: "list",
-        title: "List processes",
-        description: "List every process this runtime root knows, oldest first, including those \
-of earlier server runs (processes that were live when an earlier server died are \
-`lost_on_restore`; their output is still readable with `output`). Each entry has `handle`, \
-`state`, `pid`, `command`, `cwd`, `labels`, `registered_unix_ms`, `exit_code`, `signal`, \
-`retained_from`/`total_bytes` of its output as last recorded, and `retention_bytes` (how much \
-output it keeps; older output is discarded). Filter by `state` or by a `label` \
-given as \"key=value\".",
+        description: "Every process of this root, oldest first, earlier servers' included.",
         schema: schema_for_input::<ListArgs>,
         output: schema_for_output::<ListResult>,
+        fields: &[("state", "only this state"), ("label", "only key=value")],
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -258,18 +242,10 @@ given as \"key=value\".",
     ToolSpec {
         name: "admission",
         op: "admission",
-        title: "Capacity and admission",
-        description: "Show why a start would be admitted, refused or kept waiting now. The server \
-admits a command only while capacity remains: by default 70 % of the machine's cores and of its \
-available memory, at least 2 GiB reserved per running command and all its subprocesses, at \
-least one command always (the operator may set an explicit limit instead). Returns `decision` \
-(`admit`, `slots`, `in_use`, `basis`: automatic, no_memory_telemetry or host_limit, and the \
-inputs `cores`, `available_bytes`, `share_percent`, `floor_bytes`, `reserved_bytes`, \
-`pool_bytes`), `reservations` (per process handle: `reserved_bytes`, `observed_bytes`, `sample`), \
-`telemetry_complete` and `queued` (starts waiting). A `start` refused with code `capacity` can be \
-retried later, or given `queue_ms` to wait for capacity in line.",
+        description: "Why a start would be admitted, refused (capacity) or queued now.",
         schema: no_args_schema,
         output: schema_for_output::<AdmissionSnapshot>,
+        fields: &[],
         read_only: true,
         destructive: false,
         idempotent: true,
@@ -277,14 +253,10 @@ retried later, or given `queue_ms` to wait for capacity in line.",
     ToolSpec {
         name: "await_input",
         op: "await_input",
-        title: "Mark as waiting for a human",
-        description: "Mark a running process as waiting for human input (`waiting`: true, the \
-default), or clear the mark (`waiting`: false). While marked, its idle limit (`idle_timeout_ms` \
-of `start`) does not run, so a prompt that waits for a person is not stopped as idle; writing to \
-its stdin with `input` clears the mark and restarts the idle clock. Returns `waiting` and \
-`changed` (false when it already was so). Errors: not_running (the process has ended).",
+        description: "Mark a process as waiting for a human: its idle limit pauses.",
         schema: schema_for_input::<AwaitInputArgs>,
         output: schema_for_output::<InputWaitStatus>,
+        fields: &[("waiting", "false clears")],
         read_only: false,
         destructive: false,
         idempotent: true,
@@ -292,25 +264,23 @@ its stdin with `input` clears the mark and restarts the idle clock. Returns `wai
     ToolSpec {
         name: "capture",
         op: "capture",
-        title: "Run to completion and capture",
-        description: "Run a command to completion and return its whole output in one call: for \
-checks and probes whose output you will parse (a test run, a linter, `git status`). `start` \
-takes the same fields as the start tool (set its `timeout_ms` to bound the run; without it the \
-call lasts as long as the command). Returns `complete` (true only when every stream reached end \
-of file with all its bytes returned and nothing cut the run short: parse the output only then), \
-`state`, `exit_code` or `signal`, `fault` (what cut the run short: a deadline, a stop, or a \
-capture failure), and `streams` (stdout and stderr, or one `terminal` stream with `pty`), each \
-with `end` (\"eof\", \"incomplete\" with its `reasons`, or \"failed\" with its `failure`), \
-`prefix` (the stream's first `max_bytes` bytes, as `rendering` says), `spool_bytes` and \
-`resume_cursor` (read the rest with the output tool from there). The process stays in `list` \
-under its `handle`.",
+        description: "Run a command to the end: each stream's first `max_bytes`, a receipt.",
         schema: schema_for_input::<CaptureArgs>,
         output: schema_for_output::<CaptureReceipt>,
+        fields: &[
+            ("start", "the start tool's arguments, yield_ms aside"),
+            ("max_bytes", "bytes per stream"),
+            ("rendering", "safe_text or base64 (raw)"),
+        ],
         read_only: false,
         destructive: false,
         idempotent: false,
     },
 ];
+
+/// Arguments whose schema an input schema only sketches (an object, its required fields): their
+/// full form is another tool's, which the description names.
+const SKETCHED: [(&str, &str); 1] = [("capture", "start")];
 
 /// No arguments.
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -581,18 +551,48 @@ pub fn tools() -> Result<Vec<Tool>, SchemaError> {
                 tool: spec.name,
                 message,
             })?;
-            let annotations = ToolAnnotations::with_title(spec.title)
-                .read_only(spec.read_only)
-                .destructive(spec.destructive)
-                .idempotent(spec.idempotent)
-                // Processes run on this machine only; nothing reaches an open world.
-                .open_world(false);
-            Ok(Tool::new(spec.name, spec.description, schema)
-                .with_raw_output_schema((spec.output)())
-                .with_title(spec.title)
+            // Only the hints that differ from the specification's defaults (not read-only,
+            // destructive, not idempotent, open world), to keep the listing small; processes
+            // run on this machine only, so no tool reaches an open world.
+            let mut annotations = ToolAnnotations::new().open_world(false);
+            if spec.read_only {
+                annotations = annotations.read_only(true);
+            }
+            if !spec.destructive {
+                annotations = annotations.destructive(false);
+            }
+            if spec.idempotent {
+                annotations = annotations.idempotent(true);
+            }
+            let mut input = schema::input(&schema);
+            describe(spec, &mut input);
+            let output = Arc::new(schema::output(&(spec.output)()));
+            Ok(Tool::new(spec.name, spec.description, Arc::new(input))
+                .with_raw_output_schema(output)
                 .with_annotations(annotations))
         })
         .collect()
+}
+
+/// Sets each argument's description from the tool's table (a field missing from it has none),
+/// and sketches the arguments [`SKETCHED`] names.
+fn describe(spec: &ToolSpec, input: &mut JsonObject) {
+    let Some(Value::Object(properties)) = input.get_mut("properties") else {
+        return;
+    };
+    for (name, property) in properties.iter_mut() {
+        let Value::Object(property) = property else {
+            continue;
+        };
+        if SKETCHED.contains(&(spec.name, name.as_str())) {
+            property.retain(|k, _| k == "type" || k == "required");
+        }
+        // `handle` is described once, in the instructions: every tool takes the same.
+        let text = spec.fields.iter().find(|(n, _)| n == name).map(|(_, t)| *t);
+        if let Some(text) = text {
+            property.insert("description".to_owned(), Value::from(text));
+        }
+    }
 }
 
 /// A tool error: `code: message` as text, for the agent and for programs (the code is the
@@ -684,7 +684,7 @@ mod tests {
                 "{}",
                 spec.name
             );
-            assert!(tool.description.as_deref().is_some_and(|d| d.len() > 80));
+            assert!(tool.description.as_deref().is_some_and(|d| d.len() > 30));
             assert!(protocol::OPS.contains(&spec.op), "{}", spec.op);
         }
         let names: Vec<&str> = tools.iter().map(|t| t.name.as_ref()).collect();
@@ -729,7 +729,7 @@ mod tests {
                 "{}",
                 tool.name
             );
-            assert!(schema.contains_key("required"), "{}", tool.name);
+            assert!(schema.contains_key("properties"), "{}", tool.name);
         }
     }
 

@@ -20,7 +20,9 @@ use serde_json::Value;
 
 use super::{ApiError, ErrorCode, Request, RestartArgs, StartArgs};
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitProof, ExitStatus, TreeMechanism};
-use crate::lifecycle::{Handle, Manifest, State};
+use crate::lifecycle::{Handle, Manifest, ProcessRef, ReferenceError, State};
+
+use super::wait::OutputWait;
 use crate::supervisor::{
     CaptureError, CaptureLimits, CaptureReceipt, Command, ListFilter, OutputPage, RestartError,
     StartError, Supervisor, SupervisorError, Tap, TerminalSummary,
@@ -79,6 +81,17 @@ pub struct ProcessInfo {
     /// Its number on this root (1, 2, ...: the order of registration, never reused), which
     /// `resolve` and the CLI accept where a handle goes.
     pub number: u64,
+}
+
+/// What `start` returns: the process and, when the start asked for it (`yield_ms`), its output
+/// so far.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]
+pub struct StartResult {
+    #[serde(flatten)]
+    pub process: ProcessInfo,
+    /// With `yield_ms`: the page from cursor 0 after the wait (resume at its `next_cursor`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<OutputPage>,
 }
 
 /// The ownership assessment of a process's tree, from its record.
@@ -316,7 +329,7 @@ impl Dispatcher {
                 live: sup.live_count(),
                 paused: sup.gate().paused,
             }),
-            Request::Start(args) => json(&self.start(args).await?),
+            Request::Start(args) => json(&self.start_yielding(args).await?),
             Request::Restart(args) => json(&self.restart(args).await?),
             Request::Resolve(reference) => {
                 let m = sup
@@ -332,25 +345,38 @@ impl Dispatcher {
                     .collect();
                 json(&ListResult { processes })
             }
-            Request::Manifest(handle) => match sup.manifest(&handle) {
-                Some(m) => json(&m),
-                None => Err(unknown(&handle)),
-            },
+            Request::Manifest(reference) => {
+                let handle = self.resolve(&reference)?;
+                match sup.manifest(&handle) {
+                    Some(m) => json(&m),
+                    None => Err(unknown(&handle)),
+                }
+            }
             Request::Output {
                 handle,
                 cursor,
                 max_bytes,
                 rendering,
                 wait_ms,
+                min_bytes,
+                settle_ms,
+                tail_lines,
             } => {
+                let handle = self.resolve(&handle)?;
                 let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
-                json(&self.output(handle, cursor, max, rendering, wait_ms).await?)
+                let wait = OutputWait::for_output(wait_ms, min_bytes, settle_ms);
+                json(
+                    &self
+                        .output(handle, cursor, max, rendering, wait, tail_lines)
+                        .await?,
+                )
             }
             Request::Input {
                 handle,
                 data,
                 close,
             } => {
+                let handle = self.resolve(&handle)?;
                 if !data.is_empty() {
                     sup.input(&handle, &data).await.map_err(api)?;
                 }
@@ -364,18 +390,24 @@ impl Dispatcher {
                 })
             }
             Request::Resize { handle, rows, cols } => {
+                let handle = self.resolve(&handle)?;
                 sup.resize(&handle, rows, cols).await.map_err(api)?;
                 json(&ResizeResult { handle, rows, cols })
             }
-            Request::Stop { handle, grace_ms } => json(&self.stop(handle, grace_ms).await?),
+            Request::Stop { handle, grace_ms } => {
+                json(&self.stop(self.resolve(&handle)?, grace_ms).await?)
+            }
             Request::Interrupt(handle) => {
+                let handle = self.resolve(&handle)?;
                 self.interrupt(handle).await?;
                 json(&InterruptResult {
                     handle,
                     signalled: "SIGINT".to_owned(),
                 })
             }
-            Request::Wait { handle, timeout_ms } => json(&self.wait(handle, timeout_ms).await?),
+            Request::Wait { handle, timeout_ms } => {
+                json(&self.wait(self.resolve(&handle)?, timeout_ms).await?)
+            }
             Request::Shutdown { grace_ms } => {
                 json(&sup.shutdown(Duration::from_millis(grace_ms)).await)
             }
@@ -398,10 +430,19 @@ impl Dispatcher {
                 rendering,
             } => json(&self.capture(start, max_bytes, rendering).await?),
             Request::AwaitInput { handle, waiting } => json(
-                &sup.await_input(&handle, waiting, &self.owner)
+                &sup.await_input(&self.resolve(&handle)?, waiting, &self.owner)
                     .await
                     .map_err(api)?,
             ),
+        }
+    }
+
+    /// The process `reference` names (a handle, a number, a name), as `resolve` finds it.
+    pub fn resolve(&self, reference: &ProcessRef) -> Result<Handle, ApiError> {
+        match self.supervisor.resolve(reference) {
+            Ok(m) => Ok(m.handle),
+            Err(ReferenceError::UnknownHandle(handle)) => Err(unknown(&handle)),
+            Err(e) => Err(ApiError::new(ErrorCode::UnknownHandle, e.to_string())),
         }
     }
 
@@ -464,6 +505,49 @@ impl Dispatcher {
                 return Ok(read);
             }
         }
+    }
+
+    /// `start` as the protocol answers it: the process, and with `yield_ms` its output so far
+    /// (read after waiting as [`OutputWait::for_yield`] says) and its state after the wait.
+    async fn start_yielding(&self, args: StartArgs) -> Result<StartResult, ApiError> {
+        let page_wait = args.yield_ms.map(|ms| {
+            let bytes = args.max_bytes.unwrap_or(super::OUTPUT_BYTES_DEFAULT);
+            (OutputWait::for_yield(ms, args.settle_ms), bytes)
+        });
+        let process = self.start(args).await?;
+        let Some((wait, max_bytes)) = page_wait else {
+            return Ok(StartResult {
+                process,
+                output: None,
+            });
+        };
+        let handle = process.handle;
+        let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
+        // The process started whatever the read does: a failed read leaves out the page, not
+        // the handle.
+        let page = self
+            .output(
+                handle,
+                0,
+                max,
+                crate::supervisor::Rendering::SafeText,
+                wait,
+                None,
+            )
+            .await
+            .ok();
+        if page.as_ref().is_some_and(|p| p.state.is_terminal()) {
+            // The terminal result is recorded with the state: wait returns it at once.
+            let _ = self.supervisor.wait(&handle, None).await;
+        }
+        let process = self
+            .supervisor
+            .manifest(&handle)
+            .map_or(process, |m| ProcessInfo::from(&m));
+        Ok(StartResult {
+            process,
+            output: page,
+        })
     }
 
     /// `start`, typed: the one place a `StartArgs` becomes a supervised process.
@@ -574,12 +658,11 @@ impl Dispatcher {
     /// `restart`: the recorded command of a finished process, with what the journal does not
     /// keep given again, started like any other.
     pub async fn restart(&self, args: RestartArgs) -> Result<ProcessInfo, ApiError> {
-        let handle: Handle =
-            args.handle
-                .parse()
-                .map_err(|e: crate::lifecycle::event::HandleParseError| {
-                    ApiError::new(ErrorCode::BadArgs, e.to_string())
-                })?;
+        let reference: ProcessRef = args
+            .handle
+            .parse()
+            .map_err(|e: ReferenceError| ApiError::new(ErrorCode::BadArgs, e.to_string()))?;
+        let handle = self.resolve(&reference)?;
         let mut command = self
             .supervisor
             .restart_command(&handle, &args.env)
@@ -612,44 +695,7 @@ impl Dispatcher {
         }
     }
 
-    async fn output(
-        &self,
-        handle: Handle,
-        cursor: u64,
-        max_bytes: usize,
-        rendering: crate::supervisor::Rendering,
-        wait_ms: u64,
-    ) -> Result<OutputPage, ApiError> {
-        let sup = &self.supervisor;
-        let deadline = Instant::now() + Duration::from_millis(wait_ms);
-        loop {
-            let page = match sup.output(&handle, cursor, max_bytes, rendering).await {
-                Ok(page) => page,
-                Err(SupervisorError::CursorAhead { total_bytes, .. }) => {
-                    return self
-                        .cursor_ahead_page(handle, cursor, total_bytes, rendering)
-                        .await;
-                }
-                Err(e) => return Err(api(e)),
-            };
-            let nothing_new = page.next_cursor == cursor && !page.gap;
-            let left = deadline.saturating_duration_since(Instant::now());
-            if !nothing_new || page.state.is_terminal() || left.is_zero() {
-                return Ok(page);
-            }
-            // Wait past what the page saw in total, not past `cursor`: a render that held back a
-            // split character leaves `next_cursor == cursor` with bytes already there.
-            let seen = page.total_bytes;
-            if tokio::time::timeout(left, sup.output_changed(&handle, seen))
-                .await
-                .is_err()
-            {
-                return Ok(page);
-            }
-        }
-    }
-
-    async fn cursor_ahead_page(
+    pub(super) async fn cursor_ahead_page(
         &self,
         handle: Handle,
         cursor: u64,

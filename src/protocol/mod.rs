@@ -18,6 +18,7 @@
 
 pub mod base64;
 pub mod dispatch;
+pub mod wait;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::lifecycle::{Handle, State};
+use crate::lifecycle::{ProcessRef, State};
 use crate::supervisor::Rendering;
 
 pub use dispatch::Dispatcher;
@@ -38,8 +39,9 @@ pub use crate::limits::{REQUEST_BYTES_MAX, RETENTION_BYTES_MAX, RETENTION_BYTES_
 pub const OUTPUT_BYTES_MAX: u64 = 1 << 20;
 /// `max_bytes` when a request leaves it out.
 pub const OUTPUT_BYTES_DEFAULT: u64 = 64 << 10;
-/// The longest an `output` request waits for new bytes.
+/// The longest an `output` request waits for new bytes (and a start's `yield_ms`).
 pub const OUTPUT_WAIT_MS_MAX: u64 = 60_000;
+pub use crate::limits::TAIL_LINES_MAX;
 /// The longest grace between SIGTERM and SIGKILL a request may ask for.
 pub const GRACE_MS_MAX: u64 = 600_000;
 /// Grace between SIGTERM and SIGKILL when a request leaves it out.
@@ -56,8 +58,11 @@ pub const START_ITEMS_MAX: usize = 4096;
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StartArgs {
-    /// The program and its arguments, e.g. ["sh", "-c", "make test"]. A program without a slash
-    /// is looked up on the server's PATH.
+    /// The program and its arguments as a list, e.g. ["make", "test"] (a program without a
+    /// slash is looked up on the server's PATH), or one string, a shell command line, run as
+    /// ["sh", "-c", line] and recorded so.
+    #[serde(deserialize_with = "command_line")]
+    #[schemars(schema_with = "command_schema")]
     pub command: Vec<String>,
     /// Absolute working directory. Default: the server's working directory.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -126,6 +131,91 @@ pub struct StartArgs {
     /// "\n"); `resize` changes its size. Default: pipes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pty: Option<PtyArgs>,
+    /// Wait up to this many milliseconds (at most 60000) after starting, and return the output
+    /// so far with the process (`output`, a page from cursor 0): at once when it ends, when
+    /// the page is full, or when `settle_ms` of quiet passed. Default: return at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 60_000))]
+    pub yield_ms: Option<u64>,
+    /// With `yield_ms`: return once no new output came for this many milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60_000))]
+    pub settle_ms: Option<u64>,
+    /// With `yield_ms`: the most bytes of output returned (1 to 1048576; default 65536).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 1_048_576))]
+    pub max_bytes: Option<u64>,
+}
+
+/// `command` of a start: a list of strings is the program and its arguments; one string is a
+/// shell command line, which runs as `sh -c LINE` (and is recorded so: what the journal keeps
+/// is what ran).
+fn command_line<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<String>, D::Error> {
+    struct Visitor;
+    impl<'de> serde::de::Visitor<'de> for Visitor {
+        type Value = Vec<String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(
+                "the program and its arguments as a sequence of strings, or a shell command \
+                 line as one string",
+            )
+        }
+
+        fn visit_str<E: serde::de::Error>(self, line: &str) -> Result<Self::Value, E> {
+            if line.trim().is_empty() {
+                return Err(E::custom("command is empty: give a shell command line"));
+            }
+            Ok(vec!["sh".to_owned(), "-c".to_owned(), line.to_owned()])
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut argv = Vec::new();
+            while let Some(arg) = seq.next_element::<String>()? {
+                argv.push(arg);
+            }
+            Ok(argv)
+        }
+    }
+    deserializer.deserialize_any(Visitor)
+}
+
+/// A process reference as a client sends it: text (a handle, `12`, `#12`, a name) or a number,
+/// as clients that convert typed text (`handle=12`) send a number.
+fn reference_text<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
+    struct Visitor;
+    impl serde::de::Visitor<'_> for Visitor {
+        type Value = String;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("a process handle, number or name")
+        }
+
+        fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Self::Value, E> {
+            Ok(text.to_owned())
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, number: u64) -> Result<Self::Value, E> {
+            Ok(number.to_string())
+        }
+    }
+    deserializer.deserialize_any(Visitor)
+}
+
+fn reference_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({"type": ["string", "integer"]})
+}
+
+fn command_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": ["array", "string"],
+        "items": {"type": "string"},
+    })
 }
 
 /// `restart`: start a finished process's command again, as a new process linked to it
@@ -135,7 +225,9 @@ pub struct StartArgs {
 #[derive(Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestartArgs {
-    /// The handle of the finished process to run again.
+    /// The finished process to run again: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
     /// Values of the variables whose values the journal withheld (set with `env` at the first
     /// start, not `env_persist`), by name. A restart without one of them is refused with
@@ -197,7 +289,9 @@ pub struct PtyArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResizeArgs {
-    /// The process handle returned by `start`.
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
     /// Rows, 1 to 65535.
     #[schemars(range(min = 1, max = 65535))]
@@ -245,6 +339,9 @@ impl std::fmt::Debug for StartArgs {
             .field("retention_bytes", &self.retention_bytes)
             .field("queue_ms", &self.queue_ms)
             .field("pty", &self.pty)
+            .field("yield_ms", &self.yield_ms)
+            .field("settle_ms", &self.settle_ms)
+            .field("max_bytes", &self.max_bytes)
             .finish()
     }
 }
@@ -265,7 +362,9 @@ pub struct ListArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HandleArgs {
-    /// The process handle returned by `start` (p- and 32 hex digits).
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
 }
 
@@ -273,7 +372,9 @@ pub struct HandleArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputArgs {
-    /// The process handle returned by `start`.
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
     /// Byte offset in the combined output to read from. Start at 0; to continue, pass the
     /// previous page's `next_cursor`.
@@ -292,13 +393,29 @@ pub struct OutputArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 60_000))]
     pub wait_ms: Option<u64>,
+    /// With `wait_ms`: wait until at least this many bytes past `cursor` are there (default 1;
+    /// 0 with `settle_ms`), the page is full, or the process ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(max = 1_048_576))]
+    pub min_bytes: Option<u64>,
+    /// With `wait_ms`: then wait until no new byte came for this many milliseconds (quiet).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 60_000))]
+    pub settle_ms: Option<u64>,
+    /// Return only the last this many lines (after any wait), never from before `cursor`: the
+    /// page's `cursor` says where they start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100_000))]
+    pub tail_lines: Option<u64>,
 }
 
 /// `input`: write to a process's stdin, and/or close it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct InputArgs {
-    /// The process handle returned by `start`.
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
     /// Text to write, as is (add "\n" to end a line).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -315,9 +432,11 @@ pub struct InputArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopArgs {
-    /// The process handle returned by `start`.
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
-    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000). The process ends
+    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 1500, `limits::GRACE_MS_DEFAULT`). The process ends
     /// `terminated` if it exits within the grace, else `killed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 600_000))]
@@ -328,7 +447,9 @@ pub struct StopArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WaitArgs {
-    /// The process handle returned by `start`.
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
     /// Give up after this many milliseconds with a `wait_timeout` error; the process keeps
     /// running. Default: wait as long as it takes.
@@ -353,7 +474,9 @@ pub struct GateArgs {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AwaitInputArgs {
-    /// The process handle returned by `start`.
+    /// The process: its handle, number (12 or #12) or name.
+    #[serde(deserialize_with = "reference_text")]
+    #[schemars(schema_with = "reference_schema")]
     pub handle: String,
     /// true (default): mark it as waiting; false: clear the mark.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -364,7 +487,7 @@ pub struct AwaitInputArgs {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ShutdownArgs {
-    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 5000).
+    /// Milliseconds between SIGTERM and SIGKILL (at most 600000; default 1500, `limits::GRACE_MS_DEFAULT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 600_000))]
     pub grace_ms: Option<u64>,
@@ -383,7 +506,8 @@ pub struct CleanArgs {
     pub dry_run: bool,
 }
 
-/// A validated request: what dispatch acts on.
+/// A validated request: what dispatch acts on. A process is named by a [`ProcessRef`] (a
+/// handle, a number or a name), which dispatch resolves against the root's records.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     /// Server identity and protocol version; changes nothing.
@@ -397,26 +521,30 @@ pub enum Request {
         state: Option<State>,
         label: Option<(String, String)>,
     },
-    Manifest(Handle),
+    Manifest(ProcessRef),
     Output {
-        handle: Handle,
+        handle: ProcessRef,
         cursor: u64,
         max_bytes: u64,
         rendering: Rendering,
         wait_ms: u64,
+        /// `None`: 1, or 0 with `settle_ms`.
+        min_bytes: Option<u64>,
+        settle_ms: Option<u64>,
+        tail_lines: Option<u64>,
     },
     Input {
-        handle: Handle,
+        handle: ProcessRef,
         data: Vec<u8>,
         close: bool,
     },
     Stop {
-        handle: Handle,
+        handle: ProcessRef,
         grace_ms: u64,
     },
-    Interrupt(Handle),
+    Interrupt(ProcessRef),
     Wait {
-        handle: Handle,
+        handle: ProcessRef,
         timeout_ms: Option<u64>,
     },
     Shutdown {
@@ -435,11 +563,11 @@ pub enum Request {
         reason: String,
     },
     AwaitInput {
-        handle: Handle,
+        handle: ProcessRef,
         waiting: bool,
     },
     Resize {
-        handle: Handle,
+        handle: ProcessRef,
         rows: u16,
         cols: u16,
     },
@@ -729,7 +857,10 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
     fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, String> {
         serde_json::from_value(args).map_err(|e| e.to_string())
     }
-    let handle = |text: &str| text.parse::<Handle>().map_err(|e| bad(e.to_string()));
+    let handle = |text: &str| {
+        text.parse::<ProcessRef>()
+            .map_err(|e: crate::lifecycle::ReferenceError| bad(e.to_string()))
+    };
     let request = match op {
         "hello" => {
             let _: Empty = parse(args).map_err(bad)?;
@@ -761,6 +892,16 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
         "capture" => {
             let args: CaptureArgs = parse(args).map_err(bad)?;
             validate_start(&args.start).map_err(|e| bad(format!("start: {e}")))?;
+            if args.start.yield_ms.is_some()
+                || args.start.settle_ms.is_some()
+                || args.start.max_bytes.is_some()
+            {
+                return Err(bad(
+                    "start: yield_ms, settle_ms and max_bytes are for the start tool; capture \
+                     runs to the end and takes its own max_bytes"
+                        .to_owned(),
+                ));
+            }
             Request::Capture {
                 start: args.start,
                 max_bytes: max_bytes(args.max_bytes).map_err(bad)?,
@@ -794,17 +935,19 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
             let args: OutputArgs = parse(args).map_err(bad)?;
             let max_bytes = max_bytes(args.max_bytes).map_err(bad)?;
             let wait_ms = args.wait_ms.unwrap_or(0);
-            if wait_ms > OUTPUT_WAIT_MS_MAX {
-                return Err(bad(format!(
-                    "wait_ms {wait_ms} is out of range (at most {OUTPUT_WAIT_MS_MAX})"
-                )));
-            }
+            within("wait_ms", Some(wait_ms), 0, OUTPUT_WAIT_MS_MAX).map_err(bad)?;
+            within("min_bytes", args.min_bytes, 0, OUTPUT_BYTES_MAX).map_err(bad)?;
+            within("settle_ms", args.settle_ms, 1, OUTPUT_WAIT_MS_MAX).map_err(bad)?;
+            within("tail_lines", args.tail_lines, 1, TAIL_LINES_MAX).map_err(bad)?;
             Request::Output {
                 handle: handle(&args.handle)?,
                 cursor: args.cursor,
                 max_bytes,
                 rendering: args.rendering.unwrap_or(Rendering::SafeText),
                 wait_ms,
+                min_bytes: args.min_bytes,
+                settle_ms: args.settle_ms,
+                tail_lines: args.tail_lines,
             }
         }
         "input" => {
@@ -909,6 +1052,16 @@ fn max_bytes(bytes: Option<u64>) -> Result<u64, String> {
         ));
     }
     Ok(bytes)
+}
+
+/// `value`, when given, within `min..=max`.
+fn within(name: &str, value: Option<u64>, min: u64, max: u64) -> Result<(), String> {
+    match value {
+        Some(v) if !(min..=max).contains(&v) => {
+            Err(format!("{name} {v} is out of range ({min} to {max})"))
+        }
+        _ => Ok(()),
+    }
 }
 
 fn grace(ms: Option<u64>) -> Result<u64, String> {
@@ -1038,6 +1191,14 @@ fn validate_start(args: &StartArgs) -> Result<(), String> {
     if args.idle_timeout_ms == Some(0) {
         return Err("idle_timeout_ms must be at least 1".to_owned());
     }
+    within("yield_ms", args.yield_ms, 0, OUTPUT_WAIT_MS_MAX)?;
+    within("settle_ms", args.settle_ms, 1, OUTPUT_WAIT_MS_MAX)?;
+    within("max_bytes", args.max_bytes, 1, OUTPUT_BYTES_MAX)?;
+    if args.yield_ms.is_none() && (args.settle_ms.is_some() || args.max_bytes.is_some()) {
+        return Err(
+            "settle_ms and max_bytes shape the output yield_ms returns: give yield_ms".to_owned(),
+        );
+    }
     if let Some(bytes) = args.retention_bytes
         && !(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX).contains(&bytes)
     {
@@ -1116,6 +1277,9 @@ impl Request {
                 max_bytes,
                 rendering,
                 wait_ms,
+                min_bytes,
+                settle_ms,
+                tail_lines,
             } => (
                 "output",
                 to(serde_json::to_value(OutputArgs {
@@ -1124,6 +1288,9 @@ impl Request {
                     max_bytes: Some(*max_bytes),
                     rendering: Some(*rendering),
                     wait_ms: Some(*wait_ms),
+                    min_bytes: *min_bytes,
+                    settle_ms: *settle_ms,
+                    tail_lines: *tail_lines,
                 })),
             ),
             Request::Input {
@@ -1229,7 +1396,9 @@ impl Request {
         match self {
             Request::Output { wait_ms, .. } => Some(Duration::from_millis(*wait_ms)),
             Request::Wait { timeout_ms, .. } => timeout_ms.map(Duration::from_millis),
-            Request::Start(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
+            Request::Start(args) => Some(Duration::from_millis(
+                args.queue_ms.unwrap_or(0) + args.yield_ms.unwrap_or(0),
+            )),
             Request::Restart(args) => Some(Duration::from_millis(args.queue_ms.unwrap_or(0))),
             // As long as the command runs: its own deadlines, if any, bound it.
             Request::Capture { .. } => None,
@@ -1241,7 +1410,7 @@ impl Request {
     }
 }
 
-fn handle_args(handle: &Handle) -> Value {
+fn handle_args(handle: &ProcessRef) -> Value {
     let mut object = Map::new();
     object.insert("handle".to_owned(), Value::from(handle.to_string()));
     Value::Object(object)
