@@ -5,6 +5,10 @@ use std::time::Duration;
 
 use crate::lifecycle::ProcessRef;
 
+/// The `--grace` default of `stop` and `shutdown`: the one default grace of every surface
+/// (`limits::GRACE_MS_DEFAULT`, which the daemon, MCP and Ctrl-C use), spelled for clap.
+pub(crate) const GRACE_DEFAULT: &str = "1500ms";
+
 pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     let (number, unit) = match text.find(|c: char| !c.is_ascii_digit() && c != '.') {
         Some(i) => text.split_at(i),
@@ -58,4 +62,18 @@ pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
 
 pub(crate) fn reference_arg(text: &str) -> Result<ProcessRef, String> {
     text.parse::<ProcessRef>().map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The CLI's `--grace` default is the grace every other surface uses.
+    #[test]
+    fn the_grace_default_is_the_one_of_every_surface() {
+        assert_eq!(
+            parse_duration(GRACE_DEFAULT),
+            Ok(Duration::from_millis(crate::limits::GRACE_MS_DEFAULT))
+        );
+    }
 }

@@ -15,7 +15,9 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::args::{parse_duration, parse_env, parse_label, parse_size, reference_arg};
+use super::args::{
+    GRACE_DEFAULT, parse_duration, parse_env, parse_label, parse_size, reference_arg,
+};
 use super::target::{Target, client_environment, resolve};
 use crate::client::{Client, ClientError};
 use crate::lifecycle::{ProcessRef, State};
@@ -479,7 +481,7 @@ pub(crate) struct StopArgs {
     #[arg(value_parser = reference_arg)]
     handle: ProcessRef,
     /// Time between SIGTERM and SIGKILL; the exit must then be proven within 0.5 s.
-    #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
+    #[arg(long, value_parser = parse_duration, default_value = GRACE_DEFAULT)]
     grace: Duration,
     /// Print the result as JSON.
     #[arg(long)]
@@ -516,7 +518,7 @@ pub(crate) struct ShutdownCmdArgs {
     target: Target,
     /// Time between SIGTERM and SIGKILL for every live process; each exit must then be proven
     /// within 0.5 s.
-    #[arg(long, value_parser = parse_duration, default_value = "1.5s")]
+    #[arg(long, value_parser = parse_duration, default_value = GRACE_DEFAULT)]
     grace: Duration,
     /// Print the daemon's report as one JSON object.
     #[arg(long)]

@@ -68,8 +68,9 @@ use crate::supervisor::{
 
 /// The socket's file name inside the root when `--socket` is not given.
 pub const SOCKET_NAME: &str = "procjournal.sock";
-/// Grace between SIGTERM and SIGKILL when the daemon itself is asked to stop by a signal.
-pub const SIGNAL_SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+/// Grace between SIGTERM and SIGKILL when the daemon itself is asked to stop by a signal: the
+/// one default grace of every surface.
+pub const SIGNAL_SHUTDOWN_GRACE: Duration = Duration::from_millis(crate::limits::GRACE_MS_DEFAULT);
 /// `sun_path` holds 108 bytes including the terminating NUL.
 const SOCKET_PATH_MAX: usize = 107;
 
