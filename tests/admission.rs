@@ -229,6 +229,7 @@ async fn injected_telemetry_reaches_the_decisions() {
         members: vec![(4242, 1)],
         bytes: 10 * GIB,
         complete: true,
+        ..TreeSample::default()
     };
     telemetry.set_tree(Some(big.clone()));
     let s = until(&sup, "stable sample", |s| {
