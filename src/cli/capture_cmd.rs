@@ -53,6 +53,8 @@ pub(crate) struct CaptureCmdArgs {
     pty: Option<(u16, u16)>,
     #[command(flatten)]
     tree: super::TreeArgs,
+    #[command(flatten)]
+    queue: super::queue::QueueArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -78,9 +80,10 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let launcher = (!through_daemon)
         .then(|| args.tree.launcher(&root, true))
         .transpose()?;
+    let queue = args.queue.clone();
     let request = capture_request(args, &cwd, through_daemon)?;
     let Some(launcher) = launcher else {
-        return super::run_daemon::capture(&socket, &request).await;
+        return super::run_daemon::capture(&socket, request, &queue).await;
     };
     let mut config = SupervisorConfig::new(&root);
     config.launcher = launcher;
@@ -108,7 +111,18 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     else {
         anyhow::bail!("the capture request did not decode as a capture");
     };
-    let receipt = dispatcher.capture(start, max_bytes, rendering).await;
+    let mut receipt = dispatcher
+        .capture(start.clone(), max_bytes, rendering)
+        .await;
+    if let Err(e) = &receipt
+        && let Some(ms) = queue.retry_after(e)
+    {
+        let start = StartArgs {
+            queue_ms: Some(ms),
+            ..start
+        };
+        receipt = dispatcher.capture(start, max_bytes, rendering).await;
+    }
     // Joins the publication of the terminal event and the completion notice.
     supervisor
         .shutdown(Duration::from_millis(crate::limits::GRACE_MS_DEFAULT))
@@ -120,6 +134,25 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let line = super::json::line(&receipt).context("cannot encode the receipt")?;
     println!("{line}");
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
+}
+
+/// `request` (a capture) asked again with a wait for capacity of `ms`.
+pub(super) fn with_queue(request: Request, ms: u64) -> Request {
+    match request {
+        Request::Capture {
+            start,
+            max_bytes,
+            rendering,
+        } => Request::Capture {
+            start: StartArgs {
+                queue_ms: Some(ms),
+                ..start
+            },
+            max_bytes,
+            rendering,
+        },
+        other => other,
+    }
 }
 
 /// The `capture` request, validated as the protocol validates it; through a daemon its start

@@ -114,8 +114,9 @@ program and its arguments as a list; no shell is involved unless you run one, e.
 (the output bytes kept: set `retention_bytes` to keep more or less than the server's default). \
 If the program \
 cannot be spawned the error is spawn_failed and the process is recorded as `failed` under the \
-handle the error names. If the server has no capacity for another command now the error is \
-capacity (the `admission` tool says why); set `queue_ms` to wait in line for capacity instead. \
+handle the error names. If the server has no capacity for another command now the start waits in line for it \
+(`queue_ms`, default 600000; the result's `queued_ms` says how long it waited), and fails with \
+the error capacity when none came (the `admission` tool says why); `queue_ms: 0` fails at once. \
 For an interactive program (a REPL such as `python3 -i`, a shell, a prompt, a full-screen or \
 colour-on-a-terminal program) set `pty` {rows, cols}: it then runs under a terminal, its output \
 is one stream (`terminal` in `spans`; read it with `output`, \"safe_text\" removes the escape \
@@ -267,7 +268,7 @@ least one command always (the operator may set an explicit limit instead). Retur
 inputs `cores`, `available_bytes`, `share_percent`, `floor_bytes`, `reserved_bytes`, \
 `pool_bytes`), `reservations` (per process handle: `reserved_bytes`, `observed_bytes`, `sample`), \
 `telemetry_complete` and `queued` (starts waiting). A `start` refused with code `capacity` can be \
-retried later, or given `queue_ms` to wait for capacity in line.",
+retried later, or given a longer `queue_ms` to wait for capacity in line.",
         schema: no_args_schema,
         output: schema_for_output::<AdmissionSnapshot>,
         read_only: true,
@@ -563,7 +564,8 @@ pub fn decode_call(name: &str, arguments: Option<JsonObject>) -> Result<ToolCall
             tool: spec.name,
             op: spec.op,
             read_only: spec.read_only,
-            request,
+            // A tool's start waits for capacity unless told not to (`queue_ms: 0`).
+            request: request.queue_by_default(crate::limits::ADMISSION_QUEUE_WAIT_MS_DEFAULT),
         }),
         Err(kind) => Err(CallError::Arguments(ApiError::new(
             ErrorCode::from(&kind),
