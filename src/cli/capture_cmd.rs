@@ -136,25 +136,6 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
 }
 
-/// `request` (a capture) asked again with a wait for capacity of `ms`.
-pub(super) fn with_queue(request: Request, ms: u64) -> Request {
-    match request {
-        Request::Capture {
-            start,
-            max_bytes,
-            rendering,
-        } => Request::Capture {
-            start: StartArgs {
-                queue_ms: Some(ms),
-                ..start
-            },
-            max_bytes,
-            rendering,
-        },
-        other => other,
-    }
-}
-
 /// The `capture` request, validated as the protocol validates it; through a daemon its start
 /// carries this shell's environment, else the command starts from this process's.
 fn capture_request(

@@ -73,6 +73,25 @@ fn waiting_line(message: &str, ms: u64) -> String {
     )
 }
 
+/// `request` (a capture) asked again with a wait for capacity of `ms`.
+pub(crate) fn with_queue(request: crate::protocol::Request, ms: u64) -> crate::protocol::Request {
+    match request {
+        crate::protocol::Request::Capture {
+            start,
+            max_bytes,
+            rendering,
+        } => crate::protocol::Request::Capture {
+            start: crate::protocol::StartArgs {
+                queue_ms: Some(ms),
+                ..start
+            },
+            max_bytes,
+            rendering,
+        },
+        other => other,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

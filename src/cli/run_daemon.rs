@@ -218,7 +218,7 @@ pub(super) async fn capture(
 ) -> anyhow::Result<ExitCode> {
     let receipt = match call_async(socket, &request).await {
         Err(ClientError::Api(e)) if let Some(ms) = queue.retry_after(&e) => {
-            call_async(socket, &super::capture_cmd::with_queue(request, ms)).await
+            call_async(socket, &super::queue::with_queue(request, ms)).await
         }
         other => other,
     };
