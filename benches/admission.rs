@@ -74,6 +74,7 @@ fn policy(held: usize) -> Admission {
             members: vec![(u32::try_from(i).unwrap_or(0) + 100, 7)],
             bytes: 3 << 30,
             complete: true,
+            ..TreeSample::default()
         };
         a.observe(&handle(i), sample.clone());
         a.observe(&handle(i), sample);

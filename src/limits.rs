@@ -341,6 +341,22 @@ pub const ADMISSION_QUEUE_MAX: usize = 1024;
 /// is better expressed by the caller retrying.
 pub const ADMISSION_QUEUE_WAIT_MS_MAX: u64 = 3_600_000;
 
+/// The largest limit `admission --max-concurrent` may set at runtime. The live-process bound
+/// ([`LIVE_PROCESSES_DEFAULT`] or `--max-live`, capped by the descriptor budget) caps every
+/// decision anyway; this keeps the number a client sends within what a host could mean.
+pub const ADMISSION_LIMIT_MAX: u64 = 65_536;
+
+/// How long `start`, `run`, `capture` and `restart` on the command line, and the MCP tools
+/// `start`, `capture` and `restart`, wait for capacity when they are not told otherwise
+/// (`--queue`, `queue_ms`; `--no-queue` or `queue_ms: 0` fail at once): ten minutes. A host
+/// without capacity for a command usually has it again once a build or a test run ends, which
+/// takes minutes; a wait longer than that is more likely a stuck workload, and the caller is
+/// then told why (the decision that kept it waiting) instead of hanging on. At most
+/// [`ADMISSION_QUEUE_WAIT_MS_MAX`].
+pub const ADMISSION_QUEUE_WAIT_MS_DEFAULT: u64 = 600_000;
+
+const _: () = assert!(ADMISSION_QUEUE_WAIT_MS_DEFAULT <= ADMISSION_QUEUE_WAIT_MS_MAX);
+
 const _: () =
     assert!(ADMISSION_SHARE_PERCENT_DEFAULT > 0 && ADMISSION_SHARE_PERCENT_DEFAULT <= 100);
 const _: () = assert!(ADMISSION_QUEUE_MAX >= CONNECTIONS_MAX);

@@ -331,15 +331,19 @@ procjournal start -- sh -c 'while [ ! -e release ]; do sleep 0.05; done' >/dev/n
             hooks: vec![(0, "touch release")],
             lines: vec![
                 (
-                    "procjournal start -- make -j8          # start refused: no capacity: 1 of 1 slots in use (automatic: 2 cores and 21.3 GiB available at 70 %, ...)",
+                    "procjournal start --no-queue -- make -j8  # start refused: no capacity: 1 of 1 slots in use (host limit: max_concurrent 1, ...)",
                     says(125, &[], &["no capacity: 1 of 1 slots in use"]),
                 ),
                 (
-                    "procjournal start --queue 10m -- make  # waits in line (first come, first served) up to 10 minutes",
+                    "procjournal start -- make                 # waits in line (one stderr line says so) up to 10 minutes; --queue 30s sets it",
                     says(0, &["p-"], &[]),
                 ),
                 (
-                    "procjournal admission                  # slots, in use, inputs, each workload's reservation (--json)",
+                    "procjournal admission --max-concurrent 4  # at most 4 at once from now on, as pueue parallel 4 (--auto: back)",
+                    status(0),
+                ),
+                (
+                    "procjournal admission                     # slots, in use, core charges, inputs, each workload's reservation (--json)",
                     status(0),
                 ),
             ],

@@ -1,21 +1,37 @@
-//! Soft admission from observed load (seed 003, "Soft Capacity"; DESIGN.md, "Capacity and
-//! policy"): how many workloads may hold capacity at once, decided from the host's cores and
-//! available memory and from samples of the live trees, never from durable reservations.
+//! Soft admission from observed load (the seed's "Automatic agent admission"; DESIGN.md,
+//! "Capacity and policy"): whether one more workload may start now, decided from the host's
+//! cores and available memory and from samples of the live trees, never from durable
+//! reservations.
 //!
 //! A workload is a supervised root and all its descendants (its tree, [`crate::tree`]). The
 //! policy, for the automatic case:
-//! - the count is at most `share` of the detected logical cores (70 % by default, rounded down);
+//! - cores are charged by what a tree is observed to demand, not by count: its CPU time (the
+//!   scope's `cpu.stat` usage, else its members' utime+stime) plus the time its members were
+//!   runnable but waited for a CPU (their schedstat), as a rate over the interval between two
+//!   samples. A new workload is charged one core until its first stable sample, so a burst of
+//!   builds is not all admitted at once; an idle tree (a `sleep`, a dev server waiting for a
+//!   request) is then charged almost nothing;
+//! - the core budget is `share` of the detected logical cores (70 % by default); a start fits
+//!   while the charges are below it (on 2 cores: two CPU-bound loops run, the third waits);
 //! - the memory pool is `share` of the memory available now (MemAvailable, or the headroom of our
 //!   own cgroup and its ancestors where that is lower) plus what the stably sampled workloads
 //!   already use (it is missing from "available" because they hold it, and is counted once, in
 //!   their reservations);
-//! - each workload reserves at least the floor (2 GiB by default); only a complete, stable sample
-//!   of its tree may raise its reservation above the floor, to the memory the sample saw;
-//! - a start fits while the reservations plus one more floor fit in the pool and the count is
-//!   below the core share;
+//! - every new start must find the floor (2 GiB by default) free in the pool; a workload without
+//!   a complete stable sample reserves the floor;
 //! - at least one slot, always; no available-memory telemetry means one automatic slot;
-//! - an explicit host limit (`max_concurrent`, `memory_budget_bytes`) replaces the automatic
-//!   policy: cores and available memory are then not consulted.
+//! - an explicit host limit (`max_concurrent`, `memory_budget_bytes`, or the runtime limit set
+//!   by `admission --max-concurrent`) replaces the automatic policy: cores and available memory
+//!   are then not consulted.
+//!
+//! Why a stable sample's reservation is what it observed, below the floor too: the seed reserves
+//! the floor for an agent workload, which starts small and grows. A general supervisor runs idle
+//! processes as well (a `sleep 600`, a server waiting for requests, a watcher), and holding 2 GiB
+//! and a core for each of them would refuse the second start on a small host while the host is
+//! idle. So the floor is kept where the seed's reason holds (a workload nothing has measured yet,
+//! or whose membership is changing, as a build's does) and is what every new admission must find
+//! free; once two complete walks of a tree agree, what they saw is what it holds. A workload that
+//! grows again changes its membership or its memory, and the next samples follow it.
 //!
 //! Invariants:
 //! - This module decides; it does no I/O but through [`Telemetry`], which the supervisor calls on
@@ -23,12 +39,13 @@
 //!   a decision is a few arithmetic operations on sums it keeps current: it costs nothing beside
 //!   a start.
 //! - A sample is complete when its tree's membership could be listed and every member's memory
-//!   was read; it is stable when it is complete and the sample before it was complete with the
-//!   same membership (the same (pid, start time) pairs). Anything else (no sample yet, an
-//!   incomplete or an unstable one) reserves exactly the floor.
+//!   and CPU time were read; it is stable when it is complete and the sample before it was
+//!   complete with the same membership (the same (pid, start time) pairs). Anything else (no
+//!   sample yet, an incomplete or an unstable one) reserves exactly the floor and one core.
 //! - A workload holds capacity from its admission until the supervisor releases it: when its
 //!   terminal result is recorded, or, when members of its tree outlive the leader, when the tree
-//!   is empty; a tree nothing proved gone (unverified) keeps holding it.
+//!   is empty; a tree nothing proved gone (unverified) keeps holding it (it cannot be sampled, so
+//!   it holds the floor and one core).
 
 mod host;
 #[cfg(test)]
@@ -153,13 +170,16 @@ impl Telemetry for ProcTelemetry {
 pub enum SampleState {
     /// Not sampled yet (or its tree cannot be: an unverified tree held after its guardian died).
     None,
-    /// The last sample missed members or memory.
+    /// The last sample missed members, memory or CPU time.
     Incomplete,
     /// Complete, but its membership differs from the sample before (or there was none before).
     Unstable,
     /// Two consecutive complete samples with the same membership.
     Stable,
 }
+
+/// One core, in the millicores charges are counted in.
+pub const CORE_MILLIS: u64 = 1000;
 
 /// One workload's reservation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -169,6 +189,10 @@ pub struct WorkloadReservation {
     pub reserved_bytes: u64,
     /// The memory a stable sample saw (the larger of its two walks); `None` unless stable.
     pub observed_bytes: Option<u64>,
+    /// The cores charged to it, in millicores: what a stable sample saw it demand, else one core.
+    pub charged_millis: u64,
+    /// The CPU demand a stable sample saw (millicores); `None` unless stable.
+    pub observed_millis: Option<u64>,
     pub sample: SampleState,
     /// Members in the last sample.
     pub members: usize,
@@ -193,7 +217,8 @@ pub enum Basis {
 pub struct Decision {
     /// Whether one more workload may start now.
     pub admit: bool,
-    /// Workloads that may hold capacity at once, given the reservations held now (at least 1).
+    /// Workloads that may hold capacity at once, given the charges and reservations held now (at
+    /// least 1): `in_use` plus the new workloads (each charged a core and the floor) that fit.
     pub slots: usize,
     /// Workloads holding capacity now (live, lingering and unverified trees).
     pub in_use: usize,
@@ -208,12 +233,20 @@ pub struct Decision {
     pub observed_bytes: u64,
     /// The memory the reservations must fit in (`None`: no memory bound applies).
     pub pool_bytes: Option<u64>,
-    /// The slot bound from cores (automatic) or `max_concurrent` (host limit).
+    /// The sum of every workload's core charge, in millicores.
+    pub charged_millis: u64,
+    /// The cores the charges must stay below, in millicores (`None`: no core bound applies).
+    pub core_budget_millis: Option<u64>,
+    /// The slot bound from cores (automatic: `in_use` plus the one-core charges that still fit
+    /// below the budget) or `max_concurrent` (host limit).
     pub count_slots: Option<usize>,
     /// The slot bound from memory: `in_use` plus the floors that still fit in the pool.
     pub memory_slots: Option<usize>,
     pub max_concurrent: Option<usize>,
     pub memory_budget_bytes: Option<u64>,
+    /// Whether `max_concurrent` was set at runtime (`admission --max-concurrent`), over the
+    /// configured settings.
+    pub runtime_limit: bool,
     /// The live-process bound (configuration and descriptor budget), which caps everything.
     pub live_bound: usize,
 }
@@ -223,11 +256,15 @@ pub struct Decision {
 #[derive(Debug)]
 pub struct Admission {
     config: AdmissionConfig,
+    /// The configured `max_concurrent`, restored by [`Admission::set_limit`]`(None)`.
+    configured_max: Option<usize>,
+    runtime_limit: bool,
     live_bound: usize,
     host: HostSample,
     workloads: HashMap<Handle, Workload>,
     reserved_sum: u64,
     observed_sum: u64,
+    charged_sum: u64,
     /// Workloads whose last sample is not stable (incomplete, unstable or none).
     unsettled: usize,
 }
@@ -238,24 +275,62 @@ struct Workload {
     state: SampleState,
     observed: Option<u64>,
     reserved: u64,
+    observed_millis: Option<u64>,
+    charged: u64,
+}
+
+/// What a stable pair of samples saw: the larger memory of the two walks, and the CPU demand
+/// over the interval between them (`None` when the clock did not advance).
+fn stable_pair(prev: &TreeSample, next: &TreeSample) -> Option<(u64, Option<u64>)> {
+    if !(prev.complete && next.complete && prev.members == next.members) {
+        return None;
+    }
+    let dt = next.at_usec.saturating_sub(prev.at_usec);
+    let busy = next
+        .cpu_usec
+        .saturating_sub(prev.cpu_usec)
+        .saturating_add(next.wait_usec.saturating_sub(prev.wait_usec));
+    let millis = (dt > 0).then(|| {
+        let m = u128::from(busy) * u128::from(CORE_MILLIS) / u128::from(dt);
+        u64::try_from(m).unwrap_or(u64::MAX)
+    });
+    Some((prev.bytes.max(next.bytes), millis))
 }
 
 impl Admission {
     /// `live_bound`: the live-process bound every decision is capped by.
     pub fn new(config: AdmissionConfig, live_bound: usize, host: HostSample) -> Admission {
         Admission {
+            configured_max: config.max_concurrent,
+            runtime_limit: false,
             config,
             live_bound: live_bound.max(1),
             host,
             workloads: HashMap::new(),
             reserved_sum: 0,
             observed_sum: 0,
+            charged_sum: 0,
             unsettled: 0,
         }
     }
 
     pub fn config(&self) -> &AdmissionConfig {
         &self.config
+    }
+
+    /// Sets the limit on workloads at once at runtime (`Some(n)`: an explicit host limit of `n`,
+    /// which replaces the automatic policy), or returns to the configured settings (`None`).
+    /// Workloads holding capacity keep it: a lower limit only holds back new starts.
+    pub fn set_limit(&mut self, max_concurrent: Option<usize>) {
+        self.runtime_limit = max_concurrent.is_some();
+        self.config.max_concurrent = max_concurrent.map(|n| n.max(1)).or(self.configured_max);
+    }
+
+    /// The limit set at runtime, if one is.
+    pub fn runtime_limit(&self) -> Option<usize> {
+        self.runtime_limit
+            .then_some(self.config.max_concurrent)
+            .flatten()
     }
 
     pub fn host(&self) -> HostSample {
@@ -276,7 +351,8 @@ impl Admission {
         self.workloads.keys()
     }
 
-    /// Takes capacity for `handle` (at the floor until its samples say more). Idempotent.
+    /// Takes capacity for `handle` (the floor and one core until its samples say otherwise).
+    /// Idempotent.
     pub fn admit(&mut self, handle: Handle) {
         if self.workloads.contains_key(&handle) {
             return;
@@ -289,9 +365,12 @@ impl Admission {
                 state: SampleState::None,
                 observed: None,
                 reserved: floor,
+                observed_millis: None,
+                charged: CORE_MILLIS,
             },
         );
         self.reserved_sum = self.reserved_sum.saturating_add(floor);
+        self.charged_sum = self.charged_sum.saturating_add(CORE_MILLIS);
         self.unsettled += 1;
     }
 
@@ -301,6 +380,7 @@ impl Admission {
             return false;
         };
         self.reserved_sum = self.reserved_sum.saturating_sub(w.reserved);
+        self.charged_sum = self.charged_sum.saturating_sub(w.charged);
         if let Some(o) = w.observed {
             self.observed_sum = self.observed_sum.saturating_sub(o);
         }
@@ -321,18 +401,14 @@ impl Admission {
         let Some(w) = self.workloads.get_mut(handle) else {
             return;
         };
-        let stable_with = match &w.last {
-            Some(prev) if prev.complete && sample.complete && prev.members == sample.members => {
-                Some(prev.bytes.max(sample.bytes))
-            }
-            _ => None,
+        let stable = w.last.as_ref().and_then(|prev| stable_pair(prev, &sample));
+        let (state, observed, observed_millis) = match stable {
+            Some((bytes, millis)) => (SampleState::Stable, Some(bytes), millis),
+            None if sample.complete => (SampleState::Unstable, None, None),
+            None => (SampleState::Incomplete, None, None),
         };
-        let (state, observed) = match stable_with {
-            Some(bytes) => (SampleState::Stable, Some(bytes)),
-            None if sample.complete => (SampleState::Unstable, None),
-            None => (SampleState::Incomplete, None),
-        };
-        let reserved = observed.map_or(floor, |o| o.max(floor));
+        let reserved = observed.unwrap_or(floor);
+        let charged = observed_millis.unwrap_or(CORE_MILLIS);
         // Keep the sums current: out with the old values, in with the new.
         self.reserved_sum = self
             .reserved_sum
@@ -342,6 +418,10 @@ impl Admission {
             .observed_sum
             .saturating_sub(w.observed.unwrap_or(0))
             .saturating_add(observed.unwrap_or(0));
+        self.charged_sum = self
+            .charged_sum
+            .saturating_sub(w.charged)
+            .saturating_add(charged);
         match (w.state == SampleState::Stable, state == SampleState::Stable) {
             (true, false) => self.unsettled += 1,
             (false, true) => self.unsettled -= 1,
@@ -350,6 +430,8 @@ impl Admission {
         w.state = state;
         w.observed = observed;
         w.reserved = reserved;
+        w.observed_millis = observed_millis;
+        w.charged = charged;
         w.last = Some(sample);
     }
 
@@ -358,26 +440,42 @@ impl Admission {
         self.unsettled == 0 && self.host.available_bytes.is_some()
     }
 
+    /// The automatic bounds from the host: (core budget in millicores, core slots, memory pool).
+    fn automatic_bounds(&self, available: u64) -> (u64, usize, u64) {
+        let c = &self.config;
+        let share = u64::from(c.share_percent);
+        let cores = u64::try_from(self.host.cores.unwrap_or(1)).unwrap_or(u64::MAX);
+        let budget = cores
+            .saturating_mul(share)
+            .saturating_mul(CORE_MILLIS / 100);
+        // New workloads are charged one core each; they fit while the charges are below the
+        // budget, so the count is the ceiling of what is left over one core.
+        let left = budget.saturating_sub(self.charged_sum);
+        let fit = left.div_ceil(CORE_MILLIS);
+        let core_slots = self
+            .workloads
+            .len()
+            .saturating_add(usize::try_from(fit).unwrap_or(usize::MAX));
+        let ours = available.saturating_add(self.observed_sum);
+        // share% of `ours` without overflow: u128 for the product.
+        let pool = u64::try_from(u128::from(ours) * u128::from(share) / 100).unwrap_or(u64::MAX);
+        (budget, core_slots, pool)
+    }
+
     /// Whether one more workload may start now, and why.
     pub fn decide(&self) -> Decision {
         let c = &self.config;
         let in_use = self.workloads.len();
         let floor = c.floor_bytes;
-        let share = u64::from(c.share_percent);
-        let (basis, count_slots, pool) = if c.explicit() {
-            (Basis::HostLimit, c.max_concurrent, c.memory_budget_bytes)
+        let (basis, budget, count_slots, pool) = if c.explicit() {
+            let basis = Basis::HostLimit;
+            (basis, None, c.max_concurrent, c.memory_budget_bytes)
         } else {
             match self.host.available_bytes {
-                None => (Basis::NoMemoryTelemetry, Some(1), None),
+                None => (Basis::NoMemoryTelemetry, None, Some(1), None),
                 Some(available) => {
-                    let cores = self.host.cores.unwrap_or(1);
-                    let by_cores =
-                        (cores.saturating_mul(usize::from(c.share_percent)) / 100).max(1);
-                    let ours = available.saturating_add(self.observed_sum);
-                    // share% of `ours` without overflow: u128 for the product.
-                    let pool = u64::try_from(u128::from(ours) * u128::from(share) / 100)
-                        .unwrap_or(u64::MAX);
-                    (Basis::Automatic, Some(by_cores), Some(pool))
+                    let (budget, slots, pool) = self.automatic_bounds(available);
+                    (Basis::Automatic, Some(budget), Some(slots), Some(pool))
                 }
             }
         };
@@ -402,10 +500,13 @@ impl Admission {
             reserved_bytes: self.reserved_sum,
             observed_bytes: self.observed_sum,
             pool_bytes: pool,
+            charged_millis: self.charged_sum,
+            core_budget_millis: budget,
             count_slots,
             memory_slots,
             max_concurrent: c.max_concurrent,
             memory_budget_bytes: c.memory_budget_bytes,
+            runtime_limit: self.runtime_limit,
             live_bound: self.live_bound,
         }
     }
@@ -419,6 +520,8 @@ impl Admission {
                 handle: *handle,
                 reserved_bytes: w.reserved,
                 observed_bytes: w.observed,
+                charged_millis: w.charged,
+                observed_millis: w.observed_millis,
                 sample: w.state,
                 members: w.last.as_ref().map_or(0, |s| s.members.len()),
             })
@@ -444,25 +547,35 @@ pub struct AdmissionSnapshot {
     pub sampled_ms_ago: u64,
 }
 
-/// A decision in one line, for errors and logs: "1 of 1 slots in use (automatic: 2 cores,
-/// 22.0 GiB available at 70 %, 2.0 GiB reserved, floor 2.0 GiB)".
+/// A decision in one line, for errors and logs: "2 of 2 slots in use (automatic: 2.0 of 1.4
+/// cores charged (2 cores at 70 %), 4.0 GiB reserved by 2 workload(s) of a 15.4 GiB pool
+/// (22.0 GiB available), floor 2.0 GiB each)".
 pub fn describe(d: &Decision) -> String {
     let gib = |b: u64| format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64);
+    let cores = |m: u64| format!("{:.1}", m as f64 / CORE_MILLIS as f64);
+    let unknown = || "unknown".to_owned();
     let basis = match d.basis {
         Basis::Automatic => format!(
-            "automatic: {} cores and {} available at {} %, {} reserved by {} workload(s), \
-             floor {} each",
-            d.cores
-                .map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
-            d.available_bytes.map_or_else(|| "unknown".to_owned(), gib),
+            "automatic: {} of {} cores charged ({} cores at {} %), {} reserved by {} \
+             workload(s) of a {} pool ({} available), floor {} each",
+            cores(d.charged_millis),
+            d.core_budget_millis.map_or_else(unknown, cores),
+            d.cores.map_or_else(unknown, |c| c.to_string()),
             d.share_percent,
             gib(d.reserved_bytes),
             d.in_use,
+            d.pool_bytes.map_or_else(unknown, gib),
+            d.available_bytes.map_or_else(unknown, gib),
             gib(d.floor_bytes),
         ),
         Basis::NoMemoryTelemetry => "available memory is unknown, so one automatic slot".to_owned(),
         Basis::HostLimit => format!(
-            "host limit: max_concurrent {}, memory budget {}, {} reserved",
+            "{}: max_concurrent {}, memory budget {}, {} reserved",
+            if d.runtime_limit {
+                "runtime limit"
+            } else {
+                "host limit"
+            },
             d.max_concurrent
                 .map_or_else(|| "none".to_owned(), |n| n.to_string()),
             d.memory_budget_bytes.map_or_else(|| "none".to_owned(), gib),

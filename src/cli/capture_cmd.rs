@@ -53,6 +53,8 @@ pub(crate) struct CaptureCmdArgs {
     pty: Option<(u16, u16)>,
     #[command(flatten)]
     tree: super::TreeArgs,
+    #[command(flatten)]
+    queue: super::queue::QueueArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -78,9 +80,10 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let launcher = (!through_daemon)
         .then(|| args.tree.launcher(&root, true))
         .transpose()?;
+    let queue = args.queue.clone();
     let request = capture_request(args, &cwd, through_daemon)?;
     let Some(launcher) = launcher else {
-        return super::run_daemon::capture(&socket, &request).await;
+        return super::run_daemon::capture(&socket, request, &queue).await;
     };
     let mut config = SupervisorConfig::new(&root);
     config.launcher = launcher;
@@ -108,7 +111,18 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     else {
         anyhow::bail!("the capture request did not decode as a capture");
     };
-    let receipt = dispatcher.capture(start, max_bytes, rendering).await;
+    let mut receipt = dispatcher
+        .capture(start.clone(), max_bytes, rendering)
+        .await;
+    if let Err(e) = &receipt
+        && let Some(ms) = queue.retry_after(e)
+    {
+        let start = StartArgs {
+            queue_ms: Some(ms),
+            ..start
+        };
+        receipt = dispatcher.capture(start, max_bytes, rendering).await;
+    }
     // Joins the publication of the terminal event and the completion notice.
     supervisor
         .shutdown(Duration::from_millis(crate::limits::GRACE_MS_DEFAULT))

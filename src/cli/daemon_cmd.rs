@@ -220,10 +220,8 @@ pub(crate) struct StartCmdArgs {
     /// Working directory (default: this shell's).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
-    /// When admission finds no capacity now, wait up to this long for it (first come, first
-    /// served), e.g. 30s, 5m; default: fail at once and say why.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    queue: Option<Duration>,
+    #[command(flatten)]
+    queue: super::queue::QueueArgs,
     /// Run under a terminal of ROWSxCOLS (e.g. 24x80) instead of pipes: its output is one
     /// stream, `terminal`; `input` goes to the terminal and `resize` changes its size.
     #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
@@ -272,7 +270,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
         .to_owned();
     let client_env = (!args.daemon_env).then(client_environment);
-    let request = Request::Start(StartArgs {
+    let mut start = StartArgs {
         max_bytes: None,
         settle_ms: None,
         yield_ms: None,
@@ -288,11 +286,17 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         timeout_ms: args.timeout.map(|t| millis(t).max(1)),
         idle_timeout_ms: args.idle_timeout.map(|t| millis(t).max(1)),
         retention_bytes: args.retention,
-        queue_ms: args.queue.map(millis),
+        queue_ms: None,
         pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
-    });
+    };
     let mut client = args.target.connect_or_start()?;
-    let info = client.call(&request)?;
+    let info = match client.call(&Request::Start(start.clone())) {
+        Err(ClientError::Api(e)) if let Some(ms) = args.queue.retry_after(&e) => {
+            start.queue_ms = Some(ms);
+            client.call(&Request::Start(start))?
+        }
+        other => other?,
+    };
     if args.json {
         println!("{}", super::json::line(&info)?);
     } else {
@@ -321,9 +325,8 @@ pub(crate) struct RestartCmdArgs {
     /// Start from the daemon's environment instead of this shell's.
     #[arg(long)]
     daemon_env: bool,
-    /// When admission finds no capacity now, wait up to this long for it, e.g. 30s.
-    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
-    queue: Option<Duration>,
+    #[command(flatten)]
+    queue: super::queue::QueueArgs,
     /// Run under a terminal of ROWSxCOLS (a terminal is not carried over from the first run).
     #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
     pty: Option<(u16, u16)>,
@@ -335,15 +338,21 @@ pub(crate) struct RestartCmdArgs {
 pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect_or_start()?;
     let handle = resolve(&mut client, &args.handle)?;
-    let request = Request::Restart(RestartArgs {
+    let mut restart = RestartArgs {
         handle: handle.to_string(),
         env: args.env.into_iter().collect(),
         client_env: (!args.daemon_env).then(client_environment),
         inherit_env: args.daemon_env,
-        queue_ms: args.queue.map(millis),
+        queue_ms: None,
         pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
-    });
-    let info = client.call(&request)?;
+    };
+    let info = match client.call(&Request::Restart(restart.clone())) {
+        Err(ClientError::Api(e)) if let Some(ms) = args.queue.retry_after(&e) => {
+            restart.queue_ms = Some(ms);
+            client.call(&Request::Restart(restart))?
+        }
+        other => other?,
+    };
     if args.json {
         println!("{}", super::json::line(&info)?);
     } else {
@@ -668,6 +677,14 @@ pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
 pub(crate) struct AdmissionCmdArgs {
     #[command(flatten)]
     target: Target,
+    /// Admit at most N workloads at once from now on, replacing the automatic policy (as
+    /// `pueue parallel N`); running workloads keep their capacity. Kept in the daemon's memory
+    /// until it restarts.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..=crate::limits::ADMISSION_LIMIT_MAX), conflicts_with = "auto")]
+    max_concurrent: Option<u64>,
+    /// Drop a limit set with --max-concurrent: back to the policy the daemon was started with.
+    #[arg(long)]
+    auto: bool,
     /// The daemon's whole answer as one JSON object.
     #[arg(long)]
     json: bool,
@@ -675,7 +692,14 @@ pub(crate) struct AdmissionCmdArgs {
 
 pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    let snapshot = client.call(&Request::Admission)?;
+    let request = if args.max_concurrent.is_some() || args.auto {
+        Request::AdmissionLimit {
+            max_concurrent: args.max_concurrent,
+        }
+    } else {
+        Request::Admission
+    };
+    let snapshot = client.call(&request)?;
     if args.json {
         println!("{}", super::json::line(&snapshot)?);
         return Ok(ExitCode::SUCCESS);
@@ -713,6 +737,21 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         size(&d["reserved_bytes"]),
         size(&d["pool_bytes"]),
     );
+    let cores = |v: &Value| {
+        v.as_u64()
+            .map_or_else(|| "-".to_owned(), |m| format!("{:.2}", m as f64 / 1000.0))
+    };
+    println!(
+        "cores charged {} of budget {} (max_concurrent {}{})",
+        cores(&d["charged_millis"]),
+        cores(&d["core_budget_millis"]),
+        num(&d["max_concurrent"]).replace("unknown", "none"),
+        if d["runtime_limit"] == Value::Bool(true) {
+            ", set at runtime"
+        } else {
+            ""
+        },
+    );
     println!(
         "telemetry {} (sampled {} ms ago)",
         if snapshot["telemetry_complete"] == Value::Bool(true) {
@@ -724,10 +763,11 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
     );
     for r in snapshot["reservations"].as_array().into_iter().flatten() {
         println!(
-            "{}  reserved {}  observed {}  {} ({} members)",
+            "{}  reserved {}  observed {}  cores {}  {} ({} members)",
             crate::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
             size(&r["reserved_bytes"]),
             size(&r["observed_bytes"]),
+            cores(&r["charged_millis"]),
             crate::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
             num(&r["members"]),
         );

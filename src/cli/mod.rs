@@ -16,6 +16,7 @@ mod logs_cmd;
 mod mcp_cmd;
 mod progress;
 mod ps_cmd;
+mod queue;
 mod run_cmd;
 mod run_daemon;
 mod size;

@@ -80,6 +80,8 @@ pub(crate) struct RunArgs {
     retention: Option<u64>,
     #[command(flatten)]
     tree: super::TreeArgs,
+    #[command(flatten)]
+    queue: super::queue::QueueArgs,
     /// Run the command under a terminal: with a terminal here, it gets this terminal's size
     /// (and its changes) and every keystroke (this terminal is in raw mode meanwhile, restored
     /// at the end); without one, a 24x80 terminal fed from stdin.
@@ -111,8 +113,9 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     if super::run_daemon::serves(&socket) {
         let here = std::env::current_dir().context("cannot read the working directory")?;
         let env = super::target::client_environment();
+        let queue = args.queue.clone();
         let start = start_request(args, &here, Some(env))?;
-        return super::run_daemon::run(start, &root, &socket).await;
+        return super::run_daemon::run(start, &queue, &root, &socket).await;
     }
     let mut config = SupervisorConfig::new(&root);
     config.launcher = args.tree.launcher(&root, true)?;
@@ -136,15 +139,28 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         format!("uid {uid} via run"),
     )
     .inheriting_env();
-    let start = start_request(args, &here, None)?;
+    let queue = args.queue.clone();
+    let mut start = start_request(args, &here, None)?;
     // Before the start, so that a failure here leaves nothing running.
     let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot watch for Ctrl-C")?;
-    let (tap, output) = Tap::new();
     let pty = start.pty.is_some();
-    let handle = match dispatcher.start_tapped(start, tap).await {
+    let (tap, mut output) = Tap::new();
+    let handle = match dispatcher.start_tapped(start.clone(), tap).await {
         Ok(info) => info.handle,
-        Err(e) => return super::exit::of_refusal(e),
+        Err(e) => {
+            let Some(ms) = queue.retry_after(&e) else {
+                return super::exit::of_refusal(e);
+            };
+            // The refused start's tap went with it: a fresh one for the queued start.
+            let (tap, again) = Tap::new();
+            output = again;
+            start.queue_ms = Some(ms);
+            match dispatcher.start_tapped(start, tap).await {
+                Ok(info) => info.handle,
+                Err(e) => return super::exit::of_refusal(e),
+            }
+        }
     };
     // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
     eprintln!("procjournal: started {handle}");

@@ -50,12 +50,24 @@ fn refused(e: ClientError) -> anyhow::Result<ExitCode> {
 }
 
 /// Runs `start` (`run`'s request, with this shell's environment) through the daemon on `socket`.
-pub(super) async fn run(start: StartArgs, root: &Path, socket: &Path) -> anyhow::Result<ExitCode> {
+pub(super) async fn run(
+    mut start: StartArgs,
+    queue: &super::queue::QueueArgs,
+    root: &Path,
+    socket: &Path,
+) -> anyhow::Result<ExitCode> {
     let pty = start.pty.is_some();
     // Before the start, so that a failure here leaves nothing running.
     let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot watch for Ctrl-C")?;
-    let handle = match call_async(socket, &Request::Start(start)).await {
+    let info = match call_async(socket, &Request::Start(start.clone())).await {
+        Err(ClientError::Api(e)) if let Some(ms) = queue.retry_after(&e) => {
+            start.queue_ms = Some(ms);
+            call_async(socket, &Request::Start(start)).await
+        }
+        other => other,
+    };
+    let handle = match info {
         Ok(info) => serde_json::from_value::<Handle>(info["handle"].clone())
             .context("the daemon's start result names no handle")?,
         Err(e) => return refused(e),
@@ -202,8 +214,18 @@ fn write_spans(spans: &[(Stream, usize)], bytes: &[u8]) -> std::io::Result<()> {
 
 /// `capture` through the daemon: `request` is a validated `capture` whose start carries this
 /// shell's environment. Prints the receipt and returns the command's status.
-pub(super) async fn capture(socket: &Path, request: &Request) -> anyhow::Result<ExitCode> {
-    let receipt = match call_async(socket, request).await {
+pub(super) async fn capture(
+    socket: &Path,
+    request: Request,
+    queue: &super::queue::QueueArgs,
+) -> anyhow::Result<ExitCode> {
+    let receipt = match call_async(socket, &request).await {
+        Err(ClientError::Api(e)) if let Some(ms) = queue.retry_after(&e) => {
+            call_async(socket, &super::queue::with_queue(request, ms)).await
+        }
+        other => other,
+    };
+    let receipt = match receipt {
         Ok(receipt) => receipt,
         Err(e) => return refused(e),
     };

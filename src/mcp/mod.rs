@@ -113,7 +113,8 @@ const TOOLS: [ToolSpec; 12] = [
         name: "start",
         op: "start",
         description: "Run a command in the background, supervised. With `yield_ms` it waits \
-(for the end, a full page or `settle_ms` of quiet) and adds `output`, a page as output gives.",
+(for the end, a full page or `settle_ms` of quiet) and adds `output`, a page as output gives. \
+Waits up to `queue_ms` (default 600000) for capacity; `queued_ms` says how long.",
         schema: schema_for_input::<StartArgs>,
         output: schema_for_output::<StartResult>,
         fields: &[
@@ -533,7 +534,8 @@ pub fn decode_call(name: &str, arguments: Option<JsonObject>) -> Result<ToolCall
             tool: spec.name,
             op: spec.op,
             read_only: spec.read_only,
-            request,
+            // A tool's start waits for capacity unless told not to (`queue_ms: 0`).
+            request: request.queue_by_default(crate::limits::ADMISSION_QUEUE_WAIT_MS_DEFAULT),
         }),
         Err(kind) => Err(CallError::Arguments(ApiError::new(
             ErrorCode::from(&kind),

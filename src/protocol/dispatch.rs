@@ -81,6 +81,10 @@ pub struct ProcessInfo {
     /// Its number on this root (1, 2, ...: the order of registration, never reused), which
     /// `resolve` and the CLI accept where a handle goes.
     pub number: u64,
+    /// In a start's result only: how long the start waited for capacity, in milliseconds (left
+    /// out when it did not wait).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queued_ms: Option<u64>,
 }
 
 /// What `start` returns: the process and, when the start asked for it (`yield_ms`), its output
@@ -178,6 +182,7 @@ impl From<&Manifest> for ProcessInfo {
             deadline: m.deadline.as_ref().map(|d| d.deadline),
             restart_of: m.restart_of,
             number: m.number,
+            queued_ms: None,
         }
     }
 }
@@ -420,6 +425,10 @@ impl Dispatcher {
                 json(&sup.clean(older_than, dry_run).await.map_err(api)?)
             }
             Request::Admission => json(&sup.admission().await.map_err(api)?),
+            Request::AdmissionLimit { max_concurrent } => {
+                let n = max_concurrent.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
+                json(&sup.set_admission_limit(n).await.map_err(api)?)
+            }
             Request::Pause { reason } => json(&sup.pause(&self.owner, &reason).await.map_err(api)?),
             Request::Resume { reason } => {
                 json(&sup.resume(&self.owner, &reason).await.map_err(api)?)
@@ -625,7 +634,8 @@ impl Dispatcher {
         if let Some(bytes) = args.retention_bytes {
             command = command.output_retention(bytes);
         }
-        if let Some(ms) = args.queue_ms {
+        // 0 fails at once, as leaving it out does.
+        if let Some(ms) = args.queue_ms.filter(|ms| *ms > 0) {
             command = command.wait_for_capacity(Duration::from_millis(ms));
         }
         if let Some(pty) = args.pty {
@@ -668,7 +678,7 @@ impl Dispatcher {
             .restart_command(&handle, &args.env)
             .map_err(|e| restart_error(&handle, e))?;
         command = self.base_env(command, args.client_env, args.inherit_env)?;
-        if let Some(ms) = args.queue_ms {
+        if let Some(ms) = args.queue_ms.filter(|ms| *ms > 0) {
             command = command.wait_for_capacity(Duration::from_millis(ms));
         }
         if let Some(pty) = args.pty {
@@ -686,11 +696,18 @@ impl Dispatcher {
         if let Some(tap) = tap {
             prepared = prepared.with_tap(tap);
         }
-        match sup.start(prepared).await {
-            Ok(handle) => sup
-                .manifest(&handle)
-                .map(|m| ProcessInfo::from(&m))
-                .ok_or_else(|| unknown(&handle)),
+        match sup.start_reporting(prepared).await {
+            Ok(started) => {
+                let handle = started.handle;
+                let mut info = sup
+                    .manifest(&handle)
+                    .map(|m| ProcessInfo::from(&m))
+                    .ok_or_else(|| unknown(&handle))?;
+                info.queued_ms = started
+                    .queued
+                    .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                Ok(info)
+            }
             Err(e) => Err(start_error(e)),
         }
     }

@@ -121,7 +121,9 @@ pub struct StartArgs {
     pub retention_bytes: Option<u64>,
     /// When admission finds no capacity now (see `admission`), wait up to this many
     /// milliseconds (at most 3600000) for it, first come first served, instead of failing at
-    /// once with a `capacity` error. Default: fail at once.
+    /// once with a `capacity` error; 0 fails at once. Default: on the socket, fail at once; as
+    /// an MCP tool, wait up to 600000 (ten minutes). A start that waited says so in its result
+    /// (`queued_ms`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(max = 3_600_000))]
     pub queue_ms: Option<u64>,
@@ -469,6 +471,23 @@ pub struct GateArgs {
     pub reason: Option<String>,
 }
 
+/// `admission_limit`: change admission at runtime, as `pueue parallel N` does.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AdmissionLimitArgs {
+    /// At most this many workloads at once (1 to 65536), replacing the automatic policy (cores
+    /// and available memory are then not consulted); left out or null: back to the policy the
+    /// server was configured with. Workloads running keep their capacity. Kept until the server
+    /// restarts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65536))]
+    pub max_concurrent: Option<u64>,
+}
+
+/// The largest runtime admission limit (`admission_limit`); the live-process bound caps any
+/// limit anyway, this only keeps the number sane.
+pub const ADMISSION_LIMIT_MAX: u64 = crate::limits::ADMISSION_LIMIT_MAX;
+
 /// `await_input`: mark a running process as waiting for human input (its idle limit is
 /// suspended until input is written to it or the mark is cleared), or clear the mark.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -556,6 +575,10 @@ pub enum Request {
     },
     /// Admission now: slots, in use, each workload's reservation and the inputs.
     Admission,
+    /// Sets the limit on workloads at once (`None`: back to the configured policy).
+    AdmissionLimit {
+        max_concurrent: Option<u64>,
+    },
     Pause {
         reason: String,
     },
@@ -587,7 +610,7 @@ pub struct Envelope {
 }
 
 /// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 19] = [
+pub const OPS: [&str; 20] = [
     "hello",
     "start",
     "restart",
@@ -602,6 +625,7 @@ pub const OPS: [&str; 19] = [
     "shutdown",
     "clean",
     "admission",
+    "admission_limit",
     "pause",
     "resume",
     "await_input",
@@ -869,6 +893,19 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
         "admission" => {
             let _: Empty = parse(args).map_err(bad)?;
             Request::Admission
+        }
+        "admission_limit" => {
+            let args: AdmissionLimitArgs = parse(args).map_err(bad)?;
+            if let Some(n) = args.max_concurrent
+                && !(1..=ADMISSION_LIMIT_MAX).contains(&n)
+            {
+                return Err(bad(format!(
+                    "max_concurrent {n} is out of range (1 to {ADMISSION_LIMIT_MAX})"
+                )));
+            }
+            Request::AdmissionLimit {
+                max_concurrent: args.max_concurrent,
+            }
         }
         "start" => {
             let args: StartArgs = parse(args).map_err(bad)?;
@@ -1240,6 +1277,7 @@ impl Request {
             Request::Shutdown { .. } => "shutdown",
             Request::Clean { .. } => "clean",
             Request::Admission => "admission",
+            Request::AdmissionLimit { .. } => "admission_limit",
             Request::Pause { .. } => "pause",
             Request::Resume { .. } => "resume",
             Request::AwaitInput { .. } => "await_input",
@@ -1254,6 +1292,12 @@ impl Request {
         match self {
             Request::Hello => ("hello", Value::Object(Map::new())),
             Request::Admission => ("admission", Value::Object(Map::new())),
+            Request::AdmissionLimit { max_concurrent } => (
+                "admission_limit",
+                to(serde_json::to_value(AdmissionLimitArgs {
+                    max_concurrent: *max_concurrent,
+                })),
+            ),
             Request::Start(args) => ("start", to(serde_json::to_value(args))),
             Request::Restart(args) => ("restart", to(serde_json::to_value(args))),
             Request::Resolve(reference) => (
@@ -1389,6 +1433,19 @@ impl Request {
         let mut line = Value::Object(object).to_string().into_bytes();
         line.push(b'\n');
         line
+    }
+
+    /// A start (`start`, `restart`, `capture`) that left `queue_ms` out, given `ms` instead: the
+    /// MCP tools wait for capacity by default, as the command line does. `queue_ms: 0` still
+    /// fails at once.
+    pub fn queue_by_default(mut self, ms: u64) -> Request {
+        let queue = match &mut self {
+            Request::Start(args) | Request::Capture { start: args, .. } => &mut args.queue_ms,
+            Request::Restart(args) => &mut args.queue_ms,
+            _ => return self,
+        };
+        queue.get_or_insert(ms);
+        self
     }
 
     /// How long dispatch may take beyond the server's own work (for client timeouts).

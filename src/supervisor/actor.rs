@@ -42,7 +42,9 @@ use super::command::PreparedProcess;
 use super::process::{
     Cause, InputEnd, Proc, ProcEvent, RunningPublisher, TerminalSummary, teardown,
 };
-use super::{Refusal, Shared, ShutdownReport, StartError, SupervisorError, SupervisorStats};
+use super::{
+    Refusal, Shared, ShutdownReport, StartError, Started, SupervisorError, SupervisorStats,
+};
 use crate::admission::{Admission, AdmissionSnapshot, Decision, HostSample};
 use crate::journal::EventId;
 use crate::lifecycle::event::{LifecycleIds, Scoped};
@@ -77,7 +79,7 @@ pub(crate) enum Found {
 pub(crate) enum Msg {
     Start {
         prepared: PreparedProcess,
-        reply: Reply<Result<Handle, StartError>>,
+        reply: Reply<Result<Started, StartError>>,
     },
     Lookup {
         handle: Handle,
@@ -112,6 +114,11 @@ pub(crate) enum Msg {
         reply: Reply<CleanReport>,
     },
     Admission {
+        reply: Reply<AdmissionSnapshot>,
+    },
+    /// Sets the limit on workloads at once (`None`: back to the configured policy).
+    AdmissionLimit {
+        max_concurrent: Option<usize>,
         reply: Reply<AdmissionSnapshot>,
     },
     /// Answered once everything reported before it was handled (see `Supervisor::settled`).
@@ -183,7 +190,7 @@ impl<V> Bounded<V> {
 #[derive(Debug)]
 struct Queued {
     prepared: PreparedProcess,
-    reply: Reply<Result<Handle, StartError>>,
+    reply: Reply<Result<Started, StartError>>,
     since: tokio::time::Instant,
     deadline: tokio::time::Instant,
 }
@@ -434,8 +441,9 @@ impl Actor {
                     let Some(q) = self.queue.pop_front() else {
                         break;
                     };
-                    info!(target: "procjournal::admission", waited_ms = q.since.elapsed().as_millis() as u64, queued = self.queue.len(), "a queued start is admitted");
-                    self.launch(q.prepared, q.reply);
+                    let waited = q.since.elapsed();
+                    info!(target: "procjournal::admission", waited_ms = waited.as_millis() as u64, queued = self.queue.len(), "a queued start is admitted");
+                    self.launch(q.prepared, q.reply, Some(waited));
                 }
                 StartGate::Closed(reason) => {
                     for q in self.queue.drain(..) {
@@ -745,6 +753,17 @@ impl Actor {
             Msg::Admission { reply } => {
                 let _ = reply.send(self.admission_snapshot());
             }
+            Msg::AdmissionLimit {
+                max_concurrent,
+                reply,
+            } => {
+                info!(target: "procjournal::admission", ?max_concurrent, "the admission limit is set at runtime");
+                self.admission.set_limit(max_concurrent);
+                // A raised limit admits waiting starts now, not at the next sample.
+                self.admit_queued();
+                self.schedule_sample();
+                let _ = reply.send(self.admission_snapshot());
+            }
             Msg::Settled { reply } => {
                 let _ = reply.send(());
             }
@@ -919,7 +938,7 @@ impl Actor {
         }
     }
 
-    fn start(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
+    fn start(&mut self, prepared: PreparedProcess, reply: Reply<Result<Started, StartError>>) {
         // Queued starts whose callers left must not keep a fresh one waiting behind them.
         while self.queue.front().is_some_and(|q| q.reply.is_closed()) {
             self.queue.pop_front();
@@ -930,7 +949,7 @@ impl Actor {
             return;
         }
         let full = match self.may_start(true) {
-            StartGate::Open => return self.launch(prepared, reply),
+            StartGate::Open => return self.launch(prepared, reply, None),
             StartGate::Closed(reason) => {
                 let _ = reply.send(Err(StartError::Refused { prepared, reason }));
                 return;
@@ -989,8 +1008,14 @@ impl Actor {
         self.schedule_sample();
     }
 
-    /// Takes capacity for a start that passed [`Actor::may_start`] and spawns its start task.
-    fn launch(&mut self, prepared: PreparedProcess, reply: Reply<Result<Handle, StartError>>) {
+    /// Takes capacity for a start that passed [`Actor::may_start`] and spawns its start task;
+    /// `queued`: how long it waited for capacity, told with its handle.
+    fn launch(
+        &mut self,
+        prepared: PreparedProcess,
+        reply: Reply<Result<Started, StartError>>,
+        queued: Option<Duration>,
+    ) {
         // Checked here, where the name is taken, so that a start that waited in the queue is
         // held to it as a fresh one is.
         if let Some(reason) = self.name_taken(&prepared) {
@@ -1033,9 +1058,21 @@ impl Actor {
             },
         );
         let shared = Arc::clone(&self.shared);
+        let (launched, answer) = oneshot::channel::<Result<Handle, StartError>>();
+        // The start task answers with the handle; the wait is the actor's to tell.
+        let tell = async move {
+            if let Ok(result) = answer.await {
+                let _ = reply.send(result.map(|handle| Started { handle, queued }));
+            }
+        };
         self.tasks.spawn(
-            super::launch::start(shared, actor, proc, prepared, reply)
-                .instrument(info_span!("process", %handle)),
+            async move {
+                tokio::join!(
+                    super::launch::start(shared, actor, proc, prepared, launched),
+                    tell
+                );
+            }
+            .instrument(info_span!("process", %handle)),
         );
     }
 

@@ -281,6 +281,13 @@ pub enum Refusal {
     },
 }
 
+/// A start that began: its handle, and how long it waited for capacity (`None`: it did not).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Started {
+    pub handle: Handle,
+    pub queued: Option<Duration>,
+}
+
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum StartError {
@@ -775,12 +782,32 @@ impl Supervisor {
         self.ask(|reply| Msg::Admission { reply }).await
     }
 
+    /// Sets the limit on workloads at once now (`Some(n)`: an explicit limit of `n`, which
+    /// replaces the automatic policy), or returns to the configured policy (`None`). Workloads
+    /// holding capacity keep it; waiting starts are admitted at once if the limit allows. Kept
+    /// in memory: a restart begins from the configured policy again.
+    pub async fn set_admission_limit(
+        &self,
+        max_concurrent: Option<usize>,
+    ) -> Result<AdmissionSnapshot, SupervisorError> {
+        self.ask(|reply| Msg::AdmissionLimit {
+            max_concurrent,
+            reply,
+        })
+        .await
+    }
+
     /// Starts a prepared process: admission, registration (`starting`), launch into its own
     /// tree, `running`, then the drain task. Returns the opaque handle. Without capacity the
     /// start fails at once with [`StartError::Capacity`], or, with
     /// [`Command::wait_for_capacity`], waits in line and fails with
     /// [`StartError::CapacityTimeout`] at its deadline.
     pub async fn start(&self, prepared: PreparedProcess) -> Result<Handle, StartError> {
+        self.start_reporting(prepared).await.map(|s| s.handle)
+    }
+
+    /// As [`Supervisor::start`], and says how long the start waited for capacity.
+    pub async fn start_reporting(&self, prepared: PreparedProcess) -> Result<Started, StartError> {
         let (tx, rx) = oneshot::channel();
         if let Err(mpsc::error::SendError(msg)) = self
             .actor

@@ -60,12 +60,14 @@ impl Daemon {
             .arg(root)
             // Supervision, not admission, is under test (unless `extra` sets a limit): an explicit
             // host limit, so that the machine's cores and memory do not decide how many run at
-            // once.
-            .args(if extra.contains(&"--max-concurrent") {
-                &[][..]
-            } else {
-                &["--max-concurrent", "256"][..]
-            })
+            // once. `--share` (70 is the default) asks for the automatic policy.
+            .args(
+                if extra.contains(&"--max-concurrent") || extra.contains(&"--share") {
+                    &[][..]
+                } else {
+                    &["--max-concurrent", "256"][..]
+                },
+            )
             .args(extra)
             .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
             .stdin(Stdio::null())
