@@ -22,11 +22,13 @@ use super::{ApiError, ErrorCode, Request, RestartArgs, StartArgs};
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, ProcessRef, ReferenceError, State};
 
-use super::wait::OutputWait;
+mod wait;
+
 use crate::supervisor::{
     CaptureError, CaptureLimits, CaptureReceipt, Command, ListFilter, OutputPage, RestartError,
     StartError, Supervisor, SupervisorError, Tap, TerminalSummary,
 };
+use wait::OutputWait;
 
 /// One process as `start` and `list` describe it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, JsonSchema)]

@@ -18,7 +18,6 @@
 
 pub mod base64;
 pub mod dispatch;
-pub mod wait;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -13,9 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use super::dispatch::{Dispatcher, api};
-use super::{ApiError, OUTPUT_BYTES_MAX};
+use super::{Dispatcher, api};
 use crate::lifecycle::Handle;
+use crate::protocol::{ApiError, OUTPUT_BYTES_MAX};
 use crate::supervisor::{OutputPage, Rendering, SupervisorError};
 
 /// What a read waits for.
