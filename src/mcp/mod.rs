@@ -73,7 +73,9 @@ with `input`, end it with `stop` (or `interrupt` for Ctrl-C), and `wait` for its
 `handle` argument takes a handle, the process's `number` (12 or \"#12\") or its `name`. A \
 `command` is an argv list, or one string run by `sh -c`. `start` with `yield_ms` returns the \
 output so far too (often the whole run), and `output` with `wait_ms` and `settle_ms` reads \
-what came until the output went quiet. States: \
+what came until the output went quiet. A page's `gap` is true when bytes before \
+`retained_from` were dropped by retention (the page starts there instead), `total_bytes` counts \
+every byte written, and a `cursor` past it reads nothing with `cursor_ahead` true. States: \
 starting, running (live); exited, failed, timed_out, interrupted, terminated, killed, \
 lost_on_restore (terminal). A failed call returns isError with `code: message` (codes such as \
 unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity).";
