@@ -151,6 +151,42 @@ fn spool_verify_lists_every_damaged_range_of_a_sealed_segment() {
     assert_eq!(issues.len(), 2, "nothing else is wrong: {issues:?}");
 }
 
+/// The journal, not the oldest file left, says where retained output starts: a spool whose
+/// oldest file was deleted by hand (the journal recorded `retained_from` 0) holds less than the
+/// journal says it kept, which is damage (a missing segment file), not retention.
+#[test]
+fn a_deleted_oldest_spool_file_is_damage_not_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let h = supervise(root, "head -c 9000000 /dev/zero | tr '\\0' x");
+    let files = segments(root, &h);
+    assert!(files.len() >= 2, "{files:?}");
+    let (code, checks) = verify_json(root);
+    assert_eq!((code, &checks[0]["retained_from"]), (0, &Value::from(0)));
+    std::fs::remove_file(&files[0]).unwrap();
+    let first: u64 = files[1]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    let issues = checks[0]["issues"].to_string();
+    assert!(
+        issues.contains(&format!("damaged at cursors 0..{first}: missing segment file")),
+        "{issues}"
+    );
+    assert!(checks[0]["gaps"].as_array().unwrap().is_empty(), "{checks:?}");
+
+    // `logs` without a daemon says the same: damage, never a retention notice.
+    let out = run_in(root, &["logs", &h]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("retention"), "{err}");
+    assert!(err.contains("missing segment file"), "{err}");
+    assert_eq!(out.stdout.len() as u64, 9_000_000 - first);
+}
+
 #[test]
 fn the_progress_line_never_reaches_stdout_or_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
