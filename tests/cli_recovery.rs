@@ -448,3 +448,104 @@ fn spool_cat_base64_is_one_stream_and_verify_json_stays_json() {
         "{out:?}"
     );
 }
+
+/// `spool verify` lists every gap the journal recorded, whole, also when no spool file is left
+/// around it: here the spool directory is gone (and the journal recorded output, so that is
+/// an issue too).
+#[test]
+fn spool_verify_lists_recorded_gaps_without_a_spool() {
+    use procjournal::lifecycle::event::*;
+    use procjournal::lifecycle::{Lifecycle, LifecycleEvent, State};
+    use procjournal::spool::{Gap, LossReason};
+    use procjournal::{Durability, EventId, JournalOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let id = |n: u8| EventId::from_bytes([n; 16]);
+    let ids = LifecycleIds {
+        running: id(11),
+        terminal: id(12),
+        lost: id(13),
+        completion: id(14),
+    };
+    let handle = Handle(id(1));
+    let options = JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes: 8192,
+    };
+    let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+    let events = [
+        (
+            id(2),
+            LifecycleEvent::Registered(Registered {
+                handle,
+                ids,
+                command: CommandSpec {
+                    program: "true".into(),
+                    cwd: "/".into(),
+                    ..CommandSpec::default()
+                },
+                at_unix_ms: 1,
+            }),
+        ),
+        (
+            ids.running,
+            LifecycleEvent::Running(Running {
+                handle,
+                pid: 77,
+                witness: IdentityWitness {
+                    start_time_ticks: 5,
+                    boot_id: [1; 16],
+                },
+                at_unix_ms: 2,
+            }),
+        ),
+        (
+            id(3),
+            LifecycleEvent::OutputGap(OutputGap {
+                handle,
+                gap: Gap {
+                    from: 5,
+                    to: 10,
+                    reason: LossReason::DiskFull,
+                    errno: 28,
+                },
+                at_unix_ms: 3,
+            }),
+        ),
+        (
+            ids.terminal,
+            LifecycleEvent::Terminal(Terminal {
+                handle,
+                state: State::Exited,
+                exit: ExitStatus::Code(0),
+                bounds: CursorBounds {
+                    retained_from: 0,
+                    total_bytes: 20,
+                },
+                capture: CaptureStatus::Complete,
+                reason: "exited".into(),
+                at_unix_ms: 4,
+            }),
+        ),
+    ];
+    for (event_id, event) in events {
+        lc.append(event_id, &event).unwrap();
+    }
+    drop(lc);
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    let gaps: Vec<&str> = checks[0]["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    assert_eq!(gaps.len(), 1, "{checks:?}");
+    assert!(gaps[0].starts_with("lost at cursors 5..10: disk full"), "{gaps:?}");
+    assert!(
+        checks[0]["issues"]
+            .to_string()
+            .contains("the journal records output but the spool is missing"),
+        "{checks:?}"
+    );
+}
