@@ -174,10 +174,15 @@ fn a_deleted_oldest_spool_file_is_damage_not_retention() {
     assert_eq!(code, 1, "{checks:?}");
     let issues = checks[0]["issues"].to_string();
     assert!(
-        issues.contains(&format!("damaged at cursors 0..{first}: missing segment file")),
+        issues.contains(&format!(
+            "damaged at cursors 0..{first}: missing segment file"
+        )),
         "{issues}"
     );
-    assert!(checks[0]["gaps"].as_array().unwrap().is_empty(), "{checks:?}");
+    assert!(
+        checks[0]["gaps"].as_array().unwrap().is_empty(),
+        "{checks:?}"
+    );
 
     // `logs` without a daemon says the same: damage, never a retention notice.
     let out = run_in(root, &["logs", &h]);
@@ -541,7 +546,10 @@ fn spool_verify_lists_recorded_gaps_without_a_spool() {
         .map(|g| g.as_str().unwrap())
         .collect();
     assert_eq!(gaps.len(), 1, "{checks:?}");
-    assert!(gaps[0].starts_with("lost at cursors 5..10: disk full"), "{gaps:?}");
+    assert!(
+        gaps[0].starts_with("lost at cursors 5..10: disk full"),
+        "{gaps:?}"
+    );
     assert!(
         checks[0]["issues"]
             .to_string()
