@@ -1127,4 +1127,50 @@ mod manifest_json {
             assert_eq!(code, i32::from(damaged), "{out}");
         }
     }
+
+    /// journal-format.md, "Restoring": `snapshot_problems` lists the names that are not a
+    /// snapshot's in byte order, then the snapshots from the newest down to the one chosen;
+    /// a temporary file is never listed, and nothing older than the chosen one is read.
+    #[test]
+    fn snapshot_problems_come_in_the_documented_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        compacted_root(root, false);
+        let snaps = root.join("snapshots");
+        let mut names: Vec<String> = std::fs::read_dir(&snaps)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let newest = names.last().unwrap().clone();
+        let mut bytes = std::fs::read(snaps.join(&newest)).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(snaps.join(&newest), bytes).unwrap();
+        for stray in ["zz-notes", "00000000000000000001.snap.tmp", "AA"] {
+            std::fs::write(snaps.join(stray), b"x").unwrap();
+        }
+        let (_, out, _) = super::run(&["journal", "manifests", "--json"], root);
+        let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        let problems = last["replay"]["snapshot_problems"].as_array().unwrap();
+        let files: Vec<&str> = problems
+            .iter()
+            .map(|p| p["file"].as_str().unwrap())
+            .collect();
+        assert_eq!(files, ["AA", "zz-notes", newest.as_str()], "{last}");
+        assert!(
+            problems[2]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("damaged"),
+            "{last}"
+        );
+        assert_eq!(
+            last["replay"]["snapshot_seq"]
+                .as_u64()
+                .map(|s| format!("{s:020}.snap")),
+            Some(names[0].clone()),
+            "the older snapshot is chosen: {last}"
+        );
+    }
 }

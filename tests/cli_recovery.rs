@@ -557,3 +557,32 @@ fn spool_verify_lists_recorded_gaps_without_a_spool() {
         "{checks:?}"
     );
 }
+
+/// A finished process's terminal `total_bytes` is its final bound: bytes its spool holds beyond
+/// it (here appended after the run by another writer) are flagged, and `spool verify` exits 1.
+#[test]
+fn spool_verify_flags_bytes_beyond_the_terminal_bound() {
+    use procjournal::spool::format::Stream;
+    use procjournal::spool::{Spool, SpoolOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let h = supervise(root, "echo twelve bytes");
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 0, "{checks:?}");
+    let hex = h.strip_prefix("p-").unwrap();
+    let id: [u8; 16] =
+        std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap());
+    let (mut spool, _) =
+        Spool::open_writer(&root.join("spool").join(&h), id, SpoolOptions::default()).unwrap();
+    spool.append(Stream::Stdout, b"more\n").unwrap();
+    spool.checkpoint().unwrap();
+    drop(spool);
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    assert!(
+        checks[0]["issues"]
+            .to_string()
+            .contains("5 bytes beyond the final bound the journal recorded"),
+        "{checks:?}"
+    );
+}
