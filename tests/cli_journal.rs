@@ -1052,4 +1052,125 @@ mod manifest_json {
         all.insert(String::new(), vec![Ty::Object]);
         all
     }
+
+    /// journal-format.md, "Readers": `journal dump --json` names the event only when its payload
+    /// decoded; the undecodable record of the fixture gets `decode_error` and `payload_hex`.
+    #[test]
+    fn dump_names_no_event_for_a_payload_that_does_not_decode() {
+        let dir = tempfile::tempdir().unwrap();
+        write_fixture(dir.path());
+        let (code, out, err) = super::run(&["journal", "dump", "--json"], dir.path());
+        assert_eq!(code, 0, "{err}");
+        let lines: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let undecodable = lines.iter().find(|l| l["seq"] == 37).unwrap();
+        assert!(undecodable.get("event").is_none(), "{undecodable}");
+        assert!(undecodable.get("decoded").is_none(), "{undecodable}");
+        assert!(undecodable["decode_error"].is_string(), "{undecodable}");
+        assert!(undecodable["payload_hex"].is_string(), "{undecodable}");
+        let decoded = &lines[0];
+        assert!(decoded["event"].is_string(), "{decoded}");
+        assert!(decoded.get("payload_hex").is_none(), "{decoded}");
+    }
+
+    /// journal-format.md, "What `procjournal spool verify` checks": a replay that lacks the
+    /// compacted head (`lost_below_seq`) makes `spool verify` exit 1, though no spool is wrong
+    /// (the processes registered and never wrote).
+    #[test]
+    fn spool_verify_exits_one_when_the_replay_lost_the_compacted_head() {
+        for damaged in [false, true] {
+            let dir = tempfile::tempdir().unwrap();
+            let root = dir.path();
+            let options = JournalOptions {
+                durability: Durability::Os,
+                segment_bytes: 8192,
+            };
+            let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+            for n in 0..300u16 {
+                if n == 150 {
+                    lc.snapshot_now().unwrap();
+                }
+                let [lo, hi] = n.to_le_bytes();
+                let id =
+                    |k: u8| EventId::from_bytes([k, hi, lo, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+                let event = LifecycleEvent::Registered(Registered {
+                    handle: Handle(id(1)),
+                    ids: LifecycleIds {
+                        running: id(2),
+                        terminal: id(3),
+                        lost: id(4),
+                        completion: id(5),
+                    },
+                    command: CommandSpec {
+                        program: "true".into(),
+                        cwd: "/".into(),
+                        ..CommandSpec::default()
+                    },
+                    at_unix_ms: 1,
+                });
+                lc.append(id(6), &event).unwrap();
+            }
+            let written = lc.snapshot_now().unwrap().unwrap();
+            assert!(written.compacted.unwrap().removed_segments > 0);
+            drop(lc);
+            if damaged {
+                for entry in std::fs::read_dir(root.join("snapshots")).unwrap() {
+                    let path = entry.unwrap().path();
+                    std::fs::write(&path, b"not a snapshot").unwrap();
+                }
+            }
+            let (code, out, _) = super::run(&["spool", "verify"], root);
+            assert!(!out.contains("NOT OK"), "{out}");
+            assert_eq!(out.contains("the journal is not clean"), damaged, "{out}");
+            assert_eq!(code, i32::from(damaged), "{out}");
+        }
+    }
+
+    /// journal-format.md, "Restoring": `snapshot_problems` lists the names that are not a
+    /// snapshot's in byte order, then the snapshots from the newest down to the one chosen;
+    /// a temporary file is never listed, and nothing older than the chosen one is read.
+    #[test]
+    fn snapshot_problems_come_in_the_documented_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        compacted_root(root, false);
+        let snaps = root.join("snapshots");
+        let mut names: Vec<String> = std::fs::read_dir(&snaps)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        names.sort();
+        let newest = names.last().unwrap().clone();
+        let mut bytes = std::fs::read(snaps.join(&newest)).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        std::fs::write(snaps.join(&newest), bytes).unwrap();
+        for stray in ["zz-notes", "00000000000000000001.snap.tmp", "AA"] {
+            std::fs::write(snaps.join(stray), b"x").unwrap();
+        }
+        let (_, out, _) = super::run(&["journal", "manifests", "--json"], root);
+        let last: Value = serde_json::from_str(out.lines().last().unwrap()).unwrap();
+        let problems = last["replay"]["snapshot_problems"].as_array().unwrap();
+        let files: Vec<&str> = problems
+            .iter()
+            .map(|p| p["file"].as_str().unwrap())
+            .collect();
+        assert_eq!(files, ["AA", "zz-notes", newest.as_str()], "{last}");
+        assert!(
+            problems[2]["reason"]
+                .as_str()
+                .unwrap()
+                .starts_with("damaged"),
+            "{last}"
+        );
+        assert_eq!(
+            last["replay"]["snapshot_seq"]
+                .as_u64()
+                .map(|s| format!("{s:020}.snap")),
+            Some(names[0].clone()),
+            "the older snapshot is chosen: {last}"
+        );
+    }
 }

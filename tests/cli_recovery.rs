@@ -151,6 +151,47 @@ fn spool_verify_lists_every_damaged_range_of_a_sealed_segment() {
     assert_eq!(issues.len(), 2, "nothing else is wrong: {issues:?}");
 }
 
+/// The journal, not the oldest file left, says where retained output starts: a spool whose
+/// oldest file was deleted by hand (the journal recorded `retained_from` 0) holds less than the
+/// journal says it kept, which is damage (a missing segment file), not retention.
+#[test]
+fn a_deleted_oldest_spool_file_is_damage_not_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let h = supervise(root, "head -c 9000000 /dev/zero | tr '\\0' x");
+    let files = segments(root, &h);
+    assert!(files.len() >= 2, "{files:?}");
+    let (code, checks) = verify_json(root);
+    assert_eq!((code, &checks[0]["retained_from"]), (0, &Value::from(0)));
+    std::fs::remove_file(&files[0]).unwrap();
+    let first: u64 = files[1]
+        .file_stem()
+        .and_then(|s| s.to_str())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    let issues = checks[0]["issues"].to_string();
+    assert!(
+        issues.contains(&format!(
+            "damaged at cursors 0..{first}: missing segment file"
+        )),
+        "{issues}"
+    );
+    assert!(
+        checks[0]["gaps"].as_array().unwrap().is_empty(),
+        "{checks:?}"
+    );
+
+    // `logs` without a daemon says the same: damage, never a retention notice.
+    let out = run_in(root, &["logs", &h]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("retention"), "{err}");
+    assert!(err.contains("missing segment file"), "{err}");
+    assert_eq!(out.stdout.len() as u64, 9_000_000 - first);
+}
+
 #[test]
 fn the_progress_line_never_reaches_stdout_or_a_pipe() {
     let dir = tempfile::tempdir().unwrap();
@@ -410,5 +451,138 @@ fn spool_cat_base64_is_one_stream_and_verify_json_stays_json() {
     assert!(
         String::from_utf8_lossy(&out.stderr).contains("the journal is not clean"),
         "{out:?}"
+    );
+}
+
+/// `spool verify` lists every gap the journal recorded, whole, also when no spool file is left
+/// around it: here the spool directory is gone (and the journal recorded output, so that is
+/// an issue too).
+#[test]
+fn spool_verify_lists_recorded_gaps_without_a_spool() {
+    use procjournal::lifecycle::event::*;
+    use procjournal::lifecycle::{Lifecycle, LifecycleEvent, State};
+    use procjournal::spool::{Gap, LossReason};
+    use procjournal::{Durability, EventId, JournalOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let id = |n: u8| EventId::from_bytes([n; 16]);
+    let ids = LifecycleIds {
+        running: id(11),
+        terminal: id(12),
+        lost: id(13),
+        completion: id(14),
+    };
+    let handle = Handle(id(1));
+    let options = JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes: 8192,
+    };
+    let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+    let events = [
+        (
+            id(2),
+            LifecycleEvent::Registered(Registered {
+                handle,
+                ids,
+                command: CommandSpec {
+                    program: "true".into(),
+                    cwd: "/".into(),
+                    ..CommandSpec::default()
+                },
+                at_unix_ms: 1,
+            }),
+        ),
+        (
+            ids.running,
+            LifecycleEvent::Running(Running {
+                handle,
+                pid: 77,
+                witness: IdentityWitness {
+                    start_time_ticks: 5,
+                    boot_id: [1; 16],
+                },
+                at_unix_ms: 2,
+            }),
+        ),
+        (
+            id(3),
+            LifecycleEvent::OutputGap(OutputGap {
+                handle,
+                gap: Gap {
+                    from: 5,
+                    to: 10,
+                    reason: LossReason::DiskFull,
+                    errno: 28,
+                },
+                at_unix_ms: 3,
+            }),
+        ),
+        (
+            ids.terminal,
+            LifecycleEvent::Terminal(Terminal {
+                handle,
+                state: State::Exited,
+                exit: ExitStatus::Code(0),
+                bounds: CursorBounds {
+                    retained_from: 0,
+                    total_bytes: 20,
+                },
+                capture: CaptureStatus::Complete,
+                reason: "exited".into(),
+                at_unix_ms: 4,
+            }),
+        ),
+    ];
+    for (event_id, event) in events {
+        lc.append(event_id, &event).unwrap();
+    }
+    drop(lc);
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    let gaps: Vec<&str> = checks[0]["gaps"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g.as_str().unwrap())
+        .collect();
+    assert_eq!(gaps.len(), 1, "{checks:?}");
+    assert!(
+        gaps[0].starts_with("lost at cursors 5..10: disk full"),
+        "{gaps:?}"
+    );
+    assert!(
+        checks[0]["issues"]
+            .to_string()
+            .contains("the journal records output but the spool is missing"),
+        "{checks:?}"
+    );
+}
+
+/// A finished process's terminal `total_bytes` is its final bound: bytes its spool holds beyond
+/// it (here appended after the run by another writer) are flagged, and `spool verify` exits 1.
+#[test]
+fn spool_verify_flags_bytes_beyond_the_terminal_bound() {
+    use procjournal::spool::format::Stream;
+    use procjournal::spool::{Spool, SpoolOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let h = supervise(root, "echo twelve bytes");
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 0, "{checks:?}");
+    let hex = h.strip_prefix("p-").unwrap();
+    let id: [u8; 16] =
+        std::array::from_fn(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).unwrap());
+    let (mut spool, _) =
+        Spool::open_writer(&root.join("spool").join(&h), id, SpoolOptions::default()).unwrap();
+    spool.append(Stream::Stdout, b"more\n").unwrap();
+    spool.checkpoint().unwrap();
+    drop(spool);
+    let (code, checks) = verify_json(root);
+    assert_eq!(code, 1, "{checks:?}");
+    assert!(
+        checks[0]["issues"]
+            .to_string()
+            .contains("5 bytes beyond the final bound the journal recorded"),
+        "{checks:?}"
     );
 }

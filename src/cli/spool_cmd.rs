@@ -88,7 +88,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(m) = store.get(&handle) {
-        spool.expect(&m.gaps, m.bounds.total_bytes);
+        m.expect_output(&mut spool);
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut cursor = args.cursor;
@@ -306,10 +306,23 @@ fn check_spool(
             .issues
             .push("no process with this handle in the journal".into());
     }
+    // Every gap the journal recorded, whole: the record is the journal's, so it is listed
+    // whether or not files still hold cursors around it (retention passed it, or the spool
+    // directory is gone).
+    check.gaps = manifest.map_or_else(Vec::new, |m| {
+        m.gaps
+            .iter()
+            .map(|g| {
+                let s = crate::spool::Skipped::gap(g.from, g.to, g.reason, g.errno);
+                format!("lost at cursors {}..{}: {}", s.from, s.to, s.reason)
+            })
+            .collect()
+    });
     let dir = root.spool_dir().join(name);
     if !dir.is_dir() {
-        // A process that never wrote may legitimately have no spool.
-        if manifest.is_some_and(|m| m.bounds.total_bytes > 0) {
+        // A process that never wrote may legitimately have no spool, and a retired one's was
+        // removed on purpose.
+        if manifest.is_some_and(|m| m.bounds.total_bytes > 0 && m.retired.is_none()) {
             check
                 .issues
                 .push("the journal records output but the spool is missing".into());
@@ -330,7 +343,7 @@ fn check_spool(
     let files_total = spool.total_bytes();
     check.total_bytes = files_total;
     if let Some(m) = manifest {
-        spool.expect(&m.gaps, m.bounds.total_bytes);
+        m.expect_output(&mut spool);
     }
     if recovery.torn_tail_bytes > 0 {
         check.issues.push(format!(
@@ -358,11 +371,8 @@ fn check_spool(
                 if let Some(s) = &read.skipped {
                     let range = format!("{}..{}", s.from, s.to);
                     match (s.kind, s.damage) {
-                        (crate::spool::SkipKind::Gap, _) => {
-                            check
-                                .gaps
-                                .push(format!("lost at cursors {range}: {}", s.reason));
-                        }
+                        // Listed above from the journal's record.
+                        (crate::spool::SkipKind::Gap, _) => {}
                         (_, Some(crate::spool::DamageKind::Truncated)) => {
                             check.issues.push(format!(
                                 "damaged at cursors {range}: {}; the journal recorded {} durable \

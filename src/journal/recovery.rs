@@ -307,6 +307,8 @@ pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
             unrecognised.push(name.to_owned());
         }
     }
+    // Byte order, as every list of the report: directory order differs between file systems.
+    leftovers.sort();
     unrecognised.sort();
     segments.sort();
     if segments.len() > SEGMENT_COUNT_MAX {

@@ -113,6 +113,17 @@ pub struct Retirement {
 }
 
 impl Manifest {
+    /// Shapes a reader of this process's spool by what the journal recorded of its output: its
+    /// gaps and total, and, once the bounds are final (terminal: the last checkpoint of the
+    /// drain, or what restore found on disk), where kept output starts, so that a spool file
+    /// removed from outside reads as damage rather than as retention.
+    pub fn expect_output(&self, spool: &mut crate::spool::Spool) {
+        spool.expect(&self.gaps, self.bounds.total_bytes);
+        if self.state.is_terminal() {
+            spool.expect_retained_from(self.bounds.retained_from);
+        }
+    }
+
     /// Whether the process's exit is verified, the condition for retiring its output (seed 003:
     /// "live, unverified, missing, corrupt or unreadable ownership preserves evidence"): it is
     /// terminal, and either its whole tree's exit is proven (a `TreeReleased` proof), or its tree

@@ -991,6 +991,16 @@ impl Spool {
         self.total_bytes = self.total_bytes.max(total_bytes).max(end);
     }
 
+    /// Where the journal's final record says kept output starts. Cursors from there to the
+    /// oldest file are then output the files should hold and do not (a missing segment file),
+    /// not retention: only the journal knows where retention stopped, since deleting the oldest
+    /// files by hand leaves a spool that looks retained. Only a record that no later retention
+    /// can have passed may be given (a terminal one: nothing is appended after it); a lower
+    /// `retained_from` never hides bytes the files hold.
+    pub fn expect_retained_from(&mut self, retained_from: u64) {
+        self.retained_from = self.retained_from.min(retained_from);
+    }
+
     /// Copies one chunk (`piece` of at most [`CHUNK_SPLIT_BYTES`]) into the write buffer, at the
     /// end of the active segment.
     fn stage_chunk(&mut self, stream: Stream, piece: &[u8]) {

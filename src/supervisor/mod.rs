@@ -999,9 +999,7 @@ impl Supervisor {
     /// lost output reads as a gap with its reason, and output the files no longer hold as damage.
     async fn open_reader(&self, handle: &Handle) -> Result<Arc<Spool>, SupervisorError> {
         let dir = self.shared.spool_dir(handle);
-        let record = self
-            .manifest(handle)
-            .map(|m| (m.gaps, m.bounds.total_bytes));
+        let record = self.manifest(handle);
         let opened = tokio::task::spawn_blocking(move || Spool::open_reader(&dir))
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))?;
@@ -1009,8 +1007,8 @@ impl Supervisor {
             handle: *handle,
             message: e.to_string(),
         })?;
-        if let Some((gaps, total)) = record {
-            spool.expect(&gaps, total);
+        if let Some(manifest) = record {
+            manifest.expect_output(&mut spool);
         }
         let spool = Arc::new(spool);
         let _ = self
