@@ -91,7 +91,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
     if !report.reconciled.is_empty() {
-        eprintln!(
+        note!(
             "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
             report.reconciled.len()
         );
@@ -132,7 +132,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return super::exit::of_refusal(e),
     };
     let line = super::json::line(&receipt).context("cannot encode the receipt")?;
-    println!("{line}");
+    super::out::verdict_stands(outln!("{line}"))?;
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
 }
 

@@ -238,7 +238,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             }
         }
         None => {
-            eprintln!("procjournal: no daemon is running; reading the journal");
+            note!("procjournal: no daemon is running; reading the journal");
             let (store, _) = offline_manifests(&args.target.root()?)?;
             paused = store.paused();
             store
@@ -255,7 +255,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     };
     if paused {
         // On stderr: stdout stays the process list (one JSON object a line with --json).
-        eprintln!("procjournal: paused: new starts are refused until `procjournal resume`");
+        note!("procjournal: paused: new starts are refused until `procjournal resume`");
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {

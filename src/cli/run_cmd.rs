@@ -123,7 +123,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
     if !report.reconciled.is_empty() {
-        eprintln!(
+        note!(
             "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
             report.reconciled.len()
         );
@@ -163,7 +163,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
-    eprintln!("procjournal: started {handle}");
+    note!("procjournal: started {handle}");
     // With a terminal here, it is raw until the guard drops (every return below), so that
     // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
     let _raw = if pty { RawMode::enter() } else { None };
