@@ -41,6 +41,8 @@ pub(crate) struct CaptureCmdArgs {
     /// processes.
     #[arg(long)]
     name: Option<String>,
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
     /// Bytes of each stream to return, 1 to 1048576 (default 65536); a stream that writes more
     /// is `incomplete` (the spool keeps the rest: `logs --cursor` from its `resume_cursor`).
     #[arg(long, value_name = "BYTES")]
@@ -151,7 +153,7 @@ fn capture_request(
             yield_ms: None,
             command: args.command,
             cwd: Some(cwd.to_string_lossy().into_owned()),
-            env: Default::default(),
+            env: args.env.resolve()?,
             env_persist: Default::default(),
             client_env: through_daemon.then(super::target::client_environment),
             inherit_env: !through_daemon,

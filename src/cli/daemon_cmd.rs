@@ -195,12 +195,11 @@ pub(crate) struct StartCmdArgs {
     /// processes. Letters, digits, '.', '_', '-'; starts with a letter or '_'.
     #[arg(long)]
     name: Option<String>,
-    /// An environment variable NAME=value set on top of this shell's environment (repeatable).
-    /// Its value is never written to disk or shown: the journal keeps the name.
-    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
-    env: Vec<(String, String)>,
-    /// As --env, for a value the journal may keep (no secrets): a restart reuses it.
-    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = parse_env)]
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
+    /// As --env, for a value the journal may keep (no secrets): a restart reuses it. NAME
+    /// alone takes the value from procjournal's own environment.
+    #[arg(long = "env-persist", value_name = "NAME[=value]", value_parser = parse_env)]
     env_persist: Vec<(String, String)>,
     /// Start from the daemon's environment instead of this shell's.
     #[arg(long)]
@@ -279,7 +278,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         yield_ms: None,
         command: args.command,
         cwd: Some(cwd),
-        env: args.env.into_iter().collect(),
+        env: args.env.resolve()?,
         env_persist: args.env_persist.into_iter().collect(),
         client_env,
         inherit_env: args.daemon_env,
@@ -321,10 +320,10 @@ pub(crate) struct RestartCmdArgs {
     /// name.
     #[arg(value_parser = reference_arg)]
     handle: ProcessRef,
-    /// The value of a variable the journal withheld (set with `start --env`), NAME=value
-    /// (repeatable); a restart without one names what is missing. Never written to disk.
-    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
-    env: Vec<(String, String)>,
+    // The values of the variables the journal withheld (set with `start --env`), given again
+    // as a start's; a restart without one names what is missing.
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
     /// Start from the daemon's environment instead of this shell's.
     #[arg(long)]
     daemon_env: bool,
@@ -343,7 +342,7 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     let handle = resolve(&mut client, &args.handle)?;
     let mut restart = RestartArgs {
         handle: handle.to_string(),
-        env: args.env.into_iter().collect(),
+        env: args.env.resolve()?,
         client_env: (!args.daemon_env).then(client_environment),
         inherit_env: args.daemon_env,
         queue_ms: None,

@@ -11,6 +11,8 @@ mod args;
 mod capture_cmd;
 mod clean_cmd;
 mod daemon_cmd;
+mod env_args;
+pub(crate) mod env_file;
 mod exit;
 mod foreground;
 mod journal_cmd;
