@@ -69,9 +69,8 @@ impl RootWitness {
             tick.tick().await;
             let witness = self.clone();
             // A stat may block on a slow file system: off the runtime's threads.
-            match tokio::task::spawn_blocking(move || witness.check()).await {
-                Ok(Some(why)) => return why,
-                Ok(None) | Err(_) => {}
+            if let Ok(Some(why)) = tokio::task::spawn_blocking(move || witness.check()).await {
+                return why;
             }
         }
     }
