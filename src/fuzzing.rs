@@ -27,6 +27,7 @@
 //!   for the payload, and its round trip.
 //! - [`mcp_tool_call`] (with `mcp`): the MCP server's tool lookup and argument decoding
 //!   ([`check_tool_call`], which `tests/mcp_props.rs` also runs on its own names and arguments).
+//! - [`env_file`] (with `cli`): the `--env-file` decoder and its round trip.
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
@@ -3678,5 +3679,52 @@ pub fn client_response(data: &[u8]) {
             (Err(ClientError::Api(got)), Err(sent)) => assert_eq!(got, sent),
             (got, sent) => panic!("sent {sent:?}, decoded {got:?}"),
         }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// env_file
+
+/// The `--env-file` decoder (`cli::env_file::parse`) over arbitrary bytes: never a panic; an
+/// error names a line the input has; every entry has a valid name and a value without NUL or
+/// newline; and the entries, written back one a line in single quotes (where the value has
+/// none; else as they are, when that is accepted), read back as the same entries.
+#[cfg(feature = "cli")]
+pub fn env_file(data: &[u8]) {
+    use crate::cli::env_file::parse;
+    let entries = match parse(data) {
+        Ok(entries) => entries,
+        Err(e) => {
+            let lines = data.split(|&b| b == b'\n').count();
+            assert!(e.line >= 1 && e.line <= lines, "{e} of {lines} lines");
+            return;
+        }
+    };
+    let mut again = String::new();
+    for (name, value) in &entries {
+        let mut chars = name.chars();
+        assert!(
+            chars
+                .next()
+                .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        );
+        assert!(
+            chars.all(|c| c.is_ascii_alphanumeric() || c == '_'),
+            "{name:?}"
+        );
+        assert!(!value.contains(['\n', '\0']), "{value:?}");
+        if value.contains('\'') {
+            again.push_str(&format!("{name}={value}\n"));
+        } else {
+            again.push_str(&format!("{name}='{value}'\n"));
+        }
+    }
+    // A value holding a quote was read unquoted or in double quotes: as it is, it may read
+    // differently (an opening quote); only a file of single-quotable values must come back.
+    if entries
+        .iter()
+        .all(|(_, v)| !v.contains('\'') && !v.ends_with('\r'))
+    {
+        assert_eq!(parse(again.as_bytes()).as_ref(), Ok(&entries), "{again:?}");
     }
 }

@@ -52,6 +52,11 @@ pub const SEGMENT_COUNT_MAX: usize = 1 << 14;
 /// A follower re-reads the tail at most this often when nothing new arrived.
 pub const FOLLOW_POLL_MS: u64 = 50;
 
+/// A daemon checks this often that its root, `LOCK` and socket are still the files it bound
+/// (`server::watch`): three stats a second cost nothing, and a daemon nobody can reach any
+/// more ends within about a second.
+pub const ROOT_WATCH_MS: u64 = 1000;
+
 /// The block a scan reads a cleanly closed segment's tail in, to check that it is zero: 16 reads
 /// per MiB, and a buffer that stays small whatever the segment size (measured on a cold open of a
 /// 1 MiB segment: 0.14 ms with 64 KiB blocks, 0.25 ms with 256 KiB, whose fresh buffer's page

@@ -34,6 +34,8 @@ const TARGETS: &[(&str, Body)] = &[
     ("mcp_tool_call", procjournal::fuzzing::mcp_tool_call),
     #[cfg(feature = "server")]
     ("client_response", procjournal::fuzzing::client_response),
+    #[cfg(feature = "cli")]
+    ("env_file", procjournal::fuzzing::env_file),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must

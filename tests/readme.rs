@@ -307,7 +307,7 @@ export SHELL="$PWD/login-shell"
                     status(0),
                 ),
                 (
-                    "procjournal start --env API_TOKEN=\"$TOKEN\" -- ./deploy   # the value is never written to disk",
+                    "API_TOKEN=\"$TOKEN\" procjournal start --env API_TOKEN -- ./deploy  # not in argv, not on disk",
                     says(0, &["p-"], &[]),
                 ),
                 (
@@ -381,7 +381,7 @@ procjournal start -- sh -c 'while [ ! -e release ]; do sleep 0.05; done' >/dev/n
                     says(125, &[], &["API_TOKEN", "supply them again"]),
                 ),
                 (
-                    "procjournal restart \"$h\" --env API_TOKEN=\"$TOKEN\"  # prints the new handle",
+                    "API_TOKEN=\"$TOKEN\" procjournal restart \"$h\" --env API_TOKEN  # the new handle",
                     says(0, &["p-"], &[]),
                 ),
             ],

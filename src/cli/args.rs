@@ -52,11 +52,24 @@ pub(crate) fn parse_size(text: &str) -> Result<(u16, u16), String> {
     }
 }
 
-/// `NAME=value`; the error never repeats the text (it may hold a secret).
+/// `NAME=value`, or `NAME` alone for the value of NAME in this process's environment (which
+/// keeps the value out of argv); the error never repeats a value (it may hold a secret).
 pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
     match text.split_once('=') {
         Some((k, v)) if !k.is_empty() => Ok((k.to_owned(), v.to_owned())),
-        _ => Err("not NAME=value (a non-empty name, then =, then the value)".to_owned()),
+        Some(_) => Err("not NAME=value (a non-empty name, then =, then the value)".to_owned()),
+        None if text.is_empty() => Err("an empty name".to_owned()),
+        None => match std::env::var(text) {
+            Ok(value) => Ok((text.to_owned(), value)),
+            Err(std::env::VarError::NotPresent) => Err(format!(
+                "{} is not set in procjournal's environment (NAME alone takes its value from there)",
+                crate::render::escape_field(text, false)
+            )),
+            Err(std::env::VarError::NotUnicode(_)) => Err(format!(
+                "the value of {} in procjournal's environment is not UTF-8",
+                crate::render::escape_field(text, false)
+            )),
+        },
     }
 }
 

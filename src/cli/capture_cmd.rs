@@ -41,6 +41,8 @@ pub(crate) struct CaptureCmdArgs {
     /// processes.
     #[arg(long)]
     name: Option<String>,
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
     /// Bytes of each stream to return, 1 to 1048576 (default 65536); a stream that writes more
     /// is `incomplete` (the spool keeps the rest: `logs --cursor` from its `resume_cursor`).
     #[arg(long, value_name = "BYTES")]
@@ -91,7 +93,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
     if !report.reconciled.is_empty() {
-        eprintln!(
+        note!(
             "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
             report.reconciled.len()
         );
@@ -132,7 +134,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         Err(e) => return super::exit::of_refusal(e),
     };
     let line = super::json::line(&receipt).context("cannot encode the receipt")?;
-    println!("{line}");
+    super::out::verdict_stands(outln!("{line}"))?;
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
 }
 
@@ -151,7 +153,7 @@ fn capture_request(
             yield_ms: None,
             command: args.command,
             cwd: Some(cwd.to_string_lossy().into_owned()),
-            env: Default::default(),
+            env: args.env.resolve()?,
             env_persist: Default::default(),
             client_env: through_daemon.then(super::target::client_environment),
             inherit_env: !through_daemon,

@@ -67,7 +67,7 @@ pub(crate) fn clean(args: CleanArgs) -> anyhow::Result<ExitCode> {
 fn offline(args: &CleanArgs) -> anyhow::Result<CleanReport> {
     let root = args.target.root()?;
     super::existing(&root)?;
-    eprintln!("procjournal: no daemon is running; cleaning the root directly");
+    note!("procjournal: no daemon is running; cleaning the root directly");
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -84,9 +84,12 @@ fn init_log(root: &Path, level: Option<&str>, file: Option<&Path>) -> anyhow::Re
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT))
         }
     };
+    // Not its own complaint about a failed write: made with `eprintln!`, it panics when stderr
+    // is a closed pipe.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_ansi(false);
+        .with_ansi(false)
+        .log_internal_errors(false);
     let installed = match file {
         Some(path) => {
             // `root.join` keeps an absolute path as it is.
@@ -150,21 +153,21 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot serve the runtime root {}", root.display()))?;
         if !restore.reconciled.is_empty() {
-            eprintln!(
+            note!(
                 "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
                 restore.reconciled.len()
             );
         }
         for error in &restore.errors {
-            eprintln!("procjournal: restore: {error}");
+            note!("procjournal: restore: {error}");
         }
-        eprintln!(
+        note!(
             "procjournal: serving {} on {}",
             root.display(),
             server.socket().display()
         );
         let report = server.run().await?;
-        eprintln!(
+        note!(
             "procjournal: shut down: {} terminated, {} killed, {} teardown failures",
             report.terminated.len(),
             report.killed.len(),
@@ -192,12 +195,11 @@ pub(crate) struct StartCmdArgs {
     /// processes. Letters, digits, '.', '_', '-'; starts with a letter or '_'.
     #[arg(long)]
     name: Option<String>,
-    /// An environment variable NAME=value set on top of this shell's environment (repeatable).
-    /// Its value is never written to disk or shown: the journal keeps the name.
-    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
-    env: Vec<(String, String)>,
-    /// As --env, for a value the journal may keep (no secrets): a restart reuses it.
-    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = parse_env)]
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
+    /// As --env, for a value the journal may keep (no secrets): a restart reuses it. NAME
+    /// alone takes the value from procjournal's own environment.
+    #[arg(long = "env-persist", value_name = "NAME[=value]", value_parser = parse_env)]
     env_persist: Vec<(String, String)>,
     /// Start from the daemon's environment instead of this shell's.
     #[arg(long)]
@@ -276,7 +278,7 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         yield_ms: None,
         command: args.command,
         cwd: Some(cwd),
-        env: args.env.into_iter().collect(),
+        env: args.env.resolve()?,
         env_persist: args.env_persist.into_iter().collect(),
         client_env,
         inherit_env: args.daemon_env,
@@ -298,11 +300,11 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
         other => other?,
     };
     if args.json {
-        println!("{}", super::json::line(&info)?);
+        outln!("{}", super::json::line(&info)?)?;
     } else {
         let view: super::views::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
-        println!("{}", crate::render::escape_field(&view.handle, false));
+        outln!("{}", crate::render::escape_field(&view.handle, false))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -318,10 +320,10 @@ pub(crate) struct RestartCmdArgs {
     /// name.
     #[arg(value_parser = reference_arg)]
     handle: ProcessRef,
-    /// The value of a variable the journal withheld (set with `start --env`), NAME=value
-    /// (repeatable); a restart without one names what is missing. Never written to disk.
-    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
-    env: Vec<(String, String)>,
+    // The values of the variables the journal withheld (set with `start --env`), given again
+    // as a start's; a restart without one names what is missing.
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
     /// Start from the daemon's environment instead of this shell's.
     #[arg(long)]
     daemon_env: bool,
@@ -340,7 +342,7 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     let handle = resolve(&mut client, &args.handle)?;
     let mut restart = RestartArgs {
         handle: handle.to_string(),
-        env: args.env.into_iter().collect(),
+        env: args.env.resolve()?,
         client_env: (!args.daemon_env).then(client_environment),
         inherit_env: args.daemon_env,
         queue_ms: None,
@@ -354,11 +356,11 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
         other => other?,
     };
     if args.json {
-        println!("{}", super::json::line(&info)?);
+        outln!("{}", super::json::line(&info)?)?;
     } else {
         let view: super::views::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
-        println!("{}", crate::render::escape_field(&view.handle, false));
+        outln!("{}", crate::render::escape_field(&view.handle, false))?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -472,9 +474,9 @@ pub(crate) fn send(args: SendArgs) -> anyhow::Result<ExitCode> {
     }
     if args.json {
         let sent = serde_json::json!({"handle": handle.to_string(), "bytes_sent": sent, "closed": args.close});
-        println!("{}", super::json::line(&sent)?);
+        outln!("{}", super::json::line(&sent)?)?;
     } else {
-        eprintln!("procjournal: sent {sent} bytes to {handle}");
+        note!("procjournal: sent {sent} bytes to {handle}");
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -572,12 +574,12 @@ pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
     };
     let status = client.call(&request)?;
     if args.json {
-        println!("{}", super::json::line(&status)?);
+        outln!("{}", super::json::line(&status)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let paused = status.get("paused").and_then(Value::as_bool) == Some(true);
     let changed = status.get("changed").and_then(Value::as_bool) == Some(true);
-    println!(
+    outln!(
         "{}{}",
         if paused {
             "paused: new starts are refused; running processes go on"
@@ -585,7 +587,7 @@ pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
             "running: new starts are admitted"
         },
         if changed { "" } else { " (already)" }
-    );
+    )?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -610,9 +612,10 @@ struct EndView {
     capture: String,
 }
 
+/// Prints how the process ended; its status is the verdict, whether or not anyone reads this.
 fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
     if json {
-        println!("{}", super::json::line(&result)?);
+        super::out::verdict_stands(outln!("{}", super::json::line(&result)?))?;
     }
     let end: EndView = serde_json::from_value(result).context("the daemon's answer")?;
     if !json {
@@ -622,13 +625,13 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
             _ => "no exit status".to_owned(),
         };
         // The handle and the capture's reason come from the daemon: escaped.
-        println!(
+        super::out::verdict_stands(outln!(
             "{} {} ({how}; {} output bytes, capture {})",
             crate::render::escape_field(&end.handle, false),
             end.state.name(),
             end.total_bytes,
             crate::render::escape_field(&end.capture, false)
-        );
+        ))?;
     }
     Ok(super::exit::of_process(end.exit_code, end.signal))
 }
@@ -662,7 +665,7 @@ pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
     }) {
         Ok(result) => result,
         Err(ClientError::Api(e)) if e.code == crate::protocol::ErrorCode::WaitTimeout => {
-            eprintln!(
+            note!(
                 "procjournal: {}",
                 crate::render::escape_field(&e.message, true)
             );
@@ -701,7 +704,7 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
     };
     let snapshot = client.call(&request)?;
     if args.json {
-        println!("{}", super::json::line(&snapshot)?);
+        outln!("{}", super::json::line(&snapshot)?)?;
         return Ok(ExitCode::SUCCESS);
     }
     let d = &snapshot["decision"];
@@ -721,14 +724,14 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
             },
         )
     };
-    println!(
+    outln!(
         "slots {} in use {} ({}) queued {}",
         num(&d["slots"]),
         num(&d["in_use"]),
         crate::render::escape_field(d["basis"].as_str().unwrap_or("?"), false),
         num(&snapshot["queued"])
-    );
-    println!(
+    )?;
+    outln!(
         "cores {} available {} share {}% floor {} reserved {} pool {}",
         num(&d["cores"]),
         size(&d["available_bytes"]),
@@ -736,12 +739,12 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         size(&d["floor_bytes"]),
         size(&d["reserved_bytes"]),
         size(&d["pool_bytes"]),
-    );
+    )?;
     let cores = |v: &Value| {
         v.as_u64()
             .map_or_else(|| "-".to_owned(), |m| format!("{:.2}", m as f64 / 1000.0))
     };
-    println!(
+    outln!(
         "cores charged {} of budget {} (max_concurrent {}{})",
         cores(&d["charged_millis"]),
         cores(&d["core_budget_millis"]),
@@ -751,8 +754,8 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         } else {
             ""
         },
-    );
-    println!(
+    )?;
+    outln!(
         "telemetry {} (sampled {} ms ago)",
         if snapshot["telemetry_complete"] == Value::Bool(true) {
             "complete"
@@ -760,9 +763,9 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
             "incomplete"
         },
         num(&snapshot["sampled_ms_ago"])
-    );
+    )?;
     for r in snapshot["reservations"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "{}  reserved {}  observed {}  cores {}  {} ({} members)",
             crate::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
             size(&r["reserved_bytes"]),
@@ -770,7 +773,7 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
             cores(&r["charged_millis"]),
             crate::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
             num(&r["members"]),
-        );
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -781,7 +784,7 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
         grace_ms: millis(args.grace),
     })?;
     if args.json {
-        println!("{}", super::json::line(&report)?);
+        outln!("{}", super::json::line(&report)?)?;
     }
     let count = |field: &str| {
         report
@@ -790,12 +793,12 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
             .map_or(0, Vec::len)
     };
     if !args.json {
-        println!(
+        outln!(
             "shut down: {} terminated, {} killed, {} teardown failures",
             count("terminated"),
             count("killed"),
             count("teardown_failed")
-        );
+        )?;
     }
     Ok(if count("teardown_failed") == 0 {
         ExitCode::SUCCESS

@@ -60,7 +60,7 @@ pub(crate) fn of_refusal(e: crate::protocol::ApiError) -> anyhow::Result<ExitCod
     if e.code != crate::protocol::ErrorCode::SpawnFailed {
         anyhow::bail!("{}", e.message);
     }
-    eprintln!(
+    note!(
         "procjournal: {}",
         crate::render::escape_field(&e.message, true)
     );

@@ -43,10 +43,10 @@ impl From<crate::protocol::dispatch::WaitResult> for Ended {
 /// What `run` says when the command has ended, and the status it exits with.
 pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
     if let Some(e) = &end.persist_error {
-        eprintln!("procjournal: the terminal state was not persisted: {e}");
+        note!("procjournal: the terminal state was not persisted: {e}");
     }
     if end.state == crate::lifecycle::State::TimedOut {
-        eprintln!("procjournal: {handle} timed out");
+        note!("procjournal: {handle} timed out");
     }
     if end.capture != "complete" {
         // The printed copy and the durable one come from the same reads, so a capture cut short
@@ -55,7 +55,7 @@ pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
             .capture
             .strip_prefix("incomplete: ")
             .unwrap_or(&end.capture);
-        eprintln!("procjournal: the durable copy of this output is incomplete: {why}");
+        note!("procjournal: the durable copy of this output is incomplete: {why}");
     }
     super::exit::of_process(end.exit_code, end.signal)
 }
@@ -103,7 +103,7 @@ pub(super) fn interrupted(n: u32, control: &Control, handle: Handle) -> bool {
         ),
         _ => return true,
     };
-    eprintln!(
+    note!(
         "procjournal: {}",
         say.replace("{handle}", &handle.to_string())
     );

@@ -580,11 +580,9 @@ fn dump(args: DumpArgs) -> anyhow::Result<ExitCode> {
         if let Some(p) = progress {
             p.finish();
         }
-        if let Err(e) = printer.flush() {
-            return broken_pipe_ok(e);
-        }
+        printer.flush()?;
         if !report.is_clean() {
-            eprintln!(
+            note!(
                 "procjournal: the journal is not clean; `procjournal journal verify` prints the report"
             );
         }
@@ -592,20 +590,10 @@ fn dump(args: DumpArgs) -> anyhow::Result<ExitCode> {
     }
     let (mut follower, _report) = reader.follow(args.from, |r| printer.emit(r))?;
     loop {
-        if let Err(e) = printer.flush() {
-            return broken_pipe_ok(e);
-        }
+        printer.flush()?;
         if follower.poll(|r| printer.emit(r))? == 0 {
             std::thread::sleep(Duration::from_millis(FOLLOW_POLL_MS));
         }
-    }
-}
-
-fn broken_pipe_ok(e: std::io::Error) -> anyhow::Result<ExitCode> {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
-        Ok(ExitCode::SUCCESS)
-    } else {
-        Err(e.into())
     }
 }
 

@@ -398,7 +398,7 @@ fn source(args: &LogsArgs) -> anyhow::Result<(Handle, PageSource)> {
     } else {
         "no daemon is running; showing the output recorded so far (following needs a daemon)"
     };
-    eprintln!("procjournal: {note}");
+    note!("procjournal: {note}");
     let root = crate::root::Root::open_reader(&root)?;
     let dir = root.spool_dir().join(handle.to_string());
     let (mut spool, _) =
@@ -469,14 +469,14 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             gaps += 1;
             if !args.json || lines_mode {
                 // The reason may come from a file name or an error: escaped like any field.
-                eprintln!("{}", crate::render::escape_field(&skipped.notice(), false));
+                note!("{}", crate::render::escape_field(&skipped.notice(), false));
             }
         } else if page.gap {
             // A daemon from before `skipped`: only retention made gaps.
             let lost = page.retained_from.saturating_sub(cursor);
             gaps += 1;
             if !args.json || lines_mode {
-                eprintln!("-- {lost} bytes lost at cursor {cursor}: retention --");
+                note!("-- {lost} bytes lost at cursor {cursor}: retention --");
             }
         }
         let at_end = page.state.is_terminal() && page.next_cursor >= page.total_bytes;
@@ -527,11 +527,8 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             }
             None => out.write_all(page.data.as_bytes()),
         };
-        match written.and_then(|()| out.flush()) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
-            Err(e) => return Err(e.into()),
-        }
+        // A reader gone ends `logs` quietly (`out.rs`), `-f` too.
+        written.and_then(|()| out.flush())?;
         let progressed = page.next_cursor != cursor || page.gap || page.skipped.is_some();
         cursor = page.next_cursor;
         let read_to_end = cursor >= end.unwrap_or(page.total_bytes);
@@ -542,15 +539,9 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         } else if read_to_end || !progressed {
             if let Some(lines) = lines.as_mut() {
                 lines.finish();
-                if let Err(e) = lines
+                lines
                     .print(&mut out, times.as_ref(), args.timestamps, args.json, true)
-                    .and_then(|()| out.flush())
-                {
-                    if e.kind() == std::io::ErrorKind::BrokenPipe {
-                        return Ok(ExitCode::SUCCESS);
-                    }
-                    return Err(e.into());
-                }
+                    .and_then(|()| out.flush())?;
             }
             break;
         }

@@ -117,7 +117,7 @@ fn attach(root: &Path, args: &McpArgs) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("the daemon on {} does not answer", socket.display()))?;
     let pid = hello.get("pid").and_then(serde_json::Value::as_u64);
     match spawned {
-        Some(Spawned { pid }) => eprintln!(
+        Some(Spawned { pid }) => note!(
             "procjournal mcp: no daemon was running for {}; started one (pid {pid}, log {}). \
              It keeps running after this server, with every process it starts; \
              `procjournal shutdown --root {}` stops it",
@@ -125,7 +125,7 @@ fn attach(root: &Path, args: &McpArgs) -> anyhow::Result<PathBuf> {
             daemon_log(root).display(),
             root.display()
         ),
-        None => eprintln!(
+        None => note!(
             "procjournal mcp: attached to the daemon of {} (pid {}) on {}",
             root.display(),
             pid.map_or_else(|| "?".to_owned(), |p| p.to_string()),
@@ -196,14 +196,14 @@ async fn serve_session(server: McpServer) -> anyhow::Result<ExitCode> {
             let ct = running.cancellation_token();
             let stop_on_signal = tokio::spawn(async move {
                 let reason = terminate_signal().await;
-                eprintln!("procjournal mcp: {reason}, shutting down");
+                note!("procjournal mcp: {reason}, shutting down");
                 ct.cancel();
             });
             let quit = running.waiting().await;
             stop_on_signal.abort();
             match quit {
                 Ok(reason) => {
-                    eprintln!("procjournal mcp: session ended ({reason:?})");
+                    note!("procjournal mcp: session ended ({reason:?})");
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => Err(anyhow::anyhow!("the MCP session task failed: {e}")),
@@ -233,7 +233,7 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
                 root.join("LOCK").display()
             )
         })?;
-    eprintln!(
+    note!(
         "procjournal mcp: serving {} on stdio, standalone: its processes end with this server \
          ({} earlier process(es) now lost_on_restore, {} finished ones reopened)",
         supervisor.root().display(),
@@ -241,7 +241,7 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
         report.reopened.len()
     );
     for error in &report.errors {
-        eprintln!("procjournal mcp: restore: {error}");
+        note!("procjournal mcp: restore: {error}");
     }
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let owner = format!("uid:{} via mcp", nix::unistd::getuid());
@@ -250,14 +250,14 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
     let outcome = serve_session(McpServer::standalone(dispatcher)?).await;
     let report = supervisor.shutdown(SHUTDOWN_GRACE).await;
     if !report.terminated.is_empty() || !report.killed.is_empty() {
-        eprintln!(
+        note!(
             "procjournal mcp: stopped {} process(es) ({} killed)",
             report.terminated.len() + report.killed.len(),
             report.killed.len()
         );
     }
     for (handle, reason) in &report.teardown_failed {
-        eprintln!("procjournal mcp: teardown of {handle} failed: {reason}");
+        note!("procjournal mcp: teardown of {handle} failed: {reason}");
     }
     outcome
 }

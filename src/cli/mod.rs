@@ -4,10 +4,15 @@
 //! Recovery tooling (`journal ...`) is offline and read-only: it takes no lock and never writes, so
 //! it may run against a root that a live writer holds.
 
+#[macro_use]
+mod out;
+
 mod args;
 mod capture_cmd;
 mod clean_cmd;
 mod daemon_cmd;
+mod env_args;
+pub(crate) mod env_file;
 mod exit;
 mod foreground;
 mod journal_cmd;
@@ -125,12 +130,12 @@ struct ManArgs {
 fn completions(args: CompletionsArgs) -> anyhow::Result<ExitCode> {
     use clap::CommandFactory;
     let mut command = Cli::command();
-    clap_complete::generate(
-        args.shell,
-        &mut command,
-        "procjournal",
-        &mut std::io::stdout(),
-    );
+    // Into memory first: clap_complete panics when its writer fails (a closed pipe).
+    let mut script = Vec::new();
+    clap_complete::generate(args.shell, &mut command, "procjournal", &mut script);
+    let mut out = std::io::stdout().lock();
+    std::io::Write::write_all(&mut out, &script)?;
+    std::io::Write::flush(&mut out)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -281,14 +286,14 @@ pub fn main() -> ExitCode {
     };
     match result {
         Ok(code) => code,
-        Err(error) if broken_pipe(&error) => {
+        Err(error) if out::broken_pipe(&error) => {
             // The reader went away (`procjournal man | head`): nothing more to say to it.
             ExitCode::SUCCESS
         }
         Err(error) => {
             // Errors may quote what a client sent (a program name, a label): escaped.
             let message = format!("{error:#}");
-            eprintln!(
+            note!(
                 "procjournal: {}",
                 crate::render::escape_field(&message, true)
             );
@@ -325,14 +330,6 @@ fn escape_usage_error(mut error: clap::Error) -> clap::Error {
         error.insert(kind, value);
     }
     error
-}
-
-fn broken_pipe(error: &anyhow::Error) -> bool {
-    error.chain().any(|cause| {
-        cause
-            .downcast_ref::<std::io::Error>()
-            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
-    })
 }
 
 /// Raises this process's soft descriptor limit to its hard limit, as long-running servers do
@@ -437,7 +434,7 @@ impl TreeArgs {
                 Ok(base) => std::sync::Arc::new(guardian()?.with_cgroups(Some(base))),
                 Err(e) => {
                     if !quiet {
-                        eprintln!("procjournal: no per-launch cgroup ({e}); guardians only");
+                        note!("procjournal: no per-launch cgroup ({e}); guardians only");
                     }
                     std::sync::Arc::new(guardian()?)
                 }

@@ -222,8 +222,31 @@ pub(crate) fn span_text(ms: u64) -> String {
     }
 }
 
+/// What `ps` says when no daemon serves the root: each state is what the journal last recorded,
+/// and a process recorded as live (`running`, `starting`, ...) has nobody supervising it now; a
+/// daemon that was SIGKILLed left its processes so. In the table such a state is marked `*`;
+/// in `--json` every object carries `"served": false`.
+fn say_offline(root: &std::path::Path, processes: &[Value]) {
+    let live = processes
+        .iter()
+        .filter(|p| {
+            serde_json::from_value::<State>(p["state"].clone()).is_ok_and(|s| !s.is_terminal())
+        })
+        .count();
+    let root = crate::render::escape_field(&root.to_string_lossy(), false).into_owned();
+    if live == 0 {
+        note!("procjournal: no daemon serves {root}; each state is the last the journal recorded");
+    } else {
+        note!(
+            "procjournal: no daemon serves {root}; each state is the last the journal recorded: \
+             {live} recorded as live (marked *) have no supervisor now, and may have ended"
+        );
+    }
+}
+
 pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let paused;
+    let mut offline = false;
     let processes: Vec<Value> = match args.target.try_connect()? {
         Some(mut client) => {
             let hello = client.call(&Request::Hello)?;
@@ -238,10 +261,11 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             }
         }
         None => {
-            eprintln!("procjournal: no daemon is running; reading the journal");
-            let (store, _) = offline_manifests(&args.target.root()?)?;
+            offline = true;
+            let root = args.target.root()?;
+            let (store, _) = offline_manifests(&root)?;
             paused = store.paused();
-            store
+            let list: Vec<Value> = store
                 .iter()
                 .filter(|m| args.state.is_none_or(|s| m.state == s))
                 .filter(|m| {
@@ -249,13 +273,21 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
                         .as_ref()
                         .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
                 })
-                .map(|m| serde_json::to_value(ProcessInfo::from(m)))
-                .collect::<Result<_, _>>()?
+                .map(|m| {
+                    let mut value = serde_json::to_value(ProcessInfo::from(m))?;
+                    if let Value::Object(fields) = &mut value {
+                        fields.insert("served".to_owned(), Value::Bool(false));
+                    }
+                    Ok::<_, serde_json::Error>(value)
+                })
+                .collect::<Result<_, _>>()?;
+            say_offline(&root, &list);
+            list
         }
     };
     if paused {
         // On stderr: stdout stays the process list (one JSON object a line with --json).
-        eprintln!("procjournal: paused: new starts are refused until `procjournal resume`");
+        note!("procjournal: paused: new starts are refused until `procjournal resume`");
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
@@ -271,6 +303,13 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     for p in processes {
         let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
         let mut row: Vec<String> = columns.iter().map(|c| c.cell(&p, now_ms)).collect();
+        if offline && !p.state.is_terminal() {
+            for (cell, column) in row.iter_mut().zip(&columns) {
+                if *column == Column::State {
+                    cell.push('*');
+                }
+            }
+        }
         // Without --format, the labels follow the command, as they always did.
         if columns.as_slice() == Column::DEFAULT.as_slice()
             && !p.labels.is_empty()

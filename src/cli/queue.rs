@@ -50,7 +50,7 @@ impl QueueArgs {
             return None;
         }
         let ms = self.wait_ms()?;
-        eprintln!(
+        note!(
             "procjournal: {}",
             crate::render::escape_field(&waiting_line(&refusal.message, ms), true)
         );

@@ -67,12 +67,11 @@ pub(crate) struct RunArgs {
     /// Working directory (default: this shell's).
     #[arg(long, value_name = "DIR")]
     cwd: Option<PathBuf>,
-    /// An environment variable NAME=value set on top of this shell's environment (repeatable).
-    /// Its value is never written to disk or shown: the journal keeps the name.
-    #[arg(long = "env", value_name = "NAME=value", value_parser = parse_env)]
-    env: Vec<(String, String)>,
-    /// As --env, for a value the journal may keep (no secrets): a restart reuses it.
-    #[arg(long = "env-persist", value_name = "NAME=value", value_parser = parse_env)]
+    #[command(flatten)]
+    env: super::env_args::EnvArgs,
+    /// As --env, for a value the journal may keep (no secrets): a restart reuses it. NAME
+    /// alone takes the value from procjournal's own environment.
+    #[arg(long = "env-persist", value_name = "NAME[=value]", value_parser = parse_env)]
     env_persist: Vec<(String, String)>,
     /// Output kept in the spool, e.g. 64MiB (the default), 512M, 1G; older output is deleted
     /// in whole segments. At least 8MiB, at most 4GiB.
@@ -123,7 +122,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
     if !report.reconciled.is_empty() {
-        eprintln!(
+        note!(
             "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
             report.reconciled.len()
         );
@@ -163,7 +162,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         }
     };
     // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
-    eprintln!("procjournal: started {handle}");
+    note!("procjournal: started {handle}");
     // With a terminal here, it is raw until the guard drops (every return below), so that
     // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
     let _raw = if pty { RawMode::enter() } else { None };
@@ -206,7 +205,7 @@ pub(super) fn start_request(
                 .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
                 .to_owned(),
         ),
-        env: args.env.into_iter().collect(),
+        env: args.env.resolve()?,
         env_persist: args.env_persist.into_iter().collect(),
         client_env,
         inherit_env,

@@ -72,7 +72,7 @@ pub(super) async fn run(
             .context("the daemon's start result names no handle")?,
         Err(e) => return refused(e),
     };
-    eprintln!(
+    note!(
         "procjournal: started {handle} (through the daemon serving {})",
         root.display()
     );
@@ -153,10 +153,10 @@ async fn follow(
             bail!("the daemon has less output than was already printed (cursor {cursor})");
         }
         if let Some(skipped) = &page.skipped {
-            eprintln!("{}", crate::render::escape_field(&skipped.notice(), false));
+            note!("{}", crate::render::escape_field(&skipped.notice(), false));
         } else if page.gap {
             let lost = page.retained_from.saturating_sub(cursor);
-            eprintln!("-- {lost} bytes lost at cursor {cursor}: retention --");
+            note!("-- {lost} bytes lost at cursor {cursor}: retention --");
         }
         let bytes = crate::protocol::base64::decode(&page.data)
             .with_context(|| format!("the output page at cursor {cursor} is not base64"))?;
@@ -229,7 +229,7 @@ pub(super) async fn capture(
         Ok(receipt) => receipt,
         Err(e) => return refused(e),
     };
-    println!("{}", super::json::line(&receipt)?);
+    super::out::verdict_stands(outln!("{}", super::json::line(&receipt)?))?;
     let int = |field: &str| receipt[field].as_i64().and_then(|n| i32::try_from(n).ok());
     Ok(super::exit::of_process(int("exit_code"), int("signal")))
 }

@@ -80,7 +80,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let (mut spool, recovery) =
         Spool::open_reader(&dir).with_context(|| format!("no readable spool for {handle}"))?;
     if !recovery.is_clean() {
-        eprintln!(
+        note!(
             "procjournal: spool recovery: {} torn tail bytes, {} unusable segment files, {} damaged ranges (`procjournal spool verify` reports them)",
             recovery.torn_tail_bytes,
             recovery.bad_segments.len(),
@@ -107,7 +107,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
             // In order with the bytes: what was printed so far reaches stdout first.
             out.flush()?;
             damaged += usize::from(skipped.kind == crate::spool::SkipKind::Damage);
-            eprintln!("{}", render::escape_field(&skipped.notice(), false));
+            note!("{}", render::escape_field(&skipped.notice(), false));
         }
         if read.bytes.is_empty() && read.next_cursor == cursor {
             break;
@@ -140,7 +140,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
         end_base64_run(&mut out, &mut carry, in_run)?;
     }
     out.flush()?;
-    eprintln!("next cursor {cursor}");
+    note!("next cursor {cursor}");
     Ok(if damaged > 0 {
         ExitCode::from(1)
     } else {
@@ -172,7 +172,7 @@ fn recorded(root: &std::path::Path) -> anyhow::Result<(crate::lifecycle::Manifes
             Ok((store, report.is_clean() && replay.lost_below_seq.is_none()))
         }
         Err(e) => {
-            eprintln!("procjournal: no journal to compare with: {e}");
+            note!("procjournal: no journal to compare with: {e}");
             Ok((crate::lifecycle::ManifestStore::default(), true))
         }
     }
@@ -266,7 +266,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
         if args.json {
             // stdout stays one JSON object per line.
             out.flush()?;
-            eprintln!("procjournal: {note}");
+            note!("procjournal: {note}");
         } else {
             writeln!(out, "{note}")?;
         }

@@ -63,7 +63,7 @@ impl Target {
         match crate::client::connect_or_spawn(&socket, spawn, wait) {
             Ok((client, None)) => Ok(client),
             Ok((client, Some(spawned))) => {
-                eprintln!(
+                note!(
                     "procjournal: no daemon was running for {}; started one (pid {}, log {}); \
                      `procjournal shutdown` stops it",
                     root.display(),
@@ -125,7 +125,7 @@ pub(crate) fn offline_manifests(
     progress.finish();
     let clean = recovery.is_clean() && replay.is_clean();
     if !clean {
-        eprintln!(
+        note!(
             "procjournal: the journal has damage or invalid events; `procjournal journal verify` reports them"
         );
     }

@@ -47,6 +47,8 @@
 //! longest-waiting connection is evicted to free a descriptor, and the next accept waits
 //! [`ACCEPT_BACKOFF_MS`] so that a persistent failure does not spin.
 
+mod watch;
+
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -57,7 +59,7 @@ use tokio::net::unix::OwnedWriteHalf;
 use tokio::net::{UnixListener, UnixStream};
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
-use tracing::{debug, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::protocol::{
     ApiError, Dispatcher, ErrorCode, REQUEST_BYTES_MAX, Request, Response, decode_request,
@@ -133,6 +135,10 @@ pub enum ServeError {
     Socket { path: PathBuf, cause: io::Error },
     #[error("server limits: {0}")]
     Limits(&'static str),
+    /// The root, its `LOCK` or the socket stopped being the file the server bound; every
+    /// process was stopped as at a `shutdown`.
+    #[error("{why}; the daemon stopped its processes and exited")]
+    RootGone { why: String },
 }
 
 /// A bound daemon, ready to [`Server::run`].
@@ -143,6 +149,7 @@ pub struct Server {
     socket: PathBuf,
     uid: u32,
     limits: ServerLimits,
+    witness: watch::RootWitness,
 }
 
 impl Server {
@@ -184,6 +191,12 @@ impl Server {
             return Err(ServeError::SocketPathTooLong(socket));
         }
         let listener = bind_socket(&socket).await?;
+        let witness = watch::RootWitness::take(supervisor.root(), &socket).map_err(|cause| {
+            ServeError::Socket {
+                path: socket.clone(),
+                cause,
+            }
+        })?;
         let uid = nix::unistd::geteuid().as_raw();
         let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         let dispatcher = Dispatcher::new(supervisor, cwd, format!("uid {uid} via socket"));
@@ -195,6 +208,7 @@ impl Server {
                 socket,
                 uid,
                 limits,
+                witness,
             },
             report,
         ))
@@ -212,9 +226,13 @@ impl Server {
         &self.limits
     }
 
-    /// Serves until a `shutdown` request, SIGTERM or SIGINT; then shuts the supervisor down
-    /// (every process tree stopped and confirmed) and removes the socket.
+    /// Serves until a `shutdown` request, SIGTERM or SIGINT, or until the root is gone
+    /// (`watch.rs`: then [`ServeError::RootGone`]); then shuts the supervisor down (every
+    /// process tree stopped and confirmed) and removes the socket.
     pub async fn run(self) -> Result<ShutdownReport, ServeError> {
+        let gone = self.witness.clone().gone();
+        tokio::pin!(gone);
+        let mut root_gone = None;
         let stop = Arc::new(Notify::new());
         let slots = Arc::new(Slots::new(self.limits.connections_max));
         let mut sigterm = signal(tokio::signal::unix::SignalKind::terminate())?;
@@ -246,6 +264,10 @@ impl Server {
                 () = stop.notified() => break,
                 _ = sigterm.recv() => break,
                 _ = sigint.recv() => break,
+                why = &mut gone => {
+                    root_gone = Some(why);
+                    break;
+                }
             };
             let permit = match Arc::clone(&descriptors).try_acquire_owned() {
                 Ok(permit) => Some(permit),
@@ -265,17 +287,34 @@ impl Server {
                 None => self.refuse_full_house(stream, &refusals),
             }
         }
-        info!("shutting down");
+        match &root_gone {
+            Some(why) => error!(%why, "the runtime root is gone: shutting down"),
+            None => info!("shutting down"),
+        }
         // Shared with a `shutdown` request that may be running: every caller gets one report.
         let report = self
             .dispatcher
             .supervisor()
             .shutdown(SIGNAL_SHUTDOWN_GRACE)
             .await;
-        if let Err(e) = std::fs::remove_file(&self.socket) {
-            warn!(error = %e, "cannot remove the socket");
+        match root_gone {
+            Some(why) => {
+                // The socket is left alone: the path may now be another daemon's.
+                info!(
+                    terminated = report.terminated.len(),
+                    killed = report.killed.len(),
+                    teardown_failed = report.teardown_failed.len(),
+                    "shut down"
+                );
+                Err(ServeError::RootGone { why })
+            }
+            None => {
+                if let Err(e) = std::fs::remove_file(&self.socket) {
+                    warn!(error = %e, "cannot remove the socket");
+                }
+                Ok(report)
+            }
         }
-        Ok(report)
     }
 
     /// Answers `busy` to a newcomer when every connection is running a request, within
