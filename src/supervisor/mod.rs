@@ -133,6 +133,9 @@ pub struct SupervisorConfig {
     /// change of the shell's profile takes effect at the next open). `None`: no capture, and a
     /// command that asks gets its environment unchanged, with the overlay recorded as failed.
     pub login_shell: Option<PathBuf>,
+    /// The group (a gid) the root is shared with, read-only (`02750`, files `0640`); `None`
+    /// keeps a root as it is (a new one private, `0700` and `0600`). See `crate::root`.
+    pub group: Option<u32>,
 }
 
 impl SupervisorConfig {
@@ -156,6 +159,7 @@ impl SupervisorConfig {
             admission: AdmissionConfig::default(),
             telemetry: Arc::new(ProcTelemetry),
             login_shell: None,
+            group: None,
         }
     }
 
@@ -646,13 +650,17 @@ impl Supervisor {
             ..JournalOptions::default()
         };
         let open_root = root.clone();
+        let group = config.group;
         // Spawned first: the open is the longest of the steps that run beside each other here,
         // and each may need a blocking thread of its own (a new one takes a while to start).
         let opened = tokio::task::spawn_blocking(move || {
+            // The access asked for is set before the journal opens (and checks) the root.
+            crate::root::RootDir::prepare(&open_root, group)
+                .map_err(|e| LifecycleError::from(crate::journal::JournalError::from(e)))?;
             let opened = Lifecycle::open(&open_root, options)?;
             // Guardians create their receipts here (journal-format.md, "Guardian receipts").
             let trees = open_root.join("trees");
-            std::fs::create_dir_all(&trees).map_err(|e| SupervisorError::Output {
+            crate::root::fsx::ensure_dir(&trees).map_err(|e| SupervisorError::Output {
                 handle: Handle(EventId::from_bytes([0; 16])),
                 message: format!("{}: {e}", trees.display()),
             })?;
