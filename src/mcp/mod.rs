@@ -504,6 +504,21 @@ impl CallError {
     }
 }
 
+/// The JSON-pointer path of the first null inside `value`, if any.
+fn null_path(value: &Value, at: String) -> Option<String> {
+    match value {
+        Value::Null => Some(if at.is_empty() { "/".into() } else { at }),
+        Value::Object(map) => map
+            .iter()
+            .find_map(|(k, v)| null_path(v, format!("{at}/{k}"))),
+        Value::Array(items) => items
+            .iter()
+            .enumerate()
+            .find_map(|(i, v)| null_path(v, format!("{at}/{i}"))),
+        _ => None,
+    }
+}
+
 /// Decodes one `tools/call`: looks the tool up by name among those listed and validates its
 /// `arguments` into the protocol request it runs ([`protocol::request_from_args`], the socket's
 /// own validation). Pure and total: the decoder of the client's tool calls, fuzzed
@@ -529,6 +544,14 @@ pub fn decode_call(name: &str, arguments: Option<JsonObject>) -> Result<ToolCall
         return Err(CallError::Arguments(ApiError::new(
             ErrorCode::TooLarge,
             kind.to_string(),
+        )));
+    }
+    // The schemas declare no null (the Inspector cannot send unions): an explicit null is
+    // refused, so that what is accepted is what the listing says may be sent.
+    if let Some(path) = null_path(&args, String::new()) {
+        return Err(CallError::Arguments(ApiError::new(
+            ErrorCode::BadArgs,
+            format!("{path} is null: leave an optional argument out instead"),
         )));
     }
     match protocol::request_from_args(spec.op, args) {
