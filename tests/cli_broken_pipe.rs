@@ -231,36 +231,12 @@ fn every_subcommand_ends_quietly_into_a_closed_pipe() {
     let served = dir.path().join("served");
     let offline = dir.path().join("offline");
     let daemon = Daemon::start(&served);
-    let finished = started(&served, &["--", "sh", "-c", "echo hi; exit 3"]);
-    assert_eq!(client(&served, &["wait", &finished]).0, 3);
-    let handles = [
-        ("H", finished),
-        ("L1", started(&served, &["--", "sleep", "1000"])),
-        // Interrupted in both modes: SIGINT ignored, so that it is live the second time too.
-        (
-            "L2",
-            started(&served, &["--", "sh", "-c", "trap '' INT; sleep 1000"]),
-        ),
-        ("L3", started(&served, &["--", "sleep", "1000"])),
-        (
-            "T",
-            started(&served, &["--pty", "24x80", "--", "sleep", "1000"]),
-        ),
-    ];
-    // The offline root: a finished process of `run`'s own supervisor.
-    let (code, _, err) = client(&offline, &["run", "--", "sh", "-c", "echo hi; exit 3"]);
-    assert_eq!(code, 3, "{err}");
-    let (_, list, _) = client(&offline, &["ps", "--json"]);
-    let offline_handle = serde_json::from_str::<serde_json::Value>(list.lines().next().unwrap())
-        .unwrap()["handle"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let (handles, offline_handle) = populate(&served, &offline);
 
     let mut failures = Vec::new();
     for case in CASES {
         let (root, handles) = match case.on {
-            On::Served => (Some(served.as_path()), handles.to_vec()),
+            On::Served => (Some(served.as_path()), handles.clone()),
             On::Offline => (Some(offline.as_path()), vec![("H", offline_handle.clone())]),
             On::None => (None, Vec::new()),
         };
@@ -291,6 +267,37 @@ fn every_subcommand_ends_quietly_into_a_closed_pipe() {
     }
     drop(daemon);
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// A finished process `H` and live ones on the served root, a finished one on the offline root:
+/// the placeholders' handles, and the offline one's.
+fn populate(served: &Path, offline: &Path) -> (Vec<(&'static str, String)>, String) {
+    let finished = started(served, &["--", "sh", "-c", "echo hi; exit 3"]);
+    assert_eq!(client(served, &["wait", &finished]).0, 3);
+    let handles = vec![
+        ("H", finished),
+        ("L1", started(served, &["--", "sleep", "1000"])),
+        // Interrupted in both modes: SIGINT ignored, so that it is live the second time too.
+        (
+            "L2",
+            started(served, &["--", "sh", "-c", "trap '' INT; sleep 1000"]),
+        ),
+        ("L3", started(served, &["--", "sleep", "1000"])),
+        (
+            "T",
+            started(served, &["--pty", "24x80", "--", "sleep", "1000"]),
+        ),
+    ];
+    // The offline root: a finished process of `run`'s own supervisor.
+    let (code, _, err) = client(offline, &["run", "--", "sh", "-c", "echo hi; exit 3"]);
+    assert_eq!(code, 3, "{err}");
+    let (_, list, _) = client(offline, &["ps", "--json"]);
+    let offline_handle = serde_json::from_str::<serde_json::Value>(list.lines().next().unwrap())
+        .unwrap()["handle"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    (handles, offline_handle)
 }
 
 /// `serve` with stdout (and stderr) into closed pipes: it serves, logs a start and an end

@@ -244,6 +244,31 @@ fn say_offline(root: &std::path::Path, processes: &[Value]) {
     }
 }
 
+/// The processes the journal recorded, filtered as asked, each marked `"served": false`, and
+/// whether the gate was recorded closed; said on stderr (`say_offline`).
+fn offline_list(args: &PsArgs) -> anyhow::Result<(Vec<Value>, bool)> {
+    let root = args.target.root()?;
+    let (store, _) = offline_manifests(&root)?;
+    let list: Vec<Value> = store
+        .iter()
+        .filter(|m| args.state.is_none_or(|s| m.state == s))
+        .filter(|m| {
+            args.label
+                .as_ref()
+                .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
+        })
+        .map(|m| {
+            let mut value = serde_json::to_value(ProcessInfo::from(m))?;
+            if let Value::Object(fields) = &mut value {
+                fields.insert("served".to_owned(), Value::Bool(false));
+            }
+            Ok::<_, serde_json::Error>(value)
+        })
+        .collect::<Result<_, _>>()?;
+    say_offline(&root, &list);
+    Ok((list, store.paused()))
+}
+
 pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let paused;
     let mut offline = false;
@@ -262,26 +287,8 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         }
         None => {
             offline = true;
-            let root = args.target.root()?;
-            let (store, _) = offline_manifests(&root)?;
-            paused = store.paused();
-            let list: Vec<Value> = store
-                .iter()
-                .filter(|m| args.state.is_none_or(|s| m.state == s))
-                .filter(|m| {
-                    args.label
-                        .as_ref()
-                        .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
-                })
-                .map(|m| {
-                    let mut value = serde_json::to_value(ProcessInfo::from(m))?;
-                    if let Value::Object(fields) = &mut value {
-                        fields.insert("served".to_owned(), Value::Bool(false));
-                    }
-                    Ok::<_, serde_json::Error>(value)
-                })
-                .collect::<Result<_, _>>()?;
-            say_offline(&root, &list);
+            let list;
+            (list, paused) = offline_list(&args)?;
             list
         }
     };

@@ -287,6 +287,12 @@ impl Server {
                 None => self.refuse_full_house(stream, &refusals),
             }
         }
+        self.finish(root_gone).await
+    }
+
+    /// After the accept loop: every process stopped as at a `shutdown`, and the socket removed
+    /// unless the root is gone (the path may then be another daemon's).
+    async fn finish(self, root_gone: Option<String>) -> Result<ShutdownReport, ServeError> {
         match &root_gone {
             Some(why) => error!(%why, "the runtime root is gone: shutting down"),
             None => info!("shutting down"),
@@ -299,7 +305,6 @@ impl Server {
             .await;
         match root_gone {
             Some(why) => {
-                // The socket is left alone: the path may now be another daemon's.
                 info!(
                     terminated = report.terminated.len(),
                     killed = report.killed.len(),
