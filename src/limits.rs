@@ -269,6 +269,12 @@ pub const RUNNING_PUBLICATION_DELAY_MS: u64 = 10;
 /// its tree's drop then tries once more without waiting).
 pub const GUARDIAN_REAP_MS: u64 = 2_000;
 
+/// How long a guardian stopped at a test failpoint (`tree::guardian::failpoint`, feature
+/// `failpoints`) waits for the test to release it before it goes on by itself: a test that
+/// panicked before its release must not leave a guardian and its receipt behind for ever.
+/// Far beyond any test's hang guard.
+pub const FAILPOINT_HOLD_MAX_MS: u64 = 120_000;
+
 /// How often trees that nothing proved gone (their guardian died without a receipt) are
 /// re-assessed from their evidence (receipt, cgroup, boot id). Each assessment reads a file or
 /// two per tree; a second keeps held capacity from lingering long after the proof appears.

@@ -625,3 +625,102 @@ impl Drop for Daemon {
         let _ = self.child.wait();
     }
 }
+
+/// The slot held after an end under load, made deterministic: the guardian is stopped by a
+/// failpoint after its last reap and before its receipt and `DONE` (where a loaded machine
+/// held it), so the drain's moment for the proof passes with the tree's only process left its
+/// guardian. That tree must be lingering (watched until its receipt), never judged
+/// `unverified` and held: before the guardian counted as a member, it was held, and a CLI
+/// capture exited leaving it held, so that the next capture's restore found the guardian alive
+/// and refused for want of capacity. Released, the receipt frees the slot and is recorded.
+#[test]
+fn a_guardian_late_with_its_receipt_leaves_a_lingering_tree_not_an_unverified_one() {
+    use procjournal::admission::AdmissionConfig;
+    use procjournal::lifecycle::LifecycleEvent;
+    use procjournal::lifecycle::event::{ExitProof, ExitStatus};
+    use procjournal::tree::guardian::failpoint;
+    let mut mechanisms = vec![false];
+    if cgroups_usable() {
+        mechanisms.push(true);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for cgroup in mechanisms {
+        let dir = temp_root();
+        let root = dir.path().join("root");
+        let gate = dir.path().join("gate");
+        std::fs::create_dir(&gate).unwrap();
+        runtime.block_on(async {
+            let mut launcher = GuardianLauncher::new(GuardianProgram::Path(pj())).unwrap();
+            if cgroup {
+                let base = CgroupBase::probe(&base_name(&root)).unwrap();
+                launcher = launcher.with_cgroups(Some(base));
+            }
+            let mut config = SupervisorConfig::new(&root);
+            config.launcher = Arc::new(launcher);
+            config.admission = AdmissionConfig::max_concurrent(1);
+            let (sup, _) = Supervisor::open(config, Services::noop()).await.unwrap();
+            let command = Command::new("sh")
+                .args(["-c", "echo x; exit 2"])
+                .cwd(&root)
+                .env(failpoint::BEFORE_RECEIPT, gate.display().to_string());
+            let handle = sup.start(sup.prepare(command).unwrap()).await.unwrap();
+            let ended = tokio::time::timeout(HANG_GUARD, sup.wait(&handle, None)).await;
+            let summary = ended.expect("hung: the end").unwrap();
+            assert_eq!(summary.exit, ExitStatus::Code(2));
+            // The guardian is held (or on its way there, on a loaded machine): it has not
+            // reported the tree gone, nor written its receipt.
+            wait_until("the guardian at its failpoint", || {
+                gate.join("reached").exists()
+            });
+            let stats = sup.stats().await.unwrap();
+            assert_eq!(
+                (stats.lingering, stats.unverified),
+                (1, 0),
+                "cgroup={cgroup}: a tree whose guardian is still at work was judged: {stats:?}"
+            );
+            // Its slot is held, rightly, while it is watched.
+            let in_use = || async { sup.admission().await.unwrap().decision.in_use };
+            assert_eq!(in_use().await, 1);
+            std::fs::write(gate.join("release"), b"").unwrap();
+            let start = Instant::now();
+            loop {
+                let stats = sup.stats().await.unwrap();
+                if stats.lingering == 0 {
+                    assert_eq!(stats.unverified, 0, "{stats:?}");
+                    assert_eq!(in_use().await, 0, "{stats:?}");
+                    break;
+                }
+                assert!(start.elapsed() < HANG_GUARD, "hung: the receipt's release");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            // The slot is free: a start is admitted at once (no wait for capacity).
+            let next = Command::new("true").cwd(&root);
+            let next = sup.start(sup.prepare(next).unwrap()).await.unwrap();
+            let _ = sup.wait(&next, None).await.unwrap();
+            sup.shutdown(Duration::from_secs(1)).await;
+        });
+        let mut released = Vec::new();
+        procjournal::journal::reader::JournalReader::open(&root)
+            .unwrap()
+            .scan(1, |r| {
+                if let Ok(LifecycleEvent::TreeReleased(t)) =
+                    LifecycleEvent::decode(r.kind, r.codec_version, r.payload)
+                {
+                    released.push(t.proof);
+                }
+            })
+            .unwrap();
+        let by_receipt = |p: &ExitProof| match p {
+            ExitProof::Receipt { status, .. } => *status == ExitStatus::Code(2),
+            _ => false,
+        };
+        assert!(
+            released.iter().any(by_receipt),
+            "cgroup={cgroup}: the release by receipt is not recorded: {released:?}"
+        );
+    }
+}

@@ -41,6 +41,7 @@
 //! the root). The supervisor that sent `GO` itself never accepts one.
 
 mod evidence;
+pub mod failpoint;
 mod receipt;
 mod run;
 mod tree;

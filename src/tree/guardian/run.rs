@@ -541,6 +541,7 @@ impl Guardian {
                 kill_at = Some(Instant::now() + grace);
             }
         }
+        super::failpoint::hold(super::failpoint::BEFORE_RECEIPT);
         if let Some(scope) = &self.scope {
             let _ = scope.remove();
         }

@@ -1,0 +1,38 @@
+//! Test failpoints of the guardian: places where a loaded machine can hold a guardian for as
+//! long as it likes, made to hold it for as long as a test likes, so that the supervisor's
+//! judgement in that window is tested deterministically instead of by load and luck.
+//!
+//! Invariant: a failpoint exists only in a build with the `failpoints` feature, which only the
+//! crate's own tests turn on (through their dev-dependency on the crate itself); in any other
+//! build the functions here are empty and no variable is read, so a production guardian cannot
+//! trip one by an inherited environment. Within a test build a failpoint is tripped only by its
+//! variable in the guardian's environment (the workload's, as launched), so it holds only the
+//! launches a test asked it to.
+//!
+//! A tripped failpoint names a directory: the guardian writes `reached` there (its pid) and
+//! waits until `release` appears, at most [`crate::limits::FAILPOINT_HOLD_MAX_MS`].
+
+/// Holds the guardian after its last reap (ECHILD, the scope empty) and before it removes its
+/// cgroup, writes its receipt and reports `DONE`: the window in which the supervisor sees a
+/// tree with no member left but its guardian, and no proof yet.
+pub const BEFORE_RECEIPT: &str = "PROCJOURNAL_FAILPOINT_BEFORE_RECEIPT";
+
+/// Stops at `name` if this build has failpoints and the environment names a directory for it.
+#[cfg(feature = "failpoints")]
+pub(super) fn hold(name: &str) {
+    use std::time::{Duration, Instant};
+    let Some(dir) = std::env::var_os(name).map(std::path::PathBuf::from) else {
+        return;
+    };
+    if std::fs::write(dir.join("reached"), std::process::id().to_string()).is_err() {
+        return;
+    }
+    let bound = Instant::now() + Duration::from_millis(crate::limits::FAILPOINT_HOLD_MAX_MS);
+    while !dir.join("release").exists() && Instant::now() < bound {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Without the `failpoints` feature there is nothing to stop at.
+#[cfg(not(feature = "failpoints"))]
+pub(super) fn hold(_name: &str) {}
