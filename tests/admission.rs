@@ -530,6 +530,68 @@ fn the_daemon_refuses_queues_and_shows_admission() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// A capture that waited for capacity says how long in its receipt (`queued_ms`), as a start's
+/// result does, through the daemon's protocol and the CLI's `capture` line; one that did not
+/// wait leaves it out.
+#[test]
+fn a_capture_that_waited_says_how_long() {
+    use daemon_common::{Daemon, bin, client};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _daemon = Daemon::start_with(
+        root,
+        &["--max-concurrent", "1", "--tree-mechanism", "group"],
+    );
+    let receipt_of = |out: &std::process::Output| -> serde_json::Value {
+        let text = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text}"))
+    };
+    let capture = |command: &str| {
+        bin()
+            .args(["capture", "--root"])
+            .arg(root)
+            .args(["--", "sh", "-c", command])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap()
+    };
+    let at_once = capture("echo now").wait_with_output().unwrap();
+    assert_eq!(at_once.status.code(), Some(0), "{at_once:?}");
+    let v = receipt_of(&at_once);
+    assert!(v.get("queued_ms").is_none(), "{v}");
+    let (code, out, err) = client(root, &["start", "--", "sleep", "600"]);
+    assert_eq!(code, 0, "{err}");
+    let holder = out.trim().to_owned();
+    let waiting = capture("echo later");
+    // The capture waits in the daemon's queue until the holder is stopped.
+    let start = std::time::Instant::now();
+    loop {
+        let (code, out, err) = client(root, &["admission", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        if v["queued"] == 1 {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "hung: {v}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (code, _, err) = client(root, &["stop", &holder]);
+    assert_eq!(code, 0, "{err}");
+    let later = waiting.wait_with_output().unwrap();
+    assert_eq!(later.status.code(), Some(0), "{later:?}");
+    let v = receipt_of(&later);
+    assert!(v["queued_ms"].is_u64(), "{v}");
+    assert_eq!(v["streams"][0]["prefix"], "later\n", "{v}");
+    assert!(
+        String::from_utf8_lossy(&later.stderr).contains("waiting for capacity"),
+        "{later:?}"
+    );
+    let (code, _, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
+}
+
 /// A start may not ask to wait longer than the bound, and the configuration is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_are_checked() {

@@ -580,16 +580,19 @@ pub fn tools() -> Result<Vec<Tool>, SchemaError> {
             })?;
             // Only the hints that differ from the specification's defaults (not read-only,
             // destructive, not idempotent, open world), to keep the listing small; processes
-            // run on this machine only, so no tool reaches an open world.
+            // run on this machine only, so no tool reaches an open world. The specification
+            // gives `destructiveHint` and `idempotentHint` meaning only when `readOnlyHint` is
+            // false: a read-only tool says neither.
             let mut annotations = ToolAnnotations::new().open_world(false);
             if spec.read_only {
                 annotations = annotations.read_only(true);
-            }
-            if !spec.destructive {
-                annotations = annotations.destructive(false);
-            }
-            if spec.idempotent {
-                annotations = annotations.idempotent(true);
+            } else {
+                if !spec.destructive {
+                    annotations = annotations.destructive(false);
+                }
+                if spec.idempotent {
+                    annotations = annotations.idempotent(true);
+                }
             }
             let mut input = schema::input(&schema);
             describe(spec, &mut input);

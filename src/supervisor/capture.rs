@@ -219,6 +219,8 @@ pub struct CaptureResult {
     /// stdout and stderr, or a PTY launch's terminal stream.
     pub streams: Vec<StreamCapture>,
     pub spool: SpoolArtifact,
+    /// How long the start waited for capacity (`None`: it did not wait).
+    pub queued: Option<Duration>,
 }
 
 /// A capture that cannot be taken as the whole output of a finished run: which stream, and why.
@@ -384,6 +386,9 @@ impl CaptureResult {
             total_bytes: self.spool.total_bytes,
             artifact: self.spool.artifact.clone(),
             persist_error: self.status.persist_error.clone(),
+            queued_ms: self
+                .queued
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         }
     }
 }
@@ -408,6 +413,10 @@ pub struct CaptureReceipt {
     pub artifact: ArtifactDescriptor,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persist_error: Option<String>,
+    /// How long the start waited for capacity, in milliseconds (left out when it did not
+    /// wait), as in a start's result.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queued_ms: Option<u64>,
 }
 
 /// One stream in a [`CaptureReceipt`].
@@ -502,9 +511,18 @@ impl Supervisor {
         } else {
             &[Stream::Stdout, Stream::Stderr]
         };
-        let handle = self.start(prepared).await.map_err(CaptureError::Start)?;
+        let started = self
+            .start_reporting(prepared)
+            .await
+            .map_err(CaptureError::Start)?;
+        let handle = started.handle;
         let span = tracing::info_span!("capture", %handle);
-        self.follow(handle, streams, limits).instrument(span).await
+        let mut result = self
+            .follow(handle, streams, limits)
+            .instrument(span)
+            .await?;
+        result.queued = started.queued;
+        Ok(result)
     }
 
     /// Reads `handle`'s output into per-stream buffers until its terminal result is recorded
@@ -608,6 +626,7 @@ impl Supervisor {
                 total_bytes,
                 dir: self.shared.spool_dir(&handle),
             },
+            queued: None,
         })
     }
 }
