@@ -2188,7 +2188,7 @@ impl ReplayGen {
                 .take(usize::from(n % 6))
                 .collect()
         };
-        match k % 19 {
+        match k % 20 {
             18 => {
                 let arg_count = input.u8() % 3;
                 let env = |i: u8| EnvVar {
@@ -2399,6 +2399,17 @@ impl ReplayGen {
                 error: text(x >> 1),
                 at_unix_ms,
             }),
+            19 => LifecycleEvent::AdmissionLimitSet(AdmissionLimitSet {
+                // Few values, so that a setting equal to the one in force comes up; 0 now and
+                // then, which is refused.
+                max_concurrent: match x % 4 {
+                    0 => None,
+                    1 => Some(0),
+                    _ => Some(u64::from((x >> 2) % 3 + 1)),
+                },
+                requested_by: text(x >> 4),
+                at_unix_ms,
+            }),
             17 => LifecycleEvent::TerminalResized(crate::lifecycle::event::TerminalResized {
                 handle,
                 // A size of 0 now and then, which is refused.
@@ -2455,6 +2466,7 @@ impl ReplayGen {
             | E::OutputCheckpoint(_)
             | E::OutputGap(_)
             | E::GateChanged(_)
+            | E::AdmissionLimitSet(_)
             | E::HumanInput(_)
             | E::DeadlineFired(_)
             | E::DeadlineFailed(_)
@@ -2475,7 +2487,7 @@ pub fn replay_records(data: &[u8]) -> Vec<ReplayRecord> {
     let mut records = Vec::new();
     while !input.is_empty() && records.len() < REPLAY_RECORDS_MAX {
         let [sel, h, pick, x] = [input.u8(), input.u8(), input.u8(), input.u8()];
-        let event = generator.event(sel % 19, h, x, &mut input);
+        let event = generator.event(sel % 20, h, x, &mut input);
         let event_id = match pick % 10 {
             0..=5 => generator.right_id(&event, h),
             6 => generator.fresh(),
@@ -2505,7 +2517,7 @@ pub fn replay_records(data: &[u8]) -> Vec<ReplayRecord> {
             }
             // Garbage under a lifecycle kind.
             13 => {
-                record.kind = 0x0101 + u16::from(x % 18);
+                record.kind = 0x0101 + u16::from(x % 20);
                 record.payload = input.bytes(usize::from(pick % 48)).to_vec();
             }
             // Another kind, with a real lifecycle payload or not.
@@ -2530,7 +2542,7 @@ pub fn replay(data: &[u8]) {
 
 /// Feeds `records` (seq 1, 2, ...) through [`crate::lifecycle::Replayer::feed`] and `finish`;
 /// never a panic, and:
-/// - the report counts every record once: lifecycle kinds (0x0101..=0x0113) and the others;
+/// - the report counts every record once: lifecycle kinds (0x0101..=0x0114) and the others;
 /// - replay folds exactly what the validating store does with the reference decoder: a record
 ///   is undecodable exactly when `LifecycleEvent::decode_reference` refuses it (with its error
 ///   text), rejected exactly when `ManifestStore::apply` refuses it (with its rejection, against
@@ -2655,16 +2667,15 @@ fn check_manifests(
     );
     // The gate: changes alternate, and the store keeps the last.
     let mut gate: Option<&crate::lifecycle::event::GateChanged> = None;
+    // The admission limit likewise: never 0, never the one in force, the store keeps the last.
+    let mut limit: Option<&crate::lifecycle::event::AdmissionLimitSet> = None;
     for (_, e, _) in accepted {
-        match e.handle() {
-            Some(h) => assert!(
+        match (e.handle(), e) {
+            (Some(h), _) => assert!(
                 store.get(&h).is_some(),
                 "an event of an unregistered handle was accepted"
             ),
-            None => {
-                let E::GateChanged(g) = e else {
-                    panic!("an event without a handle that is not the gate's")
-                };
+            (None, E::GateChanged(g)) => {
                 assert_ne!(
                     g.paused,
                     gate.is_some_and(|l| l.paused),
@@ -2672,12 +2683,27 @@ fn check_manifests(
                 );
                 gate = Some(g);
             }
+            (None, E::AdmissionLimitSet(l)) => {
+                assert_ne!(l.max_concurrent, Some(0), "a limit of 0");
+                assert_ne!(
+                    l.max_concurrent,
+                    limit.and_then(|p| p.max_concurrent),
+                    "a limit equal to the one in force"
+                );
+                limit = Some(l);
+            }
+            (None, _) => panic!("an event without a handle that is not root-level"),
         }
     }
     assert_eq!(
         store.gate(),
         gate,
         "the store's gate is not the last change"
+    );
+    assert_eq!(
+        store.admission_limit(),
+        limit,
+        "the store's admission limit is not the last one set"
     );
     for m in store.iter() {
         let mut events = accepted
@@ -2830,7 +2856,9 @@ fn check_manifests(
                     last_gap_end = g.to;
                     lost += g.to - g.from;
                 }
-                E::GateChanged(_) => panic!("a gate change counted against a process"),
+                E::GateChanged(_) | E::AdmissionLimitSet(_) => {
+                    panic!("a root-level event counted against a process")
+                }
                 E::HumanInput(i) => {
                     assert!(
                         !state.is_terminal(),

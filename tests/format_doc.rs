@@ -611,6 +611,13 @@ mod validity {
                 cols: 80,
                 at_unix_ms,
             }),
+            "AdmissionLimitSet (a limit of 2, none in force)" => LifecycleEvent::AdmissionLimitSet(
+                procjournal::lifecycle::event::AdmissionLimitSet {
+                    max_concurrent: Some(2),
+                    requested_by: "b".into(),
+                    at_unix_ms,
+                },
+            ),
             other => panic!("the validity table names an event this test does not know: {other:?}"),
         }
     }

@@ -16,6 +16,7 @@
 //! - a publication, a completion, a scope and a release carry the ID derived from their step's ID
 //!   (journal-format.md's byte recipe, written out here as [`derive`]) and no other;
 //! - the pause gate (root-level) only alternates: a change to the state it is in is refused;
+//!   the admission limit (root-level) refuses 0 and the value in force;
 //! - a process is marked as waiting for human input, or cleared, only as a change and only
 //!   before terminal; one deadline fires per process, before terminal, with the limit its
 //!   registration configured; failures of it follow it, before terminal, at most 8.
@@ -43,11 +44,11 @@ use std::path::Path;
 use procjournal::fuzzing::ReplayRecord;
 use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::event::{
-    CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
-    DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness, InputClosed,
-    LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap, OutputRetired,
-    ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested, Terminal,
-    TerminalResized, TreeMechanism, TreeReleased,
+    AdmissionLimitSet, CaptureStatus, CommandSpec, CompletionNotified, CursorBounds, Deadline,
+    DeadlineFailed, DeadlineFired, ExitProof, ExitStatus, GateChanged, HumanInput, IdentityWitness,
+    InputClosed, LifecyclePublished, Limits, LostOnRestore, OutputCheckpoint, OutputGap,
+    OutputRetired, ProcessWitness, ReceiptBinding, Registered, Running, Scoped, StopRequested,
+    Terminal, TerminalResized, TreeMechanism, TreeReleased,
 };
 use procjournal::lifecycle::{
     Applied, Handle, Lifecycle, LifecycleError, LifecycleEvent, LifecycleIds, ManifestStore,
@@ -291,6 +292,11 @@ enum Op {
         paused: bool,
         id: PlainId,
     },
+    /// The admission limit (`None`: back to the configured policy; 0 is refused).
+    Limit {
+        max: Option<u64>,
+        id: PlainId,
+    },
     HumanInput {
         h: usize,
         waiting: bool,
@@ -392,6 +398,7 @@ fn op(n: usize) -> impl Strategy<Value = Op> {
         2 => (any_h.clone(), 0u64..400, prop_oneof![4 => 1u64..100, 1 => Just(0u64)], 0u8..4, plain_id())
             .prop_map(|(h, from, len, reason, id)| Op::Gap { h, from, len, reason, id }),
         2 => (any::<bool>(), plain_id()).prop_map(|(paused, id)| Op::Gate { paused, id }),
+        2 => (proptest::option::of(0u64..3), plain_id()).prop_map(|(max, id)| Op::Limit { max, id }),
         2 => (any_h.clone(), any::<bool>(), plain_id())
             .prop_map(|(h, waiting, id)| Op::HumanInput { h, waiting, id }),
         2 => (any_h.clone(), any::<bool>(), prop_oneof![4 => Just(true), 1 => Just(false)], plain_id())
@@ -762,6 +769,14 @@ impl Concretizer {
                     at_unix_ms,
                 }),
             ),
+            Op::Limit { max, id } => (
+                self.plain(id),
+                LifecycleEvent::AdmissionLimitSet(AdmissionLimitSet {
+                    max_concurrent: *max,
+                    requested_by: "props".into(),
+                    at_unix_ms,
+                }),
+            ),
             Op::HumanInput { h, waiting, id } => (
                 self.plain(id),
                 LifecycleEvent::HumanInput(HumanInput {
@@ -957,6 +972,8 @@ struct Model {
     procs: BTreeMap<Handle, ModelProc>,
     /// The last gate change (paused or not), if any.
     gate: Option<bool>,
+    /// The last admission limit set (its value), if any.
+    limit: Option<Option<u64>>,
 }
 
 impl Model {
@@ -1029,6 +1046,17 @@ impl Model {
             self.gate = Some(g.paused);
             return Changed;
         }
+        if let LifecycleEvent::AdmissionLimitSet(l) = event {
+            let in_force = self.limit.flatten();
+            if self.reserved_by(event_id).is_some()
+                || l.max_concurrent == Some(0)
+                || l.max_concurrent == in_force
+            {
+                return Refused;
+            }
+            self.limit = Some(l.max_concurrent);
+            return Changed;
+        }
         if let Some((owner, slot)) = self.reserved_by(event_id) {
             let step = match event {
                 LifecycleEvent::Running(_) => Some(Slot::Running),
@@ -1046,7 +1074,8 @@ impl Model {
         match event {
             LifecycleEvent::Registered(_)
             | LifecycleEvent::RegisteredV2(_)
-            | LifecycleEvent::GateChanged(_) => {
+            | LifecycleEvent::GateChanged(_)
+            | LifecycleEvent::AdmissionLimitSet(_) => {
                 unreachable!("handled above")
             }
             LifecycleEvent::HumanInput(e) => {
@@ -1263,6 +1292,12 @@ impl Model {
         }
         prop_assert_eq!(store.paused(), self.gate.unwrap_or(false), "{}", context);
         prop_assert_eq!(store.gate().map(|g| g.paused), self.gate, "{}", context);
+        prop_assert_eq!(
+            store.admission_limit().map(|l| l.max_concurrent),
+            self.limit,
+            "{}",
+            context
+        );
         Ok(())
     }
 }

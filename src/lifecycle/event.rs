@@ -452,6 +452,18 @@ pub struct GateChanged {
     pub at_unix_ms: u64,
 }
 
+/// The admission limit set at runtime (root-level: it names no process): `Some(n)`, at most
+/// `n` workloads at once (an explicit host limit that replaces the automatic policy), or `None`,
+/// back to the configured policy. The projection keeps the last one, so a restart (with or
+/// without a snapshot) keeps the limit an operator set. A setting equal to the one in force is
+/// refused, as is a limit of 0, so the journal holds only real changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
+pub struct AdmissionLimitSet {
+    pub max_concurrent: Option<u64>,
+    pub requested_by: String,
+    pub at_unix_ms: u64,
+}
+
 /// Which per-process deadline (journal-format.md, "Deadlines").
 #[derive(
     Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, serde::Deserialize, Encode, Decode,
@@ -532,6 +544,7 @@ pub enum LifecycleEvent {
     DeadlineFailed(DeadlineFailed),
     TerminalResized(TerminalResized),
     RegisteredV2(RegisteredV2),
+    AdmissionLimitSet(AdmissionLimitSet),
 }
 
 /// Purposes of the record IDs derived from a registration's allocated IDs
@@ -574,8 +587,9 @@ pub mod kinds {
     pub const OUTPUT_RETIRED: u16 = 0x0112;
     pub const TERMINAL_RESIZED: u16 = 0x0113;
     pub const REGISTERED_V2: u16 = 0x010D;
+    pub const ADMISSION_LIMIT_SET: u16 = 0x0114;
     /// The highest lifecycle kind: lifecycle kinds are the range from `REGISTERED` to it.
-    pub const LAST: u16 = TERMINAL_RESIZED;
+    pub const LAST: u16 = ADMISSION_LIMIT_SET;
 }
 
 /// Why a record could not be read as a lifecycle event.
@@ -614,6 +628,7 @@ impl LifecycleEvent {
             LifecycleEvent::DeadlineFailed(_) => kinds::DEADLINE_FAILED,
             LifecycleEvent::TerminalResized(_) => kinds::TERMINAL_RESIZED,
             LifecycleEvent::RegisteredV2(_) => kinds::REGISTERED_V2,
+            LifecycleEvent::AdmissionLimitSet(_) => kinds::ADMISSION_LIMIT_SET,
         };
         match EventKind::new(raw) {
             Some(kind) => kind,
@@ -643,6 +658,7 @@ impl LifecycleEvent {
             LifecycleEvent::DeadlineFailed(_) => "deadline_failed",
             LifecycleEvent::TerminalResized(_) => "terminal_resized",
             LifecycleEvent::RegisteredV2(_) => "registered_v2",
+            LifecycleEvent::AdmissionLimitSet(_) => "admission_limit_set",
         }
     }
 
@@ -658,7 +674,8 @@ impl LifecycleEvent {
         )
     }
 
-    /// The process the event is about; `None` for a root-level event (the pause gate).
+    /// The process the event is about; `None` for a root-level event (the pause gate, the
+    /// admission limit).
     pub fn handle(&self) -> Option<Handle> {
         Some(match self {
             LifecycleEvent::Registered(e) => e.handle,
@@ -679,7 +696,7 @@ impl LifecycleEvent {
             LifecycleEvent::HumanInput(e) => e.handle,
             LifecycleEvent::DeadlineFired(e) => e.handle,
             LifecycleEvent::DeadlineFailed(e) => e.handle,
-            LifecycleEvent::GateChanged(_) => return None,
+            LifecycleEvent::GateChanged(_) | LifecycleEvent::AdmissionLimitSet(_) => return None,
         })
     }
 
@@ -704,6 +721,7 @@ impl LifecycleEvent {
             LifecycleEvent::DeadlineFailed(e) => codec::encode(e),
             LifecycleEvent::TerminalResized(e) => codec::encode(e),
             LifecycleEvent::RegisteredV2(e) => codec::encode(e),
+            LifecycleEvent::AdmissionLimitSet(e) => codec::encode(e),
         }
     }
 
@@ -774,6 +792,9 @@ impl LifecycleEvent {
                 kinds::REGISTERED_V2 => {
                     LifecycleEvent::RegisteredV2(codec::decode(codec_version, p).map_err(wrap)?)
                 }
+                kinds::ADMISSION_LIMIT_SET => LifecycleEvent::AdmissionLimitSet(
+                    codec::decode(codec_version, p).map_err(wrap)?,
+                ),
                 other => return Err(EventDecodeError::NotLifecycle(other)),
             })
         };

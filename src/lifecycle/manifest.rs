@@ -40,8 +40,9 @@ use serde::Serialize;
 use super::command::StoredCommand;
 use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, RETIRED, SCOPED};
 use super::event::{
-    CaptureStatus, CursorBounds, Deadline, DeadlineFailed, DeadlineFired, ExitProof, ExitStatus,
-    GateChanged, Handle, IdentityWitness, LifecycleEvent, LifecycleIds, Scoped,
+    AdmissionLimitSet, CaptureStatus, CursorBounds, Deadline, DeadlineFailed, DeadlineFired,
+    ExitProof, ExitStatus, GateChanged, Handle, IdentityWitness, LifecycleEvent, LifecycleIds,
+    Scoped,
 };
 use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
@@ -210,6 +211,10 @@ pub enum Rejection {
     AlreadyRetired,
     #[error("the pause gate is already {}", if *.0 { "paused" } else { "open" })]
     GateUnchanged(bool),
+    #[error("the admission limit is already {}", match .0 { Some(n) => format!("{n}"), None => "the configured policy".to_owned() })]
+    AdmissionLimitUnchanged(Option<u64>),
+    #[error("an admission limit of 0 admits nothing; the least is 1")]
+    AdmissionLimitZero,
     #[error("the process is already {} for human input", if *.0 { "marked as waiting" } else { "not waiting" })]
     InputWaitUnchanged(bool),
     #[error("a deadline already fired ({0})")]
@@ -370,6 +375,9 @@ pub struct ManifestStore {
     recent: Box<[(Handle, u32)]>,
     /// The last change of the pause gate (root-level); `None`: never changed, so open.
     gate: Option<GateChanged>,
+    /// The last admission limit set at runtime (root-level); `None`: never set, so the
+    /// configured policy.
+    admission_limit: Option<AdmissionLimitSet>,
 }
 
 /// Entries of `ManifestStore::recent`; a power of two.
@@ -386,6 +394,7 @@ impl PartialEq for ManifestStore {
         self.manifests == other.manifests
             && self.registrations == other.registrations
             && self.gate == other.gate
+            && self.admission_limit == other.admission_limit
     }
 }
 
@@ -402,6 +411,7 @@ impl Default for ManifestStore {
             recent: vec![(Handle(EventId::from_bytes([0; 16])), NO_SLOT); RECENT_SLOTS]
                 .into_boxed_slice(),
             gate: None,
+            admission_limit: None,
         }
     }
 }
@@ -497,8 +507,12 @@ fn not_terminal(m: &Manifest) -> Result<(), Rejection> {
 fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<Applied, Rejection> {
     match event {
         LifecycleEvent::Registered(e) => Err(Rejection::AlreadyRegistered(e.handle)),
-        // Root-level: `ManifestStore` checks it against the gate, never against a manifest.
+        // Root-level: `ManifestStore` checks them against the gate and the limit, never
+        // against a manifest.
         LifecycleEvent::GateChanged(e) => Err(Rejection::GateUnchanged(e.paused)),
+        LifecycleEvent::AdmissionLimitSet(e) => {
+            Err(Rejection::AdmissionLimitUnchanged(e.max_concurrent))
+        }
         LifecycleEvent::HumanInput(e) => {
             not_terminal(m)?;
             if e.waiting == m.awaiting_input.is_some() {
@@ -744,8 +758,8 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         }
         LifecycleEvent::DeadlineFired(e) => m.deadline = Some(e.clone()),
         LifecycleEvent::DeadlineFailed(e) => m.deadline_failures.push(e.clone()),
-        // Root-level: folded into the store's gate, never into a manifest.
-        LifecycleEvent::GateChanged(_) => {}
+        // Root-level: folded into the store's gate and limit, never into a manifest.
+        LifecycleEvent::GateChanged(_) | LifecycleEvent::AdmissionLimitSet(_) => {}
     }
 }
 
@@ -792,6 +806,32 @@ impl ManifestStore {
     /// by an accepted `GateChanged`).
     pub(crate) fn restore_gate(&mut self, gate: Option<GateChanged>) {
         self.gate = gate;
+    }
+
+    /// The last admission limit set at runtime, if one ever was.
+    pub fn admission_limit(&self) -> Option<&AdmissionLimitSet> {
+        self.admission_limit.as_ref()
+    }
+
+    /// The admission limit in force: `Some(n)` set at runtime, `None` the configured policy.
+    pub fn admission_max_concurrent(&self) -> Option<u64> {
+        self.admission_limit.as_ref().and_then(|l| l.max_concurrent)
+    }
+
+    /// Sets the limit read back from a snapshot (a store's limit is otherwise only ever changed
+    /// by an accepted `AdmissionLimitSet`).
+    pub(crate) fn restore_admission_limit(&mut self, limit: Option<AdmissionLimitSet>) {
+        self.admission_limit = limit;
+    }
+
+    fn check_admission_limit(&self, e: &AdmissionLimitSet) -> Result<Applied, Rejection> {
+        if e.max_concurrent == Some(0) {
+            return Err(Rejection::AdmissionLimitZero);
+        }
+        if e.max_concurrent == self.admission_max_concurrent() {
+            return Err(Rejection::AdmissionLimitUnchanged(e.max_concurrent));
+        }
+        Ok(Applied::Changed)
     }
 
     fn check_gate(&self, e: &GateChanged) -> Result<Applied, Rejection> {
@@ -929,12 +969,15 @@ impl ManifestStore {
             _ => {}
         }
         self.check_reservation(event_id, event)?;
-        let LifecycleEvent::GateChanged(gate) = event else {
-            let handle = event.handle().ok_or(Rejection::GateUnchanged(false))?;
-            let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
-            return validate(m, event_id, event);
-        };
-        self.check_gate(gate)
+        match event {
+            LifecycleEvent::GateChanged(gate) => self.check_gate(gate),
+            LifecycleEvent::AdmissionLimitSet(limit) => self.check_admission_limit(limit),
+            _ => {
+                let handle = event.handle().ok_or(Rejection::GateUnchanged(false))?;
+                let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
+                validate(m, event_id, event)
+            }
+        }
     }
 
     /// Checks `event` and folds it into its manifest.
@@ -1091,6 +1134,12 @@ impl ManifestStore {
             self.check_reservation(event_id, event)?;
             let applied = self.check_gate(gate)?;
             self.gate = Some(gate.clone());
+            return Ok(applied);
+        }
+        if let LifecycleEvent::AdmissionLimitSet(limit) = &*event {
+            self.check_reservation(event_id, event)?;
+            let applied = self.check_admission_limit(limit)?;
+            self.admission_limit = Some(limit.clone());
             return Ok(applied);
         }
         // Every other event names its process.

@@ -6,12 +6,13 @@
 //! payload := frame(Meta) frame(Manifest){Meta.manifests}
 //!            frame(Vec<RetainedStep>){Meta.retained_frames}
 //!            frame(Issue){Meta.issues} frame(Option<GateChanged>)
+//!            frame(Option<AdmissionLimitSet>)
 //! frame   := length u32 | codec bytes (length bytes, at most SNAPSHOT_FRAME_BYTES_MAX)
 //! ```
 //!
 //! A snapshot at `seq` holds exactly what replaying the records with seq `1..=seq` gives: every
 //! manifest (with its registration's event ID, in registration order), the replay report's counts
-//! and issues, the pause gate's last change, and the **retained IDs**: the event IDs of records that a retry could still name
+//! and issues, the pause gate's last change, the admission limit last set, and the **retained IDs**: the event IDs of records that a retry could still name
 //! after those records are compacted away, each with its record's seq and kind, stored as which
 //! of its manifest's [`candidates`] it is. Those are, for every manifest, the five IDs its
 //! registration reserved (its own, running, terminal, lost,
@@ -19,7 +20,7 @@
 //! publication of running, terminal and lost, the completion notice, the scope, the release),
 //! whichever the journal holds. Every other record's ID is a fresh v7 ID that lives only in the
 //! memory of the supervisor that appended it (checkpoints, stop requests, closed input, gaps, the
-//! gate's changes, human-input marks, fired and failed deadlines):
+//! gate's changes, admission limits, human-input marks, fired and failed deadlines):
 //! nothing persisted names it, so nothing can retry it after a restart, and a running supervisor
 //! keeps every ID in its journal's index until it exits (compaction removes files, never index
 //! entries).
@@ -49,8 +50,8 @@ use std::collections::BTreeSet;
 
 use super::command::{EnvMeta, StoredCommand, read_policy};
 use super::event::{
-    CursorBounds, DeadlineFailed, DeadlineFired, EnvPolicy, ExitProof, GateChanged, Handle,
-    IdentityWitness, LifecycleIds, Limits, Scoped, derived,
+    AdmissionLimitSet, CursorBounds, DeadlineFailed, DeadlineFired, EnvPolicy, ExitProof,
+    GateChanged, Handle, IdentityWitness, LifecycleIds, Limits, Scoped, derived,
 };
 use super::manifest::{Manifest, ManifestStore, Retirement, TerminalResult};
 use super::replay::{ReplayIssue, ReplayReport};
@@ -70,9 +71,9 @@ pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
 /// (written before retirement existed) lacks each manifest's trailing `retired`,
 /// `awaiting_input`, `deadline`, `deadline_failures` and `env`, a version 2 file (before the
 /// pause gate and deadlines) the last four and the gate frame, a version 3 file (before
-/// `RegisteredV2`) the `env`; they read as `None` and empty, which is what their writers, which
-/// knew no such records, had.
-pub const SNAPSHOT_VERSION: u16 = 4;
+/// `RegisteredV2`) the `env`, and every version before 5 the admission-limit frame; they read
+/// as `None` and empty, which is what their writers, which knew no such records, had.
+pub const SNAPSHOT_VERSION: u16 = 5;
 /// The oldest version still read.
 pub const SNAPSHOT_VERSION_MIN: u16 = 1;
 /// What a version 3 manifest frame lacks, encoded: `env` `None` (a zero byte).
@@ -691,6 +692,8 @@ pub(crate) struct ManifestFrames {
     pub count: u64,
     /// The pause gate, captured with the manifests.
     pub gate: Option<GateChanged>,
+    /// The admission limit, captured with the manifests.
+    pub admission_limit: Option<AdmissionLimitSet>,
 }
 
 pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, SnapshotError> {
@@ -702,6 +705,7 @@ pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, 
         bytes,
         count: store.len() as u64,
         gate: store.gate().cloned(),
+        admission_limit: store.admission_limit().cloned(),
     })
 }
 
@@ -752,6 +756,7 @@ pub(crate) fn assemble(
         )?;
     }
     push_frame(&mut file, &manifests.gate)?;
+    push_frame(&mut file, &manifests.admission_limit)?;
     let payload = &file[SNAPSHOT_HEADER_BYTES..];
     let header = SnapshotHeader {
         journal_id,
@@ -1019,6 +1024,16 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     if version >= 3 {
         let gate: Option<GateChanged> = frames.next("gate")?;
         store.restore_gate(gate);
+    }
+    // Versions before 5 have no admission-limit frame: their writers kept the limit in memory.
+    if version >= 5 {
+        let limit: Option<AdmissionLimitSet> = frames.next("admission limit")?;
+        if limit.as_ref().is_some_and(|l| l.max_concurrent == Some(0)) {
+            return Err(SnapshotError::Invalid(
+                "an admission limit of 0, which no replay accepts".to_owned(),
+            ));
+        }
+        store.restore_admission_limit(limit);
     }
     if frames.remaining() != 0 {
         return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));

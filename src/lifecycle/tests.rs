@@ -331,6 +331,14 @@ fn samples() -> Vec<(u16, LifecycleEvent)> {
             }),
         ),
         (kinds::REGISTERED_V2, registered_v2(h, 10, Some(handle(2)))),
+        (
+            kinds::ADMISSION_LIMIT_SET,
+            LifecycleEvent::AdmissionLimitSet(AdmissionLimitSet {
+                max_concurrent: Some(2),
+                requested_by: "cli".into(),
+                at_unix_ms: 19,
+            }),
+        ),
     ]
 }
 
@@ -411,6 +419,10 @@ const GOLDEN: &[(u16, &str)] = &[
          006a6f620100000000000000620000000200000000000000636902000000010000000000000007000000000000\
          004749545f444952010000000100000000000000040000000000000050415448010202020202020202020202\
          02020202020068e5cf8b010000",
+    ),
+    (
+        kinds::ADMISSION_LIMIT_SET,
+        "0102000000000000000300000000000000636c691300000000000000",
     ),
 ];
 

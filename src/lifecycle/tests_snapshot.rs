@@ -670,18 +670,20 @@ fn records_lost_after_a_snapshot_are_reported_and_their_seqs_not_reused() {
     assert_eq!(retried.position.seq, 251);
 }
 
-/// An older snapshot of `current`, a current (version 4) file whose manifests have none of the
-/// fields `version` lacks and whose gate never changed: each manifest frame loses its last bytes
-/// (version 3: `env` `None`, 1 byte; version 2: `awaiting_input` and `deadline` `None`,
-/// `deadline_failures` empty too, 11 bytes; version 1: `retired` `None` too, 12 bytes), before
-/// version 3 the gate frame goes, and the lengths, the version and both checksums are written
+/// An older snapshot of `current`, a current (version 5) file whose manifests have none of the
+/// fields `version` lacks and whose gate and admission limit never changed: each manifest frame
+/// loses its last bytes (version 4: none; version 3: `env` `None`, 1 byte; version 2:
+/// `awaiting_input` and `deadline` `None`, `deadline_failures` empty too, 11 bytes; version 1:
+/// `retired` `None` too, 12 bytes), before version 5 the admission-limit frame goes, before
+/// version 3 the gate frame too, and the lengths, the version and both checksums are written
 /// again.
 fn as_version(current: &[u8], version: u16) -> Vec<u8> {
     use crate::journal::format::{masked_crc, u32_at, u64_at};
     let cut = match version {
         1 => 12,
         2 => 11,
-        _ => 1,
+        3 => 1,
+        _ => 0,
     };
     let payload = &current[snapshot::SNAPSHOT_HEADER_BYTES..];
     let frame_at = |at: usize| {
@@ -702,15 +704,20 @@ fn as_version(current: &[u8], version: u16) -> Vec<u8> {
         out.extend_from_slice(&body[..len - cut]);
         at += 4 + len;
     }
-    // The gate frame, last: `None` (length 1, one zero byte); versions before 3 have none.
+    // The gate frame and the admission-limit frame, last: `None` each (length 1, one zero
+    // byte); versions before 5 have no limit frame, versions before 3 no gate frame either.
     let rest = &payload[at..];
     assert_eq!(
-        &rest[rest.len() - 5..],
-        &[1, 0, 0, 0, 0],
-        "a gate that changed"
+        &rest[rest.len() - 10..],
+        &[1, 0, 0, 0, 0, 1, 0, 0, 0, 0],
+        "a gate that changed or a limit that was set"
     );
-    let gate = if version < 3 { 5 } else { 0 };
-    out.extend_from_slice(&rest[..rest.len() - gate]);
+    let cut_frames = match version {
+        1 | 2 => 10,
+        3 | 4 => 5,
+        _ => 0,
+    };
+    out.extend_from_slice(&rest[..rest.len() - cut_frames]);
     let mut header = current[..snapshot::SNAPSHOT_HEADER_BYTES].to_vec();
     header[8..10].copy_from_slice(&version.to_le_bytes());
     header[40..48].copy_from_slice(&(out.len() as u64).to_le_bytes());
@@ -750,7 +757,7 @@ fn older_snapshots_are_still_read_with_nothing_they_lack() {
             && m.command.env_policy().is_none())
     );
     let current = snapshot::encode(*b"0123456789abcdef", 200, 7, &store, &[], &replay).unwrap();
-    for version in [1u16, 2, 3] {
+    for version in [1u16, 2, 3, 4] {
         let older = as_version(&current, version);
         assert_eq!(u16::from_le_bytes([older[8], older[9]]), version);
         assert!(older.len() < current.len());
@@ -765,11 +772,51 @@ fn older_snapshots_are_still_read_with_nothing_they_lack() {
         assert!(snapshot::decode(&wrong).is_err(), "version {version}");
     }
     let mut future = current;
-    future[8..10].copy_from_slice(&5u16.to_le_bytes());
+    future[8..10].copy_from_slice(&6u16.to_le_bytes());
     let crc = crate::journal::format::masked_crc(&future[..60]);
     future[60..64].copy_from_slice(&crc.to_le_bytes());
     assert!(matches!(
         snapshot::decode(&future),
-        Err(SnapshotError::UnsupportedVersion(5))
+        Err(SnapshotError::UnsupportedVersion(6))
+    ));
+}
+
+/// The admission limit set at runtime is in the snapshot (its last frame) and comes back from
+/// it; a frame holding a limit of 0, which no replay accepts, is refused.
+#[test]
+fn the_admission_limit_survives_a_snapshot() {
+    use crate::lifecycle::event::AdmissionLimitSet;
+    let mut store = ManifestStore::new();
+    let set = |max| {
+        LifecycleEvent::AdmissionLimitSet(AdmissionLimitSet {
+            max_concurrent: max,
+            requested_by: "ops".into(),
+            at_unix_ms: 9,
+        })
+    };
+    store.apply(EventId::new_v7(), &set(Some(3))).unwrap();
+    assert!(store.apply(EventId::new_v7(), &set(Some(3))).is_err());
+    assert!(store.apply(EventId::new_v7(), &set(Some(0))).is_err());
+    let replay = ReplayReport {
+        lifecycle_events: 1,
+        ..ReplayReport::default()
+    };
+    let bytes = snapshot::encode(*b"0123456789abcdef", 1, 7, &store, &[], &replay).unwrap();
+    let back = snapshot::decode(&bytes).unwrap();
+    assert_eq!(back.store.admission_max_concurrent(), Some(3));
+    assert_eq!(back.store, store);
+    // The frame `Some { max_concurrent: Some(3), .. }` with 3 made 0, the checksums made again.
+    let mut zero = bytes.clone();
+    let payload = snapshot::SNAPSHOT_HEADER_BYTES;
+    let tail = zero.len() - (1 + 1 + 8 + 8 + 3 + 8);
+    assert_eq!(zero[tail..tail + 10], [1, 1, 3, 0, 0, 0, 0, 0, 0, 0]);
+    zero[tail + 2] = 0;
+    let crc = crate::journal::format::masked_crc(&zero[payload..]);
+    zero[56..60].copy_from_slice(&crc.to_le_bytes());
+    let crc = crate::journal::format::masked_crc(&zero[..60]);
+    zero[60..64].copy_from_slice(&crc.to_le_bytes());
+    assert!(matches!(
+        snapshot::decode(&zero),
+        Err(SnapshotError::Invalid(_))
     ));
 }
