@@ -592,6 +592,84 @@ fn a_capture_that_waited_says_how_long() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// A limit set at runtime is journaled: the daemon restarted on the root keeps it over its
+/// configuration (`runtime_limit` true), a restart from a snapshot too, and `--auto`, journaled
+/// as well, goes back to the configured policy for good.
+#[test]
+fn a_runtime_limit_survives_a_daemon_restart() {
+    use daemon_common::{Daemon, bin, client};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let journal = |root: &Path, command: &str| {
+        let mut cmd = bin();
+        cmd.args(["journal", command, "--root"]).arg(root);
+        if command == "dump" {
+            cmd.arg("--json");
+        }
+        cmd.output().unwrap()
+    };
+    let limit_of = |root: &Path| -> serde_json::Value {
+        let (code, out, err) = client(root, &["admission", "--json"]);
+        assert_eq!(code, 0, "{err}");
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        serde_json::json!([
+            v["decision"]["max_concurrent"],
+            v["decision"]["runtime_limit"]
+        ])
+    };
+    let restart = |daemon: Daemon, compact: bool| {
+        let (code, _, err) = client(root, &["shutdown"]);
+        assert_eq!(code, 0, "{err}");
+        drop(daemon);
+        if compact {
+            // The next open restores from the snapshot this writes.
+            let out = journal(root, "compact");
+            assert!(out.status.success(), "{out:?}");
+        }
+        Daemon::start_with(
+            root,
+            &["--max-concurrent", "5", "--tree-mechanism", "group"],
+        )
+    };
+    let daemon = Daemon::start_with(
+        root,
+        &["--max-concurrent", "5", "--tree-mechanism", "group"],
+    );
+    assert_eq!(limit_of(root), serde_json::json!([5, false]));
+    let (code, _, err) = client(root, &["admission", "--max-concurrent", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let daemon = restart(daemon, false);
+    assert_eq!(
+        limit_of(root),
+        serde_json::json!([2, true]),
+        "lost at restart"
+    );
+    // The same limit again records nothing; a snapshot carries it.
+    let (code, _, err) = client(root, &["admission", "--max-concurrent", "2"]);
+    assert_eq!(code, 0, "{err}");
+    let daemon = restart(daemon, true);
+    assert_eq!(
+        limit_of(root),
+        serde_json::json!([2, true]),
+        "lost in a snapshot"
+    );
+    let (code, _, err) = client(root, &["admission", "--auto"]);
+    assert_eq!(code, 0, "{err}");
+    let daemon = restart(daemon, false);
+    assert_eq!(limit_of(root), serde_json::json!([5, false]), "--auto lost");
+    let (code, _, err) = client(root, &["shutdown"]);
+    assert_eq!(code, 0, "{err}");
+    drop(daemon);
+    let out = journal(root, "dump");
+    assert!(out.status.success(), "{out:?}");
+    let out = String::from_utf8_lossy(&out.stdout);
+    let set: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains("\"admission_limit_set\""))
+        .collect();
+    assert_eq!(set.len(), 2, "one record per change: {set:?}");
+}
+
 /// A start may not ask to wait longer than the bound, and the configuration is checked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_are_checked() {

@@ -429,7 +429,7 @@ impl Dispatcher {
             Request::Admission => json(&sup.admission().await.map_err(api)?),
             Request::AdmissionLimit { max_concurrent } => {
                 let n = max_concurrent.map(|n| usize::try_from(n).unwrap_or(usize::MAX));
-                json(&sup.set_admission_limit(n).await.map_err(api)?)
+                json(&sup.set_admission_limit(n, &self.owner).await.map_err(api)?)
             }
             Request::Pause { reason } => json(&sup.pause(&self.owner, &reason).await.map_err(api)?),
             Request::Resume { reason } => {

@@ -116,9 +116,9 @@ pub(crate) enum Msg {
     Admission {
         reply: Reply<AdmissionSnapshot>,
     },
-    /// Sets the limit on workloads at once (`None`: back to the configured policy).
+    /// Applies the admission limit the projection holds now (journaled by the caller; `None`:
+    /// the configured policy).
     AdmissionLimit {
-        max_concurrent: Option<usize>,
         reply: Reply<AdmissionSnapshot>,
     },
     /// Answered once everything reported before it was handled (see `Supervisor::settled`).
@@ -285,6 +285,10 @@ impl Actor {
         let readers = Bounded::new(shared.config.finished_readers_cached);
         let (events_tx, events) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
         let mut admission = Admission::new(shared.config.admission.clone(), max_live, host);
+        // A limit set at runtime before a restart is the operator's, over the configuration.
+        if let Some(max_concurrent) = recorded_limit(&shared) {
+            admission.set_limit(Some(max_concurrent));
+        }
         for (handle, _, _) in &held {
             admission.admit(*handle);
         }
@@ -753,10 +757,8 @@ impl Actor {
             Msg::Admission { reply } => {
                 let _ = reply.send(self.admission_snapshot());
             }
-            Msg::AdmissionLimit {
-                max_concurrent,
-                reply,
-            } => {
+            Msg::AdmissionLimit { reply } => {
+                let max_concurrent = recorded_limit(&self.shared);
                 info!(target: "procjournal::admission", ?max_concurrent, "the admission limit is set at runtime");
                 self.admission.set_limit(max_concurrent);
                 // A raised limit admits waiting starts now, not at the next sample.
@@ -1331,6 +1333,14 @@ impl Actor {
             self.shutdown = ShutdownState::Done(report);
         }
     }
+}
+
+/// The admission limit the projection holds (`None`: the configured policy).
+fn recorded_limit(shared: &Shared) -> Option<usize> {
+    let max = super::lock(&shared.lifecycle)
+        .store()
+        .admission_max_concurrent();
+    max.map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 
 async fn sleep_until_opt(at: Option<tokio::time::Instant>) {

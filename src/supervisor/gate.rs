@@ -1,4 +1,5 @@
-//! The pause gate and the human-input mark: the supervisor's journaled switches.
+//! The pause gate, the admission limit and the human-input mark: the supervisor's journaled
+//! switches.
 //!
 //! Invariants:
 //! - The gate's in-memory flag (`Shared::paused`, read by the actor's start path) changes only
@@ -8,6 +9,10 @@
 //! - Pausing refuses new starts only: running processes, output, input, stop and wait go on.
 //! - A restart keeps the gate: `Supervisor::open` reads it from the restored projection
 //!   (journal or snapshot).
+//! - The admission limit set at runtime is journaled (`AdmissionLimitSet`) before the actor
+//!   applies it, and the actor applies the value the projection holds, never the one a message
+//!   carried: two settings that race end with the actor and the journal agreeing on the last.
+//!   A restart keeps it: the actor starts from the restored projection's.
 
 use std::sync::atomic::Ordering;
 
@@ -15,8 +20,9 @@ use serde::Serialize;
 
 use super::actor::{Found, Msg};
 use super::{Supervisor, SupervisorError, lock, now_unix_ms};
+use crate::admission::AdmissionSnapshot;
 use crate::journal::EventId;
-use crate::lifecycle::event::GateChanged;
+use crate::lifecycle::event::{AdmissionLimitSet, GateChanged};
 use crate::lifecycle::{Applied, Handle, LifecycleError, LifecycleEvent};
 
 /// The pause gate as it is now.
@@ -109,6 +115,41 @@ impl Supervisor {
         })
         .await
         .map_err(|e| SupervisorError::Task(e.to_string()))?
+    }
+
+    /// Sets the limit on workloads at once now (`Some(n)`, at least 1: an explicit limit of `n`,
+    /// which replaces the automatic policy), or returns to the configured policy (`None`).
+    /// Workloads holding capacity keep it; waiting starts are admitted at once if the limit
+    /// allows. Journaled before it applies; a restart keeps it. Setting the limit in force
+    /// records nothing.
+    pub async fn set_admission_limit(
+        &self,
+        max_concurrent: Option<usize>,
+        requested_by: &str,
+    ) -> Result<AdmissionSnapshot, SupervisorError> {
+        let shared = std::sync::Arc::clone(&self.shared);
+        let event = AdmissionLimitSet {
+            max_concurrent: max_concurrent.map(|n| u64::try_from(n.max(1)).unwrap_or(u64::MAX)),
+            requested_by: requested_by.to_owned(),
+            at_unix_ms: now_unix_ms(),
+        };
+        tokio::task::spawn_blocking(move || {
+            let (appended, journal) = {
+                let mut lifecycle = lock(&shared.lifecycle);
+                if lifecycle.store().admission_max_concurrent() == event.max_concurrent {
+                    return Ok(());
+                }
+                let event = LifecycleEvent::AdmissionLimitSet(event);
+                let appended = lifecycle.append_deferred(EventId::new_v7(), &event)?;
+                (appended, lifecycle.journal_arc())
+            };
+            journal
+                .acknowledge(appended.position.seq)
+                .map_err(LifecycleError::from)
+        })
+        .await
+        .map_err(|e| SupervisorError::Task(e.to_string()))??;
+        self.ask(|reply| Msg::AdmissionLimit { reply }).await
     }
 
     /// Marks a running process as waiting for human input (`waiting`), which suspends its idle

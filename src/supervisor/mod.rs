@@ -782,21 +782,6 @@ impl Supervisor {
         self.ask(|reply| Msg::Admission { reply }).await
     }
 
-    /// Sets the limit on workloads at once now (`Some(n)`: an explicit limit of `n`, which
-    /// replaces the automatic policy), or returns to the configured policy (`None`). Workloads
-    /// holding capacity keep it; waiting starts are admitted at once if the limit allows. Kept
-    /// in memory: a restart begins from the configured policy again.
-    pub async fn set_admission_limit(
-        &self,
-        max_concurrent: Option<usize>,
-    ) -> Result<AdmissionSnapshot, SupervisorError> {
-        self.ask(|reply| Msg::AdmissionLimit {
-            max_concurrent,
-            reply,
-        })
-        .await
-    }
-
     /// Starts a prepared process: admission, registration (`starting`), launch into its own
     /// tree, `running`, then the drain task. Returns the opaque handle. Without capacity the
     /// start fails at once with [`StartError::Capacity`], or, with
