@@ -134,7 +134,8 @@ Waits up to `queue_ms` (default 600000) for capacity; `queued_ms` says how long.
             ("max_bytes", "with yield_ms: bytes returned"),
         ],
         read_only: false,
-        destructive: false,
+        // It runs a command, which may delete or overwrite anything its user can.
+        destructive: true,
         idempotent: false,
     },
     ToolSpec {
@@ -184,7 +185,8 @@ from `next_cursor`. All read when `state` is terminal and `next_cursor` = `total
             ("pty", "terminal {rows, cols}"),
         ],
         read_only: false,
-        destructive: false,
+        // It runs a command, which may delete or overwrite anything its user can.
+        destructive: true,
         idempotent: false,
     },
     ToolSpec {
@@ -276,7 +278,8 @@ from `next_cursor`. All read when `state` is terminal and `next_cursor` = `total
             ("rendering", "safe_text or base64 (raw)"),
         ],
         read_only: false,
-        destructive: false,
+        // It runs a command, which may delete or overwrite anything its user can.
+        destructive: true,
         idempotent: false,
     },
 ];

@@ -12,7 +12,10 @@
 //!   the `maximum`) it means, unless the schema already bounds the value more tightly;
 //! - an input schema has no `$ref` and no union with null: an optional field is its own type,
 //!   left out of `required`, and leaving it out is how a client says "none" (the decoder still
-//!   accepts `null`, so the schema accepts less than the decoder, never more);
+//!   accepts `null`, so the schema accepts less than the decoder, never more); and no `type`
+//!   array: a field of two types (a command as an argv list or one string, a reference as a
+//!   handle or a number) is an `anyOf` of one type each, which clients that map schemas onto a
+//!   single-`type` dialect can read (the Inspector CLI's `--strict` check);
 //! - an output schema keeps its structure, types, `required` and `enum`s, so every result
 //!   validates against it exactly as against schemars' schema, without the prose (the tool's
 //!   description says what the fields mean).
@@ -57,6 +60,7 @@ pub fn input(schema: &Map<String, Value>) -> Map<String, Value> {
     inline(&mut value, &defs, 0);
     walk(&mut value, &mut |node| {
         denull(node);
+        split_types(node);
         standard_format(node);
         // The tool's table describes its arguments (`describe` in the parent module).
         for key in ["description", "title", "default", "examples"] {
@@ -269,6 +273,24 @@ fn denull(node: &mut Map<String, Value>) {
     }
 }
 
+/// `type: [A, B]` becomes `anyOf: [{type: A}, {type: B}]`; the node's other keywords stay where
+/// they are (each applies only to values of its own type: `items` to arrays, `minimum` to
+/// numbers), so the schema accepts exactly what it did.
+fn split_types(node: &mut Map<String, Value>) {
+    let Some(Value::Array(types)) = node.get("type") else {
+        return;
+    };
+    if types.len() < 2 || node.contains_key("anyOf") {
+        return;
+    }
+    let branches = types
+        .iter()
+        .map(|t| Value::Object(Map::from_iter([("type".to_owned(), t.clone())])))
+        .collect();
+    node.remove("type");
+    node.insert("anyOf".to_owned(), Value::Array(branches));
+}
+
 /// Replaces a format JSON Schema does not define by the range it stands for.
 fn standard_format(node: &mut Map<String, Value>) {
     let Some(format) = node.get("format").and_then(Value::as_str) else {
@@ -319,6 +341,7 @@ mod tests {
                     {"$ref": "#/$defs/Rendering"}, {"type": "null"}]},
                 "pty": {"anyOf": [{"$ref": "#/$defs/Pty"}, {"type": "null"}]},
                 "description": {"type": "string", "format": "uri"},
+                "command": {"type": ["array", "string"], "items": {"type": "string"}},
             },
             "$defs": {
                 "Rendering": {"type": "string", "enum": ["safe_text", "base64"]},
@@ -338,6 +361,8 @@ mod tests {
                     "pty": {"type": "object", "properties": {
                         "cols": {"type": "integer", "minimum": 0, "maximum": 65535}}},
                     "description": {"type": "string", "format": "uri"},
+                    "command": {"anyOf": [{"type": "array"}, {"type": "string"}],
+                                "items": {"type": "string"}},
                 },
             })
         );

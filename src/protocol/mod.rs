@@ -870,6 +870,25 @@ pub fn decode_request(bytes: &[u8]) -> Result<Envelope, ProtocolError> {
     }
 }
 
+/// Refuses an array where an argument is an object (`start`, `pty`, and `start`'s `pty`):
+/// serde reads a struct from a sequence of its fields in order too, which the schemas (and the
+/// documentation) do not offer, so that `{"start": ["ls"]}` must not run `ls`.
+fn nested_objects(args: &Value) -> Result<(), String> {
+    let start = args.get("start");
+    let fields = [
+        ("start", start),
+        ("pty", args.get("pty")),
+        ("start.pty", start.and_then(|s| s.get("pty"))),
+    ];
+    match fields
+        .into_iter()
+        .find(|(_, v)| v.is_some_and(Value::is_array))
+    {
+        Some((name, _)) => Err(format!("{name}: an object, not an array")),
+        None => Ok(()),
+    }
+}
+
 /// Validates the `args` of `op` into a [`Request`]; the MCP tools call this with their
 /// arguments so that both surfaces accept exactly the same values.
 pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolErrorKind> {
@@ -877,6 +896,7 @@ pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolError
         return Err(ProtocolErrorKind::UnknownOp(truncate(op)));
     };
     let bad = |message: String| ProtocolErrorKind::BadArgs { op, message };
+    nested_objects(&args).map_err(bad)?;
     fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, String> {
         serde_json::from_value(args).map_err(|e| e.to_string())
     }

@@ -146,6 +146,31 @@ for tool in json.load(open(sys.argv[1]))["tools"]:
 EOF
 portability=$(grep -m1 'Schema portability' "$work/tools-list.err" || echo "no portability line")
 
+# --- tools/list --strict: every portability finding in full. Input schemas (what a client must
+# map onto its own dialect to send arguments) have none at all, and nothing is an error. Output
+# schemas keep `type: [T, "null"]` for their nullable fields: splitting each into `anyOf`
+# branches takes the listing past its 12 KiB budget (tests/mcp_stdio.rs), so the only finding
+# allowed there is that one (`type` is an array), and the count is printed.
+inspect tools-list-strict 0 --method tools/list --strict
+strict=$(python3 - "$work/tools-list-strict.err" <<'EOF'
+import re, sys
+text = open(sys.argv[1]).read()
+findings = re.findall(r'^(Warning|Error): tool "([^"]+)"\n  Path: (\S+)\n  Issue: (.*)$', text, re.M)
+bad = [f"{t}:{p}" for kind, t, p, i in findings
+       if kind == "Error" or not p.startswith("outputSchema.") or not i.startswith("`type` is an array")]
+summary = re.search(r"^(\d+) errors?, (\d+) warnings?", text, re.M)
+if summary is None:
+    bad.append("no-strict-summary-line")
+elif int(summary.group(1)) + int(summary.group(2)) != len(findings):
+    bad.append(f"summary-{summary.group(1)}+{summary.group(2)}-but-{len(findings)}-read")
+print(len(findings), ",".join(bad) or "-")
+EOF
+)
+read -r strict_outputs strict_bad <<<"$strict"
+if [ "$strict_bad" != "-" ]; then
+  fail "tools/list --strict: $strict_bad"
+fi
+
 # --- admission and an empty list
 call admission ok admission
 check admission "admission reports its slots" '"slots" in r or len(r) > 0'
@@ -286,5 +311,5 @@ if [ -S "$root/procjournal.sock" ]; then
   fail "the daemon did not exit after shutdown"
 fi
 
-echo "inspector $INSPECTOR_VERSION: $calls calls, $covered of $total arguments sent, $warnings 'unknown format' warnings, $failed failed ($portability)"
+echo "inspector $INSPECTOR_VERSION: $calls calls, $covered of $total arguments sent, $warnings 'unknown format' warnings, $failed failed ($portability; --strict: 0 input findings, $strict_outputs nullable output types)"
 [ "$failed" -eq 0 ]
