@@ -9,7 +9,8 @@
 //!
 //! The exit status mirrors the command's as `run`'s does (`exit.rs`: 128+N for a signal N, 127
 //! when it was not found, 126 when it cannot be executed, 125 when procjournal failed or has
-//! no status); whether the output is whole is the receipt's `complete`.
+//! no status, and 125 when the journal failed to record the end: the receipt's `persisted` is
+//! then false); whether the output is whole is the receipt's `complete`.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -135,6 +136,11 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     };
     let line = super::json::line(&receipt).context("cannot encode the receipt")?;
     super::out::verdict_stands(outln!("{line}"))?;
+    if let Some(why) = &receipt.persist_error {
+        let handle = receipt.handle.to_string();
+        super::exit::say_not_persisted(&handle, receipt.exit_code, receipt.signal, why);
+        return Ok(ExitCode::from(super::exit::FAILURE));
+    }
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
 }
 

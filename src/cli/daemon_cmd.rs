@@ -610,6 +610,15 @@ struct EndView {
     signal: Option<i32>,
     total_bytes: u64,
     capture: String,
+    /// A daemon from before the field recorded every end it returned.
+    #[serde(default = "persisted_by_default")]
+    persisted: bool,
+    #[serde(default)]
+    persist_error: Option<String>,
+}
+
+fn persisted_by_default() -> bool {
+    true
 }
 
 /// Prints how the process ended; its status is the verdict, whether or not anyone reads this.
@@ -633,6 +642,11 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
             crate::render::escape_field(&end.capture, false)
         ))?;
     }
+    if !end.persisted {
+        let why = end.persist_error.as_deref().unwrap_or("no reason given");
+        super::exit::say_not_persisted(&end.handle, end.exit_code, end.signal, why);
+        return Ok(ExitCode::from(super::exit::FAILURE));
+    }
     Ok(super::exit::of_process(end.exit_code, end.signal))
 }
 
@@ -643,7 +657,12 @@ pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
         handle: handle.into(),
         grace_ms: millis(args.grace),
     })?;
-    print_end(result, args.json)?;
+    // A stop whose end the journal failed to record did not do what it says.
+    let persisted = result["persisted"].as_bool() != Some(false);
+    let status = print_end(result, args.json)?;
+    if !persisted {
+        return Ok(status);
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -25,8 +25,8 @@ Exit status (run, capture, wait, and start for a command that cannot start):
   128+N    the command died of signal N (143: SIGTERM, 137: SIGKILL)
   124      wait --timeout gave up; the process keeps running
   125      procjournal itself failed (usage error, no daemon, refused request, unreadable
-           journal), or it has no status to pass on (the process never started, or its end
-           was lost in a crash)
+           journal), or it has no status to pass on (the process never started, its end
+           was lost in a crash, or the journal failed to record its end: stderr says so)
   126      the command was found but cannot be executed
   127      the command was not found
 Other commands exit 0 on success and 125 on failure; journal verify and journal manifests
@@ -41,6 +41,26 @@ pub(crate) fn of_process(exit_code: Option<i32>, signal: Option<i32>) -> ExitCod
         (None, Some(signal)) => ExitCode::from((128 + signal).clamp(0, 255) as u8),
         (None, None) => ExitCode::from(FAILURE),
     }
+}
+
+/// Says on stderr that `handle` ended as it did but the journal failed to record it, so that the
+/// 125 that follows is not taken for the command's own status.
+pub(crate) fn say_not_persisted(
+    handle: &str,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    why: &str,
+) {
+    let how = match (exit_code, signal) {
+        (Some(code), _) => format!("exit code {code}"),
+        (None, Some(signal)) => format!("signal SIG{}", signal_name(signal)),
+        (None, None) => "no exit status".to_owned(),
+    };
+    note!(
+        "procjournal: {} ended ({how}) but the terminal state was not persisted: {}; exiting {FAILURE}",
+        crate::render::escape_field(handle, true),
+        crate::render::escape_field(why, true)
+    );
 }
 
 /// The status for a command that could not be spawned.

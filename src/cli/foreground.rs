@@ -40,10 +40,13 @@ impl From<crate::protocol::dispatch::WaitResult> for Ended {
     }
 }
 
-/// What `run` says when the command has ended, and the status it exits with.
+/// What `run` says when the command has ended, and the status it exits with: the command's,
+/// or [`super::exit::FAILURE`] when its end is not durable (the sync table promises the status
+/// acknowledged before `run` returns it; one known only in memory is no such status).
 pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
+    let status = super::exit::of_process(end.exit_code, end.signal);
     if let Some(e) = &end.persist_error {
-        note!("procjournal: the terminal state was not persisted: {e}");
+        super::exit::say_not_persisted(&handle.to_string(), end.exit_code, end.signal, e);
     }
     if end.state == crate::lifecycle::State::TimedOut {
         note!("procjournal: {handle} timed out");
@@ -57,7 +60,10 @@ pub(super) fn ended(handle: Handle, end: &Ended) -> ExitCode {
             .unwrap_or(&end.capture);
         note!("procjournal: the durable copy of this output is incomplete: {why}");
     }
-    super::exit::of_process(end.exit_code, end.signal)
+    if end.persist_error.is_some() {
+        return ExitCode::from(super::exit::FAILURE);
+    }
+    status
 }
 
 /// Where the command is controlled from: this process's own supervisor, or the root's daemon.

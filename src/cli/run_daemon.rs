@@ -83,14 +83,16 @@ pub(super) async fn run(
     if let Some(task) = forwarding {
         task.abort();
     }
-    followed?;
-    let result = control
-        .call(Request::Wait {
-            handle: handle.into(),
-            timeout_ms: None,
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!(e))?;
+    let result = match followed? {
+        Some(end) => end,
+        None => control
+            .call(Request::Wait {
+                handle: handle.into(),
+                timeout_ms: None,
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?,
+    };
     let result: Ended = serde_json::from_value(result).context("the daemon's wait result")?;
     Ok(ended(handle, &result))
 }
@@ -117,14 +119,29 @@ async fn answering<F: Future>(
     }
 }
 
-/// Prints the process's output from cursor 0 until it has ended and all of it was read.
+/// A page of output, or the process's end (the `wait` beside the pages) if that came first.
+enum Next {
+    Page(Result<serde_json::Value, String>),
+    End(Result<serde_json::Value, String>),
+}
+
+/// Prints the process's output from cursor 0 until it has ended and all of it was read. A
+/// `wait` runs beside the pages: an end the journal failed to record leaves the process
+/// `running` in every page, so the end that `wait` returns is what stops the reading then
+/// (the rest is read without waiting), and it is returned so as not to be asked for again.
 async fn follow(
     control: &Control,
     handle: Handle,
     ctrl_c: &mut tokio::signal::unix::Signal,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<serde_json::Value>> {
     let mut cursor = 0u64;
     let mut interrupts = 0u32;
+    let waited = control.call(Request::Wait {
+        handle: handle.into(),
+        timeout_ms: None,
+    });
+    tokio::pin!(waited);
+    let mut end: Option<serde_json::Value> = None;
     loop {
         let request = Request::Output {
             min_bytes: None,
@@ -134,18 +151,23 @@ async fn follow(
             cursor,
             max_bytes: PAGE_BYTES,
             rendering: Rendering::Base64,
-            wait_ms: WAIT_MS,
+            wait_ms: if end.is_some() { 0 } else { WAIT_MS },
         };
-        let Some(page) = answering(
-            control.call(request),
-            ctrl_c,
-            &mut interrupts,
-            control,
-            handle,
-        )
-        .await
-        else {
-            return Ok(());
+        let next = async {
+            tokio::select! {
+                page = control.call(request) => Next::Page(page),
+                ended = &mut waited, if end.is_none() => Next::End(ended),
+            }
+        };
+        let Some(next) = answering(next, ctrl_c, &mut interrupts, control, handle).await else {
+            return Ok(end);
+        };
+        let page = match next {
+            Next::Page(page) => page,
+            Next::End(ended) => {
+                end = Some(ended.map_err(|e| anyhow::anyhow!(e))?);
+                continue;
+            }
         };
         let page = page.map_err(|e| anyhow::anyhow!(e))?;
         let page: PageView = serde_json::from_value(page).context("an output page")?;
@@ -167,7 +189,7 @@ async fn follow(
             .collect();
         let write = tokio::task::spawn_blocking(move || write_spans(&spans, &bytes));
         match answering(write, ctrl_c, &mut interrupts, control, handle).await {
-            None => return Ok(()),
+            None => return Ok(end),
             Some(Ok(Ok(()))) => {}
             Some(_) => {
                 // Nobody reads any more: stop the command rather than run it unread, as
@@ -178,12 +200,12 @@ async fn follow(
                         grace_ms: crate::limits::GRACE_MS_DEFAULT,
                     })
                     .await;
-                return Ok(());
+                return Ok(end);
             }
         }
         cursor = page.next_cursor;
-        if page.state.is_terminal() && cursor >= page.total_bytes {
-            return Ok(());
+        if (page.state.is_terminal() || end.is_some()) && cursor >= page.total_bytes {
+            return Ok(end);
         }
     }
 }
@@ -231,5 +253,10 @@ pub(super) async fn capture(
     };
     super::out::verdict_stands(outln!("{}", super::json::line(&receipt)?))?;
     let int = |field: &str| receipt[field].as_i64().and_then(|n| i32::try_from(n).ok());
+    if let Some(why) = receipt["persist_error"].as_str() {
+        let handle = receipt["handle"].as_str().unwrap_or("the process");
+        super::exit::say_not_persisted(handle, int("exit_code"), int("signal"), why);
+        return Ok(ExitCode::from(super::exit::FAILURE));
+    }
     Ok(super::exit::of_process(int("exit_code"), int("signal")))
 }

@@ -27,7 +27,7 @@ pub mod reader;
 pub mod recovery;
 pub(crate) mod storage;
 
-#[cfg(test)]
+#[cfg(any(test, feature = "fault-injection"))]
 mod fault;
 #[cfg(test)]
 mod powerloss;
@@ -368,6 +368,16 @@ fn now_unix_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// The real files; in a build with the tests' `fault-injection` feature, the fault backend a
+/// trigger file arms when the environment names one (`fault.rs`).
+fn default_backend() -> Arc<dyn Backend> {
+    #[cfg(feature = "fault-injection")]
+    if let Some(backend) = fault::from_env() {
+        return backend;
+    }
+    Arc::new(FileBackend)
+}
+
 impl Journal {
     /// Opens (creating if needed) the journal under `root`, taking the root's writer lock, and runs
     /// recovery. The report says what recovery found and did.
@@ -375,7 +385,7 @@ impl Journal {
         root: &Path,
         options: JournalOptions,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_with_backend(root, options, Arc::new(FileBackend), &mut |_| {})
+        Self::open_with_backend(root, options, default_backend(), &mut |_| {})
     }
 
     /// Like [`Journal::open`], handing every valid record to `visit` in order during the recovery
@@ -385,7 +395,7 @@ impl Journal {
         options: JournalOptions,
         mut visit: impl FnMut(reader::RecordView<'_>),
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_with_backend(root, options, Arc::new(FileBackend), &mut visit)
+        Self::open_with_backend(root, options, default_backend(), &mut visit)
     }
 
     /// Like [`Journal::open_visiting`], for a projection that resumes from a snapshot: `visitor`
@@ -397,7 +407,7 @@ impl Journal {
         options: JournalOptions,
         visitor: &mut dyn OpenVisitor,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_inner(root, options, Arc::new(FileBackend), visitor)
+        Self::open_inner(root, options, default_backend(), visitor)
     }
 
     pub(crate) fn open_with_backend(

@@ -24,7 +24,8 @@
 //!   specification asks for this, since clients show protocol errors to no model). Only an
 //!   unknown tool name is a protocol error (`-32602`), as the specification says. A tool error
 //!   carries no `structuredContent`: structured content is the tool's output, which its output
-//!   schema describes;
+//!   schema describes. An end or a capture whose terminal state the journal failed to record
+//!   (`persisted: false`) is such an error too (`not_persisted: …`, with the end in the text);
 //! - an argument set is refused before anything runs, so a refused call changes nothing on disk:
 //!   [`decode_call`] is pure, and a backend runs only the [`ToolCall`] it returns;
 //! - attached, a start runs in this server's working directory and environment unless its
@@ -78,7 +79,8 @@ what came until the output went quiet. A page's `gap` is true when bytes before 
 every byte written, and a `cursor` past it reads nothing with `cursor_ahead` true. States: \
 starting, running (live); exited, failed, timed_out, interrupted, terminated, killed, \
 lost_on_restore (terminal). A failed call returns isError with `code: message` (codes such as \
-unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity).";
+unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity; \
+not_persisted: the process ended as the text says, but the journal failed to record it).";
 
 /// How long processes live when the server is attached to the root's daemon.
 pub const ATTACHED: &str = "\
@@ -444,10 +446,36 @@ impl McpServer {
             Backend::Daemon(daemon) => daemon.call(call.request).await,
         };
         match outcome {
-            Ok(value) => CallToolResult::structured(value),
+            Ok(value) => match not_persisted(&value) {
+                Some(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
+                None => CallToolResult::structured(value),
+            },
             Err(error) => error_result(&error),
         }
     }
+}
+
+/// The tool error of an end (`wait`, `stop`) or a capture receipt whose terminal state the
+/// journal failed to record (`persisted: false`): the status it carries is known only in
+/// memory, so the call failed as the CLI's 125 does, and the text says what the end was.
+fn not_persisted(value: &Value) -> Option<String> {
+    if value.get("persisted") != Some(&Value::Bool(false)) {
+        return None;
+    }
+    let field = |name: &str| match value.get(name) {
+        Some(Value::Null) | None => "none".to_owned(),
+        Some(Value::String(s)) => s.clone(),
+        Some(other) => other.to_string(),
+    };
+    Some(format!(
+        "not_persisted: {} ended ({}, exit_code {}, signal {}) but the journal failed to record \
+         its end, so this status is known only in memory: {}",
+        field("handle"),
+        field("state"),
+        field("exit_code"),
+        field("signal"),
+        field("persist_error"),
+    ))
 }
 
 /// A tool call decoded by [`decode_call`]: the listed tool and the protocol request it runs,

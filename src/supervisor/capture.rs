@@ -385,6 +385,7 @@ impl CaptureResult {
             retained_from: self.spool.retained_from,
             total_bytes: self.spool.total_bytes,
             artifact: self.spool.artifact.clone(),
+            persisted: self.status.persist_error.is_none(),
             persist_error: self.status.persist_error.clone(),
             queued_ms: self
                 .queued
@@ -411,6 +412,9 @@ pub struct CaptureReceipt {
     pub retained_from: u64,
     pub total_bytes: u64,
     pub artifact: ArtifactDescriptor,
+    /// False only when the journal failed to record the terminal state: the status above is
+    /// then known only in memory, `persist_error` says why, and every surface fails the call.
+    pub persisted: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persist_error: Option<String>,
     /// How long the start waited for capacity, in milliseconds (left out when it did not
