@@ -61,6 +61,61 @@ fn verify_exits_zero_on_a_clean_journal_and_one_on_damage() {
     assert_eq!(report["records"], 199);
 }
 
+/// History compaction removed is damage once no snapshot holds it: snapshotted twice and
+/// compacted below the first, a root verifies clean; with `snapshots/*` deleted, the records
+/// below the floor are gone for good, and verify says so (count and reason) and exits 1, as
+/// `journal manifests` does.
+#[test]
+fn verify_reports_compacted_history_no_snapshot_holds_as_damage() {
+    use procjournal::lifecycle::{Lifecycle, workload};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    {
+        let options = JournalOptions {
+            durability: Durability::Os,
+            segment_bytes: 8192,
+        };
+        let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+        for n in 0..400 {
+            if n == 200 {
+                lc.snapshot_now().unwrap();
+            }
+            let (id, event) = workload::event(n);
+            lc.append(id, &event).unwrap();
+        }
+        let written = lc.snapshot_now().unwrap().unwrap();
+        assert!(written.compacted.unwrap().removed_segments > 0);
+    }
+    let (code, out, _) = run(&["journal", "verify"], root);
+    assert_eq!(code, 0, "{out}");
+    assert!(!out.contains("LOST HISTORY"), "{out}");
+    let (_, out, _) = run(&["journal", "verify", "--json"], root);
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(report["lost_history"].is_null(), "{report}");
+    let floor = report["floor"]["seq"].as_u64().unwrap();
+    assert!(floor > 1, "{report}");
+
+    for entry in std::fs::read_dir(root.join("snapshots")).unwrap() {
+        std::fs::remove_file(entry.unwrap().path()).unwrap();
+    }
+    let (code, out, _) = run(&["journal", "verify"], root);
+    assert_eq!(code, 1, "{out}");
+    let line = format!(
+        "LOST HISTORY: the {} record(s) below seq {floor} were compacted away and no snapshot is left to hold them",
+        floor - 1
+    );
+    assert!(out.contains(&line), "{out}");
+    let (code, out, _) = run(&["journal", "verify", "--json"], root);
+    assert_eq!(code, 1, "{out}");
+    let report: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let lost = &report["lost_history"];
+    assert_eq!(lost["below_seq"], floor, "{report}");
+    assert_eq!(lost["records"], floor - 1, "{report}");
+    assert_eq!(lost["reason"], "no snapshot is left to hold them", "{report}");
+    let (code, _, _) = run(&["journal", "manifests"], root);
+    assert_eq!(code, 1, "verify and manifests agree");
+}
+
 /// A leftover `.tmp` of an interrupted segment creation is counted by `verify` (human and JSON),
 /// makes it exit 1, and is gone after the next writable open.
 #[test]

@@ -17,8 +17,9 @@ use crate::limits::FOLLOW_POLL_MS;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum JournalCommand {
-    /// Check every segment and record. Exit 0 when clean, 1 when anything was found (the report
-    /// says what), 125 when the journal could not be read.
+    /// Check every segment and record, and that the snapshots hold what compaction removed.
+    /// Exit 0 when clean, 1 when anything was found (the report says what: history compacted
+    /// away with no usable snapshot left is damage), 125 when the journal could not be read.
     Verify(VerifyArgs),
     /// Print records in order, as text or JSON lines, each lifecycle event decoded field by
     /// field (other records, and payloads that do not decode, as hex).
@@ -176,21 +177,30 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     progress.finish();
     let snapshots =
         crate::lifecycle::snapdir::verify(reader.root()).context("cannot read the snapshots")?;
+    let lost = crate::lifecycle::snapdir::lost_history(report.floor.as_ref(), &snapshots);
     let mut out = std::io::stdout().lock();
     if args.json {
         let line = VerifyLine {
             leftover_tmp_file_count: report.leftover_tmp_files.len(),
             report: &report,
             snapshots: &snapshots,
+            lost_history: lost.as_ref(),
         };
         super::json::to_writer(&mut out, &line)?;
         writeln!(out)?;
     } else {
         write_report(&mut out, &reader.dir(), &report)?;
         write_snapshots(&mut out, &snapshots)?;
+        if let Some(lost) = &lost {
+            writeln!(
+                out,
+                "LOST HISTORY: the {} record(s) below seq {} were compacted away and {}; no restore can rebuild the processes they recorded (`journal manifests` shows what replay lacks)",
+                lost.records, lost.below_seq, lost.reason
+            )?;
+        }
     }
     Ok(
-        if report.is_clean() && snapshots.iter().all(|s| s.problem.is_none()) {
+        if report.is_clean() && lost.is_none() && snapshots.iter().all(|s| s.problem.is_none()) {
             ExitCode::SUCCESS
         } else {
             ExitCode::from(1)
@@ -207,6 +217,8 @@ struct VerifyLine<'a> {
     leftover_tmp_file_count: usize,
     /// The verdict on each file of `snapshots/`.
     snapshots: &'a [SnapshotVerdict],
+    /// Compacted records no usable snapshot holds (damage); `null` when none.
+    lost_history: Option<&'a crate::lifecycle::snapdir::LostHistory>,
 }
 
 /// One line per file of `snapshots/`, after the journal's report (nothing without any).

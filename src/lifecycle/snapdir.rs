@@ -258,6 +258,42 @@ pub fn verify(root: &Path) -> std::io::Result<Vec<SnapshotVerdict>> {
     Ok(verdicts)
 }
 
+/// History no restore can rebuild: compaction removed the records below `below_seq` and no
+/// usable snapshot holds what they did (`journal verify` reports it as damage; a restore's
+/// `lost_below_seq` is the same finding).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct LostHistory {
+    /// The floor's seq: every record below it is gone.
+    pub below_seq: u64,
+    /// How many records that is (seqs 1 to `below_seq - 1`).
+    pub records: u64,
+    /// Why no snapshot stands in for them.
+    pub reason: String,
+}
+
+/// The history lost below `floor`, given the verdicts of [`verify`] on the same root: `None`
+/// when nothing was compacted or a snapshot a restore would choose covers the floor.
+pub fn lost_history(
+    floor: Option<&crate::journal::Floor>,
+    verdicts: &[SnapshotVerdict],
+) -> Option<LostHistory> {
+    let below_seq = floor.map(|f| f.seq).filter(|&seq| seq > 1)?;
+    if verdicts.iter().any(|v| v.chosen) {
+        return None;
+    }
+    let snapshots = verdicts.iter().filter(|v| v.kind == "snapshot").count();
+    let reason = if snapshots == 0 {
+        "no snapshot is left to hold them".to_owned()
+    } else {
+        format!("none of the {snapshots} snapshot file(s) is usable for this journal")
+    };
+    Some(LostHistory {
+        below_seq,
+        records: below_seq - 1,
+        reason,
+    })
+}
+
 /// Whether the file at `path` is a whole snapshot of `journal_id`: header and payload checksums
 /// hold (a cheaper check than a full decode, for deciding what to keep).
 fn checks(path: &Path, seq: u64, journal_id: [u8; 16]) -> bool {
