@@ -111,7 +111,10 @@ fn verify_reports_compacted_history_no_snapshot_holds_as_damage() {
     let lost = &report["lost_history"];
     assert_eq!(lost["below_seq"], floor, "{report}");
     assert_eq!(lost["records"], floor - 1, "{report}");
-    assert_eq!(lost["reason"], "no snapshot is left to hold them", "{report}");
+    assert_eq!(
+        lost["reason"], "no snapshot is left to hold them",
+        "{report}"
+    );
     let (code, _, _) = run(&["journal", "manifests"], root);
     assert_eq!(code, 1, "verify and manifests agree");
 }

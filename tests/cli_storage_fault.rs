@@ -87,7 +87,10 @@ fn run_exits_125_when_the_end_of_its_command_was_not_persisted() {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert!(scene.trigger.exists(), "the workload never armed the fault: {out:?}");
+    assert!(
+        scene.trigger.exists(),
+        "the workload never armed the fault: {out:?}"
+    );
     assert_eq!(text(&out.stdout), "done\n");
     assert_not_persisted(&out, "run");
 
@@ -105,7 +108,10 @@ fn run_exits_125_when_the_end_of_its_command_was_not_persisted() {
         .output()
         .unwrap();
     let listed = text(&manifests.stdout);
-    assert!(listed.contains(handle), "{handle} not in the journal: {listed}");
+    assert!(
+        listed.contains(handle),
+        "{handle} not in the journal: {listed}"
+    );
 }
 
 #[test]
@@ -233,7 +239,10 @@ impl Drop for Mcp {
 
 fn assert_tool_error(result: &Value, what: &str) {
     assert_eq!(result["isError"], true, "{what}: {result}");
-    assert!(result.get("structuredContent").is_none(), "{what}: {result}");
+    assert!(
+        result.get("structuredContent").is_none(),
+        "{what}: {result}"
+    );
     let text = result["content"][0]["text"].as_str().unwrap_or_default();
     assert!(text.starts_with("not_persisted: p-"), "{what}: {text}");
     assert!(text.contains("exit_code 3"), "{what}: {text}");
@@ -262,10 +271,9 @@ fn without_the_trigger_the_same_workload_passes_its_status_through() {
     // The control: the fault backend is in place but never armed (the trigger is elsewhere).
     let scene = Scene::new();
     let unarmed = scene.trigger.with_file_name("never-created");
-    let script = scene.script().replace(
-        &format!("touch '{}'", scene.trigger.display()),
-        "true",
-    );
+    let script = scene
+        .script()
+        .replace(&format!("touch '{}'", scene.trigger.display()), "true");
     let out = bin()
         .env(TRIGGER_ENV, &unarmed)
         .args(["run", "--root"])

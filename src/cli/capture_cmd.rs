@@ -21,7 +21,7 @@ use clap::Args;
 
 use super::args::{parse_duration, parse_label, parse_size};
 use crate::protocol::{CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
-use crate::supervisor::{Rendering, Services, Supervisor, SupervisorConfig};
+use crate::supervisor::{Rendering, Services, Supervisor};
 
 #[derive(Debug, Args)]
 pub(crate) struct CaptureCmdArgs {
@@ -88,11 +88,12 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let Some(launcher) = launcher else {
         return super::run_daemon::capture(&socket, request, &queue).await;
     };
-    let mut config = SupervisorConfig::new(&root);
+    let mut config = super::supervisor_config(&root);
     config.launcher = launcher;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
+    super::warn_damage(&root, &report);
     if !report.reconciled.is_empty() {
         note!(
             "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",

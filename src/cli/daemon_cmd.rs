@@ -23,7 +23,6 @@ use crate::client::{Client, ClientError};
 use crate::lifecycle::{ProcessRef, State};
 use crate::protocol::{PtyArgs, Request, RestartArgs, StartArgs};
 use crate::server::Server;
-use crate::supervisor::SupervisorConfig;
 
 fn millis(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
@@ -134,7 +133,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .build()
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
-        let mut config = SupervisorConfig::new(&root);
+        let mut config = super::supervisor_config(&root);
         config.max_live = args.max_live;
         args.admission.apply(&mut config.admission);
         if let Some(bytes) = args.retention {

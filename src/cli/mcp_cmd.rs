@@ -28,7 +28,7 @@ use crate::client::{Spawned, connect_or_spawn};
 use crate::mcp::{McpServer, transport};
 use crate::protocol::{Dispatcher, Request};
 use crate::server::default_socket;
-use crate::supervisor::{Services, Supervisor, SupervisorConfig};
+use crate::supervisor::{Services, Supervisor};
 
 #[derive(Debug, Args)]
 pub(crate) struct McpArgs {
@@ -218,7 +218,7 @@ async fn serve_session(server: McpServer) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCode> {
-    let mut config = SupervisorConfig::new(&root);
+    let mut config = super::supervisor_config(&root);
     if let Some(bytes) = args.retention {
         config.spool.retention_bytes = bytes;
     }
@@ -233,6 +233,7 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
                 root.join("LOCK").display()
             )
         })?;
+    super::warn_damage(&root, &report);
     note!(
         "procjournal mcp: serving {} on stdio, standalone: its processes end with this server \
          ({} earlier process(es) now lost_on_restore, {} finished ones reopened)",

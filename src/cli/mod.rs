@@ -43,8 +43,40 @@ use clap::{Parser, Subcommand};
     after_help = exit::HELP
 )]
 pub struct Cli {
+    /// Refuse to open a damaged root for writing (run, capture, serve, mcp, and the daemon a
+    /// command starts): lost acknowledged records, missing or bad segments, a damaged commit
+    /// area, history compacted away... Without it such a root opens with a warning.
+    #[arg(long, global = true)]
+    strict: bool,
     #[command(subcommand)]
     command: Command,
+}
+
+/// `--strict`, set once by [`main`] before any command runs: read by every writer's
+/// [`supervisor_config`] and passed on to the daemons this process starts.
+static STRICT: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn strict() -> bool {
+    STRICT.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+/// The configuration every writer of the CLI starts from: the library's defaults, with
+/// `--strict`.
+pub(crate) fn supervisor_config(root: &std::path::Path) -> crate::supervisor::SupervisorConfig {
+    let mut config = crate::supervisor::SupervisorConfig::new(root);
+    config.strict = strict();
+    config
+}
+
+/// Says once, on stderr, what a writer's open found damaged in `root` (the library logs it
+/// as a warning, which only the daemon's log shows).
+pub(crate) fn warn_damage(root: &std::path::Path, report: &crate::supervisor::RestoreReport) {
+    if let Some(damage) = crate::lifecycle::damage::summary(&report.journal, &report.replay) {
+        note!(
+            "procjournal: warning: {}: {damage}; continuing (--strict refuses such a root)",
+            root.display()
+        );
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -181,6 +213,9 @@ pub(crate) fn spawn_detached_daemon(
         .open(&log_path)?;
     let mut command = std::process::Command::new(std::env::current_exe()?);
     command.arg("serve").arg("--root").arg(root);
+    if strict() {
+        command.arg("--strict");
+    }
     if let Some(socket) = socket {
         command.arg("--socket").arg(socket);
     }
@@ -259,6 +294,7 @@ pub fn main() -> ExitCode {
             };
         }
     };
+    STRICT.store(cli.strict, std::sync::atomic::Ordering::Relaxed);
     let result = match cli.command {
         Command::Run(args) => run_cmd::run(args),
         Command::Capture(args) => capture_cmd::run(args),

@@ -276,6 +276,12 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         Some(mut client) => {
             let hello = client.call(&Request::Hello)?;
             paused = hello.get("paused").and_then(Value::as_bool) == Some(true);
+            if let Some(damage) = hello.get("damage").and_then(Value::as_str) {
+                note!(
+                    "procjournal: warning: the daemon opened a damaged root: {}",
+                    crate::render::escape_field(damage, false)
+                );
+            }
             let result = client.call(&Request::List {
                 state: args.state,
                 label: args.label.clone(),

@@ -42,7 +42,7 @@ use super::foreground::{
 };
 use crate::lifecycle::Handle;
 use crate::protocol::{Dispatcher, PtyArgs, Request, StartArgs, request_from_args};
-use crate::supervisor::{Services, Supervisor, SupervisorConfig, Tap, TapChunk};
+use crate::supervisor::{Services, Supervisor, Tap, TapChunk};
 use crate::tree::PtySize;
 
 #[derive(Debug, Args)]
@@ -116,11 +116,12 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         let start = start_request(args, &here, Some(env))?;
         return super::run_daemon::run(start, &queue, &root, &socket).await;
     }
-    let mut config = SupervisorConfig::new(&root);
+    let mut config = super::supervisor_config(&root);
     config.launcher = args.tree.launcher(&root, true)?;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
+    super::warn_damage(&root, &report);
     if !report.reconciled.is_empty() {
         note!(
             "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",

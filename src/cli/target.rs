@@ -124,7 +124,9 @@ pub(crate) fn offline_manifests(
         crate::lifecycle::restore_read_only(reader.root(), |r| progress.record(r.position))?;
     progress.finish();
     let clean = recovery.is_clean() && replay.is_clean();
-    if !clean {
+    if let Some(damage) = crate::lifecycle::damage::summary(&recovery, &replay) {
+        note!("procjournal: warning: {damage}");
+    } else if !clean {
         note!(
             "procjournal: the journal has damage or invalid events; `procjournal journal verify` reports them"
         );

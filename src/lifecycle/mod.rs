@@ -17,6 +17,7 @@
 //! older one). Appends go on during the second step.
 
 pub mod command;
+pub mod damage;
 pub mod event;
 pub mod manifest;
 pub mod reference;

@@ -287,6 +287,10 @@ pub struct HelloResult {
     pub live: usize,
     /// The pause gate is closed: `start` is refused until `resume`.
     pub paused: bool,
+    /// What the server's open found damaged in the root's journal (one line); absent when
+    /// nothing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub damage: Option<String>,
 }
 
 /// The shared implementation of every operation.
@@ -335,6 +339,7 @@ impl Dispatcher {
                 pid: std::process::id(),
                 live: sup.live_count(),
                 paused: sup.gate().paused,
+                damage: sup.damage().map(str::to_owned),
             }),
             Request::Start(args) => json(&self.start_yielding(args).await?),
             Request::Restart(args) => json(&self.restart(args).await?),

@@ -133,6 +133,12 @@ pub struct SupervisorConfig {
     /// change of the shell's profile takes effect at the next open). `None`: no capture, and a
     /// command that asks gets its environment unchanged, with the overlay recorded as failed.
     pub login_shell: Option<PathBuf>,
+    /// Refuse to open a root whose recovery or replay found damage (lost acknowledged records,
+    /// missing or bad segments, a damaged commit area, history compacted away...), with
+    /// [`SupervisorError::Damaged`], before anything is reconciled or started. Off (the
+    /// default), such a root opens, the damage is logged once (a warning) and kept for
+    /// [`Supervisor::damage`]. A crash's residue (a torn tail, say) is never damage.
+    pub strict: bool,
 }
 
 impl SupervisorConfig {
@@ -156,6 +162,7 @@ impl SupervisorConfig {
             admission: AdmissionConfig::default(),
             telemetry: Arc::new(ProcTelemetry),
             login_shell: None,
+            strict: false,
         }
     }
 
@@ -242,6 +249,10 @@ pub enum SupervisorError {
     /// The process does not run under a terminal (it was not launched with `Command::pty`).
     #[error("process {0} has no terminal")]
     NoTerminal(Handle),
+    /// The root's journal is damaged and [`SupervisorConfig::strict`] refuses to open it; the
+    /// message says what recovery found. Nothing was reconciled or started.
+    #[error("{0}; refusing to open it (strict)")]
+    Damaged(String),
     /// The terminal could not be resized (or the resize recorded); its size is as it was, or,
     /// if only the record failed, the new one unrecorded.
     #[error("resizing the terminal of {handle}: {message}")]
@@ -415,6 +426,8 @@ pub(crate) struct Shared {
     /// The login shell's environment, captured at open (`SupervisorConfig::login_shell`), or
     /// why not; `None` when no capture was configured.
     pub login_env: Option<Result<Vec<(String, String)>, String>>,
+    /// What the open found damaged (`lifecycle::damage`), said once at open.
+    damage: Option<String>,
 }
 
 impl Shared {
@@ -674,6 +687,13 @@ impl Supervisor {
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let (lifecycle, recovery, replay) = opened;
+        let damage = crate::lifecycle::damage::summary(&recovery, &replay);
+        if let Some(damage) = &damage {
+            if config.strict {
+                return Err(SupervisorError::Damaged(damage.clone()));
+            }
+            tracing::warn!(root = %root.display(), %damage, "opening a damaged root");
+        }
         // The gate as the journal (or the snapshot) left it: a restart keeps it.
         let paused = AtomicBool::new(lifecycle.store().paused());
         let login_env = match login_env {
@@ -700,6 +720,7 @@ impl Supervisor {
             live: AtomicUsize::new(0),
             paused,
             login_env,
+            damage,
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
         let host = host.await.unwrap_or_default();
@@ -724,6 +745,12 @@ impl Supervisor {
     /// is recorded with the configuration's (`SupervisorConfig::spool`).
     pub fn prepare(&self, command: Command) -> Result<PreparedProcess, PrepareError> {
         command::prepare(command, &self.shared.config.spool)
+    }
+
+    /// What the open found damaged in this root (one line), if anything: a writer that was not
+    /// strict opened it anyway.
+    pub fn damage(&self) -> Option<&str> {
+        self.shared.damage.as_deref()
     }
 
     /// How many processes hold capacity right now.
