@@ -42,8 +42,12 @@ fn flip(path: &Path, at: usize) {
     std::fs::write(path, bytes).unwrap();
 }
 
-/// Each way of damaging a root, and the report field `journal verify --json` must fill.
-fn damages() -> Vec<(&'static str, &'static str, fn(&Path))> {
+/// A way of damaging a root: what it is, the report field `journal verify --json` must fill,
+/// and the damage.
+type Damage = (&'static str, &'static str, fn(&Path));
+
+/// Each way of damaging a root.
+fn damages() -> Vec<Damage> {
     fn first_segment(root: &Path) -> std::path::PathBuf {
         root.join("journal/00000000000000000000.log")
     }
