@@ -100,11 +100,12 @@ pub fn write_durably(
 ) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     crash.reached(steps.write)?;
-    let mut file = std::fs::OpenOptions::new()
+    let mut file = crate::root::fsx::options()
         .write(true)
         .create(true)
         .truncate(true)
         .open(&tmp)?;
+    crate::root::fsx::fit_file(&file, dir)?;
     file.write_all(bytes)?;
     crash.reached(steps.fsync)?;
     file.sync_all()?;

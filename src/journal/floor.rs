@@ -159,7 +159,7 @@ impl FloorRead {
 pub(crate) fn read_floor(dir: &Path) -> std::io::Result<FloorRead> {
     let path = dir.join(FLOOR_FILE);
     let mut bytes = Vec::new();
-    match std::fs::File::open(&path) {
+    match crate::root::fsx::open_read(&path) {
         Ok(file) => {
             // A floor is 64 bytes; read one more to tell a longer file apart, never more.
             std::io::Read::read_to_end(
@@ -214,7 +214,7 @@ pub(super) fn first_header_from(
 /// The decoded header of a segment file; `None` when it does not decode or the file vanished.
 pub(super) fn read_header(path: &Path) -> std::io::Result<Option<SegmentHeader>> {
     use std::os::unix::fs::FileExt;
-    let file = match std::fs::File::open(path) {
+    let file = match crate::root::fsx::open_read(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),

@@ -439,8 +439,8 @@ impl Journal {
             let dir = dir.clone();
             move |cause| JournalError::Io { dir, op, cause }
         };
-        if !dir.is_dir() {
-            std::fs::create_dir_all(&dir).map_err(io("create journal directory"))?;
+        if std::fs::symlink_metadata(&dir).is_err() {
+            crate::root::fsx::create_dir(&dir).map_err(io("create journal directory"))?;
             // The new directory entry must survive a power loss like the segments inside it.
             crate::root::sync_dir(root.path()).map_err(io("sync runtime root"))?;
         }

@@ -236,7 +236,7 @@ impl Follower {
 
     fn open_segment(&self, index: u64) -> Option<(File, SegmentHeader)> {
         let path = self.dir.join(recovery::segment_file_name(index));
-        let file = File::open(path).ok()?;
+        let file = crate::root::fsx::open_read(&path).ok()?;
         let mut bytes = [0u8; SEGMENT_HEADER_BYTES];
         file.read_exact_at(&mut bytes, 0).ok()?;
         let header = SegmentHeader::decode(&bytes).ok()?;

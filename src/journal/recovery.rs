@@ -636,7 +636,7 @@ pub(crate) fn scan_journal(
             file_name: file_name.clone(),
             reason,
         };
-        let mut file = match std::fs::File::open(&path) {
+        let mut file = match crate::root::fsx::open_read(&path) {
             Ok(file) => file,
             // A read-only scan races a writer's compaction: a segment that vanished below a
             // newer floor was removed on purpose; anything else that vanished is an error.

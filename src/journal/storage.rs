@@ -10,13 +10,14 @@
 //! shrinks a file; a spare whose preparation or commit fails before its rename is removed at once
 //! (best effort), so a full disk gets its space back without waiting for the next writable open.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
 use super::mmap::MappedSegment;
+use crate::root::fsx;
 
 /// A flush of one segment's written bytes to stable storage.
 pub(crate) trait Syncer: Send + Sync + std::fmt::Debug {
@@ -128,11 +129,12 @@ impl Backend for FileBackend {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        let mut file = OpenOptions::new()
+        let mut file = fsx::options()
             .read(true)
             .write(true)
             .create_new(true)
             .open(&path)?;
+        fsx::fit_file(&file, dir)?;
         // Real zeroes, not set_len or fallocate: the research measured fdatasync after stores into
         // unwritten extents at 1.5-2.2x the cost, and a hole can turn a store into SIGBUS on ENOSPC.
         write_zeroes(&mut file, 0, segment_bytes as u64)
@@ -152,7 +154,7 @@ impl Backend for FileBackend {
         header: &[u8],
     ) -> io::Result<()> {
         let spare_path = dir.join(spare_name);
-        let headed = OpenOptions::new()
+        let headed = fsx::options()
             .write(true)
             .open(&spare_path)
             .and_then(|file| {
@@ -171,7 +173,7 @@ impl Backend for FileBackend {
         segment_bytes: usize,
         through_map: bool,
     ) -> io::Result<Box<dyn SegmentStore>> {
-        let file = OpenOptions::new().read(true).write(true).open(path)?;
+        let file = fsx::options().read(true).write(true).open(path)?;
         Ok(Box::new(MappedSegment::open(
             file,
             segment_bytes,
@@ -180,11 +182,11 @@ impl Backend for FileBackend {
     }
 
     fn sync_segment(&self, path: &Path) -> io::Result<()> {
-        File::open(path)?.sync_data()
+        fsx::open_read(path)?.sync_data()
     }
 
     fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
-        let mut file = OpenOptions::new().read(true).write(true).open(path)?;
+        let mut file = fsx::options().read(true).write(true).open(path)?;
         let len = file.metadata()?.len();
         if len < segment_bytes as u64 {
             write_zeroes(&mut file, len, segment_bytes as u64)?;

@@ -82,7 +82,7 @@ fn name_of(path: &Path) -> String {
 
 /// Reads a snapshot file, refusing one larger than any snapshot may be before reading it.
 fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    let file = std::fs::File::open(path)?;
+    let file = crate::root::fsx::open_read(path)?;
     let len = file.metadata()?.len();
     if len > SNAPSHOT_BYTES_MAX {
         return Err(std::io::Error::other(format!(
@@ -320,8 +320,8 @@ pub(crate) fn write(
     bytes: &[u8],
     crash: &mut dyn CrashPoints,
 ) -> std::io::Result<Vec<u64>> {
-    if !dir.is_dir() {
-        std::fs::create_dir_all(dir)?;
+    if std::fs::symlink_metadata(dir).is_err() {
+        crate::root::fsx::ensure_dir_all(dir)?;
         // The directory's entry must be durable before a snapshot in it is relied on.
         if let Some(parent) = dir.parent() {
             crate::root::sync_dir(parent)?;

@@ -5,7 +5,7 @@
 //! Reads, listing and deletion are not behind the seam: their failures lose nothing a writer
 //! holds, and readers in other processes use plain files.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -25,11 +25,15 @@ pub(crate) struct FileIo;
 
 impl SpoolIo for FileIo {
     fn create(&self, path: &Path) -> io::Result<File> {
-        OpenOptions::new()
+        let file = crate::root::fsx::options()
             .read(true)
             .write(true)
             .create_new(true)
-            .open(path)
+            .open(path)?;
+        if let Some(dir) = path.parent() {
+            crate::root::fsx::fit_file(&file, dir)?;
+        }
+        Ok(file)
     }
     fn write_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
         file.write_all_at(bytes, offset)

@@ -67,7 +67,7 @@ mod tests;
 mod tests_loss;
 
 use std::collections::VecDeque;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -546,7 +546,7 @@ impl Spool {
         for (first, path) in listed {
             let name = segment_name(first);
             let is_last = Some(first) == last_first;
-            let file = OpenOptions::new()
+            let file = crate::root::fsx::options()
                 .read(true)
                 .write(writable)
                 .open(&path)
@@ -700,8 +700,8 @@ impl Spool {
         // name and rename: two directory operations fewer per segment.
         let name = segment_name(header.first_cursor);
         let path = self.dir.join(&name);
-        if self.segments.is_empty() && !self.dir.is_dir() {
-            std::fs::create_dir_all(&self.dir).map_err(io("create directory"))?;
+        if self.segments.is_empty() && std::fs::symlink_metadata(&self.dir).is_err() {
+            crate::root::fsx::ensure_dir_all(&self.dir).map_err(io("create directory"))?;
             // The new directory's own entry is synced by the first checkpoint, before any
             // bounds naming its bytes can be recorded; nothing is gained by paying for it here.
             self.parent_unsynced = true;

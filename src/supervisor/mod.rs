@@ -139,6 +139,9 @@ pub struct SupervisorConfig {
     /// default), such a root opens, the damage is logged once (a warning) and kept for
     /// [`Supervisor::damage`]. A crash's residue (a torn tail, say) is never damage.
     pub strict: bool,
+    /// The group (a gid) the root is shared with, read-only (`02750`, files `0640`); `None`
+    /// keeps a root as it is (a new one private, `0700` and `0600`). See `crate::root`.
+    pub group: Option<u32>,
 }
 
 impl SupervisorConfig {
@@ -163,6 +166,7 @@ impl SupervisorConfig {
             telemetry: Arc::new(ProcTelemetry),
             login_shell: None,
             strict: false,
+            group: None,
         }
     }
 
@@ -659,13 +663,17 @@ impl Supervisor {
             ..JournalOptions::default()
         };
         let open_root = root.clone();
+        let group = config.group;
         // Spawned first: the open is the longest of the steps that run beside each other here,
         // and each may need a blocking thread of its own (a new one takes a while to start).
         let opened = tokio::task::spawn_blocking(move || {
+            // The access asked for is set before the journal opens (and checks) the root.
+            crate::root::RootDir::prepare(&open_root, group)
+                .map_err(|e| LifecycleError::from(crate::journal::JournalError::from(e)))?;
             let opened = Lifecycle::open(&open_root, options)?;
             // Guardians create their receipts here (journal-format.md, "Guardian receipts").
             let trees = open_root.join("trees");
-            std::fs::create_dir_all(&trees).map_err(|e| SupervisorError::Output {
+            crate::root::fsx::ensure_dir(&trees).map_err(|e| SupervisorError::Output {
                 handle: Handle(EventId::from_bytes([0; 16])),
                 message: format!("{}: {e}", trees.display()),
             })?;

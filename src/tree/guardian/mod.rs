@@ -627,7 +627,7 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
         path: path.clone(),
         cause: e.to_string(),
     };
-    let mut file = std::fs::File::open(Path::new(path)).map_err(unreadable)?;
+    let mut file = crate::root::fsx::open_read(Path::new(path)).map_err(unreadable)?;
     let meta = file.metadata().map_err(unreadable)?;
     if (meta.dev(), meta.ino()) != (reg.binding.dev, reg.binding.ino) {
         return Err(Rejection::Replaced);

@@ -33,7 +33,7 @@ use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
@@ -329,11 +329,14 @@ impl Guardian {
         let signals =
             SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .map_err(|e| fail("signalfd", &e))?;
-        let receipt = std::fs::OpenOptions::new()
+        let receipt = crate::root::fsx::options()
             .write(true)
             .create_new(true)
-            .mode(0o600)
             .open(&args.receipt)
+            .and_then(|file| {
+                let dir = args.receipt.parent().unwrap_or(std::path::Path::new("/"));
+                crate::root::fsx::fit_file(&file, dir).map(|()| file)
+            })
             .map_err(|e| fail(&format!("receipt {}", args.receipt.display()), &e))?;
         let meta = receipt.metadata().map_err(|e| fail("receipt", &e))?;
         reserve_receipt(&receipt);
