@@ -52,6 +52,18 @@ pub(crate) fn parse_size(text: &str) -> Result<(u16, u16), String> {
     }
 }
 
+/// `--group GROUP`: a group name or a numeric gid; the group a root is shared with, read-only.
+pub(crate) fn parse_group(text: &str) -> Result<u32, String> {
+    if let Ok(gid) = text.parse::<u32>() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(text) {
+        Ok(Some(group)) => Ok(group.gid.as_raw()),
+        Ok(None) => Err(format!("no group {text:?}")),
+        Err(e) => Err(format!("group {text:?}: {e}")),
+    }
+}
+
 /// `NAME=value`, or `NAME` alone for the value of NAME in this process's environment (which
 /// keeps the value out of argv); the error never repeats a value (it may hold a secret).
 pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {

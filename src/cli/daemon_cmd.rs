@@ -66,6 +66,11 @@ pub(crate) struct ServeArgs {
     /// path in the root.
     #[arg(long, value_name = "PATH", num_args = 0..=1, default_missing_value = "daemon.log")]
     log_file: Option<PathBuf>,
+    /// Share the runtime root read-only with this group (a name or gid): directories 02750,
+    /// files 0640, instead of 0700 and 0600. The root keeps it: a later open without --group
+    /// leaves a shared root shared (`chmod 700 ROOT` makes it private again).
+    #[arg(long, value_name = "GROUP", value_parser = super::args::parse_group)]
+    group: Option<u32>,
 }
 
 /// The default log filter: procjournal's own events at info, other crates' warnings.
@@ -73,7 +78,11 @@ const LOG_FILTER_DEFAULT: &str = "warn,procjournal=info";
 
 /// Installs the daemon's log (tracing-subscriber): `--log-level`, else `RUST_LOG`, else
 /// [`LOG_FILTER_DEFAULT`]; to stderr, or appended to `--log-file`.
-fn init_log(root: &Path, level: Option<&str>, file: Option<&Path>) -> anyhow::Result<()> {
+fn init_log(
+    root: &crate::root::RootDir,
+    level: Option<&str>,
+    file: Option<&Path>,
+) -> anyhow::Result<()> {
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => EnvFilter::try_new(level).with_context(|| {
@@ -91,13 +100,16 @@ fn init_log(root: &Path, level: Option<&str>, file: Option<&Path>) -> anyhow::Re
         .log_internal_errors(false);
     let installed = match file {
         Some(path) => {
-            // `root.join` keeps an absolute path as it is.
-            let path = root.join(path);
-            let file = std::fs::OpenOptions::new()
-                .create(true)
-                .append(true)
-                .open(&path)
-                .with_context(|| format!("cannot open the log file {}", path.display()))?;
+            // A plain name is opened in the root by its descriptor; `join` keeps an absolute
+            // path as it is.
+            let file = match path.to_str().filter(|name| !name.contains('/')) {
+                Some(name) => root.open_file(name, true, true),
+                None => crate::root::fsx::options()
+                    .create(true)
+                    .append(true)
+                    .open(root.path().join(path)),
+            }
+            .with_context(|| format!("cannot open the log file {}", path.display()))?;
             builder.with_writer(std::sync::Mutex::new(file)).try_init()
         }
         None => builder.with_writer(std::io::stderr).try_init(),
@@ -121,11 +133,13 @@ fn parse_age(text: &str) -> Result<Age, String> {
 pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let root = args.target.root()?;
     let socket = args.target.socket.clone();
-    if args.log_file.is_some() {
-        std::fs::create_dir_all(&root)
-            .with_context(|| format!("cannot create the runtime root {}", root.display()))?;
-    }
-    init_log(&root, args.log_level.as_deref(), args.log_file.as_deref())?;
+    // Checked, created and given its access before anything is written in it, the log first.
+    let root_dir = crate::root::RootDir::prepare(&root, args.group)?;
+    init_log(
+        &root_dir,
+        args.log_level.as_deref(),
+        args.log_file.as_deref(),
+    )?;
     super::raise_open_files_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -134,6 +148,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         .context("cannot start the async runtime")?;
     runtime.block_on(async move {
         let mut config = super::supervisor_config(&root);
+        config.group = args.group;
         config.max_live = args.max_live;
         args.admission.apply(&mut config.admission);
         if let Some(bytes) = args.retention {

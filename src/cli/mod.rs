@@ -200,17 +200,17 @@ pub(crate) fn spawn_detached_daemon(
     socket: Option<&std::path::Path>,
     extra: &[std::ffi::OsString],
 ) -> std::io::Result<std::process::Child> {
+    use crate::root::DAEMON_LOG;
     use std::os::unix::process::CommandExt;
-    std::fs::create_dir_all(root)?;
-    let log_path = root.join("daemon.log");
+    let dir = crate::root::RootDir::prepare(root, None).map_err(std::io::Error::other)?;
     // One earlier log is kept; a log is never let grow across many daemons.
-    if std::fs::metadata(&log_path).is_ok_and(|m| m.len() > crate::limits::DAEMON_LOG_BYTES_MAX) {
-        let _ = std::fs::rename(&log_path, root.join("daemon.log.old"));
+    if dir
+        .file_len(DAEMON_LOG)
+        .is_some_and(|len| len > crate::limits::DAEMON_LOG_BYTES_MAX)
+    {
+        let _ = dir.rename(DAEMON_LOG, &format!("{DAEMON_LOG}.old"));
     }
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)?;
+    let log = dir.open_file(DAEMON_LOG, true, true)?;
     let mut command = std::process::Command::new(std::env::current_exe()?);
     command.arg("serve").arg("--root").arg(root);
     if strict() {

@@ -50,6 +50,11 @@ pub(crate) struct RunArgs {
     /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
     #[arg(long, value_name = "DIR")]
     root: Option<PathBuf>,
+    /// Share the runtime root read-only with this group (a name or gid): directories 02750,
+    /// files 0640, instead of 0700 and 0600. The root keeps it: a later open without --group
+    /// leaves a shared root shared (`chmod 700 ROOT` makes it private again).
+    #[arg(long, value_name = "GROUP", value_parser = super::args::parse_group)]
+    group: Option<u32>,
     /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h (a bare number is seconds).
     #[arg(long, value_parser = parse_duration)]
     timeout: Option<Duration>,
@@ -117,6 +122,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         return super::run_daemon::run(start, &queue, &root, &socket).await;
     }
     let mut config = super::supervisor_config(&root);
+    config.group = args.group;
     config.launcher = args.tree.launcher(&root, true)?;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
