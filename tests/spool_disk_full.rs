@@ -18,10 +18,17 @@ use serde_json::Value;
 const FIRST: u64 = 12_000_000;
 const SECOND: u64 = 1_000_000;
 
-/// Mounts a tmpfs of `size` at `dir`; `Err` says why not.
+/// Mounts a tmpfs of `size` at `dir`, private (`0700`, as a writer requires of every directory
+/// in its root; a tmpfs is `1777` by default); `Err` says why not.
 fn mount_tmpfs(dir: &Path, size: &str) -> Result<(), String> {
     let out = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .args([
+            "-t",
+            "tmpfs",
+            "-o",
+            &format!("size={size},mode=0700"),
+            "tmpfs",
+        ])
         .arg(dir)
         .output()
         .map_err(|e| format!("cannot run mount: {e}"))?;
