@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use crate::limits::LOCK_HANDOVER_MS;
 
 pub(crate) mod fsx;
+pub(crate) mod holder;
 pub(crate) mod secure;
 
 /// The directories directly under a root that writers create; each is checked at open (a

@@ -225,8 +225,10 @@ pub(crate) fn span_text(ms: u64) -> String {
 /// What `ps` says when no daemon serves the root: each state is what the journal last recorded,
 /// and a process recorded as live (`running`, `starting`, ...) has nobody supervising it now; a
 /// daemon that was SIGKILLed left its processes so. In the table such a state is marked `*`;
-/// in `--json` every object carries `"served": false`.
-fn say_offline(root: &std::path::Path, processes: &[Value]) {
+/// in `--json` every object carries `"served": false`. A supervisor that holds the root's lock
+/// without a socket (`holder`: a `run`, `capture` or `mcp --standalone`) keeps those states
+/// current: they are not marked, and each object carries `"supervised": true`.
+fn say_offline(root: &std::path::Path, processes: &[Value], holder: Option<u32>) {
     let live = processes
         .iter()
         .filter(|p| {
@@ -234,7 +236,12 @@ fn say_offline(root: &std::path::Path, processes: &[Value]) {
         })
         .count();
     let root = crate::render::escape_field(&root.to_string_lossy(), false).into_owned();
-    if live == 0 {
+    if let Some(pid) = holder {
+        note!(
+            "procjournal: no daemon serves {root}; pid {pid} supervises it without a socket \
+             (a run, capture or mcp --standalone); each state is the last the journal recorded"
+        );
+    } else if live == 0 {
         note!("procjournal: no daemon serves {root}; each state is the last the journal recorded");
     } else {
         note!(
@@ -245,9 +252,11 @@ fn say_offline(root: &std::path::Path, processes: &[Value]) {
 }
 
 /// The processes the journal recorded, filtered as asked, each marked `"served": false`, and
-/// whether the gate was recorded closed; said on stderr (`say_offline`).
-fn offline_list(args: &PsArgs) -> anyhow::Result<(Vec<Value>, bool)> {
+/// whether the gate was recorded closed, and whether a supervisor without a socket holds the
+/// root; said on stderr (`say_offline`).
+fn offline_list(args: &PsArgs) -> anyhow::Result<(Vec<Value>, bool, bool)> {
     let root = args.target.root()?;
+    let holder = crate::root::holder::lock_holder(&root.join("LOCK"));
     let (store, _) = offline_manifests(&root)?;
     let list: Vec<Value> = store
         .iter()
@@ -261,17 +270,18 @@ fn offline_list(args: &PsArgs) -> anyhow::Result<(Vec<Value>, bool)> {
             let mut value = serde_json::to_value(ProcessInfo::from(m))?;
             if let Value::Object(fields) = &mut value {
                 fields.insert("served".to_owned(), Value::Bool(false));
+                fields.insert("supervised".to_owned(), Value::Bool(holder.is_some()));
             }
             Ok::<_, serde_json::Error>(value)
         })
         .collect::<Result<_, _>>()?;
-    say_offline(&root, &list);
-    Ok((list, store.paused()))
+    say_offline(&root, &list, holder);
+    Ok((list, store.paused(), holder.is_some()))
 }
 
 pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let paused;
-    let mut offline = false;
+    let mut unsupervised = false;
     let processes: Vec<Value> = match args.target.try_connect()? {
         Some(mut client) => {
             let hello = client.call(&Request::Hello)?;
@@ -292,9 +302,10 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             }
         }
         None => {
-            offline = true;
-            let list;
-            (list, paused) = offline_list(&args)?;
+            let (list, supervised);
+            (list, paused, supervised) = offline_list(&args)?;
+            // A supervisor without a socket keeps its live states current: no `*`.
+            unsupervised = !supervised;
             list
         }
     };
@@ -316,7 +327,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     for p in processes {
         let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
         let mut row: Vec<String> = columns.iter().map(|c| c.cell(&p, now_ms)).collect();
-        if offline && !p.state.is_terminal() {
+        if unsupervised && !p.state.is_terminal() {
             for (cell, column) in row.iter_mut().zip(&columns) {
                 if *column == Column::State {
                     cell.push('*');
