@@ -187,6 +187,12 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             report.killed.len(),
             report.teardown_failed.len()
         );
+        for (handle, reason) in &report.teardown_failed {
+            note!(
+                "procjournal: teardown of {handle} failed: {}",
+                crate::render::escape_field(reason, true)
+            );
+        }
         Ok(if report.teardown_failed.is_empty() {
             ExitCode::SUCCESS
         } else {
@@ -832,6 +838,21 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
             count("killed"),
             count("teardown_failed")
         )?;
+    }
+    // Each failure is said with its reason: the status alone would not tell which tree may
+    // still be running, or why.
+    for failed in report
+        .get("teardown_failed")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let field = |i: usize| failed.get(i).and_then(Value::as_str).unwrap_or("?");
+        note!(
+            "procjournal: teardown of {} failed: {}",
+            crate::render::escape_field(field(0), true),
+            crate::render::escape_field(field(1), true)
+        );
     }
     Ok(if count("teardown_failed") == 0 {
         ExitCode::SUCCESS

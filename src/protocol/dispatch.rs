@@ -222,8 +222,7 @@ pub struct WaitResult {
     pub total_bytes: u64,
     /// Whether every output byte was captured: "complete", or a reason it is not.
     pub capture: String,
-    /// False only when the journal failed to record the terminal state (it is then known only
-    /// in memory, and `persist_error` says why).
+    /// False when the journal failed to record the end (`persist_error` says why).
     pub persisted: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub persist_error: Option<String>,
