@@ -15,12 +15,12 @@
 //!
 //! Safe with other local users: a writer opens a root only when neither it nor any directory on
 //! the way to it can be changed by another user than the one running procjournal, root excepted
-//! ([`secure`], OpenSSH's `StrictModes` rule), holds the root's directory descriptor
+//! (`root/secure.rs`, OpenSSH's `StrictModes` rule), holds the root's directory descriptor
 //! ([`RootDir`]) and opens `LOCK` and `daemon.log` relative to it, never through a symbolic link.
 //! A root is private (`0700`, its files `0600`) unless it was deliberately shared with a group
 //! (`02750`, files `0640`); a writer tightens an older root created `0755` to `0700` as it opens
 //! it (the root's mode alone keeps others out of everything beneath). Every layer below opens
-//! and creates its files through [`fsx`], which refuses symbolic links and derives modes from
+//! and creates its files through `root/fsx.rs`, which refuses symbolic links and derives modes from
 //! the directory.
 
 use std::fs::{File, TryLockError};
@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 use crate::limits::LOCK_HANDOVER_MS;
 
 pub(crate) mod fsx;
+// Only the CLI's offline `ps` asks who holds a root.
+#[cfg(feature = "cli")]
 pub(crate) mod holder;
 pub(crate) mod secure;
 
