@@ -1,7 +1,8 @@
 //! A writer that opens a damaged root says so once, and `--strict` refuses it: roots written by
 //! the real `procjournal run`, then damaged as a failing disk or a careless hand would (a bad
 //! record with good ones after it, both commit slots of a segment, a file in `journal/` that is
-//! no segment), each checked against what `journal verify` reports.
+//! no segment; in a journal of many segments, one missing or two swapped), each checked against
+//! what `journal verify` reports before and after the writers.
 
 #[path = "common/daemon.rs"]
 mod daemon_common;
@@ -71,75 +72,166 @@ fn damages() -> Vec<Damage> {
 fn writers_warn_once_on_a_damaged_root_and_strict_refuses_it() {
     for (what, field, damage) in damages() {
         let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        root_with_history(root);
-        damage(root);
-        let out = bin()
-            .args(["journal", "verify", "--json", "--root"])
-            .arg(root)
-            .output()
-            .unwrap();
-        assert_eq!(out.status.code(), Some(1), "{what}: {out:?}");
-        let report: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
-        assert!(
-            !report[field].as_array().unwrap().is_empty(),
-            "{what}: {field} empty in {report}"
-        );
+        root_with_history(dir.path());
+        damage(dir.path());
+        writers_warn_and_strict_refuses(dir.path(), what, field);
+    }
+}
 
-        // Strict: refused with the reason, 125, and the command never ran.
-        let marker = dir.path().join("ran");
-        let touch = format!("touch '{}'", marker.display());
-        for before in [&["--strict"][..], &[][..]] {
-            let mut args = vec!["run"];
-            if before.is_empty() {
-                args.push("--strict");
+/// A root whose journal spans many small segments: 400 records of the deterministic workload
+/// (about 130 processes) in segments of 8 KiB, no snapshot, so every manifest depends on every
+/// segment.
+fn root_with_segments(root: &Path) -> usize {
+    use procjournal::lifecycle::{Lifecycle, workload};
+    use procjournal::{Durability, JournalOptions};
+    let options = JournalOptions {
+        durability: Durability::Os,
+        segment_bytes: 8192,
+    };
+    let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+    for n in 0..400 {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    let segments = std::fs::read_dir(root.join("journal"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+        .count();
+    assert!(segments >= 4, "{segments} segments");
+    segments
+}
+
+fn segment(root: &Path, index: u64) -> std::path::PathBuf {
+    root.join(format!("journal/{index:020}.log"))
+}
+
+#[test]
+fn a_missing_or_swapped_segment_is_damage_writers_say_and_strict_refuses() {
+    // A segment of the middle deleted, and two segments' names swapped (as a careless restore
+    // from backup would): each loses processes the journal acknowledged.
+    let damages: [Damage; 3] = [
+        ("a missing middle segment", "gaps", |root| {
+            std::fs::remove_file(segment(root, 2)).unwrap();
+        }),
+        ("a missing last segment", "missing_segments", |root| {
+            let last = std::fs::read_dir(root.join("journal")).unwrap().count() as u64;
+            let mut index = last;
+            while !segment(root, index).exists() {
+                index -= 1;
             }
-            args.extend(["--", "sh", "-c", &touch]);
-            let out = cli(root, before, &args);
-            let stderr = text(&out.stderr);
-            assert_eq!(out.status.code(), Some(125), "{what}: {out:?}");
-            assert!(
-                stderr.contains("the journal is damaged ("),
-                "{what}: {stderr}"
-            );
-            assert!(
-                stderr.contains("refusing to open it (strict)"),
-                "{what}: {stderr}"
-            );
-            assert!(!marker.exists(), "{what}: the command ran under --strict");
-        }
-        let out = cli(root, &["--strict"], &["capture", "--", "true"]);
-        assert_eq!(out.status.code(), Some(125), "{what}: capture {out:?}");
+            std::fs::remove_file(segment(root, index)).unwrap();
+        }),
+        ("two segments' names swapped", "bad_segments", |root| {
+            let tmp = root.join("journal/swap");
+            std::fs::rename(segment(root, 1), &tmp).unwrap();
+            std::fs::rename(segment(root, 2), segment(root, 1)).unwrap();
+            std::fs::rename(&tmp, segment(root, 2)).unwrap();
+        }),
+    ];
+    for (what, field, damage) in damages {
+        let dir = tempfile::tempdir().unwrap();
+        root_with_segments(dir.path());
+        damage(dir.path());
+        writers_warn_and_strict_refuses(dir.path(), what, field);
+    }
+}
 
-        // Not strict: the run goes on, and says so exactly once.
-        let out = cli(root, &[], &["run", "--", "sh", "-c", &touch]);
+/// `journal verify` reports the damage in `field`; `run` and `capture` under `--strict` refuse
+/// with the reason before the command runs; without it they run and warn exactly once; offline
+/// `ps` warns too.
+fn writers_warn_and_strict_refuses(root: &Path, what: &str, field: &str) {
+    let out = bin()
+        .args(["journal", "verify", "--json", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{what}: {out:?}");
+    let report: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    assert!(
+        !report[field].as_array().unwrap().is_empty(),
+        "{what}: {field} empty in {report}"
+    );
+
+    // Strict: refused with the reason, 125, the command never ran, and the journal is as it
+    // was (a refusal repairs nothing that would hide the damage from a later look).
+    let journal_before = journal_bytes(root);
+    let marker = root.join("ran");
+    let touch = format!("touch '{}'", marker.display());
+    for before in [&["--strict"][..], &[][..]] {
+        let mut args = vec!["run"];
+        if before.is_empty() {
+            args.push("--strict");
+        }
+        args.extend(["--", "sh", "-c", &touch]);
+        let out = cli(root, before, &args);
         let stderr = text(&out.stderr);
-        assert!(out.status.success(), "{what}: {out:?}");
-        assert!(marker.exists(), "{what}");
-        assert_eq!(
-            stderr.matches("warning:").count(),
-            1,
-            "{what}: one warning: {stderr}"
-        );
+        assert_eq!(out.status.code(), Some(125), "{what}: {out:?}");
         assert!(
             stderr.contains("the journal is damaged ("),
             "{what}: {stderr}"
         );
-        assert!(stderr.contains("--strict refuses"), "{what}: {stderr}");
-        let out = cli(root, &[], &["capture", "--", "true"]);
-        assert_eq!(
-            text(&out.stderr).matches("warning:").count(),
-            1,
-            "{what}: {out:?}"
-        );
-
-        // `ps` without a daemon says it too.
-        let out = cli(root, &[], &["ps"]);
         assert!(
-            text(&out.stderr).contains("warning: the journal is damaged ("),
-            "{what}: {out:?}"
+            stderr.contains("refusing to open it (strict)"),
+            "{what}: {stderr}"
+        );
+        assert!(!marker.exists(), "{what}: the command ran under --strict");
+        assert!(
+            journal_bytes(root) == journal_before,
+            "{what}: a strict refusal changed the journal"
         );
     }
+    let out = cli(root, &["--strict"], &["capture", "--", "true"]);
+    assert_eq!(out.status.code(), Some(125), "{what}: capture {out:?}");
+
+    // Not strict: the run goes on, and says so exactly once.
+    let out = cli(root, &[], &["run", "--", "sh", "-c", &touch]);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{what}: {out:?}");
+    assert!(marker.exists(), "{what}");
+    assert_eq!(
+        stderr.matches("warning:").count(),
+        1,
+        "{what}: one warning: {stderr}"
+    );
+    assert!(
+        stderr.contains("the journal is damaged ("),
+        "{what}: {stderr}"
+    );
+    assert!(stderr.contains("--strict refuses"), "{what}: {stderr}");
+    let out = cli(root, &[], &["capture", "--", "true"]);
+    assert_eq!(
+        text(&out.stderr).matches("warning:").count(),
+        1,
+        "{what}: {out:?}"
+    );
+
+    // `ps` without a daemon says it too.
+    let out = cli(root, &[], &["ps"]);
+    assert!(
+        text(&out.stderr).contains("warning: the journal is damaged ("),
+        "{what}: {out:?}"
+    );
+    // And the writers that went on left the damage where `journal verify` finds it.
+    let out = bin()
+        .args(["journal", "verify", "--root"])
+        .arg(root)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{what}: {out:?}");
+}
+
+/// Every file of `journal/`, by name, with its bytes.
+fn journal_bytes(root: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    std::fs::read_dir(root.join("journal"))
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect()
 }
 
 #[test]

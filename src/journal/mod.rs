@@ -607,9 +607,18 @@ impl Journal {
             None => {
                 let next_seq = scan.seq_floor.max(plan.base_floor);
                 // Never below the floor: a segment there would read as a compaction leftover.
+                // Never under the name of a successor a seal names and no file holds: a new
+                // segment there would stand in for the lost one, and every later scan would
+                // find the journal whole; past it, the loss stays a reported gap.
+                let lost_successor = report
+                    .missing_segments
+                    .iter()
+                    .map(|m| m.segment_index + 1)
+                    .max();
                 let index = last_listed
                     .map_or(0, |i| i + 1)
-                    .max(report.floor.map_or(0, |f| f.segment_index));
+                    .max(report.floor.map_or(0, |f| f.segment_index))
+                    .max(lost_successor.unwrap_or(0));
                 // The same limits rotation keeps: a journal must stay openable.
                 if index > crate::limits::SEGMENT_INDEX_MAX
                     || next_seq > crate::limits::SEQ_MAX

@@ -604,7 +604,7 @@ pub(crate) fn scan_journal(
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<JournalScan> {
     let (listed, leftovers, unrecognised_files) = list_segments(dir)?;
-    let last_listed = listed.last().map(|(i, _)| *i);
+    let listed_indices: std::collections::BTreeSet<u64> = listed.iter().map(|(i, _)| *i).collect();
     let mut report = RecoveryReport {
         leftover_tmp_files: leftovers
             .iter()
@@ -841,14 +841,19 @@ pub(crate) fn scan_journal(
     report.torn_tails.reverse();
     report.lost_acknowledged.reverse();
     report.unconfirmed_commits.reverse();
-    // A seal names a successor that existed: if no segment file follows the sealed one, the
-    // successor was lost with every record it held.
-    if let Some(last) = segments.last()
-        && let Some(seal) = last.commit.as_ref().and_then(CommitPoint::seal)
-        && last_listed == Some(last.header.segment_index)
-    {
+    // A seal names a successor that existed: if no file bears the next index after a sealed
+    // segment, the successor was lost with every record it held, wherever it stood (a later
+    // segment, even an empty one made by a recovery, does not stand in for it).
+    for segment in &segments {
+        let Some(seal) = segment.commit.as_ref().and_then(CommitPoint::seal) else {
+            continue;
+        };
+        let successor = segment.header.segment_index + 1;
+        if listed_indices.contains(&successor) {
+            continue;
+        }
         report.missing_segments.push(MissingSegment {
-            segment_index: last.header.segment_index + 1,
+            segment_index: successor,
             base_seq: seal.next_base_seq,
             segment_bytes: seal.next_segment_bytes,
         });

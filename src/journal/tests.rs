@@ -944,6 +944,36 @@ fn a_deleted_tail_segment_is_reported_and_never_reuses_a_seq() {
     assert!(seq > 60, "appended at seq {seq}");
 }
 
+/// A writable open that appends nothing (a host that opens, sees the damage and stops) must not
+/// make a segment that stands in for the lost one: before, it took the lost one's name with a
+/// base past its seqs and, holding no record, hid the loss from every later scan.
+#[test]
+fn a_deleted_tail_segment_stays_reported_after_opens_that_append_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = build_closed(dir.path(), 60, SEG);
+    let tail = p.last().unwrap().segment_index;
+    std::fs::remove_file(segment_path(dir.path(), tail)).unwrap();
+    for open in 0..3 {
+        let (journal, report) = Journal::open(dir.path(), options(Durability::Sync, SEG)).unwrap();
+        assert_eq!(report.missing_segments.len(), 1, "open {open}: {report:?}");
+        assert_eq!(
+            report.missing_segments[0].segment_index, tail,
+            "open {open}"
+        );
+        drop(journal);
+        assert!(!segment_path(dir.path(), tail).exists(), "open {open}");
+    }
+    let (_, report) = read_all(dir.path());
+    assert_eq!(report.missing_segments.len(), 1, "{report:?}");
+    assert!(!report.is_crash_residue_only());
+    // Records after it do not hide it either: the gap they leave is named by the seal.
+    let (seq, report) = append_after_open(dir.path(), 100);
+    assert!(seq > 60, "appended at seq {seq}");
+    assert_eq!(report.missing_segments.len(), 1, "{report:?}");
+    let (_, report) = read_all(dir.path());
+    assert_eq!(report.missing_segments[0].segment_index, tail, "{report:?}");
+}
+
 #[test]
 fn an_unacknowledged_record_on_disk_after_a_hole_is_dropped_as_a_torn_tail_not_damage() {
     let dir = tempfile::tempdir().unwrap();

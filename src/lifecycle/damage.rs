@@ -4,10 +4,14 @@
 //!
 //! Invariant: `None` exactly when the journal's report is crash residue only and the replay
 //! lost nothing (no compacted history without a snapshot, no rejected or undecodable record),
-//! so that a host refusing damaged roots (`SupervisorConfig::strict`) refuses all of them.
+//! so that a host refusing damaged roots (`SupervisorConfig::strict`) refuses all of them; and a
+//! strict host refuses on what a read-only scan found, before a writable open changed a byte.
+
+use std::path::Path;
 
 use super::ReplayReport;
 use crate::journal::RecoveryReport;
+use crate::journal::reader::JournalReader;
 
 /// The damage of an open, in one line; `None` when there is none.
 pub fn summary(journal: &RecoveryReport, replay: &ReplayReport) -> Option<String> {
@@ -49,4 +53,15 @@ pub fn summary(journal: &RecoveryReport, replay: &ReplayReport) -> Option<String
             found.join(", ")
         )
     })
+}
+
+/// The damage a read-only scan of `root`'s journal finds, for a host that refuses damaged roots
+/// to check before its writable open repairs anything (a refusal leaves the root as it found
+/// it). `None` for a root without a journal yet, which the open creates.
+pub fn before_open(root: &Path) -> Option<String> {
+    let reader = JournalReader::open(root).ok()?;
+    match reader.scan(u64::MAX, |_| {}) {
+        Ok(report) => summary(&report, &ReplayReport::default()),
+        Err(e) => Some(format!("the journal cannot be scanned ({e})")),
+    }
 }

@@ -663,13 +663,16 @@ impl Supervisor {
             ..JournalOptions::default()
         };
         let open_root = root.clone();
-        let group = config.group;
+        let (group, strict) = (config.group, config.strict);
         // Spawned first: the open is the longest of the steps that run beside each other here,
         // and each may need a blocking thread of its own (a new one takes a while to start).
         let opened = tokio::task::spawn_blocking(move || {
             // The access asked for is set before the journal opens (and checks) the root.
             crate::root::RootDir::prepare(&open_root, group)
                 .map_err(|e| LifecycleError::from(crate::journal::JournalError::from(e)))?;
+            if strict && let Some(damage) = crate::lifecycle::damage::before_open(&open_root) {
+                return Err(SupervisorError::Damaged(damage));
+            }
             let opened = Lifecycle::open(&open_root, options)?;
             // Guardians create their receipts here (journal-format.md, "Guardian receipts").
             let trees = open_root.join("trees");
