@@ -3391,6 +3391,17 @@ fn check_receipt_binding(r: &crate::tree::guardian::Receipt) {
         aborted,
         "a receipt without the registration's nonce bound, or an aborted launch's did not"
     );
+    // A registration without a scope binds by its handle alone, and only the receipt of a gate
+    // that never opened: no nonce, no status, the one gated child.
+    let unscoped = r.nonce == [0; 16] && r.status.is_none() && r.reaped == 1;
+    assert_eq!(
+        crate::tree::guardian::bind_unscoped(r, &r.handle).is_ok(),
+        unscoped,
+        "an unscoped registration's receipt bound other than an aborted launch's"
+    );
+    let mut stranger = r.handle.clone();
+    stranger.push('x');
+    assert!(crate::tree::guardian::bind_unscoped(r, &stranger).is_err());
 }
 
 /// `data` without a last line that starts `crc32 `, ended by a newline, plus the checksum line of

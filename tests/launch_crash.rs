@@ -321,9 +321,8 @@ fn temp_root() -> tempfile::TempDir {
 }
 
 /// After a crash: once the guardian is gone, a `run` on the root is admitted, and the crashed
-/// tree is `exited` only when none of its processes is alive, and (when its scope was
-/// recorded: `scoped`) not `unverified` when none is.
-fn check_after(root: &Path, crashed: &Crashed, scoped: bool, what: &str) -> serde_json::Value {
+/// tree is `exited` only when none of its processes is alive, and not `unverified` when none is.
+fn check_after(root: &Path, crashed: &Crashed, what: &str) -> serde_json::Value {
     if crashed.guardian != 0 {
         wait_until("the guardian's exit", || gone(crashed.guardian));
     }
@@ -341,7 +340,7 @@ fn check_after(root: &Path, crashed: &Crashed, scoped: bool, what: &str) -> serd
     let ownership = ownership_of_first(root);
     let alive = marked(&crashed.token);
     assert!(
-        !scoped || ownership["assessment"] != "unverified" || !alive.is_empty(),
+        ownership["assessment"] != "unverified" || !alive.is_empty(),
         "{what}: nothing is alive, yet {ownership}"
     );
     if ownership["assessment"] == "exited" {
@@ -367,7 +366,7 @@ fn a_crash_between_scoped_and_go_does_not_wedge_the_root() {
         let dir = temp_root();
         let root = dir.path().join("root");
         let crashed = crash(&root, cgroup, Point::ScopedDurable, "echo first", false);
-        let ownership = check_after(&root, &crashed, true, "scoped_durable");
+        let ownership = check_after(&root, &crashed, "scoped_durable");
         assert_eq!(ownership["assessment"], "exited", "{ownership}");
         assert_eq!(ownership["proof"]["by"], "receipt", "{ownership}");
     }
@@ -439,11 +438,14 @@ fn no_crash_point_holds_a_slot_or_releases_a_live_tree() {
             );
             continue;
         }
-        // Before `Scoped` nothing was recorded to hold a slot (and `ps` cannot say more).
-        let scoped = point != Point::AfterReg;
-        let ownership = check_after(&root, &crashed, scoped, &what);
-        if scoped {
-            assert_eq!(ownership["assessment"], "exited", "{what}: {ownership}");
+        // Before `Scoped` nothing was recorded to hold a slot, and the aborted launch's receipt
+        // (found by its handle alone) proves the command never ran.
+        let ownership = check_after(&root, &crashed, &what);
+        assert_eq!(ownership["assessment"], "exited", "{what}: {ownership}");
+        if point == Point::AfterReg {
+            assert_eq!(ownership["proof"]["by"], "receipt", "{what}: {ownership}");
+            let receipts = std::fs::read_dir(root.join("trees")).unwrap().count();
+            assert_eq!(receipts, 0, "{what}: the receipt was not retired");
         }
     }
 }

@@ -1179,10 +1179,22 @@ impl Model {
             },
             LifecycleEvent::TreeReleased(e) => match (&p.scope, &p.released) {
                 _ if event_id != derive(p.ids.terminal, RELEASED) => return Refused,
-                (None, _) => return Refused,
-                (Some(_), Some(r)) if *r == e.proof => return Unchanged,
-                (Some(_), Some(_)) => return Refused,
-                (Some(_), None) => p.released = Some(e.proof.clone()),
+                // Without a scope only a receipt without a workload status (an aborted
+                // launch's) releases a tree.
+                (None, _)
+                    if !matches!(
+                        e.proof,
+                        ExitProof::Receipt {
+                            status: ExitStatus::Unknown,
+                            ..
+                        }
+                    ) =>
+                {
+                    return Refused;
+                }
+                (_, Some(r)) if *r == e.proof => return Unchanged,
+                (_, Some(_)) => return Refused,
+                (_, None) => p.released = Some(e.proof.clone()),
             },
             LifecycleEvent::OutputRetired(e) => {
                 // Verified exit: terminal, and the tree released, or it never ran, or a group

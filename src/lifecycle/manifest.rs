@@ -199,7 +199,7 @@ pub enum Rejection {
     ScopeAlreadyRecorded,
     #[error("gap {gap:?} is empty, out of order, for retention, or one too many")]
     BadGap { gap: crate::spool::Gap },
-    #[error("a tree release needs a recorded scope")]
+    #[error("a tree release needs a recorded scope (or a receipt of a launch aborted before it)")]
     NotScoped,
     #[error("the tree was already released with a different proof")]
     AlreadyReleased,
@@ -442,6 +442,19 @@ fn reservations_of(
 /// A record that states a fact about an allocated step carries the ID derived from that step's
 /// (`event::derived`): the one ID a retry of the same fact uses, so that the journal holds each
 /// such fact once and a reader finds it by ID.
+/// A release without a recorded scope is the one a guardian's receipt without a workload status
+/// gives: a launch aborted before its scope was recorded never sent `GO`, so its gated workload
+/// never exec'd (journal-format.md, rule E). Any other proof needs the scope it speaks of.
+fn proves_an_aborted_launch(proof: &ExitProof) -> bool {
+    matches!(
+        proof,
+        ExitProof::Receipt {
+            status: ExitStatus::Unknown,
+            ..
+        }
+    )
+}
+
 fn derived(
     event: &'static str,
     found: EventId,
@@ -629,7 +642,9 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
         }
         LifecycleEvent::TreeReleased(e) => {
             let applied = match &m.released {
-                _ if m.scope.is_none() => return Err(Rejection::NotScoped),
+                _ if m.scope.is_none() && !proves_an_aborted_launch(&e.proof) => {
+                    return Err(Rejection::NotScoped);
+                }
                 Some(proof) if *proof == e.proof => Applied::Unchanged,
                 Some(_) => return Err(Rejection::AlreadyReleased),
                 None => Applied::Changed,

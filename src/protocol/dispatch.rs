@@ -123,7 +123,10 @@ impl Ownership {
             return Ownership::Live;
         }
         let reason = match &m.scope {
-            None => "no tree scope was recorded for it".to_owned(),
+            None => format!(
+                "{}, and no receipt of a guardian says the command never ran",
+                crate::tree::assess::UNSCOPED
+            ),
             Some(s) if s.guardian.is_none() => {
                 "a process group cannot prove that no member left it".to_owned()
             }

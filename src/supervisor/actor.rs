@@ -1463,7 +1463,7 @@ async fn watch_lingering(
     tree.wait_empty().await;
     let proven = tokio::task::spawn_blocking(move || match tree.exit_proof() {
         Some(proof) => {
-            super::process::record_release_blocking(&shared, handle, ids, proof);
+            let _ = super::process::record_release_blocking(&shared, handle, ids, proof);
             true
         }
         None => false,

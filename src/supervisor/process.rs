@@ -1116,10 +1116,12 @@ pub(crate) fn record_release_blocking(
     handle: Handle,
     ids: LifecycleIds,
     proof: ExitProof,
-) {
-    if append_release(shared, handle, ids, proof, true) {
+) -> bool {
+    let recorded = append_release(shared, handle, ids, proof, true);
+    if recorded {
         retire_receipt(shared, handle);
     }
+    recorded
 }
 
 /// Appends `handle`'s release, acknowledged or not; true if it is (now) recorded.

@@ -14,6 +14,9 @@
 //!   pid); anything else stays `unverified` and holds capacity in the actor, which re-assesses
 //!   it, and which a `stop` re-assesses at once (`stop_held`): a guardian re-attached by its
 //!   recorded identity is asked to end its tree, a cgroup is killed by its path.
+//! - A registration whose launch was cut short before its scope was recorded holds nothing; it
+//!   is released only by the receipt its handle names saying the gate never opened
+//!   (`release_aborted`), and that receipt is removed only once the release is durable.
 
 use std::sync::Arc;
 
@@ -31,7 +34,7 @@ use crate::lifecycle::event::{
 use crate::lifecycle::{Handle, LifecycleEvent, ReplayReport, State};
 use crate::limits;
 use crate::spool::Spool;
-use crate::tree::assess::{Assessment, assess, read_boot_id};
+use crate::tree::assess::{Assessment, assess, assess_unscoped, read_boot_id, receipt_pending};
 
 /// What `Supervisor::open` found and did.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -70,7 +73,7 @@ fn assess_all(
         .map(|(handle, scope, ids)| {
             let outcome = settle(scope, boot);
             if let Ok(proof) = &outcome {
-                record_release_blocking(shared, *handle, *ids, proof.clone());
+                let _ = record_release_blocking(shared, *handle, *ids, proof.clone());
             }
             (*handle, outcome)
         })
@@ -116,7 +119,7 @@ pub(crate) fn stop_held(
     }
     let outcome = settle(scope, boot);
     if let Ok(proof) = &outcome {
-        record_release_blocking(shared, *handle, *ids, proof.clone());
+        let _ = record_release_blocking(shared, *handle, *ids, proof.clone());
     }
     outcome
 }
@@ -139,6 +142,50 @@ fn end_guardian(pidfd: &std::os::fd::OwnedFd) -> Result<(), String> {
         )),
         Err(e) => Err(format!("waiting for its guardian: {e}")),
     }
+}
+
+/// Releases each registration whose launch was cut short before its scope was recorded and
+/// whose guardian left the receipt of a launch aborted before `GO` (rule E of journal-format.md),
+/// then removes that receipt. A receipt that a guardian of the crashed supervisor may still be
+/// writing (created lately, incomplete) is waited for, all of them within one bound; any other
+/// stays as it is (`ps` says why), holding nothing.
+fn release_aborted(
+    shared: &Shared,
+    unscoped: &[(Handle, LifecycleIds)],
+) -> Vec<(Handle, ExitProof)> {
+    let receipts = shared.receipts_dir();
+    let young = Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS);
+    let deadline = std::time::Instant::now() + Duration::from_millis(limits::GUARDIAN_REAP_MS);
+    let mut pending: Vec<_> = unscoped
+        .iter()
+        .map(|&(handle, ids)| (handle, ids, receipts.join(format!("{handle}.receipt"))))
+        .filter(|(_, _, path)| path.symlink_metadata().is_ok())
+        .collect();
+    let mut released = Vec::new();
+    while !pending.is_empty() {
+        pending.retain(|(handle, ids, path)| {
+            match assess_unscoped(path, &handle.to_string()) {
+                // Kept, evidence and all, for the next restore if the release is not durable.
+                Ok(proof) if !record_release_blocking(shared, *handle, *ids, proof.clone()) => {
+                    false
+                }
+                Ok(proof) => {
+                    if let Err(e) = std::fs::remove_file(path) {
+                        tracing::debug!(%handle, error = %e, "receipt not removed");
+                    }
+                    tracing::info!(%handle, "restore: a launch cut short before its scope never ran its command");
+                    released.push((*handle, proof));
+                    false
+                }
+                Err(_) => receipt_pending(path, young),
+            }
+        });
+        if std::time::Instant::now() >= deadline {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    released
 }
 
 /// Reconciles every manifest replayed at open.
@@ -184,6 +231,16 @@ pub(crate) async fn restore(
             .await
             .unwrap_or_default()
     };
+    let unscoped: Vec<_> = manifests
+        .iter()
+        .filter(|m| m.scope.is_none() && m.released.is_none())
+        .map(|m| (m.handle, m.ids))
+        .collect();
+    let shared_for = Arc::clone(shared);
+    let aborted = tokio::task::spawn_blocking(move || release_aborted(&shared_for, &unscoped))
+        .await
+        .unwrap_or_default();
+    report.released.extend(aborted);
     let mut still_held = Vec::new();
     for ((handle, outcome), entry) in assessed.into_iter().zip(held) {
         match outcome {

@@ -17,9 +17,13 @@
 
 use std::os::fd::OwnedFd;
 use std::path::Path;
+use std::time::{Duration, SystemTime};
 
 use super::cgroup::Scope;
-use super::guardian::{CgroupEvidence, Registration, cgroup_evidence, verify_receipt};
+use super::guardian::{
+    CgroupEvidence, Registration, Rejection, cgroup_evidence, verify_receipt,
+    verify_unscoped_receipt,
+};
 use super::pidfs_ino;
 use super::procfs;
 use crate::lifecycle::event::{ExitProof, ExitStatus, ProcessWitness, Scoped};
@@ -123,6 +127,47 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
         why.push("a process group cannot prove that no member left it".to_owned());
     }
     Assessment::Unverified(why.join("; "))
+}
+
+/// The evidence of a registration whose scope was never recorded (its launch was cut short
+/// before `Scoped` was durable): the receipt its guardian left at `receipt`, if it proves that
+/// the gate never opened (guardian/mod.rs), or why there is no proof.
+pub fn assess_unscoped(receipt: &Path, handle: &str) -> Result<ExitProof, String> {
+    match verify_unscoped_receipt(receipt, handle) {
+        Ok(r) => Ok(ExitProof::Receipt {
+            status: ExitStatus::Unknown,
+            reaped: r.reaped,
+        }),
+        Err(Rejection::Unreadable { cause, .. }) => Err(format!(
+            "{UNSCOPED}, and no guardian receipt says the command never ran ({cause})"
+        )),
+        Err(e) => Err(format!(
+            "{UNSCOPED}, and its receipt does not prove the command never ran ({e})"
+        )),
+    }
+}
+
+/// Why a registration without a scope has no tree to assess.
+pub const UNSCOPED: &str = "no tree scope was recorded (its launch was cut short)";
+
+/// Whether a guardian may still be writing the receipt at `path`: it exists, holds no complete
+/// receipt yet, and was created within `within` (an older one belongs to a guardian that died).
+pub fn receipt_pending(path: &Path, within: Duration) -> bool {
+    let Ok(meta) = std::fs::symlink_metadata(path) else {
+        return false;
+    };
+    let young = meta
+        .modified()
+        .ok()
+        .and_then(|m| SystemTime::now().duration_since(m).ok())
+        .is_some_and(|age| age < within);
+    let complete = crate::root::fsx::open_read(path)
+        .and_then(|mut f| {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut f, &mut bytes).map(|_| bytes)
+        })
+        .is_ok_and(|b| b.ends_with(b"\n") && !b.contains(&0));
+    meta.is_file() && young && !complete
 }
 
 /// What the evidence of a recorded, unreleased tree says now, in words for `ps`: the reason it

@@ -642,6 +642,54 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
     Ok(r)
 }
 
+/// Reads the receipt at `path` for a registration whose scope was never recorded and verifies it
+/// as the receipt of its launch aborted before `GO`: this handle, no nonce, `status none`, the
+/// one gated child reaped (journal-format.md, "Guardian receipts"). Nothing else was recorded
+/// to bind it to, and nothing else is needed: `GO` follows the acknowledgement of `Scoped`, so no
+/// guardian of this registration ever learned a nonce or opened its gate.
+pub fn verify_unscoped_receipt(path: &Path, handle: &str) -> Result<Receipt, Rejection> {
+    let unreadable = |e: std::io::Error| Rejection::Unreadable {
+        path: path.display().to_string(),
+        cause: e.to_string(),
+    };
+    let mut file = crate::root::fsx::open_read(path).map_err(unreadable)?;
+    if !file.metadata().map_err(unreadable)?.is_file() {
+        return Err(Rejection::Unreadable {
+            path: path.display().to_string(),
+            cause: "not a regular file".to_owned(),
+        });
+    }
+    let mut bytes = Vec::new();
+    Read::by_ref(&mut file)
+        .take(receipt::RECEIPT_BYTES_MAX as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(unreadable)?;
+    let r = Receipt::decode(&bytes).map_err(Rejection::Undecodable)?;
+    bind_unscoped(&r, handle)?;
+    Ok(r)
+}
+
+/// The checks of [`verify_unscoped_receipt`] once the bytes decoded. Pure.
+pub fn bind_unscoped(r: &Receipt, handle: &str) -> Result<(), Rejection> {
+    if r.handle != handle {
+        return Err(Rejection::OtherHandle);
+    }
+    if r.nonce != [0; 16] {
+        return Err(Rejection::OtherNonce);
+    }
+    if r.status.is_some() {
+        return Err(Rejection::UnboundGateless(
+            "it reports a workload status (the workload ran)",
+        ));
+    }
+    if r.reaped != 1 {
+        return Err(Rejection::UnboundGateless(
+            "it reaped other than the one gated child",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a decoded receipt belongs to the registration: its handle and workload, and its
 /// nonce or the binding of a receipt without one. Pure: what [`verify_receipt`] checks once
 /// the file's identity and bytes passed.
@@ -1043,5 +1091,65 @@ mod tests {
             check(&foreign, Some(&guardian), [1; 16]),
             Err(Rejection::OtherNonce)
         );
+    }
+
+    #[test]
+    fn a_receipt_of_an_unscoped_registration_proves_only_a_gate_that_never_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.receipt");
+        let aborted = Receipt {
+            handle: "h".into(),
+            nonce: [0; 16],
+            boot_id: [1; 16],
+            guardian_pid: 6,
+            guardian_start_ticks: 5,
+            workload_pid: 7,
+            workload_start_ticks: 8,
+            workload_pidfs_ino: 9,
+            status: None,
+            reaped: 1,
+        };
+        let check = |r: &Receipt| {
+            std::fs::write(&path, r.encode()).unwrap();
+            verify_unscoped_receipt(&path, "h")
+        };
+        assert_eq!(check(&aborted), Ok(aborted.clone()));
+        let cases = [
+            Receipt {
+                handle: "g".into(),
+                ..aborted.clone()
+            },
+            Receipt {
+                nonce: [3; 16],
+                ..aborted.clone()
+            },
+            Receipt {
+                status: Some(LeaderExit::Code(0)),
+                ..aborted.clone()
+            },
+            Receipt {
+                reaped: 2,
+                ..aborted.clone()
+            },
+        ];
+        for r in &cases {
+            assert!(check(r).is_err(), "{r:?}");
+        }
+        // Torn (what a guardian still writing, or killed while writing, leaves) and absent.
+        std::fs::write(&path, &aborted.encode()[..40]).unwrap();
+        assert!(matches!(
+            verify_unscoped_receipt(&path, "h"),
+            Err(Rejection::Undecodable(_))
+        ));
+        std::fs::remove_file(&path).unwrap();
+        assert!(matches!(
+            verify_unscoped_receipt(&path, "h"),
+            Err(Rejection::Unreadable { .. })
+        ));
+        // Never through a symlink, even to a receipt that would verify.
+        let real = dir.path().join("real");
+        std::fs::write(&real, aborted.encode()).unwrap();
+        std::os::unix::fs::symlink(&real, &path).unwrap();
+        assert!(verify_unscoped_receipt(&path, "h").is_err());
     }
 }
