@@ -340,6 +340,12 @@ pub const ADMISSION_FLOOR_BYTES_DEFAULT: u64 = 2 * 1024 * 1024 * 1024;
 /// workload within two intervals.
 pub const ADMISSION_SAMPLE_MS: u64 = 1_000;
 
+/// Between the two walks of each held (unverified) tree that a restore takes before the first
+/// decision, so that this decision already charges such a tree what is observable of it (two
+/// complete walks make a sample stable) rather than a core and the floor. Short: it delays only
+/// an open that found such a tree.
+pub const HELD_PRESAMPLE_GAP_MS: u64 = 50;
+
 /// Starts waiting for capacity at once (those whose caller asked to queue). Each holds a
 /// prepared command (a few hundred bytes to a few KiB) and a reply; the bound keeps a client
 /// that queues in a loop from growing the actor's memory without end, while being far above

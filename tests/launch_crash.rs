@@ -450,6 +450,44 @@ fn no_crash_point_holds_a_slot_or_releases_a_live_tree() {
     }
 }
 
+/// A power loss without a reboot (a container restarted, `kill -9 -1`): supervisor, guardian and
+/// workload SIGKILLed together, with no cgroup. Nothing proves such a tree gone, so it stays
+/// `unverified`; but nothing of it can be observed either, so it is charged nothing: the next
+/// `run --no-queue` is admitted however many such trees there are. Before, each was charged a
+/// core and the floor for good, and on 2 cores the second one refused every later start (149
+/// of 150 in a campaign of such crashes).
+#[test]
+fn trees_left_unverified_by_a_power_loss_hold_no_capacity() {
+    let dir = temp_root();
+    let root = dir.path().join("root");
+    let rounds = 3;
+    for _ in 0..rounds {
+        let crashed = crash(&root, false, Point::AfterRun, "sleep 30", true);
+        kill_marked(&crashed.token);
+        wait_until("the workload's death", || marked(&crashed.token).is_empty());
+    }
+    let out = cli(&root, &["run", "--no-queue", "--", "echo", "hello"]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        (Some(0), "hello"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ps = cli(&root, &["ps", "--json"]);
+    let unverified = String::from_utf8_lossy(&ps.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|p| p["ownership"]["assessment"] == "unverified")
+        .count();
+    assert_eq!(
+        unverified, rounds,
+        "nothing proves them gone: none is released"
+    );
+}
+
 /// The empty receipt: launched on a full tmpfs root, the guardian can reserve no space for
 /// its receipt and cannot write it; the tree is still `exited` (its cgroup was removed once
 /// empty), and once space is back the next `run` is admitted.

@@ -44,8 +44,12 @@
 //!   sample yet, an incomplete or an unstable one) reserves exactly the floor and one core.
 //! - A workload holds capacity from its admission until the supervisor releases it: when its
 //!   terminal result is recorded, or, when members of its tree outlive the leader, when the tree
-//!   is empty; a tree nothing proved gone (unverified) keeps holding it (it cannot be sampled, so
-//!   it holds the floor and one core).
+//!   is empty; a tree nothing proved gone (unverified) keeps holding it, charged what can still
+//!   be observed of it (its cgroup, or its process group: `tree::assess::observable`). One whose
+//!   guardian died with no cgroup and whose group is empty is charged nothing: a descendant that
+//!   left the group is invisible to every mechanism here, and charging it a core for ever would
+//!   refuse every later start on a small host. It stays `unverified`, never released, and
+//!   under an explicit limit it still counts as one workload.
 
 mod host;
 #[cfg(test)]
@@ -62,7 +66,7 @@ pub use host::{available_memory, parse_cgroup_limit, parse_meminfo_available};
 
 use crate::lifecycle::Handle;
 use crate::limits;
-use crate::tree::{ProcessTree, TreeSample};
+use crate::tree::{Membership, ProcessTree, TreeSample};
 
 /// The admission policy's settings.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -143,6 +147,12 @@ pub trait Telemetry: Send + Sync + Debug {
 
     /// One sample of each tree (a handle left out counts as not sampled: the floor).
     fn trees(&self, trees: &[(Handle, Arc<dyn ProcessTree>)]) -> Vec<(Handle, TreeSample)>;
+
+    /// One sample of each tree held unverified, by what can still be observed of it (no live
+    /// tree object stands for it); the real walk of `/proc` and the cgroup unless overridden.
+    fn held(&self, trees: &[(Handle, Membership)]) -> Vec<(Handle, TreeSample)> {
+        crate::tree::sample_memberships(trees)
+    }
 }
 
 /// The real telemetry: [`std::thread::available_parallelism`] (which honours CPU affinity and a

@@ -280,6 +280,7 @@ impl Actor {
         outbox: mpsc::WeakSender<Msg>,
         max_live: usize,
         held: Vec<(Handle, Scoped, LifecycleIds)>,
+        presampled: Vec<(Handle, crate::tree::TreeSample)>,
         host: HostSample,
     ) -> Actor {
         let readers = Bounded::new(shared.config.finished_readers_cached);
@@ -291,6 +292,9 @@ impl Actor {
         }
         for (handle, _, _) in &held {
             admission.admit(*handle);
+        }
+        for (handle, sample) in presampled {
+            admission.observe(&handle, sample);
         }
         let now = tokio::time::Instant::now();
         Actor {
@@ -396,9 +400,13 @@ impl Actor {
         if self.shared.paused.load(Ordering::SeqCst) {
             return StartGate::Closed(Refusal::Paused);
         }
-        if self.live >= self.max_live {
+        // The bound is the descriptor budget's: a held tree keeps capacity but no descriptor
+        // (nothing of it is open here), so it does not count against it; else enough trees left
+        // unverified by crashes would refuse every start for good.
+        let open = self.live.saturating_sub(self.held.len());
+        if open >= self.max_live {
             return StartGate::AtBound {
-                live: self.live,
+                live: open,
                 max: self.max_live,
             };
         }
@@ -500,12 +508,20 @@ impl Actor {
             .iter()
             .filter_map(|(h, e)| e.proc.tree.get().map(|t| (*h, Arc::clone(t))))
             .collect();
+        // A held tree has no live tree object: it is sampled by what is observable of it.
+        let held: Vec<_> = self
+            .held
+            .iter()
+            .map(|(h, (scope, _))| (*h, scope.clone()))
+            .collect();
         let telemetry = Arc::clone(&self.shared.config.telemetry);
         let actor = self.events_tx.clone();
         self.tasks.spawn(
             async move {
                 let sampled = tokio::task::spawn_blocking(move || {
-                    (telemetry.host(), telemetry.trees(&trees))
+                    let mut trees = telemetry.trees(&trees);
+                    trees.extend(telemetry.held(&super::restore::observable(&held)));
+                    (telemetry.host(), trees)
                 })
                 .await;
                 let (host, trees) = match sampled {

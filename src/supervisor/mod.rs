@@ -734,6 +734,7 @@ impl Supervisor {
             damage,
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
+        let presampled = restore::presample(&shared, &held).await;
         let host = host.await.unwrap_or_default();
         let (tx, rx) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
         let actor = Actor::new(
@@ -742,6 +743,7 @@ impl Supervisor {
             tx.downgrade(),
             max_live,
             held,
+            presampled,
             host,
         );
         tokio::spawn(actor.run());

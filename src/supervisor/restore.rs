@@ -188,6 +188,37 @@ fn release_aborted(
     released
 }
 
+/// The memberships admission samples held trees by (`tree::assess::observable`).
+pub(super) fn observable(held: &[(Handle, Scoped)]) -> Vec<(Handle, crate::tree::Membership)> {
+    held.iter()
+        .map(|(h, scope)| (*h, crate::tree::assess::observable(scope)))
+        .collect()
+}
+
+/// Two walks of each held tree, `HELD_PRESAMPLE_GAP_MS` apart, in order, for the actor to
+/// observe before its first decision: without them that decision would charge each held tree a
+/// core and the floor whatever is left of it.
+pub(crate) async fn presample(
+    shared: &Arc<Shared>,
+    held: &[(Handle, Scoped, LifecycleIds)],
+) -> Vec<(Handle, crate::tree::TreeSample)> {
+    if held.is_empty() {
+        return Vec::new();
+    }
+    let scopes: Vec<_> = held.iter().map(|(h, s, _)| (*h, s.clone())).collect();
+    let shared = Arc::clone(shared);
+    tokio::task::spawn_blocking(move || {
+        let memberships = observable(&scopes);
+        let telemetry = &shared.config.telemetry;
+        let mut samples = telemetry.held(&memberships);
+        std::thread::sleep(Duration::from_millis(limits::HELD_PRESAMPLE_GAP_MS));
+        samples.extend(telemetry.held(&memberships));
+        samples
+    })
+    .await
+    .unwrap_or_default()
+}
+
 /// Reconciles every manifest replayed at open.
 pub(crate) async fn restore(
     shared: &Arc<Shared>,

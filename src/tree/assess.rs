@@ -19,6 +19,7 @@ use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use super::Membership;
 use super::cgroup::Scope;
 use super::guardian::{
     CgroupEvidence, Registration, Rejection, cgroup_evidence, verify_receipt,
@@ -127,6 +128,32 @@ pub fn assess(scope: &Scoped, boot_now: Option<[u8; 16]>) -> Assessment {
         why.push("a process group cannot prove that no member left it".to_owned());
     }
     Assessment::Unverified(why.join("; "))
+}
+
+/// What can still be observed of a recorded tree that nothing proved gone, for admission to
+/// charge it by: its cgroup; while its guardian (re-attached by identity) lives, nothing yet
+/// (the guardian is ending it: the floor and a core); else its workload's process group (the
+/// workload leads its own session), members started no earlier than the workload. A pgid is not
+/// reused while any process has it, so a process that now holds the workload's pid with another
+/// start time means the group is gone. Only for charging: nothing here proves an exit or
+/// signals anyone.
+pub fn observable(scope: &Scoped) -> Membership {
+    if let Some(path) = &scope.cgroup {
+        return Membership::Cgroup { scope: path.into() };
+    }
+    if let Some(guardian) = &scope.guardian
+        && reattach(guardian).is_some_and(|fd| !exited(&fd))
+    {
+        return Membership::Unknown;
+    }
+    let w = &scope.workload;
+    match procfs::stat(w.pid).map(|s| s.start_time_ticks) {
+        Some(start) if start != w.start_time_ticks => Membership::Empty,
+        _ => Membership::Group {
+            pgid: w.pid,
+            since: w.start_time_ticks,
+        },
+    }
 }
 
 /// The evidence of a registration whose scope was never recorded (its launch was cut short

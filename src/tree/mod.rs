@@ -40,7 +40,7 @@ pub use group::GroupTree;
 pub use guardian::{GuardianLauncher, GuardianProgram, GuardianTree};
 pub use procfs::{Identity, boot_id};
 pub use pty::{PtyMaster, PtySize};
-pub use sample::{Membership, TreeSample, sample_trees};
+pub use sample::{Membership, TreeSample, sample_memberships, sample_trees};
 pub use spawn::{SpawnError, SpawnSpec, Streams};
 
 /// A signal the supervisor sends to a tree (a closed set: the supervisor needs no others).

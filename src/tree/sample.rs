@@ -219,21 +219,28 @@ fn group_members(rows: &HashMap<u32, Row>, pgid: u32, since: u64) -> Vec<u32> {
 
 /// Samples every tree in `trees`: one scan of /proc serves every process group among them.
 pub fn sample_trees(trees: &[(Handle, Arc<dyn ProcessTree>)]) -> Vec<(Handle, TreeSample)> {
+    let memberships: Vec<(Handle, Membership)> =
+        trees.iter().map(|(h, t)| (*h, t.membership())).collect();
+    sample_memberships(&memberships)
+}
+
+/// One sample of each membership, as [`sample_trees`] takes of a tree's: for trees no live
+/// [`ProcessTree`] stands for any more (one held unverified after its guardian died), sampled by
+/// what can still be observed of them.
+pub fn sample_memberships(trees: &[(Handle, Membership)]) -> Vec<(Handle, TreeSample)> {
     let page = page_bytes();
     let tick_usec = 1_000_000 / ticks_per_second().min(1_000_000);
-    let memberships: Vec<Membership> = trees.iter().map(|(_, t)| t.membership()).collect();
-    let rows = memberships
+    let rows = trees
         .iter()
-        .any(|m| matches!(m, Membership::Group { .. }))
+        .any(|(_, m)| matches!(m, Membership::Group { .. }))
         .then(scan)
         .flatten();
     trees
         .iter()
-        .zip(memberships)
-        .map(|((handle, _), membership)| {
+        .map(|(handle, membership)| {
             (
                 *handle,
-                sample_one(&membership, rows.as_ref(), page, tick_usec),
+                sample_one(membership, rows.as_ref(), page, tick_usec),
             )
         })
         .collect()
