@@ -692,7 +692,8 @@ fn the_schema_validator_refuses_what_does_not_fit() {
 
 /// `tools/list` fits an agent's budget: at most 12 KiB of JSON for every tool, each with an
 /// input and an output schema, and no format outside JSON Schema's, no optional input as a
-/// union with null or a `$ref` (clients that convert typed text could not send it).
+/// union with null or a `$ref` (clients that convert typed text could not send it), no output
+/// field typed null and no `type` array anywhere.
 #[test]
 fn the_tool_listing_is_small_and_standard() {
     let work = tempfile::tempdir().expect("tempdir");
@@ -712,6 +713,11 @@ fn the_tool_listing_is_small_and_standard() {
     }
     for tool in result["tools"].as_array().expect("tools") {
         assert!(tool["outputSchema"]["properties"].is_object(), "{tool}");
+        // A result leaves out a field without a value, so no output field is typed null, and
+        // each type is its own branch (what the Inspector's `--strict` check asks for).
+        let output = tool["outputSchema"].to_string();
+        assert!(!output.contains("\"null\""), "{output}");
+        assert!(!output.contains("\"type\":["), "{output}");
         let input = tool["inputSchema"].to_string();
         assert!(
             !input.contains("$ref") && !input.contains("\"null\""),

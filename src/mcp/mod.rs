@@ -13,9 +13,10 @@
 //! validates its arguments with [`protocol::request_from_args`] into a [`ToolCall`] (the only
 //! value a backend runs), and the request runs either through [`Dispatcher::dispatch`]
 //! (standalone) or as the same request on the daemon's socket (attached), so both backends and the
-//! socket accept exactly the same values and give exactly the same results. Its output schema is
-//! the JSON Schema of the result type dispatch serializes (`tests/mcp_stdio.rs` validates every
-//! tool's results against it).
+//! socket accept exactly the same values and give exactly the same results, except that a tool's
+//! result leaves out every `null` member (MCP never carries null: an argument may not be null
+//! either). Its output schema is the reduced JSON Schema of the result type dispatch serializes
+//! (`schema::output`; `tests/mcp_stdio.rs` validates every tool's results against it).
 //!
 //! Invariants:
 //! - a tool call never fails at the protocol level because of its arguments or the process it
@@ -446,9 +447,12 @@ impl McpServer {
             Backend::Daemon(daemon) => daemon.call(call.request).await,
         };
         match outcome {
-            Ok(value) => match not_persisted(&value) {
+            Ok(mut value) => match not_persisted(&value) {
                 Some(text) => CallToolResult::error(vec![ContentBlock::text(text)]),
-                None => CallToolResult::structured(value),
+                None => {
+                    schema::drop_nulls(&mut value);
+                    CallToolResult::structured(value)
+                }
             },
             Err(error) => error_result(&error),
         }

@@ -16,9 +16,11 @@
 //!   array: a field of two types (a command as an argv list or one string, a reference as a
 //!   handle or a number) is an `anyOf` of one type each, which clients that map schemas onto a
 //!   single-`type` dialect can read (the Inspector CLI's `--strict` check);
-//! - an output schema keeps its structure, types, `required` and `enum`s, so every result
-//!   validates against it exactly as against schemars' schema, without the prose (the tool's
-//!   description says what the fields mean).
+//! - an output schema lists the result's top-level fields, each with its JSON types; it never
+//!   types a field `null` and never has a `type` array (a result leaves out a field without a value: [`drop_nulls`], applied to
+//!   every structured result), so `--strict` finds nothing in it either; and it is never
+//!   narrower than schemars' schema: every result that validates there, nulls dropped,
+//!   validates here (what the fields mean is the tool's description).
 
 use serde_json::{Map, Value};
 
@@ -70,10 +72,10 @@ pub fn input(schema: &Map<String, Value>) -> Map<String, Value> {
     into_object(value)
 }
 
-/// An output schema: the result's top-level fields, each with its JSON type; nested objects and
-/// arrays typed but not spelled out, enumerations by their type (the tools' descriptions and
-/// the instructions name the values that matter, such as the states). Compact (an agent reads every schema of every tool each
-/// session) and true: whatever the full schema accepts, this accepts.
+/// An output schema: the result's top-level fields, each with its JSON types (never `null`: a
+/// result leaves such a field out); nested objects and arrays typed but not spelled out (the tools' descriptions name their fields).
+/// Compact (an agent reads every schema of every tool each session) and true: whatever the
+/// full schema accepts, once its nulls are dropped, this accepts.
 pub fn output(schema: &Map<String, Value>) -> Map<String, Value> {
     let mut root = Value::Object(schema.clone());
     let defs = root.get("$defs").cloned().unwrap_or(Value::Null);
@@ -92,41 +94,55 @@ pub fn output(schema: &Map<String, Value>) -> Map<String, Value> {
     out
 }
 
-/// A field's schema reduced to its JSON types.
+/// A field's schema reduced to its JSON types, without `null` (a result leaves out a field
+/// without a value: [`drop_nulls`]), each type its own `anyOf` branch when there are several (a
+/// `type` array is what the Inspector CLI's `--strict` check flags). Listed values are left to
+/// the descriptions and instructions: the states alone, spelled out in each of six tools, would
+/// take the listing past its budget.
 fn leaf(schema: &Value) -> Map<String, Value> {
     let mut types = Vec::new();
-    let mut strings = Some(Vec::new());
-    collect(schema, &mut types, &mut strings, 0);
-    let mut out = Map::new();
+    collect(schema, &mut types, 0);
+    types.retain(|t| *t != "null");
     // The JSON Schema order of types is irrelevant; a fixed one keeps listings stable.
     types.sort_unstable();
     types.dedup();
+    let mut out = Map::new();
     match types.as_slice() {
         [] => {}
         [only] => {
             out.insert("type".to_owned(), Value::from(*only));
         }
         many => {
-            out.insert("type".to_owned(), Value::from(many.to_vec()));
+            let branches = many
+                .iter()
+                .map(|t| Value::Object(Map::from_iter([("type".to_owned(), Value::from(*t))])))
+                .collect();
+            out.insert("anyOf".to_owned(), Value::Array(branches));
         }
     }
     out
 }
 
-/// The JSON types `schema` admits, and its string values when it admits only listed strings
-/// (`strings` becomes `None` as soon as it admits any other string).
-fn collect(
-    schema: &Value,
-    types: &mut Vec<&'static str>,
-    strings: &mut Option<Vec<Value>>,
-    depth: usize,
-) {
+/// Removes every object member whose value is `null`, at every depth: a field without a value
+/// is left out of a tool's result, so that its output schema can give each field one type.
+pub fn drop_nulls(value: &mut Value) {
+    match value {
+        Value::Object(members) => {
+            members.retain(|_, v| !v.is_null());
+            members.values_mut().for_each(drop_nulls);
+        }
+        Value::Array(items) => items.iter_mut().for_each(drop_nulls),
+        _ => {}
+    }
+}
+
+/// The JSON types `schema` admits.
+fn collect(schema: &Value, types: &mut Vec<&'static str>, depth: usize) {
     const NAMES: [&str; 7] = [
         "null", "boolean", "object", "array", "string", "number", "integer",
     ];
     let Value::Object(node) = schema else {
         // `true` or an unknown form: anything.
-        *strings = None;
         types.extend(NAMES.iter().skip(1).copied());
         return;
     };
@@ -135,7 +151,7 @@ fn collect(
         .find_map(|k| node.get(*k).and_then(Value::as_array));
     if let Some(branches) = branches.filter(|_| depth < INLINE_DEPTH_MAX) {
         for branch in branches {
-            collect(branch, types, strings, depth + 1);
+            collect(branch, types, depth + 1);
         }
         return;
     }
@@ -143,23 +159,11 @@ fn collect(
         t.as_str()
             .and_then(|t| NAMES.iter().find(|n| **n == t).copied())
     };
-    let own: Vec<&'static str> = match node.get("type") {
-        Some(Value::Array(list)) => list.iter().filter_map(named).collect(),
-        Some(t) => named(t).into_iter().collect(),
-        None => NAMES.iter().skip(1).copied().collect(),
-    };
-    let listed = node
-        .get("enum")
-        .and_then(Value::as_array)
-        .cloned()
-        .or_else(|| node.get("const").map(|c| vec![c.clone()]));
-    if own.contains(&"string") {
-        match (listed, strings.as_mut()) {
-            (Some(values), Some(acc)) => acc.extend(values.into_iter().filter(Value::is_string)),
-            _ => *strings = None,
-        }
+    match node.get("type") {
+        Some(Value::Array(list)) => types.extend(list.iter().filter_map(named)),
+        Some(t) => types.extend(named(t)),
+        None => types.extend(NAMES.iter().skip(1).copied()),
     }
-    types.extend(own);
 }
 
 fn into_object(value: Value) -> Map<String, Value> {
@@ -369,7 +373,7 @@ mod tests {
     }
 
     #[test]
-    fn outputs_keep_their_fields_and_types_without_prose() {
+    fn outputs_keep_their_fields_and_types_without_null_or_prose() {
         let schema = object(json!({
             "type": "object",
             "description": "one process",
@@ -398,14 +402,22 @@ mod tests {
                 "type": "object",
                 "properties": {
                     "description": {"type": "string"},
-                    "exit_code": {"type": ["integer", "null"]},
+                    "exit_code": {"type": "integer"},
                     "state": {"type": "string"},
-                    "deadline": {"type": ["null", "string"]},
+                    "deadline": {"type": "string"},
                     "ownership": {"type": "object"},
-                    "exit": {"type": ["object", "string"]},
+                    "exit": {"anyOf": [{"type": "object"}, {"type": "string"}]},
                     "spans": {"type": "array"},
                 },
             })
         );
+    }
+
+    #[test]
+    fn results_lose_their_nulls_at_every_depth() {
+        let mut value = json!({"a": null, "b": {"c": null, "d": 1},
+                               "e": [null, {"f": null, "g": [null]}]});
+        drop_nulls(&mut value);
+        assert_eq!(value, json!({"b": {"d": 1}, "e": [null, {"g": [null]}]}));
     }
 }
