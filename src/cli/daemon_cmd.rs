@@ -273,9 +273,8 @@ pub(crate) struct ResizeCmdArgs {
 
 pub(crate) fn resize(args: ResizeCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    let handle = resolve(&mut client, &args.handle)?;
     client.call(&Request::Resize {
-        handle: handle.into(),
+        handle: args.handle,
         rows: args.size.0,
         cols: args.size.1,
     })?;
@@ -614,9 +613,8 @@ pub(crate) fn gate(args: GateCmdArgs, pause: bool) -> anyhow::Result<ExitCode> {
 /// `await-input`: mark a process as waiting for human input (its idle limit is suspended).
 pub(crate) fn await_input(args: AwaitInputCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    let handle = resolve(&mut client, &args.handle)?;
     client.call(&Request::AwaitInput {
-        handle: handle.into(),
+        handle: args.handle,
         waiting: !args.clear,
     })?;
     Ok(ExitCode::SUCCESS)
@@ -672,9 +670,8 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    let handle = resolve(&mut client, &args.handle)?;
     let result = client.call(&Request::Stop {
-        handle: handle.into(),
+        handle: args.handle,
         grace_ms: millis(args.grace),
     })?;
     // A stop whose end the journal failed to record did not do what it says.
@@ -688,8 +685,7 @@ pub(crate) fn stop(args: StopArgs) -> anyhow::Result<ExitCode> {
 
 pub(crate) fn interrupt(args: HandleCmdArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    let handle = resolve(&mut client, &args.handle)?;
-    client.call(&Request::Interrupt(handle.into()))?;
+    client.call(&Request::Interrupt(args.handle))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -697,9 +693,8 @@ pub(crate) fn interrupt(args: HandleCmdArgs) -> anyhow::Result<ExitCode> {
 /// none is known, 124 when `--timeout` gave up.
 pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
     let mut client = args.target.connect()?;
-    let handle = resolve(&mut client, &args.handle)?;
     let result = match client.call(&Request::Wait {
-        handle: handle.into(),
+        handle: args.handle,
         timeout_ms: args.timeout.map(millis),
     }) {
         Ok(result) => result,

@@ -91,7 +91,10 @@ impl Target {
 }
 
 /// The handle `reference` names: a handle as it is (the daemon checks it), a number or a name
-/// asked of the daemon (`resolve`).
+/// asked of the daemon (`resolve`). Only for a command that makes several calls about one
+/// process (`logs`, `send`, `restart`): it pins them all to the process the reference named
+/// first, even if a name moves to another process meanwhile. A command of one call sends the
+/// reference itself, so that the daemon resolves it and acts in the same step.
 pub(crate) fn resolve(client: &mut Client, reference: &ProcessRef) -> anyhow::Result<Handle> {
     if let ProcessRef::Handle(h) = reference {
         return Ok(*h);
