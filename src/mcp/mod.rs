@@ -79,7 +79,8 @@ what came until the output went quiet. A page's `gap` is true when bytes before 
 `retained_from` were dropped by retention (the page starts there instead), `total_bytes` counts \
 every byte written, and a `cursor` past it reads nothing with `cursor_ahead` true. States: \
 starting, running (live); exited, failed, timed_out, interrupted, terminated, killed, \
-lost_on_restore (terminal). A failed call returns isError with `code: message` (codes such as \
+lost_on_restore (terminal). A result leaves out a field without a value (a running \
+process has no `exit_code`; one ended by a signal has `signal` and no `exit_code`). A failed call returns isError with `code: message` (codes such as \
 unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity; \
 not_persisted: the process ended as the text says, but the journal failed to record it).";
 
