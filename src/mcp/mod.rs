@@ -80,9 +80,10 @@ what came until the output went quiet. A page's `gap` is true when bytes before 
 every byte written, and a `cursor` past it reads nothing with `cursor_ahead` true. States: \
 starting, running (live); exited, failed, timed_out, interrupted, terminated, killed, \
 lost_on_restore (terminal). A result leaves out a field without a value (a running \
-process has no `exit_code`; one ended by a signal has `signal` and no `exit_code`). A failed call returns isError with `code: message` (codes such as \
-unknown_handle, bad_args, not_running, input_closed, wait_timeout, too_large, capacity; \
-not_persisted: the process ended as the text says, but the journal failed to record it).";
+process has no `exit_code`; one ended by a signal has `signal` and no `exit_code`). A failed \
+call returns isError with `code: message` (codes such as unknown_handle, bad_args, \
+not_running, input_closed, wait_timeout, too_large, capacity; not_persisted: the process \
+ended as the text says, but the journal failed to record it).";
 
 /// How long processes live when the server is attached to the root's daemon.
 pub const ATTACHED: &str = "\

@@ -17,10 +17,10 @@
 //!   handle or a number) is an `anyOf` of one type each, which clients that map schemas onto a
 //!   single-`type` dialect can read (the Inspector CLI's `--strict` check);
 //! - an output schema lists the result's top-level fields, each with its JSON types; it never
-//!   types a field `null` and never has a `type` array (a result leaves out a field without a value: [`drop_nulls`], applied to
-//!   every structured result), so `--strict` finds nothing in it either; and it is never
-//!   narrower than schemars' schema: every result that validates there, nulls dropped,
-//!   validates here (what the fields mean is the tool's description).
+//!   types a field `null` and never has a `type` array (a result leaves out a field without a
+//!   value: [`drop_nulls`], applied to every structured result), so `--strict` finds nothing in
+//!   it either; and it is never narrower than schemars' schema: every result that validates
+//!   there, nulls dropped, validates here (what the fields mean is the tool's description).
 
 use serde_json::{Map, Value};
 
@@ -73,8 +73,8 @@ pub fn input(schema: &Map<String, Value>) -> Map<String, Value> {
 }
 
 /// An output schema: the result's top-level fields, each with its JSON types (never `null`: a
-/// result leaves such a field out); nested objects and arrays typed but not spelled out (the tools' descriptions name their fields).
-/// Compact (an agent reads every schema of every tool each session) and true: whatever the
+/// result leaves such a field out); nested objects and arrays typed but not spelled out (the
+/// tools' descriptions name their fields). Compact (an agent reads every schema of every tool each session) and true: whatever the
 /// full schema accepts, once its nulls are dropped, this accepts.
 pub fn output(schema: &Map<String, Value>) -> Map<String, Value> {
     let mut root = Value::Object(schema.clone());
