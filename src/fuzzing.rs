@@ -1092,7 +1092,9 @@ struct SegmentCommit {
 /// The commit areas of the version 2 segments that `report` did not reject (row I), read
 /// before anything writes.
 fn read_commit_areas(dir: &Path, report: &RecoveryReport) -> Vec<SegmentCommit> {
-    let Ok((listed, _, _)) = recovery::list_segments(dir) else {
+    let Ok((listed, _, _)) =
+        crate::root::dir::Dir::reader(dir).and_then(|dir| recovery::list_segments(&dir))
+    else {
         return Vec::new();
     };
     let mut out = Vec::new();
@@ -3477,7 +3479,8 @@ fn check_floor(bytes: &[u8]) {
     let read_len = bytes.len().min(crate::journal::floor::FLOOR_BYTES + 1);
     let decoded_read = Floor::decode(&bytes[..read_len]);
     assert_eq!(decoded_read.is_ok(), decoded.is_ok());
-    match (read_floor(&dir), decoded_read) {
+    let read = crate::root::dir::Dir::reader(&dir).and_then(|dir| read_floor(&dir));
+    match (read, decoded_read) {
         (Ok(FloorRead::Good(read)), Ok(floor)) => assert_eq!(read, floor),
         (Ok(FloorRead::Bad(why)), Err(e)) => assert_eq!(why, e.to_string()),
         (Err(e), _) => panic!("read_floor of a readable file failed: {e}"),

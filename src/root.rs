@@ -19,9 +19,10 @@
 //! ([`RootDir`]) and opens `LOCK` and `daemon.log` relative to it, never through a symbolic link.
 //! A root is private (`0700`, its files `0600`) unless it was deliberately shared with a group
 //! (`02750`, files `0640`); a writer tightens an older root created `0755` to `0700` as it opens
-//! it (the root's mode alone keeps others out of everything beneath). Every layer below opens
-//! and creates its files through `root/fsx.rs`, which refuses symbolic links and derives modes from
-//! the directory.
+//! it (the root's mode alone keeps others out of everything beneath). Every layer below holds
+//! its directory by descriptor (`root/dir.rs`, opened from the root's for `journal/` and
+//! `snapshots/`) and names its files relative to it, never through a symbolic link, with modes
+//! derived from the directory (`root/fsx.rs`).
 
 use std::fs::{File, TryLockError};
 use std::io;
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::limits::LOCK_HANDOVER_MS;
 
+pub(crate) mod dir;
 pub(crate) mod fsx;
 // Only the CLI's offline `ps` asks who holds a root.
 #[cfg(feature = "cli")]
@@ -199,6 +201,12 @@ impl RootDir {
     /// followed).
     pub fn rename(&self, from: &str, to: &str) -> io::Result<()> {
         nix::fcntl::renameat(&self.dir, from, &self.dir, to).map_err(io::Error::from)
+    }
+
+    /// The directory `name` in the root (created first when `create`), held by descriptor and
+    /// checked as the root is: what a layer writes in it is never named by path again.
+    pub(crate) fn sub(&self, name: &str, create: bool) -> io::Result<dir::Dir> {
+        dir::Dir::adopt(OwnedFd::from(self.dir.try_clone()?), self.path.clone()).sub(name, create)
     }
 
     /// The size of the regular file `name` in the root, `None` when there is none.

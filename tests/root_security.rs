@@ -462,3 +462,89 @@ fn group_shares_the_root_read_only_with_that_group_alone() {
     assert_eq!(code, 0, "{err}");
     assert_eq!(mode(&root), 0o2750);
 }
+
+/// Names a directory under a root: what a layer opened it as, and where its path is moved.
+fn swap_for_a_link(dir: &Path, elsewhere: &Path) -> PathBuf {
+    let moved = dir.with_extension("moved");
+    std::fs::rename(dir, &moved).unwrap();
+    std::fs::create_dir_all(elsewhere).unwrap();
+    symlink(elsewhere, dir).unwrap();
+    moved
+}
+
+fn names(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The journal and a spool keep writing in the directory they opened, whatever its path
+/// names later: segments created, renamed and removed after the path was swapped for a link
+/// all land in the original directory, and nothing appears where the link points.
+#[test]
+fn layers_write_in_the_directory_they_opened_never_by_its_path_again() {
+    use procjournal::spool::format::Stream;
+    use procjournal::spool::{Spool, SpoolOptions};
+    use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
+    let base = tempfile::tempdir().unwrap();
+    let root = base.path().join("root");
+    let options = JournalOptions {
+        durability: Durability::Sync,
+        segment_bytes: 4096,
+    };
+    let (journal, _) = Journal::open(&root, options.clone()).unwrap();
+    let kind = EventKind::new(3).unwrap();
+    let append = |i: u32| {
+        let mut id = [0u8; 16];
+        id[..4].copy_from_slice(&i.to_le_bytes());
+        journal
+            .append(EventId::from_bytes(id), kind, 1, &[7; 200])
+            .unwrap()
+    };
+    append(1);
+    let journal_elsewhere = base.path().join("journal-elsewhere");
+    let journal_moved = swap_for_a_link(&root.join("journal"), &journal_elsewhere);
+    let last = (2..=200).map(append).last().unwrap();
+    let compacted = journal.compact_below(last.position.seq).unwrap();
+    assert!(compacted.removed_segments > 0, "{compacted:?}");
+    let held = names(&journal_moved);
+    // Segments created after the swap, the floor written, the old ones removed: all here.
+    let first = "00000000000000000000.log";
+    assert!(
+        held.iter().any(|n| n.ends_with(".log") && n != first),
+        "{held:?}"
+    );
+    assert!(!held.iter().any(|n| n == first), "{held:?}");
+    assert!(held.iter().any(|n| n == "FLOOR"), "{held:?}");
+    assert_eq!(names(&journal_elsewhere), Vec::<String>::new());
+    drop(journal);
+
+    let spool_dir = base.path().join("spool-of-one");
+    let spool_options = SpoolOptions {
+        segment_bytes: 4096,
+        retention_bytes: 16 * 1024,
+    };
+    let (mut spool, _) = Spool::open_writer(&spool_dir, [3; 16], spool_options).unwrap();
+    spool.append(Stream::Stdout, &[b'x'; 1000]).unwrap();
+    spool.checkpoint().unwrap();
+    let spool_elsewhere = base.path().join("spool-elsewhere");
+    let spool_moved = swap_for_a_link(&spool_dir, &spool_elsewhere);
+    for _ in 0..100 {
+        spool.append(Stream::Stdout, &[b'y'; 1000]).unwrap();
+    }
+    spool.checkpoint().unwrap();
+    assert!(spool.retained_from() > 0, "retention removed old segments");
+    let held = names(&spool_moved);
+    assert!(held.len() > 2, "{held:?}");
+    assert_eq!(names(&spool_elsewhere), Vec::<String>::new());
+    drop(spool);
+
+    // Opened again, the link is refused rather than followed.
+    let err = Journal::open(&root, options).unwrap_err().to_string();
+    assert!(err.contains("symbolic link"), "{err}");
+    let err = Spool::open_writer(&spool_dir, [3; 16], spool_options).unwrap_err();
+    assert!(err.to_string().contains("directory"), "{err}");
+}

@@ -22,6 +22,8 @@
 use std::io::Write;
 use std::path::Path;
 
+use crate::root::dir::{Access, Dir};
+
 use serde::Serialize;
 
 use super::floor::{FLOOR_FILE, Floor, first_header_from, floor_in_force, read_floor, read_header};
@@ -45,11 +47,16 @@ pub(crate) fn peek_head(dir: &Path) -> std::io::Result<Head> {
             floor: None,
         });
     }
+    head_of(&Dir::reader(dir)?)
+}
+
+/// [`peek_head`] of a directory already held.
+pub(crate) fn head_of(dir: &Dir) -> std::io::Result<Head> {
     let (listed, _, _) = recovery::list_segments(dir)?;
     let (floor, _) = floor_in_force(dir, &listed)?;
     let journal_id = match floor {
         Some(f) => Some(f.journal_id),
-        None => first_header_from(&listed, 0)?.map(|h| h.journal_id),
+        None => first_header_from(dir, &listed, 0)?.map(|h| h.journal_id),
     };
     Ok(Head { journal_id, floor })
 }
@@ -91,29 +98,28 @@ pub const FLOOR_STEPS: DurableSteps = DurableSteps {
 
 /// Writes `dir/name` durably: `name.tmp`, write, fsync, rename, directory fsync, each step
 /// announced to `crash` first. A leftover `name.tmp` of an earlier attempt is replaced.
-pub fn write_durably(
-    dir: &Path,
+pub(crate) fn write_durably(
+    dir: &Dir,
     name: &str,
     bytes: &[u8],
     steps: DurableSteps,
     crash: &mut dyn CrashPoints,
 ) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
+    let tmp = format!("{name}.tmp");
     crash.reached(steps.write)?;
-    let mut file = crate::root::fsx::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&tmp)?;
-    crate::root::fsx::fit_file(&file, dir)?;
+    match dir.remove(&tmp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    let mut file = dir.file(&tmp, Access::CreateNew)?;
     file.write_all(bytes)?;
     crash.reached(steps.fsync)?;
     file.sync_all()?;
     drop(file);
     crash.reached(steps.rename)?;
-    std::fs::rename(&tmp, dir.join(name))?;
+    dir.rename(&tmp, name)?;
     crash.reached(steps.fsync_dir)?;
-    crate::root::sync_dir(dir)
+    dir.sync()
 }
 
 /// What one compaction did.
@@ -130,7 +136,7 @@ pub struct Compacted {
 /// Deletes the segment files below `floor`, lowest index first, then syncs the directory.
 /// Returns how many files and bytes went.
 pub(crate) fn remove_below(
-    dir: &Path,
+    dir: &Dir,
     floor: &Floor,
     crash: &mut dyn CrashPoints,
 ) -> std::io::Result<(u64, u64)> {
@@ -141,8 +147,12 @@ pub(crate) fn remove_below(
             break;
         }
         crash.reached("compaction: delete segment")?;
-        let len = std::fs::metadata(&path).map_or(0, |m| m.len());
-        match std::fs::remove_file(&path) {
+        let name = recovery::name_of(&path);
+        let len = match dir.kind(name) {
+            Ok(Some(crate::root::dir::Kind::File { len })) => len,
+            _ => 0,
+        };
+        match dir.remove(name) {
             Ok(()) => {
                 files += 1;
                 bytes += len;
@@ -153,7 +163,7 @@ pub(crate) fn remove_below(
     }
     if files > 0 {
         crash.reached("compaction: fsync dir")?;
-        crate::root::sync_dir(dir)?;
+        dir.sync()?;
     }
     Ok((files, bytes))
 }
@@ -178,11 +188,10 @@ impl Journal {
 
     /// The floor in force: where compaction removed the journal's head up to (`None`: never).
     pub fn floor(&self) -> Result<Option<Floor>, JournalError> {
-        let dir = self.dir();
-        read_floor(&dir)
+        read_floor(&self.held)
             .map(|f| f.good())
             .map_err(|cause| JournalError::Io {
-                dir,
+                dir: self.dir(),
                 op: "read floor",
                 cause,
             })
@@ -215,17 +224,17 @@ impl Journal {
         keep_from_seq: u64,
         crash: &mut dyn CrashPoints,
     ) -> Result<Compacted, JournalError> {
-        let dir = self.dir();
         let io = |op: &'static str| {
-            let dir = dir.clone();
+            let dir = self.dir();
             move |cause| JournalError::Io { dir, op, cause }
         };
+        let dir = &*self.held;
         let (active, journal_id) = {
             let w = lock(&self.writer);
             (w.header.segment_index, w.header.journal_id)
         };
-        let current = read_floor(&dir).map_err(io("read floor"))?.good();
-        let (listed, _, _) = recovery::list_segments(&dir).map_err(io("list segments"))?;
+        let current = read_floor(dir).map_err(io("read floor"))?.good();
+        let (listed, _, _) = recovery::list_segments(dir).map_err(io("list segments"))?;
         // The floor is the highest usable segment, at most the active one, whose base seq is at
         // most `keep_from_seq`: every segment below it holds only records below its base seq.
         let mut target: Option<(u64, u64)> = None;
@@ -236,7 +245,8 @@ impl Journal {
             if *index > active {
                 break;
             }
-            let header = read_header(path).map_err(io("read segment header"))?;
+            let header =
+                read_header(dir, recovery::name_of(path)).map_err(io("read segment header"))?;
             match header {
                 Some(h) if h.segment_index == *index && h.journal_id == journal_id => {
                     if h.base_seq > keep_from_seq {
@@ -260,7 +270,7 @@ impl Journal {
             // Nothing new to remove; finish an interrupted removal below the current floor.
             (_, Some(current)) => {
                 let (files, bytes) =
-                    remove_below(&dir, &current, crash).map_err(io("remove segment"))?;
+                    remove_below(dir, &current, crash).map_err(io("remove segment"))?;
                 self.forget_segments(files);
                 return Ok(Compacted {
                     floor: Some(current),
@@ -284,9 +294,9 @@ impl Journal {
                 removed_bytes: 0,
             });
         }
-        write_durably(&dir, FLOOR_FILE, &floor.encode(), FLOOR_STEPS, crash)
+        write_durably(dir, FLOOR_FILE, &floor.encode(), FLOOR_STEPS, crash)
             .map_err(io("write floor"))?;
-        let (files, bytes) = remove_below(&dir, &floor, crash).map_err(io("remove segment"))?;
+        let (files, bytes) = remove_below(dir, &floor, crash).map_err(io("remove segment"))?;
         self.forget_segments(files);
         tracing::debug!(
             floor_segment = floor.segment_index,

@@ -7,11 +7,12 @@
 //! the supervisor lives. A release build has no such hook: the feature is the tests' alone.
 
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use super::storage::{Backend, FileBackend, SegmentStore, Syncer};
+use crate::root::dir::Dir;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 // The binary's trigger mode tears writes only; the unit tests use every fault.
@@ -127,7 +128,7 @@ impl SegmentStore for FaultyStore {
 }
 
 impl Backend for FaultyBackend {
-    fn prepare_spare(&self, dir: &Path, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
+    fn prepare_spare(&self, dir: &Dir, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
         if self.faults.write_fires() {
             return Err(self.faults.error());
         }
@@ -135,7 +136,7 @@ impl Backend for FaultyBackend {
     }
     fn commit_spare(
         &self,
-        dir: &Path,
+        dir: &Dir,
         spare_name: &str,
         name: &str,
         header: &[u8],
@@ -147,26 +148,27 @@ impl Backend for FaultyBackend {
     }
     fn open_segment(
         &self,
-        path: &Path,
+        dir: &Dir,
+        name: &str,
         segment_bytes: usize,
         through_map: bool,
     ) -> io::Result<Box<dyn SegmentStore>> {
         Ok(Box::new(FaultyStore {
-            inner: FileBackend.open_segment(path, segment_bytes, through_map)?,
+            inner: FileBackend.open_segment(dir, name, segment_bytes, through_map)?,
             faults: Arc::clone(&self.faults),
         }))
     }
-    fn sync_segment(&self, path: &Path) -> io::Result<()> {
+    fn sync_segment(&self, dir: &Dir, name: &str) -> io::Result<()> {
         if self.faults.flush_fires() {
             return Err(self.faults.error());
         }
-        FileBackend.sync_segment(path)
+        FileBackend.sync_segment(dir, name)
     }
 
-    fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
+    fn extend_segment(&self, dir: &Dir, name: &str, segment_bytes: usize) -> io::Result<()> {
         if self.faults.write_fires() {
             return Err(self.faults.error());
         }
-        FileBackend.extend_segment(path, segment_bytes)
+        FileBackend.extend_segment(dir, name, segment_bytes)
     }
 }

@@ -11,7 +11,9 @@
 //! Apart from `compact.rs` (the removal) because recovery, the reader and the ID index read what
 //! is here, and compaction reads them: this module imports only the segment format.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use crate::root::dir::{Access, Dir};
 
 use serde::Serialize;
 
@@ -156,10 +158,9 @@ impl FloorRead {
 }
 
 /// Reads `dir/FLOOR`. Only I/O errors other than a missing file are errors.
-pub(crate) fn read_floor(dir: &Path) -> std::io::Result<FloorRead> {
-    let path = dir.join(FLOOR_FILE);
+pub(crate) fn read_floor(dir: &Dir) -> std::io::Result<FloorRead> {
     let mut bytes = Vec::new();
-    match crate::root::fsx::open_read(&path) {
+    match dir.file(FLOOR_FILE, Access::Read) {
         Ok(file) => {
             // A floor is 64 bytes; read one more to tell a longer file apart, never more.
             std::io::Read::read_to_end(
@@ -179,13 +180,13 @@ pub(crate) fn read_floor(dir: &Path) -> std::io::Result<FloorRead> {
 /// The floor recovery uses: a good `FLOOR` whose journal matches the first segment at or above
 /// it that recovery could use (so a floor copied in from another journal is not obeyed).
 pub(crate) fn floor_in_force(
-    dir: &Path,
+    dir: &Dir,
     listed: &[(u64, PathBuf)],
 ) -> std::io::Result<(Option<Floor>, Option<String>)> {
     match read_floor(dir)? {
         FloorRead::Absent => Ok((None, None)),
         FloorRead::Bad(reason) => Ok((None, Some(reason))),
-        FloorRead::Good(floor) => match first_header_from(listed, floor.segment_index)? {
+        FloorRead::Good(floor) => match first_header_from(dir, listed, floor.segment_index)? {
             Some(h) if h.journal_id != floor.journal_id => Ok((
                 None,
                 Some("FLOOR belongs to another journal than its segments".to_owned()),
@@ -198,11 +199,12 @@ pub(crate) fn floor_in_force(
 /// The header of the first listed segment with index `>= from` whose header decodes and names
 /// its own file: the segment recovery would take the journal's identity from.
 pub(super) fn first_header_from(
+    dir: &Dir,
     listed: &[(u64, PathBuf)],
     from: u64,
 ) -> std::io::Result<Option<SegmentHeader>> {
     for (index, path) in listed.iter().filter(|(i, _)| *i >= from) {
-        if let Some(h) = read_header(path)?
+        if let Some(h) = read_header(dir, crate::root::dir::file_name(path))?
             && h.segment_index == *index
         {
             return Ok(Some(h));
@@ -212,9 +214,9 @@ pub(super) fn first_header_from(
 }
 
 /// The decoded header of a segment file; `None` when it does not decode or the file vanished.
-pub(super) fn read_header(path: &Path) -> std::io::Result<Option<SegmentHeader>> {
+pub(super) fn read_header(dir: &Dir, name: &str) -> std::io::Result<Option<SegmentHeader>> {
     use std::os::unix::fs::FileExt;
-    let file = match crate::root::fsx::open_read(path) {
+    let file = match dir.file(name, Access::Read) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),

@@ -37,6 +37,8 @@ mod tests;
 mod tests_powerloss;
 
 use std::path::{Path, PathBuf};
+
+use crate::root::dir::Dir;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -182,7 +184,7 @@ impl OpenVisitor for Everything<'_> {
 }
 
 struct Writer {
-    dir: PathBuf,
+    dir: Arc<Dir>,
     backend: Arc<dyn Backend>,
     store: Box<dyn SegmentStore>,
     header: SegmentHeader,
@@ -230,7 +232,7 @@ impl Writer {
         let name = format!("{index:020}.spare");
         let (backend, dir, bytes) = (
             Arc::clone(&self.backend),
-            self.dir.clone(),
+            Arc::clone(&self.dir),
             segment_bytes_for(index, self.segment_bytes_new),
         );
         let task_name = name.clone();
@@ -318,6 +320,8 @@ struct SyncState {
 /// The single writer of a journal. `Send + Sync`: share it between threads by reference or `Arc`.
 pub struct Journal {
     durability: Durability,
+    /// The segments' directory, opened once: nothing in it is named by path again.
+    held: Arc<Dir>,
     writer: Mutex<Writer>,
     commit: Mutex<Commit>,
     sync: Mutex<SyncState>,
@@ -434,19 +438,22 @@ impl Journal {
             )));
         }
         let root = Root::open_writer(root)?;
-        let dir = root.journal_dir();
+        let dir_path = root.journal_dir();
         let io = |op: &'static str| {
-            let dir = dir.clone();
+            let dir = dir_path.clone();
             move |cause| JournalError::Io { dir, op, cause }
         };
-        if std::fs::symlink_metadata(&dir).is_err() {
-            crate::root::fsx::create_dir(&dir).map_err(io("create journal directory"))?;
-            // The new directory entry must survive a power loss like the segments inside it.
-            crate::root::sync_dir(root.path()).map_err(io("sync runtime root"))?;
-        }
+        // Created if missing, its entry synced in the root: it must survive a power loss like
+        // the segments inside it.
+        let dir = Arc::new(
+            root.dir()
+                .ok_or_else(|| std::io::Error::other("a writer's root has no descriptor"))
+                .and_then(|r| r.sub("journal", true))
+                .map_err(io("open journal directory"))?,
+        );
 
         let resume = if visitor.resumes() {
-            let head = compact::peek_head(&dir).map_err(io("read journal head"))?;
+            let head = compact::head_of(&dir).map_err(io("read journal head"))?;
             visitor.resume(&head)
         } else {
             Resume::default()
@@ -497,12 +504,12 @@ impl Journal {
 
         // Crash residue: interrupted segment creations never held a record.
         for name in &report.leftover_tmp_files {
-            std::fs::remove_file(dir.join(name)).map_err(io("remove leftover segment"))?;
+            dir.remove(name).map_err(io("remove leftover segment"))?;
         }
         // An interrupted compaction: finish it (lowest index first; the directory sync below
         // makes the removals durable).
         for name in &report.compacted_leftovers {
-            match std::fs::remove_file(dir.join(name)) {
+            match dir.remove(name) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(io("remove compacted segment")(e)),
@@ -530,7 +537,7 @@ impl Journal {
             if plan.reuse.is_some_and(|i| i == tail.segment_index) {
                 continue;
             }
-            zero_torn_tail(&backend, &scan.segments, tail).map_err(io("zero torn tail"))?;
+            zero_torn_tail(&backend, &dir, &scan.segments, tail).map_err(io("zero torn tail"))?;
         }
         // A previous writer under `Os`, or one that crashed before its flush returned, may have
         // left records only in the page cache: nothing found counts as durable until it is
@@ -541,7 +548,7 @@ impl Journal {
             && let Some(last) = scan.segments.last()
         {
             backend
-                .sync_segment(&last.path)
+                .sync_segment(&dir, recovery::name_of(&last.path))
                 .map_err(io("sync segment"))?;
         }
 
@@ -564,11 +571,12 @@ impl Journal {
                 let bytes = segment.header.segment_bytes as usize;
                 if segment.file_len < bytes as u64 {
                     backend
-                        .extend_segment(&segment.path, bytes)
+                        .extend_segment(&dir, recovery::name_of(&segment.path), bytes)
                         .map_err(io("extend short segment"))?;
                 }
+                let name = recovery::name_of(&segment.path);
                 let mut store = backend
-                    .open_segment(&segment.path, bytes, durability == Durability::Os)
+                    .open_segment(&dir, name, bytes, durability == Durability::Os)
                     .map_err(io("map active segment"))?;
                 let mut write_offset = segment.end_offset;
                 if let Some(tail) = report
@@ -647,10 +655,11 @@ impl Journal {
         // the seqs between them are accounted for and a lost successor is noticed. Only a crash
         // between a rotation's steps, or a recovery that started a new segment, leaves one
         // unsealed.
-        seal_predecessors(&*backend, &scan, &report, &header).map_err(io("seal segment"))?;
-        debug!(dir = %dir.display(), next_seq, segment = header.segment_index, "journal opened");
+        seal_predecessors(&*backend, &dir, &scan, &report, &header).map_err(io("seal segment"))?;
+        let shown = dir.path().display();
+        debug!(dir = %shown, next_seq, segment = header.segment_index, "journal opened");
         if !report.is_clean() {
-            warn!(dir = %dir.display(), ?report, "journal recovery found problems");
+            warn!(dir = %shown, ?report, "journal recovery found problems");
         }
         let durable_seq = next_seq - 1;
         // The listing after the removals above, and the segment this open created, if any: no
@@ -659,6 +668,7 @@ impl Journal {
         let journal = Journal {
             root,
             durability,
+            held: Arc::clone(&dir),
             writer: Mutex::new(Writer {
                 dir,
                 backend,
@@ -686,7 +696,7 @@ impl Journal {
         {
             let w = lock(&journal.writer);
             remove_leftover_spares(&w.dir).map_err(|cause| JournalError::Io {
-                dir: w.dir.clone(),
+                dir: w.dir.path().to_owned(),
                 op: "remove leftover spare",
                 cause,
             })?;
@@ -726,6 +736,16 @@ impl Journal {
     /// The absolute runtime root this journal lives in.
     pub fn root(&self) -> &Path {
         self.root.path()
+    }
+
+    /// The directory `name` of this journal's root (created if missing), opened relative to the
+    /// root's descriptor that the writer holds: for the layers that write beside the journal.
+    pub(crate) fn root_sub(&self, name: &str) -> std::io::Result<Dir> {
+        let root = self
+            .root
+            .dir()
+            .ok_or_else(|| std::io::Error::other("a writer's root has no descriptor"))?;
+        root.sub(name, true)
     }
 
     pub fn durability(&self) -> Durability {
@@ -937,7 +957,7 @@ impl Journal {
             match ready {
                 Ok(Ok(())) if usable => Some(spare.name),
                 Ok(Ok(())) => {
-                    let _ = std::fs::remove_file(w.dir.join(&spare.name));
+                    let _ = w.dir.remove(&spare.name);
                     None
                 }
                 Ok(Err(e)) => {
@@ -969,7 +989,7 @@ impl Journal {
             .map_err(|e| self.poison("seal segment", &e))?;
         let store = w
             .backend
-            .open_segment(&w.dir.join(&name), bytes, w.through_map)
+            .open_segment(&w.dir, &name, bytes, w.through_map)
             .map_err(|e| self.poison("map segment", &e))?;
         debug!(
             segment = header.segment_index,
@@ -1139,6 +1159,7 @@ fn open_plan(scan: &JournalScan, last_listed: Option<u64>) -> OpenPlan {
 /// otherwise the seq right after its records, so that a gap stays a gap.
 fn seal_predecessors(
     backend: &dyn Backend,
+    dir: &Dir,
     scan: &JournalScan,
     report: &RecoveryReport,
     active: &SegmentHeader,
@@ -1176,10 +1197,11 @@ fn seal_predecessors(
             committed + 1
         };
         let bytes = segment.header.segment_bytes as usize;
+        let name = recovery::name_of(&segment.path);
         if segment.file_len < bytes as u64 {
-            backend.extend_segment(&segment.path, bytes)?;
+            backend.extend_segment(dir, name, bytes)?;
         }
-        let store = backend.open_segment(&segment.path, bytes, false)?;
+        let store = backend.open_segment(dir, name, bytes, false)?;
         Commit::resume(store.syncer(), &segment.header, Some(point)).write(
             SLOT_SEALED,
             committed,
@@ -1192,25 +1214,20 @@ fn seal_predecessors(
 
 fn create_segment(
     backend: &dyn Backend,
-    dir: &Path,
+    dir: &Dir,
     header: &SegmentHeader,
     through_map: bool,
 ) -> std::io::Result<Box<dyn SegmentStore>> {
     let name = recovery::segment_file_name(header.segment_index);
     backend.create_segment(dir, &name, &header.encode(), header.segment_bytes as usize)?;
-    backend.open_segment(&dir.join(name), header.segment_bytes as usize, through_map)
+    backend.open_segment(dir, &name, header.segment_bytes as usize, through_map)
 }
 
 /// Spare files of an earlier writer never held a record; they are not segments.
-fn remove_leftover_spares(dir: &Path) -> std::io::Result<()> {
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        if entry
-            .file_name()
-            .to_str()
-            .is_some_and(|n| n.ends_with(".spare"))
-        {
-            std::fs::remove_file(entry.path())?;
+fn remove_leftover_spares(dir: &Dir) -> std::io::Result<()> {
+    for name in dir.names()? {
+        if let Some(name) = name.to_str().filter(|n| n.ends_with(".spare")) {
+            dir.remove(name)?;
         }
     }
     Ok(())
@@ -1218,6 +1235,7 @@ fn remove_leftover_spares(dir: &Path) -> std::io::Result<()> {
 
 fn zero_torn_tail(
     backend: &Arc<dyn Backend>,
+    dir: &Dir,
     segments: &[recovery::ScannedSegment],
     tail: &mut TornTail,
 ) -> std::io::Result<()> {
@@ -1228,10 +1246,11 @@ fn zero_torn_tail(
         return Ok(());
     };
     let segment_bytes = segment.header.segment_bytes as usize;
+    let name = recovery::name_of(&segment.path);
     if segment.file_len < segment_bytes as u64 {
-        backend.extend_segment(&segment.path, segment_bytes)?;
+        backend.extend_segment(dir, name, segment_bytes)?;
     }
-    let mut store = backend.open_segment(&segment.path, segment_bytes, false)?;
+    let mut store = backend.open_segment(dir, name, segment_bytes, false)?;
     let start = tail.start_offset as usize;
     let end = (tail.end_offset as usize).min(segment_bytes);
     if end > start {

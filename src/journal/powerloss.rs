@@ -38,6 +38,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use super::storage::{Backend, FileBackend, SegmentStore, Syncer};
 use super::{Position, recovery};
+use crate::root::dir::Dir;
 
 /// The unit of write-back.
 pub(crate) const PAGE_BYTES: usize = 4096;
@@ -550,14 +551,14 @@ impl SegmentStore for SimStore {
 }
 
 impl Backend for PowerLossBackend {
-    fn prepare_spare(&self, dir: &Path, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
+    fn prepare_spare(&self, dir: &Dir, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
         // Spares hold no record and are left out of every image.
         FileBackend.prepare_spare(dir, spare_name, segment_bytes)
     }
 
     fn commit_spare(
         &self,
-        dir: &Path,
+        dir: &Dir,
         spare_name: &str,
         name: &str,
         header: &[u8],
@@ -569,27 +570,28 @@ impl Backend for PowerLossBackend {
 
     fn open_segment(
         &self,
-        path: &Path,
+        dir: &Dir,
+        name: &str,
         segment_bytes: usize,
         through_map: bool,
     ) -> io::Result<Box<dyn SegmentStore>> {
         Ok(Box::new(SimStore {
-            inner: FileBackend.open_segment(path, segment_bytes, through_map)?,
-            file: file_key(path),
+            inner: FileBackend.open_segment(dir, name, segment_bytes, through_map)?,
+            file: name.to_owned(),
             sim: Arc::clone(&self.sim),
         }))
     }
 
-    fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
-        FileBackend.extend_segment(path, segment_bytes)?;
+    fn extend_segment(&self, dir: &Dir, name: &str, segment_bytes: usize) -> io::Result<()> {
+        FileBackend.extend_segment(dir, name, segment_bytes)?;
         // Only a writable open extends, before it writes anything: the whole file is durable.
-        self.sim.durable_from_disk(path)
+        self.sim.durable_from_disk(&dir.join(name))
     }
 
-    fn sync_segment(&self, path: &Path) -> io::Result<()> {
-        let file = file_key(path);
+    fn sync_segment(&self, dir: &Dir, name: &str) -> io::Result<()> {
+        let file = name.to_owned();
         let id = self.sim.sync_begin(&file);
-        FileBackend.sync_segment(path)?;
+        FileBackend.sync_segment(dir, name)?;
         self.sim.push(Entry::SyncEnd { id });
         Ok(())
     }

@@ -13,6 +13,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::root::dir::{Access, Dir};
+
 use serde::Serialize;
 
 use super::format::{self, SegmentHeader};
@@ -71,6 +73,8 @@ pub(crate) fn view<'a>(r: &recovery::RecordRef<'a>) -> RecordView<'a> {
 #[derive(Debug)]
 pub struct JournalReader {
     root: Root,
+    /// The segments' directory, opened once (a symbolic link refused); read relative to it.
+    held: Dir,
 }
 
 impl JournalReader {
@@ -88,11 +92,21 @@ impl JournalReader {
                 ),
             });
         }
-        Ok(JournalReader { root })
+        let held = Dir::reader(&dir).map_err(|cause| JournalError::Io {
+            dir,
+            op: "open journal",
+            cause,
+        })?;
+        Ok(JournalReader { root, held })
     }
 
     pub fn dir(&self) -> PathBuf {
         self.root.journal_dir()
+    }
+
+    fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
+        let dir = self.dir();
+        move |cause| JournalError::Io { dir, op, cause }
     }
 
     /// The absolute runtime root.
@@ -118,7 +132,7 @@ impl JournalReader {
         visit: &mut impl FnMut(RecordView<'_>),
     ) -> Result<recovery::JournalScan, JournalError> {
         let dir = self.dir();
-        recovery::scan_journal(&dir, |r| {
+        recovery::scan_journal(&self.held, |r| {
             if r.header.seq >= from_seq {
                 visit(view(&r));
             }
@@ -183,7 +197,7 @@ impl JournalReader {
         let scan = self.scan_inner(from_seq, &mut visit)?;
         let follower = match scan.segments.last() {
             Some(s) => Follower {
-                dir: self.dir(),
+                dir: self.held.try_clone().map_err(self.io("open journal"))?,
                 segment: Some(s.header),
                 offset: s.end_offset,
                 chain_crc: s.chain_crc,
@@ -194,7 +208,7 @@ impl JournalReader {
                 buf: Vec::new(),
             },
             None => Follower {
-                dir: self.dir(),
+                dir: self.held.try_clone().map_err(self.io("open journal"))?,
                 segment: None,
                 offset: 0,
                 chain_crc: 0,
@@ -215,7 +229,7 @@ const FOLLOW_READ_BYTES: usize = 256 * 1024;
 /// Picks up records appended after a scan. Call [`Follower::poll`] repeatedly.
 #[derive(Debug)]
 pub struct Follower {
-    dir: PathBuf,
+    dir: Dir,
     segment: Option<SegmentHeader>,
     offset: usize,
     chain_crc: u32,
@@ -230,13 +244,13 @@ pub struct Follower {
 
 impl Follower {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
-        let dir = self.dir.clone();
+        let dir = self.dir.path().to_owned();
         move |cause| JournalError::Io { dir, op, cause }
     }
 
     fn open_segment(&self, index: u64) -> Option<(File, SegmentHeader)> {
-        let path = self.dir.join(recovery::segment_file_name(index));
-        let file = crate::root::fsx::open_read(&path).ok()?;
+        let name = recovery::segment_file_name(index);
+        let file = self.dir.file(&name, Access::Read).ok()?;
         let mut bytes = [0u8; SEGMENT_HEADER_BYTES];
         file.read_exact_at(&mut bytes, 0).ok()?;
         let header = SegmentHeader::decode(&bytes).ok()?;

@@ -29,7 +29,9 @@
 //! is therefore only ever the end of the written journal: a bad range with valid records after it is
 //! never cut, whatever it looks like.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+use crate::root::dir::{Access, Dir};
 
 use serde::Serialize;
 
@@ -288,21 +290,19 @@ fn is_spare_name(name: &str) -> bool {
 }
 
 /// Segment files of `dir` in index order, leftover temporary files, and unrecognised files.
-pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
+pub(crate) fn list_segments(dir: &Dir) -> std::io::Result<Listing> {
     let mut segments = Vec::new();
     let mut leftovers = Vec::new();
     let mut unrecognised = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let entry = entry?;
-        let name = entry.file_name();
+    for name in dir.names()? {
         let Some(name) = name.to_str() else {
             unrecognised.push(name.to_string_lossy().into_owned());
             continue;
         };
         if let Some(index) = parse_segment_file_name(name) {
-            segments.push((index, entry.path()));
+            segments.push((index, dir.join(name)));
         } else if name.ends_with(".log.tmp") || name == super::floor::FLOOR_TMP_FILE {
-            leftovers.push(entry.path());
+            leftovers.push(dir.join(name));
         } else if !is_spare_name(name) && name != super::floor::FLOOR_FILE {
             unrecognised.push(name.to_owned());
         }
@@ -319,6 +319,8 @@ pub(crate) fn list_segments(dir: &Path) -> std::io::Result<Listing> {
     }
     Ok((segments, leftovers, unrecognised))
 }
+
+pub(crate) use crate::root::dir::file_name as name_of;
 
 /// Finds the next offset after `from` holding a checksum-valid record with a seq above `above`.
 fn resync(bytes: &[u8], from: usize, above: u64) -> Option<(usize, RecordHeader)> {
@@ -600,7 +602,7 @@ fn zero_from(
 /// Reads and scans every segment of `dir` in order, calling `visit` for each accepted record, and
 /// classifies trailing bad ranges as torn tails or damage. Read-only.
 pub(crate) fn scan_journal(
-    dir: &Path,
+    dir: &Dir,
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<JournalScan> {
     let (listed, leftovers, unrecognised_files) = list_segments(dir)?;
@@ -636,7 +638,7 @@ pub(crate) fn scan_journal(
             file_name: file_name.clone(),
             reason,
         };
-        let mut file = match crate::root::fsx::open_read(&path) {
+        let mut file = match dir.file(name_of(&path), Access::Read) {
             Ok(file) => file,
             // A read-only scan races a writer's compaction: a segment that vanished below a
             // newer floor was removed on purpose; anything else that vanished is an error.

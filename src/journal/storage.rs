@@ -10,14 +10,13 @@
 //! shrinks a file; a spare whose preparation or commit fails before its rename is removed at once
 //! (best effort), so a full disk gets its space back without waiting for the next writable open.
 
-use std::fs::{self, File};
+use std::fs::File;
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
-use std::path::Path;
 use std::sync::Arc;
 
 use super::mmap::MappedSegment;
-use crate::root::fsx;
+use crate::root::dir::{Access, Dir};
 
 /// A flush of one segment's written bytes to stable storage.
 pub(crate) trait Syncer: Send + Sync + std::fmt::Debug {
@@ -38,12 +37,12 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// Creates `dir/spare_name` holding `segment_bytes` of zeroes, durably, under a name recovery
     /// never takes for a segment. Slow (it writes the whole file): the writer runs it ahead of
     /// time on a background thread.
-    fn prepare_spare(&self, dir: &Path, spare_name: &str, segment_bytes: usize) -> io::Result<()>;
+    fn prepare_spare(&self, dir: &Dir, spare_name: &str, segment_bytes: usize) -> io::Result<()>;
     /// Turns a prepared spare into the segment `dir/name`: writes `header`, flushes it, renames,
     /// and syncs the directory, so a segment is never visible without its header.
     fn commit_spare(
         &self,
-        dir: &Path,
+        dir: &Dir,
         spare_name: &str,
         name: &str,
         header: &[u8],
@@ -51,7 +50,7 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// Creates `dir/name` holding `header` followed by zeroes up to `segment_bytes`, durably.
     fn create_segment(
         &self,
-        dir: &Path,
+        dir: &Dir,
         name: &str,
         header: &[u8],
         segment_bytes: usize,
@@ -66,14 +65,15 @@ pub(crate) trait Backend: Send + Sync + std::fmt::Debug {
     /// mapping do; for the policies that flush every append).
     fn open_segment(
         &self,
-        path: &Path,
+        dir: &Dir,
+        name: &str,
         segment_bytes: usize,
         through_map: bool,
     ) -> io::Result<Box<dyn SegmentStore>>;
     /// Appends zeroes to a segment file shorter than `segment_bytes` (never shrinks it).
-    fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()>;
+    fn extend_segment(&self, dir: &Dir, name: &str, segment_bytes: usize) -> io::Result<()>;
     /// Flushes a segment file that another process may have left dirty in the page cache.
-    fn sync_segment(&self, path: &Path) -> io::Result<()>;
+    fn sync_segment(&self, dir: &Dir, name: &str) -> io::Result<()>;
 }
 
 #[derive(Debug, Default)]
@@ -106,8 +106,8 @@ const ZERO_CHUNK_BYTES: usize = 1024 * 1024;
 /// Removes a spare that failed part-way (ENOSPC while writing its zeroes, say) at once, so
 /// that the space it took is given back while the writer still runs, not at the next writable
 /// open. Best effort: the file never held a record, and a writable open removes what is left.
-fn remove_partial(path: &Path) {
-    let _ = fs::remove_file(path);
+fn remove_partial(dir: &Dir, name: &str) {
+    let _ = dir.remove(name);
 }
 
 fn write_zeroes(file: &mut File, from: u64, to: u64) -> io::Result<()> {
@@ -122,19 +122,13 @@ fn write_zeroes(file: &mut File, from: u64, to: u64) -> io::Result<()> {
 }
 
 impl Backend for FileBackend {
-    fn prepare_spare(&self, dir: &Path, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
-        let path = dir.join(spare_name);
+    fn prepare_spare(&self, dir: &Dir, spare_name: &str, segment_bytes: usize) -> io::Result<()> {
         // A leftover from an earlier writer never held a record.
-        match fs::remove_file(&path) {
+        match dir.remove(spare_name) {
             Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
             _ => {}
         }
-        let mut file = fsx::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        fsx::fit_file(&file, dir)?;
+        let mut file = dir.file(spare_name, Access::CreateNew)?;
         // Real zeroes, not set_len or fallocate: the research measured fdatasync after stores into
         // unwritten extents at 1.5-2.2x the cost, and a hole can turn a store into SIGBUS on ENOSPC.
         write_zeroes(&mut file, 0, segment_bytes as u64)
@@ -142,38 +136,37 @@ impl Backend for FileBackend {
             .and_then(|()| file.sync_all())
             .inspect_err(|_| {
                 drop(file);
-                remove_partial(&path);
+                remove_partial(dir, spare_name);
             })
     }
 
     fn commit_spare(
         &self,
-        dir: &Path,
+        dir: &Dir,
         spare_name: &str,
         name: &str,
         header: &[u8],
     ) -> io::Result<()> {
-        let spare_path = dir.join(spare_name);
-        let headed = fsx::options()
-            .write(true)
-            .open(&spare_path)
+        let headed = dir
+            .file(spare_name, Access::ReadWrite)
             .and_then(|file| {
                 file.write_all_at(header, 0)?;
                 file.sync_data()
             })
-            .and_then(|()| fs::rename(&spare_path, dir.join(name)));
+            .and_then(|()| dir.rename(spare_name, name));
         // Until the rename the file is still a spare, which never held a record.
-        headed.inspect_err(|_| remove_partial(&spare_path))?;
-        crate::root::sync_dir(dir)
+        headed.inspect_err(|_| remove_partial(dir, spare_name))?;
+        dir.sync()
     }
 
     fn open_segment(
         &self,
-        path: &Path,
+        dir: &Dir,
+        name: &str,
         segment_bytes: usize,
         through_map: bool,
     ) -> io::Result<Box<dyn SegmentStore>> {
-        let file = fsx::options().read(true).write(true).open(path)?;
+        let file = dir.file(name, Access::ReadWrite)?;
         Ok(Box::new(MappedSegment::open(
             file,
             segment_bytes,
@@ -181,12 +174,12 @@ impl Backend for FileBackend {
         )?))
     }
 
-    fn sync_segment(&self, path: &Path) -> io::Result<()> {
-        fsx::open_read(path)?.sync_data()
+    fn sync_segment(&self, dir: &Dir, name: &str) -> io::Result<()> {
+        dir.file(name, Access::Read)?.sync_data()
     }
 
-    fn extend_segment(&self, path: &Path, segment_bytes: usize) -> io::Result<()> {
-        let mut file = fsx::options().read(true).write(true).open(path)?;
+    fn extend_segment(&self, dir: &Dir, name: &str, segment_bytes: usize) -> io::Result<()> {
+        let mut file = dir.file(name, Access::ReadWrite)?;
         let len = file.metadata()?.len();
         if len < segment_bytes as u64 {
             write_zeroes(&mut file, len, segment_bytes as u64)?;

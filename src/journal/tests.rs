@@ -72,7 +72,10 @@ fn round_trip_across_segment_boundaries_for_every_policy() {
         assert_eq!(journal.durable_seq(), 200);
         drop(journal);
         check(dir.path(), 200);
-        let (listed, _, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
+        let (listed, _, _) = recovery::list_segments(
+            &crate::root::dir::Dir::reader(&dir.path().join("journal")).unwrap(),
+        )
+        .unwrap();
         assert!(
             listed.len() > 5,
             "expected many segments, got {}",
@@ -438,7 +441,10 @@ fn row_h_a_bad_tail_with_records_in_a_later_segment_is_damage_not_a_torn_tail() 
 fn row_i_a_bad_segment_header_is_reported_and_the_rest_reconciles() {
     let dir = tempfile::tempdir().unwrap();
     build(dir.path(), 60);
-    let (listed, _, _) = recovery::list_segments(&dir.path().join("journal")).unwrap();
+    let (listed, _, _) = recovery::list_segments(
+        &crate::root::dir::Dir::reader(&dir.path().join("journal")).unwrap(),
+    )
+    .unwrap();
     assert!(listed.len() >= 3);
     edit(dir.path(), 1, |b| b[format::SEG_BASE_SEQ_OFFSET] ^= 1);
     let (records, report) = read_all(dir.path());
@@ -1192,7 +1198,9 @@ fn the_journal_id_comes_from_the_first_decodable_segment_even_a_rejected_one() {
     let b = tempfile::tempdir().unwrap();
     build_closed(a.path(), 60, SEG);
     build_closed(b.path(), 60, SEG);
-    let (listed, _, _) = recovery::list_segments(&a.path().join("journal")).unwrap();
+    let (listed, _, _) =
+        recovery::list_segments(&crate::root::dir::Dir::reader(&a.path().join("journal")).unwrap())
+            .unwrap();
     assert!(listed.len() >= 3);
     edit(a.path(), 0, |bytes| bytes.extend_from_slice(&[0u8; 8]));
     std::fs::copy(segment_path(b.path(), 1), segment_path(a.path(), 1)).unwrap();

@@ -311,7 +311,11 @@ impl SnapshotCapture {
             let dir = self.dir.clone();
             move |cause| LifecycleError::SnapshotIo { dir, op, cause }
         };
-        let kept = snapdir::write(&self.dir, self.seq, self.journal_id, &bytes, crash)
+        let dir = self
+            .journal
+            .root_sub(snapdir::SNAPSHOT_DIR)
+            .map_err(io("open snapshot directory"))?;
+        let kept = snapdir::write(&dir, self.seq, self.journal_id, &bytes, crash)
             .map_err(io("write snapshot"))?;
         let compacted = match kept.as_slice() {
             [older, _, ..] => Some(self.journal.compact_below_with(older + 1, crash)?),

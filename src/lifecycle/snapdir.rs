@@ -14,12 +14,13 @@
 //!   covers everything compaction removed (`seq + 1 >= FLOOR.seq`); every snapshot passed over on
 //!   the way is reported.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use super::replay::SnapshotProblem;
 use super::snapshot::{self, SNAPSHOT_HEADER_BYTES, Snapshot, SnapshotHeader};
 use crate::journal::{CrashPoints, Head};
 use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOTS_KEPT};
+use crate::root::dir::{Access, Dir, Kind};
 
 /// The directory under the runtime root.
 pub const SNAPSHOT_DIR: &str = "snapshots";
@@ -40,29 +41,32 @@ fn parse_name(name: &str) -> Option<u64> {
 /// The files of a snapshot directory.
 #[derive(Debug, Default)]
 pub(crate) struct Listing {
-    /// Snapshot files by seq, ascending.
-    pub snapshots: Vec<(u64, PathBuf)>,
+    /// Snapshot files (their names) by seq, ascending.
+    pub snapshots: Vec<(u64, String)>,
     /// Leftovers of an interrupted write.
-    pub tmp: Vec<PathBuf>,
+    pub tmp: Vec<String>,
     /// Anything else: reported, never read, never removed.
     pub unrecognised: Vec<String>,
 }
 
-/// Lists `dir`; a missing directory is empty.
-pub(crate) fn list(dir: &Path) -> std::io::Result<Listing> {
+/// Opens the snapshot directory `path` for reading (a symbolic link refused); `None` when
+/// there is none.
+fn open_reader(path: &Path) -> std::io::Result<Option<Dir>> {
+    match Dir::reader(path) {
+        Ok(dir) => Ok(Some(dir)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// Lists `dir`.
+pub(crate) fn list(dir: &Dir) -> std::io::Result<Listing> {
     let mut listing = Listing::default();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(listing),
-        Err(e) => return Err(e),
-    };
-    for entry in entries {
-        let entry = entry?;
-        let name = entry.file_name();
+    for name in dir.names()? {
         match name.to_str() {
-            Some(n) if n.ends_with(".snap.tmp") => listing.tmp.push(entry.path()),
+            Some(n) if n.ends_with(".snap.tmp") => listing.tmp.push(n.to_owned()),
             Some(n) => match parse_name(n) {
-                Some(seq) => listing.snapshots.push((seq, entry.path())),
+                Some(seq) => listing.snapshots.push((seq, n.to_owned())),
                 None => listing.unrecognised.push(n.to_owned()),
             },
             None => listing
@@ -71,18 +75,22 @@ pub(crate) fn list(dir: &Path) -> std::io::Result<Listing> {
         }
     }
     listing.snapshots.sort();
+    listing.tmp.sort();
     listing.unrecognised.sort();
     Ok(listing)
 }
 
-fn name_of(path: &Path) -> String {
-    path.file_name()
-        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+/// The size of the file `name` of `dir` (0 when it is none).
+fn size(dir: &Dir, name: &str) -> u64 {
+    match dir.kind(name) {
+        Ok(Some(Kind::File { len })) => len,
+        _ => 0,
+    }
 }
 
 /// Reads a snapshot file, refusing one larger than any snapshot may be before reading it.
-fn read_bounded(path: &Path) -> std::io::Result<Vec<u8>> {
-    let file = crate::root::fsx::open_read(path)?;
+fn read_bounded(dir: &Dir, name: &str) -> std::io::Result<Vec<u8>> {
+    let file = dir.file(name, Access::Read)?;
     let len = file.metadata()?.len();
     if len > SNAPSHOT_BYTES_MAX {
         return Err(std::io::Error::other(format!(
@@ -130,8 +138,13 @@ pub(crate) fn load_best(
     head: &Head,
 ) -> (Option<(Snapshot, u64)>, Vec<SnapshotProblem>) {
     let mut problems = Vec::new();
-    let listing = match list(dir) {
-        Ok(listing) => listing,
+    let opened = open_reader(dir).and_then(|dir| match dir {
+        Some(dir) => list(&dir).map(|listing| Some((dir, listing))),
+        None => Ok(None),
+    });
+    let (dir, listing) = match opened {
+        Ok(None) => return (None, problems),
+        Ok(Some(listing)) => listing,
         Err(e) => {
             problems.push(SnapshotProblem {
                 file: SNAPSHOT_DIR.to_owned(),
@@ -146,12 +159,12 @@ pub(crate) fn load_best(
             reason: "not a snapshot file name; ignored".to_owned(),
         });
     }
-    for (seq, path) in listing.snapshots.iter().rev() {
+    for (seq, name) in listing.snapshots.iter().rev() {
         let problem = |reason: String| SnapshotProblem {
-            file: name_of(path),
+            file: name.clone(),
             reason,
         };
-        let bytes = match read_bounded(path) {
+        let bytes = match read_bounded(&dir, name) {
             Ok(bytes) => bytes,
             Err(e) => {
                 problems.push(problem(format!("cannot read: {e}")));
@@ -216,22 +229,27 @@ impl SnapshotVerdict {
 /// against the journal of `<root>/journal/` as it is now: read-only, taking no lock.
 pub fn verify(root: &Path) -> std::io::Result<Vec<SnapshotVerdict>> {
     let head = crate::journal::compact::peek_head(&root.join("journal"))?;
-    let dir = root.join(SNAPSHOT_DIR);
+    let Some(dir) = open_reader(&root.join(SNAPSHOT_DIR))? else {
+        return Ok(Vec::new());
+    };
     let listing = list(&dir)?;
-    let size = |path: &Path| std::fs::metadata(path).map_or(0, |m| m.len());
     let mut verdicts = Vec::new();
     for name in &listing.unrecognised {
-        let mut v = SnapshotVerdict::new(name.clone(), "unrecognised", size(&dir.join(name)));
+        let mut v = SnapshotVerdict::new(name.clone(), "unrecognised", size(&dir, name));
         v.problem = Some("not a snapshot file name; never read".to_owned());
         verdicts.push(v);
     }
-    for path in &listing.tmp {
-        verdicts.push(SnapshotVerdict::new(name_of(path), "temporary", size(path)));
+    for name in &listing.tmp {
+        verdicts.push(SnapshotVerdict::new(
+            name.clone(),
+            "temporary",
+            size(&dir, name),
+        ));
     }
     let mut chosen = false;
-    for (seq, path) in listing.snapshots.iter().rev() {
-        let mut v = SnapshotVerdict::new(name_of(path), "snapshot", size(path));
-        v.problem = match read_bounded(path) {
+    for (seq, name) in listing.snapshots.iter().rev() {
+        let mut v = SnapshotVerdict::new(name.clone(), "snapshot", size(&dir, name));
+        v.problem = match read_bounded(&dir, name) {
             Err(e) => Some(format!("cannot read: {e}")),
             Ok(bytes) => match SnapshotHeader::decode(&bytes) {
                 Err(e) => Some(format!("damaged: {e}")),
@@ -296,8 +314,8 @@ pub fn lost_history(
 
 /// Whether the file at `path` is a whole snapshot of `journal_id`: header and payload checksums
 /// hold (a cheaper check than a full decode, for deciding what to keep).
-fn checks(path: &Path, seq: u64, journal_id: [u8; 16]) -> bool {
-    let Ok(bytes) = read_bounded(path) else {
+fn checks(dir: &Dir, name: &str, seq: u64, journal_id: [u8; 16]) -> bool {
+    let Ok(bytes) = read_bounded(dir, name) else {
         return false;
     };
     let Ok(header) = SnapshotHeader::decode(&bytes) else {
@@ -314,21 +332,14 @@ fn checks(path: &Path, seq: u64, journal_id: [u8; 16]) -> bool {
 /// snapshots older than the newest [`SNAPSHOTS_KEPT`]. Returns the seqs of the snapshots kept
 /// that check, ascending (the new one last).
 pub(crate) fn write(
-    dir: &Path,
+    dir: &Dir,
     seq: u64,
     journal_id: [u8; 16],
     bytes: &[u8],
     crash: &mut dyn CrashPoints,
 ) -> std::io::Result<Vec<u64>> {
-    if std::fs::symlink_metadata(dir).is_err() {
-        crate::root::fsx::ensure_dir_all(dir)?;
-        // The directory's entry must be durable before a snapshot in it is relied on.
-        if let Some(parent) = dir.parent() {
-            crate::root::sync_dir(parent)?;
-        }
-    }
     for tmp in list(dir)?.tmp {
-        std::fs::remove_file(tmp)?;
+        dir.remove(&tmp)?;
     }
     let steps = crate::journal::compact::DurableSteps {
         write: "snapshot: write tmp",
@@ -338,21 +349,21 @@ pub(crate) fn write(
     };
     crate::journal::compact::write_durably(dir, &file_name(seq), bytes, steps, crash)?;
     // What counts as kept: this journal's snapshots at or below the new one that check.
-    let mut ours: Vec<(u64, PathBuf)> = list(dir)?
+    let mut ours: Vec<(u64, String)> = list(dir)?
         .snapshots
         .into_iter()
-        .filter(|(s, path)| *s <= seq && (*s == seq || checks(path, *s, journal_id)))
+        .filter(|(s, name)| *s <= seq && (*s == seq || checks(dir, name, *s, journal_id)))
         .collect();
     let old = ours.len().saturating_sub(SNAPSHOTS_KEPT);
     let mut removed = false;
-    for (_, path) in ours.drain(..old) {
+    for (_, name) in ours.drain(..old) {
         crash.reached("snapshot: delete old")?;
-        std::fs::remove_file(path)?;
+        dir.remove(&name)?;
         removed = true;
     }
     if removed {
         crash.reached("snapshot: fsync dir after delete")?;
-        crate::root::sync_dir(dir)?;
+        dir.sync()?;
     }
     Ok(ours.into_iter().map(|(s, _)| s).collect())
 }

@@ -548,10 +548,12 @@ fn a_snapshot_ahead_of_its_journal_never_lets_a_seq_be_reused() {
 #[test]
 fn a_snapshot_ahead_of_every_record_on_disk_is_restored_and_its_seqs_never_reused() {
     let (dir, written) = compacted_root(200, 400);
-    let floor = crate::journal::floor::read_floor(&dir.path().join("journal"))
-        .unwrap()
-        .good()
-        .expect("a floor");
+    let floor = crate::journal::floor::read_floor(
+        &crate::root::dir::Dir::reader(&dir.path().join("journal")).unwrap(),
+    )
+    .unwrap()
+    .good()
+    .expect("a floor");
     assert!(floor.seq > 1);
     // Outside damage: every segment file is gone.
     for entry in std::fs::read_dir(dir.path().join("journal")).unwrap() {

@@ -8,12 +8,13 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+
+use crate::root::dir::{Access, Dir};
 
 /// What a spool writer asks of the file system.
 pub(crate) trait SpoolIo: Send + Sync + std::fmt::Debug {
-    /// Creates a new file (it must not exist), readable and writable.
-    fn create(&self, path: &Path) -> io::Result<File>;
+    /// Creates the new file `name` in `dir` (it must not exist), readable and writable.
+    fn create(&self, dir: &Dir, name: &str) -> io::Result<File>;
     fn write_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()>;
     /// `fdatasync` of a segment file.
     fn sync_data(&self, file: &File) -> io::Result<()>;
@@ -24,16 +25,8 @@ pub(crate) trait SpoolIo: Send + Sync + std::fmt::Debug {
 pub(crate) struct FileIo;
 
 impl SpoolIo for FileIo {
-    fn create(&self, path: &Path) -> io::Result<File> {
-        let file = crate::root::fsx::options()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(path)?;
-        if let Some(dir) = path.parent() {
-            crate::root::fsx::fit_file(&file, dir)?;
-        }
-        Ok(file)
+    fn create(&self, dir: &Dir, name: &str) -> io::Result<File> {
+        dir.file(name, Access::CreateNew)
     }
     fn write_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
         file.write_all_at(bytes, offset)
@@ -124,10 +117,10 @@ mod fault {
     }
 
     impl SpoolIo for FaultIo {
-        fn create(&self, path: &Path) -> io::Result<File> {
+        fn create(&self, dir: &Dir, name: &str) -> io::Result<File> {
             match self.check(Op::Create) {
                 Some(errno) => Err(io::Error::from_raw_os_error(errno)),
-                None => FileIo.create(path),
+                None => FileIo.create(dir, name),
             }
         }
         fn write_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {

@@ -70,6 +70,8 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+
+use crate::root::dir::{Access, Dir, file_name as file_name_of};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -161,6 +163,12 @@ pub enum SpoolError {
     InvalidOptions(String),
     #[error("the spool was opened read-only")]
     ReadOnly,
+}
+
+/// A spool directory that listed files but is not held: cannot happen (the listing comes from
+/// the held descriptor), said as an error rather than assumed.
+fn missing_dir(dir: &Path) -> std::io::Error {
+    std::io::Error::other(format!("{} is not held open", dir.display()))
 }
 
 fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> SpoolError {
@@ -272,6 +280,9 @@ struct Segment {
 #[derive(Debug)]
 pub struct Spool {
     dir: PathBuf,
+    /// The directory, held by descriptor once it exists (opened, or created by the first
+    /// segment): segment files are named relative to it, never by path again.
+    held: Option<Arc<Dir>>,
     spool_id: [u8; 16],
     options: SpoolOptions,
     writable: bool,
@@ -520,22 +531,32 @@ impl Spool {
         writable: bool,
     ) -> Result<(Spool, SpoolRecovery), SpoolError> {
         let mut listed: Vec<(u64, PathBuf)> = Vec::new();
-        let entries = match std::fs::read_dir(dir) {
+        let opened = if writable {
+            Dir::open(dir)
+        } else {
+            Dir::reader(dir)
+        };
+        let held = match opened {
+            Ok(held) => Some(Arc::new(held)),
             // A writer creates it with its first segment.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            other => Some(other.map_err(io("list segments"))?),
+            Err(e) => return Err(io("open directory")(e)),
         };
-        for entry in entries.into_iter().flatten() {
-            let entry = entry.map_err(io("list segments"))?;
-            let file_name = entry.file_name();
+        let names = match &held {
+            Some(held) => held.names().map_err(io("list segments"))?,
+            None => Vec::new(),
+        };
+        for file_name in names {
             let Some(name) = file_name.to_str() else {
                 continue;
             };
             if let Some(first) = parse_segment_name(name) {
-                listed.push((first, entry.path()));
+                listed.push((first, dir.join(name)));
             } else if writable && name.ends_with(".seg.tmp") {
                 // An interrupted segment creation: never named, never held output.
-                std::fs::remove_file(entry.path()).map_err(io("remove leftover segment"))?;
+                let held = held.as_deref().ok_or_else(|| missing_dir(dir));
+                held.and_then(|h| h.remove(name))
+                    .map_err(io("remove leftover segment"))?;
             }
         }
         listed.sort();
@@ -546,10 +567,15 @@ impl Spool {
         for (first, path) in listed {
             let name = segment_name(first);
             let is_last = Some(first) == last_first;
-            let file = crate::root::fsx::options()
-                .read(true)
-                .write(writable)
-                .open(&path)
+            let access = if writable {
+                Access::ReadWrite
+            } else {
+                Access::Read
+            };
+            let file = held
+                .as_deref()
+                .ok_or_else(|| missing_dir(dir))
+                .and_then(|h| h.file(file_name_of(&path), access))
                 .map_err(io("open segment"))?;
             let mut head = [0u8; SPOOL_HEADER_BYTES];
             let header = file
@@ -563,7 +589,10 @@ impl Spool {
                 if is_last && len <= SPOOL_HEADER_BYTES as u64 {
                     recovery.torn_tail_bytes += len;
                     if writable {
-                        std::fs::remove_file(&path).map_err(io("remove empty segment"))?;
+                        held.as_deref()
+                            .ok_or_else(|| missing_dir(dir))
+                            .and_then(|h| h.remove(file_name_of(&path)))
+                            .map_err(io("remove empty segment"))?;
                         recovery.torn_tail_cut = true;
                     }
                     continue;
@@ -646,6 +675,7 @@ impl Spool {
         let retained_from = segments.front().map_or(0, |s| s.header.first_cursor);
         let spool = Spool {
             dir: dir.to_owned(),
+            held,
             spool_id: spool_id.unwrap_or([0; 16]),
             options,
             writable,
@@ -700,16 +730,22 @@ impl Spool {
         // name and rename: two directory operations fewer per segment.
         let name = segment_name(header.first_cursor);
         let path = self.dir.join(&name);
-        if self.segments.is_empty() && std::fs::symlink_metadata(&self.dir).is_err() {
-            crate::root::fsx::ensure_dir_all(&self.dir).map_err(io("create directory"))?;
-            // The new directory's own entry is synced by the first checkpoint, before any
-            // bounds naming its bytes can be recorded; nothing is gained by paying for it here.
-            self.parent_unsynced = true;
-        }
-        let file = self.io.create(&path).map_err(io("create segment"))?;
+        let held = match &self.held {
+            Some(held) => Arc::clone(held),
+            None => {
+                let held = Arc::new(Dir::ensure_all(&self.dir).map_err(io("create directory"))?);
+                // The new directory's own entry is synced by the first checkpoint, before any
+                // bounds naming its bytes can be recorded; nothing is gained by paying for it
+                // here.
+                self.parent_unsynced = true;
+                self.held = Some(Arc::clone(&held));
+                held
+            }
+        };
+        let file = self.io.create(&held, &name).map_err(io("create segment"))?;
         if let Err(e) = self.io.write_at(&file, &header.encode(), 0) {
             // Never named by a checkpoint; a file left here would be a segment without a header.
-            let _ = std::fs::remove_file(&path);
+            let _ = held.remove(&name);
             return Err(SpoolError::Io {
                 op: "write segment header",
                 cause: e,
@@ -1107,7 +1143,12 @@ impl Spool {
             let Some(oldest) = self.segments.pop_front() else {
                 break;
             };
-            if let Err(e) = std::fs::remove_file(&oldest.path) {
+            let name = file_name_of(&oldest.path);
+            let removed = self
+                .held
+                .as_deref()
+                .map_or(Ok(()), |held| held.remove(name));
+            if let Err(e) = removed {
                 tracing::warn!(error = %e, "spool retention could not delete a segment");
                 self.segments.push_front(oldest);
                 break;

@@ -13,6 +13,7 @@
 use std::path::Path;
 
 use crate::journal::compact::CrashPoints;
+use crate::root::dir::{Dir, Kind};
 
 /// What removing one spool did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -55,17 +56,20 @@ fn is_spool_file(name: &str) -> bool {
 /// parent's entry is made durable with a directory sync.
 pub fn remove_spool(dir: &Path, crash: &mut dyn CrashPoints) -> Result<Removed, RemoveError> {
     let mut done = Removed::default();
-    let entries = match std::fs::read_dir(dir) {
+    // Held by descriptor from here on (a symbolic link in its place is refused, never
+    // followed): what is unlinked is this directory's, wherever its path points later.
+    let held = match Dir::open(dir) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(done),
-        other => other.map_err(io("list"))?,
+        other => other.map_err(io("open"))?,
     };
     let mut files = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(io("list"))?;
-        let name = entry.file_name();
+    for name in held.names().map_err(io("list"))? {
         match name.to_str() {
             Some(n) if is_spool_file(n) => {
-                let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
+                let len = match held.kind(n) {
+                    Ok(Some(Kind::File { len })) => len,
+                    _ => 0,
+                };
                 files.push((n.to_owned(), len));
             }
             _ => return Err(RemoveError::Foreign(name.to_string_lossy().into_owned())),
@@ -76,7 +80,7 @@ pub fn remove_spool(dir: &Path, crash: &mut dyn CrashPoints) -> Result<Removed, 
         crash
             .reached("retire: unlink segment")
             .map_err(io("stopped"))?;
-        match std::fs::remove_file(dir.join(&name)) {
+        match held.remove(&name) {
             Ok(()) => {
                 done.files += 1;
                 done.bytes += len;
@@ -85,16 +89,20 @@ pub fn remove_spool(dir: &Path, crash: &mut dyn CrashPoints) -> Result<Removed, 
             Err(e) => return Err(io("unlink")(e)),
         }
     }
+    drop(held);
     crash.reached("retire: rmdir").map_err(io("stopped"))?;
-    match std::fs::remove_dir(dir) {
+    let (Some(parent), Some(name)) = (dir.parent(), dir.file_name().and_then(|n| n.to_str()))
+    else {
+        return Ok(done);
+    };
+    let parent = Dir::open(parent).map_err(io("open parent"))?;
+    match parent.remove_dir(name) {
         Ok(()) => done.dir_removed = true,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
         Err(e) => return Err(io("rmdir")(e)),
     }
-    if let Some(parent) = dir.parent() {
-        crash.reached("retire: fsync dir").map_err(io("stopped"))?;
-        crate::root::sync_dir(parent).map_err(io("fsync dir"))?;
-    }
+    crash.reached("retire: fsync dir").map_err(io("stopped"))?;
+    parent.sync().map_err(io("fsync dir"))?;
     Ok(done)
 }
 

@@ -22,6 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::{LossReason, Spool, SpoolError, io};
+use crate::root::dir::Dir;
 
 /// The first cursors of the oldest and the newest segment: which segment files are named in the
 /// spool directory.
@@ -36,6 +37,8 @@ pub const SYNC_THREADS_MAX: usize = 4;
 enum SyncJob<'a> {
     Segment(&'a dyn io::SpoolIo, &'a File),
     Directory(&'a Path),
+    /// The spool's own directory, by its held descriptor.
+    Held(&'a Dir),
 }
 
 impl SyncJob<'_> {
@@ -43,6 +46,7 @@ impl SyncJob<'_> {
         match self {
             SyncJob::Segment(seam, file) => seam.sync_data(file).map_err(io("sync segment")),
             SyncJob::Directory(dir) => crate::root::sync_dir(dir).map_err(io("sync directory")),
+            SyncJob::Held(dir) => dir.sync().map_err(io("sync directory")),
         }
     }
 }
@@ -53,7 +57,7 @@ pub struct SyncPlan {
     /// Segment files to `fdatasync`, newest first.
     files: Vec<File>,
     /// The spool directory, when its entries may have changed since it was last synced.
-    dir: Option<PathBuf>,
+    dir: Option<Arc<Dir>>,
     /// The parent of a spool directory this writer created and has not yet synced.
     parent: Option<PathBuf>,
     layout: Layout,
@@ -98,12 +102,8 @@ impl SyncPlan {
             .iter()
             .map(|f| SyncJob::Segment(seam, f))
             .collect();
-        jobs.extend(
-            self.dir
-                .iter()
-                .chain(&self.parent)
-                .map(|d| SyncJob::Directory(d)),
-        );
+        jobs.extend(self.dir.iter().map(|d| SyncJob::Held(d)));
+        jobs.extend(self.parent.iter().map(|d| SyncJob::Directory(d)));
         let workers = jobs.len().min(SYNC_THREADS_MAX);
         if workers <= 1 {
             return jobs.iter().try_for_each(SyncJob::run);
@@ -189,7 +189,7 @@ impl Spool {
             }
         }
         if self.synced_layout != Some(layout) {
-            plan.dir = Some(self.dir.clone());
+            plan.dir = self.held.clone();
         }
         if self.parent_unsynced {
             plan.parent = self.dir.parent().map(PathBuf::from);

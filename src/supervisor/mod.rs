@@ -432,6 +432,9 @@ pub(crate) struct Shared {
     pub login_env: Option<Result<Vec<(String, String)>, String>>,
     /// What the open found damaged (`lifecycle::damage`), said once at open.
     damage: Option<String>,
+    /// `trees/`, where guardians leave receipts, held by descriptor: a receipt is removed by
+    /// its handle's name in it, never by a path read back from the journal.
+    pub trees: crate::root::dir::Dir,
 }
 
 impl Shared {
@@ -675,12 +678,16 @@ impl Supervisor {
             }
             let opened = Lifecycle::open(&open_root, options)?;
             // Guardians create their receipts here (journal-format.md, "Guardian receipts").
-            let trees = open_root.join("trees");
-            crate::root::fsx::ensure_dir(&trees).map_err(|e| SupervisorError::Output {
-                handle: Handle(EventId::from_bytes([0; 16])),
-                message: format!("{}: {e}", trees.display()),
-            })?;
-            Ok::<_, SupervisorError>(opened)
+            let trees =
+                opened
+                    .0
+                    .journal()
+                    .root_sub("trees")
+                    .map_err(|e| SupervisorError::Output {
+                        handle: Handle(EventId::from_bytes([0; 16])),
+                        message: format!("{}: {e}", open_root.join("trees").display()),
+                    })?;
+            Ok::<_, SupervisorError>((opened, trees))
         });
         // The first decision has the host's telemetry (trees are sampled once they run). It
         // depends on nothing the open does, so it is read beside it rather than after restore.
@@ -697,7 +704,7 @@ impl Supervisor {
         let opened = opened
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))??;
-        let (lifecycle, recovery, replay) = opened;
+        let ((lifecycle, recovery, replay), trees) = opened;
         let damage = crate::lifecycle::damage::summary(&recovery, &replay);
         if let Some(damage) = &damage {
             if config.strict {
@@ -732,6 +739,7 @@ impl Supervisor {
             paused,
             login_env,
             damage,
+            trees,
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
         let presampled = restore::presample(&shared, &held).await;

@@ -1155,13 +1155,12 @@ fn append_release(
 /// Removes the receipt of a tree whose release is durable: every file the supervisor's
 /// launches create has an end (a receipt is needed only until its proof is in the journal).
 fn retire_receipt(shared: &Shared, handle: Handle) {
-    let path = super::lock(&shared.lifecycle)
+    let has_receipt = super::lock(&shared.lifecycle)
         .manifest(&handle)
         .and_then(|m| m.scope.as_ref())
-        .and_then(|s| s.receipt.as_ref())
-        .map(|r| std::path::PathBuf::from(&r.path));
-    if let Some(path) = path
-        && let Err(e) = std::fs::remove_file(&path)
+        .is_some_and(|s| s.receipt.is_some());
+    if has_receipt
+        && let Err(e) = shared.trees.remove(&format!("{handle}.receipt"))
         && e.kind() != std::io::ErrorKind::NotFound
     {
         debug!(%handle, error = %e, "receipt not removed");

@@ -170,7 +170,7 @@ fn release_aborted(
                     false
                 }
                 Ok(proof) => {
-                    if let Err(e) = std::fs::remove_file(path) {
+                    if let Err(e) = shared.trees.remove(&format!("{handle}.receipt")) {
                         tracing::debug!(%handle, error = %e, "receipt not removed");
                     }
                     tracing::info!(%handle, "restore: a launch cut short before its scope never ran its command");

@@ -329,14 +329,7 @@ impl Guardian {
         let signals =
             SignalFd::with_flags(&handled, SfdFlags::SFD_CLOEXEC | SfdFlags::SFD_NONBLOCK)
                 .map_err(|e| fail("signalfd", &e))?;
-        let receipt = crate::root::fsx::options()
-            .write(true)
-            .create_new(true)
-            .open(&args.receipt)
-            .and_then(|file| {
-                let dir = args.receipt.parent().unwrap_or(std::path::Path::new("/"));
-                crate::root::fsx::fit_file(&file, dir).map(|()| file)
-            })
+        let receipt = open_receipt(&args.receipt)
             .map_err(|e| fail(&format!("receipt {}", args.receipt.display()), &e))?;
         let meta = receipt.metadata().map_err(|e| fail("receipt", &e))?;
         reserve_receipt(&receipt);
@@ -748,4 +741,17 @@ fn reset_sigpipe() {
     // signal context; the call changes only this (single-threaded) process's disposition.
     let _ =
         unsafe { nix::sys::signal::signal(Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) };
+}
+
+/// Creates the receipt at `path`: its directory opened once (a symbolic link, or a directory
+/// another user could change, refused), the file created new in it, never through a link.
+fn open_receipt(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use crate::root::dir::{Access, Dir};
+    let invalid = || std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a file path");
+    let dir = Dir::open(path.parent().ok_or_else(invalid)?)?;
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(invalid)?;
+    dir.file(name, Access::CreateNew)
 }
