@@ -1,4 +1,4 @@
-//! An admission decision beside a start (issue 16): the decision must not show in start latency.
+//! An admission decision beside a start: the decision must not show in start latency.
 //!
 //! Run with `cargo bench --bench admission`. What is measured, each round:
 //! 1. One admission step as a start takes it: `Admission::decide` then `admit`, and the

@@ -1,4 +1,4 @@
-//! Capture throughput (issue 17): `Supervisor::capture` of a command's whole stdout, beside a
+//! Capture throughput: `Supervisor::capture` of a command's whole stdout, beside a
 //! raw pipe copy measured in the same run.
 //!
 //! Run with `cargo bench --bench capture`. Each round runs, alternating (the order swapped

@@ -1,5 +1,5 @@
 //! A cold `procjournal run -- true` beside a plain spawn + wait of `true`, measured in the same
-//! run (issue 15).
+//! run.
 //!
 //! Run with `cargo bench --bench cold_run`. What is measured:
 //! 1. The size on disk of a fresh root after one `procjournal run --root R -- true`: what a

@@ -1,5 +1,5 @@
 //! Short commands through the daemon, start to completion, beside a plain tokio spawn + wait
-//! loop measured in the same run (issue 12).
+//! loop measured in the same run.
 //!
 //! Run with `cargo bench --bench daemon`. Each round measures both once, in alternating order,
 //! over 3 rounds; the report gives medians, min-max spreads, and the ratio of the medians with

@@ -1,4 +1,4 @@
-//! The deadline sweep (issue 16): its decision over 10 000 live processes, and a real run of
+//! The deadline sweep: its decision over 10 000 live processes, and a real run of
 //! deadlines firing on as many live `sleep`s as the bench asks for, each figure beside a baseline
 //! measured in the same run.
 //!

@@ -1,5 +1,5 @@
 //! Memory a host keeps per finished process, beside the floor of one compact index entry per
-//! handle measured in the same run (issue 28, item 6).
+//! handle measured in the same run.
 //!
 //! Run with `cargo bench --bench finished_memory`. For each N (10,000, 20,000, 50,000 and
 //! 100,000 processes) a fresh child process of this bench measures its anonymous resident memory

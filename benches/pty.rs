@@ -1,4 +1,4 @@
-//! PTY output throughput (issue 17): a PTY launch's output drained into its spool, beside a raw
+//! PTY output throughput: a PTY launch's output drained into its spool, beside a raw
 //! `openpty` copy loop measured in the same run.
 //!
 //! Run with `cargo bench --bench pty`. Each round runs, alternating (the order swapped every

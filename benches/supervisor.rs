@@ -15,7 +15,7 @@
 //!    before the next start; the whole start-to-terminal time is printed as a diagnostic.
 //!    Baseline: a plain
 //!    `tokio::process::Command::new("true").spawn()` + `wait()`, same runtime, same count.
-//!    Target (issue 12): p50 <= 1.5x the baseline (p99 <= 3x, proposed), i.e. the
+//!    Target: p50 <= 1.5x the baseline (p99 <= 3x, proposed), i.e. the
 //!    durable bookkeeping costs at most about what the spawn itself costs. Breakdown, measured
 //!    alone in the same round: a spawn+wait configured like the supervisor's (three pipes, own
 //!    process group), one durable `Journal::append` under `Group` (a start makes two), and one
@@ -41,7 +41,7 @@
 //!    500 ms more, reads VmRSS again and prints (after - before) / 500; then shuts down. The
 //!    children are other processes, so only the supervisor's own cost is counted. Baseline, also
 //!    in a fresh process: 500 plain tokio spawns of `sleep 600` with stdin, stdout and stderr
-//!    piped, each held by a task awaiting `wait()`. Target (issue 12): <= 32 KiB per process
+//!    piped, each held by a task awaiting `wait()`. Target: <= 32 KiB per process
 //!    (pueue measured 30 KiB).
 //! 4. Launch-to-running latency per tree mechanism (`guardian`): p50 and p90 over 200
 //!    sequential starts of `true` (after 20 untimed), from the call of `Supervisor::start` to its

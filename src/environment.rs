@@ -1,5 +1,5 @@
 //! The launch environment of a workload, and what the journal keeps of it
-//! (seed 003: host shell environment, PATH-like overlay, Git redirection removal).
+//! (host shell environment, PATH-like overlay, Git redirection removal).
 //!
 //! A workload's environment is built in four steps, in this order:
 //! 1. the **base**: the supervisor's own environment (inherited), one the embedding host gave
@@ -58,7 +58,7 @@ pub fn is_git_redirection(name: &OsStr) -> bool {
     bytes.starts_with(b"GIT_CONFIG") || GIT_REDIRECTION.iter().any(|g| g.as_bytes() == bytes)
 }
 
-/// The variables the login-shell overlay may set (seed 003: PATH, PATHEXT and the .NET
+/// The variables the login-shell overlay may set (PATH, PATHEXT and the .NET
 /// discovery roots): where toolchains are found, never credentials.
 pub const OVERLAY_NAMES: &[&str] = &[
     "PATH",

@@ -131,7 +131,7 @@ const _: () = assert!(SNAPSHOTS_KEPT >= 2);
 const _: () = assert!(SNAPSHOT_IDS_PER_FRAME * 64 <= SNAPSHOT_FRAME_BYTES_MAX);
 
 // ---------------------------------------------------------------------------------------------
-// The supervisor's bounds (issue 12: every resource it holds has an owner and a bound). Hitting
+// The supervisor's bounds (every resource it holds has an owner and a bound). Hitting
 // one gives the caller a typed error that names it; nothing already acknowledged is dropped.
 
 /// Processes live at once by default. Each holds about [`DESCRIPTORS_PER_PROCESS`] descriptors
@@ -280,8 +280,8 @@ pub const FAILPOINT_HOLD_MAX_MS: u64 = 120_000;
 /// two per tree; a second keeps held capacity from lingering long after the proof appears.
 pub const ASSESS_INTERVAL_MS: u64 = 1_000;
 
-/// How long a finished process's output is kept by default (seed 003: "Seven-day log
-/// retention"): long enough for a person back from a weekend to read what ran on Friday.
+/// How long a finished process's output is kept by default (seven days): long enough for a
+/// person back from a weekend to read what ran on Friday.
 pub const RETENTION_AGE_DEFAULT_MS: u64 = 7 * 24 * 3_600_000;
 
 /// How often the retention policy runs (and once at every open). A pass reads every manifest in
@@ -293,7 +293,7 @@ pub const RETENTION_PASS_INTERVAL_MS: u64 = 3_600_000;
 /// event persisted and no member left) before it reports failure: SIGKILL cannot be caught, so
 /// what is still there after half a second is in uninterruptible sleep or escaped; the tree
 /// stays owned either way. With the default grace (1.5 s) a termination's whole budget is the
-/// 2 s seed 003 gives it.
+/// 2 s a termination has.
 pub const KILL_PROOF_MS: u64 = 500;
 
 /// The most lines an `output` request's `tail_lines` asks for: a page holds at most
@@ -302,12 +302,12 @@ pub const KILL_PROOF_MS: u64 = 500;
 pub const TAIL_LINES_MAX: u64 = 100_000;
 
 /// The grace between SIGTERM and SIGKILL when the caller names none (`stop`, `shutdown`,
-/// timeouts): with [`KILL_PROOF_MS`], the 2 s termination budget of seed 003.
+/// timeouts): with [`KILL_PROOF_MS`], the 2 s termination budget.
 pub const GRACE_MS_DEFAULT: u64 = 1_500;
 
 /// How long a guardian whose supervisor died (or that was itself asked to end) waits between
 /// SIGTERM and SIGKILL to its tree: with the quiesce before it, the whole termination stays
-/// within the 2 s budget seed 003 gives one.
+/// within the 2 s budget a termination has.
 pub const ORPHANED_TREE_GRACE_MS: u64 = 1_500;
 
 /// How long a call into the host (publisher, notifier, lease release) is awaited before it is
@@ -319,15 +319,15 @@ const _: () = assert!(DESCRIPTORS_PER_PROCESS >= 4);
 const _: () = assert!(INPUT_QUEUE_DEPTH >= 1 && ACTOR_INBOX_DEPTH >= 16);
 
 // ---------------------------------------------------------------------------------------------
-// Soft admission (issue 16; seed 003, "Soft Capacity"; src/admission/).
+// Soft admission (src/admission/).
 
 /// The share of detected logical cores and of currently available memory that automatic
-/// admission may spend: the product default of seed 003, which leaves 30 % of a shared host to
-/// Docker, target applications and whatever else runs outside our ownership.
+/// admission may spend: the default of the products this serves, which leaves 30 % of a
+/// shared host to Docker, target applications and whatever else runs outside our ownership.
 pub const ADMISSION_SHARE_PERCENT_DEFAULT: u8 = 70;
 
 /// The least memory reserved for each workload (a supervised root and all its descendants):
-/// seed 003's 2 GiB. Builds, checks and agent provider subprocesses start small and grow, so a
+/// 2 GiB. Builds, checks and agent provider subprocesses start small and grow, so a
 /// fresh workload's small RSS says nothing about what it will take; only a complete, stable
 /// sample of its whole tree may raise its reservation above this.
 pub const ADMISSION_FLOOR_BYTES_DEFAULT: u64 = 2 * 1024 * 1024 * 1024;
@@ -486,7 +486,7 @@ pub const GAPS_PER_PROCESS_MAX: usize = 256;
 pub const PIPE_BYTES: i32 = 1024 * 1024;
 
 // ---------------------------------------------------------------------------------------------
-// Output retention (issue 14: output that is never lost silently). What a process's spool keeps
+// Output retention (output that is never lost silently). What a process's spool keeps
 // is configurable per daemon (`serve --retention`) and per process (`start --retention`,
 // `StartArgs::retention_bytes`, `Command::output_retention`); what is past it is deleted in whole
 // oldest segments, and readers asking for it get a gap.
@@ -518,7 +518,7 @@ pub const RETENTION_SEGMENTS_MAX: u64 = 8;
 pub const RETENTION_BYTES_MAX: u64 = 4 * 1024 * 1024 * 1024;
 
 // ---------------------------------------------------------------------------------------------
-// Deadlines (issue 16): the wall-clock and idle limits of each process, enforced by one sweep in
+// Deadlines: the wall-clock and idle limits of each process, enforced by one sweep in
 // the actor over every live process (`src/supervisor/deadline.rs`).
 
 /// The sweep runs at the earliest deadline any live process could reach, but never sooner than
@@ -539,12 +539,12 @@ pub const DEADLINE_RETRY_MS: u64 = 2_000;
 pub const DEADLINE_FAILURES_MAX: usize = 8;
 
 // ---------------------------------------------------------------------------------------------
-// Run-to-completion capture (issue 17; seed 003, "Standard capture"): `Supervisor::capture`
+// Run-to-completion capture: `Supervisor::capture`
 // (`src/supervisor/capture.rs`) returns a command's whole output, each stream bounded.
 
-/// Bytes of each stream a capture returns by default (seed 003: "Returned buffering is limited
-/// to 16 MiB per stream"): a quality check's or a probe's whole report many times over; more is
-/// an incomplete stream with this prefix, and the spool keeps the rest.
+/// Bytes of each stream a capture returns by default (16 MiB): a quality check's or a
+/// probe's whole report many times over; more is an incomplete stream with this prefix, and
+/// the spool keeps the rest.
 pub const CAPTURE_STREAM_BYTES_DEFAULT: usize = 16 * 1024 * 1024;
 
 /// The most a capture may be asked to buffer per stream: the most output a spool may keep

@@ -1,4 +1,4 @@
-//! Soft admission in the supervisor (issue 16, item 1): real processes, with the policy's inputs
+//! Soft admission in the supervisor: real processes, with the policy's inputs
 //! injected (cores, available memory, tree samples) or read from the real /proc.
 //!
 //! The pure policy (floor, minimum slot, incomplete and unstable samples, missing telemetry,

@@ -1,4 +1,4 @@
-//! Issue 18's command-line conventions, each through the real binary with real processes:
+//! The command-line conventions, each through the real binary with real processes:
 //! exit statuses in the manner of timeout(1) and `docker run` (a command's own status passes
 //! through; 125, 126, 127 and 128+N say who failed and how), untrusted strings escaped in every
 //! human rendering, `ps` columns and `--json` fields, `logs --tail/--since/-t/--stream-marker`,

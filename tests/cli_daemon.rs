@@ -515,7 +515,7 @@ fn send_streams_stdin_and_close_ends_the_input() {
     assert!(err.contains("not running"), "{err}");
 }
 
-/// Issue 14, finding 5: `logs` without `-f` reads up to the end that existed when it was asked
+/// `logs` without `-f` reads up to the end that existed when it was asked
 /// and stops, instead of chasing a writer that never pauses (`yes`). The bound below is a hang
 /// guard, not a measurement.
 #[test]
@@ -576,7 +576,7 @@ fn spool_segments(root: &Path, handle: &str) -> Vec<(u64, u64)> {
     segments
 }
 
-/// Issue 14, retention: `serve --retention` sets the daemon's default and `start --retention`
+/// Retention: `serve --retention` sets the daemon's default and `start --retention`
 /// a process's own; a process writing well past its retention has its oldest segments deleted
 /// (its spool holds about the retention), `ps --json` and `journal manifests` show the value,
 /// and `logs` announces the bytes lost (exit 3 with `--fail-on-gap`). Out-of-range values are
@@ -721,7 +721,7 @@ fn retention_is_set_per_daemon_and_per_process_and_shown() {
     assert_eq!(listed[2]["retention_bytes"], json!(24 * MIB));
 }
 
-/// Issue 14, `logs --raw`: exactly the bytes the command wrote (an OSC title sequence, BEL, a
+/// `logs --raw`: exactly the bytes the command wrote (an OSC title sequence, BEL, a
 /// byte that is not UTF-8, NUL), on stdout or stderr, through the daemon and offline from the
 /// spool; it cannot be combined with `--json` or `--base64`.
 #[test]
@@ -880,7 +880,7 @@ fn pause_resume_and_idle_deadlines_through_the_client_commands() {
     assert_eq!(code, 0, "{err}");
 }
 
-/// A terminal through the daemon (issue 17): `start --pty ROWSxCOLS` gives the command a
+/// A terminal through the daemon: `start --pty ROWSxCOLS` gives the command a
 /// terminal of that size, `resize HANDLE ROWSxCOLS` changes it while it runs (the command sees
 /// the new size), `send` types into it, and the journal records both sizes.
 #[test]

@@ -222,7 +222,7 @@ fn the_progress_line_never_reaches_stdout_or_a_pipe() {
     }
 }
 
-/// Issue 14, finding 7: every tool given a root that does not exist says so and exits non-zero
+/// Every tool given a root that does not exist says so and exits non-zero
 /// (it used to be `spool verify` exiting 0 on a missing root).
 #[test]
 fn every_tool_refuses_a_root_that_does_not_exist() {
@@ -251,7 +251,7 @@ fn every_tool_refuses_a_root_that_does_not_exist() {
     }
 }
 
-/// Issue 14, finding 6: client-supplied labels and commands reach a human's terminal escaped.
+/// Client-supplied labels and commands reach a human's terminal escaped.
 /// A label holding a newline and an OSC "set title" sequence, and a command whose words hold
 /// the same, show up in `ps` and `journal manifests` as visible escapes (`\n`, `\u{1b}`,
 /// `\u{7}`), never as raw control bytes; the output itself (`logs`) was already safe text.
@@ -340,7 +340,7 @@ fn labels_and_commands_are_escaped_in_human_output() {
     }
 }
 
-/// Issue 14, `logs` and gaps: bytes lost to retention are announced on stderr as
+/// `logs` and gaps: bytes lost to retention are announced on stderr as
 /// `-- N bytes lost at cursor C: reason --` (in text mode; a `--json` page carries `gap`), the
 /// intact bytes after them are printed, and `--fail-on-gap` turns the gap into exit status 3.
 #[test]
@@ -382,7 +382,7 @@ fn logs_announce_every_gap_and_can_fail_on_one() {
     assert_eq!(strict.status.code(), Some(3));
 }
 
-/// Issue 14: `ps` shows whether every output byte was captured. A descendant that holds the
+/// `ps` shows whether every output byte was captured. A descendant that holds the
 /// output open past the final drain leaves the capture `incomplete`, with the reason in
 /// `ps --json`; a plain command is `complete`.
 #[test]
@@ -411,7 +411,7 @@ fn ps_shows_the_capture_status() {
     assert!(text.contains(" incomplete "), "{text}");
 }
 
-/// Issue 15, finding 6: `spool cat --base64` prints one base64 stream per contiguous run, so the
+/// `spool cat --base64` prints one base64 stream per contiguous run, so the
 /// joined output of a spool larger than a page decodes to every byte (it used to pad each 1 MiB
 /// page on its own, and a decoder of the joined text got the first MiB only); and
 /// `spool verify --json` keeps stdout JSON when the journal is not clean.

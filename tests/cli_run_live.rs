@@ -1,4 +1,4 @@
-//! `procjournal run` prints the child's output live, with backpressure (issue 14): the real
+//! `procjournal run` prints the child's output live, with backpressure: the real
 //! binary, real children, and a reader on the other end of `run`'s stdout that is slow on
 //! purpose. Every byte reaches a slow reader even when the child writes four times the spool's
 //! retention; the child is held in `write` while the reader reads nothing; a gap in the durable

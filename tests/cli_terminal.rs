@@ -1,5 +1,5 @@
-//! Issue 18 on a real terminal: the `procjournal` binary with a pseudo-terminal as its stdout
-//! and stderr, everything it wrote read back from the master side.
+//! The command-line conventions on a real terminal: the `procjournal` binary with a
+//! pseudo-terminal as its stdout and stderr, everything it wrote read back from the master side.
 //!
 //! - Untrusted strings (a label, a working directory and command words holding an OSC title
 //!   sequence, a CSI clear screen, a bare CR, the C1 control U+009B and the bidi override

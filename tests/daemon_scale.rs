@@ -1,6 +1,6 @@
 //! The daemon owns what it starts, at scale: under `ulimit -n 64` it runs 10 000 commands one
 //! after another and then 64 at once, and afterwards its descriptors and its resident memory are
-//! back within a small constant of where they started (issue 12).
+//! back within a small constant of where they started.
 //!
 //! Each command runs under the daemon's default tree mechanism (a guardian, and a cgroup where
 //! the hierarchy is writable), so the test also proves every guardian reaped and every receipt
@@ -29,7 +29,7 @@ const DESCRIPTORS_SLACK: usize = 4;
 /// Anonymous resident memory the daemon that ran everything may hold above a fresh daemon that
 /// only restored the same journal, in KiB. The journal's projection (one manifest per process
 /// ever run, and the event-ID index) grows with the commands in both alike, about 2 KiB a
-/// command until snapshots compact it (issue 15), so it cancels out; what remains is what the
+/// command until snapshots compact it, so it cancels out; what remains is what the
 /// supervisor owns beyond the journal: the bounded caches (4 096 terminal summaries, about
 /// 1 MiB) and freed memory the allocator keeps. A leak of a task, a 64 KiB output buffer or a
 /// 256 KiB read buffer per command would cost 0.6-2.5 GiB.

@@ -1,4 +1,4 @@
-//! The launch environment and its secrets end to end (issue 16, items 4 and 5), with the real
+//! The launch environment and its secrets end to end, with the real
 //! binary, real children and real files: Git redirection removed from the host's environment;
 //! a missing working directory refused before anything is journaled; a variable's value seen by
 //! the child and found in no file under the root (journal, spool, snapshot) and in no output of

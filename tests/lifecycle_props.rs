@@ -1,5 +1,5 @@
 //! State-machine property test of the lifecycle validator against a reference model written here,
-//! independently of `src/lifecycle`, from the rules of seed 000:
+//! independently of `src/lifecycle`, from the lifecycle's rules as the requirements give them:
 //!
 //! - transitions: starting -> running | failed | terminated | killed | lost_on_restore;
 //!   running -> exited | failed | timed_out | interrupted | terminated | killed | lost_on_restore;

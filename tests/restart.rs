@@ -1,4 +1,4 @@
-//! `restart` (issue 16, item 6) with real children and a real journal: a finished process's
+//! `restart` with real children and a real journal: a finished process's
 //! command runs again as a new process linked to the old one (`restart_of`), with everything the
 //! journal recorded; a withheld environment value is asked for again by name and nothing is
 //! recorded until it is given; the given value reaches the child and no file under the root; a

@@ -1,4 +1,4 @@
-//! Handles people can type (issue 18): every process has a number on its root (1, 2, ... in
+//! Handles people can type: every process has a number on its root (1, 2, ... in
 //! registration order, the same after a reopen) and may have a name, unique among live
 //! processes, with real children and the real binary. A name clash is refused with the holder's
 //! handle, also when many starts race for one name; a name is free again once its holder ended;

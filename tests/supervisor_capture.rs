@@ -1,4 +1,4 @@
-//! Run-to-completion capture (issue 17, item 2): `Supervisor::capture` with real processes,
+//! Run-to-completion capture: `Supervisor::capture` with real processes,
 //! real pipes and terminals, real deadlines. Each stream ends at EOF, incomplete (with every
 //! reason) or failed; buffers are bounded while the spool keeps everything; the consumer's
 //! helper never passes partial bytes as the whole output.

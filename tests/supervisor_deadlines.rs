@@ -1,5 +1,5 @@
 //! The pause gate and the per-process deadlines, with real processes, real signals and real
-//! restarts of the supervisor (issue 16, items 2 and 3):
+//! restarts of the supervisor:
 //!
 //! - pause refuses new starts with a typed refusal and hands the prepared process back; running
 //!   processes go on; the gate survives a clean restart that restores it from a snapshot (its

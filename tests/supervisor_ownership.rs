@@ -1,4 +1,4 @@
-//! The supervisor owns everything it starts (issue 12): workloads start clean, a tree is reached
+//! The supervisor owns everything it starts: workloads start clean, a tree is reached
 //! after its leader exited, finished processes leave the table, every bound answers with a typed
 //! error, and any interleaving of operations ends with every process terminal exactly once and
 //! every task joined. Real processes, real signals; nothing here measures time.

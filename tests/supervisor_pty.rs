@@ -1,4 +1,4 @@
-//! PTY launches (issue 17, item 1): a workload under a real terminal, with and without a
+//! PTY launches: a workload under a real terminal, with and without a
 //! guardian. Real terminals, real processes, real signals.
 
 #[path = "common/supervisor.rs"]

@@ -1,7 +1,7 @@
 //! Crash and restore of the supervisor, with real processes and real signals: a host process runs
 //! a `Supervisor` with live children, the test SIGKILLs the host, opens a new supervisor on the
-//! same root and checks that restore reconciled (seed 000, "Restore Is Reconciliation, Not
-//! Reattachment"):
+//! same root and checks that restore reconciled (restore is reconciliation, not
+//! reattachment):
 //!
 //! - every process that was live is `lost_on_restore`, in the manifest and in
 //!   `RestoreReport::reconciled`, under the Lost event ID allocated at its registration, and that
@@ -636,7 +636,7 @@ fn restore_reconciles_live_children_without_signalling_them() {
     restore_reconciles_live_children(false);
 }
 
-/// The same for PTY launches (issue 17): restore treats a terminal's output like a pipe's.
+/// The same for PTY launches: restore treats a terminal's output like a pipe's.
 #[test]
 fn restore_reconciles_live_terminal_children_without_signalling_them() {
     restore_reconciles_live_children(true);

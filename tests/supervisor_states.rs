@@ -703,7 +703,7 @@ async fn output_renders_as_safe_text_or_as_base64_of_the_same_bytes() {
     }
 }
 
-/// Issue 14: a process's own output retention (`Command::output_retention`) is checked against
+/// A process's own output retention (`Command::output_retention`) is checked against
 /// one spool segment and the maximum, recorded in its registration (a process without one is
 /// recorded with the supervisor's default), survives a replay, and bounds that process's spool
 /// while its neighbour keeps the default.
@@ -1106,7 +1106,7 @@ async fn at_capacity_a_start_is_refused_and_the_prepared_process_comes_back() {
     assert_eq!(read.bytes, b"second\n");
 }
 
-/// Issue 18: a process whose leader had already exited when `shutdown` ran (a descendant still
+/// A process whose leader had already exited when `shutdown` ran (a descendant still
 /// held its stdout, so it was in the final drain) was recorded as `terminated` with exit code 0.
 /// It keeps the status it exited with; shutdown still tears its tree down.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

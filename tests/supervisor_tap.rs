@@ -1,4 +1,4 @@
-//! A tap on a process's output (issue 14, live output with backpressure), through the library
+//! A tap on a process's output (live output with backpressure), through the library
 //! with real processes: a full tap stops the drain's reads (the workload blocks in `write`) but
 //! not its checkpoints nor its wall-clock limit; a dropped receiver lets the process run on; and
 //! what the tap delivers is exactly what the spool keeps.

@@ -834,3 +834,87 @@ fn use_lists_expand_to_their_paths() {
         ]
     );
 }
+
+/// Whether `comment` cites a tracker or requirements document by number (the word issue or
+/// seed, then a number, maybe after `#`): numbers that name nothing inside the repository.
+fn cites_a_number(comment: &str) -> bool {
+    let lower = comment.to_lowercase();
+    ["issue", "seed"].iter().any(|word| {
+        lower.match_indices(word).any(|(at, _)| {
+            let before = lower[..at].chars().next_back();
+            let after = lower[at + word.len()..].trim_start_matches('s');
+            let after = after.strip_prefix(' ').unwrap_or(after);
+            let after = after.strip_prefix('#').unwrap_or(after);
+            before.is_none_or(|c| !c.is_alphanumeric())
+                && after.chars().next().is_some_and(|c| c.is_ascii_digit())
+        })
+    })
+}
+
+/// The comments of every file the repository keeps code in, as (path, line number, comment):
+/// what follows `//` in Rust, the whole line elsewhere (the Python client's docstrings).
+fn comments() -> Vec<(String, usize, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    for dir in ["src", "tests", "benches", "examples", "fuzz/fuzz_targets"] {
+        if root.join(dir).is_dir() {
+            rust_files(&root.join(dir), &mut files);
+        }
+    }
+    files.push(root.join("tests/mcp/session_test.py"));
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read source");
+        let rel = file
+            .strip_prefix(root)
+            .expect("under the root")
+            .display()
+            .to_string();
+        let rust = file.extension().is_some_and(|e| e == "rs");
+        for (n, line) in text.lines().enumerate() {
+            let comment = if rust {
+                line.split_once("//").map_or("", |(_, c)| c)
+            } else {
+                line
+            };
+            out.push((rel.clone(), n + 1, comment.to_owned()));
+        }
+    }
+    out
+}
+
+/// Comments say why in words: an issue or a requirements document cited by its number means
+/// nothing to a reader of the repository (the commit that made a change says which issue).
+#[test]
+fn comments_cite_no_issue_or_seed_numbers() {
+    let found: Vec<String> = comments()
+        .into_iter()
+        .filter(|(_, _, c)| cites_a_number(c))
+        .map(|(file, n, c)| format!("{file}:{n}: {}", c.trim()))
+        .collect();
+    assert!(
+        found.is_empty(),
+        "say what the cited text asks for instead of its number:\n{}",
+        found.join("\n")
+    );
+}
+
+#[test]
+fn the_citation_check_finds_numbers_and_nothing_else() {
+    for cited in [
+        "(issue 14)",
+        "Issue #3: x",
+        "seed 003's 2 GiB",
+        "issues 12 and 13",
+    ] {
+        assert!(cites_a_number(cited), "{cited}");
+    }
+    for plain in [
+        "an issue of 14 bytes",
+        "reissue 4",
+        "the seed of the rng",
+        "seeds",
+    ] {
+        assert!(!cites_a_number(plain), "{plain}");
+    }
+}

@@ -1,5 +1,5 @@
 //! Ownership of trees past the life of whoever started them: exit receipts, assessment, held
-//! capacity and identity witnesses (issue 13). Real guardians, real signals.
+//! capacity and identity witnesses. Real guardians, real signals.
 
 #[path = "common/daemon.rs"]
 mod daemon_common;

@@ -522,7 +522,7 @@ fn leftover_tmp_segment_is_removed_by_a_writable_open() {
     assert!(verified.leftover_tmp_files.is_empty(), "{verified:?}");
 }
 
-/// Issue 15, finding 3: files in the journal directory that are no segment, spare or leftover
+/// Files in the journal directory that are no segment, spare or leftover
 /// (a stray copy, garbage, a name that is not UTF-8) are reported by `verify` and by a writable
 /// open, never read as records and never removed; the journal opens and appends as before.
 #[test]
@@ -1187,7 +1187,7 @@ fn the_first_segment_is_small_and_the_spare_comes_only_when_it_fills() {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Rules journal-format.md states that an independent reader got wrong (issue 15, finding 6).
+// Rules journal-format.md states that an independent reader got wrong.
 
 /// The journal's identity comes from the first segment, in index order, whose header decodes and
 /// whose index matches its name, even when that segment is then rejected (here: too long), so a

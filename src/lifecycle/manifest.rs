@@ -125,8 +125,8 @@ impl Manifest {
         }
     }
 
-    /// Whether the process's exit is verified, the condition for retiring its output (seed 003:
-    /// "live, unverified, missing, corrupt or unreadable ownership preserves evidence"): it is
+    /// Whether the process's exit is verified, the condition for retiring its output
+    /// ("live, unverified, missing, corrupt or unreadable ownership preserves evidence"): it is
     /// terminal, and either its whole tree's exit is proven (a `TreeReleased` proof), or its tree
     /// is a process group whose leader this supervisor reaped itself (a group has no stronger
     /// proof to wait for; no file of the spool is written after the terminal result), or it never

@@ -1,6 +1,6 @@
 //! The lifecycle model: the closed state machine, the lifecycle events, and manifests as
-//! projections of those events (seed 000, "State Machine"; DESIGN.md, "Events, manifests and the
-//! state machine").
+//! projections of those events (DESIGN.md, "Events, manifests and the state
+//! machine").
 //!
 //! Invariants: `state`, `event`, `manifest`, `replay` and `snapshot` do no I/O; [`Lifecycle`] is
 //! the only place that joins them to the journal (and `snapdir` to the snapshot files), and it

@@ -1,5 +1,5 @@
-//! Retention: which finished processes' output may be retired, and its retirement (seed 003,
-//! "Artifact retirement"; DESIGN.md, "Capacity and policy").
+//! Retention: which finished processes' output may be retired, and its retirement
+//! (DESIGN.md, "Capacity and policy").
 //!
 //! Invariants:
 //! - Output is retired only from a process whose exit is verified

@@ -1,4 +1,4 @@
-//! The closed set of process states and the one transition matrix (seed 000, "State Machine").
+//! The closed set of process states and the one transition matrix.
 //!
 //! Invariant: [`TRANSITIONS`] is the only statement of which moves are allowed; the manifest
 //! validator, the docs table and the tests all read it. No state leaves a terminal state.
@@ -79,7 +79,7 @@ impl std::fmt::Display for State {
     }
 }
 
-/// The transition matrix, exactly as seed 000 states it. States not listed have no way out.
+/// The transition matrix, exactly as the requirements state it. States not listed have no way out.
 pub const TRANSITIONS: &[(State, &[State])] = &[
     (
         State::Starting,

@@ -114,7 +114,7 @@ fn lost(h: Handle) -> LifecycleEvent {
     })
 }
 
-/// The matrix exactly as seed 000 words it, written out independently of `TRANSITIONS`.
+/// The matrix exactly as the requirements word it, written out independently of `TRANSITIONS`.
 const SEED_MATRIX: &str = "
 starting -> running failed terminated killed lost_on_restore
 running -> exited failed timed_out interrupted terminated killed lost_on_restore

@@ -1,4 +1,4 @@
-//! Run-to-completion capture (issue 17; seed 003, "Standard capture"): run one command as an
+//! Run-to-completion capture: run one command as an
 //! ordinary supervised process and hand back its whole output, or an honest receipt of what it
 //! could not hand back.
 //!

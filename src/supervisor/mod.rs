@@ -1,5 +1,5 @@
 //! The supervisor: Start, Drain, Terminalize, Stop, Input, Wait, Shutdown and Restore on tokio
-//! (seed 000; DESIGN.md, "The supervisor").
+//! (DESIGN.md, "The supervisor").
 //!
 //! A [`Supervisor`] is a cheap handle: a sender to the actor (`actor.rs`) that owns the process
 //! table, and the `Shared` parts that every task may read (configuration, host services, the
@@ -92,7 +92,7 @@ pub struct SupervisorConfig {
     pub spool: SpoolOptions,
     /// Bytes of recent output each process keeps in memory for polls.
     pub buffer_bytes: usize,
-    /// How long output is still drained after the workload exited (seed 003: 200 ms).
+    /// How long output is still drained after the workload exited (200 ms by default).
     pub final_drain: Duration,
     /// How often a process's durable output bounds are recorded while it writes.
     pub checkpoint_interval: Duration,

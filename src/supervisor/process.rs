@@ -1170,7 +1170,7 @@ fn retire_receipt(shared: &Shared, handle: Handle) {
 /// Ends a tree within one monotonic budget anchored at its start: SIGTERM now, SIGKILL at
 /// `grace` after the start, and the exit proven (the leader's terminal event persisted and no
 /// member of the tree left) by [`limits::KILL_PROOF_MS`] after that; with the default grace
-/// (1.5 s) the whole termination has 2 s, as seed 003 asks, whatever each step took. Returns
+/// (1.5 s) the whole termination has 2 s, whatever each step took. Returns
 /// why teardown failed, if it did; terminalization continues regardless, and a tree not proven
 /// gone stays owned (lingering, or held as unverified).
 pub(crate) async fn teardown(proc: &Arc<Proc>, grace: Duration) -> Result<(), String> {

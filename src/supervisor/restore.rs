@@ -1,4 +1,4 @@
-//! Restore is reconciliation, not reattachment (seed 000). It runs inside `Supervisor::open`,
+//! Restore is reconciliation, not reattachment. It runs inside `Supervisor::open`,
 //! before the actor starts, so nothing else touches the table meanwhile.
 //!
 //! Invariants:

@@ -1,5 +1,5 @@
 //! A tap: a live, bounded copy of one process's output for one consumer, with backpressure
-//! (issue 14: `procjournal run` prints what the workload writes without the spool's retention
+//! (`procjournal run` prints what the workload writes without the spool's retention
 //! in between, and a slow terminal or pipe slows the workload down instead of losing bytes).
 //!
 //! A [`Tap`] rides a [`PreparedProcess`](super::PreparedProcess) into the drain, which copies

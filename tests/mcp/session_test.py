@@ -330,7 +330,7 @@ async def third_server(args, root, work, state):
 
 
 async def restart_session(server, finished):
-    """`restart` (issue 16): a finished command again, linked to it; a withheld value asked for."""
+    """`restart`: a finished command again, linked to it; a withheld value asked for."""
     again = await server.call("restart", {"handle": finished})
     check(again["handle"] != finished and again["restart_of"] == finished, "restart links the new process to the old", again)
     ended = await server.call("wait", {"handle": again["handle"], "timeout_ms": 10000})
@@ -359,7 +359,7 @@ async def read_terminal(server, handle, cursor, needle, timeout_s=20.0):
 
 
 async def terminal_session(server, piped_handle):
-    """A REPL under a terminal (issue 17): start with `pty`, type into it, resize it."""
+    """A REPL under a terminal: start with `pty`, type into it, resize it."""
     started = await server.call("start", {"command": ["python3", "-i", "-q"], "pty": {"rows": 24, "cols": 80}})
     handle = started["handle"]
     _, cursor = await read_terminal(server, handle, 0, ">>> ")
@@ -380,7 +380,7 @@ async def terminal_session(server, piped_handle):
 
 
 async def capture_session(server):
-    """Run to completion (issue 17): the whole output with a receipt, and the receipt of a
+    """Run to completion: the whole output with a receipt, and the receipt of a
     stream past `max_bytes`."""
     script = "printf 'out\\n'; printf 'err\\n' >&2; exit 4"
     done = await server.call("capture", {"start": {"command": ["sh", "-c", script]}})
