@@ -221,7 +221,7 @@ pub struct Spawned {
 /// Why [`connect_or_spawn`] found no daemon and could not start one.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum SpawnError {
+pub enum DaemonStartError {
     #[error(transparent)]
     Client(#[from] ClientError),
     #[error("cannot start the daemon: {0}")]
@@ -250,14 +250,14 @@ pub fn connect_or_spawn(
     socket: &Path,
     spawn: impl FnOnce() -> io::Result<std::process::Child>,
     wait: std::time::Duration,
-) -> Result<(Client, Option<Spawned>), SpawnError> {
+) -> Result<(Client, Option<Spawned>), DaemonStartError> {
     use std::time::{Duration, Instant};
     match Client::connect(socket) {
         Ok(client) => return Ok((client, None)),
         Err(ClientError::NoDaemon { .. }) => {}
         Err(e) => return Err(e.into()),
     }
-    let mut child = spawn().map_err(SpawnError::Spawn)?;
+    let mut child = spawn().map_err(DaemonStartError::Spawn)?;
     let pid = child.id();
     let started = Instant::now();
     let mut exited: Option<(std::process::ExitStatus, Instant)> = None;
@@ -292,13 +292,13 @@ pub fn connect_or_spawn(
         if let Some((status, at)) = exited
             && at.elapsed() >= Duration::from_millis(crate::limits::DAEMON_SPAWN_LOSER_GRACE_MS)
         {
-            return Err(SpawnError::Exited {
+            return Err(DaemonStartError::Exited {
                 status,
                 socket: socket.to_owned(),
             });
         }
         if started.elapsed() >= wait {
-            return Err(SpawnError::NotListening {
+            return Err(DaemonStartError::NotListening {
                 pid,
                 socket: socket.to_owned(),
                 waited: wait,

@@ -403,7 +403,7 @@ fn source(args: &LogsArgs) -> anyhow::Result<(Handle, PageSource)> {
     let dir = root.spool_dir().join(handle.to_string());
     let (mut spool, _) =
         Spool::open_reader(&dir).with_context(|| format!("no readable output for {handle}"))?;
-    manifest.expect_output(&mut spool);
+    manifest.bound_reader(&mut spool);
     let source = PageSource::Offline {
         spool: Box::new(spool),
         manifest: Box::new(manifest),

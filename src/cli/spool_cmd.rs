@@ -88,7 +88,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
         );
     }
     if let Some(m) = store.get(&handle) {
-        m.expect_output(&mut spool);
+        m.bound_reader(&mut spool);
     }
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let mut cursor = args.cursor;
@@ -343,7 +343,7 @@ fn check_spool(
     let files_total = spool.total_bytes();
     check.total_bytes = files_total;
     if let Some(m) = manifest {
-        m.expect_output(&mut spool);
+        m.bound_reader(&mut spool);
     }
     if recovery.torn_tail_bytes > 0 {
         check.issues.push(format!(

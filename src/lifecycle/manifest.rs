@@ -118,10 +118,10 @@ impl Manifest {
     /// gaps and total, and, once the bounds are final (terminal: the last checkpoint of the
     /// drain, or what restore found on disk), where kept output starts, so that a spool file
     /// removed from outside reads as damage rather than as retention.
-    pub fn expect_output(&self, spool: &mut crate::spool::Spool) {
-        spool.expect(&self.gaps, self.bounds.total_bytes);
+    pub fn bound_reader(&self, spool: &mut crate::spool::Spool) {
+        spool.hold_to_record(&self.gaps, self.bounds.total_bytes);
         if self.state.is_terminal() {
-            spool.expect_retained_from(self.bounds.retained_from);
+            spool.hold_retained_from(self.bounds.retained_from);
         }
     }
 

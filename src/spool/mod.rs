@@ -1014,7 +1014,7 @@ impl Spool {
     /// the files hold inside a recorded gap are never returned; cursors the record names and
     /// no file holds are damage. Gaps that overlap or run backwards are ignored (a record a
     /// validating journal would not produce).
-    pub fn expect(&mut self, gaps: &[Gap], total_bytes: u64) {
+    pub fn hold_to_record(&mut self, gaps: &[Gap], total_bytes: u64) {
         let mut kept: Vec<Gap> = Vec::with_capacity(gaps.len());
         for g in gaps {
             if g.from < g.to && kept.last().is_none_or(|p| p.to <= g.from) {
@@ -1033,7 +1033,7 @@ impl Spool {
     /// files by hand leaves a spool that looks retained. Only a record that no later retention
     /// can have passed may be given (a terminal one: nothing is appended after it); a lower
     /// `retained_from` never hides bytes the files hold.
-    pub fn expect_retained_from(&mut self, retained_from: u64) {
+    pub fn hold_retained_from(&mut self, retained_from: u64) {
         self.retained_from = self.retained_from.min(retained_from);
     }
 

@@ -143,7 +143,7 @@ fn run(steps: &[Step], faults: &[(u64, i32)]) {
     drop(spool);
     // A reader of the files, with the writer's record.
     let (mut reader, _) = Spool::open_reader(&dir.path().join("s")).unwrap();
-    reader.expect(&gaps, total);
+    reader.hold_to_record(&gaps, total);
     assert_eq!(reader.total_bytes(), total);
     assert_eq!(
         walk(&reader, 2000),
@@ -327,7 +327,7 @@ fn a_missing_middle_segment_is_named_and_everything_around_it_is_read() {
     assert!(files.len() >= 4);
     std::fs::remove_file(&files[1]).unwrap();
     let (mut reader, _) = Spool::open_reader(dir.path()).unwrap();
-    reader.expect(&[], total);
+    reader.hold_to_record(&[], total);
     let holes = walk(&reader, 700);
     assert_eq!(
         damage_of(&holes),
@@ -347,7 +347,7 @@ fn a_short_earlier_segment_gives_its_intact_bytes_and_names_the_rest() {
     let keep = format::SPOOL_HEADER_BYTES + 2 * format::chunk_bytes(500) + 100;
     file.set_len(keep as u64).unwrap();
     let (mut reader, _) = Spool::open_reader(dir.path()).unwrap();
-    reader.expect(&[], total);
+    reader.hold_to_record(&[], total);
     let holes = walk(&reader, 700);
     assert_eq!(
         damage_of(&holes),
@@ -370,7 +370,7 @@ fn a_truncated_last_segment_is_named_against_the_recorded_total() {
     let (mut reader, _) = Spool::open_reader(dir.path()).unwrap();
     // Alone, the files look like a shorter output; the journal's total says otherwise.
     assert!(reader.total_bytes() < total);
-    reader.expect(&[], total);
+    reader.hold_to_record(&[], total);
     let holes = walk(&reader, 700);
     let first_of_last = total - 2000 + 500;
     assert_eq!(
@@ -388,7 +388,7 @@ fn a_flipped_byte_costs_only_its_chunk() {
     bytes[second_chunk + format::CHUNK_HEADER_BYTES + 7] ^= 0x10;
     std::fs::write(&files[2], bytes).unwrap();
     let (mut reader, _) = Spool::open_reader(dir.path()).unwrap();
-    reader.expect(&[], total);
+    reader.hold_to_record(&[], total);
     let holes = walk(&reader, 700);
     assert_eq!(
         damage_of(&holes),
@@ -409,7 +409,7 @@ fn a_recorded_gap_between_segments_is_a_gap_not_damage() {
         reason: LossReason::DiskFull,
         errno: ENOSPC,
     };
-    reader.expect(&[gap], total);
+    reader.hold_to_record(&[gap], total);
     let holes = walk(&reader, 700);
     assert_eq!(holes.len(), 1);
     assert_eq!(

@@ -1041,7 +1041,7 @@ impl Supervisor {
             message: e.to_string(),
         })?;
         if let Some(manifest) = record {
-            manifest.expect_output(&mut spool);
+            manifest.bound_reader(&mut spool);
         }
         let spool = Arc::new(spool);
         let _ = self

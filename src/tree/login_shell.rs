@@ -27,7 +27,7 @@ const SCRIPT: &str = r"printf '\0procjournal-login-env\0' && exec env -0";
 /// Why no environment was captured.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
-pub enum CaptureError {
+pub enum LoginShellError {
     #[error("cannot run the login shell {shell}: {cause}")]
     Spawn {
         shell: PathBuf,
@@ -54,7 +54,7 @@ pub fn default_shell() -> PathBuf {
 
 /// Runs `shell -l -c SCRIPT` and returns the variables it printed (entries that are not UTF-8
 /// or have no `=` are skipped: the overlay takes only a few ASCII names).
-pub fn capture(shell: &Path) -> Result<Vec<(String, String)>, CaptureError> {
+pub fn capture(shell: &Path) -> Result<Vec<(String, String)>, LoginShellError> {
     capture_bounded(
         shell,
         Duration::from_millis(limits::LOGIN_SHELL_CAPTURE_MS),
@@ -66,7 +66,7 @@ fn capture_bounded(
     shell: &Path,
     timeout: Duration,
     max_bytes: usize,
-) -> Result<Vec<(String, String)>, CaptureError> {
+) -> Result<Vec<(String, String)>, LoginShellError> {
     let deadline = Instant::now() + timeout;
     let mut child = std::process::Command::new(shell)
         .args(["-l", "-c", SCRIPT])
@@ -75,7 +75,7 @@ fn capture_bounded(
         .stderr(Stdio::null())
         .process_group(0)
         .spawn()
-        .map_err(|cause| CaptureError::Spawn {
+        .map_err(|cause| LoginShellError::Spawn {
             shell: shell.to_owned(),
             cause,
         })?;
@@ -91,13 +91,13 @@ fn capture_bounded(
     let status = child.wait();
     let output = result?;
     if !exited {
-        return Err(CaptureError::Timeout(timeout.as_millis() as u64));
+        return Err(LoginShellError::Timeout(timeout.as_millis() as u64));
     }
-    let status = status.map_err(CaptureError::Read)?;
+    let status = status.map_err(LoginShellError::Read)?;
     if !status.success() {
-        return Err(CaptureError::Failed(status));
+        return Err(LoginShellError::Failed(status));
     }
-    parse(&output).ok_or(CaptureError::NoEnvironment)
+    parse(&output).ok_or(LoginShellError::NoEnvironment)
 }
 
 /// Reads the child's stdout until end of file, the deadline or `max_bytes`.
@@ -106,27 +106,27 @@ fn read_until(
     deadline: Instant,
     timeout: Duration,
     max_bytes: usize,
-) -> Result<Vec<u8>, CaptureError> {
+) -> Result<Vec<u8>, LoginShellError> {
     let Some(stdout) = child.stdout.as_mut() else {
-        return Err(CaptureError::NoEnvironment);
+        return Err(LoginShellError::NoEnvironment);
     };
     let mut out = Vec::new();
     let mut buf = [0u8; 16 * 1024];
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
         if left.is_zero() || !readable(stdout.as_fd(), left) {
-            return Err(CaptureError::Timeout(timeout.as_millis() as u64));
+            return Err(LoginShellError::Timeout(timeout.as_millis() as u64));
         }
         match stdout.read(&mut buf) {
             Ok(0) => return Ok(out),
             Ok(n) => {
                 if out.len() + n > max_bytes {
-                    return Err(CaptureError::TooLarge(max_bytes));
+                    return Err(LoginShellError::TooLarge(max_bytes));
                 }
                 out.extend_from_slice(&buf[..n]);
             }
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(CaptureError::Read(e)),
+            Err(e) => return Err(LoginShellError::Read(e)),
         }
     }
 }
@@ -219,23 +219,29 @@ mod tests {
     fn a_failing_slow_or_silent_login_shell_is_a_typed_error() {
         let dir = tempfile::tempdir().unwrap();
         let failing = fake_shell(dir.path(), "exit 3");
-        assert!(matches!(capture(&failing), Err(CaptureError::Failed(_))));
+        assert!(matches!(capture(&failing), Err(LoginShellError::Failed(_))));
         let silent = fake_shell(dir.path(), "exit 0");
-        assert!(matches!(capture(&silent), Err(CaptureError::NoEnvironment)));
+        assert!(matches!(
+            capture(&silent),
+            Err(LoginShellError::NoEnvironment)
+        ));
         let missing = dir.path().join("no-such-shell");
-        assert!(matches!(capture(&missing), Err(CaptureError::Spawn { .. })));
+        assert!(matches!(
+            capture(&missing),
+            Err(LoginShellError::Spawn { .. })
+        ));
         // A shell that never finishes is killed at the bound (a short one here), with what it
         // started in its group.
         let slow = fake_shell(dir.path(), "sleep 600 & sleep 600");
         let result = capture_bounded(&slow, Duration::from_millis(200), 1 << 20);
         assert!(
-            matches!(result, Err(CaptureError::Timeout(200))),
+            matches!(result, Err(LoginShellError::Timeout(200))),
             "{result:?}"
         );
         let chatty = fake_shell(dir.path(), "yes");
         let result = capture_bounded(&chatty, Duration::from_secs(60), 4096);
         assert!(
-            matches!(result, Err(CaptureError::TooLarge(4096))),
+            matches!(result, Err(LoginShellError::TooLarge(4096))),
             "{result:?}"
         );
     }
