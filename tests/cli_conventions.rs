@@ -678,3 +678,77 @@ fn the_daemon_logs_a_line_for_a_refusal() {
     assert!(line.contains("paused"), "{line}");
     drop(daemon);
 }
+
+/// The option blocks of a command's `--help`, by their first line's option names: each block
+/// is the option's line and the help lines under it.
+fn option_blocks(help: &str) -> std::collections::BTreeMap<String, String> {
+    let mut blocks = std::collections::BTreeMap::new();
+    let mut current: Option<(String, String)> = None;
+    for line in help.lines() {
+        let trimmed = line.trim_start();
+        let starts_option = trimmed.starts_with('-') && line.len() - trimmed.len() <= 6;
+        let ends_block = starts_option || line.trim().is_empty() || !line.starts_with(' ');
+        if ends_block && let Some((name, block)) = current.take() {
+            blocks.insert(name, block);
+        }
+        if starts_option {
+            let name = trimmed
+                .split([' ', ',', '=', '<'])
+                .next()
+                .unwrap_or("")
+                .to_owned();
+            current = Some((name, line.to_owned()));
+        } else if let Some((_, block)) = &mut current {
+            block.push('\n');
+            block.push_str(line);
+        }
+    }
+    blocks.extend(current);
+    blocks
+}
+
+/// `run` and `capture` take the same launch options with the same help (one declaration), and
+/// `capture` honours them: working directory, a persisted value, retention.
+#[test]
+fn capture_takes_every_launch_option_run_takes() {
+    let help = |cmd: &str| {
+        let out = bin().args([cmd, "--help"]).output().unwrap();
+        assert_eq!(code(&out), 0);
+        option_blocks(&text(&out.stdout))
+    };
+    let (run_help, capture_help) = (help("run"), help("capture"));
+    assert!(run_help.len() > 10, "{run_help:?}");
+    for (name, block) in &run_help {
+        if name == "--pty" {
+            continue; // a terminal of this one's size for `run`, one of a given size for `capture`
+        }
+        assert_eq!(capture_help.get(name), Some(block), "{name}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let work = dir.path().join("work dir");
+    std::fs::create_dir(&work).unwrap();
+    let out = bin()
+        .args(["capture", "--root"])
+        .arg(&root)
+        .args([
+            "--cwd",
+            work.to_str().unwrap(),
+            "--env-persist",
+            "PLAIN=kept",
+        ])
+        .args(["--retention", "16MiB", "--", "sh", "-c", "pwd; echo $PLAIN"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), 0, "{}", text(&out.stderr));
+    let receipt: Value = serde_json::from_str(text(&out.stdout).trim()).unwrap();
+    let expected = format!("{}\nkept\n", work.display());
+    assert_eq!(
+        receipt["streams"][0]["prefix"],
+        Value::from(expected),
+        "{receipt}"
+    );
+    let (_, ps, _) = tool(&root, &["ps", "--json"]);
+    assert_eq!(json_lines(&ps)[0]["cwd"], work.to_str().unwrap());
+}

@@ -12,38 +12,20 @@
 //! no status, and 125 when the journal failed to record the end: the receipt's `persisted` is
 //! then false); whether the output is whole is the receipt's `complete`.
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context;
 use clap::Args;
 
-use super::args::{parse_duration, parse_label, parse_size};
+use super::args::parse_size;
 use crate::protocol::{CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
 use crate::supervisor::{Rendering, Services, Supervisor};
 
 #[derive(Debug, Args)]
 pub(crate) struct CaptureCmdArgs {
-    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// Wall-clock limit, e.g. 30s, 500ms, 5m (a bare number is seconds): the run is then
-    /// `timed_out` and the receipt's fault names the deadline.
-    #[arg(long, value_parser = parse_duration)]
-    timeout: Option<Duration>,
-    /// Idle limit, e.g. 10m: stopped after this long without output, input or a signal.
-    #[arg(long, value_parser = parse_duration)]
-    idle_timeout: Option<Duration>,
-    /// A label k=v (repeatable).
-    #[arg(long = "label", value_parser = parse_label)]
-    labels: Vec<(String, String)>,
-    /// A name to find the process by later (`procjournal logs NAME`); unique among live
-    /// processes.
-    #[arg(long)]
-    name: Option<String>,
     #[command(flatten)]
-    env: super::env_args::EnvArgs,
+    launch: super::launch_args::LaunchArgs,
     /// Bytes of each stream to return, 1 to 1048576 (default 65536); a stream that writes more
     /// is `incomplete` (the spool keeps the rest: `logs --cursor` from its `resume_cursor`).
     #[arg(long, value_name = "BYTES")]
@@ -54,10 +36,6 @@ pub(crate) struct CaptureCmdArgs {
     /// Run under a terminal of ROWSxCOLS (e.g. 24x80): one stream, `terminal`.
     #[arg(long, value_name = "ROWSxCOLS", value_parser = parse_size)]
     pty: Option<(u16, u16)>,
-    #[command(flatten)]
-    tree: super::TreeArgs,
-    #[command(flatten)]
-    queue: super::queue::QueueArgs,
     /// The command and its arguments, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     command: Vec<String>,
@@ -73,7 +51,7 @@ pub(crate) fn run(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
-    let root = super::root_or_default(args.root.clone())?;
+    let root = super::root_or_default(args.launch.root.clone())?;
     // A daemon serving the root holds its lock: the capture runs through it, from this shell's
     // environment.
     let socket = crate::server::default_socket(&root);
@@ -81,14 +59,16 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     // Only a supervisor of this process's own launches trees: the daemon's mechanism is its.
     let launcher = (!through_daemon)
-        .then(|| args.tree.launcher(&root, true))
+        .then(|| args.launch.tree.launcher(&root, true))
         .transpose()?;
-    let queue = args.queue.clone();
+    let queue = args.launch.queue.clone();
+    let group = args.launch.group;
     let request = capture_request(args, &cwd, through_daemon)?;
     let Some(launcher) = launcher else {
         return super::run_daemon::capture(&socket, request, &queue).await;
     };
     let mut config = super::supervisor_config(&root);
+    config.group = group;
     config.launcher = launcher;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
@@ -152,27 +132,10 @@ fn capture_request(
     cwd: &std::path::Path,
     through_daemon: bool,
 ) -> anyhow::Result<Request> {
-    let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1);
+    let client_env = through_daemon.then(super::target::client_environment);
+    let pty = args.pty.map(|(rows, cols)| PtyArgs { rows, cols });
     let wire = CaptureArgs {
-        start: StartArgs {
-            max_bytes: None,
-            settle_ms: None,
-            yield_ms: None,
-            command: args.command,
-            cwd: Some(cwd.to_string_lossy().into_owned()),
-            env: args.env.resolve()?,
-            env_persist: Default::default(),
-            client_env: through_daemon.then(super::target::client_environment),
-            inherit_env: !through_daemon,
-            login_shell_overlay: false,
-            labels: args.labels.into_iter().collect(),
-            name: args.name,
-            timeout_ms: args.timeout.map(ms),
-            idle_timeout_ms: args.idle_timeout.map(ms),
-            retention_bytes: None,
-            queue_ms: None,
-            pty: args.pty.map(|(rows, cols)| PtyArgs { rows, cols }),
-        },
+        start: args.launch.start(args.command, pty, cwd, client_env)?,
         max_bytes: args.max_bytes,
         rendering: Some(if args.base64 {
             Rendering::Base64

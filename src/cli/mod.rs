@@ -17,6 +17,7 @@ mod exit;
 mod foreground;
 mod journal_cmd;
 mod json;
+mod launch_args;
 mod logs_cmd;
 mod mcp_cmd;
 mod progress;

@@ -26,7 +26,6 @@
 //! - The handle is printed once on stderr when the command has started.
 //! - The exit status mirrors the child's (a signal N becomes 128+N).
 
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -35,7 +34,6 @@ use clap::Args;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::args::{parse_duration, parse_env, parse_label};
 use super::foreground::{
     Control, RawMode, STOP_GRACE_MS, ended, forward_input, interrupted, user_terminal_size,
     write_stream,
@@ -47,45 +45,8 @@ use crate::tree::PtySize;
 
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// Runtime root (default: $PROCJOURNAL_ROOT, $XDG_STATE_HOME/procjournal, ~/.local/state/procjournal).
-    #[arg(long, value_name = "DIR")]
-    root: Option<PathBuf>,
-    /// Share the runtime root read-only with this group (a name or gid): directories 02750,
-    /// files 0640, instead of 0700 and 0600. The root keeps it: a later open without --group
-    /// leaves a shared root shared (`chmod 700 ROOT` makes it private again).
-    #[arg(long, value_name = "GROUP", value_parser = super::args::parse_group)]
-    group: Option<u32>,
-    /// Wall-clock limit, e.g. 30s, 500ms, 5m, 2h (a bare number is seconds).
-    #[arg(long, value_parser = parse_duration)]
-    timeout: Option<Duration>,
-    /// Idle limit, e.g. 10m: stopped (`timed_out`, deadline `idle`) after this long without
-    /// output, input or a signal.
-    #[arg(long, value_parser = parse_duration)]
-    idle_timeout: Option<Duration>,
-    /// A label k=v (repeatable).
-    #[arg(long = "label", value_parser = parse_label)]
-    labels: Vec<(String, String)>,
-    /// A name to find the process by later (`procjournal logs NAME`); unique among live
-    /// processes of the root.
-    #[arg(long)]
-    name: Option<String>,
-    /// Working directory (default: this shell's).
-    #[arg(long, value_name = "DIR")]
-    cwd: Option<PathBuf>,
     #[command(flatten)]
-    env: super::env_args::EnvArgs,
-    /// As --env, for a value the journal may keep (no secrets): a restart reuses it. NAME
-    /// alone takes the value from procjournal's own environment.
-    #[arg(long = "env-persist", value_name = "NAME[=value]", value_parser = parse_env)]
-    env_persist: Vec<(String, String)>,
-    /// Output kept in the spool, e.g. 64MiB (the default), 512M, 1G; older output is deleted
-    /// in whole segments. At least 8MiB, at most 4GiB.
-    #[arg(long, value_name = "SIZE", value_parser = super::size::parse_retention)]
-    retention: Option<u64>,
-    #[command(flatten)]
-    tree: super::TreeArgs,
-    #[command(flatten)]
-    queue: super::queue::QueueArgs,
+    launch: super::launch_args::LaunchArgs,
     /// Run the command under a terminal: with a terminal here, it gets this terminal's size
     /// (and its changes) and every keystroke (this terminal is in raw mode meanwhile, restored
     /// at the end); without one, a 24x80 terminal fed from stdin.
@@ -110,20 +71,20 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let root = super::root_or_default(args.root.clone())?;
+    let root = super::root_or_default(args.launch.root.clone())?;
     // A daemon serving the root holds its lock: the command runs through it instead (started
     // with this shell's environment, its output read back from the spool).
     let socket = crate::server::default_socket(&root);
     if super::run_daemon::serves(&socket) {
         let here = std::env::current_dir().context("cannot read the working directory")?;
         let env = super::target::client_environment();
-        let queue = args.queue.clone();
+        let queue = args.launch.queue.clone();
         let start = start_request(args, &here, Some(env))?;
         return super::run_daemon::run(start, &queue, &root, &socket).await;
     }
     let mut config = super::supervisor_config(&root);
-    config.group = args.group;
-    config.launcher = args.tree.launcher(&root, true)?;
+    config.group = args.launch.group;
+    config.launcher = args.launch.tree.launcher(&root, true)?;
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await
         .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
@@ -145,7 +106,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         format!("uid {uid} via run"),
     )
     .inheriting_env();
-    let queue = args.queue.clone();
+    let queue = args.launch.queue.clone();
     let mut start = start_request(args, &here, None)?;
     // Before the start, so that a failure here leaves nothing running.
     let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
@@ -197,44 +158,14 @@ pub(super) fn start_request(
     here: &std::path::Path,
     client_env: Option<std::collections::BTreeMap<String, String>>,
 ) -> anyhow::Result<StartArgs> {
-    // Relative to this shell's directory, as `cd` would take it.
-    let cwd = args
-        .cwd
-        .map_or_else(|| here.to_owned(), |dir| here.join(dir));
-    let inherit_env = client_env.is_none();
-    let start = StartArgs {
-        max_bytes: None,
-        settle_ms: None,
-        yield_ms: None,
-        command: args.command,
-        cwd: Some(
-            cwd.to_str()
-                .with_context(|| format!("{} is not valid UTF-8", cwd.display()))?
-                .to_owned(),
-        ),
-        env: args.env.resolve()?,
-        env_persist: args.env_persist.into_iter().collect(),
-        client_env,
-        inherit_env,
-        login_shell_overlay: false,
-        labels: args.labels.into_iter().collect(),
-        name: args.name,
-        timeout_ms: args
-            .timeout
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
-        idle_timeout_ms: args
-            .idle_timeout
-            .map(|t| u64::try_from(t.as_millis()).unwrap_or(u64::MAX).max(1)),
-        retention_bytes: args.retention,
-        queue_ms: None,
-        pty: args.pty.then(|| {
-            let size = user_terminal_size().unwrap_or(PtySize::DEFAULT);
-            PtyArgs {
-                rows: size.rows,
-                cols: size.cols,
-            }
-        }),
-    };
+    let pty = args.pty.then(|| {
+        let size = user_terminal_size().unwrap_or(PtySize::DEFAULT);
+        PtyArgs {
+            rows: size.rows,
+            cols: size.cols,
+        }
+    });
+    let start = args.launch.start(args.command, pty, here, client_env)?;
     let request = serde_json::to_value(&start)
         .map_err(|e| anyhow::anyhow!("cannot encode the command: {e}"))
         .and_then(|args| request_from_args("start", args).map_err(|e| anyhow::anyhow!("{}", e)))?;
