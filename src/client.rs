@@ -17,6 +17,9 @@ use serde_json::Value;
 
 use crate::protocol::{ApiError, ErrorCode, Request, Response};
 
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
+
 /// The longest response line read: a 1 MiB output page in base64 inside JSON fits easily.
 pub const RESPONSE_BYTES_MAX: usize = 16 << 20;
 

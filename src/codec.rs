@@ -17,6 +17,9 @@
 
 use crate::limits::RECORD_PAYLOAD_BYTES_MAX;
 
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
+
 pub use bincode::{Decode, Encode};
 
 /// Version byte stored in each record header for payloads written by this module.

@@ -214,8 +214,8 @@ fn unsafe_code_is_confined_and_justified() {
 /// naming its own ancestor (`super::Shared`) is no edge: a parent declares its children and
 /// re-exports them, which is not a dependency of the kind the layering is about. Left out:
 /// comment lines, code under `#[cfg(test)]` (test modules and files, test-only items), and
-/// `src/fuzzing.rs` (the fuzz-target bodies: test support that reaches into every layer and
-/// that nothing imports). A path through a re-export of `src/lib.rs` (`crate::render` for
+/// `src/fuzzing.rs` (only the registry of the fuzz targets: it re-exports the bodies each layer
+/// keeps in its own `fuzz.rs`, which are checked like any file, and nothing imports it). A path through a re-export of `src/lib.rs` (`crate::render` for
 /// `crate::spool::render`) counts as the module it names.
 mod imports {
     use std::collections::{BTreeMap, BTreeSet};

@@ -15,6 +15,8 @@ mod env_args;
 pub(crate) mod env_file;
 mod exit;
 mod foreground;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod journal_cmd;
 mod json;
 mod launch_args;

@@ -16,7 +16,7 @@
 //!   one recovery can use.
 //!
 //! Also here: [`Head`], what the journal knows before its scan, for choosing a snapshot, and the
-//! durable write of a small file ([`write_durably`], with its [`CrashPoints`]) that snapshots
+//! durable write of a small file (`write_durably`, with its [`CrashPoints`]) that snapshots
 //! use too.
 
 use std::io::Write;
@@ -79,7 +79,7 @@ impl CrashPoints for NoCrash {
     }
 }
 
-/// The names of the four steps of [`write_durably`], for [`CrashPoints`].
+/// The names of the four steps of `write_durably`, for [`CrashPoints`].
 #[derive(Debug, Clone, Copy)]
 pub struct DurableSteps {
     pub write: &'static str,

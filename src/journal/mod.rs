@@ -21,6 +21,8 @@
 pub mod compact;
 pub mod floor;
 pub mod format;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod idindex;
 mod mmap;
 pub mod reader;

@@ -19,6 +19,8 @@
 pub mod command;
 pub mod damage;
 pub mod event;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 pub mod manifest;
 pub mod reference;
 pub mod replay;

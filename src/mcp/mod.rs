@@ -33,6 +33,8 @@
 //!   arguments say otherwise, as it does standalone (the daemon's own never reach a command);
 //! - stdout carries only protocol messages; this module writes nothing to it.
 
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 pub mod schema;
 pub mod transport;
 

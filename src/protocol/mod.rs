@@ -18,6 +18,8 @@
 
 pub mod base64;
 pub mod dispatch;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

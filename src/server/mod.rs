@@ -47,6 +47,8 @@
 //! longest-waiting connection is evicted to free a descriptor, and the next accept waits
 //! [`ACCEPT_BACKOFF_MS`] so that a persistent failure does not spin.
 
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod watch;
 
 use std::io;

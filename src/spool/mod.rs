@@ -49,6 +49,8 @@
 
 pub mod buffer;
 pub mod format;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod index;
 pub(crate) mod io;
 pub mod loss;

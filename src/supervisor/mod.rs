@@ -29,6 +29,8 @@ pub mod command;
 #[doc(hidden)]
 pub mod deadline;
 mod enforce;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod gate;
 mod launch;
 pub(crate) mod process;

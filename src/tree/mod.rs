@@ -20,6 +20,8 @@
 
 pub mod assess;
 pub mod cgroup;
+#[cfg(feature = "fuzzing")]
+pub(crate) mod fuzz;
 mod group;
 pub mod guardian;
 pub mod login_shell;
