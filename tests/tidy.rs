@@ -918,3 +918,189 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
         assert!(!cites_a_number(plain), "{plain}");
     }
 }
+
+/// Functions of `src/` longer than 70 lines (from their `fn` line to their closing brace, test
+/// code aside) when this ratchet was set, each with its length then. The durability invariants
+/// live in several of them; they are to be split, the parent keeping the state and helpers
+/// computing what changes. None may grow, none may join, and one split below the limit leaves
+/// the list with it.
+const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
+    ("src/cli/capture_cmd.rs", "capture", 74),
+    ("src/cli/daemon_cmd.rs", "admission", 84),
+    ("src/cli/journal_cmd.rs", "manifests", 92),
+    ("src/cli/journal_cmd.rs", "write_report", 125),
+    ("src/cli/logs_cmd.rs", "logs", 140),
+    ("src/cli/ps_cmd.rs", "ps", 101),
+    ("src/cli/run_cmd.rs", "supervise", 80),
+    ("src/cli/run_daemon.rs", "follow", 80),
+    ("src/cli/spool_cmd.rs", "cat", 81),
+    ("src/cli/spool_cmd.rs", "check_spool", 143),
+    ("src/cli/spool_cmd.rs", "verify", 84),
+    ("src/journal/compact.rs", "compact_below_with", 91),
+    ("src/journal/fuzz.rs", "build_body", 111),
+    ("src/journal/fuzz.rs", "check_journal", 213),
+    ("src/journal/fuzz.rs", "check_segment_scan", 99),
+    ("src/journal/fuzz.rs", "commit_area", 90),
+    ("src/journal/fuzz.rs", "journal_plan", 135),
+    ("src/journal/idindex.rs", "add_retained", 85),
+    ("src/journal/mod.rs", "open_inner", 280),
+    ("src/journal/mod.rs", "rotate", 87),
+    ("src/journal/powerloss.rs", "state_at", 102),
+    ("src/journal/recovery.rs", "scan_journal", 280),
+    ("src/journal/recovery.rs", "scan_segment", 75),
+    ("src/lifecycle/event.rs", "decode_reference", 73),
+    ("src/lifecycle/fuzz.rs", "check_manifests", 268),
+    ("src/lifecycle/fuzz.rs", "check_replay", 92),
+    ("src/lifecycle/fuzz.rs", "event", 280),
+    ("src/lifecycle/fuzz.rs", "lifecycle_store", 168),
+    ("src/lifecycle/manifest.rs", "consistent", 85),
+    ("src/lifecycle/manifest.rs", "fold", 73),
+    ("src/lifecycle/manifest.rs", "validate", 184),
+    ("src/lifecycle/snapshot.rs", "decode_with", 137),
+    ("src/lifecycle/snapshot.rs", "read_manifest", 146),
+    ("src/lifecycle/wire.rs", "event", 88),
+    ("src/lifecycle/workload.rs", "event", 158),
+    ("src/mcp/fuzz.rs", "check_tool_call", 81),
+    ("src/mcp/fuzz.rs", "mcp_line", 75),
+    ("src/mcp/transport.rs", "classify", 114),
+    ("src/protocol/dispatch.rs", "dispatch", 122),
+    ("src/protocol/mod.rs", "decode_request", 72),
+    ("src/protocol/mod.rs", "request_from_args", 202),
+    ("src/protocol/mod.rs", "to_wire", 132),
+    ("src/protocol/mod.rs", "validate_start", 102),
+    ("src/server/mod.rs", "serve", 100),
+    ("src/spool/fuzz.rs", "spool_recovery", 147),
+    ("src/spool/mod.rs", "index_of", 85),
+    ("src/spool/mod.rs", "open", 177),
+    ("src/spool/mod.rs", "read_chunks", 80),
+    ("src/spool/render/mod.rs", "safe_text_page", 101),
+    ("src/supervisor/actor.rs", "process_event", 107),
+    ("src/supervisor/capture.rs", "follow", 102),
+    ("src/supervisor/capture.rs", "settle", 88),
+    ("src/supervisor/command.rs", "prepare", 91),
+    ("src/supervisor/launch.rs", "launch_blocking", 132),
+    ("src/supervisor/launch.rs", "start", 142),
+    ("src/supervisor/mod.rs", "open", 105),
+    ("src/supervisor/process.rs", "drain", 199),
+    ("src/supervisor/process.rs", "teardown", 74),
+    ("src/supervisor/process.rs", "terminalize", 136),
+    ("src/supervisor/publish.rs", "publish_batch", 80),
+    ("src/supervisor/restore.rs", "restore", 133),
+    ("src/tree/guardian/mod.rs", "launch", 162),
+    ("src/tree/guardian/receipt.rs", "decode", 109),
+    ("src/tree/guardian/run.rs", "finish", 85),
+    ("src/tree/spawn.rs", "spawn_with", 78),
+];
+
+const FUNCTION_LINES_MAX: usize = 70;
+
+/// Every function of `src/` outside test code: (file, name, lines from `fn` to its closing
+/// brace). rustfmt's layout is relied on: a body ends at the first `}` at the `fn` line's
+/// indentation, and an inline test module starts with a top-level `#[cfg(test)]`.
+fn function_lengths() -> Vec<(String, String, usize)> {
+    let mut out = Vec::new();
+    for (rel, text) in sources("") {
+        let name = rel.rsplit('/').next().unwrap_or("");
+        if name.starts_with("tests") || rel.contains("/tests/") {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let next = lines.get(i + 1).map_or("", |l| l.trim_start());
+            if *line == "#[cfg(test)]" && next.starts_with("mod ") && next.ends_with('{') {
+                break;
+            }
+            let Some((indent, name)) = fn_name(line) else {
+                continue;
+            };
+            let Some(open) = (i..lines.len()).find(|&j| lines[j].trim_end().ends_with('{')) else {
+                continue;
+            };
+            if (i..open).any(|j| lines[j].trim_end().ends_with(';')) {
+                continue; // a declaration without a body
+            }
+            let close = format!("{indent}}}");
+            let end = (open + 1..lines.len())
+                .find(|&k| lines[k] == close)
+                .unwrap_or(lines.len() - 1);
+            out.push((rel.clone(), name, end - i + 1));
+        }
+    }
+    out
+}
+
+/// The indentation and name of a line that starts a function (`pub(crate) async fn name`).
+fn fn_name(line: &str) -> Option<(&str, String)> {
+    let rest = line.trim_start();
+    let indent = &line[..line.len() - rest.len()];
+    let mut rest = rest;
+    for prefix in [
+        "pub(crate) ",
+        "pub(super) ",
+        "pub ",
+        "const ",
+        "async ",
+        "unsafe ",
+    ] {
+        rest = rest.strip_prefix(prefix).unwrap_or(rest);
+    }
+    let name: String = rest
+        .strip_prefix("fn ")?
+        .chars()
+        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect();
+    (!name.is_empty()).then_some((indent, name))
+}
+
+/// Functions stay short (TigerBeetle's limit of 70 lines): no new one over the limit, no
+/// listed one longer than it was, and none listed that is now within it.
+#[test]
+fn functions_stay_within_seventy_lines_or_shrink() {
+    let mut problems = Vec::new();
+    let found = function_lengths();
+    for (file, name, lines) in &found {
+        let listed = LONG_FUNCTIONS
+            .iter()
+            .find(|(f, n, _)| f == file && n == name);
+        match listed {
+            None if *lines > FUNCTION_LINES_MAX => problems.push(format!(
+                "{file}: fn {name} has {lines} lines (at most {FUNCTION_LINES_MAX}): split it"
+            )),
+            Some((_, _, was)) if lines > was => problems.push(format!(
+                "{file}: fn {name} grew from {was} to {lines} lines: split it instead"
+            )),
+            Some(_) if *lines <= FUNCTION_LINES_MAX => problems.push(format!(
+                "{file}: fn {name} is {lines} lines now: take it off LONG_FUNCTIONS"
+            )),
+            _ => {}
+        }
+    }
+    for (file, name, _) in LONG_FUNCTIONS {
+        if !found.iter().any(|(f, n, _)| f == file && n == name) {
+            problems.push(format!(
+                "{file}: fn {name} is gone: take it off LONG_FUNCTIONS"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn function_lengths_are_measured_from_fn_to_its_brace() {
+    assert_eq!(
+        fn_name("    pub(crate) async fn open_inner("),
+        Some(("    ", "open_inner".to_owned()))
+    );
+    assert_eq!(fn_name("let f = |x| x;"), None);
+    assert_eq!(fn_name("// fn commented"), None);
+    let measured = function_lengths();
+    let length = |file: &str, name: &str| {
+        measured
+            .iter()
+            .find(|(f, n, _)| f == file && n == name)
+            .map(|(_, _, l)| *l)
+    };
+    // Five lines, from its `fn` line to its closing brace.
+    assert_eq!(length("src/root/dir.rs", "file_name"), Some(5));
+    assert!(length("src/journal/recovery.rs", "scan_journal").is_some_and(|l| l > 200));
+}
