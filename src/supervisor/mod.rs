@@ -2,8 +2,10 @@
 //! (DESIGN.md, "The supervisor").
 //!
 //! A [`Supervisor`] is a cheap handle: a sender to the actor (`actor.rs`) that owns the process
-//! table, and the `Shared` parts that every task may read (configuration, host services, the
-//! journal's writer). The supervisor is the only place that spawns, signals and sleeps; it does
+//! table, and the `Shared` parts that every task may read (`shared.rs`: configuration, host
+//! services, the journal's writer). This file holds the handle; its configuration
+//! (`config.rs`), its errors (`error.rs`) and the rendering of output pages (`page.rs`) are
+//! their own files. The supervisor is the only place that spawns, signals and sleeps; it does
 //! all three through the process-tree boundary ([`crate::tree`]).
 //!
 //! Invariants:
@@ -26,22 +28,25 @@
 mod actor;
 mod capture;
 pub mod command;
+mod config;
 #[doc(hidden)]
 pub mod deadline;
 mod enforce;
+mod error;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz;
 mod gate;
 mod launch;
+mod page;
 pub(crate) mod process;
 mod publish;
 mod restart;
 pub mod restore;
 pub mod services;
+mod shared;
 mod tap;
 
-use std::collections::HashSet;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -55,7 +60,10 @@ pub use capture::{
     WorkloadStatus,
 };
 pub use command::{Command, Lease, PrepareError, PreparedProcess};
+pub use config::SupervisorConfig;
+pub use error::{Refusal, SpawnFailure, StartError, Started, SupervisorError};
 pub use gate::{GateStatus, InputWaitStatus};
+pub use page::{OutputPage, Rendering, read_page, render_page};
 pub use process::{DrainEnd, Drained, TerminalSummary};
 pub use restart::RestartError;
 pub use restore::RestoreReport;
@@ -63,144 +71,19 @@ pub use services::{
     Completion, CompletionNotifier, LifecycleNotice, LifecyclePublisher, ServiceError,
     ServiceEvent, Services,
 };
+pub(crate) use shared::{Shared, request_stop};
 pub use tap::{Tap, TapChunk};
 
-use crate::admission::{
-    self, AdmissionConfig, AdmissionSnapshot, Decision, ProcTelemetry, Telemetry,
-};
-use crate::journal::{Appended, Durability, EventId, JournalOptions};
-use crate::lifecycle::event::{InputClosed, StopRequested, TerminalResized};
-use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
-use crate::lifecycle::{
-    Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, SnapshotPolicy, SnapshotWritten,
-    State,
-};
+use crate::admission::AdmissionSnapshot;
+use crate::journal::{EventId, JournalOptions};
+use crate::lifecycle::event::{InputClosed, TerminalResized};
+use crate::lifecycle::retention::{CleanReport, RetentionRequest};
+use crate::lifecycle::{Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, State};
 use crate::limits;
-use crate::spool::render::{self, ArtifactDescriptor};
-use crate::spool::{Span, Spool, SpoolError, SpoolOptions};
-use crate::tree::{GroupLauncher, Launcher, PtySize};
+use crate::spool::render;
+use crate::spool::{Spool, SpoolError};
+use crate::tree::PtySize;
 use actor::{Actor, Found, InputOp, Msg};
-use process::Proc;
-
-/// Everything a supervisor is opened with, besides the host's services.
-#[derive(Debug, Clone)]
-pub struct SupervisorConfig {
-    /// The runtime root; made absolute once at open.
-    pub root: PathBuf,
-    pub durability: Durability,
-    /// At most this many processes are live at once (further capped by the descriptor budget:
-    /// see [`limits::DESCRIPTORS_PER_PROCESS`]).
-    pub max_live: usize,
-    pub spool: SpoolOptions,
-    /// Bytes of recent output each process keeps in memory for polls.
-    pub buffer_bytes: usize,
-    /// How long output is still drained after the workload exited (200 ms by default).
-    pub final_drain: Duration,
-    /// How often a process's durable output bounds are recorded while it writes.
-    pub checkpoint_interval: Duration,
-    /// Between checkpoints, a process's spool is synced (without a journal record) each time this
-    /// many bytes were appended since the last sync began, so that a fast writer's output goes
-    /// to disk while it runs instead of all at its next checkpoint. `None`: only checkpoints sync.
-    /// The default, 8 MiB (one default spool segment), measured as fast as 16 MiB and faster
-    /// than 32 MiB, whose larger final sync the workload's exit then waits for.
-    pub write_behind_bytes: Option<u64>,
-    /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own); with
-    /// [`limits::KILL_PROOF_MS`] after it, the termination's whole budget.
-    pub default_grace: Duration,
-    /// How long shutdown waits to join the supervisor's tasks once every process is terminal.
-    pub kill_confirm: Duration,
-    /// Finished processes whose spool reader stays open for polls.
-    pub finished_readers_cached: usize,
-    /// Where the boot id is read when a recorded tree is assessed (a different boot proves
-    /// the former lifetime over); tests point it at a file to simulate a reboot.
-    pub boot_id_source: PathBuf,
-    /// How workloads are launched into trees (replaceable to inject faults in tests).
-    pub launcher: Arc<dyn Launcher>,
-    /// When snapshots of the manifests are written (and the journal compacted below them): in
-    /// the background while the journal grows, and at a clean shutdown.
-    pub snapshots: SnapshotPolicy,
-    /// Output of a finished process whose exit is verified is removed once it ended this long
-    /// ago (`lifecycle::retention`); `None` keeps everything (a pass at open still finishes
-    /// removals a crash interrupted). Default: 7 days.
-    pub retention: Option<Duration>,
-    /// Soft admission: how many workloads may hold capacity at once (src/admission/). The
-    /// default is automatic (70 % of cores and available memory, 2 GiB per workload); an
-    /// explicit `max_concurrent` or `memory_budget_bytes` replaces it.
-    pub admission: AdmissionConfig,
-    /// Where admission's inputs come from: the host's cores and available memory and samples of
-    /// the live trees (replaceable: tests inject the policy's inputs).
-    pub telemetry: Arc<dyn Telemetry>,
-    /// The login shell whose PATH-like variables a command may ask to overlay
-    /// ([`Command::login_shell_overlay`]): captured once, at open (`tree::login_shell`; a
-    /// change of the shell's profile takes effect at the next open). `None`: no capture, and a
-    /// command that asks gets its environment unchanged, with the overlay recorded as failed.
-    pub login_shell: Option<PathBuf>,
-    /// Refuse to open a root whose recovery or replay found damage (lost acknowledged records,
-    /// missing or bad segments, a damaged commit area, history compacted away...), with
-    /// [`SupervisorError::Damaged`], before anything is reconciled or started. Off (the
-    /// default), such a root opens, the damage is logged once (a warning) and kept for
-    /// [`Supervisor::damage`]. A crash's residue (a torn tail, say) is never damage.
-    pub strict: bool,
-    /// The group (a gid) the root is shared with, read-only (`02750`, files `0640`); `None`
-    /// keeps a root as it is (a new one private, `0700` and `0600`). See `crate::root`.
-    pub group: Option<u32>,
-}
-
-impl SupervisorConfig {
-    pub fn new(root: impl Into<PathBuf>) -> Self {
-        SupervisorConfig {
-            root: root.into(),
-            durability: Durability::Group,
-            max_live: limits::LIVE_PROCESSES_DEFAULT,
-            spool: SpoolOptions::default(),
-            buffer_bytes: 64 * 1024,
-            final_drain: Duration::from_millis(200),
-            checkpoint_interval: Duration::from_secs(1),
-            write_behind_bytes: Some(8 * 1024 * 1024),
-            default_grace: Duration::from_millis(limits::GRACE_MS_DEFAULT),
-            kill_confirm: Duration::from_secs(5),
-            finished_readers_cached: limits::FINISHED_READERS_CACHED_DEFAULT,
-            boot_id_source: PathBuf::from("/proc/sys/kernel/random/boot_id"),
-            launcher: Arc::new(GroupLauncher),
-            snapshots: SnapshotPolicy::default(),
-            retention: Some(Duration::from_millis(limits::RETENTION_AGE_DEFAULT_MS)),
-            admission: AdmissionConfig::default(),
-            telemetry: Arc::new(ProcTelemetry),
-            login_shell: None,
-            strict: false,
-            group: None,
-        }
-    }
-
-    /// The spool of a process that keeps `retention` bytes of output (`None`, for a process
-    /// recorded before retention was: the default). Its segments grow with its retention so that
-    /// it holds at most [`limits::RETENTION_SEGMENTS_MAX`] sealed segments: each stays open
-    /// while the spool does, so any retention costs the descriptors the default costs.
-    pub(crate) fn spool_for(&self, retention: Option<u64>) -> SpoolOptions {
-        let retention_bytes = retention.unwrap_or(self.spool.retention_bytes);
-        SpoolOptions {
-            segment_bytes: self
-                .spool
-                .segment_bytes
-                .max(retention_bytes.div_ceil(limits::RETENTION_SEGMENTS_MAX)),
-            retention_bytes,
-        }
-    }
-
-    /// Refuses a configuration no process could honour.
-    fn check(&self) -> Result<(), SupervisorError> {
-        self.admission.check().map_err(SupervisorError::Config)?;
-        let (min, max) = (self.spool.segment_bytes, limits::RETENTION_BYTES_MAX);
-        if min == 0 || !(min..=max).contains(&self.spool.retention_bytes) {
-            return Err(SupervisorError::Config(format!(
-                "spool.retention_bytes {} is out of range (one segment, {min}, to {max}); \
-                 spool.segment_bytes must be positive",
-                self.spool.retention_bytes
-            )));
-        }
-        Ok(())
-    }
-}
 
 /// What the actor owns right now; for hosts' health checks and for tests that prove ownership.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
@@ -221,169 +104,6 @@ pub struct SupervisorStats {
     pub summaries_cached: usize,
     /// The pause gate is closed: new starts are refused.
     pub paused: bool,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum SupervisorError {
-    #[error(transparent)]
-    Lifecycle(#[from] LifecycleError),
-    #[error("no process with handle {0}")]
-    UnknownHandle(Handle),
-    #[error("process {0} is not running")]
-    NotRunning(Handle),
-    #[error("the input of process {0} is closed")]
-    InputClosed(Handle),
-    #[error("writing input to {handle}: {message}")]
-    Input { handle: Handle, message: String },
-    #[error("cursor {cursor} is beyond the end of the output ({total_bytes} bytes)")]
-    CursorAhead { cursor: u64, total_bytes: u64 },
-    #[error("output of {handle}: {message}")]
-    Output { handle: Handle, message: String },
-    #[error("process {0} did not finish within the wait timeout")]
-    WaitTimeout(Handle),
-    #[error("teardown of {handle} failed: {reason}")]
-    TeardownFailed { handle: Handle, reason: String },
-    #[error("the supervisor task failed: {0}")]
-    Task(String),
-    /// The [`SupervisorConfig`] cannot be used; the message names the field.
-    #[error("invalid supervisor configuration: {0}")]
-    Config(String),
-    /// A bound of [`crate::limits`] was reached; nothing already acknowledged was dropped.
-    #[error("the bound {bound} ({limit}) is reached; try again later")]
-    Bound { bound: &'static str, limit: usize },
-    /// The process does not run under a terminal (it was not launched with `Command::pty`).
-    #[error("process {0} has no terminal")]
-    NoTerminal(Handle),
-    /// The root's journal is damaged and [`SupervisorConfig::strict`] refuses to open it; the
-    /// message says what recovery found. Nothing was reconciled or started.
-    #[error("{0}; refusing to open it (strict)")]
-    Damaged(String),
-    /// The terminal could not be resized (or the resize recorded); its size is as it was, or,
-    /// if only the record failed, the new one unrecorded.
-    #[error("resizing the terminal of {handle}: {message}")]
-    Resize { handle: Handle, message: String },
-    /// The output was retired (removed by retention or `clean`); the manifest stays.
-    #[error("the output of {handle} was retired ({reason})")]
-    Retired {
-        handle: Handle,
-        reason: String,
-        at_unix_ms: u64,
-    },
-}
-
-/// Why a start was refused; the prepared process comes back with it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Refusal {
-    ShuttingDown,
-    /// The pause gate is closed (`Supervisor::pause`); running processes go on.
-    Paused,
-    /// The live-process bound ([`SupervisorConfig::max_live`], capped by the descriptor budget).
-    AtCapacity {
-        live: usize,
-        max: usize,
-    },
-    /// The start asked to wait for capacity, but [`limits::ADMISSION_QUEUE_MAX`] starts already
-    /// wait.
-    QueueFull {
-        queued: usize,
-        max: usize,
-    },
-    /// A live process already has this name ([`Command::name`]); names are unique among live
-    /// processes so that one names one.
-    NameTaken {
-        name: String,
-        holder: Handle,
-    },
-}
-
-/// A start that began: its handle, and how long it waited for capacity (`None`: it did not).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Started {
-    pub handle: Handle,
-    pub queued: Option<Duration>,
-}
-
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum StartError {
-    #[error("start refused: {reason:?}")]
-    Refused {
-        prepared: PreparedProcess,
-        reason: Refusal,
-    },
-    /// Admission found no capacity now and the start did not ask to wait for it; the decision
-    /// says why (its inputs: cores, available memory, share, floor, reservations).
-    #[error("no capacity: {}", admission::describe(decision))]
-    Capacity {
-        prepared: PreparedProcess,
-        decision: Box<Decision>,
-    },
-    /// The start waited `waited` for capacity (FIFO) and none came before its deadline; the
-    /// decision is the last one made for it.
-    #[error("no capacity within {waited:?}: {}", admission::describe(decision))]
-    CapacityTimeout {
-        prepared: PreparedProcess,
-        decision: Box<Decision>,
-        waited: Duration,
-    },
-    /// The process could not be spawned; it is recorded as `failed` under `handle`.
-    #[error("{handle} failed to start: {message}")]
-    Spawn {
-        handle: Handle,
-        message: String,
-        /// Which kind of failure, for a caller that answers with an exit status (126, 127).
-        failure: SpawnFailure,
-    },
-    /// The start task ended without an answer (it panicked); what it recorded, the journal has.
-    #[error("start failed: {0}")]
-    Task(String),
-    /// Nothing could be recorded (the journal failed); nothing was spawned.
-    #[error("start not recorded: {error}")]
-    Journal {
-        prepared: PreparedProcess,
-        error: String,
-    },
-    /// The working directory does not exist (or is not a directory): checked before anything is
-    /// journaled, so no record claims the process ran.
-    #[error("working directory {path} does not exist or is not a directory")]
-    WorkingDirectory {
-        prepared: PreparedProcess,
-        path: String,
-    },
-}
-
-/// How output is returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum Rendering {
-    SafeText,
-    Base64,
-}
-
-/// One page of output with every cursor field a client needs to resume exactly.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-pub struct OutputPage {
-    pub handle: Handle,
-    pub cursor: u64,
-    pub next_cursor: u64,
-    pub retained_from: u64,
-    pub total_bytes: u64,
-    pub gap: bool,
-    /// Cursors the read stepped over before its bytes (a gap or damage) and why.
-    pub skipped: Option<crate::spool::Skipped>,
-    pub cursor_ahead: bool,
-    pub rendering: Rendering,
-    /// Safe text, or base64 of exactly the raw bytes.
-    pub data: String,
-    pub normalized: bool,
-    pub binary: bool,
-    pub spans: Vec<Span>,
-    pub artifact: ArtifactDescriptor,
-    pub state: State,
 }
 
 /// Filter for [`Supervisor::list`].
@@ -415,232 +135,6 @@ pub(crate) fn now_unix_ms() -> u64 {
 /// A poisoned lock is still usable: every critical section leaves its data consistent.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
-/// What every supervisor task may read; only the journal's writer is mutable, behind its lock.
-#[derive(Debug)]
-pub(crate) struct Shared {
-    pub config: SupervisorConfig,
-    pub services: Services,
-    pub lifecycle: Mutex<Lifecycle>,
-    root: PathBuf,
-    /// The actor's admission count, published for `live_count` (written by the actor only).
-    live: AtomicUsize,
-    /// The pause gate: set only under the lifecycle lock, together with its journal record
-    /// (`gate.rs`), and read by the actor's start path.
-    paused: AtomicBool,
-    /// The login shell's environment, captured at open (`SupervisorConfig::login_shell`), or
-    /// why not; `None` when no capture was configured.
-    pub login_env: Option<Result<Vec<(String, String)>, String>>,
-    /// What the open found damaged (`lifecycle::damage`), said once at open.
-    damage: Option<String>,
-    /// `trees/`, where guardians leave receipts, held by descriptor: a receipt is removed by
-    /// its handle's name in it, never by a path read back from the journal.
-    pub trees: crate::root::dir::Dir,
-}
-
-impl Shared {
-    /// Validates, appends and acknowledges one lifecycle event off the async threads; the
-    /// lifecycle lock is held only for the write, not for the flush, so concurrent processes
-    /// share group commits.
-    pub async fn append(
-        self: &Arc<Self>,
-        id: EventId,
-        event: LifecycleEvent,
-    ) -> Result<Appended, LifecycleError> {
-        let shared = Arc::clone(self);
-        let joined = tokio::task::spawn_blocking(move || shared.append_blocking(id, &event)).await;
-        match joined {
-            Ok(result) => result,
-            Err(e) => Err(LifecycleError::Journal(
-                crate::journal::JournalError::Poisoned {
-                    cause: format!("append task failed: {e}"),
-                },
-            )),
-        }
-    }
-
-    /// Runs `act` and, if it succeeded, appends and acknowledges `event`, with the lifecycle
-    /// lock held across both: records of actions on one resource (a terminal's size) are then in
-    /// the order the actions took effect, whoever asked for them. `act` must be quick (one
-    /// syscall): every append waits for it. On the calling thread, which must not be a runtime
-    /// thread.
-    pub fn append_after_blocking(
-        &self,
-        id: EventId,
-        event: &LifecycleEvent,
-        act: impl FnOnce() -> Result<(), String>,
-    ) -> Result<Result<Appended, LifecycleError>, String> {
-        let (appended, journal) = {
-            let mut lifecycle = lock(&self.lifecycle);
-            act()?;
-            match lifecycle.append_deferred(id, event) {
-                Ok(a) => (a, lifecycle.journal_arc()),
-                Err(e) => return Ok(Err(e)),
-            }
-        };
-        Ok(journal
-            .acknowledge(appended.position.seq)
-            .map(|()| appended)
-            .map_err(LifecycleError::from))
-    }
-
-    /// [`Shared::append`] on the calling thread, which must not be a runtime thread (it
-    /// waits for a `fdatasync`).
-    pub fn append_blocking(
-        &self,
-        id: EventId,
-        event: &LifecycleEvent,
-    ) -> Result<Appended, LifecycleError> {
-        let (appended, journal) = {
-            let mut lifecycle = lock(&self.lifecycle);
-            (
-                lifecycle.append_deferred(id, event)?,
-                lifecycle.journal_arc(),
-            )
-        };
-        journal.acknowledge(appended.position.seq)?;
-        Ok(appended)
-    }
-
-    /// [`Shared::append_blocking`] without waiting for durability: the record rides the next
-    /// acknowledgement (of a later record, or the next group commit).
-    pub fn append_deferred_blocking(
-        &self,
-        id: EventId,
-        event: &LifecycleEvent,
-    ) -> Result<Appended, LifecycleError> {
-        lock(&self.lifecycle).append_deferred(id, event)
-    }
-
-    /// Writes a snapshot of the manifests if the policy wants one (`at_shutdown`: the shutdown
-    /// rule), and compacts the journal below the older snapshot kept. The lifecycle lock is held
-    /// only while the manifests are encoded; appends go on while the file is written. Runs on
-    /// the calling thread, which must not be a runtime thread (it syncs). `None`: not due.
-    pub fn snapshot_blocking(
-        &self,
-        at_shutdown: bool,
-    ) -> Option<Result<SnapshotWritten, LifecycleError>> {
-        let capture = {
-            let mut lifecycle = lock(&self.lifecycle);
-            if !lifecycle.snapshot_due(&self.config.snapshots, at_shutdown) {
-                return None;
-            }
-            match lifecycle.capture_snapshot() {
-                Ok(Some(capture)) => capture,
-                Ok(None) => return None,
-                Err(e) => return Some(Err(e)),
-            }
-        };
-        let outcome = capture.persist();
-        lock(&self.lifecycle).snapshot_done(outcome.as_ref());
-        match &outcome {
-            Ok(w) => {
-                tracing::debug!(seq = w.seq, bytes = w.file_bytes, compacted = ?w.compacted, "snapshot written")
-            }
-            Err(e) => tracing::warn!(error = %e, "snapshot failed; the journal keeps every record"),
-        }
-        Some(outcome)
-    }
-
-    /// One retention pass (module `lifecycle::retention`): the plan under the lifecycle lock,
-    /// then each retirement acknowledged durable before its spool is removed. Runs on the calling
-    /// thread, which must not be a runtime thread.
-    pub fn retention_blocking(
-        &self,
-        request: &RetentionRequest,
-        held: &HashSet<Handle>,
-    ) -> CleanReport {
-        let now = now_unix_ms();
-        let spool_root = self.root.join("spool");
-        let plan = retention::plan(lock(&self.lifecycle).store(), now, request.older_than, held);
-        let leftovers = {
-            let lifecycle = lock(&self.lifecycle);
-            retention::leftovers(lifecycle.store(), &spool_root)
-        };
-        let leftovers = leftovers.unwrap_or_else(|e| {
-            tracing::warn!(error = %e, "retention: the spool directory could not be listed");
-            Vec::new()
-        });
-        let report = retention::execute(
-            request,
-            plan,
-            leftovers,
-            now,
-            &spool_root,
-            &mut SharedJournal(self),
-            &mut crate::journal::compact::NoCrash,
-        );
-        for f in &report.failed {
-            tracing::warn!(handle = %f.handle, error = %f.error, "retention: output not retired");
-        }
-        if !report.retired.is_empty() || !report.finished.is_empty() {
-            tracing::info!(
-                retired = report.retired.len(),
-                finished = report.finished.len(),
-                dry_run = report.dry_run,
-                "retention pass"
-            );
-        }
-        report
-    }
-
-    /// Where guardians create their receipts.
-    pub fn receipts_dir(&self) -> PathBuf {
-        self.root.join("trees")
-    }
-
-    pub fn spool_dir(&self, handle: &Handle) -> PathBuf {
-        self.root.join("spool").join(handle.to_string())
-    }
-}
-
-/// A retention pass's journal: the supervisor's, behind its lock.
-struct SharedJournal<'a>(&'a Shared);
-
-impl retention::RetireJournal for SharedJournal<'_> {
-    fn manifest(&mut self, handle: &Handle) -> Option<Manifest> {
-        lock(&self.0.lifecycle).manifest(handle).cloned()
-    }
-    fn append(&mut self, id: EventId, event: &LifecycleEvent) -> Result<(), LifecycleError> {
-        self.0.append_blocking(id, event).map(drop)
-    }
-}
-
-/// Records a stop request; refused only if the process became terminal meanwhile, which is fine.
-pub(crate) async fn request_stop(shared: &Arc<Shared>, proc: &Proc, reason: &str) {
-    let event = LifecycleEvent::StopRequested(StopRequested {
-        handle: proc.handle,
-        reason: reason.to_owned(),
-        requested_by: "supervisor".to_owned(),
-        at_unix_ms: now_unix_ms(),
-    });
-    let _ = shared.append(EventId::new_v7(), event).await;
-}
-
-/// Why a spawn failed, as far as a caller tells the cases apart: the shell's exit statuses 127
-/// (not found) and 126 (found, but it cannot be executed) mean these.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(rename_all = "snake_case")]
-pub enum SpawnFailure {
-    /// No such program (not on the search path, or no such file).
-    NotFound,
-    /// The program exists but cannot be executed (no execute permission, not an executable
-    /// format, a directory).
-    NotExecutable,
-    /// Anything else (a resource, the guardian, the registration).
-    Other,
-}
-
-impl SpawnFailure {
-    pub(crate) fn of(error: &crate::tree::SpawnError) -> SpawnFailure {
-        match error {
-            crate::tree::SpawnError::NotFound(_) => SpawnFailure::NotFound,
-            crate::tree::SpawnError::NotExecutable(_) => SpawnFailure::NotExecutable,
-            _ => SpawnFailure::Other,
-        }
-    }
 }
 
 /// A durable supervisor of processes under one runtime root. Cheap to clone.
@@ -1316,118 +810,10 @@ impl Supervisor {
     }
 }
 
-/// Renders one spool read of `requested` bytes as a page of at most `max_bytes`: the one
-/// rendering shared by live processes, restored ones and offline readers, so every surface shows
-/// the same bytes with the same cursor fields. The flag is true when the read was too short to
-/// hold the page's first unit of safe text (a character, a `\r\n`, an escape sequence): the
-/// caller then reads again with the next of [`render::page_read_sizes`] (see
-/// [`read_page`] for the loop of a synchronous reader).
-pub fn render_page(
-    handle: &Handle,
-    state: State,
-    cursor: u64,
-    read: &crate::spool::SpoolRead,
-    requested: usize,
-    max_bytes: usize,
-    rendering: Rendering,
-) -> (OutputPage, bool) {
-    let start = read.next_cursor - read.bytes.len() as u64;
-    let (data, normalized, binary, next_cursor, stalled) = match rendering {
-        Rendering::SafeText => {
-            let r =
-                render::safe_text_of_read(handle, read, requested, max_bytes, state.is_terminal());
-            (
-                r.safe.text,
-                r.safe.normalized,
-                r.safe.binary,
-                r.next_cursor,
-                r.stalled,
-            )
-        }
-        Rendering::Base64 => {
-            let binary = render::safe_text(&read.bytes, true).binary;
-            (
-                render::base64(&read.bytes),
-                false,
-                binary,
-                read.next_cursor,
-                false,
-            )
-        }
-    };
-    let spans = read
-        .spans
-        .iter()
-        .filter(|s| s.cursor < next_cursor)
-        .map(|s| Span {
-            len: s.len.min((next_cursor - s.cursor) as u32),
-            ..*s
-        })
-        .collect();
-    let page = OutputPage {
-        handle: *handle,
-        cursor,
-        next_cursor,
-        retained_from: read.retained_from,
-        total_bytes: read.total_bytes,
-        gap: read.gap,
-        skipped: read.skipped.clone(),
-        cursor_ahead: false,
-        rendering,
-        data,
-        normalized,
-        binary,
-        spans,
-        artifact: ArtifactDescriptor::new(handle, start, next_cursor),
-        state,
-    };
-    (page, stalled)
-}
-
-/// Reads and renders one page with a synchronous reader (`read(size)` reads up to `size` bytes
-/// from `cursor`), reading again while the page's first unit of safe text did not fit (see
-/// [`render_page`]); for offline readers of a spool.
-pub fn read_page<E>(
-    handle: &Handle,
-    state: State,
-    cursor: u64,
-    max_bytes: usize,
-    rendering: Rendering,
-    mut read: impl FnMut(usize) -> Result<crate::spool::SpoolRead, E>,
-) -> Result<OutputPage, E> {
-    let [first, rest @ ..] = match rendering {
-        Rendering::SafeText => render::page_read_sizes(max_bytes),
-        Rendering::Base64 => [max_bytes; 3],
-    };
-    let (mut page, mut stalled) = render_page(
-        handle,
-        state,
-        cursor,
-        &read(first)?,
-        first,
-        max_bytes,
-        rendering,
-    );
-    for size in rest {
-        if !stalled {
-            break;
-        }
-        (page, stalled) = render_page(
-            handle,
-            state,
-            cursor,
-            &read(size)?,
-            size,
-            max_bytes,
-            rendering,
-        );
-    }
-    Ok(page)
-}
-
 #[cfg(test)]
 mod retention_tests {
     use super::*;
+    use crate::spool::SpoolOptions;
 
     /// The default keeps the default spool; a larger retention gets larger segments, never more
     /// than `RETENTION_SEGMENTS_MAX` of them; a smaller one keeps the configured segment size.
