@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::SupervisorError;
+#[cfg(doc)]
+use super::{Command, Supervisor};
 use crate::admission::{AdmissionConfig, ProcTelemetry, Telemetry};
 use crate::journal::Durability;
 use crate::lifecycle::SnapshotPolicy;

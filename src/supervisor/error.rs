@@ -6,8 +6,12 @@ use std::time::Duration;
 use serde::Serialize;
 
 use super::command::PreparedProcess;
+#[cfg(doc)]
+use super::{Command, SupervisorConfig};
 use crate::admission::{self, Decision};
 use crate::lifecycle::{Handle, LifecycleError};
+#[cfg(doc)]
+use crate::limits;
 
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
