@@ -14,6 +14,13 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// A file's path from the crate root `root`, and its text.
+fn read_relative(root: &Path, file: &Path) -> (String, String) {
+    let text = std::fs::read_to_string(file).expect("read source");
+    let rel = file.strip_prefix(root).expect("under the root");
+    (rel.display().to_string(), text)
+}
+
 /// Every `.rs` file under `src/<area>` (`""`: all of `src`), as (path from the crate root, text),
 /// in a stable order.
 fn sources(area: &str) -> Vec<(String, String)> {
@@ -23,15 +30,7 @@ fn sources(area: &str) -> Vec<(String, String)> {
     files.sort();
     files
         .into_iter()
-        .map(|file| {
-            let text = std::fs::read_to_string(&file).expect("read source");
-            let rel = file
-                .strip_prefix(root)
-                .expect("under the root")
-                .display()
-                .to_string();
-            (rel, text)
-        })
+        .map(|file| read_relative(root, &file))
         .collect()
 }
 
@@ -864,12 +863,7 @@ fn comments() -> Vec<(String, usize, String)> {
     files.push(root.join("tests/mcp/session_test.py"));
     let mut out = Vec::new();
     for file in files {
-        let text = std::fs::read_to_string(&file).expect("read source");
-        let rel = file
-            .strip_prefix(root)
-            .expect("under the root")
-            .display()
-            .to_string();
+        let (rel, text) = read_relative(root, &file);
         let rust = file.extension().is_some_and(|e| e == "rs");
         for (n, line) in text.lines().enumerate() {
             let comment = if rust {

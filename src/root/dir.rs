@@ -139,21 +139,19 @@ impl Dir {
     /// checked as [`Dir::open`] checks.
     pub(crate) fn sub(&self, name: &str, create: bool) -> io::Result<Dir> {
         let name = component(name)?;
-        if create {
-            let shared = fsx::is_shared(self.mode()?);
-            match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o700)) {
-                Ok(()) => {
-                    let sub = Dir::from_fd(open_dir_at(self.fd.as_fd(), name)?, self.join(name));
-                    if shared {
-                        fsx::fchmod(&sub.fd, fsx::SHARED_DIR)?;
-                    }
-                    self.sync()?;
-                }
-                Err(nix::errno::Errno::EEXIST) => {}
+        let created = create
+            && match nix::sys::stat::mkdirat(&self.fd, name, Mode::from_bits_truncate(0o700)) {
+                Ok(()) => true,
+                Err(nix::errno::Errno::EEXIST) => false,
                 Err(e) => return Err(e.into()),
-            }
-        }
+            };
         let sub = Dir::from_fd(open_dir_at(self.fd.as_fd(), name)?, self.join(name));
+        if created {
+            if fsx::is_shared(self.mode()?) {
+                fsx::fchmod(&sub.fd, fsx::SHARED_DIR)?;
+            }
+            self.sync()?;
+        }
         sub.check()?;
         Ok(sub)
     }
