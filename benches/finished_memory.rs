@@ -9,7 +9,7 @@
 //!   publications, checkpoints, a terminal event, completion; `lifecycle::workload`) through
 //!   `Lifecycle::append`: what an embedded supervisor or the daemon holds after running them
 //!   (the projection of every manifest and the journal's event-ID index; not the actor's bounded
-//!   caches, nor real processes: the daemon's own figure is `tests/daemon_scale.rs`'s);
+//!   caches, nor real processes: the daemon's own figure is `tests/it/daemon_scale.rs`'s);
 //! - restore: a second child opens the same root (`Lifecycle::open`, the whole replay): what a
 //!   restarted daemon holds;
 //! - baseline: a `HashMap<Handle, u64>` of N entries (a handle and a seq): what would remain per

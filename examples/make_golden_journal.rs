@@ -5,7 +5,7 @@
 //! `LOCK` is deleted at the end: a fixture has no writer). That fixture is frozen: never regenerate
 //! it, because its point is that bytes written by an *old* version still open. When the format
 //! changes, bump the version, extend this program if needed, and commit its output as a new
-//! `tests/data/journal-vN/` next to the old ones. `tests/golden_journal.rs` lists, independently of
+//! `tests/data/journal-vN/` next to the old ones. `tests/it/golden_journal.rs` lists, independently of
 //! this program, exactly what the v1 fixture holds.
 
 use std::collections::BTreeMap;

@@ -12,7 +12,7 @@
 //! [`Reader`] reads the same encoding by hand, borrowing from the payload, for hot paths (replay)
 //! where bincode's owned decoding costs more than the rest of the work. It is the second and last
 //! place that knows the encoding; a decoder built on it must accept exactly the bytes that
-//! [`decode`] accepts for the same type (differential tests in `tests/decoder_props.rs` and the
+//! [`decode`] accepts for the same type (differential tests in `tests/it/decoder_props.rs` and the
 //! `lifecycle_store` fuzz target hold each such decoder to that).
 
 use crate::limits::RECORD_PAYLOAD_BYTES_MAX;

@@ -1,4 +1,4 @@
-//! Bodies of the cargo-fuzz targets, kept in the library so that `tests/fuzz_regressions.rs` replays
+//! Bodies of the cargo-fuzz targets, kept in the library so that `tests/it/fuzz_regressions.rs` replays
 //! every committed seed and regression input through exactly the same code on stable Rust in CI.
 //! Each function must never panic on any input except when an invariant it checks is broken.
 //!
@@ -18,7 +18,7 @@
 //! - [`replay`]: structure-aware; the input describes a sequence of records, mostly real
 //!   lifecycle events of every kind over four handles, plus mutated payloads, garbage, other
 //!   kinds and codec versions, fed to `Replayer`: the report, the manifests and determinism
-//!   ([`check_replay`], which `tests/lifecycle_props.rs` also runs on its own sequences).
+//!   ([`check_replay`], which `tests/it/lifecycle_props.rs` also runs on its own sequences).
 //! - [`guardian_control`]: the guardian's control lines (`tree::guardian::wire`): the line splitter
 //!   under every chunking, both message decoders, and their round trip.
 //! - [`guardian_receipt`]: the guardian's exit-receipt decoder, as given and with its checksum
@@ -26,19 +26,19 @@
 //! - [`snapshot_decode`]: the snapshot decoder, as given and behind a header fixed up to vouch
 //!   for the payload, and its round trip.
 //! - [`mcp_tool_call`] (with `mcp`): the MCP server's tool lookup and argument decoding
-//!   ([`check_tool_call`], which `tests/mcp_props.rs` also runs on its own names and arguments).
+//!   ([`check_tool_call`], which `tests/it/mcp_props.rs` also runs on its own names and arguments).
 //! - [`env_file`] (with `cli`): the `--env-file` decoder and its round trip.
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
 //!
 //! Every minimised crash the campaigns found is kept in `fuzz/regressions/<target>/` and replayed by
-//! `tests/fuzz_regressions.rs`; those of bugs not fixed yet are listed in [`KNOWN_BUGS`] (and in
+//! `tests/it/fuzz_regressions.rs`; those of bugs not fixed yet are listed in [`KNOWN_BUGS`] (and in
 //! that test's `OPEN_BUGS`, which checks that they still fail).
 //!
 //! Each layer keeps the bodies of its own decoders beside them, in a `fuzz` module behind
 //! the `fuzzing` feature (`src/journal/fuzz.rs`, `src/lifecycle/fuzz.rs`, ...), where the layer
-//! check of `tests/tidy.rs` covers them like any other file; this file only names them.
+//! check of `tests/it/tidy.rs` covers them like any other file; this file only names them.
 
 /// Bugs the campaigns found that are not fixed yet: `(target, regression input, what is wrong)`.
 /// Each input is in `fuzz/regressions/<target>/` and still fails its target.

@@ -12,7 +12,7 @@
 //!   a failed command as a success.
 //!
 //! Invariant: nothing in `src/cli` writes with `println!`, `print!` or `eprintln!`
-//! (`tests/cli_broken_pipe.rs` drives every subcommand into a closed pipe).
+//! (`tests/it/cli_broken_pipe.rs` drives every subcommand into a closed pipe).
 
 use std::fmt;
 use std::io::{self, Write};

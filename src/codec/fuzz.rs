@@ -1,5 +1,5 @@
 //! Fuzz-target bodies of this layer's decoders (see `crate::fuzzing`, the registry the
-//! cargo-fuzz targets and `tests/fuzz_regressions.rs` call them through).
+//! cargo-fuzz targets and `tests/it/fuzz_regressions.rs` call them through).
 
 use std::collections::BTreeMap;
 

@@ -1,6 +1,6 @@
 //! The writable mapping of the active segment: the journal's only `unsafe`. (The other four
 //! files that hold some are in src/tree: process, descriptor and signal calls that nix and
-//! rustix do not wrap; tests/tidy.rs lists all five.)
+//! rustix do not wrap; tests/it/tidy.rs lists all five.)
 //!
 //! Contract (who keeps each part):
 //! - A segment file is preallocated to its full length by writing zeroes and syncing before it is

@@ -34,7 +34,7 @@
 //! frames are read by hand (`read_manifest`, `read_retained`, on `codec::Reader`: bincode's
 //! generic decoding was most of a restore); they accept exactly what bincode's derived decoders
 //! accept, to equal values, and whatever they refuse goes to bincode, whose error is the one
-//! reported ([`decode_reference`] decodes with bincode alone; `tests/snapshot_props.rs` and the
+//! reported ([`decode_reference`] decodes with bincode alone; `tests/it/snapshot_props.rs` and the
 //! `snapshot_decode` fuzz target compare the two on every input).
 //!
 //! Adding a field to a manifest frame: add it to `ManifestOut` and `ManifestIn` in the same
@@ -497,7 +497,7 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 
 /// Reads a [`ManifestIn`] by hand, field by field in the order it declares them (its derived
 /// bincode encoding). Accepts exactly what `codec::decode_frame::<ManifestIn>` accepts, to equal
-/// values (`Reader::frame`; `tests/snapshot_props.rs` and the `snapshot_decode` fuzz target hold
+/// values (`Reader::frame`; `tests/it/snapshot_props.rs` and the `snapshot_decode` fuzz target hold
 /// it to that). One line per field: a field added to [`ManifestIn`] is added here, in the same
 /// place.
 ///

@@ -14,7 +14,7 @@
 //! reserved); and accepts exactly the payloads [`LifecycleEvent::decode_reference`] (bincode)
 //! accepts, decoding them to equal values. [`LifecycleEvent::decode`] only ever returns an error
 //! from the reference decoder, so error texts are the same whichever decoder ran. Checked by the
-//! differential properties in `tests/decoder_props.rs` and by the `lifecycle_store` fuzz target.
+//! differential properties in `tests/it/decoder_props.rs` and by the `lifecycle_store` fuzz target.
 
 use std::collections::BTreeMap;
 

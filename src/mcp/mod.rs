@@ -16,7 +16,7 @@
 //! socket accept exactly the same values and give exactly the same results, except that a tool's
 //! result leaves out every `null` member (MCP never carries null: an argument may not be null
 //! either). Its output schema is the reduced JSON Schema of the result type dispatch serializes
-//! (`schema::output`; `tests/mcp_stdio.rs` validates every tool's results against it).
+//! (`schema::output`; `tests/it/mcp_stdio.rs` validates every tool's results against it).
 //!
 //! Invariants:
 //! - a tool call never fails at the protocol level because of its arguments or the process it
@@ -561,7 +561,7 @@ fn null_path(value: &Value, at: String) -> Option<String> {
 /// Decodes one `tools/call`: looks the tool up by name among those listed and validates its
 /// `arguments` into the protocol request it runs ([`protocol::request_from_args`], the socket's
 /// own validation). Pure and total: the decoder of the client's tool calls, fuzzed
-/// (`fuzz/fuzz_targets/mcp_tool_call.rs`) and proptested (`tests/mcp_props.rs`). Arguments left
+/// (`fuzz/fuzz_targets/mcp_tool_call.rs`) and proptested (`tests/it/mcp_props.rs`). Arguments left
 /// out are the same as an empty object.
 pub fn decode_call(name: &str, arguments: Option<JsonObject>) -> Result<ToolCall, CallError> {
     let Some(spec) = TOOLS.iter().find(|t| t.name == name) else {

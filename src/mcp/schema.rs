@@ -7,7 +7,7 @@
 //! null (`["integer","null"]`, `anyOf [{"$ref"}, {"type":"null"}]`), which a client cannot map
 //! to one type, and every doc comment as prose. This module rewrites them.
 //!
-//! Invariants (proved by `tests/mcp_stdio.rs`, `tests/mcp_python.rs`, `tests/mcp/inspector.sh`):
+//! Invariants (proved by `tests/it/mcp_stdio.rs`, `tests/it/mcp_python.rs`, `tests/mcp/inspector.sh`):
 //! - only standard formats remain: a numeric format becomes the `minimum` (and, below 64 bits,
 //!   the `maximum`) it means, unless the schema already bounds the value more tightly;
 //! - an input schema has no `$ref` and no union with null: an optional field is its own type,

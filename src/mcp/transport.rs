@@ -27,7 +27,7 @@
 //!   from here and the server's alike.
 //!
 //! [`classify`] is the decoder of the client's bytes: total, fuzzed
-//! (`fuzz/fuzz_targets/mcp_line.rs`) and proptested (`tests/mcp_props.rs`).
+//! (`fuzz/fuzz_targets/mcp_line.rs`) and proptested (`tests/it/mcp_props.rs`).
 
 use std::collections::HashSet;
 use std::io;

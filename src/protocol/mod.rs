@@ -9,7 +9,7 @@
 //! Invariants:
 //! - [`decode_request`] is total: any bytes give an [`Envelope`] or a typed [`ProtocolError`],
 //!   never a panic (fuzzed by `fuzz/fuzz_targets/protocol_request.rs`, proptested in
-//!   `tests/protocol_props.rs`);
+//!   `tests/it/protocol_props.rs`);
 //! - a decoded [`Request`] is fully validated: handles parsed, base64 decoded, every number within
 //!   its documented range, unknown fields refused; dispatch never sees a malformed value;
 //! - decoding touches nothing: only [`dispatch`] acts, so a bad request changes nothing on disk;

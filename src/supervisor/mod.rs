@@ -21,7 +21,7 @@
 //! - Restore never signals a persisted pid. Signals go only to trees this supervisor launched.
 //! - Every task the supervisor spawns is in the actor's task set, and shutdown joins it (bounded).
 //! - No lock is held across an await (clippy's `await_holding_lock` is denied, and
-//!   `tests/tidy.rs` allows a lock type only in the files that own one). The journal's writer
+//!   `tests/it/tidy.rs` allows a lock type only in the files that own one). The journal's writer
 //!   is behind one lock, held for an append or a manifest read; a live process's output is
 //!   behind one lock shared by its drain and its readers; nothing else is shared mutably.
 

@@ -1,6 +1,6 @@
 """Drives `procjournal mcp` with the official Python MCP client SDK (the `mcp` package).
 
-Run by tests/mcp_python.rs (cargo test) with the venv's python:
+Run by tests/it/mcp_python.rs (cargo test) with the venv's python:
 
     target/mcp-venv/bin/python tests/mcp/session_test.py --binary target/debug/procjournal --workdir DIR
 

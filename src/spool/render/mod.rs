@@ -29,7 +29,7 @@
 //!   `max_bytes`), except that its first unit is always taken whole, however long: a page
 //!   smaller than one character returns that one character, and its next cursor is after it.
 //!   So every page makes progress, and concatenating the pages read cursor by cursor gives
-//!   exactly the safe text of the whole output (`tests/render_pages.rs`). A page's bytes may
+//!   exactly the safe text of the whole output (`tests/it/render_pages.rs`). A page's bytes may
 //!   therefore exceed `max_bytes` by the rest of its first unit (three bytes for a character).
 //!   [`safe_text_of_read`] says when a read was too short to hold that first unit
 //!   ([`RenderedRead::stalled`]); the caller reads again with the next of [`page_read_sizes`].

@@ -1,0 +1,161 @@
+//! A tap on a process's output (live output with backpressure), through the library
+//! with real processes: a full tap stops the drain's reads (the workload blocks in `write`) but
+//! not its checkpoints nor its wall-clock limit; a dropped receiver lets the process run on; and
+//! what the tap delivers is exactly what the spool keeps.
+//!
+//! Nothing here measures time: the sleeps give a broken drain the chance to show itself (a
+//! marker file written too early), and every wait on a condition has only a hang guard.
+
+use crate::common::supervisor as supervisor_common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use procjournal::lifecycle::State;
+use procjournal::lifecycle::event::{CaptureStatus, ExitStatus};
+use procjournal::spool::format::Stream;
+use procjournal::supervisor::{Supervisor, Tap, TapChunk};
+use supervisor_common::{KillGuard, config, guarded, open, sh, temp_root};
+use tokio::sync::mpsc;
+
+/// Far more than the slack between a workload and a tap's consumer (a 1 MiB pipe per stream
+/// and `TAP_DEPTH` chunks of 256 KiB): a workload that got this far was not held back.
+const BEYOND_SLACK: u64 = 16 * 1024 * 1024;
+
+/// Long enough for an unthrottled workload to write `BEYOND_SLACK` many times over.
+const PAUSE: Duration = Duration::from_millis(500);
+
+async fn start_tapped(
+    sup: &Supervisor,
+    command: procjournal::supervisor::Command,
+) -> (procjournal::lifecycle::Handle, mpsc::Receiver<TapChunk>) {
+    let (tap, rx) = Tap::new();
+    let prepared = sup.prepare(command).expect("prepare").with_tap(tap);
+    match sup.start(prepared).await {
+        Ok(h) => (h, rx),
+        Err(e) => panic!("start failed: {e}"),
+    }
+}
+
+/// Takes every chunk until the tap ends; returns (stdout bytes, stderr bytes).
+async fn read_all(rx: &mut mpsc::Receiver<TapChunk>) -> (u64, u64) {
+    let (mut out, mut err) = (0u64, 0u64);
+    guarded("the tap's end", async {
+        while let Some(chunk) = rx.recv().await {
+            match chunk.stream {
+                Stream::Stdout => out += chunk.bytes.len() as u64,
+                Stream::Stderr => err += chunk.bytes.len() as u64,
+                Stream::Terminal => panic!("a pipe launch has no terminal stream"),
+            }
+        }
+    })
+    .await;
+    (out, err)
+}
+
+fn marker_script(marker: &Path) -> String {
+    format!(
+        "head -c {BEYOND_SLACK} /dev/zero; : > '{}'; echo done",
+        marker.display()
+    )
+}
+
+/// A consumer that reads nothing holds the workload in `write`; the drain still records
+/// checkpoints meanwhile; once the consumer reads, every byte arrives, and the tap carries
+/// exactly what the spool counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_tap_blocks_the_workload_but_not_the_checkpoints() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.checkpoint_interval = Duration::from_millis(20);
+    let (sup, _events) = open(cfg).await;
+    let mut guard = KillGuard::new(&sup);
+    let marker = root.path().join("wrote-everything");
+    let (h, mut rx) = start_tapped(&sup, sh(root.path(), &marker_script(&marker))).await;
+    guard.watch(h);
+    // The drain read what fits in the tap, then stopped reading; its checkpoints go on.
+    guarded("a checkpoint while the tap is full", async {
+        while sup.manifest(&h).expect("manifest").bounds.total_bytes == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(PAUSE).await;
+    assert!(
+        !marker.exists(),
+        "the workload wrote everything while nobody read the tap"
+    );
+    let held = sup.manifest(&h).expect("manifest");
+    assert!(!held.state.is_terminal(), "{:?}", held.state);
+    assert!(held.bounds.total_bytes < BEYOND_SLACK, "{:?}", held.bounds);
+
+    let (out, err) = read_all(&mut rx).await;
+    assert!(marker.exists());
+    assert_eq!((out, err), (BEYOND_SLACK + 5, 0));
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    assert_eq!(s.capture, CaptureStatus::Complete);
+    assert_eq!(s.bounds.total_bytes, out + err);
+}
+
+/// The wall-clock limit ends a workload blocked behind a full tap; the bytes the workload left
+/// in its pipe are still owed to the consumer, who gets them all however late it reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wall_clock_limit_fires_while_the_tap_is_full() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let mut guard = KillGuard::new(&sup);
+    let marker = root.path().join("wrote-everything");
+    let pid_file = root.path().join("pid");
+    let script = format!(
+        "echo $$ > '{}'; {}",
+        pid_file.display(),
+        marker_script(&marker)
+    );
+    let command = sh(root.path(), &script).timeout(Duration::from_millis(300));
+    let (h, mut rx) = start_tapped(&sup, command).await;
+    guard.watch(h);
+    // The leader is gone while nobody has read the tap: the limit fired behind it.
+    guarded("the leader's end", async {
+        loop {
+            if let Ok(pid) = std::fs::read_to_string(&pid_file)
+                && let Ok(pid) = pid.trim().parse::<i32>()
+                && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None).is_err()
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(PAUSE).await;
+    // Still owed to the consumer: the drain waits for it rather than cutting the output short.
+    assert!(!sup.manifest(&h).expect("manifest").state.is_terminal());
+    let (out, err) = read_all(&mut rx).await;
+    assert!(!marker.exists());
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert_eq!(s.state, State::TimedOut);
+    assert_eq!(s.capture, CaptureStatus::Complete);
+    assert_eq!(s.bounds.total_bytes, out + err);
+    assert!(out > 0 && out < BEYOND_SLACK, "{out}");
+}
+
+/// A consumer that goes away (its receiver dropped) does not hold the workload: the drain reads
+/// on without the tap, and the spool has every byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_tap_lets_the_workload_run_on() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let mut guard = KillGuard::new(&sup);
+    let marker = root.path().join("wrote-everything");
+    let (h, rx) = start_tapped(&sup, sh(root.path(), &marker_script(&marker))).await;
+    guard.watch(h);
+    tokio::time::sleep(PAUSE).await;
+    assert!(!marker.exists());
+    drop(rx);
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert!(marker.exists());
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    assert_eq!(s.capture, CaptureStatus::Complete);
+    assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+}

@@ -1,0 +1,406 @@
+//! Ownership of trees past the life of whoever started them: exit receipts, assessment, held
+//! capacity and identity witnesses. Real guardians, real signals.
+
+use crate::common::daemon as daemon_common;
+use crate::common::supervisor as supervisor_common;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use procjournal::lifecycle::State;
+use procjournal::lifecycle::event::ExitProof;
+use procjournal::supervisor::Command;
+use procjournal::tree::{GuardianLauncher, GuardianProgram};
+use supervisor_common::{config, guarded, open, start, temp_root};
+
+fn guardian() -> Arc<GuardianLauncher> {
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal").into());
+    Arc::new(GuardianLauncher::new(program).expect("guardian launcher"))
+}
+
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        s.rsplit(')')
+            .next()
+            .is_some_and(|rest| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+/// How many processes have `parent` as their parent now.
+fn children_of(parent: u32) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit(')')
+                    .next()
+                    .and_then(|r| r.split_whitespace().nth(1))
+                    == Some(parent.to_string().as_str())
+            })
+        })
+        .count()
+}
+
+fn boot_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .expect("boot id")
+        .trim()
+        .to_owned()
+}
+
+async fn poll<F: Fn() -> bool>(what: &str, done: F) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A guardian SIGKILLed under a running workload leaves a tree nothing can prove gone: the
+/// process ends `unverified` and keeps its capacity; a changed boot id (through the test hook on
+/// the boot id source) then proves the former lifetime over and releases it, with no signal to
+/// the workload, which still runs afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_guardian_holds_capacity_until_a_new_boot_releases_it_without_a_signal() {
+    let root = temp_root();
+    let boot_file = root.path().join("boot_id");
+    std::fs::write(&boot_file, boot_id()).unwrap();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    cfg.boot_id_source = boot_file.clone();
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(
+        &sup,
+        Command::new("sh")
+            .arg("-c")
+            .arg("echo up; exec sleep 300")
+            .cwd(root.path()),
+    )
+    .await;
+    let m = sup.manifest(&handle).expect("manifest");
+    let scope = m
+        .scope
+        .clone()
+        .expect("a scope is recorded before the workload runs");
+    let guardian = scope.guardian.expect("a guardian");
+    let workload = scope.workload.pid;
+    assert!(alive(workload) && alive(guardian.pid));
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(guardian.pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert!(summary.state.is_terminal());
+    let stats = sup.stats().await.unwrap();
+    assert_eq!((stats.unverified, stats.live), (1, 1), "{stats:?}");
+    assert_eq!(sup.manifest(&handle).unwrap().released, None);
+    // The assessment keeps looking, and keeps the capacity, while nothing proves an exit.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(sup.stats().await.unwrap().unverified, 1);
+
+    std::fs::write(&boot_file, "00000000-0000-4000-8000-000000000001").unwrap();
+    poll("the held tree released", || sup.live_count() == 0).await;
+    assert_eq!(
+        sup.manifest(&handle).unwrap().released,
+        Some(ExitProof::BootChanged)
+    );
+    assert!(alive(workload), "release must not signal anything");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(workload as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// A workload that leaves nothing behind ends with its guardian's receipt recorded as the
+/// proof, and the receipt file is retired once that record is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_exit_is_proven_by_a_verified_receipt() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(
+        &sup,
+        Command::new("sh").arg("-c").arg("exit 4").cwd(root.path()),
+    )
+    .await;
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert_eq!(summary.state, State::Exited);
+    let m = sup.manifest(&handle).unwrap();
+    match m.released {
+        Some(ExitProof::Receipt { status, reaped }) => {
+            assert_eq!(status, procjournal::lifecycle::event::ExitStatus::Code(4));
+            assert_eq!(reaped, 1);
+        }
+        other => panic!("expected a receipt, got {other:?}"),
+    }
+    // Once the release is durable the receipt has served its purpose: no file outlives it.
+    let receipt = m.scope.unwrap().receipt.unwrap();
+    assert!(!Path::new(&receipt.path).exists(), "{}", receipt.path);
+    assert_eq!(sup.stats().await.unwrap().live, 0);
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// A command that cannot be executed fails after its guardian recorded its scope (the guardian
+/// gates the exec): the start is refused as a spawn failure, and the manifest still carries the
+/// guardian's tree as released by its receipt, with the receipt retired,
+/// at once. It used to read `unverified: no receipt yet` until a later restore looked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_exec_is_released_by_its_guardians_receipt_at_once() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    for program in ["./procjournal-test-no-such-program", "./not-executable"] {
+        std::fs::write(root.path().join("not-executable"), "#!/bin/sh\n").unwrap();
+        let prepared = sup.prepare(Command::new(program).cwd(root.path())).unwrap();
+        let handle = match sup.start(prepared).await {
+            Err(procjournal::supervisor::StartError::Spawn { handle, .. }) => handle,
+            other => panic!("{program}: expected a spawn failure, got {other:?}"),
+        };
+        let m = sup.manifest(&handle).unwrap();
+        assert_eq!(m.state, State::Failed);
+        // The child whose exec failed exits 126/127, or is ended by the guardian's teardown
+        // when the launch drops its control socket first (SIGTERM): either way reaped, by
+        // receipt.
+        match &m.released {
+            Some(ExitProof::Receipt { reaped, .. }) => assert_eq!(*reaped, 1),
+            other => panic!("{program}: expected a receipt, got {other:?}"),
+        }
+        let receipt = m.scope.as_ref().unwrap().receipt.as_ref().unwrap();
+        assert!(!Path::new(&receipt.path).exists(), "{}", receipt.path);
+    }
+    assert_eq!(sup.stats().await.unwrap().live, 0);
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+fn ps_json(root: &Path) -> Vec<serde_json::Value> {
+    let (code, out, err) = daemon_common::client(root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect()
+}
+
+/// The daemon SIGKILLed with live trees: each guardian takes its tree down and writes its
+/// receipt; the next daemon reports the processes `lost_on_restore` as lifecycle state and
+/// their trees `exited`, proven by those receipts, in `ps` with the mechanism that owned them.
+#[test]
+fn after_a_daemon_sigkill_the_next_one_reports_the_trees_exited_by_receipt() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = daemon_common::Daemon::start(root);
+    let mut handles = Vec::new();
+    for script in [
+        "sleep 300",
+        "trap '' TERM; sleep 300 & wait",
+        "(setsid sleep 300 &); sleep 300",
+    ] {
+        let (code, out, err) = daemon_common::client(root, &["start", "--", "sh", "-c", script]);
+        assert_eq!(code, 0, "{err}");
+        handles.push(out.trim().to_owned());
+    }
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait_exit();
+    let _again = daemon_common::Daemon::start(root);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let listed = ps_json(root);
+        let ours: Vec<_> = listed
+            .iter()
+            .filter(|p| handles.iter().any(|h| p["handle"] == serde_json::json!(h)))
+            .collect();
+        assert_eq!(ours.len(), 3);
+        for p in &ours {
+            assert_eq!(p["state"], serde_json::json!("lost_on_restore"), "{p}");
+            assert!(
+                ["cgroup", "guardian"].contains(&p["mechanism"].as_str().unwrap_or("")),
+                "{p}"
+            );
+        }
+        let proven = ours.iter().all(|p| {
+            p["ownership"]["assessment"] == serde_json::json!("exited")
+                && p["ownership"]["proof"]["by"] == serde_json::json!("receipt")
+        });
+        if proven {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not all proven: {ours:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Under a guardian the workload starts clean: descriptors 0, 1 and 2 only (never the
+/// guardian's control socket, signalfd or receipt), nothing blocked, nothing ignored (SIGPIPE
+/// included, though the Rust runtime ignores it in the guardian), in a session of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guarded_workload_inherits_nothing_of_its_guardian() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(&sup, Command::new("sleep").arg("30").cwd(root.path())).await;
+    let m = sup.manifest(&handle).unwrap();
+    let pid = m.scope.unwrap().workload.pid;
+    // The dynamic loader of `sleep` may still hold a library open just after exec: wait for
+    // the fd table to settle (bounded), then it must be exactly 0, 1 and 2.
+    let fds = || {
+        let mut fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        fds.sort();
+        fds
+    };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while fds() != ["0", "1", "2"] && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let links: Vec<_> = fds()
+        .iter()
+        .map(|fd| std::fs::read_link(format!("/proc/{pid}/fd/{fd}")))
+        .collect();
+    assert_eq!(fds(), ["0", "1", "2"], "{links:?}");
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    // glibc keeps its two internal signals (32 and 33, below SIGRTMIN, unusable by programs)
+    // ignored in every posix_spawn child, and the guardian is one; everything else is clear.
+    let glibc_internal = (1u64 << 31) | (1u64 << 32);
+    for field in ["SigBlk:", "SigIgn:"] {
+        let line = status.lines().find(|l| l.starts_with(field)).unwrap();
+        let mask = u64::from_str_radix(line[field.len()..].trim(), 16).unwrap();
+        assert_eq!(mask & !glibc_internal, 0, "{line}");
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit(')')
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .collect();
+    // Field 6 (session) is the workload itself: `setsid` in the guardian's child.
+    assert_eq!(fields[3], pid.to_string(), "{stat}");
+    let _ = sup.shutdown(Duration::from_millis(200)).await;
+}
+
+/// `auto` owns each tree with a cgroup wherever the v2 hierarchy is writable (as root on this
+/// kind of machine), and says which mechanism it used.
+#[test]
+fn auto_uses_a_cgroup_where_the_hierarchy_is_writable() {
+    match procjournal::tree::cgroup::CgroupBase::probe("procjournal-probe-test") {
+        Ok(base) => std::fs::remove_dir(base.dir()).expect("remove the probed base"),
+        Err(e) => {
+            eprintln!("skipped: no writable cgroup v2 here ({e})");
+            return;
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let _daemon = daemon_common::Daemon::start(root);
+    let (code, out, err) = daemon_common::client(root, &["start", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, _, _) = daemon_common::client(root, &["wait", out.trim()]);
+    assert_eq!(code, 0);
+    let listed = ps_json(root);
+    assert_eq!(
+        listed[0]["mechanism"],
+        serde_json::json!("cgroup"),
+        "{listed:?}"
+    );
+    assert_eq!(
+        listed[0]["ownership"]["assessment"],
+        serde_json::json!("exited")
+    );
+}
+
+/// Two control lines in one read (an interrupt's `SIG INT` and a stop's `SIG TERM`/`SIG KILL`
+/// right behind it, while the guardian is busy quiescing a large tree) are all acted on: the
+/// stop ends a tree that ignores SIGINT and SIGTERM, and the process is `killed`, not `exited`
+/// (the ignored interrupt gives way to the stop as the cause).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_right_behind_an_interrupt_kills_a_tree_that_ignores_both() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    let script = "trap '' INT TERM; for i in $(seq 150); do sleep 300 & done; echo up; wait";
+    let handle = start(
+        &sup,
+        Command::new("sh").arg("-c").arg(script).cwd(root.path()),
+    )
+    .await;
+    let workload = sup.manifest(&handle).unwrap().scope.unwrap().workload.pid;
+    poll("the tree formed", || children_of(workload) >= 150).await;
+    sup.interrupt(&handle).await.expect("interrupt");
+    let stopped = guarded("stop", sup.stop(&handle, Duration::ZERO)).await;
+    assert!(stopped.is_ok(), "{stopped:?}");
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert_eq!(summary.state, State::Killed, "{summary:?}");
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// Where `clone3` is filtered the workload joins its cgroup itself, before its gate: it and
+/// its descendants (a setsid one included) are in the cgroup from their first instruction, and
+/// a stop (freeze, signals, `cgroup.kill`) leaves none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_clone3_the_workload_joins_its_cgroup_before_it_runs() {
+    use procjournal::tree::cgroup::{CgroupBase, base_name};
+    let root = temp_root();
+    let base = match CgroupBase::probe(&base_name(&root.path().join("rt"))) {
+        Ok(base) => base,
+        Err(e) => {
+            eprintln!("skipped: no writable cgroup v2 here ({e})");
+            return;
+        }
+    };
+    let launcher = GuardianLauncher::new(GuardianProgram::Path(
+        env!("CARGO_BIN_EXE_procjournal").into(),
+    ))
+    .unwrap()
+    .with_cgroups(Some(base.clone()))
+    .with_clone3(false);
+    let mut cfg = config(root.path());
+    cfg.launcher = Arc::new(launcher);
+    let (sup, _rx) = open(cfg).await;
+    let script = "(setsid sleep 300 &); exec sleep 300";
+    let handle = start(
+        &sup,
+        Command::new("sh").arg("-c").arg(script).cwd(root.path()),
+    )
+    .await;
+    let scope = sup.manifest(&handle).unwrap().scope.unwrap();
+    assert_eq!(
+        scope.mechanism,
+        procjournal::lifecycle::event::TreeMechanism::Cgroup
+    );
+    let cgroup = std::path::PathBuf::from(scope.cgroup.unwrap());
+    let procs = || {
+        std::fs::read_to_string(cgroup.join("cgroup.procs"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    // The workload (exec'd into sleep) and the setsid sleep, both inside.
+    poll("both sleeps in the cgroup", || procs() >= 2).await;
+    let own = std::fs::read_to_string(format!("/proc/{}/cgroup", scope.workload.pid)).unwrap();
+    assert!(
+        own.lines()
+            .any(|l| l.starts_with("0::") && l.ends_with(&handle.to_string())),
+        "{own}"
+    );
+    let summary = guarded("stop", sup.stop(&handle, Duration::from_millis(200))).await;
+    assert!(summary.is_ok(), "{summary:?}");
+    poll("the cgroup emptied and removed", || !cgroup.exists()).await;
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    drop(sup);
+    let _ = std::fs::remove_dir(base.dir());
+}
