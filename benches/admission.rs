@@ -16,6 +16,11 @@
 //! decision below 0.1 % of a start. Nothing here asserts on time. Roots live under
 //! `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir. `PROCJOURNAL_BENCH_QUICK=1` runs one
 //! short round, for checking the harness only.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -24,6 +24,11 @@
 //! journal of the root is clean at the end). Roots live under `$PROCJOURNAL_BENCH_DIR`, else
 //! Cargo's target tmp dir (the file system is printed: on tmpfs a sync is free).
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one short round, for checking the harness only.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -18,6 +18,11 @@
 //!    beside 8 concurrent plain loops: throughput when the journal can share group commits.
 //!
 //! Nothing here asserts on time; the only checks are of correctness (every command `exited 0`).
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -26,6 +26,11 @@
 //!    beside the worst `terminal - call`. Milliseconds, from the journal's Unix-ms timestamps.
 //!    The deadlines fall due over the seconds the n starts take, so they fire in many small
 //!    sweeps rather than in one burst.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 mod common;
 

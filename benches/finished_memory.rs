@@ -24,6 +24,11 @@
 //!
 //! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir.
 //! `PROCJOURNAL_BENCH_QUICK=1` runs N = 2,000, 4,000 and 8,000, for checking the harness only.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::collections::HashMap;
 use std::path::Path;

@@ -41,6 +41,11 @@
 //! reports). Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir; the file
 //! system is printed, since fdatasync on tmpfs is free and would make the durable figures
 //! meaningless. `PROCJOURNAL_BENCH_QUICK=1` runs one short round, for checking the harness only.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;

@@ -33,6 +33,11 @@
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one round on 100,000 events a mix, for checking the harness
 //! only; `PROCJOURNAL_BENCH_ONLY=replay` times only the raw scan and replay, round after round
 //! (`PROCJOURNAL_BENCH_ROUNDS` sets how many), for profiling it.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::collections::BTreeMap;
 use std::path::Path;

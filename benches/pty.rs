@@ -12,6 +12,11 @@
 //!
 //! A round's figure is the median MiB/s of its runs. Nothing asserts on time; each run checks
 //! that all N bytes arrived. `PROCJOURNAL_BENCH_QUICK=1` runs one short round.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 #[path = "common/mod.rs"]
 mod common;

@@ -76,6 +76,11 @@
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one short round with 10 processes, for checking the harness
 //! only. `PROCJOURNAL_BENCH_ONLY=resume|tail|hello` runs that daemon measurement alone (1
 //! connection, no baseline), for profiling it with perf or strace.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::net::UnixStream;

@@ -30,6 +30,11 @@
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one round on 10,000 processes, for checking the harness;
 //! `PROCJOURNAL_BENCH_ONLY=restore` times only the snapshot restore, round after round
 //! (`PROCJOURNAL_BENCH_ROUNDS` sets how many), for profiling it.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

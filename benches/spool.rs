@@ -63,6 +63,11 @@
 //! `PROCJOURNAL_BENCH_ROUNDS=N` runs N rounds instead of 3 (tighter medians on a busy machine);
 //! `PROCJOURNAL_BENCH_ONLY=append|read|render` runs one section, for profiling it, and
 //! `PROCJOURNAL_BENCH_APPEND_KIB=4|64` one size of the append section.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::fs::File;
 use std::hint::black_box;

@@ -71,6 +71,11 @@
 //! `PROCJOURNAL_BENCH_QUICK=1` runs one short round, for checking the harness only;
 //! `PROCJOURNAL_BENCH_ONLY=latency|starts|output|rss|guardian|tree_stop` runs one part
 //! (`starts`: the supervised starts alone), for profiling it with perf or strace.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
 
 use std::error::Error;
 use std::fs::File;

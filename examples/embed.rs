@@ -4,6 +4,11 @@
 //!
 //! Only the library's core is used (journal, spool, lifecycle, supervisor): it builds with
 //! `default-features = false`.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "an example is a host: it may start processes of its own"
+)]
 
 use std::time::Duration;
 

@@ -2,6 +2,11 @@
 //! reads them back: the shortest path from a fresh checkout to bytes on disk.
 //!
 //! `cargo run --example quickstart`, then `cargo run -- journal dump` and `cargo run -- journal verify`.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "an example is a host: it may start processes of its own"
+)]
 
 use procjournal::journal::reader::JournalReader;
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};

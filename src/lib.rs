@@ -5,6 +5,14 @@
 //! from it on open. See ARCHITECTURE.md for the map and journal-format.md for every byte on disk.
 #![deny(unsafe_code)]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
+#![cfg_attr(
+    test,
+    allow(
+        clippy::disallowed_methods,
+        clippy::disallowed_types,
+        reason = "unit tests start, signal and reap real processes, and lock as they like"
+    )
+)]
 
 pub mod admission;
 #[cfg(feature = "cli")]
@@ -31,6 +39,7 @@ pub mod root;
 pub mod server;
 pub mod spool;
 pub mod supervisor;
+mod sync;
 pub mod tree;
 
 /// Rendering renders spool bytes and names nothing above the spool, so it lives there (the

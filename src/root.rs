@@ -29,7 +29,9 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, PoisonError};
+
+use crate::sync::Lock;
 use std::time::{Duration, Instant};
 
 use crate::limits::LOCK_HANDOVER_MS;
@@ -49,14 +51,14 @@ const SUBDIRS: [&str; 4] = ["journal", "spool", "snapshots", "trees"];
 pub const DAEMON_LOG: &str = "daemon.log";
 
 /// The roots whose writer lock this process holds, and a signal for each release.
-static HELD: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+static HELD: Lock<Vec<PathBuf>> = Lock::new(Vec::new());
 static RELEASED: Condvar = Condvar::new();
 
 /// Waits, at most `LOCK_HANDOVER_MS`, until this process no longer holds `path`; false when it
 /// does not hold it at all (another process does) or still holds it at the deadline.
 fn wait_for_handover(path: &Path) -> bool {
     let deadline = Instant::now() + Duration::from_millis(LOCK_HANDOVER_MS);
-    let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut held = HELD.lock();
     if !held.iter().any(|p| p == path) {
         return false;
     }
@@ -313,9 +315,7 @@ impl Root {
             Err(TryLockError::WouldBlock) => return Err(RootError::Locked { root: path }),
             Err(TryLockError::Error(cause)) => return Err(RootError::Io { root: path, cause }),
         }
-        HELD.lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(path.clone());
+        HELD.lock().push(path.clone());
         Ok(Root {
             path,
             lock: Some(lock),
@@ -362,7 +362,7 @@ impl Drop for Root {
         if let Some(lock) = &self.lock {
             // Nothing to do on failure: the close that follows releases it as a last resort.
             let _ = lock.unlock();
-            let mut held = HELD.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut held = HELD.lock();
             if let Some(at) = held.iter().position(|p| *p == self.path) {
                 held.swap_remove(at);
             }

@@ -11,6 +11,11 @@
 //! failed run leaves is SIGKILLed (through pidfds) on the way out.
 //!
 //! Prints one `ok` line per case; any failure panics, so the binary exits non-zero.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests start, signal and reap real processes directly"
+)]
 
 // A binary of its own (its `main` is the host's), so it uses only a part of the helpers.
 #[allow(dead_code)]

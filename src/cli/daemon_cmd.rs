@@ -110,7 +110,9 @@ fn init_log(
                     .open(root.path().join(path)),
             }
             .with_context(|| format!("cannot open the log file {}", path.display()))?;
-            builder.with_writer(std::sync::Mutex::new(file)).try_init()
+            // `&File` writes: each line is formatted whole and written with one `write` on an
+            // append-mode file, so no lock is needed to keep lines apart.
+            builder.with_writer(std::sync::Arc::new(file)).try_init()
         }
         None => builder.with_writer(std::io::stderr).try_init(),
     };

@@ -198,6 +198,10 @@ fn man(args: ManArgs) -> anyhow::Result<ExitCode> {
 /// stdio to `daemon.log` in the root, one earlier log kept), so that it outlives the command
 /// that started it: what `mcp` and the client commands that start processes do when no daemon
 /// runs.
+#[expect(
+    clippy::disallowed_methods,
+    reason = "the daemon is procjournal itself, detached: it owns its processes through src/tree"
+)]
 pub(crate) fn spawn_detached_daemon(
     root: &std::path::Path,
     socket: Option<&std::path::Path>,

@@ -28,7 +28,7 @@ use serde::Serialize;
 
 use super::floor::{FLOOR_FILE, Floor, first_header_from, floor_in_force, read_floor, read_header};
 use super::recovery;
-use super::{EventId, Journal, JournalError, lock, now_unix_ms};
+use super::{EventId, Journal, JournalError, now_unix_ms};
 
 /// What the journal knows about itself before its scan: enough to choose a snapshot.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,7 +183,7 @@ impl super::reader::JournalReader {
 impl Journal {
     /// This journal's identity (the `journal_id` of its segments).
     pub fn journal_id(&self) -> [u8; 16] {
-        lock(&self.writer).header.journal_id
+        self.writer.lock().header.journal_id
     }
 
     /// The floor in force: where compaction removed the journal's head up to (`None`: never).
@@ -201,7 +201,7 @@ impl Journal {
     /// when the journal holds it at a seq up to `max_seq`. One lock hold per call: callers pass a
     /// few thousand at a time, so that appenders are not held up for long.
     pub fn lookup_ids(&self, ids: &[EventId], max_seq: u64) -> Vec<Option<(u64, u16)>> {
-        let w = lock(&self.writer);
+        let w = self.writer.lock();
         ids.iter()
             .map(|id| {
                 let (position, kind) = w.ids.get(&id.as_bytes())?;
@@ -230,7 +230,7 @@ impl Journal {
         };
         let dir = &*self.held;
         let (active, journal_id) = {
-            let w = lock(&self.writer);
+            let w = self.writer.lock();
             (w.header.segment_index, w.header.journal_id)
         };
         let current = read_floor(dir).map_err(io("read floor"))?.good();
@@ -312,7 +312,7 @@ impl Journal {
     }
 
     fn forget_segments(&self, files: u64) {
-        let mut w = lock(&self.writer);
+        let mut w = self.writer.lock();
         w.segment_count = w
             .segment_count
             .saturating_sub(usize::try_from(files).unwrap_or(usize::MAX));

@@ -41,7 +41,8 @@ mod tests_powerloss;
 use std::path::{Path, PathBuf};
 
 use crate::root::dir::Dir;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use crate::sync::Lock;
+use std::sync::{Arc, Condvar, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -324,11 +325,11 @@ pub struct Journal {
     durability: Durability,
     /// The segments' directory, opened once: nothing in it is named by path again.
     held: Arc<Dir>,
-    writer: Mutex<Writer>,
-    commit: Mutex<Commit>,
-    sync: Mutex<SyncState>,
+    writer: Lock<Writer>,
+    commit: Lock<Commit>,
+    sync: Lock<SyncState>,
     synced: Condvar,
-    poison: Mutex<Option<String>>,
+    poison: Lock<Option<String>>,
     /// Mirrors `poison.is_some()` so that the check on every append takes no lock; set (with
     /// Release) only after the cause is stored, read with Acquire.
     poisoned: std::sync::atomic::AtomicBool,
@@ -360,12 +361,6 @@ impl std::fmt::Debug for Journal {
             .field("durability", &self.durability)
             .finish_non_exhaustive()
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding a journal lock is a bug already reported by the panic; the state it
-    // guards is only ever changed after the fallible step succeeded, so it is still consistent.
-    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 fn now_unix_ms() -> u64 {
@@ -671,7 +666,7 @@ impl Journal {
             root,
             durability,
             held: Arc::clone(&dir),
-            writer: Mutex::new(Writer {
+            writer: Lock::new(Writer {
                 dir,
                 backend,
                 store,
@@ -686,17 +681,17 @@ impl Journal {
                 through_map: durability == Durability::Os,
                 spare: None,
             }),
-            commit: Mutex::new(commit),
-            sync: Mutex::new(SyncState {
+            commit: Lock::new(commit),
+            sync: Lock::new(SyncState {
                 durable_seq,
                 leader_active: false,
             }),
             synced: Condvar::new(),
-            poison: Mutex::new(None),
+            poison: Lock::new(None),
             poisoned: std::sync::atomic::AtomicBool::new(false),
         };
         {
-            let w = lock(&journal.writer);
+            let w = journal.writer.lock();
             remove_leftover_spares(&w.dir).map_err(|cause| JournalError::Io {
                 dir: w.dir.path().to_owned(),
                 op: "remove leftover spare",
@@ -719,9 +714,9 @@ impl Journal {
     /// writes nothing unless records were appended since. Appending after it is allowed.
     pub fn close_commit(&self) -> Result<(), JournalError> {
         self.check_poison()?;
-        let w = lock(&self.writer);
+        let w = self.writer.lock();
         let last = w.next_seq - 1;
-        let mut commit = lock(&self.commit);
+        let mut commit = self.commit.lock();
         if commit.segment_index != w.header.segment_index || commit.closed_at == Some(last) {
             return Ok(());
         }
@@ -730,7 +725,7 @@ impl Journal {
             .map_err(|e| self.poison("closing commit", &e))?;
         drop(commit);
         drop(w);
-        let mut s = lock(&self.sync);
+        let mut s = self.sync.lock();
         s.durable_seq = s.durable_seq.max(last);
         Ok(())
     }
@@ -758,7 +753,7 @@ impl Journal {
         if !self.poisoned.load(std::sync::atomic::Ordering::Acquire) {
             return Ok(());
         }
-        match &*lock(&self.poison) {
+        match &*self.poison.lock() {
             Some(cause) => Err(JournalError::Poisoned {
                 cause: cause.clone(),
             }),
@@ -769,7 +764,7 @@ impl Journal {
     fn poison(&self, op: &str, error: &std::io::Error) -> JournalError {
         let cause = format!("{op}: {error}");
         warn!(%cause, "journal poisoned");
-        let mut slot = lock(&self.poison);
+        let mut slot = self.poison.lock();
         let cause = slot.get_or_insert(cause).clone();
         self.poisoned
             .store(true, std::sync::atomic::Ordering::Release);
@@ -780,7 +775,7 @@ impl Journal {
 
     /// The largest payload one record of this journal can carry.
     pub fn payload_limit(&self) -> usize {
-        let w = lock(&self.writer);
+        let w = self.writer.lock();
         payload_limit(w.segment_bytes_new)
     }
 
@@ -813,7 +808,7 @@ impl Journal {
     ) -> Result<Appended, JournalError> {
         self.check_poison()?;
         let appended = {
-            let mut w = lock(&self.writer);
+            let mut w = self.writer.lock();
             self.check_poison()?;
             match w.ids.get(&id.as_bytes()) {
                 Some((position, _)) => Appended {
@@ -824,10 +819,11 @@ impl Journal {
                     let position = self.write_record(&mut w, id, kind, codec_version, payload)?;
                     if self.durability == Durability::Sync {
                         // One flush per append, in append order, under the writer lock.
-                        lock(&self.commit)
+                        self.commit
+                            .lock()
                             .write(0, position.seq, w.write_offset, None)
                             .map_err(|e| self.poison("fdatasync", &e))?;
-                        lock(&self.sync).durable_seq = position.seq;
+                        self.sync.lock().durable_seq = position.seq;
                     }
                     Appended {
                         position,
@@ -929,13 +925,13 @@ impl Journal {
                 max: crate::limits::SEGMENT_COUNT_MAX,
             });
         }
-        let mut commit = lock(&self.commit);
+        let mut commit = self.commit.lock();
         let last = w.next_seq - 1;
         commit
             .write(0, last, w.write_offset, None)
             .map_err(|e| self.poison("fdatasync before rotation", &e))?;
         {
-            let mut s = lock(&self.sync);
+            let mut s = self.sync.lock();
             s.durable_seq = s.durable_seq.max(last);
         }
         let index = w.header.segment_index + 1;
@@ -1009,7 +1005,7 @@ impl Journal {
 
     /// Waits until `seq` is durable, flushing as the group leader when no flush is in progress.
     fn wait_durable(&self, seq: u64) -> Result<(), JournalError> {
-        let mut s = lock(&self.sync);
+        let mut s = self.sync.lock();
         loop {
             self.check_poison()?;
             if s.durable_seq >= seq {
@@ -1022,11 +1018,11 @@ impl Journal {
             s.leader_active = true;
             drop(s);
             let (target, end_offset, segment_index) = {
-                let w = lock(&self.writer);
+                let w = self.writer.lock();
                 (w.next_seq - 1, w.write_offset, w.header.segment_index)
             };
             let flushed = {
-                let mut commit = lock(&self.commit);
+                let mut commit = self.commit.lock();
                 // A rotation since the target was read flushed (and sealed) its segment.
                 if commit.segment_index == segment_index {
                     commit.write(0, target, end_offset, None)
@@ -1034,7 +1030,7 @@ impl Journal {
                     Ok(())
                 }
             };
-            s = lock(&self.sync);
+            s = self.sync.lock();
             s.leader_active = false;
             match flushed {
                 Ok(()) => {
@@ -1060,22 +1056,22 @@ impl Journal {
 
     /// The sequence number of the last record written (0 when empty).
     pub fn last_seq(&self) -> u64 {
-        lock(&self.writer).next_seq - 1
+        self.writer.lock().next_seq - 1
     }
 
     /// The last sequence number acknowledged as durable under the chosen policy.
     pub fn durable_seq(&self) -> u64 {
-        lock(&self.sync).durable_seq
+        self.sync.lock().durable_seq
     }
 
     /// Where the event with this ID was written, if it is in the journal.
     pub fn position_of(&self, id: EventId) -> Option<Position> {
-        lock(&self.writer).ids.get(&id.as_bytes()).map(|(p, _)| p)
+        self.writer.lock().ids.get(&id.as_bytes()).map(|(p, _)| p)
     }
 
     /// The kind of the record that holds this event ID, if it is in the journal.
     pub fn kind_of(&self, id: EventId) -> Option<u16> {
-        lock(&self.writer).ids.get(&id.as_bytes()).map(|(_, k)| k)
+        self.writer.lock().ids.get(&id.as_bytes()).map(|(_, k)| k)
     }
 
     /// The directory holding the segments.

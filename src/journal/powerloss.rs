@@ -34,7 +34,9 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use crate::sync::Lock;
 
 use super::storage::{Backend, FileBackend, SegmentStore, Syncer};
 use super::{Position, recovery};
@@ -79,7 +81,7 @@ enum Entry {
 
 /// The shared log of one simulated workload.
 pub(crate) struct Sim {
-    log: Mutex<Vec<Entry>>,
+    log: Lock<Vec<Entry>>,
 }
 
 impl std::fmt::Debug for Sim {
@@ -99,27 +101,24 @@ fn file_key(path: &Path) -> String {
 impl Sim {
     pub(crate) fn new() -> Arc<Sim> {
         Arc::new(Sim {
-            log: Mutex::new(Vec::new()),
+            log: Lock::new(Vec::new()),
         })
     }
 
     fn push(&self, entry: Entry) -> usize {
-        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut log = self.log.lock();
         log.push(entry);
         log.len() - 1
     }
 
     /// Number of log entries: crash points are `0..=len()`.
     pub(crate) fn len(&self) -> usize {
-        self.log
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.log.lock().len()
     }
 
     /// The crash point just after the last append was noted (before, say, a clean close).
     pub(crate) fn after_last_append(&self) -> usize {
-        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let log = self.log.lock();
         log.iter()
             .rposition(|e| matches!(e, Entry::Appended { .. }))
             .map_or(0, |n| n + 1)
@@ -160,7 +159,7 @@ impl Sim {
     }
 
     fn sync_begin(&self, file: &str) -> u64 {
-        let mut log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut log = self.log.lock();
         let id = log.len() as u64;
         log.push(Entry::SyncBegin {
             file: file.to_owned(),
@@ -171,7 +170,7 @@ impl Sim {
 
     /// The state of every segment file and of the ground truth after the first `at` entries.
     pub(crate) fn state_at(&self, at: usize) -> CrashState {
-        let log = self.log.lock().unwrap_or_else(PoisonError::into_inner);
+        let log = self.log.lock();
         let mut state = CrashState::default();
         // Flush id -> (file, number of the entry that began it).
         let mut begun: HashMap<u64, (String, usize)> = HashMap::new();

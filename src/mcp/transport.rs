@@ -31,7 +31,9 @@
 
 use std::collections::HashSet;
 use std::io;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use crate::sync::Lock;
 
 use rmcp::RoleServer;
 use rmcp::model::{
@@ -251,7 +253,7 @@ fn id_key(id: &rmcp::model::RequestId) -> String {
 }
 
 /// The ids of requests passed to the server and not yet answered or cancelled.
-type InFlight = Arc<Mutex<HashSet<String>>>;
+type InFlight = Arc<Lock<HashSet<String>>>;
 
 /// The transport: lines from `R`, lines to the writer task.
 #[derive(Debug)]
@@ -299,7 +301,7 @@ where
         discarding: false,
         pending: None,
         out,
-        in_flight: Arc::new(Mutex::new(HashSet::new())),
+        in_flight: Arc::new(Lock::new(HashSet::new())),
         started: false,
     };
     (transport, writer)
@@ -352,9 +354,7 @@ impl<R: AsyncRead + Unpin + Send> LineTransport<R> {
     }
 
     fn in_flight(&self) -> std::sync::MutexGuard<'_, HashSet<String>> {
-        self.in_flight
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        self.in_flight.lock()
     }
 
     /// What to do with a message that parsed: requests are checked against the ids in flight.

@@ -53,7 +53,9 @@ mod watch;
 
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, MutexGuard};
+
+use crate::sync::Lock;
 use std::time::Duration;
 
 use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncWriteExt, BufReader};
@@ -556,22 +558,20 @@ impl SlotTable {
 
 #[derive(Debug)]
 struct Slots {
-    table: Mutex<SlotTable>,
+    table: Lock<SlotTable>,
 }
 
 impl Slots {
     fn new(max: usize) -> Self {
         Slots {
-            table: Mutex::new(SlotTable::new(max)),
+            table: Lock::new(SlotTable::new(max)),
         }
     }
 
+    // The table is consistent after every statement; a panic elsewhere while holding the lock
+    // leaves nothing half-done worth refusing to serve over.
     fn lock(&self) -> MutexGuard<'_, SlotTable> {
-        // The table is consistent after every statement; a panic elsewhere while holding the
-        // lock leaves nothing half-done worth refusing to serve over.
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.table.lock()
     }
 
     fn evict_one(&self) -> Option<u64> {

@@ -718,10 +718,7 @@ impl Actor {
     }
 
     fn hold(&mut self, handle: Handle) {
-        let Some(m) = super::lock(&self.shared.lifecycle)
-            .manifest(&handle)
-            .cloned()
-        else {
+        let Some(m) = self.shared.lifecycle.lock().manifest(&handle).cloned() else {
             return;
         };
         if let Some(scope) = m.scope {
@@ -932,9 +929,7 @@ impl Actor {
     fn not_running(&self, handle: &Handle) -> SupervisorError {
         if self.table.contains_key(handle)
             || self.summaries.get(handle).is_some()
-            || super::lock(&self.shared.lifecycle)
-                .manifest(handle)
-                .is_some()
+            || self.shared.lifecycle.lock().manifest(handle).is_some()
         {
             SupervisorError::NotRunning(*handle)
         } else {
@@ -1210,7 +1205,9 @@ impl Actor {
                     // `running` first, exactly once: by the start task (wait for it to finish)
                     // or, for a process that ended before it was due, here, if it ran at all.
                     if proc.claim_running_publication(RunningPublisher::Terminal) {
-                        let ran = super::lock(&shared.lifecycle)
+                        let ran = shared
+                            .lifecycle
+                            .lock()
                             .manifest(&handle)
                             .is_some_and(|m| m.pid.is_some());
                         if ran {
@@ -1339,7 +1336,7 @@ impl Actor {
             // this thread, once) is paid for before shutdown answers, so that the journal's
             // last handle, dropped after, writes nothing and releases the root at once, and
             // the next open neither flushes nor reads past the records.
-            let journal = super::lock(&self.shared.lifecycle).journal_arc();
+            let journal = self.shared.lifecycle.lock().journal_arc();
             if let Err(e) = journal.close_commit() {
                 warn!(error = %e, "shutdown: the closing commit failed");
             }
@@ -1353,9 +1350,7 @@ impl Actor {
 
 /// The admission limit the projection holds (`None`: the configured policy).
 fn recorded_limit(shared: &Shared) -> Option<usize> {
-    let max = super::lock(&shared.lifecycle)
-        .store()
-        .admission_max_concurrent();
+    let max = shared.lifecycle.lock().store().admission_max_concurrent();
     max.map(|n| usize::try_from(n).unwrap_or(usize::MAX))
 }
 

@@ -14,7 +14,7 @@ use tracing::warn;
 
 use super::deadline::Check;
 use super::process::{Proc, ProcEvent, teardown};
-use super::{Shared, SupervisorError, lock, now_unix_ms};
+use super::{Shared, SupervisorError, now_unix_ms};
 use crate::journal::EventId;
 use crate::lifecycle::event::{DeadlineFailed, DeadlineFired, HumanInput};
 use crate::lifecycle::{Applied, LifecycleError, LifecycleEvent, Rejection};
@@ -79,7 +79,7 @@ pub(crate) fn set_awaiting_blocking(
 ) -> Result<Applied, SupervisorError> {
     let handle = proc.handle;
     let (appended, journal) = {
-        let mut lifecycle = lock(&shared.lifecycle);
+        let mut lifecycle = shared.lifecycle.lock();
         let current = lifecycle
             .manifest(&handle)
             .ok_or(SupervisorError::UnknownHandle(handle))?;

@@ -19,7 +19,7 @@ use std::sync::atomic::Ordering;
 use serde::Serialize;
 
 use super::actor::{Found, Msg};
-use super::{Supervisor, SupervisorError, lock, now_unix_ms};
+use super::{Supervisor, SupervisorError, now_unix_ms};
 use crate::admission::AdmissionSnapshot;
 use crate::journal::EventId;
 use crate::lifecycle::event::{AdmissionLimitSet, GateChanged};
@@ -62,7 +62,7 @@ pub struct InputWaitStatus {
 impl Supervisor {
     /// The pause gate now.
     pub fn gate(&self) -> GateStatus {
-        GateStatus::of(lock(&self.shared.lifecycle).store().gate(), false)
+        GateStatus::of(self.shared.lifecycle.lock().store().gate(), false)
     }
 
     /// Closes the pause gate: new starts are refused with `Refusal::Paused`; running processes
@@ -99,7 +99,7 @@ impl Supervisor {
         };
         tokio::task::spawn_blocking(move || {
             let (appended, journal) = {
-                let mut lifecycle = lock(&shared.lifecycle);
+                let mut lifecycle = shared.lifecycle.lock();
                 if lifecycle.store().paused() == paused {
                     return Ok(GateStatus::of(lifecycle.store().gate(), false));
                 }
@@ -111,7 +111,7 @@ impl Supervisor {
             journal
                 .acknowledge(appended.position.seq)
                 .map_err(LifecycleError::from)?;
-            Ok(GateStatus::of(lock(&shared.lifecycle).store().gate(), true))
+            Ok(GateStatus::of(shared.lifecycle.lock().store().gate(), true))
         })
         .await
         .map_err(|e| SupervisorError::Task(e.to_string()))?
@@ -135,7 +135,7 @@ impl Supervisor {
         };
         tokio::task::spawn_blocking(move || {
             let (appended, journal) = {
-                let mut lifecycle = lock(&shared.lifecycle);
+                let mut lifecycle = shared.lifecycle.lock();
                 if lifecycle.store().admission_max_concurrent() == event.max_concurrent {
                     return Ok(());
                 }

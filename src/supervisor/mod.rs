@@ -47,8 +47,10 @@ mod shared;
 mod tap;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use crate::sync::Lock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -130,11 +132,6 @@ pub(crate) fn now_unix_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// A poisoned lock is still usable: every critical section leaves its data consistent.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A durable supervisor of processes under one runtime root. Cheap to clone.
@@ -229,7 +226,7 @@ impl Supervisor {
         let shared = Arc::new(Shared {
             config,
             services,
-            lifecycle: Mutex::new(lifecycle),
+            lifecycle: Lock::new(lifecycle),
             root,
             live: AtomicUsize::new(0),
             paused,
@@ -365,7 +362,7 @@ impl Supervisor {
 
     /// The manifest of one process, as the journal knows it.
     pub fn manifest(&self, handle: &Handle) -> Option<Manifest> {
-        lock(&self.shared.lifecycle).manifest(handle).cloned()
+        self.shared.lifecycle.lock().manifest(handle).cloned()
     }
 
     /// The manifest a handle, a number or a name names (`lifecycle::reference`).
@@ -373,7 +370,9 @@ impl Supervisor {
         &self,
         reference: &crate::lifecycle::ProcessRef,
     ) -> Result<Manifest, crate::lifecycle::ReferenceError> {
-        lock(&self.shared.lifecycle)
+        self.shared
+            .lifecycle
+            .lock()
             .store()
             .resolve(reference)
             .cloned()
@@ -381,7 +380,7 @@ impl Supervisor {
 
     /// Manifests of every process the journal knows, filtered.
     pub fn list(&self, filter: &ListFilter) -> Vec<Manifest> {
-        let lifecycle = lock(&self.shared.lifecycle);
+        let lifecycle = self.shared.lifecycle.lock();
         lifecycle
             .store()
             .iter()
@@ -399,7 +398,7 @@ impl Supervisor {
     /// The state alone, without cloning the manifest: every output poll asks. Output that was
     /// retired is an error of its own, not an I/O failure of a missing file.
     fn state_of(&self, handle: &Handle) -> Result<State, SupervisorError> {
-        let lifecycle = lock(&self.shared.lifecycle);
+        let lifecycle = self.shared.lifecycle.lock();
         let m = lifecycle
             .manifest(handle)
             .ok_or(SupervisorError::UnknownHandle(*handle))?;

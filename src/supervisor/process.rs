@@ -30,17 +30,19 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
+
+use crate::sync::Lock;
 use std::time::Duration;
 
 use tokio::net::unix::pipe;
 use tokio::sync::{Notify, mpsc, watch};
 use tracing::{Instrument, debug, warn};
 
+use super::Shared;
 use super::command::Lease;
 use super::deadline::Clocks;
 use super::tap::{Tap, Tapping};
-use super::{Shared, lock};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CursorBounds, Deadline, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint,
@@ -183,7 +185,7 @@ pub(crate) struct Proc {
     /// A PTY launch's terminal (its master), set once at the launch: what `resize` sizes.
     pub terminal: OnceLock<Arc<PtyMaster>>,
     /// `None` before the spool exists and after terminalization closed it.
-    pub output: Mutex<Option<Output>>,
+    pub output: Lock<Option<Output>>,
     pub output_changed: Notify,
     cause: AtomicU8,
     /// The drain saw the leader's exit. A stop, shutdown or deadline that comes after it is no
@@ -218,7 +220,7 @@ impl Proc {
             loss_logged: AtomicBool::new(false),
             running_claim: AtomicU8::new(0),
             running_published: watch::channel(false).0,
-            output: Mutex::new(None),
+            output: Lock::new(None),
             output_changed: Notify::new(),
             cause: AtomicU8::new(0),
             leader_exited: AtomicBool::new(false),
@@ -319,7 +321,7 @@ impl Proc {
     /// not counted: the capture has failed).
     fn append_output(&self, stream: Stream, bytes: &[u8]) -> Result<(), crate::spool::SpoolError> {
         let result = {
-            let mut output = lock(&self.output);
+            let mut output = self.output.lock();
             if output.is_none() {
                 // The first byte: the spool is created now (a mkdir and a file, no sync: its
                 // first checkpoint syncs the directory entry).
@@ -364,7 +366,8 @@ impl Proc {
 
     /// Total bytes of output so far (0 without a spool).
     pub fn total_bytes(&self) -> u64 {
-        lock(&self.output)
+        self.output
+            .lock()
             .as_ref()
             .map_or(0, |o| o.spool().total_bytes())
     }
@@ -376,7 +379,7 @@ impl Proc {
     /// Also returns the gaps (lost output) below those bounds not yet recorded: the caller
     /// records them in the journal before the bounds, then says so with [`Proc::gaps_recorded`].
     pub async fn sync_output(&self) -> Result<(CursorBounds, Vec<Gap>), crate::spool::SpoolError> {
-        let plan = match lock(&self.output).as_mut() {
+        let plan = match self.output.lock().as_mut() {
             Some(output) => output.plan_sync()?,
             None => return Ok((CursorBounds::default(), Vec::new())),
         };
@@ -386,7 +389,7 @@ impl Proc {
             match tokio::task::spawn_blocking(move || plan.run()).await {
                 Ok(done) => done,
                 Err(e) => {
-                    if let Some(output) = lock(&self.output).as_mut() {
+                    if let Some(output) = self.output.lock().as_mut() {
                         output.abandon_sync();
                     }
                     return Err(crate::spool::SpoolError::Io {
@@ -396,7 +399,7 @@ impl Proc {
                 }
             }
         };
-        match lock(&self.output).as_mut() {
+        match self.output.lock().as_mut() {
             Some(output) => {
                 let finished = output.finish_sync(done);
                 self.log_first_loss(output);
@@ -416,14 +419,14 @@ impl Proc {
 
     /// The gaps [`Proc::sync_output`] returned below `upto` are in the journal now.
     pub fn gaps_recorded(&self, upto: u64) {
-        if let Some(output) = lock(&self.output).as_mut() {
+        if let Some(output) = self.output.lock().as_mut() {
             output.gaps_recorded(upto);
         }
     }
 
     /// How much output was lost so far, for the capture status: `None` when nothing was.
     pub fn loss(&self) -> Option<String> {
-        crate::spool::loss::summary(lock(&self.output).as_ref()?.spool().gaps())
+        crate::spool::loss::summary(self.output.lock().as_ref()?.spool().gaps())
     }
 
     /// Reads live output; `None` once terminalization closed the spool writer (the caller then
@@ -433,7 +436,8 @@ impl Proc {
         cursor: u64,
         max_bytes: usize,
     ) -> Option<Result<crate::spool::SpoolRead, crate::spool::SpoolError>> {
-        lock(&self.output)
+        self.output
+            .lock()
             .as_ref()
             .map(|output| output.read(cursor, max_bytes))
     }
@@ -998,7 +1002,7 @@ pub(crate) async fn terminalize(
         // 1. Final cursor bounds: the spool is synced before the journal names its bounds. No
         // more output comes: a gap still open (writes failing to the end) is closed first, so
         // that the bounds cover it and it is recorded with them.
-        if let Some(output) = lock(&proc.output).as_mut() {
+        if let Some(output) = proc.output.lock().as_mut() {
             output.finish();
         }
         let (bounds, gaps) = match proc.sync_output().await {
@@ -1006,7 +1010,7 @@ pub(crate) async fn terminalize(
             Err(e) => {
                 // The spool made everything since its last good sync a gap; closed now.
                 warn!(error = %e, "final spool checkpoint failed");
-                let mut output = lock(&proc.output);
+                let mut output = proc.output.lock();
                 match output.as_mut() {
                     Some(o) => {
                         o.finish();
@@ -1078,7 +1082,7 @@ pub(crate) async fn terminalize(
     .instrument(span)
     .await;
     // 3. The spool writer's descriptors and buffers go now; readers use the finished spool.
-    let output = lock(&proc.output).take();
+    let output = proc.output.lock().take();
     drop(output);
     // 4. The lease, before any host publication.
     if let Some(lease) = lease {
@@ -1155,7 +1159,9 @@ fn append_release(
 /// Removes the receipt of a tree whose release is durable: every file the supervisor's
 /// launches create has an end (a receipt is needed only until its proof is in the journal).
 fn retire_receipt(shared: &Shared, handle: Handle) {
-    let has_receipt = super::lock(&shared.lifecycle)
+    let has_receipt = shared
+        .lifecycle
+        .lock()
         .manifest(&handle)
         .and_then(|m| m.scope.as_ref())
         .is_some_and(|s| s.receipt.is_some());

@@ -20,7 +20,7 @@ use tracing::warn;
 use super::Shared;
 use super::command::Lease;
 use super::services::{Completion, LifecycleNotice, ServiceError};
-use crate::journal::EventId;
+use crate::journal::{EventId, Journal};
 use crate::lifecycle::event::{CompletionNotified, ExitStatus, LifecycleIds, LifecyclePublished};
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
@@ -91,6 +91,25 @@ pub(crate) async fn publish_running(shared: &Arc<Shared>, handle: Handle, ids: L
     .await;
 }
 
+/// Whether `event_id` was already published and the completion already notified, as the
+/// journal records them, and the journal to wait on.
+fn recorded_deliveries(
+    shared: &Shared,
+    handle: Handle,
+    event_id: EventId,
+) -> (bool, bool, Arc<Journal>) {
+    let lifecycle = shared.lifecycle.lock();
+    let journal = lifecycle.journal_arc();
+    match lifecycle.manifest(&handle) {
+        Some(m) => (
+            m.published.contains(&event_id),
+            m.completion_notified,
+            journal,
+        ),
+        None => (false, false, journal),
+    }
+}
+
 /// The body of [`publish_and_notify`], on a blocking thread.
 fn publish_batch(
     shared: &Shared,
@@ -101,21 +120,9 @@ fn publish_batch(
     exit: ExitStatus,
 ) -> Vec<String> {
     let mut errors = Vec::new();
-    let (published, notified, journal) = {
-        let lifecycle = super::lock(&shared.lifecycle);
-        let journal = lifecycle.journal_arc();
-        match lifecycle.manifest(&handle) {
-            Some(m) => (
-                m.published.contains(&event_id),
-                m.completion_notified,
-                journal,
-            ),
-            None => (false, false, journal),
-        }
-    };
-    // No host hears of an event before it is durable (`running` is appended without waiting:
-    // its acknowledgement happens here, off the start's path, usually already done by a group
-    // commit).
+    let (published, notified, journal) = recorded_deliveries(shared, handle, event_id);
+    // No host hears of an event before it is durable: `running` is appended without waiting and
+    // acknowledged here, off the start's path (usually already by a group commit).
     if let Some(position) = journal.position_of(event_id)
         && let Err(e) = journal.acknowledge(position.seq)
     {
@@ -127,7 +134,9 @@ fn publish_batch(
         let recorded = delivered
             .map_err(|e| format!("{handle}: {what}: {e}"))
             .and_then(|()| {
-                super::lock(&shared.lifecycle)
+                shared
+                    .lifecycle
+                    .lock()
                     .append_deferred(id, &event)
                     .map_err(|e| format!("{handle}: recording {what}: {e}"))
             });

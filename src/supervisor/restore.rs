@@ -115,33 +115,13 @@ pub(crate) fn stop_held(
     let (handle, scope, ids) = held;
     let boot = read_boot_id(&shared.config.boot_id_source);
     if let Assessment::GuardianAlive(pidfd) = assess(scope, boot) {
-        end_guardian(&pidfd)?;
+        crate::tree::assess::end_guardian(&pidfd)?;
     }
     let outcome = settle(scope, boot);
     if let Ok(proof) = &outcome {
         let _ = record_release_blocking(shared, *handle, *ids, proof.clone());
     }
     outcome
-}
-
-/// SIGTERM to a re-attached guardian through its pidfd, then a bounded wait for its exit.
-fn end_guardian(pidfd: &std::os::fd::OwnedFd) -> Result<(), String> {
-    use std::os::fd::AsFd;
-    rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::TERM)
-        .map_err(|e| format!("signalling its guardian: {e}"))?;
-    let bound = limits::ORPHANED_TREE_GRACE_MS + limits::KILL_PROOF_MS + limits::GUARDIAN_REAP_MS;
-    let mut fds = [nix::poll::PollFd::new(
-        pidfd.as_fd(),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    let ms = u16::try_from(bound).unwrap_or(u16::MAX);
-    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
-        Ok(n) if n > 0 => Ok(()),
-        Ok(_) => Err(format!(
-            "its guardian did not end its tree within {bound} ms"
-        )),
-        Err(e) => Err(format!("waiting for its guardian: {e}")),
-    }
 }
 
 /// Releases each registration whose launch was cut short before its scope was recorded and
@@ -239,11 +219,7 @@ pub(crate) async fn restore(
     for error in &report.errors {
         tracing::warn!(%error, "restore: a journal record was not applied");
     }
-    let manifests: Vec<_> = super::lock(&shared.lifecycle)
-        .store()
-        .iter()
-        .cloned()
-        .collect();
+    let manifests: Vec<_> = shared.lifecycle.lock().store().iter().cloned().collect();
     let mut held = Vec::new();
     for m in &manifests {
         // Only a guardian's tree can be proven gone; a group's is never held.

@@ -3,12 +3,14 @@
 
 use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize};
-use std::sync::{Arc, Mutex};
+
+use crate::sync::Lock;
 
 use super::process::Proc;
 use super::services::Services;
-use super::{SupervisorConfig, lock, now_unix_ms};
+use super::{SupervisorConfig, now_unix_ms};
 use crate::journal::{Appended, EventId};
 use crate::lifecycle::event::StopRequested;
 use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
@@ -21,7 +23,7 @@ use crate::lifecycle::{
 pub(crate) struct Shared {
     pub config: SupervisorConfig,
     pub services: Services,
-    pub lifecycle: Mutex<Lifecycle>,
+    pub lifecycle: Lock<Lifecycle>,
     pub(super) root: PathBuf,
     /// The actor's admission count, published for `live_count` (written by the actor only).
     pub(super) live: AtomicUsize,
@@ -71,7 +73,7 @@ impl Shared {
         act: impl FnOnce() -> Result<(), String>,
     ) -> Result<Result<Appended, LifecycleError>, String> {
         let (appended, journal) = {
-            let mut lifecycle = lock(&self.lifecycle);
+            let mut lifecycle = self.lifecycle.lock();
             act()?;
             match lifecycle.append_deferred(id, event) {
                 Ok(a) => (a, lifecycle.journal_arc()),
@@ -92,7 +94,7 @@ impl Shared {
         event: &LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
         let (appended, journal) = {
-            let mut lifecycle = lock(&self.lifecycle);
+            let mut lifecycle = self.lifecycle.lock();
             (
                 lifecycle.append_deferred(id, event)?,
                 lifecycle.journal_arc(),
@@ -109,7 +111,7 @@ impl Shared {
         id: EventId,
         event: &LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
-        lock(&self.lifecycle).append_deferred(id, event)
+        self.lifecycle.lock().append_deferred(id, event)
     }
 
     /// Writes a snapshot of the manifests if the policy wants one (`at_shutdown`: the shutdown
@@ -121,7 +123,7 @@ impl Shared {
         at_shutdown: bool,
     ) -> Option<Result<SnapshotWritten, LifecycleError>> {
         let capture = {
-            let mut lifecycle = lock(&self.lifecycle);
+            let mut lifecycle = self.lifecycle.lock();
             if !lifecycle.snapshot_due(&self.config.snapshots, at_shutdown) {
                 return None;
             }
@@ -132,7 +134,7 @@ impl Shared {
             }
         };
         let outcome = capture.persist();
-        lock(&self.lifecycle).snapshot_done(outcome.as_ref());
+        self.lifecycle.lock().snapshot_done(outcome.as_ref());
         match &outcome {
             Ok(w) => {
                 tracing::debug!(seq = w.seq, bytes = w.file_bytes, compacted = ?w.compacted, "snapshot written")
@@ -152,9 +154,9 @@ impl Shared {
     ) -> CleanReport {
         let now = now_unix_ms();
         let spool_root = self.root.join("spool");
-        let plan = retention::plan(lock(&self.lifecycle).store(), now, request.older_than, held);
+        let plan = retention::plan(self.lifecycle.lock().store(), now, request.older_than, held);
         let leftovers = {
-            let lifecycle = lock(&self.lifecycle);
+            let lifecycle = self.lifecycle.lock();
             retention::leftovers(lifecycle.store(), &spool_root)
         };
         let leftovers = leftovers.unwrap_or_else(|e| {
@@ -199,7 +201,7 @@ struct SharedJournal<'a>(&'a Shared);
 
 impl retention::RetireJournal for SharedJournal<'_> {
     fn manifest(&mut self, handle: &Handle) -> Option<Manifest> {
-        lock(&self.0.lifecycle).manifest(handle).cloned()
+        self.0.lifecycle.lock().manifest(handle).cloned()
     }
     fn append(&mut self, id: EventId, event: &LifecycleEvent) -> Result<(), LifecycleError> {
         self.0.append_blocking(id, event).map(drop)

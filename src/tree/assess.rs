@@ -223,6 +223,28 @@ fn proof_words(proof: &ExitProof) -> &'static str {
     }
 }
 
+/// SIGTERM to a re-attached guardian through its pidfd, then a bounded wait for its exit.
+pub fn end_guardian(pidfd: &std::os::fd::OwnedFd) -> Result<(), String> {
+    use std::os::fd::AsFd;
+    rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::TERM)
+        .map_err(|e| format!("signalling its guardian: {e}"))?;
+    let bound = crate::limits::ORPHANED_TREE_GRACE_MS
+        + crate::limits::KILL_PROOF_MS
+        + crate::limits::GUARDIAN_REAP_MS;
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = u16::try_from(bound).unwrap_or(u16::MAX);
+    match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)) {
+        Ok(n) if n > 0 => Ok(()),
+        Ok(_) => Err(format!(
+            "its guardian did not end its tree within {bound} ms"
+        )),
+        Err(e) => Err(format!("waiting for its guardian: {e}")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,8 +12,8 @@
 //!   ambiguity (the whole group exited and its number was reused by a new group between two
 //!   scans) needs the pid counter to wrap around in between.
 
+use crate::sync::Lock;
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use rustix::process::{
@@ -36,11 +36,7 @@ pub struct GroupTree {
     identity: Identity,
     pidfd: AsyncFd<OwnedFd>,
     /// The leader's exit, once reaped.
-    exit: Mutex<Option<LeaderExit>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+    exit: Lock<Option<LeaderExit>>,
 }
 
 fn esrch_is_ok(r: rustix::io::Result<()>) -> std::io::Result<()> {
@@ -73,7 +69,7 @@ impl GroupTree {
         Ok(GroupTree {
             identity: procfs::identity(pid),
             pidfd: register(fd)?,
-            exit: Mutex::new(None),
+            exit: Lock::new(None),
         })
     }
 
@@ -86,7 +82,7 @@ impl GroupTree {
     /// blocking thread (its registration failed), so no zombie is left behind.
     pub(crate) fn kill_and_reap(&self) {
         let _ = self.signal(TreeSignal::Kill);
-        let mut exit = lock(&self.exit);
+        let mut exit = self.exit.lock();
         if exit.is_none()
             && let Ok(Some(status)) = rustix::process::waitid(
                 WaitId::PidFd(self.pidfd.get_ref().as_fd()),
@@ -125,7 +121,7 @@ impl GroupTree {
 
     /// Reaps the leader if it has exited; `None` while it runs.
     fn try_reap(&self) -> std::io::Result<Option<LeaderExit>> {
-        let mut exit = lock(&self.exit);
+        let mut exit = self.exit.lock();
         if let Some(e) = *exit {
             return Ok(Some(e));
         }
@@ -182,7 +178,7 @@ impl ProcessTree for GroupTree {
     }
 
     fn signal(&self, signal: TreeSignal) -> std::io::Result<()> {
-        let exit = lock(&self.exit);
+        let exit = self.exit.lock();
         if exit.is_none() {
             return esrch_is_ok(kill_process_group(
                 rustix_pid(self.pgid())?,
@@ -209,7 +205,7 @@ impl ProcessTree for GroupTree {
     }
 
     fn surely_empty(&self) -> bool {
-        lock(&self.exit).is_some() && group_gone(self.pgid())
+        self.exit.lock().is_some() && group_gone(self.pgid())
     }
 
     fn membership(&self) -> super::Membership {
@@ -220,7 +216,7 @@ impl ProcessTree for GroupTree {
     }
 
     fn members(&self) -> std::io::Result<usize> {
-        let reaped = lock(&self.exit).is_some();
+        let reaped = self.exit.lock().is_some();
         count_members(self.pgid(), self.identity.start_time_ticks, reaped)
     }
 
@@ -229,7 +225,7 @@ impl ProcessTree for GroupTree {
             let mut pause = EMPTY_POLL_MIN;
             let (pgid, since) = (self.pgid(), self.identity.start_time_ticks);
             loop {
-                let reaped = lock(&self.exit).is_some();
+                let reaped = self.exit.lock().is_some();
                 // A /proc scan is a directory scan: on the blocking pool, never a runtime thread.
                 let counted =
                     tokio::task::spawn_blocking(move || count_members(pgid, since, reaped)).await;

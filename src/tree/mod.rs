@@ -17,6 +17,10 @@
 //!   and signalled through the pidfd, so a reused pid or group number is never hit.
 //! - The leader is reaped exactly once, under the same lock that signals check, so no signal
 //!   follows the reaping of the process that pinned the group id.
+#![expect(
+    clippy::disallowed_methods,
+    reason = "the process-tree boundary: it starts, signals and reaps the processes it owns"
+)]
 
 pub mod assess;
 pub mod cgroup;

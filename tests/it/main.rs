@@ -5,6 +5,11 @@
 //!
 //! A module that runs the `procjournal` binary, the daemon's protocol or the MCP server needs the
 //! feature that builds it; `cargo test --no-default-features` runs the library's modules alone.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "tests start, signal and reap real processes directly"
+)]
 
 mod common;
 
