@@ -53,7 +53,16 @@ pub use journal::{
     RecoveryReport,
 };
 
-/// README's examples are compiled as doctests so that they stay true.
+/// The examples of README.md and of the pages of docs/ are compiled as doctests so that they
+/// stay true.
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 struct ReadmeDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/cli.md")]
+struct CliDoctests;
+
+#[cfg(doctest)]
+#[doc = include_str!("../docs/library.md")]
+struct LibraryDoctests;

@@ -141,7 +141,7 @@ pub fn listed_tools() -> &'static [String] {
 /// - a name the server lists decodes to a call of that tool, or to refused arguments; any other
 ///   name is an unknown tool, whose answer is the JSON-RPC error -32602 ("unknown tool …", the
 ///   name cut short);
-/// - refused arguments are `bad_args` or `too_large` only, answered as the README says: a tool
+/// - refused arguments are `bad_args` or `too_large` only, answered as docs/mcp.md says: a tool
 ///   result with `isError`, no structured content, and the one text `code: message`;
 /// - arguments left out decode as an empty object does;
 /// - a decoded request is valid as the socket defines it: its wire form validates

@@ -1,4 +1,4 @@
-//! Per-process deadlines (journal-format.md, "Deadlines"; README, "Deadlines"): a wall-clock
+//! Per-process deadlines (journal-format.md, "Deadlines"; docs/cli.md, "Deadlines"): a wall-clock
 //! limit and an idle limit, enforced by one sweep in the actor over every live process.
 //!
 //! Each live process carries [`Clocks`]: its configured limits, the monotonic instant it started

@@ -186,7 +186,7 @@ fn run_pty_without_a_terminal_uses_24x80_and_stdin() {
 }
 
 /// An interactive shell and a REPL on a terminal whose input ends at once (stdin /dev/null, the
-/// README's `run --pty -- bash` from a script) end, as they would reading a pipe at its end: the
+/// docs/cli.md's `run --pty -- bash` from a script) end, as they would reading a pipe at its end: the
 /// first Ctrl-D reaches the terminal before readline takes it out of canonical mode, which turns
 /// it into a NUL byte; the end-of-file character is typed again at the next prompt. Before, both
 /// waited forever. Also a canonical reader (`cat`) still sees the first one.

@@ -6,7 +6,7 @@
 //!   U+202E) reach the terminal only escaped: in `ps`, `ps --format`, `journal manifests`,
 //!   `journal dump`, errors that quote them (the CLI's, clap's usage errors, the daemon's), both
 //!   offline and through a daemon; `logs` shows the command's own output as safe text, with
-//!   every escape sequence and control removed, as the README promises.
+//!   every escape sequence and control removed, as docs/cli.md promises.
 //! - The progress bar of the long scans is drawn on a terminal stderr (its label and a position
 //!   past the start, without any clock: the bar is drawn as the scan starts and indicatif lets
 //!   the first updates through), cleared at the end, never drawn on a pipe and never written to
@@ -229,7 +229,7 @@ fn check_renderings(root: &str, daemon: bool) {
         check_escaped(root, &["ps", "--label", &format!("t={HOSTILE}")], ESCAPED),
         0
     );
-    // The command's own output as safe text, as the README promises: its escape sequences and
+    // The command's own output as safe text, as docs/cli.md promises: its escape sequences and
     // controls removed, the CR a line break, the text around them kept. A bidi override is a
     // character of the text there, not a control, and is not removed (only escaped fields are
     // held to that).

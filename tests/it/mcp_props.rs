@@ -154,7 +154,7 @@ proptest! {
 
 const HANDLE: &str = "p-0123456789abcdef0123456789abcdef";
 
-/// Arguments each tool documents, every field given (the README's MCP table); `None` for a
+/// Arguments each tool documents, every field given (docs/mcp.md's table); `None` for a
 /// name no tool has.
 fn documented_args(tool: &str) -> Option<Value> {
     let start = json!({
@@ -213,7 +213,7 @@ fn check_call(schemas: &Map<String, Value>, name: &str, arguments: Option<Map<St
     }
 }
 
-/// Every listed tool decodes its documented arguments, and the errors are the README's.
+/// Every listed tool decodes its documented arguments, and the errors are docs/mcp.md's.
 #[test]
 fn every_listed_tool_decodes_its_documented_arguments() {
     let schemas = input_schemas();

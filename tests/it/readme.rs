@@ -1,6 +1,7 @@
-//! Every command README.md shows is run here, so that the page can never drift from the binary.
+//! Every command README.md and the pages of docs/ show is run here, so that no page can drift
+//! from the binary.
 //!
-//! Each ```` ```sh ```` block of the README is run as it is written, line after line in one bash
+//! Each ```` ```sh ```` block of the README and of docs/*.md is run as it is written, line after line in one bash
 //! (so `h=$(procjournal start ...)` carries to the lines after it), with `procjournal` on `PATH`
 //! being the binary under test and a root of its own (`PROCJOURNAL_ROOT`). Each command's exit
 //! status, and where it says something a reader relies on, its output, are checked against the
@@ -25,7 +26,10 @@
 //! Lines that are `cargo test ...` or the Python venv set-up are what `.ci/run` runs itself;
 //! [`ci_runs_the_readme_lines_it_owns`] checks that it does.
 //!
-//! The JSON block (an MCP client configuration) is run as a client would: its `command` and
+//! A block of another system's commands (docs/systemd.md's `systemctl --user`, which needs a
+//! user's systemd) is fenced ```` ```console ```` and is not run.
+//!
+//! The JSON block of docs/mcp.md (an MCP client configuration) is run as a client would: its `command` and
 //! `args` are spawned (with the root replaced by a scratch one) and asked for the tool list. The
 //! TOML block's crate counts are compared with `cargo tree`.
 
@@ -41,8 +45,25 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// One page of the repository (`docs/mcp.md`).
+fn page(path: &str) -> String {
+    std::fs::read_to_string(repo().join(path)).unwrap()
+}
+
+/// README.md and every page of docs/ after it, one text: a block is run wherever it lives.
 fn readme() -> String {
-    std::fs::read_to_string(repo().join("README.md")).unwrap()
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(repo().join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.sort();
+    let mut text = std::fs::read_to_string(repo().join("README.md")).unwrap();
+    for page in pages {
+        text.push('\n');
+        text.push_str(&std::fs::read_to_string(page).unwrap());
+    }
+    text
 }
 
 /// The fenced blocks of `text` whose info string is `lang` (its first word), in order.
@@ -620,11 +641,15 @@ fn every_readme_block_has_a_scenario() {
         "scenarios in tests/it/readme.rs whose block is no longer in the README: {known:?}"
     );
     assert_eq!(
-        blocks(&text, "json").len(),
+        blocks(&page("docs/mcp.md"), "json").len(),
         1,
         "the MCP configuration block"
     );
-    assert_eq!(blocks(&text, "toml").len(), 1, "the dependency block");
+    assert_eq!(
+        blocks(&page("docs/library.md"), "toml").len(),
+        1,
+        "the dependency block"
+    );
 }
 
 #[test]
@@ -704,9 +729,8 @@ fn idle_and_input() {
 /// swapped for a scratch one), initialised, asked for its tools.
 #[test]
 fn mcp_configuration() {
-    let text = readme();
-    let block = blocks(&text, "json").remove(0).join("\n");
-    let config: Value = serde_json::from_str(&block).expect("the README's MCP configuration");
+    let block = blocks(&page("docs/mcp.md"), "json").remove(0).join("\n");
+    let config: Value = serde_json::from_str(&block).expect("docs/mcp.md's MCP configuration");
     let server = &config["mcpServers"]["procjournal"];
     assert_eq!(server["command"], "procjournal");
     let mut args: Vec<String> = server["args"]
@@ -772,8 +796,9 @@ fn mcp_configuration() {
 /// counts them).
 #[test]
 fn dependency_counts() {
-    let text = readme();
-    let block = blocks(&text, "toml").remove(0).join("\n");
+    let block = blocks(&page("docs/library.md"), "toml")
+        .remove(0)
+        .join("\n");
     let numbers: Vec<usize> = block
         .split(|c: char| !c.is_ascii_digit())
         .filter_map(|n| n.parse().ok())
