@@ -76,8 +76,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use procjournal::render::safe_text;
 use procjournal::spool::format::{SPOOL_HEADER_BYTES, Stream, chunk_bytes};
+use procjournal::spool::render::safe_text;
 use procjournal::spool::{CHUNK_SPLIT_BYTES, Spool, SpoolOptions};
 
 mod common;

@@ -42,10 +42,6 @@ pub mod supervisor;
 mod sync;
 pub mod tree;
 
-/// Rendering renders spool bytes and names nothing above the spool, so it lives there (the
-/// supervisor's pages use it, and the supervisor imports no surface); its old path stays for the
-/// surfaces and embedders.
-pub use spool::render;
 pub use tree::guardian::run_if_requested as run_guardian_if_requested;
 
 pub use journal::{

@@ -75,11 +75,11 @@ pub(crate) fn parse_env(text: &str) -> Result<(String, String), String> {
             Ok(value) => Ok((text.to_owned(), value)),
             Err(std::env::VarError::NotPresent) => Err(format!(
                 "{} is not set in procjournal's environment (NAME alone takes its value from there)",
-                crate::render::escape_field(text, false)
+                crate::spool::render::escape_field(text, false)
             )),
             Err(std::env::VarError::NotUnicode(_)) => Err(format!(
                 "the value of {} in procjournal's environment is not UTF-8",
-                crate::render::escape_field(text, false)
+                crate::spool::render::escape_field(text, false)
             )),
         },
     }

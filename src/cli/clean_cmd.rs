@@ -117,7 +117,7 @@ fn print_report(out: &mut impl Write, r: &CleanReport) -> std::io::Result<()> {
             out,
             "FAILED {}: {}",
             failed.handle,
-            crate::render::escape_field(&failed.error, true)
+            crate::spool::render::escape_field(&failed.error, true)
         )?;
     }
     let bytes: u64 = r.retired.iter().map(|d| d.removed.bytes).sum();

@@ -86,7 +86,10 @@ fn init_log(
     use tracing_subscriber::EnvFilter;
     let filter = match level {
         Some(level) => EnvFilter::try_new(level).with_context(|| {
-            format!("--log-level {}", crate::render::escape_field(level, false))
+            format!(
+                "--log-level {}",
+                crate::spool::render::escape_field(level, false)
+            )
         })?,
         None => {
             EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(LOG_FILTER_DEFAULT))
@@ -192,7 +195,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         for (handle, reason) in &report.teardown_failed {
             note!(
                 "procjournal: teardown of {handle} failed: {}",
-                crate::render::escape_field(reason, true)
+                crate::spool::render::escape_field(reason, true)
             );
         }
         Ok(if report.teardown_failed.is_empty() {
@@ -325,7 +328,10 @@ pub(crate) fn start(args: StartCmdArgs) -> anyhow::Result<ExitCode> {
     } else {
         let view: super::views::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
-        outln!("{}", crate::render::escape_field(&view.handle, false))?;
+        outln!(
+            "{}",
+            crate::spool::render::escape_field(&view.handle, false)
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -381,7 +387,10 @@ pub(crate) fn restart(args: RestartCmdArgs) -> anyhow::Result<ExitCode> {
     } else {
         let view: super::views::ProcView =
             serde_json::from_value(info).context("the daemon's answer")?;
-        outln!("{}", crate::render::escape_field(&view.handle, false))?;
+        outln!(
+            "{}",
+            crate::spool::render::escape_field(&view.handle, false)
+        )?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -448,7 +457,7 @@ pub(crate) fn unescape(text: &str) -> Result<Vec<u8>, String> {
             other => {
                 return Err(format!(
                     "unknown escape \\{} (known: \\n \\t \\r \\0 \\e \\\\ \\xHH)",
-                    crate::render::escape_field(&char::from(other).to_string(), false)
+                    crate::spool::render::escape_field(&char::from(other).to_string(), false)
                 ));
             }
         });
@@ -656,10 +665,10 @@ fn print_end(result: Value, json: bool) -> anyhow::Result<ExitCode> {
         // The handle and the capture's reason come from the daemon: escaped.
         super::out::verdict_stands(outln!(
             "{} {} ({how}; {} output bytes, capture {})",
-            crate::render::escape_field(&end.handle, false),
+            crate::spool::render::escape_field(&end.handle, false),
             end.state.name(),
             end.total_bytes,
-            crate::render::escape_field(&end.capture, false)
+            crate::spool::render::escape_field(&end.capture, false)
         ))?;
     }
     if !end.persisted {
@@ -703,7 +712,7 @@ pub(crate) fn wait(args: WaitArgs) -> anyhow::Result<ExitCode> {
         Err(ClientError::Api(e)) if e.code == crate::protocol::ErrorCode::WaitTimeout => {
             note!(
                 "procjournal: {}",
-                crate::render::escape_field(&e.message, true)
+                crate::spool::render::escape_field(&e.message, true)
             );
             return Ok(ExitCode::from(super::exit::WAIT_GAVE_UP));
         }
@@ -764,7 +773,7 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         "slots {} in use {} ({}) queued {}",
         num(&d["slots"]),
         num(&d["in_use"]),
-        crate::render::escape_field(d["basis"].as_str().unwrap_or("?"), false),
+        crate::spool::render::escape_field(d["basis"].as_str().unwrap_or("?"), false),
         num(&snapshot["queued"])
     )?;
     outln!(
@@ -803,11 +812,11 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
     for r in snapshot["reservations"].as_array().into_iter().flatten() {
         outln!(
             "{}  reserved {}  observed {}  cores {}  {} ({} members)",
-            crate::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
+            crate::spool::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
             size(&r["reserved_bytes"]),
             size(&r["observed_bytes"]),
             cores(&r["charged_millis"]),
-            crate::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
+            crate::spool::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
             num(&r["members"]),
         )?;
     }
@@ -847,8 +856,8 @@ pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {
         let field = |i: usize| failed.get(i).and_then(Value::as_str).unwrap_or("?");
         note!(
             "procjournal: teardown of {} failed: {}",
-            crate::render::escape_field(field(0), true),
-            crate::render::escape_field(field(1), true)
+            crate::spool::render::escape_field(field(0), true),
+            crate::spool::render::escape_field(field(1), true)
         );
     }
     Ok(if count("teardown_failed") == 0 {

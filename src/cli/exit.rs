@@ -58,8 +58,8 @@ pub(crate) fn say_not_persisted(
     };
     note!(
         "procjournal: {} ended ({how}) but the terminal state was not persisted: {}; exiting {FAILURE}",
-        crate::render::escape_field(handle, true),
-        crate::render::escape_field(why, true)
+        crate::spool::render::escape_field(handle, true),
+        crate::spool::render::escape_field(why, true)
     );
 }
 
@@ -82,7 +82,7 @@ pub(crate) fn of_refusal(e: crate::protocol::ApiError) -> anyhow::Result<ExitCod
     }
     note!(
         "procjournal: {}",
-        crate::render::escape_field(&e.message, true)
+        crate::spool::render::escape_field(&e.message, true)
     );
     Ok(of_spawn(e.spawn))
 }

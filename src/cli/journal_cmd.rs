@@ -348,7 +348,7 @@ fn write_report(
         writeln!(
             out,
             "unrecognised file in the journal directory (not read, not removed): {}",
-            crate::render::escape_field(u, false)
+            crate::spool::render::escape_field(u, false)
         )?;
     }
     if let Some(f) = &report.floor {
@@ -445,7 +445,7 @@ fn fields_text(fields: &serde_json::Map<String, serde_json::Value>) -> String {
     fn scalar(v: &serde_json::Value) -> String {
         match v {
             serde_json::Value::String(s) => {
-                let s = crate::render::escape_field(s, false);
+                let s = crate::spool::render::escape_field(s, false);
                 if s.is_empty() || s.contains([' ', '"', '=', ',']) {
                     format!("\"{}\"", s.replace('"', "\\\""))
                 } else {
@@ -460,7 +460,7 @@ fn fields_text(fields: &serde_json::Map<String, serde_json::Value>) -> String {
             serde_json::Value::Object(map) if map.is_empty() => out.push(format!("{key}={{}}")),
             serde_json::Value::Object(map) => {
                 for (k, v) in map {
-                    let k = crate::render::escape_field(k, false);
+                    let k = crate::spool::render::escape_field(k, false);
                     walk(
                         out,
                         &format!("{key}{}{k}", if key.is_empty() { "" } else { "." }),
@@ -484,7 +484,7 @@ fn fields_text(fields: &serde_json::Map<String, serde_json::Value>) -> String {
     }
     let mut out = Vec::new();
     for (k, v) in fields {
-        walk(&mut out, &crate::render::escape_field(k, false), v);
+        walk(&mut out, &crate::spool::render::escape_field(k, false), v);
     }
     out.join(" ")
 }
@@ -537,7 +537,7 @@ fn print_record(
         write!(
             out,
             " UNDECODABLE: {}",
-            crate::render::escape_field(e, false)
+            crate::spool::render::escape_field(e, false)
         )?;
     }
     match payload_hex {
@@ -669,15 +669,15 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
                 out,
                 "REPLAY ISSUE: seq {} handle {}: {}",
                 issue.seq,
-                crate::render::escape_field(handle, false),
-                crate::render::escape_field(&issue.error, false)
+                crate::spool::render::escape_field(handle, false),
+                crate::spool::render::escape_field(&issue.error, false)
             )?;
         }
         for p in &replay.snapshot_problems {
             writeln!(
                 out,
                 "SNAPSHOT NOT USED: {}: {}",
-                crate::render::escape_field(&p.file, false),
+                crate::spool::render::escape_field(&p.file, false),
                 p.reason
             )?;
         }

@@ -30,7 +30,7 @@ pub(crate) fn line<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Strin
 }
 
 fn escaped(c: char) -> bool {
-    c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c) || crate::render::is_bidi_control(c)
+    c == '\u{7f}' || ('\u{80}'..='\u{9f}').contains(&c) || crate::spool::render::is_bidi_control(c)
 }
 
 struct TerminalSafe;

@@ -43,6 +43,7 @@ use crate::journal::reader::{Follower, JournalReader, RecordView};
 use crate::lifecycle::{Handle, LifecycleEvent, Manifest, ProcessRef};
 use crate::protocol::Request;
 use crate::spool::Spool;
+use crate::spool::render;
 use crate::supervisor::{Rendering, read_page};
 
 #[derive(Debug, Args)]
@@ -390,7 +391,7 @@ fn source(args: &LogsArgs) -> anyhow::Result<(Handle, PageSource)> {
             "the output of {} was retired at {} ({}); its manifest stays (`procjournal ps`)",
             handle,
             super::unix_ms_text(r.at_unix_ms),
-            crate::render::escape_field(&r.reason, false)
+            render::escape_field(&r.reason, false)
         );
     }
     let note = if manifest.state.is_terminal() {
@@ -469,7 +470,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             gaps += 1;
             if !args.json || lines_mode {
                 // The reason may come from a file name or an error: escaped like any field.
-                note!("{}", crate::render::escape_field(&skipped.notice(), false));
+                note!("{}", render::escape_field(&skipped.notice(), false));
             }
         } else if page.gap {
             // A daemon from before `skipped`: only retention made gaps.
@@ -717,7 +718,7 @@ impl Lines {
             };
             let body = line.bytes.strip_suffix(b"\n").unwrap_or(&line.bytes);
             let body = body.strip_suffix(b"\r").unwrap_or(body);
-            let text = crate::render::safe_text(body, true).text;
+            let text = render::safe_text(body, true).text;
             if json {
                 let record = serde_json::json!({
                     "cursor": line.cursor,

@@ -181,10 +181,12 @@ fn man(args: ManArgs) -> anyhow::Result<ExitCode> {
     command.build();
     let mut name = String::from("procjournal");
     for word in &args.command {
-        command = command
-            .find_subcommand(word)
-            .cloned()
-            .with_context(|| format!("no command {}", crate::render::escape_field(word, false)))?;
+        command = command.find_subcommand(word).cloned().with_context(|| {
+            format!(
+                "no command {}",
+                crate::spool::render::escape_field(word, false)
+            )
+        })?;
         name = format!("{name}-{word}");
     }
     let command = command.name(name);
@@ -338,7 +340,7 @@ pub fn main() -> ExitCode {
             let message = format!("{error:#}");
             note!(
                 "procjournal: {}",
-                crate::render::escape_field(&message, true)
+                crate::spool::render::escape_field(&message, true)
             );
             // A command the daemon could not spawn answers as a shell would (126, 127).
             match error.downcast_ref::<crate::client::ClientError>() {
@@ -358,7 +360,7 @@ pub fn main() -> ExitCode {
 /// is escaped before clap renders the message, in its colours on a terminal.
 fn escape_usage_error(mut error: clap::Error) -> clap::Error {
     use clap::error::ContextValue;
-    let escape = |s: &String| crate::render::escape_field(s, false).into_owned();
+    let escape = |s: &String| crate::spool::render::escape_field(s, false).into_owned();
     let quoted: Vec<_> = error
         .context()
         .filter_map(|(kind, value)| match value {

@@ -142,7 +142,7 @@ impl Column {
 
     /// The cell for `p`, escaped; `now_ms` is this client's clock, for ages and durations.
     fn cell(self, p: &ProcView, now_ms: u64) -> String {
-        let esc = |s: &str| crate::render::escape_field(s, false).into_owned();
+        let esc = |s: &str| crate::spool::render::escape_field(s, false).into_owned();
         match self {
             Column::Number => p.number.to_string(),
             Column::Handle => esc(&p.handle),
@@ -235,7 +235,7 @@ fn say_offline(root: &std::path::Path, processes: &[Value], holder: Option<u32>)
             serde_json::from_value::<State>(p["state"].clone()).is_ok_and(|s| !s.is_terminal())
         })
         .count();
-    let root = crate::render::escape_field(&root.to_string_lossy(), false).into_owned();
+    let root = crate::spool::render::escape_field(&root.to_string_lossy(), false).into_owned();
     if let Some(pid) = holder {
         note!(
             "procjournal: no daemon serves {root}; pid {pid} supervises it without a socket \
@@ -289,7 +289,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
             if let Some(damage) = hello.get("damage").and_then(Value::as_str) {
                 note!(
                     "procjournal: warning: the daemon opened a damaged root: {}",
-                    crate::render::escape_field(damage, false)
+                    crate::spool::render::escape_field(damage, false)
                 );
             }
             let result = client.call(&Request::List {

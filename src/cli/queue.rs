@@ -52,7 +52,7 @@ impl QueueArgs {
         let ms = self.wait_ms()?;
         note!(
             "procjournal: {}",
-            crate::render::escape_field(&waiting_line(&refusal.message, ms), true)
+            crate::spool::render::escape_field(&waiting_line(&refusal.message, ms), true)
         );
         Some(ms)
     }

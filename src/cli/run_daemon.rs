@@ -29,6 +29,7 @@ use crate::client::{ClientError, call_async};
 use crate::lifecycle::Handle;
 use crate::protocol::{Request, StartArgs};
 use crate::spool::format::Stream;
+use crate::spool::render;
 use crate::supervisor::Rendering;
 
 /// Bytes asked for per page, and how long the daemon may hold a page for new output.
@@ -175,7 +176,7 @@ async fn follow(
             bail!("the daemon has less output than was already printed (cursor {cursor})");
         }
         if let Some(skipped) = &page.skipped {
-            note!("{}", crate::render::escape_field(&skipped.notice(), false));
+            note!("{}", render::escape_field(&skipped.notice(), false));
         } else if page.gap {
             let lost = page.retained_from.saturating_sub(cursor);
             note!("-- {lost} bytes lost at cursor {cursor}: retention --");

@@ -10,8 +10,8 @@ use serde::Serialize;
 
 use crate::journal::reader::JournalReader;
 use crate::lifecycle::{Handle, ProcessRef};
-use crate::render;
 use crate::spool::Spool;
+use crate::spool::render;
 
 #[derive(Debug, Subcommand)]
 pub(crate) enum SpoolCommand {

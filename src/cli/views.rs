@@ -81,7 +81,7 @@ pub(super) struct SpanView {
 /// (`render::escape_field`): a client-supplied word cannot steer the terminal or break the line.
 pub(crate) fn shell_words<S: AsRef<str>>(words: &[S]) -> String {
     let quote = |w: &S| {
-        let w = crate::render::escape_field(w.as_ref(), false);
+        let w = crate::spool::render::escape_field(w.as_ref(), false);
         let plain = !w.is_empty()
             && w.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b));
@@ -100,8 +100,8 @@ pub(crate) fn label_list<'a>(labels: impl Iterator<Item = (&'a str, &'a str)>) -
         .map(|(k, v)| {
             format!(
                 "{}={}",
-                crate::render::escape_field(k, false),
-                crate::render::escape_field(v, false)
+                crate::spool::render::escape_field(k, false),
+                crate::spool::render::escape_field(v, false)
             )
         })
         .collect();

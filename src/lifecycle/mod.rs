@@ -30,6 +30,8 @@ pub mod snapdir;
 pub mod snapshot;
 pub mod state;
 pub(crate) mod wire;
+// Test support: the deterministic workload tests, benches and fuzz targets drive.
+#[cfg(any(test, feature = "test-support"))]
 #[doc(hidden)]
 pub mod workload;
 

@@ -2,7 +2,7 @@
 //! with the `base64` crate's `STANDARD` engine, whose configuration is exactly this contract.
 //!
 //! Invariant: [`decode`] is total and canonical: it accepts exactly the strings that
-//! [`crate::render::base64`] produces, so every byte string has one encoding and a decoded
+//! [`crate::spool::render::base64`] produces, so every byte string has one encoding and a decoded
 //! request re-encodes to the same text. Whitespace, the URL-safe alphabet, missing padding and
 //! non-zero trailing bits are refused with the offending position where there is one.
 
@@ -57,7 +57,7 @@ mod tests {
             ("foobar", "Zm9vYmFy"),
         ] {
             assert_eq!(decode(encoded).unwrap(), plain.as_bytes(), "{encoded}");
-            assert_eq!(crate::render::base64(plain.as_bytes()), encoded);
+            assert_eq!(crate::spool::render::base64(plain.as_bytes()), encoded);
         }
     }
 
@@ -86,7 +86,7 @@ mod tests {
     fn every_byte_round_trips() {
         let all: Vec<u8> = (0..=255).collect();
         for len in 0..all.len() {
-            let encoded = crate::render::base64(&all[..len]);
+            let encoded = crate::spool::render::base64(&all[..len]);
             assert_eq!(decode(&encoded).unwrap(), &all[..len]);
         }
     }

@@ -744,7 +744,8 @@ impl Dispatcher {
         page.normalized = false;
         page.binary = false;
         page.spans.clear();
-        page.artifact = crate::render::ArtifactDescriptor::new(&handle, total_bytes, total_bytes);
+        page.artifact =
+            crate::spool::render::ArtifactDescriptor::new(&handle, total_bytes, total_bytes);
         Ok(page)
     }
 }

@@ -29,6 +29,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::lifecycle::{ProcessRef, State};
+use crate::spool::render;
 use crate::supervisor::Rendering;
 
 pub use dispatch::Dispatcher;
@@ -1367,7 +1368,7 @@ impl Request {
                 to(serde_json::to_value(InputArgs {
                     handle: handle.to_string(),
                     text: None,
-                    base64: (!data.is_empty() || !close).then(|| crate::render::base64(data)),
+                    base64: (!data.is_empty() || !close).then(|| render::base64(data)),
                     close: *close,
                 })),
             ),

@@ -814,7 +814,7 @@ impl Connection {
 /// request, an unknown handle) at info, a failure of the daemon's own (the journal, a
 /// teardown) at warn. The message may quote what a client sent: escaped.
 fn log_refusal(op: &str, error: &ApiError) {
-    let message = crate::render::escape_field(&error.message, false);
+    let message = crate::spool::render::escape_field(&error.message, false);
     let code = serde_json::to_value(error.code)
         .ok()
         .and_then(|v| v.as_str().map(str::to_owned))

@@ -15,12 +15,12 @@ pub fn safe_text(data: &[u8]) {
         return;
     };
     let at_end = flags & 1 == 1;
-    let r = crate::render::safe_text(bytes, at_end);
+    let r = crate::spool::render::safe_text(bytes, at_end);
     assert!(r.consumed <= bytes.len());
     if at_end {
         assert_eq!(r.consumed, bytes.len());
     } else {
-        assert!(bytes.len() - r.consumed < crate::render::ESCAPE_BYTES_MAX);
+        assert!(bytes.len() - r.consumed < crate::spool::render::ESCAPE_BYTES_MAX);
     }
     for c in r.text.chars() {
         assert!(
@@ -32,7 +32,7 @@ pub fn safe_text(data: &[u8]) {
         assert_eq!(r.text.as_bytes(), &bytes[..r.consumed]);
     }
     assert_eq!(
-        crate::render::base64(bytes).len(),
+        crate::spool::render::base64(bytes).len(),
         bytes.len().div_ceil(3) * 4
     );
     let max_bytes = usize::from(flags >> 1) + 1;

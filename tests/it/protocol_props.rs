@@ -356,7 +356,7 @@ proptest! {
 
     #[test]
     fn base64_round_trips(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
-        let encoded = procjournal::render::base64(&bytes);
+        let encoded = procjournal::spool::render::base64(&bytes);
         prop_assert_eq!(base64::decode(&encoded), Ok(bytes));
     }
 
@@ -364,7 +364,7 @@ proptest! {
     fn base64_is_canonical(text in "[A-Za-z0-9+/=\\-_ ]{0,24}") {
         // Whatever decodes re-encodes to exactly the input: one encoding per byte string.
         if let Ok(bytes) = base64::decode(&text) {
-            prop_assert_eq!(procjournal::render::base64(&bytes), text);
+            prop_assert_eq!(procjournal::spool::render::base64(&bytes), text);
         }
     }
 }

@@ -4,11 +4,12 @@
 //! `output` runs the same sizes), the pages concatenate to the safe text of the whole output, and
 //! no page holds a U+FFFD the output did not.
 
+use procjournal::EventId;
 use procjournal::lifecycle::{Handle, State};
 use procjournal::spool::format::Stream;
+use procjournal::spool::render;
 use procjournal::spool::{Spool, SpoolOptions};
 use procjournal::supervisor::{OutputPage, Rendering, read_page};
-use procjournal::{EventId, render};
 use proptest::prelude::*;
 
 fn handle() -> Handle {

@@ -262,8 +262,9 @@ fn unsafe_code_is_confined_and_justified() {
 /// re-exports them, which is not a dependency of the kind the layering is about. Left out:
 /// comment lines, code under `#[cfg(test)]` (test modules and files, test-only items), and
 /// `src/fuzzing.rs` (only the registry of the fuzz targets: it re-exports the bodies each layer
-/// keeps in its own `fuzz.rs`, which are checked like any file, and nothing imports it). A path through a re-export of `src/lib.rs` (`crate::render` for
-/// `crate::spool::render`) counts as the module it names.
+/// keeps in its own `fuzz.rs`, which are checked like any file, and nothing imports it). A path through a re-export of `src/lib.rs`
+/// (`crate::run_guardian_if_requested` for `crate::tree::guardian::run_if_requested`) counts as
+/// the module it names.
 mod imports {
     use std::collections::{BTreeMap, BTreeSet};
 
@@ -835,17 +836,17 @@ fn the_import_check_finds_each_kind_of_bad_import() {
         "use super::reader::JournalReader;",
         "  journal/floor -> journal/reader (src/journal/floor.rs:{n})",
     );
-    // Through the old path of a module that moved: `crate::render` is the spool's, which the
-    // supervisor may import, and the journal may not.
+    // Through a re-export of the crate root: `crate::run_guardian_if_requested` is the tree's,
+    // which the supervisor may import, and the journal may not.
     let (files, _) = with_line(
         "src/supervisor/capture.rs",
-        "use crate::render::escape_field as _;",
+        "use crate::run_guardian_if_requested as _;",
     );
     assert_eq!(import_violations(&files), Vec::<String>::new());
     found(
         "src/journal/reader.rs",
-        "use crate::render::{self as r};",
-        "an import against the layers: journal -> spool (src/journal/reader.rs:{n})",
+        "use crate::{self as c, run_guardian_if_requested};",
+        "an import against the layers: journal -> tree (src/journal/reader.rs:{n})",
     );
     // A CLI command importing another.
     found(

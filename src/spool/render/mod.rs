@@ -2,7 +2,7 @@
 //!
 //! Part of the spool because it renders spool bytes and names nothing above the spool (a
 //! handle only by its display form): the supervisor renders its pages with it, and the
-//! surfaces reach it as `crate::render`, the path it had before it moved here.
+//! surfaces reach it as `crate::spool::render`, the path it had before it moved here.
 //!
 //! Safe text is what an agent or a terminal can show without being steered by the output:
 //! - invalid UTF-8 becomes U+FFFD;
