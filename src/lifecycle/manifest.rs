@@ -40,9 +40,10 @@ use serde::Serialize;
 use super::command::StoredCommand;
 use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, RETIRED, SCOPED};
 use super::event::{
-    AdmissionLimitSet, CaptureStatus, CursorBounds, Deadline, DeadlineFailed, DeadlineFired,
-    ExitProof, ExitStatus, GateChanged, Handle, IdentityWitness, LifecycleEvent, LifecycleIds,
-    Scoped,
+    AdmissionLimitSet, CaptureStatus, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
+    DeadlineFired, ExitProof, ExitStatus, GateChanged, Handle, HumanInput, IdentityWitness,
+    LifecycleEvent, LifecycleIds, LifecyclePublished, OutputGap, OutputRetired, Scoped,
+    TerminalResized, TreeReleased,
 };
 use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
@@ -526,40 +527,9 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
         LifecycleEvent::AdmissionLimitSet(e) => {
             Err(Rejection::AdmissionLimitUnchanged(e.max_concurrent))
         }
-        LifecycleEvent::HumanInput(e) => {
-            not_terminal(m)?;
-            if e.waiting == m.awaiting_input.is_some() {
-                return Err(Rejection::InputWaitUnchanged(e.waiting));
-            }
-            Ok(Applied::Changed)
-        }
-        LifecycleEvent::DeadlineFired(e) => {
-            not_terminal(m)?;
-            if let Some(d) = &m.deadline {
-                return Err(Rejection::DeadlineAlreadyFired(d.deadline.name()));
-            }
-            let configured = configured_limit(m, e.deadline);
-            if configured != Some(e.limit_ms) {
-                return Err(Rejection::DeadlineLimit {
-                    deadline: e.deadline.name(),
-                    found: e.limit_ms,
-                    configured,
-                });
-            }
-            Ok(Applied::Changed)
-        }
-        LifecycleEvent::DeadlineFailed(e) => {
-            not_terminal(m)?;
-            if m.deadline.as_ref().map(|d| d.deadline) != Some(e.deadline) {
-                return Err(Rejection::DeadlineNotFired);
-            }
-            if m.deadline_failures.len() >= crate::limits::DEADLINE_FAILURES_MAX {
-                return Err(Rejection::TooManyDeadlineFailures(
-                    m.deadline_failures.len(),
-                ));
-            }
-            Ok(Applied::Changed)
-        }
+        LifecycleEvent::HumanInput(e) => input_wait(m, e),
+        LifecycleEvent::DeadlineFired(e) => fired(m, e),
+        LifecycleEvent::DeadlineFailed(e) => deadline_failed(m, e),
         LifecycleEvent::RegisteredV2(e) => Err(Rejection::AlreadyRegistered(e.handle)),
         LifecycleEvent::Running(_) => {
             move_to(m, State::Running)?;
@@ -572,18 +542,7 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             }
             Ok(Applied::Changed)
         }
-        LifecycleEvent::TerminalResized(e) => {
-            if m.state != State::Running {
-                return Err(Rejection::NotRunning(m.state));
-            }
-            if e.rows == 0 || e.cols == 0 {
-                return Err(Rejection::TerminalSize {
-                    rows: e.rows,
-                    cols: e.cols,
-                });
-            }
-            Ok(Applied::Changed)
-        }
+        LifecycleEvent::TerminalResized(e) => resized(m, e),
         LifecycleEvent::InputClosed(_) => {
             if m.input_closed {
                 return Err(Rejection::InputAlreadyClosed);
@@ -597,109 +556,194 @@ fn validate(m: &Manifest, event_id: EventId, event: &LifecycleEvent) -> Result<A
             bounds_grow(m.bounds, e.bounds)?;
             Ok(Applied::Changed)
         }
+        LifecycleEvent::Terminal(e) if !e.state.is_terminal() => {
+            Err(Rejection::NotTerminal(e.state))
+        }
         LifecycleEvent::Terminal(e) => {
-            if !e.state.is_terminal() {
-                return Err(Rejection::NotTerminal(e.state));
-            }
-            move_to(m, e.state)?;
-            allocated("terminal", event_id, m.ids.terminal)?;
-            bounds_grow(m.bounds, e.bounds)?;
-            Ok(Applied::Changed)
+            let step = (event_id, m.ids.terminal);
+            ends(m, e.state, "terminal", step, e.bounds)
         }
         LifecycleEvent::LostOnRestore(e) => {
-            move_to(m, State::LostOnRestore)?;
-            allocated("lost_on_restore", event_id, m.ids.lost)?;
-            bounds_grow(m.bounds, e.bounds)?;
-            Ok(Applied::Changed)
+            let step = (event_id, m.ids.lost);
+            ends(m, State::LostOnRestore, "lost_on_restore", step, e.bounds)
         }
-        LifecycleEvent::LifecyclePublished(e) => {
-            let recorded = match e.event {
-                id if id == m.ids.running => m.pid.is_some(),
-                id if id == m.ids.terminal || id == m.ids.lost => {
-                    m.terminal.as_ref().is_some_and(|t| t.event_id == id)
-                }
-                _ => false,
-            };
-            if !recorded {
-                return Err(Rejection::NotPublishable(e.event));
-            }
-            derived("lifecycle_published", event_id, e.event, PUBLISHED)?;
-            Ok(if m.published.contains(&e.event) {
-                Applied::Unchanged
-            } else {
-                Applied::Changed
-            })
-        }
-        LifecycleEvent::Scoped(e) => {
-            let applied = match &m.scope {
-                Some(scope) if scope == e => Applied::Unchanged,
-                Some(_) => return Err(Rejection::ScopeAlreadyRecorded),
-                None if m.state.is_terminal() => return Err(Rejection::AlreadyTerminal(m.state)),
-                None => Applied::Changed,
-            };
-            derived("scoped", event_id, m.ids.running, SCOPED)?;
-            Ok(applied)
-        }
-        LifecycleEvent::TreeReleased(e) => {
-            let applied = match &m.released {
-                _ if m.scope.is_none() && !proves_an_aborted_launch(&e.proof) => {
-                    return Err(Rejection::NotScoped);
-                }
-                Some(proof) if *proof == e.proof => Applied::Unchanged,
-                Some(_) => return Err(Rejection::AlreadyReleased),
-                None => Applied::Changed,
-            };
-            derived("tree_released", event_id, m.ids.terminal, RELEASED)?;
-            Ok(applied)
-        }
-        LifecycleEvent::OutputGap(e) => {
-            if m.state.is_terminal() {
-                return Err(Rejection::AlreadyTerminal(m.state));
-            }
-            let g = e.gap;
-            // Retention is a policy, never recorded as a loss; gaps come in cursor order, as
-            // the spool makes them; a piece that continues the last gap joins it.
-            let ordered = m.gaps.last().is_none_or(|last| last.to <= g.from);
-            let joins = m.gaps.last().is_some_and(|last| joins(last, &g));
-            if g.from >= g.to
-                || g.reason == crate::spool::LossReason::Retention
-                || !ordered
-                || (!joins && m.gaps.len() >= crate::limits::GAPS_PER_PROCESS_MAX)
-            {
-                return Err(Rejection::BadGap { gap: g });
-            }
-            Ok(Applied::Changed)
-        }
-        LifecycleEvent::OutputRetired(e) => {
-            let applied = match &m.retired {
-                Some(r) if r.reason == e.reason && r.at_unix_ms == e.at_unix_ms => {
-                    Applied::Unchanged
-                }
-                Some(_) => return Err(Rejection::AlreadyRetired),
-                None if !m.exit_verified() => return Err(Rejection::NotRetirable(m.state)),
-                None => Applied::Changed,
-            };
-            derived("output_retired", event_id, m.ids.terminal, RETIRED)?;
-            Ok(applied)
-        }
-        LifecycleEvent::CompletionNotified(e) => {
-            if m.terminal.is_none() {
-                return Err(Rejection::CompletionBeforeTerminal);
-            }
-            if e.command != m.ids.completion {
-                return Err(Rejection::CompletionIdMismatch {
-                    found: e.command,
-                    allocated: m.ids.completion,
-                });
-            }
-            derived("completion_notified", event_id, m.ids.completion, NOTIFIED)?;
-            Ok(if m.completion_notified {
-                Applied::Unchanged
-            } else {
-                Applied::Changed
-            })
-        }
+        LifecycleEvent::LifecyclePublished(e) => published(m, event_id, e),
+        LifecycleEvent::Scoped(e) => scoped(m, event_id, e),
+        LifecycleEvent::TreeReleased(e) => released(m, event_id, e),
+        LifecycleEvent::OutputGap(e) => gap(m, e),
+        LifecycleEvent::OutputRetired(e) => retired(m, event_id, e),
+        LifecycleEvent::CompletionNotified(e) => notified(m, event_id, e),
     }
+}
+
+/// A change of whether the process waits for a human's input; never a repeat of the last.
+fn input_wait(m: &Manifest, e: &HumanInput) -> Result<Applied, Rejection> {
+    not_terminal(m)?;
+    if e.waiting == m.awaiting_input.is_some() {
+        return Err(Rejection::InputWaitUnchanged(e.waiting));
+    }
+    Ok(Applied::Changed)
+}
+
+/// A new size of a running process's terminal.
+fn resized(m: &Manifest, e: &TerminalResized) -> Result<Applied, Rejection> {
+    if m.state != State::Running {
+        return Err(Rejection::NotRunning(m.state));
+    }
+    if e.rows == 0 || e.cols == 0 {
+        return Err(Rejection::TerminalSize {
+            rows: e.rows,
+            cols: e.cols,
+        });
+    }
+    Ok(Applied::Changed)
+}
+
+/// The end of a process (`to`, terminal), under the ID allocated for that step (`step`: found,
+/// allocated), with bounds that extend the last ones.
+fn ends(
+    m: &Manifest,
+    to: State,
+    what: &'static str,
+    (found, allocated_id): (EventId, EventId),
+    bounds: CursorBounds,
+) -> Result<Applied, Rejection> {
+    move_to(m, to)?;
+    allocated(what, found, allocated_id)?;
+    bounds_grow(m.bounds, bounds)?;
+    Ok(Applied::Changed)
+}
+
+/// A deadline fires once, with the limit its registration configured.
+fn fired(m: &Manifest, e: &DeadlineFired) -> Result<Applied, Rejection> {
+    not_terminal(m)?;
+    if let Some(d) = &m.deadline {
+        return Err(Rejection::DeadlineAlreadyFired(d.deadline.name()));
+    }
+    let configured = configured_limit(m, e.deadline);
+    if configured != Some(e.limit_ms) {
+        return Err(Rejection::DeadlineLimit {
+            deadline: e.deadline.name(),
+            found: e.limit_ms,
+            configured,
+        });
+    }
+    Ok(Applied::Changed)
+}
+
+/// A failure to enforce the deadline that fired, a bounded number of times.
+fn deadline_failed(m: &Manifest, e: &DeadlineFailed) -> Result<Applied, Rejection> {
+    not_terminal(m)?;
+    if m.deadline.as_ref().map(|d| d.deadline) != Some(e.deadline) {
+        return Err(Rejection::DeadlineNotFired);
+    }
+    if m.deadline_failures.len() >= crate::limits::DEADLINE_FAILURES_MAX {
+        return Err(Rejection::TooManyDeadlineFailures(
+            m.deadline_failures.len(),
+        ));
+    }
+    Ok(Applied::Changed)
+}
+
+/// A publication of a recorded lifecycle event, under the ID derived from it.
+fn published(
+    m: &Manifest,
+    event_id: EventId,
+    e: &LifecyclePublished,
+) -> Result<Applied, Rejection> {
+    let recorded = match e.event {
+        id if id == m.ids.running => m.pid.is_some(),
+        id if id == m.ids.terminal || id == m.ids.lost => {
+            m.terminal.as_ref().is_some_and(|t| t.event_id == id)
+        }
+        _ => false,
+    };
+    if !recorded {
+        return Err(Rejection::NotPublishable(e.event));
+    }
+    derived("lifecycle_published", event_id, e.event, PUBLISHED)?;
+    Ok(if m.published.contains(&e.event) {
+        Applied::Unchanged
+    } else {
+        Applied::Changed
+    })
+}
+
+/// The scope of a live launch, recorded once (a retry repeats it exactly).
+fn scoped(m: &Manifest, event_id: EventId, e: &Scoped) -> Result<Applied, Rejection> {
+    let applied = match &m.scope {
+        Some(scope) if scope == e => Applied::Unchanged,
+        Some(_) => return Err(Rejection::ScopeAlreadyRecorded),
+        None if m.state.is_terminal() => return Err(Rejection::AlreadyTerminal(m.state)),
+        None => Applied::Changed,
+    };
+    derived("scoped", event_id, m.ids.running, SCOPED)?;
+    Ok(applied)
+}
+
+/// The proof that a scoped tree (or an aborted launch's) has ended, recorded once.
+fn released(m: &Manifest, event_id: EventId, e: &TreeReleased) -> Result<Applied, Rejection> {
+    let applied = match &m.released {
+        _ if m.scope.is_none() && !proves_an_aborted_launch(&e.proof) => {
+            return Err(Rejection::NotScoped);
+        }
+        Some(proof) if *proof == e.proof => Applied::Unchanged,
+        Some(_) => return Err(Rejection::AlreadyReleased),
+        None => Applied::Changed,
+    };
+    derived("tree_released", event_id, m.ids.terminal, RELEASED)?;
+    Ok(applied)
+}
+
+/// A loss of output, in cursor order; a piece continuing the last gap joins it.
+fn gap(m: &Manifest, e: &OutputGap) -> Result<Applied, Rejection> {
+    if m.state.is_terminal() {
+        return Err(Rejection::AlreadyTerminal(m.state));
+    }
+    let g = e.gap;
+    // Retention is a policy, never recorded as a loss; gaps come in cursor order, as
+    // the spool makes them; a piece that continues the last gap joins it.
+    let ordered = m.gaps.last().is_none_or(|last| last.to <= g.from);
+    let joins = m.gaps.last().is_some_and(|last| joins(last, &g));
+    if g.from >= g.to
+        || g.reason == crate::spool::LossReason::Retention
+        || !ordered
+        || (!joins && m.gaps.len() >= crate::limits::GAPS_PER_PROCESS_MAX)
+    {
+        return Err(Rejection::BadGap { gap: g });
+    }
+    Ok(Applied::Changed)
+}
+
+/// The retirement of a verified-exit process's output, recorded once.
+fn retired(m: &Manifest, event_id: EventId, e: &OutputRetired) -> Result<Applied, Rejection> {
+    let applied = match &m.retired {
+        Some(r) if r.reason == e.reason && r.at_unix_ms == e.at_unix_ms => Applied::Unchanged,
+        Some(_) => return Err(Rejection::AlreadyRetired),
+        None if !m.exit_verified() => return Err(Rejection::NotRetirable(m.state)),
+        None => Applied::Changed,
+    };
+    derived("output_retired", event_id, m.ids.terminal, RETIRED)?;
+    Ok(applied)
+}
+
+/// The host's notification of the completion, after the terminal event.
+fn notified(m: &Manifest, event_id: EventId, e: &CompletionNotified) -> Result<Applied, Rejection> {
+    if m.terminal.is_none() {
+        return Err(Rejection::CompletionBeforeTerminal);
+    }
+    if e.command != m.ids.completion {
+        return Err(Rejection::CompletionIdMismatch {
+            found: e.command,
+            allocated: m.ids.completion,
+        });
+    }
+    derived("completion_notified", event_id, m.ids.completion, NOTIFIED)?;
+    Ok(if m.completion_notified {
+        Applied::Unchanged
+    } else {
+        Applied::Changed
+    })
 }
 
 /// Folds an accepted event into its manifest, moving the event's strings out of it (replay's

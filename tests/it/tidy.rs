@@ -998,7 +998,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/lifecycle/fuzz.rs", "lifecycle_store", 168),
     ("src/lifecycle/manifest.rs", "consistent", 85),
     ("src/lifecycle/manifest.rs", "fold", 73),
-    ("src/lifecycle/manifest.rs", "validate", 184),
     ("src/lifecycle/snapshot.rs", "decode_with", 137),
     ("src/lifecycle/snapshot.rs", "read_manifest", 146),
     ("src/lifecycle/wire.rs", "event", 88),
@@ -1027,7 +1026,7 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/supervisor/process.rs", "drain", 199),
     ("src/supervisor/process.rs", "teardown", 74),
     ("src/supervisor/process.rs", "terminalize", 136),
-    ("src/supervisor/restore.rs", "restore", 133),
+    ("src/supervisor/restore.rs", "restore", 129),
     ("src/tree/guardian/mod.rs", "launch", 162),
     ("src/tree/guardian/receipt.rs", "decode", 109),
     ("src/tree/guardian/run.rs", "finish", 85),
@@ -1113,6 +1112,10 @@ fn functions_stay_within_seventy_lines_or_shrink() {
             )),
             Some(_) if *lines <= FUNCTION_LINES_MAX => problems.push(format!(
                 "{file}: fn {name} is {lines} lines now: take it off LONG_FUNCTIONS"
+            )),
+            // The entry follows it down, so that a split cannot grow back unseen.
+            Some((_, _, was)) if lines < was => problems.push(format!(
+                "{file}: fn {name} shrank from {was} to {lines} lines: lower its entry"
             )),
             _ => {}
         }
