@@ -550,143 +550,38 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         lease,
         tap,
     } = launched;
-    let mut tapping = Tapping::new(tap);
-    // Bytes the pipes held at the leader's exit not read yet (see above).
-    let mut owed = Owed::default();
-    // A terminal's bytes are one stream of their own.
-    let out_stream = match stdout {
-        OutputEnd::Pipe(_) => Stream::Stdout,
-        OutputEnd::Terminal(_) => Stream::Terminal,
-    };
-    let (mut stdout, mut stderr) = (Some(stdout), stderr);
-    let mut status: Option<std::io::Result<LeaderExit>> = None;
-    let mut capture_failure: Option<String> = None;
-    // Each stream's own first failure, for `Drained` (capture reports per stream).
-    let (mut out_failure, mut err_failure): (Option<String>, Option<String>) = (None, None);
-    let has_stderr = stderr.is_some();
-    let start = tokio::time::Instant::now();
+    let mut pump = Pump::new(stdout, stderr, Tapping::new(tap));
     let final_drain = shared.config.final_drain;
-    let write_behind = shared.config.write_behind_bytes;
-    let mut drain_deadline: Option<tokio::time::Instant> = None;
-    let tick = tokio::time::sleep_until(start + shared.config.checkpoint_interval);
-    tokio::pin!(tick);
-    let mut leader = tree.wait_leader();
-    let mut sync_task: Option<SyncTask> = None;
-    // Output total the journal's last checkpoint names.
-    let mut recorded = 0u64;
-    // A checkpoint is due but waits for the sync in flight.
-    let mut record_due = false;
-    // Bytes appended since the last sync was planned.
-    let mut unsynced = 0u64;
-    loop {
-        if sync_task.is_none() {
-            let record = std::mem::take(&mut record_due) && proc.total_bytes() > recorded;
-            // At least one byte: a write-behind of 0 means "after every append", and must not
-            // start sync after sync while nothing arrives.
-            if record || write_behind.is_some_and(|w| unsynced >= w.max(1)) {
-                unsynced = 0;
-                sync_task = Some(Box::pin(sync_and_record(
-                    Arc::clone(&shared),
-                    Arc::clone(&proc),
-                    record,
-                    recorded,
-                )));
-            }
-        }
-        if stdout.is_none() && stderr.is_none() && status.is_some() {
-            break;
-        }
-        if status.is_some() && drain_deadline.is_none() && owed.settled(&stdout, &stderr) {
-            drain_deadline = Some(tokio::time::Instant::now() + final_drain);
-        }
-        tokio::select! {
-            r = readable(&stdout), if stdout.is_some() && tapping.may_read() => {
-                match r.and_then(|()| drain_ready(&proc, &stdout, out_stream, &mut tapping)) {
-                    Ok(Read::Eof) => stdout = None,
-                    Ok(Read::Bytes(n, failed)) => {
-                        owed.read(out_stream, n);
-                        unsynced += n as u64;
-                        if let Some(e) = failed {
-                            capture_failure.get_or_insert_with(|| e.clone());
-                            out_failure.get_or_insert(e);
-                        }
-                    }
-                    Ok(Read::Nothing) => {}
-                    Err(e) => {
-                        capture_failure.get_or_insert_with(|| e.clone());
-                        out_failure.get_or_insert(e);
-                        stdout = None;
-                    }
-                }
-            }
-            r = readable(&stderr), if stderr.is_some() && tapping.may_read() => {
-                match r.and_then(|()| drain_ready(&proc, &stderr, Stream::Stderr, &mut tapping)) {
-                    Ok(Read::Eof) => stderr = None,
-                    Ok(Read::Bytes(n, failed)) => {
-                        owed.read(Stream::Stderr, n);
-                        unsynced += n as u64;
-                        if let Some(e) = failed {
-                            capture_failure.get_or_insert_with(|| e.clone());
-                            err_failure.get_or_insert(e);
-                        }
-                    }
-                    Ok(Read::Nothing) => {}
-                    Err(e) => {
-                        capture_failure.get_or_insert_with(|| e.clone());
-                        err_failure.get_or_insert(e);
-                        stderr = None;
-                    }
-                }
-            }
-            room = tapping.room(), if tapping.waiting() => tapping.reserved(room),
-            s = &mut leader, if status.is_none() => {
-                proc.leader_exited.store(true, Ordering::SeqCst);
-                status = Some(s);
-                owed = Owed::at_exit(&stdout, &stderr);
-            }
-            () = sleep_until_opt(drain_deadline), if drain_deadline.is_some() => {
-                break;
-            }
-            done = run_opt(&mut sync_task), if sync_task.is_some() => {
-                sync_task = None;
-                recorded = done;
-            }
-            () = &mut tick => {
-                tick.as_mut().reset(tokio::time::Instant::now() + shared.config.checkpoint_interval);
-                record_due = true;
-            }
-        }
-    }
-    drop(leader);
-    // The consumer sees the end of the tap now, not after the syncs and proofs below.
-    drop(tapping);
-    // A checkpoint record must not follow the terminal event: let the one in flight finish.
-    if let Some(task) = sync_task.take() {
-        task.await;
-    }
-    let open_streams = usize::from(stdout.is_some()) + usize::from(stderr.is_some());
-    let end_of = |open: bool, failure: Option<String>| match failure {
-        Some(reason) => DrainEnd::Failed(reason),
-        None if open => DrainEnd::Open,
-        None => DrainEnd::Eof,
-    };
-    let drained = Drained {
-        first: (out_stream, end_of(stdout.is_some(), out_failure)),
-        stderr: has_stderr.then(|| end_of(stderr.is_some(), err_failure)),
-        final_drain,
-    };
-    drop((stdout, stderr));
-    // The loop ends only once the leader was reaped.
-    let status = status.unwrap_or_else(|| Err(std::io::Error::other("the leader was not reaped")));
-    let capture = match (capture_failure, open_streams) {
-        (Some(reason), _) => CaptureStatus::Failed(reason),
-        (None, 0) => CaptureStatus::Complete,
-        (None, n) => CaptureStatus::Incomplete(format!(
-            "{n} stream(s) still open {} ms after the workload exited (a descendant holds them)",
-            final_drain.as_millis()
-        )),
-    };
+    pump.run(&shared, &proc, &tree).await;
+    let (status, capture, drained) = pump.finish(final_drain).await;
     let (state, exit, reason) = classify(&proc, status);
+    let (lingering, released) = tree_verdict(&tree).await;
+    let unverified = released.is_none() && !lingering && tree.mechanism() != Mechanism::Group;
+    let outcome = Outcome {
+        state,
+        exit,
+        capture,
+        reason,
+        lingering,
+        released,
+        unverified,
+        drained: Some(drained),
+    };
+    terminalize(&shared, &actor, &proc, lease, outcome).await;
+    // A guardian exits right after it reports its tree gone, and is our child until reaped:
+    // reap it here, after the result is out (bounded), rather than leave it to the tree's drop,
+    // whose one non-blocking try a busy machine can beat (a zombie per process).
+    if tree.surely_empty() && tree.mechanism() != Mechanism::Group {
+        let _ = tokio::time::timeout(
+            Duration::from_millis(limits::GUARDIAN_REAP_MS),
+            tree.wait_empty(),
+        )
+        .await;
+    }
+}
+
+/// Whether members of `tree` outlived its leader, and the proof of its exit if it has one.
+async fn tree_verdict(tree: &Arc<dyn ProcessTree>) -> (bool, Option<ExitProof>) {
     // A guardian reports the tree gone right after the workload's exit when nothing outlived
     // it (its receipt is written at ECHILD): give it a moment, so that the common case ends
     // with its proof instead of as a lingering tree.
@@ -699,45 +594,212 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     }
     // Usually one probe answers; only a tree that may have members left is scanned, and a
     // receipt is read, on the blocking pool.
-    let (lingering, released) = if tree.surely_empty() && tree.mechanism() == Mechanism::Group {
+    if tree.surely_empty() && tree.mechanism() == Mechanism::Group {
         // Nothing to scan and nothing to read: a group cannot prove its exit.
-        (false, None)
-    } else {
-        let tree = Arc::clone(&tree);
-        tokio::task::spawn_blocking(move || {
-            let lingering = !tree.surely_empty() && matches!(tree.members(), Ok(n) if n > 0);
-            (lingering, tree.exit_proof())
-        })
-        .await
-        .unwrap_or((false, None))
-    };
-    let unverified = released.is_none() && !lingering && tree.mechanism() != Mechanism::Group;
-    terminalize(
-        &shared,
-        &actor,
-        &proc,
-        lease,
-        Outcome {
-            state,
-            exit,
-            capture,
-            reason,
-            lingering,
-            released,
-            unverified,
-            drained: Some(drained),
-        },
-    )
-    .await;
-    // A guardian exits right after it reports its tree gone, and is our child until reaped:
-    // reap it here, after the result is out (bounded), rather than leave it to the tree's drop,
-    // whose one non-blocking try a busy machine can beat (a zombie per process).
-    if tree.surely_empty() && tree.mechanism() != Mechanism::Group {
-        let _ = tokio::time::timeout(
-            Duration::from_millis(limits::GUARDIAN_REAP_MS),
-            tree.wait_empty(),
-        )
-        .await;
+        return (false, None);
+    }
+    let tree = Arc::clone(tree);
+    tokio::task::spawn_blocking(move || {
+        let lingering = !tree.surely_empty() && matches!(tree.members(), Ok(n) if n > 0);
+        (lingering, tree.exit_proof())
+    })
+    .await
+    .unwrap_or((false, None))
+}
+
+/// What the drain of one process keeps while it pumps: its pipes until their end, the
+/// leader's exit once reaped, each stream's first failure, and where its checkpoints stand.
+struct Pump {
+    stdout: Option<OutputEnd>,
+    stderr: Option<OutputEnd>,
+    /// stdout's stream: a terminal's bytes are one stream of their own.
+    out_stream: Stream,
+    has_stderr: bool,
+    tapping: Tapping,
+    /// Bytes the pipes held at the leader's exit not read yet (see above).
+    owed: Owed,
+    status: Option<std::io::Result<LeaderExit>>,
+    capture_failure: Option<String>,
+    /// Each stream's own first failure, for `Drained` (capture reports per stream).
+    out_failure: Option<String>,
+    err_failure: Option<String>,
+    sync_task: Option<SyncTask>,
+    /// Output total the journal's last checkpoint names.
+    recorded: u64,
+    /// A checkpoint is due but waits for the sync in flight.
+    record_due: bool,
+    /// Bytes appended since the last sync was planned.
+    unsynced: u64,
+    drain_deadline: Option<tokio::time::Instant>,
+}
+
+impl Pump {
+    fn new(stdout: OutputEnd, stderr: Option<OutputEnd>, tapping: Tapping) -> Pump {
+        let out_stream = match stdout {
+            OutputEnd::Pipe(_) => Stream::Stdout,
+            OutputEnd::Terminal(_) => Stream::Terminal,
+        };
+        Pump {
+            has_stderr: stderr.is_some(),
+            stdout: Some(stdout),
+            stderr,
+            out_stream,
+            tapping,
+            owed: Owed::default(),
+            status: None,
+            capture_failure: None,
+            out_failure: None,
+            err_failure: None,
+            sync_task: None,
+            recorded: 0,
+            record_due: false,
+            unsynced: 0,
+            drain_deadline: None,
+        }
+    }
+
+    /// Reads both streams into the spool until both ended after the leader's exit, or the
+    /// final drain ran out; syncs and checkpoints on the way.
+    async fn run(&mut self, shared: &Arc<Shared>, proc: &Arc<Proc>, tree: &Arc<dyn ProcessTree>) {
+        let final_drain = shared.config.final_drain;
+        let tick = tokio::time::sleep_until(
+            tokio::time::Instant::now() + shared.config.checkpoint_interval,
+        );
+        tokio::pin!(tick);
+        let mut leader = tree.wait_leader();
+        loop {
+            self.plan_sync(shared, proc);
+            if self.stdout.is_none() && self.stderr.is_none() && self.status.is_some() {
+                break;
+            }
+            if self.status.is_some()
+                && self.drain_deadline.is_none()
+                && self.owed.settled(&self.stdout, &self.stderr)
+            {
+                self.drain_deadline = Some(tokio::time::Instant::now() + final_drain);
+            }
+            tokio::select! {
+                r = readable(&self.stdout), if self.stdout.is_some() && self.tapping.may_read() => {
+                    let which = self.out_stream;
+                    let r = r.and_then(|()| drain_ready(proc, &self.stdout, which, &mut self.tapping));
+                    self.read(which, r);
+                }
+                r = readable(&self.stderr), if self.stderr.is_some() && self.tapping.may_read() => {
+                    let r = r.and_then(|()| {
+                        drain_ready(proc, &self.stderr, Stream::Stderr, &mut self.tapping)
+                    });
+                    self.read(Stream::Stderr, r);
+                }
+                room = self.tapping.room(), if self.tapping.waiting() => self.tapping.reserved(room),
+                s = &mut leader, if self.status.is_none() => {
+                    proc.leader_exited.store(true, Ordering::SeqCst);
+                    self.status = Some(s);
+                    self.owed = Owed::at_exit(&self.stdout, &self.stderr);
+                }
+                () = sleep_until_opt(self.drain_deadline), if self.drain_deadline.is_some() => {
+                    break;
+                }
+                done = run_opt(&mut self.sync_task), if self.sync_task.is_some() => {
+                    self.sync_task = None;
+                    self.recorded = done;
+                }
+                () = &mut tick => {
+                    tick.as_mut().reset(tokio::time::Instant::now() + shared.config.checkpoint_interval);
+                    self.record_due = true;
+                }
+            }
+        }
+    }
+
+    /// Starts a sync (and a checkpoint, when one is due) unless one is in flight.
+    fn plan_sync(&mut self, shared: &Arc<Shared>, proc: &Arc<Proc>) {
+        if self.sync_task.is_some() {
+            return;
+        }
+        let record = std::mem::take(&mut self.record_due) && proc.total_bytes() > self.recorded;
+        // At least one byte: a write-behind of 0 means "after every append", and must not
+        // start sync after sync while nothing arrives.
+        let write_behind = shared.config.write_behind_bytes;
+        if record || write_behind.is_some_and(|w| self.unsynced >= w.max(1)) {
+            self.unsynced = 0;
+            self.sync_task = Some(Box::pin(sync_and_record(
+                Arc::clone(shared),
+                Arc::clone(proc),
+                record,
+                self.recorded,
+            )));
+        }
+    }
+
+    /// Takes what one read of stream `which` did: bytes counted, a failure kept, an end.
+    fn read(&mut self, which: Stream, r: Result<Read, String>) {
+        let (end, failure) = if which == Stream::Stderr {
+            (&mut self.stderr, &mut self.err_failure)
+        } else {
+            (&mut self.stdout, &mut self.out_failure)
+        };
+        let failed = match r {
+            Ok(Read::Eof) => {
+                *end = None;
+                None
+            }
+            Ok(Read::Bytes(n, failed)) => {
+                self.owed.read(which, n);
+                self.unsynced += n as u64;
+                failed
+            }
+            Ok(Read::Nothing) => None,
+            Err(e) => {
+                *end = None;
+                Some(e)
+            }
+        };
+        if let Some(e) = failed {
+            self.capture_failure.get_or_insert_with(|| e.clone());
+            failure.get_or_insert(e);
+        }
+    }
+
+    /// Ends the pumping: the tap closed, the sync in flight finished (a checkpoint record must
+    /// not follow the terminal event), and the leader's status, the capture's and the streams'.
+    async fn finish(
+        mut self,
+        final_drain: Duration,
+    ) -> (std::io::Result<LeaderExit>, CaptureStatus, Drained) {
+        // The consumer sees the end of the tap now, not after the syncs and proofs that follow.
+        drop(self.tapping);
+        if let Some(task) = self.sync_task.take() {
+            task.await;
+        }
+        let open_streams = usize::from(self.stdout.is_some()) + usize::from(self.stderr.is_some());
+        let end_of = |open: bool, failure: Option<String>| match failure {
+            Some(reason) => DrainEnd::Failed(reason),
+            None if open => DrainEnd::Open,
+            None => DrainEnd::Eof,
+        };
+        let drained = Drained {
+            first: (
+                self.out_stream,
+                end_of(self.stdout.is_some(), self.out_failure),
+            ),
+            stderr: self
+                .has_stderr
+                .then(|| end_of(self.stderr.is_some(), self.err_failure)),
+            final_drain,
+        };
+        // The loop ends only once the leader was reaped.
+        let status = self
+            .status
+            .unwrap_or_else(|| Err(std::io::Error::other("the leader was not reaped")));
+        let capture = match (self.capture_failure, open_streams) {
+            (Some(reason), _) => CaptureStatus::Failed(reason),
+            (None, 0) => CaptureStatus::Complete,
+            (None, n) => CaptureStatus::Incomplete(format!(
+                "{n} stream(s) still open {} ms after the workload exited (a descendant holds them)",
+                final_drain.as_millis()
+            )),
+        };
+        (status, capture, drained)
     }
 }
 
