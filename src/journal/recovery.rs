@@ -29,12 +29,14 @@
 //! is therefore only ever the end of the written journal: a bad range with valid records after it is
 //! never cut, whatever it looks like.
 
-use std::path::PathBuf;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 
 use crate::root::dir::{Access, Dir};
 
 use serde::Serialize;
 
+use super::floor::Floor;
 use super::format::{self, CommitSlot, FrameError, RecordHeader, SegmentHeader};
 use crate::limits::{RECORD_ALIGN_BYTES, SEGMENT_COUNT_MAX};
 
@@ -601,13 +603,17 @@ fn zero_from(
 
 /// Reads and scans every segment of `dir` in order, calling `visit` for each accepted record, and
 /// classifies trailing bad ranges as torn tails or damage. Read-only.
+///
+/// Two passes: each segment gets its own verdict in index order ([`Scan::segment`]), then what
+/// only the whole sequence tells (which trailing ranges are torn tails, which claims were lost,
+/// which sealed segments lost their successor) is settled over all of them.
 pub(crate) fn scan_journal(
     dir: &Dir,
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<JournalScan> {
     let (listed, leftovers, unrecognised_files) = list_segments(dir)?;
     let listed_indices: std::collections::BTreeSet<u64> = listed.iter().map(|(i, _)| *i).collect();
-    let mut report = RecoveryReport {
+    let report = RecoveryReport {
         leftover_tmp_files: leftovers
             .iter()
             .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
@@ -615,173 +621,199 @@ pub(crate) fn scan_journal(
         unrecognised_files,
         ..RecoveryReport::default()
     };
-    let mut segments: Vec<ScannedSegment> = Vec::new();
-    let mut journal_id: Option<[u8; 16]> = None;
     // Compaction removed every record below the floor on purpose: the expected seq starts there.
-    let (mut floor, bad_floor) = super::floor::floor_in_force(dir, &listed)?;
-    report.bad_floor = bad_floor;
-    let mut last_seq = floor.map_or(0, |f| f.seq - 1);
-    // The least seq the next record may carry: above every seq that any commit point claims,
-    // and above every seq that a segment now lost or unreadable could have held.
-    let mut seq_floor = last_seq + 1;
-    // What an unreadable segment after the last usable one could have held; a usable segment
-    // after it bounds its seqs instead.
-    let mut unreadable_tail_floor = None;
-    let mut bytes = Vec::new();
+    let (floor, bad_floor) = super::floor::floor_in_force(dir, &listed)?;
+    let mut scan = Scan::new(report, floor);
+    scan.report.bad_floor = bad_floor;
     for (index, path) in listed {
-        let file_name = segment_file_name(index);
-        if floor.is_some_and(|f| index < f.segment_index) {
-            report.compacted_leftovers.push(file_name);
-            continue;
+        scan.segment(dir, index, path, &mut visit)?;
+    }
+    let Scan {
+        mut report,
+        segments,
+        journal_id,
+        floor,
+        last_seq,
+        mut seq_floor,
+        unreadable_tail_floor,
+        ..
+    } = scan;
+    classify_tails(&mut report, &segments);
+    seq_floor = seq_floor.max(lost_successors(&mut report, &segments, &listed_indices));
+    if let Some(floor) = unreadable_tail_floor {
+        seq_floor = seq_floor.max(floor);
+    }
+    report
+        .damaged
+        .sort_by_key(|d| (d.segment_index, d.start_offset));
+    report.segments = segments.len() as u64;
+    report.last_seq = (last_seq > 0).then_some(last_seq);
+    report.next_seq_floor = seq_floor;
+    report.floor = floor;
+    Ok(JournalScan {
+        report,
+        segments,
+        journal_id,
+        last_seq,
+        seq_floor,
+    })
+}
+
+/// What the scan knows after the segments it has read, in index order.
+struct Scan {
+    report: RecoveryReport,
+    segments: Vec<ScannedSegment>,
+    journal_id: Option<[u8; 16]>,
+    floor: Option<Floor>,
+    last_seq: u64,
+    /// The least seq the next record may carry: above every seq that any commit point claims,
+    /// and above every seq that a segment now lost or unreadable could have held.
+    seq_floor: u64,
+    /// What an unreadable segment after the last usable one could have held; a usable segment
+    /// after it bounds its seqs instead.
+    unreadable_tail_floor: Option<u64>,
+    /// One buffer for every segment: reusing its pages avoids a fresh allocation (and page
+    /// faults) of a whole segment per file.
+    bytes: Vec<u8>,
+}
+
+impl Scan {
+    fn new(report: RecoveryReport, floor: Option<Floor>) -> Scan {
+        let last_seq = floor.map_or(0, |f| f.seq - 1);
+        Scan {
+            report,
+            segments: Vec::new(),
+            journal_id: None,
+            floor,
+            last_seq,
+            seq_floor: last_seq + 1,
+            unreadable_tail_floor: None,
+            bytes: Vec::new(),
         }
-        let bad = |reason: String| BadSegment {
-            file_name: file_name.clone(),
-            reason,
-        };
-        let mut file = match dir.file(name_of(&path), Access::Read) {
-            Ok(file) => file,
-            // A read-only scan races a writer's compaction: a segment that vanished below a
-            // newer floor was removed on purpose; anything else that vanished is an error.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                match super::floor::read_floor(dir)?.good() {
-                    Some(f) if index < f.segment_index => {
-                        last_seq = last_seq.max(f.seq - 1);
-                        seq_floor = seq_floor.max(f.seq);
-                        floor = Some(f);
-                        continue;
-                    }
-                    _ => return Err(e),
-                }
-            }
-            Err(e) => return Err(e),
+    }
+
+    /// Reads segment `index` at `path`: its verdict (compacted, vanished, bad, or usable with
+    /// its records), and what it bounds of the next seq.
+    fn segment(
+        &mut self,
+        dir: &Dir,
+        index: u64,
+        path: PathBuf,
+        visit: &mut impl FnMut(RecordRef<'_>),
+    ) -> std::io::Result<()> {
+        let file_name = segment_file_name(index);
+        if self.floor.is_some_and(|f| index < f.segment_index) {
+            self.report.compacted_leftovers.push(file_name);
+            return Ok(());
+        }
+        let Some(mut file) = self.open(dir, index, &path)? else {
+            return Ok(());
         };
         let file_len = file.metadata()?.len();
-        // One buffer for every segment: reusing its pages avoids a fresh allocation (and page
-        // faults) of a whole segment per file.
-        read_prefix(&mut file, crate::limits::PAGE_BYTES as u64, &mut bytes)?;
+        read_prefix(&mut file, crate::limits::PAGE_BYTES as u64, &mut self.bytes)?;
         // Whatever this segment held, the next record must not reuse its seqs: a segment that
         // cannot be read could have held as many records as the largest segment holds.
-        let unreadable_floor =
-            last_seq + 1 + SegmentHeader::record_capacity(crate::limits::SEGMENT_BYTES_MAX as u64);
-        let header = match SegmentHeader::decode(&bytes) {
+        let unreadable_floor = self.last_seq
+            + 1
+            + SegmentHeader::record_capacity(crate::limits::SEGMENT_BYTES_MAX as u64);
+        let header = match SegmentHeader::decode(&self.bytes) {
             Ok(h) => h,
             Err(e) => {
-                report
-                    .bad_segments
-                    .push(bad(format!("segment header: {e}")));
-                unreadable_tail_floor.get_or_insert(unreadable_floor);
-                continue;
+                self.bad(file_name, format!("segment header: {e}"), unreadable_floor);
+                return Ok(());
             }
         };
         if header.segment_index == index {
-            journal_id.get_or_insert(header.journal_id);
+            self.journal_id.get_or_insert(header.journal_id);
         }
-        if let Some(reason) = segment_rejection(&header, index, file_len, journal_id, last_seq) {
-            report.bad_segments.push(bad(reason));
-            unreadable_tail_floor.get_or_insert(unreadable_floor);
-            continue;
+        let rejection = segment_rejection(&header, index, file_len, self.journal_id, self.last_seq);
+        if let Some(reason) = rejection {
+            self.bad(file_name, reason, unreadable_floor);
+            return Ok(());
         }
-        unreadable_tail_floor = None;
-        let segment_bytes = u64::from(header.segment_bytes);
-        if file_len < segment_bytes {
-            report.short_segments.push(file_name.clone());
+        self.unreadable_tail_floor = None;
+        if file_len < u64::from(header.segment_bytes) {
+            self.report.short_segments.push(file_name.clone());
         }
-        if bytes.len() < header.records_offset() {
-            bytes.resize(header.records_offset(), 0);
-        }
-        let mut commit = CommitPoint::read(&bytes, &header);
-        // A file cut inside its commit area lost what the slots claimed (a newer slot may be the
-        // one cut): the claim is unknown.
-        let commit_area_cut = file_len < header.records_offset() as u64;
-        // The fast path: a sealed segment whose records run exactly to the end its commit point
-        // names is read only that far (restore reads the records, not the preallocated zeroes).
-        // Anything unexpected falls back to reading the whole file. A cleanly closed segment's
-        // claim does not bound what is past it: a later writer may have resumed appending to it
-        // and lost power before its first commit replaced the `CLOSED` claim, leaving unflushed
-        // bytes anywhere past the claimed end (a lost first page does not hide a kept later
-        // one). So the rest of its file is read too, but only checked to be zero, in blocks: if
-        // it is, the full scan would find exactly what the fast path found (the same records,
-        // then zeroes to the end); if not, the full scan runs and finds those bytes, so that
-        // they are cut before new records are written among them.
-        let trusted_end = commit
-            .filter(|_| !commit_area_cut)
-            .and_then(|c| c.newest)
-            .map(|(_, s)| s)
-            .filter(|s| s.sealed() || s.closed())
-            .filter(|s| u64::from(s.end_offset) <= file_len);
-        // Records the fast path handed out: the same bytes give the same first records, so a
-        // fall back to the full scan skips exactly these.
-        let mut visited = 0u64;
-        let mut scanned = None;
-        if let Some(slot) = trusted_end {
-            // One record header past the end too: the next record's place must be empty.
-            let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
-            // Small segments' records are often all in the page read already.
-            let wanted = look_past.min(segment_bytes).min(file_len);
-            if wanted as usize <= bytes.len() {
-                bytes.truncate(wanted as usize);
-            } else {
-                read_prefix(&mut file, wanted, &mut bytes)?;
-            }
-            let outcome = scan_segment(&bytes, &header, commit.as_ref(), last_seq, |r| {
-                visited += 1;
-                visit(r);
-            });
-            let whole = outcome.end_offset == slot.end_offset as usize
-                && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
-                && outcome.damaged.is_empty()
-                && outcome.trailing.is_none()
-                && (slot.sealed() || zero_from(&file, wanted, file_len, &mut bytes)?);
-            scanned = whole.then_some(outcome);
-        }
-        let outcome = match scanned {
-            Some(outcome) => outcome,
-            None => {
-                read_prefix(&mut file, segment_bytes, &mut bytes)?;
-                // A short file reads as if extended with zeroes, which is what a writable open
-                // does to it: a record whose only missing bytes were zero padding is whole.
-                bytes.resize(header.segment_bytes as usize, 0);
-                commit = CommitPoint::read(&bytes, &header);
-                if commit_area_cut && let Some(c) = commit.as_mut() {
-                    c.damaged = true;
-                }
-                let mut seen = 0u64;
-                scan_segment(&bytes, &header, commit.as_ref(), last_seq, |r| {
-                    seen += 1;
-                    if seen > visited {
-                        visit(r);
+        let (outcome, commit) = read_records(
+            &mut file,
+            file_len,
+            &header,
+            &mut self.bytes,
+            self.last_seq,
+            visit,
+        )?;
+        self.account(file_name, path, header, file_len, outcome, commit);
+        Ok(())
+    }
+
+    /// The segment's file, or `None` when it vanished below a newer floor: a read-only scan
+    /// races a writer's compaction, which removes segments on purpose (anything else that
+    /// vanished is an error).
+    fn open(&mut self, dir: &Dir, index: u64, path: &Path) -> std::io::Result<Option<File>> {
+        match dir.file(name_of(path), Access::Read) {
+            Ok(file) => Ok(Some(file)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                match super::floor::read_floor(dir)?.good() {
+                    Some(f) if index < f.segment_index => {
+                        self.last_seq = self.last_seq.max(f.seq - 1);
+                        self.seq_floor = self.seq_floor.max(f.seq);
+                        self.floor = Some(f);
+                        Ok(None)
                     }
-                })
+                    _ => Err(e),
+                }
             }
-        };
-        let previous = segments.last();
+            Err(e) => Err(e),
+        }
+    }
+
+    fn bad(&mut self, file_name: String, reason: String, unreadable_floor: u64) {
+        self.report
+            .bad_segments
+            .push(BadSegment { file_name, reason });
+        self.unreadable_tail_floor.get_or_insert(unreadable_floor);
+    }
+
+    /// Counts a usable segment's records, gaps, damage and commit claims into the report and
+    /// the next seq's floor.
+    fn account(
+        &mut self,
+        file_name: String,
+        path: PathBuf,
+        header: SegmentHeader,
+        file_len: u64,
+        outcome: SegmentOutcome,
+        commit: Option<CommitPoint>,
+    ) {
+        let previous = self.segments.last();
         if let Some(first) = outcome.last_seq.map(|_| header.base_seq)
-            && first > last_seq + 1
+            && first > self.last_seq + 1
             && !previous.is_some_and(|p| p.explains_gap_to(first))
         {
-            report.gaps.push(SeqGap {
-                after_seq: last_seq,
+            self.report.gaps.push(SeqGap {
+                after_seq: self.last_seq,
                 next_seq: first,
             });
         }
-        report.damaged.extend(outcome.damaged);
-        report.records += outcome.records;
+        self.report.damaged.extend(outcome.damaged);
+        self.report.records += outcome.records;
         if let Some(seq) = outcome.last_seq {
-            last_seq = seq;
+            self.last_seq = seq;
         }
         if let Some(c) = &commit {
-            seq_floor = seq_floor.max(c.claimed + 1);
+            self.seq_floor = self.seq_floor.max(c.claimed + 1);
             if c.damaged {
-                report.damaged_commit_areas.push(file_name.clone());
-                seq_floor =
-                    seq_floor.max(header.base_seq + SegmentHeader::record_capacity(segment_bytes));
+                self.report.damaged_commit_areas.push(file_name);
+                let capacity = SegmentHeader::record_capacity(u64::from(header.segment_bytes));
+                self.seq_floor = self.seq_floor.max(header.base_seq + capacity);
             }
             if let Some(seal) = c.seal() {
-                seq_floor = seq_floor.max(seal.next_base_seq);
+                self.seq_floor = self.seq_floor.max(seal.next_base_seq);
             }
         }
-        seq_floor = seq_floor.max(last_seq + 1);
-        segments.push(ScannedSegment {
+        self.seq_floor = self.seq_floor.max(self.last_seq + 1);
+        self.segments.push(ScannedSegment {
             path,
             header,
             end_offset: outcome.end_offset,
@@ -793,27 +825,125 @@ pub(crate) fn scan_journal(
             commit,
         });
     }
-    // A trailing bad range is a torn tail only if no later segment holds a record (row H
-    // otherwise), and only if it lies past the confirmed commit point.
+}
+
+/// Reads the records of a segment whose header was accepted, with its commit point: only as
+/// far as a sealed or closed commit point names when that is provably all there is (the fast
+/// path), else the whole file.
+fn read_records(
+    file: &mut File,
+    file_len: u64,
+    header: &SegmentHeader,
+    bytes: &mut Vec<u8>,
+    last_seq: u64,
+    visit: &mut impl FnMut(RecordRef<'_>),
+) -> std::io::Result<(SegmentOutcome, Option<CommitPoint>)> {
+    if bytes.len() < header.records_offset() {
+        bytes.resize(header.records_offset(), 0);
+    }
+    let mut commit = CommitPoint::read(bytes, header);
+    // A file cut inside its commit area lost what the slots claimed (a newer slot may be the
+    // one cut): the claim is unknown.
+    let commit_area_cut = file_len < header.records_offset() as u64;
+    // Records the fast path handed out: the same bytes give the same first records, so a fall
+    // back to the full scan skips exactly these.
+    let mut visited = 0u64;
+    if !commit_area_cut
+        && let Some(c) = &commit
+        && let Some(outcome) =
+            read_to_commit(file, file_len, header, c, bytes, last_seq, &mut |r| {
+                visited += 1;
+                visit(r);
+            })?
+    {
+        return Ok((outcome, commit));
+    }
+    read_prefix(file, u64::from(header.segment_bytes), bytes)?;
+    // A short file reads as if extended with zeroes, which is what a writable open does to
+    // it: a record whose only missing bytes were zero padding is whole.
+    bytes.resize(header.segment_bytes as usize, 0);
+    commit = CommitPoint::read(bytes, header);
+    if commit_area_cut && let Some(c) = commit.as_mut() {
+        c.damaged = true;
+    }
+    let mut seen = 0u64;
+    let outcome = scan_segment(bytes, header, commit.as_ref(), last_seq, |r| {
+        seen += 1;
+        if seen > visited {
+            visit(r);
+        }
+    });
+    Ok((outcome, commit))
+}
+
+/// The fast path: a sealed segment whose records run exactly to the end its commit point
+/// names is read only that far (restore reads the records, not the preallocated zeroes).
+/// `None` when anything is unexpected, for the whole file to be read instead. A cleanly closed
+/// segment's claim does not bound what is past it: a later writer may have resumed appending
+/// to it and lost power before its first commit replaced the `CLOSED` claim, leaving unflushed
+/// bytes anywhere past the claimed end (a lost first page does not hide a kept later one). So
+/// the rest of its file is read too, but only checked to be zero, in blocks: if it is, the full
+/// scan would find exactly what the fast path found (the same records, then zeroes to the end);
+/// if not, the full scan runs and finds those bytes, so that they are cut before new records
+/// are written among them.
+fn read_to_commit(
+    file: &mut File,
+    file_len: u64,
+    header: &SegmentHeader,
+    commit: &CommitPoint,
+    bytes: &mut Vec<u8>,
+    last_seq: u64,
+    visit: &mut impl FnMut(RecordRef<'_>),
+) -> std::io::Result<Option<SegmentOutcome>> {
+    let Some((_, slot)) = commit.newest else {
+        return Ok(None);
+    };
+    if !(slot.sealed() || slot.closed()) || u64::from(slot.end_offset) > file_len {
+        return Ok(None);
+    }
+    // One record header past the end too: the next record's place must be empty.
+    let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
+    // Small segments' records are often all in the page read already.
+    let wanted = look_past.min(u64::from(header.segment_bytes)).min(file_len);
+    if wanted as usize <= bytes.len() {
+        bytes.truncate(wanted as usize);
+    } else {
+        read_prefix(file, wanted, bytes)?;
+    }
+    let outcome = scan_segment(bytes, header, Some(commit), last_seq, visit);
+    let whole = outcome.end_offset == slot.end_offset as usize
+        && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
+        && outcome.damaged.is_empty()
+        && outcome.trailing.is_none()
+        && (slot.sealed() || zero_from(file, wanted, file_len, bytes)?);
+    Ok(whole.then_some(outcome))
+}
+
+/// A trailing bad range is a torn tail only if no later segment holds a record (row H
+/// otherwise), and only if it lies past the confirmed commit point; a claim past the records
+/// found is a loss, acknowledged or not.
+fn classify_tails(report: &mut RecoveryReport, segments: &[ScannedSegment]) {
     let mut records_after = false;
     for segment in segments.iter().rev() {
         let first_missing = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
         if let Some((start, end, row)) = segment.trailing {
             let acknowledged = segment.commit.is_some_and(|c| first_missing <= c.confirmed);
+            let segment_index = segment.header.segment_index;
+            let (start_offset, end_offset) = (start as u64, end as u64);
             if records_after || acknowledged {
                 report.damaged.push(DamagedRange {
-                    segment_index: segment.header.segment_index,
-                    start_offset: start as u64,
-                    end_offset: end as u64,
+                    segment_index,
+                    start_offset,
+                    end_offset,
                     row,
                     last_good_seq: first_missing - 1,
                     next_good_seq: None,
                 });
             } else {
                 report.torn_tails.push(TornTail {
-                    segment_index: segment.header.segment_index,
-                    start_offset: start as u64,
-                    end_offset: end as u64,
+                    segment_index,
+                    start_offset,
+                    end_offset,
                     row,
                     zeroed: false,
                 });
@@ -843,15 +973,24 @@ pub(crate) fn scan_journal(
     report.torn_tails.reverse();
     report.lost_acknowledged.reverse();
     report.unconfirmed_commits.reverse();
-    // A seal names a successor that existed: if no file bears the next index after a sealed
-    // segment, the successor was lost with every record it held, wherever it stood (a later
-    // segment, even an empty one made by a recovery, does not stand in for it).
-    for segment in &segments {
+}
+
+/// A seal names a successor that existed: if no file bears the next index after a sealed
+/// segment, the successor was lost with every record it held, wherever it stood (a later
+/// segment, even an empty one made by a recovery, does not stand in for it). Returns the
+/// least seq past everything the lost successors could have held.
+fn lost_successors(
+    report: &mut RecoveryReport,
+    segments: &[ScannedSegment],
+    listed: &std::collections::BTreeSet<u64>,
+) -> u64 {
+    let mut seq_floor = 0;
+    for segment in segments {
         let Some(seal) = segment.commit.as_ref().and_then(CommitPoint::seal) else {
             continue;
         };
         let successor = segment.header.segment_index + 1;
-        if listed_indices.contains(&successor) {
+        if listed.contains(&successor) {
             continue;
         }
         report.missing_segments.push(MissingSegment {
@@ -859,25 +998,8 @@ pub(crate) fn scan_journal(
             base_seq: seal.next_base_seq,
             segment_bytes: seal.next_segment_bytes,
         });
-        seq_floor = seq_floor.max(
-            seal.next_base_seq + SegmentHeader::record_capacity(u64::from(seal.next_segment_bytes)),
-        );
+        let capacity = SegmentHeader::record_capacity(u64::from(seal.next_segment_bytes));
+        seq_floor = seq_floor.max(seal.next_base_seq + capacity);
     }
-    if let Some(floor) = unreadable_tail_floor {
-        seq_floor = seq_floor.max(floor);
-    }
-    report
-        .damaged
-        .sort_by_key(|d| (d.segment_index, d.start_offset));
-    report.segments = segments.len() as u64;
-    report.last_seq = (last_seq > 0).then_some(last_seq);
-    report.next_seq_floor = seq_floor;
-    report.floor = floor;
-    Ok(JournalScan {
-        report,
-        segments,
-        journal_id,
-        last_seq,
-        seq_floor,
-    })
+    seq_floor
 }

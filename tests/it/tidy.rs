@@ -989,7 +989,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/journal/mod.rs", "open_inner", 280),
     ("src/journal/mod.rs", "rotate", 87),
     ("src/journal/powerloss.rs", "state_at", 102),
-    ("src/journal/recovery.rs", "scan_journal", 280),
     ("src/journal/recovery.rs", "scan_segment", 75),
     ("src/lifecycle/event.rs", "decode_reference", 73),
     ("src/lifecycle/fuzz.rs", "check_manifests", 268),
@@ -1146,5 +1145,5 @@ fn function_lengths_are_measured_from_fn_to_its_brace() {
     };
     // Five lines, from its `fn` line to its closing brace.
     assert_eq!(length("src/root/dir.rs", "file_name"), Some(5));
-    assert!(length("src/journal/recovery.rs", "scan_journal").is_some_and(|l| l > 200));
+    assert!(length("src/journal/mod.rs", "open_inner").is_some_and(|l| l > 200));
 }
