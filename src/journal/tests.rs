@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::reader::{JournalReader, Record};
-use super::recovery::{self, Row};
+use super::recovery::{self, Row, TornTail};
 use super::*;
 use crate::limits::{RECORD_HEADER_BYTES, SEGMENT_BYTES_MIN, SEGMENT_RECORDS_OFFSET};
 
