@@ -235,29 +235,8 @@ impl Journal {
         };
         let current = read_floor(dir).map_err(io("read floor"))?.good();
         let (listed, _, _) = recovery::list_segments(dir).map_err(io("list segments"))?;
-        // The floor is the highest usable segment, at most the active one, whose base seq is at
-        // most `keep_from_seq`: every segment below it holds only records below its base seq.
-        let mut target: Option<(u64, u64)> = None;
-        for (index, path) in &listed {
-            if current.is_some_and(|c| *index < c.segment_index) {
-                continue; // a leftover of an interrupted removal, finished below
-            }
-            if *index > active {
-                break;
-            }
-            let header =
-                read_header(dir, recovery::name_of(path)).map_err(io("read segment header"))?;
-            match header {
-                Some(h) if h.segment_index == *index && h.journal_id == journal_id => {
-                    if h.base_seq > keep_from_seq {
-                        break;
-                    }
-                    target = Some((*index, h.base_seq));
-                }
-                // Compaction never removes what recovery would report as bad.
-                _ => break,
-            }
-        }
+        let target = floor_target(dir, &listed, current, (active, journal_id), keep_from_seq)
+            .map_err(io("read segment header"))?;
         let floor = match (target, current) {
             (Some((index, seq)), current) if current.is_none_or(|c| index > c.segment_index) => {
                 Floor {
@@ -317,4 +296,38 @@ impl Journal {
             .segment_count
             .saturating_sub(usize::try_from(files).unwrap_or(usize::MAX));
     }
+}
+
+/// The segment the new floor is to be, with its base seq: the highest usable segment, at most
+/// the active one (`writer`: its index and the journal's id), whose base seq is at most
+/// `keep_from_seq`; every segment below it holds only records below its base seq. `None` when
+/// no segment from the current floor on qualifies.
+fn floor_target(
+    dir: &Dir,
+    listed: &[(u64, std::path::PathBuf)],
+    current: Option<Floor>,
+    writer: (u64, [u8; 16]),
+    keep_from_seq: u64,
+) -> std::io::Result<Option<(u64, u64)>> {
+    let (active, journal_id) = writer;
+    let mut target = None;
+    for (index, path) in listed {
+        if current.is_some_and(|c| *index < c.segment_index) {
+            continue; // a leftover of an interrupted removal, finished below
+        }
+        if *index > active {
+            break;
+        }
+        match read_header(dir, recovery::name_of(path))? {
+            Some(h) if h.segment_index == *index && h.journal_id == journal_id => {
+                if h.base_seq > keep_from_seq {
+                    break;
+                }
+                target = Some((*index, h.base_seq));
+            }
+            // Compaction never removes what recovery would report as bad.
+            _ => break,
+        }
+    }
+    Ok(target)
 }

@@ -138,29 +138,13 @@ impl IdIndex {
     /// record and keeps its exact place; at another seq, or twice among `ids` at different seqs,
     /// it is a duplicate, returned, and the lower seq stands. Sorts `ids` in place: one pass when
     /// they come in ascending runs, as a snapshot's do.
-    pub fn add_retained(&mut self, mut ids: Vec<RetainedId>) -> Vec<Duplicate> {
-        let mut duplicates = Vec::new();
-        ids.sort_by(|a, b| (a.id.as_bytes().cmp(&b.id.as_bytes())).then_with(|| a.seq.cmp(&b.seq)));
-        // Each key once, its lowest seq standing (sorted by seq within a key).
-        // The seq of the element before `later` in sorted order: a seq given twice is one record.
-        let mut previous_seq = 0;
-        ids.dedup_by(|later, kept| {
-            if later.id != kept.id {
-                previous_seq = later.seq;
-                return false;
-            }
-            let repeat = later.seq == previous_seq;
-            previous_seq = later.seq;
-            if !repeat && later.seq != kept.seq {
-                duplicates.push(Duplicate {
-                    key: kept.id.as_bytes(),
-                    first_seq: kept.seq,
-                    duplicate_seq: later.seq,
-                });
-            }
-            true
-        });
-        // Keys the table holds too: the table's entry answers, with the lower seq's place.
+    /// Marks the retained IDs whose key the table holds too: the table's entry answers, with
+    /// the lower seq's place. A key at another seq there is a duplicate, added to `duplicates`.
+    fn answer_from_table(
+        &mut self,
+        ids: &[RetainedId],
+        duplicates: &mut Vec<Duplicate>,
+    ) -> Vec<bool> {
         // Looked up from the table's side when it is the smaller (an open that resumes keeps
         // about two snapshot intervals of records; a snapshot retains IDs of every process).
         let dropped: std::collections::HashSet<([u8; 16], u64)> = duplicates
@@ -177,7 +161,7 @@ impl IdIndex {
                 if e.key < low || e.key > high {
                     continue;
                 }
-                let Some(at) = gallop(&ids, finger, &e.key) else {
+                let Some(at) = gallop(ids, finger, &e.key) else {
                     continue;
                 };
                 finger = at;
@@ -203,6 +187,12 @@ impl IdIndex {
                 }
             }
         }
+        in_table
+    }
+
+    pub fn add_retained(&mut self, mut ids: Vec<RetainedId>) -> Vec<Duplicate> {
+        let mut duplicates = dedup_retained(&mut ids);
+        let in_table = self.answer_from_table(&ids, &mut duplicates);
         if in_table.iter().any(|&t| t) {
             let mut flags = in_table.into_iter();
             ids.retain(|_| !flags.next().unwrap_or(false));
@@ -289,6 +279,32 @@ impl IdIndex {
         }
         self.buckets = table;
     }
+}
+
+/// Sorts retained IDs by key, then seq, and keeps each key once, its lowest seq standing; every
+/// other seq under the same key is a duplicate.
+fn dedup_retained(ids: &mut Vec<RetainedId>) -> Vec<Duplicate> {
+    let mut duplicates = Vec::new();
+    ids.sort_by(|a, b| (a.id.as_bytes().cmp(&b.id.as_bytes())).then_with(|| a.seq.cmp(&b.seq)));
+    // The seq of the element before `later` in sorted order: a seq given twice is one record.
+    let mut previous_seq = 0;
+    ids.dedup_by(|later, kept| {
+        if later.id != kept.id {
+            previous_seq = later.seq;
+            return false;
+        }
+        let repeat = later.seq == previous_seq;
+        previous_seq = later.seq;
+        if !repeat && later.seq != kept.seq {
+            duplicates.push(Duplicate {
+                key: kept.id.as_bytes(),
+                first_seq: kept.seq,
+                duplicate_seq: later.seq,
+            });
+        }
+        true
+    });
+    duplicates
 }
 
 /// The position of `key` in `ids` (ascending by ID), searched from `from` outwards in doubling

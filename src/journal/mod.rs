@@ -250,6 +250,28 @@ impl Writer {
             task,
         });
     }
+
+    /// The name of the spare file ready for segment `index` of `bytes` bytes, if there is one.
+    /// A spare that failed (a full disk when it was prepared, say) is not fatal: the segment is
+    /// created in place, which fails only if the disk is still full. One made for another size
+    /// or index is removed.
+    fn take_spare(&mut self, index: u64, bytes: usize) -> Option<String> {
+        let spare = self.spare.take()?;
+        let ready = spare.task.join();
+        let usable = spare.index == index && spare.segment_bytes == bytes;
+        match ready {
+            Ok(Ok(())) if usable => Some(spare.name),
+            Ok(Ok(())) => {
+                let _ = self.dir.remove(&spare.name);
+                None
+            }
+            Ok(Err(e)) => {
+                debug!(error = %e, "journal spare failed; creating the segment in place");
+                None
+            }
+            Err(_) => None,
+        }
+    }
 }
 
 /// The commit area of the active segment: where the next claim goes. Claims are written and
@@ -666,25 +688,7 @@ impl Journal {
             created_unix_ms: now_unix_ms(),
         };
         let name = recovery::segment_file_name(index);
-        // A spare that failed (a full disk when it was prepared, say) is not fatal: the segment
-        // is created in place, which fails only if the disk is still full.
-        let spare = w.spare.take();
-        let prepared = spare.and_then(|spare| {
-            let ready = spare.task.join();
-            let usable = spare.index == index && spare.segment_bytes == bytes;
-            match ready {
-                Ok(Ok(())) if usable => Some(spare.name),
-                Ok(Ok(())) => {
-                    let _ = w.dir.remove(&spare.name);
-                    None
-                }
-                Ok(Err(e)) => {
-                    debug!(error = %e, "journal spare failed; creating the segment in place");
-                    None
-                }
-                Err(_) => None,
-            }
-        });
+        let prepared = w.take_spare(index, bytes);
         let created = match prepared {
             Some(spare_name) => {
                 w.backend
