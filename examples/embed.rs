@@ -12,7 +12,7 @@
 
 use std::time::Duration;
 
-use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
+use procjournal::{Command, Services, Supervisor, SupervisorConfig};
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {

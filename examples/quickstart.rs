@@ -8,11 +8,11 @@
     reason = "an example is a host: it may start processes of its own"
 )]
 
-use procjournal::journal::reader::JournalReader;
+use procjournal::JournalReader;
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
 
 fn main() -> anyhow::Result<()> {
-    let root = procjournal::cli::default_root()?;
+    let root = procjournal::default_root()?;
     let options = JournalOptions {
         durability: Durability::Sync,
         ..JournalOptions::default()

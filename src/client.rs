@@ -217,7 +217,7 @@ pub async fn call_async(socket: &Path, request: &Request) -> Result<Value, Clien
 /// A daemon that [`connect_or_spawn`] started, and that is the one serving (not one that lost
 /// the root's lock to a daemon started meanwhile).
 #[derive(Debug)]
-pub struct Spawned {
+pub struct SpawnedDaemon {
     pub pid: u32,
 }
 
@@ -253,7 +253,7 @@ pub fn connect_or_spawn(
     socket: &Path,
     spawn: impl FnOnce() -> io::Result<std::process::Child>,
     wait: std::time::Duration,
-) -> Result<(Client, Option<Spawned>), DaemonStartError> {
+) -> Result<(Client, Option<SpawnedDaemon>), DaemonStartError> {
     use std::time::{Duration, Instant};
     match Client::connect(socket) {
         Ok(client) => return Ok((client, None)),
@@ -282,7 +282,7 @@ pub fn connect_or_spawn(
                     // zombie behind a long-lived caller (the MCP server).
                     std::thread::spawn(move || child.wait());
                 }
-                return Ok((client, ours.then_some(Spawned { pid })));
+                return Ok((client, ours.then_some(SpawnedDaemon { pid })));
             }
             Err(ClientError::NoDaemon { .. }) => {}
             Err(e) => return Err(e.into()),

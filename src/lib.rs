@@ -1,9 +1,14 @@
 //! procjournal: durable supervision of long-running commands.
 //!
 //! Every lifecycle change is a checksummed event in a memory-mapped, segmented journal with stable
-//! event IDs ([`journal`]). The journal is the only source of truth; everything else is rebuilt
+//! event IDs ([`Journal`]). The journal is the only source of truth; everything else is rebuilt
 //! from it on open. See ARCHITECTURE.md for the map and journal-format.md for every byte on disk.
 #![deny(unsafe_code)]
+#![warn(unnameable_types)]
+// Without the CLI, what only the CLI, the daemon or the MCP server use (offline inspection,
+// rendering for terminals) has no caller in the library: dead there, alive in the full build,
+// where dead code is still an error.
+#![cfg_attr(not(feature = "cli"), allow(dead_code, unused_imports))]
 #![warn(clippy::unwrap_used, clippy::expect_used)]
 #![cfg_attr(
     test,
@@ -14,39 +19,170 @@
     )
 )]
 
-pub mod admission;
-#[cfg(feature = "cli")]
-pub mod cli;
-#[cfg(feature = "server")]
-pub mod client;
+/// Declares the crate's modules: private, so that what an embedder may use is only what the
+/// crate root re-exports below; public under the `test-support` feature, which only the crate's
+/// own tests, benches and fuzz targets turn on, so that they can reach the layers they test.
+macro_rules! layers {
+    ($($(#[$attr:meta])* $name:ident;)*) => {$(
+        $(#[$attr])*
+        #[cfg(feature = "test-support")]
+        pub mod $name;
+        $(#[$attr])*
+        #[cfg(not(feature = "test-support"))]
+        mod $name;
+    )*};
+}
+
+layers! {
+    admission;
+    #[cfg(feature = "cli")]
+    cli;
+    #[cfg(feature = "server")]
+    client;
+    environment;
+    journal;
+    lifecycle;
+    #[cfg(feature = "mcp")]
+    mcp;
+    #[cfg(feature = "server")]
+    protocol;
+    root;
+    #[cfg(feature = "server")]
+    server;
+    spool;
+    supervisor;
+    tree;
+}
+
 pub mod codec;
-pub mod environment;
 mod event_id;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
 #[doc(hidden)]
 pub mod idhash;
-pub mod journal;
-pub mod lifecycle;
 pub mod limits;
-#[cfg(feature = "mcp")]
-pub mod mcp;
-#[cfg(feature = "server")]
-pub mod protocol;
-pub mod root;
-#[cfg(feature = "server")]
-pub mod server;
-pub mod spool;
-pub mod supervisor;
 mod sync;
-pub mod tree;
+
+// The surface: what a host embeds. Everything else is the layers' own business.
+
+/// The root the CLI uses when none is given.
+#[cfg(feature = "cli")]
+pub use cli::default_root;
+/// The binary's entry point (`src/bin/procjournal.rs`); not for embedders.
+#[cfg(feature = "cli")]
+#[doc(hidden)]
+pub use cli::main as cli_main;
 
 pub use tree::guardian::run_if_requested as run_guardian_if_requested;
 
+// The journal.
+pub use journal::reader::JournalReader;
 pub use journal::{
     Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,
     RecoveryReport,
+};
+
+// The supervisor.
+pub use supervisor::{CaptureLimits, Command, Rendering, Services, Supervisor, SupervisorConfig};
+
+// The daemon, its protocol and its clients.
+#[cfg(feature = "server")]
+pub use client::{Client, ClientError, DaemonStartError, call_async, connect_or_spawn};
+#[cfg(feature = "server")]
+pub use protocol::dispatch::{
+    HelloResult, InputResult, InterruptResult, ListResult, ProcessInfo, ResizeResult, StartResult,
+    WaitResult,
+};
+#[cfg(feature = "server")]
+pub use protocol::{Dispatcher, Request};
+#[cfg(feature = "server")]
+pub use server::{ServeError, Server, ServerLimits, default_socket};
+
+// The MCP server.
+#[cfg(feature = "mcp")]
+pub use mcp::McpServer;
+
+// Admission: how many workloads run at once.
+pub use admission::{
+    AdmissionConfig, AdmissionSnapshot, Basis, Decision, HostSample, SampleState, Telemetry,
+    WorkloadReservation,
+};
+
+// The client (feature `server`).
+#[cfg(feature = "server")]
+pub use client::SpawnedDaemon;
+
+// Environments of restarts.
+pub use environment::RestartEnvError;
+
+// The journal: records, recovery, compaction, reading.
+pub use journal::OpenVisitor;
+pub use journal::compact::{Compacted, CrashPoints, Head, NoCrash};
+pub use journal::floor::{Floor, FloorError, Resume, RetainedId};
+pub use journal::reader::{Follower, Record, RecordView};
+pub use journal::recovery::{BadSegment, DamagedRange, DuplicateId, SeqGap, TornTail};
+pub use journal::{CommitLoss, MissingSegment, Row};
+
+// The lifecycle: handles, events, manifests, snapshots, retention.
+pub use lifecycle::event::{
+    CaptureStatus, CommandSpec, CommandSpecV2, CursorBounds, Deadline, DeadlineFailed,
+    DeadlineFired, EnvBase, EnvOverlay, EnvPolicy, EnvVar, ExitProof, ExitStatus, Handle,
+    HandleParseError, IdentityWitness, Limits, ProcessWitness, ReceiptBinding, Scoped,
+    TreeMechanism,
+};
+pub use lifecycle::manifest::{Manifest, Rejection, Retirement, TerminalResult};
+pub use lifecycle::reference::{ProcessRef, ReferenceError};
+pub use lifecycle::replay::{ReplayIssue, ReplayReport, SnapshotProblem};
+pub use lifecycle::retention::{CleanReport, KeepReason, Kept, RetireFailure, RetiredOutput};
+pub use lifecycle::snapshot::SnapshotError;
+pub use lifecycle::state::State;
+pub use lifecycle::{LifecycleError, SnapshotPolicy};
+pub use lifecycle::{LifecycleIds, NAME_LABEL, StoredCommand};
+
+// The MCP server (feature `mcp`).
+#[cfg(feature = "mcp")]
+pub use mcp::SchemaError;
+
+// The protocol (feature `server`).
+#[cfg(feature = "server")]
+pub use protocol::dispatch::Ownership;
+#[cfg(feature = "server")]
+pub use protocol::{
+    ApiError, ErrorCode, ProtocolError, ProtocolErrorKind, PtyArgs, RestartArgs, StartArgs,
+};
+
+// Roots.
+pub use root::RootError;
+
+// Output: the spool and what it says of gaps.
+pub use spool::format::Stream;
+pub use spool::loss::{DamageKind, Gap, LossReason, SkipKind, Skipped};
+pub use spool::remove::Removed;
+pub use spool::render::ArtifactDescriptor;
+pub use spool::{Span, SpoolOptions, SpoolRead};
+
+// The supervisor: starting, reading, waiting, capturing, stopping.
+pub use supervisor::command::{Lease, PrepareError, PreparedProcess};
+pub use supervisor::restore::RestoreReport;
+pub use supervisor::{
+    CaptureError, CaptureFailure, CaptureFault, CaptureReceipt, CaptureResult, DrainEnd, Drained,
+    GateStatus, Incomplete, IncompleteCapture, InputWaitStatus, ListFilter, OutputPage, Refusal,
+    RestartError, ShutdownReport, SpawnFailure, SpoolArtifact, StartError, Started, StreamCapture,
+    StreamEnd, StreamReceipt, SupervisorError, SupervisorStats, Tap, TapChunk, TerminalSummary,
+    Why, WorkloadStatus,
+};
+pub use supervisor::{
+    Completion, CompletionNotifier, LifecycleNotice, LifecyclePublisher, ServiceError, ServiceEvent,
+};
+
+// Process trees: the launcher seam, signals and samples.
+pub use tree::cgroup::{CgroupBase, Scope as CgroupScope, Unavailable as CgroupUnavailable};
+pub use tree::pty::{LineMode, PtyMaster, PtySize};
+pub use tree::sample::{Membership, TreeSample};
+pub use tree::{
+    GroupLauncher, GuardianLauncher, GuardianProgram, GuardianTree, Identity, Launcher, LeaderExit,
+    ProcessTree, SpawnError, SpawnSpec, Spawned, Streams, TreeScope, TreeSignal,
 };
 
 /// The examples of README.md and of the pages of docs/ are compiled as doctests so that they

@@ -341,10 +341,6 @@ impl Root {
         &self.path
     }
 
-    pub fn is_writer(&self) -> bool {
-        self.lock.is_some()
-    }
-
     pub fn journal_dir(&self) -> PathBuf {
         self.path.join("journal")
     }

@@ -62,7 +62,9 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-pub use host::{available_memory, parse_cgroup_limit, parse_meminfo_available};
+pub use host::available_memory;
+#[cfg(any(test, feature = "test-support"))]
+pub use host::{parse_cgroup_limit, parse_meminfo_available};
 
 use crate::lifecycle::Handle;
 use crate::limits;
@@ -324,10 +326,6 @@ impl Admission {
         }
     }
 
-    pub fn config(&self) -> &AdmissionConfig {
-        &self.config
-    }
-
     /// Sets the limit on workloads at once at runtime (`Some(n)`: an explicit host limit of `n`,
     /// which replaces the automatic policy), or returns to the configured settings (`None`).
     /// Workloads holding capacity keep it: a lower limit only holds back new starts.
@@ -337,12 +335,14 @@ impl Admission {
     }
 
     /// The limit set at runtime, if one is.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn runtime_limit(&self) -> Option<usize> {
         self.runtime_limit
             .then_some(self.config.max_concurrent)
             .flatten()
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn host(&self) -> HostSample {
         self.host
     }
@@ -350,15 +350,6 @@ impl Admission {
     /// Workloads holding capacity.
     pub fn in_use(&self) -> usize {
         self.workloads.len()
-    }
-
-    pub fn holds(&self, handle: &Handle) -> bool {
-        self.workloads.contains_key(handle)
-    }
-
-    /// Handles of the workloads holding capacity.
-    pub fn handles(&self) -> impl Iterator<Item = &Handle> {
-        self.workloads.keys()
     }
 
     /// Takes capacity for `handle` (the floor and one core until its samples say otherwise).

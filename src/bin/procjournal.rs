@@ -3,5 +3,5 @@
 fn main() -> std::process::ExitCode {
     // First, before any thread exists: this executable is also every launch's guardian.
     procjournal::run_guardian_if_requested();
-    procjournal::cli::main()
+    procjournal::cli_main()
 }

@@ -24,7 +24,7 @@ use anyhow::Context;
 use clap::{Args, ValueEnum};
 use rmcp::ServiceExt;
 
-use crate::client::{Spawned, connect_or_spawn};
+use crate::client::{SpawnedDaemon, connect_or_spawn};
 use crate::mcp::{McpServer, transport};
 use crate::protocol::{Dispatcher, Request};
 use crate::server::default_socket;
@@ -117,7 +117,7 @@ fn attach(root: &Path, args: &McpArgs) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("the daemon on {} does not answer", socket.display()))?;
     let pid = hello.get("pid").and_then(serde_json::Value::as_u64);
     match spawned {
-        Some(Spawned { pid }) => note!(
+        Some(SpawnedDaemon { pid }) => note!(
             "procjournal mcp: no daemon was running for {}; started one (pid {pid}, log {}). \
              It keeps running after this server, with every process it starts; \
              `procjournal shutdown --root {}` stops it",

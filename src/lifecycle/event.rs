@@ -227,7 +227,7 @@ pub struct EnvVar {
     pub value: Option<String>,
 }
 
-/// What to run, as a [`RegisteredV2`] records it: a [`CommandSpec`] whose overrides keep only
+/// What to run, as a `RegisteredV2` event records it: a [`CommandSpec`] whose overrides keep only
 /// persistable values, with the environment policy that applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Encode, Decode)]
 pub struct CommandSpecV2 {
@@ -667,6 +667,7 @@ impl LifecycleEvent {
     }
 
     /// Whether this is a registration (of either kind).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_registration(&self) -> bool {
         matches!(
             self,

@@ -119,7 +119,7 @@ impl Manifest {
     /// gaps and total, and, once the bounds are final (terminal: the last checkpoint of the
     /// drain, or what restore found on disk), where kept output starts, so that a spool file
     /// removed from outside reads as damage rather than as retention.
-    pub fn bound_reader(&self, spool: &mut crate::spool::Spool) {
+    pub(crate) fn bound_reader(&self, spool: &mut crate::spool::Spool) {
         spool.hold_to_record(&self.gaps, self.bounds.total_bytes);
         if self.state.is_terminal() {
             spool.hold_retained_from(self.bounds.retained_from);
@@ -823,6 +823,7 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
 }
 
 impl ManifestStore {
+    #[cfg(any(test, feature = "test-support"))]
     pub fn new() -> Self {
         Self::default()
     }
@@ -915,6 +916,7 @@ impl ManifestStore {
         self.manifests.len()
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
         self.manifests.is_empty()
     }

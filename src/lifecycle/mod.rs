@@ -266,10 +266,6 @@ pub struct SnapshotWritten {
 }
 
 impl SnapshotCapture {
-    /// The seq the snapshot holds the projection at.
-    pub fn seq(&self) -> u64 {
-        self.seq
-    }
 
     /// Persists the snapshot (module doc): the journal durable up to its seq, the retained IDs,
     /// the file, the two kept, and the compaction below the older. Then hand the result to
@@ -441,11 +437,6 @@ impl Lifecycle {
         let outcome = capture.persist_with(crash);
         self.snapshot_done(outcome.as_ref());
         outcome.map(Some)
-    }
-
-    /// Where this root's snapshots are.
-    pub fn snapshot_dir(&self) -> &Path {
-        &self.snapshot_dir
     }
 
     pub fn journal(&self) -> &Journal {

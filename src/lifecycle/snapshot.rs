@@ -776,6 +776,7 @@ pub(crate) fn assemble(
 }
 
 /// Encodes a whole snapshot in one call (what `assemble` does in two steps).
+#[cfg(any(test, feature = "test-support"))]
 pub fn encode(
     journal_id: [u8; 16],
     seq: u64,
@@ -893,6 +894,7 @@ enum Decoder {
     /// By hand ([`read_manifest`], [`read_retained`]): what restores use.
     Fast,
     /// bincode's derived decoders: the reference the fast one is held to.
+    #[cfg(any(test, feature = "test-support"))]
     Reference,
 }
 
@@ -904,6 +906,7 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 /// [`decode`] with every frame read by bincode's derived decoders: the reference that
 /// [`decode`] must agree with, error for error and value for value (differential tests only).
 #[doc(hidden)]
+#[cfg(any(test, feature = "test-support"))]
 pub fn decode_reference(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
     decode_with(bytes, Decoder::Reference)
 }

@@ -499,21 +499,19 @@ pub struct ToolCall {
 
 impl ToolCall {
     /// The tool's name, as listed.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn tool(&self) -> &'static str {
         self.tool
     }
 
     /// The protocol operation the tool runs.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn op(&self) -> &'static str {
         self.op
     }
 
-    /// Whether the tool only reads (a cancelled call may then simply be abandoned).
-    pub fn read_only(&self) -> bool {
-        self.read_only
-    }
-
     /// The validated request.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn request(&self) -> &Request {
         &self.request
     }

@@ -1308,7 +1308,7 @@ impl Request {
         }
     }
 
-    /// The operation name and `args` object that [`decode_request`] turns back into `self`.
+    /// The operation name and `args` object that `decode_request` turns back into `self`.
     pub fn to_wire(&self) -> (&'static str, Value) {
         let to = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
         match self {

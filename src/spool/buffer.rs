@@ -37,6 +37,7 @@ impl RecentBuffer {
         self.capacity_bytes
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn start(&self) -> u64 {
         self.start
     }

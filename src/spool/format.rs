@@ -183,6 +183,7 @@ pub fn encode_chunk_header(
 }
 
 /// Appends a whole chunk (header, payload, zero padding) to `out`.
+#[cfg(any(test, feature = "test-support"))]
 pub fn encode_chunk(stream: Stream, cursor: u64, payload: &[u8], out: &mut Vec<u8>) {
     let header = encode_chunk_header(stream, cursor, payload);
     // Appended piece by piece: the payload is copied once and nothing is zero-filled twice.

@@ -84,6 +84,7 @@ use format::{
     Stream, chunk_bytes, chunk_padding_bytes, decode_chunk, decode_chunk_header,
     encode_chunk_header,
 };
+#[cfg(any(test, feature = "test-support"))]
 pub use index::INDEX_STRIDE_BYTES;
 use index::SegmentIndex;
 
@@ -713,6 +714,7 @@ impl Spool {
     }
 
     /// Bytes covered by the last [`Spool::checkpoint`].
+    #[cfg(any(test, feature = "test-support"))]
     pub fn durable_total(&self) -> u64 {
         self.durable_total
     }
@@ -986,6 +988,7 @@ impl Spool {
     }
 
     /// Whether writes are failing now (bytes appended are being lost).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn is_failing(&self) -> bool {
         self.failing.is_some_and(|f| !f.finished)
     }

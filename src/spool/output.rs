@@ -69,6 +69,7 @@ impl Output {
         self.spool.gaps_recorded(upto);
     }
 
+    #[cfg(any(test, feature = "test-support"))]
     pub fn checkpoint(&mut self) -> Result<(u64, u64), SpoolError> {
         self.guarded(Spool::checkpoint)
     }

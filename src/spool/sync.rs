@@ -79,6 +79,7 @@ impl SyncPlan {
     }
 
     /// The bytes this plan makes durable: `total_bytes` as it was when the plan was made.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn total_bytes(&self) -> u64 {
         self.total_bytes
     }

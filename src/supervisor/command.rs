@@ -133,7 +133,7 @@ impl Command {
     /// Names the process (the label [`crate::lifecycle::NAME_LABEL`]), so that people can type
     /// the name where a handle goes. A name is unique among live processes: a start whose name
     /// a live process holds is refused ([`super::Refusal::NameTaken`]). `prepare` refuses a
-    /// name that [`crate::lifecycle::reference::valid_name`] does not accept.
+    /// name that the handle grammar does not accept (`lifecycle::reference::valid_name`).
     pub fn name(self, name: impl Into<String>) -> Self {
         self.label(crate::lifecycle::NAME_LABEL, name)
     }

@@ -165,6 +165,7 @@ impl Clocks {
     }
 
     /// Whether any deadline is configured.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn limited(&self) -> bool {
         self.wall_ms.is_some() || self.idle_ms.is_some()
     }

@@ -44,7 +44,9 @@ pub use crate::lifecycle::event::{
 };
 pub use group::GroupTree;
 pub use guardian::{GuardianLauncher, GuardianProgram, GuardianTree};
-pub use procfs::{Identity, boot_id};
+pub use procfs::Identity;
+#[cfg(any(test, feature = "test-support"))]
+pub use procfs::boot_id;
 pub use pty::{PtyMaster, PtySize};
 pub use sample::{Membership, TreeSample, sample_memberships, sample_trees};
 pub use spawn::{SpawnError, SpawnSpec, Streams};
@@ -147,7 +149,7 @@ pub trait ProcessTree: Send + Sync + Debug {
     /// leader was reaped. Its scans run on the blocking pool.
     fn wait_empty(&self) -> TreeFuture<'_, ()>;
 
-    /// How the tree's members are found now, for memory samples ([`sample_trees`]). The
+    /// How the tree's members are found now, for memory samples (`sample_trees`). The
     /// default cannot list them: a sample of such a tree is incomplete.
     fn membership(&self) -> Membership {
         Membership::Unknown

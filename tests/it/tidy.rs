@@ -1143,3 +1143,76 @@ fn function_lengths_are_measured_from_fn_to_its_brace() {
     assert_eq!(length("src/root/dir.rs", "file_name"), Some(5));
     assert!(length("src/lifecycle/fuzz.rs", "check_manifests").is_some_and(|l| l > 200));
 }
+
+/// The modules of the crate an embedder may name: the rest are private (public only under
+/// `test-support`, for the crate's own tests), their surface re-exported at the crate root.
+const PUBLIC_MODULES: &[&str] = &["codec", "limits", "fuzzing", "idhash"];
+
+/// The paths `procjournal::<module>::` that `text` names through a module that is not public.
+fn private_paths(text: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for (at, _) in text.match_indices("procjournal::") {
+        let rest = &text[at + "procjournal::".len()..];
+        let module: String = rest
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+            .collect();
+        let is_module = !module.is_empty() && rest[module.len()..].starts_with("::");
+        if is_module && !PUBLIC_MODULES.contains(&module.as_str()) {
+            out.push(format!("procjournal::{module}::"));
+        }
+    }
+    out
+}
+
+/// Architecture Invariant: a chosen public surface. What a newcomer copies (README.md, docs/,
+/// examples/, the library's own doc comments) names only what an embedder can: the crate root's
+/// re-exports and the public modules. The tests build the library with `test-support`, under
+/// which every layer is public, so a doctest or an example that reached into a layer would still
+/// compile here and fail for every user.
+#[test]
+fn what_users_copy_names_only_the_public_surface() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut texts: Vec<(String, String)> = Vec::new();
+    for dir in ["docs", "examples"] {
+        let mut names: Vec<PathBuf> = std::fs::read_dir(root.join(dir))
+            .expect("read dir")
+            .map(|e| e.expect("dir entry").path())
+            .filter(|p| p.extension().is_some_and(|e| e == "md" || e == "rs"))
+            .collect();
+        names.sort();
+        texts.extend(names.iter().map(|p| read_relative(root, p)));
+    }
+    texts.push(read_relative(root, &root.join("README.md")));
+    for (rel, text) in sources("") {
+        let docs: Vec<&str> = text
+            .lines()
+            .filter(|l| {
+                let l = l.trim_start();
+                l.starts_with("///") || l.starts_with("//!")
+            })
+            .collect();
+        texts.push((rel, docs.join("\n")));
+    }
+    let mut problems = Vec::new();
+    for (rel, text) in &texts {
+        for path in private_paths(text) {
+            problems.push(format!(
+                "{rel}: names {path}, a private module: use the crate root's re-export"
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+#[test]
+fn the_surface_check_finds_paths_through_private_modules() {
+    assert_eq!(
+        private_paths("use procjournal::supervisor::{Command, Supervisor};"),
+        vec!["procjournal::supervisor::".to_owned()]
+    );
+    assert!(private_paths("use procjournal::{Command, Supervisor};").is_empty());
+    assert!(private_paths("use procjournal::codec::{self, CODEC_VERSION};").is_empty());
+    // A tracing target, not a path.
+    assert!(private_paths("an event on the `procjournal::admission` target").is_empty());
+}

@@ -68,7 +68,9 @@ pub use receipt::{Receipt, ReceiptError};
 pub(crate) fn descendants_of(root: u32) -> Vec<(u32, u32)> {
     tree::descendants(root)
 }
-pub use run::{GUARDIAN_ARG, run_if_requested};
+#[cfg(any(test, feature = "test-support"))]
+pub use run::GUARDIAN_ARG;
+pub use run::run_if_requested;
 
 use super::cgroup::{CgroupBase, Scope};
 use super::procfs::{self, Identity};
