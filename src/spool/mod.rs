@@ -37,15 +37,8 @@
 //! every pass of its drain, so the issue's flush policy ("a reader in another process sees the
 //! bytes within one drain interval") holds.
 //!
-//! Recovery scans the active segment whole (`scan_segment`). Like the journal's, it never cuts
-//! bytes that have a valid chunk after them: a chunk that fails its checks, followed by a whole
-//! valid chunk that continues the cursors (at most as far as the damaged bytes could have held),
-//! is mid-segment damage, reported as a [`SpoolDamage`] and kept, and the chunks after it stay
-//! readable (acknowledged output, possibly). Only a torn tail, with nothing valid after it, is
-//! cut; spool segment files are never memory-mapped, so it is cut with `set_len`. (A process's
-//! own output could contain the bytes of a valid chunk; inside damaged bytes such a copy could be
-//! taken for the continuation only if it also named a cursor in the narrow range allowed, and the
-//! journal's resync takes the same risk.)
+//! Recovery (`recovery.rs`) cuts only a torn tail: damaged bytes with a valid chunk after them
+//! are kept and reported as [`SpoolDamage`], and the chunks after them stay readable.
 
 pub mod buffer;
 pub mod format;
@@ -55,12 +48,14 @@ mod index;
 pub(crate) mod io;
 pub mod loss;
 mod output;
+mod recovery;
 pub mod remove;
 pub mod render;
 mod sync;
 
 pub use loss::{DamageKind, Gap, LossReason, SkipKind, Skipped};
 pub use output::Output;
+pub use recovery::{SpoolDamage, SpoolRecovery};
 pub use sync::{SyncDone, SyncPlan};
 
 #[cfg(test)]
@@ -73,7 +68,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use crate::root::dir::{Access, Dir, file_name as file_name_of};
+use crate::root::dir::{Dir, file_name as file_name_of};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -86,6 +81,7 @@ use format::{
 };
 pub use index::INDEX_STRIDE_BYTES;
 use index::SegmentIndex;
+use recovery::{resync, walk_chunks};
 
 /// Appends are split into chunks of at most this many payload bytes. A read must load and check
 /// every chunk it returns a byte of, whole (the checksum covers the whole payload), so this bounds
@@ -167,12 +163,6 @@ pub enum SpoolError {
     ReadOnly,
 }
 
-/// A spool directory that listed files but is not held: cannot happen (the listing comes from
-/// the held descriptor), said as an error rather than assumed.
-fn missing_dir(dir: &Path) -> std::io::Error {
-    std::io::Error::other(format!("{} is not held open", dir.display()))
-}
-
 fn io(op: &'static str) -> impl FnOnce(std::io::Error) -> SpoolError {
     move |cause| SpoolError::Io { op, cause }
 }
@@ -220,45 +210,6 @@ impl SpoolRead {
         }
         self.bytes.extend_from_slice(bytes);
         self.next_cursor = cursor + bytes.len() as u64;
-    }
-}
-
-/// What recovery found in a spool directory.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
-pub struct SpoolRecovery {
-    pub segments: u64,
-    /// Bytes after the last whole chunk of the active segment (a torn append), cut when writable.
-    pub torn_tail_bytes: u64,
-    pub torn_tail_cut: bool,
-    /// Segment files that could not be used (bad header, wrong spool, out of order).
-    pub bad_segments: Vec<String>,
-    /// Damaged bytes in the active segment with valid chunks after them: kept as they are (never
-    /// cut, never rewritten), and reads of the cursors they held fail with
-    /// [`SpoolError::Corrupt`]; the chunks after them stay readable.
-    pub damaged: Vec<SpoolDamage>,
-}
-
-/// A damaged range of a segment with a valid chunk after it, which continues the cursors. A torn
-/// write leaves nothing valid after it; this is damage to bytes that were written (media errors,
-/// outside writes) and the chunks after it may be output the journal recorded as durable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct SpoolDamage {
-    /// The segment's file name (never a path).
-    pub segment: String,
-    /// File offsets of the damaged bytes: from the end of the last valid chunk before them to
-    /// the first valid chunk after them.
-    pub start_offset: u64,
-    pub end_offset: u64,
-    /// The cursors those bytes held (unreadable): `end_cursor` is the first valid chunk's.
-    pub first_cursor: u64,
-    pub end_cursor: u64,
-    /// Why the first chunk at `start_offset` was rejected.
-    pub reason: String,
-}
-
-impl SpoolRecovery {
-    pub fn is_clean(&self) -> bool {
-        self.torn_tail_bytes == 0 && self.bad_segments.is_empty() && self.damaged.is_empty()
     }
 }
 
@@ -342,84 +293,6 @@ fn segment_name(first_cursor: u64) -> String {
     format!("{first_cursor:020}.seg")
 }
 
-fn parse_segment_name(name: &str) -> Option<u64> {
-    let digits = name.strip_suffix(".seg")?;
-    (digits.len() == 20 && digits.bytes().all(|b| b.is_ascii_digit()))
-        .then(|| digits.parse().ok())
-        .flatten()
-}
-
-/// Where a walk over chunks stopped.
-struct Walk {
-    /// File offset after the last chunk consumed.
-    end_offset: u64,
-    /// Cursor after the last chunk consumed.
-    end_cursor: u64,
-    /// Why the walk stopped before the end of the bytes, if it did not stop by choice.
-    error: Option<String>,
-}
-
-/// Walks the chunks of `bytes` (a window of a segment starting at file offset `base`), checking
-/// each one and the continuity of its cursor. `visit(offset, header, payload)` returns false to
-/// stop after that chunk.
-fn walk_chunks(
-    bytes: &[u8],
-    base: u64,
-    first_cursor: u64,
-    mut visit: impl FnMut(u64, &format::ChunkHeader, &[u8]) -> bool,
-) -> Walk {
-    let mut at = 0usize;
-    let mut cursor = first_cursor;
-    let mut error = None;
-    while at < bytes.len() {
-        match decode_chunk(&bytes[at..]) {
-            Ok((h, _)) if h.cursor != cursor => {
-                error = Some(format!(
-                    "chunk names cursor {}, expected {cursor}",
-                    h.cursor
-                ));
-                break;
-            }
-            Ok((h, payload)) => {
-                let more = visit(base + at as u64, &h, payload);
-                cursor += u64::from(h.payload_bytes);
-                at += chunk_bytes(h.payload_bytes as usize);
-                if !more {
-                    break;
-                }
-            }
-            Err(e) => {
-                error = Some(e.to_string());
-                break;
-            }
-        }
-    }
-    Walk {
-        end_offset: base + at as u64,
-        end_cursor: cursor,
-        error,
-    }
-}
-
-/// Finds the first chunk after damage at `from` (an offset in `bytes` where a chunk was expected
-/// with cursor `expected`) that continues the cursors: whole and checksum-valid, at a chunk
-/// alignment, naming a cursor above `expected` by no more payload than the damaged bytes between
-/// could have held (at least one chunk header's worth of them is not payload). Returns its offset
-/// in `bytes` and its cursor.
-fn resync(bytes: &[u8], from: usize, expected: u64) -> Option<(usize, u64)> {
-    let mut at = from + format::CHUNK_ALIGN_BYTES;
-    while at + CHUNK_HEADER_BYTES <= bytes.len() {
-        if let Ok((h, _)) = decode_chunk(&bytes[at..]) {
-            let room = (at - from).saturating_sub(CHUNK_HEADER_BYTES) as u64;
-            if h.cursor > expected && h.cursor - expected <= room {
-                return Some((at, h.cursor));
-            }
-        }
-        at += format::CHUNK_ALIGN_BYTES;
-    }
-    None
-}
-
 /// What holds a cursor (see `Spool::position`).
 enum Position {
     End,
@@ -429,61 +302,6 @@ enum Position {
         segment: usize,
         limit: u64,
     },
-}
-
-/// What [`scan_segment`] found.
-#[derive(Debug)]
-pub(crate) struct Scan {
-    /// File offset and cursor after the last valid chunk.
-    pub end_offset: u64,
-    pub end_cursor: u64,
-    /// Damaged ranges with valid chunks after them (`segment` left empty for the caller).
-    pub damaged: Vec<SpoolDamage>,
-}
-
-/// Scans the chunks of `bytes`, a segment's bytes from file offset `base` whose first chunk has
-/// cursor `first_cursor`, the way recovery does: a chunk that fails its checks is damage when a
-/// chunk that continues the cursors follows it ([`resync`]), and the scan goes on from there;
-/// otherwise it starts the torn tail, which is everything from `end_offset` on. `visit(offset,
-/// header, after_damage)` sees every valid chunk in order. Pure and total.
-pub(crate) fn scan_segment(
-    bytes: &[u8],
-    base: u64,
-    first_cursor: u64,
-    mut visit: impl FnMut(u64, &format::ChunkHeader, bool),
-) -> Scan {
-    let (mut at, mut cursor) = (0usize, first_cursor);
-    let mut damaged = Vec::new();
-    let mut after_damage = false;
-    loop {
-        let walk = walk_chunks(&bytes[at..], base + at as u64, cursor, |offset, h, _| {
-            visit(offset, h, std::mem::take(&mut after_damage));
-            true
-        });
-        at = (walk.end_offset - base) as usize;
-        cursor = walk.end_cursor;
-        let Some(reason) = walk.error else {
-            break;
-        };
-        let Some((next, next_cursor)) = resync(bytes, at, cursor) else {
-            break;
-        };
-        damaged.push(SpoolDamage {
-            segment: String::new(),
-            start_offset: base + at as u64,
-            end_offset: base + next as u64,
-            first_cursor: cursor,
-            end_cursor: next_cursor,
-            reason,
-        });
-        (at, cursor) = (next, next_cursor);
-        after_damage = true;
-    }
-    Scan {
-        end_offset: base + at as u64,
-        end_cursor: cursor,
-        damaged,
-    }
 }
 
 impl Spool {
@@ -524,184 +342,6 @@ impl Spool {
     /// against the journal's durable bounds (`spool verify` does).
     pub fn open_reader(dir: &Path) -> Result<(Spool, SpoolRecovery), SpoolError> {
         Self::open(dir, None, SpoolOptions::default(), false)
-    }
-
-    fn open(
-        dir: &Path,
-        expected_id: Option<[u8; 16]>,
-        options: SpoolOptions,
-        writable: bool,
-    ) -> Result<(Spool, SpoolRecovery), SpoolError> {
-        let mut listed: Vec<(u64, PathBuf)> = Vec::new();
-        let opened = if writable {
-            Dir::open(dir)
-        } else {
-            Dir::reader(dir)
-        };
-        let held = match opened {
-            Ok(held) => Some(Arc::new(held)),
-            // A writer creates it with its first segment.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io("open directory")(e)),
-        };
-        let names = match &held {
-            Some(held) => held.names().map_err(io("list segments"))?,
-            None => Vec::new(),
-        };
-        for file_name in names {
-            let Some(name) = file_name.to_str() else {
-                continue;
-            };
-            if let Some(first) = parse_segment_name(name) {
-                listed.push((first, dir.join(name)));
-            } else if writable && name.ends_with(".seg.tmp") {
-                // An interrupted segment creation: never named, never held output.
-                let held = held.as_deref().ok_or_else(|| missing_dir(dir));
-                held.and_then(|h| h.remove(name))
-                    .map_err(io("remove leftover segment"))?;
-            }
-        }
-        listed.sort();
-        let last_first = listed.last().map(|(first, _)| *first);
-        let mut recovery = SpoolRecovery::default();
-        let mut segments: VecDeque<Segment> = VecDeque::new();
-        let mut spool_id = expected_id;
-        for (first, path) in listed {
-            let name = segment_name(first);
-            let is_last = Some(first) == last_first;
-            let access = if writable {
-                Access::ReadWrite
-            } else {
-                Access::Read
-            };
-            let file = held
-                .as_deref()
-                .ok_or_else(|| missing_dir(dir))
-                .and_then(|h| h.file(file_name_of(&path), access))
-                .map_err(io("open segment"))?;
-            let mut head = [0u8; SPOOL_HEADER_BYTES];
-            let header = file
-                .read_exact_at(&mut head, 0)
-                .ok()
-                .and_then(|()| SpoolHeader::decode(&head).ok());
-            let Some(header) = header else {
-                // The newest file, no longer than a header: a segment whose creation a crash (or
-                // an unsynced header under power loss) interrupted. It never held output.
-                let len = file.metadata().map_err(io("stat segment"))?.len();
-                if is_last && len <= SPOOL_HEADER_BYTES as u64 {
-                    recovery.torn_tail_bytes += len;
-                    if writable {
-                        held.as_deref()
-                            .ok_or_else(|| missing_dir(dir))
-                            .and_then(|h| h.remove(file_name_of(&path)))
-                            .map_err(io("remove empty segment"))?;
-                        recovery.torn_tail_cut = true;
-                    }
-                    continue;
-                }
-                recovery.bad_segments.push(format!("{name}: bad header"));
-                continue;
-            };
-            // Continuity inside a sealed segment is checked chunk by chunk when its index is
-            // built; here only the name, the owner and the order can be checked.
-            let after_previous = segments
-                .back()
-                .is_none_or(|s| first > s.header.first_cursor);
-            if header.first_cursor != first
-                || *spool_id.get_or_insert(header.spool_id) != header.spool_id
-                || !after_previous
-            {
-                recovery
-                    .bad_segments
-                    .push(format!("{name}: does not continue this spool"));
-                continue;
-            }
-            // Sealed segments end where the next begins; fixed up below for the last one.
-            if let Some(prev) = segments.back_mut() {
-                prev.end_cursor = first;
-            }
-            let len = file.metadata().map_err(io("stat segment"))?.len();
-            segments.push_back(Segment {
-                path,
-                header,
-                file,
-                valid_len: len,
-                end_cursor: first,
-                index: OnceLock::new(),
-            });
-        }
-        // The last segment is scanned whole: its end is the end of the output.
-        if let Some(last) = segments.back_mut() {
-            let len = last.valid_len;
-            let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
-            last.file
-                .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
-                .map_err(io("read segment"))?;
-            let mut index = SegmentIndex::default();
-            let scan = scan_segment(
-                &bytes,
-                SPOOL_HEADER_BYTES as u64,
-                last.header.first_cursor,
-                |offset, h, after_damage| {
-                    if after_damage {
-                        // Reads of later cursors must not walk through the damage.
-                        index.push_entry(offset, h.cursor, h.payload_bytes);
-                    } else {
-                        index.push(offset, h.cursor, h.payload_bytes);
-                    }
-                },
-            );
-            let name = segment_name(last.header.first_cursor);
-            recovery
-                .damaged
-                .extend(scan.damaged.into_iter().map(|d| SpoolDamage {
-                    segment: name.clone(),
-                    ..d
-                }));
-            // Only bytes with nothing valid after them are cut: damage followed by valid chunks
-            // is kept whole, and so are those chunks.
-            let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
-            recovery.torn_tail_bytes += len - end;
-            if len > end && writable {
-                last.file.set_len(end).map_err(io("cut torn tail"))?;
-                last.file.sync_all().map_err(io("sync segment"))?;
-                recovery.torn_tail_cut = true;
-            }
-            last.valid_len = end;
-            last.end_cursor = cursor_end;
-            let _ = last.index.set(index);
-        }
-        recovery.segments = segments.len() as u64;
-        let total_bytes = segments.back().map_or(0, |s| s.end_cursor);
-        let pending_at = segments.back().map_or(0, |s| s.valid_len);
-        let retained_from = segments.front().map_or(0, |s| s.header.first_cursor);
-        let spool = Spool {
-            dir: dir.to_owned(),
-            held,
-            spool_id: spool_id.unwrap_or([0; 16]),
-            options,
-            writable,
-            segments,
-            total_bytes,
-            retained_from,
-            // Bytes found on disk may be only in the page cache (a crashed writer never synced
-            // them): nothing counts as durable until the first checkpoint of this handle.
-            durable_total: 0,
-            synced_layout: None,
-            dirty: writable && total_bytes > 0,
-            parent_unsynced: false,
-            pending: Vec::new(),
-            pending_at,
-            written: (pending_at, total_bytes),
-            boundary: (pending_at, total_bytes),
-            io: Arc::new(io::FileIo),
-            gaps: Vec::new(),
-            recorded: 0,
-            failing: None,
-            retry_interval: Duration::from_millis(crate::limits::SPOOL_RETRY_MS),
-            losses: 0,
-        };
-        Ok((spool, recovery))
     }
 
     pub fn total_bytes(&self) -> u64 {

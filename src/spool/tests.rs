@@ -5,6 +5,7 @@ use proptest::prelude::*;
 
 use super::buffer::RecentBuffer;
 use super::format::Stream;
+use super::recovery::scan_segment;
 use super::*;
 
 #[derive(Default)]
