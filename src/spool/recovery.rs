@@ -212,160 +212,267 @@ pub(crate) fn scan_segment(
     }
 }
 
+/// What a listed segment file turned out to be (see [`Opening::examine`]).
+#[derive(Debug)]
+enum Listed {
+    /// A segment of this spool, after the ones before it.
+    Segment(Segment),
+    /// The newest file, no longer than a header (`len` bytes): a segment whose creation was
+    /// interrupted.
+    Unborn { path: PathBuf, len: u64 },
+    /// A file that cannot be used, and why.
+    Bad(&'static str),
+}
+
+/// What a directory's names are (see [`Opening::list`]).
+#[derive(Debug)]
+struct Listing {
+    /// The segment files, with their first cursors, in cursor order.
+    listed: Vec<(u64, PathBuf)>,
+    /// Leftovers of interrupted segment creations, which never held output.
+    leftovers: Vec<String>,
+}
+
+/// The directory of one open: where it is, its descriptor (`None`: it does not exist yet), and
+/// whether this open may change what it holds.
+#[derive(Debug)]
+struct Opening<'a> {
+    dir: &'a Path,
+    held: Option<&'a Dir>,
+    writable: bool,
+}
+
+/// Opens the spool directory `dir`; `None` when it does not exist.
+fn open_dir(dir: &Path, writable: bool) -> Result<Option<Arc<Dir>>, SpoolError> {
+    let opened = if writable {
+        Dir::open(dir)
+    } else {
+        Dir::reader(dir)
+    };
+    match opened {
+        Ok(held) => Ok(Some(Arc::new(held))),
+        // A writer creates it with its first segment.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io("open directory")(e)),
+    }
+}
+
+impl Opening<'_> {
+    fn held(&self) -> std::io::Result<&Dir> {
+        self.held.ok_or_else(|| missing_dir(self.dir))
+    }
+
+    /// The segment files the directory names, and what a writable open is to remove.
+    fn list(&self) -> Result<Listing, SpoolError> {
+        let names = match self.held {
+            Some(held) => held.names().map_err(io("list segments"))?,
+            None => Vec::new(),
+        };
+        let mut listed: Vec<(u64, PathBuf)> = Vec::new();
+        let mut leftovers = Vec::new();
+        for file_name in names {
+            let Some(name) = file_name.to_str() else {
+                continue;
+            };
+            if let Some(first) = parse_segment_name(name) {
+                listed.push((first, self.dir.join(name)));
+            } else if self.writable && name.ends_with(".seg.tmp") {
+                // An interrupted segment creation: never named, never held output.
+                leftovers.push(name.to_owned());
+            }
+        }
+        listed.sort();
+        Ok(Listing { listed, leftovers })
+    }
+
+    /// What the file at `path`, named for cursor `first`, is: a segment of this spool that
+    /// follows the one starting at cursor `previous`, or not. The owner `spool_id`, when not
+    /// given, is taken from the first segment whose header decodes.
+    fn examine(
+        &self,
+        (first, path): (u64, PathBuf),
+        is_last: bool,
+        previous: Option<u64>,
+        spool_id: &mut Option<[u8; 16]>,
+    ) -> Result<Listed, SpoolError> {
+        let access = if self.writable {
+            Access::ReadWrite
+        } else {
+            Access::Read
+        };
+        let file = self
+            .held()
+            .and_then(|h| h.file(file_name_of(&path), access))
+            .map_err(io("open segment"))?;
+        let mut head = [0u8; SPOOL_HEADER_BYTES];
+        let header = file
+            .read_exact_at(&mut head, 0)
+            .ok()
+            .and_then(|()| SpoolHeader::decode(&head).ok());
+        let Some(header) = header else {
+            // The newest file, no longer than a header: a segment whose creation a crash (or
+            // an unsynced header under power loss) interrupted. It never held output.
+            let len = file.metadata().map_err(io("stat segment"))?.len();
+            if is_last && len <= SPOOL_HEADER_BYTES as u64 {
+                return Ok(Listed::Unborn { path, len });
+            }
+            return Ok(Listed::Bad("bad header"));
+        };
+        // Continuity inside a sealed segment is checked chunk by chunk when its index is
+        // built; here only the name, the owner and the order can be checked.
+        let after_previous = previous.is_none_or(|p| first > p);
+        if header.first_cursor != first
+            || *spool_id.get_or_insert(header.spool_id) != header.spool_id
+            || !after_previous
+        {
+            return Ok(Listed::Bad("does not continue this spool"));
+        }
+        let len = file.metadata().map_err(io("stat segment"))?.len();
+        Ok(Listed::Segment(Segment {
+            path,
+            header,
+            file,
+            valid_len: len,
+            end_cursor: first,
+            index: OnceLock::new(),
+        }))
+    }
+
+    /// Recovers the last segment, which is scanned whole: its end is the end of the output. Its
+    /// damage is reported, its torn tail cut (when writable), and its index kept.
+    fn recover_active(
+        &self,
+        last: &mut Segment,
+        recovery: &mut SpoolRecovery,
+    ) -> Result<(), SpoolError> {
+        let len = last.valid_len;
+        let (scan, index) = scan_active(last)?;
+        let name = segment_name(last.header.first_cursor);
+        recovery
+            .damaged
+            .extend(scan.damaged.into_iter().map(|d| SpoolDamage {
+                segment: name.clone(),
+                ..d
+            }));
+        // Only bytes with nothing valid after them are cut: damage followed by valid chunks
+        // is kept whole, and so are those chunks.
+        let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
+        recovery.torn_tail_bytes += len - end;
+        if len > end && self.writable {
+            last.file.set_len(end).map_err(io("cut torn tail"))?;
+            last.file.sync_all().map_err(io("sync segment"))?;
+            recovery.torn_tail_cut = true;
+        }
+        last.valid_len = end;
+        last.end_cursor = cursor_end;
+        let _ = last.index.set(index);
+        Ok(())
+    }
+}
+
+/// Reads the chunks of `segment` and scans them ([`scan_segment`]), building its index.
+fn scan_active(segment: &Segment) -> Result<(Scan, SegmentIndex), SpoolError> {
+    let len = segment.valid_len;
+    let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
+    segment
+        .file
+        .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
+        .map_err(io("read segment"))?;
+    let mut index = SegmentIndex::default();
+    let scan = scan_segment(
+        &bytes,
+        SPOOL_HEADER_BYTES as u64,
+        segment.header.first_cursor,
+        |offset, h, after_damage| {
+            if after_damage {
+                // Reads of later cursors must not walk through the damage.
+                index.push_entry(offset, h.cursor, h.payload_bytes);
+            } else {
+                index.push(offset, h.cursor, h.payload_bytes);
+            }
+        },
+    );
+    Ok((scan, index))
+}
+
 impl Spool {
+    /// Opens the spool in `dir`: lists its segment files, removes what never held output (when
+    /// writable), checks each file's header and order, then recovers the last one.
     pub(super) fn open(
         dir: &Path,
         expected_id: Option<[u8; 16]>,
         options: SpoolOptions,
         writable: bool,
     ) -> Result<(Spool, SpoolRecovery), SpoolError> {
-        let mut listed: Vec<(u64, PathBuf)> = Vec::new();
-        let opened = if writable {
-            Dir::open(dir)
-        } else {
-            Dir::reader(dir)
+        let held = open_dir(dir, writable)?;
+        let opening = Opening {
+            dir,
+            held: held.as_deref(),
+            writable,
         };
-        let held = match opened {
-            Ok(held) => Some(Arc::new(held)),
-            // A writer creates it with its first segment.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io("open directory")(e)),
-        };
-        let names = match &held {
-            Some(held) => held.names().map_err(io("list segments"))?,
-            None => Vec::new(),
-        };
-        for file_name in names {
-            let Some(name) = file_name.to_str() else {
-                continue;
-            };
-            if let Some(first) = parse_segment_name(name) {
-                listed.push((first, dir.join(name)));
-            } else if writable && name.ends_with(".seg.tmp") {
-                // An interrupted segment creation: never named, never held output.
-                let held = held.as_deref().ok_or_else(|| missing_dir(dir));
-                held.and_then(|h| h.remove(name))
-                    .map_err(io("remove leftover segment"))?;
-            }
+        let Listing { listed, leftovers } = opening.list()?;
+        for name in &leftovers {
+            opening
+                .held()
+                .and_then(|h| h.remove(name))
+                .map_err(io("remove leftover segment"))?;
         }
-        listed.sort();
         let last_first = listed.last().map(|(first, _)| *first);
         let mut recovery = SpoolRecovery::default();
         let mut segments: VecDeque<Segment> = VecDeque::new();
         let mut spool_id = expected_id;
         for (first, path) in listed {
-            let name = segment_name(first);
+            let previous = segments.back().map(|s| s.header.first_cursor);
             let is_last = Some(first) == last_first;
-            let access = if writable {
-                Access::ReadWrite
-            } else {
-                Access::Read
-            };
-            let file = held
-                .as_deref()
-                .ok_or_else(|| missing_dir(dir))
-                .and_then(|h| h.file(file_name_of(&path), access))
-                .map_err(io("open segment"))?;
-            let mut head = [0u8; SPOOL_HEADER_BYTES];
-            let header = file
-                .read_exact_at(&mut head, 0)
-                .ok()
-                .and_then(|()| SpoolHeader::decode(&head).ok());
-            let Some(header) = header else {
-                // The newest file, no longer than a header: a segment whose creation a crash (or
-                // an unsynced header under power loss) interrupted. It never held output.
-                let len = file.metadata().map_err(io("stat segment"))?.len();
-                if is_last && len <= SPOOL_HEADER_BYTES as u64 {
+            match opening.examine((first, path), is_last, previous, &mut spool_id)? {
+                Listed::Segment(segment) => {
+                    // Sealed segments end where the next begins; fixed up below for the last one.
+                    if let Some(prev) = segments.back_mut() {
+                        prev.end_cursor = first;
+                    }
+                    segments.push_back(segment);
+                }
+                Listed::Unborn { path, len } => {
                     recovery.torn_tail_bytes += len;
                     if writable {
-                        held.as_deref()
-                            .ok_or_else(|| missing_dir(dir))
+                        opening
+                            .held()
                             .and_then(|h| h.remove(file_name_of(&path)))
                             .map_err(io("remove empty segment"))?;
                         recovery.torn_tail_cut = true;
                     }
-                    continue;
                 }
-                recovery.bad_segments.push(format!("{name}: bad header"));
-                continue;
-            };
-            // Continuity inside a sealed segment is checked chunk by chunk when its index is
-            // built; here only the name, the owner and the order can be checked.
-            let after_previous = segments
-                .back()
-                .is_none_or(|s| first > s.header.first_cursor);
-            if header.first_cursor != first
-                || *spool_id.get_or_insert(header.spool_id) != header.spool_id
-                || !after_previous
-            {
-                recovery
-                    .bad_segments
-                    .push(format!("{name}: does not continue this spool"));
-                continue;
+                Listed::Bad(why) => {
+                    let name = segment_name(first);
+                    recovery.bad_segments.push(format!("{name}: {why}"));
+                }
             }
-            // Sealed segments end where the next begins; fixed up below for the last one.
-            if let Some(prev) = segments.back_mut() {
-                prev.end_cursor = first;
-            }
-            let len = file.metadata().map_err(io("stat segment"))?.len();
-            segments.push_back(Segment {
-                path,
-                header,
-                file,
-                valid_len: len,
-                end_cursor: first,
-                index: OnceLock::new(),
-            });
         }
-        // The last segment is scanned whole: its end is the end of the output.
         if let Some(last) = segments.back_mut() {
-            let len = last.valid_len;
-            let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
-            last.file
-                .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
-                .map_err(io("read segment"))?;
-            let mut index = SegmentIndex::default();
-            let scan = scan_segment(
-                &bytes,
-                SPOOL_HEADER_BYTES as u64,
-                last.header.first_cursor,
-                |offset, h, after_damage| {
-                    if after_damage {
-                        // Reads of later cursors must not walk through the damage.
-                        index.push_entry(offset, h.cursor, h.payload_bytes);
-                    } else {
-                        index.push(offset, h.cursor, h.payload_bytes);
-                    }
-                },
-            );
-            let name = segment_name(last.header.first_cursor);
-            recovery
-                .damaged
-                .extend(scan.damaged.into_iter().map(|d| SpoolDamage {
-                    segment: name.clone(),
-                    ..d
-                }));
-            // Only bytes with nothing valid after them are cut: damage followed by valid chunks
-            // is kept whole, and so are those chunks.
-            let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
-            recovery.torn_tail_bytes += len - end;
-            if len > end && writable {
-                last.file.set_len(end).map_err(io("cut torn tail"))?;
-                last.file.sync_all().map_err(io("sync segment"))?;
-                recovery.torn_tail_cut = true;
-            }
-            last.valid_len = end;
-            last.end_cursor = cursor_end;
-            let _ = last.index.set(index);
+            opening.recover_active(last, &mut recovery)?;
         }
         recovery.segments = segments.len() as u64;
+        let spool_id = spool_id.unwrap_or([0; 16]);
+        let spool = Spool::recovered(dir, held, spool_id, options, writable, segments);
+        Ok((spool, recovery))
+    }
+
+    /// The handle over the segments an open recovered.
+    fn recovered(
+        dir: &Path,
+        held: Option<Arc<Dir>>,
+        spool_id: [u8; 16],
+        options: SpoolOptions,
+        writable: bool,
+        segments: VecDeque<Segment>,
+    ) -> Spool {
         let total_bytes = segments.back().map_or(0, |s| s.end_cursor);
         let pending_at = segments.back().map_or(0, |s| s.valid_len);
         let retained_from = segments.front().map_or(0, |s| s.header.first_cursor);
-        let spool = Spool {
+        Spool {
             dir: dir.to_owned(),
             held,
-            spool_id: spool_id.unwrap_or([0; 16]),
+            spool_id,
             options,
             writable,
             segments,
@@ -387,7 +494,6 @@ impl Spool {
             failing: None,
             retry_interval: Duration::from_millis(crate::limits::SPOOL_RETRY_MS),
             losses: 0,
-        };
-        Ok((spool, recovery))
+        }
     }
 }

@@ -1013,7 +1013,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/spool/fuzz.rs", "spool_recovery", 147),
     ("src/spool/reader.rs", "index_of", 85),
     ("src/spool/reader.rs", "read_chunks", 80),
-    ("src/spool/recovery.rs", "open", 177),
     ("src/spool/render/mod.rs", "safe_text_page", 101),
     ("src/supervisor/actor.rs", "process_event", 107),
     ("src/supervisor/capture.rs", "follow", 102),
