@@ -20,8 +20,8 @@
 use std::os::unix::fs::FileExt;
 
 use super::format::{
-    CHUNK_HEADER_BYTES, CHUNK_PAYLOAD_BYTES_MAX, SPOOL_HEADER_BYTES, chunk_bytes, decode_chunk,
-    decode_chunk_header,
+    CHUNK_HEADER_BYTES, CHUNK_PAYLOAD_BYTES_MAX, ChunkHeader, SPOOL_HEADER_BYTES, chunk_bytes,
+    decode_chunk, decode_chunk_header,
 };
 use super::index::SegmentIndex;
 use super::recovery::{resync, walk_chunks};
@@ -116,48 +116,29 @@ impl Spool {
         if let Some(index) = segment.index.get() {
             return Ok(index);
         }
-        // Sealed segment read for the first time: hop from chunk header to chunk header, checking
-        // each one and the continuity of cursors, reading the file a block at a time.
+        let index = self.build_index(segment)?;
+        let _ = segment.index.set(index);
+        segment.index.get().ok_or_else(|| SpoolError::Corrupt {
+            cursor: segment.header.first_cursor,
+            reason: "segment index missing".to_owned(),
+        })
+    }
+
+    /// The index of a sealed segment read for the first time: hop from chunk header to chunk
+    /// header, checking each one and the continuity of cursors, reading the file a block at a
+    /// time.
+    fn build_index(&self, segment: &Segment) -> Result<SegmentIndex, SpoolError> {
         let mut index = SegmentIndex::default();
         let mut offset = SPOOL_HEADER_BYTES as u64;
         let mut cursor = segment.header.first_cursor;
-        let mut block: Vec<u8> = Vec::new();
-        // File offset of `block[0]`.
-        let mut block_at = 0u64;
-        let mut last_frame = 0u64;
+        let mut block = HeaderBlock::default();
         while cursor < segment.end_cursor {
             if offset + CHUNK_HEADER_BYTES as u64 > segment.valid_len {
                 // The file ends before the cursors it should hold: a short file.
                 index.stopped = Some((cursor, None));
                 break;
             }
-            let in_block = offset
-                .checked_sub(block_at)
-                .filter(|&at| at + CHUNK_HEADER_BYTES as u64 <= block.len() as u64);
-            let at = match in_block {
-                Some(at) => at as usize,
-                None => {
-                    // After a chunk larger than half a block the next header is all that the
-                    // block would be used for: read just that.
-                    let want = if last_frame > INDEX_BLOCK_BYTES as u64 / 2 {
-                        CHUNK_HEADER_BYTES as u64
-                    } else {
-                        INDEX_BLOCK_BYTES as u64
-                    };
-                    let len = want
-                        .min(segment.valid_len.saturating_sub(offset))
-                        .max(CHUNK_HEADER_BYTES as u64);
-                    block.resize(len as usize, 0);
-                    segment
-                        .file
-                        .read_exact_at(&mut block, offset)
-                        .map_err(io("read chunk header"))?;
-                    block_at = offset;
-                    0
-                }
-            };
-            let decoded = decode_chunk_header(&block[at..]);
-            let h = match decoded {
+            let h = match decode_chunk_header(block.header_at(segment, offset)?) {
                 Ok(h) if h.cursor == cursor => h,
                 // Damaged bytes in a sealed segment (it was whole when sealed): the chunks after
                 // them stay readable, as recovery keeps them in the active segment. Reads of the
@@ -165,10 +146,10 @@ impl Spool {
                 other => match self.resync_sealed(segment, offset, cursor)? {
                     Some((next, next_cursor, payload)) => {
                         index.push_entry(next, next_cursor, payload);
-                        last_frame = chunk_bytes(payload as usize) as u64;
-                        offset = next + last_frame;
+                        block.last_frame = chunk_bytes(payload as usize) as u64;
+                        offset = next + block.last_frame;
                         cursor = next_cursor + u64::from(payload);
-                        block.clear();
+                        block.bytes.clear();
                         continue;
                     }
                     None => {
@@ -187,15 +168,11 @@ impl Spool {
                 break;
             }
             index.push(offset, cursor, h.payload_bytes);
-            last_frame = chunk_bytes(h.payload_bytes as usize) as u64;
-            offset += last_frame;
+            block.last_frame = chunk_bytes(h.payload_bytes as usize) as u64;
+            offset += block.last_frame;
             cursor += u64::from(h.payload_bytes);
         }
-        let _ = segment.index.set(index);
-        segment.index.get().ok_or_else(|| SpoolError::Corrupt {
-            cursor: segment.header.first_cursor,
-            reason: "segment index missing".to_owned(),
-        })
+        Ok(index)
     }
 
     /// Reads up to `max_bytes` from `cursor`. A cursor before `retained_from` reads from
@@ -436,24 +413,12 @@ impl Spool {
         let (mut offset, mut cursor) = at;
         let mut loaded = 0;
         while out.bytes.len() < max_bytes && cursor < segment.end_cursor {
-            // Load from the chunk reached so far to the end of the chunk that holds the last byte
-            // wanted, as far as the index can tell (exactly, inside a run).
-            let last_wanted = from
-                .max(cursor)
-                .saturating_add((max_bytes - out.bytes.len()) as u64)
-                .min(segment.end_cursor)
-                - 1;
-            let room = segment
-                .valid_len
-                .saturating_sub(offset)
-                .min(READ_WINDOW_MAX);
-            let bound = index
-                .chunk_end_bound(last_wanted, segment.valid_len)
-                .saturating_sub(offset);
+            let wanted = max_bytes - out.bytes.len();
+            let [sized, room] = windows(segment, index, (offset, cursor), from, wanted);
             let mut walk = None;
             // A window the index sized holds whole chunks; if it does not (damage, or an index
             // that disagrees with the file), the largest window decides.
-            for len in [bound.min(room), room] {
+            for len in [sized, room] {
                 if len == 0 || walk.is_some() {
                     continue;
                 }
@@ -469,18 +434,7 @@ impl Spool {
                         // Bytes past the segment's end belong to no cursor of this spool.
                         return false;
                     }
-                    let chunk_end = h.cursor + u64::from(h.payload_bytes);
-                    if chunk_end > from {
-                        let skip = from.saturating_sub(h.cursor) as usize;
-                        let room = max_bytes - out.bytes.len();
-                        let take = (payload.len() - skip).min(room);
-                        out.push(
-                            h.stream,
-                            h.cursor + skip as u64,
-                            &payload[skip..skip + take],
-                        );
-                    }
-                    out.bytes.len() < max_bytes
+                    out.take(h, payload, from, max_bytes)
                 });
                 if w.end_offset > offset || len == room {
                     walk = Some(w);
@@ -502,5 +456,93 @@ impl Spool {
             cursor = walk.end_cursor;
         }
         Ok(loaded)
+    }
+}
+
+/// The lengths of file a read from cursor `from`, wanting `wanted` more bytes, loads from the
+/// chunk at `(offset, cursor)` of `segment`: the window the index sizes, and the largest.
+fn windows(
+    segment: &Segment,
+    index: &SegmentIndex,
+    (offset, cursor): (u64, u64),
+    from: u64,
+    wanted: usize,
+) -> [u64; 2] {
+    // Load from the chunk reached so far to the end of the chunk that holds the last byte
+    // wanted, as far as the index can tell (exactly, inside a run).
+    let last_wanted = from
+        .max(cursor)
+        .saturating_add(wanted as u64)
+        .min(segment.end_cursor)
+        - 1;
+    let room = segment
+        .valid_len
+        .saturating_sub(offset)
+        .min(READ_WINDOW_MAX);
+    let bound = index
+        .chunk_end_bound(last_wanted, segment.valid_len)
+        .saturating_sub(offset);
+    [bound.min(room), room]
+}
+
+impl SpoolRead {
+    /// Takes the bytes of the chunk `h` (its `payload`) from cursor `from` on, up to `max_bytes`
+    /// in all; whether more are wanted.
+    fn take(&mut self, h: &ChunkHeader, payload: &[u8], from: u64, max_bytes: usize) -> bool {
+        let chunk_end = h.cursor + u64::from(h.payload_bytes);
+        if chunk_end > from {
+            let skip = from.saturating_sub(h.cursor) as usize;
+            let room = max_bytes - self.bytes.len();
+            let take = (payload.len() - skip).min(room);
+            self.push(
+                h.stream,
+                h.cursor + skip as u64,
+                &payload[skip..skip + take],
+            );
+        }
+        self.bytes.len() < max_bytes
+    }
+}
+
+/// The block of a sealed segment's file that an index build reads chunk headers from.
+#[derive(Debug, Default)]
+struct HeaderBlock {
+    bytes: Vec<u8>,
+    /// File offset of `bytes[0]`.
+    at: u64,
+    /// The file bytes of the chunk last stepped over.
+    last_frame: u64,
+}
+
+impl HeaderBlock {
+    /// The bytes of `segment` from file offset `offset` on, at least a chunk header's worth: from
+    /// the block in hand, or read into it.
+    fn header_at(&mut self, segment: &Segment, offset: u64) -> Result<&[u8], SpoolError> {
+        let in_block = offset
+            .checked_sub(self.at)
+            .filter(|&at| at + CHUNK_HEADER_BYTES as u64 <= self.bytes.len() as u64);
+        let at = match in_block {
+            Some(at) => at as usize,
+            None => {
+                // After a chunk larger than half a block the next header is all that the
+                // block would be used for: read just that.
+                let want = if self.last_frame > INDEX_BLOCK_BYTES as u64 / 2 {
+                    CHUNK_HEADER_BYTES as u64
+                } else {
+                    INDEX_BLOCK_BYTES as u64
+                };
+                let len = want
+                    .min(segment.valid_len.saturating_sub(offset))
+                    .max(CHUNK_HEADER_BYTES as u64);
+                self.bytes.resize(len as usize, 0);
+                segment
+                    .file
+                    .read_exact_at(&mut self.bytes, offset)
+                    .map_err(io("read chunk header"))?;
+                self.at = offset;
+                0
+            }
+        };
+        Ok(&self.bytes[at..])
     }
 }
