@@ -1010,7 +1010,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/protocol/mod.rs", "to_wire", 132),
     ("src/protocol/mod.rs", "validate_start", 102),
     ("src/server/mod.rs", "serve", 100),
-    ("src/spool/fuzz.rs", "spool_recovery", 147),
     ("src/spool/render/mod.rs", "safe_text_page", 101),
     ("src/supervisor/actor.rs", "process_event", 107),
     ("src/supervisor/capture.rs", "follow", 102),
