@@ -5,6 +5,8 @@ use proptest::prelude::*;
 
 use super::buffer::RecentBuffer;
 use super::format::Stream;
+use super::recovery::scan_segment;
+use super::writer::WRITE_BUFFER_BYTES;
 use super::*;
 
 #[derive(Default)]
