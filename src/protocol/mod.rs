@@ -782,75 +782,78 @@ impl Response {
 /// Decodes and validates one request (without its trailing newline).
 pub fn decode_request(bytes: &[u8]) -> Result<Envelope, ProtocolError> {
     let fail = |id: Option<Value>, kind| ProtocolError { id, kind };
-    if bytes.len() > REQUEST_BYTES_MAX {
-        return Err(fail(
-            None,
-            ProtocolErrorKind::TooLarge {
-                len: bytes.len(),
-                max: REQUEST_BYTES_MAX,
-            },
-        ));
-    }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| fail(None, ProtocolErrorKind::Malformed(e.to_string())))?;
-    let Value::Object(mut object) = value else {
-        return Err(fail(
-            None,
-            ProtocolErrorKind::Malformed("expected an object".to_owned()),
-        ));
+    let mut object = request_object(bytes).map_err(|kind| fail(None, kind))?;
+    let id = request_id(object.remove("id")).map_err(|kind| fail(None, kind))?;
+    // From here on the ID is known, and every refusal carries it.
+    let (op, args) = match op_and_args(object) {
+        Ok(found) => found,
+        Err(kind) => return Err(fail(id, kind)),
     };
-    let id = match object.remove("id") {
-        None | Some(Value::Null) => None,
-        // Integers only: a float ID would not come back bit-exact (decimal to binary and back
-        // is lossy), and clients match responses by ID (found by fuzzing).
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
-        Some(Value::String(s)) if s.chars().count() <= ID_CHARS_MAX => Some(Value::String(s)),
-        Some(_) => {
-            return Err(fail(
-                None,
-                ProtocolErrorKind::Malformed(format!(
-                    "\"id\" must be an integer or a string of at most {ID_CHARS_MAX} characters"
-                )),
-            ));
-        }
-    };
-    let malformed =
-        |id: &Option<Value>, m: &str| fail(id.clone(), ProtocolErrorKind::Malformed(m.to_owned()));
-    match object.remove("v") {
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
-            Some(v) => return Err(fail(id, ProtocolErrorKind::UnsupportedVersion(v))),
-            None => return Err(malformed(&id, "\"v\" must be a protocol version number")),
-        },
-        _ => {
-            return Err(malformed(
-                &id,
-                "\"v\" (the protocol version, 1) is required",
-            ));
-        }
-    }
-    let op = match object.remove("op") {
-        Some(Value::String(op)) => op,
-        _ => return Err(malformed(&id, "\"op\" (the operation name) is required")),
-    };
-    let args = match object.remove("args") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(args @ Value::Object(_)) => args,
-        Some(_) => return Err(malformed(&id, "\"args\" must be an object")),
-    };
-    if let Some(field) = object.keys().next() {
-        return Err(malformed(
-            &id,
-            &format!(
-                "unknown field {:?} (expected v, id, op, args)",
-                truncate(field)
-            ),
-        ));
-    }
     match request_from_args(&op, args) {
         Ok(request) => Ok(Envelope { id, request }),
         Err(kind) => Err(fail(id, kind)),
     }
+}
+
+/// The line as a JSON object, refused unread when it is over the size bound.
+fn request_object(bytes: &[u8]) -> Result<Map<String, Value>, ProtocolErrorKind> {
+    if bytes.len() > REQUEST_BYTES_MAX {
+        return Err(ProtocolErrorKind::TooLarge {
+            len: bytes.len(),
+            max: REQUEST_BYTES_MAX,
+        });
+    }
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| ProtocolErrorKind::Malformed(e.to_string()))?;
+    match value {
+        Value::Object(object) => Ok(object),
+        _ => Err(ProtocolErrorKind::Malformed(
+            "expected an object".to_owned(),
+        )),
+    }
+}
+
+fn request_id(id: Option<Value>) -> Result<Option<Value>, ProtocolErrorKind> {
+    match id {
+        None | Some(Value::Null) => Ok(None),
+        // Integers only: a float ID would not come back bit-exact (decimal to binary and back
+        // is lossy), and clients match responses by ID (found by fuzzing).
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(Some(Value::Number(n))),
+        Some(Value::String(s)) if s.chars().count() <= ID_CHARS_MAX => Ok(Some(Value::String(s))),
+        Some(_) => Err(ProtocolErrorKind::Malformed(format!(
+            "\"id\" must be an integer or a string of at most {ID_CHARS_MAX} characters"
+        ))),
+    }
+}
+
+/// The envelope past its ID: the version checked, the operation's name and its `args` (an
+/// object; left out or null is empty), and no other field.
+fn op_and_args(mut object: Map<String, Value>) -> Result<(String, Value), ProtocolErrorKind> {
+    let malformed = |m: &str| ProtocolErrorKind::Malformed(m.to_owned());
+    match object.remove("v") {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
+            Some(v) => return Err(ProtocolErrorKind::UnsupportedVersion(v)),
+            None => return Err(malformed("\"v\" must be a protocol version number")),
+        },
+        _ => return Err(malformed("\"v\" (the protocol version, 1) is required")),
+    }
+    let op = match object.remove("op") {
+        Some(Value::String(op)) => op,
+        _ => return Err(malformed("\"op\" (the operation name) is required")),
+    };
+    let args = match object.remove("args") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(args @ Value::Object(_)) => args,
+        Some(_) => return Err(malformed("\"args\" must be an object")),
+    };
+    if let Some(field) = object.keys().next() {
+        return Err(ProtocolErrorKind::Malformed(format!(
+            "unknown field {:?} (expected v, id, op, args)",
+            truncate(field)
+        )));
+    }
+    Ok((op, args))
 }
 
 /// Keeps client-supplied text in error messages short.

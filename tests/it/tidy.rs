@@ -1005,7 +1005,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/mcp/fuzz.rs", "mcp_line", 75),
     ("src/mcp/transport.rs", "classify", 114),
     ("src/protocol/dispatch.rs", "dispatch", 122),
-    ("src/protocol/mod.rs", "decode_request", 72),
     ("src/server/mod.rs", "serve", 100),
     ("src/spool/fuzz.rs", "spool_recovery", 147),
     ("src/spool/mod.rs", "index_of", 85),
