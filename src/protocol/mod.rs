@@ -14,12 +14,16 @@
 //!   its documented range, unknown fields refused; dispatch never sees a malformed value;
 //! - decoding touches nothing: only [`dispatch`] acts, so a bad request changes nothing on disk;
 //! - [`Request::to_wire`] and [`decode_request`] round-trip: a client built from the typed
-//!   request can only send what the server accepts.
+//!   request can only send what the server accepts;
+//! - each operation is described once, a row of the table in `ops.rs` that [`OPS`],
+//!   [`Request::op`], [`request_from_args`] and [`Request::to_wire`] are generated from; what is
+//!   written by hand is each operation's check.
 
 pub mod base64;
 pub mod dispatch;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz;
+mod ops;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,10 +33,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::lifecycle::{ProcessRef, State};
-use crate::spool::render;
 use crate::supervisor::Rendering;
 
 pub use dispatch::Dispatcher;
+pub use ops::{OPS, request_from_args};
 
 /// The protocol version this build speaks; requests carry it as `"v"`.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -611,30 +615,6 @@ pub struct Envelope {
     pub request: Request,
 }
 
-/// Every operation name, as it appears in `"op"`.
-pub const OPS: [&str; 20] = [
-    "hello",
-    "start",
-    "restart",
-    "resolve",
-    "list",
-    "manifest",
-    "output",
-    "input",
-    "stop",
-    "interrupt",
-    "wait",
-    "shutdown",
-    "clean",
-    "admission",
-    "admission_limit",
-    "pause",
-    "resume",
-    "await_input",
-    "resize",
-    "capture",
-];
-
 /// Why a request was refused before anything ran.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -802,471 +782,78 @@ impl Response {
 /// Decodes and validates one request (without its trailing newline).
 pub fn decode_request(bytes: &[u8]) -> Result<Envelope, ProtocolError> {
     let fail = |id: Option<Value>, kind| ProtocolError { id, kind };
-    if bytes.len() > REQUEST_BYTES_MAX {
-        return Err(fail(
-            None,
-            ProtocolErrorKind::TooLarge {
-                len: bytes.len(),
-                max: REQUEST_BYTES_MAX,
-            },
-        ));
-    }
-    let value: Value = serde_json::from_slice(bytes)
-        .map_err(|e| fail(None, ProtocolErrorKind::Malformed(e.to_string())))?;
-    let Value::Object(mut object) = value else {
-        return Err(fail(
-            None,
-            ProtocolErrorKind::Malformed("expected an object".to_owned()),
-        ));
+    let mut object = request_object(bytes).map_err(|kind| fail(None, kind))?;
+    let id = request_id(object.remove("id")).map_err(|kind| fail(None, kind))?;
+    // From here on the ID is known, and every refusal carries it.
+    let (op, args) = match op_and_args(object) {
+        Ok(found) => found,
+        Err(kind) => return Err(fail(id, kind)),
     };
-    let id = match object.remove("id") {
-        None | Some(Value::Null) => None,
-        // Integers only: a float ID would not come back bit-exact (decimal to binary and back
-        // is lossy), and clients match responses by ID (found by fuzzing).
-        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Some(Value::Number(n)),
-        Some(Value::String(s)) if s.chars().count() <= ID_CHARS_MAX => Some(Value::String(s)),
-        Some(_) => {
-            return Err(fail(
-                None,
-                ProtocolErrorKind::Malformed(format!(
-                    "\"id\" must be an integer or a string of at most {ID_CHARS_MAX} characters"
-                )),
-            ));
-        }
-    };
-    let malformed =
-        |id: &Option<Value>, m: &str| fail(id.clone(), ProtocolErrorKind::Malformed(m.to_owned()));
-    match object.remove("v") {
-        Some(Value::Number(n)) => match n.as_u64() {
-            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
-            Some(v) => return Err(fail(id, ProtocolErrorKind::UnsupportedVersion(v))),
-            None => return Err(malformed(&id, "\"v\" must be a protocol version number")),
-        },
-        _ => {
-            return Err(malformed(
-                &id,
-                "\"v\" (the protocol version, 1) is required",
-            ));
-        }
-    }
-    let op = match object.remove("op") {
-        Some(Value::String(op)) => op,
-        _ => return Err(malformed(&id, "\"op\" (the operation name) is required")),
-    };
-    let args = match object.remove("args") {
-        None | Some(Value::Null) => Value::Object(Map::new()),
-        Some(args @ Value::Object(_)) => args,
-        Some(_) => return Err(malformed(&id, "\"args\" must be an object")),
-    };
-    if let Some(field) = object.keys().next() {
-        return Err(malformed(
-            &id,
-            &format!(
-                "unknown field {:?} (expected v, id, op, args)",
-                truncate(field)
-            ),
-        ));
-    }
     match request_from_args(&op, args) {
         Ok(request) => Ok(Envelope { id, request }),
         Err(kind) => Err(fail(id, kind)),
     }
 }
 
-/// Refuses an array where an argument is an object (`start`, `pty`, and `start`'s `pty`):
-/// serde reads a struct from a sequence of its fields in order too, which the schemas (and the
-/// documentation) do not offer, so that `{"start": ["ls"]}` must not run `ls`.
-fn nested_objects(args: &Value) -> Result<(), String> {
-    let start = args.get("start");
-    let fields = [
-        ("start", start),
-        ("pty", args.get("pty")),
-        ("start.pty", start.and_then(|s| s.get("pty"))),
-    ];
-    match fields
-        .into_iter()
-        .find(|(_, v)| v.is_some_and(Value::is_array))
-    {
-        Some((name, _)) => Err(format!("{name}: an object, not an array")),
-        None => Ok(()),
+/// The line as a JSON object, refused unread when it is over the size bound.
+fn request_object(bytes: &[u8]) -> Result<Map<String, Value>, ProtocolErrorKind> {
+    if bytes.len() > REQUEST_BYTES_MAX {
+        return Err(ProtocolErrorKind::TooLarge {
+            len: bytes.len(),
+            max: REQUEST_BYTES_MAX,
+        });
     }
-}
-
-/// Validates the `args` of `op` into a [`Request`]; the MCP tools call this with their
-/// arguments so that both surfaces accept exactly the same values.
-pub fn request_from_args(op: &str, args: Value) -> Result<Request, ProtocolErrorKind> {
-    let Some(&op) = OPS.iter().find(|known| **known == op) else {
-        return Err(ProtocolErrorKind::UnknownOp(truncate(op)));
-    };
-    let bad = |message: String| ProtocolErrorKind::BadArgs { op, message };
-    nested_objects(&args).map_err(bad)?;
-    fn parse<T: serde::de::DeserializeOwned>(args: Value) -> Result<T, String> {
-        serde_json::from_value(args).map_err(|e| e.to_string())
-    }
-    let handle = |text: &str| {
-        text.parse::<ProcessRef>()
-            .map_err(|e: crate::lifecycle::ReferenceError| bad(e.to_string()))
-    };
-    let request = match op {
-        "hello" => {
-            let _: Empty = parse(args).map_err(bad)?;
-            Request::Hello
-        }
-        "admission" => {
-            let _: Empty = parse(args).map_err(bad)?;
-            Request::Admission
-        }
-        "admission_limit" => {
-            let args: AdmissionLimitArgs = parse(args).map_err(bad)?;
-            if let Some(n) = args.max_concurrent
-                && !(1..=ADMISSION_LIMIT_MAX).contains(&n)
-            {
-                return Err(bad(format!(
-                    "max_concurrent {n} is out of range (1 to {ADMISSION_LIMIT_MAX})"
-                )));
-            }
-            Request::AdmissionLimit {
-                max_concurrent: args.max_concurrent,
-            }
-        }
-        "start" => {
-            let args: StartArgs = parse(args).map_err(bad)?;
-            validate_start(&args).map_err(bad)?;
-            Request::Start(args)
-        }
-        "resolve" => {
-            let args: ResolveArgs = parse(args).map_err(bad)?;
-            Request::Resolve(
-                args.reference
-                    .parse()
-                    .map_err(|e: crate::lifecycle::ReferenceError| bad(e.to_string()))?,
-            )
-        }
-        "restart" => {
-            let args: RestartArgs = parse(args).map_err(bad)?;
-            handle(&args.handle)?;
-            validate_restart(&args).map_err(bad)?;
-            Request::Restart(args)
-        }
-        "capture" => {
-            let args: CaptureArgs = parse(args).map_err(bad)?;
-            validate_start(&args.start).map_err(|e| bad(format!("start: {e}")))?;
-            if args.start.yield_ms.is_some()
-                || args.start.settle_ms.is_some()
-                || args.start.max_bytes.is_some()
-            {
-                return Err(bad(
-                    "start: yield_ms, settle_ms and max_bytes are for the start tool; capture \
-                     runs to the end and takes its own max_bytes"
-                        .to_owned(),
-                ));
-            }
-            Request::Capture {
-                start: args.start,
-                max_bytes: max_bytes(args.max_bytes).map_err(bad)?,
-                rendering: args.rendering.unwrap_or(Rendering::SafeText),
-            }
-        }
-        "list" => {
-            let args: ListArgs = parse(args).map_err(bad)?;
-            let label = match args.label {
-                None => None,
-                Some(text) => match text.split_once('=') {
-                    Some((k, v)) if !k.is_empty() => Some((k.to_owned(), v.to_owned())),
-                    _ => return Err(bad(format!("label {:?} is not key=value", truncate(&text)))),
-                },
-            };
-            Request::List {
-                state: args.state,
-                label,
-            }
-        }
-        "manifest" | "interrupt" => {
-            let args: HandleArgs = parse(args).map_err(bad)?;
-            let h = handle(&args.handle)?;
-            if op == "manifest" {
-                Request::Manifest(h)
-            } else {
-                Request::Interrupt(h)
-            }
-        }
-        "output" => {
-            let args: OutputArgs = parse(args).map_err(bad)?;
-            let max_bytes = max_bytes(args.max_bytes).map_err(bad)?;
-            let wait_ms = args.wait_ms.unwrap_or(0);
-            within("wait_ms", Some(wait_ms), 0, OUTPUT_WAIT_MS_MAX).map_err(bad)?;
-            within("min_bytes", args.min_bytes, 0, OUTPUT_BYTES_MAX).map_err(bad)?;
-            within("settle_ms", args.settle_ms, 1, OUTPUT_WAIT_MS_MAX).map_err(bad)?;
-            within("tail_lines", args.tail_lines, 1, TAIL_LINES_MAX).map_err(bad)?;
-            Request::Output {
-                handle: handle(&args.handle)?,
-                cursor: args.cursor,
-                max_bytes,
-                rendering: args.rendering.unwrap_or(Rendering::SafeText),
-                wait_ms,
-                min_bytes: args.min_bytes,
-                settle_ms: args.settle_ms,
-                tail_lines: args.tail_lines,
-            }
-        }
-        "input" => {
-            let args: InputArgs = parse(args).map_err(bad)?;
-            let data = match (args.text, args.base64) {
-                (Some(_), Some(_)) => {
-                    return Err(bad("give either text or base64, not both".to_owned()));
-                }
-                (Some(text), None) => text.into_bytes(),
-                (None, Some(encoded)) => {
-                    base64::decode(&encoded).map_err(|e| bad(e.to_string()))?
-                }
-                (None, None) if args.close => Vec::new(),
-                (None, None) => {
-                    return Err(bad("nothing to do: give text, base64 or close".to_owned()));
-                }
-            };
-            Request::Input {
-                handle: handle(&args.handle)?,
-                data,
-                close: args.close,
-            }
-        }
-        "resize" => {
-            let args: ResizeArgs = parse(args).map_err(bad)?;
-            if args.rows == 0 || args.cols == 0 {
-                return Err(bad(format!(
-                    "{}x{}: a terminal has at least one row and one column",
-                    args.rows, args.cols
-                )));
-            }
-            Request::Resize {
-                handle: handle(&args.handle)?,
-                rows: args.rows,
-                cols: args.cols,
-            }
-        }
-        "stop" => {
-            let args: StopArgs = parse(args).map_err(bad)?;
-            Request::Stop {
-                handle: handle(&args.handle)?,
-                grace_ms: grace(args.grace_ms).map_err(bad)?,
-            }
-        }
-        "wait" => {
-            let args: WaitArgs = parse(args).map_err(bad)?;
-            Request::Wait {
-                handle: handle(&args.handle)?,
-                timeout_ms: args.timeout_ms,
-            }
-        }
-        "shutdown" => {
-            let args: ShutdownArgs = parse(args).map_err(bad)?;
-            Request::Shutdown {
-                grace_ms: grace(args.grace_ms).map_err(bad)?,
-            }
-        }
-        "clean" => {
-            let args: CleanArgs = parse(args).map_err(bad)?;
-            Request::Clean {
-                older_than_ms: args.older_than_ms,
-                dry_run: args.dry_run,
-            }
-        }
-        "pause" | "resume" => {
-            let args: GateArgs = parse(args).map_err(bad)?;
-            let reason = args.reason.unwrap_or_default();
-            if reason.chars().count() > REASON_CHARS_MAX || reason.contains('\0') {
-                return Err(bad(format!(
-                    "reason must be at most {REASON_CHARS_MAX} characters, without NUL"
-                )));
-            }
-            if op == "pause" {
-                Request::Pause { reason }
-            } else {
-                Request::Resume { reason }
-            }
-        }
-        "await_input" => {
-            let args: AwaitInputArgs = parse(args).map_err(bad)?;
-            Request::AwaitInput {
-                handle: handle(&args.handle)?,
-                waiting: args.waiting.unwrap_or(true),
-            }
-        }
-        _ => return Err(ProtocolErrorKind::UnknownOp(truncate(op))),
-    };
-    Ok(request)
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Empty {}
-
-/// `max_bytes` of `output` and `capture`: 1 to [`OUTPUT_BYTES_MAX`], [`OUTPUT_BYTES_DEFAULT`]
-/// when left out.
-fn max_bytes(bytes: Option<u64>) -> Result<u64, String> {
-    let bytes = bytes.unwrap_or(OUTPUT_BYTES_DEFAULT);
-    if !(1..=OUTPUT_BYTES_MAX).contains(&bytes) {
-        return Err(format!(
-            "max_bytes {bytes} is out of range (1 to {OUTPUT_BYTES_MAX})"
-        ));
-    }
-    Ok(bytes)
-}
-
-/// `value`, when given, within `min..=max`.
-fn within(name: &str, value: Option<u64>, min: u64, max: u64) -> Result<(), String> {
+    let value: Value =
+        serde_json::from_slice(bytes).map_err(|e| ProtocolErrorKind::Malformed(e.to_string()))?;
     match value {
-        Some(v) if !(min..=max).contains(&v) => {
-            Err(format!("{name} {v} is out of range ({min} to {max})"))
-        }
-        _ => Ok(()),
+        Value::Object(object) => Ok(object),
+        _ => Err(ProtocolErrorKind::Malformed(
+            "expected an object".to_owned(),
+        )),
     }
 }
 
-fn grace(ms: Option<u64>) -> Result<u64, String> {
-    let ms = ms.unwrap_or(GRACE_MS_DEFAULT);
-    if ms > GRACE_MS_MAX {
-        return Err(format!(
-            "grace_ms {ms} is out of range (at most {GRACE_MS_MAX})"
-        ));
+fn request_id(id: Option<Value>) -> Result<Option<Value>, ProtocolErrorKind> {
+    match id {
+        None | Some(Value::Null) => Ok(None),
+        // Integers only: a float ID would not come back bit-exact (decimal to binary and back
+        // is lossy), and clients match responses by ID (found by fuzzing).
+        Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Ok(Some(Value::Number(n))),
+        Some(Value::String(s)) if s.chars().count() <= ID_CHARS_MAX => Ok(Some(Value::String(s))),
+        Some(_) => Err(ProtocolErrorKind::Malformed(format!(
+            "\"id\" must be an integer or a string of at most {ID_CHARS_MAX} characters"
+        ))),
     }
-    Ok(ms)
 }
 
-fn validate_restart(args: &RestartArgs) -> Result<(), String> {
-    let client_env = args.client_env.as_ref();
-    if args.env.len() > START_ITEMS_MAX || client_env.is_some_and(|e| e.len() > START_ITEMS_MAX) {
-        return Err(format!("at most {START_ITEMS_MAX} variables each"));
+/// The envelope past its ID: the version checked, the operation's name and its `args` (an
+/// object; left out or null is empty), and no other field.
+fn op_and_args(mut object: Map<String, Value>) -> Result<(String, Value), ProtocolErrorKind> {
+    let malformed = |m: &str| ProtocolErrorKind::Malformed(m.to_owned());
+    match object.remove("v") {
+        Some(Value::Number(n)) => match n.as_u64() {
+            Some(v) if v == u64::from(PROTOCOL_VERSION) => {}
+            Some(v) => return Err(ProtocolErrorKind::UnsupportedVersion(v)),
+            None => return Err(malformed("\"v\" must be a protocol version number")),
+        },
+        _ => return Err(malformed("\"v\" (the protocol version, 1) is required")),
     }
-    let vars = || args.env.iter().chain(client_env.into_iter().flatten());
-    if vars().any(|(k, v)| k.contains('\0') || v.contains('\0')) {
-        return Err("variables cannot contain NUL characters".to_owned());
-    }
-    if vars().any(|(k, _)| k.is_empty() || k.contains('=')) {
-        return Err("environment variable names must be non-empty and contain no '='".to_owned());
-    }
-    if client_env.is_some() && args.inherit_env {
-        return Err("give client_env or inherit_env, not both".to_owned());
-    }
-    if let Some(ms) = args.queue_ms
-        && ms > QUEUE_MS_MAX
-    {
-        return Err(format!(
-            "queue_ms {ms} is out of range (at most {QUEUE_MS_MAX})"
-        ));
-    }
-    if let Some(pty) = &args.pty
-        && (pty.rows == 0 || pty.cols == 0)
-    {
-        return Err(format!(
-            "pty {}x{}: a terminal has at least one row and one column",
-            pty.rows, pty.cols
-        ));
-    }
-    Ok(())
-}
-
-fn validate_start(args: &StartArgs) -> Result<(), String> {
-    let Some(program) = args.command.first() else {
-        return Err("command is empty: give the program and its arguments".to_owned());
+    let op = match object.remove("op") {
+        Some(Value::String(op)) => op,
+        _ => return Err(malformed("\"op\" (the operation name) is required")),
     };
-    if program.is_empty() {
-        return Err("the program name is empty".to_owned());
-    }
-    let client_env = args.client_env.as_ref();
-    if args.command.len() > START_ITEMS_MAX
-        || args.env.len() + args.env_persist.len() > START_ITEMS_MAX
-        || args.labels.len() > START_ITEMS_MAX
-        || client_env.is_some_and(|e| e.len() > START_ITEMS_MAX)
-    {
-        return Err(format!(
-            "at most {START_ITEMS_MAX} arguments, variables and labels each"
-        ));
-    }
-    let nul = |s: &String| s.contains('\0');
-    let vars = || {
-        (args.env.iter())
-            .chain(&args.env_persist)
-            .chain(client_env.into_iter().flatten())
+    let args = match object.remove("args") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(args @ Value::Object(_)) => args,
+        Some(_) => return Err(malformed("\"args\" must be an object")),
     };
-    if args.command.iter().any(nul)
-        || vars().any(|(k, v)| nul(k) || nul(v))
-        || args.cwd.as_ref().is_some_and(nul)
-    {
-        return Err("arguments, variables and cwd cannot contain NUL characters".to_owned());
+    if let Some(field) = object.keys().next() {
+        return Err(ProtocolErrorKind::Malformed(format!(
+            "unknown field {:?} (expected v, id, op, args)",
+            truncate(field)
+        )));
     }
-    if vars().any(|(k, _)| k.is_empty() || k.contains('=')) {
-        return Err("environment variable names must be non-empty and contain no '='".to_owned());
-    }
-    if let Some(pty) = &args.pty
-        && (pty.rows == 0 || pty.cols == 0)
-    {
-        return Err(format!(
-            "pty {}x{}: a terminal has at least one row and one column",
-            pty.rows, pty.cols
-        ));
-    }
-    // Names only in the message: values may be secrets.
-    if let Some(k) = args.env.keys().find(|k| args.env_persist.contains_key(*k)) {
-        return Err(format!(
-            "environment variable {} is in both env and env_persist",
-            truncate(k)
-        ));
-    }
-    if client_env.is_some() && args.inherit_env {
-        return Err("give client_env or inherit_env, not both".to_owned());
-    }
-    if let Some(name) = &args.name {
-        if !crate::lifecycle::reference::valid_name(name) {
-            return Err(format!(
-                "{:?} is not a process name: 1 to 64 ASCII letters, digits, '.', '_' or '-', \
-                 starting with a letter or '_' (not \"p-\")",
-                truncate(name)
-            ));
-        }
-        if args
-            .labels
-            .get(crate::lifecycle::NAME_LABEL)
-            .is_some_and(|l| l != name)
-        {
-            return Err("name and the label \"name\" differ: give one".to_owned());
-        }
-    }
-    if let Some(cwd) = &args.cwd
-        && !cwd.starts_with('/')
-    {
-        return Err(format!("cwd {:?} must be an absolute path", truncate(cwd)));
-    }
-    if args.timeout_ms == Some(0) {
-        return Err("timeout_ms must be at least 1".to_owned());
-    }
-    if let Some(ms) = args.queue_ms
-        && ms > QUEUE_MS_MAX
-    {
-        return Err(format!(
-            "queue_ms {ms} is out of range (at most {QUEUE_MS_MAX})"
-        ));
-    }
-    if args.idle_timeout_ms == Some(0) {
-        return Err("idle_timeout_ms must be at least 1".to_owned());
-    }
-    within("yield_ms", args.yield_ms, 0, OUTPUT_WAIT_MS_MAX)?;
-    within("settle_ms", args.settle_ms, 1, OUTPUT_WAIT_MS_MAX)?;
-    within("max_bytes", args.max_bytes, 1, OUTPUT_BYTES_MAX)?;
-    if args.yield_ms.is_none() && (args.settle_ms.is_some() || args.max_bytes.is_some()) {
-        return Err(
-            "settle_ms and max_bytes shape the output yield_ms returns: give yield_ms".to_owned(),
-        );
-    }
-    if let Some(bytes) = args.retention_bytes
-        && !(RETENTION_BYTES_MIN..=RETENTION_BYTES_MAX).contains(&bytes)
-    {
-        return Err(format!(
-            "retention_bytes {bytes} is out of range ({RETENTION_BYTES_MIN}, one spool segment, \
-             to {RETENTION_BYTES_MAX})"
-        ));
-    }
-    Ok(())
+    Ok((op, args))
 }
 
 /// Keeps client-supplied text in error messages short.
@@ -1282,166 +869,6 @@ fn truncate(text: &str) -> String {
 }
 
 impl Request {
-    /// The operation's name on the wire (`start`, `output`, ...), for logs.
-    pub fn op(&self) -> &'static str {
-        match self {
-            Request::Hello => "hello",
-            Request::Start(_) => "start",
-            Request::Restart(_) => "restart",
-            Request::Resolve(_) => "resolve",
-            Request::List { .. } => "list",
-            Request::Manifest(_) => "manifest",
-            Request::Output { .. } => "output",
-            Request::Input { .. } => "input",
-            Request::Stop { .. } => "stop",
-            Request::Interrupt(_) => "interrupt",
-            Request::Wait { .. } => "wait",
-            Request::Shutdown { .. } => "shutdown",
-            Request::Clean { .. } => "clean",
-            Request::Admission => "admission",
-            Request::AdmissionLimit { .. } => "admission_limit",
-            Request::Pause { .. } => "pause",
-            Request::Resume { .. } => "resume",
-            Request::AwaitInput { .. } => "await_input",
-            Request::Resize { .. } => "resize",
-            Request::Capture { .. } => "capture",
-        }
-    }
-
-    /// The operation name and `args` object that `decode_request` turns back into `self`.
-    pub fn to_wire(&self) -> (&'static str, Value) {
-        let to = |v: Result<Value, serde_json::Error>| v.unwrap_or(Value::Null);
-        match self {
-            Request::Hello => ("hello", Value::Object(Map::new())),
-            Request::Admission => ("admission", Value::Object(Map::new())),
-            Request::AdmissionLimit { max_concurrent } => (
-                "admission_limit",
-                to(serde_json::to_value(AdmissionLimitArgs {
-                    max_concurrent: *max_concurrent,
-                })),
-            ),
-            Request::Start(args) => ("start", to(serde_json::to_value(args))),
-            Request::Restart(args) => ("restart", to(serde_json::to_value(args))),
-            Request::Resolve(reference) => (
-                "resolve",
-                to(serde_json::to_value(ResolveArgs {
-                    reference: reference.to_string(),
-                })),
-            ),
-            Request::List { state, label } => (
-                "list",
-                to(serde_json::to_value(ListArgs {
-                    state: *state,
-                    label: label.as_ref().map(|(k, v)| format!("{k}={v}")),
-                })),
-            ),
-            Request::Manifest(h) => ("manifest", handle_args(h)),
-            Request::Interrupt(h) => ("interrupt", handle_args(h)),
-            Request::Output {
-                handle,
-                cursor,
-                max_bytes,
-                rendering,
-                wait_ms,
-                min_bytes,
-                settle_ms,
-                tail_lines,
-            } => (
-                "output",
-                to(serde_json::to_value(OutputArgs {
-                    handle: handle.to_string(),
-                    cursor: *cursor,
-                    max_bytes: Some(*max_bytes),
-                    rendering: Some(*rendering),
-                    wait_ms: Some(*wait_ms),
-                    min_bytes: *min_bytes,
-                    settle_ms: *settle_ms,
-                    tail_lines: *tail_lines,
-                })),
-            ),
-            Request::Input {
-                handle,
-                data,
-                close,
-            } => (
-                "input",
-                to(serde_json::to_value(InputArgs {
-                    handle: handle.to_string(),
-                    text: None,
-                    base64: (!data.is_empty() || !close).then(|| render::base64(data)),
-                    close: *close,
-                })),
-            ),
-            Request::Resize { handle, rows, cols } => (
-                "resize",
-                to(serde_json::to_value(ResizeArgs {
-                    handle: handle.to_string(),
-                    rows: *rows,
-                    cols: *cols,
-                })),
-            ),
-            Request::Stop { handle, grace_ms } => (
-                "stop",
-                to(serde_json::to_value(StopArgs {
-                    handle: handle.to_string(),
-                    grace_ms: Some(*grace_ms),
-                })),
-            ),
-            Request::Wait { handle, timeout_ms } => (
-                "wait",
-                to(serde_json::to_value(WaitArgs {
-                    handle: handle.to_string(),
-                    timeout_ms: *timeout_ms,
-                })),
-            ),
-            Request::Shutdown { grace_ms } => (
-                "shutdown",
-                to(serde_json::to_value(ShutdownArgs {
-                    grace_ms: Some(*grace_ms),
-                })),
-            ),
-            Request::Clean {
-                older_than_ms,
-                dry_run,
-            } => (
-                "clean",
-                to(serde_json::to_value(CleanArgs {
-                    older_than_ms: *older_than_ms,
-                    dry_run: *dry_run,
-                })),
-            ),
-            Request::Pause { reason } | Request::Resume { reason } => (
-                if matches!(self, Request::Pause { .. }) {
-                    "pause"
-                } else {
-                    "resume"
-                },
-                to(serde_json::to_value(GateArgs {
-                    reason: (!reason.is_empty()).then(|| reason.clone()),
-                })),
-            ),
-            Request::Capture {
-                start,
-                max_bytes,
-                rendering,
-            } => (
-                "capture",
-                to(serde_json::to_value(CaptureArgs {
-                    start: start.clone(),
-                    max_bytes: Some(*max_bytes),
-                    rendering: Some(*rendering),
-                })),
-            ),
-            Request::AwaitInput { handle, waiting } => (
-                "await_input",
-                to(serde_json::to_value(AwaitInputArgs {
-                    handle: handle.to_string(),
-                    waiting: Some(*waiting),
-                })),
-            ),
-        }
-    }
-
     /// The request as one socket line, newline included.
     pub fn to_line(&self, id: Option<Value>) -> Vec<u8> {
         let (op, args) = self.to_wire();
@@ -1487,12 +914,6 @@ impl Request {
             _ => Some(Duration::ZERO),
         }
     }
-}
-
-fn handle_args(handle: &ProcessRef) -> Value {
-    let mut object = Map::new();
-    object.insert("handle".to_owned(), Value::from(handle.to_string()));
-    Value::Object(object)
 }
 
 #[cfg(test)]

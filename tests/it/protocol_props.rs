@@ -1,12 +1,12 @@
 //! Properties of the socket protocol's decoders: every typed request survives the wire, arbitrary
 //! and mutated bytes never panic, and strict base64 is canonical.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use procjournal::lifecycle::{Handle, ProcessRef, State};
 use procjournal::protocol::base64;
 use procjournal::protocol::{
-    ErrorCode, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN, Request, RestartArgs, StartArgs,
+    ErrorCode, OPS, RETENTION_BYTES_MAX, RETENTION_BYTES_MIN, Request, RestartArgs, StartArgs,
     decode_request, request_from_args,
 };
 use procjournal::supervisor::Rendering;
@@ -204,6 +204,14 @@ fn request() -> impl Strategy<Value = Request> {
         (reference(), proptest::option::of(any::<u64>()))
             .prop_map(|(handle, timeout_ms)| Request::Wait { handle, timeout_ms }),
         (0u64..=600_000).prop_map(|grace_ms| Request::Shutdown { grace_ms }),
+        (proptest::option::of(any::<u64>()), any::<bool>()).prop_map(|(older_than_ms, dry_run)| {
+            Request::Clean {
+                older_than_ms,
+                dry_run,
+            }
+        }),
+        proptest::option::of(1u64..=procjournal::protocol::ADMISSION_LIMIT_MAX)
+            .prop_map(|max_concurrent| Request::AdmissionLimit { max_concurrent }),
         "[^\u{0}]{0,40}".prop_map(|reason| Request::Pause { reason }),
         "[^\u{0}]{0,40}".prop_map(|reason| Request::Resume { reason }),
         (reference(), any::<bool>())
@@ -238,6 +246,25 @@ fn id() -> impl Strategy<Value = Option<Value>> {
         any::<i64>().prop_map(|n| Some(json!(n))),
         "[^\u{0}]{0,20}".prop_map(|s| Some(json!(s))),
     ]
+}
+
+/// The round trip below is only as good as its generator: it must draw every operation.
+#[test]
+fn the_request_strategy_draws_every_operation() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let strategy = request();
+    let mut drawn = BTreeSet::new();
+    for _ in 0..2048 {
+        let tree = strategy.new_tree(&mut runner).unwrap();
+        drawn.insert(tree.current().op());
+    }
+    let missing: Vec<&str> = OPS
+        .iter()
+        .copied()
+        .filter(|op| !drawn.contains(op))
+        .collect();
+    assert!(missing.is_empty(), "never drawn: {missing:?}");
 }
 
 proptest! {
