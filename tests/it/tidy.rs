@@ -1014,7 +1014,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/supervisor/process.rs", "terminalize", 136),
     ("src/supervisor/restore.rs", "restore", 129),
     ("src/tree/guardian/mod.rs", "launch", 162),
-    ("src/tree/guardian/receipt.rs", "decode", 109),
     ("src/tree/guardian/run.rs", "finish", 85),
     ("src/tree/spawn.rs", "spawn_with", 78),
 ];

@@ -86,36 +86,7 @@ impl Receipt {
     }
 
     pub fn decode(bytes: &[u8]) -> Result<Receipt, ReceiptError> {
-        if bytes.len() > RECEIPT_BYTES_MAX {
-            return Err(ReceiptError::TooLarge);
-        }
-        if !bytes.ends_with(b"\n") {
-            return Err(ReceiptError::Incomplete);
-        }
-        let text = std::str::from_utf8(bytes).map_err(|_| ReceiptError::Malformed {
-            line: 0,
-            what: "not text",
-        })?;
-        // The checksum line is the last; everything before it is covered.
-        let body_end = text[..text.len() - 1].rfind('\n').map_or(0, |i| i + 1);
-        let (body, last) = text.split_at(body_end);
-        let crc_text = last
-            .strip_prefix("crc32 ")
-            .and_then(|s| s.strip_suffix('\n'))
-            .ok_or(ReceiptError::Incomplete)?;
-        let crc = (crc_text.len() == 8
-            && crc_text
-                .bytes()
-                .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
-        .then(|| u32::from_str_radix(crc_text, 16).ok())
-        .flatten()
-        .ok_or(ReceiptError::Malformed {
-            line: 9,
-            what: "crc32 is not 8 lowercase hex digits",
-        })?;
-        if crc32fast::hash(body.as_bytes()) != crc {
-            return Err(ReceiptError::Checksum);
-        }
+        let body = checked_body(bytes)?;
         let lines: Vec<&str> = body.split_terminator('\n').collect();
         let [
             magic,
@@ -133,13 +104,10 @@ impl Receipt {
                 what: "expected eight lines before the checksum",
             });
         };
-        if magic != MAGIC {
-            return Err(ReceiptError::Malformed {
-                line: 1,
-                what: "not a version-1 receipt",
-            });
-        }
         let bad = |line, what| ReceiptError::Malformed { line, what };
+        if magic != MAGIC {
+            return Err(bad(1, "not a version-1 receipt"));
+        }
         let handle = field(handle, "handle")
             .filter(|h| !h.is_empty() && h.bytes().all(|b| b.is_ascii_graphic()))
             .ok_or(bad(2, "handle"))?
@@ -162,18 +130,9 @@ impl Receipt {
         let [wpid, wstart, wino] = w[..] else {
             return Err(bad(6, "workload"));
         };
-        let status = match field(status, "status").ok_or(bad(7, "status"))? {
-            "none" => None,
-            s => {
-                let (kind, n) = s.split_once(' ').ok_or(bad(7, "status"))?;
-                let n = signed(n).ok_or(bad(7, "status"))?;
-                match kind {
-                    "code" => Some(LeaderExit::Code(n)),
-                    "signal" => Some(LeaderExit::Signal(n)),
-                    _ => return Err(bad(7, "status")),
-                }
-            }
-        };
+        let status = field(status, "status")
+            .and_then(leader_status)
+            .ok_or(bad(7, "status"))?;
         let pid = |w: &str, line| {
             number(w)
                 .and_then(|n| u32::try_from(n).ok())
@@ -193,6 +152,56 @@ impl Receipt {
                 .and_then(number)
                 .ok_or(bad(8, "reaped"))?,
         })
+    }
+}
+
+/// The receipt's text before its checksum line, once its size, its end, its encoding and its
+/// checksum are right: the checksum line is the last, and covers everything before it.
+fn checked_body(bytes: &[u8]) -> Result<&str, ReceiptError> {
+    if bytes.len() > RECEIPT_BYTES_MAX {
+        return Err(ReceiptError::TooLarge);
+    }
+    if !bytes.ends_with(b"\n") {
+        return Err(ReceiptError::Incomplete);
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| ReceiptError::Malformed {
+        line: 0,
+        what: "not text",
+    })?;
+    let body_end = text[..text.len() - 1].rfind('\n').map_or(0, |i| i + 1);
+    let (body, last) = text.split_at(body_end);
+    let crc_text = last
+        .strip_prefix("crc32 ")
+        .and_then(|s| s.strip_suffix('\n'))
+        .ok_or(ReceiptError::Incomplete)?;
+    let crc = (crc_text.len() == 8
+        && crc_text
+            .bytes()
+            .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+    .then(|| u32::from_str_radix(crc_text, 16).ok())
+    .flatten()
+    .ok_or(ReceiptError::Malformed {
+        line: 9,
+        what: "crc32 is not 8 lowercase hex digits",
+    })?;
+    if crc32fast::hash(body.as_bytes()) != crc {
+        return Err(ReceiptError::Checksum);
+    }
+    Ok(body)
+}
+
+/// The status line's value: `none` (the workload was never reaped as such), or how it ended
+/// (`code N`, `signal N`); `None` for anything else.
+fn leader_status(value: &str) -> Option<Option<LeaderExit>> {
+    if value == "none" {
+        return Some(None);
+    }
+    let (kind, n) = value.split_once(' ')?;
+    let n = signed(n)?;
+    match kind {
+        "code" => Some(Some(LeaderExit::Code(n))),
+        "signal" => Some(Some(LeaderExit::Signal(n))),
+        _ => None,
     }
 }
 
