@@ -66,7 +66,8 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::protocol::{
-    ApiError, Dispatcher, ErrorCode, REQUEST_BYTES_MAX, Request, Response, decode_request,
+    ApiError, Dispatcher, Envelope, ErrorCode, REQUEST_BYTES_MAX, Request, Response,
+    decode_request,
 };
 use crate::supervisor::{
     RestoreReport, Services, ShutdownReport, Supervisor, SupervisorConfig, SupervisorError,
@@ -657,29 +658,8 @@ impl Connection {
             let read = match self.next_line(&mut reader, &mut line, &slot).await {
                 Ok(read) => read,
                 Err(stalled) => {
-                    let (code, message) = match stalled {
-                        Stalled::Gone => return,
-                        Stalled::Evicted => (
-                            ErrorCode::Busy,
-                            format!(
-                                "all {} connections (CONNECTIONS_MAX) were taken and this one had waited longest for a request; closing it",
-                                self.limits.connections_max
-                            ),
-                        ),
-                        Stalled::Idle => (
-                            ErrorCode::Idle,
-                            format!(
-                                "no request for {} ms (CONNECTION_IDLE_MS); closing the connection",
-                                self.limits.connection_idle.as_millis()
-                            ),
-                        ),
-                        Stalled::LineTimeout => (
-                            ErrorCode::Timeout,
-                            format!(
-                                "the request line was not completed within {} ms (REQUEST_LINE_MS); closing the connection",
-                                self.limits.request_line.as_millis()
-                            ),
-                        ),
+                    let Some((code, message)) = self.farewell(stalled) else {
+                        return;
                     };
                     // The slot is given up before the farewell: the client has had its chance.
                     drop(slot);
@@ -716,38 +696,80 @@ impl Connection {
                         log_refusal("?", &error);
                         Response::new(e.id.clone(), Err(error))
                     }
-                    Ok(envelope) => {
-                        let op = envelope.request.op();
-                        let shutdown = matches!(envelope.request, Request::Shutdown { .. });
-                        let cancellable = matches!(
-                            envelope.request,
-                            Request::Wait { .. } | Request::Output { .. }
-                        );
-                        let outcome = if cancellable {
-                            tokio::select! {
-                                outcome = self.dispatcher.dispatch(envelope.request) => outcome,
-                                () = peer_gone(&mut reader) => return,
-                            }
-                        } else {
-                            self.dispatcher.dispatch(envelope.request).await
-                        };
-                        if let Err(error) = &outcome {
-                            log_refusal(op, error);
-                        }
-                        let response = Response::new(envelope.id, outcome);
-                        if shutdown {
-                            let _ = self.write_response(&mut write, &response).await;
-                            self.stop.notify_one();
-                            return;
-                        }
-                        response
-                    }
+                    Ok(envelope) => match self.answer(envelope, &mut reader, &mut write).await {
+                        Some(response) => response,
+                        None => return,
+                    },
                 },
             };
             if !self.write_response(&mut write, &response).await || !slot.waiting() {
                 return;
             }
         }
+    }
+
+    /// What a connection that stalled is told before it is closed; `None` when its peer is
+    /// gone and there is no one to tell.
+    fn farewell(&self, stalled: Stalled) -> Option<(ErrorCode, String)> {
+        Some(match stalled {
+            Stalled::Gone => return None,
+            Stalled::Evicted => (
+                ErrorCode::Busy,
+                format!(
+                    "all {} connections (CONNECTIONS_MAX) were taken and this one had waited longest for a request; closing it",
+                    self.limits.connections_max
+                ),
+            ),
+            Stalled::Idle => (
+                ErrorCode::Idle,
+                format!(
+                    "no request for {} ms (CONNECTION_IDLE_MS); closing the connection",
+                    self.limits.connection_idle.as_millis()
+                ),
+            ),
+            Stalled::LineTimeout => (
+                ErrorCode::Timeout,
+                format!(
+                    "the request line was not completed within {} ms (REQUEST_LINE_MS); closing the connection",
+                    self.limits.request_line.as_millis()
+                ),
+            ),
+        })
+    }
+
+    /// Runs one decoded request and returns its response; `None` when the connection ends with
+    /// it: the peer left during a wait or a long poll (which is then cancelled), or it was a
+    /// shutdown, answered here before the server is told to stop.
+    async fn answer<R: AsyncBufRead + Unpin>(
+        &self,
+        envelope: Envelope,
+        reader: &mut R,
+        write: &mut OwnedWriteHalf,
+    ) -> Option<Response> {
+        let op = envelope.request.op();
+        let shutdown = matches!(envelope.request, Request::Shutdown { .. });
+        let cancellable = matches!(
+            envelope.request,
+            Request::Wait { .. } | Request::Output { .. }
+        );
+        let outcome = if cancellable {
+            tokio::select! {
+                outcome = self.dispatcher.dispatch(envelope.request) => outcome,
+                () = peer_gone(reader) => return None,
+            }
+        } else {
+            self.dispatcher.dispatch(envelope.request).await
+        };
+        if let Err(error) = &outcome {
+            log_refusal(op, error);
+        }
+        let response = Response::new(envelope.id, outcome);
+        if shutdown {
+            let _ = self.write_response(write, &response).await;
+            self.stop.notify_one();
+            return None;
+        }
+        Some(response)
     }
 
     /// Reads the next request line within the idle and line bounds, giving up when evicted.

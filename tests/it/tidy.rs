@@ -1001,7 +1001,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/mcp/fuzz.rs", "mcp_line", 75),
     ("src/mcp/transport.rs", "classify", 114),
     ("src/protocol/dispatch.rs", "dispatch", 122),
-    ("src/server/mod.rs", "serve", 100),
     ("src/spool/render/mod.rs", "safe_text_page", 101),
     ("src/supervisor/actor.rs", "process_event", 107),
     ("src/supervisor/capture.rs", "follow", 102),
