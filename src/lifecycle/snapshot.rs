@@ -498,8 +498,8 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 /// Reads a [`ManifestIn`] by hand, field by field in the order it declares them (its derived
 /// bincode encoding). Accepts exactly what `codec::decode_frame::<ManifestIn>` accepts, to equal
 /// values (`Reader::frame`; `tests/it/snapshot_props.rs` and the `snapshot_decode` fuzz target hold
-/// it to that). One line per field: a field added to [`ManifestIn`] is added here, in the same
-/// place.
+/// it to that). One line per field or group of fields (each group read by its own helper, in
+/// its place): a field added to [`ManifestIn`] is added here, in the same place.
 ///
 /// `version` is the snapshot's: version 1 frames end before `retired` (read as `None`), version 2
 /// frames before `awaiting_input` (read as `None`, `None` and empty), version 3 frames before
@@ -507,118 +507,25 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malformed> {
     let registration = wire::id(r)?;
     let handle = wire::handle(r)?;
-    let ids = LifecycleIds {
-        running: wire::id(r)?,
-        terminal: wire::id(r)?,
-        lost: wire::id(r)?,
-        completion: wire::id(r)?,
-    };
-    let command_text = wire::string(r)?;
-    let n = r.count(8)?;
-    let mut command_ends = Vec::with_capacity(n);
-    for _ in 0..n {
-        command_ends.push(r.u64()?);
-    }
-    let command_args = r.u64()?;
-    let command_env = r.u64()?;
-    let limits = wire::limits(r)?;
+    let ids = read_ids(r)?;
+    let (command_text, command_ends, command_args, command_env, limits) = read_command(r)?;
     let registered_unix_ms = r.u64()?;
     let state = wire::state(r)?;
     let pid = if r.option()? { Some(r.u32()?) } else { None };
-    let witness = if r.option()? {
-        Some(wire::identity_witness(r)?)
-    } else {
-        None
-    };
+    let witness = read_witness(r)?;
     let running_unix_ms = wire::option_u64(r)?;
     let stop_requests = r.u32()?;
-    let first_stop = if r.option()? {
-        Some((wire::string(r)?, wire::string(r)?))
-    } else {
-        None
-    };
+    let first_stop = read_first_stop(r)?;
     let input_closed = r.bool()?;
     let bounds = wire::bounds(r)?;
-    let terminal = if r.option()? {
-        Some(TerminalResult {
-            state: wire::state(r)?,
-            exit: wire::exit(r)?,
-            capture: wire::capture(r)?,
-            reason: wire::string(r)?,
-            at_unix_ms: r.u64()?,
-            event_id: wire::id(r)?,
-        })
-    } else {
-        None
-    };
-    let n = r.count(16)?;
-    let mut published = Vec::with_capacity(n);
-    for _ in 0..n {
-        published.push(wire::id(r)?);
-    }
+    let terminal = read_terminal(r)?;
+    let published = read_published(r)?;
     let completion_notified = r.bool()?;
-    let scope = if r.option()? {
-        Some(wire::scoped(r)?)
-    } else {
-        None
-    };
-    let released = if r.option()? {
-        Some(wire::exit_proof(r)?)
-    } else {
-        None
-    };
-    let n = r.count(GAP_BYTES)?;
-    let mut gaps = Vec::with_capacity(n);
-    for _ in 0..n {
-        gaps.push(wire::gap(r)?);
-    }
-    let retired = if version > 1 && r.option()? {
-        Some(Retirement {
-            reason: wire::string(r)?,
-            at_unix_ms: r.u64()?,
-        })
-    } else {
-        None
-    };
-    // Version 3: the human-input mark and the deadlines.
-    let (awaiting_input, deadline, deadline_failures) = if version > 2 {
-        let awaiting_input = wire::option_u64(r)?;
-        let deadline = if r.option()? {
-            Some(wire::deadline_fired(r)?)
-        } else {
-            None
-        };
-        let n = r.count(wire::DEADLINE_FAILED_BYTES_MIN)?;
-        let mut failures = Vec::with_capacity(n);
-        for _ in 0..n {
-            failures.push(wire::deadline_failed(r)?);
-        }
-        (awaiting_input, deadline, failures)
-    } else {
-        (None, None, Vec::new())
-    };
-    // Version 4: what a `RegisteredV2` registration added.
-    let env = if version > 3 && r.option()? {
-        let policy = read_policy(r)?;
-        let n = r.count(1)?;
-        let mut withheld = Vec::with_capacity(n);
-        for _ in 0..n {
-            // A bool is encoded as an option tag is: 0 or 1, anything else refused.
-            withheld.push(r.option()?);
-        }
-        let restart_of = if r.option()? {
-            Some(Handle(EventId::from_bytes(r.bytes16()?)))
-        } else {
-            None
-        };
-        Some(ManifestEnvIn {
-            policy,
-            withheld,
-            restart_of,
-        })
-    } else {
-        None
-    };
+    let (scope, released) = read_scope(r)?;
+    let gaps = read_gaps(r)?;
+    let retired = read_retired(r, version)?;
+    let (awaiting_input, deadline, deadline_failures) = read_human_and_deadlines(r, version)?;
+    let env = read_env(r, version)?;
     Ok(ManifestIn {
         registration,
         handle,
@@ -649,6 +556,164 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
         deadline_failures,
         env,
     })
+}
+
+/// The fields of a [`ManifestIn`] that hold its stored command, in their place.
+type CommandFields = (String, Vec<u64>, u64, u64, Limits);
+
+/// A manifest's reserved follow-up IDs (the registration's own ID is read before them).
+fn read_ids(r: &mut Reader<'_>) -> Result<LifecycleIds, Malformed> {
+    Ok(LifecycleIds {
+        running: wire::id(r)?,
+        terminal: wire::id(r)?,
+        lost: wire::id(r)?,
+        completion: wire::id(r)?,
+    })
+}
+
+/// A manifest's command: its text, the ends of its pieces, where its arguments and environment
+/// begin, and its limits.
+fn read_command(r: &mut Reader<'_>) -> Result<CommandFields, Malformed> {
+    let command_text = wire::string(r)?;
+    let n = r.count(8)?;
+    let mut command_ends = Vec::with_capacity(n);
+    for _ in 0..n {
+        command_ends.push(r.u64()?);
+    }
+    let command_args = r.u64()?;
+    let command_env = r.u64()?;
+    let limits = wire::limits(r)?;
+    Ok((command_text, command_ends, command_args, command_env, limits))
+}
+
+/// A manifest's `Option<IdentityWitness>`.
+fn read_witness(r: &mut Reader<'_>) -> Result<Option<IdentityWitness>, Malformed> {
+    Ok(if r.option()? {
+        Some(wire::identity_witness(r)?)
+    } else {
+        None
+    })
+}
+
+/// A manifest's first stop request, as its two strings.
+fn read_first_stop(r: &mut Reader<'_>) -> Result<Option<(String, String)>, Malformed> {
+    Ok(if r.option()? {
+        Some((wire::string(r)?, wire::string(r)?))
+    } else {
+        None
+    })
+}
+
+/// A manifest's `Option<TerminalResult>`.
+fn read_terminal(r: &mut Reader<'_>) -> Result<Option<TerminalResult>, Malformed> {
+    Ok(if r.option()? {
+        Some(TerminalResult {
+            state: wire::state(r)?,
+            exit: wire::exit(r)?,
+            capture: wire::capture(r)?,
+            reason: wire::string(r)?,
+            at_unix_ms: r.u64()?,
+            event_id: wire::id(r)?,
+        })
+    } else {
+        None
+    })
+}
+
+/// A manifest's published event IDs, as the sequence they are encoded as.
+fn read_published(r: &mut Reader<'_>) -> Result<Vec<EventId>, Malformed> {
+    let n = r.count(16)?;
+    let mut published = Vec::with_capacity(n);
+    for _ in 0..n {
+        published.push(wire::id(r)?);
+    }
+    Ok(published)
+}
+
+/// A manifest's `scope` and `released`, which follow one another.
+fn read_scope(r: &mut Reader<'_>) -> Result<(Option<Scoped>, Option<ExitProof>), Malformed> {
+    let scope = if r.option()? {
+        Some(wire::scoped(r)?)
+    } else {
+        None
+    };
+    let released = if r.option()? {
+        Some(wire::exit_proof(r)?)
+    } else {
+        None
+    };
+    Ok((scope, released))
+}
+
+/// A manifest's output gaps.
+fn read_gaps(r: &mut Reader<'_>) -> Result<Vec<Gap>, Malformed> {
+    let n = r.count(GAP_BYTES)?;
+    let mut gaps = Vec::with_capacity(n);
+    for _ in 0..n {
+        gaps.push(wire::gap(r)?);
+    }
+    Ok(gaps)
+}
+
+/// A manifest's retirement: absent from version 1 frames, which end before it.
+fn read_retired(r: &mut Reader<'_>, version: u16) -> Result<Option<Retirement>, Malformed> {
+    Ok(if version > 1 && r.option()? {
+        Some(Retirement {
+            reason: wire::string(r)?,
+            at_unix_ms: r.u64()?,
+        })
+    } else {
+        None
+    })
+}
+
+/// The fields of a [`ManifestIn`] that version 3 added, in their place.
+type HumanAndDeadlines = (Option<u64>, Option<DeadlineFired>, Vec<DeadlineFailed>);
+
+/// Version 3: the human-input mark and the deadlines.
+fn read_human_and_deadlines(
+    r: &mut Reader<'_>,
+    version: u16,
+) -> Result<HumanAndDeadlines, Malformed> {
+    if version <= 2 {
+        return Ok((None, None, Vec::new()));
+    }
+    let awaiting_input = wire::option_u64(r)?;
+    let deadline = if r.option()? {
+        Some(wire::deadline_fired(r)?)
+    } else {
+        None
+    };
+    let n = r.count(wire::DEADLINE_FAILED_BYTES_MIN)?;
+    let mut failures = Vec::with_capacity(n);
+    for _ in 0..n {
+        failures.push(wire::deadline_failed(r)?);
+    }
+    Ok((awaiting_input, deadline, failures))
+}
+
+/// Version 4: what a `RegisteredV2` registration added.
+fn read_env(r: &mut Reader<'_>, version: u16) -> Result<Option<ManifestEnvIn>, Malformed> {
+    if !(version > 3 && r.option()?) {
+        return Ok(None);
+    }
+    let policy = read_policy(r)?;
+    let n = r.count(1)?;
+    let mut withheld = Vec::with_capacity(n);
+    for _ in 0..n {
+        // A bool is encoded as an option tag is: 0 or 1, anything else refused.
+        withheld.push(r.option()?);
+    }
+    let restart_of = if r.option()? {
+        Some(Handle(EventId::from_bytes(r.bytes16()?)))
+    } else {
+        None
+    };
+    Ok(Some(ManifestEnvIn {
+        policy,
+        withheld,
+        restart_of,
+    }))
 }
 
 /// Bytes of one encoded `Gap`.
