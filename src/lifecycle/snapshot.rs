@@ -977,6 +977,42 @@ pub fn decode_reference(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 }
 
 fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
+    let (header, payload) = checked_payload(bytes)?;
+    let version = u16_at(bytes, SN_VERSION_OFFSET);
+    let mut frames = Frames { payload, at: 0 };
+    let meta: Meta = frames.next("meta")?;
+    let mut store = read_manifests(&mut frames, &meta, how, version)?;
+    let retained = read_retained_frames(&mut frames, &meta, how, store.len(), header.seq)?;
+    let replay = read_issues(&mut frames, &meta)?;
+    // Versions before 3 have no gate frame: their writers knew no gate, so it never changed.
+    if version >= 3 {
+        let gate: Option<GateChanged> = frames.next("gate")?;
+        store.restore_gate(gate);
+    }
+    // Versions before 5 have no admission-limit frame: their writers kept the limit in memory.
+    if version >= 5 {
+        let limit: Option<AdmissionLimitSet> = frames.next("admission limit")?;
+        if limit.as_ref().is_some_and(|l| l.max_concurrent == Some(0)) {
+            return Err(SnapshotError::Invalid(
+                "an admission limit of 0, which no replay accepts".to_owned(),
+            ));
+        }
+        store.restore_admission_limit(limit);
+    }
+    if frames.remaining() != 0 {
+        return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));
+    }
+    Ok(Snapshot {
+        header,
+        store,
+        retained,
+        replay,
+    })
+}
+
+/// The header of a snapshot file and its payload, once the header, the payload's length and its
+/// checksum are checked.
+fn checked_payload(bytes: &[u8]) -> Result<(SnapshotHeader, &[u8]), SnapshotError> {
     let header = SnapshotHeader::decode(bytes)?;
     let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
     if header.payload_bytes != payload.len() as u64 {
@@ -988,18 +1024,25 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     if masked_crc(payload) != header.payload_crc {
         return Err(SnapshotError::PayloadChecksum);
     }
-    let version = u16_at(bytes, SN_VERSION_OFFSET);
+    Ok((header, payload))
+}
+
+/// The manifest frames, restored into a store in their order.
+fn read_manifests(
+    frames: &mut Frames<'_>,
+    meta: &Meta,
+    how: Decoder,
+    version: u16,
+) -> Result<ManifestStore, SnapshotError> {
     let manifest_suffix: &[u8] = match version {
         1 => &V1_MANIFEST_SUFFIX,
         2 => &V2_MANIFEST_SUFFIX,
         3 => &V3_MANIFEST_SUFFIX,
         _ => &[],
     };
-    let mut frames = Frames { payload, at: 0 };
-    let meta: Meta = frames.next("meta")?;
     // Each manifest goes straight into the store (a manifest is large: collecting them first
     // would write every one twice).
-    let mut store = ManifestStore::restoring(capacity(meta.manifests, &frames, 64));
+    let mut store = ManifestStore::restoring(capacity(meta.manifests, frames, 64));
     for position in 0..meta.manifests {
         let at = frames.at;
         let w: ManifestIn = frames.next_with("manifest", how, manifest_suffix, |r| {
@@ -1013,42 +1056,32 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
             .restore_one(position as usize, registration, manifest)
             .map_err(|e| SnapshotError::Invalid(e.to_string()))?;
     }
+    Ok(store)
+}
+
+/// The retained-ID frames, checked against the `manifests` restored and the snapshot's `seq`.
+fn read_retained_frames(
+    frames: &mut Frames<'_>,
+    meta: &Meta,
+    how: Decoder,
+    manifests: usize,
+    seq: u64,
+) -> Result<Vec<RetainedStep>, SnapshotError> {
     let mut retained: Vec<RetainedStep> = Vec::with_capacity(capacity(
         meta.retained_frames
             .saturating_mul(SNAPSHOT_IDS_PER_FRAME as u64),
-        &frames,
+        frames,
         RETAINED_STEP_BYTES,
     ));
     for _ in 0..meta.retained_frames {
         let at = frames.at;
         let chunk: Vec<RetainedStep> = frames.next_with("retained IDs", how, &[], read_retained)?;
-        let invalid = |reason: String| SnapshotError::Frame {
-            at: at as u64,
-            reason,
-        };
-        if chunk.is_empty() || chunk.len() > SNAPSHOT_IDS_PER_FRAME {
-            return Err(invalid(format!(
-                "{} retained IDs in one frame",
-                chunk.len()
-            )));
-        }
-        for r in chunk {
-            let valid = (r.manifest as usize) < store.len()
-                && usize::from(r.which) < CANDIDATES
-                && (1..=header.seq).contains(&r.seq)
-                && r.kind != 0;
-            if !valid {
-                return Err(invalid(format!("retained ID {r:?} out of range")));
+        check_retained_chunk(&mut retained, chunk, manifests, seq).map_err(|reason| {
+            SnapshotError::Frame {
+                at: at as u64,
+                reason,
             }
-            // Ascending, each at most once: as the encoder writes them.
-            if retained
-                .last()
-                .is_some_and(|l| (l.manifest, l.which) >= (r.manifest, r.which))
-            {
-                return Err(invalid(format!("retained ID {r:?} out of order")));
-            }
-            retained.push(r);
-        }
+        })?;
     }
     // A frame holds at most SNAPSHOT_IDS_PER_FRAME IDs, all full but the last (as encoded).
     if retained.len() as u64 > meta.retained_frames * SNAPSHOT_IDS_PER_FRAME as u64
@@ -1060,6 +1093,41 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
             "retained IDs not packed as the encoder packs them".to_owned(),
         ));
     }
+    Ok(retained)
+}
+
+/// Appends one frame's retained IDs to `retained`, or says why the frame is invalid.
+fn check_retained_chunk(
+    retained: &mut Vec<RetainedStep>,
+    chunk: Vec<RetainedStep>,
+    manifests: usize,
+    seq: u64,
+) -> Result<(), String> {
+    if chunk.is_empty() || chunk.len() > SNAPSHOT_IDS_PER_FRAME {
+        return Err(format!("{} retained IDs in one frame", chunk.len()));
+    }
+    for r in chunk {
+        let valid = (r.manifest as usize) < manifests
+            && usize::from(r.which) < CANDIDATES
+            && (1..=seq).contains(&r.seq)
+            && r.kind != 0;
+        if !valid {
+            return Err(format!("retained ID {r:?} out of range"));
+        }
+        // Ascending, each at most once: as the encoder writes them.
+        if retained
+            .last()
+            .is_some_and(|l| (l.manifest, l.which) >= (r.manifest, r.which))
+        {
+            return Err(format!("retained ID {r:?} out of order"));
+        }
+        retained.push(r);
+    }
+    Ok(())
+}
+
+/// The issue frames, as the replay report they came from (with `meta`'s counts).
+fn read_issues(frames: &mut Frames<'_>, meta: &Meta) -> Result<ReplayReport, SnapshotError> {
     let mut replay = ReplayReport {
         lifecycle_events: meta.lifecycle_events,
         other_events: meta.other_events,
@@ -1088,28 +1156,5 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
             replay.rejected.push(entry);
         }
     }
-    // Versions before 3 have no gate frame: their writers knew no gate, so it never changed.
-    if version >= 3 {
-        let gate: Option<GateChanged> = frames.next("gate")?;
-        store.restore_gate(gate);
-    }
-    // Versions before 5 have no admission-limit frame: their writers kept the limit in memory.
-    if version >= 5 {
-        let limit: Option<AdmissionLimitSet> = frames.next("admission limit")?;
-        if limit.as_ref().is_some_and(|l| l.max_concurrent == Some(0)) {
-            return Err(SnapshotError::Invalid(
-                "an admission limit of 0, which no replay accepts".to_owned(),
-            ));
-        }
-        store.restore_admission_limit(limit);
-    }
-    if frames.remaining() != 0 {
-        return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));
-    }
-    Ok(Snapshot {
-        header,
-        store,
-        retained,
-        replay,
-    })
+    Ok(replay)
 }
