@@ -993,7 +993,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/lifecycle/fuzz.rs", "lifecycle_store", 168),
     ("src/lifecycle/manifest.rs", "consistent", 85),
     ("src/lifecycle/manifest.rs", "fold", 73),
-    ("src/lifecycle/wire.rs", "event", 88),
     ("src/lifecycle/workload.rs", "event", 158),
     ("src/mcp/fuzz.rs", "check_tool_call", 81),
     ("src/mcp/fuzz.rs", "mcp_line", 75),
