@@ -253,6 +253,14 @@ pub struct InvalidManifest {
 /// every relation between its fields that `validate` and `fold` keep. (Each field's own values are
 /// whatever the events carried.)
 pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
+    consistent_terminal(m)?;
+    consistent_running(m)?;
+    consistent_output(m)?;
+    consistent_deadlines(m)
+}
+
+/// [`consistent`] for the cursor bounds and the terminal result.
+fn consistent_terminal(m: &Manifest) -> Result<(), &'static str> {
     if !m.bounds.is_valid() {
         return Err("cursor bounds with retained_from past total_bytes");
     }
@@ -275,6 +283,11 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
         }
         None => {}
     }
+    Ok(())
+}
+
+/// [`consistent`] for running, the stop requests, the publications and the completion notice.
+fn consistent_running(m: &Manifest) -> Result<(), &'static str> {
     let ran = m.pid.is_some();
     if ran != m.witness.is_some() || ran != m.running_unix_ms.is_some() {
         return Err("running recorded in part");
@@ -294,6 +307,11 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
     if m.completion_notified && m.terminal.is_none() {
         return Err("completion notified before terminal");
     }
+    Ok(())
+}
+
+/// [`consistent`] for the process tree's scope and release, the output's gaps and retirement.
+fn consistent_output(m: &Manifest) -> Result<(), &'static str> {
     if m.released.is_some() && m.scope.is_none() {
         return Err("a tree released without a scope");
     }
@@ -317,6 +335,11 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
     {
         return Err("gaps out of order, or two that replay would have joined");
     }
+    Ok(())
+}
+
+/// [`consistent`] for the fired deadline and the failures to enforce it.
+fn consistent_deadlines(m: &Manifest) -> Result<(), &'static str> {
     if let Some(d) = &m.deadline {
         if d.handle != m.handle {
             return Err("a deadline of another handle");
