@@ -42,8 +42,8 @@ use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, RETIRED, SCOPED};
 use super::event::{
     AdmissionLimitSet, CaptureStatus, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
     DeadlineFired, ExitProof, ExitStatus, GateChanged, Handle, HumanInput, IdentityWitness,
-    LifecycleEvent, LifecycleIds, LifecyclePublished, OutputGap, OutputRetired, Scoped,
-    TerminalResized, TreeReleased,
+    LifecycleEvent, LifecycleIds, LifecyclePublished, LostOnRestore, OutputGap, OutputRetired,
+    Scoped, Terminal, TerminalResized, TreeReleased,
 };
 use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
@@ -798,26 +798,12 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::Terminal(e) => {
             m.state = e.state;
             m.bounds = e.bounds;
-            m.terminal = Some(TerminalResult {
-                state: e.state,
-                exit: e.exit,
-                capture: std::mem::replace(&mut e.capture, CaptureStatus::Complete),
-                reason: std::mem::take(&mut e.reason),
-                at_unix_ms: e.at_unix_ms,
-                event_id,
-            });
+            m.terminal = Some(terminal_result(e, event_id));
         }
         LifecycleEvent::LostOnRestore(e) => {
             m.state = State::LostOnRestore;
             m.bounds = e.bounds;
-            m.terminal = Some(TerminalResult {
-                state: State::LostOnRestore,
-                exit: ExitStatus::Unknown,
-                capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
-                reason: "the supervisor restarted while the process was live".to_owned(),
-                at_unix_ms: e.at_unix_ms,
-                event_id,
-            });
+            m.terminal = Some(lost_result(e, event_id));
         }
         LifecycleEvent::LifecyclePublished(e) => {
             m.published.insert(e.event);
@@ -842,6 +828,30 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::DeadlineFailed(e) => m.deadline_failures.push(e.clone()),
         // Root-level: folded into the store's gate and limit, never into a manifest.
         LifecycleEvent::GateChanged(_) | LifecycleEvent::AdmissionLimitSet(_) => {}
+    }
+}
+
+/// The result a `Terminal` event records, its strings moved out of the event.
+fn terminal_result(e: &mut Terminal, event_id: EventId) -> TerminalResult {
+    TerminalResult {
+        state: e.state,
+        exit: e.exit,
+        capture: std::mem::replace(&mut e.capture, CaptureStatus::Complete),
+        reason: std::mem::take(&mut e.reason),
+        at_unix_ms: e.at_unix_ms,
+        event_id,
+    }
+}
+
+/// The result a `LostOnRestore` event records: nothing is known of how the process ended.
+fn lost_result(e: &LostOnRestore, event_id: EventId) -> TerminalResult {
+    TerminalResult {
+        state: State::LostOnRestore,
+        exit: ExitStatus::Unknown,
+        capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
+        reason: "the supervisor restarted while the process was live".to_owned(),
+        at_unix_ms: e.at_unix_ms,
+        event_id,
     }
 }
 

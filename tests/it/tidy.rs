@@ -991,7 +991,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/lifecycle/fuzz.rs", "check_replay", 92),
     ("src/lifecycle/fuzz.rs", "event", 280),
     ("src/lifecycle/fuzz.rs", "lifecycle_store", 168),
-    ("src/lifecycle/manifest.rs", "fold", 73),
     ("src/lifecycle/workload.rs", "event", 158),
     ("src/mcp/fuzz.rs", "check_tool_call", 81),
     ("src/mcp/fuzz.rs", "mcp_line", 75),
