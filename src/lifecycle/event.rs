@@ -733,72 +733,38 @@ impl LifecycleEvent {
         codec_version: u8,
         payload: &[u8],
     ) -> Result<Self, EventDecodeError> {
-        let wrap = |cause| EventDecodeError::Payload { kind, cause };
-        let d = |p| -> Result<Self, EventDecodeError> {
-            Ok(match kind {
-                kinds::REGISTERED => {
-                    LifecycleEvent::Registered(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::RUNNING => {
-                    LifecycleEvent::Running(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::STOP_REQUESTED => {
-                    LifecycleEvent::StopRequested(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::INPUT_CLOSED => {
-                    LifecycleEvent::InputClosed(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::OUTPUT_CHECKPOINT => {
-                    LifecycleEvent::OutputCheckpoint(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::TERMINAL => {
-                    LifecycleEvent::Terminal(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::LOST_ON_RESTORE => {
-                    LifecycleEvent::LostOnRestore(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::LIFECYCLE_PUBLISHED => LifecycleEvent::LifecyclePublished(
-                    codec::decode(codec_version, p).map_err(wrap)?,
-                ),
-                kinds::COMPLETION_NOTIFIED => LifecycleEvent::CompletionNotified(
-                    codec::decode(codec_version, p).map_err(wrap)?,
-                ),
-                kinds::SCOPED => {
-                    LifecycleEvent::Scoped(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::OUTPUT_GAP => {
-                    LifecycleEvent::OutputGap(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::TREE_RELEASED => {
-                    LifecycleEvent::TreeReleased(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::OUTPUT_RETIRED => {
-                    LifecycleEvent::OutputRetired(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::GATE_CHANGED => {
-                    LifecycleEvent::GateChanged(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::HUMAN_INPUT => {
-                    LifecycleEvent::HumanInput(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::DEADLINE_FIRED => {
-                    LifecycleEvent::DeadlineFired(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::DEADLINE_FAILED => {
-                    LifecycleEvent::DeadlineFailed(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::TERMINAL_RESIZED => {
-                    LifecycleEvent::TerminalResized(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::REGISTERED_V2 => {
-                    LifecycleEvent::RegisteredV2(codec::decode(codec_version, p).map_err(wrap)?)
-                }
-                kinds::ADMISSION_LIMIT_SET => LifecycleEvent::AdmissionLimitSet(
-                    codec::decode(codec_version, p).map_err(wrap)?,
-                ),
-                other => return Err(EventDecodeError::NotLifecycle(other)),
-            })
-        };
-        d(payload)
+        let v = codec_version;
+        Ok(match kind {
+            kinds::REGISTERED => Self::Registered(payload_of(kind, v, payload)?),
+            kinds::RUNNING => Self::Running(payload_of(kind, v, payload)?),
+            kinds::STOP_REQUESTED => Self::StopRequested(payload_of(kind, v, payload)?),
+            kinds::INPUT_CLOSED => Self::InputClosed(payload_of(kind, v, payload)?),
+            kinds::OUTPUT_CHECKPOINT => Self::OutputCheckpoint(payload_of(kind, v, payload)?),
+            kinds::TERMINAL => Self::Terminal(payload_of(kind, v, payload)?),
+            kinds::LOST_ON_RESTORE => Self::LostOnRestore(payload_of(kind, v, payload)?),
+            kinds::LIFECYCLE_PUBLISHED => Self::LifecyclePublished(payload_of(kind, v, payload)?),
+            kinds::COMPLETION_NOTIFIED => Self::CompletionNotified(payload_of(kind, v, payload)?),
+            kinds::SCOPED => Self::Scoped(payload_of(kind, v, payload)?),
+            kinds::OUTPUT_GAP => Self::OutputGap(payload_of(kind, v, payload)?),
+            kinds::TREE_RELEASED => Self::TreeReleased(payload_of(kind, v, payload)?),
+            kinds::OUTPUT_RETIRED => Self::OutputRetired(payload_of(kind, v, payload)?),
+            kinds::GATE_CHANGED => Self::GateChanged(payload_of(kind, v, payload)?),
+            kinds::HUMAN_INPUT => Self::HumanInput(payload_of(kind, v, payload)?),
+            kinds::DEADLINE_FIRED => Self::DeadlineFired(payload_of(kind, v, payload)?),
+            kinds::DEADLINE_FAILED => Self::DeadlineFailed(payload_of(kind, v, payload)?),
+            kinds::TERMINAL_RESIZED => Self::TerminalResized(payload_of(kind, v, payload)?),
+            kinds::REGISTERED_V2 => Self::RegisteredV2(payload_of(kind, v, payload)?),
+            kinds::ADMISSION_LIMIT_SET => Self::AdmissionLimitSet(payload_of(kind, v, payload)?),
+            other => return Err(EventDecodeError::NotLifecycle(other)),
+        })
     }
+}
+
+/// One kind's payload through bincode, its error wrapped with the `kind` it was read as.
+fn payload_of<T: Decode<()>>(
+    kind: u16,
+    codec_version: u8,
+    payload: &[u8],
+) -> Result<T, EventDecodeError> {
+    codec::decode(codec_version, payload).map_err(|cause| EventDecodeError::Payload { kind, cause })
 }

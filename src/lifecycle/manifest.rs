@@ -42,8 +42,8 @@ use super::event::derived::{NOTIFIED, PUBLISHED, RELEASED, RETIRED, SCOPED};
 use super::event::{
     AdmissionLimitSet, CaptureStatus, CompletionNotified, CursorBounds, Deadline, DeadlineFailed,
     DeadlineFired, ExitProof, ExitStatus, GateChanged, Handle, HumanInput, IdentityWitness,
-    LifecycleEvent, LifecycleIds, LifecyclePublished, OutputGap, OutputRetired, Scoped,
-    TerminalResized, TreeReleased,
+    LifecycleEvent, LifecycleIds, LifecyclePublished, LostOnRestore, OutputGap, OutputRetired,
+    Scoped, Terminal, TerminalResized, TreeReleased,
 };
 use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
@@ -253,6 +253,14 @@ pub struct InvalidManifest {
 /// every relation between its fields that `validate` and `fold` keep. (Each field's own values are
 /// whatever the events carried.)
 pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
+    consistent_terminal(m)?;
+    consistent_running(m)?;
+    consistent_output(m)?;
+    consistent_deadlines(m)
+}
+
+/// [`consistent`] for the cursor bounds and the terminal result.
+fn consistent_terminal(m: &Manifest) -> Result<(), &'static str> {
     if !m.bounds.is_valid() {
         return Err("cursor bounds with retained_from past total_bytes");
     }
@@ -275,6 +283,11 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
         }
         None => {}
     }
+    Ok(())
+}
+
+/// [`consistent`] for running, the stop requests, the publications and the completion notice.
+fn consistent_running(m: &Manifest) -> Result<(), &'static str> {
     let ran = m.pid.is_some();
     if ran != m.witness.is_some() || ran != m.running_unix_ms.is_some() {
         return Err("running recorded in part");
@@ -294,6 +307,11 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
     if m.completion_notified && m.terminal.is_none() {
         return Err("completion notified before terminal");
     }
+    Ok(())
+}
+
+/// [`consistent`] for the process tree's scope and release, the output's gaps and retirement.
+fn consistent_output(m: &Manifest) -> Result<(), &'static str> {
     if m.released.is_some() && m.scope.is_none() {
         return Err("a tree released without a scope");
     }
@@ -317,6 +335,11 @@ pub(crate) fn consistent(m: &Manifest) -> Result<(), &'static str> {
     {
         return Err("gaps out of order, or two that replay would have joined");
     }
+    Ok(())
+}
+
+/// [`consistent`] for the fired deadline and the failures to enforce it.
+fn consistent_deadlines(m: &Manifest) -> Result<(), &'static str> {
     if let Some(d) = &m.deadline {
         if d.handle != m.handle {
             return Err("a deadline of another handle");
@@ -775,26 +798,12 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::Terminal(e) => {
             m.state = e.state;
             m.bounds = e.bounds;
-            m.terminal = Some(TerminalResult {
-                state: e.state,
-                exit: e.exit,
-                capture: std::mem::replace(&mut e.capture, CaptureStatus::Complete),
-                reason: std::mem::take(&mut e.reason),
-                at_unix_ms: e.at_unix_ms,
-                event_id,
-            });
+            m.terminal = Some(terminal_result(e, event_id));
         }
         LifecycleEvent::LostOnRestore(e) => {
             m.state = State::LostOnRestore;
             m.bounds = e.bounds;
-            m.terminal = Some(TerminalResult {
-                state: State::LostOnRestore,
-                exit: ExitStatus::Unknown,
-                capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
-                reason: "the supervisor restarted while the process was live".to_owned(),
-                at_unix_ms: e.at_unix_ms,
-                event_id,
-            });
+            m.terminal = Some(lost_result(e, event_id));
         }
         LifecycleEvent::LifecyclePublished(e) => {
             m.published.insert(e.event);
@@ -819,6 +828,30 @@ fn fold(m: &mut Manifest, event_id: EventId, event: &mut LifecycleEvent) {
         LifecycleEvent::DeadlineFailed(e) => m.deadline_failures.push(e.clone()),
         // Root-level: folded into the store's gate and limit, never into a manifest.
         LifecycleEvent::GateChanged(_) | LifecycleEvent::AdmissionLimitSet(_) => {}
+    }
+}
+
+/// The result a `Terminal` event records, its strings moved out of the event.
+fn terminal_result(e: &mut Terminal, event_id: EventId) -> TerminalResult {
+    TerminalResult {
+        state: e.state,
+        exit: e.exit,
+        capture: std::mem::replace(&mut e.capture, CaptureStatus::Complete),
+        reason: std::mem::take(&mut e.reason),
+        at_unix_ms: e.at_unix_ms,
+        event_id,
+    }
+}
+
+/// The result a `LostOnRestore` event records: nothing is known of how the process ended.
+fn lost_result(e: &LostOnRestore, event_id: EventId) -> TerminalResult {
+    TerminalResult {
+        state: State::LostOnRestore,
+        exit: ExitStatus::Unknown,
+        capture: CaptureStatus::Incomplete("lost on restore".to_owned()),
+        reason: "the supervisor restarted while the process was live".to_owned(),
+        at_unix_ms: e.at_unix_ms,
+        event_id,
     }
 }
 

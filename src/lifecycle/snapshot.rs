@@ -498,8 +498,8 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 /// Reads a [`ManifestIn`] by hand, field by field in the order it declares them (its derived
 /// bincode encoding). Accepts exactly what `codec::decode_frame::<ManifestIn>` accepts, to equal
 /// values (`Reader::frame`; `tests/it/snapshot_props.rs` and the `snapshot_decode` fuzz target hold
-/// it to that). One line per field: a field added to [`ManifestIn`] is added here, in the same
-/// place.
+/// it to that). One line per field or group of fields (each group read by its own helper, in
+/// its place): a field added to [`ManifestIn`] is added here, in the same place.
 ///
 /// `version` is the snapshot's: version 1 frames end before `retired` (read as `None`), version 2
 /// frames before `awaiting_input` (read as `None`, `None` and empty), version 3 frames before
@@ -507,118 +507,25 @@ fn manifest_in(w: ManifestIn) -> Result<(EventId, Manifest), String> {
 fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malformed> {
     let registration = wire::id(r)?;
     let handle = wire::handle(r)?;
-    let ids = LifecycleIds {
-        running: wire::id(r)?,
-        terminal: wire::id(r)?,
-        lost: wire::id(r)?,
-        completion: wire::id(r)?,
-    };
-    let command_text = wire::string(r)?;
-    let n = r.count(8)?;
-    let mut command_ends = Vec::with_capacity(n);
-    for _ in 0..n {
-        command_ends.push(r.u64()?);
-    }
-    let command_args = r.u64()?;
-    let command_env = r.u64()?;
-    let limits = wire::limits(r)?;
+    let ids = read_ids(r)?;
+    let (command_text, command_ends, command_args, command_env, limits) = read_command(r)?;
     let registered_unix_ms = r.u64()?;
     let state = wire::state(r)?;
     let pid = if r.option()? { Some(r.u32()?) } else { None };
-    let witness = if r.option()? {
-        Some(wire::identity_witness(r)?)
-    } else {
-        None
-    };
+    let witness = read_witness(r)?;
     let running_unix_ms = wire::option_u64(r)?;
     let stop_requests = r.u32()?;
-    let first_stop = if r.option()? {
-        Some((wire::string(r)?, wire::string(r)?))
-    } else {
-        None
-    };
+    let first_stop = read_first_stop(r)?;
     let input_closed = r.bool()?;
     let bounds = wire::bounds(r)?;
-    let terminal = if r.option()? {
-        Some(TerminalResult {
-            state: wire::state(r)?,
-            exit: wire::exit(r)?,
-            capture: wire::capture(r)?,
-            reason: wire::string(r)?,
-            at_unix_ms: r.u64()?,
-            event_id: wire::id(r)?,
-        })
-    } else {
-        None
-    };
-    let n = r.count(16)?;
-    let mut published = Vec::with_capacity(n);
-    for _ in 0..n {
-        published.push(wire::id(r)?);
-    }
+    let terminal = read_terminal(r)?;
+    let published = read_published(r)?;
     let completion_notified = r.bool()?;
-    let scope = if r.option()? {
-        Some(wire::scoped(r)?)
-    } else {
-        None
-    };
-    let released = if r.option()? {
-        Some(wire::exit_proof(r)?)
-    } else {
-        None
-    };
-    let n = r.count(GAP_BYTES)?;
-    let mut gaps = Vec::with_capacity(n);
-    for _ in 0..n {
-        gaps.push(wire::gap(r)?);
-    }
-    let retired = if version > 1 && r.option()? {
-        Some(Retirement {
-            reason: wire::string(r)?,
-            at_unix_ms: r.u64()?,
-        })
-    } else {
-        None
-    };
-    // Version 3: the human-input mark and the deadlines.
-    let (awaiting_input, deadline, deadline_failures) = if version > 2 {
-        let awaiting_input = wire::option_u64(r)?;
-        let deadline = if r.option()? {
-            Some(wire::deadline_fired(r)?)
-        } else {
-            None
-        };
-        let n = r.count(wire::DEADLINE_FAILED_BYTES_MIN)?;
-        let mut failures = Vec::with_capacity(n);
-        for _ in 0..n {
-            failures.push(wire::deadline_failed(r)?);
-        }
-        (awaiting_input, deadline, failures)
-    } else {
-        (None, None, Vec::new())
-    };
-    // Version 4: what a `RegisteredV2` registration added.
-    let env = if version > 3 && r.option()? {
-        let policy = read_policy(r)?;
-        let n = r.count(1)?;
-        let mut withheld = Vec::with_capacity(n);
-        for _ in 0..n {
-            // A bool is encoded as an option tag is: 0 or 1, anything else refused.
-            withheld.push(r.option()?);
-        }
-        let restart_of = if r.option()? {
-            Some(Handle(EventId::from_bytes(r.bytes16()?)))
-        } else {
-            None
-        };
-        Some(ManifestEnvIn {
-            policy,
-            withheld,
-            restart_of,
-        })
-    } else {
-        None
-    };
+    let (scope, released) = read_scope(r)?;
+    let gaps = read_gaps(r)?;
+    let retired = read_retired(r, version)?;
+    let (awaiting_input, deadline, deadline_failures) = read_human_and_deadlines(r, version)?;
+    let env = read_env(r, version)?;
     Ok(ManifestIn {
         registration,
         handle,
@@ -649,6 +556,164 @@ fn read_manifest(r: &mut Reader<'_>, version: u16) -> Result<ManifestIn, Malform
         deadline_failures,
         env,
     })
+}
+
+/// The fields of a [`ManifestIn`] that hold its stored command, in their place.
+type CommandFields = (String, Vec<u64>, u64, u64, Limits);
+
+/// A manifest's reserved follow-up IDs (the registration's own ID is read before them).
+fn read_ids(r: &mut Reader<'_>) -> Result<LifecycleIds, Malformed> {
+    Ok(LifecycleIds {
+        running: wire::id(r)?,
+        terminal: wire::id(r)?,
+        lost: wire::id(r)?,
+        completion: wire::id(r)?,
+    })
+}
+
+/// A manifest's command: its text, the ends of its pieces, where its arguments and environment
+/// begin, and its limits.
+fn read_command(r: &mut Reader<'_>) -> Result<CommandFields, Malformed> {
+    let command_text = wire::string(r)?;
+    let n = r.count(8)?;
+    let mut command_ends = Vec::with_capacity(n);
+    for _ in 0..n {
+        command_ends.push(r.u64()?);
+    }
+    let command_args = r.u64()?;
+    let command_env = r.u64()?;
+    let limits = wire::limits(r)?;
+    Ok((command_text, command_ends, command_args, command_env, limits))
+}
+
+/// A manifest's `Option<IdentityWitness>`.
+fn read_witness(r: &mut Reader<'_>) -> Result<Option<IdentityWitness>, Malformed> {
+    Ok(if r.option()? {
+        Some(wire::identity_witness(r)?)
+    } else {
+        None
+    })
+}
+
+/// A manifest's first stop request, as its two strings.
+fn read_first_stop(r: &mut Reader<'_>) -> Result<Option<(String, String)>, Malformed> {
+    Ok(if r.option()? {
+        Some((wire::string(r)?, wire::string(r)?))
+    } else {
+        None
+    })
+}
+
+/// A manifest's `Option<TerminalResult>`.
+fn read_terminal(r: &mut Reader<'_>) -> Result<Option<TerminalResult>, Malformed> {
+    Ok(if r.option()? {
+        Some(TerminalResult {
+            state: wire::state(r)?,
+            exit: wire::exit(r)?,
+            capture: wire::capture(r)?,
+            reason: wire::string(r)?,
+            at_unix_ms: r.u64()?,
+            event_id: wire::id(r)?,
+        })
+    } else {
+        None
+    })
+}
+
+/// A manifest's published event IDs, as the sequence they are encoded as.
+fn read_published(r: &mut Reader<'_>) -> Result<Vec<EventId>, Malformed> {
+    let n = r.count(16)?;
+    let mut published = Vec::with_capacity(n);
+    for _ in 0..n {
+        published.push(wire::id(r)?);
+    }
+    Ok(published)
+}
+
+/// A manifest's `scope` and `released`, which follow one another.
+fn read_scope(r: &mut Reader<'_>) -> Result<(Option<Scoped>, Option<ExitProof>), Malformed> {
+    let scope = if r.option()? {
+        Some(wire::scoped(r)?)
+    } else {
+        None
+    };
+    let released = if r.option()? {
+        Some(wire::exit_proof(r)?)
+    } else {
+        None
+    };
+    Ok((scope, released))
+}
+
+/// A manifest's output gaps.
+fn read_gaps(r: &mut Reader<'_>) -> Result<Vec<Gap>, Malformed> {
+    let n = r.count(GAP_BYTES)?;
+    let mut gaps = Vec::with_capacity(n);
+    for _ in 0..n {
+        gaps.push(wire::gap(r)?);
+    }
+    Ok(gaps)
+}
+
+/// A manifest's retirement: absent from version 1 frames, which end before it.
+fn read_retired(r: &mut Reader<'_>, version: u16) -> Result<Option<Retirement>, Malformed> {
+    Ok(if version > 1 && r.option()? {
+        Some(Retirement {
+            reason: wire::string(r)?,
+            at_unix_ms: r.u64()?,
+        })
+    } else {
+        None
+    })
+}
+
+/// The fields of a [`ManifestIn`] that version 3 added, in their place.
+type HumanAndDeadlines = (Option<u64>, Option<DeadlineFired>, Vec<DeadlineFailed>);
+
+/// Version 3: the human-input mark and the deadlines.
+fn read_human_and_deadlines(
+    r: &mut Reader<'_>,
+    version: u16,
+) -> Result<HumanAndDeadlines, Malformed> {
+    if version <= 2 {
+        return Ok((None, None, Vec::new()));
+    }
+    let awaiting_input = wire::option_u64(r)?;
+    let deadline = if r.option()? {
+        Some(wire::deadline_fired(r)?)
+    } else {
+        None
+    };
+    let n = r.count(wire::DEADLINE_FAILED_BYTES_MIN)?;
+    let mut failures = Vec::with_capacity(n);
+    for _ in 0..n {
+        failures.push(wire::deadline_failed(r)?);
+    }
+    Ok((awaiting_input, deadline, failures))
+}
+
+/// Version 4: what a `RegisteredV2` registration added.
+fn read_env(r: &mut Reader<'_>, version: u16) -> Result<Option<ManifestEnvIn>, Malformed> {
+    if !(version > 3 && r.option()?) {
+        return Ok(None);
+    }
+    let policy = read_policy(r)?;
+    let n = r.count(1)?;
+    let mut withheld = Vec::with_capacity(n);
+    for _ in 0..n {
+        // A bool is encoded as an option tag is: 0 or 1, anything else refused.
+        withheld.push(r.option()?);
+    }
+    let restart_of = if r.option()? {
+        Some(Handle(EventId::from_bytes(r.bytes16()?)))
+    } else {
+        None
+    };
+    Ok(Some(ManifestEnvIn {
+        policy,
+        withheld,
+        restart_of,
+    }))
 }
 
 /// Bytes of one encoded `Gap`.
@@ -912,6 +977,42 @@ pub fn decode_reference(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 }
 
 fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
+    let (header, payload) = checked_payload(bytes)?;
+    let version = u16_at(bytes, SN_VERSION_OFFSET);
+    let mut frames = Frames { payload, at: 0 };
+    let meta: Meta = frames.next("meta")?;
+    let mut store = read_manifests(&mut frames, &meta, how, version)?;
+    let retained = read_retained_frames(&mut frames, &meta, how, store.len(), header.seq)?;
+    let replay = read_issues(&mut frames, &meta)?;
+    // Versions before 3 have no gate frame: their writers knew no gate, so it never changed.
+    if version >= 3 {
+        let gate: Option<GateChanged> = frames.next("gate")?;
+        store.restore_gate(gate);
+    }
+    // Versions before 5 have no admission-limit frame: their writers kept the limit in memory.
+    if version >= 5 {
+        let limit: Option<AdmissionLimitSet> = frames.next("admission limit")?;
+        if limit.as_ref().is_some_and(|l| l.max_concurrent == Some(0)) {
+            return Err(SnapshotError::Invalid(
+                "an admission limit of 0, which no replay accepts".to_owned(),
+            ));
+        }
+        store.restore_admission_limit(limit);
+    }
+    if frames.remaining() != 0 {
+        return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));
+    }
+    Ok(Snapshot {
+        header,
+        store,
+        retained,
+        replay,
+    })
+}
+
+/// The header of a snapshot file and its payload, once the header, the payload's length and its
+/// checksum are checked.
+fn checked_payload(bytes: &[u8]) -> Result<(SnapshotHeader, &[u8]), SnapshotError> {
     let header = SnapshotHeader::decode(bytes)?;
     let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
     if header.payload_bytes != payload.len() as u64 {
@@ -923,18 +1024,25 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     if masked_crc(payload) != header.payload_crc {
         return Err(SnapshotError::PayloadChecksum);
     }
-    let version = u16_at(bytes, SN_VERSION_OFFSET);
+    Ok((header, payload))
+}
+
+/// The manifest frames, restored into a store in their order.
+fn read_manifests(
+    frames: &mut Frames<'_>,
+    meta: &Meta,
+    how: Decoder,
+    version: u16,
+) -> Result<ManifestStore, SnapshotError> {
     let manifest_suffix: &[u8] = match version {
         1 => &V1_MANIFEST_SUFFIX,
         2 => &V2_MANIFEST_SUFFIX,
         3 => &V3_MANIFEST_SUFFIX,
         _ => &[],
     };
-    let mut frames = Frames { payload, at: 0 };
-    let meta: Meta = frames.next("meta")?;
     // Each manifest goes straight into the store (a manifest is large: collecting them first
     // would write every one twice).
-    let mut store = ManifestStore::restoring(capacity(meta.manifests, &frames, 64));
+    let mut store = ManifestStore::restoring(capacity(meta.manifests, frames, 64));
     for position in 0..meta.manifests {
         let at = frames.at;
         let w: ManifestIn = frames.next_with("manifest", how, manifest_suffix, |r| {
@@ -948,42 +1056,32 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
             .restore_one(position as usize, registration, manifest)
             .map_err(|e| SnapshotError::Invalid(e.to_string()))?;
     }
+    Ok(store)
+}
+
+/// The retained-ID frames, checked against the `manifests` restored and the snapshot's `seq`.
+fn read_retained_frames(
+    frames: &mut Frames<'_>,
+    meta: &Meta,
+    how: Decoder,
+    manifests: usize,
+    seq: u64,
+) -> Result<Vec<RetainedStep>, SnapshotError> {
     let mut retained: Vec<RetainedStep> = Vec::with_capacity(capacity(
         meta.retained_frames
             .saturating_mul(SNAPSHOT_IDS_PER_FRAME as u64),
-        &frames,
+        frames,
         RETAINED_STEP_BYTES,
     ));
     for _ in 0..meta.retained_frames {
         let at = frames.at;
         let chunk: Vec<RetainedStep> = frames.next_with("retained IDs", how, &[], read_retained)?;
-        let invalid = |reason: String| SnapshotError::Frame {
-            at: at as u64,
-            reason,
-        };
-        if chunk.is_empty() || chunk.len() > SNAPSHOT_IDS_PER_FRAME {
-            return Err(invalid(format!(
-                "{} retained IDs in one frame",
-                chunk.len()
-            )));
-        }
-        for r in chunk {
-            let valid = (r.manifest as usize) < store.len()
-                && usize::from(r.which) < CANDIDATES
-                && (1..=header.seq).contains(&r.seq)
-                && r.kind != 0;
-            if !valid {
-                return Err(invalid(format!("retained ID {r:?} out of range")));
+        check_retained_chunk(&mut retained, chunk, manifests, seq).map_err(|reason| {
+            SnapshotError::Frame {
+                at: at as u64,
+                reason,
             }
-            // Ascending, each at most once: as the encoder writes them.
-            if retained
-                .last()
-                .is_some_and(|l| (l.manifest, l.which) >= (r.manifest, r.which))
-            {
-                return Err(invalid(format!("retained ID {r:?} out of order")));
-            }
-            retained.push(r);
-        }
+        })?;
     }
     // A frame holds at most SNAPSHOT_IDS_PER_FRAME IDs, all full but the last (as encoded).
     if retained.len() as u64 > meta.retained_frames * SNAPSHOT_IDS_PER_FRAME as u64
@@ -995,6 +1093,41 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
             "retained IDs not packed as the encoder packs them".to_owned(),
         ));
     }
+    Ok(retained)
+}
+
+/// Appends one frame's retained IDs to `retained`, or says why the frame is invalid.
+fn check_retained_chunk(
+    retained: &mut Vec<RetainedStep>,
+    chunk: Vec<RetainedStep>,
+    manifests: usize,
+    seq: u64,
+) -> Result<(), String> {
+    if chunk.is_empty() || chunk.len() > SNAPSHOT_IDS_PER_FRAME {
+        return Err(format!("{} retained IDs in one frame", chunk.len()));
+    }
+    for r in chunk {
+        let valid = (r.manifest as usize) < manifests
+            && usize::from(r.which) < CANDIDATES
+            && (1..=seq).contains(&r.seq)
+            && r.kind != 0;
+        if !valid {
+            return Err(format!("retained ID {r:?} out of range"));
+        }
+        // Ascending, each at most once: as the encoder writes them.
+        if retained
+            .last()
+            .is_some_and(|l| (l.manifest, l.which) >= (r.manifest, r.which))
+        {
+            return Err(format!("retained ID {r:?} out of order"));
+        }
+        retained.push(r);
+    }
+    Ok(())
+}
+
+/// The issue frames, as the replay report they came from (with `meta`'s counts).
+fn read_issues(frames: &mut Frames<'_>, meta: &Meta) -> Result<ReplayReport, SnapshotError> {
     let mut replay = ReplayReport {
         lifecycle_events: meta.lifecycle_events,
         other_events: meta.other_events,
@@ -1023,28 +1156,5 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
             replay.rejected.push(entry);
         }
     }
-    // Versions before 3 have no gate frame: their writers knew no gate, so it never changed.
-    if version >= 3 {
-        let gate: Option<GateChanged> = frames.next("gate")?;
-        store.restore_gate(gate);
-    }
-    // Versions before 5 have no admission-limit frame: their writers kept the limit in memory.
-    if version >= 5 {
-        let limit: Option<AdmissionLimitSet> = frames.next("admission limit")?;
-        if limit.as_ref().is_some_and(|l| l.max_concurrent == Some(0)) {
-            return Err(SnapshotError::Invalid(
-                "an admission limit of 0, which no replay accepts".to_owned(),
-            ));
-        }
-        store.restore_admission_limit(limit);
-    }
-    if frames.remaining() != 0 {
-        return Err(frames.error(format!("{} bytes after the last frame", frames.remaining())));
-    }
-    Ok(Snapshot {
-        header,
-        store,
-        retained,
-        replay,
-    })
+    Ok(replay)
 }

@@ -333,33 +333,63 @@ pub(crate) fn registration(
 }
 
 // Inlined into `decode`, and `decode` into its callers, so that the event (280 bytes, the size of
-// its largest variant) is built where the caller keeps it instead of being copied out twice.
+// its largest variant) is built where the caller keeps it instead of being copied out twice. The
+// family readers it dispatches to are inlined into it for the same reason.
 #[inline(always)]
 fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
+    match kind {
+        kinds::REGISTERED | kinds::REGISTERED_V2 => registration_event(kind, r),
+        kinds::RUNNING
+        | kinds::STOP_REQUESTED
+        | kinds::INPUT_CLOSED
+        | kinds::OUTPUT_CHECKPOINT
+        | kinds::TERMINAL
+        | kinds::LOST_ON_RESTORE => process_event(kind, r),
+        kinds::LIFECYCLE_PUBLISHED
+        | kinds::COMPLETION_NOTIFIED
+        | kinds::GATE_CHANGED
+        | kinds::HUMAN_INPUT
+        | kinds::DEADLINE_FIRED
+        | kinds::DEADLINE_FAILED => control_event(kind, r),
+        _ => Err(Malformed),
+    }
+}
+
+/// A manifest's reserved follow-up IDs, as a registration carries them.
+fn ids(r: &mut Reader<'_>) -> Result<LifecycleIds, Malformed> {
+    Ok(LifecycleIds {
+        running: id(r)?,
+        terminal: id(r)?,
+        lost: id(r)?,
+        completion: id(r)?,
+    })
+}
+
+/// The registrations: `Registered` and `RegisteredV2`.
+#[inline(always)]
+fn registration_event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
     Ok(match kind {
         kinds::REGISTERED => LifecycleEvent::Registered(Registered {
             handle: handle(r)?,
-            ids: LifecycleIds {
-                running: id(r)?,
-                terminal: id(r)?,
-                lost: id(r)?,
-                completion: id(r)?,
-            },
+            ids: ids(r)?,
             command: command(r)?,
             at_unix_ms: r.u64()?,
         }),
         kinds::REGISTERED_V2 => LifecycleEvent::RegisteredV2(RegisteredV2 {
             handle: handle(r)?,
-            ids: LifecycleIds {
-                running: id(r)?,
-                terminal: id(r)?,
-                lost: id(r)?,
-                completion: id(r)?,
-            },
+            ids: ids(r)?,
             command: Box::new(command_v2(r)?),
             restart_of: option_handle(r)?,
             at_unix_ms: r.u64()?,
         }),
+        _ => return Err(Malformed),
+    })
+}
+
+/// The events of a registered process's life, from running to its end.
+#[inline(always)]
+fn process_event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
+    Ok(match kind {
         kinds::RUNNING => LifecycleEvent::Running(Running {
             handle: handle(r)?,
             pid: r.u32()?,
@@ -398,6 +428,14 @@ fn event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
             bounds: bounds(r)?,
             at_unix_ms: r.u64()?,
         }),
+        _ => return Err(Malformed),
+    })
+}
+
+/// The notices, the pause gate, the human-input marks and the deadlines.
+#[inline(always)]
+fn control_event(kind: u16, r: &mut Reader<'_>) -> Result<LifecycleEvent, Malformed> {
+    Ok(match kind {
         kinds::LIFECYCLE_PUBLISHED => LifecycleEvent::LifecyclePublished(LifecyclePublished {
             handle: handle(r)?,
             event: id(r)?,
