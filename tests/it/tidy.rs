@@ -972,7 +972,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/cli/daemon_cmd.rs", "admission", 84),
     ("src/cli/journal_cmd.rs", "manifests", 92),
     ("src/cli/journal_cmd.rs", "write_report", 125),
-    ("src/cli/logs_cmd.rs", "logs", 140),
     ("src/cli/ps_cmd.rs", "ps", 101),
     ("src/cli/run_cmd.rs", "supervise", 80),
     ("src/cli/run_daemon.rs", "follow", 80),
