@@ -20,7 +20,7 @@ use clap::Args;
 
 use super::args::parse_size;
 use crate::protocol::{CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
-use crate::supervisor::{Rendering, Services, Supervisor};
+use crate::supervisor::Rendering;
 
 #[derive(Debug, Args)]
 pub(crate) struct CaptureCmdArgs {
@@ -67,19 +67,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let Some(launcher) = launcher else {
         return super::run_daemon::capture(&socket, request, &queue).await;
     };
-    let mut config = super::supervisor_config(&root);
-    config.group = group;
-    config.launcher = launcher;
-    let (supervisor, report) = Supervisor::open(config, Services::noop())
-        .await
-        .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
-    super::warn_damage(&root, &report);
-    if !report.reconciled.is_empty() {
-        note!(
-            "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
-            report.reconciled.len()
-        );
-    }
+    let supervisor = super::open_supervisor(&root, group, launcher).await?;
     let uid = nix::unistd::geteuid().as_raw();
     let dispatcher = Dispatcher::new(
         supervisor.clone(),

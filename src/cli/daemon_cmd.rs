@@ -752,48 +752,45 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         outln!("{}", super::json::line(&snapshot)?)?;
         return Ok(ExitCode::SUCCESS);
     }
+    print_decision(&snapshot)?;
+    for r in snapshot["reservations"].as_array().into_iter().flatten() {
+        outln!(
+            "{}  reserved {}  observed {}  cores {}  {} ({} members)",
+            crate::spool::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
+            admission_size(&r["reserved_bytes"]),
+            admission_size(&r["observed_bytes"]),
+            admission_cores(&r["charged_millis"]),
+            crate::spool::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
+            admission_count(&r["members"]),
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The admission decision of a snapshot for a person: slots, memory, cores and telemetry.
+fn print_decision(snapshot: &Value) -> std::io::Result<()> {
     let d = &snapshot["decision"];
-    let num = |v: &Value| {
-        v.as_u64()
-            .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
-    };
-    let size = |v: &Value| {
-        v.as_u64().map_or_else(
-            || "-".to_owned(),
-            |b| {
-                if b >= 1 << 30 {
-                    format!("{:.1}GiB", b as f64 / f64::from(1u32 << 30))
-                } else {
-                    format!("{:.1}MiB", b as f64 / f64::from(1u32 << 20))
-                }
-            },
-        )
-    };
     outln!(
         "slots {} in use {} ({}) queued {}",
-        num(&d["slots"]),
-        num(&d["in_use"]),
+        admission_count(&d["slots"]),
+        admission_count(&d["in_use"]),
         crate::spool::render::escape_field(d["basis"].as_str().unwrap_or("?"), false),
-        num(&snapshot["queued"])
+        admission_count(&snapshot["queued"])
     )?;
     outln!(
         "cores {} available {} share {}% floor {} reserved {} pool {}",
-        num(&d["cores"]),
-        size(&d["available_bytes"]),
-        num(&d["share_percent"]),
-        size(&d["floor_bytes"]),
-        size(&d["reserved_bytes"]),
-        size(&d["pool_bytes"]),
+        admission_count(&d["cores"]),
+        admission_size(&d["available_bytes"]),
+        admission_count(&d["share_percent"]),
+        admission_size(&d["floor_bytes"]),
+        admission_size(&d["reserved_bytes"]),
+        admission_size(&d["pool_bytes"]),
     )?;
-    let cores = |v: &Value| {
-        v.as_u64()
-            .map_or_else(|| "-".to_owned(), |m| format!("{:.2}", m as f64 / 1000.0))
-    };
     outln!(
         "cores charged {} of budget {} (max_concurrent {}{})",
-        cores(&d["charged_millis"]),
-        cores(&d["core_budget_millis"]),
-        num(&d["max_concurrent"]).replace("unknown", "none"),
+        admission_cores(&d["charged_millis"]),
+        admission_cores(&d["core_budget_millis"]),
+        admission_count(&d["max_concurrent"]).replace("unknown", "none"),
         if d["runtime_limit"] == Value::Bool(true) {
             ", set at runtime"
         } else {
@@ -807,20 +804,34 @@ pub(crate) fn admission(args: AdmissionCmdArgs) -> anyhow::Result<ExitCode> {
         } else {
             "incomplete"
         },
-        num(&snapshot["sampled_ms_ago"])
-    )?;
-    for r in snapshot["reservations"].as_array().into_iter().flatten() {
-        outln!(
-            "{}  reserved {}  observed {}  cores {}  {} ({} members)",
-            crate::spool::render::escape_field(r["handle"].as_str().unwrap_or("?"), false),
-            size(&r["reserved_bytes"]),
-            size(&r["observed_bytes"]),
-            cores(&r["charged_millis"]),
-            crate::spool::render::escape_field(r["sample"].as_str().unwrap_or("?"), false),
-            num(&r["members"]),
-        )?;
-    }
-    Ok(ExitCode::SUCCESS)
+        admission_count(&snapshot["sampled_ms_ago"])
+    )
+}
+
+/// A count of the admission snapshot, `unknown` when it has none.
+fn admission_count(v: &Value) -> String {
+    v.as_u64()
+        .map_or_else(|| "unknown".to_owned(), |n| n.to_string())
+}
+
+/// A byte size of the admission snapshot in MiB or GiB, `-` when it has none.
+fn admission_size(v: &Value) -> String {
+    v.as_u64().map_or_else(
+        || "-".to_owned(),
+        |b| {
+            if b >= 1 << 30 {
+                format!("{:.1}GiB", b as f64 / f64::from(1u32 << 30))
+            } else {
+                format!("{:.1}MiB", b as f64 / f64::from(1u32 << 20))
+            }
+        },
+    )
+}
+
+/// Millicores of the admission snapshot as cores, `-` when it has none.
+fn admission_cores(v: &Value) -> String {
+    v.as_u64()
+        .map_or_else(|| "-".to_owned(), |m| format!("{:.2}", m as f64 / 1000.0))
 }
 
 pub(crate) fn shutdown(args: ShutdownCmdArgs) -> anyhow::Result<ExitCode> {

@@ -255,6 +255,7 @@ fn row_text(row: crate::journal::recovery::Row) -> &'static str {
     }
 }
 
+/// The `journal verify` report for a person: one line per finding, then the verdict.
 fn write_report(
     out: &mut impl Write,
     dir: &std::path::Path,
@@ -271,6 +272,23 @@ fn write_report(
         report.records,
         report.leftover_tmp_files.len()
     )?;
+    write_record_damage(out, report)?;
+    write_commit_damage(out, report)?;
+    write_files(out, report)?;
+    writeln!(
+        out,
+        "{}",
+        if report.is_clean() {
+            "clean"
+        } else {
+            "NOT CLEAN"
+        }
+    )
+}
+
+/// The report's damage to records and segments: torn tails, damaged ranges, bad segments,
+/// gaps and duplicate ids.
+fn write_record_damage(out: &mut impl Write, report: &RecoveryReport) -> std::io::Result<()> {
     for t in &report.torn_tails {
         writeln!(
             out,
@@ -312,6 +330,12 @@ fn write_report(
             d.event_id, d.first_seq, d.duplicate_seq
         )?;
     }
+    Ok(())
+}
+
+/// The report's damage to what segments committed: lost or unconfirmed commits, missing
+/// segments, unreadable commit areas.
+fn write_commit_damage(out: &mut impl Write, report: &RecoveryReport) -> std::io::Result<()> {
     for l in &report.lost_acknowledged {
         writeln!(
             out,
@@ -338,6 +362,11 @@ fn write_report(
     for c in &report.damaged_commit_areas {
         writeln!(out, "DAMAGED COMMIT AREA: {c}: neither commit slot reads")?;
     }
+    Ok(())
+}
+
+/// The report's notes on the journal directory's files and its compaction floor.
+fn write_files(out: &mut impl Write, report: &RecoveryReport) -> std::io::Result<()> {
     for s in &report.short_segments {
         writeln!(out, "short segment file: {s}")?;
     }
@@ -370,15 +399,7 @@ fn write_report(
             "leftover of an interrupted compaction (below the floor; a writable open deletes it): {c}"
         )?;
     }
-    writeln!(
-        out,
-        "{}",
-        if report.is_clean() {
-            "clean"
-        } else {
-            "NOT CLEAN"
-        }
-    )
+    Ok(())
 }
 
 /// `journal dump --json`: one record (docs/cli-json.md).
@@ -631,68 +652,9 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         for m in store.iter() {
-            let exit = m
-                .terminal
-                .as_ref()
-                .map_or_else(String::new, |t| format!(" exit={}", exit_text(t.exit)));
-            let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
-            let labels = super::views::label_list(m.command.labels());
-            let command: Vec<&str> = std::iter::once(m.command.program())
-                .chain(m.command.args())
-                .collect();
-            // Which mechanism owned the tree, and whether it is proven gone.
-            let tree = format!(
-                "{}:{}",
-                m.scope.as_ref().map_or("-", |s| s.mechanism.name()),
-                crate::protocol::dispatch::Ownership::of(m).word()
-            );
-            // What the process kept (`-`: recorded before retention was).
-            let retention = m
-                .command
-                .limits()
-                .output_retention_bytes
-                .map_or_else(|| "-".to_owned(), super::size::format_size);
-            writeln!(
-                out,
-                "{} {:<15} pid={pid} tree={tree} bytes={}..{} retention={retention}{exit} {} [{}]",
-                m.handle,
-                m.state.name(),
-                m.bounds.retained_from,
-                m.bounds.total_bytes,
-                super::views::shell_words(&command),
-                labels
-            )?;
+            write_manifest(&mut out, m)?;
         }
-        for issue in replay.rejected.iter().chain(&replay.undecodable) {
-            let handle = issue.handle.as_deref().unwrap_or("?");
-            writeln!(
-                out,
-                "REPLAY ISSUE: seq {} handle {}: {}",
-                issue.seq,
-                crate::spool::render::escape_field(handle, false),
-                crate::spool::render::escape_field(&issue.error, false)
-            )?;
-        }
-        for p in &replay.snapshot_problems {
-            writeln!(
-                out,
-                "SNAPSHOT NOT USED: {}: {}",
-                crate::spool::render::escape_field(&p.file, false),
-                p.reason
-            )?;
-        }
-        if let Some(seq) = replay.lost_below_seq {
-            writeln!(
-                out,
-                "LOST: the records below seq {seq} were compacted away and no usable snapshot holds them; these manifests lack what they did"
-            )?;
-        }
-        if !recovery.is_clean() {
-            writeln!(
-                out,
-                "the journal is not clean; `procjournal journal verify` prints the report"
-            )?;
-        }
+        write_replay_issues(&mut out, &replay, recovery.is_clean())?;
     }
     out.flush()?;
     Ok(if replay.is_clean() && recovery.is_clean() {
@@ -700,6 +662,80 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// One process's manifest for a person, on one line.
+fn write_manifest(out: &mut impl Write, m: &crate::lifecycle::Manifest) -> std::io::Result<()> {
+    let exit = m
+        .terminal
+        .as_ref()
+        .map_or_else(String::new, |t| format!(" exit={}", exit_text(t.exit)));
+    let pid = m.pid.map_or_else(|| "-".to_owned(), |p| p.to_string());
+    let labels = super::views::label_list(m.command.labels());
+    let command: Vec<&str> = std::iter::once(m.command.program())
+        .chain(m.command.args())
+        .collect();
+    // Which mechanism owned the tree, and whether it is proven gone.
+    let tree = format!(
+        "{}:{}",
+        m.scope.as_ref().map_or("-", |s| s.mechanism.name()),
+        crate::protocol::dispatch::Ownership::of(m).word()
+    );
+    // What the process kept (`-`: recorded before retention was).
+    let retention = m
+        .command
+        .limits()
+        .output_retention_bytes
+        .map_or_else(|| "-".to_owned(), super::size::format_size);
+    writeln!(
+        out,
+        "{} {:<15} pid={pid} tree={tree} bytes={}..{} retention={retention}{exit} {} [{}]",
+        m.handle,
+        m.state.name(),
+        m.bounds.retained_from,
+        m.bounds.total_bytes,
+        super::views::shell_words(&command),
+        labels
+    )
+}
+
+/// What the replay (and the journal's recovery) reported, for a person, after the manifests.
+fn write_replay_issues(
+    out: &mut impl Write,
+    replay: &crate::lifecycle::ReplayReport,
+    journal_clean: bool,
+) -> std::io::Result<()> {
+    for issue in replay.rejected.iter().chain(&replay.undecodable) {
+        let handle = issue.handle.as_deref().unwrap_or("?");
+        writeln!(
+            out,
+            "REPLAY ISSUE: seq {} handle {}: {}",
+            issue.seq,
+            crate::spool::render::escape_field(handle, false),
+            crate::spool::render::escape_field(&issue.error, false)
+        )?;
+    }
+    for p in &replay.snapshot_problems {
+        writeln!(
+            out,
+            "SNAPSHOT NOT USED: {}: {}",
+            crate::spool::render::escape_field(&p.file, false),
+            p.reason
+        )?;
+    }
+    if let Some(seq) = replay.lost_below_seq {
+        writeln!(
+            out,
+            "LOST: the records below seq {seq} were compacted away and no usable snapshot holds them; these manifests lack what they did"
+        )?;
+    }
+    if !journal_clean {
+        writeln!(
+            out,
+            "the journal is not clean; `procjournal journal verify` prints the report"
+        )?;
+    }
+    Ok(())
 }
 
 /// An exit status for a person: `0`, `SIGTERM`, `unknown`.

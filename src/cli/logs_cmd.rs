@@ -258,6 +258,22 @@ impl Times {
         Ok(())
     }
 
+    /// Reads what the journal gained since; with `wait_for_end`, until it holds the end's record.
+    fn catch_up(&mut self, handle: Handle, wait_for_end: bool) -> anyhow::Result<()> {
+        self.poll(handle)?;
+        // The end is journaled before the daemon reports it; a reader may see
+        // the file a moment later. Bounded: after that, what is left shows `-`.
+        let mut polls = 0;
+        while wait_for_end && !self.ended && polls < END_RECORD_POLLS {
+            std::thread::sleep(std::time::Duration::from_millis(
+                crate::limits::FOLLOW_POLL_MS,
+            ));
+            self.poll(handle)?;
+            polls += 1;
+        }
+        Ok(())
+    }
+
     fn visit(&mut self, handle: Handle, r: &RecordView<'_>) {
         if !LifecycleEvent::is_lifecycle_kind(r.kind) {
             return;
@@ -422,20 +438,8 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     };
     let (handle, mut source) = source(&args)?;
     let follow = args.follow && source.is_live();
-    let needs_times = args.timestamps || matches!(args.since, Some(Since::Time(_)));
-    let mut times = if needs_times {
-        Some(Times::read(&args.target.root()?, handle, follow)?)
-    } else {
-        None
-    };
-    let mut cursor = match (args.since, &times) {
-        (Some(Since::Cursor(c)), _) => c,
-        (Some(Since::Time(at)), Some(times)) => times.cursor_at(at),
-        _ => args.cursor,
-    };
-    if let Some(n) = args.tail {
-        cursor = tail_start(&mut source, handle, cursor, n)?;
-    }
+    let mut times = read_times(&args, handle, follow)?;
+    let mut cursor = start_cursor(&args, &mut source, handle, times.as_ref())?;
     let mut out = std::io::stdout().lock();
     let mut lines = lines_mode.then(|| Lines::new(args.stream_marker));
     let mut gaps = 0usize;
@@ -444,15 +448,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let mut end: Option<u64> = None;
     loop {
         let waiting_for_times = lines.as_ref().is_some_and(|l| !l.held.is_empty());
-        let wait_ms = match (follow, waiting_for_times) {
-            (false, _) => 0,
-            (true, false) => FOLLOW_WAIT_MS,
-            (true, true) => TIMED_FOLLOW_WAIT_MS,
-        };
-        let max_bytes = match end {
-            Some(end) if !follow => end.saturating_sub(cursor).clamp(1, LOGS_PAGE_BYTES),
-            _ => LOGS_PAGE_BYTES,
-        };
+        let (wait_ms, max_bytes) = page_request(follow, waiting_for_times, end, cursor);
         let (raw, page) = source.page(handle, cursor, rendering, wait_ms, max_bytes)?;
         if !follow {
             end.get_or_insert(page.total_bytes);
@@ -463,73 +459,24 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
                 page.total_bytes
             );
         }
-        if let Some(skipped) = &page.skipped {
-            // Every gap and every damaged range, not only a first one: a follower outrun by
-            // retention loses bytes mid-stream too. In --json page mode the page record itself
-            // carries `skipped`.
+        // In --json page mode the page record itself carries `skipped`.
+        if note_gap(&page, cursor, !args.json || lines_mode) {
             gaps += 1;
-            if !args.json || lines_mode {
-                // The reason may come from a file name or an error: escaped like any field.
-                note!("{}", render::escape_field(&skipped.notice(), false));
-            }
-        } else if page.gap {
-            // A daemon from before `skipped`: only retention made gaps.
-            let lost = page.retained_from.saturating_sub(cursor);
-            gaps += 1;
-            if !args.json || lines_mode {
-                note!("-- {lost} bytes lost at cursor {cursor}: retention --");
-            }
         }
         let at_end = page.state.is_terminal() && page.next_cursor >= page.total_bytes;
-        let written = match lines.as_mut() {
+        match lines.as_mut() {
             Some(lines) => {
                 let bytes = PageSource::bytes(&page, cursor)?;
                 lines.feed(&page.spans, &bytes);
                 if let Some(times) = times.as_mut() {
-                    times.poll(handle)?;
-                    // The end is journaled before the daemon reports it; a reader may see
-                    // the file a moment later. Bounded: after that, what is left shows `-`.
-                    let mut polls = 0;
-                    while follow && at_end && !times.ended && polls < END_RECORD_POLLS {
-                        std::thread::sleep(std::time::Duration::from_millis(
-                            crate::limits::FOLLOW_POLL_MS,
-                        ));
-                        times.poll(handle)?;
-                        polls += 1;
-                    }
+                    times.catch_up(handle, follow && at_end)?;
                 }
-                // A line still open at a page's end may go on in the next page; with -f it is
-                // complete once the process has ended (without -f, once the read is done,
-                // below). Without -f every complete line is printed now (what no record covers
-                // yet shows `-`); with -f -t, a line waits for the record that gives its time,
-                // until the process has ended.
-                if follow && at_end {
-                    lines.finish();
-                }
-                lines.print(
-                    &mut out,
-                    times.as_ref(),
-                    args.timestamps,
-                    args.json,
-                    !follow || at_end || !args.timestamps,
-                )
+                print_lines(lines, &mut out, times.as_ref(), &args, follow, at_end)?;
             }
-            None if args.json => writeln!(out, "{}", super::json::line(&raw)?),
-            None if args.raw => {
-                let bytes = PageSource::bytes(&page, cursor)?;
-                out.write_all(&bytes)
-            }
-            None if args.base64 => {
-                if page.data.is_empty() {
-                    Ok(())
-                } else {
-                    writeln!(out, "{}", page.data)
-                }
-            }
-            None => out.write_all(page.data.as_bytes()),
-        };
+            None => write_page(&mut out, &args, &raw, &page, cursor)?,
+        }
         // A reader gone ends `logs` quietly (`out.rs`), `-f` too.
-        written.and_then(|()| out.flush())?;
+        out.flush()?;
         let progressed = page.next_cursor != cursor || page.gap || page.skipped.is_some();
         cursor = page.next_cursor;
         let read_to_end = cursor >= end.unwrap_or(page.total_bytes);
@@ -539,10 +486,7 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
             }
         } else if read_to_end || !progressed {
             if let Some(lines) = lines.as_mut() {
-                lines.finish();
-                lines
-                    .print(&mut out, times.as_ref(), args.timestamps, args.json, true)
-                    .and_then(|()| out.flush())?;
+                finish_lines(lines, &mut out, times.as_ref(), &args)?;
             }
             break;
         }
@@ -551,6 +495,131 @@ pub(crate) fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(EXIT_GAP));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The output's times from the journal, when `-t` or `--since TIME` needs them.
+fn read_times(args: &LogsArgs, handle: Handle, follow: bool) -> anyhow::Result<Option<Times>> {
+    let needs_times = args.timestamps || matches!(args.since, Some(Since::Time(_)));
+    if !needs_times {
+        return Ok(None);
+    }
+    Ok(Some(Times::read(&args.target.root()?, handle, follow)?))
+}
+
+/// The cursor `logs` starts at: `--since` or `--cursor`, then back to the last `--tail` lines.
+fn start_cursor(
+    args: &LogsArgs,
+    source: &mut PageSource,
+    handle: Handle,
+    times: Option<&Times>,
+) -> anyhow::Result<u64> {
+    let cursor = match (args.since, times) {
+        (Some(Since::Cursor(c)), _) => c,
+        (Some(Since::Time(at)), Some(times)) => times.cursor_at(at),
+        _ => args.cursor,
+    };
+    match args.tail {
+        Some(n) => tail_start(source, handle, cursor, n),
+        None => Ok(cursor),
+    }
+}
+
+/// How long the next page request waits (ms), and how many bytes it asks for.
+fn page_request(follow: bool, waiting_for_times: bool, end: Option<u64>, cursor: u64) -> (u64, u64) {
+    let wait_ms = match (follow, waiting_for_times) {
+        (false, _) => 0,
+        (true, false) => FOLLOW_WAIT_MS,
+        (true, true) => TIMED_FOLLOW_WAIT_MS,
+    };
+    let max_bytes = match end {
+        Some(end) if !follow => end.saturating_sub(cursor).clamp(1, LOGS_PAGE_BYTES),
+        _ => LOGS_PAGE_BYTES,
+    };
+    (wait_ms, max_bytes)
+}
+
+/// Whether `page` (read at `cursor`) lost bytes; with `notify`, says so on stderr.
+fn note_gap(page: &PageView, cursor: u64, notify: bool) -> bool {
+    if let Some(skipped) = &page.skipped {
+        // Every gap and every damaged range, not only a first one: a follower outrun by
+        // retention loses bytes mid-stream too.
+        if notify {
+            // The reason may come from a file name or an error: escaped like any field.
+            note!("{}", render::escape_field(&skipped.notice(), false));
+        }
+        true
+    } else if page.gap {
+        // A daemon from before `skipped`: only retention made gaps.
+        let lost = page.retained_from.saturating_sub(cursor);
+        if notify {
+            note!("-- {lost} bytes lost at cursor {cursor}: retention --");
+        }
+        true
+    } else {
+        false
+    }
+}
+
+/// Prints the lines of a page fed to `lines` that are ready (lines mode: `-t`, `--stream-marker`).
+fn print_lines(
+    lines: &mut Lines,
+    out: &mut impl Write,
+    times: Option<&Times>,
+    args: &LogsArgs,
+    follow: bool,
+    at_end: bool,
+) -> std::io::Result<()> {
+    // A line still open at a page's end may go on in the next page; with -f it is
+    // complete once the process has ended (without -f, once the read is done,
+    // `finish_lines`). Without -f every complete line is printed now (what no record covers
+    // yet shows `-`); with -f -t, a line waits for the record that gives its time,
+    // until the process has ended.
+    if follow && at_end {
+        lines.finish();
+    }
+    lines.print(
+        out,
+        times,
+        args.timestamps,
+        args.json,
+        !follow || at_end || !args.timestamps,
+    )
+}
+
+/// Prints every line left once the read is done (without `-f`), the last one complete as it is.
+fn finish_lines(
+    lines: &mut Lines,
+    out: &mut impl Write,
+    times: Option<&Times>,
+    args: &LogsArgs,
+) -> std::io::Result<()> {
+    lines.finish();
+    lines
+        .print(out, times, args.timestamps, args.json, true)
+        .and_then(|()| out.flush())
+}
+
+/// Writes a page as `--json`, `--raw`, `--base64` or safe text asks (pages mode).
+fn write_page(
+    out: &mut impl Write,
+    args: &LogsArgs,
+    raw: &Value,
+    page: &PageView,
+    cursor: u64,
+) -> anyhow::Result<()> {
+    if args.json {
+        writeln!(out, "{}", super::json::line(raw)?)?;
+    } else if args.raw {
+        let bytes = PageSource::bytes(page, cursor)?;
+        out.write_all(&bytes)?;
+    } else if args.base64 {
+        if !page.data.is_empty() {
+            writeln!(out, "{}", page.data)?;
+        }
+    } else {
+        out.write_all(page.data.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Where the last `n` lines of the output from `from` on start: reads back from the end in

@@ -71,6 +71,30 @@ pub(crate) fn supervisor_config(root: &std::path::Path) -> crate::supervisor::Su
     config
 }
 
+/// Opens a supervisor of this process's own on `root` (for `run` and `capture` when no daemon
+/// serves it), and says on stderr what its open found.
+pub(crate) async fn open_supervisor(
+    root: &std::path::Path,
+    group: Option<u32>,
+    launcher: std::sync::Arc<dyn crate::tree::Launcher>,
+) -> anyhow::Result<crate::supervisor::Supervisor> {
+    let mut config = supervisor_config(root);
+    config.group = group;
+    config.launcher = launcher;
+    let (supervisor, report) =
+        crate::supervisor::Supervisor::open(config, crate::supervisor::Services::noop())
+            .await
+            .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
+    warn_damage(root, &report);
+    if !report.reconciled.is_empty() {
+        note!(
+            "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
+            report.reconciled.len()
+        );
+    }
+    Ok(supervisor)
+}
+
 /// Says once, on stderr, what a writer's open found damaged in `root` (the library logs it
 /// as a warning, which only the daemon's log shows).
 pub(crate) fn warn_damage(root: &std::path::Path, report: &crate::supervisor::RestoreReport) {

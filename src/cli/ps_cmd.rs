@@ -284,22 +284,9 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let mut unsupervised = false;
     let processes: Vec<Value> = match args.target.try_connect()? {
         Some(mut client) => {
-            let hello = client.call(&Request::Hello)?;
-            paused = hello.get("paused").and_then(Value::as_bool) == Some(true);
-            if let Some(damage) = hello.get("damage").and_then(Value::as_str) {
-                note!(
-                    "procjournal: warning: the daemon opened a damaged root: {}",
-                    crate::spool::render::escape_field(damage, false)
-                );
-            }
-            let result = client.call(&Request::List {
-                state: args.state,
-                label: args.label.clone(),
-            })?;
-            match result.get("processes") {
-                Some(Value::Array(list)) => list.clone(),
-                _ => bail!("the daemon's answer has no process list"),
-            }
+            let list;
+            (list, paused) = daemon_list(&mut client, &args)?;
+            list
         }
         None => {
             let (list, supervised);
@@ -326,23 +313,62 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let mut rows: Vec<Vec<String>> = Vec::with_capacity(processes.len());
     for p in processes {
         let p: ProcView = serde_json::from_value(p).context("a process in the answer")?;
-        let mut row: Vec<String> = columns.iter().map(|c| c.cell(&p, now_ms)).collect();
-        if unsupervised && !p.state.is_terminal() {
-            for (cell, column) in row.iter_mut().zip(&columns) {
-                if *column == Column::State {
-                    cell.push('*');
-                }
+        rows.push(table_row(&p, &columns, now_ms, unsupervised));
+    }
+    write_table(&mut out, &columns, &rows)?;
+    out.flush()?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The daemon's process list (as `--state` and `--label` filter it), and whether it is paused.
+fn daemon_list(
+    client: &mut crate::client::Client,
+    args: &PsArgs,
+) -> anyhow::Result<(Vec<Value>, bool)> {
+    let hello = client.call(&Request::Hello)?;
+    let paused = hello.get("paused").and_then(Value::as_bool) == Some(true);
+    if let Some(damage) = hello.get("damage").and_then(Value::as_str) {
+        note!(
+            "procjournal: warning: the daemon opened a damaged root: {}",
+            crate::spool::render::escape_field(damage, false)
+        );
+    }
+    let result = client.call(&Request::List {
+        state: args.state,
+        label: args.label.clone(),
+    })?;
+    match result.get("processes") {
+        Some(Value::Array(list)) => Ok((list.clone(), paused)),
+        _ => bail!("the daemon's answer has no process list"),
+    }
+}
+
+/// A process's cells in `columns`, its state starred when no supervisor keeps it current.
+fn table_row(p: &ProcView, columns: &[Column], now_ms: u64, unsupervised: bool) -> Vec<String> {
+    let mut row: Vec<String> = columns.iter().map(|c| c.cell(p, now_ms)).collect();
+    if unsupervised && !p.state.is_terminal() {
+        for (cell, column) in row.iter_mut().zip(columns) {
+            if *column == Column::State {
+                cell.push('*');
             }
         }
-        // Without --format, the labels follow the command, as they always did.
-        if columns.as_slice() == Column::DEFAULT.as_slice()
-            && !p.labels.is_empty()
-            && let Some(last) = row.last_mut()
-        {
-            last.push_str(&format!("  [{}]", Column::Labels.cell(&p, now_ms)));
-        }
-        rows.push(row);
     }
+    // Without --format, the labels follow the command, as they always did.
+    if columns == Column::DEFAULT.as_slice()
+        && !p.labels.is_empty()
+        && let Some(last) = row.last_mut()
+    {
+        last.push_str(&format!("  [{}]", Column::Labels.cell(p, now_ms)));
+    }
+    row
+}
+
+/// Writes the header and the rows, each column as wide as its widest cell.
+fn write_table(
+    out: &mut impl Write,
+    columns: &[Column],
+    rows: &[Vec<String>],
+) -> std::io::Result<()> {
     // The number is what people type (`logs 12`): `#` as its header, as `#12` names it.
     let header: Vec<String> = columns
         .iter()
@@ -354,15 +380,15 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
     let widths: Vec<usize> = (0..columns.len())
         .map(|i| {
             std::iter::once(&header)
-                .chain(&rows)
+                .chain(rows)
                 .map(|r| r[i].chars().count())
                 .max()
                 .unwrap_or(0)
         })
         .collect();
-    for row in std::iter::once(&header).chain(&rows) {
+    for row in std::iter::once(&header).chain(rows) {
         let mut line = String::new();
-        for (i, (cell, column)) in row.iter().zip(&columns).enumerate() {
+        for (i, (cell, column)) in row.iter().zip(columns).enumerate() {
             if i > 0 {
                 line.push_str("  ");
             }
@@ -377,8 +403,7 @@ pub(crate) fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
         }
         writeln!(out, "{}", line.trim_end())?;
     }
-    out.flush()?;
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 #[cfg(test)]

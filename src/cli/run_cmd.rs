@@ -40,7 +40,7 @@ use super::foreground::{
 };
 use crate::lifecycle::Handle;
 use crate::protocol::{Dispatcher, PtyArgs, Request, StartArgs, request_from_args};
-use crate::supervisor::{Services, Supervisor, Tap, TapChunk};
+use crate::supervisor::{Tap, TapChunk};
 use crate::tree::PtySize;
 
 #[derive(Debug, Args)]
@@ -70,6 +70,30 @@ pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
     result
 }
 
+/// Starts the command with a tap on its output (queued once, when `queue` waits out a refusal
+/// for capacity): its handle and the tap's receiver, or the refusal.
+async fn start_tapped(
+    dispatcher: &Dispatcher,
+    mut start: StartArgs,
+    queue: &super::queue::QueueArgs,
+) -> Result<(Handle, mpsc::Receiver<TapChunk>), crate::protocol::ApiError> {
+    let (tap, output) = Tap::new();
+    match dispatcher.start_tapped(start.clone(), tap).await {
+        Ok(info) => Ok((info.handle, output)),
+        Err(e) => {
+            let Some(ms) = queue.retry_after(&e) else {
+                return Err(e);
+            };
+            // The refused start's tap went with it: a fresh one for the queued start.
+            drop(output);
+            let (tap, output) = Tap::new();
+            start.queue_ms = Some(ms);
+            let info = dispatcher.start_tapped(start, tap).await?;
+            Ok((info.handle, output))
+        }
+    }
+}
+
 async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let root = super::root_or_default(args.launch.root.clone())?;
     // A daemon serving the root holds its lock: the command runs through it instead (started
@@ -82,19 +106,8 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         let start = start_request(args, &here, Some(env))?;
         return super::run_daemon::run(start, &queue, &root, &socket).await;
     }
-    let mut config = super::supervisor_config(&root);
-    config.group = args.launch.group;
-    config.launcher = args.launch.tree.launcher(&root, true)?;
-    let (supervisor, report) = Supervisor::open(config, Services::noop())
-        .await
-        .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
-    super::warn_damage(&root, &report);
-    if !report.reconciled.is_empty() {
-        note!(
-            "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
-            report.reconciled.len()
-        );
-    }
+    let launcher = args.launch.tree.launcher(&root, true)?;
+    let supervisor = super::open_supervisor(&root, args.launch.group, launcher).await?;
     let here = std::env::current_dir().context("cannot read the working directory")?;
     let uid = nix::unistd::geteuid().as_raw();
     // The daemon's path: the same request validation, the same dispatcher, the same actor.
@@ -107,27 +120,14 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     )
     .inheriting_env();
     let queue = args.launch.queue.clone();
-    let mut start = start_request(args, &here, None)?;
+    let start = start_request(args, &here, None)?;
     // Before the start, so that a failure here leaves nothing running.
     let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
         .context("cannot watch for Ctrl-C")?;
     let pty = start.pty.is_some();
-    let (tap, mut output) = Tap::new();
-    let handle = match dispatcher.start_tapped(start.clone(), tap).await {
-        Ok(info) => info.handle,
-        Err(e) => {
-            let Some(ms) = queue.retry_after(&e) else {
-                return super::exit::of_refusal(e);
-            };
-            // The refused start's tap went with it: a fresh one for the queued start.
-            let (tap, again) = Tap::new();
-            output = again;
-            start.queue_ms = Some(ms);
-            match dispatcher.start_tapped(start, tap).await {
-                Ok(info) => info.handle,
-                Err(e) => return super::exit::of_refusal(e),
-            }
-        }
+    let (handle, output) = match start_tapped(&dispatcher, start, &queue).await {
+        Ok(started) => started,
+        Err(e) => return super::exit::of_refusal(e),
     };
     // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
     note!("procjournal: started {handle}");

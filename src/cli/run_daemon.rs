@@ -144,16 +144,7 @@ async fn follow(
     tokio::pin!(waited);
     let mut end: Option<serde_json::Value> = None;
     loop {
-        let request = Request::Output {
-            min_bytes: None,
-            settle_ms: None,
-            tail_lines: None,
-            handle: handle.into(),
-            cursor,
-            max_bytes: PAGE_BYTES,
-            rendering: Rendering::Base64,
-            wait_ms: if end.is_some() { 0 } else { WAIT_MS },
-        };
+        let request = output_request(handle, cursor, end.is_none());
         let next = async {
             tokio::select! {
                 page = control.call(request) => Next::Page(page),
@@ -170,24 +161,7 @@ async fn follow(
                 continue;
             }
         };
-        let page = page.map_err(|e| anyhow::anyhow!(e))?;
-        let page: PageView = serde_json::from_value(page).context("an output page")?;
-        if page.cursor_ahead {
-            bail!("the daemon has less output than was already printed (cursor {cursor})");
-        }
-        if let Some(skipped) = &page.skipped {
-            note!("{}", render::escape_field(&skipped.notice(), false));
-        } else if page.gap {
-            let lost = page.retained_from.saturating_sub(cursor);
-            note!("-- {lost} bytes lost at cursor {cursor}: retention --");
-        }
-        let bytes = crate::protocol::base64::decode(&page.data)
-            .with_context(|| format!("the output page at cursor {cursor} is not base64"))?;
-        let spans: Vec<(Stream, usize)> = page
-            .spans
-            .iter()
-            .map(|s| (stream_of(&s.stream), s.len as usize))
-            .collect();
+        let (page, bytes, spans) = decode_page(page, cursor)?;
         let write = tokio::task::spawn_blocking(move || write_spans(&spans, &bytes));
         match answering(write, ctrl_c, &mut interrupts, control, handle).await {
             None => return Ok(end),
@@ -209,6 +183,50 @@ async fn follow(
             return Ok(end);
         }
     }
+}
+
+/// The `output` request for the page at `cursor`, held for new output while `waiting`.
+fn output_request(handle: Handle, cursor: u64, waiting: bool) -> Request {
+    Request::Output {
+        min_bytes: None,
+        settle_ms: None,
+        tail_lines: None,
+        handle: handle.into(),
+        cursor,
+        max_bytes: PAGE_BYTES,
+        rendering: Rendering::Base64,
+        wait_ms: if waiting { WAIT_MS } else { 0 },
+    }
+}
+
+/// A page's spans, each as the stream it came from and its length.
+type Spans = Vec<(Stream, usize)>;
+
+/// The page the daemon answered at `cursor`, its bytes and the stream and length of each span;
+/// says on stderr what the page lost.
+fn decode_page(
+    page: Result<serde_json::Value, String>,
+    cursor: u64,
+) -> anyhow::Result<(PageView, Vec<u8>, Spans)> {
+    let page = page.map_err(|e| anyhow::anyhow!(e))?;
+    let page: PageView = serde_json::from_value(page).context("an output page")?;
+    if page.cursor_ahead {
+        bail!("the daemon has less output than was already printed (cursor {cursor})");
+    }
+    if let Some(skipped) = &page.skipped {
+        note!("{}", render::escape_field(&skipped.notice(), false));
+    } else if page.gap {
+        let lost = page.retained_from.saturating_sub(cursor);
+        note!("-- {lost} bytes lost at cursor {cursor}: retention --");
+    }
+    let bytes = crate::protocol::base64::decode(&page.data)
+        .with_context(|| format!("the output page at cursor {cursor} is not base64"))?;
+    let spans: Spans = page
+        .spans
+        .iter()
+        .map(|s| (stream_of(&s.stream), s.len as usize))
+        .collect();
+    Ok((page, bytes, spans))
 }
 
 fn stream_of(name: &str) -> Stream {

@@ -79,14 +79,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     let dir = root.spool_dir().join(handle.to_string());
     let (mut spool, recovery) =
         Spool::open_reader(&dir).with_context(|| format!("no readable spool for {handle}"))?;
-    if !recovery.is_clean() {
-        note!(
-            "procjournal: spool recovery: {} torn tail bytes, {} unusable segment files, {} damaged ranges (`procjournal spool verify` reports them)",
-            recovery.torn_tail_bytes,
-            recovery.bad_segments.len(),
-            recovery.damaged.len()
-        );
-    }
+    note_recovery(&recovery);
     if let Some(m) = store.get(&handle) {
         m.bound_reader(&mut spool);
     }
@@ -121,17 +114,7 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
                 carry.drain(..whole);
             }
         } else {
-            // Cut on a unit boundary (a character, an escape sequence), never inside one: the
-            // next page starts with the unit this one left out (see `render`).
-            let mut rendered =
-                render::safe_text_of_read(&handle, &read, PAGE_BYTES, PAGE_BYTES, true);
-            if rendered.stalled {
-                let size = render::ESCAPE_BYTES_MAX.max(PAGE_BYTES);
-                let whole = spool.read(cursor, size)?;
-                rendered = render::safe_text_of_read(&handle, &whole, size, PAGE_BYTES, true);
-            }
-            out.write_all(rendered.safe.text.as_bytes())?;
-            cursor = rendered.next_cursor;
+            cursor = write_safe_text(&mut out, &spool, &handle, &read, cursor)?;
             continue;
         }
         cursor = read.next_cursor;
@@ -146,6 +129,38 @@ fn cat(args: CatArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Says on stderr what the spool's recovery found, when it found anything.
+fn note_recovery(recovery: &crate::spool::SpoolRecovery) {
+    if !recovery.is_clean() {
+        note!(
+            "procjournal: spool recovery: {} torn tail bytes, {} unusable segment files, {} damaged ranges (`procjournal spool verify` reports them)",
+            recovery.torn_tail_bytes,
+            recovery.bad_segments.len(),
+            recovery.damaged.len()
+        );
+    }
+}
+
+/// Writes the safe text of a page `read` at `cursor`, and gives the cursor the next page starts at.
+fn write_safe_text(
+    out: &mut impl Write,
+    spool: &Spool,
+    handle: &Handle,
+    read: &crate::spool::SpoolRead,
+    cursor: u64,
+) -> anyhow::Result<u64> {
+    // Cut on a unit boundary (a character, an escape sequence), never inside one: the
+    // next page starts with the unit this one left out (see `render`).
+    let mut rendered = render::safe_text_of_read(handle, read, PAGE_BYTES, PAGE_BYTES, true);
+    if rendered.stalled {
+        let size = render::ESCAPE_BYTES_MAX.max(PAGE_BYTES);
+        let whole = spool.read(cursor, size)?;
+        rendered = render::safe_text_of_read(handle, &whole, size, PAGE_BYTES, true);
+    }
+    out.write_all(rendered.safe.text.as_bytes())?;
+    Ok(rendered.next_cursor)
 }
 
 /// Ends a `spool cat --base64` run: the bytes `carry` still holds (fewer than three), padded,
@@ -205,22 +220,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     // The journal's view: which processes exist, what output they recorded as durable, and
     // what they recorded as lost.
     let (store, journal_clean) = recorded(&root_path)?;
-    let mut handles: Vec<String> = if wanted.is_empty() {
-        let mut names: Vec<String> = store.iter().map(|m| m.handle.to_string()).collect();
-        if let Ok(entries) = std::fs::read_dir(root.spool_dir()) {
-            for entry in entries {
-                let entry = entry.context("listing spools")?;
-                if let Some(name) = entry.file_name().to_str() {
-                    names.push(name.to_owned());
-                }
-            }
-        }
-        names
-    } else {
-        wanted.iter().map(Handle::to_string).collect()
-    };
-    handles.sort();
-    handles.dedup();
+    let handles = spool_names(&root, &store, &wanted)?;
     // Checked before anything is printed, so that the bar never shares a terminal with stdout.
     let progress = super::progress::Progress::items("checking spools", handles.len() as u64);
     let checks: Vec<SpoolCheck> = handles
@@ -236,30 +236,7 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     let mut all_ok = journal_clean;
     for check in checks {
         all_ok &= check.ok;
-        if args.json {
-            super::json::to_writer(&mut out, &check)?;
-            writeln!(out)?;
-        } else {
-            writeln!(
-                out,
-                "{} {} segments={} bytes={}..{} journal={}",
-                // A spool directory's name, which need not be a handle.
-                render::escape_field(&check.handle, false),
-                if check.ok { "ok" } else { "NOT OK" },
-                check.segments,
-                check.retained_from,
-                check.total_bytes,
-                check
-                    .journal_total_bytes
-                    .map_or_else(|| "-".to_owned(), |t| t.to_string()),
-            )?;
-            for gap in &check.gaps {
-                writeln!(out, "  {}", render::escape_field(gap, false))?;
-            }
-            for issue in &check.issues {
-                writeln!(out, "  {}", render::escape_field(issue, false))?;
-            }
-        }
+        write_check(&mut out, &check, args.json)?;
     }
     if !journal_clean {
         let note = "the journal is not clean; `procjournal journal verify` prints the report";
@@ -277,6 +254,61 @@ fn verify(args: VerifyArgs) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::from(1)
     })
+}
+
+/// The spools `spool verify` checks, sorted: the named ones, else every process of the journal
+/// and every entry of the spool directory.
+fn spool_names(
+    root: &crate::root::Root,
+    store: &crate::lifecycle::ManifestStore,
+    wanted: &[Handle],
+) -> anyhow::Result<Vec<String>> {
+    let mut handles: Vec<String> = if wanted.is_empty() {
+        let mut names: Vec<String> = store.iter().map(|m| m.handle.to_string()).collect();
+        if let Ok(entries) = std::fs::read_dir(root.spool_dir()) {
+            for entry in entries {
+                let entry = entry.context("listing spools")?;
+                if let Some(name) = entry.file_name().to_str() {
+                    names.push(name.to_owned());
+                }
+            }
+        }
+        names
+    } else {
+        wanted.iter().map(Handle::to_string).collect()
+    };
+    handles.sort();
+    handles.dedup();
+    Ok(handles)
+}
+
+/// Writes one spool's check: a JSON line, or a summary line and its gaps and issues.
+fn write_check(out: &mut impl Write, check: &SpoolCheck, json: bool) -> anyhow::Result<()> {
+    if json {
+        super::json::to_writer(&mut *out, check)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} {} segments={} bytes={}..{} journal={}",
+        // A spool directory's name, which need not be a handle.
+        render::escape_field(&check.handle, false),
+        if check.ok { "ok" } else { "NOT OK" },
+        check.segments,
+        check.retained_from,
+        check.total_bytes,
+        check
+            .journal_total_bytes
+            .map_or_else(|| "-".to_owned(), |t| t.to_string()),
+    )?;
+    for gap in &check.gaps {
+        writeln!(out, "  {}", render::escape_field(gap, false))?;
+    }
+    for issue in &check.issues {
+        writeln!(out, "  {}", render::escape_field(issue, false))?;
+    }
+    Ok(())
 }
 
 fn check_spool(
@@ -306,18 +338,7 @@ fn check_spool(
             .issues
             .push("no process with this handle in the journal".into());
     }
-    // Every gap the journal recorded, whole: the record is the journal's, so it is listed
-    // whether or not files still hold cursors around it (retention passed it, or the spool
-    // directory is gone).
-    check.gaps = manifest.map_or_else(Vec::new, |m| {
-        m.gaps
-            .iter()
-            .map(|g| {
-                let s = crate::spool::Skipped::gap(g.from, g.to, g.reason, g.errno);
-                format!("lost at cursors {}..{}: {}", s.from, s.to, s.reason)
-            })
-            .collect()
-    });
+    check.gaps = recorded_gaps(manifest);
     let dir = root.spool_dir().join(name);
     if !dir.is_dir() {
         // A process that never wrote may legitimately have no spool, and a retired one's was
@@ -345,22 +366,58 @@ fn check_spool(
     if let Some(m) = manifest {
         m.bound_reader(&mut spool);
     }
+    check.issues.extend(recovery_issues(&recovery));
+    check.issues.extend(read_issues(&spool, &recovery, manifest));
+    check.issues.extend(bound_issue(manifest, files_total));
+    check.ok = check.issues.is_empty();
+    check
+}
+
+/// The gaps the journal recorded for a process, as `spool verify` lists them.
+fn recorded_gaps(manifest: Option<&crate::lifecycle::Manifest>) -> Vec<String> {
+    // Every gap the journal recorded, whole: the record is the journal's, so it is listed
+    // whether or not files still hold cursors around it (retention passed it, or the spool
+    // directory is gone).
+    manifest.map_or_else(Vec::new, |m| {
+        m.gaps
+            .iter()
+            .map(|g| {
+                let s = crate::spool::Skipped::gap(g.from, g.to, g.reason, g.errno);
+                format!("lost at cursors {}..{}: {}", s.from, s.to, s.reason)
+            })
+            .collect()
+    })
+}
+
+/// The issues a spool's recovery found: a torn tail, unusable segments, damaged ranges.
+fn recovery_issues(recovery: &crate::spool::SpoolRecovery) -> Vec<String> {
+    let mut issues = Vec::new();
     if recovery.torn_tail_bytes > 0 {
-        check.issues.push(format!(
+        issues.push(format!(
             "{} bytes after the last whole chunk (a torn append; the next writer cuts them)",
             recovery.torn_tail_bytes
         ));
     }
     for bad in &recovery.bad_segments {
-        check.issues.push(format!("unusable segment {bad}"));
+        issues.push(format!("unusable segment {bad}"));
     }
     for d in &recovery.damaged {
-        check.issues.push(format!(
+        issues.push(format!(
             "damaged bytes {}..{} of segment {} hold cursors {}..{} ({}); the valid chunks after \
              them are kept, and no writer cuts them",
             d.start_offset, d.end_offset, d.segment, d.first_cursor, d.end_cursor, d.reason
         ));
     }
+    issues
+}
+
+/// The issues found reading every retained chunk of a spool.
+fn read_issues(
+    spool: &Spool,
+    recovery: &crate::spool::SpoolRecovery,
+    manifest: Option<&crate::lifecycle::Manifest>,
+) -> Vec<String> {
+    let mut issues = Vec::new();
     // Every retained chunk, read through the checksummed reader: each gap the journal recorded
     // is listed as such, and each damaged range (wherever it is: recovery scans only the
     // active segment) is an issue, and the reading goes on after it.
@@ -369,56 +426,63 @@ fn check_spool(
         match spool.read(cursor, PAGE_BYTES) {
             Ok(read) if read.next_cursor > cursor => {
                 if let Some(s) = &read.skipped {
-                    let range = format!("{}..{}", s.from, s.to);
-                    match (s.kind, s.damage) {
-                        // Listed above from the journal's record.
-                        (crate::spool::SkipKind::Gap, _) => {}
-                        (_, Some(crate::spool::DamageKind::Truncated)) => {
-                            check.issues.push(format!(
-                                "damaged at cursors {range}: {}; the journal recorded {} durable \
-                             bytes: acknowledged output is missing",
-                                s.reason,
-                                manifest.map_or(0, |m| m.bounds.total_bytes)
-                            ))
-                        }
-                        // Recovery named it already, with its file offsets.
-                        _ if recovery
-                            .damaged
-                            .iter()
-                            .any(|d| d.first_cursor <= s.from && s.from < d.end_cursor) => {}
-                        _ => check
-                            .issues
-                            .push(format!("damaged at cursors {range}: {}", s.reason)),
-                    }
+                    issues.extend(skip_issue(s, recovery, manifest));
                 }
                 cursor = read.next_cursor;
             }
             Ok(_) => {
-                check
-                    .issues
-                    .push(format!("no progress reading at cursor {cursor}"));
+                issues.push(format!("no progress reading at cursor {cursor}"));
                 break;
             }
             Err(e) => {
-                check
-                    .issues
-                    .push(format!("unreadable at cursor {cursor}: {e}"));
+                issues.push(format!("unreadable at cursor {cursor}: {e}"));
                 break;
             }
         }
     }
-    if let Some(m) = manifest {
-        let lost = m.state == crate::lifecycle::State::LostOnRestore;
-        if m.state.is_terminal() && !lost && m.bounds.total_bytes < files_total {
-            // A finished process's final bound comes from a final checkpoint of everything it
-            // wrote; bytes beyond it are not covered by the journal (a lost process's bound is
-            // its last checkpoint before the crash, so more bytes are expected there).
-            check.issues.push(format!(
-                "{} bytes beyond the final bound the journal recorded",
-                files_total - m.bounds.total_bytes
-            ));
+    issues
+}
+
+/// The issue a range the reader skipped makes, if recovery or the journal did not name it.
+fn skip_issue(
+    s: &crate::spool::Skipped,
+    recovery: &crate::spool::SpoolRecovery,
+    manifest: Option<&crate::lifecycle::Manifest>,
+) -> Option<String> {
+    let range = format!("{}..{}", s.from, s.to);
+    match (s.kind, s.damage) {
+        // Listed from the journal's record (`recorded_gaps`).
+        (crate::spool::SkipKind::Gap, _) => None,
+        (_, Some(crate::spool::DamageKind::Truncated)) => Some(format!(
+            "damaged at cursors {range}: {}; the journal recorded {} durable \
+             bytes: acknowledged output is missing",
+            s.reason,
+            manifest.map_or(0, |m| m.bounds.total_bytes)
+        )),
+        // Recovery named it already, with its file offsets.
+        _ if recovery
+            .damaged
+            .iter()
+            .any(|d| d.first_cursor <= s.from && s.from < d.end_cursor) =>
+        {
+            None
         }
+        _ => Some(format!("damaged at cursors {range}: {}", s.reason)),
     }
-    check.ok = check.issues.is_empty();
-    check
+}
+
+/// The issue of a finished process whose files hold more than the journal's final bound.
+fn bound_issue(manifest: Option<&crate::lifecycle::Manifest>, files_total: u64) -> Option<String> {
+    let m = manifest?;
+    let lost = m.state == crate::lifecycle::State::LostOnRestore;
+    if m.state.is_terminal() && !lost && m.bounds.total_bytes < files_total {
+        // A finished process's final bound comes from a final checkpoint of everything it
+        // wrote; bytes beyond it are not covered by the journal (a lost process's bound is
+        // its last checkpoint before the crash, so more bytes are expected there).
+        return Some(format!(
+            "{} bytes beyond the final bound the journal recorded",
+            files_total - m.bounds.total_bytes
+        ));
+    }
+    None
 }

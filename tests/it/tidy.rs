@@ -968,17 +968,6 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
 /// computing what changes. None may grow, none may join, and one split below the limit leaves
 /// the list with it.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("src/cli/capture_cmd.rs", "capture", 74),
-    ("src/cli/daemon_cmd.rs", "admission", 84),
-    ("src/cli/journal_cmd.rs", "manifests", 92),
-    ("src/cli/journal_cmd.rs", "write_report", 125),
-    ("src/cli/logs_cmd.rs", "logs", 140),
-    ("src/cli/ps_cmd.rs", "ps", 101),
-    ("src/cli/run_cmd.rs", "supervise", 80),
-    ("src/cli/run_daemon.rs", "follow", 80),
-    ("src/cli/spool_cmd.rs", "cat", 81),
-    ("src/cli/spool_cmd.rs", "check_spool", 143),
-    ("src/cli/spool_cmd.rs", "verify", 84),
     ("src/journal/fuzz.rs", "build_body", 111),
     ("src/journal/fuzz.rs", "check_journal", 213),
     ("src/journal/fuzz.rs", "check_segment_scan", 99),
