@@ -162,26 +162,8 @@ impl Supervisor {
         let (group, strict) = (config.group, config.strict);
         // Spawned first: the open is the longest of the steps that run beside each other here,
         // and each may need a blocking thread of its own (a new one takes a while to start).
-        let opened = tokio::task::spawn_blocking(move || {
-            // The access asked for is set before the journal opens (and checks) the root.
-            crate::root::RootDir::prepare(&open_root, group)
-                .map_err(|e| LifecycleError::from(crate::journal::JournalError::from(e)))?;
-            if strict && let Some(damage) = crate::lifecycle::damage::before_open(&open_root) {
-                return Err(SupervisorError::Damaged(damage));
-            }
-            let opened = Lifecycle::open(&open_root, options)?;
-            // Guardians create their receipts here (journal-format.md, "Guardian receipts").
-            let trees =
-                opened
-                    .0
-                    .journal()
-                    .root_sub("trees")
-                    .map_err(|e| SupervisorError::Output {
-                        handle: Handle(EventId::from_bytes([0; 16])),
-                        message: format!("{}: {e}", open_root.join("trees").display()),
-                    })?;
-            Ok::<_, SupervisorError>((opened, trees))
-        });
+        let opened =
+            tokio::task::spawn_blocking(move || open_root_blocking(&open_root, options, group, strict));
         // The first decision has the host's telemetry (trees are sampled once they run). It
         // depends on nothing the open does, so it is read beside it rather than after restore.
         let host = {
@@ -198,31 +180,14 @@ impl Supervisor {
             .await
             .map_err(|e| SupervisorError::Task(e.to_string()))??;
         let ((lifecycle, recovery, replay), trees) = opened;
-        let damage = crate::lifecycle::damage::summary(&recovery, &replay);
-        if let Some(damage) = &damage {
-            if config.strict {
-                return Err(SupervisorError::Damaged(damage.clone()));
-            }
-            tracing::warn!(root = %root.display(), %damage, "opening a damaged root");
-        }
+        let damage = damage_of(&root, config.strict, &recovery, &replay)?;
         // The gate as the journal (or the snapshot) left it: a restart keeps it.
         let paused = AtomicBool::new(lifecycle.store().paused());
         let login_env = match login_env {
-            Some(task) => Some(
-                task.await
-                    .unwrap_or_else(|e| Err(format!("the capture task failed: {e}"))),
-            ),
+            Some(task) => Some(login_env_of(task).await),
             None => None,
         };
-        if let Some(Err(reason)) = &login_env {
-            tracing::warn!(%reason, "login shell capture failed; the overlay will not apply");
-        }
-        // The live bound the descriptor limit allows (a start refused with a typed error beats
-        // one that fails half-way with EMFILE); an embedding host's connections are its own,
-        // so only the split's minimum is kept for them.
-        let max_live = config
-            .max_live
-            .min(limits::descriptor_split(limits::open_files_soft(), 0).1);
+        let max_live = live_bound(&config);
         let shared = Arc::new(Shared {
             config,
             services,
@@ -809,6 +774,82 @@ impl Supervisor {
     }
 }
 
+/// What [`Lifecycle::open`] gives: the projection, what the journal's recovery found, and what
+/// the replay found.
+type Opened = (
+    Lifecycle,
+    crate::journal::RecoveryReport,
+    crate::lifecycle::ReplayReport,
+);
+
+/// What a login shell's captured environment task gave; a failure is logged (the overlay then
+/// does not apply) and kept with its reason.
+async fn login_env_of(
+    task: tokio::task::JoinHandle<Result<Vec<(String, String)>, String>>,
+) -> Result<Vec<(String, String)>, String> {
+    let env = task
+        .await
+        .unwrap_or_else(|e| Err(format!("the capture task failed: {e}")));
+    if let Err(reason) = &env {
+        tracing::warn!(%reason, "login shell capture failed; the overlay will not apply");
+    }
+    env
+}
+
+/// Opens the root's lifecycle on a blocking thread: its access set first (before the journal
+/// opens and checks the root), a damaged root refused before anything is written when
+/// `strict`, then the journal's restore, and the directory guardians create their receipts in
+/// (journal-format.md, "Guardian receipts").
+fn open_root_blocking(
+    root: &Path,
+    options: JournalOptions,
+    group: Option<u32>,
+    strict: bool,
+) -> Result<(Opened, crate::root::dir::Dir), SupervisorError> {
+    crate::root::RootDir::prepare(root, group)
+        .map_err(|e| LifecycleError::from(crate::journal::JournalError::from(e)))?;
+    if strict && let Some(damage) = crate::lifecycle::damage::before_open(root) {
+        return Err(SupervisorError::Damaged(damage));
+    }
+    let opened = Lifecycle::open(root, options)?;
+    let trees = opened
+        .0
+        .journal()
+        .root_sub("trees")
+        .map_err(|e| SupervisorError::Output {
+            handle: Handle(EventId::from_bytes([0; 16])),
+            message: format!("{}: {e}", root.join("trees").display()),
+        })?;
+    Ok((opened, trees))
+}
+
+/// What recovery and replay found wrong with the root, said once in the log; refused when
+/// `strict`.
+fn damage_of(
+    root: &Path,
+    strict: bool,
+    recovery: &crate::journal::RecoveryReport,
+    replay: &crate::lifecycle::ReplayReport,
+) -> Result<Option<String>, SupervisorError> {
+    let damage = crate::lifecycle::damage::summary(recovery, replay);
+    if let Some(damage) = &damage {
+        if strict {
+            return Err(SupervisorError::Damaged(damage.clone()));
+        }
+        tracing::warn!(root = %root.display(), %damage, "opening a damaged root");
+    }
+    Ok(damage)
+}
+
+/// The live bound the descriptor limit allows (a start refused with a typed error beats one
+/// that fails half-way with EMFILE); an embedding host's connections are its own, so only the
+/// split's minimum is kept for them.
+fn live_bound(config: &SupervisorConfig) -> usize {
+    config
+        .max_live
+        .min(limits::descriptor_split(limits::open_files_soft(), 0).1)
+}
+
 #[cfg(test)]
 mod retention_tests {
     use super::*;
@@ -865,3 +906,4 @@ mod retention_tests {
         }
     }
 }
+
