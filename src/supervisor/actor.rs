@@ -1173,12 +1173,20 @@ impl Actor {
 
     fn finished(&mut self, handle: Handle, summary: TerminalSummary, lingering: bool) {
         self.free_name(&handle);
-        self.live = self.live.saturating_sub(1);
-        self.publish_live();
         self.summaries.insert(handle, summary.clone());
         let Some(mut entry) = self.table.remove(&handle) else {
+            // Capacity is counted per table entry: an end that finds none (said twice, or
+            // after the start was abandoned) gives back nothing, or another process's
+            // capacity would be released while it runs.
+            warn!(%handle, "an end for a process that holds no capacity; nothing released");
             return;
         };
+        if entry.lingering {
+            warn!(%handle, "a second end for a lingering process; nothing released");
+        } else {
+            self.live = self.live.saturating_sub(1);
+        }
+        self.publish_live();
         let ids = entry.proc.ids;
         let proc = Arc::clone(&entry.proc);
         // Dropping the queue ends the stdin writer, which closes the pipe.
