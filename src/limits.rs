@@ -141,17 +141,17 @@ pub const LIVE_PROCESSES_DEFAULT: usize = 256;
 
 /// Descriptors one live process costs the supervisor: stdin, stdout and stderr pipe ends, the
 /// pidfd (of the workload, or of its guardian), the guardian's control socket, the spool's
-/// directory (while a sync holds it), its active segment and every sealed segment it retains
-/// (at most [`RETENTION_SEGMENTS_MAX`]: the writer keeps each retained segment open), and one
-/// more for a segment rotation or a sync in flight. Counted from the worst case rather than a
-/// quiet process (measured with /proc/self/fd: 8 for a process that wrote less than one
-/// segment), so that a supervisor full of fast writers stays within its budget.
-pub const DESCRIPTORS_PER_PROCESS: usize = 7 + RETENTION_SEGMENTS_MAX as usize;
+/// directory and its active segment (the seven it holds), and one more for a sealed segment
+/// opened for a read or for the sync after a rotation: sealed segments hold no descriptor, so
+/// the count does not grow with the output retained (`tests/it/daemon_scale.rs` counts them in
+/// /proc/PID/fd of a daemon whose processes each retain several segments). A sync in flight
+/// shares the active segment's descriptor.
+pub const DESCRIPTORS_PER_PROCESS: usize = 8;
 
 /// Descriptors kept back from the live-process budget for everything else the supervisor opens:
 /// the journal (segment, spare, directory, lock), the runtime (epoll, eventfds, signal pipe),
 /// standard streams, cached finished-spool readers and a few connections. With `ulimit -n 64`
-/// this leaves room for 4 live processes: refused starts, never EMFILE in the middle of one.
+/// this leaves room for 3 live processes: waiting starts, never EMFILE in the middle of one.
 pub const DESCRIPTORS_RESERVED: usize = 32;
 
 /// The soft `RLIMIT_NOFILE` of this process (`usize::MAX` when it cannot be read).
@@ -182,7 +182,7 @@ pub const fn descriptor_split(open_files: usize, connections_max: usize) -> (usi
     (connections, live)
 }
 
-const _: () = assert!(descriptor_split(64, 256).0 == 8 && descriptor_split(64, 256).1 == 1);
+const _: () = assert!(descriptor_split(64, 256).0 == 8 && descriptor_split(64, 256).1 == 3);
 const _: () = assert!(descriptor_split(1024, 256).0 == 248);
 const _: () = assert!(descriptor_split(0, 256).1 == 1);
 
@@ -506,9 +506,9 @@ pub const RETENTION_BYTES_DEFAULT: u64 = 64 * 1024 * 1024;
 pub const RETENTION_BYTES_MIN: u64 = SPOOL_SEGMENT_BYTES_DEFAULT;
 
 /// Sealed segments a spool holds at most at its retention: the default's count
-/// (64 MiB / 8 MiB). A spool's writer and readers keep every retained segment open, so a larger
-/// retention gets larger segments (`retention / RETENTION_SEGMENTS_MAX`) rather than more
-/// descriptors: any retention costs a process the descriptors the default costs.
+/// (64 MiB / 8 MiB). An open spool keeps a header and an index per segment, and the directory
+/// listing at open grows with them, so a larger retention gets larger segments
+/// (`retention / RETENTION_SEGMENTS_MAX`) rather than more of them.
 pub const RETENTION_SEGMENTS_MAX: u64 = 8;
 
 /// The most retention a start or a daemon may ask for: 4 GiB per process. More is far more often

@@ -762,6 +762,19 @@ fn start_error(error: StartError) -> ApiError {
             handle: Some(holder.to_string()),
             spawn: None,
         },
+        // The live-process bound is capacity like admission's: a start that may wait (the
+        // command line's and the MCP tools' default) asks again with `queue_ms` and waits in
+        // the same queue, instead of failing while a slot frees in milliseconds.
+        StartError::Refused {
+            reason: reason @ crate::supervisor::Refusal::AtCapacity { .. },
+            ..
+        } => ApiError::new(
+            ErrorCode::Capacity,
+            format!(
+                "start refused: no capacity: {}; see `admission`, or wait with queue_ms (start --queue)",
+                refusal(&reason)
+            ),
+        ),
         StartError::Refused { reason, .. } => ApiError::new(
             ErrorCode::Refused,
             format!("start refused: {}", refusal(&reason)),

@@ -665,8 +665,9 @@ pub enum ErrorCode {
     InputClosed,
     /// Admission refused the start (shutting down, at the live-process bound, queue full, paused).
     Refused,
-    /// Admission found no capacity for the start (or none came within its `queue_ms`); the
-    /// message gives the decision and its inputs, `admission` shows them in full.
+    /// Admission found no capacity for the start, or the live-process bound is reached (or no
+    /// capacity came within its `queue_ms`); the message gives the decision and its inputs,
+    /// `admission` shows them in full. Asking again with `queue_ms` waits for capacity.
     Capacity,
     /// The command could not be spawned; it is recorded as `failed` under `handle`.
     SpawnFailed,

@@ -49,9 +49,9 @@ mod writer;
 
 pub use loss::{DamageKind, Gap, LossReason, SkipKind, Skipped};
 pub use output::Output;
-pub use recovery::SpoolRecovery;
 #[cfg(any(test, feature = "test-support"))]
 pub use recovery::SpoolDamage;
+pub use recovery::SpoolRecovery;
 pub use sync::{SyncDone, SyncPlan};
 
 #[cfg(test)]
@@ -181,7 +181,11 @@ impl SpoolRead {
 struct Segment {
     path: PathBuf,
     header: SpoolHeader,
-    file: File,
+    /// Held for the newest segment only (the one appends go to, or a reader's last): a sealed
+    /// segment is opened for each read or sync that needs it ([`Spool::segment_file`]), so a
+    /// live process costs one spool file descriptor however much output it retains.
+    /// Shared with a sync in flight, which then needs no descriptor of its own.
+    file: Option<Arc<File>>,
     /// Bytes of the file that hold whole chunks.
     valid_len: u64,
     /// Where this segment's cursors end: exact for the last segment (scanned) and for segments
@@ -242,6 +246,24 @@ fn segment_name(first_cursor: u64) -> String {
     format!("{first_cursor:020}.seg")
 }
 
+/// A segment's file for one read or sync: the descriptor the segment holds, or one opened for
+/// the occasion and closed with this.
+enum SegmentFile<'a> {
+    Held(&'a File),
+    Opened(File),
+}
+
+impl std::ops::Deref for SegmentFile<'_> {
+    type Target = File;
+
+    fn deref(&self) -> &File {
+        match self {
+            SegmentFile::Held(file) => file,
+            SegmentFile::Opened(file) => file,
+        }
+    }
+}
+
 impl Spool {
     /// Opens (creating if needed) the spool in `dir` for appending, recovering the active
     /// segment's tail. `spool_id` is the owning process's handle.
@@ -294,6 +316,39 @@ impl Spool {
     #[cfg(any(test, feature = "test-support"))]
     pub fn durable_total(&self) -> u64 {
         self.durable_total
+    }
+}
+
+impl Spool {
+    /// The file of `segment`: its own descriptor, or the file its name now holds in the
+    /// directory this handle holds (never a path resolved again), opened without following a
+    /// symbolic link and accepted only if its header is still the one the open checked: a file
+    /// put in its place is damage, not output.
+    fn segment_file<'a>(&self, segment: &'a Segment) -> std::io::Result<SegmentFile<'a>> {
+        match &segment.file {
+            Some(file) => Ok(SegmentFile::Held(file)),
+            None => self.open_sealed(segment).map(SegmentFile::Opened),
+        }
+    }
+
+    /// [`Spool::segment_file`] of a segment that holds no descriptor.
+    fn open_sealed(&self, segment: &Segment) -> std::io::Result<File> {
+        let dir = self.held.as_deref().ok_or_else(|| {
+            std::io::Error::new(std::io::ErrorKind::NotFound, "the spool directory is gone")
+        })?;
+        let file = dir.file(
+            crate::root::dir::file_name(&segment.path),
+            crate::root::dir::Access::Read,
+        )?;
+        let mut head = [0u8; SPOOL_HEADER_BYTES];
+        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)?;
+        if SpoolHeader::decode(&head).ok() != Some(segment.header) {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                "the segment file was replaced",
+            ));
+        }
+        Ok(file)
     }
 }
 

@@ -17,6 +17,7 @@
 //! - The index of a sealed segment is built once, at its first read, and never walks through
 //!   damage: the chunks after damaged bytes get an index entry of their own.
 
+use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::format::{
@@ -93,14 +94,13 @@ impl Spool {
     fn resync_sealed(
         &self,
         segment: &Segment,
+        file: &File,
         offset: u64,
         cursor: u64,
     ) -> Result<Option<(u64, u64, u32)>, SpoolError> {
         let len = segment.valid_len.saturating_sub(offset);
         let mut bytes = vec![0u8; usize::try_from(len).unwrap_or(0)];
-        segment
-            .file
-            .read_exact_at(&mut bytes, offset)
+        file.read_exact_at(&mut bytes, offset)
             .map_err(io("read damaged segment"))?;
         Ok(resync(&bytes, 0, cursor).and_then(|(at, next_cursor)| {
             let (h, _) = decode_chunk(&bytes[at..]).ok()?;
@@ -132,18 +132,19 @@ impl Spool {
         let mut offset = SPOOL_HEADER_BYTES as u64;
         let mut cursor = segment.header.first_cursor;
         let mut block = HeaderBlock::default();
+        let file = self.segment_file(segment).map_err(io("open segment"))?;
         while cursor < segment.end_cursor {
             if offset + CHUNK_HEADER_BYTES as u64 > segment.valid_len {
                 // The file ends before the cursors it should hold: a short file.
                 index.stopped = Some((cursor, None));
                 break;
             }
-            let h = match decode_chunk_header(block.header_at(segment, offset)?) {
+            let h = match decode_chunk_header(block.header_at(segment, &file, offset)?) {
                 Ok(h) if h.cursor == cursor => h,
                 // Damaged bytes in a sealed segment (it was whole when sealed): the chunks after
                 // them stay readable, as recovery keeps them in the active segment. Reads of the
                 // cursors the damage held, and reads that reach it, walk into it and fail.
-                other => match self.resync_sealed(segment, offset, cursor)? {
+                other => match self.resync_sealed(segment, &file, offset, cursor)? {
                     Some((next, next_cursor, payload)) => {
                         index.push_entry(next, next_cursor, payload);
                         block.last_frame = chunk_bytes(payload as usize) as u64;
@@ -347,7 +348,13 @@ impl Spool {
 
     /// Fills `buf` with the bytes of `segment` from file offset `offset`: from the file, and
     /// for the active segment's bytes not yet written, from the write buffer.
-    fn load(&self, segment: &Segment, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+    fn load(
+        &self,
+        segment: &Segment,
+        file: &File,
+        buf: &mut [u8],
+        offset: u64,
+    ) -> std::io::Result<()> {
         let active = self
             .segments
             .back()
@@ -360,7 +367,7 @@ impl Spool {
         };
         let (file_part, staged_part) = buf.split_at_mut(in_file);
         if !file_part.is_empty() {
-            segment.file.read_exact_at(file_part, offset)?;
+            file.read_exact_at(file_part, offset)?;
         }
         if !staged_part.is_empty() {
             let from = usize::try_from(offset + in_file as u64 - self.pending_at)
@@ -386,8 +393,9 @@ impl Spool {
             from,
             (SPOOL_HEADER_BYTES as u64, segment.header.first_cursor),
         );
+        let file = self.segment_file(segment).map_err(io("open segment"))?;
         READ_SCRATCH.with_borrow_mut(|scratch| {
-            let result = self.read_chunks(segment, index, at, from, max_bytes, out, scratch);
+            let result = self.read_chunks(segment, &file, index, at, from, max_bytes, out, scratch);
             if scratch.capacity() > READ_SCRATCH_KEEP_BYTES {
                 // A large chunk or a damaged range was read: give the memory back.
                 *scratch = Vec::new();
@@ -403,6 +411,7 @@ impl Spool {
     fn read_chunks(
         &self,
         segment: &Segment,
+        file: &File,
         index: &SegmentIndex,
         at: (u64, u64),
         from: u64,
@@ -427,7 +436,8 @@ impl Spool {
                     scratch.resize(len_usize, 0);
                 }
                 let buf = &mut scratch[..len_usize];
-                self.load(segment, buf, offset).map_err(io("read chunks"))?;
+                self.load(segment, file, buf, offset)
+                    .map_err(io("read chunks"))?;
                 loaded += len;
                 let w = walk_chunks(buf, offset, cursor, |_, h, payload| {
                     if h.cursor >= segment.end_cursor {
@@ -517,7 +527,12 @@ struct HeaderBlock {
 impl HeaderBlock {
     /// The bytes of `segment` from file offset `offset` on, at least a chunk header's worth: from
     /// the block in hand, or read into it.
-    fn header_at(&mut self, segment: &Segment, offset: u64) -> Result<&[u8], SpoolError> {
+    fn header_at(
+        &mut self,
+        segment: &Segment,
+        file: &File,
+        offset: u64,
+    ) -> Result<&[u8], SpoolError> {
         let in_block = offset
             .checked_sub(self.at)
             .filter(|&at| at + CHUNK_HEADER_BYTES as u64 <= self.bytes.len() as u64);
@@ -535,9 +550,7 @@ impl HeaderBlock {
                     .min(segment.valid_len.saturating_sub(offset))
                     .max(CHUNK_HEADER_BYTES as u64);
                 self.bytes.resize(len as usize, 0);
-                segment
-                    .file
-                    .read_exact_at(&mut self.bytes, offset)
+                file.read_exact_at(&mut self.bytes, offset)
                     .map_err(io("read chunk header"))?;
                 self.at = offset;
                 0

@@ -331,7 +331,8 @@ impl Opening<'_> {
         Ok(Listed::Segment(Segment {
             path,
             header,
-            file,
+            // Dropped again once a later segment follows ([`Opening::examine`]'s caller).
+            file: Some(Arc::new(file)),
             valid_len: len,
             end_cursor: first,
             index: OnceLock::new(),
@@ -359,8 +360,9 @@ impl Opening<'_> {
         let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
         recovery.torn_tail_bytes += len - end;
         if len > end && self.writable {
-            last.file.set_len(end).map_err(io("cut torn tail"))?;
-            last.file.sync_all().map_err(io("sync segment"))?;
+            let file = last.file.as_ref().ok_or_else(no_descriptor)?;
+            file.set_len(end).map_err(io("cut torn tail"))?;
+            file.sync_all().map_err(io("sync segment"))?;
             recovery.torn_tail_cut = true;
         }
         last.valid_len = end;
@@ -370,12 +372,22 @@ impl Opening<'_> {
     }
 }
 
+/// The newest segment always holds its descriptor; this is the error if that were ever untrue.
+fn no_descriptor() -> SpoolError {
+    SpoolError::Io {
+        op: "use the newest segment's descriptor",
+        cause: std::io::Error::new(std::io::ErrorKind::NotFound, "not held"),
+    }
+}
+
 /// Reads the chunks of `segment` and scans them ([`scan_segment`]), building its index.
 fn scan_active(segment: &Segment) -> Result<(Scan, SegmentIndex), SpoolError> {
     let len = segment.valid_len;
     let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
     segment
         .file
+        .as_ref()
+        .ok_or_else(no_descriptor)?
         .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
         .map_err(io("read segment"))?;
     let mut index = SegmentIndex::default();
@@ -427,8 +439,10 @@ impl Spool {
             match opening.examine((first, path), is_last, previous, &mut spool_id)? {
                 Listed::Segment(segment) => {
                     // Sealed segments end where the next begins; fixed up below for the last one.
+                    // Only the newest keeps its descriptor (`Segment::file`).
                     if let Some(prev) = segments.back_mut() {
                         prev.end_cursor = first;
+                        prev.file = None;
                     }
                     segments.push_back(segment);
                 }

@@ -55,7 +55,7 @@ impl SyncJob<'_> {
 #[derive(Debug)]
 pub struct SyncPlan {
     /// Segment files to `fdatasync`, newest first.
-    files: Vec<File>,
+    pub(super) files: Vec<Arc<File>>,
     /// The spool directory, when its entries may have changed since it was last synced.
     dir: Option<Arc<Dir>>,
     /// The parent of a spool directory this writer created and has not yet synced.
@@ -179,12 +179,20 @@ impl Spool {
         // Newest first, down to and including the segment that held the last durable byte: it may
         // have been the active segment then, with appends after that checkpoint.
         for segment in self.segments.iter().rev() {
-            plan.files.push(
-                segment
-                    .file
-                    .try_clone()
-                    .map_err(io("duplicate segment descriptor"))?,
-            );
+            if segment.file.is_none() && segment.end_cursor <= self.durable_total {
+                // Sealed, and every byte of it was covered by an earlier checkpoint's sync.
+                break;
+            }
+            // A sealed segment is opened anew: `fdatasync` of any descriptor of the file writes
+            // back all of its data, whichever descriptor wrote it.
+            let file = match &segment.file {
+                Some(held) => Arc::clone(held),
+                None => Arc::new(
+                    self.open_sealed(segment)
+                        .map_err(io("open segment for sync"))?,
+                ),
+            };
+            plan.files.push(file);
             if segment.end_cursor <= self.durable_total {
                 break;
             }
@@ -268,9 +276,10 @@ mod tests {
         let done = plan.run();
         assert_eq!(spool.finish_sync(done).unwrap(), (0, 300));
         assert_eq!(spool.durable_total(), 300);
-        // The next checkpoint covers the rest, across every segment written since.
+        // The next checkpoint covers the rest, in the segment written since; the sealed one's
+        // bytes were all synced, so it is not opened again.
         let plan = spool.plan_sync().unwrap();
-        assert_eq!(plan.files.len(), 2, "{plan:?}");
+        assert_eq!(plan.files.len(), 1, "{plan:?}");
         assert!(plan.dir.is_some(), "new segments were named");
         assert_eq!(spool.finish_sync(plan.run()).unwrap(), (0, 2300));
     }

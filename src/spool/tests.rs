@@ -338,6 +338,79 @@ fn a_flipped_byte_in_a_sealed_segment_is_reported_as_corrupt_not_returned() {
     assert_eq!(later.bytes, model.bytes[3000..3100]);
 }
 
+/// Segment files a spool holds a descriptor of.
+fn held_descriptors(spool: &Spool) -> usize {
+    spool.segments.iter().filter(|s| s.file.is_some()).count()
+}
+
+/// A writer and a reader hold only the newest segment's descriptor, however many segments are
+/// retained; reads and checkpoints of sealed ones open them for the occasion and agree with the
+/// model, and a checkpoint reopens only a sealed segment it has not synced yet.
+#[test]
+fn only_the_newest_segment_holds_a_descriptor() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 2048,
+        retention_bytes: 1 << 20,
+    };
+    let (mut spool, _) = Spool::open_writer(dir.path(), [4; 16], options).unwrap();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[700; 20]);
+    assert!(spool.segments.len() >= 6, "{}", spool.segments.len());
+    assert_eq!(held_descriptors(&spool), 1);
+    // The first checkpoint syncs every segment (they were written since open), opening the
+    // sealed ones; afterwards none of them is held.
+    let plan = spool.plan_sync().unwrap();
+    assert_eq!(plan.files.len(), spool.segments.len());
+    spool.finish_sync(plan.run()).unwrap();
+    assert_eq!(held_descriptors(&spool), 1);
+    for cursor in (0..model.bytes.len() as u64).step_by(333) {
+        check_read(&spool, &model, cursor, 1500);
+    }
+    // Nothing new: the next plan opens no sealed segment.
+    write_pattern(&mut spool, &mut model, &[10]);
+    let plan = spool.plan_sync().unwrap();
+    assert_eq!(plan.files.len(), 1, "{plan:?}");
+    spool.finish_sync(plan.run()).unwrap();
+    drop(spool);
+    let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(held_descriptors(&reader), 1);
+    for cursor in (0..model.bytes.len() as u64).step_by(333) {
+        check_read(&reader, &model, cursor, 1500);
+    }
+}
+
+/// A sealed segment is opened by name at each read; a file put under that name after the open
+/// (another spool's segment, with valid chunks) is refused by its header, never read as output.
+#[test]
+fn a_sealed_segment_replaced_after_the_open_is_refused_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let other = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 2048,
+        retention_bytes: 1 << 20,
+    };
+    for (at, id) in [(dir.path(), [5; 16]), (other.path(), [6; 16])] {
+        let (mut spool, _) = Spool::open_writer(at, id, options).unwrap();
+        write_pattern(&mut spool, &mut Model::default(), &[500; 12]);
+    }
+    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    std::fs::copy(
+        other.path().join(segment_name(0)),
+        dir.path().join(segment_name(0)),
+    )
+    .unwrap();
+    match reader.read(0, 100) {
+        Err(SpoolError::Io { cause, .. }) => {
+            assert_eq!(cause.kind(), std::io::ErrorKind::InvalidData, "{cause}");
+        }
+        other => panic!("a replaced segment must not be read: {other:?}"),
+    }
+    // The newest segment, held since the open, still reads.
+    assert!(reader.read(5000, 100).is_ok());
+}
+
 /// Every 4 KiB read at many cursors of a spool of `total` bytes written in `append`-byte appends;
 /// returns the most chunk-file bytes one read loaded (the index of a sealed segment is built
 /// beforehand, as a first read of it does once).

@@ -96,7 +96,7 @@ impl Spool {
         let segment = Segment {
             path,
             header,
-            file,
+            file: Some(Arc::new(file)),
             valid_len: SPOOL_HEADER_BYTES as u64,
             end_cursor: header.first_cursor,
             index: OnceLock::new(),
@@ -106,6 +106,10 @@ impl Spool {
         self.pending_at = segment.valid_len;
         self.written = (segment.valid_len, self.total_bytes);
         self.boundary = self.written;
+        // The sealed one's bytes are written; a sync that must still cover them opens it.
+        if let Some(sealed) = self.segments.back_mut() {
+            sealed.file = None;
+        }
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
@@ -245,8 +249,8 @@ impl Spool {
         self.gaps = joined;
         let (written_at, written_cursor) = self.written;
         if let Some(active) = self.segments.back_mut() {
-            if cut {
-                let _ = active.file.set_len(written_at);
+            if cut && let Some(file) = &active.file {
+                let _ = file.set_len(written_at);
             }
             if active.valid_len > written_at {
                 // Its index names chunks that never wholly reached the file: built again, from
@@ -390,6 +394,15 @@ impl Spool {
         let Some(active) = self.segments.back() else {
             return Ok(());
         };
+        let Some(file) = &active.file else {
+            return Err(SpoolError::Io {
+                op: "write chunks",
+                cause: std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "the active segment holds no descriptor",
+                ),
+            });
+        };
         let end = self.pending_at + self.pending.len() as u64;
         let upto = if aligned {
             end / WRITE_ALIGN_BYTES * WRITE_ALIGN_BYTES
@@ -401,7 +414,7 @@ impl Spool {
         }
         let n = (upto - self.pending_at) as usize;
         self.io
-            .write_at(&active.file, &self.pending[..n], self.pending_at)
+            .write_at(file, &self.pending[..n], self.pending_at)
             .map_err(io("write chunks"))?;
         // Step over the chunks now wholly in the file (their headers are still staged).
         let (mut offset, mut cursor) = self.boundary;

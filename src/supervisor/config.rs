@@ -106,8 +106,8 @@ impl SupervisorConfig {
 
     /// The spool of a process that keeps `retention` bytes of output (`None`, for a process
     /// recorded before retention was: the default). Its segments grow with its retention so that
-    /// it holds at most [`limits::RETENTION_SEGMENTS_MAX`] sealed segments: each stays open
-    /// while the spool does, so any retention costs the descriptors the default costs.
+    /// it holds at most [`limits::RETENTION_SEGMENTS_MAX`] sealed segments, so any retention
+    /// costs the per-segment state the default costs.
     pub(crate) fn spool_for(&self, retention: Option<u64>) -> SpoolOptions {
         let retention_bytes = retention.unwrap_or(self.spool.retention_bytes);
         SpoolOptions {

@@ -73,8 +73,13 @@ impl Drop for Daemon {
 impl Daemon {
     /// `procjournal serve` under `ulimit -n 64`, set by the shell that execs it.
     fn start(root: &Path) -> Daemon {
+        Daemon::start_with(root, "")
+    }
+
+    /// [`Daemon::start`] with more options of `serve`.
+    fn start_with(root: &Path, options: &str) -> Daemon {
         let script = format!(
-            "ulimit -n 64 && exec '{}' serve --root '{}'",
+            "ulimit -n 64 && exec '{}' serve --root '{}' {options}",
             bin().display(),
             root.display()
         );
@@ -156,11 +161,16 @@ fn zombie_children(parent: u32) -> Vec<u32> {
 }
 
 fn start_request(root: &Path) -> Request {
+    start_of(root, &["true"], None)
+}
+
+/// A start of `command` in `root`, waiting up to `queue_ms` for capacity.
+fn start_of(root: &Path, command: &[&str], queue_ms: Option<u64>) -> Request {
     Request::Start(StartArgs {
         max_bytes: None,
         settle_ms: None,
         yield_ms: None,
-        command: vec!["true".to_owned()],
+        command: command.iter().map(|s| (*s).to_owned()).collect(),
         cwd: Some(root.display().to_string()),
         env: Default::default(),
         env_persist: Default::default(),
@@ -172,7 +182,7 @@ fn start_request(root: &Path) -> Request {
         timeout_ms: None,
         idle_timeout_ms: None,
         retention_bytes: None,
-        queue_ms: None,
+        queue_ms,
         pty: None,
     })
 }
@@ -211,8 +221,9 @@ fn call(
     }
 }
 
-/// Runs one `true` to completion, retrying refusals for capacity (the daemon's typed answer
-/// when its descriptor budget is spent). Returns how many starts were refused.
+/// Runs one `true` to completion, retrying refusals for capacity (the daemon's typed answer to
+/// a start that does not wait, when its descriptor budget or admission is spent). Returns how
+/// many starts were refused.
 fn run_one(socket: &Path, client: &mut Option<Client>, root: &Path, deadline: Instant) -> usize {
     let mut refused = 0;
     loop {
@@ -231,8 +242,10 @@ fn run_one(socket: &Path, client: &mut Option<Client>, root: &Path, deadline: In
                 assert_eq!(waited["exit_code"], 0, "{waited}");
                 return refused;
             }
-            Err(e) if e.code == ErrorCode::Refused => {
-                assert!(e.message.contains("processes are live"), "{e:?}");
+            // The live bound or admission (on a machine of two cores it admits two): both
+            // answer `capacity`, with the reason.
+            Err(e) if e.code == ErrorCode::Capacity => {
+                assert!(e.message.contains("no capacity: "), "{e:?}");
                 refused += 1;
                 std::thread::sleep(Duration::from_millis(2));
             }
@@ -366,4 +379,118 @@ fn under_ulimit_64_ten_thousand_commands_and_64_at_once_leave_nothing_behind() {
     let _: Value = client
         .call(&Request::Shutdown { grace_ms: 1000 })
         .expect("shutdown");
+}
+
+/// Output each writer of the descriptor count below keeps: three default spool segments' worth.
+const WRITTEN_BYTES: u64 = 20 << 20;
+
+/// Waits until the process `handle` names has `total_bytes` of output recorded.
+fn wait_for_output(socket: &Path, handle: &str, total_bytes: u64, deadline: Instant) {
+    let mut client = None;
+    loop {
+        let request = Request::Resolve(handle.parse::<Handle>().expect("a handle").into());
+        let info = call(socket, &mut client, &request, deadline).expect("resolve");
+        if info["total_bytes"].as_u64() == Some(total_bytes) {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Under `ulimit -n 64`, each live process holds seven of the daemon's descriptors however much
+/// output it retains (sealed spool segments hold none: they are opened only to be read), so the
+/// budget fits three live processes rather than one. The live bound answers `capacity`, which
+/// makes the command line and the MCP tools ask again with a wait; and a thousand starts sent
+/// back to back with such a wait all start, none refused, each running to its end.
+#[test]
+fn under_ulimit_64_every_start_waits_its_turn_and_a_live_process_holds_seven_descriptors() {
+    let dir = temp_root();
+    let root = dir.path().join("rt");
+    std::fs::create_dir_all(&root).expect("root");
+    // Admission by count, above the live bound: on a machine of two cores the automatic one
+    // would admit two, and the bound under test is the descriptors'.
+    let daemon = Daemon::start_with(&root, "--max-concurrent 16");
+    let deadline = Instant::now() + HANG_GUARD;
+    let live_max = procjournal::limits::descriptor_split(64, usize::MAX).1;
+    assert_eq!(live_max, 3);
+    let mut client = None;
+    for _ in 0..20 {
+        run_one(&daemon.socket, &mut client, &root, deadline);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let idle = daemon.descriptors();
+
+    let script = format!("head -c {WRITTEN_BYTES} /dev/zero; exec sleep 600");
+    let writers: Vec<String> = (0..live_max)
+        .map(|_| {
+            let request = start_of(&root, &["sh", "-c", &script], None);
+            let info = call(&daemon.socket, &mut client, &request, deadline).expect("start");
+            info["handle"].as_str().expect("a handle").to_owned()
+        })
+        .collect();
+    for handle in &writers {
+        wait_for_output(&daemon.socket, handle, WRITTEN_BYTES, deadline);
+    }
+    let segments = std::fs::read_dir(root.join("spool").join(&writers[0]))
+        .expect("spool dir")
+        .count();
+    assert!(segments >= 3, "{segments} segment files");
+    std::thread::sleep(Duration::from_millis(300));
+    let busy = daemon.descriptors();
+    let per_process = (busy.saturating_sub(idle)) as f64 / live_max as f64;
+    println!(
+        "descriptors: {idle} idle, {busy} with {live_max} live processes of {segments} spool \
+         segments each: {per_process:.2} per live process"
+    );
+    assert!(
+        busy <= idle + 7 * live_max,
+        "{busy} descriptors with {live_max} live processes, {idle} idle: more than 7 each"
+    );
+
+    // At the bound, a start that does not wait is refused for capacity, with the reason.
+    match call(&daemon.socket, &mut client, &start_request(&root), deadline) {
+        Err(e) => {
+            assert_eq!(e.code, ErrorCode::Capacity, "{e:?}");
+            assert!(e.message.contains("processes are live"), "{e:?}");
+        }
+        Ok(info) => panic!("a start beyond the live bound started: {info}"),
+    }
+    for handle in &writers {
+        let request = Request::Stop {
+            handle: handle.parse::<Handle>().expect("a handle").into(),
+            grace_ms: 1000,
+        };
+        call(&daemon.socket, &mut client, &request, deadline).expect("stop");
+    }
+
+    // A thousand back to back, each waiting for capacity: none is refused.
+    let started: Vec<Handle> = (0..1000)
+        .map(|i| {
+            let request = start_of(&root, &["true"], Some(600_000));
+            match call(&daemon.socket, &mut client, &request, deadline) {
+                Ok(info) => info["handle"]
+                    .as_str()
+                    .and_then(|h| h.parse().ok())
+                    .expect("a handle"),
+                Err(e) => panic!("start {i} of 1000 was refused: {e:?}"),
+            }
+        })
+        .collect();
+    for handle in started {
+        let request = Request::Wait {
+            handle: handle.into(),
+            timeout_ms: None,
+        };
+        let waited = call(&daemon.socket, &mut client, &request, deadline).expect("wait");
+        assert_eq!(waited["state"], "exited", "{waited}");
+        assert_eq!(waited["exit_code"], 0, "{waited}");
+    }
+    let report: Value = call(
+        &daemon.socket,
+        &mut client,
+        &Request::Shutdown { grace_ms: 1000 },
+        deadline,
+    )
+    .expect("shutdown");
+    assert_eq!(report["teardown_failed"], serde_json::json!([]), "{report}");
 }
