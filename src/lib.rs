@@ -19,40 +19,63 @@
     )
 )]
 
-/// Declares the crate's modules: private, so that what an embedder may use is only what the
-/// crate root re-exports below; public under the `test-support` feature, which only the crate's
-/// own tests, benches and fuzz targets turn on, so that they can reach the layers they test.
-macro_rules! layers {
-    ($($(#[$attr:meta])* $name:ident;)*) => {$(
-        $(#[$attr])*
-        #[cfg(feature = "test-support")]
-        pub mod $name;
-        $(#[$attr])*
-        #[cfg(not(feature = "test-support"))]
-        mod $name;
-    )*};
-}
-
-layers! {
-    admission;
-    #[cfg(feature = "cli")]
-    cli;
-    #[cfg(feature = "server")]
-    client;
-    environment;
-    journal;
-    lifecycle;
-    #[cfg(feature = "mcp")]
-    mcp;
-    #[cfg(feature = "server")]
-    protocol;
-    root;
-    #[cfg(feature = "server")]
-    server;
-    spool;
-    supervisor;
-    tree;
-}
+// The layers: private, so that what an embedder may use is only what the crate root re-exports
+// below; public under the `test-support` feature, which only the crate's own tests, benches and
+// fuzz targets turn on, so that they can reach the layers they test. Each is declared twice,
+// plainly rather than by a macro, so that rustfmt (which does not look inside macros) formats
+// every file of every layer.
+#[cfg(feature = "test-support")]
+pub mod admission;
+#[cfg(not(feature = "test-support"))]
+mod admission;
+#[cfg(all(feature = "cli", feature = "test-support"))]
+pub mod cli;
+#[cfg(all(feature = "cli", not(feature = "test-support")))]
+mod cli;
+#[cfg(all(feature = "server", feature = "test-support"))]
+pub mod client;
+#[cfg(all(feature = "server", not(feature = "test-support")))]
+mod client;
+#[cfg(feature = "test-support")]
+pub mod environment;
+#[cfg(not(feature = "test-support"))]
+mod environment;
+#[cfg(feature = "test-support")]
+pub mod journal;
+#[cfg(not(feature = "test-support"))]
+mod journal;
+#[cfg(feature = "test-support")]
+pub mod lifecycle;
+#[cfg(not(feature = "test-support"))]
+mod lifecycle;
+#[cfg(all(feature = "mcp", feature = "test-support"))]
+pub mod mcp;
+#[cfg(all(feature = "mcp", not(feature = "test-support")))]
+mod mcp;
+#[cfg(all(feature = "server", feature = "test-support"))]
+pub mod protocol;
+#[cfg(all(feature = "server", not(feature = "test-support")))]
+mod protocol;
+#[cfg(feature = "test-support")]
+pub mod root;
+#[cfg(not(feature = "test-support"))]
+mod root;
+#[cfg(all(feature = "server", feature = "test-support"))]
+pub mod server;
+#[cfg(all(feature = "server", not(feature = "test-support")))]
+mod server;
+#[cfg(feature = "test-support")]
+pub mod spool;
+#[cfg(not(feature = "test-support"))]
+mod spool;
+#[cfg(feature = "test-support")]
+pub mod supervisor;
+#[cfg(not(feature = "test-support"))]
+mod supervisor;
+#[cfg(feature = "test-support")]
+pub mod tree;
+#[cfg(not(feature = "test-support"))]
+mod tree;
 
 pub mod codec;
 mod event_id;

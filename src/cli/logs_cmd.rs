@@ -525,7 +525,12 @@ fn start_cursor(
 }
 
 /// How long the next page request waits (ms), and how many bytes it asks for.
-fn page_request(follow: bool, waiting_for_times: bool, end: Option<u64>, cursor: u64) -> (u64, u64) {
+fn page_request(
+    follow: bool,
+    waiting_for_times: bool,
+    end: Option<u64>,
+    cursor: u64,
+) -> (u64, u64) {
     let wait_ms = match (follow, waiting_for_times) {
         (false, _) => 0,
         (true, false) => FOLLOW_WAIT_MS,

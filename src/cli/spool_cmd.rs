@@ -367,7 +367,9 @@ fn check_spool(
         m.bound_reader(&mut spool);
     }
     check.issues.extend(recovery_issues(&recovery));
-    check.issues.extend(read_issues(&spool, &recovery, manifest));
+    check
+        .issues
+        .extend(read_issues(&spool, &recovery, manifest));
     check.issues.extend(bound_issue(manifest, files_total));
     check.ok = check.issues.is_empty();
     check

@@ -266,7 +266,6 @@ pub struct SnapshotWritten {
 }
 
 impl SnapshotCapture {
-
     /// Persists the snapshot (module doc): the journal durable up to its seq, the retained IDs,
     /// the file, the two kept, and the compaction below the older. Then hand the result to
     /// [`Lifecycle::snapshot_done`].

@@ -583,7 +583,13 @@ fn read_command(r: &mut Reader<'_>) -> Result<CommandFields, Malformed> {
     let command_args = r.u64()?;
     let command_env = r.u64()?;
     let limits = wire::limits(r)?;
-    Ok((command_text, command_ends, command_args, command_env, limits))
+    Ok((
+        command_text,
+        command_ends,
+        command_args,
+        command_env,
+        limits,
+    ))
 }
 
 /// A manifest's `Option<IdentityWitness>`.

@@ -66,8 +66,7 @@ use tokio::time::Instant;
 use tracing::{debug, error, info, warn};
 
 use crate::protocol::{
-    ApiError, Dispatcher, Envelope, ErrorCode, REQUEST_BYTES_MAX, Request, Response,
-    decode_request,
+    ApiError, Dispatcher, Envelope, ErrorCode, REQUEST_BYTES_MAX, Request, Response, decode_request,
 };
 use crate::supervisor::{
     RestoreReport, Services, ShutdownReport, Supervisor, SupervisorConfig, SupervisorError,

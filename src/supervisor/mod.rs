@@ -158,12 +158,12 @@ impl Supervisor {
             durability: config.durability,
             ..JournalOptions::default()
         };
-        let open_root = root.clone();
-        let (group, strict) = (config.group, config.strict);
+        let (open_root, group, strict) = (root.clone(), config.group, config.strict);
         // Spawned first: the open is the longest of the steps that run beside each other here,
         // and each may need a blocking thread of its own (a new one takes a while to start).
-        let opened =
-            tokio::task::spawn_blocking(move || open_root_blocking(&open_root, options, group, strict));
+        let opened = tokio::task::spawn_blocking(move || {
+            open_root_blocking(&open_root, options, group, strict)
+        });
         // The first decision has the host's telemetry (trees are sampled once they run). It
         // depends on nothing the open does, so it is read beside it rather than after restore.
         let host = {
@@ -906,4 +906,3 @@ mod retention_tests {
         }
     }
 }
-
