@@ -986,8 +986,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/protocol/dispatch.rs", "dispatch", 122),
     ("src/spool/render/mod.rs", "safe_text_page", 101),
     ("src/supervisor/actor.rs", "process_event", 107),
-    ("src/supervisor/capture.rs", "follow", 102),
-    ("src/supervisor/capture.rs", "settle", 88),
     ("src/supervisor/command.rs", "prepare", 91),
     ("src/supervisor/launch.rs", "launch_blocking", 132),
     ("src/supervisor/launch.rs", "start", 142),
