@@ -46,14 +46,18 @@ use tokio::sync::oneshot;
 use tracing::Instrument;
 
 use super::actor::Msg;
-use super::process::{DrainEnd, Drained, TerminalSummary};
+use super::process::TerminalSummary;
 use super::{PreparedProcess, Rendering, StartError, Supervisor, SupervisorError};
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitStatus};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::limits;
 use crate::spool::format::Stream;
 use crate::spool::render::{self, ArtifactDescriptor};
-use crate::spool::{Skipped, SpoolRead};
+use crate::spool::Skipped;
+
+mod buffers;
+
+use buffers::Buffers;
 
 /// How much a capture returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -547,44 +551,9 @@ impl Supervisor {
         if let Err(e) = self.close_input(&handle).await {
             tracing::debug!(%handle, error = %e, "capture: the input was not closed");
         }
-        let mut buffers = Buffers::new(streams, limits.stream_bytes);
-        let mut cursor = 0u64;
-        let mut read_failure: Option<String> = None;
-        let mut ended: Option<Result<TerminalSummary, SupervisorError>> = None;
-        {
-            let waited = self.wait(&handle, None);
-            tokio::pin!(waited);
-            loop {
-                match self
-                    .output_raw(&handle, cursor, limits::CAPTURE_READ_BYTES)
-                    .await
-                {
-                    Ok(read) => {
-                        buffers.take(&read);
-                        let moved = read.next_cursor != cursor;
-                        cursor = read.next_cursor;
-                        if moved && cursor < read.total_bytes {
-                            continue;
-                        }
-                    }
-                    Err(e) => {
-                        read_failure = Some(e.to_string());
-                        break;
-                    }
-                }
-                // Caught up. Once the result is recorded no byte follows it (the drain's last
-                // append comes before the terminal event): the read above was the last.
-                if ended.is_some() {
-                    break;
-                }
-                tokio::select! {
-                    biased;
-                    summary = &mut waited => ended = Some(summary),
-                    () = self.output_changed(&handle, cursor) => {}
-                }
-            }
-        }
-        if let Some(failure) = &read_failure {
+        let buffers = Buffers::new(streams, limits.stream_bytes);
+        let (followed, ended) = self.read_to_end(handle, buffers).await;
+        if let Some(failure) = &followed.read_failure {
             tracing::warn!(%handle, %failure, "capture cannot read the output; stopping the process");
             let grace = self.shared.config.default_grace;
             let _ = self
@@ -599,6 +568,71 @@ impl Supervisor {
                 .map_err(|error| CaptureError::Wait { handle, error })?,
         };
         abandon.armed = false;
+        Ok(self.capture_result(handle, summary, followed))
+    }
+
+    /// Reads `handle`'s output into `buffers` until it has caught up once its terminal result
+    /// is recorded, or a read fails; with the end, when the reads saw it come.
+    async fn read_to_end(
+        &self,
+        handle: Handle,
+        mut buffers: Buffers,
+    ) -> (Followed, Option<Result<TerminalSummary, SupervisorError>>) {
+        let mut cursor = 0u64;
+        let mut read_failure = None;
+        let mut ended = None;
+        let waited = self.wait(&handle, None);
+        tokio::pin!(waited);
+        loop {
+            match self
+                .output_raw(&handle, cursor, limits::CAPTURE_READ_BYTES)
+                .await
+            {
+                Ok(read) => {
+                    buffers.take(&read);
+                    let moved = read.next_cursor != cursor;
+                    cursor = read.next_cursor;
+                    if moved && cursor < read.total_bytes {
+                        continue;
+                    }
+                }
+                Err(e) => {
+                    read_failure = Some(e.to_string());
+                    break;
+                }
+            }
+            // Caught up. Once the result is recorded no byte follows it (the drain's last
+            // append comes before the terminal event): the read above was the last.
+            if ended.is_some() {
+                break;
+            }
+            tokio::select! {
+                biased;
+                summary = &mut waited => ended = Some(summary),
+                () = self.output_changed(&handle, cursor) => {}
+            }
+        }
+        let followed = Followed {
+            buffers,
+            cursor,
+            read_failure,
+        };
+        (followed, ended)
+    }
+
+    /// The result of a capture whose process ended with `summary`: its status and record, the
+    /// fault, each stream settled, and where the whole output is.
+    fn capture_result(
+        &self,
+        handle: Handle,
+        summary: TerminalSummary,
+        followed: Followed,
+    ) -> CaptureResult {
+        let Followed {
+            buffers,
+            cursor,
+            read_failure,
+        } = followed;
         let manifest = self.manifest(&handle);
         let fault = match &read_failure {
             Some(failure) => Some(CaptureFault::Capture {
@@ -609,7 +643,7 @@ impl Supervisor {
         let streams = buffers.settle(&summary, read_failure.as_deref(), cursor);
         let (retained_from, total_bytes) =
             (summary.bounds.retained_from, summary.bounds.total_bytes);
-        Ok(CaptureResult {
+        CaptureResult {
             handle,
             status: WorkloadStatus {
                 state: summary.state,
@@ -631,8 +665,16 @@ impl Supervisor {
                 dir: self.shared.spool_dir(&handle),
             },
             queued: None,
-        })
+        }
     }
+}
+
+/// What a capture's reads came to: the bytes by stream, the cursor they reached, and the
+/// failure that stopped them, if one did.
+struct Followed {
+    buffers: Buffers,
+    cursor: u64,
+    read_failure: Option<String>,
 }
 
 /// What cut the run short, from its end and its record (`None`: it exited by itself).
@@ -667,209 +709,12 @@ fn fault_of(summary: &TerminalSummary, manifest: Option<&Manifest>) -> Option<Ca
     }
 }
 
-/// A capture's per-stream buffers while it reads.
-struct Buffers {
-    limit: usize,
-    streams: Vec<Collecting>,
-}
-
-struct Collecting {
-    stream: Stream,
-    bytes: Vec<u8>,
-    spool_bytes: u64,
-    resume_cursor: u64,
-    reasons: Vec<Incomplete>,
-}
-
-impl Collecting {
-    fn new(stream: Stream) -> Self {
-        Collecting {
-            stream,
-            bytes: Vec::new(),
-            spool_bytes: 0,
-            resume_cursor: 0,
-            reasons: Vec::new(),
-        }
-    }
-
-    /// Adds a reason unless one of its kind is there (the first of each kind is kept).
-    fn incomplete(&mut self, reason: Incomplete) {
-        let kind = std::mem::discriminant(&reason);
-        if !self
-            .reasons
-            .iter()
-            .any(|r| std::mem::discriminant(r) == kind)
-        {
-            self.reasons.push(reason);
-        }
-    }
-}
-
-impl Buffers {
-    fn new(streams: &[Stream], limit: usize) -> Self {
-        Buffers {
-            limit,
-            streams: streams.iter().map(|s| Collecting::new(*s)).collect(),
-        }
-    }
-
-    fn stream_mut(&mut self, stream: Stream) -> &mut Collecting {
-        let i = match self.streams.iter().position(|s| s.stream == stream) {
-            Some(i) => i,
-            // A stream the launch should not have: kept apart all the same, never mixed in.
-            None => {
-                self.streams.push(Collecting::new(stream));
-                self.streams.len() - 1
-            }
-        };
-        &mut self.streams[i]
-    }
-
-    /// Files one read's bytes by their spans; a hole it stepped over makes every stream
-    /// incomplete (which stream's bytes it held is not known).
-    fn take(&mut self, read: &SpoolRead) {
-        if let Some(skipped) = &read.skipped {
-            for s in &mut self.streams {
-                s.incomplete(Incomplete::Gap {
-                    skipped: skipped.clone(),
-                });
-            }
-        }
-        let start = read.next_cursor - read.bytes.len() as u64;
-        let limit = self.limit;
-        for span in &read.spans {
-            let from = usize::try_from(span.cursor - start).unwrap_or(usize::MAX);
-            let Some(bytes) = read.bytes.get(from..from.saturating_add(span.len as usize)) else {
-                continue;
-            };
-            let s = self.stream_mut(span.stream);
-            s.spool_bytes += bytes.len() as u64;
-            let room = limit - s.bytes.len();
-            let kept = bytes.len().min(room);
-            if kept > 0 {
-                push_bounded(&mut s.bytes, &bytes[..kept], limit);
-                s.resume_cursor = span.cursor + kept as u64;
-            }
-            if kept < bytes.len() {
-                s.incomplete(Incomplete::LimitExceeded {
-                    limit: limit as u64,
-                });
-            }
-        }
-    }
-
-    /// Each stream's end, from what was read, the drain's account and the recorded status.
-    fn settle(
-        self,
-        summary: &TerminalSummary,
-        read_failure: Option<&str>,
-        cursor: u64,
-    ) -> Vec<StreamCapture> {
-        let drain_end = |stream: Stream| -> Option<&DrainEnd> {
-            let Drained { first, stderr, .. } = summary.drained.as_ref()?;
-            match stream {
-                Stream::Stderr => stderr.as_ref(),
-                s if s == first.0 => Some(&first.1),
-                _ => None,
-            }
-        };
-        let final_drain_ms = summary
-            .drained
-            .as_ref()
-            .map_or(0, |d| duration_ms(d.final_drain));
-        let total = summary.bounds.total_bytes;
-        let mut settled = Vec::with_capacity(self.streams.len());
-        for mut s in self.streams {
-            let mut failure = read_failure.map(|message| CaptureFailure::SpoolRead {
-                message: message.to_owned(),
-            });
-            if cursor < total {
-                s.incomplete(Incomplete::Unread {
-                    from: cursor,
-                    to: total,
-                });
-            }
-            match (drain_end(s.stream), &summary.capture) {
-                (Some(DrainEnd::Eof), _) => {}
-                (Some(DrainEnd::Open), _) => {
-                    s.incomplete(Incomplete::DrainBound { final_drain_ms })
-                }
-                (Some(DrainEnd::Failed(message)), _) => {
-                    failure.get_or_insert(CaptureFailure::Drain {
-                        message: message.clone(),
-                    });
-                }
-                // No account of this stream from the drain: the recorded status speaks for all.
-                (None, CaptureStatus::Complete) => {}
-                (None, CaptureStatus::Incomplete(reason)) => s.incomplete(Incomplete::Recorded {
-                    reason: reason.clone(),
-                }),
-                (None, CaptureStatus::Failed(reason)) => {
-                    failure.get_or_insert(CaptureFailure::Recorded {
-                        reason: reason.clone(),
-                    });
-                }
-            }
-            settled.push((s, failure));
-        }
-        // The recorded status is never contradicted: if it says incomplete or failed and no
-        // stream was found wanting, every stream carries it.
-        let wanting = settled
-            .iter()
-            .any(|(s, failure)| failure.is_some() || !s.reasons.is_empty());
-        if !wanting {
-            for (s, failure) in &mut settled {
-                match &summary.capture {
-                    CaptureStatus::Complete => {}
-                    CaptureStatus::Incomplete(reason) => s.incomplete(Incomplete::Recorded {
-                        reason: reason.clone(),
-                    }),
-                    CaptureStatus::Failed(reason) => {
-                        *failure = Some(CaptureFailure::Recorded {
-                            reason: reason.clone(),
-                        });
-                    }
-                }
-            }
-        }
-        settled
-            .into_iter()
-            .map(|(s, failure)| StreamCapture {
-                stream: s.stream,
-                end: match failure {
-                    Some(failure) => StreamEnd::Failed { failure },
-                    None if s.reasons.is_empty() => StreamEnd::Eof,
-                    None => StreamEnd::Incomplete { reasons: s.reasons },
-                },
-                bytes: s.bytes,
-                spool_bytes: s.spool_bytes,
-                resume_cursor: s.resume_cursor,
-            })
-            .collect()
-    }
-}
-
-/// Appends `bytes` to `buf` without its capacity ever passing `limit` (a doubling `Vec` would
-/// reserve up to twice what it holds).
-fn push_bounded(buf: &mut Vec<u8>, bytes: &[u8], limit: usize) {
-    let needed = buf.len() + bytes.len();
-    if needed > buf.capacity() {
-        let grown = (buf.capacity() * 2).max(needed).min(limit.max(needed));
-        buf.reserve_exact(grown - buf.len());
-    }
-    buf.extend_from_slice(bytes);
-}
-
 fn stream_name(stream: Stream) -> &'static str {
     match stream {
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
         Stream::Terminal => "terminal",
     }
-}
-
-fn duration_ms(d: Duration) -> u64 {
-    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Stops a capture's process when the capture is dropped before its result (see the module
@@ -895,67 +740,5 @@ impl Drop for StopOnDrop<'_> {
         if sent.is_err() {
             tracing::warn!(handle = %self.handle, "capture abandoned, but its stop could not be queued; the process runs on");
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::spool::Span;
-
-    fn read(start: u64, spans: &[(Stream, &[u8])]) -> SpoolRead {
-        let mut r = SpoolRead {
-            next_cursor: start,
-            ..SpoolRead::default()
-        };
-        for (stream, bytes) in spans {
-            r.spans.push(Span {
-                stream: *stream,
-                cursor: r.next_cursor,
-                len: bytes.len() as u32,
-            });
-            r.bytes.extend_from_slice(bytes);
-            r.next_cursor += bytes.len() as u64;
-        }
-        r.total_bytes = r.next_cursor;
-        r
-    }
-
-    /// Each stream keeps its own prefix of at most the limit, with the cursor after it, and
-    /// counts every byte it saw; the buffer never reserves past the limit.
-    #[test]
-    fn streams_are_split_and_each_is_bounded() {
-        let mut b = Buffers::new(&[Stream::Stdout, Stream::Stderr], 5);
-        b.take(&read(
-            0,
-            &[
-                (Stream::Stdout, b"abc"),
-                (Stream::Stderr, b"E"),
-                (Stream::Stdout, b"defg"),
-            ],
-        ));
-        let out = &b.streams[0];
-        assert_eq!(out.bytes, b"abcde");
-        assert!(out.bytes.capacity() <= 5, "{}", out.bytes.capacity());
-        assert_eq!((out.spool_bytes, out.resume_cursor), (7, 6));
-        assert_eq!(out.reasons, vec![Incomplete::LimitExceeded { limit: 5 }]);
-        let err = &b.streams[1];
-        assert_eq!((err.bytes.as_slice(), err.reasons.len()), (&b"E"[..], 0));
-    }
-
-    #[test]
-    fn a_hole_makes_every_stream_incomplete_once() {
-        let mut b = Buffers::new(&[Stream::Terminal], 64);
-        let mut r = read(10, &[(Stream::Terminal, b"x")]);
-        r.skipped = Some(Skipped::gap(
-            0,
-            10,
-            crate::spool::loss::LossReason::Retention,
-            0,
-        ));
-        b.take(&r);
-        b.take(&r);
-        assert_eq!(b.streams[0].reasons.len(), 1);
-        assert!(matches!(b.streams[0].reasons[0], Incomplete::Gap { .. }));
     }
 }

@@ -46,13 +46,18 @@ use super::tap::{Tap, Tapping};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CursorBounds, Deadline, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint,
-    OutputGap, Terminal, TreeReleased,
+    OutputGap, TreeReleased,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
 use crate::spool::format::Stream;
 use crate::spool::{Gap, Output};
-use crate::tree::{LeaderExit, Mechanism, ProcessTree, PtyMaster, TreeSignal};
+use crate::tree::{LeaderExit, Mechanism, ProcessTree, PtyMaster};
+
+mod teardown;
+mod terminal;
+
+pub(crate) use teardown::teardown;
 
 /// Why the supervisor is ending a process (the first reason wins; see `Proc::set_cause`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1047,102 +1052,13 @@ pub(crate) async fn terminalize(
     if proc.gate.swap(true, Ordering::SeqCst) {
         return;
     }
-    let Outcome {
-        state,
-        exit,
-        capture,
-        reason,
-        lingering,
-        released,
-        unverified,
-        drained,
-    } = outcome;
-    let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %state);
+    let (lingering, unverified) = (outcome.lingering, outcome.unverified);
+    let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %outcome.state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
     // task is suspended at an await.
-    let (bounds, capture, persist_error) = async {
-        // 1. Final cursor bounds: the spool is synced before the journal names its bounds. No
-        // more output comes: a gap still open (writes failing to the end) is closed first, so
-        // that the bounds cover it and it is recorded with them.
-        if let Some(output) = proc.output.lock().as_mut() {
-            output.finish();
-        }
-        let (bounds, gaps) = match proc.sync_output().await {
-            Ok(synced) => synced,
-            Err(e) => {
-                // The spool made everything since its last good sync a gap; closed now.
-                warn!(error = %e, "final spool checkpoint failed");
-                let mut output = proc.output.lock();
-                match output.as_mut() {
-                    Some(o) => {
-                        o.finish();
-                        let total = o.spool().settled_total();
-                        (
-                            CursorBounds {
-                                retained_from: o.spool().retained_from(),
-                                total_bytes: total,
-                            },
-                            o.spool().unrecorded_gaps(total),
-                        )
-                    }
-                    None => (CursorBounds::default(), Vec::new()),
-                }
-            }
-        };
-        // Lost output makes the capture incomplete, whatever else it was.
-        let capture = match (capture, proc.loss()) {
-            (capture, None) => capture,
-            (CaptureStatus::Complete, Some(loss)) => CaptureStatus::Incomplete(loss),
-            (CaptureStatus::Incomplete(why), Some(loss)) => {
-                CaptureStatus::Incomplete(format!("{why}; {loss}"))
-            }
-            (failed @ CaptureStatus::Failed(_), Some(_)) => failed,
-        };
-        // 2. The terminal result, under its pre-allocated ID.
-        let event = LifecycleEvent::Terminal(Terminal {
-            handle: proc.handle,
-            state,
-            exit,
-            bounds,
-            capture: capture.clone(),
-            reason,
-            at_unix_ms: super::now_unix_ms(),
-        });
-        let persist_error = {
-            let (shared, handle, ids) = (Arc::clone(shared), proc.handle, proc.ids);
-            tokio::task::spawn_blocking(move || {
-                // Gaps come before the terminal bounds that cover them, and ride its
-                // acknowledgement.
-                for gap in gaps {
-                    let event = LifecycleEvent::OutputGap(OutputGap {
-                        handle,
-                        gap,
-                        at_unix_ms: super::now_unix_ms(),
-                    });
-                    shared.append_deferred_blocking(EventId::new_v7(), &event)?;
-                }
-                // The release rides the terminal event's acknowledgement; once that is durable
-                // the receipt has served its purpose.
-                let released = released
-                    .is_some_and(|proof| append_release(&shared, handle, ids, proof, false));
-                let appended = shared.append_blocking(ids.terminal, &event);
-                if released && appended.is_ok() {
-                    retire_receipt(&shared, handle);
-                }
-                appended
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r.map_err(|e| e.to_string()))
-            .err()
-        };
-        if let Some(e) = &persist_error {
-            warn!(error = %e, "terminal event not persisted");
-        }
-        (bounds, capture, persist_error)
-    }
-    .instrument(span)
-    .await;
+    let summary = terminal::record(shared, proc, outcome)
+        .instrument(span)
+        .await;
     // 3. The spool writer's descriptors and buffers go now; readers use the finished spool.
     let output = proc.output.lock().take();
     drop(output);
@@ -1150,15 +1066,7 @@ pub(crate) async fn terminalize(
     if let Some(lease) = lease {
         super::publish::release_lease(lease).await;
     }
-    let summary = TerminalSummary {
-        state,
-        exit,
-        bounds,
-        capture,
-        persist_error,
-        drained,
-    };
-    tracing::info!(handle = %proc.handle, %state, "ended");
+    tracing::info!(handle = %proc.handle, state = %summary.state, "ended");
     // 5. The actor releases capacity and queues the publication (a slow host holds nothing of
     // ours). It handles this before any request a woken waiter sends next.
     let _ = actor
@@ -1232,86 +1140,5 @@ fn retire_receipt(shared: &Shared, handle: Handle) {
         && e.kind() != std::io::ErrorKind::NotFound
     {
         debug!(%handle, error = %e, "receipt not removed");
-    }
-}
-
-/// Ends a tree within one monotonic budget anchored at its start: SIGTERM now, SIGKILL at
-/// `grace` after the start, and the exit proven (the leader's terminal event persisted and no
-/// member of the tree left) by [`limits::KILL_PROOF_MS`] after that; with the default grace
-/// (1.5 s) the whole termination has 2 s, whatever each step took. Returns
-/// why teardown failed, if it did; terminalization continues regardless, and a tree not proven
-/// gone stays owned (lingering, or held as unverified).
-pub(crate) async fn teardown(proc: &Arc<Proc>, grace: Duration) -> Result<(), String> {
-    let started = tokio::time::Instant::now();
-    let kill_at = started + grace;
-    let give_up = kill_at + Duration::from_millis(limits::KILL_PROOF_MS);
-    let mut failures = Vec::new();
-    // A stop that raced the launch: the tree appears once the start task has spawned it, or the
-    // start fails and the process goes terminal without one.
-    let tree = {
-        let mut exited = proc.exited.subscribe();
-        let found = tokio::time::timeout_at(give_up, async {
-            loop {
-                if let Some(tree) = proc.tree.get() {
-                    return Some(Arc::clone(tree));
-                }
-                if exited.borrow().is_some() {
-                    return None;
-                }
-                tokio::select! {
-                    _ = exited.changed() => {}
-                    () = tokio::time::sleep(Duration::from_millis(5)) => {}
-                }
-            }
-        })
-        .await;
-        match found {
-            Ok(Some(tree)) => tree,
-            Ok(None) => return Ok(()),
-            Err(_) => return Err("the process was never launched".to_owned()),
-        }
-    };
-    let gone = |until: tokio::time::Instant| {
-        let tree = Arc::clone(&tree);
-        let mut exited = proc.exited.subscribe();
-        async move {
-            tokio::time::timeout_at(until, async {
-                let _ = exited.wait_for(Option::is_some).await;
-                tree.wait_empty().await;
-            })
-            .await
-            .is_ok()
-        }
-    };
-    // Once the leader is reaped a signal scans /proc: on the blocking pool.
-    let signal = |which: TreeSignal| {
-        let tree = Arc::clone(&tree);
-        async move {
-            tokio::task::spawn_blocking(move || tree.signal(which))
-                .await
-                .unwrap_or_else(|e| Err(std::io::Error::other(e.to_string())))
-        }
-    };
-    if let Err(e) = signal(TreeSignal::Terminate).await {
-        failures.push(format!("SIGTERM: {e}"));
-    }
-    if !gone(kill_at).await {
-        if !proc.is_terminal() {
-            proc.escalated.store(true, Ordering::SeqCst);
-        }
-        if let Err(e) = signal(TreeSignal::Kill).await {
-            failures.push(format!("SIGKILL: {e}"));
-        }
-        if !gone(give_up).await {
-            failures.push(format!(
-                "no exit confirmed {} ms after SIGKILL (the termination's budget ended)",
-                limits::KILL_PROOF_MS
-            ));
-        }
-    }
-    if failures.is_empty() {
-        Ok(())
-    } else {
-        Err(failures.join("; "))
     }
 }
