@@ -988,7 +988,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/supervisor/actor.rs", "process_event", 107),
     ("src/supervisor/capture.rs", "follow", 102),
     ("src/supervisor/capture.rs", "settle", 88),
-    ("src/supervisor/command.rs", "prepare", 91),
     ("src/supervisor/process.rs", "teardown", 74),
     ("src/supervisor/process.rs", "terminalize", 136),
     ("src/supervisor/restore.rs", "restore", 129),
