@@ -985,7 +985,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/mcp/transport.rs", "classify", 114),
     ("src/protocol/dispatch.rs", "dispatch", 122),
     ("src/spool/render/mod.rs", "safe_text_page", 101),
-    ("src/supervisor/actor.rs", "process_event", 107),
     ("src/supervisor/capture.rs", "follow", 102),
     ("src/supervisor/capture.rs", "settle", 88),
     ("src/supervisor/process.rs", "teardown", 74),
