@@ -29,6 +29,8 @@
 //!   Each waits at most until its deadline, and the queue holds at most
 //!   [`limits::ADMISSION_QUEUE_MAX`].
 
+mod events;
+
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -807,23 +809,9 @@ impl Actor {
     fn process_event(&mut self, event: ProcEvent) {
         match event {
             ProcEvent::Spawned { handle, stdin } => self.spawned(handle, stdin),
-            ProcEvent::Abandoned { handle } => {
-                self.free_name(&handle);
-                if self.table.remove(&handle).is_some() {
-                    self.live = self.live.saturating_sub(1);
-                    self.publish_live();
-                }
-                self.settle(&handle);
-            }
-            ProcEvent::DeadlineFailed { handle } => {
-                if let Some(e) = self.table.get(&handle).filter(|e| !e.lingering) {
-                    let now = tokio::time::Instant::now();
-                    e.proc
-                        .clocks
-                        .retry_after(now, super::deadline::retry_delay());
-                    self.arm_sweep(now + super::deadline::retry_delay());
-                }
-            }
+            ProcEvent::Abandoned { handle } => self.abandoned(handle),
+            ProcEvent::DeadlineFailed { handle } => self.deadline_failed(handle),
+            // Here rather than with the other handlers: it spawns into the task set.
             ProcEvent::InputWritten { handle } => {
                 if let Some(e) = self.table.get(&handle).filter(|e| !e.lingering)
                     && e.proc.clocks.awaiting()
@@ -840,75 +828,12 @@ impl Actor {
                 summary,
                 lingering,
                 unverified,
-            } => {
-                self.finished(handle, summary, lingering);
-                if unverified {
-                    self.hold(handle);
-                }
-                self.settle(&handle);
-            }
-            ProcEvent::TreeEmpty { handle, proven } => {
-                if self.table.get(&handle).is_some_and(|e| e.lingering) {
-                    let mechanism = self
-                        .table
-                        .remove(&handle)
-                        .and_then(|e| e.proc.tree.get().map(|t| t.mechanism()));
-                    self.lingering -= 1;
-                    if !proven && mechanism.is_some_and(|m| m != crate::tree::Mechanism::Group) {
-                        self.hold(handle);
-                    }
-                }
-                self.settle(&handle);
-            }
-            ProcEvent::Sampled { host, trees } => {
-                self.sampling = false;
-                self.last_sampled = tokio::time::Instant::now();
-                if let Some(host) = host {
-                    self.admission.observe_host(host);
-                }
-                for (handle, sample) in trees {
-                    self.admission.observe(&handle, sample);
-                }
-            }
-            ProcEvent::Snapshotted => {
-                if matches!(self.shutdown, ShutdownState::Open) {
-                    self.next_snapshot_check = Some(
-                        tokio::time::Instant::now() + self.shared.config.snapshots.check_every,
-                    );
-                }
-            }
-            ProcEvent::Retired { retired, scheduled } => {
-                // A cached reader would keep the removed files' space and answer reads the
-                // retirement ended.
-                for handle in &retired {
-                    self.readers.remove(handle);
-                }
-                if scheduled && matches!(self.shutdown, ShutdownState::Open) {
-                    self.next_retention = Some(
-                        tokio::time::Instant::now()
-                            + Duration::from_millis(limits::RETENTION_PASS_INTERVAL_MS),
-                    );
-                }
-                self.retention_running = false;
-                if let Some((request, reply)) = self.retention_waiting.pop_front() {
-                    self.retention_pass(request, reply);
-                }
-            }
-            ProcEvent::Assessed { released } => {
-                for handle in released {
-                    if self.held.remove(&handle).is_some() {
-                        self.live = self.live.saturating_sub(1);
-                    }
-                    self.settle(&handle);
-                }
-                self.publish_live();
-                if !self.held.is_empty() && matches!(self.shutdown, ShutdownState::Open) {
-                    self.next_assessment = Some(
-                        tokio::time::Instant::now()
-                            + Duration::from_millis(limits::ASSESS_INTERVAL_MS),
-                    );
-                }
-            }
+            } => self.terminal_gate_passed(handle, summary, lingering, unverified),
+            ProcEvent::TreeEmpty { handle, proven } => self.tree_emptied(handle, proven),
+            ProcEvent::Sampled { host, trees } => self.sampled(host, trees),
+            ProcEvent::Snapshotted => self.snapshotted(),
+            ProcEvent::Retired { retired, scheduled } => self.retired(&retired, scheduled),
+            ProcEvent::Assessed { released } => self.assessed(released),
         }
     }
 

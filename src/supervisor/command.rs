@@ -317,49 +317,13 @@ pub(crate) fn prepare(
     {
         return Err(PrepareError::BadName(name.chars().take(80).collect()));
     }
-    let cwd = command.cwd.ok_or(PrepareError::NoWorkingDirectory)?;
-    if !cwd.is_absolute() {
-        return Err(PrepareError::RelativeWorkingDirectory(cwd));
-    }
-    let cwd_text = cwd
-        .to_str()
-        .ok_or_else(|| PrepareError::NotUtf8(cwd.clone()))?
-        .to_owned();
-    let mut seen = std::collections::BTreeSet::new();
-    for o in &command.env {
-        if o.name.is_empty() || o.name.contains(['=', '\0']) {
-            return Err(PrepareError::BadEnvName(o.name.clone()));
-        }
-        if !seen.insert(o.name.as_str()) {
-            return Err(PrepareError::DuplicateEnv(o.name.clone()));
-        }
-    }
-    let retention = match command.retention {
-        Some(bytes) => {
-            let (min, max) = (spool.segment_bytes, limits::RETENTION_BYTES_MAX);
-            if !(min..=max).contains(&bytes) {
-                return Err(PrepareError::Retention { bytes, min, max });
-            }
-            bytes
-        }
-        None => spool.retention_bytes,
-    };
-    if let Some(wait) = command.capacity_wait {
-        let ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        if ms > limits::ADMISSION_QUEUE_WAIT_MS_MAX {
-            return Err(PrepareError::CapacityWait {
-                ms,
-                max: limits::ADMISSION_QUEUE_WAIT_MS_MAX,
-            });
-        }
-    }
+    let cwd = working_directory(command.cwd)?;
+    check_overrides(&command.env)?;
+    let retention = output_retention(command.retention, spool)?;
+    check_capacity_wait(command.capacity_wait)?;
     let limits = Limits {
-        wall_clock_ms: command
-            .timeout
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-        idle_ms: command
-            .idle_timeout
-            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        wall_clock_ms: command.timeout.map(millis),
+        idle_ms: command.idle_timeout.map(millis),
         // The effective value, default or not: the journal says what each process kept, whatever
         // a later daemon's default is.
         output_retention_bytes: Some(retention),
@@ -368,7 +332,7 @@ pub(crate) fn prepare(
         spec: Box::new(CommandSpecV2 {
             program: command.program,
             args: command.args,
-            cwd: cwd_text,
+            cwd,
             env_overrides: command.env.iter().map(EnvOverride::recorded).collect(),
             labels: command.labels,
             limits,
@@ -390,4 +354,60 @@ pub(crate) fn prepare(
         pty: command.pty,
         restart_of: command.restart_of,
     })
+}
+
+/// The working directory as the journal records it: absolute, and UTF-8.
+fn working_directory(cwd: Option<PathBuf>) -> Result<String, PrepareError> {
+    let cwd = cwd.ok_or(PrepareError::NoWorkingDirectory)?;
+    if !cwd.is_absolute() {
+        return Err(PrepareError::RelativeWorkingDirectory(cwd));
+    }
+    Ok(cwd
+        .to_str()
+        .ok_or_else(|| PrepareError::NotUtf8(cwd.clone()))?
+        .to_owned())
+}
+
+/// Refuses the first override whose name is no variable name, or that repeats an earlier one.
+fn check_overrides(overrides: &[EnvOverride]) -> Result<(), PrepareError> {
+    let mut seen = std::collections::BTreeSet::new();
+    for o in overrides {
+        if o.name.is_empty() || o.name.contains(['=', '\0']) {
+            return Err(PrepareError::BadEnvName(o.name.clone()));
+        }
+        if !seen.insert(o.name.as_str()) {
+            return Err(PrepareError::DuplicateEnv(o.name.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// The output retention a process keeps: its own, within range, or the supervisor's default.
+fn output_retention(asked: Option<u64>, spool: &SpoolOptions) -> Result<u64, PrepareError> {
+    let Some(bytes) = asked else {
+        return Ok(spool.retention_bytes);
+    };
+    let (min, max) = (spool.segment_bytes, limits::RETENTION_BYTES_MAX);
+    if !(min..=max).contains(&bytes) {
+        return Err(PrepareError::Retention { bytes, min, max });
+    }
+    Ok(bytes)
+}
+
+fn check_capacity_wait(wait: Option<Duration>) -> Result<(), PrepareError> {
+    if let Some(wait) = wait {
+        let ms = millis(wait);
+        if ms > limits::ADMISSION_QUEUE_WAIT_MS_MAX {
+            return Err(PrepareError::CapacityWait {
+                ms,
+                max: limits::ADMISSION_QUEUE_WAIT_MS_MAX,
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whole milliseconds, saturating: a duration past `u64::MAX` ms is refused or never reached.
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }

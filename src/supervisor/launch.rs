@@ -36,7 +36,7 @@ use super::{Shared, StartError};
 use crate::environment::{self, Overlay};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CommandSpecV2, ExitStatus, IdentityWitness, RegisteredV2, Running, Scoped,
+    CaptureStatus, CommandSpecV2, EnvPolicy, ExitStatus, IdentityWitness, RegisteredV2, Running, Scoped,
     TerminalResized,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
@@ -86,30 +86,8 @@ fn launch_blocking(
     if !cwd.is_dir() {
         return Launch::NoWorkingDirectory;
     }
-    let overlay = match (request.overlay, &shared.login_env) {
-        (false, _) => Overlay::Off,
-        (true, Some(Ok(captured))) => Overlay::Captured(captured),
-        (true, Some(Err(reason))) => Overlay::Failed(reason),
-        (true, None) => Overlay::Failed("the supervisor captures no login shell"),
-    };
-    if let Overlay::Failed(reason) = overlay {
-        warn!(%handle, %reason, "login-shell overlay asked for but unavailable; environment unchanged");
-    }
-    let env = environment::build(
-        &request.base,
-        || std::env::vars_os().collect(),
-        overlay,
-        &request.overrides,
-    );
-    let mut command = Box::new(spec.clone());
-    command.env_policy = env.policy;
-    let registered = LifecycleEvent::RegisteredV2(RegisteredV2 {
-        handle,
-        ids,
-        command,
-        restart_of,
-        at_unix_ms: super::now_unix_ms(),
-    });
+    let env = launch_env(shared, handle, request);
+    let registered = registration(proc, spec, env.policy, restart_of);
     let recorded = if gated {
         shared.append_deferred_blocking(EventId::new_v7(), &registered)
     } else {
@@ -130,19 +108,7 @@ fn launch_blocking(
     };
     let mut recorded: Option<Scoped> = None;
     let mut register = |scope: &TreeScope| {
-        let scoped = Scoped {
-            handle,
-            mechanism: scope.mechanism,
-            boot_id: scope.boot_id,
-            workload: scope.workload,
-            guardian: scope.guardian,
-            cgroup: scope
-                .cgroup
-                .as_ref()
-                .map(|p| p.to_string_lossy().into_owned()),
-            receipt: scope.receipt.clone(),
-            at_unix_ms: super::now_unix_ms(),
-        };
+        let scoped = scope_record(handle, scope);
         let event = LifecycleEvent::Scoped(scoped.clone());
         let id = ids.running.derived(super::derived::SCOPED);
         let appended = if gated {
@@ -161,9 +127,77 @@ fn launch_blocking(
     };
     // Set once, here; a stop that raced the launch is waiting for it.
     let _ = proc.tree.set(Arc::clone(&spawned.tree));
+    match record_running(shared, proc, &spawned, pty) {
+        Ok(()) => Launch::Running(spawned),
+        Err(e) => Launch::RunningNotRecorded(spawned, e),
+    }
+}
+
+/// The launch environment `request` asks for; an overlay asked for but unavailable leaves it
+/// unchanged, and says so.
+fn launch_env(shared: &Shared, handle: Handle, request: &LaunchEnvRequest) -> environment::LaunchEnv {
+    let overlay = match (request.overlay, &shared.login_env) {
+        (false, _) => Overlay::Off,
+        (true, Some(Ok(captured))) => Overlay::Captured(captured),
+        (true, Some(Err(reason))) => Overlay::Failed(reason),
+        (true, None) => Overlay::Failed("the supervisor captures no login shell"),
+    };
+    if let Overlay::Failed(reason) = overlay {
+        warn!(%handle, %reason, "login-shell overlay asked for but unavailable; environment unchanged");
+    }
+    environment::build(
+        &request.base,
+        || std::env::vars_os().collect(),
+        overlay,
+        &request.overrides,
+    )
+}
+
+/// `Registered` for `proc`, its command recorded with the policy that built its environment.
+fn registration(
+    proc: &Proc,
+    spec: &CommandSpecV2,
+    policy: EnvPolicy,
+    restart_of: Option<Handle>,
+) -> LifecycleEvent {
+    let mut command = Box::new(spec.clone());
+    command.env_policy = policy;
+    LifecycleEvent::RegisteredV2(RegisteredV2 {
+        handle: proc.handle,
+        ids: proc.ids,
+        command,
+        restart_of,
+        at_unix_ms: super::now_unix_ms(),
+    })
+}
+
+fn scope_record(handle: Handle, scope: &TreeScope) -> Scoped {
+    Scoped {
+        handle,
+        mechanism: scope.mechanism,
+        boot_id: scope.boot_id,
+        workload: scope.workload,
+        guardian: scope.guardian,
+        cgroup: scope
+            .cgroup
+            .as_ref()
+            .map(|p| p.to_string_lossy().into_owned()),
+        receipt: scope.receipt.clone(),
+        at_unix_ms: super::now_unix_ms(),
+    }
+}
+
+/// Starts the deadlines' clocks and records `running` (with a terminal's launch size) at the
+/// same instant, without waiting for an acknowledgement.
+fn record_running(
+    shared: &Shared,
+    proc: &Proc,
+    spawned: &Spawned,
+    pty: Option<PtySize>,
+) -> Result<(), String> {
+    let handle = proc.handle;
     let identity = spawned.tree.identity();
     let at_unix_ms = super::now_unix_ms();
-    // The deadlines' clocks run from the same instant `running` records.
     proc.clocks.start(tokio::time::Instant::now(), at_unix_ms);
     let running = LifecycleEvent::Running(Running {
         handle,
@@ -180,8 +214,8 @@ fn launch_blocking(
     // one, and no host hears of `running` before it is durable (the publication acknowledges
     // it first, off this path).
     // A terminal's launch size rides `running` the same way (rule W of journal-format.md).
-    let recorded = shared
-        .append_deferred_blocking(ids.running, &running)
+    shared
+        .append_deferred_blocking(proc.ids.running, &running)
         .and_then(|_| match pty {
             Some(size) => shared
                 .append_deferred_blocking(
@@ -195,11 +229,8 @@ fn launch_blocking(
                 )
                 .map(|_| ()),
             None => Ok(()),
-        });
-    match recorded {
-        Ok(()) => Launch::Running(spawned),
-        Err(e) => Launch::RunningNotRecorded(spawned, e.to_string()),
-    }
+        })
+        .map_err(|e| e.to_string())
 }
 
 pub(crate) async fn start(
@@ -210,57 +241,15 @@ pub(crate) async fn start(
     reply: oneshot::Sender<Result<Handle, StartError>>,
 ) {
     let handle = proc.handle;
-    let PreparedProcess {
-        spec,
-        env,
-        lease,
-        tap,
-        capacity_wait,
-        pty,
-        restart_of,
-    } = prepared;
-    let launched = {
-        let (shared, proc) = (Arc::clone(&shared), Arc::clone(&proc));
-        let (spec, env) = (spec.clone(), env.clone());
-        tokio::task::spawn_blocking(move || {
-            launch_blocking(&shared, &proc, &spec, &env, pty, restart_of)
-        })
-        .await
-        .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
-    };
-    let spawned = match launched {
+    let spawned = match launch(&shared, &proc, &prepared).await {
         Launch::NoWorkingDirectory => {
-            let _ = actor.send(ProcEvent::Abandoned { handle }).await;
-            let path = spec.cwd.clone();
-            let _ = reply.send(Err(StartError::WorkingDirectory {
-                prepared: PreparedProcess {
-                    spec,
-                    env,
-                    lease,
-                    tap,
-                    capacity_wait,
-                    pty,
-                    restart_of,
-                },
-                path,
-            }));
-            return;
+            let path = prepared.spec.cwd.clone();
+            let error = StartError::WorkingDirectory { prepared, path };
+            return abandon(&actor, handle, reply, error).await;
         }
         Launch::NotRegistered(error) => {
-            let _ = actor.send(ProcEvent::Abandoned { handle }).await;
-            let _ = reply.send(Err(StartError::Journal {
-                prepared: PreparedProcess {
-                    spec,
-                    env,
-                    lease,
-                    tap,
-                    capacity_wait,
-                    pty,
-                    restart_of,
-                },
-                error,
-            }));
-            return;
+            let error = StartError::Journal { prepared, error };
+            return abandon(&actor, handle, reply, error).await;
         }
         Launch::Failed(message, failure, scoped) => {
             let failed = Failed {
@@ -268,33 +257,85 @@ pub(crate) async fn start(
                 failure,
                 scoped,
             };
-            return fail(&shared, &actor, &proc, lease, failed, reply).await;
+            return fail(&shared, &actor, &proc, prepared.lease, failed, reply).await;
         }
         Launch::RunningNotRecorded(spawned, e) => {
-            // The journal failed: the process must not run unrecorded.
-            warn!(error = %e, "running not recorded; killing the process");
-            let _ = spawned.tree.signal(TreeSignal::Kill);
-            let _ = spawned.tree.wait_leader().await;
-            let reason = format!("running not recorded: {e}");
-            let outcome = Outcome {
-                state: State::Failed,
-                exit: ExitStatus::Unknown,
-                capture: CaptureStatus::Failed(reason.clone()),
-                reason,
-                lingering: false,
-                released: None,
-                unverified: false,
-                drained: None,
-            };
-            process::terminalize(&shared, &actor, &proc, lease, outcome).await;
+            kill_unrecorded(&shared, &actor, &proc, prepared.lease, spawned, &e).await;
             let _ = reply.send(Ok(handle));
             return;
         }
         Launch::Running(spawned) => spawned,
     };
-    let (tree, stdin, stdout, stderr) = match spawned.streams {
+    let (stdin, stdout, stderr) = ends(&proc, spawned.streams);
+    let _ = actor.send(ProcEvent::Spawned { handle, stdin }).await;
+    let _ = reply.send(Ok(handle));
+    let publication = publish_running_soon(Arc::clone(&shared), Arc::clone(&proc));
+    let launched = Launched {
+        proc,
+        tree: spawned.tree,
+        stdout,
+        stderr,
+        lease: prepared.lease,
+        tap: prepared.tap,
+    };
+    tokio::join!(publication, process::drain(shared, actor, launched));
+}
+
+/// [`launch_blocking`] on the blocking pool; a start task that failed recorded nothing.
+async fn launch(shared: &Arc<Shared>, proc: &Arc<Proc>, prepared: &PreparedProcess) -> Launch {
+    let (shared, proc) = (Arc::clone(shared), Arc::clone(proc));
+    let (spec, env) = (prepared.spec.clone(), prepared.env.clone());
+    let (pty, restart_of) = (prepared.pty, prepared.restart_of);
+    tokio::task::spawn_blocking(move || {
+        launch_blocking(&shared, &proc, &spec, &env, pty, restart_of)
+    })
+    .await
+    .unwrap_or_else(|e| Launch::NotRegistered(format!("start task: {e}")))
+}
+
+/// Ends a start that recorded nothing: its admission is given back (through the actor) before
+/// the caller hears of it.
+async fn abandon(
+    actor: &mpsc::Sender<ProcEvent>,
+    handle: Handle,
+    reply: oneshot::Sender<Result<Handle, StartError>>,
+    error: StartError,
+) {
+    let _ = actor.send(ProcEvent::Abandoned { handle }).await;
+    let _ = reply.send(Err(error));
+}
+
+/// The journal failed after the spawn: the process must not run unrecorded, so it is killed,
+/// reaped and recorded `failed`.
+async fn kill_unrecorded(
+    shared: &Arc<Shared>,
+    actor: &mpsc::Sender<ProcEvent>,
+    proc: &Arc<Proc>,
+    lease: Option<Box<dyn Lease>>,
+    spawned: Spawned,
+    error: &str,
+) {
+    warn!(error = %error, "running not recorded; killing the process");
+    let _ = spawned.tree.signal(TreeSignal::Kill);
+    let _ = spawned.tree.wait_leader().await;
+    let reason = format!("running not recorded: {error}");
+    let outcome = Outcome {
+        state: State::Failed,
+        exit: ExitStatus::Unknown,
+        capture: CaptureStatus::Failed(reason.clone()),
+        reason,
+        lingering: false,
+        released: None,
+        unverified: false,
+        drained: None,
+    };
+    process::terminalize(shared, actor, proc, lease, outcome).await;
+}
+
+/// The process's input and output ends; a terminal's master is shared with `proc`, for resizes.
+fn ends(proc: &Proc, streams: Streams) -> (InputEnd, OutputEnd, Option<OutputEnd>) {
+    match streams {
         Streams::Pipes((stdin, stdout, stderr)) => (
-            spawned.tree,
             InputEnd::Pipe(stdin),
             OutputEnd::Pipe(stdout),
             Some(OutputEnd::Pipe(stderr)),
@@ -303,46 +344,31 @@ pub(crate) async fn start(
             let master = Arc::new(master);
             let _ = proc.terminal.set(Arc::clone(&master));
             (
-                spawned.tree,
                 InputEnd::Terminal(Arc::clone(&master)),
                 OutputEnd::Terminal(master),
                 None,
             )
         }
-    };
-    let _ = actor.send(ProcEvent::Spawned { handle, stdin }).await;
-    let _ = reply.send(Ok(handle));
-    // `running` is published a moment after the spawn, beside the drain: a command that ends
-    // sooner has it published by its terminal publication instead (first, then the terminal
-    // notice), by then durable with the terminal event's commit, which spares a short command
-    // the `fdatasync` this publication would force. Either way exactly once, and before the
-    // terminal notice.
-    let publication = {
-        let (shared, proc) = (Arc::clone(&shared), Arc::clone(&proc));
-        async move {
-            let mut exited = proc.exited.subscribe();
-            tokio::select! {
-                () = tokio::time::sleep(Duration::from_millis(limits::RUNNING_PUBLICATION_DELAY_MS)) => {}
-                // Ended sooner (`exited` is sent once the terminal event is durable, and with it
-                // the `running` record before it): nothing is gained by waiting the delay out,
-                // which a `run` or a shutdown would otherwise spend idle joining this task.
-                _ = exited.wait_for(Option::is_some) => {}
-            }
-            if proc.claim_running_publication(RunningPublisher::Start) {
-                super::publish::publish_running(&shared, handle, proc.ids).await;
-                proc.running_publication_done();
-            }
-        }
-    };
-    let launched = Launched {
-        proc,
-        tree,
-        stdout,
-        stderr,
-        lease,
-        tap,
-    };
-    tokio::join!(publication, process::drain(shared, actor, launched));
+    }
+}
+
+/// Publishes `running` a moment after the spawn, beside the drain: a command that ends sooner
+/// has it published by its terminal publication instead (first, then the terminal notice), by
+/// then durable with the terminal event's commit, which spares a short command the `fdatasync`
+/// this publication would force. Either way exactly once, and before the terminal notice.
+async fn publish_running_soon(shared: Arc<Shared>, proc: Arc<Proc>) {
+    let mut exited = proc.exited.subscribe();
+    tokio::select! {
+        () = tokio::time::sleep(Duration::from_millis(limits::RUNNING_PUBLICATION_DELAY_MS)) => {}
+        // Ended sooner (`exited` is sent once the terminal event is durable, and with it
+        // the `running` record before it): nothing is gained by waiting the delay out,
+        // which a `run` or a shutdown would otherwise spend idle joining this task.
+        _ = exited.wait_for(Option::is_some) => {}
+    }
+    if proc.claim_running_publication(RunningPublisher::Start) {
+        super::publish::publish_running(&shared, proc.handle, proc.ids).await;
+        proc.running_publication_done();
+    }
 }
 
 /// A start that failed before the workload ran.

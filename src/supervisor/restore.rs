@@ -31,7 +31,7 @@ use crate::journal::RecoveryReport;
 use crate::lifecycle::event::{
     CursorBounds, ExitProof, ExitStatus, LifecycleIds, LostOnRestore, Scoped,
 };
-use crate::lifecycle::{Handle, LifecycleEvent, ReplayReport, State};
+use crate::lifecycle::{Handle, LifecycleEvent, Manifest, ReplayReport, State};
 use crate::limits;
 use crate::spool::Spool;
 use crate::tree::assess::{Assessment, assess, assess_unscoped, read_boot_id, receipt_pending};
@@ -205,30 +205,9 @@ pub(crate) async fn restore(
     journal: RecoveryReport,
     replay: ReplayReport,
 ) -> (RestoreReport, Vec<(Handle, Scoped, LifecycleIds)>) {
-    let mut report = RestoreReport {
-        errors: replay
-            .rejected
-            .iter()
-            .chain(&replay.undecodable)
-            .map(|i| format!("journal seq {}: {}", i.seq, i.error))
-            .collect(),
-        journal,
-        replay,
-        ..RestoreReport::default()
-    };
-    for error in &report.errors {
-        tracing::warn!(%error, "restore: a journal record was not applied");
-    }
+    let mut report = RestoreReport::of_replay(journal, replay);
     let manifests: Vec<_> = shared.lifecycle.lock().store().iter().cloned().collect();
-    let mut held = Vec::new();
-    for m in &manifests {
-        // Only a guardian's tree can be proven gone; a group's is never held.
-        if let Some(scope) = m.scope.clone().filter(|s| s.guardian.is_some())
-            && m.released.is_none()
-        {
-            held.push((m.handle, scope, m.ids));
-        }
-    }
+    let held = held_trees(&manifests);
     // Before the lifecycle records: a tree's assessment does not depend on them, and a
     // guardian of the crashed supervisor is given its moment to finish while spools recover.
     let assessed = {
@@ -248,84 +227,143 @@ pub(crate) async fn restore(
         .await
         .unwrap_or_default();
     report.released.extend(aborted);
-    let mut still_held = Vec::new();
-    for ((handle, outcome), entry) in assessed.into_iter().zip(held) {
-        match outcome {
-            Ok(proof) => {
-                tracing::info!(%handle, proof = ?proof, "restore: the tree of an earlier lifetime is proven gone");
-                report.released.push((handle, proof));
-            }
-            Err(why) => {
-                tracing::warn!(%handle, reason = %why, "restore: the tree stays unverified and holds capacity");
-                report.unverified.push((handle, why));
-                still_held.push(entry);
-            }
-        }
-    }
+    let still_held = report.take_assessments(assessed, held);
     for m in manifests {
-        let handle = m.handle;
         if !m.state.is_terminal() {
-            // Recover the spool (cut a torn tail, sync) so the Lost event names durable bounds.
-            let dir = shared.spool_dir(&handle);
-            let mut bounds = m.bounds;
-            let options = shared
-                .config
-                .spool_for(m.command.limits().output_retention_bytes);
-            let recovered = tokio::task::spawn_blocking(move || {
-                // A process that never wrote has no spool (it is created at the first byte).
-                if !dir.is_dir() {
-                    return Ok((0, 0));
-                }
-                Spool::open_writer(&dir, handle.0.as_bytes(), options)
-                    .and_then(|(mut spool, _)| spool.checkpoint())
-                    .map_err(|e| e.to_string())
-            })
-            .await
-            .unwrap_or_else(|e| Err(format!("spool recovery task: {e}")));
-            match recovered {
-                Ok((retained_from, total_bytes)) => {
-                    bounds = CursorBounds {
-                        retained_from: retained_from.max(bounds.retained_from),
-                        total_bytes: total_bytes.max(bounds.total_bytes),
-                    };
-                }
-                Err(e) => report.errors.push(format!("{handle}: spool: {e}")),
-            }
-            let event = LifecycleEvent::LostOnRestore(LostOnRestore {
-                handle,
-                bounds,
-                at_unix_ms: super::now_unix_ms(),
-            });
-            if let Err(e) = shared.append(m.ids.lost, event).await {
-                tracing::warn!(%handle, error = %e, "restore: lost_on_restore not recorded");
-                report
-                    .errors
-                    .push(format!("{handle}: recording lost_on_restore: {e}"));
-                continue;
-            }
-            tracing::info!(%handle, was = m.state.name(), "restore: live under an earlier supervisor; now lost_on_restore (not reattached)");
-            report.reconciled.push(handle);
-            let errors = publish_and_notify(
-                shared,
-                handle,
-                m.ids,
-                m.ids.lost,
-                State::LostOnRestore,
-                ExitStatus::Unknown,
-            )
-            .await;
-            report.errors.extend(errors);
+            report.reconcile_lost(shared, m).await;
         } else {
-            report.reopened.push(handle);
-            // A crash between the terminal event and its publication leaves work to finish.
-            if let Some(t) = &m.terminal
-                && (!m.published.contains(&t.event_id) || !m.completion_notified)
-            {
-                let errors =
-                    publish_and_notify(shared, handle, m.ids, t.event_id, t.state, t.exit).await;
-                report.errors.extend(errors);
-            }
+            report.reopened.push(m.handle);
+            report.finish_publication(shared, &m).await;
         }
     }
     (report, still_held)
+}
+
+/// The trees restore must prove gone before they stop holding capacity.
+fn held_trees(manifests: &[Manifest]) -> Vec<(Handle, Scoped, LifecycleIds)> {
+    let mut held = Vec::new();
+    for m in manifests {
+        // Only a guardian's tree can be proven gone; a group's is never held.
+        if let Some(scope) = m.scope.clone().filter(|s| s.guardian.is_some())
+            && m.released.is_none()
+        {
+            held.push((m.handle, scope, m.ids));
+        }
+    }
+    held
+}
+
+/// Recovers a live process's spool (cuts a torn tail, syncs) on a blocking thread: its
+/// `(retained_from, total_bytes)`.
+async fn recover_spool(shared: &Shared, m: &Manifest) -> Result<(u64, u64), String> {
+    let handle = m.handle;
+    let dir = shared.spool_dir(&handle);
+    let options = shared
+        .config
+        .spool_for(m.command.limits().output_retention_bytes);
+    tokio::task::spawn_blocking(move || {
+        // A process that never wrote has no spool (it is created at the first byte).
+        if !dir.is_dir() {
+            return Ok((0, 0));
+        }
+        Spool::open_writer(&dir, handle.0.as_bytes(), options)
+            .and_then(|(mut spool, _)| spool.checkpoint())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap_or_else(|e| Err(format!("spool recovery task: {e}")))
+}
+
+impl RestoreReport {
+    /// A report that starts with the records replay could not apply, each said once in the log.
+    fn of_replay(journal: RecoveryReport, replay: ReplayReport) -> Self {
+        let report = RestoreReport {
+            errors: replay
+                .rejected
+                .iter()
+                .chain(&replay.undecodable)
+                .map(|i| format!("journal seq {}: {}", i.seq, i.error))
+                .collect(),
+            journal,
+            replay,
+            ..RestoreReport::default()
+        };
+        for error in &report.errors {
+            tracing::warn!(%error, "restore: a journal record was not applied");
+        }
+        report
+    }
+
+    /// Takes in each held tree's assessment, in `held`'s order; returns the trees still held.
+    fn take_assessments(
+        &mut self,
+        assessed: Vec<(Handle, Result<ExitProof, String>)>,
+        held: Vec<(Handle, Scoped, LifecycleIds)>,
+    ) -> Vec<(Handle, Scoped, LifecycleIds)> {
+        let mut still_held = Vec::new();
+        for ((handle, outcome), entry) in assessed.into_iter().zip(held) {
+            match outcome {
+                Ok(proof) => {
+                    tracing::info!(%handle, proof = ?proof, "restore: the tree of an earlier lifetime is proven gone");
+                    self.released.push((handle, proof));
+                }
+                Err(why) => {
+                    tracing::warn!(%handle, reason = %why, "restore: the tree stays unverified and holds capacity");
+                    self.unverified.push((handle, why));
+                    still_held.push(entry);
+                }
+            }
+        }
+        still_held
+    }
+
+    /// Records a process live under an earlier supervisor as `lost_on_restore`, its spool
+    /// recovered first so that the record names durable bounds, then publishes it.
+    async fn reconcile_lost(&mut self, shared: &Arc<Shared>, m: Manifest) {
+        let handle = m.handle;
+        let mut bounds = m.bounds;
+        match recover_spool(shared, &m).await {
+            Ok((retained_from, total_bytes)) => {
+                bounds = CursorBounds {
+                    retained_from: retained_from.max(bounds.retained_from),
+                    total_bytes: total_bytes.max(bounds.total_bytes),
+                };
+            }
+            Err(e) => self.errors.push(format!("{handle}: spool: {e}")),
+        }
+        let event = LifecycleEvent::LostOnRestore(LostOnRestore {
+            handle,
+            bounds,
+            at_unix_ms: super::now_unix_ms(),
+        });
+        if let Err(e) = shared.append(m.ids.lost, event).await {
+            tracing::warn!(%handle, error = %e, "restore: lost_on_restore not recorded");
+            self.errors
+                .push(format!("{handle}: recording lost_on_restore: {e}"));
+            return;
+        }
+        tracing::info!(%handle, was = m.state.name(), "restore: live under an earlier supervisor; now lost_on_restore (not reattached)");
+        self.reconciled.push(handle);
+        let errors = publish_and_notify(
+            shared,
+            handle,
+            m.ids,
+            m.ids.lost,
+            State::LostOnRestore,
+            ExitStatus::Unknown,
+        )
+        .await;
+        self.errors.extend(errors);
+    }
+
+    /// A crash between a terminal event and its publication leaves work to finish.
+    async fn finish_publication(&mut self, shared: &Arc<Shared>, m: &Manifest) {
+        if let Some(t) = &m.terminal
+            && (!m.published.contains(&t.event_id) || !m.completion_notified)
+        {
+            let errors =
+                publish_and_notify(shared, m.handle, m.ids, t.event_id, t.state, t.exit).await;
+            self.errors.extend(errors);
+        }
+    }
 }
