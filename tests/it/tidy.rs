@@ -996,7 +996,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/supervisor/restore.rs", "restore", 129),
     ("src/tree/guardian/mod.rs", "launch", 162),
     ("src/tree/guardian/run.rs", "finish", 85),
-    ("src/tree/spawn.rs", "spawn_with", 78),
 ];
 
 const FUNCTION_LINES_MAX: usize = 70;
