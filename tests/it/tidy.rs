@@ -974,7 +974,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/journal/fuzz.rs", "commit_area", 90),
     ("src/journal/fuzz.rs", "journal_plan", 135),
     ("src/journal/powerloss.rs", "state_at", 102),
-    ("src/journal/recovery.rs", "scan_segment", 75),
     ("src/lifecycle/fuzz.rs", "check_manifests", 268),
     ("src/lifecycle/fuzz.rs", "check_replay", 92),
     ("src/lifecycle/fuzz.rs", "event", 280),
