@@ -981,7 +981,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/lifecycle/workload.rs", "event", 158),
     ("src/mcp/fuzz.rs", "check_tool_call", 81),
     ("src/mcp/fuzz.rs", "mcp_line", 75),
-    ("src/spool/render/mod.rs", "safe_text_page", 101),
     ("src/supervisor/actor.rs", "process_event", 107),
     ("src/supervisor/capture.rs", "follow", 102),
     ("src/supervisor/capture.rs", "settle", 88),
