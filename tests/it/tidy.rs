@@ -990,7 +990,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/supervisor/process.rs", "teardown", 74),
     ("src/supervisor/process.rs", "terminalize", 136),
     ("src/supervisor/restore.rs", "restore", 129),
-    ("src/tree/guardian/run.rs", "finish", 85),
 ];
 
 const FUNCTION_LINES_MAX: usize = 70;
