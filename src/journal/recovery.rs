@@ -38,7 +38,10 @@ use serde::Serialize;
 
 use super::floor::Floor;
 use super::format::{self, CommitSlot, FrameError, RecordHeader, SegmentHeader};
-use crate::limits::{RECORD_ALIGN_BYTES, SEGMENT_COUNT_MAX};
+use crate::limits::SEGMENT_COUNT_MAX;
+
+mod records;
+pub(crate) use records::{SegmentOutcome, scan_segment};
 
 /// The rows C-G of the decision table: why a byte range is not a valid continuation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -324,33 +327,12 @@ pub(crate) fn list_segments(dir: &Dir) -> std::io::Result<Listing> {
 
 pub(crate) use crate::root::dir::file_name as name_of;
 
-/// Finds the next offset after `from` holding a checksum-valid record with a seq above `above`.
-fn resync(bytes: &[u8], from: usize, above: u64) -> Option<(usize, RecordHeader)> {
-    let mut at = from.next_multiple_of(RECORD_ALIGN_BYTES);
-    while at < bytes.len() {
-        if let Ok((header, _)) = format::decode_record(&bytes[at..])
-            && header.seq > above
-        {
-            return Some((at, header));
-        }
-        at += RECORD_ALIGN_BYTES;
-    }
-    None
-}
-
 /// Whether every byte is zero. An OR over each page, which the compiler vectorises, rather than a
 /// byte-by-byte search: the preallocated tail of a segment is most of its bytes, all zero.
 pub(crate) fn all_zero(bytes: &[u8]) -> bool {
     bytes
         .chunks(crate::limits::PAGE_BYTES)
         .all(|page| page.iter().fold(0u8, |acc, &b| acc | b) == 0)
-}
-
-fn last_nonzero_end(bytes: &[u8], from: usize) -> usize {
-    bytes[from..]
-        .iter()
-        .rposition(|&b| b != 0)
-        .map_or(from, |p| from + p + 1)
 }
 
 /// What the commit area of a version 2 segment says (see journal-format.md, "Commit point").
@@ -425,100 +407,6 @@ impl CommitPoint {
     /// A slot that a clean close wrote after its last flush.
     pub(crate) fn closed(&self) -> Option<CommitSlot> {
         self.newest.map(|(_, s)| s).filter(CommitSlot::closed)
-    }
-}
-
-pub(crate) struct SegmentOutcome {
-    pub end_offset: usize,
-    pub chain_crc: u32,
-    pub last_seq: Option<u64>,
-    pub records: u64,
-    pub damaged: Vec<DamagedRange>,
-    pub trailing: Option<(usize, usize, Row)>,
-}
-
-/// Scans the records of one segment whose header has been checked. `bytes` is the whole file
-/// (possibly shorter than the header's size after outside damage) or, on the fast path of a
-/// sealed or closed segment, its bytes up to the commit point's end offset. `commit` is the
-/// segment's commit point (`None` for version 1). Pure.
-///
-/// Past the confirmed commit point, the first bytes that are not a valid continuation end the
-/// segment's records: what follows was never acknowledged, so no resync looks past it (an
-/// unacknowledged record that reached the disk before an earlier one is dropped with the tail,
-/// not reported as damage). At or before it, damage is resynced over and reported (row H).
-pub(crate) fn scan_segment(
-    bytes: &[u8],
-    header: &SegmentHeader,
-    commit: Option<&CommitPoint>,
-    prior_seq: u64,
-    mut visit: impl FnMut(RecordRef<'_>),
-) -> SegmentOutcome {
-    let bytes = &bytes[..bytes.len().min(header.segment_bytes as usize)];
-    let mut at = header.records_offset();
-    let mut chain_crc = header.crc();
-    let mut expected_seq = header.base_seq;
-    let mut last_seq: Option<u64> = None;
-    let mut records = 0u64;
-    let mut damaged = Vec::new();
-    let mut trailing = None;
-    let mut resynced = false;
-    while at < bytes.len() {
-        let verdict = match format::decode_record(&bytes[at..]) {
-            Ok((h, payload)) if resynced || (h.seq == expected_seq && h.prev_crc == chain_crc) => {
-                Ok((h, payload))
-            }
-            Ok(_) => Err(Row::Stale),
-            Err(e) => Err(Row::from_frame(e)),
-        };
-        match verdict {
-            Ok((h, payload)) => {
-                resynced = false;
-                visit(RecordRef {
-                    header: &h,
-                    payload,
-                    segment_index: header.segment_index,
-                    offset: at as u64,
-                });
-                records += 1;
-                last_seq = Some(h.seq);
-                expected_seq = h.seq.wrapping_add(1);
-                chain_crc = h.header_crc;
-                at += format::record_bytes(h.payload_bytes as usize);
-            }
-            Err(row) => {
-                if all_zero(&bytes[at..]) {
-                    break; // row B
-                }
-                let unacknowledged = commit.is_some_and(|c| expected_seq > c.confirmed);
-                let above = last_seq.unwrap_or(header.base_seq.saturating_sub(1));
-                match resync(bytes, at + RECORD_ALIGN_BYTES, above).filter(|_| !unacknowledged) {
-                    Some((next, next_header)) => {
-                        damaged.push(DamagedRange {
-                            segment_index: header.segment_index,
-                            start_offset: at as u64,
-                            end_offset: next as u64,
-                            row,
-                            last_good_seq: last_seq.unwrap_or(prior_seq),
-                            next_good_seq: Some(next_header.seq),
-                        });
-                        at = next;
-                        resynced = true; // row H: accept the next valid record whatever its chain
-                    }
-                    None => {
-                        trailing = Some((at, last_nonzero_end(bytes, at), row));
-                        break;
-                    }
-                }
-            }
-        }
-    }
-    SegmentOutcome {
-        end_offset: at.min(bytes.len()),
-        chain_crc,
-        last_seq,
-        records,
-        damaged,
-        trailing,
     }
 }
 

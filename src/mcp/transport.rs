@@ -112,13 +112,6 @@ pub fn classify(line: &[u8]) -> Verdict {
             ));
         }
     };
-    let invalid = |id: &Value, why: &str| {
-        Verdict::Answer(error_line(
-            id,
-            INVALID_REQUEST,
-            &format!("Invalid Request: {why}"),
-        ))
-    };
     let object = match &value {
         Value::Object(object) => object,
         Value::Array(_) => {
@@ -129,85 +122,103 @@ pub fn classify(line: &[u8]) -> Verdict {
         }
         _ => return invalid(&Value::Null, "a message is a JSON object"),
     };
-    // The id to answer with: a string or an integer, echoed as it is. A fractional number is
-    // not echoed (null): it would not come back bit-exact through a float, and JSON-RPC says an
-    // id should not have one.
-    let id = match object.get("id") {
+    let id = answer_id(object);
+    match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
+        Ok(JsonRpcMessage::Request(request)) if matches!(&request.request, ClientRequest::CustomRequest(custom) if typed_method(&custom.method)) => {
+            misfit_params(&request.request, &id)
+        }
+        Ok(message) => Verdict::Pass(Box::new(message)),
+        Err(e) => unreadable(object, &id, &e),
+    }
+}
+
+fn invalid(id: &Value, why: &str) -> Verdict {
+    Verdict::Answer(error_line(
+        id,
+        INVALID_REQUEST,
+        &format!("Invalid Request: {why}"),
+    ))
+}
+
+/// The id to answer with: a string or an integer, echoed as it is. A fractional number is not
+/// echoed (null): it would not come back bit-exact through a float, and JSON-RPC says an id
+/// should not have one.
+fn answer_id(object: &Map<String, Value>) -> Value {
+    match object.get("id") {
         Some(id @ Value::String(_)) => id.clone(),
         Some(Value::Number(n)) if n.is_i64() || n.is_u64() => Value::Number(n.clone()),
         _ => Value::Null,
-    };
-    match serde_json::from_value::<ClientJsonRpcMessage>(value.clone()) {
-        Ok(JsonRpcMessage::Request(request)) if matches!(&request.request, ClientRequest::CustomRequest(custom) if typed_method(&custom.method)) =>
-        {
-            // The SDK takes a request for a method it knows whose params do not fit that
-            // method as a custom request, which the server would answer "method not found".
-            let ClientRequest::CustomRequest(custom) = &request.request else {
-                return Verdict::Ignore("not a custom request");
-            };
-            let detail = if custom.method == CallToolRequestMethod::VALUE {
-                serde_json::from_value::<CallToolRequestParams>(
-                    custom.params.clone().unwrap_or(Value::Null),
-                )
-                .err()
-                .map(|e| format!(": {e}"))
-            } else {
-                None
-            };
-            Verdict::Answer(error_line(
-                &id,
-                INVALID_PARAMS,
-                &format!(
-                    "Invalid params for {}{}",
-                    custom.method,
-                    detail.unwrap_or_default()
-                ),
-            ))
-        }
-        Ok(message) => Verdict::Pass(Box::new(message)),
-        Err(e) => {
-            let has_id = object.contains_key("id");
-            let method = object.get("method");
-            if method.is_none()
-                && has_id
-                && (object.contains_key("result") || object.contains_key("error"))
-            {
-                return Verdict::Ignore("a malformed response");
-            }
-            if object.get("jsonrpc") != Some(&Value::from("2.0")) {
-                return invalid(&id, "\"jsonrpc\" must be \"2.0\"");
-            }
-            if !matches!(method, Some(Value::String(_))) {
-                return invalid(&id, "\"method\" must be a string");
-            }
-            if !matches!(
-                object.get("params"),
-                None | Some(Value::Object(_) | Value::Array(_))
-            ) {
-                return invalid(&id, "\"params\" must be an object");
-            }
-            if !has_id {
-                // A notification: never answered, even when it does not parse.
-                return Verdict::Ignore("a notification with params that do not parse");
-            }
-            let integer_or_string = match &id {
-                Value::Number(n) => n.is_i64(),
-                Value::String(_) => true,
-                _ => false,
-            };
-            if !integer_or_string {
-                return invalid(
-                    &id,
-                    "\"id\" must be a string or an integer from -2^63 to 2^63-1",
-                );
-            }
-            Verdict::Answer(error_line(
-                &id,
-                INVALID_PARAMS,
-                &format!("Invalid params: {e}"),
-            ))
-        }
     }
+}
+
+/// The SDK takes a request for a method it knows whose params do not fit that method as a
+/// custom request, which the server would answer "method not found": this answers it
+/// -32602 instead.
+fn misfit_params(request: &ClientRequest, id: &Value) -> Verdict {
+    let ClientRequest::CustomRequest(custom) = request else {
+        return Verdict::Ignore("not a custom request");
+    };
+    let detail = if custom.method == CallToolRequestMethod::VALUE {
+        serde_json::from_value::<CallToolRequestParams>(
+            custom.params.clone().unwrap_or(Value::Null),
+        )
+        .err()
+        .map(|e| format!(": {e}"))
+    } else {
+        None
+    };
+    Verdict::Answer(error_line(
+        id,
+        INVALID_PARAMS,
+        &format!(
+            "Invalid params for {}{}",
+            custom.method,
+            detail.unwrap_or_default()
+        ),
+    ))
+}
+
+/// What a JSON object the SDK could not read as a message gets: the first rule of JSON-RPC it
+/// breaks, in the order of the module's invariants.
+fn unreadable(object: &Map<String, Value>, id: &Value, e: &serde_json::Error) -> Verdict {
+    let has_id = object.contains_key("id");
+    let method = object.get("method");
+    if method.is_none() && has_id && (object.contains_key("result") || object.contains_key("error"))
+    {
+        return Verdict::Ignore("a malformed response");
+    }
+    if object.get("jsonrpc") != Some(&Value::from("2.0")) {
+        return invalid(id, "\"jsonrpc\" must be \"2.0\"");
+    }
+    if !matches!(method, Some(Value::String(_))) {
+        return invalid(id, "\"method\" must be a string");
+    }
+    if !matches!(
+        object.get("params"),
+        None | Some(Value::Object(_) | Value::Array(_))
+    ) {
+        return invalid(id, "\"params\" must be an object");
+    }
+    if !has_id {
+        // A notification: never answered, even when it does not parse.
+        return Verdict::Ignore("a notification with params that do not parse");
+    }
+    let integer_or_string = match id {
+        Value::Number(n) => n.is_i64(),
+        Value::String(_) => true,
+        _ => false,
+    };
+    if !integer_or_string {
+        return invalid(
+            id,
+            "\"id\" must be a string or an integer from -2^63 to 2^63-1",
+        );
+    }
+    Verdict::Answer(error_line(
+        id,
+        INVALID_PARAMS,
+        &format!("Invalid params: {e}"),
+    ))
 }
 
 /// The request methods the SDK reads into typed requests. A request for one of them that the SDK

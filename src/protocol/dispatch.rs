@@ -22,6 +22,7 @@ use super::{ApiError, ErrorCode, Request, RestartArgs, StartArgs};
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitProof, ExitStatus, TreeMechanism};
 use crate::lifecycle::{Handle, Manifest, ProcessRef, ReferenceError, State};
 
+mod direct;
 mod wait;
 
 use crate::supervisor::{
@@ -335,37 +336,12 @@ impl Dispatcher {
     pub async fn dispatch(&self, request: Request) -> Result<Value, ApiError> {
         let sup = &self.supervisor;
         match request {
-            Request::Hello => json(&HelloResult {
-                protocol: super::PROTOCOL_VERSION,
-                version: env!("CARGO_PKG_VERSION"),
-                pid: std::process::id(),
-                live: sup.live_count(),
-                paused: sup.gate().paused,
-                damage: sup.damage().map(str::to_owned),
-            }),
+            Request::Hello => json(&self.hello()),
             Request::Start(args) => json(&self.start_yielding(args).await?),
             Request::Restart(args) => json(&self.restart(args).await?),
-            Request::Resolve(reference) => {
-                let m = sup
-                    .resolve(&reference)
-                    .map_err(|e| ApiError::new(ErrorCode::UnknownHandle, e.to_string()))?;
-                json(&ProcessInfo::from(&m))
-            }
-            Request::List { state, label } => {
-                let processes: Vec<ProcessInfo> = sup
-                    .list(&ListFilter { state, label })
-                    .iter()
-                    .map(ProcessInfo::from)
-                    .collect();
-                json(&ListResult { processes })
-            }
-            Request::Manifest(reference) => {
-                let handle = self.resolve(&reference)?;
-                match sup.manifest(&handle) {
-                    Some(m) => json(&m),
-                    None => Err(unknown(&handle)),
-                }
-            }
+            Request::Resolve(reference) => json(&self.process_info(&reference)?),
+            Request::List { state, label } => json(&self.list(&ListFilter { state, label })),
+            Request::Manifest(reference) => json(&self.manifest(&reference)?),
             Request::Output {
                 handle,
                 cursor,
@@ -379,46 +355,19 @@ impl Dispatcher {
                 let handle = self.resolve(&handle)?;
                 let max = usize::try_from(max_bytes).unwrap_or(usize::MAX);
                 let wait = OutputWait::for_output(wait_ms, min_bytes, settle_ms);
-                json(
-                    &self
-                        .output(handle, cursor, max, rendering, wait, tail_lines)
-                        .await?,
-                )
+                let page = self.output(handle, cursor, max, rendering, wait, tail_lines);
+                json(&page.await?)
             }
             Request::Input {
                 handle,
                 data,
                 close,
-            } => {
-                let handle = self.resolve(&handle)?;
-                if !data.is_empty() {
-                    sup.input(&handle, &data).await.map_err(api)?;
-                }
-                if close {
-                    sup.close_input(&handle).await.map_err(api)?;
-                }
-                json(&InputResult {
-                    handle,
-                    bytes_written: data.len() as u64,
-                    closed: close,
-                })
-            }
-            Request::Resize { handle, rows, cols } => {
-                let handle = self.resolve(&handle)?;
-                sup.resize(&handle, rows, cols).await.map_err(api)?;
-                json(&ResizeResult { handle, rows, cols })
-            }
+            } => json(&self.input(&handle, &data, close).await?),
+            Request::Resize { handle, rows, cols } => json(&self.resize(&handle, rows, cols).await?),
             Request::Stop { handle, grace_ms } => {
                 json(&self.stop(self.resolve(&handle)?, grace_ms).await?)
             }
-            Request::Interrupt(handle) => {
-                let handle = self.resolve(&handle)?;
-                self.interrupt(handle).await?;
-                json(&InterruptResult {
-                    handle,
-                    signalled: "SIGINT".to_owned(),
-                })
-            }
+            Request::Interrupt(handle) => json(&self.signal_interrupt(&handle).await?),
             Request::Wait { handle, timeout_ms } => {
                 json(&self.wait(self.resolve(&handle)?, timeout_ms).await?)
             }
@@ -428,11 +377,7 @@ impl Dispatcher {
             Request::Clean {
                 older_than_ms,
                 dry_run,
-            } => {
-                let older_than =
-                    older_than_ms.map_or_else(|| sup.retention_age(), Duration::from_millis);
-                json(&sup.clean(older_than, dry_run).await.map_err(api)?)
-            }
+            } => json(&self.clean(older_than_ms, dry_run).await?),
             Request::Admission => json(&sup.admission().await.map_err(api)?),
             Request::AdmissionLimit { max_concurrent } => {
                 let n = max_concurrent.map(|n| usize::try_from(n).unwrap_or(usize::MAX));

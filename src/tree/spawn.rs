@@ -354,9 +354,32 @@ fn spawn_with(
         _ => None,
     };
     let control = moved.as_ref().map(AsFd::as_fd).or(control);
-
-    let mut actions = PosixSpawnFileActions::init().map_err(setup("spawn file actions"))?;
     let session = matches!(stdio, StdioActions::Session(_));
+    let actions = file_actions(stdio, control, cwd)?;
+    let attr = spawn_attributes(session)?;
+    let pid = posix_spawn(
+        image.path.as_c_str(),
+        &actions,
+        &attr,
+        &image.argv,
+        &image.envp,
+    )
+    .map_err(|e| spawn_failure(name, e))?;
+    drop(moved);
+    u32::try_from(pid.as_raw()).map_err(|_| SpawnError::Spawn {
+        program: name.to_owned(),
+        cause: std::io::Error::other("negative pid"),
+    })
+}
+
+/// The file actions that leave the child `stdio` as 0-2, `control` (above 3) as 3, nothing
+/// else open, in `cwd`.
+fn file_actions(
+    stdio: StdioActions<'_>,
+    control: Option<BorrowedFd<'_>>,
+    cwd: &Path,
+) -> Result<PosixSpawnFileActions, SpawnError> {
+    let mut actions = PosixSpawnFileActions::init().map_err(setup("spawn file actions"))?;
     match stdio {
         // dup2 clears close-on-exec on the target; the sources (all above 2) close at exec.
         StdioActions::Dup([i, o, e]) => actions
@@ -377,7 +400,10 @@ fn spawn_with(
     }
     add_close_from(&mut actions, if control.is_some() { 4 } else { 3 })?;
     add_chdir(&mut actions, cwd)?;
+    Ok(actions)
+}
 
+fn spawn_attributes(session: bool) -> Result<PosixSpawnAttr, SpawnError> {
     let mut attr = PosixSpawnAttr::init().map_err(setup("spawn attributes"))?;
     // A session leader leads its own process group too (group id = pid), so the group
     // mechanism signals it the same way; setpgid after setsid would fail, hence one or the
@@ -394,15 +420,11 @@ fn spawn_with(
     .and_then(|()| attr.set_sigdefault(&SigSet::all()))
     .and_then(|()| attr.set_sigmask(&SigSet::empty()))
     .map_err(setup("spawn attributes"))?;
+    Ok(attr)
+}
 
-    let pid = posix_spawn(
-        image.path.as_c_str(),
-        &actions,
-        &attr,
-        &image.argv,
-        &image.envp,
-    )
-    .map_err(|e| match e {
+fn spawn_failure(name: &str, e: nix::errno::Errno) -> SpawnError {
+    match e {
         nix::errno::Errno::ENOENT => SpawnError::NotFound(name.to_owned()),
         nix::errno::Errno::EACCES | nix::errno::Errno::ENOEXEC => {
             SpawnError::NotExecutable(name.to_owned())
@@ -411,12 +433,7 @@ fn spawn_with(
             program: name.to_owned(),
             cause: std::io::Error::from(other),
         },
-    })?;
-    drop(moved);
-    u32::try_from(pid.as_raw()).map_err(|_| SpawnError::Spawn {
-        program: name.to_owned(),
-        cause: std::io::Error::other("negative pid"),
-    })
+    }
 }
 
 #[cfg(test)]

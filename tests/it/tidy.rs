@@ -974,7 +974,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/journal/fuzz.rs", "commit_area", 90),
     ("src/journal/fuzz.rs", "journal_plan", 135),
     ("src/journal/powerloss.rs", "state_at", 102),
-    ("src/journal/recovery.rs", "scan_segment", 75),
     ("src/lifecycle/fuzz.rs", "check_manifests", 268),
     ("src/lifecycle/fuzz.rs", "check_replay", 92),
     ("src/lifecycle/fuzz.rs", "event", 280),
@@ -982,12 +981,6 @@ const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/lifecycle/workload.rs", "event", 158),
     ("src/mcp/fuzz.rs", "check_tool_call", 81),
     ("src/mcp/fuzz.rs", "mcp_line", 75),
-    ("src/mcp/transport.rs", "classify", 114),
-    ("src/protocol/dispatch.rs", "dispatch", 122),
-    ("src/spool/render/mod.rs", "safe_text_page", 101),
-    ("src/tree/guardian/mod.rs", "launch", 162),
-    ("src/tree/guardian/run.rs", "finish", 85),
-    ("src/tree/spawn.rs", "spawn_with", 78),
 ];
 
 const FUNCTION_LINES_MAX: usize = 70;

@@ -39,6 +39,8 @@
 //! contains a spool or journal path: the artifact descriptor names only the handle and the cursor
 //! range.
 
+use std::ops::ControlFlow;
+
 use serde::Serialize;
 
 /// The longest escape sequence removed whole (`limits::SAFE_TEXT_ESCAPE_BYTES_MAX`).
@@ -204,104 +206,156 @@ pub fn safe_text(bytes: &[u8], at_end: bool) -> SafeText {
 /// it ends beyond (see the module documentation); the bytes past `limit` serve only to tell
 /// where a unit ends. `consumed` is where the next page starts.
 pub fn safe_text_page(bytes: &[u8], limit: usize, at_end: bool) -> SafeText {
-    // Built as bytes, each piece valid UTF-8 by construction (plain ASCII, a whole character
-    // that decoded, or U+FFFD), and checked once at the end.
-    let mut out: Vec<u8> = Vec::with_capacity(bytes.len().min(limit));
-    let mut normalized = false;
-    let mut suspicious = 0usize;
-    let mut nul = false;
-    let mut i = 0;
-    let limit = limit.min(bytes.len());
-    // A unit that starts at `i` and is `len` bytes long fits the page unless another unit
-    // came first and it ends beyond the limit.
-    let fits = |i: usize, len: usize| i == 0 || i + len <= limit;
-    while i < limit {
-        let run = plain_run(&bytes[i..limit]);
-        out.extend_from_slice(&bytes[i..i + run]);
-        i += run;
-        if i >= limit {
+    let mut page = TextPage::new(bytes, limit, at_end);
+    while page.at < page.limit {
+        page.copy_plain_run();
+        if page.at >= page.limit || page.special_unit().is_break() {
             break;
         }
-        let b = bytes[i];
-        match b {
-            b'\n' | b'\t' => {
-                out.push(b);
-                i += 1;
-            }
-            b'\r' => {
-                let len = match bytes.get(i + 1) {
-                    Some(b'\n') => 2,
-                    None if !at_end => break,
-                    _ => 1,
-                };
-                if !fits(i, len) {
-                    break;
-                }
-                normalized = true;
-                out.push(b'\n');
-                i += len;
-            }
-            ESC => {
-                let len = match escape_unit_len(&bytes[i..]) {
-                    Some(len) => len,
-                    None if !at_end => break,
-                    None => bytes.len() - i,
-                };
-                if !fits(i, len) {
-                    break;
-                }
-                normalized = true;
-                i += len;
-            }
-            0x00..=0x1f | 0x7f => {
-                normalized = true;
-                nul |= b == 0;
-                suspicious += 1;
-                i += 1;
-            }
-            _ => {
-                let len = utf8_len(b);
-                if len > 0 && i + len > bytes.len() && !at_end {
-                    // Possibly a character split by the read: wait for it if its prefix is valid.
-                    let prefix_ok = bytes[i + 1..].iter().all(|&c| (0x80..=0xbf).contains(&c));
-                    if prefix_ok {
-                        break;
-                    }
-                }
-                match utf8_char(&bytes[i..]) {
-                    Some(len) if !fits(i, len) => break,
-                    // U+0080-U+009F, the C1 controls: C2 80 to C2 9F.
-                    Some(2) if b == 0xc2 && bytes[i + 1] < 0xa0 => {
-                        normalized = true;
-                        suspicious += 1;
-                        i += 2;
-                    }
-                    Some(len) => {
-                        out.extend_from_slice(&bytes[i..i + len]);
-                        i += len;
-                    }
-                    None => {
-                        normalized = true;
-                        suspicious += 1;
-                        out.extend_from_slice("\u{fffd}".as_bytes());
-                        i += 1;
-                    }
-                }
-            }
+    }
+    page.into_safe_text()
+}
+
+/// A page of safe text being rendered: the text so far, where the next unit starts, and what
+/// rendering changed. Each unit method renders one whole unit and moves past it, or breaks
+/// without a change when the page ends before it.
+struct TextPage<'a> {
+    bytes: &'a [u8],
+    limit: usize,
+    at_end: bool,
+    /// Built as bytes, each piece valid UTF-8 by construction (plain ASCII, a whole character
+    /// that decoded, or U+FFFD), and checked once at the end.
+    out: Vec<u8>,
+    at: usize,
+    normalized: bool,
+    suspicious: usize,
+    nul: bool,
+}
+
+impl<'a> TextPage<'a> {
+    fn new(bytes: &'a [u8], limit: usize, at_end: bool) -> Self {
+        TextPage {
+            bytes,
+            limit: limit.min(bytes.len()),
+            at_end,
+            out: Vec::with_capacity(bytes.len().min(limit)),
+            at: 0,
+            normalized: false,
+            suspicious: 0,
+            nul: false,
         }
     }
-    let consumed = i;
-    let binary = nul || (consumed > 0 && suspicious * 10 > consumed);
-    // Never fails (see above); were it to, the text would still be valid, and marked changed.
-    let text = String::from_utf8(out).unwrap_or_else(|e| {
-        normalized = true;
-        String::from_utf8_lossy(e.as_bytes()).into_owned()
-    });
-    SafeText {
-        text,
-        normalized,
-        binary,
-        consumed,
+
+    /// A unit that starts at `at` and is `len` bytes long fits the page unless another unit
+    /// came first and it ends beyond the limit.
+    fn fits(&self, len: usize) -> bool {
+        self.at == 0 || self.at + len <= self.limit
+    }
+
+    fn copy_plain_run(&mut self) {
+        let run = plain_run(&self.bytes[self.at..self.limit]);
+        self.out
+            .extend_from_slice(&self.bytes[self.at..self.at + run]);
+        self.at += run;
+    }
+
+    /// The unit at `at`, which starts with a byte that is not plain.
+    fn special_unit(&mut self) -> ControlFlow<()> {
+        let b = self.bytes[self.at];
+        match b {
+            b'\n' | b'\t' => {
+                self.out.push(b);
+                self.at += 1;
+            }
+            b'\r' => return self.carriage_return(),
+            ESC => return self.escape(),
+            0x00..=0x1f | 0x7f => {
+                self.normalized = true;
+                self.nul |= b == 0;
+                self.suspicious += 1;
+                self.at += 1;
+            }
+            _ => return self.non_ascii(b),
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn carriage_return(&mut self) -> ControlFlow<()> {
+        let len = match self.bytes.get(self.at + 1) {
+            Some(b'\n') => 2,
+            None if !self.at_end => return ControlFlow::Break(()),
+            _ => 1,
+        };
+        if !self.fits(len) {
+            return ControlFlow::Break(());
+        }
+        self.normalized = true;
+        self.out.push(b'\n');
+        self.at += len;
+        ControlFlow::Continue(())
+    }
+
+    fn escape(&mut self) -> ControlFlow<()> {
+        let len = match escape_unit_len(&self.bytes[self.at..]) {
+            Some(len) => len,
+            None if !self.at_end => return ControlFlow::Break(()),
+            None => self.bytes.len() - self.at,
+        };
+        if !self.fits(len) {
+            return ControlFlow::Break(());
+        }
+        self.normalized = true;
+        self.at += len;
+        ControlFlow::Continue(())
+    }
+
+    fn non_ascii(&mut self, b: u8) -> ControlFlow<()> {
+        let (bytes, i) = (self.bytes, self.at);
+        let len = utf8_len(b);
+        if len > 0 && i + len > bytes.len() && !self.at_end {
+            // Possibly a character split by the read: wait for it if its prefix is valid.
+            let prefix_ok = bytes[i + 1..].iter().all(|&c| (0x80..=0xbf).contains(&c));
+            if prefix_ok {
+                return ControlFlow::Break(());
+            }
+        }
+        match utf8_char(&bytes[i..]) {
+            Some(len) if !self.fits(len) => return ControlFlow::Break(()),
+            // U+0080-U+009F, the C1 controls: C2 80 to C2 9F.
+            Some(2) if b == 0xc2 && bytes[i + 1] < 0xa0 => {
+                self.normalized = true;
+                self.suspicious += 1;
+                self.at += 2;
+            }
+            Some(len) => {
+                self.out.extend_from_slice(&bytes[i..i + len]);
+                self.at += len;
+            }
+            None => {
+                self.normalized = true;
+                self.suspicious += 1;
+                self.out.extend_from_slice("\u{fffd}".as_bytes());
+                self.at += 1;
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn into_safe_text(self) -> SafeText {
+        let consumed = self.at;
+        let binary = self.nul || (consumed > 0 && self.suspicious * 10 > consumed);
+        let mut normalized = self.normalized;
+        // Never fails (see above); were it to, the text would still be valid, and marked changed.
+        let text = String::from_utf8(self.out).unwrap_or_else(|e| {
+            normalized = true;
+            String::from_utf8_lossy(e.as_bytes()).into_owned()
+        });
+        SafeText {
+            text,
+            normalized,
+            binary,
+            consumed,
+        }
     }
 }
 

@@ -42,20 +42,21 @@
 
 mod evidence;
 pub mod failpoint;
+mod launch;
 mod receipt;
 mod run;
 mod tree;
 pub(crate) mod wire;
 
 use std::ffi::CString;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rustix::process::{WaitId, WaitIdOptions};
 use tokio::io::AsyncReadExt;
@@ -74,14 +75,15 @@ pub use run::run_if_requested;
 
 use super::cgroup::{CgroupBase, Scope};
 use super::procfs::{self, Identity};
-use super::spawn::{self, Image};
+use super::spawn;
 use super::{
     ExitProof, Launcher, LeaderExit, Mechanism, Membership, ProcessTree, ProcessWitness,
-    ReceiptBinding, Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeScope, TreeSignal,
+    ReceiptBinding, Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeSignal,
 };
-use super::{open_pidfd, pidfs_ino};
+use super::open_pidfd;
 use crate::lifecycle::event::ExitStatus;
 use crate::limits;
+use launch::{PendingGuardian, spawn_guardian};
 use wire::{Down, Up};
 
 /// Which executable runs the guardian.
@@ -179,63 +181,6 @@ fn scope_in(base: &CgroupBase, name: &str) -> std::io::Result<Scope> {
     }
 }
 
-/// The handshake side of the control socket, blocking with a bound.
-struct Handshake {
-    stream: UnixStream,
-    buf: Vec<u8>,
-    deadline: Instant,
-}
-
-impl Handshake {
-    fn read(&mut self) -> Result<Up, String> {
-        loop {
-            match wire::take_line(&mut self.buf) {
-                Ok(Some(line)) => return Up::decode(&line).map_err(|e| e.to_string()),
-                Ok(None) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-            let left = self.deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                return Err(format!(
-                    "no answer within {} ms (GUARDIAN_HANDSHAKE_MS)",
-                    limits::GUARDIAN_HANDSHAKE_MS
-                ));
-            }
-            self.stream
-                .set_read_timeout(Some(left))
-                .map_err(|e| e.to_string())?;
-            let mut chunk = [0u8; wire::LINE_MAX];
-            match self.stream.read(&mut chunk) {
-                Ok(0) => return Err("the guardian closed its control socket".to_owned()),
-                Ok(n) => self.buf.extend_from_slice(&chunk[..n]),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-    }
-
-    fn send(&mut self, msg: &Down) -> Result<(), String> {
-        self.stream
-            .write_all(&msg.encode())
-            .map_err(|e| e.to_string())
-    }
-}
-
-/// Waits (bounded) for the guardian to exit and reaps it; kills it if it does not. For launches
-/// undone before the tree was handed over: no zombie is left behind.
-fn reap_blocking(pidfd: &OwnedFd) {
-    let bound = Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS);
-    let mut fds = [nix::poll::PollFd::new(
-        pidfd.as_fd(),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    let ms = u16::try_from(bound.as_millis()).unwrap_or(u16::MAX);
-    if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0) {
-        let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
-    }
-    let _ = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED);
-}
-
 impl Launcher for GuardianLauncher {
     fn gates(&self) -> bool {
         true
@@ -249,161 +194,42 @@ impl Launcher for GuardianLauncher {
 
     fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
         let workload = spawn::image(spec)?;
-        let scope = match &self.cgroups {
-            Some(base) => Some(
-                scope_in(base, &spec.name).map_err(|cause| SpawnError::Setup {
-                    what: "cgroup",
-                    cause,
-                })?,
-            ),
-            None => None,
-        };
+        let scope = self.scope_for(spec)?;
         let receipt_path = spec.receipts.join(format!("{}.receipt", spec.name));
-        let args = run::Args {
-            handle: spec.name.clone(),
-            receipt: receipt_path.clone(),
-            cgroup: scope.as_ref().map(|s| s.path().to_owned()),
-            clone3: self.clone3,
-            grace: self.grace,
-            program: workload.path.clone(),
-            argv: workload.argv.clone(),
-        };
-        let mut argv = vec![self.program.clone()];
-        for a in args.encode() {
-            argv.push(CString::new(a.as_bytes()).map_err(|_| SpawnError::Nul {
-                what: "an argument",
-            })?);
-        }
-        let guardian = Image {
-            path: self.program.clone(),
-            argv,
-            envp: workload.envp,
-        };
+        let guardian = self.guardian_image(spec, workload, &receipt_path, scope.as_ref())?;
         let (ours, theirs) = UnixStream::pair().map_err(|cause| SpawnError::Setup {
             what: "control socket",
             cause,
         })?;
-        // With a terminal, the guardian holds the slave as 0-2 only until its workload runs
-        // (then it points them at /dev/null); its workload starts the session and claims the
-        // terminal as its controlling terminal (`run.rs`).
-        let terminal = spec.pty.map(|size| spawn::TerminalSetup {
-            size,
-            session: false,
-        });
-        let spawned = spawn::spawn_image(
-            &guardian,
-            &spec.cwd,
-            Some(theirs.as_fd()),
-            "guardian",
-            terminal,
-        );
-        drop(theirs);
-        let (gpid, streams) = match spawned {
-            Ok(s) => s,
-            Err(e) => {
-                if let Some(scope) = &scope {
-                    let _ = scope.remove();
-                }
-                return Err(e);
-            }
-        };
-        // Our unreaped child: its pid cannot be reused, so this pidfd names it.
+        let (gpid, streams) = spawn_guardian(&guardian, spec, theirs, scope.as_ref())?;
         let pidfd = open_pidfd(gpid).map_err(|cause| SpawnError::Adopt { cause })?;
-        let mut ctl = Handshake {
-            stream: ours,
-            buf: Vec::new(),
-            deadline: Instant::now() + Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS),
-        };
-        let abort = |ctl: Handshake, error: SpawnError| {
-            drop(ctl);
-            reap_blocking(&pidfd);
-            if let Some(scope) = &scope {
-                let _ = scope.remove();
-            }
-            error
-        };
-        let (wpid, wstart, wino, rdev, rino) = match ctl.read() {
-            Ok(Up::Reg {
-                pid,
-                start_time_ticks,
-                pidfs_ino,
-                receipt_dev,
-                receipt_ino,
-            }) => (pid, start_time_ticks, pidfs_ino, receipt_dev, receipt_ino),
-            Ok(Up::Failed(reason)) => return Err(abort(ctl, SpawnError::Guardian(reason))),
-            Ok(other) => {
-                let e = SpawnError::Guardian(format!("expected REG, got {other:?}"));
-                return Err(abort(ctl, e));
-            }
-            Err(e) => return Err(abort(ctl, SpawnError::Guardian(e))),
+        let mut pending = PendingGuardian::new(ours, pidfd, gpid, scope);
+        let registered = match pending.read_registration() {
+            Ok(registered) => registered,
+            Err(e) => return Err(pending.abort(e)),
         };
         let boot_id = procfs::boot_id().unwrap_or([0; 16]);
         let nonce = *uuid::Uuid::new_v4().as_bytes();
         let binding = ReceiptBinding {
             path: receipt_path.to_string_lossy().into_owned(),
-            dev: rdev,
-            ino: rino,
+            dev: registered.receipt_dev,
+            ino: registered.receipt_ino,
             nonce,
         };
-        let tree_scope = TreeScope {
-            mechanism: self.mechanism(),
-            boot_id,
-            workload: ProcessWitness {
-                pid: wpid,
-                start_time_ticks: wstart,
-                pidfs_ino: wino,
-            },
-            guardian: Some(ProcessWitness {
-                pid: gpid,
-                start_time_ticks: procfs::stat(gpid).map_or(0, |s| s.start_time_ticks),
-                pidfs_ino: pidfs_ino(&pidfd),
-            }),
-            cgroup: scope.as_ref().map(|s| s.path().to_owned()),
-            receipt: Some(binding.clone()),
-        };
+        let tree_scope = pending.tree_scope(self.mechanism(), boot_id, &registered, binding.clone());
         if let Err(e) = register(&tree_scope) {
-            return Err(abort(ctl, SpawnError::Registration(e)));
+            return Err(pending.abort(SpawnError::Registration(e)));
         }
-        if let Err(e) = ctl.send(&Down::Go { nonce }) {
-            return Err(abort(ctl, SpawnError::Guardian(e)));
+        if let Err(e) = pending.send_go(nonce).and_then(|()| pending.await_run(&spec.program)) {
+            return Err(pending.abort(e));
         }
-        match ctl.read() {
-            Ok(Up::Run) => {}
-            Ok(Up::ExecFailed { errno }) => {
-                let program = spec.program.clone();
-                let error = match errno {
-                    libc::ENOENT => SpawnError::NotFound(program),
-                    libc::EACCES | libc::ENOEXEC => SpawnError::NotExecutable(program),
-                    _ => SpawnError::Spawn {
-                        program,
-                        cause: std::io::Error::from_raw_os_error(errno),
-                    },
-                };
-                return Err(abort(ctl, error));
-            }
-            Ok(other) => {
-                let e = SpawnError::Guardian(format!("expected RUN, got {other:?}"));
-                return Err(abort(ctl, e));
-            }
-            Err(e) => return Err(abort(ctl, SpawnError::Guardian(e))),
-        }
-        let tree = GuardianTree::new(GuardianParts {
-            mechanism: self.mechanism(),
-            identity: Identity {
-                pid: wpid,
-                start_time_ticks: wstart,
-                boot_id,
-            },
-            workload_ino: wino,
-            guardian_pid: gpid,
-            pidfd,
-            control: ctl.stream,
-            leftover: ctl.buf,
-            scope,
-            receipt: binding,
-            handle: spec.name.clone(),
-        })
-        .map_err(|cause| SpawnError::Adopt { cause })?;
+        let tree = pending.into_tree(
+            self.mechanism(),
+            &registered,
+            boot_id,
+            binding,
+            spec.name.clone(),
+        )?;
         Ok(Spawned {
             tree: std::sync::Arc::new(tree),
             streams,

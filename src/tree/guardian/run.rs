@@ -296,6 +296,29 @@ fn run(args: Args) -> i32 {
     }
 }
 
+/// How far the guardian's own termination of the tree is.
+struct Teardown {
+    /// When SIGKILL is due (after the grace of a termination the guardian started itself).
+    kill_at: Option<Instant>,
+    /// SIGKILL was sent: repeat it while members remain (a fork may race a round).
+    killing: bool,
+}
+
+impl Teardown {
+    fn poll_timeout(&self) -> PollTimeout {
+        let timeout = if self.killing {
+            Duration::from_millis(20)
+        } else if let Some(t) = self.kill_at {
+            t.saturating_duration_since(Instant::now())
+        } else {
+            // SIGCHLD wakes the loop; the timeout only bounds a missed wakeup.
+            Duration::from_secs(1)
+        };
+        let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
+        PollTimeout::from(ms)
+    }
+}
+
 struct Guardian {
     handle: String,
     signals: SignalFd,
@@ -475,67 +498,13 @@ impl Guardian {
         grace: Duration,
         abort: bool,
     ) -> i32 {
-        // When SIGKILL is due (after the grace of a termination the guardian started itself).
-        let mut kill_at: Option<Instant> = None;
-        // SIGKILL was sent: repeat it while members remain (a fork may race a round).
-        let mut killing = false;
-        if abort {
-            killing = true;
-        }
-        loop {
-            if self.reap(ctl) {
-                match self.scope_empty() {
-                    Ok(true) => break,
-                    Ok(false) => {}
-                    Err(e) => {
-                        // No child is left, but the cgroup cannot say whether it is empty:
-                        // no receipt (the tree stays `unverified`), and nothing left to reap.
-                        ctl.send(&Up::Failed(format!(
-                            "guardian: the cgroup is unreadable: {e}"
-                        )));
-                        return 3;
-                    }
-                }
-            }
-            if killing {
-                self.signal_tree(TreeSignal::Kill);
-            } else if kill_at.is_some_and(|t| Instant::now() >= t) {
-                killing = true;
-                continue;
-            }
-            let timeout = if killing {
-                Duration::from_millis(20)
-            } else if let Some(t) = kill_at {
-                t.saturating_duration_since(Instant::now())
-            } else {
-                // SIGCHLD wakes the loop; the timeout only bounds a missed wakeup.
-                Duration::from_secs(1)
-            };
-            let ms = u16::try_from(timeout.as_millis().max(1)).unwrap_or(u16::MAX);
-            let (ctl_ready, sig_ready) = self.poll(ctl, PollTimeout::from(ms));
-            let mut end = false;
-            if sig_ready {
-                end = self.take_signals().1;
-            }
-            for control in ctl.read(ctl_ready) {
-                match control {
-                    Control::Message(Down::Signal(TreeSignal::Kill)) => killing = true,
-                    Control::Message(Down::Signal(s)) => {
-                        if !killing {
-                            self.signal_tree(s);
-                        }
-                    }
-                    Control::Message(Down::Go { .. }) => {}
-                    Control::Lost => {
-                        ctl.fd = None;
-                        end = true;
-                    }
-                }
-            }
-            if end && kill_at.is_none() && !killing {
-                self.signal_tree(TreeSignal::Terminate);
-                kill_at = Some(Instant::now() + grace);
-            }
+        if let Err(e) = self.serve_until_empty(ctl, grace, abort) {
+            // No child is left, but the cgroup cannot say whether it is empty: no receipt (the
+            // tree stays `unverified`), and nothing left to reap.
+            ctl.send(&Up::Failed(format!(
+                "guardian: the cgroup is unreadable: {e}"
+            )));
+            return 3;
         }
         super::failpoint::hold(super::failpoint::BEFORE_RECEIPT);
         if let Some(scope) = &self.scope {
@@ -552,6 +521,61 @@ impl Guardian {
             reaped: self.reaped,
         });
         0
+    }
+
+    /// Step 5: serves the supervisor and reaps until no child is left and the cgroup (if any)
+    /// is empty; an error when the cgroup cannot say. A lost control socket or an ending
+    /// signal starts the termination, SIGKILL following after `grace`; `abort` kills at once.
+    fn serve_until_empty(
+        &mut self,
+        ctl: &mut ControlReader,
+        grace: Duration,
+        abort: bool,
+    ) -> std::io::Result<()> {
+        let mut teardown = Teardown {
+            kill_at: None,
+            killing: abort,
+        };
+        loop {
+            if self.reap(ctl) && self.scope_empty()? {
+                return Ok(());
+            }
+            if teardown.killing {
+                self.signal_tree(TreeSignal::Kill);
+            } else if teardown.kill_at.is_some_and(|t| Instant::now() >= t) {
+                teardown.killing = true;
+                continue;
+            }
+            let (ctl_ready, sig_ready) = self.poll(ctl, teardown.poll_timeout());
+            let mut end = sig_ready && self.take_signals().1;
+            end |= self.serve_controls(ctl, ctl_ready, &mut teardown);
+            if end && teardown.kill_at.is_none() && !teardown.killing {
+                self.signal_tree(TreeSignal::Terminate);
+                teardown.kill_at = Some(Instant::now() + grace);
+            }
+        }
+    }
+
+    /// Acts on what the supervisor sent; true once the control socket is lost (the lifeline:
+    /// the tree is to end).
+    fn serve_controls(&self, ctl: &mut ControlReader, ready: bool, teardown: &mut Teardown) -> bool {
+        let mut lost = false;
+        for control in ctl.read(ready) {
+            match control {
+                Control::Message(Down::Signal(TreeSignal::Kill)) => teardown.killing = true,
+                Control::Message(Down::Signal(s)) => {
+                    if !teardown.killing {
+                        self.signal_tree(s);
+                    }
+                }
+                Control::Message(Down::Go { .. }) => {}
+                Control::Lost => {
+                    ctl.fd = None;
+                    lost = true;
+                }
+            }
+        }
+        lost
     }
 
     /// Whether the cgroup (if any) is empty. A member that escaped the subreaper (moved by a
