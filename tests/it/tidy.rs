@@ -968,7 +968,6 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
 /// computing what changes. None may grow, none may join, and one split below the limit leaves
 /// the list with it.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("src/journal/powerloss.rs", "state_at", 102),
     ("src/journal/recovery.rs", "scan_segment", 75),
     ("src/lifecycle/fuzz.rs", "check_manifests", 268),
     ("src/lifecycle/fuzz.rs", "check_replay", 92),
