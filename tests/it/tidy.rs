@@ -969,10 +969,6 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
 /// the list with it.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/journal/recovery.rs", "scan_segment", 75),
-    ("src/lifecycle/fuzz.rs", "check_manifests", 268),
-    ("src/lifecycle/fuzz.rs", "check_replay", 92),
-    ("src/lifecycle/fuzz.rs", "event", 280),
-    ("src/lifecycle/fuzz.rs", "lifecycle_store", 168),
     ("src/lifecycle/workload.rs", "event", 158),
     ("src/mcp/fuzz.rs", "check_tool_call", 81),
     ("src/mcp/fuzz.rs", "mcp_line", 75),
