@@ -969,7 +969,6 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
 /// the list with it.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/journal/recovery.rs", "scan_segment", 75),
-    ("src/lifecycle/workload.rs", "event", 158),
     ("src/mcp/fuzz.rs", "check_tool_call", 81),
     ("src/mcp/fuzz.rs", "mcp_line", 75),
     ("src/mcp/transport.rs", "classify", 114),
