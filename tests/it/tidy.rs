@@ -969,8 +969,6 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
 /// the list with it.
 const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
     ("src/journal/recovery.rs", "scan_segment", 75),
-    ("src/mcp/fuzz.rs", "check_tool_call", 81),
-    ("src/mcp/fuzz.rs", "mcp_line", 75),
     ("src/mcp/transport.rs", "classify", 114),
     ("src/protocol/dispatch.rs", "dispatch", 122),
     ("src/spool/render/mod.rs", "safe_text_page", 101),
