@@ -37,8 +37,9 @@
 //! that test's `OPEN_BUGS`, which checks that they still fail).
 //!
 //! Each layer keeps the bodies of its own decoders beside them, in a `fuzz` module behind
-//! the `fuzzing` feature (`src/journal/fuzz.rs`, `src/lifecycle/fuzz.rs`, ...), where the layer
-//! check of `tests/it/tidy.rs` covers them like any other file; this file only names them.
+//! the `fuzzing` feature (`src/journal/fuzz/`, `src/lifecycle/fuzz/`, `src/mcp/fuzz.rs`, ...),
+//! where the layer check of `tests/it/tidy.rs` covers them like any other file; this file only
+//! names them.
 
 /// Bugs the campaigns found that are not fixed yet: `(target, regression input, what is wrong)`.
 /// Each input is in `fuzz/regressions/<target>/` and still fails its target.

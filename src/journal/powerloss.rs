@@ -171,105 +171,129 @@ impl Sim {
     /// The state of every segment file and of the ground truth after the first `at` entries.
     pub(crate) fn state_at(&self, at: usize) -> CrashState {
         let log = self.log.lock();
-        let mut state = CrashState::default();
-        // Flush id -> (file, number of the entry that began it).
-        let mut begun: HashMap<u64, (String, usize)> = HashMap::new();
-        // Acknowledged seqs not yet confirmed: (their segment file, the entry of the first
-        // commit slot written to that file after the acknowledgement, if any).
-        let mut confirming: BTreeMap<u64, (String, Option<usize>)> = BTreeMap::new();
+        let mut replay = LogReplay::default();
         for (n, entry) in log.iter().take(at).enumerate() {
-            match entry {
-                Entry::Durable { file, contents } => {
-                    state.files.insert(
-                        file.clone(),
-                        FileState {
-                            durable: contents.as_ref().clone(),
-                            pending: Vec::new(),
-                        },
-                    );
-                }
-                Entry::Write {
-                    file,
-                    offset,
-                    bytes,
-                    slot,
-                } => {
-                    if *slot {
-                        for (f, slot_at) in confirming.values_mut() {
-                            if f == file && slot_at.is_none() {
-                                *slot_at = Some(n);
-                            }
-                        }
-                    }
-                    // A file that was never seen durable was never named as a segment: a write
-                    // to it cannot happen through the journal; keep the model total anyway.
-                    let f = state.files.entry(file.clone()).or_default();
-                    f.pending.push(PendingWrite {
-                        entry: n,
-                        offset: *offset,
-                        bytes: bytes.clone(),
-                    });
-                }
-                Entry::SyncBegin { file, id } => {
-                    begun.insert(*id, (file.clone(), n));
-                }
-                Entry::SyncEnd { id } => {
-                    let Some((file, began)) = begun.remove(id) else {
-                        continue;
-                    };
-                    confirming.retain(|seq, (f, slot_at)| {
-                        let confirmed = *f == file && slot_at.is_some_and(|s| s < began);
-                        if confirmed {
-                            state.confirmed.insert(*seq);
-                        }
-                        !confirmed
-                    });
-                    if let Some(f) = state.files.get_mut(&file) {
-                        let (covered, later): (Vec<_>, Vec<_>) =
-                            f.pending.drain(..).partition(|w| w.entry < began);
-                        for w in covered {
-                            apply(&mut f.durable, w.offset, &w.bytes);
-                        }
-                        f.pending = later;
-                    }
-                }
-                Entry::Appended {
-                    seq,
-                    index,
-                    position,
-                } => {
-                    state.appended.insert(*seq, (*index, *position));
-                }
-                Entry::Acked { seq, index } => {
-                    if let Some(earlier) = state.acked.insert(*seq, *index)
-                        && earlier != *index
-                    {
-                        state.reused.push((*seq, earlier, *index));
-                    }
-                    if let Some((_, position)) = state.appended.get(seq) {
-                        confirming.insert(*seq, (segment_name(position.segment_index), None));
-                    }
-                }
-                Entry::PowerCut { files } => {
-                    state.files = files
-                        .iter()
-                        .map(|(name, bytes)| {
-                            let f = FileState {
-                                durable: bytes.as_ref().clone(),
-                                pending: Vec::new(),
-                            };
-                            (name.clone(), f)
-                        })
-                        .collect();
-                    begun.clear();
-                    // A slot not yet flushed may not have survived the cut.
-                    for (_, slot_at) in confirming.values_mut() {
-                        *slot_at = None;
-                    }
+            replay.entry(n, entry);
+        }
+        replay.state
+    }
+}
+
+/// A prefix of the log replayed in order into a [`CrashState`], with what the entries still to
+/// come may resolve.
+#[derive(Default)]
+struct LogReplay {
+    state: CrashState,
+    /// Flush id -> (file, number of the entry that began it).
+    begun: HashMap<u64, (String, usize)>,
+    /// Acknowledged seqs not yet confirmed: (their segment file, the entry of the first commit
+    /// slot written to that file after the acknowledgement, if any).
+    confirming: BTreeMap<u64, (String, Option<usize>)>,
+}
+
+impl LogReplay {
+    /// Replays entry number `n`.
+    fn entry(&mut self, n: usize, entry: &Entry) {
+        match entry {
+            Entry::Durable { file, contents } => {
+                self.state.files.insert(
+                    file.clone(),
+                    FileState {
+                        durable: contents.as_ref().clone(),
+                        pending: Vec::new(),
+                    },
+                );
+            }
+            Entry::Write {
+                file,
+                offset,
+                bytes,
+                slot,
+            } => self.write(n, file, *offset, bytes, *slot),
+            Entry::SyncBegin { file, id } => {
+                self.begun.insert(*id, (file.clone(), n));
+            }
+            Entry::SyncEnd { id } => self.sync_end(*id),
+            Entry::Appended {
+                seq,
+                index,
+                position,
+            } => {
+                self.state.appended.insert(*seq, (*index, *position));
+            }
+            Entry::Acked { seq, index } => self.acked(*seq, *index),
+            Entry::PowerCut { files } => self.power_cut(files),
+        }
+    }
+
+    fn write(&mut self, n: usize, file: &str, offset: usize, bytes: &[u8], slot: bool) {
+        if slot {
+            for (f, slot_at) in self.confirming.values_mut() {
+                if f == file && slot_at.is_none() {
+                    *slot_at = Some(n);
                 }
             }
         }
-        state
+        // A file that was never seen durable was never named as a segment: a write to it cannot
+        // happen through the journal; keep the model total anyway.
+        let f = self.state.files.entry(file.to_owned()).or_default();
+        f.pending.push(PendingWrite {
+            entry: n,
+            offset,
+            bytes: bytes.to_vec(),
+        });
+    }
+
+    fn sync_end(&mut self, id: u64) {
+        let Some((file, began)) = self.begun.remove(&id) else {
+            return;
+        };
+        let confirmed = &mut self.state.confirmed;
+        self.confirming.retain(|seq, (f, slot_at)| {
+            let is_confirmed = *f == file && slot_at.is_some_and(|s| s < began);
+            if is_confirmed {
+                confirmed.insert(*seq);
+            }
+            !is_confirmed
+        });
+        if let Some(f) = self.state.files.get_mut(&file) {
+            let (covered, later): (Vec<_>, Vec<_>) =
+                f.pending.drain(..).partition(|w| w.entry < began);
+            for w in covered {
+                apply(&mut f.durable, w.offset, &w.bytes);
+            }
+            f.pending = later;
+        }
+    }
+
+    fn acked(&mut self, seq: u64, index: u64) {
+        if let Some(earlier) = self.state.acked.insert(seq, index)
+            && earlier != index
+        {
+            self.state.reused.push((seq, earlier, index));
+        }
+        if let Some((_, position)) = self.state.appended.get(&seq) {
+            self.confirming
+                .insert(seq, (segment_name(position.segment_index), None));
+        }
+    }
+
+    fn power_cut(&mut self, files: &BTreeMap<String, Arc<Vec<u8>>>) {
+        self.state.files = files
+            .iter()
+            .map(|(name, bytes)| {
+                let f = FileState {
+                    durable: bytes.as_ref().clone(),
+                    pending: Vec::new(),
+                };
+                (name.clone(), f)
+            })
+            .collect();
+        self.begun.clear();
+        // A slot not yet flushed may not have survived the cut.
+        for (_, slot_at) in self.confirming.values_mut() {
+            *slot_at = None;
+        }
     }
 }
 

@@ -142,12 +142,21 @@ fn registration(p: u64, at: u64) -> LifecycleEvent {
 /// The `n`-th event of the workload and the ID it is appended under.
 pub fn event(n: u64) -> (EventId, LifecycleEvent) {
     let (p, phase) = place(n);
-    let h = handle(p);
-    let a = ids(p);
     let at = 1_700_000_000_000 + n;
-    let end = if is_lost(p) { a.lost } else { a.terminal };
     match phase {
         0 => (registration_id(p), registration(p, at)),
+        1..=3 => start_event(p, phase, at),
+        // What is not a step nor a record about one is appended under a fresh ID.
+        4..=7 => (fresh(n), middle_event(p, phase, at)),
+        _ => end_event(p, phase, at),
+    }
+}
+
+/// Process `p`'s tree scoped, the process running, and that published (`phase`: 1 to 3).
+fn start_event(p: u64, phase: u64, at: u64) -> (EventId, LifecycleEvent) {
+    let h = handle(p);
+    let a = ids(p);
+    match phase {
         1 => (
             a.running.derived(derived::SCOPED),
             LifecycleEvent::Scoped(Scoped {
@@ -177,79 +186,75 @@ pub fn event(n: u64) -> (EventId, LifecycleEvent) {
                 at_unix_ms: at,
             }),
         ),
-        3 => (
+        _ => (
             a.running.derived(derived::PUBLISHED),
             LifecycleEvent::LifecyclePublished(LifecyclePublished {
                 handle: h,
                 event: a.running,
             }),
         ),
+    }
+}
+
+/// What happens to process `p` while it runs (`phase`: 4 to 7): now and then the gate, a wait
+/// for input, a deadline, a stop or a gap, else its input closed or an output checkpoint.
+fn middle_event(p: u64, phase: u64, at: u64) -> LifecycleEvent {
+    let h = handle(p);
+    match phase {
         // The pause gate, closed and opened in turn (root-level: it names no process).
-        4 if p % 8 == 0 => (
-            fresh(n),
-            LifecycleEvent::GateChanged(GateChanged {
-                paused: (p / 8) % 2 == 0,
-                requested_by: "ops".into(),
-                reason: format!("window {}", p / 8),
-                at_unix_ms: at,
-            }),
-        ),
-        5 if p % 4 == 1 => (
-            fresh(n),
-            LifecycleEvent::HumanInput(HumanInput {
-                handle: h,
-                waiting: true,
-                by: "agent".into(),
-                at_unix_ms: at,
-            }),
-        ),
-        7 if p % 3 == 0 => (
-            fresh(n),
-            LifecycleEvent::DeadlineFired(DeadlineFired {
-                handle: h,
-                deadline: Deadline::Wall,
-                limit_ms: 60_000,
-                clock_from_unix_ms: at - 5 * LANES,
-                at_unix_ms: at,
-            }),
-        ),
-        5 if p % 5 == 0 => (
-            fresh(n),
-            LifecycleEvent::StopRequested(StopRequested {
-                handle: h,
-                reason: "deadline".into(),
-                requested_by: "host".into(),
-                at_unix_ms: at,
-            }),
-        ),
-        6 if p % 7 == 0 => (
-            fresh(n),
-            LifecycleEvent::OutputGap(OutputGap {
-                handle: h,
-                gap: Gap {
-                    from: bounds(p, 5).total_bytes,
-                    to: bounds(p, 5).total_bytes + 10,
-                    reason: LossReason::DiskFull,
-                    errno: 28,
-                },
-                at_unix_ms: at,
-            }),
-        ),
-        6 => (
-            fresh(n),
-            LifecycleEvent::InputClosed(InputClosed {
-                handle: h,
-                at_unix_ms: at,
-            }),
-        ),
-        4..=7 => (
-            fresh(n),
-            LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
-                handle: h,
-                bounds: bounds(p, phase),
-                at_unix_ms: at,
-            }),
-        ),
+        4 if p.is_multiple_of(8) => LifecycleEvent::GateChanged(GateChanged {
+            paused: (p / 8).is_multiple_of(2),
+            requested_by: "ops".into(),
+            reason: format!("window {}", p / 8),
+            at_unix_ms: at,
+        }),
+        5 if p % 4 == 1 => LifecycleEvent::HumanInput(HumanInput {
+            handle: h,
+            waiting: true,
+            by: "agent".into(),
+            at_unix_ms: at,
+        }),
+        7 if p.is_multiple_of(3) => LifecycleEvent::DeadlineFired(DeadlineFired {
+            handle: h,
+            deadline: Deadline::Wall,
+            limit_ms: 60_000,
+            clock_from_unix_ms: at - 5 * LANES,
+            at_unix_ms: at,
+        }),
+        5 if p.is_multiple_of(5) => LifecycleEvent::StopRequested(StopRequested {
+            handle: h,
+            reason: "deadline".into(),
+            requested_by: "host".into(),
+            at_unix_ms: at,
+        }),
+        6 if p.is_multiple_of(7) => LifecycleEvent::OutputGap(OutputGap {
+            handle: h,
+            gap: Gap {
+                from: bounds(p, 5).total_bytes,
+                to: bounds(p, 5).total_bytes + 10,
+                reason: LossReason::DiskFull,
+                errno: 28,
+            },
+            at_unix_ms: at,
+        }),
+        6 => LifecycleEvent::InputClosed(InputClosed {
+            handle: h,
+            at_unix_ms: at,
+        }),
+        _ => LifecycleEvent::OutputCheckpoint(OutputCheckpoint {
+            handle: h,
+            bounds: bounds(p, phase),
+            at_unix_ms: at,
+        }),
+    }
+}
+
+/// Process `p`'s end and what follows it (`phase`: 8 to 11).
+fn end_event(p: u64, phase: u64, at: u64) -> (EventId, LifecycleEvent) {
+    let h = handle(p);
+    let a = ids(p);
+    let end = if is_lost(p) { a.lost } else { a.terminal };
+    match phase {
         8 if is_lost(p) => (
             a.lost,
             LifecycleEvent::LostOnRestore(LostOnRestore {
@@ -262,7 +267,7 @@ pub fn event(n: u64) -> (EventId, LifecycleEvent) {
             a.terminal,
             LifecycleEvent::Terminal(Terminal {
                 handle: h,
-                state: if p % 2 == 0 {
+                state: if p.is_multiple_of(2) {
                     State::Exited
                 } else {
                     State::Killed

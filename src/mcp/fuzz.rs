@@ -18,41 +18,13 @@ use std::path::PathBuf;
 /// -32602 with its id.
 #[cfg(feature = "mcp")]
 pub fn mcp_line(data: &[u8]) {
-    use crate::mcp::transport::{INVALID_PARAMS, PARSE_ERROR, Verdict, classify};
-    let check_answer = |line: &[u8], answer: &[u8]| -> serde_json::Value {
-        let Some(body) = answer.strip_suffix(b"\n") else {
-            panic!("an answer without its newline");
-        };
-        assert!(!body.contains(&b'\n'), "an answer spans lines");
-        let value: serde_json::Value = match serde_json::from_slice(body) {
-            Ok(value) => value,
-            Err(e) => panic!("an answer that is not JSON: {e}"),
-        };
-        assert_eq!(value["jsonrpc"], "2.0");
-        let code = value["error"]["code"].as_i64().unwrap_or_default();
-        assert!([-32700, -32600, -32602].contains(&code), "code {code}");
-        assert!(
-            value["error"]["message"]
-                .as_str()
-                .is_some_and(|m| !m.is_empty())
-        );
-        let sent: Option<serde_json::Value> = serde_json::from_slice(line).ok();
-        let sent_id = sent
-            .as_ref()
-            .and_then(|v| v.get("id"))
-            .filter(|id| id.is_string() || id.is_i64() || id.is_u64());
-        match sent_id {
-            Some(id) => assert_eq!(value["id"], *id, "the id is not echoed"),
-            None => assert!(value["id"].is_null(), "an id the line did not carry"),
-        }
-        value
-    };
+    use crate::mcp::transport::{PARSE_ERROR, Verdict, classify};
     let line = data.strip_suffix(b"\n").unwrap_or(data);
     let trimmed = line.strip_suffix(b"\r").unwrap_or(line);
     let trimmed = trimmed.strip_prefix(b"\xef\xbb\xbf").unwrap_or(trimmed);
     match classify(line) {
         Verdict::Answer(answer) => {
-            let value = check_answer(trimmed, &answer);
+            let value = check_error_answer(trimmed, &answer);
             if serde_json::from_slice::<serde_json::Value>(trimmed).is_err() {
                 assert_eq!(value["error"]["code"], PARSE_ERROR);
                 assert!(value["id"].is_null());
@@ -70,6 +42,48 @@ pub fn mcp_line(data: &[u8]) {
         }
         Verdict::Ignore(_) => {}
     }
+    check_call_line(data, line);
+}
+
+/// An answer of the MCP server's line decoder to `line`: exactly one JSON-RPC error line (an
+/// object with `jsonrpc` "2.0", code -32700, -32600 or -32602, a message, and the id the line
+/// carried, else null), as a JSON value.
+#[cfg(feature = "mcp")]
+fn check_error_answer(line: &[u8], answer: &[u8]) -> serde_json::Value {
+    let Some(body) = answer.strip_suffix(b"\n") else {
+        panic!("an answer without its newline");
+    };
+    assert!(!body.contains(&b'\n'), "an answer spans lines");
+    let value: serde_json::Value = match serde_json::from_slice(body) {
+        Ok(value) => value,
+        Err(e) => panic!("an answer that is not JSON: {e}"),
+    };
+    assert_eq!(value["jsonrpc"], "2.0");
+    let code = value["error"]["code"].as_i64().unwrap_or_default();
+    assert!([-32700, -32600, -32602].contains(&code), "code {code}");
+    assert!(
+        value["error"]["message"]
+            .as_str()
+            .is_some_and(|m| !m.is_empty())
+    );
+    let sent: Option<serde_json::Value> = serde_json::from_slice(line).ok();
+    let sent_id = sent
+        .as_ref()
+        .and_then(|v| v.get("id"))
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64());
+    match sent_id {
+        Some(id) => assert_eq!(value["id"], *id, "the id is not echoed"),
+        None => assert!(value["id"].is_null(), "an id the line did not carry"),
+    }
+    value
+}
+
+/// A `tools/call` whose params hold `data`'s text as `name` and `line` (when it is JSON) as
+/// `arguments` passes when they are an object (or null), and is answered -32602 with its id
+/// otherwise.
+#[cfg(feature = "mcp")]
+fn check_call_line(data: &[u8], line: &[u8]) {
+    use crate::mcp::transport::{INVALID_PARAMS, Verdict, classify};
     let name = String::from_utf8_lossy(data);
     let arguments = serde_json::from_slice::<serde_json::Value>(line)
         .unwrap_or_else(|_| serde_json::Value::Object(serde_json::Map::new()));
@@ -85,7 +99,7 @@ pub fn mcp_line(data: &[u8]) {
     ) {
         (Verdict::Pass(_), true) => {}
         (Verdict::Answer(answer), false) => {
-            let value = check_answer(&call, &answer);
+            let value = check_error_answer(&call, &answer);
             assert_eq!(value["error"]["code"], INVALID_PARAMS);
             assert_eq!(value["id"], 1);
         }
@@ -151,8 +165,7 @@ pub fn listed_tools() -> &'static [String] {
 ///   back to it, unless that line is over the socket's bound (then refused whole, as too large).
 #[cfg(feature = "mcp")]
 pub fn check_tool_call(name: &str, arguments: Option<serde_json::Map<String, serde_json::Value>>) {
-    use crate::mcp::{CallError, DaemonLink, decode_call};
-    use crate::protocol::{ErrorCode, ProtocolErrorKind, decode_request, request_from_args};
+    use crate::mcp::decode_call;
     let listed = listed_tools().iter().any(|t| t == name);
     let decoded = decode_call(name, arguments.clone());
     if arguments.is_none() {
@@ -166,68 +179,86 @@ pub fn check_tool_call(name: &str, arguments: Option<serde_json::Map<String, ser
         Ok(call) => {
             assert!(listed, "a call of a tool the server does not list");
             assert_eq!(call.tool(), name);
-            let (op, args) = call.request().to_wire();
-            assert_eq!(op, call.op(), "arguments decoded into another operation");
-            match request_from_args(op, args) {
-                Ok(again) => assert_eq!(&again, call.request(), "the request changed"),
-                Err(e) => panic!("a decoded request the socket refuses: {e}"),
-            }
-            let link = DaemonLink {
-                socket: PathBuf::from("/nonexistent/daemon.sock"),
-                cwd: Some("/fuzz/cwd".to_owned()),
-                env: BTreeMap::from([
-                    ("HOME".to_owned(), "/fuzz".to_owned()),
-                    ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
-                ]),
-            };
-            let sent = link.localize(call.request().clone());
-            let line = sent.to_line(Some(serde_json::Value::from(1)));
-            let Some(body) = line.strip_suffix(b"\n") else {
-                panic!("a request line without its newline");
-            };
-            match decode_request(body) {
-                Ok(envelope) => {
-                    assert_eq!(envelope.request, sent, "the daemon reads another request")
-                }
-                Err(e) if matches!(e.kind, ProtocolErrorKind::TooLarge { .. }) => {}
-                Err(e) => panic!("the daemon refuses what an attached server sends: {e}"),
-            }
+            check_decoded_request(&call);
         }
-        Err(refused) => match (&refused, refused.answer()) {
-            (CallError::UnknownTool { name: shown, .. }, Err(error)) => {
-                assert!(!listed, "a listed tool is unknown");
-                assert_eq!(error.code, rmcp::model::ErrorCode::INVALID_PARAMS);
-                assert!(
-                    error.message.starts_with("unknown tool "),
-                    "{}",
-                    error.message
-                );
-                assert!(shown.chars().count() <= 65, "the name is not cut short");
-            }
-            (CallError::Arguments(api), Ok(result)) => {
-                assert!(
-                    listed,
-                    "arguments refused for a tool the server does not list"
-                );
-                let code = match api.code {
-                    ErrorCode::BadArgs => "bad_args",
-                    ErrorCode::TooLarge => "too_large",
-                    other => panic!("arguments refused with {other:?}"),
-                };
-                assert!(!api.message.is_empty(), "a refusal without a message");
-                assert_eq!(result.is_error, Some(true));
-                assert!(
-                    result.structured_content.is_none(),
-                    "a tool error with structured content"
-                );
-                let texts: Vec<&str> = result
-                    .content
-                    .iter()
-                    .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-                    .collect();
-                assert_eq!(texts, [format!("{code}: {}", api.message)]);
-            }
-            (refused, answer) => panic!("{refused:?} answered {answer:?}"),
-        },
+        Err(refused) => check_refused_call(&refused, listed),
+    }
+}
+
+/// A decoded call's request is valid as the socket defines it, as it is and as an attached
+/// server sends it to the daemon.
+#[cfg(feature = "mcp")]
+fn check_decoded_request(call: &crate::mcp::ToolCall) {
+    use crate::mcp::DaemonLink;
+    use crate::protocol::{ProtocolErrorKind, decode_request, request_from_args};
+    let (op, args) = call.request().to_wire();
+    assert_eq!(op, call.op(), "arguments decoded into another operation");
+    match request_from_args(op, args) {
+        Ok(again) => assert_eq!(&again, call.request(), "the request changed"),
+        Err(e) => panic!("a decoded request the socket refuses: {e}"),
+    }
+    let link = DaemonLink {
+        socket: PathBuf::from("/nonexistent/daemon.sock"),
+        cwd: Some("/fuzz/cwd".to_owned()),
+        env: BTreeMap::from([
+            ("HOME".to_owned(), "/fuzz".to_owned()),
+            ("PATH".to_owned(), "/usr/bin:/bin".to_owned()),
+        ]),
+    };
+    let sent = link.localize(call.request().clone());
+    let line = sent.to_line(Some(serde_json::Value::from(1)));
+    let Some(body) = line.strip_suffix(b"\n") else {
+        panic!("a request line without its newline");
+    };
+    match decode_request(body) {
+        Ok(envelope) => {
+            assert_eq!(envelope.request, sent, "the daemon reads another request")
+        }
+        Err(e) if matches!(e.kind, ProtocolErrorKind::TooLarge { .. }) => {}
+        Err(e) => panic!("the daemon refuses what an attached server sends: {e}"),
+    }
+}
+
+/// A refused call: an unknown tool answered as a JSON-RPC error, or refused arguments of a listed
+/// tool answered as a tool error (`listed`: whether the server lists the tool called).
+#[cfg(feature = "mcp")]
+fn check_refused_call(refused: &crate::mcp::CallError, listed: bool) {
+    use crate::mcp::CallError;
+    use crate::protocol::ErrorCode;
+    match (refused, refused.answer()) {
+        (CallError::UnknownTool { name: shown, .. }, Err(error)) => {
+            assert!(!listed, "a listed tool is unknown");
+            assert_eq!(error.code, rmcp::model::ErrorCode::INVALID_PARAMS);
+            assert!(
+                error.message.starts_with("unknown tool "),
+                "{}",
+                error.message
+            );
+            assert!(shown.chars().count() <= 65, "the name is not cut short");
+        }
+        (CallError::Arguments(api), Ok(result)) => {
+            assert!(
+                listed,
+                "arguments refused for a tool the server does not list"
+            );
+            let code = match api.code {
+                ErrorCode::BadArgs => "bad_args",
+                ErrorCode::TooLarge => "too_large",
+                other => panic!("arguments refused with {other:?}"),
+            };
+            assert!(!api.message.is_empty(), "a refusal without a message");
+            assert_eq!(result.is_error, Some(true));
+            assert!(
+                result.structured_content.is_none(),
+                "a tool error with structured content"
+            );
+            let texts: Vec<&str> = result
+                .content
+                .iter()
+                .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
+                .collect();
+            assert_eq!(texts, [format!("{code}: {}", api.message)]);
+        }
+        (refused, answer) => panic!("{refused:?} answered {answer:?}"),
     }
 }

@@ -962,26 +962,11 @@ fn the_citation_check_finds_numbers_and_nothing_else() {
     }
 }
 
-/// Functions of `src/` longer than 70 lines (from their `fn` line to their closing brace, test
-/// code aside) when this ratchet was set, each with its length then. The durability invariants
-/// live in several of them; they are to be split, the parent keeping the state and helpers
-/// computing what changes. None may grow, none may join, and one split below the limit leaves
-/// the list with it.
-const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[
-    ("src/journal/fuzz.rs", "build_body", 111),
-    ("src/journal/fuzz.rs", "check_journal", 213),
-    ("src/journal/fuzz.rs", "check_segment_scan", 99),
-    ("src/journal/fuzz.rs", "commit_area", 90),
-    ("src/journal/fuzz.rs", "journal_plan", 135),
-    ("src/journal/powerloss.rs", "state_at", 102),
-    ("src/lifecycle/fuzz.rs", "check_manifests", 268),
-    ("src/lifecycle/fuzz.rs", "check_replay", 92),
-    ("src/lifecycle/fuzz.rs", "event", 280),
-    ("src/lifecycle/fuzz.rs", "lifecycle_store", 168),
-    ("src/lifecycle/workload.rs", "event", 158),
-    ("src/mcp/fuzz.rs", "check_tool_call", 81),
-    ("src/mcp/fuzz.rs", "mcp_line", 75),
-];
+/// Functions of `src/` allowed to be longer than 70 lines (from their `fn` line to their closing
+/// brace, test code aside), each with its length: none now. The ratchet stays so that a
+/// function that must exceed the limit for a while is listed where review sees it, and cannot
+/// grow or stay listed once split; the parent keeps the state, helpers compute what changes.
+const LONG_FUNCTIONS: &[(&str, &str, usize)] = &[];
 
 const FUNCTION_LINES_MAX: usize = 70;
 
@@ -1097,7 +1082,8 @@ fn function_lengths_are_measured_from_fn_to_its_brace() {
     };
     // Five lines, from its `fn` line to its closing brace.
     assert_eq!(length("src/root/dir.rs", "file_name"), Some(5));
-    assert!(length("src/lifecycle/fuzz.rs", "check_manifests").is_some_and(|l| l > 200));
+    // To its own closing brace, past those of the blocks nested in it.
+    assert_eq!(length("src/journal/fuzz/plan.rs", "build_body"), Some(44));
 }
 
 /// The modules of the crate an embedder may name: the rest are private (public only under
