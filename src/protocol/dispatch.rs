@@ -363,7 +363,9 @@ impl Dispatcher {
                 data,
                 close,
             } => json(&self.input(&handle, &data, close).await?),
-            Request::Resize { handle, rows, cols } => json(&self.resize(&handle, rows, cols).await?),
+            Request::Resize { handle, rows, cols } => {
+                json(&self.resize(&handle, rows, cols).await?)
+            }
             Request::Stop { handle, grace_ms } => {
                 json(&self.stop(self.resolve(&handle)?, grace_ms).await?)
             }

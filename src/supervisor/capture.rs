@@ -51,9 +51,9 @@ use super::{PreparedProcess, Rendering, StartError, Supervisor, SupervisorError}
 use crate::lifecycle::event::{CaptureStatus, Deadline, ExitStatus};
 use crate::lifecycle::{Handle, Manifest, State};
 use crate::limits;
+use crate::spool::Skipped;
 use crate::spool::format::Stream;
 use crate::spool::render::{self, ArtifactDescriptor};
-use crate::spool::Skipped;
 
 mod buffers;
 

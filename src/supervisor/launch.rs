@@ -36,8 +36,8 @@ use super::{Shared, StartError};
 use crate::environment::{self, Overlay};
 use crate::journal::EventId;
 use crate::lifecycle::event::{
-    CaptureStatus, CommandSpecV2, EnvPolicy, ExitStatus, IdentityWitness, RegisteredV2, Running, Scoped,
-    TerminalResized,
+    CaptureStatus, CommandSpecV2, EnvPolicy, ExitStatus, IdentityWitness, RegisteredV2, Running,
+    Scoped, TerminalResized,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
 use crate::limits;
@@ -135,7 +135,11 @@ fn launch_blocking(
 
 /// The launch environment `request` asks for; an overlay asked for but unavailable leaves it
 /// unchanged, and says so.
-fn launch_env(shared: &Shared, handle: Handle, request: &LaunchEnvRequest) -> environment::LaunchEnv {
+fn launch_env(
+    shared: &Shared,
+    handle: Handle,
+    request: &LaunchEnvRequest,
+) -> environment::LaunchEnv {
     let overlay = match (request.overlay, &shared.login_env) {
         (false, _) => Overlay::Off,
         (true, Some(Ok(captured))) => Overlay::Captured(captured),

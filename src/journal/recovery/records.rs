@@ -5,8 +5,8 @@
 //! once; a resync never looks past the confirmed commit point, so bytes that were never
 //! acknowledged end the records instead of being reported as damage.
 
-use crate::journal::format::{self, RecordHeader, SegmentHeader};
 use super::{CommitPoint, DamagedRange, RecordRef, Row, all_zero};
+use crate::journal::format::{self, RecordHeader, SegmentHeader};
 use crate::limits::RECORD_ALIGN_BYTES;
 
 pub(crate) struct SegmentOutcome {
@@ -92,7 +92,8 @@ impl<'a> SegmentScan<'a> {
     fn continuation<'b>(&self, bytes: &'b [u8]) -> Result<(RecordHeader, &'b [u8]), Row> {
         match format::decode_record(bytes) {
             Ok((h, payload))
-                if self.resynced || (h.seq == self.expected_seq && h.prev_crc == self.chain_crc) =>
+                if self.resynced
+                    || (h.seq == self.expected_seq && h.prev_crc == self.chain_crc) =>
             {
                 Ok((h, payload))
             }

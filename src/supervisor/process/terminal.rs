@@ -18,7 +18,7 @@ use crate::journal::{Appended, EventId};
 use crate::lifecycle::event::{
     CaptureStatus, CursorBounds, ExitProof, LifecycleIds, OutputGap, Terminal,
 };
-use crate::lifecycle::{Handle, LifecycleEvent, LifecycleError};
+use crate::lifecycle::{Handle, LifecycleError, LifecycleEvent};
 use crate::spool::Gap;
 use crate::supervisor::Shared;
 

@@ -17,15 +17,15 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{WaitId, WaitIdOptions};
 
+use super::wire::{self, Down, Up};
+use super::{GuardianLauncher, GuardianParts, GuardianTree, run, scope_in};
+use crate::limits;
 use crate::tree::cgroup::Scope;
 use crate::tree::procfs::{self, Identity};
 use crate::tree::spawn::{self, Image, Streams};
 use crate::tree::{
     Mechanism, ProcessWitness, ReceiptBinding, SpawnError, SpawnSpec, TreeScope, pidfs_ino,
 };
-use super::wire::{self, Down, Up};
-use super::{GuardianLauncher, GuardianParts, GuardianTree, run, scope_in};
-use crate::limits;
 
 impl GuardianLauncher {
     /// A fresh cgroup scope for the launch, when the launcher has cgroups.
@@ -90,12 +90,7 @@ pub(super) struct PendingGuardian {
 }
 
 impl PendingGuardian {
-    pub(super) fn new(
-        control: UnixStream,
-        pidfd: OwnedFd,
-        pid: u32,
-        scope: Option<Scope>,
-    ) -> Self {
+    pub(super) fn new(control: UnixStream, pidfd: OwnedFd, pid: u32, scope: Option<Scope>) -> Self {
         let ctl = Handshake {
             stream: control,
             buf: Vec::new(),
@@ -137,9 +132,7 @@ impl PendingGuardian {
                 receipt_ino,
             }),
             Ok(Up::Failed(reason)) => Err(SpawnError::Guardian(reason)),
-            Ok(other) => Err(SpawnError::Guardian(format!(
-                "expected REG, got {other:?}"
-            ))),
+            Ok(other) => Err(SpawnError::Guardian(format!("expected REG, got {other:?}"))),
             Err(e) => Err(SpawnError::Guardian(e)),
         }
     }
@@ -177,9 +170,7 @@ impl PendingGuardian {
         match self.ctl.read() {
             Ok(Up::Run) => Ok(()),
             Ok(Up::ExecFailed { errno }) => Err(exec_failure(program, errno)),
-            Ok(other) => Err(SpawnError::Guardian(format!(
-                "expected RUN, got {other:?}"
-            ))),
+            Ok(other) => Err(SpawnError::Guardian(format!("expected RUN, got {other:?}"))),
             Err(e) => Err(SpawnError::Guardian(e)),
         }
     }

@@ -74,13 +74,13 @@ pub use run::GUARDIAN_ARG;
 pub use run::run_if_requested;
 
 use super::cgroup::{CgroupBase, Scope};
+use super::open_pidfd;
 use super::procfs::{self, Identity};
 use super::spawn;
 use super::{
     ExitProof, Launcher, LeaderExit, Mechanism, Membership, ProcessTree, ProcessWitness,
     ReceiptBinding, Register, SpawnError, SpawnSpec, Spawned, TreeFuture, TreeSignal,
 };
-use super::open_pidfd;
 use crate::lifecycle::event::ExitStatus;
 use crate::limits;
 use launch::{PendingGuardian, spawn_guardian};
@@ -216,11 +216,15 @@ impl Launcher for GuardianLauncher {
             ino: registered.receipt_ino,
             nonce,
         };
-        let tree_scope = pending.tree_scope(self.mechanism(), boot_id, &registered, binding.clone());
+        let tree_scope =
+            pending.tree_scope(self.mechanism(), boot_id, &registered, binding.clone());
         if let Err(e) = register(&tree_scope) {
             return Err(pending.abort(SpawnError::Registration(e)));
         }
-        if let Err(e) = pending.send_go(nonce).and_then(|()| pending.await_run(&spec.program)) {
+        if let Err(e) = pending
+            .send_go(nonce)
+            .and_then(|()| pending.await_run(&spec.program))
+        {
             return Err(pending.abort(e));
         }
         let tree = pending.into_tree(

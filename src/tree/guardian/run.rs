@@ -558,7 +558,12 @@ impl Guardian {
 
     /// Acts on what the supervisor sent; true once the control socket is lost (the lifeline:
     /// the tree is to end).
-    fn serve_controls(&self, ctl: &mut ControlReader, ready: bool, teardown: &mut Teardown) -> bool {
+    fn serve_controls(
+        &self,
+        ctl: &mut ControlReader,
+        ready: bool,
+        teardown: &mut Teardown,
+    ) -> bool {
         let mut lost = false;
         for control in ctl.read(ready) {
             match control {
