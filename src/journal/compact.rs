@@ -172,11 +172,7 @@ impl super::reader::JournalReader {
     /// The floor and identity of the journal (see [`Head`]), read without a lock.
     pub fn head(&self) -> Result<Head, JournalError> {
         let dir = self.dir();
-        peek_head(&dir).map_err(|cause| JournalError::Io {
-            dir,
-            op: "read journal head",
-            cause,
-        })
+        peek_head(&dir).map_err(JournalError::io(dir.clone(), "read journal head"))
     }
 }
 
@@ -190,11 +186,7 @@ impl Journal {
     pub fn floor(&self) -> Result<Option<Floor>, JournalError> {
         read_floor(&self.held)
             .map(|f| f.good())
-            .map_err(|cause| JournalError::Io {
-                dir: self.dir(),
-                op: "read floor",
-                cause,
-            })
+            .map_err(JournalError::io(self.dir(), "read floor"))
     }
 
     /// Looks up event IDs in the journal's index: for each one, the seq and kind of its record
@@ -224,10 +216,7 @@ impl Journal {
         keep_from_seq: u64,
         crash: &mut dyn CrashPoints,
     ) -> Result<Compacted, JournalError> {
-        let io = |op: &'static str| {
-            let dir = self.dir();
-            move |cause| JournalError::Io { dir, op, cause }
-        };
+        let io = |op: &'static str| JournalError::io(self.dir(), op);
         let dir = &*self.held;
         let (active, journal_id) = {
             let w = self.writer.lock();

@@ -159,6 +159,17 @@ pub enum JournalError {
     Compacted { from_seq: u64, floor_seq: u64 },
 }
 
+impl JournalError {
+    /// The error an I/O failure of `op` in the journal directory `dir` becomes, as a `map_err`
+    /// argument: every layer of the journal names the directory and the operation alike.
+    pub(crate) fn io(
+        dir: PathBuf,
+        op: &'static str,
+    ) -> impl FnOnce(std::io::Error) -> JournalError {
+        move |cause| JournalError::Io { dir, op, cause }
+    }
+}
+
 /// What rebuilds a projection while the journal opens: first it says where to start (with the
 /// root's lock held, before the scan), then it sees every record after that, in order.
 pub trait OpenVisitor {

@@ -34,8 +34,7 @@ use crate::sync::Lock;
 
 /// An I/O error of the journal in `dir`, saying what the open was doing.
 fn io(dir: &Path, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
-    let dir = dir.to_owned();
-    move |cause| JournalError::Io { dir, op, cause }
+    JournalError::io(dir.to_owned(), op)
 }
 
 impl Journal {

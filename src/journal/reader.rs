@@ -92,11 +92,7 @@ impl JournalReader {
                 ),
             });
         }
-        let held = Dir::reader(&dir).map_err(|cause| JournalError::Io {
-            dir,
-            op: "open journal",
-            cause,
-        })?;
+        let held = Dir::reader(&dir).map_err(JournalError::io(dir, "open journal"))?;
         Ok(JournalReader { root, held })
     }
 
@@ -105,8 +101,7 @@ impl JournalReader {
     }
 
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
-        let dir = self.dir();
-        move |cause| JournalError::Io { dir, op, cause }
+        JournalError::io(self.dir(), op)
     }
 
     /// The absolute runtime root.
@@ -244,8 +239,7 @@ pub struct Follower {
 
 impl Follower {
     fn io(&self, op: &'static str) -> impl FnOnce(std::io::Error) -> JournalError + use<> {
-        let dir = self.dir.path().to_owned();
-        move |cause| JournalError::Io { dir, op, cause }
+        JournalError::io(self.dir.path().to_owned(), op)
     }
 
     fn open_segment(&self, index: u64) -> Option<(File, SegmentHeader)> {
