@@ -386,6 +386,7 @@ impl Actor {
                 }
             }
             self.finish_shutdown(false);
+            self.debug_check_capacity();
         }
         // Every sender is gone, so no task can report any more; let them end.
         while self.tasks.join_next().await.is_some() {}
@@ -738,6 +739,21 @@ impl Actor {
         self.shared.live.store(self.live, Ordering::SeqCst);
     }
 
+    /// The live count is kept, not derived (every start reads it): a change that let it drift
+    /// from the entries that hold capacity would refuse or admit starts wrongly, unseen.
+    fn debug_check_capacity(&self) {
+        debug_assert_eq!(
+            self.live,
+            self.table.len() - self.lingering + self.held.len(),
+            "the live count drifted from the entries that hold capacity"
+        );
+        debug_assert_eq!(
+            self.lingering,
+            self.table.values().filter(|e| e.lingering).count(),
+            "the lingering count drifted from the lingering entries"
+        );
+    }
+
     fn handle(&mut self, msg: Msg) {
         match msg {
             Msg::Start { prepared, reply } => self.start(prepared, reply),
@@ -1021,12 +1037,17 @@ impl Actor {
         let (tx, rx) = mpsc::channel(limits::INPUT_QUEUE_DEPTH);
         entry.stdin = Some(tx);
         let proc = Arc::clone(&entry.proc);
-        let first_deadline = proc.clocks.check(tokio::time::Instant::now());
+        let now = tokio::time::Instant::now();
+        let first_deadline = proc.clocks.check(now);
         let actor = self.events_tx.clone();
         self.tasks
             .spawn(stdin_writer(stdin, rx, proc, actor).instrument(info_span!("stdin", %handle)));
-        if let super::deadline::Check::NotBefore(at) = first_deadline {
-            self.arm_sweep(at);
+        match first_deadline {
+            super::deadline::Check::NotBefore(at) => self.arm_sweep(at),
+            // A short limit can run out while the launch records `running` (a loaded host): only
+            // a sweep enforces it, and no other process may ever ask for one.
+            super::deadline::Check::Due { .. } => self.arm_sweep(now),
+            super::deadline::Check::Nothing => {}
         }
     }
 

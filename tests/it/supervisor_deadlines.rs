@@ -7,6 +7,7 @@
 //! - an idle deadline fires on a silent process (its clock runs from the start) and not on one
 //!   that writes more often than the limit; the manifest, the journal and `list` say which
 //!   deadline fired;
+//! - a wall deadline that already ran out when the actor learns of the spawn fires all the same;
 //! - a human-input mark suspends the idle clock; input written to the process clears the mark
 //!   (journaled) and restarts the clock, after which the deadline fires;
 //! - a deadline whose enforcement fails (the tree cannot be signalled: the test launcher's fault
@@ -229,6 +230,29 @@ async fn a_wall_deadline_fires_even_on_a_chatty_process() {
     let fired = m.deadline.expect("deadline");
     assert_eq!((fired.deadline, fired.limit_ms), (Deadline::Wall, 400));
     assert_eq!(Some(fired.clock_from_unix_ms), m.running_unix_ms);
+    sup.shutdown(ms(500)).await;
+}
+
+/// A limit that has run out by the time the actor learns of the spawn (a zero one always has; a
+/// short one has on a loaded host) is enforced: nothing else need ask for a sweep.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wall_deadline_already_due_at_the_spawn_fires() {
+    let root = temp_root();
+    let (sup, _rx) = open(config(root.path())).await;
+    let mut guard = KillGuard::new(&sup);
+    let command = Command::new("sleep")
+        .arg("600")
+        .cwd(root.path())
+        .timeout(Duration::ZERO);
+    let h = guard.watch(start(&sup, command).await);
+    let s = wait(&sup, &h).await;
+    assert_eq!(s.state, State::TimedOut);
+    let fired = sup
+        .manifest(&h)
+        .expect("manifest")
+        .deadline
+        .expect("deadline");
+    assert_eq!((fired.deadline, fired.limit_ms), (Deadline::Wall, 0));
     sup.shutdown(ms(500)).await;
 }
 
