@@ -1013,12 +1013,11 @@ impl Actor {
         );
         let shared = Arc::clone(&self.shared);
         let (launched, answer) = oneshot::channel::<Result<Handle, StartError>>();
-        // The start task answers with the handle; the wait is the actor's to tell.
-        let tell = async move {
-            if let Ok(result) = answer.await {
-                let _ = reply.send(result.map(|handle| Started { handle, queued }));
-            }
-        };
+        let unanswered = prepared.stop_if_unanswered.then(|| {
+            let grace = self.shared.config.default_grace;
+            (self.outbox.clone(), grace)
+        });
+        let tell = tell_started(answer, reply, queued, unanswered);
         self.tasks.spawn(
             async move {
                 tokio::join!(
@@ -1436,4 +1435,38 @@ async fn watch_lingering(
     .await
     .unwrap_or(false);
     let _ = actor.send(ProcEvent::TreeEmpty { handle, proven }).await;
+}
+
+/// The start task's answer, told to the caller (the wait is the actor's to tell). A caller gone
+/// before the answer never learns the handle; when its start asked for it (`unanswered`: a
+/// capture's), its process is stopped as an abandoned capture's is, rather than left running
+/// with no one following it.
+async fn tell_started(
+    answer: oneshot::Receiver<Result<Handle, StartError>>,
+    reply: Reply<Result<Started, StartError>>,
+    queued: Option<Duration>,
+    unanswered: Option<(mpsc::WeakSender<Msg>, Duration)>,
+) {
+    let Ok(result) = answer.await else {
+        return;
+    };
+    let Err(Ok(started)) = reply.send(result.map(|handle| Started { handle, queued })) else {
+        return;
+    };
+    let Some((outbox, grace)) = unanswered else {
+        return;
+    };
+    let Some(outbox) = outbox.upgrade() else {
+        return;
+    };
+    let (stopped, _) = oneshot::channel();
+    let stop = Msg::Stop {
+        handle: started.handle,
+        grace,
+        reason: "capture abandoned".to_owned(),
+        reply: stopped,
+    };
+    if outbox.send(stop).await.is_err() {
+        warn!(handle = %started.handle, "capture abandoned during its start, but its stop could not be sent; the process runs on");
+    }
 }

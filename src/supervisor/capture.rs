@@ -36,7 +36,9 @@
 //!   the end-of-file character), so a command that reads input ends instead of waiting for
 //!   input nobody can send.
 //! - A capture dropped before its result stops its process (the stop path, recorded as
-//!   "capture abandoned"): nobody is left to read the result it was started for.
+//!   "capture abandoned"): nobody is left to read the result it was started for. Dropped
+//!   while its start is still unanswered, it never learns the handle; the actor's answer then
+//!   finds no one and sends the same stop (`stop_if_unanswered`).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -518,6 +520,10 @@ impl Supervisor {
             &[Stream::Terminal]
         } else {
             &[Stream::Stdout, Stream::Stderr]
+        };
+        let prepared = PreparedProcess {
+            stop_if_unanswered: true,
+            ..prepared
         };
         let started = self
             .start_reporting(prepared)

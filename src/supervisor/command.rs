@@ -251,6 +251,9 @@ pub struct PreparedProcess {
     pub(crate) pty: Option<PtySize>,
     /// The process this one restarts (recorded in its `RegisteredV2`).
     pub(crate) restart_of: Option<Handle>,
+    /// Stop the process if its caller is gone before the start is answered (a capture's: it
+    /// owns its process from the call on, not only once it has the handle).
+    pub(crate) stop_if_unanswered: bool,
 }
 
 /// What the launch builds the environment from (values included; never journaled whole).
@@ -353,6 +356,7 @@ pub(crate) fn prepare(
         capacity_wait: command.capacity_wait,
         pty: command.pty,
         restart_of: command.restart_of,
+        stop_if_unanswered: false,
     })
 }
 

@@ -437,6 +437,47 @@ async fn an_abandoned_capture_stops_its_process() {
     sup.shutdown(Duration::from_secs(2)).await;
 }
 
+/// A capture dropped before its start was answered (it never learned the handle) still owns its
+/// process: the start's answer finds no one and stops the process as an abandoned capture's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_dropped_during_its_start_stops_its_process() {
+    let root = temp_root();
+    let sup = open(config(root.path())).await.0;
+    let prepared = sup
+        .prepare(sh(root.path(), "exec sleep 600"))
+        .expect("prepare");
+    // Polled once (the start is sent to the supervisor), then dropped at once: its answer comes
+    // only after the spawn, which takes far longer than one poll.
+    let dropped = tokio::time::timeout(
+        Duration::ZERO,
+        sup.capture(prepared, CaptureLimits::default()),
+    )
+    .await;
+    assert!(
+        dropped.is_err(),
+        "the capture finished within one poll: {dropped:?}"
+    );
+    let handle = guarded("the start", async {
+        loop {
+            if let Some(m) = sup.list(&Default::default()).pop() {
+                break m.handle;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    let summary = guarded("wait", sup.wait(&handle, None))
+        .await
+        .expect("wait");
+    assert_eq!(summary.state, State::Terminated);
+    let m = sup.manifest(&handle).expect("manifest");
+    assert_eq!(
+        m.first_stop.as_ref().map(|(reason, _)| reason.as_str()),
+        Some("capture abandoned")
+    );
+    sup.shutdown(Duration::from_secs(2)).await;
+}
+
 /// Limits out of range are refused before anything starts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limits_out_of_range_start_nothing() {
