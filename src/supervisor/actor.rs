@@ -1127,10 +1127,12 @@ impl Actor {
             return;
         };
         if entry.lingering {
+            // Its end was handled once: its watch, its count and its notification stand.
             warn!(%handle, "a second end for a lingering process; nothing released");
-        } else {
-            self.live = self.live.saturating_sub(1);
+            self.table.insert(handle, entry);
+            return;
         }
+        self.live = self.live.saturating_sub(1);
         self.publish_live();
         let ids = entry.proc.ids;
         let proc = Arc::clone(&entry.proc);
