@@ -12,8 +12,8 @@
 //! What the harness adds around a block, and never inside a command:
 //! - the files the block's commands name (`./deploy`, a `Makefile`, a small cargo project, a login
 //!   shell that puts a `dotnet` on `PATH`), written before the block;
-//! - `cargo run --release --` read as `procjournal` (the same binary, built by `cargo test`'s
-//!   profile; `.ci/run` runs the quick start's line literally, with `cargo run --release`);
+//! - `cargo run --` read as `procjournal` (the same binary, built by `cargo test`'s profile;
+//!   `.ci/run` runs the quick start's line literally, with `cargo run`);
 //! - after a `serve ... &` line, a wait for its socket, which a person typing the next line gives
 //!   it anyway (the daemon `start` would otherwise start could win the root, without the flags
 //!   `serve` was given);
@@ -167,7 +167,7 @@ fn scenarios() -> Vec<Scenario> {
             hooks: vec![],
             lines: vec![
                 (
-                    "cargo run --release -- run -- sh -c 'echo hello; echo oops >&2; exit 3'; cargo run --release -- journal manifests",
+                    "cargo run -- run -- sh -c 'echo hello; echo oops >&2; exit 3'; cargo run -- journal manifests",
                     says(
                         0,
                         &["hello\n", " exited ", "exit=3"],
@@ -474,7 +474,7 @@ fn script(scenario: &Scenario) -> String {
         if matches!(expect, Expect::Ci) {
             continue;
         }
-        let line = line.replace("cargo run --release -- ", "procjournal ");
+        let line = line.replace("cargo run -- ", "procjournal ");
         // The line on lines of its own: a trailing comment must not swallow the braces.
         s.push_str(&format!(
             "{{\n{line}\n}} >readme-out/out.{i} 2>readme-out/err.{i}\n\
@@ -661,7 +661,7 @@ fn ci_runs_the_readme_lines_it_owns() {
     // The same virtual environment, from the same requirements.
     assert!(ci.contains("target/mcp-venv") && ci.contains("python3 -m venv"));
     assert!(ci.contains("-r tests/mcp/requirements.txt"));
-    // The quick start as written, `cargo run --release` and all.
+    // The quick start as written, `cargo run` and all.
     let quick = scenario("quick_start").lines[0].0;
     assert!(ci.contains("README quick start"), "{ci}");
     assert!(
