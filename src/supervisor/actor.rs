@@ -1117,6 +1117,11 @@ impl Actor {
     }
 
     fn finished(&mut self, handle: Handle, summary: TerminalSummary, lingering: bool) {
+        if self.table.get(&handle).is_some_and(|e| e.lingering) {
+            // Its end was handled once: its summary, watch, count and notification stand.
+            warn!(%handle, "a second end for a lingering process; nothing released");
+            return;
+        }
         self.free_name(&handle);
         self.summaries.insert(handle, summary.clone());
         let Some(mut entry) = self.table.remove(&handle) else {
@@ -1126,12 +1131,6 @@ impl Actor {
             warn!(%handle, "an end for a process that holds no capacity; nothing released");
             return;
         };
-        if entry.lingering {
-            // Its end was handled once: its watch, its count and its notification stand.
-            warn!(%handle, "a second end for a lingering process; nothing released");
-            self.table.insert(handle, entry);
-            return;
-        }
         self.live = self.live.saturating_sub(1);
         self.publish_live();
         let ids = entry.proc.ids;

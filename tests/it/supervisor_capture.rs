@@ -425,16 +425,19 @@ async fn an_abandoned_capture_stops_its_process() {
         }
     };
     drop(capturing);
-    let summary = guarded("wait", sup.wait(&handle, None))
-        .await
-        .expect("wait");
+    ends_as_abandoned(&sup, &handle).await;
+    sup.shutdown(Duration::from_secs(2)).await;
+}
+
+/// Waits for `handle` to end and checks it was stopped as an abandoned capture's process.
+async fn ends_as_abandoned(sup: &Supervisor, handle: &Handle) {
+    let summary = guarded("wait", sup.wait(handle, None)).await.expect("wait");
     assert_eq!(summary.state, State::Terminated);
-    let m = sup.manifest(&handle).expect("manifest");
+    let m = sup.manifest(handle).expect("manifest");
     assert_eq!(
         m.first_stop.as_ref().map(|(reason, _)| reason.as_str()),
         Some("capture abandoned")
     );
-    sup.shutdown(Duration::from_secs(2)).await;
 }
 
 /// A capture dropped before its start was answered (it never learned the handle) still owns its
@@ -466,15 +469,7 @@ async fn a_capture_dropped_during_its_start_stops_its_process() {
         }
     })
     .await;
-    let summary = guarded("wait", sup.wait(&handle, None))
-        .await
-        .expect("wait");
-    assert_eq!(summary.state, State::Terminated);
-    let m = sup.manifest(&handle).expect("manifest");
-    assert_eq!(
-        m.first_stop.as_ref().map(|(reason, _)| reason.as_str()),
-        Some("capture abandoned")
-    );
+    ends_as_abandoned(&sup, &handle).await;
     sup.shutdown(Duration::from_secs(2)).await;
 }
 
