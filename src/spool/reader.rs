@@ -44,6 +44,14 @@ thread_local! {
 /// range) is freed after the read instead of kept.
 const READ_SCRATCH_KEEP_BYTES: usize = 64 * 1024;
 
+/// A buffer of `len` zero bytes for a read to fill. A fresh zeroed allocation rather than
+/// `resize` of the old one: the allocator hands out zeroed pages without writing them (a read of
+/// a 1 MiB chunk then writes each byte once, not twice), and the old contents, about to be
+/// overwritten, are not copied into a larger allocation first.
+fn zeroed(len: usize) -> Vec<u8> {
+    vec![0; len]
+}
+
 /// Building the index of a sealed segment reads it in blocks of this many bytes (fewer system
 /// calls than one per chunk header when chunks are small).
 const INDEX_BLOCK_BYTES: usize = 64 * 1024;
@@ -433,7 +441,7 @@ impl Spool {
                 }
                 let len_usize = len as usize;
                 if scratch.len() < len_usize {
-                    scratch.resize(len_usize, 0);
+                    *scratch = zeroed(len_usize);
                 }
                 let buf = &mut scratch[..len_usize];
                 self.load(segment, file, buf, offset)
