@@ -216,6 +216,56 @@ fn only_the_tree_boundary_touches_processes() {
     );
 }
 
+/// Architecture Invariant: the surfaces' features (`cli`, `server`, `mcp`, `schema`) add modules
+/// and schema derives, never a branch in the library's core. `.ci/run` relies on it: it lints
+/// the library alone with its tests but runs the tests once, with the default features, since
+/// they are the same tests of the same code. The feature gates allowed in the core are the
+/// schema derive, `schema` on an item only the schemas use, and `cli` on a module declaration.
+#[test]
+fn the_surfaces_add_no_branch_to_the_core() {
+    let core = [
+        "journal",
+        "spool",
+        "lifecycle",
+        "supervisor",
+        "tree",
+        "admission",
+        "root",
+    ];
+    let mut files = sources("");
+    files.retain(|(rel, _)| {
+        let top = rel.trim_start_matches("src/");
+        core.iter().any(|area| {
+            top.starts_with(&format!("{area}/")) || top == format!("{area}.rs").as_str()
+        })
+    });
+    assert!(files.len() > 50, "the core's files were not found");
+    let mut offenders = Vec::new();
+    for (rel, text) in &files {
+        let lines: Vec<&str> = text.lines().collect();
+        for (n, line) in lines.iter().enumerate() {
+            let code = line.split("//").next().unwrap_or("").trim();
+            let gated = ["cli", "server", "mcp", "schema"]
+                .iter()
+                .any(|f| code.contains(&format!("feature = \"{f}\"")));
+            let next = lines.get(n + 1).map_or("", |l| l.trim());
+            let allowed = code
+                == r#"#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]"#
+                || (code == r#"#[cfg(feature = "schema")]"#
+                    && next.starts_with("impl schemars::JsonSchema for "))
+                || (code == r#"#[cfg(feature = "cli")]"# && next.starts_with("pub(crate) mod "));
+            if gated && !allowed {
+                offenders.push(format!("{rel}:{}: {code}", n + 1));
+            }
+        }
+    }
+    assert!(
+        offenders.is_empty(),
+        "a surface feature gates code in the core (move it to the surface, or run the tests \
+         without default features again in .ci/run): {offenders:#?}"
+    );
+}
+
 /// Architecture Invariant: `unsafe` appears only where a crate's API forces it (the journal's
 /// mapping; the spawn actions and the reactor registration nix and tokio offer only as unsafe;
 /// the `clone3(CLONE_INTO_CGROUP)` fork that nix and rustix do not wrap),

@@ -3,6 +3,7 @@
 # real MCP Inspector CLI (`mcp-inspector --cli`), as an agent developer checks a server by hand.
 #
 #   tests/mcp/inspector.sh BINARY SCRATCH
+#   tests/mcp/inspector.sh --install      (only installs the pinned Inspector, for .ci/run)
 #
 # BINARY is the procjournal binary; SCRATCH an empty directory (the runtime root and each call's
 # output go there). The Inspector is installed, pinned, into target/inspector (or
@@ -19,12 +20,10 @@ set -euo pipefail
 
 INSPECTOR_VERSION=2.12.0
 
-if [ $# -ne 2 ]; then
-  echo "usage: $0 BINARY SCRATCH" >&2
+if [ $# -ne 2 ] && [ "${1:-}" != --install ]; then
+  echo "usage: $0 BINARY SCRATCH | $0 --install" >&2
   exit 2
 fi
-binary=$(realpath "$1")
-scratch=$(realpath "$2")
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 inspector_dir=${PROCJOURNAL_INSPECTOR_DIR:-$repo/target/inspector}
 package_json=$inspector_dir/node_modules/@modelcontextprotocol/inspector/package.json
@@ -34,6 +33,11 @@ if [ "$installed" != "$INSPECTOR_VERSION" ]; then
   npm install --prefix "$inspector_dir" --save-exact --no-audit --no-fund --loglevel=error \
     "@modelcontextprotocol/inspector@$INSPECTOR_VERSION" >&2
 fi
+if [ "$1" = --install ]; then
+  exit 0
+fi
+binary=$(realpath "$1")
+scratch=$(realpath "$2")
 cli=$inspector_dir/node_modules/.bin/mcp-inspector
 
 root=$scratch/root
