@@ -84,13 +84,11 @@ mod snapshot_props;
 mod spool_crash;
 #[cfg(feature = "cli")]
 mod spool_disk_full;
-#[cfg(feature = "cli")]
 mod supervisor_capture;
 #[cfg(feature = "cli")]
 mod supervisor_deadlines;
 #[cfg(feature = "cli")]
 mod supervisor_ownership;
-#[cfg(feature = "cli")]
 mod supervisor_pty;
 mod supervisor_races;
 mod supervisor_restore;
