@@ -49,6 +49,8 @@ mod format_answers;
 mod format_doc;
 mod fuzz_regressions;
 mod golden_journal;
+#[cfg(feature = "cli")]
+mod guardian_program;
 mod journal_crash;
 mod journal_full_disk;
 mod journal_props;

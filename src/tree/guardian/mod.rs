@@ -2,8 +2,8 @@
 //! and the guardian process itself (`run.rs`).
 //!
 //! A process group loses every descendant that calls `setsid`, and a supervisor that dies
-//! leaves its trees unowned. The guardian closes both gaps: a small process (this executable,
-//! re-executed) that is a child subreaper, so every orphan of the tree becomes its child; it
+//! leaves its trees unowned. The guardian closes both gaps: a small process (`procjournal-guardian`,
+//! or the host's executable re-executed: `program.rs`) that is a child subreaper, so every orphan of the tree becomes its child; it
 //! takes the tree down when its lifeline (the control socket) reaches end of stream; and it
 //! writes an exit receipt only when the kernel reports it has no child left.
 //!
@@ -43,6 +43,7 @@
 mod evidence;
 pub mod failpoint;
 mod launch;
+mod program;
 mod receipt;
 mod run;
 mod tree;
@@ -63,6 +64,7 @@ use tokio::io::AsyncReadExt;
 use tokio::io::unix::AsyncFd;
 
 pub use evidence::{CgroupEvidence, cgroup_evidence};
+pub use program::GuardianProgram;
 pub use receipt::{Receipt, ReceiptError};
 
 /// Every descendant of `root` now, as (pid, parent), by the walk the guardian signals with.
@@ -85,16 +87,6 @@ use crate::lifecycle::event::ExitStatus;
 use crate::limits;
 use launch::{PendingGuardian, spawn_guardian};
 use wire::{Down, Up};
-
-/// Which executable runs the guardian.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GuardianProgram {
-    /// This process's own executable (`/proc/self/exe`, which names it even after the file was
-    /// replaced): the host's `main` must call [`run_if_requested`] first thing.
-    CurrentExe,
-    /// A `procjournal` binary (whose `main` calls [`run_if_requested`]).
-    Path(PathBuf),
-}
 
 /// Launches each workload under a guardian, in its own cgroup where one is available.
 #[derive(Debug)]
