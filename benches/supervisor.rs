@@ -47,8 +47,8 @@
 //!    sequential starts of `true` (after 20 untimed), from the call of `Supervisor::start` to its
 //!    return (`running` acknowledged), as in 1, for three launchers: the default `GroupLauncher`,
 //!    a `GuardianLauncher` without cgroup, and one with a per-launch cgroup (skipped, with the
-//!    reason printed, when `CgroupBase::probe` fails). The guardian is the `procjournal` binary
-//!    Cargo built for this bench (`CARGO_BIN_EXE_procjournal`). Baseline: the plain tokio
+//!    reason printed, when `CgroupBase::probe` fails). The guardian is the `procjournal-guardian`
+//!    binary Cargo built for this bench (`CARGO_BIN_EXE_procjournal-guardian`), as the CLI runs. Baseline: the plain tokio
 //!    spawn + `wait()` of 1, same count, in the same round. Target (the guardian issue): the
 //!    guardian's p50 <= 3x the baseline.
 //! 5. Stop latency of a 200-process tree (`tree_stop`): `sh -c 'for i in $(seq 200); do sleep
@@ -545,8 +545,8 @@ const TREE_GRACE: Duration = Duration::from_secs(5);
 /// A hang guard for a tree to form or to vanish; it bounds a hang, it measures nothing.
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
-/// The launchers compared, by name: the default group, a guardian (the `procjournal` binary
-/// Cargo built for this bench), and a guardian with per-launch cgroups when the probe succeeds.
+/// The launchers compared, by name: the default group, a guardian (the `procjournal-guardian`
+/// binary Cargo built for this bench), and a guardian with per-launch cgroups when the probe succeeds.
 #[derive(Debug)]
 struct Launchers {
     list: Vec<(&'static str, Arc<dyn Launcher>)>,
@@ -558,7 +558,7 @@ impl Launchers {
     fn new() -> Res<Launchers> {
         let guardian = || {
             GuardianLauncher::new(GuardianProgram::Path(
-                env!("CARGO_BIN_EXE_procjournal").into(),
+                env!("CARGO_BIN_EXE_procjournal-guardian").into(),
             ))
         };
         let mut list: Vec<(&'static str, Arc<dyn Launcher>)> = vec![

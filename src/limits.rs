@@ -140,12 +140,13 @@ const _: () = assert!(SNAPSHOT_IDS_PER_FRAME * 64 <= SNAPSHOT_FRAME_BYTES_MAX);
 pub const LIVE_PROCESSES_DEFAULT: usize = 256;
 
 /// Descriptors one live process costs the supervisor: stdin, stdout and stderr pipe ends, the
-/// pidfd (of the workload, or of its guardian), the guardian's control socket, the spool's
-/// directory and its active segment (the seven it holds), and one more for a sealed segment
-/// opened for a read or for the sync after a rotation: sealed segments hold no descriptor, so
-/// the count does not grow with the output retained (`tests/it/daemon_scale.rs` counts them in
-/// /proc/PID/fd of a daemon whose processes each retain several segments). A sync in flight
-/// shares the active segment's descriptor.
+/// workload's pidfd (a process group's leader) or the guardian's control socket (a guardian is
+/// named by its pid, our unreaped child's), the spool's directory and its active segment (the
+/// six it holds); one more for a sealed segment opened for a read or for the sync after a
+/// rotation: sealed segments hold no descriptor, so the count does not grow with the output
+/// retained (`tests/it/daemon_scale.rs` counts them in /proc/PID/fd of a daemon whose processes
+/// each retain several segments); and one for the guardian's pidfd while it is reaped, at the
+/// end. A sync in flight shares the active segment's descriptor.
 pub const DESCRIPTORS_PER_PROCESS: usize = 8;
 
 /// Descriptors kept back from the live-process budget for everything else the supervisor opens:

@@ -1,7 +1,8 @@
 //! An embedding host provides the guardian in either of the two ways the library offers: its own
 //! executable, whose `main` calls `procjournal::run_guardian_if_requested()` first thing
 //! (`GuardianProgram::CurrentExe`: this test binary is that host, hence `harness = false`), or
-//! the `procjournal` binary (`GuardianProgram::Path`).
+//! another program (`GuardianProgram::Path`): the small `procjournal-guardian`, and the
+//! `procjournal` binary, which is a guardian too.
 //!
 //! For each way: a workload that exits 3 after writing "hi" ends `exited` with code 3, its output
 //! and a scope owned by a guardian (`TreeMechanism::Guardian`) whose verified receipt released
@@ -48,11 +49,17 @@ fn main() {
         .build()
         .expect("tokio runtime");
     let this_exe = std::env::current_exe().expect("current exe");
+    let small_bin = PathBuf::from(env!("CARGO_BIN_EXE_procjournal-guardian"));
     let procjournal_bin = PathBuf::from(env!("CARGO_BIN_EXE_procjournal"));
     let ways = [
         ("CurrentExe", GuardianProgram::CurrentExe, this_exe),
         (
-            "Path",
+            "Path procjournal-guardian",
+            GuardianProgram::Path(small_bin.clone()),
+            small_bin,
+        ),
+        (
+            "Path procjournal",
             GuardianProgram::Path(procjournal_bin.clone()),
             procjournal_bin,
         ),

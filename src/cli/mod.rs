@@ -489,7 +489,8 @@ impl TreeArgs {
         quiet: bool,
     ) -> anyhow::Result<std::sync::Arc<dyn crate::tree::Launcher>> {
         use crate::tree::{GroupLauncher, GuardianLauncher, GuardianProgram};
-        let guardian = || GuardianLauncher::new(GuardianProgram::CurrentExe);
+        // `procjournal-guardian` beside this binary, else this binary re-executed (said once).
+        let guardian = || GuardianLauncher::new(GuardianProgram::beside_current_exe());
         let cgroups =
             || crate::tree::cgroup::CgroupBase::probe(&crate::tree::cgroup::base_name(root));
         Ok(match self.tree {

@@ -35,6 +35,11 @@ fn pj() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_procjournal"))
 }
 
+/// The guardian program of the launchers built here: the one the CLI runs by default.
+fn guardian_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_procjournal-guardian"))
+}
+
 /// Where the child stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Point {
@@ -166,7 +171,7 @@ fn crash_child() {
         .build()
         .unwrap();
     runtime.block_on(async {
-        let mut inner = GuardianLauncher::new(GuardianProgram::Path(pj())).unwrap();
+        let mut inner = GuardianLauncher::new(GuardianProgram::Path(guardian_bin())).unwrap();
         if cgroup {
             inner = inner.with_cgroups(Some(CgroupBase::probe(&base_name(&root)).unwrap()));
         }
@@ -695,7 +700,8 @@ fn a_guardian_late_with_its_receipt_leaves_a_lingering_tree_not_an_unverified_on
         let gate = dir.path().join("gate");
         std::fs::create_dir(&gate).unwrap();
         runtime.block_on(async {
-            let mut launcher = GuardianLauncher::new(GuardianProgram::Path(pj())).unwrap();
+            let mut launcher =
+                GuardianLauncher::new(GuardianProgram::Path(guardian_bin())).unwrap();
             if cgroup {
                 let base = CgroupBase::probe(&base_name(&root)).unwrap();
                 launcher = launcher.with_cgroups(Some(base));

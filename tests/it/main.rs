@@ -49,6 +49,8 @@ mod format_answers;
 mod format_doc;
 mod fuzz_regressions;
 mod golden_journal;
+#[cfg(feature = "cli")]
+mod guardian_program;
 mod journal_crash;
 mod journal_full_disk;
 mod journal_props;
@@ -84,13 +86,11 @@ mod snapshot_props;
 mod spool_crash;
 #[cfg(feature = "cli")]
 mod spool_disk_full;
-#[cfg(feature = "cli")]
 mod supervisor_capture;
 #[cfg(feature = "cli")]
 mod supervisor_deadlines;
 #[cfg(feature = "cli")]
 mod supervisor_ownership;
-#[cfg(feature = "cli")]
 mod supervisor_pty;
 mod supervisor_races;
 mod supervisor_restore;

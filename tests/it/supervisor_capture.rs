@@ -20,7 +20,7 @@ use procjournal::tree::{GroupLauncher, GuardianLauncher, GuardianProgram, Launch
 use supervisor_common::{config, guarded, open, sh, temp_root};
 
 fn launchers() -> [(&'static str, Arc<dyn Launcher>); 2] {
-    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal").into());
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
     let guardian = GuardianLauncher::new(program).expect("guardian launcher");
     [
         ("group", Arc::new(GroupLauncher)),

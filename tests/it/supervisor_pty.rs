@@ -17,7 +17,7 @@ use procjournal::tree::{GroupLauncher, GuardianLauncher, GuardianProgram, Launch
 use supervisor_common::{config, guarded, journal_records, open, start, temp_root};
 
 fn guardian() -> Arc<dyn Launcher> {
-    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal").into());
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
     Arc::new(GuardianLauncher::new(program).expect("guardian launcher"))
 }
 

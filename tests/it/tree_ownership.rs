@@ -15,7 +15,7 @@ use procjournal::tree::{GuardianLauncher, GuardianProgram};
 use supervisor_common::{config, guarded, open, start, temp_root};
 
 fn guardian() -> Arc<GuardianLauncher> {
-    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal").into());
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
     Arc::new(GuardianLauncher::new(program).expect("guardian launcher"))
 }
 
@@ -364,7 +364,7 @@ async fn without_clone3_the_workload_joins_its_cgroup_before_it_runs() {
         }
     };
     let launcher = GuardianLauncher::new(GuardianProgram::Path(
-        env!("CARGO_BIN_EXE_procjournal").into(),
+        env!("CARGO_BIN_EXE_procjournal-guardian").into(),
     ))
     .unwrap()
     .with_cgroups(Some(base.clone()))

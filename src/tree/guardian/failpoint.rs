@@ -10,7 +10,8 @@
 //! launches a test asked it to.
 //!
 //! A tripped failpoint names a directory: the guardian writes `reached` there (its pid) and
-//! waits until `release` appears, at most [`crate::limits::FAILPOINT_HOLD_MAX_MS`].
+//! waits until `release` appears, at most [`crate::limits::FAILPOINT_HOLD_MAX_MS`]. One is no
+//! pause: [`PANIC_AT_START`], set to anything, makes the guardian panic, as a bug in it would.
 
 /// Holds the guardian after its last reap (ECHILD, the scope empty) and before it removes its
 /// cgroup, writes its receipt and reports `DONE`: the window in which the supervisor sees a
@@ -36,3 +37,19 @@ pub(super) fn hold(name: &str) {
 /// Without the `failpoints` feature there is nothing to stop at.
 #[cfg(not(feature = "failpoints"))]
 pub(super) fn hold(_name: &str) {}
+
+/// Panics as the guardian starts, right after its panic hook is set (`run.rs`): the test that a
+/// guardian's panic aborts it, whatever the image and its profile.
+pub const PANIC_AT_START: &str = "PROCJOURNAL_FAILPOINT_GUARDIAN_PANIC";
+
+/// Panics at `name` if this build has failpoints and the environment sets it.
+#[cfg(feature = "failpoints")]
+pub(super) fn panic_if(name: &str) {
+    if std::env::var_os(name).is_some() {
+        panic!("guardian failpoint {name}");
+    }
+}
+
+/// Without the `failpoints` feature nothing panics on request.
+#[cfg(not(feature = "failpoints"))]
+pub(super) fn panic_if(_name: &str) {}

@@ -175,7 +175,9 @@ impl PendingGuardian {
         }
     }
 
-    /// The tree the guardian now owns, holding its pidfd, control socket and scope.
+    /// The tree the guardian now owns, holding its control socket and scope. The pidfd of the
+    /// handshake is closed here: from now on the guardian is named by its pid, our unreaped
+    /// child's, and a pidfd is opened again only to reap it (`GuardianTree::reap_guardian`).
     pub(super) fn into_tree(
         self,
         mechanism: Mechanism,
@@ -193,7 +195,7 @@ impl PendingGuardian {
             },
             workload_ino: registered.workload.pidfs_ino,
             guardian_pid: self.pid,
-            pidfd: self.pidfd,
+            guardian_start_ticks: procfs::stat(self.pid).map_or(0, |s| s.start_time_ticks),
             control: self.ctl.stream,
             leftover: self.ctl.buf,
             scope: self.scope,

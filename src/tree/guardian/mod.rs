@@ -2,8 +2,8 @@
 //! and the guardian process itself (`run.rs`).
 //!
 //! A process group loses every descendant that calls `setsid`, and a supervisor that dies
-//! leaves its trees unowned. The guardian closes both gaps: a small process (this executable,
-//! re-executed) that is a child subreaper, so every orphan of the tree becomes its child; it
+//! leaves its trees unowned. The guardian closes both gaps: a small process (`procjournal-guardian`,
+//! or the host's executable re-executed: `program.rs`) that is a child subreaper, so every orphan of the tree becomes its child; it
 //! takes the tree down when its lifeline (the control socket) reaches end of stream; and it
 //! writes an exit receipt only when the kernel reports it has no child left.
 //!
@@ -13,7 +13,11 @@
 //!   `register` (the supervisor's journal append) returned. A failed registration closes the
 //!   socket: the guardian kills and reaps the gated workload and exits.
 //! - Every wait on the guardian is bounded ([`crate::limits::GUARDIAN_HANDSHAKE_MS`] for the
-//!   handshake); the guardian is reaped by its parent, the supervisor, through its pidfd.
+//!   handshake); the guardian is reaped by its parent, the supervisor, through a pidfd. Between
+//!   the handshake and its end the supervisor holds none: the guardian is its unreaped child,
+//!   whose pid no other process can take, so the pid names it until the supervisor reaps it,
+//!   and a pidfd is opened from it only to wait for its exit once its control socket ended or
+//!   said `DONE`, and used only if the process it pins has the guardian's start time.
 //! - Signals reach the tree only through the guardian, which pins each member with a pidfd; the
 //!   supervisor signals no pid itself. With a cgroup, a guardian that died no longer stands
 //!   between the supervisor and the tree: the cgroup is killed by its path.
@@ -43,6 +47,7 @@
 mod evidence;
 pub mod failpoint;
 mod launch;
+mod program;
 mod receipt;
 mod run;
 mod tree;
@@ -60,9 +65,9 @@ use std::time::Duration;
 
 use rustix::process::{WaitId, WaitIdOptions};
 use tokio::io::AsyncReadExt;
-use tokio::io::unix::AsyncFd;
 
 pub use evidence::{CgroupEvidence, cgroup_evidence};
+pub use program::GuardianProgram;
 pub use receipt::{Receipt, ReceiptError};
 
 /// Every descendant of `root` now, as (pid, parent), by the walk the guardian signals with.
@@ -85,16 +90,6 @@ use crate::lifecycle::event::ExitStatus;
 use crate::limits;
 use launch::{PendingGuardian, spawn_guardian};
 use wire::{Down, Up};
-
-/// Which executable runs the guardian.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GuardianProgram {
-    /// This process's own executable (`/proc/self/exe`, which names it even after the file was
-    /// replaced): the host's `main` must call [`run_if_requested`] first thing.
-    CurrentExe,
-    /// A `procjournal` binary (whose `main` calls [`run_if_requested`]).
-    Path(PathBuf),
-}
 
 /// Launches each workload under a guardian, in its own cgroup where one is available.
 #[derive(Debug)]
@@ -256,7 +251,7 @@ struct GuardianParts {
     identity: Identity,
     workload_ino: u64,
     guardian_pid: u32,
-    pidfd: OwnedFd,
+    guardian_start_ticks: u64,
     control: UnixStream,
     leftover: Vec<u8>,
     scope: Option<Scope>,
@@ -277,7 +272,9 @@ pub struct GuardianTree {
     identity: Identity,
     workload_ino: u64,
     guardian_pid: u32,
-    pidfd: AsyncFd<OwnedFd>,
+    /// The guardian's start time (clock ticks after boot; 0 if it could not be read), checked
+    /// against what a pidfd opened to reap it pins.
+    guardian_start_ticks: u64,
     /// The guardian was reaped (by `wait_empty`).
     reaped: AtomicBool,
     /// The control socket's descriptor, for sends without blocking (the socket itself is owned
@@ -301,7 +298,7 @@ impl GuardianTree {
             identity: parts.identity,
             workload_ino: parts.workload_ino,
             guardian_pid: parts.guardian_pid,
-            pidfd: super::group::register(parts.pidfd)?,
+            guardian_start_ticks: parts.guardian_start_ticks,
             reaped: AtomicBool::new(false),
             sender,
             reader: tokio::sync::Mutex::new(ControlReader {
@@ -363,23 +360,60 @@ impl GuardianTree {
         }
     }
 
-    /// Whether the guardian has exited (its pidfd is readable), without reaping it.
+    /// Whether the guardian has exited, without reaping it: asked of the pid, which is our
+    /// unreaped child's (only before `DONE` or the end of the control socket, so never while
+    /// `reap_guardian` runs); a pid that is no child of ours any more was reaped.
     fn guardian_exited(&self) -> bool {
-        let mut fds = [nix::poll::PollFd::new(
-            self.pidfd.get_ref().as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(n) if n > 0)
+        let Ok(pid) = super::rustix_pid(self.guardian_pid) else {
+            return true;
+        };
+        !matches!(
+            rustix::process::waitid(
+                WaitId::Pid(pid),
+                WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT,
+            ),
+            Ok(None)
+        )
     }
 
-    /// Reaps the guardian once it exited (it exits right after `DONE`, or died).
+    /// A pidfd of the guardian, opened from its pid now: `None` once it was reaped (by a
+    /// concurrent `reap_guardian` between our look at `reaped` and the open: the pid may then
+    /// name another process, which a different start time tells apart; one that is no child
+    /// of ours the wait's ECHILD does), `Err` when no descriptor is left (the drop reaps the
+    /// guardian if it exited by then).
+    fn pin_guardian(&self) -> std::io::Result<Option<OwnedFd>> {
+        let pidfd = match open_pidfd(self.guardian_pid) {
+            Ok(pidfd) => pidfd,
+            Err(e) if e.raw_os_error() == Some(libc::ESRCH) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        // Unreadable (gone since the open): the wait on the pidfd says what became of it.
+        let start = procfs::stat(self.guardian_pid).map(|s| s.start_time_ticks);
+        let other =
+            self.guardian_start_ticks != 0 && start.is_some_and(|t| t != self.guardian_start_ticks);
+        Ok((!other).then_some(pidfd))
+    }
+
+    /// Reaps the guardian once it exited (it exits right after `DONE`, or died): through a
+    /// pidfd opened now from its pid (ours until reaped), held only for this wait.
     async fn reap_guardian(&self) {
-        loop {
-            if self.reaped.load(Ordering::SeqCst) {
+        if self.reaped.load(Ordering::SeqCst) {
+            return;
+        }
+        let pidfd = match self.pin_guardian() {
+            Ok(Some(pidfd)) => pidfd,
+            Ok(None) => {
+                self.reaped.store(true, Ordering::SeqCst);
                 return;
             }
+            Err(_) => return,
+        };
+        let Ok(pidfd) = super::group::register(pidfd) else {
+            return;
+        };
+        loop {
             match rustix::process::waitid(
-                WaitId::PidFd(self.pidfd.get_ref().as_fd()),
+                WaitId::PidFd(pidfd.get_ref().as_fd()),
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
             ) {
                 Ok(Some(_)) | Err(_) => {
@@ -388,7 +422,7 @@ impl GuardianTree {
                 }
                 Ok(None) => {}
             }
-            match self.pidfd.readable().await {
+            match pidfd.readable().await {
                 Ok(mut ready) => ready.clear_ready(),
                 Err(_) => return,
             }
@@ -743,9 +777,12 @@ impl Drop for GuardianTree {
         // A guardian that already exited is reaped here rather than left a zombie; one that
         // still runs keeps its tree (its lifeline ends with this socket and it takes the tree
         // down), and is reaped by init if this supervisor exits first.
-        if !self.reaped.load(Ordering::SeqCst) {
+        if !self.reaped.load(Ordering::SeqCst)
+            && let Ok(pid) = super::rustix_pid(self.guardian_pid)
+        {
+            // Our unreaped child's pid: it names the guardian and nothing else.
             let _ = rustix::process::waitid(
-                WaitId::PidFd(self.pidfd.get_ref().as_fd()),
+                WaitId::Pid(pid),
                 WaitIdOptions::EXITED | WaitIdOptions::NOHANG,
             );
         }

@@ -65,6 +65,8 @@ pub fn run_if_requested() {
     let mut args = std::env::args_os();
     let _ = args.next();
     if args.next().is_some_and(|a| a == GUARDIAN_ARG) {
+        abort_on_panic();
+        super::failpoint::panic_if(super::failpoint::PANIC_AT_START);
         let code = match Args::parse(args) {
             Ok(parsed) => run(parsed),
             Err(e) => {
@@ -74,6 +76,24 @@ pub fn run_if_requested() {
         };
         std::process::exit(code);
     }
+}
+
+/// Makes a panic anywhere in the guardian abort the process (once the default hook reported
+/// it) instead of unwinding, whatever the profile says: `panic` is one setting for all of a
+/// crate's binaries (and an embedder's profile is its own), and the guardian must never unwind.
+/// An unwind could reach code that is not the guardian's: a host that catches it around
+/// `run_if_requested` would go on with its own `main` in the guardian's process, and in the
+/// forked workload before its exec it would run the runtime's exit path in a copy of the
+/// guardian, where only exec or exit may happen. Aborted, the guardian ends where it stands: no
+/// receipt is written (the tree stays `unverified`, which is the truth), the supervisor sees the
+/// control socket end and the pidfd report a death by SIGABRT, and, not dumpable, it leaves no
+/// core with the nonce in it.
+fn abort_on_panic() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        report(info);
+        std::process::abort();
+    }));
 }
 
 /// The guardian's arguments, after [`GUARDIAN_ARG`]: `<handle> <receipt path> <cgroup dir or
