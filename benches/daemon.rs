@@ -81,6 +81,11 @@ fn start_daemon(root: &Path, durability: Durability) -> Res<Daemon> {
             rt.block_on(async move {
                 let mut config = SupervisorConfig::new(&root);
                 config.durability = durability;
+                // Supervision is measured, not admission: on a 2-core machine the automatic
+                // policy admits two workloads, and the 8 clients' starts would be refused.
+                config.admission = procjournal::admission::AdmissionConfig::max_concurrent(
+                    procjournal::limits::LIVE_PROCESSES_DEFAULT,
+                );
                 match Server::bind(config, None).await {
                     Ok((server, _)) => {
                         let _ = tx.send(Ok(server.supervisor().clone()));

@@ -216,6 +216,18 @@ struct Writer {
     /// The next segment's file, being zero-filled on a background thread so that rotation only
     /// writes a header and renames.
     spare: Option<Spare>,
+    /// The write offset past which the spare is started: halfway through the room the active
+    /// segment had when this writer began on it ([`spare_from`]).
+    spare_from: usize,
+}
+
+/// Where a writer that begins on a segment of `segment_bytes` at `write_offset` starts its spare:
+/// halfway through the room left. For a new segment that is about half full; for one an earlier
+/// writer already filled past half, a writer that uses only a little of the rest (a single `run`
+/// appends a few records) makes no spare, which its exit would wait for and the next open would
+/// delete unused: a zero-filled segment written, synced and removed per command.
+fn spare_from(write_offset: usize, segment_bytes: usize) -> usize {
+    write_offset + segment_bytes.saturating_sub(write_offset) / 2
 }
 
 #[derive(Debug)]
@@ -236,11 +248,12 @@ impl Drop for Writer {
 }
 
 impl Writer {
-    /// Starts zero-filling the file the next rotation will use, once the active segment is half
-    /// full (a short-lived writer, such as a single `run`, never pays for one). Best effort:
-    /// without a spare, rotation creates the segment itself.
+    /// Starts zero-filling the file the next rotation will use, once this writer has used half
+    /// of the room the active segment had when it began on it (a short-lived writer, such as a
+    /// single `run`, never pays for one). Best effort: without a spare, rotation creates the
+    /// segment itself.
     fn maybe_start_spare(&mut self) {
-        if self.spare.is_some() || self.write_offset <= self.header.segment_bytes as usize / 2 {
+        if self.spare.is_some() || self.write_offset <= self.spare_from {
             return;
         }
         let index = self.header.segment_index + 1;
@@ -734,6 +747,7 @@ impl Journal {
         w.segment_count += 1;
         w.header = header;
         w.write_offset = header.records_offset();
+        w.spare_from = spare_from(w.write_offset, bytes);
         w.chain_crc = header.crc();
         Ok(())
     }

@@ -132,6 +132,10 @@ impl Journal {
                 scratch: Vec::new(),
                 through_map: durability == Durability::Os,
                 spare: None,
+                spare_from: super::spare_from(
+                    active.write_offset,
+                    active.header.segment_bytes as usize,
+                ),
             }),
             commit: Lock::new(active.commit),
             sync: Lock::new(SyncState {

@@ -1186,6 +1186,60 @@ fn the_first_segment_is_small_and_the_spare_comes_only_when_it_fills() {
     assert!(names().iter().all(|n| !n.ends_with(".spare")));
 }
 
+/// A writer that opens a segment an earlier one filled past half and appends a few records (a
+/// single `run`) makes no spare: before, every such open zero-filled, synced and left a spare
+/// that its exit waited for and the next open deleted. One that goes on appending makes its
+/// spare in time, and rotates into it.
+#[test]
+fn a_short_writer_on_a_segment_past_half_makes_no_spare() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || options(Durability::Group, crate::limits::SEGMENT_BYTES_DEFAULT);
+    let spares = || {
+        std::fs::read_dir(dir.path().join("journal"))
+            .unwrap()
+            .filter(|e| {
+                let name = e.as_ref().unwrap().file_name();
+                name.to_str().unwrap().ends_with(".spare")
+            })
+            .count()
+    };
+    let payload = vec![7u8; 4000];
+    let half = crate::limits::SEGMENT_BYTES_INITIAL / 2;
+    let mut i = 0;
+    {
+        let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+        while journal
+            .position_of(id_of(i))
+            .map_or(0, |p| p.offset as usize)
+            <= half
+        {
+            i += 1;
+            journal.append(id_of(i), KIND, 1, &payload).unwrap();
+        }
+    }
+    // The first writer crossed half its room: its spare is left for the next open to remove.
+    assert_eq!(spares(), 1);
+    {
+        let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+        for _ in 0..5 {
+            i += 1;
+            journal.append(id_of(i), KIND, 1, &payload).unwrap();
+        }
+    }
+    assert_eq!(spares(), 0, "a few appends past half made a spare");
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    while journal.position_of(id_of(i)).unwrap().segment_index == 0 {
+        i += 1;
+        journal.append(id_of(i), KIND, 1, &payload).unwrap();
+    }
+    drop(journal);
+    let report = crate::journal::reader::JournalReader::open(dir.path())
+        .unwrap()
+        .verify()
+        .unwrap();
+    assert!(report.is_clean(), "{report:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // Rules journal-format.md states that an independent reader got wrong.
 

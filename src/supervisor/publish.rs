@@ -7,6 +7,8 @@
 //!   the call, under IDs derived from the event they report. They are appended without waiting
 //!   for durability (they ride the next group commit): one lost with the page cache only makes
 //!   the next restore publish again, which the derived IDs make idempotent.
+//! - No host hears of an event before it is durable; services that hear nothing
+//!   (`NoopServices`, what every surface of the CLI opens with) are called without that wait.
 //! - Every host call runs on a blocking thread and is awaited for at most
 //!   [`limits::SERVICE_CALL_MS`]; one that takes longer is reported (and left unrecorded, so the
 //!   next restore retries it) while its thread finishes on its own. A stuck host never holds a
@@ -110,6 +112,25 @@ fn recorded_deliveries(
     }
 }
 
+/// No host hears of an event before it is durable: `running` is appended without waiting and
+/// acknowledged here, off the start's path (usually already by a group commit). Services that
+/// hear nothing need no wait: the `LifecyclePublished` record comes after the event in the
+/// journal, and durability is a prefix, so no restore finds the one without the other (a
+/// terminal event is acknowledged before its publication anyway).
+fn durable_for_hearers(
+    shared: &Shared,
+    journal: &Journal,
+    event_id: EventId,
+    state: State,
+) -> Result<(), crate::journal::JournalError> {
+    let heard = shared.services.publisher.hears()
+        || (state.is_terminal() && shared.services.notifier.hears());
+    match journal.position_of(event_id) {
+        Some(position) if heard => journal.acknowledge(position.seq),
+        _ => Ok(()),
+    }
+}
+
 /// The body of [`publish_and_notify`], on a blocking thread.
 fn publish_batch(
     shared: &Shared,
@@ -121,11 +142,7 @@ fn publish_batch(
 ) -> Vec<String> {
     let mut errors = Vec::new();
     let (published, notified, journal) = recorded_deliveries(shared, handle, event_id);
-    // No host hears of an event before it is durable: `running` is appended without waiting and
-    // acknowledged here, off the start's path (usually already by a group commit).
-    if let Some(position) = journal.position_of(event_id)
-        && let Err(e) = journal.acknowledge(position.seq)
-    {
+    if let Err(e) = durable_for_hearers(shared, &journal, event_id, state) {
         errors.push(format!("{handle}: {state} is not durable: {e}"));
         return errors;
     }
@@ -180,4 +197,105 @@ fn publish_batch(
         );
     }
     errors
+}
+
+#[cfg(test)]
+mod tests {
+    //! The wait for durability before a publication is a listener's: a host that hears notices
+    //! hears of `running` only once it is durable, and services that hear nothing are called
+    //! without a flush of their own (so a command that outlives the publication delay costs
+    //! no extra `fdatasync`). Real processes, a real journal under `Durability::Group`.
+
+    use std::sync::{Arc, OnceLock};
+    use std::time::Duration;
+
+    use tokio::sync::mpsc;
+
+    use super::super::services::{Completion, CompletionNotifier, LifecyclePublisher};
+    use super::super::{Command, Services, Supervisor, SupervisorConfig};
+    use super::{LifecycleNotice, ServiceError};
+    use crate::journal::Journal;
+    use crate::lifecycle::State;
+
+    /// A publisher that says, for the `running` it is given, whether the journal held it
+    /// durable at the call.
+    #[derive(Debug)]
+    struct Probe {
+        hears: bool,
+        journal: Arc<OnceLock<Arc<Journal>>>,
+        running: mpsc::UnboundedSender<bool>,
+    }
+
+    impl LifecyclePublisher for Probe {
+        fn publish(&self, notice: &LifecycleNotice) -> Result<(), ServiceError> {
+            if notice.state == State::Running
+                && let Some(journal) = self.journal.get()
+            {
+                let durable = journal
+                    .position_of(notice.event_id)
+                    .is_some_and(|p| journal.durable_seq() >= p.seq);
+                let _ = self.running.send(durable);
+            }
+            Ok(())
+        }
+
+        fn hears(&self) -> bool {
+            self.hears
+        }
+    }
+
+    impl CompletionNotifier for Probe {
+        fn notify(&self, _: &Completion) -> Result<(), ServiceError> {
+            Ok(())
+        }
+
+        fn hears(&self) -> bool {
+            self.hears
+        }
+    }
+
+    /// Whether `running` of a long-lived process was durable when services that `hears` (or
+    /// not) were told of it by its start task.
+    async fn running_durable_at_publication(hears: bool) -> bool {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = Arc::new(OnceLock::new());
+        let (tx, mut running) = mpsc::unbounded_channel();
+        let probe = Arc::new(Probe {
+            hears,
+            journal: Arc::clone(&journal),
+            running: tx,
+        });
+        let services = Services {
+            publisher: probe.clone(),
+            notifier: probe,
+        };
+        let config = SupervisorConfig::new(dir.path().join("root"));
+        let (sup, _) = Supervisor::open(config, services).await.unwrap();
+        journal
+            .set(sup.shared.lifecycle.lock().journal_arc())
+            .unwrap();
+        // Lives until stopped: its `running` is published by its start task, not with its end.
+        let prepared = sup
+            .prepare(Command::new("sleep").arg("600").cwd(dir.path()))
+            .unwrap();
+        let handle = sup.start(prepared).await.unwrap();
+        let durable = tokio::time::timeout(Duration::from_secs(60), running.recv())
+            .await
+            .expect("running was not published")
+            .unwrap();
+        sup.stop(&handle, Duration::from_secs(5)).await.unwrap();
+        sup.shutdown(Duration::from_secs(5)).await;
+        durable
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_listening_host_hears_of_running_only_once_it_is_durable() {
+        assert!(running_durable_at_publication(true).await);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn services_that_hear_nothing_cost_running_no_flush() {
+        // Nothing else flushes while the process sleeps: its `running` rides the next commit.
+        assert!(!running_durable_at_publication(false).await);
+    }
 }

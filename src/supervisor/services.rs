@@ -37,10 +37,23 @@ pub struct ServiceError(pub String);
 
 pub trait LifecyclePublisher: Send + Sync + Debug {
     fn publish(&self, notice: &LifecycleNotice) -> Result<(), ServiceError>;
+
+    /// Whether anything hears the notices: `false` only for a publisher that drops them all
+    /// (those of [`Services::noop`]). An event is made durable before it is published for a
+    /// listener's sake; with none, the supervisor publishes without that wait, so that a
+    /// `running` published on its own costs no `fdatasync` of its own.
+    fn hears(&self) -> bool {
+        true
+    }
 }
 
 pub trait CompletionNotifier: Send + Sync + Debug {
     fn notify(&self, completion: &Completion) -> Result<(), ServiceError>;
+
+    /// As [`LifecyclePublisher::hears`], for completions.
+    fn hears(&self) -> bool {
+        true
+    }
 }
 
 /// The services a supervisor is opened with.
@@ -58,11 +71,19 @@ impl LifecyclePublisher for NoopServices {
     fn publish(&self, _: &LifecycleNotice) -> Result<(), ServiceError> {
         Ok(())
     }
+
+    fn hears(&self) -> bool {
+        false
+    }
 }
 
 impl CompletionNotifier for NoopServices {
     fn notify(&self, _: &Completion) -> Result<(), ServiceError> {
         Ok(())
+    }
+
+    fn hears(&self) -> bool {
+        false
     }
 }
 

@@ -676,7 +676,7 @@ impl ProcessTree for GuardianTree {
     /// The guardian counts as a member while it runs without having reported `DONE`: it is
     /// the part of the tree still to report the tree gone (its receipt comes last, after the
     /// workload's `EXIT`), so a tree whose guardian is merely slow to write it (a loaded
-    /// machine, a slow fsync) is watched as lingering, never judged `unverified`.
+    /// machine) is watched as lingering, never judged `unverified`.
     fn members(&self) -> std::io::Result<usize> {
         if self.progress.borrow().done.is_some() {
             return Ok(0);

@@ -19,8 +19,8 @@
 //!    supervisor died: the lifeline) or SIGTERM/SIGINT/SIGHUP to the guardian itself, take the
 //!    tree down: SIGTERM after a quiesce, the grace, then SIGKILL until nothing is left.
 //! 6. Only when `waitpid` reports ECHILD (no child at all, which under a subreaper means no
-//!    descendant at all) and any cgroup is empty, remove the cgroup, write and fsync the
-//!    receipt (into blocks reserved at step 2), report `DONE`, and exit. A launch aborted
+//!    descendant at all) and any cgroup is empty, remove the cgroup, write the receipt (into
+//!    blocks reserved at step 2; not fsynced, see `write_receipt`), report `DONE`, and exit. A launch aborted
 //!    before `GO` writes no nonce (it never had one) and `status none` (the workload never
 //!    exec'd).
 //!
@@ -649,10 +649,12 @@ impl Guardian {
             reaped: self.reaped,
         };
         // A receipt that cannot be written leaves the tree `unverified`, which is the truth.
-        let _ = self
-            .receipt
-            .write_all(&receipt.encode())
-            .and_then(|()| self.receipt.sync_all());
+        // Not fsynced: a receipt is evidence only within the boot that wrote it (after a reboot
+        // the changed boot id is the proof, and no assessment reads it), and a crash of any
+        // process leaves the page cache whole; the blocks were reserved at its creation, so
+        // write-back cannot run out of space. An fsync here cost every launch a metadata write
+        // and a cache flush between the workload's exit and `DONE`, which its end waits for.
+        let _ = self.receipt.write_all(&receipt.encode());
     }
 }
 
