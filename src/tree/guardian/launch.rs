@@ -86,6 +86,9 @@ pub(super) struct PendingGuardian {
     /// Our unreaped child: its pid cannot be reused, so this pidfd names it.
     pidfd: OwnedFd,
     pid: u32,
+    /// The guardian's start time (clock ticks after boot; 0 if unreadable), read once at the
+    /// spawn: the scope records it and the tree checks a reaping pidfd against it.
+    start_ticks: u64,
     scope: Option<Scope>,
 }
 
@@ -100,6 +103,7 @@ impl PendingGuardian {
             ctl,
             pidfd,
             pid,
+            start_ticks: procfs::stat(pid).map_or(0, |s| s.start_time_ticks),
             scope,
         }
     }
@@ -151,7 +155,7 @@ impl PendingGuardian {
             workload: registered.workload,
             guardian: Some(ProcessWitness {
                 pid: self.pid,
-                start_time_ticks: procfs::stat(self.pid).map_or(0, |s| s.start_time_ticks),
+                start_time_ticks: self.start_ticks,
                 pidfs_ino: pidfs_ino(&self.pidfd),
             }),
             cgroup: self.scope.as_ref().map(|s| s.path().to_owned()),
@@ -195,7 +199,7 @@ impl PendingGuardian {
             },
             workload_ino: registered.workload.pidfs_ino,
             guardian_pid: self.pid,
-            guardian_start_ticks: procfs::stat(self.pid).map_or(0, |s| s.start_time_ticks),
+            guardian_start_ticks: self.start_ticks,
             control: self.ctl.stream,
             leftover: self.ctl.buf,
             scope: self.scope,
