@@ -5,8 +5,9 @@
 //!
 //! Output is live, with backpressure: the child's bytes come through a tap on the pipes the
 //! supervisor drains (`Dispatcher::start_tapped`), not back out of the spool, and go to this
-//! process's stdout and stderr byte for byte, each chunk written and flushed before the next is
-//! taken. When this process's stdout (or stderr) is slow, the tap fills, the drain stops
+//! process's stdout and stderr byte for byte: what the tap holds is taken at once (at most its
+//! depth of chunks) and written, in order, before more is taken, so one hand-over to the
+//! blocking pool carries several chunks while the drain refills the tap. When this process's stdout (or stderr) is slow, the tap fills, the drain stops
 //! reading, and the child blocks in `write`, exactly as it would writing to that stdout itself;
 //! so the spool's retention never drops a byte before it is printed. The durable copy still goes
 //! to the spool, with the same cursors, for `logs`, `journal dump`, `journal manifests` and
@@ -17,7 +18,7 @@
 //! - Every byte the child wrote before it exited is printed, in the order the drain read it,
 //!   unless this process's stdout or stderr broke (the child is then stopped, as it would be by
 //!   SIGPIPE) or a third Ctrl-C gave up on a reader.
-//! - Writes run on the blocking pool, one chunk at a time, so Ctrl-C is handled while a write
+//! - Writes run on the blocking pool, what the tap held at a time, so Ctrl-C is handled while a write
 //!   waits for a slow reader: the first Ctrl-C interrupts the child (SIGINT), the second stops it
 //!   as `stop` does (SIGTERM, SIGKILL after the grace), and a third kills it at once and also
 //!   stops delivering output (the tap is dropped, the drain reads on into the spool), so a
@@ -176,9 +177,9 @@ pub(super) fn start_request(
 }
 
 /// Copies the tap to stdout and stderr until it ends (the drain stopped reading: the child is
-/// terminal, or about to be), handling Ctrl-C meanwhile. One chunk is written at a time, on the
-/// blocking pool, and the next is taken only once it is written and flushed: this process's
-/// slowness reaches the tap, and through it the child.
+/// terminal, or about to be), handling Ctrl-C meanwhile. What the tap holds is written in one trip
+/// to the blocking pool, and more is taken only once it is written: this process's slowness
+/// reaches the tap, and through it the child.
 async fn relay(
     control: &Control,
     handle: Handle,
@@ -191,12 +192,11 @@ async fn relay(
     let mut interrupts = 0u32;
     while output.is_some() || writing.is_some() {
         tokio::select! {
-            chunk = next_chunk(&mut output), if output.is_some() && writing.is_none() => {
-                match chunk {
-                    Some(chunk) => {
-                        writing = Some(tokio::task::spawn_blocking(move || write_chunk(&chunk)));
-                    }
-                    None => output = None,
+            chunks = next_chunks(&mut output), if output.is_some() && writing.is_none() => {
+                if chunks.is_empty() {
+                    output = None;
+                } else {
+                    writing = Some(tokio::task::spawn_blocking(move || write_chunks(&chunks)));
                 }
             }
             written = finished(&mut writing), if writing.is_some() => {
@@ -223,9 +223,16 @@ async fn relay(
     }
 }
 
-async fn next_chunk(output: &mut Option<mpsc::Receiver<TapChunk>>) -> Option<TapChunk> {
+/// Every chunk the tap holds, once it holds one; none once it ended.
+async fn next_chunks(output: &mut Option<mpsc::Receiver<TapChunk>>) -> Vec<TapChunk> {
     match output {
-        Some(output) => output.recv().await,
+        Some(output) => {
+            let mut chunks = Vec::with_capacity(crate::limits::TAP_DEPTH);
+            output
+                .recv_many(&mut chunks, crate::limits::TAP_DEPTH)
+                .await;
+            chunks
+        }
         None => std::future::pending().await,
     }
 }
@@ -240,6 +247,8 @@ async fn finished(writing: &mut Option<JoinHandle<std::io::Result<()>>>) -> std:
     }
 }
 
-fn write_chunk(chunk: &TapChunk) -> std::io::Result<()> {
-    write_stream(chunk.stream, &chunk.bytes)
+fn write_chunks(chunks: &[TapChunk]) -> std::io::Result<()> {
+    chunks
+        .iter()
+        .try_for_each(|chunk| write_stream(chunk.stream, &chunk.bytes))
 }

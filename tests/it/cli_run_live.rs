@@ -23,8 +23,8 @@ const BLOCKS: usize = 4;
 const STDOUT_GENERATOR: &str = "for i in 1 2 3 4; do seq $i 100000000 | head -c 67108864; done";
 
 /// Far more than the slack between the child and `run`'s reader (the child's 1 MiB pipe, the
-/// tap's 1 MiB, the chunk being written and `run`'s own stdout pipe): a child that got this
-/// far was not held back.
+/// tap's 1 MiB, the chunks being written, at most the tap's depth, and `run`'s own stdout
+/// pipe): a child that got this far was not held back.
 const BEYOND_SLACK: usize = 16 * 1024 * 1024;
 
 fn bin() -> Command {
@@ -243,4 +243,36 @@ fn an_incomplete_durable_copy_is_announced_once() {
         .collect();
     assert_eq!(notices.len(), 1, "{stderr}");
     assert_eq!(stderr.lines().count(), 1, "{stderr}");
+}
+
+/// With its stdout closed (`>&-`), `run` does what the command alone would with a closed stdout
+/// of its own: the child's bytes go nowhere, and it runs to its end with its own status. `run`
+/// writes the child's output to descriptor 1 itself, not through std's buffered stream, and no
+/// file of the root may take that descriptor's place (the journal would get the output).
+#[test]
+fn a_closed_stdout_takes_the_output_away_and_the_command_runs_to_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let out = Command::new("sh")
+        .args(["-c", "exec \"$0\" \"$@\" >&-"])
+        .arg(env!("CARGO_BIN_EXE_procjournal"))
+        .args(["run", "--root"])
+        .arg(&root)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "head -c 3000000 /dev/zero; echo done >&2; exit 4",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "{out:?}");
+    assert_eq!(child_stderr(&out.stderr), b"done\n");
+    let m = manifests(&root);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0]["state"], "exited", "{m:?}");
+    assert_eq!(m[0]["bounds"]["total_bytes"], 3_000_005, "{m:?}");
 }
