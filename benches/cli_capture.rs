@@ -1,0 +1,284 @@
+//! Output capture through the command line, `run` and the daemon, beside the same output written
+//! to a file by the shell, measured in the same run.
+//!
+//! Run with `cargo bench --bench cli_capture`. Two workloads of `BYTES` (1 GiB) each:
+//! - zeros: `head -c BYTES /dev/zero`;
+//! - text lines: `yes '<an 82-byte log line>' | head -c BYTES`, as a chatty build or server
+//!   writes (a pipe between two processes already, as such output usually is).
+//!
+//! For each workload, in every round (order swapped round by round, so that other load on the
+//! machine hits all alike), each of these once, timed from spawn to exit:
+//! - baseline: `sh -c '<workload> > FILE'`: the bytes written once, to a file on the same file
+//!   system as the roots, not synced (the issue's `head -c 1G > file`);
+//! - for scale, the pipe alone: `sh -c '<workload> | cat > FILE'`: every supervisor must take
+//!   output through a pipe, and this is what the pipe costs by itself;
+//! - `run`: `procjournal run --root R -- sh -c '<workload>'`, its live copy to /dev/null: the
+//!   open of the root, the drain into the spool (default retention, 64 MiB, so older segments
+//!   are deleted as a ring), the tap to this process's stdout, the write-behind syncs, the
+//!   terminal event, the close;
+//! - daemon: `procjournal start --root R -- sh -c '<workload>'` then `procjournal wait` for it,
+//!   against one `procjournal serve` started for the bench: the same drain without a live copy.
+//!
+//! `sync()` runs (untimed) before each measurement, and the previous measurement's files are
+//! deleted, so no writer pays for another's dirty pages. A round's figure is the time of its one
+//! run; the report gives medians over rounds and the ratio to the baseline's median, with the
+//! per-round range. The targets are the lean-processes goals: zeros at most 0.8x the baseline,
+//! text lines at most 1.2x; the `met` column says whether this run met them.
+//!
+//! Nothing asserts on time; each run checks its exit status, and `run`'s and the daemon's spool
+//! their byte count. Roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir;
+//! `PROCJOURNAL_BENCH_QUICK=1` runs one round of 32 MiB, for checking the harness only.
+#![allow(
+    clippy::disallowed_methods,
+    clippy::disallowed_types,
+    reason = "benches start, signal and reap their baselines and workloads directly"
+)]
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{GIB, MIB, Res, Row, Samples, Target};
+
+#[derive(Debug, Clone, Copy)]
+struct Plan {
+    rounds: usize,
+    bytes: u64,
+}
+
+const FULL: Plan = Plan {
+    rounds: 5,
+    bytes: GIB,
+};
+const QUICK: Plan = Plan {
+    rounds: 1,
+    bytes: 32 * MIB,
+};
+
+const LINE: &str = "2026-12-04T16:00:00Z INFO request handled path=/api/v1/items status=200 ms=12";
+
+/// The procjournal binary Cargo built (in the bench profile) for this bench.
+fn procjournal_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_procjournal"))
+}
+
+/// The shell text of a workload of `bytes` bytes.
+fn workload(text: bool, bytes: u64) -> String {
+    if text {
+        format!("yes '{LINE}' | head -c {bytes}")
+    } else {
+        format!("head -c {bytes} /dev/zero")
+    }
+}
+
+/// Seconds `cmd` took from spawn to exit; fails unless it exited 0.
+fn timed(cmd: &mut Command) -> Res<(f64, String)> {
+    let start = Instant::now();
+    let out = cmd.stdin(Stdio::null()).stderr(Stdio::piped()).output()?;
+    let secs = start.elapsed().as_secs_f64();
+    if !out.status.success() {
+        return Err(format!(
+            "{cmd:?} failed ({}): {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok((secs, String::from_utf8_lossy(&out.stdout).into_owned()))
+}
+
+fn settle(scratch: &Path) -> Res<()> {
+    for entry in std::fs::read_dir(scratch)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            std::fs::remove_dir_all(&path)?;
+        } else {
+            std::fs::remove_file(&path)?;
+        }
+    }
+    nix::unistd::sync();
+    Ok(())
+}
+
+fn shell_to_file(shell: &str, scratch: &Path) -> Res<f64> {
+    settle(scratch)?;
+    let file = scratch.join("out");
+    let (secs, _) = timed(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{shell} > '{}'", file.display())),
+    )?;
+    Ok(secs)
+}
+
+fn run(bin: &Path, shell: &str, scratch: &Path, bytes: u64) -> Res<f64> {
+    settle(scratch)?;
+    let root = scratch.join("root");
+    let mut cmd = Command::new(bin);
+    cmd.args(["run", "--root"])
+        .arg(&root)
+        .args(["--", "sh", "-c", shell]);
+    cmd.stdout(Stdio::null());
+    let start = Instant::now();
+    let status = cmd.stdin(Stdio::null()).stderr(Stdio::null()).status()?;
+    let secs = start.elapsed().as_secs_f64();
+    if !status.success() {
+        return Err(format!("run of {shell} failed: {status}").into());
+    }
+    check_total(bin, &root, "\"handle\"", bytes)?;
+    Ok(secs)
+}
+
+/// The daemon of the bench: `serve` on a root of its own, until dropped.
+struct Daemon {
+    bin: PathBuf,
+    root: PathBuf,
+    child: Child,
+}
+
+impl Daemon {
+    fn start(bin: &Path, root: &Path) -> Res<Daemon> {
+        let child = Command::new(bin)
+            .args(["serve", "--root"])
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        let daemon = Daemon {
+            bin: bin.to_owned(),
+            root: root.to_owned(),
+            child,
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !root.join("procjournal.sock").exists() {
+            if Instant::now() > deadline {
+                return Err("serve made no socket in 20 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(daemon)
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(&self.bin);
+        cmd.args(args).arg("--root").arg(&self.root);
+        cmd
+    }
+
+    /// Seconds from `start` to the return of `wait`; checks the spool's byte count after.
+    fn capture(&self, shell: &str, bytes: u64) -> Res<f64> {
+        let start = Instant::now();
+        let (_, handle) = timed(self.command(&["start"]).args(["--", "sh", "-c", shell]))?;
+        let handle = handle.trim().to_owned();
+        timed(self.command(&["wait"]).arg(&handle).stdout(Stdio::null()))?;
+        let secs = start.elapsed().as_secs_f64();
+        check_total(&self.bin, &self.root, &handle, bytes)?;
+        Ok(secs)
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self
+            .command(&["shutdown"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+        let _ = self.child.wait();
+    }
+}
+
+/// Checks that the process whose `ps --json` line holds `marker` (its handle; `run`'s root holds
+/// one process) counted `bytes` bytes of output.
+fn check_total(bin: &Path, root: &Path, marker: &str, bytes: u64) -> Res<()> {
+    let (_, json) = timed(Command::new(bin).args(["ps", "--json", "--root"]).arg(root))?;
+    let want = format!("\"total_bytes\":{bytes}");
+    let line = json
+        .lines()
+        .find(|l| l.contains(marker))
+        .ok_or_else(|| format!("no process {marker} in {}", root.display()))?;
+    let counted = line
+        .match_indices(&want)
+        .any(|(at, _)| !line[at + want.len()..].starts_with(|c: char| c.is_ascii_digit()));
+    if !counted {
+        return Err(format!("process {marker} did not count {bytes} bytes: {line}").into());
+    }
+    Ok(())
+}
+
+/// One workload's four figures over the rounds, in ms: (baseline, pipe, run, daemon).
+fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 4]> {
+    let shell = workload(text, plan.bytes);
+    let scratch = tempfile::tempdir_in(base)?;
+    let daemon_root = tempfile::tempdir_in(base)?;
+    let daemon = Daemon::start(bin, &daemon_root.path().join("root"))?;
+    let mut figures: [Samples; 4] = Default::default();
+    let pipe = format!("{shell} | cat");
+    for round in 0..plan.rounds {
+        common::print_round(round, plan.rounds);
+        let mut order: [usize; 4] = [0, 1, 2, 3];
+        if round % 2 == 1 {
+            order.reverse();
+        }
+        for which in order {
+            let secs = match which {
+                0 => shell_to_file(&shell, scratch.path())?,
+                1 => shell_to_file(&pipe, scratch.path())?,
+                2 => run(bin, &shell, scratch.path(), plan.bytes)?,
+                _ => {
+                    settle(scratch.path())?;
+                    daemon.capture(&shell, plan.bytes)?
+                }
+            };
+            figures[which].push(secs * 1e3);
+        }
+    }
+    Ok(figures)
+}
+
+fn main() -> Res<()> {
+    let plan = common::plan(FULL, QUICK);
+    let base = common::bench_dir()?;
+    common::print_file_system(&base, "roots and files", "makes every write free");
+    let bin = procjournal_bin();
+    println!(
+        "binary {}; {} rounds of {} per workload; load {}; {} available CPUs",
+        bin.display(),
+        plan.rounds,
+        common::size_name(plan.bytes),
+        common::load_average(),
+        common::available_cpus()
+    );
+    let all = Instant::now();
+    let zeros = measure(&bin, plan, false, &base)?;
+    let text = measure(&bin, plan, true, &base)?;
+    let shell_file = "shell > file";
+    let mut rows = Vec::new();
+    for (name, figures, target) in [("zeros", &zeros, 0.8), ("text lines", &text, 1.2)] {
+        let [baseline, pipe, run, daemon] = figures;
+        for (figure, samples, goal) in [
+            ("pipe | cat > file (scale)", pipe, Target::None),
+            ("procjournal run", run, Target::MaxRatio(target)),
+            ("daemon start + wait", daemon, Target::MaxRatio(target)),
+        ] {
+            rows.push((format!("{name}: {figure}, ms"), samples, baseline, goal));
+        }
+    }
+    let rows: Vec<Row> = rows
+        .iter()
+        .map(|(figure, samples, base, target)| Row {
+            figure,
+            samples,
+            baseline: shell_file,
+            base,
+            target: *target,
+        })
+        .collect();
+    common::print_rows(&rows);
+    common::print_total_time(all);
+    Ok(())
+}
