@@ -239,7 +239,7 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
          ({} earlier process(es) now lost_on_restore, {} finished ones reopened)",
         supervisor.root().display(),
         report.reconciled.len(),
-        report.reopened.len()
+        report.reopened
     );
     for error in &report.errors {
         note!("procjournal mcp: restore: {error}");

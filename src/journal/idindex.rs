@@ -40,6 +40,11 @@ struct Entry {
 
 const BUCKETS_MIN: usize = 64;
 
+/// The most entries an index is sized for before it fills ([`IdIndex::sized_for`]): the count
+/// comes from a file, so it is trusted only this far (64 MB of address space, 16 MB of table);
+/// past it the table grows as it fills, as an unsized one does.
+const PRESIZE_MAX: usize = 1 << 20;
+
 /// The index is full: the journal holds as many records as entry numbers can name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct IndexFull;
@@ -85,6 +90,24 @@ impl IdIndex {
 
     pub fn len(&self) -> usize {
         self.entries.len()
+    }
+
+    /// An empty index with room for `expected` entries (at most `PRESIZE_MAX`): filling it that
+    /// far neither re-files the table nor moves an entry, where growing to it re-filed the table
+    /// at every doubling. An allocation refused leaves it unsized, to grow as it fills.
+    pub fn sized_for(expected: usize) -> Self {
+        let mut index = IdIndex::default();
+        let expected = expected.min(PRESIZE_MAX);
+        if expected == 0 {
+            return index;
+        }
+        let buckets = (expected * 2).next_power_of_two().max(BUCKETS_MIN);
+        if index.entries.try_reserve_exact(expected).is_ok()
+            && index.buckets.try_reserve_exact(buckets).is_ok()
+        {
+            index.buckets.resize(buckets, 0);
+        }
+        index
     }
 
     fn hash(&self, key: &[u8; 16]) -> u64 {
@@ -370,8 +393,11 @@ mod tests {
         /// The index answers exactly as a map that keeps the first insert of each key, across
         /// every growth, including keys that differ in one byte (same fingerprint bits likely).
         #[test]
-        fn agrees_with_a_map(keys in proptest::collection::vec((0u8..4, any::<u8>(), any::<u16>()), 0..3000)) {
-            let mut index = IdIndex::default();
+        fn agrees_with_a_map(
+            keys in proptest::collection::vec((0u8..4, any::<u8>(), any::<u16>()), 0..3000),
+            presize in prop_oneof![Just(0usize), 0usize..4000],
+        ) {
+            let mut index = IdIndex::sized_for(presize);
             let mut model: HashMap<[u8; 16], (Position, u16)> = HashMap::new();
             for (n, (hi, lo, kind)) in keys.iter().enumerate() {
                 let mut key = [0u8; 16];
@@ -392,6 +418,33 @@ mod tests {
                 }
             }
         }
+    }
+
+    /// An index sized for the records it gets files them without growing; past that it grows
+    /// as before, and a count no journal could hold sizes it only up to `PRESIZE_MAX`.
+    #[test]
+    fn an_index_sized_for_its_records_fills_without_growing() {
+        let records = 5000u64;
+        let mut index = IdIndex::sized_for(records as usize);
+        let sized = (index.buckets.len(), index.entries.capacity());
+        let key_of = |n: u64| {
+            let mut key = [0u8; 16];
+            key[..8].copy_from_slice(&n.to_le_bytes());
+            key
+        };
+        for n in 0..records {
+            assert_eq!(index.insert(key_of(n), position(n), 1), Ok(None));
+        }
+        assert_eq!((index.buckets.len(), index.entries.capacity()), sized);
+        for n in (records..2 * records).chain(0..records) {
+            let _ = index.insert(key_of(n), position(n), 1);
+        }
+        assert_eq!(index.len(), 2 * records as usize);
+        assert!(index.buckets.len() > sized.0);
+        assert!((0..2 * records).all(|n| index.get(&key_of(n)) == Some((position(n), 1))));
+        let huge = IdIndex::sized_for(usize::MAX);
+        assert_eq!(huge.buckets.len(), 2 * PRESIZE_MAX);
+        assert!(IdIndex::sized_for(0).buckets.is_empty());
     }
 
     fn key(hi: u8, lo: u8) -> [u8; 16] {

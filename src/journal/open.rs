@@ -174,13 +174,17 @@ struct Found {
 /// every event ID.
 fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, JournalError> {
     let err = |op| io(dir.path(), op);
-    let resume = if visitor.resumes() {
+    let (resume, floor_seq) = if visitor.resumes() {
         let head = super::compact::head_of(dir).map_err(err("read journal head"))?;
-        visitor.resume(&head)
+        let floor_seq = head.floor.as_ref().map_or(0, |f| f.seq);
+        (visitor.resume(&head), floor_seq)
     } else {
-        Resume::default()
+        (Resume::default(), 0)
     };
-    let mut ids = IdIndex::default();
+    // Every record from the floor up to a snapshot's seq is still on disk (compaction keeps
+    // them): the index is sized for them at once instead of re-filed at every doubling.
+    let below_snapshot = resume.after_seq.saturating_sub(floor_seq);
+    let mut ids = IdIndex::sized_for(usize::try_from(below_snapshot).unwrap_or(usize::MAX));
     let mut index_full = false;
     let mut duplicates = Vec::new();
     let mut scan = recovery::scan_journal(dir, |r| {

@@ -17,6 +17,8 @@
 //! - A registration whose launch was cut short before its scope was recorded holds nothing; it
 //!   is released only by the receipt its handle names saying the gate never opened
 //!   (`release_aborted`), and that receipt is removed only once the release is durable.
+//! - Restore's work is bounded by the processes a crash left work for (`needs_restore`), never by
+//!   the finished ones a root keeps: those are counted, not copied or walked again.
 
 use std::sync::Arc;
 
@@ -41,8 +43,9 @@ use crate::tree::assess::{Assessment, assess, assess_unscoped, read_boot_id, rec
 pub struct RestoreReport {
     /// Processes that were live when the previous supervisor stopped: now `lost_on_restore`.
     pub reconciled: Vec<Handle>,
-    /// Processes that were already terminal, reopened read-only.
-    pub reopened: Vec<Handle>,
+    /// How many processes were already terminal: reopened read-only, as the journal left them
+    /// (a count: restore examines only the few a crash left work for, never every finished one).
+    pub reopened: usize,
     pub journal: RecoveryReport,
     pub replay: ReplayReport,
     /// One entry per record, spool or service problem; the rest reconciled regardless.
@@ -206,7 +209,8 @@ pub(crate) async fn restore(
     replay: ReplayReport,
 ) -> (RestoreReport, Vec<(Handle, Scoped, LifecycleIds)>) {
     let mut report = RestoreReport::of_replay(journal, replay);
-    let manifests: Vec<_> = shared.lifecycle.lock().store().iter().cloned().collect();
+    let (manifests, reopened) = unsettled(shared.lifecycle.lock().store().iter());
+    report.reopened = reopened;
     let held = held_trees(&manifests);
     // Before the lifecycle records: a tree's assessment does not depend on them, and a
     // guardian of the crashed supervisor is given its moment to finish while spools recover.
@@ -232,11 +236,43 @@ pub(crate) async fn restore(
         if !m.state.is_terminal() {
             report.reconcile_lost(shared, m).await;
         } else {
-            report.reopened.push(m.handle);
             report.finish_publication(shared, &m).await;
         }
     }
     (report, still_held)
+}
+
+/// The manifests restore has work for, copied out of the store, and how many were terminal.
+/// A root keeps every process it ever ran, so copying them all made each open cost more than
+/// the one before; only these few need anything done.
+fn unsettled<'a>(manifests: impl Iterator<Item = &'a Manifest>) -> (Vec<Manifest>, usize) {
+    let mut terminal = 0;
+    let mut work = Vec::new();
+    for m in manifests {
+        terminal += usize::from(m.state.is_terminal());
+        if needs_restore(m) {
+            work.push(m.clone());
+        }
+    }
+    (work, terminal)
+}
+
+/// Whether restore has anything to do for `m`: reconcile it (live under an earlier supervisor),
+/// assess its tree (a guardian's, not yet released), release a launch cut short before its scope
+/// (`release_aborted`), or finish its publication. Each of `restore`'s steps selects among these
+/// alone, so the others are skipped without changing what it does.
+fn needs_restore(m: &Manifest) -> bool {
+    let unreleased = m.released.is_none();
+    let held = unreleased && m.scope.as_ref().is_some_and(|s| s.guardian.is_some());
+    let unscoped = unreleased && m.scope.is_none();
+    !m.state.is_terminal() || held || unscoped || publication_unfinished(m)
+}
+
+/// A crash between a terminal event and its publication leaves work to finish.
+fn publication_unfinished(m: &Manifest) -> bool {
+    m.terminal
+        .as_ref()
+        .is_some_and(|t| !m.published.contains(&t.event_id) || !m.completion_notified)
 }
 
 /// The trees restore must prove gone before they stop holding capacity.
@@ -359,11 +395,96 @@ impl RestoreReport {
     /// A crash between a terminal event and its publication leaves work to finish.
     async fn finish_publication(&mut self, shared: &Arc<Shared>, m: &Manifest) {
         if let Some(t) = &m.terminal
-            && (!m.published.contains(&t.event_id) || !m.completion_notified)
+            && publication_unfinished(m)
         {
             let errors =
                 publish_and_notify(shared, m.handle, m.ids, t.event_id, t.state, t.exit).await;
             self.errors.extend(errors);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::event::ProcessWitness;
+    use crate::lifecycle::{ManifestStore, workload};
+
+    /// A process of the workload that ran to its end, made settled: its guardian's tree
+    /// released, its terminal event published and its completion notified.
+    fn settled() -> Manifest {
+        let mut store = ManifestStore::new();
+        for n in 0..workload::LANES * workload::PHASES {
+            let (id, event) = workload::event(n);
+            store.apply(id, &event).unwrap();
+        }
+        let mut m = store
+            .iter()
+            .find(|m| m.terminal.is_some() && m.scope.is_some())
+            .unwrap()
+            .clone();
+        let witness = ProcessWitness {
+            pid: 4242,
+            start_time_ticks: 7,
+            pidfs_ino: 9,
+        };
+        if let Some(scope) = m.scope.as_mut() {
+            scope.guardian = Some(witness);
+        }
+        m.released = Some(ExitProof::CgroupEmpty);
+        m.published = m.terminal.iter().map(|t| t.event_id).collect();
+        m.completion_notified = true;
+        m
+    }
+
+    /// Restore copies out only what a crash left work for: however many settled processes a
+    /// root holds, it counts them and touches none.
+    #[test]
+    fn restore_touches_only_unsettled_processes() {
+        let done = settled();
+        assert!(
+            done.state.is_terminal() && !needs_restore(&done),
+            "{done:?}"
+        );
+        let unsettled_ones = [
+            Manifest {
+                state: State::Running,
+                terminal: None,
+                ..done.clone()
+            },
+            Manifest {
+                released: None,
+                ..done.clone()
+            },
+            Manifest {
+                scope: None,
+                released: None,
+                ..done.clone()
+            },
+            Manifest {
+                published: Default::default(),
+                ..done.clone()
+            },
+            Manifest {
+                completion_notified: false,
+                ..done.clone()
+            },
+        ];
+        // A group's tree is never held: released or not, it leaves nothing to assess.
+        let group = Manifest {
+            scope: done.scope.clone().map(|s| Scoped {
+                guardian: None,
+                ..s
+            }),
+            released: None,
+            ..done.clone()
+        };
+        let mut all = vec![done.clone(); 1000];
+        all.push(group);
+        all.extend(unsettled_ones.iter().cloned());
+        all.extend(vec![done; 1000]);
+        let (work, terminal) = unsettled(all.iter());
+        assert_eq!(work, unsettled_ones[..], "in store order, nothing else");
+        assert_eq!(terminal, all.len() - 1, "every one but the running one");
     }
 }
