@@ -512,6 +512,15 @@ pub const RETENTION_BYTES_MIN: u64 = SPOOL_SEGMENT_BYTES_DEFAULT;
 /// (`retention / RETENTION_SEGMENTS_MAX`) rather than more of them.
 pub const RETENTION_SEGMENTS_MAX: u64 = 8;
 
+/// Segments retention has dropped from a spool's window whose files a supervised spool leaves
+/// for its next sync to remove, off the drain's thread (`Spool::defer_removals`): removing a
+/// segment frees its page cache there and then, about 3 ms for an 8 MiB segment measured on
+/// this kind of machine, which stalled the drain for a third of the time a 1 GiB capture took.
+/// Past this many (no sync came: a checkpoint is at most a second away while output flows, and
+/// write-behind syncs every segment), the next one is removed at once, as an unsupervised spool
+/// removes each.
+pub const SPOOL_REMOVALS_DEFERRED_MAX: usize = 16;
+
 /// The most retention a start or a daemon may ask for: 4 GiB per process. More is far more often
 /// a unit mistake than a wish (the live-process bound times this is already a terabyte of disk),
 /// and at [`RETENTION_SEGMENTS_MAX`] segments its segments are 512 MiB, the most a read of a

@@ -240,6 +240,13 @@ pub struct Spool {
     retry_interval: Duration,
     /// Bumped at every loss, so that a buffer in front of the spool knows to start again.
     losses: u64,
+    /// Retention leaves the files it drops to the next sync plan (`defer_removals`).
+    defer_removals: bool,
+    /// Segment files dropped from the retained window, not yet removed: the next sync plan
+    /// removes them (or the drop of this handle). Never read again: in-process reads go by
+    /// `segments`, and a reader in another process, or the next open, that still finds one only
+    /// sees older output than the window promises, never less.
+    doomed: Vec<String>,
 }
 
 fn segment_name(first_cursor: u64) -> String {
@@ -358,6 +365,9 @@ impl Drop for Spool {
     fn drop(&mut self) {
         if self.writable {
             let _ = self.flush();
+        }
+        if let Some(held) = &self.held {
+            sync::remove_doomed(held, std::mem::take(&mut self.doomed));
         }
     }
 }

@@ -508,6 +508,8 @@ impl Spool {
             failing: None,
             retry_interval: Duration::from_millis(crate::limits::SPOOL_RETRY_MS),
             losses: 0,
+            defer_removals: false,
+            doomed: Vec::new(),
         }
     }
 }

@@ -63,6 +63,10 @@ pub struct SyncPlan {
     layout: Layout,
     total_bytes: u64,
     io: Arc<dyn io::SpoolIo>,
+    /// Segment files retention dropped since the last plan, removed first (see
+    /// `Spool::defer_removals`), in the directory held by `held`.
+    doomed: Vec<String>,
+    held: Option<Arc<Dir>>,
 }
 
 /// A plan that has run, with its result, to hand back to [`Spool::finish_sync`].
@@ -75,7 +79,10 @@ pub struct SyncDone {
 impl SyncPlan {
     /// Whether running it does any I/O.
     pub fn is_empty(&self) -> bool {
-        self.files.is_empty() && self.dir.is_none() && self.parent.is_none()
+        self.files.is_empty()
+            && self.dir.is_none()
+            && self.parent.is_none()
+            && self.doomed.is_empty()
     }
 
     /// The bytes this plan makes durable: `total_bytes` as it was when the plan was made.
@@ -84,9 +91,13 @@ impl SyncPlan {
         self.total_bytes
     }
 
-    /// Performs the syncs: segments first, then the directory that names them, then its parent.
-    /// Blocking I/O; the spool itself is not touched.
-    pub fn run(self) -> SyncDone {
+    /// Removes the segment files retention dropped, then performs the syncs: segments first,
+    /// then the directory that names them (so that a removal is in the directory's synced state
+    /// when the layout changed), then its parent. Blocking I/O; the spool itself is not touched.
+    pub fn run(mut self) -> SyncDone {
+        if let Some(held) = &self.held {
+            remove_doomed(held, std::mem::take(&mut self.doomed));
+        }
         let result = self.sync();
         SyncDone { plan: self, result }
     }
@@ -146,6 +157,18 @@ impl SyncPlan {
     }
 }
 
+/// Removes segment files retention dropped from a spool's window. One that cannot be removed is
+/// left to the next open, which counts it as retained: older output kept, never any lost.
+pub(super) fn remove_doomed(held: &Dir, doomed: Vec<String>) {
+    for name in doomed {
+        match held.remove(&name) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => tracing::warn!(error = %e, "spool retention could not delete a segment"),
+        }
+    }
+}
+
 impl Spool {
     fn layout(&self) -> Layout {
         match (self.segments.front(), self.segments.back()) {
@@ -167,6 +190,8 @@ impl Spool {
             layout,
             total_bytes: self.durable_total,
             io: Arc::clone(&self.io),
+            doomed: std::mem::take(&mut self.doomed),
+            held: self.held.clone(),
         };
         if !self.writable || !self.dirty {
             return Ok(plan);

@@ -277,6 +277,93 @@ fn gap_cursor_ahead_and_end_of_output() {
     assert!(spool.total_bytes() - spool.retained_from() <= 8192 + 4096);
 }
 
+/// Segment names in `dir`, sorted.
+fn segment_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".seg"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// A supervised spool leaves the files retention drops to its next sync plan: the appends that
+/// drop segments remove no file, reads start at the new window at once, and the plan's run (on
+/// a thread of its own in the supervisor) removes exactly the dropped ones, before its
+/// directory sync. What no plan took is removed when the handle drops.
+#[test]
+fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 4096,
+        retention_bytes: 8192,
+    };
+    let (mut spool, _) = Spool::open_writer(dir.path(), [1; 16], options).unwrap();
+    spool.defer_removals();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[1000; 20]);
+    let dropped = spool.retained_from();
+    assert!(dropped > 0, "retention must have dropped segments");
+    let before = segment_names(dir.path());
+    assert_eq!(
+        before.first(),
+        Some(&segment_name(0)),
+        "no file removed yet: {before:?}"
+    );
+    let read = spool.read(0, 100).unwrap();
+    assert!(read.gap);
+    assert_eq!(read.spans[0].cursor, dropped);
+    check_read(&spool, &model, dropped, 1 << 16);
+
+    let plan = spool.plan_sync().unwrap();
+    assert!(!plan.is_empty());
+    assert_eq!(spool.finish_sync(plan.run()).unwrap().0, dropped);
+    let after = segment_names(dir.path());
+    assert_eq!(after.first(), Some(&segment_name(dropped)), "{after:?}");
+    assert!(
+        before.ends_with(&after),
+        "only the dropped ones went: {before:?} -> {after:?}"
+    );
+
+    write_pattern(&mut spool, &mut model, &[1000; 20]);
+    let dropped = spool.retained_from();
+    drop(spool);
+    let (reopened, _) = Spool::open_reader(dir.path()).unwrap();
+    assert_eq!(
+        reopened.retained_from(),
+        dropped,
+        "the drop removed what no plan took"
+    );
+    assert_eq!(
+        segment_names(dir.path()).first(),
+        Some(&segment_name(dropped))
+    );
+}
+
+/// Past the bound on deferred removals (no plan came), retention removes at once again: the
+/// files a writer leaves behind stay bounded however long it goes without a sync.
+#[test]
+fn deferred_removals_are_bounded() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = SpoolOptions {
+        segment_bytes: 4096,
+        retention_bytes: 8192,
+    };
+    let (mut spool, _) = Spool::open_writer(dir.path(), [1; 16], options).unwrap();
+    spool.defer_removals();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[1000; 400]);
+    let window = (spool.total_bytes() - spool.retained_from()).div_ceil(4096) as usize + 1;
+    let files = segment_names(dir.path()).len();
+    assert!(
+        files <= window + crate::limits::SPOOL_REMOVALS_DEFERRED_MAX,
+        "{files} files for a window of {window}"
+    );
+    assert!(files > window, "removals were deferred: {files} files");
+    check_read(&spool, &model, spool.retained_from(), 1 << 16);
+}
+
 #[test]
 fn torn_tail_is_cut_and_reported_and_whole_chunks_survive() {
     let dir = tempfile::tempdir().unwrap();

@@ -26,6 +26,7 @@ use super::format::{
 };
 use super::index::SegmentIndex;
 use super::{CHUNK_SPLIT_BYTES, Gap, LossReason, Segment, Spool, SpoolError, io, segment_name};
+use crate::limits::SPOOL_REMOVALS_DEFERRED_MAX;
 use crate::root::dir::{Dir, file_name as file_name_of};
 
 /// Appends are staged in a write buffer of about this many bytes and written to the file when
@@ -464,7 +465,9 @@ impl Spool {
 
     /// Deletes whole oldest segments while more than the retention bound is retained. A file
     /// that cannot be deleted stays (retention lags; nothing is lost) and is tried again at the
-    /// next append.
+    /// next append. With [`Spool::defer_removals`], a dropped segment leaves the window at once
+    /// and its file is removed by the next sync plan instead (a removal that fails there leaves
+    /// the file to the next open, which counts it as retained).
     fn enforce_retention(&mut self) {
         while self.segments.len() > 1
             && self.total_bytes - self.retained_from > self.options.retention_bytes
@@ -473,10 +476,16 @@ impl Spool {
                 break;
             };
             let name = file_name_of(&oldest.path);
-            let removed = self
-                .held
-                .as_deref()
-                .map_or(Ok(()), |held| held.remove(name));
+            let removed = match self.held.as_deref() {
+                None => Ok(()),
+                Some(_)
+                    if self.defer_removals && self.doomed.len() < SPOOL_REMOVALS_DEFERRED_MAX =>
+                {
+                    self.doomed.push(name.to_owned());
+                    Ok(())
+                }
+                Some(held) => held.remove(name),
+            };
             if let Err(e) = removed {
                 tracing::warn!(error = %e, "spool retention could not delete a segment");
                 self.segments.push_front(oldest);
@@ -488,6 +497,13 @@ impl Spool {
                 .front()
                 .map_or(self.total_bytes, |s| s.header.first_cursor);
         }
+    }
+
+    /// Leaves the removal of the segment files retention drops to the next sync plan, which a
+    /// supervisor runs off the thread that drains the pipes (see
+    /// [`SPOOL_REMOVALS_DEFERRED_MAX`]).
+    pub(crate) fn defer_removals(&mut self) {
+        self.defer_removals = true;
     }
 
     /// Makes everything appended so far durable (fdatasync of the segments written since the

@@ -331,11 +331,13 @@ impl Proc {
                 // The first byte: the spool is created now (a mkdir and a file, no sync: its
                 // first checkpoint syncs the directory entry).
                 let at = &self.spool_at;
-                let (spool, _) = crate::spool::Spool::open_writer(
+                let (mut spool, _) = crate::spool::Spool::open_writer(
                     &at.dir,
                     self.handle.0.as_bytes(),
                     at.options,
                 )?;
+                // Retention's removals go to the syncs' blocking thread, not this one.
+                spool.defer_removals();
                 *output = Some(Output::new(spool, at.buffer_bytes));
             }
             match output.as_mut() {
