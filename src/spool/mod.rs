@@ -343,20 +343,28 @@ impl Spool {
         let dir = self.held.as_deref().ok_or_else(|| {
             std::io::Error::new(std::io::ErrorKind::NotFound, "the spool directory is gone")
         })?;
-        let file = dir.file(
+        open_sealed_in(
+            dir,
             crate::root::dir::file_name(&segment.path),
-            crate::root::dir::Access::Read,
-        )?;
-        let mut head = [0u8; SPOOL_HEADER_BYTES];
-        std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)?;
-        if SpoolHeader::decode(&head).ok() != Some(segment.header) {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                "the segment file was replaced",
-            ));
-        }
-        Ok(file)
+            &segment.header,
+        )
     }
+}
+
+/// Opens sealed segment `name` in `dir`, for one read or sync, accepted only while its header is
+/// still `header`, the one the spool's open checked: a file put in its place is refused, never
+/// read or synced as this spool's.
+fn open_sealed_in(dir: &Dir, name: &str, header: &SpoolHeader) -> std::io::Result<File> {
+    let file = dir.file(name, crate::root::dir::Access::Read)?;
+    let mut head = [0u8; SPOOL_HEADER_BYTES];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut head, 0)?;
+    if SpoolHeader::decode(&head).ok() != Some(*header) {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "the segment file was replaced",
+        ));
+    }
+    Ok(file)
 }
 
 impl Drop for Spool {

@@ -2,7 +2,9 @@
 //! that serializes appends: a supervisor keeps reading its pipes while a checkpoint syncs.
 //!
 //! 1. [`Spool::plan_sync`], under the writer's lock: which segment files and directories must be
-//!    synced, on descriptors of their own (`dup`), and the bounds the sync will make durable.
+//!    synced (the active segment by its descriptor, sealed ones by name and checked header, each
+//!    opened in turn as the plan runs: a plan holds at most one descriptor of them), and the
+//!    bounds the sync will make durable.
 //! 2. [`SyncPlan::run`], anywhere (a blocking thread): the syncs themselves, several at once.
 //! 3. [`Spool::finish_sync`], under the lock again: the planned bounds become `durable_total`.
 //!
@@ -21,8 +23,9 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{LossReason, Spool, SpoolError, io};
-use crate::root::dir::Dir;
+use super::format::SpoolHeader;
+use super::{LossReason, Spool, SpoolError, io, open_sealed_in};
+use crate::root::dir::{Dir, file_name};
 
 /// The first cursors of the oldest and the newest segment: which segment files are named in the
 /// spool directory.
@@ -36,6 +39,14 @@ pub const SYNC_THREADS_MAX: usize = 4;
 #[derive(Debug)]
 enum SyncJob<'a> {
     Segment(&'a dyn io::SpoolIo, &'a File),
+    /// Sealed segments, by name and the header their open checked: each opened, synced and
+    /// closed in turn, so that a plan holds at most one descriptor of them whatever it covers
+    /// (a fast writer on a slow disk leaves every retained segment to one plan).
+    Sealed(
+        &'a dyn io::SpoolIo,
+        Option<&'a Dir>,
+        &'a [(String, SpoolHeader)],
+    ),
     Directory(&'a Path),
     /// The spool's own directory, by its held descriptor.
     Held(&'a Dir),
@@ -45,6 +56,18 @@ impl SyncJob<'_> {
     fn run(&self) -> Result<(), SpoolError> {
         match self {
             SyncJob::Segment(seam, file) => seam.sync_data(file).map_err(io("sync segment")),
+            SyncJob::Sealed(seam, dir, sealed) => sealed.iter().try_for_each(|(name, header)| {
+                let dir = dir.ok_or_else(|| SpoolError::Io {
+                    op: "open segment for sync",
+                    cause: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "the spool directory is gone",
+                    ),
+                })?;
+                let file =
+                    open_sealed_in(dir, name, header).map_err(io("open segment for sync"))?;
+                seam.sync_data(&file).map_err(io("sync segment"))
+            }),
             SyncJob::Directory(dir) => crate::root::sync_dir(dir).map_err(io("sync directory")),
             SyncJob::Held(dir) => dir.sync().map_err(io("sync directory")),
         }
@@ -54,8 +77,10 @@ impl SyncJob<'_> {
 /// What one checkpoint must make durable; see the module docs.
 #[derive(Debug)]
 pub struct SyncPlan {
-    /// Segment files to `fdatasync`, newest first.
+    /// Segment files to `fdatasync` by the descriptor they hold (the active one's), newest first.
     pub(super) files: Vec<Arc<File>>,
+    /// Sealed segments to `fdatasync`, each opened when its turn comes (`SyncJob::Sealed`).
+    pub(super) sealed: Vec<(String, SpoolHeader)>,
     /// The spool directory, when its entries may have changed since it was last synced.
     dir: Option<Arc<Dir>>,
     /// The parent of a spool directory this writer created and has not yet synced.
@@ -102,7 +127,8 @@ impl SyncPlan {
         SyncDone { plan: self, result }
     }
 
-    /// Runs every sync of the plan, up to [`SYNC_THREADS_MAX`] at once: concurrent `fdatasync`s
+    /// Runs every sync of the plan, up to [`SYNC_THREADS_MAX`] at once (the sealed segments one
+    /// after another on one of them, for the descriptor bound): concurrent `fdatasync`s
     /// share the file system's journal commits and keep the device busy, where one after another
     /// each waits for a commit of its own (measured: about 1.6x the throughput of a supervised
     /// fast writer). Nothing may be counted durable before all of them succeeded, so their order
@@ -114,6 +140,9 @@ impl SyncPlan {
             .iter()
             .map(|f| SyncJob::Segment(seam, f))
             .collect();
+        if !self.sealed.is_empty() {
+            jobs.push(SyncJob::Sealed(seam, self.held.as_deref(), &self.sealed));
+        }
         jobs.extend(self.dir.iter().map(|d| SyncJob::Held(d)));
         jobs.extend(self.parent.iter().map(|d| SyncJob::Directory(d)));
         let workers = jobs.len().min(SYNC_THREADS_MAX);
@@ -185,6 +214,7 @@ impl Spool {
         let layout = self.layout();
         let mut plan = SyncPlan {
             files: Vec::new(),
+            sealed: Vec::new(),
             dir: None,
             parent: None,
             layout,
@@ -208,16 +238,14 @@ impl Spool {
                 // Sealed, and every byte of it was covered by an earlier checkpoint's sync.
                 break;
             }
-            // A sealed segment is opened anew: `fdatasync` of any descriptor of the file writes
-            // back all of its data, whichever descriptor wrote it.
-            let file = match &segment.file {
-                Some(held) => Arc::clone(held),
-                None => Arc::new(
-                    self.open_sealed(segment)
-                        .map_err(io("open segment for sync"))?,
-                ),
-            };
-            plan.files.push(file);
+            // A sealed segment is opened anew when the plan runs: `fdatasync` of any descriptor
+            // of the file writes back all of its data, whichever descriptor wrote it.
+            match &segment.file {
+                Some(held) => plan.files.push(Arc::clone(held)),
+                None => plan
+                    .sealed
+                    .push((file_name(&segment.path).to_owned(), segment.header)),
+            }
             if segment.end_cursor <= self.durable_total {
                 break;
             }
@@ -342,8 +370,10 @@ mod tests {
             spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
         }
         let plan = spool.plan_sync().unwrap();
-        assert_eq!(plan.files.len(), 12);
-        assert!(plan.files.len() + 2 > super::SYNC_THREADS_MAX);
+        // The active segment by its descriptor, the eleven sealed ones by name: the plan opens
+        // them one at a time when it runs, so it never holds more than one of them.
+        assert_eq!((plan.files.len(), plan.sealed.len()), (1, 11));
+        assert!(plan.files.len() + plan.sealed.len() + 2 > super::SYNC_THREADS_MAX);
         assert_eq!(spool.finish_sync(plan.run()).unwrap(), (0, 12 * 900));
         drop(spool);
         // Everything is still there for a reader.
@@ -353,6 +383,31 @@ mod tests {
             reader.read(0, usize::MAX / 2).unwrap().bytes,
             vec![b'a'; 12 * 900]
         );
+    }
+
+    /// A sealed segment replaced between the plan and its run is refused, not synced as this
+    /// spool's: the run fails, and everything since the last good sync is lost, as for any
+    /// failed sync, and said.
+    #[test]
+    fn a_sealed_segment_replaced_before_the_run_fails_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut spool, _) = Spool::open_writer(dir.path(), [7; 16], small()).unwrap();
+        spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        let plan = spool.plan_sync().unwrap();
+        assert_eq!(plan.sealed.len(), 1, "{plan:?}");
+        let name = dir.path().join(&plan.sealed[0].0);
+        let mut bytes = std::fs::read(&name).unwrap();
+        bytes[40] ^= 1;
+        std::fs::remove_file(&name).unwrap();
+        std::fs::write(&name, &bytes).unwrap();
+        let failed = spool.finish_sync(plan.run()).unwrap_err();
+        assert!(
+            failed.to_string().contains("open segment for sync"),
+            "{failed}"
+        );
+        assert_eq!(spool.durable_total(), 0);
+        assert!(!spool.gaps().is_empty(), "the unsynced bytes are a gap");
     }
 
     #[test]
@@ -379,7 +434,8 @@ mod tests {
         assert_eq!(spool.durable_total(), 0);
         let plan = spool.plan_sync().unwrap();
         assert_eq!(plan.total_bytes(), 2000);
-        assert!(plan.files.len() >= 2 && plan.dir.is_some() && plan.parent.is_some());
+        assert!(plan.files.len() + plan.sealed.len() >= 2);
+        assert!(plan.dir.is_some() && plan.parent.is_some());
         assert_eq!(spool.finish_sync(plan.run()).unwrap(), (0, 2000));
     }
 
