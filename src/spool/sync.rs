@@ -105,6 +105,7 @@ impl SyncPlan {
     /// Whether running it does any I/O.
     pub fn is_empty(&self) -> bool {
         self.files.is_empty()
+            && self.sealed.is_empty()
             && self.dir.is_none()
             && self.parent.is_none()
             && self.doomed.is_empty()
@@ -186,8 +187,9 @@ impl SyncPlan {
     }
 }
 
-/// Removes segment files retention dropped from a spool's window. One that cannot be removed is
-/// left to the next open, which counts it as retained: older output kept, never any lost.
+/// Removes segment files retention dropped from a spool's window. One that cannot be removed (or
+/// that a plan abandoned before it ran took with it) is left to the next open, which counts it
+/// as retained: older output kept, never any lost.
 pub(super) fn remove_doomed(held: &Dir, doomed: Vec<String>) {
     for name in doomed {
         match held.remove(&name) {
