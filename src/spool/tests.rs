@@ -288,12 +288,8 @@ fn segment_names(dir: &std::path::Path) -> Vec<String> {
     names
 }
 
-/// A supervised spool leaves the files retention drops to its next sync plan: the appends that
-/// drop segments remove no file, reads start at the new window at once, and the plan's run (on
-/// a thread of its own in the supervisor) removes exactly the dropped ones, before its
-/// directory sync. What no plan took is removed when the handle drops.
-#[test]
-fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
+/// A spool of 4 KiB segments and 8 KiB retention that defers its removals, as a supervisor's.
+fn deferring_spool() -> (tempfile::TempDir, Spool) {
     let dir = tempfile::tempdir().unwrap();
     let options = SpoolOptions {
         segment_bytes: 4096,
@@ -301,6 +297,16 @@ fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
     };
     let (mut spool, _) = Spool::open_writer(dir.path(), [1; 16], options).unwrap();
     spool.defer_removals();
+    (dir, spool)
+}
+
+/// A supervised spool leaves the files retention drops to its next sync plan: the appends that
+/// drop segments remove no file, reads start at the new window at once, and the plan's run (on
+/// a thread of its own in the supervisor) removes exactly the dropped ones, before its
+/// directory sync. What no plan took is removed when the handle drops.
+#[test]
+fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
+    let (dir, mut spool) = deferring_spool();
     let mut model = Model::default();
     write_pattern(&mut spool, &mut model, &[1000; 20]);
     let dropped = spool.retained_from();
@@ -345,13 +351,7 @@ fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
 /// files a writer leaves behind stay bounded however long it goes without a sync.
 #[test]
 fn deferred_removals_are_bounded() {
-    let dir = tempfile::tempdir().unwrap();
-    let options = SpoolOptions {
-        segment_bytes: 4096,
-        retention_bytes: 8192,
-    };
-    let (mut spool, _) = Spool::open_writer(dir.path(), [1; 16], options).unwrap();
-    spool.defer_removals();
+    let (dir, mut spool) = deferring_spool();
     let mut model = Model::default();
     write_pattern(&mut spool, &mut model, &[1000; 400]);
     let window = (spool.total_bytes() - spool.retained_from()).div_ceil(4096) as usize + 1;
