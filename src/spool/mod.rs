@@ -242,10 +242,10 @@ pub struct Spool {
     losses: u64,
     /// Retention leaves the files it drops to the next sync plan (`defer_removals`).
     defer_removals: bool,
-    /// Segment files dropped from the retained window, not yet removed: the next sync plan
-    /// removes them (or the drop of this handle). Never read again: in-process reads go by
-    /// `segments`, and a reader in another process, or the next open, that still finds one only
-    /// sees older output than the window promises, never less.
+    /// Segment files dropped from the retained window, not yet removed, oldest first: the next
+    /// sync plan removes them (or the drop of this handle), in this order. Never read again:
+    /// in-process reads go by `segments`, and a reader in another process, or the next open,
+    /// that still finds some only sees older output than the window promises, never less.
     doomed: Vec<String>,
 }
 
@@ -375,7 +375,7 @@ impl Drop for Spool {
             let _ = self.flush();
         }
         if let Some(held) = &self.held {
-            sync::remove_doomed(held, std::mem::take(&mut self.doomed));
+            sync::remove_doomed(held, &mut self.doomed);
         }
     }
 }

@@ -88,8 +88,10 @@ pub struct SyncPlan {
     layout: Layout,
     total_bytes: u64,
     io: Arc<dyn io::SpoolIo>,
-    /// Segment files retention dropped since the last plan, removed first (see
-    /// `Spool::defer_removals`), in the directory held by `held`.
+    /// The files of segments retention dropped and not yet removed, oldest first, removed first
+    /// (see `Spool::defer_removals`) in the directory held by `held`; once the plan ran, the
+    /// names it removed, which [`Spool::finish_sync`] takes off the spool's list. (The spool
+    /// keeps its list until then: a plan lost before it ran leaves them to the next plan.)
     doomed: Vec<String>,
     held: Option<Arc<Dir>>,
 }
@@ -121,9 +123,10 @@ impl SyncPlan {
     /// then the directory that names them (so that a removal is in the directory's synced state
     /// when the layout changed), then its parent. Blocking I/O; the spool itself is not touched.
     pub fn run(mut self) -> SyncDone {
-        if let Some(held) = &self.held {
-            remove_doomed(held, std::mem::take(&mut self.doomed));
-        }
+        self.doomed = match &self.held {
+            Some(held) => remove_doomed(held, &mut self.doomed),
+            None => Vec::new(),
+        };
         let result = self.sync();
         SyncDone { plan: self, result }
     }
@@ -187,17 +190,26 @@ impl SyncPlan {
     }
 }
 
-/// Removes segment files retention dropped from a spool's window. One that cannot be removed (or
-/// that a plan abandoned before it ran took with it) is left to the next open, which counts it
-/// as retained: older output kept, never any lost.
-pub(super) fn remove_doomed(held: &Dir, doomed: Vec<String>) {
-    for name in doomed {
-        match held.remove(&name) {
+/// Removes the files of segments retention dropped from a spool's window, oldest first, and
+/// stops at the first that cannot be removed (a file already gone counts as removed); returns
+/// the names removed, taken off the front of `doomed`. In order, so that what stays on disk is
+/// always a run of the oldest files next to the window: older output kept, never a hole. What
+/// stays is left to the next plan (or, after a crash, to the next open, which counts it as
+/// retained).
+pub(super) fn remove_doomed(held: &Dir, doomed: &mut Vec<String>) -> Vec<String> {
+    let mut removed = 0;
+    for name in doomed.iter() {
+        match held.remove(name) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => tracing::warn!(error = %e, "spool retention could not delete a segment"),
+            Err(e) => {
+                tracing::warn!(error = %e, "spool retention could not delete a segment");
+                break;
+            }
         }
+        removed += 1;
     }
+    doomed.drain(..removed).collect()
 }
 
 impl Spool {
@@ -222,7 +234,7 @@ impl Spool {
             layout,
             total_bytes: self.durable_total,
             io: Arc::clone(&self.io),
-            doomed: std::mem::take(&mut self.doomed),
+            doomed: self.doomed.clone(),
             held: self.held.clone(),
         };
         if !self.writable || !self.dirty {
@@ -272,6 +284,7 @@ impl Spool {
     /// error is returned; nothing counts as durable that was not synced.
     pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
         let SyncDone { plan, result } = done;
+        self.doomed.retain(|name| !plan.doomed.contains(name));
         if let Err(e) = result {
             self.dirty = true;
             if plan.parent.is_some() {

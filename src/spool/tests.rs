@@ -347,6 +347,45 @@ fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
     );
 }
 
+/// Deferred removals go oldest first and stop at the first that fails, so the files left on
+/// disk never skip a segment; what a plan could not remove, or a plan lost before it ran,
+/// leaves its names to the next plan.
+#[test]
+fn deferred_removals_never_leave_a_hole_and_what_fails_waits_for_the_next_plan() {
+    let (dir, mut spool) = deferring_spool();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[1000; 20]);
+    let doomed = spool.doomed.clone();
+    assert!(doomed.len() >= 3, "{doomed:?}");
+    // A plan lost before it ran (its task died) takes nothing with it.
+    drop(spool.plan_sync().unwrap());
+    spool.abandon_sync();
+    assert_eq!(spool.doomed, doomed);
+    // The second oldest cannot be removed: a directory stands in its place.
+    let blocker = dir.path().join(&doomed[1]);
+    std::fs::remove_file(&blocker).unwrap();
+    std::fs::create_dir(&blocker).unwrap();
+    std::fs::write(blocker.join("x"), b"x").unwrap();
+    let plan = spool.plan_sync().unwrap();
+    spool.finish_sync(plan.run()).unwrap();
+    let names = segment_names(dir.path());
+    assert!(!names.contains(&doomed[0]), "the oldest went: {names:?}");
+    assert!(
+        names.contains(&doomed[2]),
+        "nothing after the failure went: {names:?}"
+    );
+    assert_eq!(spool.doomed[..], doomed[1..], "the rest waits, in order");
+    std::fs::remove_dir_all(&blocker).unwrap();
+    let plan = spool.plan_sync().unwrap();
+    spool.finish_sync(plan.run()).unwrap();
+    assert!(spool.doomed.is_empty());
+    assert_eq!(
+        segment_names(dir.path()).first(),
+        Some(&segment_name(spool.retained_from()))
+    );
+    check_read(&spool, &model, spool.retained_from(), 1 << 16);
+}
+
 /// Past the bound on deferred removals (no plan came), retention removes at once again: the
 /// files a writer leaves behind stay bounded however long it goes without a sync.
 #[test]

@@ -466,8 +466,8 @@ impl Spool {
     /// Deletes whole oldest segments while more than the retention bound is retained. A file
     /// that cannot be deleted stays (retention lags; nothing is lost) and is tried again at the
     /// next append. With [`Spool::defer_removals`], a dropped segment leaves the window at once
-    /// and its file is removed by the next sync plan instead (a removal that fails there leaves
-    /// the file to the next open, which counts it as retained).
+    /// and its file is removed by the next sync plan instead, oldest first (one that fails
+    /// there stays on the list, with every newer one, for the plan after).
     fn enforce_retention(&mut self) {
         while self.segments.len() > 1
             && self.total_bytes - self.retained_from > self.options.retention_bytes
@@ -475,19 +475,7 @@ impl Spool {
             let Some(oldest) = self.segments.pop_front() else {
                 break;
             };
-            let name = file_name_of(&oldest.path);
-            let removed = match self.held.as_deref() {
-                None => Ok(()),
-                Some(_)
-                    if self.defer_removals && self.doomed.len() < SPOOL_REMOVALS_DEFERRED_MAX =>
-                {
-                    self.doomed.push(name.to_owned());
-                    Ok(())
-                }
-                Some(held) => held.remove(name),
-            };
-            if let Err(e) = removed {
-                tracing::warn!(error = %e, "spool retention could not delete a segment");
+            if !self.drop_segment(file_name_of(&oldest.path)) {
                 self.segments.push_front(oldest);
                 break;
             }
@@ -499,10 +487,38 @@ impl Spool {
         }
     }
 
+    /// Removes the file of segment `name`, just taken out of the window, or with
+    /// [`Spool::defer_removals`] leaves it to the next sync plan. Past
+    /// [`SPOOL_REMOVALS_DEFERRED_MAX`] waiting, those are removed here first, oldest first, so
+    /// that the files on disk never skip a segment. False when a file could not be removed: the
+    /// segment then stays in the window (retention lags; nothing is lost).
+    fn drop_segment(&mut self, name: &str) -> bool {
+        let Some(held) = self.held.clone() else {
+            return true;
+        };
+        if self.defer_removals {
+            if self.doomed.len() >= SPOOL_REMOVALS_DEFERRED_MAX {
+                super::sync::remove_doomed(&held, &mut self.doomed);
+            }
+            if self.doomed.len() < SPOOL_REMOVALS_DEFERRED_MAX {
+                self.doomed.push(name.to_owned());
+                return true;
+            }
+            return false;
+        }
+        match held.remove(name) {
+            Ok(()) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "spool retention could not delete a segment");
+                false
+            }
+        }
+    }
+
     /// Leaves the removal of the segment files retention drops to the next sync plan, which a
     /// supervisor runs off the thread that drains the pipes (see
     /// [`SPOOL_REMOVALS_DEFERRED_MAX`]).
-    pub(crate) fn defer_removals(&mut self) {
+    pub fn defer_removals(&mut self) {
         self.defer_removals = true;
     }
 

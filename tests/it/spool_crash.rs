@@ -49,6 +49,8 @@ use procjournal::spool::{CHUNK_SPLIT_BYTES, Spool, SpoolError, SpoolOptions, Spo
 const CHILD_ENV: &str = "PROCJOURNAL_SPOOL_CHILD";
 /// `<segment_bytes>,<retention_bytes>`.
 const OPTIONS_ENV: &str = "PROCJOURNAL_SPOOL_OPTIONS";
+/// Set when the child's spool defers its removals to its checkpoints, as a supervisor's does.
+const DEFER_ENV: &str = "PROCJOURNAL_SPOOL_DEFER";
 /// The seed of the child's choices of sizes, streams and checkpoints.
 const CHILD_SEED_ENV: &str = "PROCJOURNAL_SPOOL_CHILD_SEED";
 /// The content salt of the bytes this child writes.
@@ -199,6 +201,9 @@ fn spool_crash_child_appender() {
     report!();
     let (mut spool, recovery) =
         Spool::open_writer(&dir, SPOOL_ID, options).expect("child: open_writer");
+    if std::env::var_os(DEFER_ENV).is_some() {
+        spool.defer_removals();
+    }
     report!(
         "open {} {} {}",
         spool.total_bytes(),
@@ -472,6 +477,8 @@ struct Scenario {
     /// The parent kills after between 1 and this many acks or intents (or, one round in eight, at
     /// start-up).
     max_acks_before_kill: u64,
+    /// The child defers retention's removals to its checkpoints (`Spool::defer_removals`).
+    defer: bool,
 }
 
 fn base_seed() -> u64 {
@@ -490,28 +497,32 @@ fn stderr_of(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|e| format!("(no stderr: {e})"))
 }
 
-fn spawn_child(options: SpoolOptions, dir: &Path, seed: u64, salt: u64, stderr: &Path) -> Child {
+fn spawn_child(scenario: &Scenario, dir: &Path, seed: u64, salt: u64, stderr: &Path) -> Child {
+    let options = scenario.options;
     let exe = std::env::current_exe().expect("current_exe");
     let stderr = File::create(stderr).expect("create child stderr file");
-    Command::new(exe)
-        .args([
-            "--exact",
-            &crate::common::harness_name(module_path!(), CHILD_TEST),
-        ])
-        .args(["--nocapture", "--test-threads=1"])
-        .env(CHILD_ENV, dir)
-        .env(
-            OPTIONS_ENV,
-            format!("{},{}", options.segment_bytes, options.retention_bytes),
-        )
-        .env(CHILD_SEED_ENV, seed.to_string())
-        .env(SALT_ENV, salt.to_string())
-        .env_remove("RUST_BACKTRACE")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::from(stderr))
-        .spawn()
-        .expect("spawn child")
+    let mut cmd = Command::new(exe);
+    if scenario.defer {
+        cmd.env(DEFER_ENV, "1");
+    }
+    cmd.args([
+        "--exact",
+        &crate::common::harness_name(module_path!(), CHILD_TEST),
+    ])
+    .args(["--nocapture", "--test-threads=1"])
+    .env(CHILD_ENV, dir)
+    .env(
+        OPTIONS_ENV,
+        format!("{},{}", options.segment_bytes, options.retention_bytes),
+    )
+    .env(CHILD_SEED_ENV, seed.to_string())
+    .env(SALT_ENV, salt.to_string())
+    .env_remove("RUST_BACKTRACE")
+    .stdin(Stdio::null())
+    .stdout(Stdio::piped())
+    .stderr(Stdio::from(stderr))
+    .spawn()
+    .expect("spawn child")
 }
 
 /// When a round's kill comes: after the `count`th report of one kind, then `delay` later.
@@ -802,10 +813,18 @@ fn verify_after_crash(
         assert_eq!(retained_from, 0, "{ctx}: nothing was due for deletion");
     } else {
         // Retention is enforced after every chunk; a kill can skip one enforcement, and one
-        // segment may hold a chunk larger than `segment_bytes`.
+        // segment may hold a chunk larger than `segment_bytes`. A deferring writer may leave the
+        // files of as many dropped segments as it defers (older output, never a hole).
+        let deferred = if scenario.defer {
+            procjournal::limits::SPOOL_REMOVALS_DEFERRED_MAX as u64
+                * (scenario.options.segment_bytes + 2 * CHUNK_SPLIT_BYTES as u64)
+        } else {
+            0
+        };
         let bound = scenario.options.retention_bytes
             + scenario.options.segment_bytes
-            + 2 * CHUNK_SPLIT_BYTES as u64;
+            + 2 * CHUNK_SPLIT_BYTES as u64
+            + deferred;
         assert!(
             total - retained_from <= bound,
             "{ctx}: {} bytes retained, more than the {bound} the options allow",
@@ -926,7 +945,7 @@ fn run_scenario(scenario: &Scenario) -> Tally {
         let ctx = format!("{ctx} ({at:?})");
         let salt = round + 1;
         let stderr_path = tmp.path().join(format!("child-{round}.stderr"));
-        let child = spawn_child(scenario.options, &dir, rng.next(), salt, &stderr_path);
+        let child = spawn_child(scenario, &dir, rng.next(), salt, &stderr_path);
         let lines = crash_once(child, at, &stderr_path, &ctx);
         tally.kills += 1;
 
@@ -966,6 +985,7 @@ fn sigkill_during_appends_loses_no_acknowledged_output() {
             retention_bytes: 1 << 30,
         },
         max_acks_before_kill: 60,
+        defer: false,
     });
     assert_eq!(tally.retained_from, 0);
 }
@@ -981,6 +1001,27 @@ fn sigkill_during_appends_and_deletions_keeps_the_retained_window_exact() {
             retention_bytes: 96 * 1024,
         },
         max_acks_before_kill: 120,
+        defer: false,
+    });
+    assert!(
+        tally.retained_from > 0,
+        "retention never deleted a segment: {tally:?}"
+    );
+}
+
+/// The same with removals deferred to the checkpoints, as a supervisor's spool does: kills land
+/// while dropped segments still wait for their removal, and the files they leave are a run of
+/// older output next to the window, every byte of it intact, never a hole.
+#[test]
+fn sigkill_with_deferred_removals_leaves_older_output_never_a_hole() {
+    let tally = run_scenario(&Scenario {
+        name: "deferred",
+        options: SpoolOptions {
+            segment_bytes: SEGMENT_BYTES,
+            retention_bytes: 96 * 1024,
+        },
+        max_acks_before_kill: 120,
+        defer: true,
     });
     assert!(
         tally.retained_from > 0,
