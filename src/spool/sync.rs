@@ -14,6 +14,8 @@
 //!   while the plan runs are never counted by it, so `durable_total` never gets ahead of the disk.
 //! - `durable_total` only grows (a plan finishing after a newer one cannot lower it).
 //! - A failed or abandoned plan leaves the spool dirty: the next plan syncs everything again.
+//! - A sealed segment the plan names but finds gone fails the plan only if it is still in the
+//!   window when the plan finishes; retention removing it meanwhile is not a loss.
 //! - The directory is synced whenever its entries may have changed since the last successful
 //!   directory sync. The set of segment files is identified by the first cursors of the oldest
 //!   and the newest segment (segments are only created at the end and deleted at the front), so a
@@ -41,7 +43,9 @@ enum SyncJob<'a> {
     Segment(&'a dyn io::SpoolIo, &'a File),
     /// Sealed segments, by name and the header their open checked: each opened, synced and
     /// closed in turn, so that a plan holds at most one descriptor of them whatever it covers
-    /// (a fast writer on a slow disk leaves every retained segment to one plan).
+    /// (a fast writer on a slow disk leaves every retained segment to one plan). One whose file
+    /// is gone goes to the list (last field) for [`Spool::finish_sync`] to judge: retention
+    /// may have dropped it since the plan was made.
     Sealed(
         &'a dyn io::SpoolIo,
         Option<&'a Dir>,
@@ -53,25 +57,37 @@ enum SyncJob<'a> {
 }
 
 impl SyncJob<'_> {
-    fn run(&self) -> Result<(), SpoolError> {
-        match self {
+    /// Runs the job; returns the names of the sealed segments it found gone.
+    fn run(&self) -> Result<Vec<String>, SpoolError> {
+        let synced = match self {
             SyncJob::Segment(seam, file) => seam.sync_data(file).map_err(io("sync segment")),
-            SyncJob::Sealed(seam, dir, sealed) => sealed.iter().try_for_each(|(name, header)| {
-                let dir = dir.ok_or_else(|| SpoolError::Io {
-                    op: "open segment for sync",
-                    cause: std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "the spool directory is gone",
-                    ),
-                })?;
-                let file =
-                    open_sealed_in(dir, name, header).map_err(io("open segment for sync"))?;
-                seam.sync_data(&file).map_err(io("sync segment"))
-            }),
+            SyncJob::Sealed(seam, dir, sealed) => return sync_sealed(*seam, *dir, sealed),
             SyncJob::Directory(dir) => crate::root::sync_dir(dir).map_err(io("sync directory")),
             SyncJob::Held(dir) => dir.sync().map_err(io("sync directory")),
+        };
+        synced.map(|()| Vec::new())
+    }
+}
+
+/// Opens, syncs and closes each sealed segment in turn; returns those whose file was gone.
+fn sync_sealed(
+    seam: &dyn io::SpoolIo,
+    dir: Option<&Dir>,
+    sealed: &[(String, SpoolHeader)],
+) -> Result<Vec<String>, SpoolError> {
+    let mut vanished = Vec::new();
+    for (name, header) in sealed {
+        let dir = dir.ok_or_else(|| SpoolError::Io {
+            op: "open segment for sync",
+            cause: std::io::Error::new(std::io::ErrorKind::NotFound, "the spool directory is gone"),
+        })?;
+        match open_sealed_in(dir, name, header) {
+            Ok(file) => seam.sync_data(&file).map_err(io("sync segment"))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => vanished.push(name.clone()),
+            Err(e) => return Err(io("open segment for sync")(e)),
         }
     }
+    Ok(vanished)
 }
 
 /// What one checkpoint must make durable; see the module docs.
@@ -81,6 +97,10 @@ pub struct SyncPlan {
     pub(super) files: Vec<Arc<File>>,
     /// Sealed segments to `fdatasync`, each opened when its turn comes (`SyncJob::Sealed`).
     pub(super) sealed: Vec<(String, SpoolHeader)>,
+    /// Those of `sealed` whose file was gone when the plan ran. Only the writer knows whether
+    /// that was retention (the segment left the window since the plan was made: its bytes are
+    /// accounted as retained away, nothing to sync) or a loss; [`Spool::finish_sync`] decides.
+    vanished: Vec<String>,
     /// The spool directory, when its entries may have changed since it was last synced.
     dir: Option<Arc<Dir>>,
     /// The parent of a spool directory this writer created and has not yet synced.
@@ -127,7 +147,7 @@ impl SyncPlan {
             Some(held) => remove_doomed(held, &mut self.doomed),
             None => Vec::new(),
         };
-        let result = self.sync();
+        let result = self.sync().map(|vanished| self.vanished = vanished);
         SyncDone { plan: self, result }
     }
 
@@ -137,7 +157,7 @@ impl SyncPlan {
     /// each waits for a commit of its own (measured: about 1.6x the throughput of a supervised
     /// fast writer). Nothing may be counted durable before all of them succeeded, so their order
     /// does not matter.
-    fn sync(&self) -> Result<(), SpoolError> {
+    fn sync(&self) -> Result<Vec<String>, SpoolError> {
         let seam: &dyn io::SpoolIo = self.io.as_ref();
         let mut jobs: Vec<SyncJob<'_>> = self
             .files
@@ -151,15 +171,15 @@ impl SyncPlan {
         jobs.extend(self.parent.iter().map(|d| SyncJob::Directory(d)));
         let workers = jobs.len().min(SYNC_THREADS_MAX);
         if workers <= 1 {
-            return jobs.iter().try_for_each(SyncJob::run);
+            return jobs.iter().try_fold(Vec::new(), run_into);
         }
         // Worker `w` runs jobs w, w + workers, ...; the calling thread is worker 0.
         let jobs = &jobs;
-        let share = move |w: usize| -> Result<(), SpoolError> {
+        let share = move |w: usize| -> Result<Vec<String>, SpoolError> {
             jobs.iter()
                 .skip(w)
                 .step_by(workers)
-                .try_for_each(SyncJob::run)
+                .try_fold(Vec::new(), run_into)
         };
         std::thread::scope(|scope| {
             // A thread that cannot be created (the process is at its thread limit) leaves its
@@ -174,7 +194,7 @@ impl SyncPlan {
             }
             let mut result = share(0);
             for w in inline {
-                result = result.and(share(w));
+                result = merge(result, share(w));
             }
             for other in others {
                 let joined = other.join().unwrap_or_else(|_| {
@@ -183,11 +203,26 @@ impl SyncPlan {
                         cause: std::io::Error::other("a sync thread panicked"),
                     })
                 });
-                result = result.and(joined);
+                result = merge(result, joined);
             }
             result
         })
     }
+}
+
+fn run_into(mut vanished: Vec<String>, job: &SyncJob<'_>) -> Result<Vec<String>, SpoolError> {
+    vanished.extend(job.run()?);
+    Ok(vanished)
+}
+
+/// Both shares' vanished segments, or the first error.
+fn merge(
+    a: Result<Vec<String>, SpoolError>,
+    b: Result<Vec<String>, SpoolError>,
+) -> Result<Vec<String>, SpoolError> {
+    let (mut a, b) = (a?, b?);
+    a.extend(b);
+    Ok(a)
 }
 
 /// Removes the files of segments retention dropped from a spool's window, oldest first, and
@@ -229,6 +264,7 @@ impl Spool {
         let mut plan = SyncPlan {
             files: Vec::new(),
             sealed: Vec::new(),
+            vanished: Vec::new(),
             dir: None,
             parent: None,
             layout,
@@ -285,6 +321,7 @@ impl Spool {
     pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
         let SyncDone { plan, result } = done;
         self.doomed.retain(|name| !plan.doomed.contains(name));
+        let result = result.and_then(|()| self.judge_vanished(&plan));
         if let Err(e) = result {
             self.dirty = true;
             if plan.parent.is_some() {
@@ -310,6 +347,25 @@ impl Spool {
         // is where readable output starts now, and everything from there to `durable_total` is
         // on disk (deletion only removes bytes below it).
         Ok((self.retained_from, self.durable_total))
+    }
+
+    /// A sealed segment the plan found gone is fine when it has left the window since (retention
+    /// dropped it, its bytes now below `retained_from`); one still in the window was removed by
+    /// someone else, and its unsynced bytes are lost like a failed sync's.
+    fn judge_vanished(&self, plan: &SyncPlan) -> Result<(), SpoolError> {
+        let in_window = plan.vanished.iter().find(|name| {
+            self.segments
+                .iter()
+                .any(|s| file_name(&s.path) == name.as_str())
+        });
+        let Some(name) = in_window else {
+            return Ok(());
+        };
+        tracing::warn!(segment = %name, "a retained segment's file is gone");
+        Err(SpoolError::Io {
+            op: "open segment for sync",
+            cause: std::io::Error::from_raw_os_error(libc::ENOENT),
+        })
     }
 
     /// For a plan that will never be finished (the task running it was lost, and the plan with
@@ -468,5 +524,48 @@ mod tests {
         let retained_from = spool.retained_from();
         assert!(retained_from > 0);
         assert_eq!(spool.finish_sync(plan.run()).unwrap(), (retained_from, 900));
+    }
+
+    /// A plan names its sealed segments and opens them only as it runs; retention may remove
+    /// one in between (here at once, as an unsupervised spool does). Its bytes left the window
+    /// by retention, so the plan succeeds and nothing is called lost.
+    #[test]
+    fn a_sealed_segment_retention_removes_before_the_run_is_no_loss() {
+        let dir = tempfile::tempdir().unwrap();
+        let options = SpoolOptions {
+            segment_bytes: 1024,
+            retention_bytes: 2000,
+        };
+        let (mut spool, _) = Spool::open_writer(dir.path(), [6; 16], options).unwrap();
+        spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        let plan = spool.plan_sync().unwrap();
+        assert_eq!(plan.sealed.len(), 1, "{plan:?}");
+        let planned = dir.path().join(&plan.sealed[0].0);
+        spool.append(Stream::Stdout, &[b'a'; 3000]).unwrap();
+        assert!(!planned.exists(), "retention removed the planned segment");
+        let retained_from = spool.retained_from();
+        assert_eq!(
+            spool.finish_sync(plan.run()).unwrap(),
+            (retained_from, 1800)
+        );
+        assert!(spool.gaps().is_empty(), "{:?}", spool.gaps());
+    }
+
+    /// A retained segment whose file someone else removed before the plan ran is a failed
+    /// sync: its unsynced bytes are lost, said as a gap, never counted durable.
+    #[test]
+    fn a_retained_segment_removed_before_the_run_fails_the_sync() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut spool, _) = Spool::open_writer(dir.path(), [8; 16], small()).unwrap();
+        spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        spool.append(Stream::Stdout, &[b'a'; 900]).unwrap();
+        let plan = spool.plan_sync().unwrap();
+        assert_eq!(plan.sealed.len(), 1, "{plan:?}");
+        std::fs::remove_file(dir.path().join(&plan.sealed[0].0)).unwrap();
+        let failed = spool.finish_sync(plan.run()).unwrap_err();
+        assert!(failed.to_string().contains("open segment"), "{failed}");
+        assert_eq!(spool.durable_total(), 0);
+        assert!(!spool.gaps().is_empty(), "the unsynced bytes are a gap");
     }
 }

@@ -550,6 +550,10 @@ fn logs_without_follow_stops_at_the_end_it_was_asked_for() {
         }
     };
     assert!(out.status.success(), "{:?}", out.status);
+    // Retention's gaps are expected (`yes` outruns 64 MiB); a failure is not: a sync plan racing
+    // retention once called a whole retained window lost.
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!said.contains("failed"), "{said}");
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(
         !text.is_empty() && text.lines().all(|l| l == "y"),
