@@ -23,6 +23,8 @@
 //!   under every chunking, both message decoders, and their round trip.
 //! - [`guardian_receipt`]: the guardian's exit-receipt decoder, as given and with its checksum
 //!   fixed up, and its round trip.
+//! - [`guardian_zygote`]: the guardian zygote's request and reply decoders, and their canonical
+//!   round trip.
 //! - [`snapshot_decode`]: the snapshot decoder, as given and behind a header fixed up to vouch
 //!   for the payload, and its round trip.
 //! - [`mcp_tool_call`] (with `mcp`): the MCP server's tool lookup and argument decoding
@@ -66,4 +68,4 @@ pub use crate::protocol::fuzz::protocol_request;
 pub use crate::server::fuzz::server_framing;
 pub use crate::spool::fuzz::spool_recovery;
 pub use crate::supervisor::fuzz::{safe_text, safe_text_pages};
-pub use crate::tree::fuzz::{guardian_control, guardian_receipt};
+pub use crate::tree::fuzz::{guardian_control, guardian_receipt, guardian_zygote};

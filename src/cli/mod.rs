@@ -482,15 +482,20 @@ pub(crate) struct TreeArgs {
 
 impl TreeArgs {
     /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
-    /// leaves that to the caller's verbosity).
+    /// leaves that to the caller's verbosity). `many`: the caller launches many workloads over
+    /// its life (a daemon), so a guardian zygote pays for itself.
     pub(crate) fn launcher(
         &self,
         root: &std::path::Path,
         quiet: bool,
+        many: bool,
     ) -> anyhow::Result<std::sync::Arc<dyn crate::tree::Launcher>> {
         use crate::tree::{GroupLauncher, GuardianLauncher, GuardianProgram};
         // `procjournal-guardian` beside this binary, else this binary re-executed (said once).
-        let guardian = || GuardianLauncher::new(GuardianProgram::beside_current_exe());
+        let guardian = || {
+            GuardianLauncher::new(GuardianProgram::beside_current_exe())
+                .map(|l| l.with_zygote(many))
+        };
         let cgroups =
             || crate::tree::cgroup::CgroupBase::probe(&crate::tree::cgroup::base_name(root));
         Ok(match self.tree {

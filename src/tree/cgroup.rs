@@ -635,6 +635,47 @@ pub(crate) unsafe fn fork_into(cgroup: Option<BorrowedFd<'_>>) -> io::Result<For
     }
 }
 
+/// `CLONE_PARENT`: the child's parent is the caller's parent, not the caller.
+const CLONE_PARENT: u64 = 0x8000;
+
+/// Forks the calling process as a sibling (`clone3(CLONE_PARENT)`): the child is a child of the
+/// caller's parent, which reaps it and receives its `SIGCHLD`, and the caller never has it as a
+/// child. For the guardian zygote, whose guardians must be the supervisor's own children.
+///
+/// # Safety
+///
+/// As for [`fork_into`]: the caller is single-threaded, and glibc's own fork bookkeeping does
+/// not run in the child (no `pthread_atfork` handlers; its thread descriptor keeps the caller's
+/// thread id, which only pthread functions on other threads and non-default mutexes read).
+/// The child must not rely on either.
+#[allow(unsafe_code)]
+pub(crate) unsafe fn fork_sibling() -> io::Result<Forked> {
+    // No exit signal of its own: clone3 refuses one with CLONE_PARENT (EINVAL), and the child
+    // takes the caller's, SIGCHLD for a process spawned by the supervisor.
+    let args = CloneArgs {
+        flags: CLONE_PARENT,
+        ..CloneArgs::default()
+    };
+    // SAFETY: as in `fork_into`: without CLONE_VM or CLONE_THREAD, clone3 duplicates the
+    // process as fork does, the child on its own copy of our memory and stack; `args` is an
+    // initialised `struct clone_args` of exactly the size passed, alive across the call, which
+    // the kernel only reads. What the child runs is the caller's contract (`# Safety`).
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_clone3,
+            std::ptr::from_ref(&args),
+            size_of::<CloneArgs>(),
+        )
+    };
+    match rc {
+        -1 => Err(io::Error::last_os_error()),
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent {
+            child: u32::try_from(pid).map_err(io::Error::other)?,
+        }),
+    }
+}
+
 /// The name of the base cgroup of the runtime root `root`: one per root, so that a supervisor
 /// restarted on the same root finds (and reuses) what a killed one left.
 pub fn base_name(root: &Path) -> String {

@@ -237,3 +237,42 @@ fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
     body.extend_from_slice(format!("crc32 {crc:08x}\n").as_bytes());
     body
 }
+
+// ---------------------------------------------------------------------------------------------
+// guardian_zygote
+
+/// The guardian zygote's wire (`tree::guardian::zygote`): the request and reply decoders over
+/// arbitrary bytes never panic, and whatever either accepts encodes back to exactly the input
+/// (both encodings are canonical: no field has more than one spelling) and decodes to the same
+/// message again. A decoded request holds no NUL byte in any string (each becomes a C string in
+/// the forked guardian).
+pub fn guardian_zygote(data: &[u8]) {
+    use crate::tree::guardian::zygote::{REQUEST_MAX, Reply, Request};
+    if let Ok(request) = Request::decode(data) {
+        assert!(data.len() <= REQUEST_MAX);
+        let strings = request
+            .args
+            .iter()
+            .chain(&request.envp)
+            .chain([&request.cwd]);
+        for s in strings {
+            assert!(!s.contains(&0), "a decoded string holds a NUL byte");
+        }
+        let encoded = request.encode();
+        assert_eq!(
+            encoded.as_deref(),
+            Ok(data),
+            "a request re-encodes to other bytes"
+        );
+        let Ok(encoded) = encoded else { return };
+        assert_eq!(Request::decode(&encoded), Ok(request));
+    }
+    if let Ok(reply) = Reply::decode(data) {
+        assert_eq!(
+            reply.encode().as_slice(),
+            data,
+            "a reply re-encodes to other bytes"
+        );
+        assert_eq!(Reply::decode(&reply.encode()), Ok(reply));
+    }
+}

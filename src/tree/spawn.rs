@@ -258,18 +258,43 @@ pub(super) fn spawn_image(
     name: &str,
     terminal: Option<TerminalSetup>,
 ) -> Result<(u32, Streams), SpawnError> {
+    let mut start = |stdio: StdioActions<'_>| spawn_with(image, cwd, control, name, stdio);
+    start_with_streams(terminal, &mut start)
+}
+
+/// Starts a process with the descriptors its `StdioActions` name as 0-2; returns its pid.
+pub(super) type Start<'s> = dyn FnMut(StdioActions<'_>) -> Result<u32, SpawnError> + 's;
+
+/// Makes fresh pipes (or, with `terminal`, a fresh terminal) for a process's standard streams,
+/// has `start` start it with their child ends, and returns its pid and our ends. The child ends
+/// are ours only until `start` returns: afterwards the process holds their only descriptors.
+pub(super) fn start_with_streams(
+    terminal: Option<TerminalSetup>,
+    start: &mut Start<'_>,
+) -> Result<(u32, Streams), SpawnError> {
     match terminal {
-        None => spawn_piped(image, cwd, control, name),
-        Some(t) => spawn_on_terminal(image, cwd, control, name, t),
+        None => spawn_piped(start),
+        Some(t) => spawn_on_terminal(t, start),
     }
 }
 
-fn spawn_piped(
+/// Spawns `image` in the root directory with /dev/null as 0-2 and `control` as descriptor 3: a
+/// helper process of the supervisor's (the guardian zygote), with no streams of its own.
+pub(super) fn spawn_detached(
     image: &Image,
-    cwd: &Path,
-    control: Option<BorrowedFd<'_>>,
+    control: BorrowedFd<'_>,
     name: &str,
-) -> Result<(u32, Streams), SpawnError> {
+) -> Result<u32, SpawnError> {
+    spawn_with(
+        image,
+        Path::new("/"),
+        Some(control),
+        name,
+        StdioActions::Null,
+    )
+}
+
+fn spawn_piped(start: &mut Start<'_>) -> Result<(u32, Streams), SpawnError> {
     let (stdin_r, stdin_w) = pipe_above_stdio()?;
     let (stdout_r, stdout_w) = pipe_above_stdio()?;
     let (stderr_r, stderr_w) = pipe_above_stdio()?;
@@ -277,15 +302,11 @@ fn spawn_piped(
         // Best effort: the default pipe works, only slower.
         let _ = fcntl(fd, FcntlArg::F_SETPIPE_SZ(crate::limits::PIPE_BYTES));
     }
-    // The control socket must not sit on 0-3, where a dup2 action would overwrite it first;
-    // only then is it moved (a host that closed its standard streams), else used as it is.
-    let pid = spawn_with(
-        image,
-        cwd,
-        control,
-        name,
-        StdioActions::Dup([stdin_r.as_fd(), stdout_w.as_fd(), stderr_w.as_fd()]),
-    )?;
+    let pid = start(StdioActions::Dup([
+        stdin_r.as_fd(),
+        stdout_w.as_fd(),
+        stderr_w.as_fd(),
+    ]))?;
     drop((stdin_r, stdout_w, stderr_w));
     let ends: std::io::Result<Ends> = (|| {
         Ok((
@@ -301,14 +322,10 @@ fn spawn_piped(
     Ok((pid, Streams::Pipes(ends)))
 }
 
-/// Spawns with a fresh terminal of `t.size` as the standard streams. The slave is ours only
-/// until the spawn returns: afterwards the tree holds its only descriptors.
+/// Starts with a fresh terminal of `t.size` as the standard streams.
 fn spawn_on_terminal(
-    image: &Image,
-    cwd: &Path,
-    control: Option<BorrowedFd<'_>>,
-    name: &str,
     t: TerminalSetup,
+    start: &mut Start<'_>,
 ) -> Result<(u32, Streams), SpawnError> {
     let pair = pty::open(t.size).map_err(|cause| SpawnError::Setup {
         what: "terminal",
@@ -320,7 +337,7 @@ fn spawn_on_terminal(
     } else {
         StdioActions::Dup([slave.as_fd(), slave.as_fd(), slave.as_fd()])
     };
-    let pid = spawn_with(image, cwd, control, name, stdio)?;
+    let pid = start(stdio)?;
     drop(slave);
     let master = PtyMaster::new(pair.master).map_err(|cause| SpawnError::Setup {
         what: "terminal registration",
@@ -330,17 +347,20 @@ fn spawn_on_terminal(
 }
 
 /// How the spawn actions give the child its descriptors 0-2.
-enum StdioActions<'a> {
+pub(super) enum StdioActions<'a> {
     /// Duplicate these (all above 2) onto 0, 1 and 2; a new process group.
     Dup([BorrowedFd<'a>; 3]),
     /// A new session, the terminal opened as 0 (which makes it the session's controlling
     /// terminal: glibc runs `setsid` before the file actions) and duplicated onto 1 and 2.
     Session(&'a Path),
+    /// /dev/null as 0, 1 and 2; a new process group.
+    Null,
 }
 
 /// The one `posix_spawn` of this module: `stdio` as 0-2, `control` as 3 when given, nothing
 /// else, every signal at its default and an empty mask.
-fn spawn_with(
+/// Spawns `image` with `stdio` as 0-2 and `control` (when given) as 3; returns its pid.
+pub(super) fn spawn_with(
     image: &Image,
     cwd: &Path,
     control: Option<BorrowedFd<'_>>,
@@ -389,6 +409,11 @@ fn file_actions(
             .map_err(setup("spawn file actions"))?,
         StdioActions::Session(path) => actions
             .add_open(0, path, OFlag::O_RDWR, nix::sys::stat::Mode::empty())
+            .and_then(|()| actions.add_dup2(0, 1))
+            .and_then(|()| actions.add_dup2(0, 2))
+            .map_err(setup("spawn file actions"))?,
+        StdioActions::Null => actions
+            .add_open(0, "/dev/null", OFlag::O_RDWR, nix::sys::stat::Mode::empty())
             .and_then(|()| actions.add_dup2(0, 1))
             .and_then(|()| actions.add_dup2(0, 2))
             .map_err(setup("spawn file actions"))?,

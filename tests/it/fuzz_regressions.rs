@@ -23,6 +23,7 @@ const TARGETS: &[(&str, Body)] = &[
     ("protocol_request", procjournal::fuzzing::protocol_request),
     ("guardian_control", procjournal::fuzzing::guardian_control),
     ("guardian_receipt", procjournal::fuzzing::guardian_receipt),
+    ("guardian_zygote", procjournal::fuzzing::guardian_zygote),
     ("replay", procjournal::fuzzing::replay),
     ("snapshot_decode", procjournal::fuzzing::snapshot_decode),
     ("journal_floor", procjournal::fuzzing::journal_floor),

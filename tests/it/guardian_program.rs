@@ -14,8 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::daemon::{Daemon, client};
-use procjournal::tree::guardian::GUARDIAN_ARG;
 use procjournal::tree::guardian::failpoint::PANIC_AT_START;
+use procjournal::tree::guardian::{GUARDIAN_ARG, ZYGOTE_ARG};
 
 const CLI: &str = env!("CARGO_BIN_EXE_procjournal");
 const SMALL: &str = env!("CARGO_BIN_EXE_procjournal-guardian");
@@ -64,16 +64,25 @@ fn the_daemon_runs_the_small_guardian_installed_beside_it() {
     assert_eq!(code, 0, "start: {err}");
     let pid = daemon.child.id();
     let deadline = Instant::now() + HANG_GUARD;
-    let guardians = loop {
+    // The daemon forks its guardians from a zygote of the same image: two children, both of
+    // the small guardian's executable, the zygote first.
+    let found = loop {
         let found = children_of(pid);
-        if !found.is_empty() || Instant::now() >= deadline {
+        if found.len() >= 2 || Instant::now() >= deadline {
             break found;
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert_eq!(guardians.len(), 1, "the daemon's children: {guardians:?}");
-    let exe = std::fs::read_link(format!("/proc/{}/exe", guardians[0])).unwrap();
-    assert_eq!(exe, canonical(SMALL));
+    assert_eq!(found.len(), 2, "the daemon's children: {found:?}");
+    for child in &found {
+        let exe = std::fs::read_link(format!("/proc/{child}/exe")).unwrap();
+        assert_eq!(exe, canonical(SMALL), "child {child}");
+        let cmdline = std::fs::read(format!("/proc/{child}/cmdline")).unwrap();
+        assert!(
+            String::from_utf8_lossy(&cmdline).contains(ZYGOTE_ARG),
+            "child {child} was not started as the zygote or forked from it"
+        );
+    }
     let (code, _, err) = client(root.path(), &["shutdown"]);
     assert_eq!(code, 0, "shutdown: {err}");
 }

@@ -51,6 +51,7 @@ mod fuzz_regressions;
 mod golden_journal;
 #[cfg(feature = "cli")]
 mod guardian_program;
+mod guardian_zygote;
 mod journal_crash;
 mod journal_full_disk;
 mod journal_props;

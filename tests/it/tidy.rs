@@ -72,6 +72,11 @@ fn the_supervisor_holds_no_lock_but_the_four_it_documents() {
             "src/tree/guardian/mod.rs",
             "reader: tokio::sync::Mutex::new(ControlReader",
         ),
+        // A launcher's guardian zygote: one request and its answer at a time on its socket.
+        (
+            "src/tree/guardian/zygote.rs",
+            "zygote: Lock<Option<Zygote>>",
+        ),
     ];
     let mut found = Vec::new();
     for area in ["supervisor", "tree"] {
@@ -268,7 +273,7 @@ fn the_surfaces_add_no_branch_to_the_core() {
 
 /// Architecture Invariant: `unsafe` appears only where a crate's API forces it (the journal's
 /// mapping; the spawn actions and the reactor registration nix and tokio offer only as unsafe;
-/// the `clone3(CLONE_INTO_CGROUP)` fork that nix and rustix do not wrap),
+/// the `clone3` forks that nix and rustix do not wrap; the zygote's received descriptors),
 /// and every block says why it is sound in a `// SAFETY:` comment just above it.
 #[test]
 fn unsafe_code_is_confined_and_justified() {
@@ -278,6 +283,7 @@ fn unsafe_code_is_confined_and_justified() {
         "src/tree/group.rs",
         "src/tree/cgroup.rs",
         "src/tree/guardian/run.rs",
+        "src/tree/guardian/zygote.rs",
     ];
     for (rel, text) in sources("") {
         let lines: Vec<&str> = text.lines().collect();

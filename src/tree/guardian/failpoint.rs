@@ -18,11 +18,39 @@
 /// tree with no member left but its guardian, and no proof yet.
 pub const BEFORE_RECEIPT: &str = "PROCJOURNAL_FAILPOINT_BEFORE_RECEIPT";
 
+/// The environment a guardian forked by the zygote was launched with (its process has the
+/// zygote's): failpoints read it instead of the process's.
+#[cfg(feature = "failpoints")]
+static LAUNCH_ENV: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
+
+/// Failpoints read `envp` from now on: a forked guardian's launch environment.
+#[cfg(feature = "failpoints")]
+pub(super) fn use_environment(envp: &[std::ffi::CString]) {
+    let _ = LAUNCH_ENV.set(envp.to_vec());
+}
+
+#[cfg(not(feature = "failpoints"))]
+pub(super) fn use_environment(_envp: &[std::ffi::CString]) {}
+
+/// The value of `name` in the launch environment.
+#[cfg(feature = "failpoints")]
+fn var(name: &str) -> Option<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(envp) = LAUNCH_ENV.get() else {
+        return std::env::var_os(name);
+    };
+    envp.iter().find_map(|entry| {
+        let rest = entry.as_bytes().strip_prefix(name.as_bytes())?;
+        let value = rest.strip_prefix(b"=")?;
+        Some(std::ffi::OsStr::from_bytes(value).to_owned())
+    })
+}
+
 /// Stops at `name` if this build has failpoints and the environment names a directory for it.
 #[cfg(feature = "failpoints")]
 pub(super) fn hold(name: &str) {
     use std::time::{Duration, Instant};
-    let Some(dir) = std::env::var_os(name).map(std::path::PathBuf::from) else {
+    let Some(dir) = var(name).map(std::path::PathBuf::from) else {
         return;
     };
     if std::fs::write(dir.join("reached"), std::process::id().to_string()).is_err() {
@@ -45,7 +73,7 @@ pub const PANIC_AT_START: &str = "PROCJOURNAL_FAILPOINT_GUARDIAN_PANIC";
 /// Panics at `name` if this build has failpoints and the environment sets it.
 #[cfg(feature = "failpoints")]
 pub(super) fn panic_if(name: &str) {
-    if std::env::var_os(name).is_some() {
+    if var(name).is_some() {
         panic!("guardian failpoint {name}");
     }
 }

@@ -15,10 +15,9 @@ use std::os::unix::net::UnixStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use rustix::process::{WaitId, WaitIdOptions};
-
 use super::wire::{self, Down, Up};
-use super::{GuardianLauncher, GuardianParts, GuardianTree, run, scope_in};
+use super::zygote::{Refused, Request, ZygoteSlot};
+use super::{GuardianLauncher, GuardianParts, GuardianTree, reap_blocking, run, scope_in};
 use crate::limits;
 use crate::tree::cgroup::Scope;
 use crate::tree::procfs::{self, Identity};
@@ -57,6 +56,7 @@ impl GuardianLauncher {
             grace: self.grace,
             program: workload.path.clone(),
             argv: workload.argv.clone(),
+            envp: None,
         };
         let mut argv = vec![self.program.clone()];
         for a in args.encode() {
@@ -241,6 +241,69 @@ pub(super) fn spawn_guardian(
     spawned
 }
 
+/// Like [`spawn_guardian`], but the guardian is forked by the launcher's zygote; where the
+/// zygote cannot serve, the guardian is exec'd after all.
+pub(super) fn spawn_forked(
+    zygote: &ZygoteSlot,
+    guardian: &Image,
+    spec: &SpawnSpec,
+    control: UnixStream,
+    scope: Option<&Scope>,
+) -> Result<(u32, Streams), SpawnError> {
+    let request = Request {
+        args: guardian
+            .argv
+            .iter()
+            .skip(2)
+            .map(|a| a.as_bytes().to_vec())
+            .collect(),
+        envp: guardian
+            .envp
+            .iter()
+            .map(|e| e.as_bytes().to_vec())
+            .collect(),
+        cwd: spec.cwd.as_os_str().as_bytes().to_vec(),
+    };
+    let terminal = spec.pty.map(|size| spawn::TerminalSetup {
+        size,
+        session: false,
+    });
+    let mut start = |stdio: spawn::StdioActions<'_>| {
+        let spawn::StdioActions::Dup(fds) = stdio else {
+            return spawn::spawn_with(
+                guardian,
+                &spec.cwd,
+                Some(control.as_fd()),
+                "guardian",
+                stdio,
+            );
+        };
+        match zygote.fork(&request, control.as_fd(), fds) {
+            Ok(pid) => Ok(pid),
+            Err(Refused::Unavailable | Refused::Gone) => spawn::spawn_with(
+                guardian,
+                &spec.cwd,
+                Some(control.as_fd()),
+                "guardian",
+                stdio,
+            ),
+            Err(Refused::Lost(why)) => Err(SpawnError::Guardian(why)),
+            Err(Refused::Fork(cause)) => Err(SpawnError::Spawn {
+                program: "guardian".to_owned(),
+                cause,
+            }),
+        }
+    };
+    let spawned = spawn::start_with_streams(terminal, &mut start);
+    drop(control);
+    if spawned.is_err()
+        && let Some(scope) = scope
+    {
+        let _ = scope.remove();
+    }
+    spawned
+}
+
 fn exec_failure(program: &str, errno: i32) -> SpawnError {
     let program = program.to_owned();
     match errno {
@@ -293,19 +356,4 @@ impl Handshake {
             .write_all(&msg.encode())
             .map_err(|e| e.to_string())
     }
-}
-
-/// Waits (bounded) for the guardian to exit and reaps it; kills it if it does not. For launches
-/// undone before the tree was handed over: no zombie is left behind.
-fn reap_blocking(pidfd: &OwnedFd) {
-    let bound = Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS);
-    let mut fds = [nix::poll::PollFd::new(
-        pidfd.as_fd(),
-        nix::poll::PollFlags::POLLIN,
-    )];
-    let ms = u16::try_from(bound.as_millis()).unwrap_or(u16::MAX);
-    if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0) {
-        let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
-    }
-    let _ = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED);
 }

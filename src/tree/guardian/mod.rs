@@ -52,6 +52,7 @@ mod receipt;
 mod run;
 mod tree;
 pub(crate) mod wire;
+pub(crate) mod zygote;
 
 use std::ffi::CString;
 use std::io::Read;
@@ -76,7 +77,8 @@ pub(crate) fn descendants_of(root: u32) -> Vec<(u32, u32)> {
 }
 #[cfg(any(test, feature = "test-support"))]
 pub use run::GUARDIAN_ARG;
-pub use run::run_if_requested;
+#[cfg(any(test, feature = "test-support"))]
+pub use zygote::{ZYGOTE_ARG, ZYGOTE_COMM};
 
 use super::cgroup::{CgroupBase, Scope};
 use super::open_pidfd;
@@ -88,8 +90,24 @@ use super::{
 };
 use crate::lifecycle::event::ExitStatus;
 use crate::limits;
-use launch::{PendingGuardian, spawn_guardian};
+use launch::{PendingGuardian, spawn_forked, spawn_guardian};
 use wire::{Down, Up};
+use zygote::ZygoteSlot;
+
+/// Runs the guardian (or the guardian zygote) and exits if this process was started as one;
+/// returns otherwise. Call it first thing in `main`, before any thread or runtime exists.
+pub fn run_if_requested() {
+    let mut args = std::env::args_os();
+    let _ = args.next();
+    let first = args.next();
+    if first.as_ref().is_some_and(|a| a == zygote::ZYGOTE_ARG) {
+        run::abort_on_panic();
+        std::process::exit(zygote::serve());
+    }
+    if first.is_some_and(|a| a == run::GUARDIAN_ARG) {
+        std::process::exit(run::run_from_args(args));
+    }
+}
 
 /// Launches each workload under a guardian, in its own cgroup where one is available.
 #[derive(Debug)]
@@ -99,6 +117,8 @@ pub struct GuardianLauncher {
     /// Workloads enter their cgroup at clone time (`clone3`), not by a write before exec.
     clone3: bool,
     grace: Duration,
+    /// With [`GuardianLauncher::with_zygote`]: the zygote that forks each guardian.
+    zygote: Option<ZygoteSlot>,
 }
 
 impl GuardianLauncher {
@@ -115,6 +135,7 @@ impl GuardianLauncher {
             cgroups: None,
             clone3: true,
             grace: Duration::from_millis(limits::ORPHANED_TREE_GRACE_MS),
+            zygote: None,
         })
     }
 
@@ -131,6 +152,21 @@ impl GuardianLauncher {
     pub fn with_clone3(mut self, clone3: bool) -> GuardianLauncher {
         self.clone3 = clone3;
         self
+    }
+
+    /// With `true`, guardians are forked by a zygote of the guardian's image, started once (at
+    /// the first launch), instead of each exec'd: for a supervisor that launches many workloads,
+    /// each launch is an exec shorter and its guardian shares the zygote's pages. Where the
+    /// zygote cannot serve a launch, that guardian is exec'd as without it. The zygote is one
+    /// more child of this process, ended and reaped when the launcher drops.
+    pub fn with_zygote(mut self, zygote: bool) -> GuardianLauncher {
+        self.zygote = zygote.then(|| ZygoteSlot::new(self.program.clone()));
+        self
+    }
+
+    /// The pid of the running zygote, if this launcher has one started.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.zygote.as_ref().and_then(ZygoteSlot::pid)
     }
 
     pub fn mechanism(&self) -> Mechanism {
@@ -196,7 +232,10 @@ impl Launcher for GuardianLauncher {
             what: "control socket",
             cause,
         })?;
-        let (gpid, streams) = spawn_guardian(&guardian, spec, theirs, scope.as_ref())?;
+        let (gpid, streams) = match &self.zygote {
+            Some(zygote) => spawn_forked(zygote, &guardian, spec, theirs, scope.as_ref())?,
+            None => spawn_guardian(&guardian, spec, theirs, scope.as_ref())?,
+        };
         let pidfd = open_pidfd(gpid).map_err(|cause| SpawnError::Adopt { cause })?;
         let mut pending = PendingGuardian::new(ours, pidfd, gpid, scope);
         let registered = match pending.read_registration() {
@@ -234,6 +273,22 @@ impl Launcher for GuardianLauncher {
             streams,
         })
     }
+}
+
+/// Waits (bounded) for a child of ours (a guardian, the zygote) to exit and reaps it; kills it if
+/// it does not. For launches undone before the tree was handed over, and the zygote's end: no
+/// zombie is left behind.
+fn reap_blocking(pidfd: &OwnedFd) {
+    let bound = Duration::from_millis(limits::GUARDIAN_HANDSHAKE_MS);
+    let mut fds = [nix::poll::PollFd::new(
+        pidfd.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    let ms = u16::try_from(bound.as_millis()).unwrap_or(u16::MAX);
+    if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(ms)), Ok(n) if n > 0) {
+        let _ = rustix::process::pidfd_send_signal(pidfd.as_fd(), rustix::process::Signal::KILL);
+    }
+    let _ = rustix::process::waitid(WaitId::PidFd(pidfd.as_fd()), WaitIdOptions::EXITED);
 }
 
 /// What the guardian has reported since `RUN`.

@@ -59,22 +59,16 @@ pub(crate) const CONTROL_FD: i32 = 3;
 /// Exit status of a workload whose gate closed without `GO` (it never exec'd).
 const GATE_CLOSED: i32 = 125;
 
-/// Runs the guardian and exits if this process was started as one; returns otherwise. Call it
-/// first thing in `main`, before any thread or runtime exists.
-pub fn run_if_requested() {
-    let mut args = std::env::args_os();
-    let _ = args.next();
-    if args.next().is_some_and(|a| a == GUARDIAN_ARG) {
-        abort_on_panic();
-        super::failpoint::panic_if(super::failpoint::PANIC_AT_START);
-        let code = match Args::parse(args) {
-            Ok(parsed) => run(parsed),
-            Err(e) => {
-                report_setup_failure(&e);
-                2
-            }
-        };
-        std::process::exit(code);
+/// Runs the guardian of the arguments after [`GUARDIAN_ARG`]; returns its exit code.
+pub(super) fn run_from_args(args: impl Iterator<Item = OsString>) -> i32 {
+    abort_on_panic();
+    super::failpoint::panic_if(super::failpoint::PANIC_AT_START);
+    match Args::parse(args) {
+        Ok(parsed) => run(parsed),
+        Err(e) => {
+            report_setup_failure(&e);
+            2
+        }
     }
 }
 
@@ -88,7 +82,7 @@ pub fn run_if_requested() {
 /// receipt is written (the tree stays `unverified`, which is the truth), the supervisor sees the
 /// control socket end and the pidfd report a death by SIGABRT, and, not dumpable, it leaves no
 /// core with the nonce in it.
-fn abort_on_panic() {
+pub(super) fn abort_on_panic() {
     let report = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         report(info);
@@ -109,6 +103,10 @@ pub(crate) struct Args {
     pub grace: Duration,
     pub program: CString,
     pub argv: Vec<CString>,
+    /// The workload's environment when the guardian's own is not it (a guardian forked by the
+    /// zygote runs in the zygote's); `None`: the workload inherits the guardian's, which its
+    /// exec was given.
+    pub envp: Option<Vec<CString>>,
 }
 
 impl Args {
@@ -133,7 +131,7 @@ impl Args {
         out
     }
 
-    fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
+    pub(super) fn parse(mut args: impl Iterator<Item = OsString>) -> Result<Args, String> {
         let mut next = |what: &str| args.next().ok_or_else(|| format!("missing {what}"));
         let handle = next("handle")?
             .into_string()
@@ -169,6 +167,7 @@ impl Args {
             grace,
             program,
             argv,
+            envp: None,
         })
     }
 }
@@ -182,7 +181,7 @@ fn report_setup_failure(reason: &str) {
 
 /// Takes descriptor 3 if it is a socket: what the supervisor's spawn actions put there.
 #[allow(unsafe_code)]
-fn control_socket() -> Option<OwnedFd> {
+pub(super) fn control_socket() -> Option<OwnedFd> {
     // SAFETY: descriptor 3 was placed by the supervisor's posix_spawn `dup2` action and nothing
     // in this process has opened, owned or closed anything since exec (this runs first in
     // `main`); checking that it is a socket before taking it guards against a mistaken exec
@@ -303,12 +302,17 @@ fn run(args: Args) -> i32 {
     let Some(ctl) = control_socket() else {
         return 2;
     };
+    run_with(&args, ctl)
+}
+
+/// Runs the guardian of `args` over the control socket `ctl`; returns its exit code.
+pub(super) fn run_with(args: &Args, ctl: OwnedFd) -> i32 {
     let mut ctl = ControlReader {
         fd: Some(ctl),
         buf: Vec::new(),
     };
-    match Guardian::setup(&args) {
-        Ok(mut g) => g.run(&args, &mut ctl),
+    match Guardian::setup(args) {
+        Ok(mut g) => g.run(args, &mut ctl),
         Err(e) => {
             ctl.send(&Up::Failed(e));
             2
@@ -769,7 +773,11 @@ fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
             _ => child_exit(GATE_CLOSED),
         }
     }
-    let errno = match nix::unistd::execv(&args.program, &args.argv) {
+    let exec = match &args.envp {
+        Some(envp) => nix::unistd::execve(&args.program, &args.argv, envp),
+        None => nix::unistd::execv(&args.program, &args.argv),
+    };
+    let errno = match exec {
         Err(e) => e as i32,
         Ok(never) => match never {},
     };

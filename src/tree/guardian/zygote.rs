@@ -1,0 +1,652 @@
+//! The guardian zygote: one helper process, started once by a supervisor that launches many
+//! workloads (the daemon), which forks each guardian instead of the supervisor exec'ing a new
+//! one. An exec costs about 0.75 ms on this kind of machine whatever the image (the C
+//! library's start-up CPU detection traps to the hypervisor), and each exec'd guardian pays its
+//! own relocated data; a forked guardian skips the exec and shares the zygote's pages
+//! copy-on-write.
+//!
+//! The wire, one `SOCK_SEQPACKET` message each way over the socketpair the zygote was started
+//! with (its descriptor 3), all integers little-endian:
+//!
+//! ```text
+//! request:  "PJZ1"  u32 A  u32 E  A + E + 1 strings      + SCM_RIGHTS: control, stdin, stdout, stderr
+//!           string = u32 length, then that many bytes, none of them NUL
+//!           the A strings are the guardian's arguments after its hidden first one, the E its
+//!           workload's environment entries (KEY=value), the last its working directory
+//! reply:    'P' u32 pid    a guardian was forked: pid is the supervisor's new child
+//!           'E' i32 errno  nothing was forked (EBADMSG: a request that does not decode)
+//! ```
+//!
+//! Invariants:
+//! - The zygote is single-threaded, runs no workload code and has no child: it forks with
+//!   `clone3(CLONE_PARENT)`, so each guardian is the supervisor's own child, reaped by it
+//!   through a pidfd exactly as an exec'd one (its pid names it until then).
+//! - A request is decoded in full (a total decoder) and must bring exactly four descriptors
+//!   before anything is forked; anything else is answered `E EBADMSG` and nothing runs.
+//! - A forked guardian holds its three streams as 0-2 and its control socket, and nothing else:
+//!   not the zygote's socket, not another launch's descriptors (the zygote drops each request's
+//!   as soon as it has answered it).
+//! - The zygote exits at end of stream on its socket: its supervisor dropped it or died.
+//! - The supervisor's side never refuses a launch because of the zygote: a zygote that cannot
+//!   be started, stops answering or dies, or a request over [`REQUEST_MAX`], falls back to
+//!   exec'ing the guardian (`GuardianLauncher`), slower but the same guardian.
+
+use std::ffi::{CString, OsString};
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::Path;
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::socket::{
+    AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag, SockType, recvmsg,
+    sendmsg, setsockopt, socketpair, sockopt,
+};
+
+use super::run::{self, Args};
+use crate::sync::Lock;
+use crate::tree::SpawnError;
+use crate::tree::cgroup::{self, Forked};
+use crate::tree::spawn::{self, Image};
+
+/// The hidden first argument that turns the executable into a guardian zygote.
+pub const ZYGOTE_ARG: &str = "__procjournal_zygote";
+
+/// The zygote's process name (`comm`).
+pub const ZYGOTE_COMM: &std::ffi::CStr = c"pj-zygote";
+
+const MAGIC: &[u8; 4] = b"PJZ1";
+
+/// The largest request the zygote takes, in bytes. A launch whose arguments and environment
+/// need more is exec'd instead (a `SOCK_SEQPACKET` message must fit the socket's buffer).
+pub const REQUEST_MAX: usize = 128 * 1024;
+
+/// Descriptors a request carries: the control socket, then the guardian's stdin, stdout, stderr.
+const FDS: usize = 4;
+
+/// A guardian to fork.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Request {
+    /// The guardian's arguments after its hidden first one (`run::Args::encode`).
+    pub args: Vec<Vec<u8>>,
+    /// The workload's environment, `KEY=value` each.
+    pub envp: Vec<Vec<u8>>,
+    pub cwd: Vec<u8>,
+}
+
+/// The zygote's answer to a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reply {
+    Forked { pid: u32 },
+    Failed { errno: i32 },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZygoteWireError {
+    #[error("the message does not start with PJZ1")]
+    Magic,
+    #[error("the message ends inside {0}")]
+    Short(&'static str),
+    #[error("a string holds a NUL byte")]
+    Nul,
+    #[error("{0} bytes follow the message")]
+    Trailing(usize),
+    #[error("the request is over {REQUEST_MAX} bytes")]
+    TooLong,
+    #[error("a reply is 5 bytes, not {0}")]
+    ReplyLength(usize),
+    #[error("unknown reply tag {0:#04x}")]
+    Tag(u8),
+}
+
+impl Request {
+    pub fn encode(&self) -> Result<Vec<u8>, ZygoteWireError> {
+        let mut out = MAGIC.to_vec();
+        for count in [self.args.len(), self.envp.len()] {
+            let count = u32::try_from(count).map_err(|_| ZygoteWireError::TooLong)?;
+            out.extend_from_slice(&count.to_le_bytes());
+        }
+        let strings = self.args.iter().chain(&self.envp).chain([&self.cwd]);
+        for s in strings {
+            if s.contains(&0) {
+                return Err(ZygoteWireError::Nul);
+            }
+            let len = u32::try_from(s.len()).map_err(|_| ZygoteWireError::TooLong)?;
+            out.extend_from_slice(&len.to_le_bytes());
+            out.extend_from_slice(s);
+            if out.len() > REQUEST_MAX {
+                return Err(ZygoteWireError::TooLong);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Total: any bytes give a request or a typed error. Counts are never trusted for an
+    /// allocation: each string must be present in the bytes before the next is read.
+    pub fn decode(bytes: &[u8]) -> Result<Request, ZygoteWireError> {
+        if bytes.len() > REQUEST_MAX {
+            return Err(ZygoteWireError::TooLong);
+        }
+        let rest = bytes.strip_prefix(MAGIC).ok_or(ZygoteWireError::Magic)?;
+        let mut reader = Reader(rest);
+        let args = reader.u32("the argument count")?;
+        let envs = reader.u32("the environment count")?;
+        let mut take = |n: u32, what| -> Result<Vec<Vec<u8>>, ZygoteWireError> {
+            (0..n).map(|_| reader.string(what)).collect()
+        };
+        let args = take(args, "an argument")?;
+        let envp = take(envs, "an environment entry")?;
+        let cwd = reader.string("the working directory")?;
+        if !reader.0.is_empty() {
+            return Err(ZygoteWireError::Trailing(reader.0.len()));
+        }
+        Ok(Request { args, envp, cwd })
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn u32(&mut self, what: &'static str) -> Result<u32, ZygoteWireError> {
+        let (head, rest) = self
+            .0
+            .split_first_chunk::<4>()
+            .ok_or(ZygoteWireError::Short(what))?;
+        self.0 = rest;
+        Ok(u32::from_le_bytes(*head))
+    }
+
+    fn string(&mut self, what: &'static str) -> Result<Vec<u8>, ZygoteWireError> {
+        let len = usize::try_from(self.u32(what)?).map_err(|_| ZygoteWireError::Short(what))?;
+        if self.0.len() < len {
+            return Err(ZygoteWireError::Short(what));
+        }
+        let (s, rest) = self.0.split_at(len);
+        self.0 = rest;
+        if s.contains(&0) {
+            return Err(ZygoteWireError::Nul);
+        }
+        Ok(s.to_vec())
+    }
+}
+
+impl Reply {
+    pub fn encode(self) -> [u8; 5] {
+        let (tag, value) = match self {
+            Reply::Forked { pid } => (b'P', pid.to_le_bytes()),
+            Reply::Failed { errno } => (b'E', errno.to_le_bytes()),
+        };
+        let mut out = [tag, 0, 0, 0, 0];
+        out[1..].copy_from_slice(&value);
+        out
+    }
+
+    pub fn decode(bytes: &[u8]) -> Result<Reply, ZygoteWireError> {
+        let [tag, value @ ..] = bytes else {
+            return Err(ZygoteWireError::ReplyLength(bytes.len()));
+        };
+        let value: [u8; 4] = value
+            .try_into()
+            .map_err(|_| ZygoteWireError::ReplyLength(bytes.len()))?;
+        match tag {
+            b'P' => Ok(Reply::Forked {
+                pid: u32::from_le_bytes(value),
+            }),
+            b'E' => Ok(Reply::Failed {
+                errno: i32::from_le_bytes(value),
+            }),
+            other => Err(ZygoteWireError::Tag(*other)),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The zygote process
+
+/// The zygote's life: answers requests on descriptor 3 until end of stream; returns its exit
+/// code. Runs first in `main` (`run::run_if_requested`), before any thread exists.
+pub(super) fn serve() -> i32 {
+    let Some(mut sock) = run::control_socket() else {
+        return 2;
+    };
+    // Told apart from its guardians in `ps -o comm` and /proc/PID/comm (they share its command
+    // line); each guardian takes back the image's own name.
+    let image_name = nix::sys::prctl::get_name().ok();
+    let _ = nix::sys::prctl::set_name(ZYGOTE_COMM);
+    let mut buf = vec![0u8; REQUEST_MAX + 1];
+    loop {
+        match receive(&sock, &mut buf) {
+            Ok(None) => return 0,
+            Ok(Some((request, fds))) => {
+                sock = fork_guardian(sock, request, fds, image_name.as_deref());
+            }
+            Err(Errno::EINTR) => {}
+            Err(Errno::EBADMSG) => send_reply(
+                &sock,
+                Reply::Failed {
+                    errno: libc::EBADMSG,
+                },
+            ),
+            Err(_) => return 1,
+        }
+    }
+}
+
+/// The next request and its descriptors; `None` at end of stream. A message that is truncated,
+/// does not decode or does not bring exactly [`FDS`] descriptors is `EBADMSG` (its descriptors
+/// are closed).
+fn receive(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<(Request, [OwnedFd; FDS])>, Errno> {
+    let mut space = nix::cmsg_space!([RawFd; FDS]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        sock.as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )?;
+    let mut fds = Vec::new();
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: the kernel installed these descriptors in our table for this message
+            // just now (close-on-exec); nothing else in this process knows or owns them.
+            #[allow(unsafe_code)]
+            fds.extend(
+                raw.into_iter()
+                    .map(|fd| unsafe { OwnedFd::from_raw_fd(fd) }),
+            );
+        }
+    }
+    let (len, flags) = (msg.bytes, msg.flags);
+    if len == 0 && fds.is_empty() {
+        return Ok(None);
+    }
+    if flags.intersects(MsgFlags::MSG_TRUNC | MsgFlags::MSG_CTRUNC) {
+        return Err(Errno::EBADMSG);
+    }
+    let request = buf
+        .get(..len)
+        .and_then(|b| Request::decode(b).ok())
+        .ok_or(Errno::EBADMSG)?;
+    let fds: [OwnedFd; FDS] = fds.try_into().map_err(|_| Errno::EBADMSG)?;
+    Ok(Some((request, fds)))
+}
+
+fn send_reply(sock: &OwnedFd, reply: Reply) {
+    // A supervisor that is gone learns nothing; the zygote sees its end of stream next.
+    let _ = nix::sys::socket::send(sock.as_raw_fd(), &reply.encode(), MsgFlags::MSG_NOSIGNAL);
+}
+
+/// Forks the guardian of `request` and answers with its pid; returns the socket to the loop.
+/// The child never returns.
+fn fork_guardian(
+    sock: OwnedFd,
+    request: Request,
+    fds: [OwnedFd; FDS],
+    name: Option<&std::ffi::CStr>,
+) -> OwnedFd {
+    // SAFETY: the zygote is single-threaded (it runs before any thread exists and starts none),
+    // so the child inherits no lock another thread held. The child runs the guardian, which
+    // uses no pthread function on another thread and no non-default mutex, and ends in `exit`:
+    // it never returns into this loop.
+    #[allow(unsafe_code)]
+    let forked = unsafe { cgroup::fork_sibling() };
+    match forked {
+        Ok(Forked::Child) => {
+            if let Some(name) = name {
+                let _ = nix::sys::prctl::set_name(name);
+            }
+            guardian_child(sock, request, fds)
+        }
+        Ok(Forked::Parent { child }) => send_reply(&sock, Reply::Forked { pid: child }),
+        Err(e) => send_reply(
+            &sock,
+            Reply::Failed {
+                errno: e.raw_os_error().unwrap_or(libc::EIO),
+            },
+        ),
+    }
+    sock
+}
+
+/// The forked guardian: its streams on 0-2, the zygote's socket closed, its own process group
+/// and directory (as an exec'd guardian's spawn gives it), then the guardian itself.
+fn guardian_child(sock: OwnedFd, request: Request, fds: [OwnedFd; FDS]) -> ! {
+    drop(sock);
+    let [control, stdin, stdout, stderr] = fds;
+    let code = match enter(&request, [stdin, stdout, stderr]) {
+        Ok(args) => {
+            super::failpoint::panic_if(super::failpoint::PANIC_AT_START);
+            run::run_with(&args, control)
+        }
+        Err(e) => {
+            let _ = nix::sys::socket::send(
+                control.as_raw_fd(),
+                &super::wire::Up::Failed(e).encode(),
+                MsgFlags::MSG_NOSIGNAL,
+            );
+            2
+        }
+    };
+    std::process::exit(code)
+}
+
+fn enter(request: &Request, stdio: [OwnedFd; 3]) -> Result<Args, String> {
+    let fail = |what: &str, e: &dyn std::fmt::Display| format!("guardian: {what}: {e}");
+    let [stdin, stdout, stderr] = stdio;
+    rustix::stdio::dup2_stdin(&stdin).map_err(|e| fail("stdin", &e))?;
+    rustix::stdio::dup2_stdout(&stdout).map_err(|e| fail("stdout", &e))?;
+    rustix::stdio::dup2_stderr(&stderr).map_err(|e| fail("stderr", &e))?;
+    drop((stdin, stdout, stderr));
+    let own = nix::unistd::Pid::from_raw(0);
+    nix::unistd::setpgid(own, own).map_err(|e| fail("process group", &e))?;
+    let cwd = Path::new(std::ffi::OsStr::from_bytes(&request.cwd));
+    nix::unistd::chdir(cwd).map_err(|e| fail("working directory", &e))?;
+    let words = request.args.iter().map(|a| OsString::from_vec(a.clone()));
+    let mut args = Args::parse(words)?;
+    let envp = request
+        .envp
+        .iter()
+        .map(|e| CString::new(e.clone()).map_err(|_| "NUL in the environment".to_owned()))
+        .collect::<Result<Vec<_>, _>>()?;
+    super::failpoint::use_environment(&envp);
+    args.envp = Some(envp);
+    Ok(args)
+}
+
+// ---------------------------------------------------------------------------------------------
+// The supervisor's side
+
+/// A running zygote: our end of its socket and its pid (our unreaped child, so the pid names
+/// it until [`Zygote`]'s drop reaps it).
+#[derive(Debug)]
+pub(super) struct Zygote {
+    sock: OwnedFd,
+    pid: u32,
+}
+
+/// Why the zygote did not fork a guardian.
+#[derive(Debug)]
+pub(super) enum Refused {
+    /// The zygote is gone (it never took the request: its socket's peer is closed): the slot
+    /// reaps it and starts another.
+    Gone,
+    /// Nothing was forked and the zygote cannot serve this request (none could be started, it
+    /// was gone before it took the request, or the request is too large): exec the guardian.
+    Unavailable,
+    /// The zygote took the request and gave no answer (it died or stayed silent for the
+    /// handshake bound): it may have forked a guardian on the same control socket, so the
+    /// launch fails rather than start a second one; the zygote is killed and reaped.
+    Lost(String),
+    /// The fork itself failed (the process limit, memory): the launch fails as a spawn would.
+    Fork(std::io::Error),
+}
+
+/// The zygote of a launcher that forks its guardians: started at its first launch, and again
+/// at the next launch after one that died. Launches take their turn on it (a request and its
+/// answer take a fork's time).
+#[derive(Debug)]
+pub(super) struct ZygoteSlot {
+    program: CString,
+    zygote: Lock<Option<Zygote>>,
+}
+
+impl ZygoteSlot {
+    pub(super) fn new(program: CString) -> ZygoteSlot {
+        ZygoteSlot {
+            program,
+            zygote: Lock::new(None),
+        }
+    }
+
+    /// Forks the guardian of `request` (see [`Zygote::fork`]), starting the zygote first if
+    /// there is none, and once more if the one there was gone; a zygote that failed is reaped
+    /// here. Never [`Refused::Gone`].
+    pub(super) fn fork(
+        &self,
+        request: &Request,
+        control: BorrowedFd<'_>,
+        stdio: [BorrowedFd<'_>; 3],
+    ) -> Result<u32, Refused> {
+        let mut held = self.zygote.lock();
+        for _ in 0..2 {
+            let zygote = match held.take() {
+                Some(z) => z,
+                None => match Zygote::start(&self.program) {
+                    Ok(z) => z,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "no guardian zygote; this guardian is exec'd");
+                        return Err(Refused::Unavailable);
+                    }
+                },
+            };
+            match zygote.fork(request, control, stdio) {
+                Err(Refused::Gone) => {
+                    tracing::warn!("the guardian zygote was gone; starting another");
+                    drop(zygote);
+                }
+                Err(Refused::Lost(why)) => {
+                    tracing::warn!(reason = %why, "the guardian zygote was lost; killed");
+                    zygote.kill();
+                    return Err(Refused::Lost(why));
+                }
+                other => {
+                    *held = Some(zygote);
+                    return other;
+                }
+            }
+        }
+        Err(Refused::Unavailable)
+    }
+
+    /// The running zygote's pid, if any.
+    pub(super) fn pid(&self) -> Option<u32> {
+        self.zygote.lock().as_ref().map(|z| z.pid)
+    }
+}
+
+impl Zygote {
+    /// Starts a zygote of `program` (the guardian's image), with /dev/null as its streams.
+    pub(super) fn start(program: &CString) -> Result<Zygote, SpawnError> {
+        let setup = |cause: Errno| SpawnError::Setup {
+            what: "guardian zygote",
+            cause: cause.into(),
+        };
+        let (ours, theirs) = socketpair(
+            AddressFamily::Unix,
+            SockType::SeqPacket,
+            None,
+            SockFlag::SOCK_CLOEXEC,
+        )
+        .map_err(setup)?;
+        let bound = Duration::from_millis(crate::limits::GUARDIAN_HANDSHAKE_MS);
+        let tv =
+            nix::sys::time::TimeVal::new(i64::try_from(bound.as_secs()).unwrap_or(i64::MAX), 0);
+        setsockopt(&ours, sockopt::ReceiveTimeout, &tv).map_err(setup)?;
+        let zygote_arg = CString::new(ZYGOTE_ARG).map_err(|_| SpawnError::Nul {
+            what: "the zygote's argument",
+        })?;
+        let image = Image {
+            path: program.clone(),
+            argv: vec![program.clone(), zygote_arg],
+            envp: Vec::new(),
+        };
+        let pid = spawn::spawn_detached(&image, theirs.as_fd(), "guardian zygote")?;
+        Ok(Zygote { sock: ours, pid })
+    }
+
+    /// Asks the zygote to fork the guardian of `request` with `control` and `stdio` as its
+    /// control socket and streams; returns its pid, the supervisor's new child.
+    pub(super) fn fork(
+        &self,
+        request: &Request,
+        control: BorrowedFd<'_>,
+        stdio: [BorrowedFd<'_>; 3],
+    ) -> Result<u32, Refused> {
+        let bytes = request.encode().map_err(|_| Refused::Unavailable)?;
+        let fds = [
+            control.as_raw_fd(),
+            stdio[0].as_raw_fd(),
+            stdio[1].as_raw_fd(),
+            stdio[2].as_raw_fd(),
+        ];
+        let rights = [ControlMessage::ScmRights(&fds)];
+        loop {
+            match sendmsg::<()>(
+                self.sock.as_raw_fd(),
+                &[IoSlice::new(&bytes)],
+                &rights,
+                MsgFlags::MSG_NOSIGNAL,
+                None,
+            ) {
+                Ok(_) => break,
+                Err(Errno::EINTR) => {}
+                // Not taken: a zygote that is gone answers EPIPE here, before any fork.
+                Err(_) => return Err(Refused::Gone),
+            }
+        }
+        let mut answer = [0u8; 8];
+        let n = loop {
+            match nix::sys::socket::recv(self.sock.as_raw_fd(), &mut answer, MsgFlags::empty()) {
+                Err(Errno::EINTR) => {}
+                Ok(0) => return Err(Refused::Lost("the guardian zygote ended".to_owned())),
+                Ok(n) => break n,
+                Err(e) => return Err(Refused::Lost(format!("the guardian zygote: {e}"))),
+            }
+        };
+        match Reply::decode(&answer[..n]) {
+            Ok(Reply::Forked { pid }) => Ok(pid),
+            // Answered and refused before any fork: the request is ours to blame; or the
+            // kernel or a seccomp filter refuses the fork itself (`clone3`): exec instead.
+            Ok(Reply::Failed {
+                errno: libc::EBADMSG | libc::ENOSYS | libc::EPERM | libc::EINVAL,
+            }) => Err(Refused::Unavailable),
+            Ok(Reply::Failed { errno }) => {
+                Err(Refused::Fork(std::io::Error::from_raw_os_error(errno)))
+            }
+            Err(e) => Err(Refused::Lost(format!("the guardian zygote: {e}"))),
+        }
+    }
+
+    /// Kills the zygote (one that stopped answering) and reaps it.
+    fn kill(self) {
+        if let Ok(pidfd) = crate::tree::open_pidfd(self.pid) {
+            let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+impl Drop for Zygote {
+    /// Ends the zygote (its end of stream) and reaps it; one that does not exit within the
+    /// handshake bound is killed first. No zombie is left.
+    fn drop(&mut self) {
+        let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        if let Ok(pidfd) = crate::tree::open_pidfd(self.pid) {
+            super::reap_blocking(&pidfd);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn request() -> Request {
+        Request {
+            args: vec![
+                b"p-1".to_vec(),
+                b"/r/trees/p-1.receipt".to_vec(),
+                b"-".to_vec(),
+            ],
+            envp: vec![b"PATH=/bin".to_vec(), b"EMPTY=".to_vec()],
+            cwd: b"/tmp".to_vec(),
+        }
+    }
+
+    #[test]
+    fn a_request_is_laid_out_as_documented() {
+        let r = Request {
+            args: vec![b"ab".to_vec()],
+            envp: vec![],
+            cwd: b"/".to_vec(),
+        };
+        let bytes = r.encode().unwrap();
+        assert_eq!(
+            bytes,
+            b"PJZ1\x01\0\0\0\0\0\0\0\x02\0\0\0ab\x01\0\0\0/".to_vec()
+        );
+        assert_eq!(Request::decode(&bytes), Ok(r));
+        assert_eq!(Reply::Forked { pid: 258 }.encode(), *b"P\x02\x01\0\0");
+        assert_eq!(Reply::Failed { errno: -1 }.encode(), *b"E\xff\xff\xff\xff");
+    }
+
+    #[test]
+    fn every_kind_of_bad_request_has_its_error() {
+        let good = request().encode().unwrap();
+        assert_eq!(Request::decode(b"PJZ2"), Err(ZygoteWireError::Magic));
+        assert!(matches!(
+            Request::decode(&good[..good.len() - 1]),
+            Err(ZygoteWireError::Short(_))
+        ));
+        let mut longer = good.clone();
+        longer.push(0);
+        assert_eq!(Request::decode(&longer), Err(ZygoteWireError::Trailing(1)));
+        let mut nul = good.clone();
+        let at = nul.iter().position(|&b| b == b'/').unwrap();
+        nul[at] = 0;
+        assert_eq!(Request::decode(&nul), Err(ZygoteWireError::Nul));
+        // A count far beyond the bytes is an error, never an allocation of that size.
+        let mut huge = b"PJZ1".to_vec();
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        huge.extend_from_slice(&u32::MAX.to_le_bytes());
+        assert!(matches!(
+            Request::decode(&huge),
+            Err(ZygoteWireError::Short(_))
+        ));
+        let big = Request {
+            envp: vec![vec![b'x'; REQUEST_MAX]],
+            ..request()
+        };
+        assert_eq!(big.encode(), Err(ZygoteWireError::TooLong));
+        let with_nul = Request {
+            cwd: b"/a\0b".to_vec(),
+            ..request()
+        };
+        assert_eq!(with_nul.encode(), Err(ZygoteWireError::Nul));
+        assert_eq!(
+            Reply::decode(b"P\0\0\0"),
+            Err(ZygoteWireError::ReplyLength(4))
+        );
+        assert_eq!(Reply::decode(b"X\0\0\0\0"), Err(ZygoteWireError::Tag(b'X')));
+    }
+
+    fn text() -> impl Strategy<Value = Vec<u8>> {
+        proptest::collection::vec(1u8..=255, 0..40)
+    }
+
+    proptest! {
+        #[test]
+        fn requests_round_trip(
+            args in proptest::collection::vec(text(), 0..8),
+            envp in proptest::collection::vec(text(), 0..8),
+            cwd in text(),
+        ) {
+            let r = Request { args, envp, cwd };
+            let bytes = r.encode().unwrap();
+            prop_assert_eq!(Request::decode(&bytes), Ok(r));
+            crate::fuzzing::guardian_zygote(&bytes);
+        }
+
+        #[test]
+        fn any_bytes_decode_or_fail_without_a_panic(
+            tail in proptest::collection::vec(any::<u8>(), 0..200),
+            magic in any::<bool>(),
+        ) {
+            let mut data = if magic { MAGIC.to_vec() } else { Vec::new() };
+            data.extend_from_slice(&tail);
+            crate::fuzzing::guardian_zygote(&data);
+        }
+    }
+}

@@ -1,0 +1,231 @@
+//! Guardians forked by a zygote (`GuardianLauncher::with_zygote`, what the daemon uses): each is
+//! this process's own child holding only its own descriptors, a zygote that died is replaced
+//! without a failed launch, a launch too large for the zygote is exec'd, and the zygote ends
+//! with its launcher or its daemon. Real guardians, real signals.
+
+#[cfg(feature = "cli")]
+use crate::common::daemon as daemon_common;
+use crate::common::supervisor as supervisor_common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use procjournal::lifecycle::State;
+use procjournal::lifecycle::event::ExitProof;
+use procjournal::supervisor::{Command, Supervisor};
+use procjournal::tree::guardian::{GUARDIAN_ARG, ZYGOTE_ARG, ZYGOTE_COMM};
+use procjournal::tree::{GuardianLauncher, GuardianProgram};
+use supervisor_common::{config, guarded, open, start, temp_root};
+
+/// A hang guard for processes to appear or go; it bounds a hang, it measures nothing.
+const HANG_GUARD: Duration = Duration::from_secs(30);
+
+fn launcher() -> Arc<GuardianLauncher> {
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
+    Arc::new(
+        GuardianLauncher::new(program)
+            .expect("guardian launcher")
+            .with_zygote(true),
+    )
+}
+
+/// Field `n` (1-based, after the command name) of /proc/PID/stat; `None` once the pid is gone.
+fn stat_field(pid: u32, n: usize) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_whitespace().nth(n - 1).map(str::to_owned)
+}
+
+/// Gone, or a zombie no one reaped: not running.
+fn alive(pid: u32) -> bool {
+    stat_field(pid, 1).is_some_and(|state| state != "Z")
+}
+
+fn exists(pid: u32) -> bool {
+    stat_field(pid, 1).is_some()
+}
+
+fn parent_of(pid: u32) -> Option<u32> {
+    stat_field(pid, 2)?.parse().ok()
+}
+
+fn cmdline(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    String::from_utf8_lossy(&raw).replace('\0', " ")
+}
+
+fn comm(pid: u32) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/comm"))
+        .unwrap_or_default()
+        .trim_end()
+        .to_owned()
+}
+
+/// What each descriptor of `pid` points at (`socket:[…]`, `/dev/null`, …).
+fn descriptors(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read_link(e.path()).ok())
+        .map(|t| t.to_string_lossy().into_owned())
+        .collect()
+}
+
+fn until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + HANG_GUARD;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {HANG_GUARD:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The guardian's pid of `handle`, from its recorded scope.
+fn guardian_of(sup: &Supervisor, handle: &procjournal::Handle) -> u32 {
+    let scope = sup.manifest(handle).unwrap().scope.unwrap();
+    scope.guardian.expect("a guardian").pid
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forked_guardians_are_our_children_holding_only_their_own_descriptors() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    let zygote_launcher = launcher();
+    cfg.launcher = zygote_launcher.clone();
+    let (sup, _rx) = open(cfg).await;
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let cmd = Command::new("sleep").arg("300").cwd(root.path());
+        handles.push(start(&sup, cmd).await);
+    }
+    let zygote = zygote_launcher
+        .zygote_pid()
+        .expect("a zygote after a launch");
+    let me = std::process::id();
+    assert_eq!(parent_of(zygote), Some(me));
+    assert_eq!(comm(zygote), ZYGOTE_COMM.to_str().unwrap());
+    for handle in &handles {
+        let guardian = guardian_of(&sup, handle);
+        assert_eq!(parent_of(guardian), Some(me), "the guardian is our child");
+        assert!(cmdline(guardian).contains(ZYGOTE_ARG), "forked, not exec'd");
+        assert_eq!(comm(guardian), "procjournal-gua", "its image's name again");
+        // Its streams (/dev/null once the workload runs), its signalfd, its control socket,
+        // its receipt and the workload's exec-error pipe: the zygote's socket and the other
+        // launches' descriptors are not among them.
+        let fds = descriptors(guardian);
+        let sockets = fds.iter().filter(|t| t.starts_with("socket:")).count();
+        assert_eq!(sockets, 1, "{fds:?}");
+        assert_eq!(fds.len(), 7, "{fds:?}");
+    }
+    for handle in &handles {
+        let summary = guarded("stop", sup.stop(handle, Duration::from_secs(2)))
+            .await
+            .unwrap();
+        assert_eq!(summary.state, State::Terminated);
+        let m = sup.manifest(handle).unwrap();
+        assert!(
+            matches!(m.released, Some(ExitProof::Receipt { .. })),
+            "{:?}",
+            m.released
+        );
+    }
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    drop(sup);
+    drop(zygote_launcher);
+    // The launcher's drop ended the zygote and reaped it: not even a zombie is left.
+    until("the zygote reaped", || !exists(zygote));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_zygote_is_reaped_and_replaced_and_no_launch_fails() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    let zygote_launcher = launcher();
+    cfg.launcher = zygote_launcher.clone();
+    let (sup, _rx) = open(cfg).await;
+    let sh = |script: &str| Command::new("sh").arg("-c").arg(script).cwd(root.path());
+    let first = start(&sup, sh("exit 3")).await;
+    let old = zygote_launcher.zygote_pid().unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(old as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    until("the zygote dead", || !alive(old));
+    // The guardian is alive until the workload reads its stdin's end (ours, kept open).
+    let second = start(&sup, sh("read x; exit 4")).await;
+    let new = zygote_launcher.zygote_pid().unwrap();
+    assert_ne!(new, old, "a new zygote");
+    assert!(!exists(old), "the killed zygote was reaped");
+    assert!(cmdline(guardian_of(&sup, &second)).contains(ZYGOTE_ARG));
+    sup.input(&second, b"\n").await.unwrap();
+    for (handle, code) in [(first, 3), (second, 4)] {
+        guarded("wait", sup.wait(&handle, None)).await.unwrap();
+        match sup.manifest(&handle).unwrap().released {
+            Some(ExitProof::Receipt { status, .. }) => assert_eq!(
+                status,
+                procjournal::lifecycle::event::ExitStatus::Code(code)
+            ),
+            other => panic!("expected a receipt, got {other:?}"),
+        }
+    }
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// A launch whose environment does not fit one zygote request is exec'd as without a zygote,
+/// and its workload gets that environment all the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_launch_too_large_for_the_zygote_is_exec_d() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = launcher();
+    let (sup, _rx) = open(cfg).await;
+    // Two variables: one string of an exec may hold at most 128 KiB (MAX_ARG_STRLEN).
+    let big = "x".repeat(100 * 1024);
+    let cmd = Command::new("sh")
+        .arg("-c")
+        .arg("printf %s%s \"$BIG1\" \"$BIG2\" | wc -c; sleep 300")
+        .env("BIG1", big.clone())
+        .env("BIG2", big)
+        .cwd(root.path());
+    let handle = start(&sup, cmd).await;
+    let guardian = guardian_of(&sup, &handle);
+    assert!(cmdline(guardian).contains(GUARDIAN_ARG), "exec'd");
+    let deadline = Instant::now() + HANG_GUARD;
+    let text = loop {
+        let read = sup.output_raw(&handle, 0, 64).await.unwrap();
+        let text = String::from_utf8_lossy(&read.bytes).into_owned();
+        if text.contains('\n') || Instant::now() >= deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    assert_eq!(text.trim(), (2 * 100 * 1024).to_string());
+    guarded("stop", sup.stop(&handle, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// A daemon killed with SIGKILL leaves no zygote behind: it sees its socket end and exits.
+#[cfg(feature = "cli")]
+#[test]
+fn a_sigkilled_daemon_leaves_no_zygote() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = daemon_common::Daemon::start(dir.path());
+    let (code, _, err) = daemon_common::client(dir.path(), &["start", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let pid = daemon.child.id();
+    let zygote = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|p| parent_of(*p) == Some(pid) && comm(*p) == ZYGOTE_COMM.to_str().unwrap())
+        .expect("the daemon's zygote");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    until("the zygote gone", || !alive(zygote));
+    drop(daemon);
+}
