@@ -203,12 +203,18 @@ fn plain_ms(rt: &tokio::runtime::Runtime, commands: usize, loops: usize) -> Res<
     })
 }
 
-/// The launcher `serve` uses: a guardian, the small binary, in a per-launch cgroup where the
-/// machine allows one; and its name.
+/// The launcher `serve` uses: a guardian, the small binary, forked by a zygote, in a
+/// per-launch cgroup where the machine allows one; and its name. `PROCJOURNAL_BENCH_ZYGOTE=0`
+/// exec's each guardian instead, for a comparison.
 fn serve_launcher() -> Res<(Arc<dyn Launcher>, &'static str)> {
+    let zygote = std::env::var("PROCJOURNAL_BENCH_ZYGOTE").map_or(true, |v| v != "0");
+    if !zygote {
+        println!("PROCJOURNAL_BENCH_ZYGOTE=0: the serve-like daemon exec's each guardian");
+    }
     let guardian = GuardianLauncher::new(GuardianProgram::Path(
         env!("CARGO_BIN_EXE_procjournal-guardian").into(),
-    ))?;
+    ))?
+    .with_zygote(zygote);
     Ok(
         match CgroupBase::probe(&format!("procjournal-bench-daemon-{}", std::process::id())) {
             Ok(base) => (

@@ -1,7 +1,10 @@
 //! Memory per idle supervised process: what its guardian costs, beside a plain `sleep`.
 //!
-//! Run with `cargo bench --bench guardian_memory`. Three ways of keeping N idle `sleep 600`
+//! Run with `cargo bench --bench guardian_memory`. Four ways of keeping N idle `sleep 600`
 //! (N = 40; 8 with `PROCJOURNAL_BENCH_QUICK=1`), measured in the same run, one after the other:
+//! - forked by a zygote: as the small guardian below, but each guardian forked by one zygote of
+//!   that image (`GuardianLauncher::with_zygote`, what the daemon does); the zygote's own
+//!   memory is added to the guardians' in equal parts;
 //! - small guardian: a supervisor (guardians only, no cgroup: the guardian's own cost) whose
 //!   guardian program is `procjournal-guardian`, the image the CLI and the daemon run when it is
 //!   installed beside them;
@@ -136,6 +139,8 @@ fn children_of(parent: u32) -> Res<Vec<u32>> {
 const SLEEP_CALLS: &[&str] = &["35", "230"];
 /// `poll` and `ppoll` (x86_64), where an idle guardian waits.
 const POLL_CALLS: &[&str] = &["7", "271"];
+/// `recvmsg` (x86_64), where an idle zygote waits.
+const RECV_CALLS: &[&str] = &["47"];
 /// A hang guard for a process to settle; it bounds a hang, it measures nothing.
 const HANG_GUARD: Duration = Duration::from_secs(30);
 
@@ -173,17 +178,19 @@ impl Cost {
     }
 }
 
-/// N sleeps under a supervisor whose guardian program is `program`.
-async fn supervised(program: &str, n: usize, base: &Path) -> Res<Cost> {
+/// N sleeps under a supervisor whose guardian program is `program`; with `zygote`, each
+/// guardian forked by a zygote of it (what the daemon does), whose own memory is charged to the
+/// guardians in equal parts.
+async fn supervised(program: &str, n: usize, base: &Path, zygote: bool) -> Res<Cost> {
     let dir = tempfile::Builder::new()
         .prefix("guardian-memory-")
         .tempdir_in(base)?;
     let mut config = SupervisorConfig::new(dir.path().join("rt"));
     config.max_live = n + 16;
     config.admission = procjournal::admission::AdmissionConfig::max_concurrent(n + 16);
-    config.launcher = Arc::new(GuardianLauncher::new(GuardianProgram::Path(
-        PathBuf::from(program),
-    ))?);
+    config.launcher = Arc::new(
+        GuardianLauncher::new(GuardianProgram::Path(PathBuf::from(program)))?.with_zygote(zygote),
+    );
     let (sup, _) = Supervisor::open(config, Services::noop()).await?;
     let me = std::process::id();
     let before = Mem::of(me)?;
@@ -191,9 +198,13 @@ async fn supervised(program: &str, n: usize, base: &Path) -> Res<Cost> {
         let prepared = sup.prepare(Command::new("sleep").arg("600").cwd(dir.path()))?;
         sup.start(prepared).await.map_err(|e| e.to_string())?;
     }
-    let guardians = children_of(me)?;
+    let (zygotes, guardians): (Vec<u32>, Vec<u32>) =
+        children_of(me)?.into_iter().partition(|c| is_zygote(*c));
+    if zygotes.len() != usize::from(zygote) {
+        return Err(format!("{} zygotes with zygote={zygote}", zygotes.len()).into());
+    }
     let exe = std::fs::canonicalize(program)?;
-    for g in &guardians {
+    for g in guardians.iter().chain(&zygotes) {
         if std::fs::read_link(format!("/proc/{g}/exe"))? != exe {
             return Err(format!("child {g} is not running {}", exe.display()).into());
         }
@@ -209,8 +220,11 @@ async fn supervised(program: &str, n: usize, base: &Path) -> Res<Cost> {
     for w in &workloads {
         settled(*w, SLEEP_CALLS)?;
     }
+    for z in &zygotes {
+        settled(*z, RECV_CALLS)?;
+    }
     let cost = Cost {
-        guardian: Mem::sum(&guardians)?.per(n),
+        guardian: Mem::sum(&guardians)?.plus(Mem::sum(&zygotes)?).per(n),
         workload: Mem::sum(&workloads)?.per(n),
         supervisor: Mem::of(me)?.minus(before).per(n),
     };
@@ -251,7 +265,12 @@ fn ratio(a: f64, b: f64) -> String {
     }
 }
 
-fn print_report(n: usize, small: &Cost, old: &Cost, base: &Cost) {
+/// The zygote, told from the guardians it forked (they share its command line) by its name.
+fn is_zygote(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "pj-zygote")
+}
+
+fn print_report(n: usize, forked: &Cost, small: &Cost, old: &Cost, base: &Cost) {
     println!("\nper idle supervised process, KiB ({n} `sleep 600` each way)");
     let row = |what: &str, c: &Cost| {
         let t = c.total();
@@ -282,10 +301,17 @@ fn print_report(n: usize, small: &Cost, old: &Cost, base: &Cost) {
             "total PSS / baseline",
         ],
         &[
+            row("forked by a zygote", forked),
             row("small guardian", small),
             row("old guardian", old),
             row("baseline sleep", base),
         ],
+    );
+    println!(
+        "forked by a zygote / small guardian: PSS {}, private dirty {}, RSS {}",
+        ratio(forked.guardian.pss, small.guardian.pss),
+        ratio(forked.guardian.private_dirty, small.guardian.private_dirty),
+        ratio(forked.guardian.rss, small.guardian.rss),
     );
     println!(
         "small guardian / old guardian: PSS {}, private dirty {}, RSS {}",
@@ -320,10 +346,11 @@ fn main() -> Res<()> {
     let plain = baseline(n)?;
     // A first round warms this process up (its allocator's arenas, the runtime's threads), so
     // that neither measured way is charged for it as the supervisor's share.
-    rt.block_on(supervised(SMALL, n, &base))?;
-    let small = rt.block_on(supervised(SMALL, n, &base))?;
-    let old = rt.block_on(supervised(OLD, n, &base))?;
-    print_report(n, &small, &old, &plain);
+    rt.block_on(supervised(SMALL, n, &base, false))?;
+    let forked = rt.block_on(supervised(SMALL, n, &base, true))?;
+    let small = rt.block_on(supervised(SMALL, n, &base, false))?;
+    let old = rt.block_on(supervised(OLD, n, &base, false))?;
+    print_report(n, &forked, &small, &old, &plain);
     print_total_time(all);
     Ok(())
 }
