@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::ExitProof;
 use procjournal::supervisor::{Command, Supervisor};
+use procjournal::tree::guardian::failpoint::ZYGOTE_SILENT;
 use procjournal::tree::guardian::{GUARDIAN_ARG, ZYGOTE_ARG, ZYGOTE_COMM};
 use procjournal::tree::{GuardianLauncher, GuardianProgram};
 use supervisor_common::{config, guarded, open, start, temp_root};
@@ -168,6 +169,51 @@ async fn a_killed_zygote_is_reaped_and_replaced_and_no_launch_fails() {
             other => panic!("expected a receipt, got {other:?}"),
         }
     }
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// A zygote that dies after its fork and before its answer leaves a guardian nobody was told
+/// of: the launcher finds it (its child holding the launch's control socket) and adopts it, so
+/// the launch succeeds with one guardian, and no process is left unknown or unreaped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_guardian_forked_by_a_zygote_that_died_before_answering_is_adopted() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    let zygote_launcher = launcher();
+    cfg.launcher = zygote_launcher.clone();
+    let (sup, _rx) = open(cfg).await;
+    let first = start(&sup, Command::new("true").cwd(root.path())).await;
+    guarded("wait", sup.wait(&first, None)).await.unwrap();
+    let silent = zygote_launcher.zygote_pid().expect("a zygote");
+    let cmd = Command::new("sh")
+        .arg("-c")
+        .arg("read x; exit 5")
+        .env(ZYGOTE_SILENT, "1")
+        .cwd(root.path());
+    let handle = start(&sup, cmd).await;
+    assert_eq!(
+        zygote_launcher.zygote_pid(),
+        None,
+        "the silent zygote is gone"
+    );
+    assert!(!exists(silent), "and reaped, not left a zombie");
+    let guardian = guardian_of(&sup, &handle);
+    assert_eq!(parent_of(guardian), Some(std::process::id()));
+    assert!(
+        cmdline(guardian).contains(ZYGOTE_ARG),
+        "the forked one, adopted"
+    );
+    sup.input(&handle, b"\n").await.unwrap();
+    guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    match sup.manifest(&handle).unwrap().released {
+        Some(ExitProof::Receipt { status, .. }) => {
+            assert_eq!(status, procjournal::lifecycle::event::ExitStatus::Code(5))
+        }
+        other => panic!("expected a receipt, got {other:?}"),
+    }
+    let next = start(&sup, Command::new("true").cwd(root.path())).await;
+    assert!(zygote_launcher.zygote_pid().is_some(), "a new zygote");
+    guarded("wait", sup.wait(&next, None)).await.unwrap();
     let _ = sup.shutdown(Duration::from_millis(100)).await;
 }
 

@@ -81,3 +81,21 @@ pub(super) fn panic_if(name: &str) {
 /// Without the `failpoints` feature nothing panics on request.
 #[cfg(not(feature = "failpoints"))]
 pub(super) fn panic_if(_name: &str) {}
+
+/// Makes the guardian zygote exit right after it forked a guardian, before it answers: the
+/// supervisor must find and adopt that guardian. Read from the launch's environment (the
+/// request), set to anything.
+pub const ZYGOTE_SILENT: &str = "PROCJOURNAL_FAILPOINT_ZYGOTE_SILENT";
+
+/// Exits the process (the zygote) if this build has failpoints and `envp` sets `name`.
+#[cfg(feature = "failpoints")]
+pub(super) fn exit_if_requested(name: &str, envp: &[Vec<u8>]) {
+    let prefix = [name.as_bytes(), b"="].concat();
+    if envp.iter().any(|e| e.starts_with(&prefix)) {
+        std::process::exit(3);
+    }
+}
+
+/// Without the `failpoints` feature the zygote always answers.
+#[cfg(not(feature = "failpoints"))]
+pub(super) fn exit_if_requested(_name: &str, _envp: &[Vec<u8>]) {}

@@ -287,6 +287,7 @@ pub(super) fn spawn_forked(
                 "guardian",
                 stdio,
             ),
+            // The slot adopts or execs instead; kept for completeness.
             Err(Refused::Lost(why)) => Err(SpawnError::Guardian(why)),
             Err(Refused::Fork(cause)) => Err(SpawnError::Spawn {
                 program: "guardian".to_owned(),

@@ -29,7 +29,9 @@
 //! - The zygote exits at end of stream on its socket: its supervisor dropped it or died.
 //! - The supervisor's side never refuses a launch because of the zygote: a zygote that cannot
 //!   be started, stops answering or dies, or a request over [`REQUEST_MAX`], falls back to
-//!   exec'ing the guardian (`GuardianLauncher`), slower but the same guardian.
+//!   exec'ing the guardian (`GuardianLauncher`), slower but the same guardian; one that died
+//!   after its fork leaves a guardian the supervisor finds (its child holding the control
+//!   socket) and adopts, so no guardian is ever left unknown and unreaped.
 
 use std::ffi::{CString, OsString};
 use std::io::{IoSlice, IoSliceMut};
@@ -299,7 +301,10 @@ fn fork_guardian(
             }
             guardian_child(sock, request, fds)
         }
-        Ok(Forked::Parent { child }) => send_reply(&sock, Reply::Forked { pid: child }),
+        Ok(Forked::Parent { child }) => {
+            super::failpoint::exit_if_requested(super::failpoint::ZYGOTE_SILENT, &request.envp);
+            send_reply(&sock, Reply::Forked { pid: child });
+        }
         Err(e) => send_reply(
             &sock,
             Reply::Failed {
@@ -376,8 +381,9 @@ pub(super) enum Refused {
     /// was gone before it took the request, or the request is too large): exec the guardian.
     Unavailable,
     /// The zygote took the request and gave no answer (it died or stayed silent for the
-    /// handshake bound): it may have forked a guardian on the same control socket, so the
-    /// launch fails rather than start a second one; the zygote is killed and reaped.
+    /// handshake bound): it may have forked a guardian on the same control socket. The slot
+    /// kills and reaps it, then adopts that guardian if there is one (the child of ours holding
+    /// the socket), or execs one if there is none; never two guardians on one socket.
     Lost(String),
     /// The fork itself failed (the process limit, memory): the launch fails as a spawn would.
     Fork(std::io::Error),
@@ -428,8 +434,13 @@ impl ZygoteSlot {
                 }
                 Err(Refused::Lost(why)) => {
                     tracing::warn!(reason = %why, "the guardian zygote was lost; killed");
+                    // Once it is reaped it can fork nothing more: a guardian it forked for this
+                    // request, if any, is the one child of ours holding the control socket.
                     zygote.kill();
-                    return Err(Refused::Lost(why));
+                    return match child_holding(control) {
+                        Some(pid) => Ok(pid),
+                        None => Err(Refused::Unavailable),
+                    };
                 }
                 other => {
                     *held = Some(zygote);
@@ -529,12 +540,34 @@ impl Zygote {
         }
     }
 
-    /// Kills the zygote (one that stopped answering) and reaps it.
+    /// Kills the zygote (one that stopped answering) and reaps it (its drop).
     fn kill(self) {
         if let Ok(pidfd) = crate::tree::open_pidfd(self.pid) {
             let _ = rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::KILL);
         }
     }
+}
+
+/// The child of this process that holds a descriptor of the socket `control` (a guardian the
+/// zygote forked with it and did not report): `/proc/PID/fd` of each child, by the socket's
+/// inode. Only the zygote (reaped by now) and that guardian ever held it besides us.
+fn child_holding(control: BorrowedFd<'_>) -> Option<u32> {
+    let ino = nix::sys::stat::fstat(control).ok()?.st_ino;
+    let target = format!("socket:[{ino}]");
+    let me = i64::from(std::process::id());
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| crate::tree::procfs::stat(*pid).is_some_and(|s| s.ppid == me))
+        .find(|pid| {
+            std::fs::read_dir(format!("/proc/{pid}/fd")).is_ok_and(|fds| {
+                fds.flatten().any(|fd| {
+                    std::fs::read_link(fd.path())
+                        .is_ok_and(|t| t.as_os_str().as_bytes() == target.as_bytes())
+                })
+            })
+        })
 }
 
 impl Drop for Zygote {
