@@ -613,16 +613,28 @@ pub(crate) unsafe fn fork_into(cgroup: Option<BorrowedFd<'_>>) -> io::Result<For
         cgroup: u64::try_from(dir.as_raw_fd()).map_err(io::Error::other)?,
         ..CloneArgs::default()
     };
-    // SAFETY: without CLONE_VM or CLONE_THREAD, clone3 duplicates the process as fork does: the
-    // child runs on its own copy of our memory, stack included (no stack is given, which clone3
-    // allows without CLONE_VM), and returns 0 from this call. `args` is an initialised
-    // `struct clone_args` of exactly the size passed, alive across the call, which the kernel
-    // only reads; `dir` is borrowed, so the descriptor stays open for the call. What the child
-    // runs afterwards is the caller's contract (`# Safety`).
+    // SAFETY: `dir` is borrowed, so the descriptor `args` names stays open for the call; the
+    // rest is `clone3`'s contract, which this function's `# Safety` passes on.
+    unsafe { clone3(&args) }
+}
+
+/// Duplicates the process as fork does, by `clone3(args)`.
+///
+/// # Safety
+///
+/// `args` has neither CLONE_VM nor CLONE_THREAD, and any descriptor it names is open; what the
+/// child runs is the caller's contract, as for [`fork_into`].
+#[allow(unsafe_code)]
+unsafe fn clone3(args: &CloneArgs) -> io::Result<Forked> {
+    // SAFETY: without CLONE_VM or CLONE_THREAD (the caller's contract), clone3 duplicates the
+    // process as fork does: the child runs on its own copy of our memory, stack included (no
+    // stack is given, which clone3 allows without CLONE_VM), and returns 0 from this call.
+    // `args` is an initialised `struct clone_args` of exactly the size passed, alive across the
+    // call, which the kernel only reads.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_clone3,
-            std::ptr::from_ref(&args),
+            std::ptr::from_ref(args),
             size_of::<CloneArgs>(),
         )
     };
@@ -656,24 +668,9 @@ pub(crate) unsafe fn fork_sibling() -> io::Result<Forked> {
         flags: CLONE_PARENT,
         ..CloneArgs::default()
     };
-    // SAFETY: as in `fork_into`: without CLONE_VM or CLONE_THREAD, clone3 duplicates the
-    // process as fork does, the child on its own copy of our memory and stack; `args` is an
-    // initialised `struct clone_args` of exactly the size passed, alive across the call, which
-    // the kernel only reads. What the child runs is the caller's contract (`# Safety`).
-    let rc = unsafe {
-        libc::syscall(
-            libc::SYS_clone3,
-            std::ptr::from_ref(&args),
-            size_of::<CloneArgs>(),
-        )
-    };
-    match rc {
-        -1 => Err(io::Error::last_os_error()),
-        0 => Ok(Forked::Child),
-        pid => Ok(Forked::Parent {
-            child: u32::try_from(pid).map_err(io::Error::other)?,
-        }),
-    }
+    // SAFETY: neither CLONE_VM nor CLONE_THREAD, no descriptor named; what the child runs is
+    // the caller's contract (`# Safety`).
+    unsafe { clone3(&args) }
 }
 
 /// The name of the base cgroup of the runtime root `root`: one per root, so that a supervisor
