@@ -18,8 +18,9 @@
 //!   after the last); each due deadline is enforced in a task of its own.
 //! - The pause gate is one check at the top of the start path (`Shared::paused`, set under the
 //!   lifecycle lock with its journal record, `gate.rs`).
-//! - Messages from one task are handled in the order sent: the terminal gate's `Finished` is
-//!   handled before anything a woken waiter asks next.
+//! - Messages from one task are handled in the order sent. Nothing orders two tasks' messages
+//!   (nor the two channels), so the terminal gate wakes waiters only once the actor answered its
+//!   `Finished`: whatever a woken waiter asks next sees the capacity released.
 //! - Admission (src/admission/) is decided here and only here, in [`Actor::may_start`]: every
 //!   start, fresh or queued, passes that one function. A workload holds capacity from its
 //!   admission until it leaves the table and is not held (its terminal result recorded and no
@@ -122,10 +123,6 @@ pub(crate) enum Msg {
     /// the configured policy).
     AdmissionLimit {
         reply: Reply<AdmissionSnapshot>,
-    },
-    /// Answered once everything reported before it was handled (see `Supervisor::settled`).
-    Settled {
-        reply: Reply<()>,
     },
     Shutdown {
         grace: Duration,
@@ -339,8 +336,7 @@ impl Actor {
             };
             let queue_deadline = self.queue_deadline();
             tokio::select! {
-                // Events first: a gate's `Finished` is queued before its waiters wake, so it is
-                // handled before anything they ask next.
+                // Events first: what processes reported is handled before new requests.
                 biased;
                 Some(event) = self.events.recv() => self.event(event),
                 msg = self.inbox.recv() => match msg {
@@ -388,8 +384,15 @@ impl Actor {
             self.finish_shutdown(false);
             self.debug_check_capacity();
         }
-        // Every sender is gone, so no task can report any more; let them end.
-        while self.tasks.join_next().await.is_some() {}
+        // No request can come any more; let the tasks end. What they report now is dropped
+        // unhandled: a terminal gate waiting for its `Finished` to be handled is answered by
+        // the drop, and wakes its waiters.
+        loop {
+            tokio::select! {
+                joined = self.tasks.join_next() => if joined.is_none() { break },
+                Some(event) = self.events.recv() => drop(event),
+            }
+        }
     }
 
     /// The one place that decides whether a start may proceed now: the shutdown gate, the
@@ -797,9 +800,6 @@ impl Actor {
                 self.schedule_sample();
                 let _ = reply.send(self.admission_snapshot());
             }
-            Msg::Settled { reply } => {
-                let _ = reply.send(());
-            }
             Msg::Shutdown { grace, reply } => self.begin_shutdown(grace, reply),
             Msg::ShutdownDone { report } => {
                 let waiters = match std::mem::replace(&mut self.shutdown, ShutdownState::Open) {
@@ -844,7 +844,11 @@ impl Actor {
                 summary,
                 lingering,
                 unverified,
-            } => self.terminal_gate_passed(handle, summary, lingering, unverified),
+                handled,
+            } => {
+                self.terminal_gate_passed(handle, summary, lingering, unverified);
+                let _ = handled.send(());
+            }
             ProcEvent::TreeEmpty { handle, proven } => self.tree_emptied(handle, proven),
             ProcEvent::Sampled { host, trees } => self.sampled(host, trees),
             ProcEvent::Snapshotted => self.snapshotted(),

@@ -669,20 +669,9 @@ impl Supervisor {
             })
             .await??
         {
-            Some(summary) => {
-                self.settled().await;
-                Ok(summary)
-            }
+            Some(summary) => Ok(summary),
             None => self.wait(handle, None).await,
         }
-    }
-
-    /// Returns once the actor has handled everything process tasks reported before this call:
-    /// the terminal gate reports `Finished` (which releases capacity) before it wakes waiters,
-    /// and the actor handles reports before requests, so after this a caller woken by a
-    /// process's end sees its capacity released in `live_count`, `stats` and `admission`.
-    async fn settled(&self) {
-        let _ = self.ask(|reply| Msg::Settled { reply }).await;
     }
 
     /// SIGINT to the tree; the process ends `interrupted` if it exits by it.
@@ -751,10 +740,9 @@ impl Supervisor {
                 .map_err(|_| SupervisorError::WaitTimeout(*handle))?,
             None => waited.await,
         };
-        let summary = summary
-            .ok_or_else(|| SupervisorError::Task("the exit signal was dropped".to_owned()))?;
-        self.settled().await;
-        Ok(summary)
+        // The gate publishes the summary only once the actor released the capacity: a caller
+        // woken here sees it released in `live_count`, `stats` and `admission`.
+        summary.ok_or_else(|| SupervisorError::Task("the exit signal was dropped".to_owned()))
     }
 
     /// Idempotent and shared: every caller gets the same report. Closes admission, terminates

@@ -36,7 +36,7 @@ use crate::sync::Lock;
 use std::time::Duration;
 
 use tokio::net::unix::pipe;
-use tokio::sync::{Notify, mpsc, watch};
+use tokio::sync::{Notify, mpsc, oneshot, watch};
 use tracing::{Instrument, debug, warn};
 
 use super::Shared;
@@ -109,6 +109,8 @@ pub(crate) enum ProcEvent {
         /// Nothing proved the tree gone and nothing watches it any more (its guardian died):
         /// the actor holds its capacity and re-assesses it.
         unverified: bool,
+        /// Answered once the actor has handled this: the gate wakes waiters only then.
+        handled: oneshot::Sender<()>,
     },
     /// The last member of a lingering tree is gone (`proven`: and something proved it).
     TreeEmpty { handle: Handle, proven: bool },
@@ -1070,15 +1072,23 @@ pub(crate) async fn terminalize(
     }
     tracing::info!(handle = %proc.handle, state = %summary.state, "ended");
     // 5. The actor releases capacity and queues the publication (a slow host holds nothing of
-    // ours). It handles this before any request a woken waiter sends next.
-    let _ = actor
+    // ours). The gate waits until it has: the order of two channels cannot promise that (a
+    // sender preempted between claiming its slot and filling it hides every later event from
+    // the actor, which then answers a woken waiter's request first).
+    let (handled, done) = oneshot::channel();
+    let sent = actor
         .send(ProcEvent::Finished {
             handle: proc.handle,
             summary: summary.clone(),
             lingering,
             unverified,
+            handled,
         })
         .await;
+    if sent.is_ok() {
+        // An actor gone (shut down) handles nothing more: the waiters are woken all the same.
+        let _ = done.await;
+    }
     // 6. Waiters see a persisted result.
     proc.exited.send_replace(Some(summary));
     proc.output_changed.notify_waiters();

@@ -357,9 +357,8 @@ pub(super) enum StdioActions<'a> {
     Null,
 }
 
-/// The one `posix_spawn` of this module: `stdio` as 0-2, `control` as 3 when given, nothing
-/// else, every signal at its default and an empty mask.
-/// Spawns `image` with `stdio` as 0-2 and `control` (when given) as 3; returns its pid.
+/// The one `posix_spawn` of this module: `image` with `stdio` as 0-2, `control` as 3 when given,
+/// nothing else, every signal at its default and an empty mask; returns its pid.
 pub(super) fn spawn_with(
     image: &Image,
     cwd: &Path,
