@@ -824,8 +824,18 @@ impl Actor {
 
     fn process_event(&mut self, event: ProcEvent) {
         match event {
-            ProcEvent::Spawned { handle, stdin } => self.spawned(handle, stdin),
-            ProcEvent::Abandoned { handle } => self.abandoned(handle),
+            ProcEvent::Spawned {
+                handle,
+                stdin,
+                handled,
+            } => {
+                self.spawned(handle, stdin);
+                let _ = handled.send(());
+            }
+            ProcEvent::Abandoned { handle, handled } => {
+                self.abandoned(handle);
+                let _ = handled.send(());
+            }
             ProcEvent::DeadlineFailed { handle } => self.deadline_failed(handle),
             // Here rather than with the other handlers: it spawns into the task set.
             ProcEvent::InputWritten { handle } => {

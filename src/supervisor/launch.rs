@@ -271,7 +271,12 @@ pub(crate) async fn start(
         Launch::Running(spawned) => spawned,
     };
     let (stdin, stdout, stderr) = ends(&proc, spawned.streams);
-    let _ = actor.send(ProcEvent::Spawned { handle, stdin }).await;
+    let spawned_event = |handled| ProcEvent::Spawned {
+        handle,
+        stdin,
+        handled,
+    };
+    process::report_handled(&actor, spawned_event).await;
     let _ = reply.send(Ok(handle));
     let publication = publish_running_soon(Arc::clone(&shared), Arc::clone(&proc));
     let launched = Launched {
@@ -305,7 +310,7 @@ async fn abandon(
     reply: oneshot::Sender<Result<Handle, StartError>>,
     error: StartError,
 ) {
-    let _ = actor.send(ProcEvent::Abandoned { handle }).await;
+    process::report_handled(actor, |handled| ProcEvent::Abandoned { handle, handled }).await;
     let _ = reply.send(Err(error));
 }
 

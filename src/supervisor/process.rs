@@ -89,14 +89,38 @@ pub(crate) enum RunningPublisher {
     Terminal = 2,
 }
 
+/// Answered by the actor once it has handled the event that carries it.
+pub(crate) type Handled = oneshot::Sender<()>;
+
+/// Sends the event `event` makes and returns once the actor has handled it (or is gone): for
+/// what a caller is answered only after. The order of two channels cannot promise that: a
+/// sender preempted between claiming its slot in the event channel and filling it hides every
+/// later event from the actor, which meanwhile answers requests on its inbox.
+pub(crate) async fn report_handled(
+    actor: &mpsc::Sender<ProcEvent>,
+    event: impl FnOnce(Handled) -> ProcEvent,
+) {
+    let (handled, done) = oneshot::channel();
+    if actor.send(event(handled)).await.is_ok() {
+        // An actor that ended drops the event unhandled, which answers too.
+        let _ = done.await;
+    }
+}
+
 /// What process tasks (start, drain, gate, watchers) tell the actor. A channel of their own, so
 /// that these modules need nothing of the actor's: imports flow actor -> launch -> process.
 #[derive(Debug)]
 pub(crate) enum ProcEvent {
-    /// The workload runs; the actor owns its stdin from now on.
-    Spawned { handle: Handle, stdin: InputEnd },
-    /// A start that recorded nothing: the admission is given back.
-    Abandoned { handle: Handle },
+    /// The workload runs; the actor owns its stdin from now on (the start is acknowledged once
+    /// it does, so that a write that follows finds the stdin).
+    Spawned {
+        handle: Handle,
+        stdin: InputEnd,
+        handled: Handled,
+    },
+    /// A start that recorded nothing: the admission is given back (before the start's refusal
+    /// is answered, so that a retry finds it free).
+    Abandoned { handle: Handle, handled: Handled },
     /// Enforcing a fired deadline failed (traced and recorded): the sweep tries again later.
     DeadlineFailed { handle: Handle },
     /// Input was written to a process marked as waiting for human input: the mark is cleared.
@@ -109,8 +133,8 @@ pub(crate) enum ProcEvent {
         /// Nothing proved the tree gone and nothing watches it any more (its guardian died):
         /// the actor holds its capacity and re-assesses it.
         unverified: bool,
-        /// Answered once the actor has handled this: the gate wakes waiters only then.
-        handled: oneshot::Sender<()>,
+        /// The gate wakes waiters only once the actor handled this.
+        handled: Handled,
     },
     /// The last member of a lingering tree is gone (`proven`: and something proved it).
     TreeEmpty { handle: Handle, proven: bool },
@@ -1072,23 +1096,15 @@ pub(crate) async fn terminalize(
     }
     tracing::info!(handle = %proc.handle, state = %summary.state, "ended");
     // 5. The actor releases capacity and queues the publication (a slow host holds nothing of
-    // ours). The gate waits until it has: the order of two channels cannot promise that (a
-    // sender preempted between claiming its slot and filling it hides every later event from
-    // the actor, which then answers a woken waiter's request first).
-    let (handled, done) = oneshot::channel();
-    let sent = actor
-        .send(ProcEvent::Finished {
-            handle: proc.handle,
-            summary: summary.clone(),
-            lingering,
-            unverified,
-            handled,
-        })
-        .await;
-    if sent.is_ok() {
-        // An actor gone (shut down) handles nothing more: the waiters are woken all the same.
-        let _ = done.await;
-    }
+    // ours), before the waiters wake: what a woken waiter asks next sees the capacity released.
+    report_handled(actor, |handled| ProcEvent::Finished {
+        handle: proc.handle,
+        summary: summary.clone(),
+        lingering,
+        unverified,
+        handled,
+    })
+    .await;
     // 6. Waiters see a persisted result.
     proc.exited.send_replace(Some(summary));
     proc.output_changed.notify_waiters();

@@ -627,6 +627,31 @@ async fn input_is_echoed_close_input_ends_it_and_later_input_fails() {
     ));
 }
 
+/// A host that writes the moment its start is acknowledged finds the stdin there, every time:
+/// the start is answered only once the actor owns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn input_right_after_the_start_always_finds_the_stdin() {
+    const ROUNDS: usize = 150;
+    let root = temp_root();
+    let (sup, _rx) = open(config(root.path())).await;
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        let cat = start(&sup, Command::new("cat").cwd(root.path())).await;
+        if let Err(e) = sup.input(&cat, b"x").await {
+            failed.push(format!("round {round}: {e}"));
+        }
+        sup.close_input(&cat).await.expect("close input");
+        let s = wait(&sup, &cat).await;
+        assert_eq!(s.exit, ExitStatus::Code(0), "round {round}");
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {ROUNDS}: {failed:?}",
+        failed.len()
+    );
+    sup.shutdown(Duration::from_millis(100)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn output_renders_as_safe_text_or_as_base64_of_the_same_bytes() {
     let root = temp_root();
