@@ -59,7 +59,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
     let cwd = std::env::current_dir().context("cannot read the working directory")?;
     // Only a supervisor of this process's own launches trees: the daemon's mechanism is its.
     let launcher = (!through_daemon)
-        .then(|| args.launch.tree.launcher(&root, true, false))
+        .then(|| args.launch.tree.launcher(&root, true, true))
         .transpose()?;
     let queue = args.launch.queue.clone();
     let group = args.launch.group;

@@ -160,7 +160,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             config.spool.retention_bytes = bytes;
         }
         config.retention = args.retention_age.0;
-        config.launcher = args.tree.launcher(&root, false, true)?;
+        config.launcher = args.tree.launcher(&root, false, false)?;
         config.login_shell = args.login_shell.map(|shell| {
             if shell.as_os_str().is_empty() {
                 crate::tree::login_shell::default_shell()

@@ -222,7 +222,7 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
     if let Some(bytes) = args.retention {
         config.spool.retention_bytes = bytes;
     }
-    config.launcher = args.tree.launcher(&root, true, true)?;
+    config.launcher = args.tree.launcher(&root, true, false)?;
     args.admission.apply(&mut config.admission);
     let (supervisor, report) = Supervisor::open(config, Services::noop())
         .await

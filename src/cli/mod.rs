@@ -482,19 +482,25 @@ pub(crate) struct TreeArgs {
 
 impl TreeArgs {
     /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
-    /// leaves that to the caller's verbosity). `many`: the caller launches many workloads over
-    /// its life (a daemon), so a guardian zygote pays for itself.
+    /// leaves that to the caller's verbosity). Guardians are forked by a zygote, started at the
+    /// first launch, or at once with `launching` (the caller opens its root and launches right
+    /// away, as `run` does: the zygote's exec overlaps the open, and the launch is a fork).
     pub(crate) fn launcher(
         &self,
         root: &std::path::Path,
         quiet: bool,
-        many: bool,
+        launching: bool,
     ) -> anyhow::Result<std::sync::Arc<dyn crate::tree::Launcher>> {
         use crate::tree::{GroupLauncher, GuardianLauncher, GuardianProgram};
         // `procjournal-guardian` beside this binary, else this binary re-executed (said once).
         let guardian = || {
-            GuardianLauncher::new(GuardianProgram::beside_current_exe())
-                .map(|l| l.with_zygote(many))
+            GuardianLauncher::new(GuardianProgram::beside_current_exe()).map(|l| {
+                let l = l.with_zygote(true);
+                if launching {
+                    l.start_zygote();
+                }
+                l
+            })
         };
         let cgroups =
             || crate::tree::cgroup::CgroupBase::probe(&crate::tree::cgroup::base_name(root));

@@ -107,7 +107,7 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         let start = start_request(args, &here, Some(env))?;
         return super::run_daemon::run(start, &queue, &root, &socket).await;
     }
-    let launcher = args.launch.tree.launcher(&root, true, false)?;
+    let launcher = args.launch.tree.launcher(&root, true, true)?;
     let supervisor = super::open_supervisor(&root, args.launch.group, launcher).await?;
     let here = std::env::current_dir().context("cannot read the working directory")?;
     let uid = nix::unistd::geteuid().as_raw();

@@ -275,3 +275,82 @@ fn a_sigkilled_daemon_leaves_no_zygote() {
     until("the zygote gone", || !alive(zygote));
     drop(daemon);
 }
+
+/// `start_zygote` starts the zygote before any launch (what `run` does while it opens its
+/// root), and the first launch's guardian is forked by that same zygote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zygote_started_before_the_first_launch_forks_it() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    let zygote_launcher = launcher();
+    assert_eq!(zygote_launcher.zygote_pid(), None, "lazy until asked");
+    zygote_launcher.start_zygote();
+    let early = zygote_launcher.zygote_pid().expect("started at once");
+    assert_eq!(parent_of(early), Some(std::process::id()));
+    zygote_launcher.start_zygote();
+    assert_eq!(zygote_launcher.zygote_pid(), Some(early), "one zygote");
+    cfg.launcher = zygote_launcher.clone();
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(&sup, Command::new("sleep").arg("300").cwd(root.path())).await;
+    assert_eq!(zygote_launcher.zygote_pid(), Some(early), "the same zygote");
+    assert!(cmdline(guardian_of(&sup, &handle)).contains(ZYGOTE_ARG));
+    guarded("stop", sup.stop(&handle, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    drop(sup);
+    drop(zygote_launcher);
+    until("the zygote reaped", || !exists(early));
+}
+
+/// The zygote of `procjournal run` (its children, by `/proc/PID/stat`), given the pid of `run`.
+#[cfg(feature = "cli")]
+fn zygotes_of(run: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|p| parent_of(*p) == Some(run) && comm(*p) == ZYGOTE_COMM.to_str().unwrap())
+        .collect()
+}
+
+/// `procjournal run` forks its one guardian from a zygote it started while it opened the root,
+/// and leaves no zygote behind when it ends, on its own or by SIGKILL.
+#[cfg(feature = "cli")]
+#[test]
+fn run_forks_its_guardian_and_leaves_no_zygote() {
+    use std::io::{BufRead, BufReader};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rt");
+    for kill in [false, true] {
+        // The workload prints its guardian's command line, then waits for the file `$GO`.
+        let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_procjournal"))
+            .arg("run")
+            .arg("--root")
+            .arg(&root)
+            .args(["--", "sh", "-c"])
+            .arg("tr '\\0' ' ' < /proc/$PPID/cmdline; echo; while [ ! -e \"$GO\" ]; do sleep 0.02; done")
+            .env("GO", format!("go-{kill}"))
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(run.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert!(line.contains(ZYGOTE_ARG), "forked by the zygote: {line}");
+        let zygotes = zygotes_of(run.id());
+        assert_eq!(zygotes.len(), 1, "one zygote: {zygotes:?}");
+        if kill {
+            run.kill().unwrap();
+        } else {
+            std::fs::write(dir.path().join("go-false"), b"").unwrap();
+        }
+        let status = run.wait().unwrap();
+        assert_eq!(status.success(), !kill, "{status:?}");
+        until("the zygote gone", || !alive(zygotes[0]));
+    }
+}

@@ -164,6 +164,16 @@ impl GuardianLauncher {
         self
     }
 
+    /// Starts this launcher's zygote now rather than at its first launch (with
+    /// [`GuardianLauncher::with_zygote`]; nothing otherwise): a caller about to open its root
+    /// and launch once (`procjournal run`) has the zygote's exec overlap the open, and each
+    /// launch is then a fork. Where it cannot be started, the launch tries again.
+    pub fn start_zygote(&self) {
+        if let Some(zygote) = &self.zygote {
+            zygote.start_now();
+        }
+    }
+
     /// The pid of the running zygote, if this launcher has one started.
     pub fn zygote_pid(&self) -> Option<u32> {
         self.zygote.as_ref().and_then(ZygoteSlot::pid)
