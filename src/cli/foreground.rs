@@ -193,11 +193,12 @@ impl Drop for RawMode {
     }
 }
 
-/// Forwards what is typed (or piped) on stdin to the command's terminal, and this terminal's
-/// size changes (SIGWINCH) as resizes, until stdin ends (then the command's input is closed:
-/// the end-of-file character) or the task is aborted. Stdin is read on a thread of its own: its
-/// descriptor is shared with the shell, so it is not made non-blocking.
-pub(super) async fn forward_input(control: Control, handle: Handle) {
+/// Forwards what is typed (or piped) on stdin to the command's input, and, for a command on a
+/// terminal (`terminal`), this terminal's size changes (SIGWINCH) as resizes, until stdin ends
+/// (then the command's input is closed: a pipe's end, a terminal's end-of-file character) or
+/// the task is aborted. Stdin is read on a thread of its own: its descriptor is shared with the
+/// shell, so it is not made non-blocking.
+pub(super) async fn forward_input(control: Control, handle: Handle, terminal: bool) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     std::thread::spawn(move || {
         use std::io::Read;
@@ -214,8 +215,9 @@ pub(super) async fn forward_input(control: Control, handle: Handle) {
             }
         }
     });
-    let mut winch =
-        tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok();
+    let mut winch = terminal
+        .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok())
+        .flatten();
     loop {
         tokio::select! {
             bytes = rx.recv() => {
@@ -224,8 +226,17 @@ pub(super) async fn forward_input(control: Control, handle: Handle) {
                     None => Request::Input { handle: handle.into(), data: Vec::new(), close: true },
                 };
                 let end = matches!(request, Request::Input { close: true, .. });
-                if control.call(request).await.is_err() || end {
-                    return;
+                match control.call(request).await {
+                    // A command that stopped reading for the whole bound keeps what it was not
+                    // given open, and says so; one that closed its input or ended took what
+                    // it wanted, as a pipe's reader does.
+                    Err(why) if why.contains("INPUT_WRITE_MS") => {
+                        note!("procjournal: input to {handle} stopped: {why}");
+                        return;
+                    }
+                    Err(_) => return,
+                    Ok(_) if end => return,
+                    Ok(_) => {}
                 }
             }
             Some(()) = async {

@@ -136,11 +136,10 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
     let _raw = if pty { RawMode::enter() } else { None };
     let control = Control::Local(dispatcher.clone());
-    let forwarding = pty.then(|| tokio::spawn(forward_input(control.clone(), handle)));
+    // Stdin is the command's input, as for any command run in the foreground.
+    let forwarding = tokio::spawn(forward_input(control.clone(), handle, pty));
     relay(&control, handle, output, ctrl_c).await;
-    if let Some(task) = forwarding {
-        task.abort();
-    }
+    forwarding.abort();
     let result = dispatcher
         .wait(handle, None)
         .await

@@ -79,11 +79,10 @@ pub(super) async fn run(
     );
     let _raw = if pty { RawMode::enter() } else { None };
     let control = Control::Daemon(socket.to_owned());
-    let forwarding = pty.then(|| tokio::spawn(forward_input(control.clone(), handle)));
+    // Stdin is the command's input, as for any command run in the foreground.
+    let forwarding = tokio::spawn(forward_input(control.clone(), handle, pty));
     let followed = follow(&control, handle, &mut ctrl_c).await;
-    if let Some(task) = forwarding {
-        task.abort();
-    }
+    forwarding.abort();
     let result = match followed? {
         Some(end) => end,
         None => control

@@ -34,6 +34,8 @@ mod cli_pty;
 #[cfg(feature = "cli")]
 mod cli_recovery;
 #[cfg(feature = "cli")]
+mod cli_run_input;
+#[cfg(feature = "cli")]
 mod cli_run_live;
 #[cfg(feature = "cli")]
 mod cli_storage_fault;
