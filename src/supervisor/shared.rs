@@ -49,8 +49,36 @@ impl Shared {
         id: EventId,
         event: LifecycleEvent,
     ) -> Result<Appended, LifecycleError> {
+        self.append_off_runtime(id, event, true).await
+    }
+
+    /// [`Shared::append`] without waiting for a flush: the record is written now and is made
+    /// durable by the next flush, at the latest by the next acknowledged record's (durability is
+    /// a prefix). For records no claim needs durable on their own.
+    pub async fn append_unacknowledged(
+        self: &Arc<Self>,
+        id: EventId,
+        event: LifecycleEvent,
+    ) -> Result<Appended, LifecycleError> {
+        self.append_off_runtime(id, event, false).await
+    }
+
+    /// Appends on the blocking pool (a rotation flushes and creates files), acknowledged or not.
+    async fn append_off_runtime(
+        self: &Arc<Self>,
+        id: EventId,
+        event: LifecycleEvent,
+        acknowledged: bool,
+    ) -> Result<Appended, LifecycleError> {
         let shared = Arc::clone(self);
-        let joined = tokio::task::spawn_blocking(move || shared.append_blocking(id, &event)).await;
+        let joined = tokio::task::spawn_blocking(move || {
+            if acknowledged {
+                shared.append_blocking(id, &event)
+            } else {
+                shared.append_deferred_blocking(id, &event)
+            }
+        })
+        .await;
         match joined {
             Ok(result) => result,
             Err(e) => Err(LifecycleError::Journal(

@@ -106,3 +106,49 @@ fn run_through_a_daemon_passes_its_stdin_to_the_command() {
     let daemon = Daemon::start(dir.path());
     check_every_case(&daemon.root);
 }
+
+/// The end of `run`'s stdin closes the command's input without a sync of its own: a cold
+/// `run -- true` on an existing root keeps to the three syncs of journal-format.md's table
+/// (the registration, the terminal events, the clean close), counted by strace.
+#[test]
+fn closing_the_input_at_the_end_of_stdin_adds_no_sync() {
+    if Command::new("strace").arg("-V").output().is_err() {
+        println!("skipped: strace is not installed, so the syncs cannot be counted");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rt");
+    let (code, _, err) = finish(run(&root, &["true"], Stdio::null()));
+    assert_eq!(code, 0, "{err}");
+    let trace = dir.path().join("trace");
+    let status = Command::new("strace")
+        .args(["-f", "-qq", "-e", "trace=fsync,fdatasync", "-o"])
+        .arg(&trace)
+        .arg(env!("CARGO_BIN_EXE_procjournal"))
+        .arg("run")
+        .arg("--root")
+        .arg(&root)
+        .args(["--", "true"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let syncs: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("fsync(") || l.contains("fdatasync("))
+        .collect();
+    assert_eq!(syncs.len(), 3, "{syncs:#?}");
+    let manifests = bin()
+        .args(["journal", "manifests", "--json", "--root"])
+        .arg(&root)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&manifests.stdout);
+    assert!(
+        text.contains("\"input_closed\":true"),
+        "the close is recorded: {text}"
+    );
+}
