@@ -203,7 +203,9 @@ pub(super) async fn forward_input(control: Control, handle: Handle, terminal: bo
     std::thread::spawn(move || {
         use std::io::Read;
         let mut stdin = std::io::stdin().lock();
-        let mut buf = [0u8; 4096];
+        // Up to 64 KiB per read: one request each (through a daemon, one connection each), so
+        // piped input goes in few requests; typing still comes as it is typed.
+        let mut buf = vec![0u8; 64 * 1024];
         loop {
             match stdin.read(&mut buf) {
                 Ok(0) | Err(_) => return,
