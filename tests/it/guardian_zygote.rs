@@ -261,12 +261,7 @@ fn a_sigkilled_daemon_leaves_no_zygote() {
     let (code, _, err) = daemon_common::client(dir.path(), &["start", "--", "true"]);
     assert_eq!(code, 0, "{err}");
     let pid = daemon.child.id();
-    let zygote = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|p| parent_of(*p) == Some(pid) && comm(*p) == ZYGOTE_COMM.to_str().unwrap())
-        .expect("the daemon's zygote");
+    let zygote = *zygotes_of(pid).first().expect("the daemon's zygote");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(pid as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -303,14 +298,14 @@ async fn a_zygote_started_before_the_first_launch_forks_it() {
     until("the zygote reaped", || !exists(early));
 }
 
-/// The zygote of `procjournal run` (its children, by `/proc/PID/stat`), given the pid of `run`.
+/// The zygotes among the children of `parent` (`run`, a daemon), by `/proc/PID/stat`.
 #[cfg(feature = "cli")]
-fn zygotes_of(run: u32) -> Vec<u32> {
+fn zygotes_of(parent: u32) -> Vec<u32> {
     std::fs::read_dir("/proc")
         .unwrap()
         .flatten()
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|p| parent_of(*p) == Some(run) && comm(*p) == ZYGOTE_COMM.to_str().unwrap())
+        .filter(|p| parent_of(*p) == Some(parent) && comm(*p) == ZYGOTE_COMM.to_str().unwrap())
         .collect()
 }
 

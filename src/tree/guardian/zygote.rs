@@ -417,15 +417,8 @@ impl ZygoteSlot {
     ) -> Result<u32, Refused> {
         let mut held = self.zygote.lock();
         for _ in 0..2 {
-            let zygote = match held.take() {
-                Some(z) => z,
-                None => match Zygote::start(&self.program) {
-                    Ok(z) => z,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "no guardian zygote; this guardian is exec'd");
-                        return Err(Refused::Unavailable);
-                    }
-                },
+            let Some(zygote) = held.take().or_else(|| self.start()) else {
+                return Err(Refused::Unavailable);
             };
             match zygote.fork(request, control, stdio) {
                 Err(Refused::Gone) => {
@@ -457,11 +450,16 @@ impl ZygoteSlot {
     pub(super) fn start_now(&self) {
         let mut held = self.zygote.lock();
         if held.is_none() {
-            match Zygote::start(&self.program) {
-                Ok(z) => *held = Some(z),
-                Err(e) => tracing::warn!(error = %e, "no guardian zygote yet"),
-            }
+            *held = self.start();
         }
+    }
+
+    /// A new zygote, or `None` (traced) where none can be started: launches exec their
+    /// guardians meanwhile.
+    fn start(&self) -> Option<Zygote> {
+        Zygote::start(&self.program)
+            .inspect_err(|e| tracing::warn!(error = %e, "no guardian zygote; guardians are exec'd"))
+            .ok()
     }
 
     /// The running zygote's pid, if any.
