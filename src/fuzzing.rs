@@ -30,6 +30,8 @@
 //! - [`mcp_tool_call`] (with `mcp`): the MCP server's tool lookup and argument decoding
 //!   ([`check_tool_call`], which `tests/it/mcp_props.rs` also runs on its own names and arguments).
 //! - [`env_file`] (with `cli`): the `--env-file` decoder and its round trip.
+//! - [`fleet_message`] (with `fleet`): what a node reads back from a fleet's server (the last
+//!   message's headers, a heartbeat), and the headers' round trip.
 //!
 //! Temporary roots live under [`std::env::temp_dir`] (set `TMPDIR=/dev/shm` when fuzzing for speed)
 //! and are removed when each run ends.
@@ -52,6 +54,8 @@ pub use crate::cli::fuzz::env_file;
 #[cfg(feature = "server")]
 pub use crate::client::fuzz::client_response;
 pub use crate::codec::fuzz::{FuzzPayload, FuzzState, codec_decode};
+#[cfg(feature = "fleet")]
+pub use crate::fleet::fuzz::fleet_message;
 pub use crate::journal::fuzz::{
     FUZZ_JOURNAL_ID, FUZZ_SEGMENT_BYTES, JournalPlan, journal_commit_slot, journal_floor,
     journal_open, journal_plan, record_decoder,

@@ -40,6 +40,10 @@ mod client;
 pub mod environment;
 #[cfg(not(feature = "test-support"))]
 mod environment;
+#[cfg(all(feature = "fleet", feature = "test-support"))]
+pub mod fleet;
+#[cfg(all(feature = "fleet", not(feature = "test-support")))]
+mod fleet;
 #[cfg(feature = "test-support")]
 pub mod journal;
 #[cfg(not(feature = "test-support"))]
@@ -121,6 +125,12 @@ pub use protocol::dispatch::{
 pub use protocol::{Dispatcher, Request};
 #[cfg(feature = "server")]
 pub use server::{ServeError, Server, ServerLimits, default_socket};
+
+// The fleet.
+#[cfg(feature = "fleet")]
+pub use fleet::{
+    Fleet, FleetConfig, FleetStatus, NodeName, NodeStatus, StatusError, WireError, fleet_status,
+};
 
 // The MCP server.
 #[cfg(feature = "mcp")]

@@ -71,6 +71,8 @@ pub(crate) struct ServeArgs {
     /// leaves a shared root shared (`chmod 700 ROOT` makes it private again).
     #[arg(long, value_name = "GROUP", value_parser = super::args::parse_group)]
     group: Option<u32>,
+    #[command(flatten)]
+    fleet: super::fleet_args::ServeFleet,
 }
 
 /// The default log filter: procjournal's own events at info, other crates' warnings.
@@ -140,6 +142,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
     let socket = args.target.socket.clone();
     // Checked, created and given its access before anything is written in it, the log first.
     let root_dir = crate::root::RootDir::prepare(&root, args.group)?;
+    let fleet = args.fleet.config()?;
     init_log(
         &root_dir,
         args.log_level.as_deref(),
@@ -171,20 +174,13 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
         let (server, restore) = Server::bind(config, socket)
             .await
             .with_context(|| format!("cannot serve the runtime root {}", root.display()))?;
-        if !restore.reconciled.is_empty() {
-            note!(
-                "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
-                restore.reconciled.len()
-            );
-        }
-        for error in &restore.errors {
-            note!("procjournal: restore: {error}");
-        }
+        note_restore(&restore);
         note!(
             "procjournal: serving {} on {}",
             root.display(),
             server.socket().display()
         );
+        super::fleet_args::start(fleet, &root, &server);
         let report = server.run().await?;
         note!(
             "procjournal: shut down: {} terminated, {} killed, {} teardown failures",
@@ -204,6 +200,19 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             ExitCode::from(1)
         })
     })
+}
+
+/// What the restore of an earlier supervisor's processes found, on stderr.
+fn note_restore(restore: &crate::supervisor::RestoreReport) {
+    if !restore.reconciled.is_empty() {
+        note!(
+            "procjournal: {} process(es) of an earlier supervisor are now lost_on_restore",
+            restore.reconciled.len()
+        );
+    }
+    for error in &restore.errors {
+        note!("procjournal: restore: {error}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -14,6 +14,8 @@ mod daemon_cmd;
 mod env_args;
 pub(crate) mod env_file;
 mod exit;
+mod fleet_args;
+mod fleet_cmd;
 mod foreground;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz;
@@ -158,6 +160,10 @@ enum Command {
     /// Recovery tooling: read a journal offline.
     #[command(subcommand)]
     Journal(journal_cmd::JournalCommand),
+    /// The fleet: what a NATS JetStream server holds of the nodes that ship to it (`serve
+    /// --fleet`), read from the server alone.
+    #[command(subcommand)]
+    Fleet(fleet_cmd::FleetCommand),
     /// Recovery tooling: read a process's output spool offline.
     #[command(subcommand)]
     Spool(spool_cmd::SpoolCommand),
@@ -348,6 +354,7 @@ pub fn main() -> ExitCode {
         Command::Resume(args) => daemon_cmd::gate(args, false),
         Command::AwaitInput(args) => daemon_cmd::await_input(args),
         Command::Journal(cmd) => journal_cmd::run(cmd),
+        Command::Fleet(cmd) => fleet_cmd::run(cmd),
         Command::Spool(cmd) => spool_cmd::run(cmd),
         Command::Mcp(args) => mcp_cmd::run(args),
         Command::Completions(args) => completions(args),

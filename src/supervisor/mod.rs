@@ -325,6 +325,12 @@ impl Supervisor {
         }
     }
 
+    /// The journal, for readers beside the supervisor (the fleet's shipper asks it how far it
+    /// is durable).
+    pub fn journal(&self) -> Arc<crate::journal::Journal> {
+        self.shared.lifecycle.lock().journal_arc()
+    }
+
     /// The manifest of one process, as the journal knows it.
     pub fn manifest(&self, handle: &Handle) -> Option<Manifest> {
         self.shared.lifecycle.lock().manifest(handle).cloned()

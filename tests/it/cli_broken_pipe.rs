@@ -110,6 +110,14 @@ const CASES: &[Case] = &[
     case("man", &[], On::None, Some(0)),
     case("man", &["run"], On::None, Some(0)),
     case("help", &[], On::None, Some(0)),
+    // No server listens on port 1: the failure to connect, said into the closed pipe (its
+    // output into a closed pipe with a server is `tests/it/fleet.rs`'s to drive).
+    case(
+        "fleet status",
+        &["--fleet", "nats://127.0.0.1:1"],
+        On::None,
+        Some(125),
+    ),
     // Its stdin: one initialize request, then end of input.
     case("mcp", &[], On::Served, Some(0)),
     case("interrupt", &["L2"], On::Served, Some(0)),

@@ -37,6 +37,8 @@ const TARGETS: &[(&str, Body)] = &[
     ("client_response", procjournal::fuzzing::client_response),
     #[cfg(feature = "cli")]
     ("env_file", procjournal::fuzzing::env_file),
+    #[cfg(feature = "fleet")]
+    ("fleet_message", procjournal::fuzzing::fleet_message),
 ];
 
 /// Regression inputs of bugs that are known and not fixed yet, as `(target, file name)`. Each must

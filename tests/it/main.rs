@@ -47,6 +47,8 @@ mod daemon_root_gone;
 #[cfg(feature = "cli")]
 mod daemon_scale;
 mod decoder_props;
+#[cfg(feature = "cli")]
+mod fleet;
 mod format_answers;
 mod format_doc;
 mod fuzz_regressions;

