@@ -180,7 +180,7 @@ pub(crate) fn serve(args: ServeArgs) -> anyhow::Result<ExitCode> {
             root.display(),
             server.socket().display()
         );
-        super::fleet_args::start(fleet, &root, &server);
+        super::fleet_args::start(fleet, &server);
         let report = server.run().await?;
         note!(
             "procjournal: shut down: {} terminated, {} killed, {} teardown failures",

@@ -84,11 +84,7 @@ impl ServeFleet {
 }
 
 /// Starts shipping `root`'s journal when `serve` was given `--fleet`, and says so.
-pub(crate) fn start(
-    config: Option<FleetConfig>,
-    root: &std::path::Path,
-    server: &crate::server::Server,
-) {
+pub(crate) fn start(config: Option<FleetConfig>, server: &crate::server::Server) {
     let Some(config) = config else {
         return;
     };
@@ -97,5 +93,5 @@ pub(crate) fn start(
         config.redacted_url(),
         config.node
     );
-    Fleet::start(config, root.to_owned(), server.supervisor().journal());
+    Fleet::start_supervised(config, server.supervisor().clone());
 }

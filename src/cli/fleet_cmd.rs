@@ -13,6 +13,67 @@ pub(crate) enum FleetCommand {
     /// Every node the server holds a stream of: what it shipped, how far behind its journal
     /// it is, and whether it is live (a heartbeat within three of its intervals) or unknown.
     Status(StatusArgs),
+    /// Every process of every node, from the fleet state: what each node last recorded; a
+    /// process its node recorded as running reads `unknown` while the node is not live.
+    Ps(PsArgs),
+    /// A process's output, from the node's output stream: NODE/HANDLE, from --cursor; gaps (what
+    /// the node did not keep) are said on stderr with their reason; -f follows until the process
+    /// ended and all its output was read.
+    Logs(LogsArgs),
+    /// The records the nodes shipped, in order (one node with --node), as JSON lines; --follow
+    /// goes on with new ones.
+    Events(EventsArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct LogsArgs {
+    /// The server: nats://[user:password@]host:port.
+    #[arg(long, value_name = "URL")]
+    fleet: String,
+    #[command(flatten)]
+    connection: Connection,
+    /// NODE/HANDLE, e.g. build-01/p-01a2...
+    #[arg(value_name = "NODE/HANDLE")]
+    process: String,
+    /// Start at this combined cursor.
+    #[arg(long, default_value_t = 0)]
+    cursor: u64,
+    /// Follow until the process ended and its whole output was read.
+    #[arg(short = 'f', long)]
+    follow: bool,
+    /// The bytes exactly as the process wrote them, instead of safe text.
+    #[arg(long)]
+    raw: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct EventsArgs {
+    /// The server: nats://[user:password@]host:port.
+    #[arg(long, value_name = "URL")]
+    fleet: String,
+    #[command(flatten)]
+    connection: Connection,
+    /// This node's records only (required with --follow).
+    #[arg(long, value_name = "NAME", required_if_eq("follow", "true"))]
+    node: Option<String>,
+    /// Go on with records shipped after the read began.
+    #[arg(long)]
+    follow: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct PsArgs {
+    /// The server: nats://[user:password@]host:port.
+    #[arg(long, value_name = "URL")]
+    fleet: String,
+    #[command(flatten)]
+    connection: Connection,
+    /// This node's processes only.
+    #[arg(long, value_name = "NAME")]
+    node: Option<String>,
+    /// JSON, one object per process: `node`, `state`, `recorded_state`, `seq`, `process`.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Debug, Args)]
@@ -30,18 +91,75 @@ pub(crate) struct StatusArgs {
 pub(crate) fn run(command: FleetCommand) -> anyhow::Result<ExitCode> {
     match command {
         FleetCommand::Status(args) => status(args),
+        FleetCommand::Ps(args) => ps(args),
+        FleetCommand::Logs(args) => logs(args),
+        FleetCommand::Events(args) => events(args),
     }
 }
 
-fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    // The node name is not used to read; any valid one does.
-    let node = NodeName::new("reader").context("a constant node name")?;
-    let config = args.connection.config(&args.fleet, node);
-    let runtime = tokio::runtime::Builder::new_current_thread()
+/// A current-thread runtime for one read of the server.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .context("cannot start the async runtime")?;
-    let nodes = runtime.block_on(crate::fleet::fleet_status(&config))?;
+        .context("cannot start the async runtime")
+}
+
+/// The reader's configuration (the node name is not used to read; any valid one does).
+fn reader(url: &str, connection: &Connection) -> anyhow::Result<crate::fleet::FleetConfig> {
+    let node = NodeName::new("reader").context("a constant node name")?;
+    Ok(connection.config(url, node))
+}
+
+fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
+    let config = reader(&args.fleet, &args.connection)?;
+    let processes =
+        runtime()?.block_on(crate::fleet::fleet_processes(&config, args.node.as_deref()))?;
+    if args.json {
+        for p in &processes {
+            outln!("{}", super::json::line(p)?)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    outln!(
+        "{:<16} {:>5} {:<34} {:<16} {:>5}  COMMAND",
+        "NODE",
+        "#",
+        "HANDLE",
+        "STATE",
+        "EXIT"
+    )?;
+    for p in &processes {
+        let exit = match (
+            p.process["exit_code"].as_i64(),
+            p.process["signal"].as_i64(),
+        ) {
+            (Some(code), _) => code.to_string(),
+            (None, Some(signal)) => format!("SIG{signal}"),
+            _ => "-".to_owned(),
+        };
+        let command: Vec<&str> = p.process["command"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|v| v.as_str()).collect())
+            .unwrap_or_default();
+        // What the server holds is any writer's: escaped for the terminal.
+        let escape = |text: &str| crate::spool::render::escape_field(text, true).into_owned();
+        outln!(
+            "{:<16} {:>5} {:<34} {:<16} {:>5}  {}",
+            escape(&p.node),
+            p.process["number"].as_u64().unwrap_or(0),
+            escape(p.process["handle"].as_str().unwrap_or("-")),
+            escape(&p.state),
+            exit,
+            escape(&command.join(" "))
+        )?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
+    let config = reader(&args.fleet, &args.connection)?;
+    let nodes = runtime()?.block_on(crate::fleet::fleet_status(&config))?;
     if args.json {
         for node in &nodes {
             outln!("{}", super::json::line(node)?)?;
@@ -79,4 +197,115 @@ fn print_table(nodes: &[NodeStatus]) -> std::io::Result<()> {
         )?;
     }
     Ok(())
+}
+
+fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
+    let config = reader(&args.fleet, &args.connection)?;
+    let (node, handle) = args
+        .process
+        .split_once('/')
+        .context("a process is NODE/HANDLE")?;
+    let node = NodeName::new(node)?;
+    let handle: crate::lifecycle::Handle = handle
+        .parse()
+        .map_err(|e| anyhow::anyhow!("{handle}: {e}"))?;
+    let at = std::rc::Rc::new(std::cell::Cell::new(args.cursor));
+    let failed = std::rc::Rc::new(std::cell::Cell::new(None::<std::io::Error>));
+    let print = |part: &crate::fleet::OutputPart| {
+        at.set(part.end);
+        let written = print_part(part, args.raw);
+        let ok = written.is_ok();
+        failed.set(written.err());
+        ok
+    };
+    runtime()?.block_on(async {
+        let read =
+            crate::fleet::read_output(&config, &node, &handle, args.cursor, args.follow, print);
+        if !args.follow {
+            return read.await.map(|_| ());
+        }
+        let ended = async {
+            loop {
+                tokio::time::sleep(crate::fleet::read::FOLLOW_POLL).await;
+                match crate::fleet::fleet_process(&config, &node, &handle).await {
+                    Ok(Some(e)) if ended_and_read(&e, at.get()) => return,
+                    _ => {}
+                }
+            }
+        };
+        tokio::select! {
+            read = read => read.map(|_| ()),
+            () = ended => Ok(()),
+        }
+    })?;
+    if let Some(e) = failed.take() {
+        return Err(e.into());
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Whether the entry's process ended and its whole recorded output was read.
+fn ended_and_read(entry: &crate::fleet::ProcessEntry, at: u64) -> bool {
+    let state = entry.process["state"].as_str().unwrap_or("running");
+    let total = entry.process["total_bytes"].as_u64().unwrap_or(u64::MAX);
+    !matches!(state, "starting" | "running") && at >= total
+}
+
+fn print_part(part: &crate::fleet::OutputPart, raw: bool) -> std::io::Result<()> {
+    use std::io::Write;
+    if let Some(reason) = &part.gap {
+        note!(
+            "-- {} bytes lost at cursor {}: {} --",
+            part.end - part.cursor,
+            part.cursor,
+            crate::spool::render::escape_field(reason, false)
+        );
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    if raw {
+        out.write_all(&part.bytes)?;
+    } else {
+        out.write_all(
+            crate::spool::render::safe_text(&part.bytes, true)
+                .text
+                .as_bytes(),
+        )?;
+    }
+    out.flush()
+}
+
+fn events(args: EventsArgs) -> anyhow::Result<ExitCode> {
+    let config = reader(&args.fleet, &args.connection)?;
+    let runtime = runtime()?;
+    let nodes: Vec<NodeName> = match &args.node {
+        Some(node) => vec![NodeName::new(node)?],
+        None => runtime
+            .block_on(crate::fleet::fleet_status(&config))?
+            .into_iter()
+            .filter_map(|n| NodeName::new(&n.node).ok())
+            .collect(),
+    };
+    let failed = std::cell::Cell::new(None::<anyhow::Error>);
+    for node in nodes {
+        runtime.block_on(crate::fleet::read_events(
+            &config,
+            &node,
+            args.follow,
+            |event| {
+                let line = super::json::line(event).map_err(anyhow::Error::from);
+                match line.and_then(|l| outln!("{l}").map_err(anyhow::Error::from)) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        failed.set(Some(e));
+                        false
+                    }
+                }
+            },
+        ))?;
+        if let Some(e) = failed.take() {
+            return Err(e);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
 }

@@ -12,8 +12,11 @@
 
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz;
+pub mod output;
+pub mod read;
 mod ship;
 mod source;
+pub mod state;
 pub mod status;
 pub mod wire;
 
@@ -23,11 +26,14 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use read::{OutputPart, ShippedEvent, read_events, read_output};
+pub use state::ProcessEntry;
 pub use status::StatusError;
-pub use status::{NodeStatus, fleet_status};
+pub use status::{FleetProcess, NodeStatus, fleet_process, fleet_processes, fleet_status};
 pub use wire::{NodeName, WireError};
 
 use crate::journal::Journal;
+use crate::supervisor::Supervisor;
 use crate::sync::Lock;
 
 /// Publishes awaiting their acks at once, by default: the research's measurements put a
@@ -128,13 +134,31 @@ pub struct Fleet {
 }
 
 impl Fleet {
-    /// Starts shipping `journal` (of `root`) on the current runtime.
+    /// Starts shipping `journal` (of `root`) on the current runtime: its records only.
     pub fn start(config: FleetConfig, root: PathBuf, journal: Arc<Journal>) -> Fleet {
+        Fleet::spawn(config, root, journal, None)
+    }
+
+    /// Starts shipping what `supervisor` keeps: its journal's records and its processes'
+    /// manifests (the fleet state).
+    pub fn start_supervised(config: FleetConfig, supervisor: Supervisor) -> Fleet {
+        let root = supervisor.root().to_owned();
+        let journal = supervisor.journal();
+        Fleet::spawn(config, root, journal, Some(supervisor))
+    }
+
+    fn spawn(
+        config: FleetConfig,
+        root: PathBuf,
+        journal: Arc<Journal>,
+        supervisor: Option<Supervisor>,
+    ) -> Fleet {
         let status = Arc::new(Lock::new(FleetStatus::default()));
         let shared = ship::Shared {
             config,
             root,
             journal,
+            supervisor,
             status: Arc::clone(&status),
         };
         let span = tracing::info_span!("fleet", node = %shared.config.node);

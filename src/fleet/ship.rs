@@ -14,7 +14,7 @@
 //! of its own), so appends never wait on it; while the server is away it retries with a
 //! bounded backoff and catches up after. At most `window` publishes await their acks at once.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::future::{Future, IntoFuture};
 use std::path::PathBuf;
 use std::pin::Pin;
@@ -25,10 +25,15 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, Context, publish::PublishAck, stream};
 use tokio::sync::mpsc;
 
+use super::output::{self, OutputShipper};
 use super::source::{self, Item};
+use super::state::{self, StateWriter};
 use super::wire::{self, NodeName, Shipped};
 use super::{FleetConfig, FleetStatus};
 use crate::journal::Journal;
+use crate::lifecycle::{Handle, LifecycleEvent};
+use crate::protocol::dispatch::ProcessInfo;
+use crate::supervisor::Supervisor;
 use crate::sync::Lock;
 
 type AckFuture =
@@ -55,6 +60,9 @@ pub(super) struct Shared {
     pub config: FleetConfig,
     pub root: PathBuf,
     pub journal: Arc<Journal>,
+    /// The daemon's supervisor, whose manifests go to the fleet state; `None` ships the
+    /// journal alone.
+    pub supervisor: Option<Supervisor>,
     pub status: Arc<Lock<FleetStatus>>,
 }
 
@@ -178,6 +186,40 @@ async fn pass_inner(
         // A replay believes the stream empty: every publish of it must be refused.
         (stream_last, next) = (0, from);
     }
+    let state = match &shared.supervisor {
+        Some(_) => {
+            output::output_stream(js, node)
+                .await
+                .map_err(PassEnd::Nats)?;
+            Some(StateWriter::new(
+                state::bucket(js).await.map_err(PassEnd::Nats)?,
+                node.clone(),
+                wire::journal_hex(&journal_id),
+            ))
+        }
+        None => None,
+    };
+    started(shared, next, stream_last, outage);
+    let (tx, rx) = mpsc::channel(shared.config.window.max(1));
+    source::spawn(shared.root.clone(), Arc::clone(&shared.journal), next, tx)
+        .map_err(|e| PassEnd::Reader(e.to_string()))?;
+    let mut pass = Pass {
+        js,
+        shared,
+        journal_id,
+        subject: node.events_subject(),
+        stream_last,
+        pending: VecDeque::new(),
+        state,
+        output: OutputShipper::new(node.clone()),
+        dirty: BTreeMap::new(),
+    };
+    pass.reconcile(next - 1).await?;
+    pass.run(rx).await
+}
+
+/// Says where shipping starts, in the status and the log.
+fn started(shared: &Shared, next: u64, stream_last: u64, outage: &mut Option<Instant>) {
     {
         let mut status = shared.status.lock();
         status.connected = true;
@@ -190,50 +232,139 @@ async fn pass_inner(
             since.elapsed().as_secs_f64()
         );
     } else {
-        tracing::info!(
-            "fleet: shipping to {} from seq {next}",
-            node.events_stream()
-        );
-    }
-    let (tx, mut rx) = mpsc::channel(shared.config.window.max(1));
-    source::spawn(shared.root.clone(), Arc::clone(&shared.journal), next, tx)
-        .map_err(|e| PassEnd::Reader(e.to_string()))?;
-    let subject = node.events_subject();
-    let mut pending: VecDeque<(AckFuture, u64)> = VecDeque::new();
-    let mut beat = tokio::time::interval(shared.config.heartbeat);
-    loop {
-        let room = pending.len() < shared.config.window.max(1);
-        let waiting = !pending.is_empty();
-        tokio::select! {
-            item = rx.recv(), if room => {
-                let item = item.ok_or_else(|| PassEnd::Reader("ended".to_owned()))?;
-                let (headers, body, seq) = message(&journal_id, item)?;
-                let mut map = HeaderMap::new();
-                for (name, value) in headers {
-                    map.insert(name, value.as_str());
-                }
-                map.insert(wire::H_EXPECTED_LAST_SEQ, stream_last.to_string().as_str());
-                let ack = js
-                    .publish_with_headers(subject.clone(), map, body.into())
-                    .await
-                    .map_err(nats)?;
-                stream_last += 1;
-                pending.push_back((ack.into_future(), seq));
-            }
-            ack = front_ack(&mut pending), if waiting => {
-                let seq = pending.pop_front().map_or(0, |(_, s)| s);
-                acknowledged(ack, seq, shared)?;
-            }
-            _ = beat.tick() => heartbeat(js, shared).await,
-        }
+        let stream = shared.config.node.events_stream();
+        tracing::info!("fleet: shipping to {stream} from seq {next}");
     }
 }
 
+/// Manifests written to the fleet state at once, at most, before more records are published.
+const DIRTY_MAX: usize = 256;
+
+/// One pass's shipping state.
+struct Pass<'a> {
+    js: &'a Context,
+    shared: &'a Shared,
+    journal_id: [u8; 16],
+    subject: String,
+    /// The stream seq this pass believes its stream ends at.
+    stream_last: u64,
+    /// Publishes awaiting their acks: the ack, the seq the message covers, the process the
+    /// record is about.
+    pending: VecDeque<(AckFuture, u64, Option<Handle>)>,
+    state: Option<StateWriter>,
+    output: OutputShipper,
+    /// Processes whose shipped records the fleet state does not reflect yet, with the seq of
+    /// the last such record.
+    dirty: BTreeMap<Handle, u64>,
+}
+
+impl Pass<'_> {
+    async fn run(
+        &mut self,
+        mut rx: mpsc::Receiver<Item>,
+    ) -> Result<std::convert::Infallible, PassEnd> {
+        let mut beat = tokio::time::interval(self.shared.config.heartbeat);
+        loop {
+            let room = self.pending.len() < self.shared.config.window.max(1);
+            let waiting = !self.pending.is_empty();
+            tokio::select! {
+                item = rx.recv(), if room => {
+                    let item = item.ok_or_else(|| PassEnd::Reader("ended".to_owned()))?;
+                    self.publish(item).await?;
+                }
+                ack = front_ack(&mut self.pending), if waiting => {
+                    let (_, seq, handle) = self.pending.pop_front().ok_or_else(|| nats("no ack"))?;
+                    acknowledged(ack, seq, self.shared)?;
+                    if let Some(handle) = handle {
+                        self.dirty.insert(handle, seq);
+                    }
+                    if self.pending.is_empty() || self.dirty.len() >= DIRTY_MAX {
+                        self.write_state().await?;
+                    }
+                }
+                _ = beat.tick() => heartbeat(self.js, self.shared).await,
+            }
+        }
+    }
+
+    async fn publish(&mut self, item: Item) -> Result<(), PassEnd> {
+        let handle = match &item {
+            Item::Record(r) => handle_of(r),
+            _ => None,
+        };
+        let (headers, body, seq) = message(&self.journal_id, item)?;
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            map.insert(name, value.as_str());
+        }
+        map.insert(
+            wire::H_EXPECTED_LAST_SEQ,
+            self.stream_last.to_string().as_str(),
+        );
+        let ack = self
+            .js
+            .publish_with_headers(self.subject.clone(), map, body.into())
+            .await
+            .map_err(nats)?;
+        self.stream_last += 1;
+        self.pending.push_back((ack.into_future(), seq, handle));
+        Ok(())
+    }
+
+    /// Brings the fleet state up to the supervisor's manifests before shipping goes on: writes
+    /// done by an earlier pass may have been cut short (an outage between a record's ack and its
+    /// manifest's write), and records shipped before the node kept a state have none. Entries
+    /// that already hold a process as it is now are only read.
+    async fn reconcile(&mut self, shipped: u64) -> Result<(), PassEnd> {
+        let Some(supervisor) = &self.shared.supervisor else {
+            return Ok(());
+        };
+        let all = supervisor.list(&crate::supervisor::ListFilter::default());
+        self.dirty
+            .extend(all.into_iter().map(|m| (m.handle, shipped)));
+        self.write_state().await
+    }
+
+    /// Writes the manifests of the processes whose records were shipped since the last time.
+    async fn write_state(&mut self) -> Result<(), PassEnd> {
+        let (Some(state), Some(supervisor)) = (&mut self.state, &self.shared.supervisor) else {
+            self.dirty.clear();
+            return Ok(());
+        };
+        while let Some((handle, seq)) = self.dirty.pop_first() {
+            let Some(manifest) = supervisor.manifest(&handle) else {
+                continue;
+            };
+            let process = serde_json::to_value(ProcessInfo::from(&manifest)).map_err(nats)?;
+            state
+                .put(handle, seq, process)
+                .await
+                .map_err(PassEnd::Nats)?;
+            let upto = manifest.bounds.total_bytes;
+            if let Err(e) = self.output.ship(self.js, supervisor, handle, upto).await {
+                self.output.forget(&handle);
+                return Err(PassEnd::Nats(format!("output of {handle}: {e}")));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The process a lifecycle record is about (`None` for other records and root-level events).
+fn handle_of(record: &crate::journal::reader::Record) -> Option<Handle> {
+    if !LifecycleEvent::is_lifecycle_kind(record.kind) {
+        return None;
+    }
+    LifecycleEvent::decode(record.kind, record.codec_version, &record.payload)
+        .ok()?
+        .handle()
+}
+
 async fn front_ack(
-    pending: &mut VecDeque<(AckFuture, u64)>,
+    pending: &mut VecDeque<(AckFuture, u64, Option<Handle>)>,
 ) -> Result<PublishAck, jetstream::context::PublishError> {
     match pending.front_mut() {
-        Some((ack, _)) => ack.await,
+        Some((ack, _, _)) => ack.await,
         None => std::future::pending().await,
     }
 }

@@ -43,12 +43,12 @@ pub enum StatusError {
     Nats(String),
 }
 
-fn nats(e: impl std::fmt::Display) -> StatusError {
+pub(super) fn nats(e: impl std::fmt::Display) -> StatusError {
     StatusError::Nats(e.to_string())
 }
 
-/// Every node the server holds a stream of, by name.
-pub async fn fleet_status(config: &FleetConfig) -> Result<Vec<NodeStatus>, StatusError> {
+/// A reader's connection to the server (no retry: a reader wants an answer now).
+pub(super) async fn connect(config: &FleetConfig) -> Result<Context, StatusError> {
     let mut options = async_nats::ConnectOptions::new().connection_timeout(Duration::from_secs(5));
     if let Some(ca) = &config.tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);
@@ -63,7 +63,16 @@ pub async fn fleet_status(config: &FleetConfig) -> Result<Vec<NodeStatus>, Statu
             url: config.redacted_url(),
             cause: e.to_string(),
         })?;
-    let js = jetstream::new(client);
+    Ok(jetstream::new(client))
+}
+
+/// Every node the server holds a stream of, by name.
+pub async fn fleet_status(config: &FleetConfig) -> Result<Vec<NodeStatus>, StatusError> {
+    let js = connect(config).await?;
+    node_statuses(&js).await
+}
+
+async fn node_statuses(js: &Context) -> Result<Vec<NodeStatus>, StatusError> {
     let mut names = Vec::new();
     let mut listed = js.stream_names();
     while let Some(name) = listed.next().await {
@@ -75,7 +84,7 @@ pub async fn fleet_status(config: &FleetConfig) -> Result<Vec<NodeStatus>, Statu
     names.sort();
     let mut out = Vec::with_capacity(names.len());
     for node in names {
-        out.push(node_status(&js, node).await?);
+        out.push(node_status(js, node).await?);
     }
     Ok(out)
 }
@@ -136,4 +145,84 @@ async fn last_heartbeat(js: &Context, node: &str) -> Option<Heartbeat> {
         .await
         .ok()?;
     serde_json::from_slice::<Heartbeat>(&message.payload).ok()
+}
+
+/// One process of the fleet, as `fleet ps` shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct FleetProcess {
+    pub node: String,
+    /// The state to believe: the recorded one, except that a process its node last recorded as
+    /// live reads `unknown` while the node is not `live` (module doc).
+    pub state: String,
+    /// What the node last recorded, and the journal seq that record was shipped at.
+    pub recorded_state: String,
+    pub seq: u64,
+    /// The protocol's process object, as the node last recorded it.
+    pub process: serde_json::Value,
+}
+
+/// Every process of the fleet's state (of `node` alone when given), by node and number.
+pub async fn fleet_processes(
+    config: &FleetConfig,
+    node: Option<&str>,
+) -> Result<Vec<FleetProcess>, StatusError> {
+    let js = connect(config).await?;
+    let live: std::collections::BTreeSet<String> = node_statuses(&js)
+        .await?
+        .into_iter()
+        .filter(|n| n.state == "live")
+        .map(|n| n.node)
+        .collect();
+    let Ok(store) = js.get_key_value(super::state::BUCKET).await else {
+        return Ok(Vec::new());
+    };
+    let mut keys = store.keys().await.map_err(nats)?;
+    let mut out = Vec::new();
+    while let Some(key) = keys.next().await {
+        let key = key.map_err(nats)?;
+        if node.is_some_and(|n| !key.starts_with(&format!("{n}."))) {
+            continue;
+        }
+        let Some(value) = store.get(&key).await.map_err(nats)? else {
+            continue;
+        };
+        // An entry that does not decode is not this crate's; it is passed over.
+        let Ok(entry) = serde_json::from_slice::<super::state::ProcessEntry>(&value) else {
+            continue;
+        };
+        let recorded = entry.process["state"].as_str().unwrap_or("").to_owned();
+        let running = matches!(recorded.as_str(), "starting" | "running");
+        out.push(FleetProcess {
+            state: if running && !live.contains(&entry.node) {
+                "unknown".to_owned()
+            } else {
+                recorded.clone()
+            },
+            node: entry.node,
+            recorded_state: recorded,
+            seq: entry.seq,
+            process: entry.process,
+        });
+    }
+    out.sort_by(|a, b| {
+        (&a.node, a.process["number"].as_u64()).cmp(&(&b.node, b.process["number"].as_u64()))
+    });
+    Ok(out)
+}
+
+/// The fleet state's entry of one process, if the server holds one.
+pub async fn fleet_process(
+    config: &FleetConfig,
+    node: &super::NodeName,
+    handle: &crate::lifecycle::Handle,
+) -> Result<Option<super::state::ProcessEntry>, StatusError> {
+    let js = connect(config).await?;
+    let Ok(store) = js.get_key_value(super::state::BUCKET).await else {
+        return Ok(None);
+    };
+    let key = super::state::key(node, handle);
+    let Some(value) = store.get(&key).await.map_err(nats)? else {
+        return Ok(None);
+    };
+    Ok(serde_json::from_slice(&value).ok())
 }

@@ -9,6 +9,7 @@
 //! seq of 1 to 20 decimal digits in `1..=SEQ_MAX`, without sign, space or leading zero.
 
 use crate::journal::EventId;
+use crate::lifecycle::Handle;
 use crate::limits::SEQ_MAX;
 
 /// Stream of one node's journal records: `PJ_EV_<node>`.
@@ -19,6 +20,11 @@ pub const EVENTS_SUBJECT_PREFIX: &str = "pj.ev.";
 pub const HEARTBEAT_STREAM: &str = "PJ_HB";
 /// Subject of one node's heartbeats: `pj.hb.<node>`.
 pub const HEARTBEAT_SUBJECT_PREFIX: &str = "pj.hb.";
+
+/// Stream of one node's output: `PJ_OUT_<node>`.
+pub const OUTPUT_STREAM_PREFIX: &str = "PJ_OUT_";
+/// Subject of one process's output: `pj.out.<node>.<handle>`.
+pub const OUTPUT_SUBJECT_PREFIX: &str = "pj.out.";
 
 /// The journal the message comes from: 32 lowercase hex digits.
 pub const H_JOURNAL: &str = "Pj-Journal";
@@ -37,6 +43,13 @@ pub const GAP_COMPACTED: &str = "compacted";
 /// JetStream's own headers the node sets.
 pub const H_MSG_ID: &str = "Nats-Msg-Id";
 pub const H_EXPECTED_LAST_SEQ: &str = "Nats-Expected-Last-Sequence";
+pub const H_EXPECTED_LAST_SUBJECT_SEQ: &str = "Nats-Expected-Last-Subject-Sequence";
+/// An output message's process (`p-` and 32 hex digits), the combined cursor of its first byte,
+/// and its stream (`stdout`, `stderr`, `terminal`); a gap's end (exclusive).
+pub const H_HANDLE: &str = "Pj-Handle";
+pub const H_CURSOR: &str = "Pj-Cursor";
+pub const H_STREAM: &str = "Pj-Stream";
+pub const H_GAP_TO: &str = "Pj-Gap-To";
 
 /// Most bytes of a node name.
 pub const NODE_NAME_BYTES_MAX: usize = 64;
@@ -88,6 +101,19 @@ impl NodeName {
 
     pub fn heartbeat_subject(&self) -> String {
         format!("{HEARTBEAT_SUBJECT_PREFIX}{}", self.0)
+    }
+
+    pub fn output_stream(&self) -> String {
+        format!("{OUTPUT_STREAM_PREFIX}{}", self.0)
+    }
+
+    /// `pj.out.<node>`: the output subjects of the node's processes are below it.
+    pub fn output_subject_prefix(&self) -> String {
+        format!("{OUTPUT_SUBJECT_PREFIX}{}", self.0)
+    }
+
+    pub fn output_subject(&self, handle: &Handle) -> String {
+        format!("{OUTPUT_SUBJECT_PREFIX}{}.{handle}", self.0)
     }
 }
 
@@ -145,6 +171,70 @@ pub fn gap_headers(
         (H_GAP_FROM, from.to_string()),
         (H_GAP_REASON, reason.to_owned()),
     ]
+}
+
+/// The headers of a chunk of `handle`'s output starting at `cursor`.
+pub fn chunk_headers(handle: &Handle, cursor: u64, stream: &str) -> Vec<(&'static str, String)> {
+    vec![
+        (H_MSG_ID, format!("{handle}-{cursor}")),
+        (H_HANDLE, handle.to_string()),
+        (H_CURSOR, cursor.to_string()),
+        (H_STREAM, stream.to_owned()),
+    ]
+}
+
+/// The headers of a gap in `handle`'s output: cursors `from..to` were not kept, and why.
+pub fn output_gap_headers(
+    handle: &Handle,
+    from: u64,
+    to: u64,
+    reason: &str,
+) -> Vec<(&'static str, String)> {
+    vec![
+        (H_MSG_ID, format!("{handle}-{from}-gap")),
+        (H_HANDLE, handle.to_string()),
+        (H_CURSOR, from.to_string()),
+        (H_GAP_TO, to.to_string()),
+        (H_GAP_REASON, reason.to_owned()),
+    ]
+}
+
+/// Where an output message ends (the cursor after it): a gap's `Pj-Gap-To`, which must lie
+/// after its `Pj-Cursor`, else its `Pj-Cursor` plus its body's length.
+pub fn decode_output_end(
+    cursor: Option<&str>,
+    gap_to: Option<&str>,
+    body_bytes: usize,
+) -> Result<u64, WireError> {
+    let cursor = decode_cursor(H_CURSOR, cursor.ok_or(WireError::Missing(H_CURSOR))?)?;
+    match gap_to {
+        Some(to) => {
+            let to = decode_cursor(H_GAP_TO, to)?;
+            if to <= cursor {
+                return Err(WireError::Malformed {
+                    name: H_GAP_TO,
+                    what: "after the gap's Pj-Cursor",
+                    value: to.to_string(),
+                });
+            }
+            Ok(to)
+        }
+        None => cursor
+            .checked_add(body_bytes as u64)
+            .ok_or(WireError::Malformed {
+                name: H_CURSOR,
+                what: "a cursor the body fits after",
+                value: cursor.to_string(),
+            }),
+    }
+}
+
+/// A cursor as the headers write it: canonical decimal, 0 allowed.
+pub fn decode_cursor(name: &'static str, text: &str) -> Result<u64, WireError> {
+    if text == "0" {
+        return Ok(0);
+    }
+    decode_seq(name, text)
 }
 
 /// Where a stream ends, from its last message's `Pj-Journal` and `Pj-Seq` headers.

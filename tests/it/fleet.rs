@@ -193,6 +193,98 @@ fn read_stream(url: &str, node: &str) -> Vec<Shipped> {
     })
 }
 
+/// One message of a process's output subject: the cursors it covers, whether it is a gap, its
+/// bytes.
+type OutputMessage = (u64, u64, bool, Vec<u8>);
+
+/// Every message on `handle`'s output subject of `node`, in order.
+fn read_output_subject(url: &str, node: &str, handle: &str) -> Vec<OutputMessage> {
+    runtime().block_on(async {
+        let js = jetstream::new(async_nats::connect(url).await.unwrap());
+        let Ok(mut stream) = js.get_stream(format!("PJ_OUT_{node}")).await else {
+            return Vec::new();
+        };
+        let state = stream.info().await.unwrap().state.clone();
+        let subject = format!("pj.out.{node}.{handle}");
+        let mut out = Vec::new();
+        for seq in state.first_sequence..=state.last_sequence {
+            let Ok(m) = stream.get_raw_message(seq).await else {
+                continue;
+            };
+            if m.subject.as_str() != subject {
+                continue;
+            }
+            let h = |name: &str| m.headers.get(name).map(|v| v.as_str().to_owned());
+            let cursor: u64 = h("Pj-Cursor").unwrap().parse().unwrap();
+            let gap_to = h("Pj-Gap-To").map(|t| t.parse::<u64>().unwrap());
+            let end = gap_to.unwrap_or(cursor + m.payload.len() as u64);
+            out.push((cursor, end, gap_to.is_some(), m.payload.to_vec()));
+        }
+        out
+    })
+}
+
+/// The processes of the node at `root` with their output as the node keeps it.
+fn node_outputs(root: &Path) -> Vec<(String, Vec<u8>)> {
+    let (code, out, err) = client(root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    out.lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .map(|p| {
+            let handle = p["handle"].as_str().unwrap().to_owned();
+            let logs = crate::common::daemon::bin()
+                .args(["logs", "--raw", "--root"])
+                .arg(root)
+                .arg(&handle)
+                .output()
+                .unwrap();
+            assert!(logs.status.success());
+            (handle, logs.stdout)
+        })
+        .collect()
+}
+
+/// Each process's output subject holds its output exactly once: messages covering `0..total`
+/// in order, without a hole, an overlap or a gap, with the node's bytes.
+fn assert_output_exactly_once(url: &str, node: &str, root: &Path) -> usize {
+    let outputs = node_outputs(root);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for (handle, bytes) in &outputs {
+        let messages = loop {
+            let messages = read_output_subject(url, node, handle);
+            let end = messages.last().map_or(0, |m| m.1);
+            if end >= bytes.len() as u64 {
+                break messages;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{handle}: shipped {end} of {} bytes",
+                bytes.len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let mut next = 0;
+        let mut shipped = Vec::new();
+        for (cursor, end, gap, payload) in messages {
+            assert_eq!(
+                cursor, next,
+                "{handle}: a message at {cursor}, expected {next}"
+            );
+            assert!(
+                !gap,
+                "{handle}: a gap at {cursor}..{end}, where the node kept everything"
+            );
+            shipped.extend_from_slice(&payload);
+            next = end;
+        }
+        assert_eq!(
+            &shipped, bytes,
+            "{handle}: the shipped output differs from the node's"
+        );
+    }
+    outputs.len()
+}
+
 /// The highest journal seq `node`'s stream covers (0 before any message).
 fn shipped_seq(url: &str, node: &str) -> u64 {
     runtime().block_on(async {
@@ -316,9 +408,14 @@ fn every_record_is_shipped_once_in_order_across_server_kills_daemon_kills_and_st
     let mut rng = XorShift::new(0x5eed_f1ee7);
     let (server_kills, daemon_kills, stalls) = (20, 20, 5);
     for round in 0..server_kills + daemon_kills + stalls {
-        for _ in 0..3 {
+        for _ in 0..2 {
             start_true(&root);
         }
+        let (code, _, err) = client(
+            &root,
+            &["start", "--", "sh", "-c", "seq 1 3000; seq 1 50 >&2"],
+        );
+        assert_eq!(code, 0, "{err}");
         // A random moment: before, during or after the shipper sends what the starts wrote.
         std::thread::sleep(Duration::from_millis(rng.below(40)));
         if round < server_kills {
@@ -345,9 +442,11 @@ fn every_record_is_shipped_once_in_order_across_server_kills_daemon_kills_and_st
     let records = journal(&root);
     let messages = read_stream(&url, "n1");
     let gaps = assert_exactly_once(&messages, &records);
+    let processes = assert_output_exactly_once(&url, "n1", &root);
     eprintln!(
-        "{} records shipped in {} messages ({gaps} gaps) across {server_kills} server kills, \
-         {daemon_kills} daemon kills and {stalls} stalls",
+        "{} records shipped in {} messages ({gaps} gaps), and the output of {processes} \
+         processes, across {server_kills} server kills, {daemon_kills} daemon kills and {stalls} \
+         stalls",
         records.len(),
         messages.len()
     );
@@ -495,6 +594,14 @@ fn fleet_status_shows_five_nodes_and_a_silent_one_as_unknown() {
             start_true(&root);
         }
     }
+    // On node-2, which will be killed: a process that outlives its daemon's last word, and one
+    // whose output must stay readable from the server.
+    let root2 = dir.path().join("root2");
+    let (_, sleeper, _) = client(&root2, &["start", "--", "sleep", "600"]);
+    let (_, talker, _) = client(&root2, &["start", "--", "sh", "-c", "echo from node two"]);
+    let (sleeper, talker) = (sleeper.trim().to_owned(), talker.trim().to_owned());
+    let (code, _, _) = client(&root2, &["wait", &talker]);
+    assert_eq!(code, 0);
     let status = |want: &dyn Fn(&[Value]) -> bool| -> Vec<Value> {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
@@ -546,6 +653,60 @@ fn fleet_status_shows_five_nodes_and_a_silent_one_as_unknown() {
             .any(|l| l.starts_with("node-2") && l.contains("unknown")),
         "{out}"
     );
+
+    // `fleet ps`: every node's processes together; node-2's sleeper, last recorded running,
+    // reads unknown, never running; its finished process keeps its recorded end.
+    let out = bin_output(&["fleet", "ps", "--fleet", &url, "--json"]);
+    let processes: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let nodes: std::collections::BTreeSet<_> = processes
+        .iter()
+        .map(|p| p["node"].as_str().unwrap())
+        .collect();
+    assert_eq!(nodes.len(), 5, "{out}");
+    assert_eq!(processes.len(), 1 + 2 + 3 + 4 + 5 + 2, "{out}");
+    let find = |h: &str| {
+        processes
+            .iter()
+            .find(|p| p["process"]["handle"] == h)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(find(&sleeper)["state"], "unknown", "{out}");
+    assert_eq!(find(&sleeper)["recorded_state"], "running");
+    assert_eq!(find(&talker)["state"], "exited");
+    let table = bin_output(&["fleet", "ps", "--fleet", &url, "--node", "node-2"]);
+    assert_eq!(table.lines().count(), 1 + 3 + 2, "{table}");
+
+    // Its history and output are still readable from the server alone.
+    let target = format!("node-2/{talker}");
+    assert_eq!(
+        bin_output(&["fleet", "logs", "--fleet", &url, &target]),
+        "from node two\n"
+    );
+    assert_eq!(
+        bin_output(&[
+            "fleet", "logs", "--fleet", &url, &target, "--cursor", "5", "--raw"
+        ]),
+        "node two\n"
+    );
+    let events = bin_output(&["fleet", "events", "--fleet", &url, "--node", "node-2"]);
+    let shipped = nodes_status(&url)[2]["shipped_seq"].as_u64().unwrap();
+    assert_eq!(events.lines().count() as u64, shipped, "{events}");
+    let registered = events
+        .lines()
+        .filter(|l| l.contains("\"registered"))
+        .count();
+    assert_eq!(registered, 3 + 2, "{events}");
+}
+
+fn nodes_status(url: &str) -> Vec<Value> {
+    let out = bin_output(&["fleet", "status", "--fleet", url, "--json"]);
+    out.lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
 }
 
 fn bin_output(args: &[&str]) -> String {

@@ -1,0 +1,204 @@
+//! Reading what the nodes shipped, from the server alone: a process's output (`fleet logs`) and
+//! the nodes' journal records (`fleet events`).
+//!
+//! Invariant: everything read is decoded by `wire`'s total decoders; a message that does not
+//! decode is reported as such (an `Undecodable` part or event), never guessed at or skipped.
+
+use std::time::Duration;
+
+use async_nats::jetstream::{self, Context, consumer::pull::OrderedConfig, stream};
+use futures_util::StreamExt;
+use serde::Serialize;
+
+use super::FleetConfig;
+use super::status::{StatusError, connect, nats};
+use super::wire::{self, NodeName};
+use crate::lifecycle::{Handle, LifecycleEvent};
+
+/// One message of a process's output subject, as a reader gets it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct OutputPart {
+    /// The cursors it covers: `cursor..end`.
+    pub cursor: u64,
+    pub end: u64,
+    /// `stdout`, `stderr` or `terminal` for bytes; `None` for a gap.
+    pub stream: Option<String>,
+    #[serde(skip)]
+    pub bytes: Vec<u8>,
+    /// Why the cursors of a gap were not kept.
+    pub gap: Option<String>,
+}
+
+/// Every message on `subject` of `stream` up to the subject's last message when the read began
+/// (and after it while `follow` says so), in order.
+async fn consume(
+    js: &Context,
+    stream: &str,
+    subject: &str,
+    follow: bool,
+    mut each: impl FnMut(&jetstream::Message) -> Result<bool, StatusError>,
+) -> Result<(), StatusError> {
+    let stream: stream::Stream = js.get_stream(stream).await.map_err(nats)?;
+    let last = match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => m.sequence,
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound && !follow => {
+            return Ok(());
+        }
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
+        Err(e) => return Err(nats(e)),
+    };
+    let consumer = stream
+        .create_consumer(OrderedConfig {
+            filter_subject: subject.to_owned(),
+            ..Default::default()
+        })
+        .await
+        .map_err(nats)?;
+    let mut messages = consumer.messages().await.map_err(nats)?;
+    while let Some(message) = messages.next().await {
+        let message = message.map_err(nats)?;
+        let seq = message.info().map_err(nats)?.stream_sequence;
+        if !each(&message)? {
+            return Ok(());
+        }
+        if !follow && seq >= last {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// One output message, decoded.
+fn output_part(message: &jetstream::Message) -> Result<OutputPart, StatusError> {
+    let get = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    let undecodable = |e: wire::WireError| StatusError::Nats(format!("an output message: {e}"));
+    let cursor_text = get(wire::H_CURSOR);
+    let gap_to = get(wire::H_GAP_TO);
+    let end = wire::decode_output_end(
+        cursor_text.as_deref(),
+        gap_to.as_deref(),
+        message.payload.len(),
+    )
+    .map_err(undecodable)?;
+    let cursor = wire::decode_cursor(wire::H_CURSOR, cursor_text.as_deref().unwrap_or(""))
+        .map_err(undecodable)?;
+    Ok(OutputPart {
+        cursor,
+        end,
+        stream: gap_to
+            .is_none()
+            .then(|| get(wire::H_STREAM).unwrap_or_default()),
+        bytes: message.payload.to_vec(),
+        gap: gap_to.map(|_| get(wire::H_GAP_REASON).unwrap_or_default()),
+    })
+}
+
+/// `handle`'s output on `node` from `cursor` on, part by part (the first trimmed to start at
+/// `cursor`); with `follow`, also what is shipped after the read began, until `each` says stop.
+/// Returns the cursor after the last part.
+pub async fn read_output(
+    config: &FleetConfig,
+    node: &NodeName,
+    handle: &Handle,
+    cursor: u64,
+    follow: bool,
+    mut each: impl FnMut(&OutputPart) -> bool,
+) -> Result<u64, StatusError> {
+    let js = connect(config).await?;
+    let mut next = cursor;
+    let subject = node.output_subject(handle);
+    consume(&js, &node.output_stream(), &subject, follow, |message| {
+        let mut part = output_part(message)?;
+        if part.end <= next {
+            return Ok(true);
+        }
+        if part.cursor < next {
+            if part.gap.is_none() {
+                part.bytes.drain(..(next - part.cursor) as usize);
+            }
+            part.cursor = next;
+        }
+        next = part.end;
+        Ok(each(&part))
+    })
+    .await?;
+    Ok(next)
+}
+
+/// One message of a node's record stream, as `fleet events` shows it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ShippedEvent {
+    pub node: String,
+    pub journal: String,
+    /// The record's seq; for a gap, its last.
+    pub seq: u64,
+    pub event_id: Option<String>,
+    pub kind: Option<u16>,
+    /// The lifecycle event, decoded, as `journal dump --json` shows it (`None` for another kind
+    /// or a payload that does not decode).
+    pub event: Option<serde_json::Value>,
+    /// A gap: the first seq it covers, and why its records were not shipped.
+    pub gap_from: Option<u64>,
+    pub gap_reason: Option<String>,
+}
+
+fn shipped_event(node: &str, message: &jetstream::Message) -> Result<ShippedEvent, StatusError> {
+    let get = |name: &str| {
+        message
+            .headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+    };
+    let at = wire::decode_shipped(get(wire::H_JOURNAL).as_deref(), get(wire::H_SEQ).as_deref())
+        .map_err(|e| StatusError::Nats(format!("a record of {node}: {e}")))?;
+    let kind = get(wire::H_KIND).and_then(|k| k.parse::<u16>().ok());
+    let codec = get(wire::H_CODEC).and_then(|c| c.parse::<u8>().ok());
+    let event = match (kind, codec) {
+        (Some(kind), Some(codec)) if LifecycleEvent::is_lifecycle_kind(kind) => {
+            LifecycleEvent::decode(kind, codec, &message.payload)
+                .ok()
+                .and_then(|e| serde_json::to_value(e).ok())
+        }
+        _ => None,
+    };
+    Ok(ShippedEvent {
+        node: node.to_owned(),
+        journal: wire::journal_hex(&at.journal_id),
+        seq: at.seq,
+        event_id: get(wire::H_EVENT_ID),
+        kind,
+        event,
+        gap_from: get(wire::H_GAP_FROM).and_then(|f| wire::decode_seq(wire::H_GAP_FROM, &f).ok()),
+        gap_reason: get(wire::H_GAP_REASON),
+    })
+}
+
+/// Every shipped record of `node`, in order; with `follow`, also those shipped later, until
+/// `each` says stop.
+pub async fn read_events(
+    config: &FleetConfig,
+    node: &NodeName,
+    follow: bool,
+    mut each: impl FnMut(&ShippedEvent) -> bool,
+) -> Result<(), StatusError> {
+    let js = connect(config).await?;
+    let name = node.to_string();
+    consume(
+        &js,
+        &node.events_stream(),
+        &node.events_subject(),
+        follow,
+        |message| Ok(each(&shipped_event(&name, message)?)),
+    )
+    .await
+}
+
+/// How long a follower waits between looks at a process's state.
+pub const FOLLOW_POLL: Duration = Duration::from_millis(500);
