@@ -288,8 +288,9 @@ impl Pass<'_> {
     }
 
     async fn publish(&mut self, item: Item) -> Result<(), PassEnd> {
+        // Only a pass that keeps the fleet state needs to know whose record it is.
         let handle = match &item {
-            Item::Record(r) => handle_of(r),
+            Item::Record(r) if self.state.is_some() => handle_of(r),
             _ => None,
         };
         let (headers, body, seq) = message(&self.journal_id, item)?;
@@ -336,15 +337,24 @@ impl Pass<'_> {
                 continue;
             };
             let process = serde_json::to_value(ProcessInfo::from(&manifest)).map_err(nats)?;
-            state
-                .put(handle, seq, process)
+            if state
+                .holds(&handle, &process)
                 .await
-                .map_err(PassEnd::Nats)?;
+                .map_err(PassEnd::Nats)?
+            {
+                continue;
+            }
+            // The output first: an entry saying `total_bytes` T means the output stream holds
+            // the process's output up to T, so an entry found current needs nothing shipped.
             let upto = manifest.bounds.total_bytes;
             if let Err(e) = self.output.ship(self.js, supervisor, handle, upto).await {
                 self.output.forget(&handle);
                 return Err(PassEnd::Nats(format!("output of {handle}: {e}")));
             }
+            state
+                .put(handle, seq, process)
+                .await
+                .map_err(PassEnd::Nats)?;
         }
         Ok(())
     }

@@ -1,7 +1,9 @@
 //! The fleet state: a KV bucket holding each node's processes' latest manifests, as the
 //! protocol's process objects, under `<node>.<handle>` (docs/fleet.md, "The fleet state").
 //!
-//! Invariants: an entry only moves forward in its node's journal. Each carries the seq of the
+//! Invariants: an entry is written only once its process's output up to the entry's
+//! `total_bytes` is in the output stream (the shipper's order), so an entry found current needs
+//! nothing shipped. An entry only moves forward in its node's journal. Each carries the seq of the
 //! journal record it was written after, and every write names the revision it replaces (KV
 //! `update`, or `create` for a new key); a refused write (another writer got there first: an
 //! older incarnation of the node, a second shipper) reads the entry again and writes only if its
@@ -140,6 +142,25 @@ impl StateWriter {
             }
         }
         Err(format!("{key}: other writers kept getting there first"))
+    }
+
+    /// Whether the bucket already holds `process` for `handle` (read unless this writer wrote
+    /// the key itself, in which case the caller knows better: it was marked changed).
+    pub(super) async fn holds(
+        &self,
+        handle: &Handle,
+        process: &serde_json::Value,
+    ) -> Result<bool, String> {
+        if self.revisions.contains_key(handle) {
+            return Ok(false);
+        }
+        let key = key(&self.node, handle);
+        let Some(entry) = self.store.entry(&key).await.map_err(|e| e.to_string())? else {
+            return Ok(false);
+        };
+        let held = serde_json::from_slice::<ProcessEntry>(&entry.value).ok();
+        Ok(entry.operation == kv::Operation::Put
+            && held.is_some_and(|h| h.journal == self.journal && h.process == *process))
     }
 
     /// What the bucket holds under `key`, beside an entry read after record `seq`. An entry of
