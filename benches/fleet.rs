@@ -10,8 +10,8 @@
 //! - baseline: an async-nats publisher sends the same messages (the same headers but the chain,
 //!   the same payloads) to a fresh stream, in a window of the same size, and waits for every ack;
 //! - append latency: 2 000 acknowledged appends (`Lifecycle::append`, each made durable) to a
-//!   shipping node, once with the server up and once with it stopped (SIGSTOP): p99 of each, and
-//!   their ratio.
+//!   fresh node: one that ships nothing, one shipping to the server while it is up, and one
+//!   while it is stopped (SIGSTOP): p99 of each, and their ratios.
 //!
 //! The report gives the medians over rounds: shipping's throughput as a ratio of the
 //! publisher's (goal at least 0.7), the catch-up time (goal under 60 s for 1 000 000 records),
@@ -207,16 +207,22 @@ fn publisher(url: &str, root: &Path) -> Res<f64> {
     })
 }
 
-/// p99 of `appends` acknowledged appends, in ms, to a node shipping to `server`.
-fn append_p99(root: &Path, url: &str, appends: usize, from: u64) -> Res<f64> {
+/// p99 of `appends` acknowledged appends, in ms, to a fresh node shipping to `url` (`None`: a
+/// node that ships nothing).
+fn append_p99(root: &Path, url: Option<&str>, appends: usize) -> Res<f64> {
     let (mut lc, _, _) = Lifecycle::open(root, JournalOptions::default())?;
     let rt = tokio::runtime::Runtime::new()?;
     let _guard = rt.enter();
-    let _fleet = Fleet::start(
-        FleetConfig::new(url, NodeName::new("latency")?),
-        root.to_owned(),
-        lc.journal_arc(),
-    );
+    let name = root.file_name().and_then(|n| n.to_str()).unwrap_or("x");
+    let node = NodeName::new(&format!("latency-{name}"))?;
+    let _fleet = url.map(|url| {
+        Fleet::start(
+            FleetConfig::new(url, node),
+            root.to_owned(),
+            lc.journal_arc(),
+        )
+    });
+    let from = 0;
     let mut times = Vec::with_capacity(appends);
     for n in from..from + appends as u64 {
         let (id, event) = workload::event(n);
@@ -236,7 +242,8 @@ fn main() -> Res<()> {
         return Ok(());
     };
     let plan = plan(FULL, QUICK);
-    let (mut ship, mut base, mut catch, mut up, mut down) = Default::default();
+    let [mut ship, mut base, mut catch, mut up, mut down, mut none] =
+        std::array::from_fn::<Samples, 6, _>(|_| Samples::default());
     for round in 0..plan.rounds {
         let dir = tempfile::tempdir_in(bench_dir()?)?;
         let (ship_s, server) = catch_up(
@@ -254,21 +261,17 @@ fn main() -> Res<()> {
             ship_s,
             base_s,
         );
-        let latency_root = dir.path().join("latency");
-        let up_ms = append_p99(&latency_root, &server.url(), plan.appends, 0)?;
+        let none_ms = append_p99(&dir.path().join("none"), None, plan.appends)?;
+        let up_ms = append_p99(&dir.path().join("up"), Some(&server.url()), plan.appends)?;
         server.signal("-STOP")?;
-        let down_ms = append_p99(
-            &latency_root,
-            &server.url(),
-            plan.appends,
-            plan.appends as u64,
-        );
+        let down_ms = append_p99(&dir.path().join("down"), Some(&server.url()), plan.appends);
         server.signal("-CONT")?;
         let down_ms = down_ms?;
-        Samples::push(&mut up, up_ms);
-        Samples::push(&mut down, down_ms);
+        none.push(none_ms);
+        up.push(up_ms);
+        down.push(down_ms);
         println!(
-            "round {}: {} records caught up in {ship_s:.2} s (publisher {base_s:.2} s); append p99 {up_ms:.3} ms up, {down_ms:.3} ms down",
+            "round {}: {} records caught up in {ship_s:.2} s (publisher {base_s:.2} s); append p99 {none_ms:.3} ms shipping nothing, {up_ms:.3} ms up, {down_ms:.3} ms down",
             round + 1,
             plan.records
         );
@@ -287,6 +290,13 @@ fn main() -> Res<()> {
             baseline: "append p99 while it is up, ms",
             base: &up,
             target: Target::MaxRatio(1.1),
+        },
+        Row {
+            figure: "append p99 while shipping to a server that is up, ms",
+            samples: &up,
+            baseline: "append p99 of a node that ships nothing, ms",
+            base: &none,
+            target: Target::None,
         },
     ]);
     println!(

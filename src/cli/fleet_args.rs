@@ -22,6 +22,11 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
+    /// A reader's configuration: it reads every node, so its own name is a placeholder.
+    pub(crate) fn reader(&self, url: &str) -> FleetConfig {
+        self.config(url, NodeName::reader())
+    }
+
     pub(crate) fn config(&self, url: &str, node: NodeName) -> FleetConfig {
         let mut config = FleetConfig::new(url, node);
         config.tls_ca = self.fleet_ca.clone();

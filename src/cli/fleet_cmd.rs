@@ -105,14 +105,8 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
-/// The reader's configuration (the node name is not used to read; any valid one does).
-fn reader(url: &str, connection: &Connection) -> anyhow::Result<crate::fleet::FleetConfig> {
-    let node = NodeName::new("reader").context("a constant node name")?;
-    Ok(connection.config(url, node))
-}
-
 fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
-    let config = reader(&args.fleet, &args.connection)?;
+    let config = args.connection.reader(&args.fleet);
     let processes =
         runtime()?.block_on(crate::fleet::fleet_processes(&config, args.node.as_deref()))?;
     if args.json {
@@ -158,7 +152,7 @@ fn ps(args: PsArgs) -> anyhow::Result<ExitCode> {
 }
 
 fn status(args: StatusArgs) -> anyhow::Result<ExitCode> {
-    let config = reader(&args.fleet, &args.connection)?;
+    let config = args.connection.reader(&args.fleet);
     let nodes = runtime()?.block_on(crate::fleet::fleet_status(&config))?;
     if args.json {
         for node in &nodes {
@@ -200,7 +194,7 @@ fn print_table(nodes: &[NodeStatus]) -> std::io::Result<()> {
 }
 
 fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
-    let config = reader(&args.fleet, &args.connection)?;
+    let config = args.connection.reader(&args.fleet);
     let (node, handle) = args
         .process
         .split_once('/')
@@ -276,7 +270,7 @@ fn print_part(part: &crate::fleet::OutputPart, raw: bool) -> std::io::Result<()>
 }
 
 fn events(args: EventsArgs) -> anyhow::Result<ExitCode> {
-    let config = reader(&args.fleet, &args.connection)?;
+    let config = args.connection.reader(&args.fleet);
     let runtime = runtime()?;
     let nodes: Vec<NodeName> = match &args.node {
         Some(node) => vec![NodeName::new(node)?],

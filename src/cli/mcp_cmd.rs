@@ -52,6 +52,23 @@ pub(crate) struct McpArgs {
     tree: super::TreeArgs,
     #[command(flatten)]
     admission: super::AdmissionArgs,
+    /// Also offer the fleet's tools (fleet_status, fleet_ps, fleet_logs, fleet_events), which
+    /// read this NATS JetStream server: nats://[user:password@]host:port (docs/fleet.md).
+    #[arg(long, value_name = "URL")]
+    fleet: Option<String>,
+    #[command(flatten)]
+    fleet_connection: super::fleet_args::Connection,
+}
+
+/// The server with the fleet's tools, when `--fleet` was given.
+fn with_fleet(
+    server: McpServer,
+    fleet: &Option<crate::fleet::FleetConfig>,
+) -> anyhow::Result<McpServer> {
+    Ok(match fleet {
+        Some(config) => server.with_fleet(config.clone())?,
+        None => server,
+    })
 }
 
 /// Grace between SIGTERM and SIGKILL for the processes still running when the client leaves.
@@ -78,10 +95,14 @@ pub(crate) fn run(args: McpArgs) -> anyhow::Result<ExitCode> {
         .enable_all()
         .build()
         .context("cannot start the async runtime")?;
+    let fleet = args
+        .fleet
+        .clone()
+        .map(|url| args.fleet_connection.reader(&url));
     let result = runtime.block_on(async move {
         match attached {
-            Some(socket) => serve_session(McpServer::attached(socket)?).await,
-            None => serve_standalone(root, args).await,
+            Some(socket) => serve_session(with_fleet(McpServer::attached(socket)?, &fleet)?).await,
+            None => serve_standalone(root, args, &fleet).await,
         }
     });
     // A blocking read of stdin (when stdin is not a pipe) cannot be cancelled; do not wait for it.
@@ -217,7 +238,11 @@ async fn serve_session(server: McpServer) -> anyhow::Result<ExitCode> {
     outcome
 }
 
-async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCode> {
+async fn serve_standalone(
+    root: PathBuf,
+    args: McpArgs,
+    fleet: &Option<crate::fleet::FleetConfig>,
+) -> anyhow::Result<ExitCode> {
     let mut config = super::supervisor_config(&root);
     if let Some(bytes) = args.retention {
         config.spool.retention_bytes = bytes;
@@ -248,7 +273,7 @@ async fn serve_standalone(root: PathBuf, args: McpArgs) -> anyhow::Result<ExitCo
     let owner = format!("uid:{} via mcp", nix::unistd::getuid());
     // The MCP server is the agent harness's own child: its environment is the client's.
     let dispatcher = Dispatcher::new(supervisor.clone(), cwd, owner).inheriting_env();
-    let outcome = serve_session(McpServer::standalone(dispatcher)?).await;
+    let outcome = serve_session(with_fleet(McpServer::standalone(dispatcher)?, fleet)?).await;
     let report = supervisor.shutdown(SHUTDOWN_GRACE).await;
     if !report.terminated.is_empty() || !report.killed.is_empty() {
         note!(

@@ -133,6 +133,7 @@ pub async fn read_output(
 
 /// One message of a node's record stream, as `fleet events` shows it.
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct ShippedEvent {
     pub node: String,
     pub journal: String,

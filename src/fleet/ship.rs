@@ -66,6 +66,12 @@ pub(super) struct Shared {
     pub status: Arc<Lock<FleetStatus>>,
 }
 
+/// The wait before a pass after a failed one: doubled each time, up to the maximum.
+const BACKOFF_MIN: Duration = Duration::from_millis(100);
+const BACKOFF_MAX: Duration = Duration::from_secs(2);
+/// The pause before a pass after a resynchronisation.
+const RESYNC_PAUSE: Duration = Duration::from_millis(10);
+
 /// Ships until the runtime ends.
 pub(super) async fn run(shared: Shared) {
     let client = match connect(&shared.config).await {
@@ -81,16 +87,27 @@ pub(super) async fn run(shared: Shared) {
     };
     let js = jetstream::new(client);
     let mut replay_from = shared.config.replay_from;
-    let mut backoff = Duration::from_millis(100);
+    let mut backoff = BACKOFF_MIN;
     let mut outage: Option<Instant> = None;
     loop {
+        let began = Instant::now();
         let end = pass(&js, &shared, replay_from.take(), &mut outage).await;
-        shared.status.lock().last_error = Some(end.to_string());
+        {
+            let mut status = shared.status.lock();
+            status.last_error = Some(end.to_string());
+            status.connected = false;
+        }
+        if began.elapsed() > BACKOFF_MAX * 5 {
+            // A pass that shipped for a while ended: a new outage, not the same one.
+            backoff = BACKOFF_MIN;
+        }
         match end {
             PassEnd::Resync(why) => {
                 shared.status.lock().resyncs += 1;
                 tracing::info!("fleet: resynchronising: {why}");
-                backoff = Duration::from_millis(100);
+                backoff = BACKOFF_MIN;
+                // Two shippers of one journal take turns rather than spin.
+                tokio::time::sleep(RESYNC_PAUSE).await;
                 continue;
             }
             other if outage.is_none() => {
@@ -100,7 +117,7 @@ pub(super) async fn run(shared: Shared) {
             _ => {}
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(Duration::from_secs(2));
+        backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
 
@@ -108,6 +125,13 @@ async fn connect(config: &FleetConfig) -> Result<async_nats::Client, String> {
     let mut options = async_nats::ConnectOptions::new()
         .retry_on_initial_connect()
         .connection_timeout(Duration::from_secs(2))
+        // The client's own reconnection waits grow to seconds; a node catching up after an
+        // outage should notice the server back within a fraction of one.
+        .reconnect_delay_callback(|attempts| {
+            BACKOFF_MIN
+                .saturating_mul(u32::try_from(attempts).unwrap_or(u32::MAX))
+                .min(BACKOFF_MAX / 2)
+        })
         .name(format!("procjournal node {}", config.node));
     if let Some(ca) = &config.tls_ca {
         options = options.add_root_certificates(ca.clone()).require_tls(true);

@@ -18,6 +18,7 @@ use super::{FleetConfig, Heartbeat, now_unix_ms};
 const SILENT_AFTER_INTERVALS: u64 = 3;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct NodeStatus {
     pub node: String,
     /// `live` or `unknown` (module doc).
@@ -149,6 +150,7 @@ async fn last_heartbeat(js: &Context, node: &str) -> Option<Heartbeat> {
 
 /// One process of the fleet, as `fleet ps` shows it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub struct FleetProcess {
     pub node: String,
     /// The state to believe: the recorded one, except that a process its node last recorded as

@@ -87,6 +87,11 @@ impl NodeName {
         }
     }
 
+    /// The name a reader of the fleet goes by (it reads every node; it ships none).
+    pub fn reader() -> Self {
+        NodeName("reader".to_owned())
+    }
+
     pub fn as_str(&self) -> &str {
         &self.0
     }

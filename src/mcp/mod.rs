@@ -33,6 +33,8 @@
 //!   arguments say otherwise, as it does standalone (the daemon's own never reach a command);
 //! - stdout carries only protocol messages; this module writes nothing to it.
 
+#[cfg(feature = "fleet")]
+mod fleet;
 #[cfg(feature = "fuzzing")]
 pub(crate) mod fuzz;
 pub mod schema;
@@ -93,6 +95,14 @@ Processes run under the root's daemon, not under this server: they keep running 
 server exits or is restarted (your client may start a new server for every call), until they \
 end, you `stop` them, or the daemon is shut down; handles stay valid across servers. A process \
 that was live when its daemon died is `lost_on_restore`; its output stays readable.";
+
+/// What the fleet's tools are, when the server was given a fleet.
+#[cfg(feature = "fleet")]
+pub const FLEET: &str = "\n\n\
+The fleet_* tools read a NATS JetStream server that several machines (nodes) ship their \
+journals to: fleet_status (nodes, live or unknown), fleet_ps (every node's processes), \
+fleet_logs (a process's output by node and handle, from a cursor) and fleet_events (a node's \
+records). They only read; start and stop processes with the tools above, on this machine.";
 
 /// How long processes live when the server runs its own supervisor.
 pub const STANDALONE: &str = "\
@@ -399,6 +409,9 @@ pub struct McpServer {
     backend: Backend,
     tools: Arc<Vec<Tool>>,
     instructions: String,
+    /// The fleet the `fleet_*` tools read (`--fleet`), when one was given.
+    #[cfg(feature = "fleet")]
+    fleet: Option<Arc<crate::fleet::FleetConfig>>,
 }
 
 /// A tool's input schema could not be generated (a programming error, caught by the tests).
@@ -417,6 +430,8 @@ impl McpServer {
             backend: Backend::Standalone(dispatcher),
             tools: Arc::new(tools()?),
             instructions: format!("{INSTRUCTIONS}\n\n{STANDALONE}"),
+            #[cfg(feature = "fleet")]
+            fleet: None,
         })
     }
 
@@ -435,7 +450,24 @@ impl McpServer {
             backend: Backend::Daemon(Arc::new(DaemonLink { socket, cwd, env })),
             tools: Arc::new(tools()?),
             instructions: format!("{INSTRUCTIONS}\n\n{ATTACHED}"),
+            #[cfg(feature = "fleet")]
+            fleet: None,
         })
+    }
+
+    /// Adds the fleet's tools (`fleet_status`, `fleet_ps`, `fleet_logs`, `fleet_events`),
+    /// which read what `config`'s server holds of every node.
+    #[cfg(feature = "fleet")]
+    pub fn with_fleet(mut self, config: crate::fleet::FleetConfig) -> Result<Self, SchemaError> {
+        let mut tools = self.tools.as_ref().clone();
+        tools.extend(fleet::tools().map_err(|message| SchemaError {
+            tool: "fleet",
+            message,
+        })?);
+        self.tools = Arc::new(tools);
+        self.instructions.push_str(FLEET);
+        self.fleet = Some(Arc::new(config));
+        Ok(self)
     }
 
     /// The instructions sent at `initialize`.
@@ -703,6 +735,15 @@ impl ServerHandler for McpServer {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        #[cfg(feature = "fleet")]
+        if let Some(config) = &self.fleet
+            && fleet::is_fleet_tool(&request.name)
+        {
+            let config = Arc::clone(config);
+            return Ok(fleet::call(&config, &request.name, request.arguments)
+                .await
+                .into());
+        }
         let call = match decode_call(&request.name, request.arguments) {
             Ok(call) => call,
             Err(refused) => return refused.answer().map(Into::into),

@@ -118,6 +118,28 @@ const CASES: &[Case] = &[
         On::None,
         Some(125),
     ),
+    case(
+        "fleet ps",
+        &["--fleet", "nats://127.0.0.1:1"],
+        On::None,
+        Some(125),
+    ),
+    case(
+        "fleet logs",
+        &[
+            "--fleet",
+            "nats://127.0.0.1:1",
+            "n1/p-01a2431a606e71ce8a46ddd2d98fafc6",
+        ],
+        On::None,
+        Some(125),
+    ),
+    case(
+        "fleet events",
+        &["--fleet", "nats://127.0.0.1:1"],
+        On::None,
+        Some(125),
+    ),
     // Its stdin: one initialize request, then end of input.
     case("mcp", &[], On::Served, Some(0)),
     case("interrupt", &["L2"], On::Served, Some(0)),

@@ -722,3 +722,102 @@ fn bin_output(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// `procjournal mcp --fleet URL` offers the fleet's tools beside the root's own: each answers
+/// within its output schema, from the server alone, and pages (`fleet_logs` by cursor,
+/// `fleet_events` by seq) add up to the whole.
+#[test]
+fn the_mcp_fleet_tools_read_every_node_from_the_server() {
+    let Some(nats) = Nats::start() else { return };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let (root_a, root_b) = (dir.path().join("a"), dir.path().join("b"));
+    let _a = Daemon::start_with(&root_a, &serve_args(&url, "n-a"));
+    let _b = Daemon::start_with(&root_b, &serve_args(&url, "n-b"));
+    let (_, talker, _) = client(&root_b, &["start", "--", "sh", "-c", "seq 1 2000"]);
+    let talker = talker.trim().to_owned();
+    assert_eq!(client(&root_b, &["wait", &talker]).0, 0);
+    start_true(&root_a);
+    for (root, node) in [(&root_a, "n-a"), (&root_b, "n-b")] {
+        await_shipped(&url, node, || {
+            journal(root).keys().last().copied().unwrap_or(0)
+        });
+    }
+    let expected: Vec<u8> = (1..=2000)
+        .flat_map(|i| format!("{i}\n").into_bytes())
+        .collect();
+    // The output and the manifest follow the records; wait for the manifest to say ended.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !bin_output(&["fleet", "ps", "--fleet", &url, "--node", "n-b"]).contains("exited") {
+        assert!(
+            Instant::now() < deadline,
+            "n-b's process never read as exited"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let mut server = crate::mcp_stdio::Server::start(&root_a, &["--fleet", &url]);
+    let instructions = server.initialize();
+    assert!(instructions.contains("fleet_ps"), "{instructions}");
+    let schemas = crate::mcp_stdio::output_schemas(&mut server);
+    for tool in [
+        "fleet_status",
+        "fleet_ps",
+        "fleet_logs",
+        "fleet_events",
+        "start",
+        "output",
+    ] {
+        assert!(schemas.contains_key(tool), "{tool} not listed");
+    }
+    let conforms = |tool: &str, content: Value| crate::mcp_stdio::conforms(&schemas, tool, content);
+
+    let status = conforms(
+        "fleet_status",
+        server.ok("fleet_status", serde_json::json!({})),
+    );
+    assert_eq!(status["nodes"].as_array().unwrap().len(), 2, "{status}");
+    let ps = conforms(
+        "fleet_ps",
+        server.ok("fleet_ps", serde_json::json!({"node": "n-b"})),
+    );
+    assert_eq!(
+        ps["processes"][0]["process"]["handle"],
+        talker.as_str(),
+        "{ps}"
+    );
+
+    let (mut cursor, mut text) = (0u64, String::new());
+    loop {
+        let args = serde_json::json!({"node": "n-b", "handle": talker, "cursor": cursor, "max_bytes": 1000});
+        let page = conforms("fleet_logs", server.ok("fleet_logs", args));
+        let next = page["next_cursor"].as_u64().unwrap();
+        if next == cursor {
+            break;
+        }
+        text.push_str(page["text"].as_str().unwrap());
+        cursor = next;
+    }
+    assert_eq!(text.as_bytes(), expected.as_slice());
+
+    let (mut after, mut events) = (0u64, 0usize);
+    loop {
+        let args = serde_json::json!({"node": "n-b", "after_seq": after, "limit": 7});
+        let page = conforms("fleet_events", server.ok("fleet_events", args));
+        let got = page["events"].as_array().unwrap().len();
+        if got == 0 {
+            break;
+        }
+        assert!(got <= 7);
+        events += got;
+        after = page["last_seq"].as_u64().unwrap();
+    }
+    assert_eq!(events as u64, shipped_seq(&url, "n-b"));
+
+    let refused = server.call(
+        "fleet_logs",
+        serde_json::json!({"node": "a.b", "handle": talker}),
+    );
+    assert_eq!(refused["isError"], true, "{refused}");
+    server.close();
+}

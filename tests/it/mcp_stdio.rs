@@ -29,7 +29,7 @@ fn bin() -> Command {
 }
 
 /// One `procjournal mcp` child and the lines of its stdout.
-struct Server {
+pub(crate) struct Server {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: mpsc::Receiver<String>,
@@ -40,7 +40,7 @@ struct Server {
 }
 
 impl Server {
-    fn start(root: &Path, extra: &[&str]) -> Server {
+    pub(crate) fn start(root: &Path, extra: &[&str]) -> Server {
         let mut child = bin()
             .arg("mcp")
             .arg("--root")
@@ -114,7 +114,7 @@ impl Server {
         }
     }
 
-    fn request(&mut self, method: &str, params: Value) -> Value {
+    pub(crate) fn request(&mut self, method: &str, params: Value) -> Value {
         self.next_id += 1;
         let id = Value::from(self.next_id);
         self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
@@ -124,7 +124,7 @@ impl Server {
     }
 
     /// The handshake; returns the instructions.
-    fn initialize(&mut self) -> String {
+    pub(crate) fn initialize(&mut self) -> String {
         let init = self.request(
             "initialize",
             json!({
@@ -141,7 +141,7 @@ impl Server {
     }
 
     /// The result of a tool call (successful or not).
-    fn call(&mut self, tool: &str, arguments: Value) -> Value {
+    pub(crate) fn call(&mut self, tool: &str, arguments: Value) -> Value {
         let answer = self.request("tools/call", json!({"name": tool, "arguments": arguments}));
         answer
             .get("result")
@@ -150,14 +150,14 @@ impl Server {
     }
 
     /// A successful call's structured content.
-    fn ok(&mut self, tool: &str, arguments: Value) -> Value {
+    pub(crate) fn ok(&mut self, tool: &str, arguments: Value) -> Value {
         let result = self.call(tool, arguments.clone());
         assert_ne!(result["isError"], true, "{tool} {arguments}: {result}");
         result["structuredContent"].clone()
     }
 
     /// Closes stdin, waits for the exit, returns stderr.
-    fn close(mut self) -> String {
+    pub(crate) fn close(mut self) -> String {
         drop(self.stdin.take());
         let started = Instant::now();
         loop {
@@ -281,7 +281,7 @@ use crate::common::schema;
 use schema::violations;
 
 /// The output schema of every tool, from `tools/list`.
-fn output_schemas(server: &mut Server) -> Map<String, Value> {
+pub(crate) fn output_schemas(server: &mut Server) -> Map<String, Value> {
     let listed = server.request("tools/list", json!({}));
     let tools = listed["result"]["tools"].as_array().expect("tools").clone();
     let mut schemas = Map::new();
@@ -298,7 +298,7 @@ fn output_schemas(server: &mut Server) -> Map<String, Value> {
 }
 
 /// Checks a tool's structured content against its output schema; returns it.
-fn conforms(schemas: &Map<String, Value>, tool: &str, content: Value) -> Value {
+pub(crate) fn conforms(schemas: &Map<String, Value>, tool: &str, content: Value) -> Value {
     let schema = schemas
         .get(tool)
         .unwrap_or_else(|| panic!("no schema for {tool}"));
