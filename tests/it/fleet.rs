@@ -49,9 +49,14 @@ struct Nats {
 
 impl Nats {
     fn start() -> Option<Nats> {
+        Nats::start_with(&[])
+    }
+
+    /// A server with `extra` arguments (TLS, say).
+    fn start_with(extra: &[&str]) -> Option<Nats> {
         let binary = server_binary()?;
         let dir = tempfile::tempdir().unwrap();
-        let child = Nats::spawn(&binary, dir.path(), None);
+        let child = Nats::spawn(&binary, dir.path(), None, extra);
         let port = Nats::await_port(dir.path(), child.id());
         let mut nats = Nats {
             binary,
@@ -63,10 +68,12 @@ impl Nats {
         Some(nats)
     }
 
-    fn spawn(binary: &Path, dir: &Path, port: Option<u16>) -> Child {
+    fn spawn(binary: &Path, dir: &Path, port: Option<u16>, extra: &[&str]) -> Child {
         let port = port.map_or("-1".to_owned(), |p| p.to_string());
         Command::new(binary)
-            .args(["-a", "127.0.0.1", "-p", &port, "-js", "-sd"])
+            .args(["-a", "127.0.0.1", "-p", &port, "-js"])
+            .args(extra)
+            .arg("-sd")
             .arg(dir.join("store"))
             .arg("--ports_file_dir")
             .arg(dir)
@@ -120,7 +127,7 @@ impl Nats {
         // The port may still be held for a moment by the dead server's sockets.
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            self.child = Nats::spawn(&self.binary, self.dir.path(), Some(self.port));
+            self.child = Nats::spawn(&self.binary, self.dir.path(), Some(self.port), &[]);
             std::thread::sleep(Duration::from_millis(100));
             if self.child.try_wait().unwrap().is_none() {
                 break;
@@ -820,4 +827,205 @@ fn the_mcp_fleet_tools_read_every_node_from_the_server() {
     );
     assert_eq!(refused["isError"], true, "{refused}");
     server.close();
+}
+
+/// Every message of every stream on the server, as raw bytes (headers and body).
+fn every_message(url: &str) -> Vec<Vec<u8>> {
+    runtime().block_on(async {
+        let js = jetstream::new(async_nats::connect(url).await.unwrap());
+        let mut names = js.stream_names();
+        let mut streams = Vec::new();
+        while let Some(name) = futures_util::StreamExt::next(&mut names).await {
+            streams.push(name.unwrap());
+        }
+        let mut out = Vec::new();
+        for name in streams {
+            let mut stream = js.get_stream(&name).await.unwrap();
+            let state = stream.info().await.unwrap().state.clone();
+            for seq in state.first_sequence..=state.last_sequence {
+                let Ok(m) = stream.get_raw_message(seq).await else {
+                    continue;
+                };
+                let mut bytes = format!("{:?}", m.headers).into_bytes();
+                bytes.extend_from_slice(&m.payload);
+                out.push(bytes);
+            }
+        }
+        out
+    })
+}
+
+/// A value `start --env` withholds from the journal is withheld from the fleet too: no message
+/// of any stream (records, output, fleet state, heartbeats) holds it, while the fleet state still
+/// shows the process, and a value given to be kept (`--env-persist`) does reach it.
+#[test]
+fn secrets_withheld_from_the_journal_never_reach_the_fleet() {
+    let Some(nats) = Nats::start() else { return };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _daemon = Daemon::start_with(&root, &serve_args(&url, "s1"));
+    let secret = "s3cr3t-fleet-value-7f1c";
+    let kept = "kept-fleet-value-2b9d";
+    let (code, handle, err) = client(
+        &root,
+        &[
+            "start",
+            "--env",
+            &format!("PJ_TOKEN={secret}"),
+            "--env-persist",
+            &format!("PJ_KEPT={kept}"),
+            "--",
+            "true",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_owned();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !bin_output(&["fleet", "ps", "--fleet", &url]).contains("exited") {
+        assert!(
+            Instant::now() < deadline,
+            "the process never reached the fleet state"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    await_shipped(&url, "s1", || {
+        journal(&root).keys().last().copied().unwrap_or(0)
+    });
+    let messages = every_message(&url);
+    let holds = |needle: &str| {
+        messages
+            .iter()
+            .filter(|m| m.windows(needle.len()).any(|w| w == needle.as_bytes()))
+            .count()
+    };
+    assert_eq!(holds(secret), 0, "a withheld value reached the fleet");
+    assert!(
+        holds(kept) > 0,
+        "the persisted value should reach the fleet (the check can fail)"
+    );
+    assert!(holds(&handle) > 0);
+}
+
+/// A CA and a server certificate for 127.0.0.1 signed by it, made with openssl in `dir`:
+/// (ca.pem, server.pem, server.key).
+fn certificates(dir: &Path) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    let run = |args: &[&str]| {
+        Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    std::fs::write(dir.join("san.ext"), "subjectAltName=IP:127.0.0.1\n").unwrap();
+    let made = run(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=test-ca",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+    ]) && run(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-subj",
+        "/CN=127.0.0.1",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+    ]) && run(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-days",
+        "1",
+        "-extfile",
+        "san.ext",
+        "-out",
+        "server.pem",
+    ]);
+    if !made {
+        eprintln!("\n*** SKIPPED fleet TLS: openssl could not make certificates\n");
+        return None;
+    }
+    Some((
+        dir.join("ca.pem"),
+        dir.join("server.pem"),
+        dir.join("server.key"),
+    ))
+}
+
+/// Over TLS, with the server's CA given (`--fleet-ca`), a node ships and a reader reads; a
+/// reader that does not trust the server's certificate is refused, never served in clear.
+#[test]
+fn a_node_ships_over_tls_to_a_server_it_trusts() {
+    let certs = tempfile::tempdir().unwrap();
+    let Some((ca, cert, key)) = certificates(certs.path()) else {
+        return;
+    };
+    let (cert, key) = (cert.to_str().unwrap(), key.to_str().unwrap());
+    let Some(nats) = Nats::start_with(&["--tls", "--tlscert", cert, "--tlskey", key]) else {
+        return;
+    };
+    let url = format!("tls://127.0.0.1:{}", nats.port);
+    let ca = ca.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _daemon = Daemon::start_with(&root, &["--fleet", &url, "--node", "t1", "--fleet-ca", ca]);
+    start_true(&root);
+    let last = journal(&root).keys().last().copied().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = bin_output(&[
+            "fleet",
+            "status",
+            "--fleet",
+            &url,
+            "--fleet-ca",
+            ca,
+            "--json",
+        ]);
+        let shipped = out
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|n| n["node"] == "t1")
+            .and_then(|n| n["shipped_seq"].as_u64())
+            .unwrap_or(0);
+        if shipped >= last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shipped {shipped} of {last} over TLS: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = crate::common::daemon::bin()
+        .args(["fleet", "status", "--fleet", &url])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(125),
+        "a reader that trusts no CA was served"
+    );
 }
