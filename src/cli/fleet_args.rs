@@ -11,6 +11,9 @@ use crate::fleet::{Fleet, FleetConfig, NodeName};
 /// The connection to a fleet's server, shared by `serve` and `fleet`.
 #[derive(Debug, Clone, Args)]
 pub(crate) struct Connection {
+    /// A NATS `.creds` file (a user JWT and its nkey seed), for servers in operator mode.
+    #[arg(long, value_name = "FILE")]
+    fleet_creds: Option<PathBuf>,
     /// A CA certificate (PEM) to trust for TLS to the server.
     #[arg(long, value_name = "FILE")]
     fleet_ca: Option<PathBuf>,
@@ -29,6 +32,7 @@ impl Connection {
 
     pub(crate) fn config(&self, url: &str, node: NodeName) -> FleetConfig {
         let mut config = FleetConfig::new(url, node);
+        config.creds = self.fleet_creds.clone();
         config.tls_ca = self.fleet_ca.clone();
         config.tls_client = self.fleet_cert.clone().zip(self.fleet_key.clone());
         config

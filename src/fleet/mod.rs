@@ -50,6 +50,8 @@ pub struct FleetConfig {
     /// used as async-nats takes them.
     pub url: String,
     pub node: NodeName,
+    /// A `.creds` file (a user JWT and its nkey seed: NATS's decentralised authentication).
+    pub creds: Option<PathBuf>,
     /// A CA to trust for TLS, and a client certificate and key.
     pub tls_ca: Option<PathBuf>,
     pub tls_client: Option<(PathBuf, PathBuf)>,
@@ -66,12 +68,33 @@ impl FleetConfig {
         FleetConfig {
             url: url.into(),
             node,
+            creds: None,
             tls_ca: None,
             tls_client: None,
             window: WINDOW_DEFAULT,
             heartbeat: HEARTBEAT_DEFAULT,
             replay_from: None,
         }
+    }
+
+    /// The client's options: TLS and credentials as configured (a reader's fail fast; the
+    /// shipper adds its retries).
+    pub(crate) async fn options(&self) -> Result<async_nats::ConnectOptions, String> {
+        let mut options =
+            async_nats::ConnectOptions::new().connection_timeout(std::time::Duration::from_secs(2));
+        if let Some(ca) = &self.tls_ca {
+            options = options.add_root_certificates(ca.clone()).require_tls(true);
+        }
+        if let Some((cert, key)) = &self.tls_client {
+            options = options.add_client_certificate(cert.clone(), key.clone());
+        }
+        if let Some(creds) = &self.creds {
+            options = options
+                .credentials_file(creds)
+                .await
+                .map_err(|e| format!("credentials file {}: {e}", creds.display()))?;
+        }
+        Ok(options)
     }
 
     /// The URL without its password, for logs.

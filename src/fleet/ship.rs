@@ -122,9 +122,11 @@ pub(super) async fn run(shared: Shared) {
 }
 
 async fn connect(config: &FleetConfig) -> Result<async_nats::Client, String> {
-    let mut options = async_nats::ConnectOptions::new()
+    config
+        .options()
+        .await?
         .retry_on_initial_connect()
-        .connection_timeout(Duration::from_secs(2))
+        .name(format!("procjournal node {}", config.node))
         // The client's own reconnection waits grow to seconds; a node catching up after an
         // outage should notice the server back within a fraction of one.
         .reconnect_delay_callback(|attempts| {
@@ -132,14 +134,6 @@ async fn connect(config: &FleetConfig) -> Result<async_nats::Client, String> {
                 .saturating_mul(u32::try_from(attempts).unwrap_or(u32::MAX))
                 .min(BACKOFF_MAX / 2)
         })
-        .name(format!("procjournal node {}", config.node));
-    if let Some(ca) = &config.tls_ca {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    if let Some((cert, key)) = &config.tls_client {
-        options = options.add_client_certificate(cert.clone(), key.clone());
-    }
-    options
         .connect(config.url.as_str())
         .await
         .map_err(|e| e.to_string())

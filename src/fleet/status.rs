@@ -50,20 +50,18 @@ pub(super) fn nats(e: impl std::fmt::Display) -> StatusError {
 
 /// A reader's connection to the server (no retry: a reader wants an answer now).
 pub(super) async fn connect(config: &FleetConfig) -> Result<Context, StatusError> {
-    let mut options = async_nats::ConnectOptions::new().connection_timeout(Duration::from_secs(5));
-    if let Some(ca) = &config.tls_ca {
-        options = options.add_root_certificates(ca.clone()).require_tls(true);
-    }
-    if let Some((cert, key)) = &config.tls_client {
-        options = options.add_client_certificate(cert.clone(), key.clone());
-    }
-    let client = options
+    let refused = |cause: String| StatusError::Connect {
+        url: config.redacted_url(),
+        cause,
+    };
+    let client = config
+        .options()
+        .await
+        .map_err(refused)?
+        .connection_timeout(Duration::from_secs(5))
         .connect(config.url.as_str())
         .await
-        .map_err(|e| StatusError::Connect {
-            url: config.redacted_url(),
-            cause: e.to_string(),
-        })?;
+        .map_err(|e| refused(e.to_string()))?;
     Ok(jetstream::new(client))
 }
 

@@ -1029,3 +1029,160 @@ fn a_node_ships_over_tls_to_a_server_it_trusts() {
         "a reader that trusts no CA was served"
     );
 }
+
+/// Base64url without padding, as JWTs write it.
+fn b64url(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | u32::from(*b) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+/// A NATS JWT of `claims` (iss, sub, nats) signed by `issuer`.
+fn nats_jwt(issuer: &nkeys::KeyPair, subject: &str, name: &str, nats: Value) -> String {
+    let header = b64url(br#"{"typ":"JWT","alg":"ed25519-nkey"}"#);
+    let iat = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = serde_json::json!({
+        "jti": format!("JTI{}", &subject[1..20]),
+        "iat": iat,
+        "iss": issuer.public_key(),
+        "name": name,
+        "sub": subject,
+        "nats": nats,
+    });
+    let body = b64url(claims.to_string().as_bytes());
+    let signed = format!("{header}.{body}");
+    let signature = issuer.sign(signed.as_bytes()).unwrap();
+    format!("{signed}.{}", b64url(&signature))
+}
+
+/// A server configuration in operator mode (an operator, one account with JetStream, resolved
+/// from memory) and a `.creds` file of a user of that account: (config, creds).
+fn operator_mode(dir: &Path) -> (PathBuf, PathBuf) {
+    let operator = nkeys::KeyPair::new_operator();
+    let account = nkeys::KeyPair::new_account();
+    let user = nkeys::KeyPair::new_user();
+    let operator_jwt = nats_jwt(
+        &operator,
+        &operator.public_key(),
+        "op",
+        serde_json::json!({"type": "operator", "version": 2}),
+    );
+    let unlimited = serde_json::json!({
+        "subs": -1, "data": -1, "payload": -1, "imports": -1, "exports": -1, "wildcards": true,
+        "conn": -1, "leaf": -1, "mem_storage": -1, "disk_storage": -1, "streams": -1, "consumer": -1,
+    });
+    let account_jwt = nats_jwt(
+        &operator,
+        &account.public_key(),
+        "fleet",
+        serde_json::json!({"limits": unlimited, "type": "account", "version": 2}),
+    );
+    // JetStream needs the server's system account.
+    let system = nkeys::KeyPair::new_account();
+    let system_jwt = nats_jwt(
+        &operator,
+        &system.public_key(),
+        "SYS",
+        serde_json::json!({"type": "account", "version": 2}),
+    );
+    let user_jwt = nats_jwt(
+        &account,
+        &user.public_key(),
+        "node",
+        serde_json::json!({
+            "pub": {}, "sub": {}, "subs": -1, "data": -1, "payload": -1, "type": "user", "version": 2,
+        }),
+    );
+    let config = dir.join("operator.conf");
+    std::fs::write(
+        &config,
+        format!(
+            "operator: \"{operator_jwt}\"\nsystem_account: {sys}\nresolver: MEMORY\n\
+             resolver_preload: {{\n  {}: \"{account_jwt}\"\n  {sys}: \"{system_jwt}\"\n}}\n",
+            account.public_key(),
+            sys = system.public_key(),
+        ),
+    )
+    .unwrap();
+    let creds = dir.join("node.creds");
+    std::fs::write(
+        &creds,
+        format!(
+            "-----BEGIN NATS USER JWT-----\n{user_jwt}\n------END NATS USER JWT------\n\n\
+             -----BEGIN USER NKEY SEED-----\n{}\n------END USER NKEY SEED------\n",
+            user.seed().unwrap()
+        ),
+    )
+    .unwrap();
+    (config, creds)
+}
+
+/// With a server in operator mode (NATS's decentralised authentication), a node given a
+/// `.creds` file (`--fleet-creds`) ships and a reader with it reads; a reader without one is
+/// refused.
+#[test]
+fn a_node_ships_with_a_creds_file_to_a_server_in_operator_mode() {
+    let keys = tempfile::tempdir().unwrap();
+    let (config, creds) = operator_mode(keys.path());
+    let Some(nats) = Nats::start_with(&["-c", config.to_str().unwrap()]) else {
+        return;
+    };
+    let url = nats.url();
+    let creds = creds.to_str().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let _daemon = Daemon::start_with(
+        &root,
+        &["--fleet", &url, "--node", "c1", "--fleet-creds", creds],
+    );
+    start_true(&root);
+    let last = journal(&root).keys().last().copied().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let out = bin_output(&[
+            "fleet",
+            "status",
+            "--fleet",
+            &url,
+            "--fleet-creds",
+            creds,
+            "--json",
+        ]);
+        let shipped = out
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).unwrap())
+            .find(|n| n["node"] == "c1")
+            .and_then(|n| n["shipped_seq"].as_u64())
+            .unwrap_or(0);
+        if shipped >= last {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "shipped {shipped} of {last} with creds: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let refused = crate::common::daemon::bin()
+        .args(["fleet", "status", "--fleet", &url])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(
+        refused.status.code(),
+        Some(125),
+        "a reader without credentials was served"
+    );
+}
