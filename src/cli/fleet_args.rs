@@ -51,8 +51,16 @@ pub(crate) struct ServeFleet {
     /// other characters as '-').
     #[arg(long, value_name = "NAME", requires = "fleet", value_parser = parse_node)]
     node: Option<NodeName>,
+    /// What the node's output stream on the server keeps (default 1G), when the node creates
+    /// it; older output goes first, and a reader finds it as a gap.
+    #[arg(long, value_name = "SIZE", requires = "fleet", value_parser = parse_output_bytes)]
+    fleet_output_bytes: Option<u64>,
     #[command(flatten)]
     connection: Connection,
+}
+
+fn parse_output_bytes(text: &str) -> Result<u64, String> {
+    super::size::parse_size(text).map_err(|e| e.to_string())
 }
 
 fn parse_node(text: &str) -> Result<NodeName, String> {
@@ -88,7 +96,11 @@ impl ServeFleet {
             Some(node) => node.clone(),
             None => host_node()?,
         };
-        Ok(Some(self.connection.config(url, node)))
+        let mut config = self.connection.config(url, node);
+        if let Some(bytes) = self.fleet_output_bytes {
+            config.output_bytes = bytes;
+        }
+        Ok(Some(config))
     }
 }
 

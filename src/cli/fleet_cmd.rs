@@ -203,6 +203,18 @@ fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
     let handle: crate::lifecycle::Handle = handle
         .parse()
         .map_err(|e| anyhow::anyhow!("{handle}: {e}"))?;
+    let runtime = runtime()?;
+    // As `logs` on the node: a cursor beyond what the process wrote is an error.
+    let recorded = runtime.block_on(crate::fleet::fleet_process(&config, &node, &handle))?;
+    let total = recorded
+        .as_ref()
+        .and_then(|e| e.process["total_bytes"].as_u64());
+    if let Some(total) = total.filter(|&t| args.cursor > t) {
+        anyhow::bail!(
+            "cursor {} is beyond the end of the output ({total} bytes)",
+            args.cursor
+        );
+    }
     let at = std::rc::Rc::new(std::cell::Cell::new(args.cursor));
     let failed = std::rc::Rc::new(std::cell::Cell::new(None::<std::io::Error>));
     let print = |part: &crate::fleet::OutputPart| {
@@ -212,7 +224,7 @@ fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         failed.set(written.err());
         ok
     };
-    runtime()?.block_on(async {
+    runtime.block_on(async {
         let read =
             crate::fleet::read_output(&config, &node, &handle, args.cursor, args.follow, print);
         if !args.follow {

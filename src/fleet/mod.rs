@@ -40,6 +40,8 @@ use crate::sync::Lock;
 /// pipelined, chained publish at about 79 k messages a second with a window of 1 000, against
 /// 5.7 k one at a time; async-nats refuses more than 5 000 unacknowledged.
 pub const WINDOW_DEFAULT: usize = 256;
+/// Output bytes a node's output stream keeps, by default (when the node creates it).
+pub const OUTPUT_BYTES_DEFAULT: u64 = 1 << 30;
 /// How often a node says it is alive, by default.
 pub const HEARTBEAT_DEFAULT: Duration = Duration::from_secs(1);
 
@@ -57,6 +59,9 @@ pub struct FleetConfig {
     pub tls_client: Option<(PathBuf, PathBuf)>,
     pub window: usize,
     pub heartbeat: Duration,
+    /// What the node's output stream keeps, when the node creates it (an operator's stream
+    /// keeps its own limits).
+    pub output_bytes: u64,
     /// Test support: the first pass ships from this seq believing the stream empty, as a
     /// shipper that lost track would, which the stream must refuse record by record.
     #[doc(hidden)]
@@ -73,6 +78,7 @@ impl FleetConfig {
             tls_client: None,
             window: WINDOW_DEFAULT,
             heartbeat: HEARTBEAT_DEFAULT,
+            output_bytes: OUTPUT_BYTES_DEFAULT,
             replay_from: None,
         }
     }

@@ -47,12 +47,19 @@ pub(super) struct OutputShipper {
     positions: HashMap<Handle, Position>,
 }
 
-/// The output stream of `node`, made if missing.
-pub(super) async fn output_stream(js: &Context, node: &NodeName) -> Result<(), String> {
+/// The output stream of `node`, made if missing, keeping at most `max_bytes` (the oldest
+/// messages go first; a reader finds what went as a gap).
+pub(super) async fn output_stream(
+    js: &Context,
+    node: &NodeName,
+    max_bytes: u64,
+) -> Result<(), String> {
     js.get_or_create_stream(stream::Config {
         name: node.output_stream(),
         subjects: vec![format!("{}.*", node.output_subject_prefix())],
         storage: stream::StorageType::File,
+        max_bytes: i64::try_from(max_bytes).unwrap_or(i64::MAX),
+        discard: stream::DiscardPolicy::Old,
         ..Default::default()
     })
     .await

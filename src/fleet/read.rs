@@ -15,6 +15,9 @@ use super::status::{StatusError, connect, nats};
 use super::wire::{self, NodeName};
 use crate::lifecycle::{Handle, LifecycleEvent};
 
+/// The reason of a gap the fleet's output stream made: its retention removed the messages.
+pub const STREAM_DROPPED: &str = "dropped by the fleet's output retention";
+
 /// One message of a process's output subject, as a reader gets it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct OutputPart {
@@ -117,6 +120,20 @@ pub async fn read_output(
         let mut part = output_part(message)?;
         if part.end <= next {
             return Ok(true);
+        }
+        if part.cursor > next {
+            // The stream's own retention removed the messages before this one.
+            let dropped = OutputPart {
+                cursor: next,
+                end: part.cursor,
+                stream: None,
+                bytes: Vec::new(),
+                gap: Some(STREAM_DROPPED.to_owned()),
+            };
+            next = part.cursor;
+            if !each(&dropped) {
+                return Ok(false);
+            }
         }
         if part.cursor < next {
             if part.gap.is_none() {

@@ -206,7 +206,7 @@ async fn pass_inner(
     }
     let state = match &shared.supervisor {
         Some(_) => {
-            output::output_stream(js, node)
+            output::output_stream(js, node, shared.config.output_bytes)
                 .await
                 .map_err(PassEnd::Nats)?;
             Some(StateWriter::new(
@@ -244,14 +244,16 @@ fn started(shared: &Shared, next: u64, stream_last: u64, outage: &mut Option<Ins
         status.shipped_seq = next - 1;
         status.stream_seq = stream_last;
     }
+    // The lag at the start of a pass: how much the node wrote that the stream does not hold.
+    let behind = shared.journal.last_seq().saturating_sub(next - 1);
     if let Some(since) = outage.take() {
         tracing::info!(
-            "fleet: shipping again after {:.1} s, from seq {next}",
+            "fleet: shipping again after {:.1} s, from seq {next} ({behind} records behind)",
             since.elapsed().as_secs_f64()
         );
     } else {
         let stream = shared.config.node.events_stream();
-        tracing::info!("fleet: shipping to {stream} from seq {next}");
+        tracing::info!("fleet: shipping to {stream} from seq {next} ({behind} records behind)");
     }
 }
 

@@ -73,8 +73,14 @@ struct LogsResult {
     cursor: u64,
     /// Where the next page starts; equal to `cursor` when the server holds nothing more yet.
     next_cursor: u64,
-    /// Cursors the node did not keep before they were shipped, with the reason.
+    /// Cursors the node did not keep before they were shipped (or the fleet's output stream
+    /// dropped), with the reason.
     gaps: Vec<Gap>,
+    /// Every byte the process wrote, as its node last recorded it (absent when the fleet state
+    /// has no entry for it).
+    total_bytes: Option<u64>,
+    /// `cursor` is beyond `total_bytes`: nothing to read there.
+    cursor_ahead: bool,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -223,6 +229,22 @@ async fn logs(
         .unwrap_or(PAGE_BYTES_DEFAULT)
         .clamp(1, PAGE_BYTES_MAX) as usize;
     let cursor = args.cursor.unwrap_or(0);
+    let recorded = crate::fleet::fleet_process(config, &node, &handle)
+        .await
+        .map_err(failed)?;
+    let total_bytes = recorded.and_then(|e| e.process["total_bytes"].as_u64());
+    if total_bytes.is_some_and(|t| cursor > t) {
+        let (text, next_cursor, gaps, cursor_ahead) = (String::new(), cursor, Vec::new(), true);
+        let page = LogsResult {
+            text,
+            cursor,
+            next_cursor,
+            gaps,
+            total_bytes,
+            cursor_ahead,
+        };
+        return Ok(structured(page));
+    }
     let (mut bytes, mut gaps, mut next) = (Vec::new(), Vec::new(), cursor);
     crate::fleet::read_output(config, &node, &handle, cursor, false, |part| {
         match &part.gap {
@@ -245,12 +267,16 @@ async fn logs(
     .await
     .map_err(failed)?;
     let text = crate::spool::render::safe_text(&bytes, true).text;
-    Ok(structured(LogsResult {
+    let cursor_ahead = false;
+    let page = LogsResult {
         text,
         cursor,
         next_cursor: next,
         gaps,
-    }))
+        total_bytes,
+        cursor_ahead,
+    };
+    Ok(structured(page))
 }
 
 async fn events(

@@ -699,6 +699,19 @@ fn fleet_status_shows_five_nodes_and_a_silent_one_as_unknown() {
         ]),
         "node two\n"
     );
+    // As on the node, a cursor beyond the output is an error that says where the output ends.
+    let ahead = crate::common::daemon::bin()
+        .args([
+            "fleet", "logs", "--fleet", &url, &target, "--cursor", "1000",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(ahead.status.code(), Some(125));
+    let said = String::from_utf8_lossy(&ahead.stderr);
+    assert!(
+        said.contains("beyond the end of the output (14 bytes)"),
+        "{said}"
+    );
     let events = bin_output(&["fleet", "events", "--fleet", &url, "--node", "node-2"]);
     let shipped = nodes_status(&url)[2]["shipped_seq"].as_u64().unwrap();
     assert_eq!(events.lines().count() as u64, shipped, "{events}");
@@ -821,6 +834,10 @@ fn the_mcp_fleet_tools_read_every_node_from_the_server() {
     }
     assert_eq!(events as u64, shipped_seq(&url, "n-b"));
 
+    let ahead = serde_json::json!({"node": "n-b", "handle": talker, "cursor": 1_000_000});
+    let ahead = conforms("fleet_logs", server.ok("fleet_logs", ahead));
+    assert_eq!(ahead["cursor_ahead"], true, "{ahead}");
+    assert_eq!(ahead["total_bytes"], expected.len() as u64, "{ahead}");
     let refused = server.call(
         "fleet_logs",
         serde_json::json!({"node": "a.b", "handle": talker}),
@@ -1185,4 +1202,57 @@ fn a_node_ships_with_a_creds_file_to_a_server_in_operator_mode() {
         Some(125),
         "a reader without credentials was served"
     );
+}
+
+/// Output the fleet's own output stream no longer keeps (its retention, `--fleet-output-bytes`)
+/// reads as a gap with that reason, never as the start of the output: what follows it is exactly
+/// the node's bytes from there.
+#[test]
+fn output_the_fleet_stream_dropped_reads_as_a_gap() {
+    let Some(nats) = Nats::start() else { return };
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let mut args = serve_args(&url, "r9");
+    args.extend(["--fleet-output-bytes", "256K"]);
+    let _daemon = Daemon::start_with(&root, &args);
+    let (code, handle, err) = client(&root, &["start", "--", "sh", "-c", "seq 1 300000"]);
+    assert_eq!(code, 0, "{err}");
+    let handle = handle.trim().to_owned();
+    assert_eq!(client(&root, &["wait", &handle]).0, 0);
+    let (_, node_bytes) = node_outputs(&root)
+        .into_iter()
+        .find(|(h, _)| *h == handle)
+        .unwrap();
+    let target = format!("r9/{handle}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (stdout, stderr) = loop {
+        let out = crate::common::daemon::bin()
+            .args(["fleet", "logs", "--fleet", &url, &target, "--raw"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        if out.stdout.ends_with(b"300000\n") {
+            break (out.stdout, String::from_utf8(out.stderr).unwrap());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the output's end never reached the fleet"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        stdout.len() < node_bytes.len() && stdout.len() <= 256 * 1024,
+        "{}",
+        stdout.len()
+    );
+    let dropped = node_bytes.len() - stdout.len();
+    let note =
+        format!("-- {dropped} bytes lost at cursor 0: dropped by the fleet's output retention --");
+    assert!(stderr.contains(&note), "{stderr}");
+    assert_eq!(stdout.as_slice(), &node_bytes[dropped..]);
 }
