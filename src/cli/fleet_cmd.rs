@@ -297,6 +297,7 @@ fn events(args: EventsArgs) -> anyhow::Result<ExitCode> {
         runtime.block_on(crate::fleet::read_events(
             &config,
             &node,
+            0,
             args.follow,
             |event| {
                 let line = super::json::line(event).map_err(anyhow::Error::from);

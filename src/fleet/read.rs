@@ -6,7 +6,8 @@
 
 use std::time::Duration;
 
-use async_nats::jetstream::{self, Context, consumer::pull::OrderedConfig, stream};
+use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
+use async_nats::jetstream::{self, Context, stream};
 use futures_util::StreamExt;
 use serde::Serialize;
 
@@ -34,14 +35,31 @@ pub struct OutputPart {
 
 /// Every message on `subject` of `stream` up to the subject's last message when the read began
 /// (and after it while `follow` says so), in order.
+/// Where a read of a stream starts: its first message, or a stream seq.
+#[derive(Debug, Clone, Copy)]
+enum From {
+    First,
+    StreamSeq(u64),
+}
+
 async fn consume(
     js: &Context,
     stream: &str,
     subject: &str,
     follow: bool,
-    mut each: impl FnMut(&jetstream::Message) -> Result<bool, StatusError>,
+    each: impl FnMut(&jetstream::Message) -> Result<bool, StatusError>,
 ) -> Result<(), StatusError> {
     let stream: stream::Stream = js.get_stream(stream).await.map_err(nats)?;
+    consume_from(&stream, subject, From::First, follow, each).await
+}
+
+async fn consume_from(
+    stream: &stream::Stream,
+    subject: &str,
+    from: From,
+    follow: bool,
+    mut each: impl FnMut(&jetstream::Message) -> Result<bool, StatusError>,
+) -> Result<(), StatusError> {
     let last = match stream.get_last_raw_message_by_subject(subject).await {
         Ok(m) => m.sequence,
         Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound && !follow => {
@@ -50,9 +68,14 @@ async fn consume(
         Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => 0,
         Err(e) => return Err(nats(e)),
     };
+    let deliver_policy = match from {
+        From::First => DeliverPolicy::All,
+        From::StreamSeq(start_sequence) => DeliverPolicy::ByStartSequence { start_sequence },
+    };
     let consumer = stream
         .create_consumer(OrderedConfig {
             filter_subject: subject.to_owned(),
+            deliver_policy,
             ..Default::default()
         })
         .await
@@ -71,15 +94,18 @@ async fn consume(
     Ok(())
 }
 
+/// A header of `message`, if it has one.
+fn header(message: &jetstream::Message, name: &str) -> Option<String> {
+    message
+        .headers
+        .as_ref()
+        .and_then(|h| h.get(name))
+        .map(|v| v.as_str().to_owned())
+}
+
 /// One output message, decoded.
 fn output_part(message: &jetstream::Message) -> Result<OutputPart, StatusError> {
-    let get = |name: &str| {
-        message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(name))
-            .map(|v| v.as_str().to_owned())
-    };
+    let get = |name: &str| header(message, name);
     let undecodable = |e: wire::WireError| StatusError::Nats(format!("an output message: {e}"));
     let cursor_text = get(wire::H_CURSOR);
     let gap_to = get(wire::H_GAP_TO);
@@ -167,13 +193,7 @@ pub struct ShippedEvent {
 }
 
 fn shipped_event(node: &str, message: &jetstream::Message) -> Result<ShippedEvent, StatusError> {
-    let get = |name: &str| {
-        message
-            .headers
-            .as_ref()
-            .and_then(|h| h.get(name))
-            .map(|v| v.as_str().to_owned())
-    };
+    let get = |name: &str| header(message, name);
     let at = wire::decode_shipped(get(wire::H_JOURNAL).as_deref(), get(wire::H_SEQ).as_deref())
         .map_err(|e| StatusError::Nats(format!("a record of {node}: {e}")))?;
     let kind = get(wire::H_KIND).and_then(|k| k.parse::<u16>().ok());
@@ -198,24 +218,63 @@ fn shipped_event(node: &str, message: &jetstream::Message) -> Result<ShippedEven
     })
 }
 
-/// Every shipped record of `node`, in order; with `follow`, also those shipped later, until
-/// `each` says stop.
+/// Every shipped record of `node` after journal seq `after` (0: from the first), in order;
+/// with `follow`, also those shipped later, until `each` says stop.
 pub async fn read_events(
     config: &FleetConfig,
     node: &NodeName,
+    after: u64,
     follow: bool,
     mut each: impl FnMut(&ShippedEvent) -> bool,
 ) -> Result<(), StatusError> {
     let js = connect(config).await?;
     let name = node.to_string();
-    consume(
-        &js,
-        &node.events_stream(),
-        &node.events_subject(),
-        follow,
-        |message| Ok(each(&shipped_event(&name, message)?)),
-    )
+    let mut stream = js.get_stream(node.events_stream()).await.map_err(nats)?;
+    let state = stream.info().await.map_err(nats)?.state.clone();
+    let from = if after == 0 {
+        From::First
+    } else {
+        match first_after(&stream, state.first_sequence, state.last_sequence, after).await? {
+            Some(seq) => From::StreamSeq(seq),
+            None if follow => From::StreamSeq(state.last_sequence + 1),
+            None => return Ok(()),
+        }
+    };
+    let subject = node.events_subject();
+    consume_from(&stream, &subject, from, follow, |message| {
+        Ok(each(&shipped_event(&name, message)?))
+    })
     .await
+}
+
+/// The stream seq of the first message in `first..=last` that covers a journal seq above
+/// `after`. A node's messages are in journal seq order, so a binary search finds it in
+/// O(log n) reads instead of reading the stream from its start.
+async fn first_after(
+    stream: &stream::Stream,
+    first: u64,
+    last: u64,
+    after: u64,
+) -> Result<Option<u64>, StatusError> {
+    let (mut lo, mut hi) = (first, last.saturating_add(1));
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let covers = match stream.get_raw_message(mid).await {
+            Ok(m) => {
+                let seq = m.headers.get(wire::H_SEQ).map(|v| v.as_str().to_owned());
+                wire::decode_seq(wire::H_SEQ, seq.as_deref().unwrap_or(""))
+                    .map_err(|e| StatusError::Nats(format!("stream seq {mid}: {e}")))?
+            }
+            // Removed by the stream's limits, which remove the oldest: below any answer.
+            Err(_) => 0,
+        };
+        if covers > after {
+            hi = mid;
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok((lo <= last).then_some(lo))
 }
 
 /// How long a follower waits between looks at a process's state.

@@ -288,7 +288,7 @@ async fn events(
     let after = args.after_seq.unwrap_or(0);
     let limit = args.limit.unwrap_or(EVENTS_DEFAULT).clamp(1, EVENTS_MAX) as usize;
     let mut events = Vec::new();
-    crate::fleet::read_events(config, &node, false, |event| {
+    crate::fleet::read_events(config, &node, after, false, |event| {
         if event.seq > after {
             events.push(event.clone());
         }

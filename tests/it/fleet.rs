@@ -148,6 +148,15 @@ impl Drop for Nats {
     }
 }
 
+/// What most tests start from: a server, its URL, a temp directory and a root in it.
+fn scene() -> Option<(Nats, String, tempfile::TempDir, PathBuf)> {
+    let nats = Nats::start()?;
+    let url = nats.url();
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    Some((nats, url, dir, root))
+}
+
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -505,10 +514,9 @@ fn await_fleet(fleet: &procjournal::Fleet, seq: u64, what: &str) {
 /// journal at once (two of them replays) store each new record once.
 #[test]
 fn a_whole_journal_replay_inside_and_after_the_dedup_window_stores_nothing_twice() {
-    let Some(nats) = Nats::start() else { return };
-    let url = nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+    let Some((_nats, url, _dir, root)) = scene() else {
+        return;
+    };
     let mut lc = workload_journal(&root, 600, None);
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -562,10 +570,9 @@ fn a_whole_journal_replay_inside_and_after_the_dedup_window_stores_nothing_twice
 /// skipped: the stream still covers every seq, and the journal's remaining records follow.
 #[test]
 fn records_compacted_before_they_were_shipped_are_a_gap() {
-    let Some(nats) = Nats::start() else { return };
-    let url = nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+    let Some((_nats, url, _dir, root)) = scene() else {
+        return;
+    };
     let lc = workload_journal(&root, 600, Some(200));
     let records = journal(&root);
     let first = *records.keys().next().unwrap();
@@ -877,10 +884,9 @@ fn every_message(url: &str) -> Vec<Vec<u8>> {
 /// shows the process, and a value given to be kept (`--env-persist`) does reach it.
 #[test]
 fn secrets_withheld_from_the_journal_never_reach_the_fleet() {
-    let Some(nats) = Nats::start() else { return };
-    let url = nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+    let Some((_nats, url, _dir, root)) = scene() else {
+        return;
+    };
     let _daemon = Daemon::start_with(&root, &serve_args(&url, "s1"));
     let secret = "s3cr3t-fleet-value-7f1c";
     let kept = "kept-fleet-value-2b9d";
@@ -1008,43 +1014,44 @@ fn a_node_ships_over_tls_to_a_server_it_trusts() {
     let root = dir.path().join("root");
     let _daemon = Daemon::start_with(&root, &["--fleet", &url, "--node", "t1", "--fleet-ca", ca]);
     start_true(&root);
-    let last = journal(&root).keys().last().copied().unwrap();
+    await_shipped_as_read_by(&url, &["--fleet-ca", ca], "t1", &root);
+    assert_reader_refused(&url, "a reader that trusts no CA was served");
+}
+
+/// Waits until `fleet status` (with the reader's `options`) says `node` shipped every record of
+/// the journal at `root`.
+fn await_shipped_as_read_by(url: &str, options: &[&str], node: &str, root: &Path) {
+    let last = journal(root).keys().last().copied().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let out = bin_output(&[
-            "fleet",
-            "status",
-            "--fleet",
-            &url,
-            "--fleet-ca",
-            ca,
-            "--json",
-        ]);
+        let mut args = vec!["fleet", "status", "--fleet", url, "--json"];
+        args.extend(options);
+        let out = bin_output(&args);
         let shipped = out
             .lines()
             .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|n| n["node"] == "t1")
+            .find(|n| n["node"] == node)
             .and_then(|n| n["shipped_seq"].as_u64())
             .unwrap_or(0);
         if shipped >= last {
-            break;
+            return;
         }
         assert!(
             Instant::now() < deadline,
-            "shipped {shipped} of {last} over TLS: {out}"
+            "shipped {shipped} of {last}: {out}"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// A reader given no credentials or CA is refused (exit 125).
+fn assert_reader_refused(url: &str, what: &str) {
     let refused = crate::common::daemon::bin()
-        .args(["fleet", "status", "--fleet", &url])
+        .args(["fleet", "status", "--fleet", url])
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    assert_eq!(
-        refused.status.code(),
-        Some(125),
-        "a reader that trusts no CA was served"
-    );
+    assert_eq!(refused.status.code(), Some(125), "{what}");
 }
 
 /// Base64url without padding, as JWTs write it.
@@ -1165,43 +1172,8 @@ fn a_node_ships_with_a_creds_file_to_a_server_in_operator_mode() {
         &["--fleet", &url, "--node", "c1", "--fleet-creds", creds],
     );
     start_true(&root);
-    let last = journal(&root).keys().last().copied().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let out = bin_output(&[
-            "fleet",
-            "status",
-            "--fleet",
-            &url,
-            "--fleet-creds",
-            creds,
-            "--json",
-        ]);
-        let shipped = out
-            .lines()
-            .map(|l| serde_json::from_str::<Value>(l).unwrap())
-            .find(|n| n["node"] == "c1")
-            .and_then(|n| n["shipped_seq"].as_u64())
-            .unwrap_or(0);
-        if shipped >= last {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "shipped {shipped} of {last} with creds: {out}"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let refused = crate::common::daemon::bin()
-        .args(["fleet", "status", "--fleet", &url])
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    assert_eq!(
-        refused.status.code(),
-        Some(125),
-        "a reader without credentials was served"
-    );
+    await_shipped_as_read_by(&url, &["--fleet-creds", creds], "c1", &root);
+    assert_reader_refused(&url, "a reader without credentials was served");
 }
 
 /// Output the fleet's own output stream no longer keeps (its retention, `--fleet-output-bytes`)
@@ -1209,10 +1181,9 @@ fn a_node_ships_with_a_creds_file_to_a_server_in_operator_mode() {
 /// the node's bytes from there.
 #[test]
 fn output_the_fleet_stream_dropped_reads_as_a_gap() {
-    let Some(nats) = Nats::start() else { return };
-    let url = nats.url();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+    let Some((_nats, url, _dir, root)) = scene() else {
+        return;
+    };
     let mut args = serve_args(&url, "r9");
     args.extend(["--fleet-output-bytes", "256K"]);
     let _daemon = Daemon::start_with(&root, &args);
