@@ -342,7 +342,10 @@ fn journal(root: &Path) -> BTreeMap<u64, (String, u16, Vec<u8>)> {
 fn await_shipped(url: &str, node: &str, last: impl Fn() -> u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let (want, got) = (last(), shipped_seq(url, node));
+        // The stream first, the journal after: the node may append meanwhile (a publication,
+        // a completion notice), and shipped <= written holds only when read in this order.
+        let got = shipped_seq(url, node);
+        let want = last();
         if got >= want && want > 0 {
             assert_eq!(
                 got, want,
@@ -651,8 +654,9 @@ fn fleet_status_shows_five_nodes_and_a_silent_one_as_unknown() {
         .map(|n| n["node"].as_str().unwrap().to_owned())
         .collect();
     assert_eq!(names, ["node-0", "node-1", "node-2", "node-3", "node-4"]);
-    for (i, n) in nodes.iter().enumerate() {
-        assert_eq!(n["head_seq"], last_of(i), "{n}");
+    // Each node's heartbeat says its head, and the stream holds all of it.
+    for n in &nodes {
+        assert_eq!(n["head_seq"], n["shipped_seq"], "{n}");
     }
     let mut silent = daemons.remove(2);
     silent.child.kill().unwrap();
@@ -670,11 +674,23 @@ fn fleet_status_shows_five_nodes_and_a_silent_one_as_unknown() {
 
     // `fleet ps`: every node's processes together; node-2's sleeper, last recorded running,
     // reads unknown, never running; its finished process keeps its recorded end.
-    let out = bin_output(&["fleet", "ps", "--fleet", &url, "--json"]);
-    let processes: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    // A manifest is written after its records and output are shipped: wait for all of them.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (out, processes) = loop {
+        let out = bin_output(&["fleet", "ps", "--fleet", &url, "--json"]);
+        let processes: Vec<Value> = out
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        if processes.len() >= 1 + 2 + 3 + 4 + 5 + 2 {
+            break (out, processes);
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the fleet state never held every process: {out}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
     let nodes: std::collections::BTreeSet<_> = processes
         .iter()
         .map(|p| p["node"].as_str().unwrap())
