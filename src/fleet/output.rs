@@ -21,8 +21,23 @@ use crate::supervisor::{Supervisor, SupervisorError};
 
 /// Bytes of output in one message, at most (the server's default `max_payload` is 1 MiB).
 pub const CHUNK_BYTES_MAX: usize = 64 * 1024;
+/// Reads of one process's output per call (64 of up to 64 KiB: 4 MiB), so that a large output is
+/// shipped in slices between the records that arrive meanwhile.
+const SLICE_READS: usize = 64;
 /// Processes whose shipping position is remembered before the cache is emptied.
 const POSITIONS_MAX: usize = 4096;
+
+/// How far a call of [`OutputShipper::ship`] got.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Progress {
+    /// Everything up to the recorded total is in the stream.
+    Done,
+    /// A slice was shipped; there is more.
+    More,
+    /// The spool gave nothing more before the recorded total (it should not: a record states
+    /// output already written); the next record of the process, or the next pass, tries again.
+    Stalled,
+}
 
 /// Where one process's output stands on the server.
 #[derive(Debug, Clone, Copy, Default)]
@@ -75,20 +90,23 @@ impl OutputShipper {
         }
     }
 
-    /// Ships `handle`'s output up to `upto` (its recorded total).
+    /// Ships `handle`'s output up to `upto` (its recorded total), at most [`SLICE_READS`]
+    /// reads of it.
     pub(super) async fn ship(
         &mut self,
         js: &Context,
         supervisor: &Supervisor,
         handle: Handle,
         upto: u64,
-    ) -> Result<(), String> {
+    ) -> Result<Progress, String> {
         let subject = self.node.output_subject(&handle);
         let mut at = match self.positions.get(&handle) {
             Some(p) => *p,
             None => resume(js, &self.node, &subject).await?,
         };
-        while at.next < upto {
+        let mut reads = 0;
+        while at.next < upto && reads < SLICE_READS {
+            reads += 1;
             let read = supervisor
                 .output_raw(&handle, at.next, CHUNK_BYTES_MAX)
                 .await;
@@ -119,7 +137,13 @@ impl OutputShipper {
             self.positions.clear();
         }
         self.positions.insert(handle, at);
-        Ok(())
+        Ok(if at.next >= upto {
+            Progress::Done
+        } else if reads < SLICE_READS {
+            Progress::Stalled
+        } else {
+            Progress::More
+        })
     }
 
     /// Forgets where `handle` stands (after a refusal: the subject is read again next time).

@@ -25,7 +25,7 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::{self, Context, publish::PublishAck, stream};
 use tokio::sync::mpsc;
 
-use super::output::{self, OutputShipper};
+use super::output::{self, OutputShipper, Progress};
 use super::source::{self, Item};
 use super::state::{self, StateWriter};
 use super::wire::{self, NodeName, Shipped};
@@ -86,6 +86,9 @@ pub(super) async fn run(shared: Shared) {
         }
     };
     let js = jetstream::new(client);
+    let shared = Arc::new(shared);
+    // Liveness does not wait on shipping: a node busy with a backlog is still live.
+    tokio::spawn(beat_forever(js.clone(), Arc::clone(&shared)));
     let mut replay_from = shared.config.replay_from;
     let mut backoff = BACKOFF_MIN;
     let mut outage: Option<Instant> = None;
@@ -283,26 +286,29 @@ impl Pass<'_> {
         &mut self,
         mut rx: mpsc::Receiver<Item>,
     ) -> Result<std::convert::Infallible, PassEnd> {
-        let mut beat = tokio::time::interval(self.shared.config.heartbeat);
         loop {
             let room = self.pending.len() < self.shared.config.window.max(1);
             let waiting = !self.pending.is_empty();
+            let behind = !self.dirty.is_empty();
             tokio::select! {
-                item = rx.recv(), if room => {
-                    let item = item.ok_or_else(|| PassEnd::Reader("ended".to_owned()))?;
-                    self.publish(item).await?;
-                }
+                // Acks, then records, then the fleet state and output: a large output is shipped
+                // in slices between records, never ahead of them.
+                biased;
                 ack = front_ack(&mut self.pending), if waiting => {
                     let (_, seq, handle) = self.pending.pop_front().ok_or_else(|| nats("no ack"))?;
                     acknowledged(ack, seq, self.shared)?;
                     if let Some(handle) = handle {
                         self.dirty.insert(handle, seq);
                     }
-                    if self.pending.is_empty() || self.dirty.len() >= DIRTY_MAX {
+                    if self.dirty.len() >= DIRTY_MAX {
                         self.write_state().await?;
                     }
                 }
-                _ = beat.tick() => heartbeat(self.js, self.shared).await,
+                item = rx.recv(), if room => {
+                    let item = item.ok_or_else(|| PassEnd::Reader("ended".to_owned()))?;
+                    self.publish(item).await?;
+                }
+                () = std::future::ready(()), if behind => self.write_state().await?,
             }
         }
     }
@@ -367,9 +373,20 @@ impl Pass<'_> {
             // The output first: an entry saying `total_bytes` T means the output stream holds
             // the process's output up to T, so an entry found current needs nothing shipped.
             let upto = manifest.bounds.total_bytes;
-            if let Err(e) = self.output.ship(self.js, supervisor, handle, upto).await {
-                self.output.forget(&handle);
-                return Err(PassEnd::Nats(format!("output of {handle}: {e}")));
+            match self.output.ship(self.js, supervisor, handle, upto).await {
+                Ok(Progress::Done) => {}
+                // More than a slice to ship: the rest after the records waiting meanwhile.
+                Ok(Progress::More) => {
+                    self.dirty.insert(handle, seq);
+                    return Ok(());
+                }
+                // Its entry waits for its output (the entry would claim more than the stream
+                // holds).
+                Ok(Progress::Stalled) => continue,
+                Err(e) => {
+                    self.output.forget(&handle);
+                    return Err(PassEnd::Nats(format!("output of {handle}: {e}")));
+                }
             }
             state
                 .put(handle, seq, process)
@@ -472,6 +489,16 @@ async fn heartbeat_stream(js: &Context) -> Result<(), PassEnd> {
     .await
     .map(|_| ())
     .map_err(nats)
+}
+
+/// Publishes the node's heartbeat every interval, whatever shipping is doing, until the
+/// runtime ends.
+async fn beat_forever(js: Context, shared: Arc<Shared>) {
+    let mut beat = tokio::time::interval(shared.config.heartbeat);
+    loop {
+        beat.tick().await;
+        heartbeat(&js, &shared).await;
+    }
 }
 
 /// Publishes the node's heartbeat (docs/fleet.md); a failure only shows as lag and age.
