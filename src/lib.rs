@@ -129,9 +129,9 @@ pub use server::{ServeError, Server, ServerLimits, default_socket};
 // The fleet.
 #[cfg(feature = "fleet")]
 pub use fleet::{
-    Fleet, FleetConfig, FleetProcess, FleetStatus, NodeName, NodeStatus, OutputPart, ProcessEntry,
-    ShippedEvent, StatusError, WireError, fleet_process, fleet_processes, fleet_status,
-    read_events, read_output,
+    Fleet, FleetConfig, FleetProcess, FleetReader, FleetStatus, NodeName, NodeStatus, OutputPart,
+    ProcessEntry, ShippedEvent, StatusError, WireError, fleet_process, fleet_processes,
+    fleet_status, read_events, read_output,
 };
 
 // The MCP server.

@@ -204,8 +204,10 @@ fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         .parse()
         .map_err(|e| anyhow::anyhow!("{handle}: {e}"))?;
     let runtime = runtime()?;
+    // One connection for the whole read, the follow's polls included.
+    let reader = runtime.block_on(crate::fleet::FleetReader::connect(&config))?;
     // As `logs` on the node: a cursor beyond what the process wrote is an error.
-    let recorded = runtime.block_on(crate::fleet::fleet_process(&config, &node, &handle))?;
+    let recorded = runtime.block_on(reader.process(&node, &handle))?;
     let total = recorded
         .as_ref()
         .and_then(|e| e.process["total_bytes"].as_u64());
@@ -225,15 +227,14 @@ fn logs(args: LogsArgs) -> anyhow::Result<ExitCode> {
         ok
     };
     runtime.block_on(async {
-        let read =
-            crate::fleet::read_output(&config, &node, &handle, args.cursor, args.follow, print);
+        let read = reader.output(&node, &handle, args.cursor, args.follow, print);
         if !args.follow {
             return read.await.map(|_| ());
         }
         let ended = async {
             loop {
                 tokio::time::sleep(crate::fleet::read::FOLLOW_POLL).await;
-                match crate::fleet::fleet_process(&config, &node, &handle).await {
+                match reader.process(&node, &handle).await {
                     Ok(Some(e)) if ended_and_read(&e, at.get()) => return,
                     _ => {}
                 }

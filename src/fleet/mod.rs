@@ -29,7 +29,9 @@ use serde::{Deserialize, Serialize};
 pub use read::{OutputPart, ShippedEvent, read_events, read_output};
 pub use state::ProcessEntry;
 pub use status::StatusError;
-pub use status::{FleetProcess, NodeStatus, fleet_process, fleet_processes, fleet_status};
+pub use status::{
+    FleetProcess, FleetReader, NodeStatus, fleet_process, fleet_processes, fleet_status,
+};
 pub use wire::{NodeName, WireError};
 
 use crate::journal::Journal;

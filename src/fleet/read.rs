@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use serde::Serialize;
 
 use super::FleetConfig;
-use super::status::{StatusError, connect, nats};
+use super::status::{FleetReader, StatusError, connect, nats};
 use super::wire::{self, NodeName};
 use crate::lifecycle::{Handle, LifecycleEvent};
 
@@ -137,12 +137,37 @@ pub async fn read_output(
     handle: &Handle,
     cursor: u64,
     follow: bool,
+    each: impl FnMut(&OutputPart) -> bool,
+) -> Result<u64, StatusError> {
+    let reader = FleetReader::connect(config).await?;
+    reader.output(node, handle, cursor, follow, each).await
+}
+
+impl FleetReader {
+    /// [`read_output`] on this reader's connection.
+    pub async fn output(
+        &self,
+        node: &NodeName,
+        handle: &Handle,
+        cursor: u64,
+        follow: bool,
+        each: impl FnMut(&OutputPart) -> bool,
+    ) -> Result<u64, StatusError> {
+        output_on(&self.js, node, handle, cursor, follow, each).await
+    }
+}
+
+async fn output_on(
+    js: &Context,
+    node: &NodeName,
+    handle: &Handle,
+    cursor: u64,
+    follow: bool,
     mut each: impl FnMut(&OutputPart) -> bool,
 ) -> Result<u64, StatusError> {
-    let js = connect(config).await?;
     let mut next = cursor;
     let subject = node.output_subject(handle);
-    consume(&js, &node.output_stream(), &subject, follow, |message| {
+    consume(js, &node.output_stream(), &subject, follow, |message| {
         let mut part = output_part(message)?;
         if part.end <= next {
             return Ok(true);

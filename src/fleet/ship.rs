@@ -27,7 +27,7 @@ use tokio::sync::mpsc;
 
 use super::output::{self, OutputShipper, Progress};
 use super::source::{self, Item};
-use super::state::{self, StateWriter};
+use super::state::{self, Plan, StateWriter};
 use super::wire::{self, NodeName, Shipped};
 use super::{FleetConfig, FleetStatus};
 use crate::journal::Journal;
@@ -363,11 +363,11 @@ impl Pass<'_> {
                 continue;
             };
             let process = serde_json::to_value(ProcessInfo::from(&manifest)).map_err(nats)?;
-            if state
-                .holds(&handle, &process)
+            let plan = state
+                .plan(&handle, seq, &process)
                 .await
-                .map_err(PassEnd::Nats)?
-            {
+                .map_err(PassEnd::Nats)?;
+            if plan == Plan::Skip {
                 continue;
             }
             // The output first: an entry saying `total_bytes` T means the output stream holds
@@ -389,7 +389,7 @@ impl Pass<'_> {
                 }
             }
             state
-                .put(handle, seq, process)
+                .write(handle, seq, process, plan)
                 .await
                 .map_err(PassEnd::Nats)?;
         }

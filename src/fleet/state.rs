@@ -78,53 +78,68 @@ impl StateWriter {
         }
     }
 
-    /// Writes `process` (read after record `seq`) under its key, unless the entry there is
-    /// already as new (module doc).
-    pub(super) async fn put(
+    /// What to do with `process`, read after record `seq`: nothing, when the bucket already
+    /// holds it or an entry at least as new (module doc); else write it over the revision
+    /// found. One read, unless this writer wrote the key itself in this pass (then it knows the
+    /// revision, and the caller marked the process changed).
+    pub(super) async fn plan(
+        &self,
+        handle: &Handle,
+        seq: u64,
+        process: &serde_json::Value,
+    ) -> Result<Plan, String> {
+        if let Some(&revision) = self.revisions.get(handle) {
+            return Ok(Plan::Write(Some(revision)));
+        }
+        let key = key(&self.node, handle);
+        let Some(entry) = self.store.entry(&key).await.map_err(|e| e.to_string())? else {
+            return Ok(Plan::Write(None));
+        };
+        // An entry of another journal, or one that does not decode, is older than any of
+        // this journal's.
+        let held = serde_json::from_slice::<ProcessEntry>(&entry.value).ok();
+        let current = entry.operation == kv::Operation::Put
+            && held.is_some_and(|h| {
+                h.journal == self.journal && (h.seq >= seq || h.process == *process)
+            });
+        Ok(if current {
+            Plan::Skip
+        } else {
+            Plan::Write(Some(entry.revision))
+        })
+    }
+
+    /// Writes `process` (read after record `seq`) as `plan` says; when another writer got
+    /// there first, reads again and decides again.
+    pub(super) async fn write(
         &mut self,
         handle: Handle,
         seq: u64,
         process: serde_json::Value,
+        mut plan: Plan,
     ) -> Result<(), String> {
         let key = key(&self.node, &handle);
-        let entry = ProcessEntry {
-            version: 1,
-            node: self.node.to_string(),
-            journal: self.journal.clone(),
-            seq,
-            process,
-        };
-        let body = serde_json::to_vec(&entry).map_err(|e| e.to_string())?;
         for _ in 0..ATTEMPTS {
-            let revision = match self.revisions.get(&handle) {
-                Some(&revision) => Some(revision),
-                None => match self.current(&key, seq, &entry.process).await? {
-                    Current::Newer => return Ok(()),
-                    Current::Revision(r) => Some(r),
-                    Current::Missing => None,
-                },
+            let Plan::Write(revision) = plan else {
+                return Ok(());
             };
+            let entry = ProcessEntry {
+                version: 1,
+                node: self.node.to_string(),
+                journal: self.journal.clone(),
+                seq,
+                process: process.clone(),
+            };
+            let body = serde_json::to_vec(&entry).map_err(|e| e.to_string())?;
             let written = match revision {
-                Some(r) => self
-                    .store
-                    .update(&key, body.clone().into(), r)
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.kind() == kv::UpdateErrorKind::WrongLastRevision,
-                            e.to_string(),
-                        )
-                    }),
-                None => self
-                    .store
-                    .create(&key, body.clone().into())
-                    .await
-                    .map_err(|e| {
-                        (
-                            e.kind() == kv::CreateErrorKind::AlreadyExists,
-                            e.to_string(),
-                        )
-                    }),
+                Some(r) => self.store.update(&key, body.into(), r).await.map_err(|e| {
+                    let lost = e.kind() == kv::UpdateErrorKind::WrongLastRevision;
+                    (lost, e.to_string())
+                }),
+                None => self.store.create(&key, body.into()).await.map_err(|e| {
+                    let lost = e.kind() == kv::CreateErrorKind::AlreadyExists;
+                    (lost, e.to_string())
+                }),
             };
             match written {
                 Ok(revision) => {
@@ -137,61 +152,20 @@ impl StateWriter {
                 // Another writer got there first: read what it wrote, then decide.
                 Err((true, _)) => {
                     self.revisions.remove(&handle);
+                    plan = self.plan(&handle, seq, &process).await?;
                 }
                 Err((false, e)) => return Err(e),
             }
         }
         Err(format!("{key}: other writers kept getting there first"))
     }
-
-    /// Whether the bucket already holds `process` for `handle` (read unless this writer wrote
-    /// the key itself, in which case the caller knows better: it was marked changed).
-    pub(super) async fn holds(
-        &self,
-        handle: &Handle,
-        process: &serde_json::Value,
-    ) -> Result<bool, String> {
-        if self.revisions.contains_key(handle) {
-            return Ok(false);
-        }
-        let key = key(&self.node, handle);
-        let Some(entry) = self.store.entry(&key).await.map_err(|e| e.to_string())? else {
-            return Ok(false);
-        };
-        let held = serde_json::from_slice::<ProcessEntry>(&entry.value).ok();
-        Ok(entry.operation == kv::Operation::Put
-            && held.is_some_and(|h| h.journal == self.journal && h.process == *process))
-    }
-
-    /// What the bucket holds under `key`, beside an entry read after record `seq`. An entry of
-    /// another journal, or one that does not decode, is older than any of this journal's.
-    /// An entry holding the same process as `process` needs no write either.
-    async fn current(
-        &self,
-        key: &str,
-        seq: u64,
-        process: &serde_json::Value,
-    ) -> Result<Current, String> {
-        let Some(entry) = self.store.entry(key).await.map_err(|e| e.to_string())? else {
-            return Ok(Current::Missing);
-        };
-        let held = serde_json::from_slice::<ProcessEntry>(&entry.value).ok();
-        let newer = entry.operation == kv::Operation::Put
-            && held.is_some_and(|h| {
-                h.journal == self.journal && (h.seq >= seq || h.process == *process)
-            });
-        Ok(if newer {
-            Current::Newer
-        } else {
-            Current::Revision(entry.revision)
-        })
-    }
 }
 
-/// What a key holds now.
-enum Current {
-    Missing,
-    Revision(u64),
-    /// An entry at least as new as the one to write.
-    Newer,
+/// What [`StateWriter::plan`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Plan {
+    /// The bucket holds this process, or a newer entry of it: nothing to write.
+    Skip,
+    /// Write over this revision (`None`: create the key).
+    Write(Option<u64>),
 }

@@ -210,19 +210,45 @@ pub async fn fleet_processes(
     Ok(out)
 }
 
+/// A reader's connection to a fleet's server, for several reads (`fleet logs -f` asks for a
+/// process's entry every half second: one connection, not one a poll).
+#[derive(Debug, Clone)]
+pub struct FleetReader {
+    pub(super) js: Context,
+}
+
+impl FleetReader {
+    pub async fn connect(config: &FleetConfig) -> Result<Self, StatusError> {
+        Ok(FleetReader {
+            js: connect(config).await?,
+        })
+    }
+
+    /// The fleet state's entry of one process, if the server holds one.
+    pub async fn process(
+        &self,
+        node: &super::NodeName,
+        handle: &crate::lifecycle::Handle,
+    ) -> Result<Option<super::state::ProcessEntry>, StatusError> {
+        let Ok(store) = self.js.get_key_value(super::state::BUCKET).await else {
+            return Ok(None);
+        };
+        let key = super::state::key(node, handle);
+        let Some(value) = store.get(&key).await.map_err(nats)? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice(&value).ok())
+    }
+}
+
 /// The fleet state's entry of one process, if the server holds one.
 pub async fn fleet_process(
     config: &FleetConfig,
     node: &super::NodeName,
     handle: &crate::lifecycle::Handle,
 ) -> Result<Option<super::state::ProcessEntry>, StatusError> {
-    let js = connect(config).await?;
-    let Ok(store) = js.get_key_value(super::state::BUCKET).await else {
-        return Ok(None);
-    };
-    let key = super::state::key(node, handle);
-    let Some(value) = store.get(&key).await.map_err(nats)? else {
-        return Ok(None);
-    };
-    Ok(serde_json::from_slice(&value).ok())
+    FleetReader::connect(config)
+        .await?
+        .process(node, handle)
+        .await
 }

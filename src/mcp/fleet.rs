@@ -229,9 +229,10 @@ async fn logs(
         .unwrap_or(PAGE_BYTES_DEFAULT)
         .clamp(1, PAGE_BYTES_MAX) as usize;
     let cursor = args.cursor.unwrap_or(0);
-    let recorded = crate::fleet::fleet_process(config, &node, &handle)
+    let reader = crate::fleet::FleetReader::connect(config)
         .await
         .map_err(failed)?;
+    let recorded = reader.process(&node, &handle).await.map_err(failed)?;
     let total_bytes = recorded.and_then(|e| e.process["total_bytes"].as_u64());
     if total_bytes.is_some_and(|t| cursor > t) {
         let (text, next_cursor, gaps, cursor_ahead) = (String::new(), cursor, Vec::new(), true);
@@ -246,26 +247,27 @@ async fn logs(
         return Ok(structured(page));
     }
     let (mut bytes, mut gaps, mut next) = (Vec::new(), Vec::new(), cursor);
-    crate::fleet::read_output(config, &node, &handle, cursor, false, |part| {
-        match &part.gap {
-            Some(reason) => gaps.push(Gap {
-                from: part.cursor,
-                to: part.end,
-                reason: reason.clone(),
-            }),
-            None => {
-                let room = max - bytes.len();
-                let take = part.bytes.len().min(room);
-                bytes.extend_from_slice(&part.bytes[..take]);
-                next = part.cursor + take as u64;
-                return bytes.len() < max;
+    reader
+        .output(&node, &handle, cursor, false, |part| {
+            match &part.gap {
+                Some(reason) => gaps.push(Gap {
+                    from: part.cursor,
+                    to: part.end,
+                    reason: reason.clone(),
+                }),
+                None => {
+                    let room = max - bytes.len();
+                    let take = part.bytes.len().min(room);
+                    bytes.extend_from_slice(&part.bytes[..take]);
+                    next = part.cursor + take as u64;
+                    return bytes.len() < max;
+                }
             }
-        }
-        next = part.end;
-        bytes.len() < max
-    })
-    .await
-    .map_err(failed)?;
+            next = part.end;
+            bytes.len() < max
+        })
+        .await
+        .map_err(failed)?;
     let text = crate::spool::render::safe_text(&bytes, true).text;
     let cursor_ahead = false;
     let page = LogsResult {
