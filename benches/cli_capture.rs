@@ -12,6 +12,13 @@
 //!   system as the roots, not synced (the issue's `head -c 1G > file`);
 //! - for scale, the pipe alone: `sh -c '<workload> | cat > FILE'`: every supervisor must take
 //!   output through a pipe, and this is what the pipe costs by itself;
+//! - a reader that keeps nothing: `sh -c '<workload> | SINK'`, where SINK is this bench's own
+//!   binary, enlarging the pipe to 1 MiB as the supervisor does, reading it 256 KiB at a time and
+//!   throwing every byte away. For zeros (one writer) it is the floor of any capture through a
+//!   pipe: the workload's own cost of writing into one, which no supervisor that reads a pipe and
+//!   keeps the bytes goes below. For text lines it is not a floor: `yes` and `head` and the reader
+//!   share two CPUs, and a reader this eager wakes the writers more often than one that writes a
+//!   file (it has measured slower than `cat > FILE`);
 //! - `run`: `procjournal run --root R -- sh -c '<workload>'`, its live copy to /dev/null: the
 //!   open of the root, the drain into the spool (default retention, 64 MiB, so older segments
 //!   are deleted as a ring), the tap to this process's stdout, the write-behind syncs, the
@@ -210,17 +217,46 @@ fn check_total(bin: &Path, root: &Path, marker: &str, bytes: u64) -> Res<()> {
     Ok(())
 }
 
-/// One workload's four figures over the rounds, in ms: (baseline, pipe, run, daemon).
-fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 4]> {
+/// Set in the bench's own binary when it runs as the floor's reader.
+const SINK_ENV: &str = "PROCJOURNAL_BENCH_CAPTURE_SINK";
+
+/// The floor's reader: stdin (a pipe) enlarged as the supervisor enlarges its pipes, read in
+/// reads of the supervisor's size until its end, every byte thrown away.
+fn sink() -> Res<()> {
+    use std::io::Read;
+    let stdin = std::io::stdin();
+    // An older kernel may refuse the size; the floor is then that of the default pipe.
+    let _ = nix::fcntl::fcntl(&stdin, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+    let mut buf = vec![0u8; 256 * 1024];
+    let mut input = stdin.lock();
+    while input.read(&mut buf)? > 0 {}
+    Ok(())
+}
+
+/// The floor: the workload piped into [`sink`].
+fn shell_to_sink(shell: &str, scratch: &Path) -> Res<f64> {
+    settle(scratch)?;
+    let me = std::env::current_exe()?;
+    let (secs, _) = timed(
+        Command::new("sh")
+            .arg("-c")
+            .arg(format!("{shell} | '{}'", me.display()))
+            .env(SINK_ENV, "1"),
+    )?;
+    Ok(secs)
+}
+
+/// One workload's five figures over the rounds, in ms: (baseline, pipe, run, daemon, floor).
+fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 5]> {
     let shell = workload(text, plan.bytes);
     let scratch = tempfile::tempdir_in(base)?;
     let daemon_root = tempfile::tempdir_in(base)?;
     let daemon = Daemon::start(bin, &daemon_root.path().join("root"))?;
-    let mut figures: [Samples; 4] = Default::default();
+    let mut figures: [Samples; 5] = Default::default();
     let pipe = format!("{shell} | cat");
     for round in 0..plan.rounds {
         common::print_round(round, plan.rounds);
-        let mut order: [usize; 4] = [0, 1, 2, 3];
+        let mut order: [usize; 5] = [0, 1, 2, 3, 4];
         if round % 2 == 1 {
             order.reverse();
         }
@@ -229,6 +265,7 @@ fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 4]>
                 0 => shell_to_file(&shell, scratch.path())?,
                 1 => shell_to_file(&pipe, scratch.path())?,
                 2 => run(bin, &shell, scratch.path(), plan.bytes)?,
+                4 => shell_to_sink(&shell, scratch.path())?,
                 _ => {
                     settle(scratch.path())?;
                     daemon.capture(&shell, plan.bytes)?
@@ -241,6 +278,9 @@ fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 4]>
 }
 
 fn main() -> Res<()> {
+    if std::env::var_os(SINK_ENV).is_some() {
+        return sink();
+    }
     let plan = common::plan(FULL, QUICK);
     let base = common::bench_dir()?;
     common::print_file_system(&base, "roots and files", "makes every write free");
@@ -259,9 +299,14 @@ fn main() -> Res<()> {
     let shell_file = "shell > file";
     let mut rows = Vec::new();
     for (name, figures, target) in [("zeros", &zeros, 0.8), ("text lines", &text, 1.2)] {
-        let [baseline, pipe, run, daemon] = figures;
+        let [baseline, pipe, run, daemon, floor] = figures;
         for (figure, samples, goal) in [
             ("pipe | cat > file (scale)", pipe, Target::None),
+            (
+                "pipe | a reader keeping nothing (floor)",
+                floor,
+                Target::None,
+            ),
             ("procjournal run", run, Target::MaxRatio(target)),
             ("daemon start + wait", daemon, Target::MaxRatio(target)),
         ] {

@@ -21,6 +21,9 @@
 //! 4. The same as a batch: `BATCH` (200) cold runs back to back, timed as a whole, beside as
 //!    many plain spawns + waits of `true` back to back, in alternating order every round; the
 //!    root keeps growing by every run, as a root in use does. Target: at most 8 x the baseline.
+//!    Beside it, the issue's own baseline for the same target: a shell loop that runs the `true`
+//!    executable `BATCH` times (`common::shell_loop_ms`: a fork and exec of `sh`'s each, about
+//!    twice a spawn + wait), timed in the same round.
 //!
 //! Nothing here asserts on time; the checks are of correctness (every run exits 0, and the
 //! journal of the root is clean at the end). Roots live under `$PROCJOURNAL_BENCH_DIR`, else
@@ -213,25 +216,29 @@ fn plain_batch(n: usize) -> Res<f64> {
     Ok(ms(start.elapsed()))
 }
 
-/// Section 4: `plan.batch` cold runs and as many plain spawns, each timed as a whole, in
-/// alternating order every round; returns (cold, plain) in ms per round.
-fn batches(bin: &Path, root: &Path, plan: Plan) -> Res<(Samples, Samples)> {
-    let (mut cold, mut plain) = (Samples::default(), Samples::default());
+/// Section 4: `plan.batch` cold runs, as many plain spawns and a shell loop of as many, each
+/// timed as a whole, in alternating order every round; returns (cold, plain, shell) in ms per
+/// round.
+fn batches(bin: &Path, root: &Path, plan: Plan) -> Res<(Samples, Samples, Samples)> {
+    let (mut cold, mut plain, mut shell) =
+        (Samples::default(), Samples::default(), Samples::default());
     for i in 0..plan.rounds {
         common::print_round(i, plan.rounds);
         if i % 2 == 0 {
             cold.push(cold_batch(bin, root, plan.batch)?);
             plain.push(plain_batch(plan.batch)?);
+            shell.push(common::shell_loop_ms(plan.batch)?);
         } else {
+            shell.push(common::shell_loop_ms(plan.batch)?);
             plain.push(plain_batch(plan.batch)?);
             cold.push(cold_batch(bin, root, plan.batch)?);
         }
         println!(
-            "  {} x run -- true: {:.0} ms; {} x spawn+wait true: {:.0} ms",
-            plan.batch, cold.0[i], plan.batch, plain.0[i]
+            "  {} x run -- true: {:.0} ms; {} x spawn+wait true: {:.0} ms; shell loop: {:.0} ms",
+            plan.batch, cold.0[i], plan.batch, plain.0[i], shell.0[i]
         );
     }
-    Ok((cold, plain))
+    Ok((cold, plain, shell))
 }
 
 fn main() -> Res<()> {
@@ -333,7 +340,7 @@ fn main() -> Res<()> {
 
     // 4. The same as batches of back-to-back runs.
     println!("batches of {} back to back:", plan.batch);
-    let (batch_cold, batch_plain) = batches(&bin, &root, plan)?;
+    let (batch_cold, batch_plain, batch_shell) = batches(&bin, &root, plan)?;
 
     // The journal the runs wrote is whole: every run closed it cleanly.
     let report = JournalReader::open(&root)?.verify()?;
@@ -348,6 +355,7 @@ fn main() -> Res<()> {
     );
     let batch_figure = format!("{} x run -- true back to back, ms", plan.batch);
     let batch_base = format!("{} x spawn+wait true, ms", plan.batch);
+    let batch_shell_name = format!("shell loop of {} x true, ms", plan.batch);
     common::print_rows(&[
         Row {
             figure: "cold run -- true, ms",
@@ -361,6 +369,13 @@ fn main() -> Res<()> {
             samples: &batch_cold,
             baseline: &batch_base,
             base: &batch_plain,
+            target: Target::MaxRatio(8.0),
+        },
+        Row {
+            figure: "  the same, beside the issue's baseline, ms",
+            samples: &batch_cold,
+            baseline: &batch_shell_name,
+            base: &batch_shell,
             target: Target::MaxRatio(8.0),
         },
     ]);

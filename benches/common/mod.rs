@@ -238,6 +238,37 @@ impl Samples {
 }
 
 /// The `q` quantile (0..=1) of `v`, which is sorted here; NaN if `v` is empty.
+/// The `true` executable the shell loop runs: the first on `PATH` (a shell's own `true` is a
+/// builtin, which forks nothing).
+pub fn true_program() -> Res<PathBuf> {
+    let path = std::env::var_os("PATH").ok_or("no PATH")?;
+    std::env::split_paths(&path)
+        .map(|dir| dir.join("true"))
+        .find(|p| p.is_file())
+        .ok_or_else(|| "no true executable on PATH".into())
+}
+
+/// Milliseconds for a shell loop that runs `n` times the `true` executable, as
+/// `for i in $(seq n); do /usr/bin/true; done` does: one fork, exec and wait of `sh` each. This
+/// is the baseline the lean-processes issue measured its peers against (0.296 s for 200 there),
+/// kept beside the stricter spawn + wait loops the benches also print.
+pub fn shell_loop_ms(n: usize) -> Res<f64> {
+    let program = true_program()?;
+    let script = format!(
+        "i=0; while [ $i -lt {n} ]; do '{}'; i=$((i+1)); done",
+        program.display()
+    );
+    let start = Instant::now();
+    let status = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .status()?;
+    let elapsed = start.elapsed();
+    if !status.success() {
+        return Err(format!("the shell loop failed: {status}").into());
+    }
+    Ok(elapsed.as_secs_f64() * 1e3)
+}
+
 /// `rounds` rounds of `runs` runs of a baseline and the project's figure, one of each per run in
 /// an order that alternates from run to run and round to round (so load from other work hits
 /// both alike); each round's figure is the median of its runs. Returns (baseline, project).
