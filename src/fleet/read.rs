@@ -33,26 +33,17 @@ pub struct OutputPart {
     pub gap: Option<String>,
 }
 
-/// Every message on `subject` of `stream` up to the subject's last message when the read began
-/// (and after it while `follow` says so), in order.
-/// Where a read of a stream starts: its first message, or a stream seq.
+/// Where a read of a stream starts: its first message, a stream seq, or (not following) nowhere:
+/// nothing of the subject is left to read.
 #[derive(Debug, Clone, Copy)]
 enum From {
     First,
     StreamSeq(u64),
+    Past,
 }
 
-async fn consume(
-    js: &Context,
-    stream: &str,
-    subject: &str,
-    follow: bool,
-    each: impl FnMut(&jetstream::Message) -> Result<bool, StatusError>,
-) -> Result<(), StatusError> {
-    let stream: stream::Stream = js.get_stream(stream).await.map_err(nats)?;
-    consume_from(&stream, subject, From::First, follow, each).await
-}
-
+/// Every message on `subject` of `stream` from `from` up to the subject's last message when the
+/// read began (and after it while `follow` says so), in order.
 async fn consume_from(
     stream: &stream::Stream,
     subject: &str,
@@ -71,6 +62,10 @@ async fn consume_from(
     let deliver_policy = match from {
         From::First => DeliverPolicy::All,
         From::StreamSeq(start_sequence) => DeliverPolicy::ByStartSequence { start_sequence },
+        From::Past if follow => DeliverPolicy::ByStartSequence {
+            start_sequence: last + 1,
+        },
+        From::Past => return Ok(()),
     };
     let consumer = stream
         .create_consumer(OrderedConfig {
@@ -167,7 +162,14 @@ async fn output_on(
 ) -> Result<u64, StatusError> {
     let mut next = cursor;
     let subject = node.output_subject(handle);
-    consume(js, &node.output_stream(), &subject, follow, |message| {
+    let mut stream: stream::Stream = js.get_stream(node.output_stream()).await.map_err(nats)?;
+    let from = if cursor == 0 {
+        From::First
+    } else {
+        let first = stream.info().await.map_err(nats)?.state.first_sequence;
+        first_ending_after(&stream, &subject, first, cursor).await?
+    };
+    consume_from(&stream, &subject, from, follow, |message| {
         let mut part = output_part(message)?;
         if part.end <= next {
             return Ok(true);
@@ -197,6 +199,60 @@ async fn output_on(
     })
     .await?;
     Ok(next)
+}
+
+/// Where a read of `subject` from `cursor` starts: the stream seq of the subject's first message
+/// (at or after stream seq `first`) whose output ends after `cursor`, or [`From::Past`] when
+/// none does. A subject's messages follow its cursors, so whether the subject's
+/// first message at or after a stream seq ends after `cursor` only turns from no to yes as the
+/// seq grows: a binary search over the stream's seqs finds the start in O(log n) reads, where
+/// reading the subject from its first message to the cursor took one read per message before.
+async fn first_ending_after(
+    stream: &stream::Stream,
+    subject: &str,
+    first: u64,
+    cursor: u64,
+) -> Result<From, StatusError> {
+    let last = match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(m) => m.sequence,
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+            return Ok(From::First);
+        }
+        Err(e) => return Err(nats(e)),
+    };
+    let (mut lo, mut hi) = (first, last.saturating_add(1));
+    // The least stream seq known to hold a message that ends after `cursor`.
+    let mut found = hi;
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let message = match stream.get_first_raw_message_by_subject(subject, mid).await {
+            Ok(m) => m,
+            // Nothing of the subject from `mid` on: every answer lies below `mid`.
+            Err(e) if e.kind() == stream::RawMessageErrorKind::NoMessageFound => {
+                hi = mid;
+                continue;
+            }
+            Err(e) => return Err(nats(e)),
+        };
+        let header = |name: &str| message.headers.get(name).map(|v| v.as_str().to_owned());
+        let end = wire::decode_output_end(
+            header(wire::H_CURSOR).as_deref(),
+            header(wire::H_GAP_TO).as_deref(),
+            message.payload.len(),
+        )
+        .map_err(|e| StatusError::Nats(format!("output message {}: {e}", message.sequence)))?;
+        if end > cursor {
+            found = found.min(message.sequence);
+            hi = mid;
+        } else {
+            lo = message.sequence.max(mid) + 1;
+        }
+    }
+    Ok(if found > last {
+        From::Past
+    } else {
+        From::StreamSeq(found)
+    })
 }
 
 /// One message of a node's record stream, as `fleet events` shows it.

@@ -1243,3 +1243,66 @@ fn output_the_fleet_stream_dropped_reads_as_a_gap() {
     assert!(stderr.contains(&note), "{stderr}");
     assert_eq!(stdout.as_slice(), &node_bytes[dropped..]);
 }
+
+#[test]
+fn fleet_logs_from_any_cursor_reads_exactly_the_nodes_bytes_from_there() {
+    let Some((_nats, url, _dir, root)) = scene() else {
+        return;
+    };
+    let _daemon = Daemon::start_with(&root, &serve_args(&url, "c1"));
+    // Two writers at once, a burst every 10 ms: their messages interleave in the output stream,
+    // so a seek by stream seq meets the other subject's messages too.
+    let script = "for i in $(seq 1 30); do seq $i 4000; sleep 0.01; done";
+    let handles: Vec<String> = (0..2)
+        .map(|_| {
+            let (code, handle, err) = client(&root, &["start", "--", "sh", "-c", script]);
+            assert_eq!(code, 0, "{err}");
+            handle.trim().to_owned()
+        })
+        .collect();
+    for handle in &handles {
+        assert_eq!(client(&root, &["wait", handle]).0, 0);
+    }
+    let outputs = node_outputs(&root);
+    for handle in &handles {
+        let (_, node_bytes) = outputs.iter().find(|(h, _)| h == handle).unwrap();
+        let target = format!("c1/{handle}");
+        let logs_from = |cursor: u64| {
+            let out = crate::common::daemon::bin()
+                .args(["fleet", "logs", "--fleet", &url, &target, "--raw"])
+                .args(["--cursor", &cursor.to_string()])
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "cursor {cursor}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            out.stdout
+        };
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while logs_from(0) != *node_bytes {
+            assert!(
+                Instant::now() < deadline,
+                "{handle}'s output never arrived whole"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let messages = read_output_subject(&url, "c1", handle);
+        assert!(messages.len() >= 8, "{} messages", messages.len());
+        let total = node_bytes.len() as u64;
+        let mut cursors = vec![1, total - 1, total];
+        for (cursor, end, _, _) in &messages {
+            cursors.extend([*cursor, cursor + 1, (cursor + end) / 2, end - 1]);
+        }
+        for cursor in cursors {
+            let read = logs_from(cursor);
+            assert!(
+                read.as_slice() == &node_bytes[cursor as usize..],
+                "{handle} from cursor {cursor}: {} bytes read, {} expected",
+                read.len(),
+                total - cursor
+            );
+        }
+    }
+}
