@@ -346,10 +346,23 @@ impl Pass<'_> {
         let Some(supervisor) = &self.shared.supervisor else {
             return Ok(());
         };
+        let began = std::time::Instant::now();
         let all = supervisor.list(&crate::supervisor::ListFilter::default());
+        let processes = all.len();
         self.dirty
             .extend(all.into_iter().map(|m| (m.handle, shipped)));
-        self.write_state().await
+        if let Some(state) = &mut self.state {
+            state.prefetch(self.js).await.map_err(PassEnd::Nats)?;
+        }
+        let written = self.write_state().await;
+        if let Some(state) = &mut self.state {
+            state.end_prefetch();
+        }
+        tracing::info!(
+            "fleet: state of {processes} processes checked in {} ms",
+            began.elapsed().as_millis()
+        );
+        written
     }
 
     /// Writes the manifests of the processes whose records were shipped since the last time.

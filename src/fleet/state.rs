@@ -8,11 +8,17 @@
 //! `update`, or `create` for a new key); a refused write (another writer got there first: an
 //! older incarnation of the node, a second shipper) reads the entry again and writes only if its
 //! own seq is higher, so a stale writer never overwrites a newer manifest. The cache of known
-//! revisions is bounded ([`REVISIONS_MAX`]); a miss costs one read.
+//! revisions is bounded ([`REVISIONS_MAX`]); a miss costs one read. At a pass's start, when
+//! every process of the node is checked at once, one read of the bucket's stream
+//! ([`StateWriter::prefetch`]) stands in for a read per process; what it learned is dropped when
+//! that check ends, and a write refused meanwhile reads its key again, as without it.
 
 use std::collections::HashMap;
+use std::hash::{BuildHasher, RandomState};
 
+use async_nats::jetstream::consumer::{DeliverPolicy, pull::OrderedConfig};
 use async_nats::jetstream::{self, Context, kv};
+use futures_util::StreamExt;
 use serde::{Deserialize, Serialize};
 
 use super::wire::NodeName;
@@ -66,6 +72,24 @@ pub(super) struct StateWriter {
     node: NodeName,
     journal: String,
     revisions: HashMap<Handle, u64>,
+    /// What one read of the whole bucket found of this node, while a pass's start checks
+    /// every process (`None` otherwise). A key missing was not in the bucket then; a key
+    /// mapped to `None` was written by another writer since, and is read again.
+    prefetched: Option<HashMap<Handle, Option<Held>>>,
+    /// Digests of process objects (two keys: 128 bits), for comparing an entry read in bulk
+    /// without keeping its whole value.
+    digest_keys: (RandomState, RandomState),
+}
+
+/// An entry [`StateWriter::prefetch`] read: enough to decide whether it is current.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Held {
+    revision: u64,
+    /// A put of this journal's (a delete, another journal's entry or one that does not decode
+    /// is older than any of this journal's).
+    ours: bool,
+    seq: u64,
+    digest: u128,
 }
 
 impl StateWriter {
@@ -75,7 +99,93 @@ impl StateWriter {
             node,
             journal,
             revisions: HashMap::new(),
+            prefetched: None,
+            digest_keys: (RandomState::new(), RandomState::new()),
         }
+    }
+
+    fn digest(&self, process: &serde_json::Value) -> u128 {
+        // A `Value`'s maps are ordered by key, so equal values serialise to equal bytes.
+        let bytes = serde_json::to_vec(process).unwrap_or_default();
+        let (a, b) = &self.digest_keys;
+        u128::from(a.hash_one(&bytes)) << 64 | u128::from(b.hash_one(&bytes))
+    }
+
+    /// Reads every entry of this node the bucket holds, in one pass over its stream (the
+    /// latest message of each key), for the checks that follow until [`Self::end_prefetch`].
+    pub(super) async fn prefetch(&mut self, js: &Context) -> Result<(), String> {
+        let stream = js
+            .get_stream(format!("KV_{BUCKET}"))
+            .await
+            .map_err(|e| e.to_string())?;
+        let prefix = format!("$KV.{BUCKET}.{}.", self.node);
+        let mut consumer = stream
+            .create_consumer(OrderedConfig {
+                filter_subject: format!("{prefix}>"),
+                deliver_policy: DeliverPolicy::LastPerSubject,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let mut held = HashMap::new();
+        let pending = consumer
+            .info()
+            .await
+            .map_err(|e| e.to_string())?
+            .num_pending;
+        if pending > 0 {
+            let mut messages = consumer.messages().await.map_err(|e| e.to_string())?;
+            while let Some(message) = messages.next().await {
+                let message = message.map_err(|e| e.to_string())?;
+                let info = message.info().map_err(|e| e.to_string())?;
+                let (revision, left) = (info.stream_sequence, info.pending);
+                if let Some(handle) = message.subject.strip_prefix(prefix.as_str())
+                    && let Ok(handle) = handle.parse::<Handle>()
+                {
+                    held.insert(handle, Some(self.held(revision, &message)));
+                }
+                if left == 0 {
+                    break;
+                }
+            }
+        }
+        self.prefetched = Some(held);
+        Ok(())
+    }
+
+    /// What one message of the bucket's stream says of its key.
+    fn held(&self, revision: u64, message: &jetstream::Message) -> Held {
+        // A delete or purge carries the KV-Operation header (or, made by the server, a marker
+        // reason); a put carries neither, or says PUT.
+        let header = |name: &str| {
+            message
+                .headers
+                .as_ref()
+                .and_then(|h| h.get(name))
+                .map(|v| v.as_str().to_owned())
+        };
+        let put = header("KV-Operation").is_none_or(|op| op == "PUT")
+            && header("Nats-Marker-Reason").is_none();
+        let entry = serde_json::from_slice::<ProcessEntry>(&message.payload).ok();
+        match entry {
+            Some(e) if put && e.journal == self.journal => Held {
+                revision,
+                ours: true,
+                seq: e.seq,
+                digest: self.digest(&e.process),
+            },
+            _ => Held {
+                revision,
+                ours: false,
+                seq: 0,
+                digest: 0,
+            },
+        }
+    }
+
+    /// Drops what [`Self::prefetch`] read: later checks read each key again.
+    pub(super) fn end_prefetch(&mut self) {
+        self.prefetched = None;
     }
 
     /// What to do with `process`, read after record `seq`: nothing, when the bucket already
@@ -90,6 +200,19 @@ impl StateWriter {
     ) -> Result<Plan, String> {
         if let Some(&revision) = self.revisions.get(handle) {
             return Ok(Plan::Write(Some(revision)));
+        }
+        match self.prefetched.as_ref().map(|p| p.get(handle)) {
+            Some(None) => return Ok(Plan::Write(None)),
+            Some(Some(Some(h))) => {
+                let current = h.ours && (h.seq >= seq || h.digest == self.digest(process));
+                return Ok(if current {
+                    Plan::Skip
+                } else {
+                    Plan::Write(Some(h.revision))
+                });
+            }
+            // Not prefetched, or changed since: read it.
+            Some(Some(None)) | None => {}
         }
         let key = key(&self.node, handle);
         let Some(entry) = self.store.entry(&key).await.map_err(|e| e.to_string())? else {
@@ -152,6 +275,10 @@ impl StateWriter {
                 // Another writer got there first: read what it wrote, then decide.
                 Err((true, _)) => {
                     self.revisions.remove(&handle);
+                    if let Some(prefetched) = &mut self.prefetched {
+                        // What the bulk read found is out of date for this key: a read decides.
+                        prefetched.insert(handle, None);
+                    }
                     plan = self.plan(&handle, seq, &process).await?;
                 }
                 Err((false, e)) => return Err(e),

@@ -1306,3 +1306,103 @@ fn fleet_logs_from_any_cursor_reads_exactly_the_nodes_bytes_from_there() {
         }
     }
 }
+
+/// `node`'s entry of `handle` in the fleet state, as the bucket holds it now (`None`: no key, or
+/// a delete).
+fn fleet_entry(url: &str, node: &str, handle: &str) -> Option<Value> {
+    runtime().block_on(async {
+        let js = jetstream::new(async_nats::connect(url).await.unwrap());
+        // The node makes the bucket when it first ships.
+        let kv = js.get_key_value("PJ_FLEET").await.ok()?;
+        let value = kv.get(format!("{node}.{handle}")).await.unwrap()?;
+        Some(serde_json::from_slice(&value).unwrap())
+    })
+}
+
+/// Whether an entry holds the process as the node at `root` records it now.
+fn entry_is_current(entry: Option<&Value>, root: &Path, handle: &str) -> bool {
+    let (code, out, err) = client(root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let node: Value = out
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|p| p["handle"] == handle)
+        .unwrap();
+    entry.is_some_and(|e| {
+        let p = &e["process"];
+        ["state", "exit", "total_bytes", "capture"]
+            .iter()
+            .all(|field| p[field] == node[field])
+    })
+}
+
+fn await_current(url: &str, node: &str, root: &Path, handles: &[String]) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    for handle in handles {
+        while !entry_is_current(fleet_entry(url, node, handle).as_ref(), root, handle) {
+            assert!(
+                Instant::now() < deadline,
+                "{handle}'s entry never came up to date: {:?}",
+                fleet_entry(url, node, handle)
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[test]
+fn a_pass_mends_entries_left_stale_deleted_or_of_another_journal() {
+    let Some((_nats, url, _dir, root)) = scene() else {
+        return;
+    };
+    let daemon = Daemon::start_with(&root, &serve_args(&url, "m1"));
+    let handles: Vec<String> = (0..4)
+        .map(|i| {
+            let (code, handle, err) =
+                client(&root, &["start", "--", "sh", "-c", &format!("echo m{i}")]);
+            assert_eq!(code, 0, "{err}");
+            let handle = handle.trim().to_owned();
+            assert_eq!(client(&root, &["wait", &handle]).0, 0);
+            handle
+        })
+        .collect();
+    await_current(&url, "m1", &root, &handles);
+    drop(daemon);
+
+    // As an outage between a record's ack and its manifest's write, or another node's writer,
+    // would leave them: an entry of this journal from before the process ended, a deleted
+    // one, one of another journal. The fourth stays current.
+    runtime().block_on(async {
+        let js = jetstream::new(async_nats::connect(&url).await.unwrap());
+        let kv = js.get_key_value("PJ_FLEET").await.unwrap();
+        let key = |h: &String| format!("m1.{h}");
+        let mut stale: Value =
+            serde_json::from_slice(&kv.get(key(&handles[0])).await.unwrap().unwrap()).unwrap();
+        stale["seq"] = Value::from(1);
+        stale["process"]["state"] = Value::from("running");
+        stale["process"]["exit"] = Value::Null;
+        kv.put(key(&handles[0]), serde_json::to_vec(&stale).unwrap().into())
+            .await
+            .unwrap();
+        kv.delete(key(&handles[1])).await.unwrap();
+        let mut foreign = stale.clone();
+        foreign["journal"] = Value::from("0".repeat(32));
+        foreign["seq"] = Value::from(u64::MAX / 2);
+        kv.put(
+            key(&handles[2]),
+            serde_json::to_vec(&foreign).unwrap().into(),
+        )
+        .await
+        .unwrap();
+    });
+    assert!(!entry_is_current(
+        fleet_entry(&url, "m1", &handles[0]).as_ref(),
+        &root,
+        &handles[0]
+    ));
+    assert!(fleet_entry(&url, "m1", &handles[1]).is_none());
+
+    // The next pass's start brings every entry up to the node's manifests.
+    let _daemon = Daemon::start_with(&root, &serve_args(&url, "m1"));
+    await_current(&url, "m1", &root, &handles);
+}
