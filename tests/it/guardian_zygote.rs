@@ -136,6 +136,45 @@ async fn forked_guardians_are_our_children_holding_only_their_own_descriptors() 
     until("the zygote reaped", || !exists(zygote));
 }
 
+/// The NUL-separated entries of /proc/PID/environ.
+fn environ(pid: u32) -> Vec<String> {
+    let bytes = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    bytes
+        .split(|&b| b == 0)
+        .filter(|e| !e.is_empty())
+        .map(|e| String::from_utf8_lossy(e).into_owned())
+        .collect()
+}
+
+/// The zygote's allocator setting (no cache of freed blocks, so that a forked guardian shares
+/// more of its pages) is the guardian's own environment, never its workload's: the workload
+/// gets exactly the environment its launch asked for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zygotes_allocator_setting_never_reaches_a_workload() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = launcher();
+    let (sup, _rx) = open(cfg).await;
+    let cmd = Command::new("sleep")
+        .arg("300")
+        .cwd(root.path())
+        .env("PJ_ZYGOTE_TEST_MARK", "1");
+    let handle = start(&sup, cmd).await;
+    let guardian = guardian_of(&sup, &handle);
+    assert!(cmdline(guardian).contains(ZYGOTE_ARG), "forked, not exec'd");
+    let tunable = "GLIBC_TUNABLES=glibc.malloc.tcache_count=0".to_owned();
+    assert_eq!(environ(guardian), vec![tunable.clone()]);
+    let workload = sup.manifest(&handle).unwrap().pid.expect("a pid");
+    until("the workload exec'd", || comm(workload) == "sleep");
+    let env = environ(workload);
+    assert!(env.contains(&"PJ_ZYGOTE_TEST_MARK=1".to_owned()), "{env:?}");
+    assert!(!env.contains(&tunable), "{env:?}");
+    guarded("stop", sup.stop(&handle, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_zygote_is_reaped_and_replaced_and_no_launch_fails() {
     let root = temp_root();

@@ -18,15 +18,22 @@
 /// tree with no member left but its guardian, and no proof yet.
 pub const BEFORE_RECEIPT: &str = "PROCJOURNAL_FAILPOINT_BEFORE_RECEIPT";
 
-/// The environment a guardian forked by the zygote was launched with (its process has the
-/// zygote's): failpoints read it instead of the process's.
+/// The failpoint variables of the environment a guardian forked by the zygote was launched
+/// with (its process has the zygote's): failpoints read them instead of the process's.
 #[cfg(feature = "failpoints")]
 static LAUNCH_ENV: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
 
-/// Failpoints read `envp` from now on: a forked guardian's launch environment.
+/// Failpoints read `envp` from now on: a forked guardian's launch environment. Only the
+/// failpoints' own variables are kept, so that a test build's guardian holds no copy of the
+/// whole environment that a shipped one would not (the memory bench measures a test build).
 #[cfg(feature = "failpoints")]
 pub(super) fn use_environment(envp: &[std::ffi::CString]) {
-    let _ = LAUNCH_ENV.set(envp.to_vec());
+    let ours = envp
+        .iter()
+        .filter(|e| e.as_bytes().starts_with(b"PROCJOURNAL_FAILPOINT_"))
+        .cloned()
+        .collect();
+    let _ = LAUNCH_ENV.set(ours);
 }
 
 #[cfg(not(feature = "failpoints"))]

@@ -32,7 +32,7 @@
 use std::ffi::{CString, OsString};
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
 
@@ -150,7 +150,8 @@ impl Args {
             .and_then(|s| s.parse::<u64>().ok())
             .map(Duration::from_millis)
             .ok_or_else(|| "grace is not a number of milliseconds".to_owned())?;
-        let cstring = |o: OsString| CString::new(o.as_bytes()).map_err(|_| "NUL in an argument");
+        // Each word's own bytes become the C string (no copy when it has room for the NUL).
+        let cstring = |o: OsString| CString::new(o.into_vec()).map_err(|_| "NUL in an argument");
         let program = cstring(next("program")?)?;
         if next("--")? != "--" {
             return Err("expected -- before the workload's argv".to_owned());
@@ -302,17 +303,24 @@ fn run(args: Args) -> i32 {
     let Some(ctl) = control_socket() else {
         return 2;
     };
-    run_with(&args, ctl)
+    run_with(args, ctl)
 }
 
-/// Runs the guardian of `args` over the control socket `ctl`; returns its exit code.
-pub(super) fn run_with(args: &Args, ctl: OwnedFd) -> i32 {
+/// Runs the guardian of `args` over the control socket `ctl`; returns its exit code. Once the
+/// workload is forked (it holds its own copy of its argv and environment), the guardian frees
+/// them: it lives as long as the workload, and what it keeps is what every supervised process
+/// costs.
+pub(super) fn run_with(args: Args, ctl: OwnedFd) -> i32 {
     let mut ctl = ControlReader {
         fd: Some(ctl),
         buf: Vec::new(),
     };
-    match Guardian::setup(args) {
-        Ok(mut g) => g.run(args, &mut ctl),
+    match Guardian::setup(&args) {
+        Ok(mut g) => {
+            let grace = args.grace;
+            drop(args);
+            g.run(grace, &mut ctl)
+        }
         Err(e) => {
             ctl.send(&Up::Failed(e));
             2
@@ -395,7 +403,7 @@ impl Guardian {
         })
     }
 
-    fn run(&mut self, args: &Args, ctl: &mut ControlReader) -> i32 {
+    fn run(&mut self, grace: Duration, ctl: &mut ControlReader) -> i32 {
         ctl.send(&Up::Reg {
             pid: self.workload.pid,
             start_time_ticks: self.workload.start_time_ticks,
@@ -408,12 +416,12 @@ impl Guardian {
             None => {
                 // Aborted launch: the gate closes, the workload exits 125 without exec'ing.
                 self.workload.gate = None;
-                return self.finish(None, ctl, args.grace, true);
+                return self.finish(None, ctl, grace, true);
             }
         };
         self.open_gate(ctl);
         quiet_standard_streams();
-        self.finish(Some(nonce), ctl, args.grace, false)
+        self.finish(Some(nonce), ctl, grace, false)
     }
 
     /// Waits for `GO`; `None` if the supervisor went away or asked for a signal first (a stop
