@@ -265,6 +265,14 @@ pub(crate) struct LaunchEnvRequest {
 }
 
 impl PreparedProcess {
+    /// What a launched process keeps of its start for the rest of its life: the capacity it
+    /// holds and its tap. The rest (its command and environment, the environment's values
+    /// included) is dropped here: the journal has the command, the process its environment,
+    /// and a process task lives as long as its process.
+    pub(crate) fn into_lease_and_tap(self) -> (Option<Box<dyn Lease>>, Option<Tap>) {
+        (self.lease, self.tap)
+    }
+
     /// The command as the journal will record it (its policy once launched).
     pub fn spec(&self) -> &CommandSpecV2 {
         &self.spec

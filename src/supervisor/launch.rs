@@ -279,13 +279,14 @@ pub(crate) async fn start(
     process::report_handled(&actor, spawned_event).await;
     let _ = reply.send(Ok(handle));
     let publication = publish_running_soon(Arc::clone(&shared), Arc::clone(&proc));
+    let (lease, tap) = prepared.into_lease_and_tap();
     let launched = Launched {
         proc,
         tree: spawned.tree,
         stdout,
         stderr,
-        lease: prepared.lease,
-        tap: prepared.tap,
+        lease,
+        tap,
     };
     tokio::join!(publication, process::drain(shared, actor, launched));
 }
