@@ -138,9 +138,18 @@ struct Entry {
     proc: Arc<Proc>,
     /// The name it holds in `Actor::names`, if any.
     name: Option<String>,
-    stdin: Option<mpsc::Sender<InputOp>>,
+    stdin: Option<Stdin>,
     /// Set once the leader is terminal but members of its tree live on.
     lingering: bool,
+}
+
+/// A live process's input: its pipe, until the first write or close asks for the task that
+/// writes it (most processes are never written to, and an idle process should keep no task
+/// and no queue), then that task's queue.
+#[derive(Debug)]
+enum Stdin {
+    Idle(InputEnd),
+    Writing(mpsc::Sender<InputOp>),
 }
 
 /// A small cache with first-in, first-out eviction.
@@ -771,13 +780,7 @@ impl Actor {
             } => self.stop(handle, grace, reason, reply),
             Msg::Interrupt { handle, reply } => self.interrupt(handle, reply),
             Msg::Stdin { handle, reply } => {
-                let result = match self.table.get(&handle) {
-                    Some(e) if !e.lingering && !e.proc.is_terminal() => {
-                        e.stdin.clone().ok_or(SupervisorError::InputClosed(handle))
-                    }
-                    _ => Err(self.not_running(&handle)),
-                };
-                let _ = reply.send(result);
+                let _ = reply.send(self.input_queue(handle));
             }
             Msg::CacheReader { handle, reader } => {
                 if !self.table.contains_key(&handle) {
@@ -1047,20 +1050,39 @@ impl Actor {
         let Some(entry) = self.table.get_mut(&handle) else {
             return; // dropping the pipe closes the child's stdin
         };
-        let (tx, rx) = mpsc::channel(limits::INPUT_QUEUE_DEPTH);
-        entry.stdin = Some(tx);
-        let proc = Arc::clone(&entry.proc);
+        entry.stdin = Some(Stdin::Idle(stdin));
         let now = tokio::time::Instant::now();
-        let first_deadline = proc.clocks.check(now);
-        let actor = self.events_tx.clone();
-        self.tasks
-            .spawn(stdin_writer(stdin, rx, proc, actor).instrument(info_span!("stdin", %handle)));
+        let first_deadline = entry.proc.clocks.check(now);
         match first_deadline {
             super::deadline::Check::NotBefore(at) => self.arm_sweep(at),
             // A short limit can run out while the launch records `running` (a loaded host): only
             // a sweep enforces it, and no other process may ever ask for one.
             super::deadline::Check::Due { .. } => self.arm_sweep(now),
             super::deadline::Check::Nothing => {}
+        }
+    }
+
+    /// The queue of a live process's stdin writer, started by the first caller that asks.
+    fn input_queue(&mut self, handle: Handle) -> Result<mpsc::Sender<InputOp>, SupervisorError> {
+        let entry = match self.table.get_mut(&handle) {
+            Some(e) if !e.lingering && !e.proc.is_terminal() => e,
+            _ => return Err(self.not_running(&handle)),
+        };
+        match entry.stdin.take() {
+            None => Err(SupervisorError::InputClosed(handle)),
+            Some(Stdin::Writing(tx)) => {
+                entry.stdin = Some(Stdin::Writing(tx.clone()));
+                Ok(tx)
+            }
+            Some(Stdin::Idle(pipe)) => {
+                let (tx, rx) = mpsc::channel(limits::INPUT_QUEUE_DEPTH);
+                entry.stdin = Some(Stdin::Writing(tx.clone()));
+                let proc = Arc::clone(&entry.proc);
+                let writer = stdin_writer(pipe, rx, proc, self.events_tx.clone());
+                self.tasks
+                    .spawn(writer.instrument(info_span!("stdin", %handle)));
+                Ok(tx)
+            }
         }
     }
 
@@ -1149,7 +1171,8 @@ impl Actor {
         self.publish_live();
         let ids = entry.proc.ids;
         let proc = Arc::clone(&entry.proc);
-        // Dropping the queue ends the stdin writer, which closes the pipe.
+        // Dropping the queue ends the stdin writer, which closes the pipe (or closes the pipe
+        // no writer took).
         entry.stdin = None;
         if lingering && self.lingering < limits::LINGERING_TREES_MAX {
             if let Some(tree) = entry.proc.tree.get().map(Arc::clone) {
@@ -1285,7 +1308,7 @@ impl Actor {
                 if e.lingering {
                     1
                 } else {
-                    1 + usize::from(e.stdin.is_some())
+                    1 + usize::from(matches!(e.stdin, Some(Stdin::Writing(_))))
                 }
             })
             .sum();

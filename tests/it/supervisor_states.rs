@@ -578,6 +578,42 @@ async fn checkpoints_recorded_while_output_flows_grow_and_precede_the_terminal_e
     assert!(checkpoints >= 1, "{:?}", kinds_of(&records, &h));
 }
 
+/// An idle process keeps one task (its drain), not a stdin writer beside it: the writer is
+/// started by the first write, and that write's bytes arrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stdin_writer_is_started_by_the_first_write() {
+    const IDLE: usize = 20;
+    // Besides one drain per process: the admission sampler and a background pass or two.
+    const OTHERS_MAX: usize = 4;
+    let root = temp_root();
+    let (sup, _rx) = open(config(root.path())).await;
+    let mut guard = KillGuard::new(&sup);
+    let mut cats = Vec::new();
+    for _ in 0..IDLE {
+        cats.push(guard.watch(start(&sup, Command::new("cat").cwd(root.path())).await));
+    }
+    let idle = sup.stats().await.expect("stats").tasks;
+    assert!(
+        (IDLE..=IDLE + OTHERS_MAX).contains(&idle),
+        "{idle} tasks for {IDLE} idle processes"
+    );
+    for cat in &cats[..IDLE / 2] {
+        sup.input(cat, b"hello\n").await.expect("input");
+        output_until(&sup, cat, b"hello\n").await;
+    }
+    let written = sup.stats().await.expect("stats").tasks;
+    assert!(
+        written >= IDLE + IDLE / 2,
+        "{written} tasks once {} of {IDLE} were written to",
+        IDLE / 2
+    );
+    for cat in &cats {
+        sup.close_input(cat).await.expect("close input");
+        let s = wait(&sup, cat).await;
+        check_terminal(&sup, cat, &s, State::Exited, ExitStatus::Code(0));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn input_is_echoed_close_input_ends_it_and_later_input_fails() {
     let root = temp_root();
