@@ -1039,7 +1039,8 @@ impl Actor {
             async move {
                 tokio::join!(
                     super::launch::start(shared, actor, proc, prepared, launched),
-                    tell
+                    // Boxed: it is done once the start is answered, and the task lives on.
+                    Box::pin(tell)
                 );
             }
             .instrument(info_span!("process", %handle)),

@@ -245,15 +245,19 @@ pub(crate) async fn start(
     reply: oneshot::Sender<Result<Handle, StartError>>,
 ) {
     let handle = proc.handle;
+    // This task lives as long as its process, and its future's size is what every live process
+    // costs the supervisor: the steps that run once (the failure paths, the answer, the
+    // publication of `running`) are boxed, so that while the process runs the task holds little
+    // more than the drain's loop. (4.1 KB a task before, 2.2 KB after.)
     let spawned = match launch(&shared, &proc, &prepared).await {
         Launch::NoWorkingDirectory => {
             let path = prepared.spec.cwd.clone();
             let error = StartError::WorkingDirectory { prepared, path };
-            return abandon(&actor, handle, reply, error).await;
+            return Box::pin(abandon(&actor, handle, reply, error)).await;
         }
         Launch::NotRegistered(error) => {
             let error = StartError::Journal { prepared, error };
-            return abandon(&actor, handle, reply, error).await;
+            return Box::pin(abandon(&actor, handle, reply, error)).await;
         }
         Launch::Failed(message, failure, scoped) => {
             let failed = Failed {
@@ -261,10 +265,18 @@ pub(crate) async fn start(
                 failure,
                 scoped,
             };
-            return fail(&shared, &actor, &proc, prepared.lease, failed, reply).await;
+            return Box::pin(fail(&shared, &actor, &proc, prepared.lease, failed, reply)).await;
         }
         Launch::RunningNotRecorded(spawned, e) => {
-            kill_unrecorded(&shared, &actor, &proc, prepared.lease, spawned, &e).await;
+            Box::pin(kill_unrecorded(
+                &shared,
+                &actor,
+                &proc,
+                prepared.lease,
+                spawned,
+                &e,
+            ))
+            .await;
             let _ = reply.send(Ok(handle));
             return;
         }
@@ -276,7 +288,7 @@ pub(crate) async fn start(
         stdin,
         handled,
     };
-    process::report_handled(&actor, spawned_event).await;
+    Box::pin(process::report_handled(&actor, spawned_event)).await;
     let _ = reply.send(Ok(handle));
     let publication = publish_running_soon(Arc::clone(&shared), Arc::clone(&proc));
     let (lease, tap) = prepared.into_lease_and_tap();
@@ -288,7 +300,10 @@ pub(crate) async fn start(
         lease,
         tap,
     };
-    tokio::join!(publication, process::drain(shared, actor, launched));
+    tokio::join!(
+        Box::pin(publication),
+        process::drain(shared, actor, launched)
+    );
 }
 
 /// [`launch_blocking`] on the blocking pool; a start task that failed recorded nothing.

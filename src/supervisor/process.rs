@@ -586,7 +586,9 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
     let mut pump = Pump::new(stdout, stderr, Tapping::new(tap));
     let final_drain = shared.config.final_drain;
     pump.run(&shared, &proc, &tree).await;
-    let (status, capture, drained) = pump.finish(final_drain).await;
+    // Boxed, as the start task's steps that run once are (`launch::start`): the task keeps
+    // only the loop's state while the process runs.
+    let (status, capture, drained) = Box::pin(pump.finish(final_drain)).await;
     let (state, exit, reason) = classify(&proc, status);
     let (lingering, released) = tree_verdict(&tree).await;
     let unverified = released.is_none() && !lingering && tree.mechanism() != Mechanism::Group;
@@ -600,7 +602,7 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
         unverified,
         drained: Some(drained),
     };
-    terminalize(&shared, &actor, &proc, lease, outcome).await;
+    Box::pin(terminalize(&shared, &actor, &proc, lease, outcome)).await;
     // A guardian exits right after it reports its tree gone, and is our child until reaped:
     // reap it here, after the result is out (bounded), rather than leave it to the tree's drop,
     // whose one non-blocking try a busy machine can beat (a zombie per process).
