@@ -65,9 +65,9 @@ const MAGIC: &[u8; 4] = b"PJZ1";
 /// The zygote's whole environment (its guardians' workloads get theirs in each request). With
 /// glibc's per-thread cache of freed blocks on, a forked guardian kept up to seven freed blocks
 /// of each size (its copies of the launch's strings) on pages it had written, and so no longer
-/// shared with the zygote: 64 KiB private dirty each, 40 without it (measured with 40 guardians;
-/// `cargo bench --bench guardian_memory`). A guardian allocates a few hundred bytes after its
-/// start, so the cache buys it nothing. Another C library ignores the variable.
+/// shared with the zygote: 64 KiB private dirty each, 40 without it (a release build, 40 idle
+/// guardians under `serve`, from their `smaps_rollup`). A guardian allocates a few hundred
+/// bytes after its start, so the cache buys it nothing. Another C library ignores the variable.
 const ZYGOTE_ENV: &std::ffi::CStr = c"GLIBC_TUNABLES=glibc.malloc.tcache_count=0";
 
 /// The largest request the zygote takes, in bytes. A launch whose arguments and environment
