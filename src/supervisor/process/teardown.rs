@@ -34,10 +34,17 @@ pub(crate) async fn teardown(proc: &Arc<Proc>, grace: Duration) -> Result<(), St
         Ok(None) => return Ok(()),
         Err(_) => return Err("the process was never launched".to_owned()),
     };
-    if let Err(e) = signal(&tree, TreeSignal::Terminate).await {
-        failures.push(format!("SIGTERM: {e}"));
+    let term = signal(&tree, TreeSignal::Terminate).await;
+    let ended = gone(proc, &tree, kill_at).await;
+    match term {
+        // A tree proven gone was torn down, whatever reaching it said: a signal that found
+        // its guardian just exited (its `DONE` not read yet) or its cgroup just removed raced
+        // the tree's own end.
+        Err(e) if ended => tracing::debug!("SIGTERM found the tree ending: {e}"),
+        Err(e) => failures.push(format!("SIGTERM: {e}")),
+        Ok(()) => {}
     }
-    if !gone(proc, &tree, kill_at).await {
+    if !ended {
         if !proc.is_terminal() {
             proc.escalated.store(true, Ordering::SeqCst);
         }

@@ -683,16 +683,25 @@ fn exit_status(exit: Option<LeaderExit>) -> ExitStatus {
 }
 
 /// Signals what a cgroup holds, without a guardian: freeze, signal each member through a
-/// pidfd, thaw; or kill it whole.
+/// pidfd, thaw; or kill it whole. A cgroup that is gone holds nothing to signal: the guardian
+/// removes its cgroup only once it is empty (the kernel refuses to remove a populated one), and
+/// a removed cgroup cannot be entered again. (A guardian that has just done so, and exited,
+/// before its `DONE` was read is what sends a signal here.)
 fn signal_scope(scope: &Scope, signal: TreeSignal) -> std::io::Result<()> {
-    if signal == TreeSignal::Kill {
-        return scope.kill();
+    let signalled = if signal == TreeSignal::Kill {
+        scope.kill()
+    } else {
+        scope.freeze(tree::QUIESCE_BUDGET).and_then(|_| {
+            for pid in scope.procs().unwrap_or_default() {
+                tree::signal_pid(pid, signal);
+            }
+            scope.thaw()
+        })
+    };
+    match signalled {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && !scope.exists() => Ok(()),
+        other => other,
     }
-    let _ = scope.freeze(tree::QUIESCE_BUDGET)?;
-    for pid in scope.procs().unwrap_or_default() {
-        tree::signal_pid(pid, signal);
-    }
-    scope.thaw()
 }
 
 impl ProcessTree for GuardianTree {
@@ -857,6 +866,22 @@ impl Drop for GuardianTree {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A cgroup that is gone (its guardian removed it once it was empty) is signalled
+    /// vacuously, whatever the signal: a stop racing the guardian's exit is no teardown
+    /// failure.
+    #[test]
+    fn a_cgroup_that_is_gone_holds_nothing_to_signal() {
+        let dir = tempfile::tempdir().unwrap();
+        let scope = Scope::at(dir.path().join("removed"));
+        for signal in [
+            TreeSignal::Terminate,
+            TreeSignal::Kill,
+            TreeSignal::Interrupt,
+        ] {
+            assert!(signal_scope(&scope, signal).is_ok(), "{signal:?}");
+        }
+    }
 
     /// A receipt verifies only against its own registration: same file (device and inode),
     /// handle, nonce and workload witness.
