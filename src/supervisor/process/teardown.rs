@@ -5,7 +5,9 @@
 //! - Every wait (for the launch, for the tree to empty) is bounded by the budget's end, not by
 //!   the time each step took: the whole termination ends by `grace` + [`limits::KILL_PROOF_MS`].
 //! - Failures are returned, never acted on here: terminalization goes on regardless, and a tree
-//!   not proven gone stays owned by its process (lingering, or held as unverified).
+//!   not proven gone stays owned by its process (lingering, or held as unverified). A signal
+//!   that failed is a failure only if the tree was not proven gone after it: one that met a
+//!   tree already ending (its guardian exited, its cgroup removed) did what a teardown asks.
 //! - `escalated` is set before SIGKILL is sent, and only on a process not yet terminal.
 
 use std::sync::Arc;
