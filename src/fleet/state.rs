@@ -142,7 +142,7 @@ impl StateWriter {
                 if let Some(handle) = message.subject.strip_prefix(prefix.as_str())
                     && let Ok(handle) = handle.parse::<Handle>()
                 {
-                    held.insert(handle, Some(self.held(revision, &message)));
+                    held.insert(handle, Some(self.held_in(revision, &message)));
                 }
                 if left == 0 {
                     break;
@@ -154,7 +154,7 @@ impl StateWriter {
     }
 
     /// What one message of the bucket's stream says of its key.
-    fn held(&self, revision: u64, message: &jetstream::Message) -> Held {
+    fn held_in(&self, revision: u64, message: &jetstream::Message) -> Held {
         // A delete or purge carries the KV-Operation header (or, made by the server, a marker
         // reason); a put carries neither, or says PUT.
         let header = |name: &str| {
@@ -166,7 +166,12 @@ impl StateWriter {
         };
         let put = header("KV-Operation").is_none_or(|op| op == "PUT")
             && header("Nats-Marker-Reason").is_none();
-        let entry = serde_json::from_slice::<ProcessEntry>(&message.payload).ok();
+        self.held(revision, put, &message.payload)
+    }
+
+    /// What an entry holds, however it was read: one read of its key or the bulk read.
+    fn held(&self, revision: u64, put: bool, payload: &[u8]) -> Held {
+        let entry = serde_json::from_slice::<ProcessEntry>(payload).ok();
         match entry {
             Some(e) if put && e.journal == self.journal => Held {
                 revision,
@@ -201,34 +206,29 @@ impl StateWriter {
         if let Some(&revision) = self.revisions.get(handle) {
             return Ok(Plan::Write(Some(revision)));
         }
-        match self.prefetched.as_ref().map(|p| p.get(handle)) {
+        let held = match self.prefetched.as_ref().map(|p| p.get(handle)) {
             Some(None) => return Ok(Plan::Write(None)),
-            Some(Some(Some(h))) => {
-                let current = h.ours && (h.seq >= seq || h.digest == self.digest(process));
-                return Ok(if current {
-                    Plan::Skip
-                } else {
-                    Plan::Write(Some(h.revision))
-                });
-            }
+            Some(Some(Some(held))) => *held,
             // Not prefetched, or changed since: read it.
-            Some(Some(None)) | None => {}
-        }
-        let key = key(&self.node, handle);
-        let Some(entry) = self.store.entry(&key).await.map_err(|e| e.to_string())? else {
-            return Ok(Plan::Write(None));
+            Some(Some(None)) | None => {
+                let key = key(&self.node, handle);
+                let Some(entry) = self.store.entry(&key).await.map_err(|e| e.to_string())? else {
+                    return Ok(Plan::Write(None));
+                };
+                self.held(
+                    entry.revision,
+                    entry.operation == kv::Operation::Put,
+                    &entry.value,
+                )
+            }
         };
-        // An entry of another journal, or one that does not decode, is older than any of
-        // this journal's.
-        let held = serde_json::from_slice::<ProcessEntry>(&entry.value).ok();
-        let current = entry.operation == kv::Operation::Put
-            && held.is_some_and(|h| {
-                h.journal == self.journal && (h.seq >= seq || h.process == *process)
-            });
+        // An entry of another journal, a delete, or one that does not decode is older than
+        // any of this journal's.
+        let current = held.ours && (held.seq >= seq || held.digest == self.digest(process));
         Ok(if current {
             Plan::Skip
         } else {
-            Plan::Write(Some(entry.revision))
+            Plan::Write(Some(held.revision))
         })
     }
 
@@ -242,24 +242,25 @@ impl StateWriter {
         mut plan: Plan,
     ) -> Result<(), String> {
         let key = key(&self.node, &handle);
+        let entry = ProcessEntry {
+            version: 1,
+            node: self.node.to_string(),
+            journal: self.journal.clone(),
+            seq,
+            process,
+        };
+        let body = serde_json::to_vec(&entry).map_err(|e| e.to_string())?;
         for _ in 0..ATTEMPTS {
             let Plan::Write(revision) = plan else {
                 return Ok(());
             };
-            let entry = ProcessEntry {
-                version: 1,
-                node: self.node.to_string(),
-                journal: self.journal.clone(),
-                seq,
-                process: process.clone(),
-            };
-            let body = serde_json::to_vec(&entry).map_err(|e| e.to_string())?;
+            let body = body.clone().into();
             let written = match revision {
-                Some(r) => self.store.update(&key, body.into(), r).await.map_err(|e| {
+                Some(r) => self.store.update(&key, body, r).await.map_err(|e| {
                     let lost = e.kind() == kv::UpdateErrorKind::WrongLastRevision;
                     (lost, e.to_string())
                 }),
-                None => self.store.create(&key, body.into()).await.map_err(|e| {
+                None => self.store.create(&key, body).await.map_err(|e| {
                     let lost = e.kind() == kv::CreateErrorKind::AlreadyExists;
                     (lost, e.to_string())
                 }),
@@ -279,7 +280,7 @@ impl StateWriter {
                         // What the bulk read found is out of date for this key: a read decides.
                         prefetched.insert(handle, None);
                     }
-                    plan = self.plan(&handle, seq, &process).await?;
+                    plan = self.plan(&handle, seq, &entry.process).await?;
                 }
                 Err((false, e)) => return Err(e),
             }
