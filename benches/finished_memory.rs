@@ -8,7 +8,8 @@
 //!   finished processes of the lifecycle workload (12 events each: registration, scope, running,
 //!   publications, checkpoints, a terminal event, completion; `lifecycle::workload`) through
 //!   `Lifecycle::append`: what an embedded supervisor or the daemon holds after running them
-//!   (the projection of every manifest and the journal's event-ID index; not the actor's bounded
+//!   (the projection: every manifest, a settled one as its frame; and the journal's event-ID
+//!   index; not the actor's bounded
 //!   caches, nor real processes: the daemon's own figure is `tests/it/daemon_scale.rs`'s);
 //! - restore: a second child opens the same root (`Lifecycle::open`, the whole replay): what a
 //!   restarted daemon holds;

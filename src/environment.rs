@@ -396,7 +396,7 @@ mod tests {
         });
         let mut store = ManifestStore::new();
         store.apply(id(6), &event).unwrap();
-        let m = store.get(&handle).unwrap();
+        let m = &*store.get(&handle).unwrap();
         assert_eq!(
             for_restart(m, &BTreeMap::new()),
             Err(RestartEnvError::Missing(vec!["TOKEN".into(), "KEY".into()]))

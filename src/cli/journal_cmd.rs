@@ -639,7 +639,7 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if args.json {
         for m in store.iter() {
-            super::json::to_writer(&mut out, m)?;
+            super::json::to_writer(&mut out, &*m)?;
             writeln!(out)?;
         }
         super::json::to_writer(
@@ -652,7 +652,7 @@ fn manifests(args: ManifestsArgs) -> anyhow::Result<ExitCode> {
         writeln!(out)?;
     } else {
         for m in store.iter() {
-            write_manifest(&mut out, m)?;
+            write_manifest(&mut out, &m)?;
         }
         write_replay_issues(&mut out, &replay, recovery.is_clean())?;
     }

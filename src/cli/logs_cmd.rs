@@ -423,7 +423,7 @@ fn source(args: &LogsArgs) -> anyhow::Result<(Handle, PageSource)> {
     manifest.bound_reader(&mut spool);
     let source = PageSource::Offline {
         spool: Box::new(spool),
-        manifest: Box::new(manifest),
+        manifest: Box::new(manifest.into_owned()),
     };
     Ok((handle, source))
 }

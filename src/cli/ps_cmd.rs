@@ -267,7 +267,7 @@ fn offline_list(args: &PsArgs) -> anyhow::Result<(Vec<Value>, bool, bool)> {
                 .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
         })
         .map(|m| {
-            let mut value = serde_json::to_value(ProcessInfo::from(m))?;
+            let mut value = serde_json::to_value(ProcessInfo::from(&*m))?;
             if let Value::Object(fields) = &mut value {
                 fields.insert("served".to_owned(), Value::Bool(false));
                 fields.insert("supervised".to_owned(), Value::Bool(holder.is_some()));

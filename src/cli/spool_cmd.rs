@@ -323,7 +323,7 @@ fn check_spool(
         segments: 0,
         retained_from: 0,
         total_bytes: 0,
-        journal_total_bytes: manifest.map(|m| m.bounds.total_bytes),
+        journal_total_bytes: manifest.as_ref().map(|m| m.bounds.total_bytes),
         gaps: Vec::new(),
         issues: Vec::new(),
     };
@@ -338,7 +338,7 @@ fn check_spool(
             .issues
             .push("no process with this handle in the journal".into());
     }
-    check.gaps = recorded_gaps(manifest);
+    check.gaps = recorded_gaps(manifest.as_deref());
     let dir = root.spool_dir().join(name);
     if !dir.is_dir() {
         // A process that never wrote may legitimately have no spool, and a retired one's was
@@ -363,14 +363,16 @@ fn check_spool(
     // What the files hold, before the journal's record extends the view to its total.
     let files_total = spool.total_bytes();
     check.total_bytes = files_total;
-    if let Some(m) = manifest {
+    if let Some(m) = &manifest {
         m.bound_reader(&mut spool);
     }
     check.issues.extend(recovery_issues(&recovery));
     check
         .issues
-        .extend(read_issues(&spool, &recovery, manifest));
-    check.issues.extend(bound_issue(manifest, files_total));
+        .extend(read_issues(&spool, &recovery, manifest.as_deref()));
+    check
+        .issues
+        .extend(bound_issue(manifest.as_deref(), files_total));
     check.ok = check.issues.is_empty();
     check
 }

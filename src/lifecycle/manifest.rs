@@ -30,6 +30,19 @@
 //! name a position, not a handle, in a compact index that checks hits against the manifest
 //! (`reserved.rs`); the command is a [`StoredCommand`] (two allocations, not a dozen). Positions
 //! are never removed or reordered, so a position, once given, stays valid.
+//!
+//! A manifest is **settled** once it is terminal and its completion is recorded: only rare
+//! events change it after that (a release proved late, its output retired, a repeated
+//! publication). The store keeps a settled manifest as its snapshot frame ([`frame`]: a third
+//! of its decoded size, copied as it is into snapshots) and decodes it when read, so that a
+//! root's finished processes cost their frames, not their manifests. An accepted event that
+//! changes a settled manifest decodes it, folds the event in and settles it again.
+
+mod frame;
+
+use frame::SettledFrame;
+pub(in crate::lifecycle) use frame::{ManifestIn, manifest_in, manifest_out, read_manifest};
+use std::borrow::Cow;
 
 use std::collections::BTreeSet;
 
@@ -115,6 +128,19 @@ pub struct Retirement {
 }
 
 impl Manifest {
+    /// Whether nothing is left to do for this process: terminal, its terminal event published,
+    /// its completion recorded, and its tree released (or a process group's, which nothing
+    /// proves gone later). Only a late release, a retirement or a repeat changes it now.
+    pub fn settled(&self) -> bool {
+        let released =
+            self.released.is_some() || self.scope.as_ref().is_some_and(|s| s.guardian.is_none());
+        let published = self
+            .terminal
+            .as_ref()
+            .is_some_and(|t| self.published.contains(&t.event_id));
+        self.state.is_terminal() && published && self.completion_notified && released
+    }
+
     /// Shapes a reader of this process's spool by what the journal recorded of its output: its
     /// gaps and total, and, once the bounds are final (terminal: the last checkpoint of the
     /// drain, or what restore found on disk), where kept output starts, so that a spool file
@@ -378,11 +404,26 @@ pub enum Applied {
     Unchanged,
 }
 
+/// One manifest of the store: decoded, or settled (module doc).
+#[derive(Debug, Clone)]
+enum Slot {
+    Live(Box<Manifest>),
+    Settled(SettledFrame),
+}
+
+/// A manifest as the store holds it, for the snapshot's encoder: settled ones are copied as
+/// their frames.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Held<'a> {
+    Live(&'a Manifest),
+    Settled(&'a [u8]),
+}
+
 /// All manifests, by handle, in registration order.
 #[derive(Debug, Clone)]
 pub struct ManifestStore {
     /// Every manifest, in registration order.
-    manifests: Vec<Manifest>,
+    manifests: Vec<Slot>,
     /// The event ID of each manifest's registration, at the manifest's position.
     registrations: Vec<EventId>,
     /// The position in `manifests` of each handle's manifest.
@@ -415,7 +456,8 @@ const NO_SLOT: u32 = u32::MAX;
 /// store's hash seed, their content does not).
 impl PartialEq for ManifestStore {
     fn eq(&self, other: &Self) -> bool {
-        self.manifests == other.manifests
+        self.manifests.len() == other.manifests.len()
+            && self.iter().eq(other.iter())
             && self.registrations == other.registrations
             && self.gate == other.gate
             && self.admission_limit == other.admission_limit
@@ -881,8 +923,25 @@ impl ManifestStore {
         Some(slot as usize)
     }
 
-    pub fn get(&self, handle: &Handle) -> Option<&Manifest> {
-        self.manifests.get(self.slot(handle)?)
+    /// The manifest of `handle`: borrowed, or decoded from its settled frame.
+    pub fn get(&self, handle: &Handle) -> Option<Cow<'_, Manifest>> {
+        self.at(self.slot(handle)?)
+    }
+
+    /// The manifest at `position`, borrowed or decoded.
+    fn at(&self, position: usize) -> Option<Cow<'_, Manifest>> {
+        match self.manifests.get(position)? {
+            Slot::Live(m) => Some(Cow::Borrowed(m)),
+            Slot::Settled(frame) => match frame.decode(position as u64 + 1) {
+                Ok((_, m)) => Some(Cow::Owned(m)),
+                // `SettledFrame::settle` kept the frame only once it decoded to its manifest:
+                // a frame that no longer does was changed in memory under us.
+                Err(e) => {
+                    tracing::error!(position, "a settled manifest no longer decodes: {e}");
+                    None
+                }
+            },
+        }
     }
 
     /// The last change of the pause gate, if it ever changed.
@@ -935,14 +994,31 @@ impl ManifestStore {
     }
 
     /// The manifest with this number (`Manifest::number`: its position, from 1).
-    pub fn by_number(&self, number: u64) -> Option<&Manifest> {
+    pub fn by_number(&self, number: u64) -> Option<Cow<'_, Manifest>> {
         let position = usize::try_from(number.checked_sub(1)?).ok()?;
-        self.manifests.get(position)
+        self.at(position)
     }
 
-    /// Manifests in registration order.
-    pub fn iter(&self) -> impl Iterator<Item = &Manifest> {
-        self.manifests.iter()
+    /// Manifests in registration order, settled ones decoded as they come.
+    pub fn iter(&self) -> impl Iterator<Item = Cow<'_, Manifest>> {
+        (0..self.manifests.len()).filter_map(|position| self.at(position))
+    }
+
+    /// The manifests held decoded, in registration order: every one that is not settled
+    /// ([`Manifest::settled`]), and any settled one whose frame could not be kept.
+    pub fn live(&self) -> impl Iterator<Item = &Manifest> {
+        self.manifests.iter().filter_map(|s| match s {
+            Slot::Live(m) => Some(&**m),
+            Slot::Settled(_) => None,
+        })
+    }
+
+    /// How many manifests are held settled (module doc).
+    pub fn settled(&self) -> usize {
+        self.manifests
+            .iter()
+            .filter(|s| matches!(s, Slot::Settled(_)))
+            .count()
     }
 
     pub fn len(&self) -> usize {
@@ -957,15 +1033,25 @@ impl ManifestStore {
     /// The handle an ID is reserved for, as rejections name it.
     fn holder(&self, r: Reservation) -> Handle {
         // Every reservation names a manifest pushed with it; the fallback is never taken.
-        self.manifests
-            .get(r.slot as usize)
-            .map_or(Handle(EventId::from_bytes([0; 16])), |m| m.handle)
+        match self.manifests.get(r.slot as usize) {
+            Some(Slot::Live(m)) => m.handle,
+            Some(Slot::Settled(frame)) => frame.handle(),
+            None => Handle(EventId::from_bytes([0; 16])),
+        }
+    }
+
+    /// The IDs the manifest at `slot` allocated.
+    fn ids_at(&self, slot: usize) -> Option<LifecycleIds> {
+        Some(match self.manifests.get(slot)? {
+            Slot::Live(m) => m.ids,
+            Slot::Settled(frame) => frame.ids(),
+        })
     }
 
     /// The ID a reservation was made for (what the reservation index checks a hit against).
     fn key_of(&self, r: Reservation) -> Option<EventId> {
         let slot = r.slot as usize;
-        let ids = &self.manifests.get(slot)?.ids;
+        let ids = self.ids_at(slot)?;
         Some(match r.step {
             Step::Registration => *self.registrations.get(slot)?,
             Step::Running => ids.running,
@@ -1069,7 +1155,7 @@ impl ManifestStore {
             _ => {
                 let handle = event.handle().ok_or(Rejection::GateUnchanged(false))?;
                 let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
-                validate(m, event_id, event)
+                validate(&m, event_id, event)
             }
         }
     }
@@ -1173,8 +1259,18 @@ impl ManifestStore {
     }
 
     /// Every manifest with the event ID of its registration, in registration order.
-    pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (EventId, &Manifest)> {
-        self.registrations.iter().copied().zip(&self.manifests)
+    pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (EventId, Held<'_>)> {
+        let held = self.manifests.iter().map(|s| match s {
+            Slot::Live(m) => Held::Live(m),
+            Slot::Settled(frame) => Held::Settled(frame.bytes()),
+        });
+        self.registrations.iter().copied().zip(held)
+    }
+
+    /// Every manifest's allocated IDs with its registration's event ID, in registration order.
+    pub(crate) fn allocations(&self) -> impl Iterator<Item = (EventId, LifecycleIds)> {
+        let ids = (0..self.manifests.len()).filter_map(|slot| self.ids_at(slot));
+        self.registrations.iter().copied().zip(ids)
     }
 
     /// Checks a manifest's registration and adds it, reserving every ID it allocates.
@@ -1185,10 +1281,10 @@ impl ManifestStore {
             .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
         let reserve = reservations_of(slot, event_id, &m.ids);
         if !self.reserved.has_room_for(reserve.len()) {
-            let (manifests, registrations) = (&self.manifests, &self.registrations);
-            let all = (0u32..).zip(manifests.iter().zip(registrations)).flat_map(
-                |(slot, (held, registration))| reservations_of(slot, *registration, &held.ids),
-            );
+            let held: Vec<_> = self.allocations().collect();
+            let all = (0u32..)
+                .zip(held)
+                .flat_map(|(slot, (registration, ids))| reservations_of(slot, registration, &ids));
             self.reserved.rebuild(reserve.len(), all);
         }
         for (id, r) in reserve {
@@ -1198,7 +1294,7 @@ impl ManifestStore {
         self.slots.insert(m.handle, slot);
         self.registrations.push(event_id);
         m.number = u64::from(slot) + 1;
-        self.manifests.push(m);
+        self.manifests.push(held_slot(event_id, m));
         Ok(Applied::Changed)
     }
 
@@ -1242,23 +1338,59 @@ impl ManifestStore {
             self.check_reservation(event_id, event)?;
             return Err(Rejection::UnknownHandle(handle));
         };
-        let own_step = self.manifests.get(slot).is_some_and(|m| match event {
-            LifecycleEvent::Running(_) => event_id == m.ids.running,
-            LifecycleEvent::Terminal(_) => event_id == m.ids.terminal,
-            LifecycleEvent::LostOnRestore(_) => event_id == m.ids.lost,
+        let own_step = self.ids_at(slot).is_some_and(|ids| match event {
+            LifecycleEvent::Running(_) => event_id == ids.running,
+            LifecycleEvent::Terminal(_) => event_id == ids.terminal,
+            LifecycleEvent::LostOnRestore(_) => event_id == ids.lost,
             _ => false,
         });
         if !own_step {
             self.check_reservation(event_id, event)?;
         }
-        let m = self
-            .manifests
-            .get_mut(slot)
-            .ok_or(Rejection::UnknownHandle(handle))?;
-        let applied = validate(m, event_id, event)?;
-        if applied == Applied::Changed {
-            fold(m, event_id, event);
+        let registration = self.registrations.get(slot).copied();
+        let (Some(held), Some(registration)) = (self.manifests.get_mut(slot), registration) else {
+            return Err(Rejection::UnknownHandle(handle));
+        };
+        match held {
+            Slot::Live(m) => {
+                let applied = validate(m, event_id, event)?;
+                if applied == Applied::Changed {
+                    fold(m, event_id, event);
+                    if settles(m)
+                        && let Some(frame) = SettledFrame::settle(registration, m)
+                    {
+                        *held = Slot::Settled(frame);
+                    }
+                }
+                Ok(applied)
+            }
+            Slot::Settled(frame) => {
+                let number = slot as u64 + 1;
+                let (_, mut m) = frame
+                    .decode(number)
+                    .map_err(|_| Rejection::UnknownHandle(handle))?;
+                let applied = validate(&m, event_id, event)?;
+                if applied == Applied::Changed {
+                    fold(&mut m, event_id, event);
+                    *held = held_slot(registration, m);
+                }
+                Ok(applied)
+            }
         }
-        Ok(applied)
     }
+}
+
+/// Whether `m` is settled (module doc).
+fn settles(m: &Manifest) -> bool {
+    m.settled()
+}
+
+/// How the store holds `m`: settled if it is, else decoded.
+fn held_slot(registration: EventId, m: Manifest) -> Slot {
+    if settles(&m)
+        && let Some(frame) = SettledFrame::settle(registration, &m)
+    {
+        return Slot::Settled(frame);
+    }
+    Slot::Live(Box::new(m))
 }

@@ -38,6 +38,8 @@ pub mod workload;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_settled;
+#[cfg(test)]
 mod tests_snapshot;
 
 use std::path::{Path, PathBuf};
@@ -452,7 +454,7 @@ impl Lifecycle {
         &self.store
     }
 
-    pub fn manifest(&self, handle: &Handle) -> Option<&Manifest> {
+    pub fn manifest(&self, handle: &Handle) -> Option<std::borrow::Cow<'_, Manifest>> {
         self.store.get(handle)
     }
 

@@ -14,6 +14,8 @@
 //! accepts, which excludes both other forms, so no text means two things.
 
 use super::event::Handle;
+use std::borrow::Cow;
+
 use super::manifest::{Manifest, ManifestStore};
 
 /// The label that holds a process's name.
@@ -99,7 +101,7 @@ impl std::fmt::Display for ProcessRef {
 
 impl ManifestStore {
     /// The process `reference` names (see the module doc for names).
-    pub fn resolve(&self, reference: &ProcessRef) -> Result<&Manifest, ReferenceError> {
+    pub fn resolve(&self, reference: &ProcessRef) -> Result<Cow<'_, Manifest>, ReferenceError> {
         match reference {
             ProcessRef::Handle(h) => self.get(h).ok_or(ReferenceError::UnknownHandle(*h)),
             ProcessRef::Number(n) => self.by_number(*n).ok_or(ReferenceError::UnknownNumber(*n)),

@@ -112,7 +112,7 @@ pub fn plan(
 ) -> Plan {
     let mut plan = Plan::default();
     for m in store.iter() {
-        match judge(m, now_ms, older_than, held) {
+        match judge(&m, now_ms, older_than, held) {
             Verdict::Retire => plan.retire.push(m.handle),
             Verdict::Retired => plan.already_retired += 1,
             Verdict::Keep(KeepReason::NotTerminal) => plan.not_terminal += 1,
@@ -210,7 +210,7 @@ pub trait RetireJournal {
 
 impl RetireJournal for Lifecycle {
     fn manifest(&mut self, handle: &Handle) -> Option<Manifest> {
-        Lifecycle::manifest(self, handle).cloned()
+        Lifecycle::manifest(self, handle).map(std::borrow::Cow::into_owned)
     }
     fn append(&mut self, id: EventId, event: &LifecycleEvent) -> Result<(), LifecycleError> {
         Lifecycle::append(self, id, event).map(drop)

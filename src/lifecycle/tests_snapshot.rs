@@ -468,7 +468,7 @@ fn a_manifest_no_events_could_produce_is_refused() {
     let mut store = ManifestStore::new();
     let (id, registration) = workload::event(0);
     store.apply(id, &registration).unwrap();
-    let (_, m) = store.entries().next().unwrap();
+    let m = store.iter().next().unwrap().into_owned();
     let broken = [
         Manifest {
             state: State::Exited,

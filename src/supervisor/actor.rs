@@ -733,7 +733,13 @@ impl Actor {
     }
 
     fn hold(&mut self, handle: Handle) {
-        let Some(m) = self.shared.lifecycle.lock().manifest(&handle).cloned() else {
+        let Some(m) = self
+            .shared
+            .lifecycle
+            .lock()
+            .manifest(&handle)
+            .map(std::borrow::Cow::into_owned)
+        else {
             return;
         };
         if let Some(scope) = m.scope {

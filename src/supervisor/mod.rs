@@ -333,7 +333,11 @@ impl Supervisor {
 
     /// The manifest of one process, as the journal knows it.
     pub fn manifest(&self, handle: &Handle) -> Option<Manifest> {
-        self.shared.lifecycle.lock().manifest(handle).cloned()
+        self.shared
+            .lifecycle
+            .lock()
+            .manifest(handle)
+            .map(std::borrow::Cow::into_owned)
     }
 
     /// The manifest a handle, a number or a name names (`lifecycle::reference`).
@@ -346,7 +350,7 @@ impl Supervisor {
             .lock()
             .store()
             .resolve(reference)
-            .cloned()
+            .map(std::borrow::Cow::into_owned)
     }
 
     /// Manifests of every process the journal knows, filtered.
@@ -362,7 +366,7 @@ impl Supervisor {
                     .as_ref()
                     .is_none_or(|(k, v)| m.command.label(k) == Some(v.as_str()))
             })
-            .cloned()
+            .map(std::borrow::Cow::into_owned)
             .collect()
     }
 

@@ -1163,8 +1163,7 @@ fn retire_receipt(shared: &Shared, handle: Handle) {
         .lifecycle
         .lock()
         .manifest(&handle)
-        .and_then(|m| m.scope.as_ref())
-        .is_some_and(|s| s.receipt.is_some());
+        .is_some_and(|m| m.scope.as_ref().is_some_and(|s| s.receipt.is_some()));
     if has_receipt
         && let Err(e) = shared.trees.remove(&format!("{handle}.receipt"))
         && e.kind() != std::io::ErrorKind::NotFound

@@ -209,7 +209,12 @@ pub(crate) async fn restore(
     replay: ReplayReport,
 ) -> (RestoreReport, Vec<(Handle, Scoped, LifecycleIds)>) {
     let mut report = RestoreReport::of_replay(journal, replay);
-    let (manifests, reopened) = unsettled(shared.lifecycle.lock().store().iter());
+    let (manifests, reopened) = {
+        let lifecycle = shared.lifecycle.lock();
+        let store = lifecycle.store();
+        let (work, live_terminal) = unsettled(store.live());
+        (work, live_terminal + store.settled())
+    };
     report.reopened = reopened;
     let held = held_trees(&manifests);
     // Before the lifecycle records: a tree's assessment does not depend on them, and a
@@ -422,7 +427,7 @@ mod tests {
             .iter()
             .find(|m| m.terminal.is_some() && m.scope.is_some())
             .unwrap()
-            .clone();
+            .into_owned();
         let witness = ProcessWitness {
             pid: 4242,
             start_time_ticks: 7,

@@ -229,7 +229,11 @@ struct SharedJournal<'a>(&'a Shared);
 
 impl retention::RetireJournal for SharedJournal<'_> {
     fn manifest(&mut self, handle: &Handle) -> Option<Manifest> {
-        self.0.lifecycle.lock().manifest(handle).cloned()
+        self.0
+            .lifecycle
+            .lock()
+            .manifest(handle)
+            .map(std::borrow::Cow::into_owned)
     }
     fn append(&mut self, id: EventId, event: &LifecycleEvent) -> Result<(), LifecycleError> {
         self.0.append_blocking(id, event).map(drop)

@@ -213,7 +213,7 @@ fn retention_child() {
 fn manifests_json(store: &ManifestStore) -> Vec<String> {
     store
         .iter()
-        .map(|m| serde_json::to_string(m).expect("json"))
+        .map(|m| serde_json::to_string(&*m).expect("json"))
         .collect()
 }
 

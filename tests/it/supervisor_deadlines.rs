@@ -404,7 +404,7 @@ async fn a_deadline_that_cannot_be_enforced_is_reported_and_does_not_block_the_o
         (m.state, m.deadline.clone(), m.deadline_failures.clone())
     };
     assert_eq!(
-        store.get(&stuck).map(fields),
+        store.get(&stuck).as_deref().map(fields),
         sup.manifest(&stuck).as_ref().map(fields)
     );
     sup.shutdown(ms(500)).await;

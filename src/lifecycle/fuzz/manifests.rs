@@ -28,10 +28,10 @@ pub(super) fn check_manifests(store: &ManifestStore, accepted: &[(EventId, Lifec
         let mut events = accepted
             .iter()
             .filter(|(_, e, _)| e.handle() == Some(m.handle));
-        let (ids, at_unix_ms, limits) = check_registration(m, events.next(), &registered);
+        let (ids, at_unix_ms, limits) = check_registration(&m, events.next(), &registered);
         assert_eq!(m.ids, ids);
         assert_eq!(m.registered_unix_ms, at_unix_ms);
-        let mut model = Model::new(m, ids, limits);
+        let mut model = Model::new(&m, ids, limits);
         for (id, e, changed) in events {
             model.apply(*id, e, *changed);
         }

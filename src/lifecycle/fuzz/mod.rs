@@ -252,7 +252,7 @@ fn check_store_step(
 ) {
     use crate::lifecycle::State;
     let before = store.clone();
-    let old = store.get(&handle).cloned();
+    let old = store.get(&handle).map(std::borrow::Cow::into_owned);
     let checked = store.check(event_id, event);
     let applied = store.apply(event_id, event);
     assert_eq!(checked, applied, "check and apply disagree");

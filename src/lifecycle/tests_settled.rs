@@ -1,0 +1,169 @@
+//! Settled manifests: held as their frames, read back as they were, changed by the rare events
+//! that still reach them, and copied into snapshots as they are.
+
+use std::borrow::Cow;
+
+use super::event::derived::{PUBLISHED, RETIRED};
+use super::event::*;
+use super::manifest::{Applied, Manifest, ManifestStore, Rejection};
+use super::snapshot;
+use super::workload;
+use crate::journal::EventId;
+
+/// A store of `processes` finished processes of the workload (a multiple of its lanes), each
+/// settled at its last event.
+fn finished(processes: u64) -> ManifestStore {
+    assert_eq!(processes % workload::LANES, 0);
+    let mut store = ManifestStore::new();
+    for n in 0..processes * workload::PHASES {
+        let (id, event) = workload::event(n);
+        store.apply(id, &event).unwrap();
+    }
+    store
+}
+
+#[test]
+fn a_finished_process_is_held_settled_and_read_back_whole() {
+    let store = finished(40);
+    assert_eq!(store.len(), 40);
+    assert_eq!(store.settled(), 40, "every finished process is settled");
+    assert_eq!(store.live().count(), 0);
+    for (position, m) in store.iter().enumerate() {
+        assert!(matches!(m, Cow::Owned(_)), "a settled manifest is decoded");
+        assert!(m.settled());
+        assert_eq!(m.number, position as u64 + 1);
+        assert_eq!(store.get(&m.handle).as_deref(), Some(&*m));
+        assert_eq!(store.by_number(m.number).as_deref(), Some(&*m));
+        assert_eq!(m.handle, workload::handle(position as u64));
+        assert_eq!(m.ids, workload::ids(position as u64));
+    }
+}
+
+#[test]
+fn a_process_is_settled_only_once_nothing_is_left_to_do() {
+    let mut store = ManifestStore::new();
+    // Every event of process 0 but its last: it is not settled until then.
+    let events: Vec<_> = (0..4 * workload::PHASES)
+        .map(workload::event)
+        .filter(|(_, e)| e.handle() == Some(workload::handle(0)))
+        .collect();
+    let mut settled_at = None;
+    for (at, (id, event)) in events.iter().enumerate() {
+        store.apply(*id, event).unwrap();
+        let m = store.get(&workload::handle(0)).unwrap();
+        // Held settled exactly when the rule says so, from the first event that makes it true.
+        assert_eq!(store.settled() == 1, m.settled(), "after {event:?}");
+        assert_eq!(matches!(m, Cow::Owned(_)), m.settled());
+        if m.settled() {
+            settled_at.get_or_insert(at);
+        } else {
+            assert!(settled_at.is_none(), "unsettled again by {event:?}");
+        }
+    }
+    // Its end: terminal, published, notified and released.
+    let m = store.get(&workload::handle(0)).unwrap();
+    assert!(m.settled() && m.completion_notified && m.released.is_some());
+    assert!(settled_at.is_some());
+}
+
+#[test]
+fn an_event_that_changes_a_settled_manifest_is_folded_in_and_it_settles_again() {
+    let mut store = finished(24);
+    let before = store.clone();
+    let m = store
+        .iter()
+        .find(|m| m.exit_verified() && m.retired.is_none())
+        .unwrap()
+        .into_owned();
+    let retire = |reason: &str| {
+        LifecycleEvent::OutputRetired(OutputRetired {
+            handle: m.handle,
+            reason: reason.to_owned(),
+            at_unix_ms: 1_800_000_000_000,
+        })
+    };
+    let id = m.ids.terminal.derived(RETIRED);
+    assert_eq!(store.check(id, &retire("retention")), Ok(Applied::Changed));
+    assert_eq!(store, before, "a check changes nothing");
+    assert_eq!(store.apply(id, &retire("retention")), Ok(Applied::Changed));
+    assert_eq!(store.settled(), 24, "settled again");
+    let after = store.get(&m.handle).unwrap().into_owned();
+    assert_eq!(
+        after.retired.as_ref().map(|r| r.reason.as_str()),
+        Some("retention")
+    );
+    assert_eq!(
+        Manifest {
+            retired: None,
+            ..after.clone()
+        },
+        m
+    );
+    // The same retirement again changes nothing; another one is refused; neither touches it.
+    assert_eq!(
+        store.apply(id, &retire("retention")),
+        Ok(Applied::Unchanged)
+    );
+    assert_eq!(
+        store.apply(id, &retire("clean")),
+        Err(Rejection::AlreadyRetired)
+    );
+    assert_eq!(store.get(&m.handle).unwrap().into_owned(), after);
+    // A repeated publication of its terminal event is answered from the frame.
+    let terminal = m.terminal.as_ref().unwrap().event_id;
+    let publish = LifecycleEvent::LifecyclePublished(LifecyclePublished {
+        handle: m.handle,
+        event: terminal,
+    });
+    let id = terminal.derived(PUBLISHED);
+    assert_eq!(store.apply(id, &publish), Ok(Applied::Unchanged));
+    // Every other process is as it was.
+    for (a, b) in store.iter().zip(before.iter()) {
+        if a.handle != m.handle {
+            assert_eq!(a, b);
+        }
+    }
+}
+
+#[test]
+fn an_id_a_settled_manifest_reserved_stays_reserved() {
+    let mut store = finished(8);
+    let m = store.by_number(3).unwrap().into_owned();
+    // A registration that reuses an ID process 3 allocated names it as the holder.
+    let mut registration = match workload::event(100 * workload::PHASES * workload::LANES).1 {
+        LifecycleEvent::Registered(r) => r,
+        other => panic!("not a version 1 registration: {other:?}"),
+    };
+    registration.handle = Handle(EventId::new_v7());
+    registration.ids.terminal = m.ids.terminal;
+    let refused = store.apply(EventId::new_v7(), &LifecycleEvent::Registered(registration));
+    assert_eq!(
+        refused,
+        Err(Rejection::IdReserved {
+            id: m.ids.terminal,
+            handle: m.handle
+        })
+    );
+    // Its own step under its own ID is a repeat of a terminal process: refused as such.
+    let (id, running) = workload::event(2 * workload::LANES + 2);
+    assert_eq!(running.handle(), Some(m.handle));
+    assert_eq!(id, m.ids.running);
+    assert!(matches!(
+        store.apply(id, &running),
+        Err(Rejection::AlreadyTerminal(_))
+    ));
+}
+
+#[test]
+fn a_snapshot_copies_settled_frames_and_reads_back_the_same_store() {
+    let store = finished(32);
+    let frames = snapshot::encode_manifests(&store).unwrap();
+    let seq = 32 * workload::PHASES;
+    let bytes = snapshot::assemble([7; 16], seq, 1, &frames, &[], &Default::default()).unwrap();
+    let back = snapshot::decode(&bytes).unwrap();
+    assert_eq!(back.store, store);
+    assert_eq!(back.store.settled(), 32);
+    // Reading it back and writing it again gives the same bytes.
+    let again = snapshot::encode_manifests(&back.store).unwrap();
+    assert_eq!(again.bytes, frames.bytes);
+}
