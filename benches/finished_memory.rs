@@ -11,8 +11,11 @@
 //!   (the projection: every manifest, a settled one as its frame; and the journal's event-ID
 //!   index; not the actor's bounded
 //!   caches, nor real processes: the daemon's own figure is `tests/it/daemon_scale.rs`'s);
-//! - restore: a second child opens the same root (`Lifecycle::open`, the whole replay): what a
-//!   restarted daemon holds;
+//! - daemon: the same appends on a root of its own, taking snapshots (and so compacting) as the
+//!   daemon's policy says (`SnapshotPolicy::default()`, asked after every round of processes):
+//!   what a daemon that runs on holds, its index forgetting what compaction removed;
+//! - restore: a second child opens the append's root (`Lifecycle::open`, the whole replay): what
+//!   a restarted daemon holds;
 //! - baseline: a `HashMap<Handle, u64>` of N entries (a handle and a seq): what would remain per
 //!   process if finished manifests were read from the journal on demand and only a compact index
 //!   entry per handle stayed in memory.
@@ -37,7 +40,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use procjournal::lifecycle::{Handle, Lifecycle, workload};
-use procjournal::{Durability, JournalOptions};
+use procjournal::{Durability, JournalOptions, SnapshotPolicy};
 
 mod common;
 
@@ -74,11 +77,16 @@ fn child(what: &str, processes: u64, root: &Path) -> Res<u64> {
     let events = processes * workload::PHASES;
     let before = rss_anon()?;
     match what {
-        "append" => {
+        "append" | "daemon" => {
             let (mut lc, _, _) = Lifecycle::open(root, options())?;
+            let policy = SnapshotPolicy::default();
             for n in 0..events {
                 let (id, event) = workload::event(n);
                 lc.append(id, &event)?;
+                let round_done = (n + 1) % (workload::LANES * workload::PHASES) == 0;
+                if what == "daemon" && round_done && lc.snapshot_due(&policy, false) {
+                    lc.snapshot_now()?;
+                }
             }
             lc.journal().sync()?;
             let grown = rss_anon()?.saturating_sub(before);
@@ -163,34 +171,43 @@ fn main() -> Res<()> {
     let sizes = plan(FULL, QUICK);
     let dir = bench_dir()?;
     print_file_system(&dir, "journal roots", "");
-    let figures = ["append", "restore", "baseline"];
-    let mut grown: Vec<[f64; 3]> = Vec::new();
+    let figures = ["append", "daemon", "restore", "baseline"];
+    let mut grown: Vec<[f64; 4]> = Vec::new();
     for &n in sizes {
         let tmp = tempfile::tempdir_in(&dir)?;
-        let root = tmp.path().join("root");
-        let mut row = [0.0; 3];
+        let mut row = [0.0; 4];
         for (i, what) in figures.iter().enumerate() {
+            let root = tmp
+                .path()
+                .join(if *what == "daemon" { "daemon" } else { "root" });
             row[i] = spawn(what, n, &root)? as f64;
         }
         println!(
-            "{n} processes: append {} MiB, restore {} MiB, baseline {} MiB",
+            "{n} processes: append {} MiB, daemon {} MiB, restore {} MiB, baseline {} MiB",
             mib(row[0]),
             mib(row[1]),
-            mib(row[2])
+            mib(row[2]),
+            mib(row[3])
         );
         grown.push(row);
     }
     let xs: Vec<f64> = sizes.iter().map(|&n| n as f64).collect();
-    let slopes: Vec<f64> = (0..3)
+    let slopes: Vec<f64> = (0..4)
         .map(|i| slope(&xs, &grown.iter().map(|r| r[i]).collect::<Vec<_>>()))
         .collect();
     println!();
     println!("Anonymous resident memory grown, MiB, by finished processes:");
-    let header = ["processes", "append", "restore", "baseline (index entry)"];
-    let cells: Vec<[String; 4]> = sizes
+    let header = [
+        "processes",
+        "append",
+        "daemon",
+        "restore",
+        "baseline (index entry)",
+    ];
+    let cells: Vec<[String; 5]> = sizes
         .iter()
         .zip(&grown)
-        .map(|(n, r)| [n.to_string(), mib(r[0]), mib(r[1]), mib(r[2])])
+        .map(|(n, r)| [n.to_string(), mib(r[0]), mib(r[1]), mib(r[2]), mib(r[3])])
         .collect();
     print_cells(header, &cells);
     println!();
@@ -201,15 +218,15 @@ fn main() -> Res<()> {
         "ratio",
         "at 1,000,000, MiB",
     ];
-    let cells: Vec<[String; 5]> = (0..2)
+    let cells: Vec<[String; 5]> = (0..3)
         .map(|i| {
             let at_million = grown.last().map_or(0.0, |r| r[i])
                 + slopes[i] * (1_000_000.0 - xs.last().copied().unwrap_or(0.0));
             [
                 figures[i].to_owned(),
                 format!("{:.0}", slopes[i]),
-                format!("{:.0}", slopes[2]),
-                format!("{:.1}", slopes[i] / slopes[2]),
+                format!("{:.0}", slopes[3]),
+                format!("{:.1}", slopes[i] / slopes[3]),
                 mib(at_million),
             ]
         })

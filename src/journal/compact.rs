@@ -26,7 +26,9 @@ use crate::root::dir::{Access, Dir};
 
 use serde::Serialize;
 
-use super::floor::{FLOOR_FILE, Floor, first_header_from, floor_in_force, read_floor, read_header};
+use super::floor::{
+    FLOOR_FILE, Floor, RetainedId, first_header_from, floor_in_force, read_floor, read_header,
+};
 use super::recovery;
 use super::{EventId, Journal, JournalError, now_unix_ms};
 
@@ -277,6 +279,21 @@ impl Journal {
             removed_segments: files,
             removed_bytes: bytes,
         })
+    }
+
+    /// Forgets the event IDs of the records compaction removed, every one with a seq below
+    /// `floor_seq`, but for `keep`: the IDs a retry could still name, which the index keeps (as
+    /// an open resuming from the snapshot that names them would). A later append under a
+    /// forgotten ID is a new record, as it would be after a restart. Returns how many entries
+    /// left the index's table.
+    pub fn forget_ids_below(&self, floor_seq: u64, keep: Vec<RetainedId>) -> usize {
+        self.writer.lock().ids.forget_below(floor_seq, keep)
+    }
+
+    /// How many event IDs the index holds: in its table, and retained beside it.
+    pub fn indexed_ids(&self) -> (usize, usize) {
+        let w = self.writer.lock();
+        (w.ids.len(), w.ids.retained_len())
     }
 
     fn forget_segments(&self, files: u64) {

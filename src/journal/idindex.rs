@@ -16,9 +16,15 @@
 //! the array only when the ID lies between its least and greatest ID, which a fresh time-ordered
 //! ID (every new record's, and every ID derived from one) never does.
 //!
+//! Compaction hands over the IDs of the records it removed that a retry could still name
+//! ([`IdIndex::forget_below`]): they join the retained array, and every other entry of a removed
+//! record is forgotten, so that a long-running writer keeps what a restarted one would, not an
+//! entry for every record it ever appended.
+//!
 //! Invariants: open addressing with linear probing over a power-of-two number of buckets, at most
-//! half of them full; a bucket is empty exactly when it is 0; entries are never removed, so a probe
-//! that reaches an empty bucket has seen every entry that hashes before it. Every entry is named by
+//! half of them full; a bucket is empty exactly when it is 0; entries are removed only by
+//! [`IdIndex::forget_below`], which re-files every entry left, so a probe that reaches an empty
+//! bucket has seen every entry that hashes before it. Every entry is named by
 //! exactly one bucket and every key appears in at most one entry. A fingerprint match is only a
 //! candidate until the entry's full 16-byte key is compared. At most [`IdIndex::CAPACITY`] entries
 //! (entry numbers are 32-bit); inserting past that is refused, never wrapped. The retained array
@@ -273,8 +279,38 @@ impl IdIndex {
         }
     }
 
+    /// Forgets the records compaction removed, every entry with a seq below `floor_seq`, but
+    /// for the IDs among them in `keep` (those a retry could still name: the caller's retained
+    /// IDs, which may name records at or above the floor too; those stay where they are). The
+    /// kept ones join the retained array, the lower seq standing for a key found twice. Returns
+    /// how many entries left the table (the kept ones among them now in the array).
+    pub fn forget_below(&mut self, floor_seq: u64, mut keep: Vec<RetainedId>) -> usize {
+        keep.retain(|r| r.seq < floor_seq);
+        let before = self.entries.len();
+        // A kept ID answered by the table moves from its entry to the array, with its place.
+        self.entries.retain(|e| e.position.seq >= floor_seq);
+        let removed = before - self.entries.len();
+        if removed > 0 {
+            self.entries.shrink_to_fit();
+            self.refile(
+                (self.entries.len() * 2)
+                    .next_power_of_two()
+                    .max(BUCKETS_MIN),
+            );
+        }
+        let kept = keep.len();
+        if kept > 0 {
+            keep.append(&mut self.retained);
+            // Each key once, lowest seq standing: a key named twice is the same record (the
+            // journal answered both from this index), so nothing is lost.
+            let _ = dedup_retained(&mut keep);
+            keep.shrink_to_fit();
+            self.retained = keep;
+        }
+        removed
+    }
+
     /// Retained IDs kept beside the table.
-    #[cfg(test)]
     pub fn retained_len(&self) -> usize {
         self.retained.len()
     }
@@ -416,6 +452,59 @@ mod tests {
                     key[15] = lo;
                     prop_assert_eq!(index.get(&key), model.get(&key).copied());
                 }
+            }
+        }
+    }
+
+    proptest! {
+        /// Forgetting what compaction removed, once or twice: every key at or above a floor
+        /// answers as before, a key below one answers only when it was ever kept (as it was), inserts
+        /// after it refuse every key still known and take every forgotten one anew.
+        #[test]
+        fn forgetting_below_a_floor_keeps_only_what_was_kept(
+            keys in proptest::collection::vec(any::<[u8; 2]>(), 0..1500),
+            floors in proptest::collection::vec(0u64..1600, 1..3),
+            keep_every in 1usize..5,
+        ) {
+            let key_of = |k: [u8; 2]| {
+                let mut key = [0u8; 16];
+                key[0] = k[0];
+                key[15] = k[1];
+                key
+            };
+            let mut index = IdIndex::default();
+            let mut model: HashMap<[u8; 16], (Position, u16)> = HashMap::new();
+            for (n, k) in keys.iter().enumerate() {
+                let key = key_of(*k);
+                index.insert(key, position(n as u64), 3).map_err(|_| TestCaseError::fail("full"))?;
+                model.entry(key).or_insert((position(n as u64), 3));
+            }
+            // Whether the caller keeps a key is the key's own (a snapshot retains the IDs of every
+            // manifest's steps, and a step's ID stays one), above the floor too.
+            let keeps = |key: &[u8; 16]| usize::from(key[0] ^ key[15]) % keep_every == 0;
+            for floor in floors {
+                let mut known: Vec<_> = model.iter().map(|(k, (p, kind))| (*k, p.seq, *kind)).collect();
+                known.sort();
+                let keep: Vec<RetainedId> = known
+                    .iter()
+                    .filter(|(key, _, _)| keeps(key))
+                    .map(|&(key, seq, kind)| RetainedId { id: crate::journal::EventId::from_bytes(key), seq, kind })
+                    .collect();
+                index.forget_below(floor, keep);
+                model.retain(|k, (p, _)| p.seq >= floor || keeps(k));
+                for &(key, _, _) in &known {
+                    let want = model.get(&key).map(|(p, kind)| (p.seq, *kind));
+                    prop_assert_eq!(index.get(&key).map(|(p, kind)| (p.seq, kind)), want);
+                }
+                prop_assert_eq!(index.len() + index.retained_len(), model.len());
+            }
+            // Afterwards, an insert of a key still known is answered; a forgotten one is new.
+            for k in keys.iter().take(200) {
+                let key = key_of(*k);
+                let got = index.insert(key, position(5000), 4).map_err(|_| TestCaseError::fail("full"))?;
+                let want = model.get(&key).map(|(p, kind)| (p.seq, *kind));
+                prop_assert_eq!(got.map(|(p, kind)| (p.seq, kind)), want);
+                model.entry(key).or_insert((position(5000), 4));
             }
         }
     }

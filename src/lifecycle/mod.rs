@@ -59,7 +59,7 @@ use crate::codec::{CODEC_VERSION, CodecError};
 use crate::journal::reader::{JournalReader, RecordView};
 use crate::journal::{
     Appended, Compacted, CrashPoints, EventId, Head, Journal, JournalError, JournalOptions,
-    NoCrash, OpenVisitor, RecoveryReport, Resume,
+    NoCrash, OpenVisitor, RecoveryReport, Resume, RetainedId,
 };
 use crate::limits::{
     RECORD_HEADER_BYTES, SNAPSHOT_AFTER_BYTES_MIN, SNAPSHOT_AT_SHUTDOWN_BYTES_MIN,
@@ -286,10 +286,11 @@ impl SnapshotCapture {
         // The candidates are `CANDIDATES` per manifest, in store order: the place of a found
         // one says which manifest and which candidate it is.
         let mut retained = Vec::new();
+        let mut retained_ids = Vec::new();
         let per_lookup = crate::limits::SNAPSHOT_IDS_PER_FRAME;
         for (c, chunk) in self.candidates.chunks(per_lookup).enumerate() {
             let found = self.journal.lookup_ids(chunk, self.seq);
-            for (i, hit) in found.into_iter().enumerate() {
+            for (i, (hit, &id)) in found.into_iter().zip(chunk).enumerate() {
                 let Some((seq, kind)) = hit else { continue };
                 let n = c * per_lookup + i;
                 retained.push(snapshot::RetainedStep {
@@ -298,6 +299,7 @@ impl SnapshotCapture {
                     seq,
                     kind,
                 });
+                retained_ids.push(RetainedId { id, seq, kind });
             }
         }
         let bytes = snapshot::assemble(
@@ -322,6 +324,11 @@ impl SnapshotCapture {
             [older, _, ..] => Some(self.journal.compact_below_with(older + 1, crash)?),
             _ => None,
         };
+        // The index forgets what compaction removed but the IDs this snapshot retains: what an
+        // open resuming from it would know.
+        if let Some(floor) = compacted.as_ref().and_then(|c| c.floor) {
+            self.journal.forget_ids_below(floor.seq, retained_ids);
+        }
         Ok(SnapshotWritten {
             seq: self.seq,
             file_bytes: bytes.len() as u64,

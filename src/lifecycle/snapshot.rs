@@ -21,9 +21,10 @@
 //! whichever the journal holds. Every other record's ID is a fresh v7 ID that lives only in the
 //! memory of the supervisor that appended it (checkpoints, stop requests, closed input, gaps, the
 //! gate's changes, admission limits, human-input marks, fired and failed deadlines):
-//! nothing persisted names it, so nothing can retry it after a restart, and a running supervisor
-//! keeps every ID in its journal's index until it exits (compaction removes files, never index
-//! entries).
+//! nothing persisted names it, so nothing can retry it after a restart; the supervisor retries
+//! such an append only within the call that allocated its ID. A writer that compacts hands the
+//! journal this snapshot's retained IDs, and its index forgets every other ID of a removed record
+//! (`Journal::forget_ids_below`): it keeps what an open resuming from this snapshot would.
 //!
 //! Invariants: [`decode`] is total (a typed error, never a panic; a count is never trusted for an
 //! allocation beyond the bytes that remain), checks the header, both checksums, every frame and

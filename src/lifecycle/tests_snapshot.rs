@@ -202,18 +202,8 @@ fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
     // Every event whose record compaction removed and whose ID is a retained one.
     for n in 0..floor.seq - 1 {
         let (id, event) = workload::event(n);
-        if matches!(
-            event,
-            LifecycleEvent::OutputCheckpoint(_)
-                | LifecycleEvent::StopRequested(_)
-                | LifecycleEvent::InputClosed(_)
-                | LifecycleEvent::OutputGap(_)
-                | LifecycleEvent::GateChanged(_)
-                | LifecycleEvent::HumanInput(_)
-                | LifecycleEvent::DeadlineFired(_)
-                | LifecycleEvent::DeadlineFailed(_)
-        ) {
-            continue; // fresh IDs: never retried across a restart (snapshot.rs)
+        if under_a_fresh_id(&event) {
+            continue; // never retried across a restart (snapshot.rs)
         }
         let appended = lc.append(id, &event).unwrap();
         assert!(!appended.written, "event {n} written again");
@@ -230,6 +220,64 @@ fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
         Err(LifecycleError::Rejected(Rejection::IdInUse { .. }))
     ));
     assert_eq!(lc.journal().last_seq(), last);
+}
+
+/// Whether the workload appends `event` under a fresh ID, which no persisted record names.
+fn under_a_fresh_id(event: &LifecycleEvent) -> bool {
+    matches!(
+        event,
+        LifecycleEvent::OutputCheckpoint(_)
+            | LifecycleEvent::StopRequested(_)
+            | LifecycleEvent::InputClosed(_)
+            | LifecycleEvent::OutputGap(_)
+            | LifecycleEvent::GateChanged(_)
+            | LifecycleEvent::HumanInput(_)
+            | LifecycleEvent::DeadlineFired(_)
+            | LifecycleEvent::DeadlineFailed(_)
+    )
+}
+
+/// A writer that runs on past a compaction forgets the IDs of the records it removed but the
+/// retained ones: its index holds what an open of the same root would, not an entry for every
+/// record it ever appended.
+#[test]
+fn a_running_writer_keeps_the_index_a_restarted_one_would() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    append(&mut lc, 0..300);
+    lc.snapshot_now().unwrap().unwrap();
+    append(&mut lc, 300..700);
+    assert_eq!(lc.journal().indexed_ids(), (700, 0));
+    let written = lc.snapshot_now().unwrap().unwrap();
+    let floor = written.compacted.unwrap().floor.unwrap();
+    assert!(floor.seq > 100, "{floor:?}");
+    let (table, retained) = lc.journal().indexed_ids();
+    assert_eq!(
+        table as u64,
+        700 - floor.seq + 1,
+        "the table holds the records kept"
+    );
+    let (mut fresh, mut steps) = (0, 0);
+    for n in 0..floor.seq - 1 {
+        let (id, event) = workload::event(n);
+        let found = lc.journal().position_of(id).map(|p| p.seq);
+        if under_a_fresh_id(&event) {
+            assert_eq!(found, None, "event {n}'s fresh ID is still indexed");
+            fresh += 1;
+        } else {
+            assert_eq!(found, Some(n + 1), "event {n}'s ID is no longer indexed");
+            steps += 1;
+        }
+    }
+    assert!(fresh > 50 && steps > 100, "{fresh} fresh, {steps} steps");
+    assert_eq!(retained, steps);
+    // A retry of a step below the floor still writes nothing.
+    let (id, running) = workload::event(8);
+    assert!(!lc.append(id, &running).unwrap().written);
+    let running_index = lc.journal().indexed_ids();
+    drop(lc);
+    let (lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert_eq!(lc.journal().indexed_ids(), running_index);
 }
 
 /// Stops the sequence at step `at` (counting from 0), as a crash there would; records the steps.
