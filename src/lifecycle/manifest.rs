@@ -934,8 +934,9 @@ impl ManifestStore {
             Slot::Live(m) => Some(Cow::Borrowed(m)),
             Slot::Settled(frame) => match frame.decode(position as u64 + 1) {
                 Ok((_, m)) => Some(Cow::Owned(m)),
-                // `SettledFrame::settle` kept the frame only once it decoded to its manifest:
-                // a frame that no longer does was changed in memory under us.
+                // A frame is its manifest's encoding or the bytes it was decoded from (the
+                // codec's round trip, tested): one that no longer decodes was changed in
+                // memory under us.
                 Err(e) => {
                     tracing::error!(position, "a settled manifest no longer decodes: {e}");
                     None
@@ -1207,6 +1208,7 @@ impl ManifestStore {
                 deadline: None,
                 deadline_failures: Vec::new(),
             },
+            None,
         )
     }
 
@@ -1221,7 +1223,7 @@ impl ManifestStore {
     ) -> Result<ManifestStore, InvalidManifest> {
         let mut store = ManifestStore::restoring(entries.len());
         for (position, (registration, m)) in entries.enumerate() {
-            store.restore_one(position, registration, m)?;
+            store.restore_one(position, registration, m, None)?;
         }
         Ok(store)
     }
@@ -1245,15 +1247,18 @@ impl ManifestStore {
     /// handle once, every allocated ID reserved once, the store's bound) and must be a manifest
     /// some sequence of accepted events produces ([`consistent`]): a snapshot that decodes is
     /// never a projection replay could not have given.
+    /// `frame`, when given, is the current snapshot frame `m` was just decoded from: kept as it
+    /// is if `m` is settled, instead of encoding it again.
     pub(crate) fn restore_one(
         &mut self,
         position: usize,
         registration: EventId,
         m: Manifest,
+        frame: Option<&[u8]>,
     ) -> Result<(), InvalidManifest> {
         let invalid = |reason: String| InvalidManifest { position, reason };
         consistent(&m).map_err(|r| invalid(r.to_owned()))?;
-        self.push(registration, m)
+        self.push(registration, m, frame)
             .map_err(|r| invalid(r.to_string()))?;
         Ok(())
     }
@@ -1274,7 +1279,12 @@ impl ManifestStore {
     }
 
     /// Checks a manifest's registration and adds it, reserving every ID it allocates.
-    fn push(&mut self, event_id: EventId, mut m: Manifest) -> Result<Applied, Rejection> {
+    fn push(
+        &mut self,
+        event_id: EventId,
+        mut m: Manifest,
+        frame: Option<&[u8]>,
+    ) -> Result<Applied, Rejection> {
         self.check_registration(event_id, m.handle, &m.ids, m.restart_of)?;
         // `check_registration` refuses a position past `SLOTS_MAX`, which fits a `u32`.
         let slot = u32::try_from(self.manifests.len())
@@ -1294,7 +1304,11 @@ impl ManifestStore {
         self.slots.insert(m.handle, slot);
         self.registrations.push(event_id);
         m.number = u64::from(slot) + 1;
-        self.manifests.push(held_slot(event_id, m));
+        let held = match frame {
+            Some(frame) if m.settled() => Slot::Settled(SettledFrame::decoded_from(frame)),
+            _ => held_slot(event_id, m),
+        };
+        self.manifests.push(held);
         Ok(Applied::Changed)
     }
 

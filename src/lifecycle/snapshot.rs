@@ -654,8 +654,12 @@ fn read_manifests(
     // Each manifest goes straight into the store (a manifest is large: collecting them first
     // would write every one twice).
     let mut store = ManifestStore::restoring(capacity(meta.manifests, frames, 64));
+    // A current frame that the hand decoder reads is what the store keeps for a settled manifest
+    // as it is (the bytes it decoded from, so they decode to it again).
+    let reusable = how == Decoder::Fast && version == SNAPSHOT_VERSION;
     for position in 0..meta.manifests {
         let at = frames.at;
+        let frame = reusable.then(|| frames.body("manifest").ok()).flatten();
         let w: ManifestIn = frames.next_with("manifest", how, manifest_suffix, |r| {
             read_manifest(r, version)
         })?;
@@ -664,7 +668,7 @@ fn read_manifests(
             reason,
         })?;
         store
-            .restore_one(position as usize, registration, manifest)
+            .restore_one(position as usize, registration, manifest, frame)
             .map_err(|e| SnapshotError::Invalid(e.to_string()))?;
     }
     Ok(store)
