@@ -1005,6 +1005,13 @@ impl ManifestStore {
         (0..self.manifests.len()).filter_map(|position| self.at(position))
     }
 
+    /// Manifests newest first, settled ones decoded as they come.
+    pub fn iter_rev(&self) -> impl Iterator<Item = Cow<'_, Manifest>> {
+        (0..self.manifests.len())
+            .rev()
+            .filter_map(|position| self.at(position))
+    }
+
     /// The manifests held decoded, in registration order: every one that is not settled
     /// ([`Manifest::settled`]), and any settled one whose frame could not be kept.
     pub fn live(&self) -> impl Iterator<Item = &Manifest> {

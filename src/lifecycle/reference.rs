@@ -106,17 +106,17 @@ impl ManifestStore {
             ProcessRef::Handle(h) => self.get(h).ok_or(ReferenceError::UnknownHandle(*h)),
             ProcessRef::Number(n) => self.by_number(*n).ok_or(ReferenceError::UnknownNumber(*n)),
             ProcessRef::Name(name) => {
-                let mut newest = None;
-                for m in self
-                    .iter()
-                    .filter(|m| m.command.label(NAME_LABEL) == Some(name))
-                {
-                    if !m.state.is_terminal() {
-                        return Ok(m);
-                    }
-                    newest = Some(m);
+                let named = |m: &Manifest| m.command.label(NAME_LABEL) == Some(name.as_str());
+                // The first live one in registration order; a live process is never settled,
+                // so the manifests held decoded are enough.
+                if let Some(m) = self.live().find(|m| named(m) && !m.state.is_terminal()) {
+                    return Ok(Cow::Borrowed(m));
                 }
-                newest.ok_or_else(|| ReferenceError::UnknownName(name.clone()))
+                // Else the newest, searched from the end: settled ones are decoded only until
+                // it is found.
+                self.iter_rev()
+                    .find(|m| named(m))
+                    .ok_or_else(|| ReferenceError::UnknownName(name.clone()))
             }
         }
     }
