@@ -476,6 +476,9 @@ pub fn encode(
 struct Frames<'a> {
     payload: &'a [u8],
     at: usize,
+    /// The body of the last frame the hand decoder read whole (`next_with`), if the last frame
+    /// read was one.
+    read_by_hand: Option<&'a [u8]>,
 }
 
 impl<'a> Frames<'a> {
@@ -543,6 +546,7 @@ impl<'a> Frames<'a> {
         suffix: &[u8],
         fast: impl FnOnce(&mut Reader<'_>) -> Result<T, Malformed>,
     ) -> Result<T, SnapshotError> {
+        self.read_by_hand = None;
         if how == Decoder::Fast {
             let body = self.body(what)?;
             if let Some(mut r) = Reader::frame(body)
@@ -550,6 +554,7 @@ impl<'a> Frames<'a> {
                 && r.finish().is_ok()
             {
                 self.advance(body);
+                self.read_by_hand = Some(body);
                 return Ok(value);
             }
         }
@@ -590,7 +595,11 @@ pub fn decode_reference(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
     let (header, payload) = checked_payload(bytes)?;
     let version = u16_at(bytes, SN_VERSION_OFFSET);
-    let mut frames = Frames { payload, at: 0 };
+    let mut frames = Frames {
+        payload,
+        at: 0,
+        read_by_hand: None,
+    };
     let meta: Meta = frames.next("meta")?;
     let mut store = read_manifests(&mut frames, &meta, how, version)?;
     let retained = read_retained_frames(&mut frames, &meta, how, store.len(), header.seq)?;
@@ -654,15 +663,14 @@ fn read_manifests(
     // Each manifest goes straight into the store (a manifest is large: collecting them first
     // would write every one twice).
     let mut store = ManifestStore::restoring(capacity(meta.manifests, frames, 64));
-    // A current frame that the hand decoder reads is what the store keeps for a settled manifest
-    // as it is (the bytes it decoded from, so they decode to it again).
-    let reusable = how == Decoder::Fast && version == SNAPSHOT_VERSION;
     for position in 0..meta.manifests {
         let at = frames.at;
-        let frame = reusable.then(|| frames.body("manifest").ok()).flatten();
         let w: ManifestIn = frames.next_with("manifest", how, manifest_suffix, |r| {
             read_manifest(r, version)
         })?;
+        // A current frame the hand decoder read whole is what the store keeps for a settled
+        // manifest, as it is: the bytes it was just decoded from, so they decode to it again.
+        let frame = frames.read_by_hand.filter(|_| version == SNAPSHOT_VERSION);
         let (registration, manifest) = manifest_in(w).map_err(|reason| SnapshotError::Frame {
             at: at as u64,
             reason,
