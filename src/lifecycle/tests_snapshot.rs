@@ -202,7 +202,7 @@ fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
     // Every event whose record compaction removed and whose ID is a retained one.
     for n in 0..floor.seq - 1 {
         let (id, event) = workload::event(n);
-        if under_a_fresh_id(&event) {
+        if workload::under_a_fresh_id(&event) {
             continue; // never retried across a restart (snapshot.rs)
         }
         let appended = lc.append(id, &event).unwrap();
@@ -220,21 +220,6 @@ fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
         Err(LifecycleError::Rejected(Rejection::IdInUse { .. }))
     ));
     assert_eq!(lc.journal().last_seq(), last);
-}
-
-/// Whether the workload appends `event` under a fresh ID, which no persisted record names.
-fn under_a_fresh_id(event: &LifecycleEvent) -> bool {
-    matches!(
-        event,
-        LifecycleEvent::OutputCheckpoint(_)
-            | LifecycleEvent::StopRequested(_)
-            | LifecycleEvent::InputClosed(_)
-            | LifecycleEvent::OutputGap(_)
-            | LifecycleEvent::GateChanged(_)
-            | LifecycleEvent::HumanInput(_)
-            | LifecycleEvent::DeadlineFired(_)
-            | LifecycleEvent::DeadlineFailed(_)
-    )
 }
 
 /// A writer that runs on past a compaction forgets the IDs of the records it removed but the
@@ -261,7 +246,7 @@ fn a_running_writer_keeps_the_index_a_restarted_one_would() {
     for n in 0..floor.seq - 1 {
         let (id, event) = workload::event(n);
         let found = lc.journal().position_of(id).map(|p| p.seq);
-        if under_a_fresh_id(&event) {
+        if workload::under_a_fresh_id(&event) {
             assert_eq!(found, None, "event {n}'s fresh ID is still indexed");
             fresh += 1;
         } else {

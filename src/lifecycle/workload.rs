@@ -139,6 +139,22 @@ fn registration(p: u64, at: u64) -> LifecycleEvent {
     })
 }
 
+/// Whether the workload appends `event` under a fresh ID, which no persisted record names (so
+/// that nothing retries it across a restart, and compaction forgets it).
+pub fn under_a_fresh_id(event: &LifecycleEvent) -> bool {
+    matches!(
+        event,
+        LifecycleEvent::OutputCheckpoint(_)
+            | LifecycleEvent::StopRequested(_)
+            | LifecycleEvent::InputClosed(_)
+            | LifecycleEvent::OutputGap(_)
+            | LifecycleEvent::GateChanged(_)
+            | LifecycleEvent::HumanInput(_)
+            | LifecycleEvent::DeadlineFired(_)
+            | LifecycleEvent::DeadlineFailed(_)
+    )
+}
+
 /// The `n`-th event of the workload and the ID it is appended under.
 pub fn event(n: u64) -> (EventId, LifecycleEvent) {
     let (p, phase) = place(n);

@@ -513,17 +513,7 @@ proptest! {
         let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
         for n in 0..events.min(workload::LANES * workload::PHASES) {
             let (id, event) = workload::event(n);
-            if matches!(
-                event,
-                LifecycleEvent::OutputCheckpoint(_)
-                    | LifecycleEvent::StopRequested(_)
-                    | LifecycleEvent::InputClosed(_)
-                    | LifecycleEvent::OutputGap(_)
-                    | LifecycleEvent::GateChanged(_)
-                    | LifecycleEvent::HumanInput(_)
-                    | LifecycleEvent::DeadlineFired(_)
-                    | LifecycleEvent::DeadlineFailed(_)
-            ) {
+            if workload::under_a_fresh_id(&event) {
                 continue;
             }
             prop_assert!(!lc.append(id, &event).unwrap().written, "retry of event {}", n);
