@@ -86,6 +86,7 @@ mod event_id;
 #[cfg(feature = "fuzzing")]
 #[doc(hidden)]
 pub mod fuzzing;
+mod heap;
 #[doc(hidden)]
 pub mod idhash;
 pub mod limits;

@@ -280,6 +280,19 @@ impl SnapshotCapture {
         self,
         crash: &mut dyn CrashPoints,
     ) -> Result<SnapshotWritten, LifecycleError> {
+        let written = self.write_and_compact(crash);
+        // The capture's buffers are freed by now: tens of MB for a large root (the frames, the
+        // candidate and retained IDs, the file). A daemon of 50 000 finished processes kept
+        // 45 MB more after its snapshots than without them until this gave them back
+        // (`cargo bench --bench finished_memory`, the daemon row).
+        crate::heap::release_freed_memory();
+        written
+    }
+
+    fn write_and_compact(
+        self,
+        crash: &mut dyn CrashPoints,
+    ) -> Result<SnapshotWritten, LifecycleError> {
         // A snapshot must never hold an event the journal could lose: after a power loss the
         // journal would reuse its seq.
         self.journal.sync()?;
