@@ -291,14 +291,16 @@ fn uuid_like() -> String {
     format!("{}", N.fetch_add(1, Ordering::SeqCst))
 }
 
+/// A CLI command on `root`, to its end: within a hang guard (a command hung once here, in a
+/// loaded run of the whole suite, and the suite then waited on it for good).
 fn cli(root: &Path, args: &[&str]) -> std::process::Output {
-    OsCommand::new(pj())
+    let mut command = OsCommand::new(pj());
+    command
         .arg(args[0])
         .arg("--root")
         .arg(root)
-        .args(&args[1..])
-        .output()
-        .unwrap()
+        .args(&args[1..]);
+    crate::common::bounded::output_within(&mut command, Duration::from_secs(180))
 }
 
 /// The ownership of the root's process number 1 (the crashed one), from `ps --json`.

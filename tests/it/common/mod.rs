@@ -1,6 +1,7 @@
 //! Helpers the integration-test modules share. Each is a module of its own so that a test names
 //! what it leans on (`use crate::common::daemon;`).
 
+pub mod bounded;
 #[cfg(feature = "cli")]
 pub mod daemon;
 pub mod rng;
