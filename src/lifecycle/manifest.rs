@@ -1021,6 +1021,18 @@ impl ManifestStore {
         })
     }
 
+    /// How many settled manifests had their output retired, and every other manifest, in
+    /// registration order: what a retention pass judges, without decoding the settled manifests
+    /// it has nothing to do for.
+    pub fn unretired(&self) -> (u64, impl Iterator<Item = Cow<'_, Manifest>>) {
+        let retired = |s: &Slot| matches!(s, Slot::Settled(frame) if frame.retired());
+        let count = self.manifests.iter().filter(|s| retired(s)).count() as u64;
+        let rest = (0..self.manifests.len())
+            .filter(move |&p| self.manifests.get(p).is_some_and(|s| !retired(s)))
+            .filter_map(|p| self.at(p));
+        (count, rest)
+    }
+
     /// How many manifests are held settled (module doc).
     pub fn settled(&self) -> usize {
         self.manifests
@@ -1312,7 +1324,7 @@ impl ManifestStore {
         self.registrations.push(event_id);
         m.number = u64::from(slot) + 1;
         let held = match frame {
-            Some(frame) if m.settled() => Slot::Settled(SettledFrame::decoded_from(frame)),
+            Some(frame) if m.settled() => Slot::Settled(SettledFrame::decoded_from(frame, &m)),
             _ => held_slot(event_id, m),
         };
         self.manifests.push(held);

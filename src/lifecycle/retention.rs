@@ -110,8 +110,12 @@ pub fn plan(
     older_than: Duration,
     held: &HashSet<Handle>,
 ) -> Plan {
-    let mut plan = Plan::default();
-    for m in store.iter() {
+    let (retired, rest) = store.unretired();
+    let mut plan = Plan {
+        already_retired: retired,
+        ..Plan::default()
+    };
+    for m in rest {
         match judge(&m, now_ms, older_than, held) {
             Verdict::Retire => plan.retire.push(m.handle),
             Verdict::Retired => plan.already_retired += 1,

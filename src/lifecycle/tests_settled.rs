@@ -167,3 +167,49 @@ fn a_snapshot_copies_settled_frames_and_reads_back_the_same_store() {
     let again = snapshot::encode_manifests(&back.store).unwrap();
     assert_eq!(again.bytes, frames.bytes);
 }
+
+#[test]
+fn a_retention_pass_counts_retired_settled_manifests_without_reading_them() {
+    use super::retention::{self, KeepReason, Verdict};
+    let mut store = finished(24);
+    let retirable: Vec<Manifest> = store
+        .iter()
+        .filter(|m| m.exit_verified())
+        .map(Cow::into_owned)
+        .collect();
+    for m in retirable.iter().step_by(2) {
+        let retire = LifecycleEvent::OutputRetired(OutputRetired {
+            handle: m.handle,
+            reason: "retention".to_owned(),
+            at_unix_ms: 1_800_000_000_000,
+        });
+        store
+            .apply(m.ids.terminal.derived(RETIRED), &retire)
+            .unwrap();
+    }
+    let retired = retirable.iter().step_by(2).count() as u64;
+    assert!(retired >= 5, "{retired}");
+    let (count, rest) = store.unretired();
+    assert_eq!(count, retired);
+    assert_eq!(rest.count() as u64, store.len() as u64 - retired);
+    // The plan is what judging every manifest gives.
+    let (now, older) = (1_900_000_000_000, std::time::Duration::from_secs(60));
+    let held = [retirable[1].handle].into_iter().collect();
+    let plan = retention::plan(&store, now, older, &held);
+    let mut judged = retention::Plan::default();
+    for m in store.iter() {
+        match retention::judge(&m, now, older, &held) {
+            Verdict::Retire => judged.retire.push(m.handle),
+            Verdict::Retired => judged.already_retired += 1,
+            Verdict::Keep(KeepReason::NotTerminal) => judged.not_terminal += 1,
+            Verdict::Keep(KeepReason::TooRecent) => judged.too_recent += 1,
+            Verdict::Keep(reason) => judged.kept.push(retention::Kept {
+                handle: m.handle,
+                reason,
+            }),
+        }
+    }
+    assert_eq!(plan, judged);
+    assert_eq!(plan.already_retired, retired);
+    assert!(!plan.retire.is_empty());
+}

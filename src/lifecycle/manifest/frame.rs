@@ -438,17 +438,22 @@ const IDS_AT: usize = 32;
 
 /// A settled manifest, held as its snapshot frame (without the frame's length prefix), encoded
 /// in the current snapshot version: a fraction of the manifest's own size, and what a snapshot
-/// copies as it is. Its registration, handle and IDs are read in place, without decoding it.
+/// copies as it is. Its handle and IDs are read in place, without decoding it, and so is
+/// whether its output was retired (which an hourly retention pass asks of every process).
 #[derive(Clone, PartialEq, Eq)]
 pub(in crate::lifecycle) struct SettledFrame {
-    bytes: Box<[u8]>,
+    /// A flags byte ([`RETIRED`]), then the frame.
+    held: Box<[u8]>,
 }
+
+/// The flag of a manifest whose output was retired.
+const RETIRED: u8 = 1;
 
 impl std::fmt::Debug for SettledFrame {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SettledFrame")
             .field("handle", &self.handle())
-            .field("bytes", &self.bytes.len())
+            .field("bytes", &self.bytes().len())
             .finish()
     }
 }
@@ -462,12 +467,12 @@ impl SettledFrame {
         registration: EventId,
         m: &Manifest,
     ) -> Option<SettledFrame> {
-        let mut bytes = Vec::new();
-        codec::encode_into(&manifest_out(registration, m), &mut bytes).ok()?;
-        Reader::frame(&bytes)?;
+        let mut held = vec![flags(m)];
+        codec::encode_into(&manifest_out(registration, m), &mut held).ok()?;
         let frame = SettledFrame {
-            bytes: bytes.into_boxed_slice(),
+            held: held.into_boxed_slice(),
         };
+        Reader::frame(frame.bytes())?;
         if cfg!(debug_assertions) {
             let back = frame.decode(m.number);
             debug_assert_eq!(
@@ -479,17 +484,25 @@ impl SettledFrame {
         Some(frame)
     }
 
-    /// The frame a manifest was just decoded from (a current snapshot's, by the hand decoder),
-    /// kept as it is: it decodes to that manifest again.
-    pub(in crate::lifecycle) fn decoded_from(bytes: &[u8]) -> SettledFrame {
+    /// The frame `m` was just decoded from (a current snapshot's, by the hand decoder), kept as
+    /// it is: it decodes to `m` again.
+    pub(in crate::lifecycle) fn decoded_from(bytes: &[u8], m: &Manifest) -> SettledFrame {
+        let mut held = Vec::with_capacity(1 + bytes.len());
+        held.push(flags(m));
+        held.extend_from_slice(bytes);
         SettledFrame {
-            bytes: bytes.into(),
+            held: held.into_boxed_slice(),
         }
+    }
+
+    /// Whether the manifest's output was retired.
+    pub(in crate::lifecycle) fn retired(&self) -> bool {
+        self.held.first().is_some_and(|f| f & RETIRED != 0)
     }
 
     /// The manifest, numbered `number`, and its registration's event ID.
     pub(in crate::lifecycle) fn decode(&self, number: u64) -> Result<(EventId, Manifest), String> {
-        let mut r = Reader::frame(&self.bytes).ok_or("a settled frame over the frame limit")?;
+        let mut r = Reader::frame(self.bytes()).ok_or("a settled frame over the frame limit")?;
         let read = read_manifest(&mut r, super::super::snapshot::SNAPSHOT_VERSION);
         let w = read.map_err(|e| format!("a settled frame that does not decode: {e:?}"))?;
         if r.remaining() != 0 {
@@ -502,13 +515,13 @@ impl SettledFrame {
 
     /// The frame's bytes, as a snapshot holds them after their length.
     pub(in crate::lifecycle) fn bytes(&self) -> &[u8] {
-        &self.bytes
+        self.held.get(1..).unwrap_or_default()
     }
 
     /// The ID at `at`; every frame `settle` keeps starts with the fields read here.
     fn id_at(&self, at: usize) -> EventId {
         let mut id = [0u8; 16];
-        if let Some(b) = self.bytes.get(at..at + 16) {
+        if let Some(b) = self.bytes().get(at..at + 16) {
             id.copy_from_slice(b);
         }
         EventId::from_bytes(id)
@@ -526,4 +539,9 @@ impl SettledFrame {
             completion: self.id_at(IDS_AT + 48),
         }
     }
+}
+
+/// The flags byte of `m`'s frame.
+fn flags(m: &Manifest) -> u8 {
+    if m.retired.is_some() { RETIRED } else { 0 }
 }
