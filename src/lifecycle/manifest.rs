@@ -264,6 +264,9 @@ pub enum Rejection {
     TerminalSize { rows: u16, cols: u16 },
     #[error("restart_of names {0}, which is not registered before it")]
     UnknownRestart(Handle),
+    /// A settled manifest's frame no longer decodes: memory changed under the store.
+    #[error("the settled manifest of {handle} cannot be read: {reason}")]
+    SettledUnreadable { handle: Handle, reason: String },
 }
 
 /// A manifest of a snapshot that no sequence of accepted events produces, or that its store
@@ -409,6 +412,16 @@ pub enum Applied {
 enum Slot {
     Live(Box<Manifest>),
     Settled(SettledFrame),
+}
+
+impl Slot {
+    /// The IDs its manifest allocated, read in place.
+    fn ids(&self) -> LifecycleIds {
+        match self {
+            Slot::Live(m) => m.ids,
+            Slot::Settled(frame) => frame.ids(),
+        }
+    }
 }
 
 /// A manifest as the store holds it, for the snapshot's encoder: settled ones are copied as
@@ -1062,10 +1075,7 @@ impl ManifestStore {
 
     /// The IDs the manifest at `slot` allocated.
     fn ids_at(&self, slot: usize) -> Option<LifecycleIds> {
-        Some(match self.manifests.get(slot)? {
-            Slot::Live(m) => m.ids,
-            Slot::Settled(frame) => frame.ids(),
-        })
+        self.manifests.get(slot).map(Slot::ids)
     }
 
     /// The ID a reservation was made for (what the reservation index checks a hit against).
@@ -1310,10 +1320,10 @@ impl ManifestStore {
             .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
         let reserve = reservations_of(slot, event_id, &m.ids);
         if !self.reserved.has_room_for(reserve.len()) {
-            let held: Vec<_> = self.allocations().collect();
-            let all = (0u32..)
-                .zip(held)
-                .flat_map(|(slot, (registration, ids))| reservations_of(slot, registration, &ids));
+            let (manifests, registrations) = (&self.manifests, &self.registrations);
+            let all = (0u32..).zip(manifests.iter().zip(registrations)).flat_map(
+                |(slot, (held, registration))| reservations_of(slot, *registration, &held.ids()),
+            );
             self.reserved.rebuild(reserve.len(), all);
         }
         for (id, r) in reserve {
@@ -1389,7 +1399,7 @@ impl ManifestStore {
                 let applied = validate(m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(m, event_id, event);
-                    if settles(m)
+                    if m.settled()
                         && let Some(frame) = SettledFrame::settle(registration, m)
                     {
                         *held = Slot::Settled(frame);
@@ -1401,7 +1411,7 @@ impl ManifestStore {
                 let number = slot as u64 + 1;
                 let (_, mut m) = frame
                     .decode(number)
-                    .map_err(|_| Rejection::UnknownHandle(handle))?;
+                    .map_err(|reason| Rejection::SettledUnreadable { handle, reason })?;
                 let applied = validate(&m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(&mut m, event_id, event);
@@ -1413,14 +1423,9 @@ impl ManifestStore {
     }
 }
 
-/// Whether `m` is settled (module doc).
-fn settles(m: &Manifest) -> bool {
-    m.settled()
-}
-
 /// How the store holds `m`: settled if it is, else decoded.
 fn held_slot(registration: EventId, m: Manifest) -> Slot {
-    if settles(&m)
+    if m.settled()
         && let Some(frame) = SettledFrame::settle(registration, &m)
     {
         return Slot::Settled(frame);

@@ -266,11 +266,10 @@ fn unsettled<'a>(manifests: impl Iterator<Item = &'a Manifest>) -> (Vec<Manifest
 /// assess its tree (a guardian's, not yet released), release a launch cut short before its scope
 /// (`release_aborted`), or finish its publication. Each of `restore`'s steps selects among these
 /// alone, so the others are skipped without changing what it does.
+/// That is exactly a manifest that is not settled (`Manifest::settled`), which is why restore
+/// walks only the manifests the store holds decoded.
 fn needs_restore(m: &Manifest) -> bool {
-    let unreleased = m.released.is_none();
-    let held = unreleased && m.scope.as_ref().is_some_and(|s| s.guardian.is_some());
-    let unscoped = unreleased && m.scope.is_none();
-    !m.state.is_terminal() || held || unscoped || publication_unfinished(m)
+    !m.settled()
 }
 
 /// A crash between a terminal event and its publication leaves work to finish.
