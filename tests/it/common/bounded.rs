@@ -6,12 +6,14 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-/// Runs `cmd` to its end, as `Command::output` does, in a process group of its own. Past
+/// Runs `cmd` to its end, as `Command::output` does (no stdin, its output collected), in a
+/// process group of its own. Past
 /// `guard` (a hang guard, not a measurement) it panics with what each thread of the command and
 /// of its children waits in (their `wchan`, their kernel stacks and, where gdb is installed,
 /// their backtraces), after killing the group.
 pub fn output_within(cmd: &mut Command, guard: Duration) -> Output {
     let mut child = cmd
+        .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
@@ -131,4 +133,10 @@ fn a_command_past_its_guard_is_killed_and_says_where_it_waits() {
         (out.status.code(), &out.stdout[..], &out.stderr[..]),
         (Some(3), &b"out\n"[..], &b"err\n"[..])
     );
+    // With no stdin, as `Command::output` gives: never the test's own.
+    let out = output_within(
+        Command::new("readlink").arg("/proc/self/fd/0"),
+        Duration::from_secs(60),
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "/dev/null");
 }
