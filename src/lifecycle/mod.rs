@@ -299,11 +299,10 @@ impl SnapshotCapture {
         // The candidates are `CANDIDATES` per manifest, in store order: the place of a found
         // one says which manifest and which candidate it is.
         let mut retained = Vec::new();
-        let mut retained_ids = Vec::new();
         let per_lookup = crate::limits::SNAPSHOT_IDS_PER_FRAME;
         for (c, chunk) in self.candidates.chunks(per_lookup).enumerate() {
             let found = self.journal.lookup_ids(chunk, self.seq);
-            for (i, (hit, &id)) in found.into_iter().zip(chunk).enumerate() {
+            for (i, hit) in found.into_iter().enumerate() {
                 let Some((seq, kind)) = hit else { continue };
                 let n = c * per_lookup + i;
                 retained.push(snapshot::RetainedStep {
@@ -312,7 +311,6 @@ impl SnapshotCapture {
                     seq,
                     kind,
                 });
-                retained_ids.push(RetainedId { id, seq, kind });
             }
         }
         let bytes = snapshot::assemble(
@@ -340,7 +338,17 @@ impl SnapshotCapture {
         // The index forgets what compaction removed but the IDs this snapshot retains: what an
         // open resuming from it would know.
         if let Some(floor) = compacted.as_ref().and_then(|c| c.floor) {
-            self.journal.forget_ids_below(floor.seq, retained_ids);
+            let below = retained.iter().filter(|r| r.seq < floor.seq);
+            let keep = below.filter_map(|r| {
+                let n = r.manifest as usize * snapshot::CANDIDATES + usize::from(r.which);
+                let id = *self.candidates.get(n)?;
+                Some(RetainedId {
+                    id,
+                    seq: r.seq,
+                    kind: r.kind,
+                })
+            });
+            self.journal.forget_ids_below(floor.seq, keep.collect());
         }
         Ok(SnapshotWritten {
             seq: self.seq,
