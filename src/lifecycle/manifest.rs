@@ -943,19 +943,23 @@ impl ManifestStore {
 
     /// The manifest at `position`, borrowed or decoded.
     fn at(&self, position: usize) -> Option<Cow<'_, Manifest>> {
-        match self.manifests.get(position)? {
-            Slot::Live(m) => Some(Cow::Borrowed(m)),
-            Slot::Settled(frame) => match frame.decode(position as u64 + 1) {
-                Ok((_, m)) => Some(Cow::Owned(m)),
-                // A frame is its manifest's encoding or the bytes it was decoded from (the
-                // codec's round trip, tested): one that no longer decodes was changed in
-                // memory under us.
-                Err(e) => {
-                    tracing::error!(position, "a settled manifest no longer decodes: {e}");
-                    None
-                }
-            },
-        }
+        self.read(position)?
+            .map_err(|e| tracing::error!(position, "{e}"))
+            .ok()
+    }
+
+    /// The manifest at `position`, if there is one: borrowed, or decoded from its frame. A
+    /// frame is its manifest's encoding or the bytes it was decoded from (the codec's round
+    /// trip, tested), so one that no longer decodes was changed in memory under us: said, with
+    /// why, never taken for a missing manifest.
+    fn read(&self, position: usize) -> Option<Result<Cow<'_, Manifest>, String>> {
+        Some(match self.manifests.get(position)? {
+            Slot::Live(m) => Ok(Cow::Borrowed(m)),
+            Slot::Settled(frame) => frame
+                .decode(position as u64 + 1)
+                .map(|(_, m)| Cow::Owned(m))
+                .map_err(|e| format!("a settled manifest no longer decodes: {e}")),
+        })
     }
 
     /// The last change of the pause gate, if it ever changed.
@@ -1184,7 +1188,9 @@ impl ManifestStore {
             LifecycleEvent::AdmissionLimitSet(limit) => self.check_admission_limit(limit),
             _ => {
                 let handle = event.handle().ok_or(Rejection::GateUnchanged(false))?;
-                let m = self.get(&handle).ok_or(Rejection::UnknownHandle(handle))?;
+                let slot = self.slot(&handle).ok_or(Rejection::UnknownHandle(handle))?;
+                let read = self.read(slot).ok_or(Rejection::UnknownHandle(handle))?;
+                let m = read.map_err(|reason| Rejection::SettledUnreadable { handle, reason })?;
                 validate(&m, event_id, event)
             }
         }

@@ -333,28 +333,26 @@ fn push_frame<T: Encode>(out: &mut Vec<u8>, value: &T) -> Result<(), SnapshotErr
     let at = out.len();
     out.extend_from_slice(&[0; FRAME_PREFIX_BYTES]);
     let len = codec::encode_into(value, out).map_err(|e| SnapshotError::Encode(e.to_string()))?;
-    if len > SNAPSHOT_FRAME_BYTES_MAX {
-        return Err(SnapshotError::Encode(format!(
-            "a frame of {len} bytes exceeds the limit of {SNAPSHOT_FRAME_BYTES_MAX}"
-        )));
-    }
-    // `len` fits: the frame limit is far below 4 GiB.
-    out[at..at + FRAME_PREFIX_BYTES].copy_from_slice(&(len as u32).to_le_bytes());
+    out[at..at + FRAME_PREFIX_BYTES].copy_from_slice(&frame_prefix(len)?);
     Ok(())
 }
 
 /// Appends one frame holding `encoded`, a value encoded already (a settled manifest).
 fn push_encoded(out: &mut Vec<u8>, encoded: &[u8]) -> Result<(), SnapshotError> {
-    let len = encoded.len();
+    out.extend_from_slice(&frame_prefix(encoded.len())?);
+    out.extend_from_slice(encoded);
+    Ok(())
+}
+
+/// The length prefix of a frame of `len` bytes, within the frame limit.
+fn frame_prefix(len: usize) -> Result<[u8; FRAME_PREFIX_BYTES], SnapshotError> {
     if len > SNAPSHOT_FRAME_BYTES_MAX {
         return Err(SnapshotError::Encode(format!(
             "a frame of {len} bytes exceeds the limit of {SNAPSHOT_FRAME_BYTES_MAX}"
         )));
     }
     // `len` fits: the frame limit is far below 4 GiB.
-    out.extend_from_slice(&(len as u32).to_le_bytes());
-    out.extend_from_slice(encoded);
-    Ok(())
+    Ok((len as u32).to_le_bytes())
 }
 
 /// The manifests of a store, encoded as frames: the part of a snapshot taken while the store
