@@ -139,20 +139,33 @@ fn registration(p: u64, at: u64) -> LifecycleEvent {
     })
 }
 
-/// Whether the workload appends `event` under a fresh ID, which no persisted record names (so
-/// that nothing retries it across a restart, and compaction forgets it).
+/// Whether `event` is appended under a fresh ID, which no persisted record names (so that
+/// nothing retries it across a restart, and compaction forgets it), rather than under one its
+/// registration allocated or one derived from those. Every kind is named, so that a new one is
+/// decided here.
 pub fn under_a_fresh_id(event: &LifecycleEvent) -> bool {
-    matches!(
-        event,
+    match event {
+        LifecycleEvent::Registered(_)
+        | LifecycleEvent::RegisteredV2(_)
+        | LifecycleEvent::Running(_)
+        | LifecycleEvent::Terminal(_)
+        | LifecycleEvent::LostOnRestore(_)
+        | LifecycleEvent::LifecyclePublished(_)
+        | LifecycleEvent::CompletionNotified(_)
+        | LifecycleEvent::Scoped(_)
+        | LifecycleEvent::TreeReleased(_)
+        | LifecycleEvent::OutputRetired(_) => false,
         LifecycleEvent::OutputCheckpoint(_)
-            | LifecycleEvent::StopRequested(_)
-            | LifecycleEvent::InputClosed(_)
-            | LifecycleEvent::OutputGap(_)
-            | LifecycleEvent::GateChanged(_)
-            | LifecycleEvent::HumanInput(_)
-            | LifecycleEvent::DeadlineFired(_)
-            | LifecycleEvent::DeadlineFailed(_)
-    )
+        | LifecycleEvent::StopRequested(_)
+        | LifecycleEvent::InputClosed(_)
+        | LifecycleEvent::OutputGap(_)
+        | LifecycleEvent::GateChanged(_)
+        | LifecycleEvent::AdmissionLimitSet(_)
+        | LifecycleEvent::HumanInput(_)
+        | LifecycleEvent::DeadlineFired(_)
+        | LifecycleEvent::DeadlineFailed(_)
+        | LifecycleEvent::TerminalResized(_) => true,
+    }
 }
 
 /// The `n`-th event of the workload and the ID it is appended under.
