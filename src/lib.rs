@@ -90,6 +90,7 @@ mod heap;
 #[doc(hidden)]
 pub mod idhash;
 pub mod limits;
+mod spill;
 mod sync;
 
 // The surface: what a host embeds. Everything else is the layers' own business.

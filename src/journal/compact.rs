@@ -287,7 +287,19 @@ impl Journal {
     /// forgotten ID is a new record, as it would be after a restart. Returns how many entries
     /// left the index's table.
     pub fn forget_ids_below(&self, floor_seq: u64, keep: Vec<RetainedId>) -> usize {
-        self.writer.lock().ids.forget_below(floor_seq, keep)
+        let mut w = self.writer.lock();
+        let spill = if keep.is_empty() {
+            crate::spill::Spill::default()
+        } else {
+            super::retained::spill_in(&w.dir)
+        };
+        w.ids.forget_below(floor_seq, keep, spill)
+    }
+
+    /// Whether the index's retained IDs live in a spill file, off the heap.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn retained_ids_spilled(&self) -> bool {
+        self.writer.lock().ids.retained_spilled()
     }
 
     /// How many event IDs the index holds: in its table, and retained beside it.

@@ -35,7 +35,9 @@ use std::hash::BuildHasher;
 
 use super::Position;
 use super::floor::RetainedId;
+use super::retained::Retained;
 use crate::idhash::IdHashBuilder;
+use crate::spill::{Spill, SpillError};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Entry {
@@ -62,7 +64,7 @@ pub(crate) struct IdIndex {
     buckets: Vec<u64>,
     hasher: IdHashBuilder,
     /// Retained IDs (module doc), strictly ascending by ID, none in the table.
-    retained: Vec<RetainedId>,
+    retained: Retained,
 }
 
 /// Two records under one ID at different seqs, found while the retained IDs were added: the lower
@@ -146,20 +148,7 @@ impl IdIndex {
         {
             return self.entries.get(number).map(|e| (e.position, e.kind));
         }
-        self.retained_get(key).map(|r| (r.position(), r.kind))
-    }
-
-    /// The retained ID `key`, if the retained array holds it.
-    fn retained_get(&self, key: &[u8; 16]) -> Option<&RetainedId> {
-        let (first, last) = (self.retained.first()?, self.retained.last()?);
-        if *key < first.id.as_bytes() || *key > last.id.as_bytes() {
-            return None;
-        }
-        let at = self
-            .retained
-            .binary_search_by(|r| r.id.as_bytes().cmp(key))
-            .ok()?;
-        self.retained.get(at)
+        self.retained.find(key).map(|r| (r.position(), r.kind))
     }
 
     /// Adds the retained IDs of an open that resumes from a snapshot (module doc), once, after
@@ -227,7 +216,7 @@ impl IdIndex {
             ids.retain(|_| !flags.next().unwrap_or(false));
         }
         if self.retained.is_empty() {
-            self.retained = ids;
+            self.retained = Retained::Heap(ids);
             // Each duplicate names the seq that stands (the lowest of its key).
             for d in &mut duplicates {
                 if let Some((standing, _)) = self.get(&d.key) {
@@ -264,7 +253,7 @@ impl IdIndex {
         match self.probe(&key, hash) {
             Probe::Found(number) => Ok(self.entries.get(number).map(|e| (e.position, e.kind))),
             // In at most one of the two (module doc).
-            Probe::Vacant(_) if let Some(r) = self.retained_get(&key) => {
+            Probe::Vacant(_) if let Some(r) = self.retained.find(&key) => {
                 Ok(Some((r.position(), r.kind)))
             }
             Probe::Vacant(at) => {
@@ -282,9 +271,15 @@ impl IdIndex {
     /// Forgets the records compaction removed, every entry with a seq below `floor_seq`, but
     /// for the IDs among them in `keep` (those a retry could still name: the caller's retained
     /// IDs, which may name records at or above the floor too; those stay where they are). The
-    /// kept ones join the retained array, the lower seq standing for a key found twice. Returns
-    /// how many entries left the table (the kept ones among them now in the array).
-    pub fn forget_below(&mut self, floor_seq: u64, mut keep: Vec<RetainedId>) -> usize {
+    /// kept ones join the retained array, the lower seq standing for a key found twice, written
+    /// anew into `spill` (empty; on the heap if it refuses them). Returns how many entries left
+    /// the table (the kept ones among them now in the array).
+    pub fn forget_below(
+        &mut self,
+        floor_seq: u64,
+        mut keep: Vec<RetainedId>,
+        spill: Spill,
+    ) -> usize {
         keep.retain(|r| r.seq < floor_seq);
         let before = self.entries.len();
         // A kept ID answered by the table moves from its entry to the array, with its place.
@@ -298,16 +293,33 @@ impl IdIndex {
                     .max(BUCKETS_MIN),
             );
         }
-        let kept = keep.len();
-        if kept > 0 {
-            keep.append(&mut self.retained);
+        if !keep.is_empty() {
             // Each key once, lowest seq standing: a key named twice is the same record (the
             // journal answered both from this index), so nothing is lost.
             let _ = dedup_retained(&mut keep);
-            keep.shrink_to_fit();
-            self.retained = keep;
+            self.retained = match self.retained.merged(&keep, spill) {
+                Ok(merged) => merged,
+                Err(e) => {
+                    tracing::warn!("the journal's retained IDs stay on the heap: {e}");
+                    keep.append(&mut self.retained.to_vec());
+                    let _ = dedup_retained(&mut keep);
+                    keep.shrink_to_fit();
+                    Retained::Heap(keep)
+                }
+            };
         }
         removed
+    }
+
+    /// Moves the retained IDs an open handed over into `spill` (empty), off the heap.
+    pub fn spill_retained(&mut self, spill: Spill) -> Result<(), SpillError> {
+        self.retained.spill(spill)
+    }
+
+    /// Whether the retained IDs are kept in a spill file.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn retained_spilled(&self) -> bool {
+        self.retained.is_spilled_to_file()
     }
 
     /// Retained IDs kept beside the table.
@@ -490,7 +502,7 @@ mod tests {
                     .filter(|(key, _, _)| keeps(key))
                     .map(|&(key, seq, kind)| RetainedId { id: crate::journal::EventId::from_bytes(key), seq, kind })
                     .collect();
-                index.forget_below(floor, keep);
+                index.forget_below(floor, keep, Spill::default());
                 model.retain(|k, (p, _)| p.seq >= floor || keeps(k));
                 for &(key, _, _) in &known {
                     let want = model.get(&key).map(|(p, kind)| (p.seq, *kind));

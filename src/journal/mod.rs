@@ -28,6 +28,7 @@ mod mmap;
 mod open;
 pub mod reader;
 pub mod recovery;
+mod retained;
 pub(crate) mod storage;
 
 #[cfg(any(test, feature = "fault-injection"))]
@@ -821,6 +822,13 @@ impl Journal {
     /// The kind of the record that holds this event ID, if it is in the journal.
     pub fn kind_of(&self, id: EventId) -> Option<u16> {
         self.writer.lock().ids.get(&id.as_bytes()).map(|(_, k)| k)
+    }
+
+    /// A new unnamed file in the journal's directory, for spill space (`crate::spill`): on the
+    /// root's file system, private to this process, gone when it exits.
+    pub(crate) fn unnamed_file(&self) -> std::io::Result<std::fs::File> {
+        let dir = Arc::clone(&self.writer.lock().dir);
+        dir.unnamed_file()
     }
 
     /// The directory holding the segments.

@@ -114,6 +114,12 @@ impl Journal {
     ) -> Journal {
         let durability = options.durability;
         let durable_seq = active.next_seq - 1;
+        let mut ids = ids;
+        if ids.retained_len() > 0
+            && let Err(e) = ids.spill_retained(super::retained::spill_in(&dir))
+        {
+            tracing::warn!("the journal's retained IDs stay on the heap: {e}");
+        }
         Journal {
             root,
             durability,

@@ -62,6 +62,7 @@ use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
 use super::wire::Registration;
 use crate::journal::EventId;
+use crate::spill::{Spill, SpillError};
 
 /// The terminal result, fixed once recorded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, crate::codec::Encode, crate::codec::Decode)]
@@ -416,10 +417,10 @@ enum Slot {
 
 impl Slot {
     /// The IDs its manifest allocated, read in place.
-    fn ids(&self) -> LifecycleIds {
+    fn ids(&self, spill: &Spill) -> LifecycleIds {
         match self {
             Slot::Live(m) => m.ids,
-            Slot::Settled(frame) => frame.ids(),
+            Slot::Settled(frame) => frame.ids(spill),
         }
     }
 }
@@ -456,6 +457,9 @@ pub struct ManifestStore {
     /// The last admission limit set at runtime (root-level); `None`: never set, so the
     /// configured policy.
     admission_limit: Option<AdmissionLimitSet>,
+    /// The frames of settled manifests (`crate::spill`): on the heap until
+    /// [`ManifestStore::spill_into`] gives the store a file.
+    frames: Spill,
 }
 
 /// Entries of `ManifestStore::recent`; a power of two.
@@ -491,6 +495,7 @@ impl Default for ManifestStore {
                 .into_boxed_slice(),
             gate: None,
             admission_limit: None,
+            frames: Spill::default(),
         }
     }
 }
@@ -956,7 +961,7 @@ impl ManifestStore {
         Some(match self.manifests.get(position)? {
             Slot::Live(m) => Ok(Cow::Borrowed(m)),
             Slot::Settled(frame) => frame
-                .decode(position as u64 + 1)
+                .decode(&self.frames, position as u64 + 1)
                 .map(|(_, m)| Cow::Owned(m))
                 .map_err(|e| format!("a settled manifest no longer decodes: {e}")),
         })
@@ -1072,14 +1077,14 @@ impl ManifestStore {
         // Every reservation names a manifest pushed with it; the fallback is never taken.
         match self.manifests.get(r.slot as usize) {
             Some(Slot::Live(m)) => m.handle,
-            Some(Slot::Settled(frame)) => frame.handle(),
+            Some(Slot::Settled(frame)) => frame.handle(&self.frames),
             None => Handle(EventId::from_bytes([0; 16])),
         }
     }
 
     /// The IDs the manifest at `slot` allocated.
     fn ids_at(&self, slot: usize) -> Option<LifecycleIds> {
-        self.manifests.get(slot).map(Slot::ids)
+        self.manifests.get(slot).map(|s| s.ids(&self.frames))
     }
 
     /// The ID a reservation was made for (what the reservation index checks a hit against).
@@ -1302,9 +1307,43 @@ impl ManifestStore {
     pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (EventId, Held<'_>)> {
         let held = self.manifests.iter().map(|s| match s {
             Slot::Live(m) => Held::Live(m),
-            Slot::Settled(frame) => Held::Settled(frame.bytes()),
+            Slot::Settled(frame) => Held::Settled(frame.bytes(&self.frames)),
         });
         self.registrations.iter().copied().zip(held)
+    }
+
+    /// Moves the frames of settled manifests into `file`, an unnamed file of this process's own,
+    /// and spills every later one there: from then on a settled manifest costs the heap a few
+    /// words. If the file refuses a frame (a full file system), the frames stay where they were,
+    /// and the error says why.
+    pub(crate) fn spill_into(&mut self, file: std::fs::File) -> Result<(), SpillError> {
+        let mut moved = Spill::in_file(file);
+        let mut frames = Vec::with_capacity(self.manifests.len());
+        for slot in &self.manifests {
+            if let Slot::Settled(frame) = slot {
+                frames.push(frame.moved(&self.frames, &mut moved)?);
+            }
+        }
+        let mut frames = frames.into_iter();
+        for slot in &mut self.manifests {
+            if let (Slot::Settled(frame), Some(to)) = (&mut *slot, frames.next()) {
+                *frame = to;
+            }
+        }
+        self.frames = moved;
+        Ok(())
+    }
+
+    /// Whether settled frames leave the heap (a file was given and took them).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn spills_to_file(&self) -> bool {
+        self.frames.is_file()
+    }
+
+    /// Unmaps the pages of settled frames that reads mapped into this process (a snapshot reads
+    /// them all); they stay in the page cache.
+    pub(crate) fn release_resident(&self) {
+        self.frames.release_resident();
     }
 
     /// Every manifest's allocated IDs with its registration's event ID, in registration order.
@@ -1327,8 +1366,11 @@ impl ManifestStore {
         let reserve = reservations_of(slot, event_id, &m.ids);
         if !self.reserved.has_room_for(reserve.len()) {
             let (manifests, registrations) = (&self.manifests, &self.registrations);
+            let frames = &self.frames;
             let all = (0u32..).zip(manifests.iter().zip(registrations)).flat_map(
-                |(slot, (held, registration))| reservations_of(slot, *registration, &held.ids()),
+                |(slot, (held, registration))| {
+                    reservations_of(slot, *registration, &held.ids(frames))
+                },
             );
             self.reserved.rebuild(reserve.len(), all);
         }
@@ -1339,9 +1381,13 @@ impl ManifestStore {
         self.slots.insert(m.handle, slot);
         self.registrations.push(event_id);
         m.number = u64::from(slot) + 1;
-        let held = match frame {
-            Some(frame) if m.settled() => Slot::Settled(SettledFrame::decoded_from(frame, &m)),
-            _ => held_slot(event_id, m),
+        let kept = match frame {
+            Some(frame) if m.settled() => SettledFrame::decoded_from(frame, &m, &mut self.frames),
+            _ => None,
+        };
+        let held = match kept {
+            Some(frame) => Slot::Settled(frame),
+            None => held_slot(event_id, m, &mut self.frames),
         };
         self.manifests.push(held);
         Ok(Applied::Changed)
@@ -1397,6 +1443,7 @@ impl ManifestStore {
             self.check_reservation(event_id, event)?;
         }
         let registration = self.registrations.get(slot).copied();
+        let frames = &mut self.frames;
         let (Some(held), Some(registration)) = (self.manifests.get_mut(slot), registration) else {
             return Err(Rejection::UnknownHandle(handle));
         };
@@ -1406,7 +1453,7 @@ impl ManifestStore {
                 if applied == Applied::Changed {
                     fold(m, event_id, event);
                     if m.settled()
-                        && let Some(frame) = SettledFrame::settle(registration, m)
+                        && let Some(frame) = SettledFrame::settle(registration, m, frames)
                     {
                         *held = Slot::Settled(frame);
                     }
@@ -1416,12 +1463,12 @@ impl ManifestStore {
             Slot::Settled(frame) => {
                 let number = slot as u64 + 1;
                 let (_, mut m) = frame
-                    .decode(number)
+                    .decode(frames, number)
                     .map_err(|reason| Rejection::SettledUnreadable { handle, reason })?;
                 let applied = validate(&m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(&mut m, event_id, event);
-                    *held = held_slot(registration, m);
+                    *held = held_slot(registration, m, frames);
                 }
                 Ok(applied)
             }
@@ -1430,9 +1477,9 @@ impl ManifestStore {
 }
 
 /// How the store holds `m`: settled if it is, else decoded.
-fn held_slot(registration: EventId, m: Manifest) -> Slot {
+fn held_slot(registration: EventId, m: Manifest, frames: &mut Spill) -> Slot {
     if m.settled()
-        && let Some(frame) = SettledFrame::settle(registration, &m)
+        && let Some(frame) = SettledFrame::settle(registration, &m, frames)
     {
         return Slot::Settled(frame);
     }

@@ -360,6 +360,23 @@ impl SnapshotCapture {
     }
 }
 
+/// Moves the restored store's settled frames into an unnamed file beside the journal, so that
+/// what a finished process costs the heap stays a few words however many finished
+/// (`crate::spill`). Without one (a file system without `O_TMPFILE`, a full disk) they stay on the
+/// heap: that costs memory, never an answer, so it is said and the open goes on.
+fn spill_settled(store: &mut ManifestStore, journal: &Journal) {
+    let spilled = journal
+        .unnamed_file()
+        .map_err(crate::spill::SpillError::from)
+        .and_then(|file| store.spill_into(file));
+    if let Err(e) = spilled {
+        tracing::warn!(
+            dir = %journal.dir().display(),
+            "settled manifests stay in memory, without a spill file: {e}"
+        );
+    }
+}
+
 /// The journal of a root together with the manifests replayed from it.
 #[derive(Debug)]
 pub struct Lifecycle {
@@ -388,7 +405,11 @@ impl Lifecycle {
         })?);
         let mut restorer = Restorer::new(dir.clone());
         let (journal, recovery) = Journal::open_resuming(root, options, &mut restorer)?;
-        let (store, replay, snapshots) = restorer.finish();
+        let (mut store, replay, snapshots) = restorer.finish();
+        spill_settled(&mut store, &journal);
+        // The replay's buffers and the frames' heap chunks are freed by now (tens of MB for a
+        // large root), and glibc keeps freed heap pages until trimmed (`crate::heap`).
+        crate::heap::release_freed_memory();
         Ok((
             Lifecycle {
                 journal: Arc::new(journal),
@@ -400,6 +421,12 @@ impl Lifecycle {
             recovery,
             replay,
         ))
+    }
+
+    /// Whether settled manifests are kept out of the heap, in the root's spill file.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn spills_to_file(&self) -> bool {
+        self.store.spills_to_file()
     }
 
     /// Whether `policy` wants a snapshot now: the journal grew since the newest snapshot by the
@@ -425,10 +452,13 @@ impl Lifecycle {
         if self.snapshots.in_flight || seq == 0 || seq == self.snapshots.newest_seq {
             return Ok(None);
         }
+        let manifests = snapshot::encode_manifests(&self.store)?;
+        // The encoder read every settled frame through the spill file's mapping.
+        self.store.release_resident();
         let capture = SnapshotCapture {
             seq,
             journal_id: self.journal.journal_id(),
-            manifests: snapshot::encode_manifests(&self.store)?,
+            manifests,
             candidates: snapshot::candidate_ids(&self.store),
             replay: self.records.clone(),
             journal: Arc::clone(&self.journal),

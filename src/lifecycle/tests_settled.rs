@@ -213,3 +213,52 @@ fn a_retention_pass_counts_retired_settled_manifests_without_reading_them() {
     assert_eq!(plan.already_retired, retired);
     assert!(!plan.retire.is_empty());
 }
+
+/// A writer keeps settled frames in an unnamed file of its root, not on its heap: the ones it
+/// restored and the ones that settle while it runs, read back as a store built in memory
+/// reads them, and gone from the root's listing (the file has no name).
+#[test]
+fn a_writer_spills_settled_frames_into_an_unnamed_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::JournalOptions {
+        durability: crate::Durability::Os,
+        ..crate::JournalOptions::default()
+    };
+    let half = 40 * workload::PHASES;
+    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
+    for n in 0..half {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    assert!(lc.spills_to_file(), "a fresh writer spills");
+    drop(lc);
+    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
+    assert!(lc.spills_to_file(), "a restored writer spills");
+    for n in half..2 * half {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    let mirror = finished(80);
+    assert_eq!(lc.store().settled(), 80);
+    assert!(
+        *lc.store() == mirror,
+        "the spilled store reads as the one in memory"
+    );
+    lc.snapshot_now().unwrap().unwrap();
+    assert!(*lc.store() == mirror, "a snapshot's reads change nothing");
+    let names: Vec<_> = std::fs::read_dir(dir.path().join("journal"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(
+        names.iter().all(|n| n.ends_with(".log")),
+        "a name beside the segments: {names:?}"
+    );
+    drop(lc);
+    let (lc, _, _) = super::Lifecycle::open(dir.path(), options).unwrap();
+    assert!(lc.spills_to_file());
+    assert!(
+        *lc.store() == mirror,
+        "restored from a snapshot of spilled frames"
+    );
+}

@@ -256,6 +256,10 @@ fn a_running_writer_keeps_the_index_a_restarted_one_would() {
     }
     assert!(fresh > 50 && steps > 100, "{fresh} fresh, {steps} steps");
     assert_eq!(retained, steps);
+    assert!(
+        lc.journal().retained_ids_spilled(),
+        "the retained IDs left the heap"
+    );
     // A retry of a step below the floor still writes nothing.
     let (id, running) = workload::event(8);
     assert!(!lc.append(id, &running).unwrap().written);
@@ -263,6 +267,10 @@ fn a_running_writer_keeps_the_index_a_restarted_one_would() {
     drop(lc);
     let (lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
     assert_eq!(lc.journal().indexed_ids(), running_index);
+    assert!(
+        lc.journal().retained_ids_spilled(),
+        "an open spills what it retains"
+    );
 }
 
 /// Stops the sequence at step `at` (counting from 0), as a crash there would; records the steps.

@@ -197,6 +197,15 @@ impl Dir {
         Ok(file)
     }
 
+    /// A new file with no name in this directory (`O_TMPFILE`), readable and writable by this
+    /// process alone: scratch space that no other process can open, that recovery never sees and
+    /// that the kernel frees when the last descriptor closes, crash included.
+    pub(crate) fn unnamed_file(&self) -> io::Result<File> {
+        let flags = OFlag::O_TMPFILE | OFlag::O_RDWR | OFlag::O_CLOEXEC;
+        let mode = Mode::from_bits_truncate(fsx::PRIVATE_FILE as libc::mode_t);
+        Ok(File::from(nix::fcntl::openat(&self.fd, ".", flags, mode)?))
+    }
+
     /// Renames `from` to `to`, both in this directory (a symbolic link is renamed, never
     /// followed). Durable only after [`Dir::sync`].
     pub(crate) fn rename(&self, from: &str, to: &str) -> io::Result<()> {

@@ -19,6 +19,7 @@ use super::super::wire;
 use super::{Manifest, Retirement, TerminalResult};
 use crate::codec::{self, Decode, Encode, Malformed, Reader};
 use crate::journal::EventId;
+use crate::spill::{Spill, SpillError, Spilled};
 use crate::spool::Gap;
 
 /// A manifest as a snapshot writes it (`snapshot::encode`): borrowed from the store, so nothing is copied.
@@ -437,44 +438,33 @@ const HANDLE_AT: usize = 16;
 const IDS_AT: usize = 32;
 
 /// A settled manifest, held as its snapshot frame (without the frame's length prefix), encoded
-/// in the current snapshot version: a fraction of the manifest's own size, and what a snapshot
-/// copies as it is. Its handle and IDs are read in place, without decoding it, and so is
-/// whether its output was retired (which an hourly retention pass asks of every process).
-#[derive(Clone, PartialEq, Eq)]
+/// in the current snapshot version, in the store's spill space (`crate::spill`): the heap keeps
+/// only where it is and whether its output was retired (which an hourly retention pass asks of
+/// every process). The frame is what a snapshot copies as it is; its handle and IDs are read in
+/// place, without decoding it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(in crate::lifecycle) struct SettledFrame {
-    /// A flags byte ([`RETIRED`]), then the frame.
-    held: Box<[u8]>,
-}
-
-/// The flag of a manifest whose output was retired.
-const RETIRED: u8 = 1;
-
-impl std::fmt::Debug for SettledFrame {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SettledFrame")
-            .field("handle", &self.handle())
-            .field("bytes", &self.bytes().len())
-            .finish()
-    }
+    at: Spilled,
+    retired: bool,
 }
 
 impl SettledFrame {
-    /// `m` (registered under `registration`) encoded. `None` if it cannot be (a frame over the
-    /// limit): the manifest then stays decoded, which costs memory and nothing else. That the
-    /// frame decodes back to `m` is the codec's round trip, which `tests/it/snapshot_props.rs`
-    /// holds for any store; debug builds (every test) check it again here, for each one.
+    /// `m` (registered under `registration`) encoded into `spill`. `None` if it cannot be (a
+    /// frame over the limit, a spill file that refuses the bytes): the manifest then stays
+    /// decoded, which costs memory and nothing else. That the frame decodes back to `m` is the
+    /// codec's round trip, which `tests/it/snapshot_props.rs` holds for any store; debug builds
+    /// (every test) check it again here, for each one.
     pub(in crate::lifecycle) fn settle(
         registration: EventId,
         m: &Manifest,
+        spill: &mut Spill,
     ) -> Option<SettledFrame> {
-        let mut held = vec![flags(m)];
-        codec::encode_into(&manifest_out(registration, m), &mut held).ok()?;
-        let frame = SettledFrame {
-            held: held.into_boxed_slice(),
-        };
-        Reader::frame(frame.bytes())?;
+        let mut bytes = Vec::new();
+        codec::encode_into(&manifest_out(registration, m), &mut bytes).ok()?;
+        Reader::frame(&bytes)?;
+        let frame = SettledFrame::keep(&bytes, m, spill)?;
         if cfg!(debug_assertions) {
-            let back = frame.decode(m.number);
+            let back = frame.decode(spill, m.number);
             debug_assert_eq!(
                 back,
                 Ok((registration, m.clone())),
@@ -485,24 +475,53 @@ impl SettledFrame {
     }
 
     /// The frame `m` was just decoded from (a current snapshot's, by the hand decoder), kept as
-    /// it is: it decodes to `m` again.
-    pub(in crate::lifecycle) fn decoded_from(bytes: &[u8], m: &Manifest) -> SettledFrame {
-        let mut held = Vec::with_capacity(1 + bytes.len());
-        held.push(flags(m));
-        held.extend_from_slice(bytes);
-        SettledFrame {
-            held: held.into_boxed_slice(),
-        }
+    /// it is: it decodes to `m` again. `None`: the spill refused it.
+    pub(in crate::lifecycle) fn decoded_from(
+        bytes: &[u8],
+        m: &Manifest,
+        spill: &mut Spill,
+    ) -> Option<SettledFrame> {
+        SettledFrame::keep(bytes, m, spill)
+    }
+
+    fn keep(bytes: &[u8], m: &Manifest, spill: &mut Spill) -> Option<SettledFrame> {
+        let at = spill
+            .append(bytes)
+            .map_err(
+                |e| tracing::debug!(handle = %m.handle, "a settled manifest kept decoded: {e}"),
+            )
+            .ok()?;
+        Some(SettledFrame {
+            at,
+            retired: m.retired.is_some(),
+        })
+    }
+
+    /// This frame copied from `from` into `to`.
+    pub(in crate::lifecycle) fn moved(
+        &self,
+        from: &Spill,
+        to: &mut Spill,
+    ) -> Result<SettledFrame, SpillError> {
+        Ok(SettledFrame {
+            at: to.append(self.bytes(from))?,
+            retired: self.retired,
+        })
     }
 
     /// Whether the manifest's output was retired.
     pub(in crate::lifecycle) fn retired(&self) -> bool {
-        self.held.first().is_some_and(|f| f & RETIRED != 0)
+        self.retired
     }
 
     /// The manifest, numbered `number`, and its registration's event ID.
-    pub(in crate::lifecycle) fn decode(&self, number: u64) -> Result<(EventId, Manifest), String> {
-        let mut r = Reader::frame(self.bytes()).ok_or("a settled frame over the frame limit")?;
+    pub(in crate::lifecycle) fn decode(
+        &self,
+        spill: &Spill,
+        number: u64,
+    ) -> Result<(EventId, Manifest), String> {
+        let mut r =
+            Reader::frame(self.bytes(spill)).ok_or("a settled frame over the frame limit")?;
         let read = read_manifest(&mut r, super::super::snapshot::SNAPSHOT_VERSION);
         let w = read.map_err(|e| format!("a settled frame that does not decode: {e:?}"))?;
         if r.remaining() != 0 {
@@ -514,34 +533,29 @@ impl SettledFrame {
     }
 
     /// The frame's bytes, as a snapshot holds them after their length.
-    pub(in crate::lifecycle) fn bytes(&self) -> &[u8] {
-        self.held.get(1..).unwrap_or_default()
+    pub(in crate::lifecycle) fn bytes<'s>(&self, spill: &'s Spill) -> &'s [u8] {
+        spill.get(self.at)
     }
 
     /// The ID at `at`; every frame `settle` keeps starts with the fields read here.
-    fn id_at(&self, at: usize) -> EventId {
+    fn id_at(&self, spill: &Spill, at: usize) -> EventId {
         let mut id = [0u8; 16];
-        if let Some(b) = self.bytes().get(at..at + 16) {
+        if let Some(b) = self.bytes(spill).get(at..at + 16) {
             id.copy_from_slice(b);
         }
         EventId::from_bytes(id)
     }
 
-    pub(in crate::lifecycle) fn handle(&self) -> Handle {
-        Handle(self.id_at(HANDLE_AT))
+    pub(in crate::lifecycle) fn handle(&self, spill: &Spill) -> Handle {
+        Handle(self.id_at(spill, HANDLE_AT))
     }
 
-    pub(in crate::lifecycle) fn ids(&self) -> LifecycleIds {
+    pub(in crate::lifecycle) fn ids(&self, spill: &Spill) -> LifecycleIds {
         LifecycleIds {
-            running: self.id_at(IDS_AT),
-            terminal: self.id_at(IDS_AT + 16),
-            lost: self.id_at(IDS_AT + 32),
-            completion: self.id_at(IDS_AT + 48),
+            running: self.id_at(spill, IDS_AT),
+            terminal: self.id_at(spill, IDS_AT + 16),
+            lost: self.id_at(spill, IDS_AT + 32),
+            completion: self.id_at(spill, IDS_AT + 48),
         }
     }
-}
-
-/// The flags byte of `m`'s frame.
-fn flags(m: &Manifest) -> u8 {
-    if m.retired.is_some() { RETIRED } else { 0 }
 }

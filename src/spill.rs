@@ -1,0 +1,435 @@
+//! Spill space: bytes a long-running writer must keep but seldom reads (the frames of settled
+//! manifests, the journal's retained IDs), moved out of its heap into an unnamed file and read
+//! back through read-only shared mappings. What a finished process costs the heap is then a few
+//! words that say where its bytes are; the bytes themselves are page cache, which the kernel
+//! writes back and drops under memory pressure, and which a process that reads none of them does
+//! not even keep mapped ([`Spill::release_resident`]).
+//!
+//! The file is created with `O_TMPFILE` (`root::dir::Dir::unnamed_file`): it has no name, so no
+//! other process opens it, recovery never sees it, and the kernel frees it when the writer exits
+//! or crashes. It holds nothing durable: everything in it is also in the journal or a snapshot,
+//! and it is never synced. Without such a file (a file system that refuses `O_TMPFILE`, a reader
+//! that may not write in the root, a store built in memory) the same chunks live on the heap:
+//! same layout, same answers, only the memory stays in the process.
+//!
+//! Invariants:
+//! - Bytes are only appended, each range once, in chunks that never move: a slice handed out
+//!   stays valid and unchanged for as long as the `Spill` is borrowed.
+//! - An append lands whole or is refused (`ENOSPC`, `EIO`): a chunk's used length grows only
+//!   after the whole write, so no refused append is ever read.
+//! - A mapped chunk lies wholly inside the file, whose length is set before the chunk is mapped
+//!   and never reduced: a read never faults past its end. Only ranges already written are read.
+//! - A slice of a [`Spilled`] that this `Spill` did not hand out is empty or other bytes, never a
+//!   fault: every range is checked against its chunk.
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+
+use memmap2::{Mmap, MmapOptions, UncheckedAdvice};
+
+/// The size of a chunk: a multiple of any page size Linux uses, and large enough that the chunk
+/// list stays short (25 chunks per 100 000 settled manifests of the workload's size).
+const CHUNK: usize = 4 << 20;
+
+/// Where appended bytes are: a range of one chunk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Spilled {
+    chunk: u32,
+    offset: u32,
+    len: u32,
+}
+
+/// An append refused: the bytes are not spilled, and the caller keeps them itself.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SpillError {
+    #[error("{0} bytes do not fit a chunk's 32-bit offsets")]
+    TooLarge(usize),
+    #[error("spill file: {0}")]
+    Io(#[from] io::Error),
+}
+
+enum Chunk {
+    /// `used` bytes written through the file at `base`, read through `map`.
+    Mapped { map: Mmap, used: usize },
+    /// Heap bytes; never grown past the capacity it was made with, so it never moves.
+    Heap(Vec<u8>),
+}
+
+impl Chunk {
+    fn bytes(&self) -> &[u8] {
+        match self {
+            Chunk::Mapped { map, used } => map.get(..*used).unwrap_or_default(),
+            Chunk::Heap(v) => v,
+        }
+    }
+
+    fn room(&self) -> usize {
+        match self {
+            Chunk::Mapped { map, used } => map.len() - used,
+            Chunk::Heap(v) => v.capacity() - v.len(),
+        }
+    }
+}
+
+/// Append-only spill space (module doc).
+pub(crate) struct Spill {
+    file: Option<File>,
+    /// The least size of a chunk: [`CHUNK`], less in tests to cross chunks often.
+    chunk_bytes: usize,
+    /// The file's length: the end of its last chunk.
+    file_len: u64,
+    chunks: Vec<Chunk>,
+}
+
+impl Default for Spill {
+    fn default() -> Self {
+        Spill {
+            file: None,
+            chunk_bytes: CHUNK,
+            file_len: 0,
+            chunks: Vec::new(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Spill {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Spill")
+            .field("file", &self.file.is_some())
+            .field("chunks", &self.chunks.len())
+            .field("bytes", &self.bytes())
+            .finish()
+    }
+}
+
+/// A copy on the heap, each chunk at the same place: every [`Spilled`] of the original reads the
+/// same bytes in the copy.
+impl Clone for Spill {
+    fn clone(&self) -> Self {
+        let chunks = self
+            .chunks
+            .iter()
+            .map(|c| {
+                let mut v = Vec::with_capacity(c.bytes().len() + c.room());
+                v.extend_from_slice(c.bytes());
+                Chunk::Heap(v)
+            })
+            .collect();
+        Spill {
+            chunks,
+            ..Spill::default()
+        }
+    }
+}
+
+impl Spill {
+    /// Spill space in `file`, an unnamed file of this process's own (`O_TMPFILE`), empty.
+    pub(crate) fn in_file(file: File) -> Spill {
+        Spill {
+            file: Some(file),
+            ..Spill::default()
+        }
+    }
+
+    /// Whether appended bytes leave the heap.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn is_file(&self) -> bool {
+        self.file.is_some()
+    }
+
+    /// Bytes appended so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.chunks.iter().map(|c| c.bytes().len() as u64).sum()
+    }
+
+    /// Appends `bytes`; where they are, or why they were refused (then nothing changed that a
+    /// read could see).
+    pub(crate) fn append(&mut self, bytes: &[u8]) -> Result<Spilled, SpillError> {
+        let len = u32::try_from(bytes.len()).map_err(|_| SpillError::TooLarge(bytes.len()))?;
+        if self.chunks.last().is_none_or(|c| c.room() < bytes.len()) {
+            self.add_chunk(bytes.len())?;
+        }
+        let at = self.chunks.len() - 1;
+        let (file, base) = (&self.file, self.file_len);
+        let Some(chunk) = self.chunks.last_mut() else {
+            return Err(SpillError::Io(io::Error::other(
+                "no chunk after adding one",
+            )));
+        };
+        let offset = chunk.bytes().len();
+        match chunk {
+            Chunk::Mapped { map, used } => {
+                let start = base - map.len() as u64 + *used as u64;
+                file.as_ref()
+                    .ok_or_else(|| io::Error::other("a mapped chunk without its file"))?
+                    .write_all_at(bytes, start)?;
+                *used += bytes.len();
+            }
+            Chunk::Heap(v) => v.extend_from_slice(bytes),
+        }
+        Ok(Spilled {
+            chunk: u32::try_from(at).map_err(|_| SpillError::TooLarge(bytes.len()))?,
+            offset: u32::try_from(offset).map_err(|_| SpillError::TooLarge(bytes.len()))?,
+            len,
+        })
+    }
+
+    /// A new last chunk with room for `at_least` bytes: mapped from the file when there is one,
+    /// else on the heap.
+    fn add_chunk(&mut self, at_least: usize) -> Result<(), SpillError> {
+        let size = at_least
+            .max(self.chunk_bytes)
+            .next_multiple_of(self.chunk_bytes);
+        if u32::try_from(size).is_err() {
+            return Err(SpillError::TooLarge(at_least));
+        }
+        let Some(file) = &self.file else {
+            self.chunks.push(Chunk::Heap(Vec::with_capacity(size)));
+            return Ok(());
+        };
+        let end = self.file_len + size as u64;
+        // Sparse: the chunk's pages are allocated as they are written.
+        file.set_len(end)?;
+        // SAFETY: the file is this process's own unnamed file (`O_TMPFILE`: no name, so no other
+        // process opens it short of root reaching into /proc/PID/fd), its length was just set to
+        // cover the whole range mapped, and `Spill` never shortens it; so no access through the
+        // mapping lies past its end. The mapping is read-only and writes go through the
+        // descriptor into the same page cache, to ranges not yet handed out.
+        let map = unsafe {
+            MmapOptions::new()
+                .offset(self.file_len)
+                .len(size)
+                .map(file)?
+        };
+        self.file_len = end;
+        self.chunks.push(Chunk::Mapped { map, used: 0 });
+        Ok(())
+    }
+
+    /// The bytes of `at`: empty when this spill never handed `at` out.
+    pub(crate) fn get(&self, at: Spilled) -> &[u8] {
+        let start = at.offset as usize;
+        self.chunks
+            .get(at.chunk as usize)
+            .and_then(|c| c.bytes().get(start..start + at.len as usize))
+            .unwrap_or_default()
+    }
+
+    /// Unmaps the pages of the file that reads brought into this process (a snapshot reads every
+    /// frame): they stay in the page cache, and a later read maps them again.
+    pub(crate) fn release_resident(&self) {
+        for chunk in &self.chunks {
+            if let Chunk::Mapped { map, .. } = chunk {
+                // SAFETY: the mapping is a read-only shared mapping of a file. `MADV_DONTNEED`
+                // there drops only this process's page-table entries; the next access faults the
+                // same bytes in from the page cache (or the file), so every slice borrowed from
+                // it reads what it read before. No private or anonymous memory is discarded.
+                let _ = unsafe { map.unchecked_advise(UncheckedAdvice::DontNeed) };
+            }
+        }
+    }
+}
+
+/// Records of `N` bytes each in spill space, read by number: a sorted array that no longer lives
+/// on the heap. Written by a [`RecordsWriter`] in blocks of [`BLOCK`] bytes (a multiple of `N`
+/// that divides every chunk size), so every chunk but the last is full and record `i` lies at
+/// byte `i * N` of the chunks laid end to end.
+#[derive(Debug, Clone)]
+pub(crate) struct Records<const N: usize> {
+    spill: Spill,
+    len: usize,
+}
+
+/// Writes a [`Records`], in order.
+#[derive(Debug)]
+pub(crate) struct RecordsWriter<const N: usize> {
+    spill: Spill,
+    /// Records pushed but not yet written out: fewer than a block's worth.
+    pending: Vec<u8>,
+    len: usize,
+}
+
+/// Bytes written to a [`Records`]' spill at a time.
+const BLOCK: usize = 64 << 10;
+
+impl<const N: usize> RecordsWriter<N> {
+    const FIT: () = assert!(
+        N > 0 && BLOCK.is_multiple_of(N),
+        "records must tile a block"
+    );
+
+    /// No records yet, written into `spill` (which must be empty) as they come.
+    pub(crate) fn new(spill: Spill) -> Self {
+        let () = Self::FIT;
+        RecordsWriter {
+            spill,
+            pending: Vec::new(),
+            len: 0,
+        }
+    }
+
+    /// Appends one record; the spill's error if a block of them could not be written.
+    pub(crate) fn push(&mut self, record: [u8; N]) -> Result<(), SpillError> {
+        self.pending.extend_from_slice(&record);
+        self.len += 1;
+        if self.pending.len() == BLOCK {
+            self.spill.append(&self.pending)?;
+            self.pending.clear();
+        }
+        Ok(())
+    }
+
+    /// Writes out the records still pending; then none of them lives on the heap.
+    pub(crate) fn finish(self) -> Result<Records<N>, SpillError> {
+        let mut spill = self.spill;
+        if !self.pending.is_empty() {
+            spill.append(&self.pending)?;
+        }
+        Ok(Records {
+            spill,
+            len: self.len,
+        })
+    }
+}
+
+impl<const N: usize> Records<N> {
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Record `i`, if there is one.
+    pub(crate) fn get(&self, i: usize) -> Option<[u8; N]> {
+        if i >= self.len {
+            return None;
+        }
+        let at = i * N;
+        let chunk = self.spill.chunks.get(at / self.spill.chunk_bytes)?;
+        let start = at % self.spill.chunk_bytes;
+        chunk.bytes().get(start..start + N)?.try_into().ok()
+    }
+
+    /// Whether the records left the heap.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn is_file(&self) -> bool {
+        self.spill.is_file()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    /// A chunk size for tests: one of the largest pages Linux uses.
+    const SMALL: usize = 64 << 10;
+
+    fn unnamed_in(dir: &std::path::Path) -> File {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(libc::O_TMPFILE)
+            .open(dir)
+            .expect("O_TMPFILE")
+    }
+
+    fn unnamed() -> File {
+        unnamed_in(&std::env::temp_dir())
+    }
+
+    proptest! {
+        /// Every append reads back as it was written, in a file and on the heap alike, and so
+        /// does a copy; a release of the resident pages changes no answer.
+        #[test]
+        fn appended_bytes_read_back(sizes in prop::collection::vec(0usize..3 * SMALL / 2, 1..12)) {
+            let small = |s: Spill| Spill { chunk_bytes: SMALL, ..s };
+            let (mut file, mut heap) = (small(Spill::in_file(unnamed())), small(Spill::default()));
+            let mut written = Vec::new();
+            for (n, size) in sizes.iter().enumerate() {
+                let bytes: Vec<u8> = (0..*size).map(|i| (i * 7 + n) as u8).collect();
+                let (a, b) = (file.append(&bytes).unwrap(), heap.append(&bytes).unwrap());
+                prop_assert_eq!(a, b);
+                written.push((a, bytes));
+            }
+            file.release_resident();
+            let copy = file.clone();
+            for (at, bytes) in &written {
+                prop_assert_eq!(file.get(*at), &bytes[..]);
+                prop_assert_eq!(heap.get(*at), &bytes[..]);
+                prop_assert_eq!(copy.get(*at), &bytes[..]);
+            }
+            prop_assert_eq!(file.bytes(), sizes.iter().sum::<usize>() as u64);
+            prop_assert!(file.is_file() && !heap.is_file() && !copy.is_file());
+        }
+    }
+
+    proptest! {
+        /// Record `i` reads back as the `i`-th pushed, across chunks, in a file and on the heap.
+        #[test]
+        fn records_read_back_by_number(n in 0usize..3 * SMALL / 32 + 5) {
+            let small = |s: Spill| Spill { chunk_bytes: SMALL, ..s };
+            for spill in [small(Spill::in_file(unnamed())), small(Spill::default())] {
+                let mut w = RecordsWriter::<32>::new(spill);
+                let record = |i: usize| {
+                    let mut r = [0u8; 32];
+                    r[..8].copy_from_slice(&(i as u64).to_le_bytes());
+                    r[31] = i as u8;
+                    r
+                };
+                for i in 0..n {
+                    w.push(record(i)).unwrap();
+                }
+                let records = w.finish().unwrap();
+                prop_assert_eq!(records.len(), n);
+                for i in 0..n {
+                    prop_assert_eq!(records.get(i), Some(record(i)));
+                }
+                prop_assert_eq!(records.get(n), None);
+            }
+        }
+    }
+
+    #[test]
+    fn a_range_never_handed_out_reads_empty() {
+        let mut s = Spill::in_file(unnamed());
+        let at = s.append(b"abc").unwrap();
+        let beyond = Spilled {
+            offset: 2,
+            len: 5,
+            ..at
+        };
+        let other_chunk = Spilled { chunk: 1, ..at };
+        assert_eq!(s.get(at), b"abc");
+        assert_eq!(s.get(beyond), b"");
+        assert_eq!(s.get(other_chunk), b"");
+    }
+
+    /// A full file system refuses the append, and the spill reads as before.
+    #[test]
+    fn a_refused_append_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+            .arg(dir.path())
+            .status();
+        if !mounted.is_ok_and(|s| s.success()) {
+            eprintln!("skipped: cannot mount a 1 MiB tmpfs here (needs root)");
+            return;
+        }
+        let mut s = Spill::in_file(unnamed_in(dir.path()));
+        let small = s.append(b"kept").unwrap();
+        let refused = s.append(&vec![1u8; 2 << 20]);
+        let after = s.append(b"after");
+        let read = (s.get(small).to_vec(), after.map(|a| s.get(a).to_vec()));
+        drop(s);
+        let _ = std::process::Command::new("umount")
+            .arg(dir.path())
+            .status();
+        assert!(matches!(refused, Err(SpillError::Io(_))), "{refused:?}");
+        assert_eq!(read.0, b"kept");
+        assert_eq!(read.1.unwrap(), b"after");
+    }
+}
