@@ -137,6 +137,10 @@ impl Spill {
     #[cfg(any(test, feature = "test-support"))]
     pub(crate) fn is_file(&self) -> bool {
         self.file.is_some()
+            || self
+                .chunks
+                .iter()
+                .any(|c| matches!(c, Chunk::Mapped { .. }))
     }
 
     /// Bytes appended so far.
@@ -182,8 +186,13 @@ impl Spill {
         let size = at_least
             .max(self.chunk_bytes)
             .next_multiple_of(self.chunk_bytes);
+        self.add_chunk_of(size)
+    }
+
+    /// A new last chunk of exactly `size` bytes (a multiple of the chunk size).
+    fn add_chunk_of(&mut self, size: usize) -> Result<(), SpillError> {
         if u32::try_from(size).is_err() {
-            return Err(SpillError::TooLarge(at_least));
+            return Err(SpillError::TooLarge(size));
         }
         let Some(file) = &self.file else {
             self.chunks.push(Chunk::Heap(Vec::with_capacity(size)));
@@ -206,6 +215,26 @@ impl Spill {
         self.file_len = end;
         self.chunks.push(Chunk::Mapped { map, used: 0 });
         Ok(())
+    }
+
+    /// This spill's bytes moved into `file` (an unnamed file of this process's own, empty),
+    /// chunk by chunk at the same places: every [`Spilled`] it handed out reads the same bytes
+    /// from the result. On a refusal this spill is given back unchanged, with the error.
+    pub(crate) fn into_file(self, file: File) -> Result<Spill, (Spill, SpillError)> {
+        let mut moved = Spill {
+            chunk_bytes: self.chunk_bytes,
+            ..Spill::in_file(file)
+        };
+        for chunk in &self.chunks {
+            let bytes = chunk.bytes();
+            let written = moved
+                .add_chunk_of(bytes.len() + chunk.room())
+                .and_then(|()| moved.append(bytes));
+            if let Err(e) = written {
+                return Err((self, e));
+            }
+        }
+        Ok(moved)
     }
 
     /// The bytes of `at`: empty when this spill never handed `at` out.
@@ -287,6 +316,9 @@ impl<const N: usize> RecordsWriter<N> {
         if !self.pending.is_empty() {
             spill.append(&self.pending)?;
         }
+        // Nothing is appended any more: the mappings keep the file, and a root with many
+        // sealed runs keeps no descriptor for each.
+        spill.file = None;
         Ok(Records {
             spill,
             len: self.len,
@@ -342,7 +374,8 @@ mod tests {
 
     proptest! {
         /// Every append reads back as it was written, in a file and on the heap alike, and so
-        /// does a copy; a release of the resident pages changes no answer.
+        /// does a copy, and the heap's moved into a file; a release of the resident pages
+        /// changes no answer.
         #[test]
         fn appended_bytes_read_back(sizes in prop::collection::vec(0usize..3 * SMALL / 2, 1..12)) {
             let small = |s: Spill| Spill { chunk_bytes: SMALL, ..s };
@@ -356,13 +389,14 @@ mod tests {
             }
             file.release_resident();
             let copy = file.clone();
+            let heap = heap.into_file(unnamed()).map_err(|(_, e)| e).unwrap();
             for (at, bytes) in &written {
                 prop_assert_eq!(file.get(*at), &bytes[..]);
                 prop_assert_eq!(heap.get(*at), &bytes[..]);
                 prop_assert_eq!(copy.get(*at), &bytes[..]);
             }
             prop_assert_eq!(file.bytes(), sizes.iter().sum::<usize>() as u64);
-            prop_assert!(file.is_file() && !heap.is_file() && !copy.is_file());
+            prop_assert!(file.is_file() && heap.is_file() && !copy.is_file());
         }
     }
 

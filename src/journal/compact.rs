@@ -288,12 +288,9 @@ impl Journal {
     /// left the index's table.
     pub fn forget_ids_below(&self, floor_seq: u64, keep: Vec<RetainedId>) -> usize {
         let mut w = self.writer.lock();
-        let spill = if keep.is_empty() {
-            crate::spill::Spill::default()
-        } else {
-            super::retained::spill_in(&w.dir)
-        };
-        w.ids.forget_below(floor_seq, keep, spill)
+        let dir = std::sync::Arc::clone(&w.dir);
+        w.ids
+            .forget_below(floor_seq, keep, &mut || super::retained::spill_in(&dir))
     }
 
     /// Whether the index's retained IDs live in a spill file, off the heap.
@@ -302,10 +299,17 @@ impl Journal {
         self.writer.lock().ids.retained_spilled()
     }
 
-    /// How many event IDs the index holds: in its table, and retained beside it.
+    /// How many event IDs the index holds: in its table and sealed runs, and retained beside
+    /// them.
     pub fn indexed_ids(&self) -> (usize, usize) {
         let w = self.writer.lock();
-        (w.ids.len(), w.ids.retained_len())
+        (w.ids.len() + w.ids.sealed_len(), w.ids.retained_len())
+    }
+
+    /// How many of the index's event IDs are in sealed runs, off the heap.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn sealed_ids(&self) -> usize {
+        self.writer.lock().ids.sealed_len()
     }
 
     fn forget_segments(&self, files: u64) {

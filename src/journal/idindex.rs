@@ -21,21 +21,31 @@
 //! record is forgotten, so that a long-running writer keeps what a restarted one would, not an
 //! entry for every record it ever appended.
 //!
+//! The retained array, and the **sealed runs** of the entries of segments the writer left
+//! ([`IdIndex::seal_below`], `sealed.rs`), live in spill space (`crate::spill`), not on the heap:
+//! the table holds the active segment's records (and those of left segments until there are
+//! enough of them to seal), so the heap the index costs is bounded by a segment, not by the
+//! records since the last compaction. Runs are merged while the newer holds at least half as
+//! many entries as the one before, so a lookup that misses the table probes about log2 of them,
+//! each only when the ID lies within its range.
+//!
 //! Invariants: open addressing with linear probing over a power-of-two number of buckets, at most
 //! half of them full; a bucket is empty exactly when it is 0; entries are removed only by
-//! [`IdIndex::forget_below`], which re-files every entry left, so a probe that reaches an empty
-//! bucket has seen every entry that hashes before it. Every entry is named by
-//! exactly one bucket and every key appears in at most one entry. A fingerprint match is only a
-//! candidate until the entry's full 16-byte key is compared. At most [`IdIndex::CAPACITY`] entries
-//! (entry numbers are 32-bit); inserting past that is refused, never wrapped. The retained array
-//! is strictly ascending by key (each key once) and holds no key the table holds: a key is in at
-//! most one of the two, so a lookup's answer does not depend on which it asks first.
+//! [`IdIndex::forget_below`] and [`IdIndex::seal_below`], which re-file every entry left, so a
+//! probe that reaches an empty bucket has seen every entry that hashes before it. Every entry is
+//! named by exactly one bucket and every key appears in at most one entry. A fingerprint match is
+//! only a candidate until the entry's full 16-byte key is compared. At most [`IdIndex::CAPACITY`]
+//! entries (entry numbers are 32-bit); inserting past that is refused, never wrapped. The
+//! retained array and each run are strictly ascending by key (each key once), and a key is in at
+//! most one of the table, the runs and the array, so a lookup's answer does not depend on which
+//! it asks first.
 
 use std::hash::BuildHasher;
 
 use super::Position;
 use super::floor::RetainedId;
 use super::retained::Retained;
+use super::sealed::{Run, Sealed};
 use crate::idhash::IdHashBuilder;
 use crate::spill::{Spill, SpillError};
 
@@ -63,7 +73,10 @@ pub(crate) struct IdIndex {
     /// 0 for an empty bucket, else `fingerprint << 32 | (entry number + 1)`.
     buckets: Vec<u64>,
     hasher: IdHashBuilder,
-    /// Retained IDs (module doc), strictly ascending by ID, none in the table.
+    /// Sealed runs (`sealed.rs`), oldest first: the entries of records in segments the writer
+    /// left, none in the table.
+    runs: Vec<Run>,
+    /// Retained IDs (module doc), strictly ascending by ID, none in the table or a run.
     retained: Retained,
 }
 
@@ -81,6 +94,8 @@ impl std::fmt::Debug for IdIndex {
         f.debug_struct("IdIndex")
             .field("len", &self.entries.len())
             .field("buckets", &self.buckets.len())
+            .field("runs", &self.runs.len())
+            .field("retained", &self.retained.len())
             .finish()
     }
 }
@@ -148,7 +163,16 @@ impl IdIndex {
         {
             return self.entries.get(number).map(|e| (e.position, e.kind));
         }
-        self.retained.find(key).map(|r| (r.position(), r.kind))
+        self.off_table(key)
+    }
+
+    /// The entry of `key` among the sealed runs and the retained IDs.
+    fn off_table(&self, key: &[u8; 16]) -> Option<(Position, u16)> {
+        self.runs
+            .iter()
+            .rev()
+            .find_map(|run| run.find(key))
+            .or_else(|| self.retained.find(key).map(|r| (r.position(), r.kind)))
     }
 
     /// Adds the retained IDs of an open that resumes from a snapshot (module doc), once, after
@@ -252,10 +276,8 @@ impl IdIndex {
         let hash = self.hash(&key);
         match self.probe(&key, hash) {
             Probe::Found(number) => Ok(self.entries.get(number).map(|e| (e.position, e.kind))),
-            // In at most one of the two (module doc).
-            Probe::Vacant(_) if let Some(r) = self.retained.find(&key) => {
-                Ok(Some((r.position(), r.kind)))
-            }
+            // In at most one place (module doc).
+            Probe::Vacant(_) if let Some(found) = self.off_table(&key) => Ok(Some(found)),
             Probe::Vacant(at) => {
                 self.buckets[at] = Self::bucket(hash, self.entries.len());
                 self.entries.push(Entry {
@@ -268,23 +290,24 @@ impl IdIndex {
         }
     }
 
-    /// Forgets the records compaction removed, every entry with a seq below `floor_seq`, but
-    /// for the IDs among them in `keep` (those a retry could still name: the caller's retained
-    /// IDs, which may name records at or above the floor too; those stay where they are). The
-    /// kept ones join the retained array, the lower seq standing for a key found twice, written
-    /// anew into `spill` (empty; on the heap if it refuses them). Returns how many entries left
-    /// the table (the kept ones among them now in the array).
+    /// Forgets the records compaction removed, every entry with a seq below `floor_seq` (in the
+    /// table or a sealed run), but for the IDs among them in `keep` (those a retry could still
+    /// name: the caller's retained IDs, which may name records at or above the floor too; those
+    /// stay where they are). The kept ones join the retained array, the lower seq standing for a
+    /// key found twice, written anew into a `spill` (on the heap if it refuses them). Returns
+    /// how many entries left the table and the runs (the kept ones among them now in the array).
     pub fn forget_below(
         &mut self,
         floor_seq: u64,
         mut keep: Vec<RetainedId>,
-        spill: Spill,
+        spill: &mut dyn FnMut() -> Spill,
     ) -> usize {
         keep.retain(|r| r.seq < floor_seq);
         let before = self.entries.len();
         // A kept ID answered by the table moves from its entry to the array, with its place.
         self.entries.retain(|e| e.position.seq >= floor_seq);
-        let removed = before - self.entries.len();
+        let mut removed = before - self.entries.len();
+        removed += self.forget_runs_below(floor_seq, spill);
         if removed > 0 {
             self.entries.shrink_to_fit();
             self.refile(
@@ -297,7 +320,7 @@ impl IdIndex {
             // Each key once, lowest seq standing: a key named twice is the same record (the
             // journal answered both from this index), so nothing is lost.
             let _ = dedup_retained(&mut keep);
-            self.retained = match self.retained.merged(&keep, spill) {
+            self.retained = match self.retained.merged(&keep, spill()) {
                 Ok(merged) => merged,
                 Err(e) => {
                     tracing::warn!("the journal's retained IDs stay on the heap: {e}");
@@ -309,6 +332,89 @@ impl IdIndex {
             };
         }
         removed
+    }
+
+    /// Drops the sealed entries below `floor_seq`; returns how many. A run that holds records
+    /// on both sides (compaction removes whole segments, so only a run sealed from an odd table
+    /// does) is written again without those below; if the spill refuses that, its entries at or
+    /// above the floor go back into the table.
+    fn forget_runs_below(&mut self, floor_seq: u64, spill: &mut dyn FnMut() -> Spill) -> usize {
+        let mut removed = 0;
+        for run in std::mem::take(&mut self.runs) {
+            if run.none_below(floor_seq) {
+                self.runs.push(run);
+                continue;
+            }
+            let above: Vec<Sealed> = if run.all_below(floor_seq) {
+                Vec::new()
+            } else {
+                run.iter().filter(|e| e.1.seq >= floor_seq).collect()
+            };
+            removed += run.len() - above.len();
+            match Run::write(above.iter().copied(), above.len(), spill()) {
+                Ok(kept) => self.runs.extend(kept),
+                Err(e) => {
+                    tracing::warn!("sealed IDs go back into the index's table: {e}");
+                    for (key, position, kind) in above {
+                        self.entries.push(Entry {
+                            key,
+                            position,
+                            kind,
+                        });
+                    }
+                }
+            }
+        }
+        removed
+    }
+
+    /// Moves the entries of records in segments below `segment_index` from the table into a new
+    /// sealed run, in a `spill`, then merges the newest runs while the newer holds at least half
+    /// as many as the one before (so that a lookup probes about log2 of the sealed entries'
+    /// count of runs). Returns how many entries moved; on a refused spill nothing moved.
+    pub fn seal_below(
+        &mut self,
+        segment_index: u64,
+        spill: &mut dyn FnMut() -> Spill,
+    ) -> Result<usize, SpillError> {
+        let mut sealed: Vec<Sealed> = self
+            .entries
+            .iter()
+            .filter(|e| e.position.segment_index < segment_index)
+            .map(|e| (e.key, e.position, e.kind))
+            .collect();
+        if sealed.is_empty() {
+            return Ok(0);
+        }
+        // Mostly ascending already (time-ordered IDs in seq order): the stable sort finds runs.
+        sealed.sort_by_key(|e| e.0);
+        let Some(run) = Run::write(sealed.iter().copied(), sealed.len(), spill())? else {
+            return Ok(0);
+        };
+        self.runs.push(run);
+        self.entries
+            .retain(|e| e.position.segment_index >= segment_index);
+        self.entries.shrink_to_fit();
+        self.refile(
+            (self.entries.len() * 2)
+                .next_power_of_two()
+                .max(BUCKETS_MIN),
+        );
+        while let [.., older, newer] = &self.runs[..]
+            && newer.len() * 2 >= older.len()
+        {
+            let Ok(Some(merged)) = Run::merge(older, newer, spill()) else {
+                break;
+            };
+            self.runs.truncate(self.runs.len() - 2);
+            self.runs.push(merged);
+        }
+        Ok(sealed.len())
+    }
+
+    /// Entries held in sealed runs.
+    pub fn sealed_len(&self) -> usize {
+        self.runs.iter().map(Run::len).sum()
     }
 
     /// Moves the retained IDs an open handed over into `spill` (empty), off the heap.
@@ -469,12 +575,15 @@ mod tests {
     }
 
     proptest! {
-        /// Forgetting what compaction removed, once or twice: every key at or above a floor
-        /// answers as before, a key below one answers only when it was ever kept (as it was), inserts
-        /// after it refuse every key still known and take every forgotten one anew.
+        /// Sealing the entries of left segments into runs at any points, then forgetting what
+        /// compaction removed, once or twice: before it every key answers as the map, and a
+        /// repeated insert is answered from wherever its entry went; after it every key at or
+        /// above a floor answers as before, a key below one answers only when it was ever kept
+        /// (as it was), inserts refuse every key still known and take every forgotten one anew.
         #[test]
-        fn forgetting_below_a_floor_keeps_only_what_was_kept(
+        fn sealing_and_forgetting_below_a_floor_keep_only_what_was_kept(
             keys in proptest::collection::vec(any::<[u8; 2]>(), 0..1500),
+            seals in proptest::collection::vec(0usize..1500, 0..5),
             floors in proptest::collection::vec(0u64..1600, 1..3),
             keep_every in 1usize..5,
         ) {
@@ -488,9 +597,18 @@ mod tests {
             let mut model: HashMap<[u8; 16], (Position, u16)> = HashMap::new();
             for (n, k) in keys.iter().enumerate() {
                 let key = key_of(*k);
-                index.insert(key, position(n as u64), 3).map_err(|_| TestCaseError::fail("full"))?;
+                let got = index.insert(key, position(n as u64), 3).map_err(|_| TestCaseError::fail("full"))?;
+                prop_assert_eq!(got, model.get(&key).copied());
                 model.entry(key).or_insert((position(n as u64), 3));
+                if seals.contains(&n) {
+                    let moved = index.seal_below(position(n as u64).segment_index, &mut Spill::default);
+                    prop_assert!(moved.is_ok());
+                }
             }
+            for (key, found) in &model {
+                prop_assert_eq!(index.get(key), Some(*found));
+            }
+            prop_assert_eq!(index.len() + index.sealed_len(), model.len());
             // Whether the caller keeps a key is the key's own (a snapshot retains the IDs of every
             // manifest's steps, and a step's ID stays one), above the floor too.
             let keeps = |key: &[u8; 16]| usize::from(key[0] ^ key[15]) % keep_every == 0;
@@ -502,13 +620,13 @@ mod tests {
                     .filter(|(key, _, _)| keeps(key))
                     .map(|&(key, seq, kind)| RetainedId { id: crate::journal::EventId::from_bytes(key), seq, kind })
                     .collect();
-                index.forget_below(floor, keep, Spill::default());
+                index.forget_below(floor, keep, &mut Spill::default);
                 model.retain(|k, (p, _)| p.seq >= floor || keeps(k));
                 for &(key, _, _) in &known {
                     let want = model.get(&key).map(|(p, kind)| (p.seq, *kind));
                     prop_assert_eq!(index.get(&key).map(|(p, kind)| (p.seq, kind)), want);
                 }
-                prop_assert_eq!(index.len() + index.retained_len(), model.len());
+                prop_assert_eq!(index.len() + index.sealed_len() + index.retained_len(), model.len());
             }
             // Afterwards, an insert of a key still known is answered; a forgotten one is new.
             for k in keys.iter().take(200) {

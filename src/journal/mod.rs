@@ -29,6 +29,7 @@ mod open;
 pub mod reader;
 pub mod recovery;
 mod retained;
+mod sealed;
 pub(crate) mod storage;
 
 #[cfg(any(test, feature = "fault-injection"))]
@@ -220,6 +221,37 @@ struct Writer {
     /// The write offset past which the spare is started: halfway through the room the active
     /// segment had when this writer began on it ([`spare_from`]).
     spare_from: usize,
+}
+
+/// The fewest index entries of left segments worth a sealed run: below it they stay in the
+/// table (a bounded cache), so that a journal of small segments does not write a run per
+/// rotation.
+const SEAL_MIN_ENTRIES: usize = 4096;
+
+impl Writer {
+    /// Moves the index entries of the segments before the active one into a sealed run, off the
+    /// heap (`idindex.rs`), once there are enough of them: at each rotation, and after an open
+    /// (whose scan filed every record it read). A spill file refused leaves them in the
+    /// table: that costs memory, never an answer.
+    pub(super) fn seal_ids(&mut self) {
+        if self.ids.len() < SEAL_MIN_ENTRIES {
+            return;
+        }
+        let dir = Arc::clone(&self.dir);
+        let active = self.header.segment_index;
+        match self
+            .ids
+            .seal_below(active, &mut || retained::spill_in(&dir))
+        {
+            // The table's old buckets and entries were freed, megabytes for a large root,
+            // and glibc keeps freed heap pages until trimmed (`crate::heap`).
+            Ok(moved) if moved > 0 => crate::heap::release_freed_memory(),
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!("the journal's index keeps left segments' IDs on the heap: {e}")
+            }
+        }
+    }
 }
 
 /// Where a writer that begins on a segment of `segment_bytes` at `write_offset` starts its spare:
@@ -630,6 +662,7 @@ impl Journal {
         let bytes = format::record_bytes(payload.len());
         if w.write_offset + bytes > w.header.segment_bytes as usize {
             self.rotate(w, SEGMENT_RECORDS_OFFSET + bytes)?;
+            w.seal_ids();
         }
         let seq = w.next_seq;
         if seq > crate::limits::SEQ_MAX {

@@ -98,6 +98,7 @@ impl Journal {
         let segment_count = plan.listed + usize::from(plan.reuse.is_none());
         let path = dir.path().to_owned();
         let journal = Journal::assemble(root, dir, backend, ids, active, &options, segment_count);
+        journal.writer.lock().seal_ids();
         remove_leftover_spares(&journal.held).map_err(io(&path, "remove leftover spare"))?;
         Ok((journal, report))
     }

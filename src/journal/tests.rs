@@ -1334,3 +1334,34 @@ fn last_good_seq_of_damage_at_a_segment_start_is_the_previous_segments_last() {
     assert_eq!(report.damaged[0].last_good_seq, last_of_0);
     assert_eq!(report.damaged[0].next_good_seq, Some(first_of_1.seq + 1));
 }
+
+/// A writer that leaves segments moves their index entries into sealed runs, off the heap, and
+/// still answers every ID where its record is: a lookup, a retried append (written once), and
+/// the same answers as a fresh open's table. (`idindex.rs`'s proptest seals at any point and
+/// compacts across runs.)
+#[test]
+fn a_writer_seals_the_index_of_segments_it_left_and_answers_as_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || options(Durability::Os, 64 * 1024);
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    let n = 20_000;
+    append_n(&journal, 0, n);
+    let sealed = journal.sealed_ids();
+    assert!(sealed >= 4096, "{sealed} entries sealed");
+    assert_eq!(journal.indexed_ids(), (n as usize, 0));
+    let positions: Vec<Position> = (0..n)
+        .map(|i| journal.position_of(id_of(i)).unwrap())
+        .collect();
+    for (i, p) in positions.iter().enumerate() {
+        assert_eq!(p.seq, i as u64 + 1);
+    }
+    let retry = journal.append(id_of(7), KIND, 1, &payload_of(7)).unwrap();
+    assert!(!retry.written, "a retry of a sealed ID wrote again");
+    assert_eq!(retry.position, positions[7]);
+    drop(journal);
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    for (i, p) in positions.iter().enumerate() {
+        assert_eq!(journal.position_of(id_of(i as u64)), Some(*p), "ID {i}");
+    }
+    check(dir.path(), n);
+}

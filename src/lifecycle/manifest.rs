@@ -1314,24 +1314,21 @@ impl ManifestStore {
 
     /// Moves the frames of settled manifests into `file`, an unnamed file of this process's own,
     /// and spills every later one there: from then on a settled manifest costs the heap a few
-    /// words. If the file refuses a frame (a full file system), the frames stay where they were,
+    /// words. If the file refuses them (a full file system), the frames stay where they were,
     /// and the error says why.
     pub(crate) fn spill_into(&mut self, file: std::fs::File) -> Result<(), SpillError> {
-        let mut moved = Spill::in_file(file);
-        let mut frames = Vec::with_capacity(self.manifests.len());
-        for slot in &self.manifests {
-            if let Slot::Settled(frame) = slot {
-                frames.push(frame.moved(&self.frames, &mut moved)?);
+        // Chunk by chunk, each frame at the same place: no frame's location changes.
+        let frames = std::mem::take(&mut self.frames);
+        match frames.into_file(file) {
+            Ok(moved) => {
+                self.frames = moved;
+                Ok(())
+            }
+            Err((kept, e)) => {
+                self.frames = kept;
+                Err(e)
             }
         }
-        let mut frames = frames.into_iter();
-        for slot in &mut self.manifests {
-            if let (Slot::Settled(frame), Some(to)) = (&mut *slot, frames.next()) {
-                *frame = to;
-            }
-        }
-        self.frames = moved;
-        Ok(())
     }
 
     /// Whether settled frames leave the heap (a file was given and took them).

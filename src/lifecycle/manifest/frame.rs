@@ -19,7 +19,7 @@ use super::super::wire;
 use super::{Manifest, Retirement, TerminalResult};
 use crate::codec::{self, Decode, Encode, Malformed, Reader};
 use crate::journal::EventId;
-use crate::spill::{Spill, SpillError, Spilled};
+use crate::spill::{Spill, Spilled};
 use crate::spool::Gap;
 
 /// A manifest as a snapshot writes it (`snapshot::encode`): borrowed from the store, so nothing is copied.
@@ -494,18 +494,6 @@ impl SettledFrame {
         Some(SettledFrame {
             at,
             retired: m.retired.is_some(),
-        })
-    }
-
-    /// This frame copied from `from` into `to`.
-    pub(in crate::lifecycle) fn moved(
-        &self,
-        from: &Spill,
-        to: &mut Spill,
-    ) -> Result<SettledFrame, SpillError> {
-        Ok(SettledFrame {
-            at: to.append(self.bytes(from))?,
-            retired: self.retired,
         })
     }
 
