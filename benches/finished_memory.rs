@@ -8,8 +8,9 @@
 //!   finished processes of the lifecycle workload (12 events each: registration, scope, running,
 //!   publications, checkpoints, a terminal event, completion; `lifecycle::workload`) through
 //!   `Lifecycle::append`: what an embedded supervisor or the daemon holds after running them
-//!   (the projection: every manifest, a settled one as its frame; and the journal's event-ID
-//!   index; not the actor's bounded
+//!   (the projection: every manifest, a settled one as its frame's place in the spill file;
+//!   and the journal's event-ID index, its sealed runs and retained IDs in spill files too;
+//!   `RssAnon` counts none of those files' pages, which are page cache; not the actor's bounded
 //!   caches, nor real processes: the daemon's own figure is `tests/it/daemon_scale.rs`'s);
 //! - daemon: the same appends on a root of its own, taking snapshots (and so compacting) as the
 //!   daemon's policy says (`SnapshotPolicy::default()`, asked after every round of processes):
