@@ -857,11 +857,10 @@ impl Journal {
         self.writer.lock().ids.get(&id.as_bytes()).map(|(_, k)| k)
     }
 
-    /// A new unnamed file in the journal's directory, for spill space (`crate::spill`): on the
-    /// root's file system, private to this process, gone when it exits.
-    pub(crate) fn unnamed_file(&self) -> std::io::Result<std::fs::File> {
-        let dir = Arc::clone(&self.writer.lock().dir);
-        dir.unnamed_file()
+    /// The journal's directory, where spill files are made (`crate::spill`): on the root's
+    /// file system, unnamed, private to this process, gone when it exits.
+    pub(crate) fn spill_dir(&self) -> Arc<Dir> {
+        Arc::clone(&self.writer.lock().dir)
     }
 
     /// The directory holding the segments.

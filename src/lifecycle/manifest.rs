@@ -62,6 +62,10 @@ use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
 use super::wire::Registration;
 use crate::journal::EventId;
+use std::sync::Arc;
+
+use super::sealed_ids::IdRuns;
+use crate::root::dir::Dir;
 use crate::spill::{Spill, SpillError};
 
 /// The terminal result, fixed once recorded.
@@ -460,6 +464,36 @@ pub struct ManifestStore {
     /// The frames of settled manifests (`crate::spill`): on the heap until
     /// [`ManifestStore::spill_into`] gives the store a file.
     frames: Spill,
+    /// The positions of handles of older manifests, moved out of `slots` (`sealed_ids.rs`).
+    sealed_slots: IdRuns,
+    /// The reservations of older manifests, moved out of `reserved`.
+    sealed_reserved: IdRuns,
+    /// The first position whose handle is in `slots`, and whose reservations are in
+    /// `reserved`: those before it are in the sealed runs.
+    handles_from: u32,
+    reserved_from: u32,
+    /// The position whose registration seals the unsealed ones next.
+    seal_at: u32,
+    /// Manifests per seal: [`SEAL_BATCH`], fewer in tests.
+    seal_batch: u32,
+    /// Where the store makes its spill files: none until `spill_into`, and then every map
+    /// stays on the heap.
+    spill_dir: Option<Arc<Dir>>,
+}
+
+/// How many manifests' handles and reservations the store's hash tables hold before it seals
+/// them into runs (`sealed_ids.rs`): the bounded part of what finished processes cost the heap.
+pub(crate) const SEAL_BATCH: usize = 4096;
+
+/// Spill space in a new unnamed file of `dir`; on the heap, said, if the file system refuses one.
+fn spill_in(dir: &Dir) -> Spill {
+    match dir.unnamed_file() {
+        Ok(file) => Spill::in_file(file),
+        Err(e) => {
+            tracing::warn!(dir = %dir.path().display(), "the store's index stays on the heap: {e}");
+            Spill::default()
+        }
+    }
 }
 
 /// Entries of `ManifestStore::recent`; a power of two.
@@ -496,6 +530,13 @@ impl Default for ManifestStore {
             gate: None,
             admission_limit: None,
             frames: Spill::default(),
+            sealed_slots: IdRuns::default(),
+            sealed_reserved: IdRuns::default(),
+            handles_from: 0,
+            reserved_from: 0,
+            seal_at: 0,
+            seal_batch: SEAL_BATCH as u32,
+            spill_dir: None,
         }
     }
 }
@@ -926,7 +967,11 @@ impl ManifestStore {
         if slot != NO_SLOT && h == *handle {
             return Some(slot as usize);
         }
-        self.slots.get(handle).map(|&slot| slot as usize)
+        self.slots
+            .get(handle)
+            .copied()
+            .or_else(|| self.sealed_slots.get(&handle.0.as_bytes()))
+            .map(|slot| slot as usize)
     }
 
     /// [`ManifestStore::slot`], remembering the answer in `recent`.
@@ -936,7 +981,7 @@ impl ManifestStore {
         if slot != NO_SLOT && h == *handle {
             return Some(slot as usize);
         }
-        let &slot = self.slots.get(handle)?;
+        let slot = u32::try_from(self.slot(handle)?).ok()?;
         self.recent[at] = (*handle, slot);
         Some(slot as usize)
     }
@@ -1104,7 +1149,11 @@ impl ManifestStore {
         if id.0.as_u128() > self.reserved_max {
             return None;
         }
-        self.reserved.get(id, |r| self.key_of(r))
+        self.reserved.get(id, |r| self.key_of(r)).or_else(|| {
+            self.sealed_reserved
+                .get(&id.as_bytes())
+                .map(Reservation::unpack)
+        })
     }
 
     /// An event under a reserved ID must be exactly the step it is reserved for.
@@ -1143,12 +1192,12 @@ impl ManifestStore {
         ids: &LifecycleIds,
         restart_of: Option<Handle>,
     ) -> Result<Applied, Rejection> {
-        if self.slots.contains_key(&handle) {
+        if self.slot(&handle).is_some() {
             return Err(Rejection::AlreadyRegistered(handle));
         }
         // A restart links to a process registered before it (never itself, never a later one).
         if let Some(old) = restart_of
-            && !self.slots.contains_key(&old)
+            && self.slot(&old).is_none()
         {
             return Err(Rejection::UnknownRestart(old));
         }
@@ -1312,23 +1361,85 @@ impl ManifestStore {
         self.registrations.iter().copied().zip(held)
     }
 
-    /// Moves the frames of settled manifests into `file`, an unnamed file of this process's own,
-    /// and spills every later one there: from then on a settled manifest costs the heap a few
-    /// words. If the file refuses them (a full file system), the frames stay where they were,
-    /// and the error says why.
-    pub(crate) fn spill_into(&mut self, file: std::fs::File) -> Result<(), SpillError> {
+    /// Gives the store a directory for spill files (unnamed, `crate::spill`): the frames of
+    /// settled manifests move into one, and every later one is spilled there; the handles and
+    /// reservations of all manifests so far are sealed into sorted runs, and those of each later
+    /// batch of [`SEAL_BATCH`] manifests are too. From then on a finished process costs the heap
+    /// a slot and a few filter bits. If the file system refuses (a full one), what it refused
+    /// stays on the heap, and the error says why.
+    pub(crate) fn spill_into(&mut self, dir: Arc<Dir>) -> Result<(), SpillError> {
+        self.spill_dir = Some(Arc::clone(&dir));
         // Chunk by chunk, each frame at the same place: no frame's location changes.
         let frames = std::mem::take(&mut self.frames);
-        match frames.into_file(file) {
-            Ok(moved) => {
-                self.frames = moved;
-                Ok(())
+        let moved = dir
+            .unnamed_file()
+            .map_err(SpillError::from)
+            .and_then(|file| frames.into_file(file).map_err(|(_, e)| e));
+        let (frames, outcome) = match moved {
+            Ok(moved) => (moved, Ok(())),
+            Err(e) => (Spill::default(), Err(e)),
+        };
+        self.frames = frames;
+        self.seal();
+        outcome
+    }
+
+    /// Moves the handles and reservations of the manifests not yet sealed into sorted runs in
+    /// spill files, emptying the hash tables that held them. A run the file system refuses
+    /// leaves its entries in their table: that costs memory, never an answer.
+    fn seal(&mut self) {
+        let Some(dir) = self.spill_dir.clone() else {
+            return;
+        };
+        let mut spill = || spill_in(&dir);
+        let to = self.manifests.len() as u32;
+        // Once a batch more, whatever this seal manages: a refusal is not retried per start.
+        self.seal_at = to.saturating_add(self.seal_batch);
+        let reserved: Vec<([u8; 16], u32)> = (self.reserved_from..to)
+            .flat_map(|slot| {
+                let (registration, ids) = (
+                    self.registrations.get(slot as usize),
+                    self.ids_at(slot as usize),
+                );
+                registration
+                    .zip(ids)
+                    .map(|(r, ids)| reservations_of(slot, *r, &ids))
+            })
+            .flatten()
+            .map(|(id, r)| (id.as_bytes(), r.pack()))
+            .collect();
+        match self.sealed_reserved.add(reserved, &mut spill) {
+            Ok(()) => {
+                self.reserved = ReservedIds::default();
+                self.reserved_from = to;
             }
-            Err((kept, e)) => {
-                self.frames = kept;
-                Err(e)
-            }
+            Err(e) => tracing::warn!("reserved IDs stay on the heap: {e}"),
         }
+        let handles: Vec<([u8; 16], u32)> = self
+            .slots
+            .iter()
+            .map(|(h, &slot)| (h.0.as_bytes(), slot))
+            .collect();
+        match self.sealed_slots.add(handles, &mut spill) {
+            Ok(()) => {
+                self.slots = IdMap::default();
+                self.handles_from = to;
+            }
+            Err(e) => tracing::warn!("handles stay on the heap: {e}"),
+        }
+        crate::heap::release_freed_memory();
+    }
+
+    /// Seals every `n` manifests instead of every [`SEAL_BATCH`].
+    #[cfg(test)]
+    pub(crate) fn seal_every(&mut self, n: u32) {
+        self.seal_batch = n;
+    }
+
+    /// How many handles and reservations are sealed into runs, off the heap.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn sealed_ids(&self) -> (usize, usize) {
+        (self.sealed_slots.len(), self.sealed_reserved.len())
     }
 
     /// Whether settled frames leave the heap (a file was given and took them).
@@ -1362,13 +1473,16 @@ impl ManifestStore {
             .map_err(|_| Rejection::StoreFull(self.manifests.len()))?;
         let reserve = reservations_of(slot, event_id, &m.ids);
         if !self.reserved.has_room_for(reserve.len()) {
-            let (manifests, registrations) = (&self.manifests, &self.registrations);
+            // The table holds the reservations of the manifests from `reserved_from` on.
+            let from = self.reserved_from as usize;
+            let manifests = self.manifests.get(from..).unwrap_or_default();
+            let registrations = self.registrations.get(from..).unwrap_or_default();
             let frames = &self.frames;
-            let all = (0u32..).zip(manifests.iter().zip(registrations)).flat_map(
-                |(slot, (held, registration))| {
+            let all = (self.reserved_from..)
+                .zip(manifests.iter().zip(registrations))
+                .flat_map(|(slot, (held, registration))| {
                     reservations_of(slot, *registration, &held.ids(frames))
-                },
-            );
+                });
             self.reserved.rebuild(reserve.len(), all);
         }
         for (id, r) in reserve {
@@ -1387,6 +1501,10 @@ impl ManifestStore {
             None => held_slot(event_id, m, &mut self.frames),
         };
         self.manifests.push(held);
+        // After the push: a seal covers every manifest held, this one's tables entries too.
+        if self.spill_dir.is_some() && slot >= self.seal_at {
+            self.seal();
+        }
         Ok(Applied::Changed)
     }
 

@@ -26,6 +26,7 @@ pub mod reference;
 pub mod replay;
 mod reserved;
 pub mod retention;
+mod sealed_ids;
 pub mod snapdir;
 pub mod snapshot;
 pub mod state;
@@ -365,10 +366,7 @@ impl SnapshotCapture {
 /// (`crate::spill`). Without one (a file system without `O_TMPFILE`, a full disk) they stay on the
 /// heap: that costs memory, never an answer, so it is said and the open goes on.
 fn spill_settled(store: &mut ManifestStore, journal: &Journal) {
-    let spilled = journal
-        .unnamed_file()
-        .map_err(crate::spill::SpillError::from)
-        .and_then(|file| store.spill_into(file));
+    let spilled = store.spill_into(journal.spill_dir());
     if let Err(e) = spilled {
         tracing::warn!(
             dir = %journal.dir().display(),

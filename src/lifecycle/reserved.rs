@@ -51,10 +51,10 @@ pub(super) struct Reservation {
 pub(super) const SLOTS_MAX: usize = 1 << 29;
 
 impl Reservation {
-    fn pack(self) -> u32 {
+    pub(super) fn pack(self) -> u32 {
         (self.slot << 3) | self.step as u32
     }
-    fn unpack(bits: u32) -> Reservation {
+    pub(super) fn unpack(bits: u32) -> Reservation {
         Reservation {
             slot: bits >> 3,
             step: Step::from_bits(bits & 7),

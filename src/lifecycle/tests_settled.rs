@@ -262,3 +262,52 @@ fn a_writer_spills_settled_frames_into_an_unnamed_file() {
         "restored from a snapshot of spilled frames"
     );
 }
+
+/// A store with a spill directory seals the handles and reservations of each batch of
+/// manifests into runs, off the heap, and answers every lookup and every refusal as a store
+/// that keeps them all in its tables.
+#[test]
+fn sealed_handles_and_reservations_answer_as_the_tables_did() {
+    let dir = tempfile::tempdir().unwrap();
+    let processes = 400;
+    let mirror = finished(processes);
+    let mut store = ManifestStore::new();
+    store.seal_every(64);
+    let spill_dir = crate::root::dir::Dir::open(dir.path()).unwrap();
+    store.spill_into(std::sync::Arc::new(spill_dir)).unwrap();
+    for n in 0..processes * workload::PHASES {
+        let (id, event) = workload::event(n);
+        store.apply(id, &event).unwrap();
+    }
+    let (handles, reservations) = store.sealed_ids();
+    assert!((384..400).contains(&handles), "{handles} handles sealed");
+    assert_eq!(reservations, 5 * handles);
+    assert!(store == mirror);
+    let (mut sealed, mut mirrored) = (store.clone(), mirror.clone());
+    for p in (0..processes).step_by(7) {
+        let m = mirror.by_number(p + 1).unwrap().into_owned();
+        assert_eq!(store.get(&m.handle).as_deref(), Some(&m));
+        // Its handle registered again, and each of its IDs reused by a new process: refused
+        // alike, naming it.
+        let mut again = match workload::event(0).1 {
+            LifecycleEvent::Registered(r) => r,
+            other => panic!("not a version 1 registration: {other:?}"),
+        };
+        again.handle = m.handle;
+        again.ids = workload::ids(processes + p);
+        let probes = [m.ids.running, m.ids.terminal, m.ids.lost, m.ids.completion];
+        let mut events = vec![(EventId::new_v7(), again.clone())];
+        for id in probes {
+            let mut reuse = again.clone();
+            reuse.handle = Handle(EventId::new_v7());
+            reuse.ids.terminal = id;
+            events.push((EventId::new_v7(), reuse));
+        }
+        for (id, e) in events {
+            let e = LifecycleEvent::Registered(e);
+            let refused = sealed.apply(id, &e);
+            assert!(refused.is_err(), "{refused:?}");
+            assert_eq!(refused, mirrored.apply(id, &e));
+        }
+    }
+}
