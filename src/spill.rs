@@ -32,6 +32,7 @@ use std::hash::BuildHasher;
 use memmap2::{Mmap, MmapOptions, UncheckedAdvice};
 
 use crate::idhash::IdHashBuilder;
+use crate::root::dir::Dir;
 
 /// The size of a chunk: a multiple of any page size Linux uses, and large enough that the chunk
 /// list stays short (25 chunks per 100 000 settled manifests of the workload's size).
@@ -134,6 +135,21 @@ impl Spill {
         Spill {
             file: Some(file),
             ..Spill::default()
+        }
+    }
+
+    /// Spill space in a new unnamed file of `dir` (`Dir::unnamed_file`); on the heap, said, if
+    /// the file system refuses one (no `O_TMPFILE`, no room for an inode).
+    pub(crate) fn in_dir(dir: &Dir) -> Spill {
+        match dir.unnamed_file() {
+            Ok(file) => Spill::in_file(file),
+            Err(e) => {
+                tracing::warn!(
+                    dir = %dir.path().display(),
+                    "no spill file, what would go there stays on the heap: {e}"
+                );
+                Spill::default()
+            }
         }
     }
 
@@ -498,26 +514,60 @@ mod tests {
     /// A full file system refuses the append, and the spill reads as before.
     #[test]
     fn a_refused_append_changes_nothing() {
-        let dir = tempfile::tempdir().unwrap();
-        let mounted = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
-            .arg(dir.path())
-            .status();
-        if !mounted.is_ok_and(|s| s.success()) {
-            eprintln!("skipped: cannot mount a 1 MiB tmpfs here (needs root)");
+        let Some(tmpfs) = testing::Tmpfs::mount("1m") else {
             return;
-        }
-        let mut s = Spill::in_file(unnamed_in(dir.path()));
+        };
+        let mut s = Spill::in_file(unnamed_in(tmpfs.path()));
         let small = s.append(b"kept").unwrap();
         let refused = s.append(&vec![1u8; 2 << 20]);
         let after = s.append(b"after");
-        let read = (s.get(small).to_vec(), after.map(|a| s.get(a).to_vec()));
-        drop(s);
-        let _ = std::process::Command::new("umount")
-            .arg(dir.path())
-            .status();
         assert!(matches!(refused, Err(SpillError::Io(_))), "{refused:?}");
-        assert_eq!(read.0, b"kept");
-        assert_eq!(read.1.unwrap(), b"after");
+        assert_eq!(s.get(small), b"kept");
+        assert_eq!(s.get(after.unwrap()), b"after");
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::path::Path;
+
+    /// A tmpfs of a given size on a new temporary directory, unmounted when dropped: a file
+    /// system that fills for real.
+    pub(crate) struct Tmpfs {
+        dir: tempfile::TempDir,
+    }
+
+    impl Tmpfs {
+        /// `None`, said on stderr, where mounting is not allowed (not root).
+        pub(crate) fn mount(size: &str) -> Option<Tmpfs> {
+            let dir = tempfile::tempdir().ok()?;
+            let mounted = std::process::Command::new("mount")
+                .args([
+                    "-t",
+                    "tmpfs",
+                    "-o",
+                    &format!("size={size},mode=0700"),
+                    "tmpfs",
+                ])
+                .arg(dir.path())
+                .status();
+            if !mounted.is_ok_and(|s| s.success()) {
+                eprintln!("skipped: cannot mount a {size} tmpfs here (needs root)");
+                return None;
+            }
+            Some(Tmpfs { dir })
+        }
+
+        pub(crate) fn path(&self) -> &Path {
+            self.dir.path()
+        }
+    }
+
+    impl Drop for Tmpfs {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg(self.dir.path())
+                .status();
+        }
     }
 }

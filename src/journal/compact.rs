@@ -290,7 +290,7 @@ impl Journal {
         let mut w = self.writer.lock();
         let dir = std::sync::Arc::clone(&w.dir);
         w.ids
-            .forget_below(floor_seq, keep, &mut || super::retained::spill_in(&dir))
+            .forget_below(floor_seq, keep, &mut || crate::spill::Spill::in_dir(&dir))
     }
 
     /// Whether the index's retained IDs live in a spill file, off the heap.

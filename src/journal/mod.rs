@@ -241,7 +241,7 @@ impl Writer {
         let active = self.header.segment_index;
         match self
             .ids
-            .seal_below(active, &mut || retained::spill_in(&dir))
+            .seal_below(active, &mut || crate::spill::Spill::in_dir(&dir))
         {
             // The table's old buckets and entries were freed, megabytes for a large root,
             // and glibc keeps freed heap pages until trimmed (`crate::heap`).

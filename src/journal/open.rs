@@ -117,7 +117,7 @@ impl Journal {
         let durable_seq = active.next_seq - 1;
         let mut ids = ids;
         if ids.retained_len() > 0
-            && let Err(e) = ids.spill_retained(super::retained::spill_in(&dir))
+            && let Err(e) = ids.spill_retained(crate::spill::Spill::in_dir(&dir))
         {
             tracing::warn!("the journal's retained IDs stay on the heap: {e}");
         }

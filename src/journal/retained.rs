@@ -13,7 +13,6 @@ use std::cmp::Ordering;
 
 use super::floor::RetainedId;
 use crate::journal::EventId;
-use crate::root::dir::Dir;
 use crate::spill::{Records, RecordsWriter, Spill, SpillError};
 
 /// Bytes of one spilled record: the ID, its seq and kind (little-endian), zero padding.
@@ -28,20 +27,6 @@ pub(super) enum Retained {
 impl Default for Retained {
     fn default() -> Self {
         Retained::Heap(Vec::new())
-    }
-}
-
-/// Spill space in a new unnamed file of `dir`; on the heap, said, if the file system refuses one.
-pub(super) fn spill_in(dir: &Dir) -> Spill {
-    match dir.unnamed_file() {
-        Ok(file) => Spill::in_file(file),
-        Err(e) => {
-            tracing::warn!(
-                dir = %dir.path().display(),
-                "the journal's retained IDs stay on the heap, without a spill file: {e}"
-            );
-            Spill::default()
-        }
     }
 }
 

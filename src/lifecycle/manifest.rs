@@ -43,6 +43,7 @@ mod frame;
 use frame::SettledFrame;
 pub(in crate::lifecycle) use frame::{ManifestIn, manifest_in, manifest_out, read_manifest};
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use std::collections::BTreeSet;
 
@@ -62,7 +63,6 @@ use super::reserved::{Reservation, ReservedIds, SLOTS_MAX, Step};
 use super::state::State;
 use super::wire::Registration;
 use crate::journal::EventId;
-use std::sync::Arc;
 
 use super::sealed_ids::IdRuns;
 use crate::root::dir::Dir;
@@ -484,17 +484,6 @@ pub struct ManifestStore {
 /// How many manifests' handles and reservations the store's hash tables hold before it seals
 /// them into runs (`sealed_ids.rs`): the bounded part of what finished processes cost the heap.
 pub(crate) const SEAL_BATCH: usize = 4096;
-
-/// Spill space in a new unnamed file of `dir`; on the heap, said, if the file system refuses one.
-fn spill_in(dir: &Dir) -> Spill {
-    match dir.unnamed_file() {
-        Ok(file) => Spill::in_file(file),
-        Err(e) => {
-            tracing::warn!(dir = %dir.path().display(), "the store's index stays on the heap: {e}");
-            Spill::default()
-        }
-    }
-}
 
 /// Entries of `ManifestStore::recent`; a power of two.
 const RECENT_SLOTS: usize = 1024;
@@ -1369,15 +1358,15 @@ impl ManifestStore {
     /// stays on the heap, and the error says why.
     pub(crate) fn spill_into(&mut self, dir: Arc<Dir>) -> Result<(), SpillError> {
         self.spill_dir = Some(Arc::clone(&dir));
-        // Chunk by chunk, each frame at the same place: no frame's location changes.
+        // Chunk by chunk, each frame at the same place: no frame's location changes. A refusal
+        // gives the frames back where they were.
         let frames = std::mem::take(&mut self.frames);
-        let moved = dir
-            .unnamed_file()
-            .map_err(SpillError::from)
-            .and_then(|file| frames.into_file(file).map_err(|(_, e)| e));
-        let (frames, outcome) = match moved {
-            Ok(moved) => (moved, Ok(())),
-            Err(e) => (Spill::default(), Err(e)),
+        let (frames, outcome) = match dir.unnamed_file() {
+            Err(e) => (frames, Err(SpillError::from(e))),
+            Ok(file) => match frames.into_file(file) {
+                Ok(moved) => (moved, Ok(())),
+                Err((kept, e)) => (kept, Err(e)),
+            },
         };
         self.frames = frames;
         self.seal();
@@ -1391,7 +1380,7 @@ impl ManifestStore {
         let Some(dir) = self.spill_dir.clone() else {
             return;
         };
-        let mut spill = || spill_in(&dir);
+        let mut spill = || Spill::in_dir(&dir);
         let to = self.manifests.len() as u32;
         // Once a batch more, whatever this seal manages: a refusal is not retried per start.
         self.seal_at = to.saturating_add(self.seal_batch);

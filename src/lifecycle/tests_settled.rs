@@ -311,3 +311,21 @@ fn sealed_handles_and_reservations_answer_as_the_tables_did() {
         }
     }
 }
+
+/// A spill directory on a file system without room refuses the frames: they stay on the heap,
+/// the store answers as before, and the refusal is said.
+#[test]
+fn a_refused_spill_keeps_every_frame_where_it_was() {
+    let Some(tmpfs) = crate::spill::testing::Tmpfs::mount("64k") else {
+        return;
+    };
+    let mirror = finished(400);
+    let mut store = finished(400);
+    let spill_dir = crate::root::dir::Dir::open(tmpfs.path()).unwrap();
+    let refused = store.spill_into(std::sync::Arc::new(spill_dir));
+    let (spills, same) = (store.spills_to_file(), store == mirror);
+    drop(store);
+    assert!(refused.is_err(), "a 64 KiB tmpfs took every frame");
+    assert!(!spills, "the frames are on the heap");
+    assert!(same, "the store reads as before");
+}
