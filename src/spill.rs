@@ -12,6 +12,10 @@
 //! that may not write in the root, a store built in memory) the same chunks live on the heap:
 //! same layout, same answers, only the memory stays in the process.
 //!
+//! On top of it: [`Records`], fixed-size records read by number (the sorted runs of the
+//! journal's and the store's ID indexes), and [`Bloom`], the filter each such run keeps on the
+//! heap so that a lookup of an ID it does not hold reads nothing of the file.
+//!
 //! Invariants:
 //! - Bytes are only appended, each range once, in chunks that never move: a slice handed out
 //!   stays valid and unchanged for as long as the `Spill` is borrowed.
@@ -24,10 +28,9 @@
 #![allow(unsafe_code)]
 
 use std::fs::File;
+use std::hash::BuildHasher;
 use std::io;
 use std::os::unix::fs::FileExt;
-
-use std::hash::BuildHasher;
 
 use memmap2::{Mmap, MmapOptions, UncheckedAdvice};
 
@@ -56,7 +59,8 @@ pub(crate) enum SpillError {
 }
 
 enum Chunk {
-    /// `used` bytes written through the file at `base`, read through `map`.
+    /// `used` bytes written through the file, read through `map`. Only the last chunk is
+    /// appended to, and it is then the file's last `map.len()` bytes.
     Mapped { map: Mmap, used: usize },
     /// Heap bytes; never grown past the capacity it was made with, so it never moves.
     Heap(Vec<u8>),

@@ -419,6 +419,9 @@ enum Slot {
     Settled(SettledFrame),
 }
 
+// A finished process costs the heap its slot (docs/operations.md says how much): keep it small.
+const _: () = assert!(std::mem::size_of::<Slot>() == 16);
+
 impl Slot {
     /// The IDs its manifest allocated, read in place.
     fn ids(&self, spill: &Spill) -> LifecycleIds {

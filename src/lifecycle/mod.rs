@@ -361,9 +361,9 @@ impl SnapshotCapture {
     }
 }
 
-/// Moves the restored store's settled frames into an unnamed file beside the journal, so that
-/// what a finished process costs the heap stays a few words however many finished
-/// (`crate::spill`). Without one (a file system without `O_TMPFILE`, a full disk) they stay on the
+/// Moves the restored store's settled frames into an unnamed file beside the journal, and its
+/// handle and reservation indexes into sorted runs in others, so that what a finished process
+/// costs the heap stays a few words however many finished (`crate::spill`). Without one (a file system without `O_TMPFILE`, a full disk) they stay on the
 /// heap: that costs memory, never an answer, so it is said and the open goes on.
 fn spill_settled(store: &mut ManifestStore, journal: &Journal) {
     let spilled = store.spill_into(journal.spill_dir());
