@@ -174,6 +174,8 @@ impl Server {
         if limits.connections_max == 0 {
             return Err(ServeError::Limits("connections_max must be at least 1"));
         }
+        // A daemon runs for long: large freed blocks must go back to the kernel.
+        crate::heap::keep_large_blocks_mapped();
         // One descriptor budget for connections and processes, so that a crowd of clients
         // cannot make a start fail with EMFILE (it is refused, typed, at the process bound).
         let mut limits = limits;
