@@ -90,6 +90,7 @@ mod heap;
 #[doc(hidden)]
 pub mod idhash;
 pub mod limits;
+mod runs;
 mod spill;
 mod sync;
 

@@ -12,9 +12,8 @@
 //! that may not write in the root, a store built in memory) the same chunks live on the heap:
 //! same layout, same answers, only the memory stays in the process.
 //!
-//! On top of it: [`Records`], fixed-size records read by number (the sorted runs of the
-//! journal's and the store's ID indexes), and [`Bloom`], the filter each such run keeps on the
-//! heap so that a lookup of an ID it does not hold reads nothing of the file.
+//! On top of it: [`Records`], fixed-size records read by number, which `crate::runs` keeps its
+//! sorted runs in.
 //!
 //! Invariants:
 //! - Bytes are only appended, each range once, in chunks that never move: a slice handed out
@@ -28,13 +27,11 @@
 #![allow(unsafe_code)]
 
 use std::fs::File;
-use std::hash::BuildHasher;
 use std::io;
 use std::os::unix::fs::FileExt;
 
 use memmap2::{Mmap, MmapOptions, UncheckedAdvice};
 
-use crate::idhash::IdHashBuilder;
 use crate::root::dir::Dir;
 
 /// The size of a chunk: a multiple of any page size Linux uses, and large enough that the chunk
@@ -370,56 +367,6 @@ impl<const N: usize> Records<N> {
     #[cfg(any(test, feature = "test-support"))]
     pub(crate) fn is_file(&self) -> bool {
         self.spill.is_file()
-    }
-}
-
-/// A Bloom filter of the 16-byte keys of a sorted run in spill space, on the heap: 10 bits and 6
-/// probes a key (about 1% false positives, 1.25 bytes a key). Most lookups within a run's range
-/// are of IDs it does not hold (a process's step, reserved at its start, appended at its end);
-/// the filter answers those without reading the spill. Before it, those bisections took a tenth
-/// of a large root's appends (`perf` of `cargo bench --bench snapshot`).
-#[derive(Debug, Clone)]
-pub(crate) struct Bloom {
-    words: Vec<u64>,
-    hasher: IdHashBuilder,
-}
-
-const BLOOM_BITS_PER_KEY: usize = 10;
-const BLOOM_PROBES: u64 = 6;
-
-impl Bloom {
-    pub(crate) fn for_keys(n: usize) -> Bloom {
-        let words = (n.max(1) * BLOOM_BITS_PER_KEY)
-            .div_ceil(64)
-            .next_power_of_two();
-        Bloom {
-            words: vec![0; words],
-            hasher: IdHashBuilder::default(),
-        }
-    }
-
-    /// The bits of `key`: double hashing over one 64-bit hash.
-    fn bits(&self, key: &[u8; 16]) -> impl Iterator<Item = usize> + use<> {
-        let h = self.hasher.hash_one(key);
-        let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
-        let mask = (self.words.len() * 64 - 1) as u64;
-        (0..BLOOM_PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
-    }
-
-    pub(crate) fn insert(&mut self, key: &[u8; 16]) {
-        for bit in self.bits(key) {
-            if let Some(w) = self.words.get_mut(bit / 64) {
-                *w |= 1 << (bit % 64);
-            }
-        }
-    }
-
-    pub(crate) fn may_hold(&self, key: &[u8; 16]) -> bool {
-        self.bits(key).all(|bit| {
-            self.words
-                .get(bit / 64)
-                .is_some_and(|w| w & (1 << (bit % 64)) != 0)
-        })
     }
 }
 

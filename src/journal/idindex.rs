@@ -45,7 +45,7 @@ use std::hash::BuildHasher;
 use super::Position;
 use super::floor::RetainedId;
 use super::retained::Retained;
-use super::sealed::{Run, Sealed};
+use super::sealed::{SealedAt, SealedRuns};
 use crate::idhash::IdHashBuilder;
 use crate::spill::{Spill, SpillError};
 
@@ -75,7 +75,7 @@ pub(crate) struct IdIndex {
     hasher: IdHashBuilder,
     /// Sealed runs (`sealed.rs`), oldest first: the entries of records in segments the writer
     /// left, none in the table.
-    runs: Vec<Run>,
+    runs: SealedRuns,
     /// Retained IDs (module doc), strictly ascending by ID, none in the table or a run.
     retained: Retained,
 }
@@ -94,7 +94,7 @@ impl std::fmt::Debug for IdIndex {
         f.debug_struct("IdIndex")
             .field("len", &self.entries.len())
             .field("buckets", &self.buckets.len())
-            .field("runs", &self.runs.len())
+            .field("sealed", &self.runs.len())
             .field("retained", &self.retained.len())
             .finish()
     }
@@ -169,9 +169,8 @@ impl IdIndex {
     /// The entry of `key` among the sealed runs and the retained IDs.
     fn off_table(&self, key: &[u8; 16]) -> Option<(Position, u16)> {
         self.runs
-            .iter()
-            .rev()
-            .find_map(|run| run.find(key))
+            .get(key)
+            .map(|at| (at.position, at.kind))
             .or_else(|| self.retained.find(key).map(|r| (r.position(), r.kind)))
     }
 
@@ -334,64 +333,47 @@ impl IdIndex {
         removed
     }
 
-    /// Drops the sealed entries below `floor_seq`; returns how many. A run that holds records
-    /// on both sides (compaction removes whole segments, so only a run sealed from an odd table
-    /// does) is written again without those below; if the spill refuses that, its entries at or
-    /// above the floor go back into the table.
+    /// Drops the sealed entries below `floor_seq`; returns how many. If the spill refuses to
+    /// write again a run that holds records on both sides (compaction removes whole segments, so
+    /// only a run sealed from an odd table does), its entries at or above the floor go back into
+    /// the table.
     fn forget_runs_below(&mut self, floor_seq: u64, spill: &mut dyn FnMut() -> Spill) -> usize {
-        let mut removed = 0;
-        for run in std::mem::take(&mut self.runs) {
-            if run.none_below(floor_seq) {
-                self.runs.push(run);
-                continue;
-            }
-            let above: Vec<Sealed> = if run.all_below(floor_seq) {
-                Vec::new()
-            } else {
-                run.iter().filter(|e| e.1.seq >= floor_seq).collect()
-            };
-            removed += run.len() - above.len();
-            match Run::write(above.iter().copied(), above.len(), spill()) {
-                Ok(kept) => self.runs.extend(kept),
-                Err(e) => {
-                    tracing::warn!("sealed IDs go back into the index's table: {e}");
-                    for (key, position, kind) in above {
-                        self.entries.push(Entry {
-                            key,
-                            position,
-                            kind,
-                        });
-                    }
-                }
-            }
+        let (removed, refused) = self.runs.forget_below(floor_seq, spill);
+        for (key, at) in refused {
+            self.entries.push(Entry {
+                key,
+                position: at.position,
+                kind: at.kind,
+            });
         }
         removed
     }
 
     /// Moves the entries of records in segments below `segment_index` from the table into a new
-    /// sealed run, in a `spill`, then merges the newest runs while the newer holds at least half
-    /// as many as the one before (so that a lookup probes about log2 of the sealed entries'
-    /// count of runs). Returns how many entries moved; on a refused spill nothing moved.
+    /// sealed run, in a `spill` (`crate::runs`, which merges the newest runs). Returns how many
+    /// entries moved; on a refused spill nothing moved.
     pub fn seal_below(
         &mut self,
         segment_index: u64,
         spill: &mut dyn FnMut() -> Spill,
     ) -> Result<usize, SpillError> {
-        let mut sealed: Vec<Sealed> = self
+        let sealed: Vec<([u8; 16], SealedAt)> = self
             .entries
             .iter()
             .filter(|e| e.position.segment_index < segment_index)
-            .map(|e| (e.key, e.position, e.kind))
+            .map(|e| {
+                let at = SealedAt {
+                    position: e.position,
+                    kind: e.kind,
+                };
+                (e.key, at)
+            })
             .collect();
-        if sealed.is_empty() {
+        let moved = sealed.len();
+        if moved == 0 {
             return Ok(0);
         }
-        // Mostly ascending already (time-ordered IDs in seq order): the stable sort finds runs.
-        sealed.sort_by_key(|e| e.0);
-        let Some(run) = Run::write(sealed.iter().copied(), sealed.len(), spill())? else {
-            return Ok(0);
-        };
-        self.runs.push(run);
+        self.runs.add(sealed, spill)?;
         self.entries
             .retain(|e| e.position.segment_index >= segment_index);
         self.entries.shrink_to_fit();
@@ -400,21 +382,12 @@ impl IdIndex {
                 .next_power_of_two()
                 .max(BUCKETS_MIN),
         );
-        while let [.., older, newer] = &self.runs[..]
-            && newer.len() * 2 >= older.len()
-        {
-            let Ok(Some(merged)) = Run::merge(older, newer, spill()) else {
-                break;
-            };
-            self.runs.truncate(self.runs.len() - 2);
-            self.runs.push(merged);
-        }
-        Ok(sealed.len())
+        Ok(moved)
     }
 
     /// Entries held in sealed runs.
     pub fn sealed_len(&self) -> usize {
-        self.runs.iter().map(Run::len).sum()
+        self.runs.len()
     }
 
     /// Moves the retained IDs an open handed over into `spill` (empty), off the heap.

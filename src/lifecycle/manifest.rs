@@ -64,8 +64,8 @@ use super::state::State;
 use super::wire::Registration;
 use crate::journal::EventId;
 
-use super::sealed_ids::IdRuns;
 use crate::root::dir::Dir;
+use crate::runs::Runs;
 use crate::spill::{Spill, SpillError};
 
 /// The terminal result, fixed once recorded.
@@ -467,10 +467,10 @@ pub struct ManifestStore {
     /// The frames of settled manifests (`crate::spill`): on the heap until
     /// [`ManifestStore::spill_into`] gives the store a file.
     frames: Spill,
-    /// The positions of handles of older manifests, moved out of `slots` (`sealed_ids.rs`).
-    sealed_slots: IdRuns,
+    /// The positions of handles of older manifests, moved out of `slots` (`crate::runs`).
+    sealed_slots: Runs<u32, 32>,
     /// The reservations of older manifests, moved out of `reserved`.
-    sealed_reserved: IdRuns,
+    sealed_reserved: Runs<u32, 32>,
     /// The first position whose handle is in `slots`, and whose reservations are in
     /// `reserved`: those before it are in the sealed runs.
     handles_from: u32,
@@ -485,7 +485,7 @@ pub struct ManifestStore {
 }
 
 /// How many manifests' handles and reservations the store's hash tables hold before it seals
-/// them into runs (`sealed_ids.rs`): the bounded part of what finished processes cost the heap.
+/// them into runs (`crate::runs`): the bounded part of what finished processes cost the heap.
 pub(crate) const SEAL_BATCH: usize = 4096;
 
 /// Entries of `ManifestStore::recent`; a power of two.
@@ -522,8 +522,8 @@ impl Default for ManifestStore {
             gate: None,
             admission_limit: None,
             frames: Spill::default(),
-            sealed_slots: IdRuns::default(),
-            sealed_reserved: IdRuns::default(),
+            sealed_slots: Runs::default(),
+            sealed_reserved: Runs::default(),
             handles_from: 0,
             reserved_from: 0,
             seal_at: 0,

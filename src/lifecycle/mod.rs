@@ -26,7 +26,6 @@ pub mod reference;
 pub mod replay;
 mod reserved;
 pub mod retention;
-mod sealed_ids;
 pub mod snapdir;
 pub mod snapshot;
 pub mod state;
