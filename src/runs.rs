@@ -1,12 +1,12 @@
 //! Sorted runs of 16-byte IDs, each with a fixed-size value, in spill space (`crate::spill`):
 //! the form in which a long-running writer keeps an index that only grows and never changes an
 //! entry (the journal's index of the segments it left, the store's handles and reservations),
-//! so that the heap keeps a filter per run instead of a table entry per ID.
+//! so that the heap keeps a few words per run instead of a table entry per ID.
 //!
 //! A [`Runs`] is log-structured: each batch becomes a run, and the newest runs merge while the
 //! newer holds at least half as many entries as the one before, so there are about log2 of the
 //! entries' count of runs. A lookup reads a run only for an ID within its range that its
-//! filter ([`Bloom`], on the heap) lets through.
+//! filter ([`Bloom`], in spill space beside it) lets through.
 //!
 //! Invariants: each run is strictly ascending by ID, each ID once, and no ID is in two runs
 //! (callers add each ID once); `first` and `last` bound a run's IDs and `min_order` and
@@ -61,14 +61,14 @@ struct Run<V, const N: usize> {
 }
 
 impl<V: RunValue, const N: usize> Run<V, N> {
-    /// A run of `entries` (ascending by ID, each ID once; about `expected` of them) in `spill`
-    /// (empty). `None` for no entries.
+    /// A run of `entries` (ascending by ID, each ID once; about `expected` of them) in a
+    /// `spill`, and its filter in another. `None` for no entries.
     fn write(
         entries: impl IntoIterator<Item = ([u8; 16], V)>,
         expected: usize,
-        spill: Spill,
+        spill: &mut dyn FnMut() -> Spill,
     ) -> Result<Option<Self>, SpillError> {
-        let mut w = RecordsWriter::new(spill);
+        let mut w = RecordsWriter::new(spill());
         let mut bloom = Bloom::for_keys(expected);
         let mut bounds: Option<([u8; 16], [u8; 16], u64, u64)> = None;
         for (key, value) in entries {
@@ -84,6 +84,7 @@ impl<V: RunValue, const N: usize> Run<V, N> {
             });
         }
         let records = w.finish()?;
+        bloom.spill(spill());
         Ok(bounds.map(|(first, last, min_order, max_order)| Run {
             records,
             bloom,
@@ -128,7 +129,11 @@ impl<V: RunValue, const N: usize> Run<V, N> {
     }
 
     /// `a` and `b` (no ID in both) as one run, in `spill`.
-    fn merge(a: &Self, b: &Self, spill: Spill) -> Result<Option<Self>, SpillError> {
+    fn merge(
+        a: &Self,
+        b: &Self,
+        spill: &mut dyn FnMut() -> Spill,
+    ) -> Result<Option<Self>, SpillError> {
         let (mut x, mut y) = (a.iter().peekable(), b.iter().peekable());
         let merged = std::iter::from_fn(|| match (x.peek(), y.peek()) {
             (Some(l), Some(r)) if l.0 <= r.0 => x.next(),
@@ -173,14 +178,14 @@ impl<V: RunValue, const N: usize> Runs<V, N> {
     ) -> Result<(), SpillError> {
         // Mostly ascending already (time-ordered IDs): the stable sort finds the runs in them.
         entries.sort_by_key(|e| e.0);
-        let Some(run) = Run::write(entries.iter().copied(), entries.len(), spill())? else {
+        let Some(run) = Run::write(entries.iter().copied(), entries.len(), spill)? else {
             return Ok(());
         };
         self.runs.push(run);
         while let [.., older, newer] = &self.runs[..]
             && newer.len() * 2 >= older.len()
         {
-            let Ok(Some(merged)) = Run::merge(older, newer, spill()) else {
+            let Ok(Some(merged)) = Run::merge(older, newer, spill) else {
                 break;
             };
             self.runs.truncate(self.runs.len() - 2);
@@ -210,7 +215,7 @@ impl<V: RunValue, const N: usize> Runs<V, N> {
                 run.iter().filter(|e| e.1.order() >= floor).collect()
             };
             removed += run.len() - above.len();
-            match Run::write(above.iter().copied(), above.len(), spill()) {
+            match Run::write(above.iter().copied(), above.len(), spill) {
                 Ok(kept) => self.runs.extend(kept),
                 Err(e) => {
                     tracing::warn!("entries of a sorted run go back to the heap: {e}");
@@ -222,15 +227,25 @@ impl<V: RunValue, const N: usize> Runs<V, N> {
     }
 }
 
-/// A Bloom filter of the 16-byte keys of a sorted run in spill space, on the heap: 10 bits and 6
-/// probes a key (about 1% false positives, 1.25 bytes a key). Most lookups within a run's range
-/// are of IDs it does not hold (a process's step, reserved at its start, appended at its end);
-/// the filter answers those without reading the spill. Before it, those bisections took a tenth
-/// of a large root's appends (`perf` of `cargo bench --bench snapshot`).
+/// A Bloom filter of the 16-byte keys of a sorted run: 10 bits and 6 probes a key (about 1%
+/// false positives, 1.25 bytes a key). Most lookups within a run's range are of IDs it does not
+/// hold (a process's step, reserved at its start, appended at its end); the filter answers those
+/// without bisecting the run. Before it, those bisections took a tenth of a large root's appends
+/// (`perf` of `cargo bench --bench snapshot`). Built on the heap, then moved into spill space
+/// with its run (a probe reads a few words of page cache), so that it costs the heap nothing per
+/// key; where the spill refuses, it stays on the heap.
 #[derive(Debug, Clone)]
 struct Bloom {
-    words: Vec<u64>,
+    words: Words,
+    /// The number of words: a power of two.
+    len: usize,
     hasher: IdHashBuilder,
+}
+
+#[derive(Debug, Clone)]
+enum Words {
+    Heap(Vec<u64>),
+    Spilled(Records<8>),
 }
 
 const BLOOM_BITS_PER_KEY: usize = 10;
@@ -242,34 +257,68 @@ impl Bloom {
             .div_ceil(64)
             .next_power_of_two();
         Bloom {
-            words: vec![0; words],
+            words: Words::Heap(vec![0; words]),
+            len: words,
             hasher: IdHashBuilder::default(),
+        }
+    }
+
+    /// Moves the words into `spill` (empty); where it refuses, they stay on the heap.
+    fn spill(&mut self, spill: Spill) {
+        let Words::Heap(words) = &self.words else {
+            return;
+        };
+        let mut w = RecordsWriter::<8>::new(spill);
+        let written = words
+            .iter()
+            .try_for_each(|word| w.push(word.to_le_bytes()))
+            .and_then(|()| w.finish());
+        match written {
+            Ok(records) => self.words = Words::Spilled(records),
+            Err(e) => tracing::warn!("a sorted run's filter stays on the heap: {e}"),
+        }
+    }
+
+    fn word(&self, i: usize) -> u64 {
+        match &self.words {
+            Words::Heap(v) => v.get(i).copied().unwrap_or(0),
+            Words::Spilled(r) => r.get(i).map_or(0, u64::from_le_bytes),
         }
     }
 
     /// The bits of `key`: double hashing over one 64-bit hash.
     fn bits(&self, key: &[u8; 16]) -> impl Iterator<Item = usize> + use<> {
-        let h = self.hasher.hash_one(key);
-        let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
-        let mask = (self.words.len() * 64 - 1) as u64;
-        (0..BLOOM_PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
+        bit_positions(&self.hasher, self.len, key)
     }
 
+    /// Adds `key`; only while the words are on the heap, which `Run::write` keeps them in until
+    /// every key is in.
     fn insert(&mut self, key: &[u8; 16]) {
-        for bit in self.bits(key) {
-            if let Some(w) = self.words.get_mut(bit / 64) {
-                *w |= 1 << (bit % 64);
+        if let Words::Heap(words) = &mut self.words {
+            for bit in bit_positions(&self.hasher, self.len, key) {
+                if let Some(w) = words.get_mut(bit / 64) {
+                    *w |= 1 << (bit % 64);
+                }
             }
         }
     }
 
     fn may_hold(&self, key: &[u8; 16]) -> bool {
-        self.bits(key).all(|bit| {
-            self.words
-                .get(bit / 64)
-                .is_some_and(|w| w & (1 << (bit % 64)) != 0)
-        })
+        self.bits(key)
+            .all(|bit| self.word(bit / 64) & (1 << (bit % 64)) != 0)
     }
+}
+
+/// The bits of `key` in a filter of `words` words.
+fn bit_positions(
+    hasher: &IdHashBuilder,
+    words: usize,
+    key: &[u8; 16],
+) -> impl Iterator<Item = usize> + use<> {
+    let h = hasher.hash_one(key);
+    let (h1, h2) = (h & 0xffff_ffff, (h >> 32) | 1);
+    let mask = (words * 64 - 1) as u64;
+    (0..BLOOM_PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) & mask) as usize)
 }
 
 #[cfg(test)]
