@@ -13,11 +13,13 @@
 //! same layout, same answers, only the memory stays in the process.
 //!
 //! On top of it: [`Records`], fixed-size records read by number, which `crate::runs` keeps its
-//! sorted runs in.
+//! sorted runs in; and [`Column`], fixed-size records that grow and change in place, which the
+//! manifest store keeps one per process in, so that a finished process costs the heap nothing.
 //!
 //! Invariants:
-//! - Bytes are only appended, each range once, in chunks that never move: a slice handed out
-//!   stays valid and unchanged for as long as the `Spill` is borrowed.
+//! - Bytes are appended, each range once, in chunks that never move: a slice handed out stays
+//!   valid and unchanged for as long as the `Spill` is borrowed. A [`Column`] writes its records
+//!   again in place, and only through `&mut self`, so never while a slice is borrowed.
 //! - An append lands whole or is refused (`ENOSPC`, `EIO`): a chunk's used length grows only
 //!   after the whole write, so no refused append is ever read.
 //! - A mapped chunk lies wholly inside the file, whose length is set before the chunk is mapped
@@ -26,6 +28,7 @@
 //!   fault: every range is checked against its chunk.
 #![allow(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -46,6 +49,27 @@ pub(crate) struct Spilled {
     len: u32,
 }
 
+impl Spilled {
+    /// Its 12 bytes, for a record that says where a range is.
+    pub(crate) fn to_bytes(self) -> [u8; 12] {
+        let mut b = [0u8; 12];
+        b[..4].copy_from_slice(&self.chunk.to_le_bytes());
+        b[4..8].copy_from_slice(&self.offset.to_le_bytes());
+        b[8..].copy_from_slice(&self.len.to_le_bytes());
+        b
+    }
+
+    /// The range `to_bytes` wrote (any 12 bytes name some range; `Spill::get` checks it).
+    pub(crate) fn from_bytes(b: [u8; 12]) -> Spilled {
+        let word = |i: usize| u32::from_le_bytes([b[i], b[i + 1], b[i + 2], b[i + 3]]);
+        Spilled {
+            chunk: word(0),
+            offset: word(4),
+            len: word(8),
+        }
+    }
+}
+
 /// An append refused: the bytes are not spilled, and the caller keeps them itself.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum SpillError {
@@ -57,8 +81,9 @@ pub(crate) enum SpillError {
 
 enum Chunk {
     /// `used` bytes written through the file, read through `map`. Only the last chunk is
-    /// appended to, and it is then the file's last `map.len()` bytes.
-    Mapped { map: Mmap, used: usize },
+    /// appended to, and it is then the file's last `map.len()` bytes. It maps the file from
+    /// byte `start` on.
+    Mapped { map: Mmap, used: usize, start: u64 },
     /// Heap bytes; never grown past the capacity it was made with, so it never moves.
     Heap(Vec<u8>),
 }
@@ -66,14 +91,14 @@ enum Chunk {
 impl Chunk {
     fn bytes(&self) -> &[u8] {
         match self {
-            Chunk::Mapped { map, used } => map.get(..*used).unwrap_or_default(),
+            Chunk::Mapped { map, used, .. } => map.get(..*used).unwrap_or_default(),
             Chunk::Heap(v) => v,
         }
     }
 
     fn room(&self) -> usize {
         match self {
-            Chunk::Mapped { map, used } => map.len() - used,
+            Chunk::Mapped { map, used, .. } => map.len() - used,
             Chunk::Heap(v) => v.capacity() - v.len(),
         }
     }
@@ -177,7 +202,7 @@ impl Spill {
             self.add_chunk(bytes.len())?;
         }
         let at = self.chunks.len() - 1;
-        let (file, base) = (&self.file, self.file_len);
+        let file = &self.file;
         let Some(chunk) = self.chunks.last_mut() else {
             return Err(SpillError::Io(io::Error::other(
                 "no chunk after adding one",
@@ -185,11 +210,10 @@ impl Spill {
         };
         let offset = chunk.bytes().len();
         match chunk {
-            Chunk::Mapped { map, used } => {
-                let start = base - map.len() as u64 + *used as u64;
+            Chunk::Mapped { used, start, .. } => {
                 file.as_ref()
                     .ok_or_else(|| io::Error::other("a mapped chunk without its file"))?
-                    .write_all_at(bytes, start)?;
+                    .write_all_at(bytes, *start + *used as u64)?;
                 *used += bytes.len();
             }
             Chunk::Heap(v) => v.extend_from_slice(bytes),
@@ -226,15 +250,22 @@ impl Spill {
         // process opens it short of root reaching into /proc/PID/fd), its length was just set to
         // cover the whole range mapped, and `Spill` never shortens it; so no access through the
         // mapping lies past its end. The mapping is read-only and writes go through the
-        // descriptor into the same page cache, to ranges not yet handed out.
+        // descriptor into the same page cache: appends to ranges not yet handed out, and a
+        // `Column`'s overwrites only through `&mut self`, while no slice of the mapping is
+        // borrowed.
         let map = unsafe {
             MmapOptions::new()
                 .offset(self.file_len)
                 .len(size)
                 .map(file)?
         };
+        let start = self.file_len;
         self.file_len = end;
-        self.chunks.push(Chunk::Mapped { map, used: 0 });
+        self.chunks.push(Chunk::Mapped {
+            map,
+            used: 0,
+            start,
+        });
         Ok(())
     }
 
@@ -265,6 +296,31 @@ impl Spill {
             .get(at.chunk as usize)
             .and_then(|c| c.bytes().get(start..start + at.len as usize))
             .unwrap_or_default()
+    }
+
+    /// Writes `bytes` again over bytes already appended to chunk `chunk` at `offset`; an error,
+    /// changing nothing, for a range that was not appended.
+    fn overwrite(&mut self, chunk: usize, offset: usize, bytes: &[u8]) -> Result<(), SpillError> {
+        let end = offset + bytes.len();
+        let outside = || SpillError::Io(io::Error::other("an overwrite outside what was appended"));
+        match self.chunks.get_mut(chunk).ok_or_else(outside)? {
+            Chunk::Mapped { used, start, .. } if end <= *used => {
+                let file = self.file.as_ref().ok_or_else(outside)?;
+                file.write_all_at(bytes, *start + offset as u64)?;
+            }
+            Chunk::Heap(v) if end <= v.len() => v[offset..end].copy_from_slice(bytes),
+            _ => return Err(outside()),
+        }
+        Ok(())
+    }
+
+    /// Record `i` of `N`-byte records laid end to end over chunks that are all full but the
+    /// last (as [`Records`] and [`Column`] write them).
+    fn record<const N: usize>(&self, i: usize) -> Option<[u8; N]> {
+        let at = i.checked_mul(N)?;
+        let chunk = self.chunks.get(at / self.chunk_bytes)?;
+        let start = at % self.chunk_bytes;
+        chunk.bytes().get(start..start + N)?.try_into().ok()
     }
 
     /// Unmaps the pages of the file that reads brought into this process (a snapshot reads every
@@ -357,16 +413,154 @@ impl<const N: usize> Records<N> {
         if i >= self.len {
             return None;
         }
-        let at = i * N;
-        let chunk = self.spill.chunks.get(at / self.spill.chunk_bytes)?;
-        let start = at % self.spill.chunk_bytes;
-        chunk.bytes().get(start..start + N)?.try_into().ok()
+        self.spill.record(i)
     }
 
     /// Whether the records left the heap.
     #[cfg(any(test, feature = "test-support"))]
     pub(crate) fn is_file(&self) -> bool {
         self.spill.is_file()
+    }
+}
+
+/// Records of `N` bytes, one per position, that grow at the end and change in place: whole
+/// blocks of them in spill space, the records after the last whole block on the heap. Record `i`
+/// of the blocks lies at byte `i * N` of the chunks laid end to end, as in [`Records`].
+///
+/// A block the spill refuses stays on the heap (and is tried again with the next block's worth),
+/// and a change the spill refuses is kept on the heap beside it: either costs memory, never an
+/// answer.
+#[derive(Debug, Clone)]
+pub(crate) struct Column<const N: usize> {
+    spill: Spill,
+    /// Records in the spill: whole blocks.
+    spilled: usize,
+    /// The records after them.
+    tail: Vec<[u8; N]>,
+    /// Records in the spill whose change the spill refused, as they are now.
+    changed: BTreeMap<usize, [u8; N]>,
+}
+
+impl<const N: usize> Default for Column<N> {
+    fn default() -> Self {
+        Column {
+            spill: Spill::default(),
+            spilled: 0,
+            tail: Vec::new(),
+            changed: BTreeMap::new(),
+        }
+    }
+}
+
+impl<const N: usize> Column<N> {
+    const PER_BLOCK: usize = {
+        assert!(
+            N > 0 && BLOCK.is_multiple_of(N),
+            "records must tile a block"
+        );
+        BLOCK / N
+    };
+
+    pub(crate) fn len(&self) -> usize {
+        self.spilled + self.tail.len()
+    }
+
+    /// Record `i`, if there is one.
+    pub(crate) fn get(&self, i: usize) -> Option<[u8; N]> {
+        if let Some(r) = i.checked_sub(self.spilled) {
+            return self.tail.get(r).copied();
+        }
+        match self.changed.get(&i) {
+            Some(record) => Some(*record),
+            None => self.spill.record(i),
+        }
+    }
+
+    /// Appends a record; a whole block's worth of them goes to the spill.
+    pub(crate) fn push(&mut self, record: [u8; N]) {
+        self.tail.push(record);
+        // After a refusal, tried again only once another block's worth has come.
+        if self.tail.len().is_multiple_of(Self::PER_BLOCK) {
+            self.spill_blocks();
+        }
+    }
+
+    fn spill_blocks(&mut self) {
+        while let Some(block) = self.tail.get(..Self::PER_BLOCK) {
+            if let Err(e) = self.spill.append(block.as_flattened()) {
+                tracing::warn!("{} records stay on the heap: {e}", self.tail.len());
+                return;
+            }
+            self.tail.drain(..Self::PER_BLOCK);
+            self.spilled += Self::PER_BLOCK;
+        }
+    }
+
+    /// Changes record `i` (a position never pushed is left alone).
+    pub(crate) fn set(&mut self, i: usize, record: [u8; N]) {
+        if let Some(r) = i.checked_sub(self.spilled) {
+            if let Some(held) = self.tail.get_mut(r) {
+                *held = record;
+            }
+            return;
+        }
+        let at = i * N;
+        let (chunk, offset) = (at / self.spill.chunk_bytes, at % self.spill.chunk_bytes);
+        match self.spill.overwrite(chunk, offset, &record) {
+            Ok(()) => {
+                self.changed.remove(&i);
+            }
+            Err(e) => {
+                tracing::warn!(record = i, "a changed record stays on the heap: {e}");
+                self.changed.insert(i, record);
+            }
+        }
+    }
+
+    /// This column with its spilled blocks moved into `file` (as [`Spill::into_file`]); on a
+    /// refusal it is given back unchanged, with the error.
+    pub(crate) fn into_file(self, file: File) -> Result<Self, (Self, SpillError)> {
+        let Column {
+            spill,
+            spilled,
+            tail,
+            changed,
+        } = self;
+        let (spill, outcome) = match spill.into_file(file) {
+            Ok(moved) => (moved, Ok(())),
+            Err((kept, e)) => (kept, Err(e)),
+        };
+        let mut column = Column {
+            spill,
+            spilled,
+            tail,
+            changed,
+        };
+        match outcome {
+            Ok(()) => {
+                column.spill_blocks();
+                Ok(column)
+            }
+            Err(e) => Err((column, e)),
+        }
+    }
+
+    /// How many records live on the heap: those after the last whole block, and any the spill
+    /// refused.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn on_heap(&self) -> usize {
+        self.tail.len() + self.changed.len()
+    }
+
+    /// Whether the spilled records left the heap.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn is_file(&self) -> bool {
+        self.spill.is_file()
+    }
+
+    /// Unmaps the pages reads mapped (as [`Spill::release_resident`]).
+    pub(crate) fn release_resident(&self) {
+        self.spill.release_resident();
     }
 }
 
@@ -445,6 +639,79 @@ mod tests {
                 prop_assert_eq!(records.get(n), None);
             }
         }
+    }
+
+    /// A record of a column for a test: its number and a mark.
+    fn record(i: usize, mark: u8) -> [u8; 16] {
+        let mut r = [mark; 16];
+        r[..8].copy_from_slice(&(i as u64).to_le_bytes());
+        r
+    }
+
+    proptest! {
+        /// A column answers as a vector given the same pushes and changes, in a file and on
+        /// the heap alike, across chunks, after its heap blocks move into a file and after its
+        /// pages are released; and only the records after the last whole block stay on the heap.
+        #[test]
+        fn a_column_answers_as_a_vector(
+            ops in prop::collection::vec((any::<bool>(), any::<usize>(), any::<u8>()), 0..3000),
+            move_at in any::<usize>(),
+        ) {
+            let small = |s: Spill| Spill { chunk_bytes: SMALL, ..s };
+            let columns = [
+                Column::<16> { spill: small(Spill::in_file(unnamed())), ..Column::default() },
+                Column::<16> { spill: small(Spill::default()), ..Column::default() },
+            ];
+            for mut column in columns {
+                let mut model: Vec<[u8; 16]> = Vec::new();
+                for (n, (push, at, mark)) in ops.iter().enumerate() {
+                    if *push || model.is_empty() {
+                        // Mostly pushes: enough to cross blocks and chunks.
+                        for _ in 0..4 {
+                            column.push(record(model.len(), *mark));
+                            model.push(record(model.len(), *mark));
+                        }
+                    } else {
+                        let i = at % model.len();
+                        column.set(i, record(i, mark.wrapping_add(1)));
+                        model[i] = record(i, mark.wrapping_add(1));
+                    }
+                    if n == move_at % ops.len().max(1) && !column.is_file() {
+                        column = column.into_file(unnamed()).map_err(|(_, e)| e).unwrap();
+                    }
+                }
+                column.release_resident();
+                prop_assert_eq!(column.len(), model.len());
+                for (i, r) in model.iter().enumerate() {
+                    prop_assert_eq!(column.get(i), Some(*r));
+                }
+                prop_assert_eq!(column.get(model.len()), None);
+                prop_assert_eq!(column.on_heap(), model.len() % Column::<16>::PER_BLOCK);
+            }
+        }
+    }
+
+    /// A change the spill refuses is kept on the heap and read from there.
+    #[test]
+    fn a_refused_change_is_kept_on_the_heap() {
+        let mut column = Column::<16> {
+            spill: Spill::in_file(unnamed()),
+            ..Column::default()
+        };
+        let n = Column::<16>::PER_BLOCK + 3;
+        for i in 0..n {
+            column.push(record(i, 0));
+        }
+        assert_eq!(column.on_heap(), 3);
+        // As a finished `Records` does: the mappings stay, the descriptor goes, so a write
+        // into a spilled record fails.
+        column.spill.file = None;
+        column.set(7, record(7, 9));
+        column.set(n - 1, record(n - 1, 9));
+        assert_eq!(column.get(7), Some(record(7, 9)));
+        assert_eq!(column.get(8), Some(record(8, 0)));
+        assert_eq!(column.get(n - 1), Some(record(n - 1, 9)));
+        assert_eq!(column.on_heap(), 4);
     }
 
     #[test]

@@ -25,8 +25,10 @@
 //!   step of its one handle: no other event and no other registration may use it, so a step's
 //!   retry can never be answered by some other record that took its ID.
 //!
-//! Layout (chosen for replay, which rebuilds every manifest of a journal at open): manifests live
-//! in one `Vec` in registration order, found through a map from handle to position; reservations
+//! Layout (chosen for replay, which rebuilds every manifest of a journal at open): manifests have
+//! one slot each in registration order ([`slots`]: a 32-byte record, in spill space once its
+//! block is full; the manifests held decoded beside them), found through a map from handle to
+//! position (sealed into sorted runs every [`SEAL_BATCH`] manifests); reservations
 //! name a position, not a handle, in a compact index that checks hits against the manifest
 //! (`reserved.rs`); the command is a [`StoredCommand`] (two allocations, not a dozen). Positions
 //! are never removed or reordered, so a position, once given, stays valid.
@@ -39,9 +41,11 @@
 //! changes a settled manifest decodes it, folds the event in and settles it again.
 
 mod frame;
+mod slots;
 
 use frame::SettledFrame;
 pub(in crate::lifecycle) use frame::{ManifestIn, manifest_in, manifest_out, read_manifest};
+use slots::{Slot, SlotRef, Slots};
 use std::borrow::Cow;
 use std::sync::Arc;
 
@@ -412,26 +416,6 @@ pub enum Applied {
     Unchanged,
 }
 
-/// One manifest of the store: decoded, or settled (module doc).
-#[derive(Debug, Clone)]
-enum Slot {
-    Live(Box<Manifest>),
-    Settled(SettledFrame),
-}
-
-// A finished process costs the heap its slot (docs/operations.md says how much): keep it small.
-const _: () = assert!(std::mem::size_of::<Slot>() == 16);
-
-impl Slot {
-    /// The IDs its manifest allocated, read in place.
-    fn ids(&self, spill: &Spill) -> LifecycleIds {
-        match self {
-            Slot::Live(m) => m.ids,
-            Slot::Settled(frame) => frame.ids(spill),
-        }
-    }
-}
-
 /// A manifest as the store holds it, for the snapshot's encoder: settled ones are copied as
 /// their frames.
 #[derive(Debug, Clone, Copy)]
@@ -443,10 +427,8 @@ pub(crate) enum Held<'a> {
 /// All manifests, by handle, in registration order.
 #[derive(Debug, Clone)]
 pub struct ManifestStore {
-    /// Every manifest, in registration order.
-    manifests: Vec<Slot>,
-    /// The event ID of each manifest's registration, at the manifest's position.
-    registrations: Vec<EventId>,
+    /// Every manifest and its registration's event ID, in registration order.
+    manifests: Slots,
     /// The position in `manifests` of each handle's manifest.
     slots: IdMap<Handle, u32>,
     /// Every reserved ID: the five of each manifest.
@@ -501,7 +483,8 @@ impl PartialEq for ManifestStore {
     fn eq(&self, other: &Self) -> bool {
         self.manifests.len() == other.manifests.len()
             && self.iter().eq(other.iter())
-            && self.registrations == other.registrations
+            && (0..self.manifests.len())
+                .all(|p| self.manifests.registration(p) == other.manifests.registration(p))
             && self.gate == other.gate
             && self.admission_limit == other.admission_limit
     }
@@ -512,8 +495,7 @@ impl Eq for ManifestStore {}
 impl Default for ManifestStore {
     fn default() -> Self {
         ManifestStore {
-            manifests: Vec::new(),
-            registrations: Vec::new(),
+            manifests: Slots::default(),
             slots: IdMap::default(),
             reserved: ReservedIds::default(),
             reserved_max: 0,
@@ -996,8 +978,8 @@ impl ManifestStore {
     /// why, never taken for a missing manifest.
     fn read(&self, position: usize) -> Option<Result<Cow<'_, Manifest>, String>> {
         Some(match self.manifests.get(position)? {
-            Slot::Live(m) => Ok(Cow::Borrowed(m)),
-            Slot::Settled(frame) => frame
+            SlotRef::Live(m) => Ok(Cow::Borrowed(m)),
+            SlotRef::Settled(frame) => frame
                 .decode(&self.frames, position as u64 + 1)
                 .map(|(_, m)| Cow::Owned(m))
                 .map_err(|e| format!("a settled manifest no longer decodes: {e}")),
@@ -1074,18 +1056,16 @@ impl ManifestStore {
     /// The manifests held decoded, in registration order: every one that is not settled
     /// ([`Manifest::settled`]), and any settled one whose frame could not be kept.
     pub fn live(&self) -> impl Iterator<Item = &Manifest> {
-        self.manifests.iter().filter_map(|s| match s {
-            Slot::Live(m) => Some(&**m),
-            Slot::Settled(_) => None,
-        })
+        self.manifests.live()
     }
 
     /// How many settled manifests had their output retired, and every other manifest, in
     /// registration order: what a retention pass judges, without decoding the settled manifests
     /// it has nothing to do for.
     pub fn unretired(&self) -> (u64, impl Iterator<Item = Cow<'_, Manifest>>) {
-        let retired = |s: &Slot| matches!(s, Slot::Settled(frame) if frame.retired());
-        let count = self.manifests.iter().filter(|s| retired(s)).count() as u64;
+        let retired = |s: SlotRef<'_>| matches!(s, SlotRef::Settled(frame) if frame.retired());
+        let slots = || (0..self.manifests.len()).filter_map(|p| self.manifests.get(p));
+        let count = slots().filter(|s| retired(*s)).count() as u64;
         let rest = (0..self.manifests.len())
             .filter(move |&p| self.manifests.get(p).is_some_and(|s| !retired(s)))
             .filter_map(|p| self.at(p));
@@ -1094,10 +1074,8 @@ impl ManifestStore {
 
     /// How many manifests are held settled (module doc).
     pub fn settled(&self) -> usize {
-        self.manifests
-            .iter()
-            .filter(|s| matches!(s, Slot::Settled(_)))
-            .count()
+        // Every slot is either.
+        self.manifests.len() - self.manifests.live_count()
     }
 
     pub fn len(&self) -> usize {
@@ -1106,15 +1084,15 @@ impl ManifestStore {
 
     #[cfg(any(test, feature = "test-support"))]
     pub fn is_empty(&self) -> bool {
-        self.manifests.is_empty()
+        self.manifests.len() == 0
     }
 
     /// The handle an ID is reserved for, as rejections name it.
     fn holder(&self, r: Reservation) -> Handle {
         // Every reservation names a manifest pushed with it; the fallback is never taken.
         match self.manifests.get(r.slot as usize) {
-            Some(Slot::Live(m)) => m.handle,
-            Some(Slot::Settled(frame)) => frame.handle(&self.frames),
+            Some(SlotRef::Live(m)) => m.handle,
+            Some(SlotRef::Settled(frame)) => frame.handle(&self.frames),
             None => Handle(EventId::from_bytes([0; 16])),
         }
     }
@@ -1129,7 +1107,7 @@ impl ManifestStore {
         let slot = r.slot as usize;
         let ids = self.ids_at(slot)?;
         Some(match r.step {
-            Step::Registration => *self.registrations.get(slot)?,
+            Step::Registration => self.manifests.registration(slot)?,
             Step::Running => ids.running,
             Step::Terminal => ids.terminal,
             Step::Lost => ids.lost,
@@ -1316,8 +1294,6 @@ impl ManifestStore {
         // over and over.
         let mut store = ManifestStore::default();
         let n = n.min(SLOTS_MAX);
-        store.manifests.reserve(n);
-        store.registrations.reserve(n);
         store.slots.reserve(n);
         store.reserved.rebuild(5 * n, std::iter::empty());
         store
@@ -1345,20 +1321,24 @@ impl ManifestStore {
     }
 
     /// Every manifest with the event ID of its registration, in registration order.
-    pub(crate) fn entries(&self) -> impl ExactSizeIterator<Item = (EventId, Held<'_>)> {
-        let held = self.manifests.iter().map(|s| match s {
-            Slot::Live(m) => Held::Live(m),
-            Slot::Settled(frame) => Held::Settled(frame.bytes(&self.frames)),
-        });
-        self.registrations.iter().copied().zip(held)
+    /// A slot that cannot be read (which only a bug in this process could cause) is its
+    /// position, as an error.
+    pub(crate) fn entries(&self) -> impl Iterator<Item = Result<(EventId, Held<'_>), usize>> {
+        (0..self.manifests.len()).map(|p| {
+            let held = match self.manifests.get(p).ok_or(p)? {
+                SlotRef::Live(m) => Held::Live(m),
+                SlotRef::Settled(frame) => Held::Settled(frame.bytes(&self.frames)),
+            };
+            Ok((self.manifests.registration(p).ok_or(p)?, held))
+        })
     }
 
     /// Gives the store a directory for spill files (unnamed, `crate::spill`): the frames of
-    /// settled manifests move into one, and every later one is spilled there; the handles and
-    /// reservations of all manifests so far are sealed into sorted runs, and those of each later
-    /// batch of [`SEAL_BATCH`] manifests are too. From then on a finished process costs the heap
-    /// a slot and a few filter bits. If the file system refuses (a full one), what it refused
-    /// stays on the heap, and the error says why.
+    /// settled manifests move into one, and every later one is spilled there; so do the slots'
+    /// whole blocks; the handles and reservations of all manifests so far are sealed into sorted
+    /// runs, and those of each later batch of [`SEAL_BATCH`] manifests are too. From then on a
+    /// finished process costs the heap nothing beyond bounded tables. If the file system refuses
+    /// (a full one), what it refused stays on the heap, and the error says why.
     pub(crate) fn spill_into(&mut self, dir: Arc<Dir>) -> Result<(), SpillError> {
         self.spill_dir = Some(Arc::clone(&dir));
         // Chunk by chunk, each frame at the same place: no frame's location changes. A refusal
@@ -1372,8 +1352,13 @@ impl ManifestStore {
             },
         };
         self.frames = frames;
+        // The slots too, block by block: only the last part-block stays on the heap.
+        let slots = dir
+            .unnamed_file()
+            .map_err(SpillError::from)
+            .and_then(|file| self.manifests.spill_into(file));
         self.seal();
-        outcome
+        outcome.and(slots)
     }
 
     /// Moves the handles and reservations of the manifests not yet sealed into sorted runs in
@@ -1390,12 +1375,12 @@ impl ManifestStore {
         let reserved: Vec<([u8; 16], u32)> = (self.reserved_from..to)
             .flat_map(|slot| {
                 let (registration, ids) = (
-                    self.registrations.get(slot as usize),
+                    self.manifests.registration(slot as usize),
                     self.ids_at(slot as usize),
                 );
                 registration
                     .zip(ids)
-                    .map(|(r, ids)| reservations_of(slot, *r, &ids))
+                    .map(|(r, ids)| reservations_of(slot, r, &ids))
             })
             .flatten()
             .map(|(id, r)| (id.as_bytes(), r.pack()))
@@ -1440,16 +1425,23 @@ impl ManifestStore {
         self.frames.is_file()
     }
 
+    /// Whether the slots' whole blocks left the heap, and how many slots stay on it.
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn slots_spilled(&self) -> (bool, usize) {
+        (self.manifests.is_file(), self.manifests.on_heap())
+    }
+
     /// Unmaps the pages of settled frames that reads mapped into this process (a snapshot reads
     /// them all); they stay in the page cache.
     pub(crate) fn release_resident(&self) {
         self.frames.release_resident();
+        self.manifests.release_resident();
     }
 
     /// Every manifest's allocated IDs with its registration's event ID, in registration order.
     pub(crate) fn allocations(&self) -> impl Iterator<Item = (EventId, LifecycleIds)> {
-        let ids = (0..self.manifests.len()).filter_map(|slot| self.ids_at(slot));
-        self.registrations.iter().copied().zip(ids)
+        (0..self.manifests.len())
+            .filter_map(|slot| Some((self.manifests.registration(slot)?, self.ids_at(slot)?)))
     }
 
     /// Checks a manifest's registration and adds it, reserving every ID it allocates.
@@ -1466,15 +1458,15 @@ impl ManifestStore {
         let reserve = reservations_of(slot, event_id, &m.ids);
         if !self.reserved.has_room_for(reserve.len()) {
             // The table holds the reservations of the manifests from `reserved_from` on.
-            let from = self.reserved_from as usize;
-            let manifests = self.manifests.get(from..).unwrap_or_default();
-            let registrations = self.registrations.get(from..).unwrap_or_default();
-            let frames = &self.frames;
-            let all = (self.reserved_from..)
-                .zip(manifests.iter().zip(registrations))
-                .flat_map(|(slot, (held, registration))| {
-                    reservations_of(slot, *registration, &held.ids(frames))
-                });
+            let (manifests, frames) = (&self.manifests, &self.frames);
+            let all = (self.reserved_from..slot).flat_map(|p| {
+                let held = manifests.get(p as usize);
+                let registration = manifests.registration(p as usize);
+                held.zip(registration)
+                    .map(|(held, r)| reservations_of(p, r, &held.ids(frames)))
+                    .into_iter()
+                    .flatten()
+            });
             self.reserved.rebuild(reserve.len(), all);
         }
         for (id, r) in reserve {
@@ -1482,7 +1474,6 @@ impl ManifestStore {
             self.reserved.insert_absent(id, r);
         }
         self.slots.insert(m.handle, slot);
-        self.registrations.push(event_id);
         m.number = u64::from(slot) + 1;
         let kept = match frame {
             Some(frame) if m.settled() => SettledFrame::decoded_from(frame, &m, &mut self.frames),
@@ -1492,7 +1483,7 @@ impl ManifestStore {
             Some(frame) => Slot::Settled(frame),
             None => held_slot(event_id, m, &mut self.frames),
         };
-        self.manifests.push(held);
+        self.manifests.push(event_id, held);
         // After the push: a seal covers every manifest held, this one's tables entries too.
         if self.spill_dir.is_some() && slot >= self.seal_at {
             self.seal();
@@ -1549,25 +1540,42 @@ impl ManifestStore {
         if !own_step {
             self.check_reservation(event_id, event)?;
         }
-        let registration = self.registrations.get(slot).copied();
-        let frames = &mut self.frames;
-        let (Some(held), Some(registration)) = (self.manifests.get_mut(slot), registration) else {
+        self.fold_at(slot, handle, event_id, event)
+    }
+
+    /// Validates `event` against the manifest at `slot` (of `handle`) and folds it in: in place
+    /// for one held decoded, by decoding and holding it again for a settled one.
+    fn fold_at(
+        &mut self,
+        slot: usize,
+        handle: Handle,
+        event_id: EventId,
+        event: &mut LifecycleEvent,
+    ) -> Result<Applied, Rejection> {
+        let (Some(held), Some(registration)) =
+            (self.manifests.get(slot), self.manifests.registration(slot))
+        else {
             return Err(Rejection::UnknownHandle(handle));
         };
+        let frames = &mut self.frames;
         match held {
-            Slot::Live(m) => {
+            SlotRef::Live(_) => {
+                let m = self
+                    .manifests
+                    .live_mut(slot)
+                    .ok_or(Rejection::UnknownHandle(handle))?;
                 let applied = validate(m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(m, event_id, event);
                     if m.settled()
                         && let Some(frame) = SettledFrame::settle(registration, m, frames)
                     {
-                        *held = Slot::Settled(frame);
+                        self.manifests.set(slot, Slot::Settled(frame));
                     }
                 }
                 Ok(applied)
             }
-            Slot::Settled(frame) => {
+            SlotRef::Settled(frame) => {
                 let number = slot as u64 + 1;
                 let (_, mut m) = frame
                     .decode(frames, number)
@@ -1575,7 +1583,8 @@ impl ManifestStore {
                 let applied = validate(&m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(&mut m, event_id, event);
-                    *held = held_slot(registration, m, frames);
+                    let held = held_slot(registration, m, frames);
+                    self.manifests.set(slot, held);
                 }
                 Ok(applied)
             }

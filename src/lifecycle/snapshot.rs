@@ -369,7 +369,10 @@ pub(crate) struct ManifestFrames {
 
 pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, SnapshotError> {
     let mut bytes = Vec::new();
-    for (registration, held) in store.entries() {
+    for entry in store.entries() {
+        let (registration, held) = entry.map_err(|position| {
+            SnapshotError::Encode(format!("the slot of manifest {position} cannot be read"))
+        })?;
         match held {
             Held::Live(m) => push_frame(&mut bytes, &manifest_out(registration, m))?,
             Held::Settled(frame) => push_encoded(&mut bytes, frame)?,

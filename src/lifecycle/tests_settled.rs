@@ -329,3 +329,63 @@ fn a_refused_spill_keeps_every_frame_where_it_was() {
     assert!(!spills, "the frames are on the heap");
     assert!(same, "the store reads as before");
 }
+
+/// A writer keeps each process's slot in spill space once its block is full: a store of more
+/// than a block's worth, with one early process still running while the rest finish, answers
+/// as the one built in memory; a retirement of an early, spilled process and that process's own
+/// end change its slot in place; only the slots after the last whole block stay on the heap.
+#[test]
+fn slots_leave_the_heap_by_the_block_and_change_in_place() {
+    use super::workload::PHASES;
+    let dir = tempfile::tempdir().unwrap();
+    let processes = 2400;
+    let mirror = finished(processes);
+    let mut store = ManifestStore::new();
+    let spill_dir = crate::root::dir::Dir::open(dir.path()).unwrap();
+    store.spill_into(std::sync::Arc::new(spill_dir)).unwrap();
+    // Process 0 registers and then waits: its other events come after everyone else's.
+    let mut late = Vec::new();
+    for n in 0..processes * PHASES {
+        let (id, event) = workload::event(n);
+        let (_, phase) = workload::place(n);
+        if event.handle() == Some(workload::handle(0)) && phase > 0 {
+            late.push((id, event));
+            continue;
+        }
+        store.apply(id, &event).unwrap();
+    }
+    let (spilled, on_heap) = store.slots_spilled();
+    assert!(spilled, "the slots' blocks are in a file");
+    // 32-byte slots, 2048 to a 64 KiB block.
+    assert_eq!(on_heap, processes as usize % 2048);
+    assert_eq!(store.live().count(), 1, "process 0 is held decoded");
+    assert_eq!(store.settled(), processes as usize - 1);
+    for (id, event) in late {
+        store.apply(id, &event).unwrap();
+    }
+    assert_eq!(store.live().count(), 0, "process 0 settled in place");
+    assert!(
+        store == mirror,
+        "the spilled store reads as the one in memory"
+    );
+    // Retire an early process: its spilled slot says so, and the pass counts it.
+    let m = store.by_number(3).unwrap().into_owned();
+    assert!(m.exit_verified() && m.retired.is_none());
+    let retire = LifecycleEvent::OutputRetired(OutputRetired {
+        handle: m.handle,
+        reason: "retention".to_owned(),
+        at_unix_ms: 1_800_000_000_000,
+    });
+    let (before, _) = store.unretired();
+    store
+        .apply(m.ids.terminal.derived(RETIRED), &retire)
+        .unwrap();
+    let (after, _) = store.unretired();
+    assert_eq!(after, before + 1);
+    let back = store.by_number(3).unwrap();
+    assert_eq!(
+        back.retired.as_ref().map(|r| r.reason.as_str()),
+        Some("retention")
+    );
+    assert_eq!(store.slots_spilled(), (true, on_heap));
+}

@@ -502,6 +502,16 @@ impl SettledFrame {
         self.retired
     }
 
+    /// The frame at `at` in the store's spill, as a slot's record says (`slots.rs`).
+    pub(super) fn at(at: Spilled, retired: bool) -> SettledFrame {
+        SettledFrame { at, retired }
+    }
+
+    /// Where the frame is, as a slot's record keeps it.
+    pub(super) fn at_bytes(&self) -> [u8; 12] {
+        self.at.to_bytes()
+    }
+
     /// The manifest, numbered `number`, and its registration's event ID.
     pub(in crate::lifecycle) fn decode(
         &self,
