@@ -223,10 +223,15 @@ struct Writer {
     spare_from: usize,
 }
 
-/// The fewest index entries of left segments worth a sealed run: below it they stay in the
-/// table (a bounded cache), so that a journal of small segments does not write a run per
-/// rotation.
+/// The fewest index entries worth a sealed run: below it they stay in the table, so that a
+/// journal of small segments does not write a run per rotation.
 const SEAL_MIN_ENTRIES: usize = 4096;
+
+/// The most entries the index's table holds before every one of them is sealed, the active
+/// segment's too: the bound on the table (about 1.5 MiB with its buckets and its growth), which
+/// would otherwise hold a whole segment's records, 17 MiB for a 16 MiB segment of the lifecycle
+/// workload's (heaptrack of `cargo bench --bench finished_memory`'s append child).
+const TABLE_MAX_ENTRIES: usize = 16384;
 
 impl Writer {
     /// Moves the index entries of the segments before the active one into a sealed run, off the
@@ -234,14 +239,26 @@ impl Writer {
     /// (whose scan filed every record it read). A spill file refused leaves them in the
     /// table: that costs memory, never an answer.
     pub(super) fn seal_ids(&mut self) {
+        self.seal_ids_below(self.header.segment_index);
+    }
+
+    /// Seals every entry, the active segment's too, once the table holds
+    /// [`TABLE_MAX_ENTRIES`]: a record never moves once written, so its entry never changes.
+    /// After each append, and after an open.
+    pub(super) fn bound_ids(&mut self) {
+        if self.ids.len() >= TABLE_MAX_ENTRIES {
+            self.seal_ids_below(self.header.segment_index.saturating_add(1));
+        }
+    }
+
+    fn seal_ids_below(&mut self, segment_index: u64) {
         if self.ids.len() < SEAL_MIN_ENTRIES {
             return;
         }
         let dir = Arc::clone(&self.dir);
-        let active = self.header.segment_index;
         match self
             .ids
-            .seal_below(active, &mut || crate::spill::Spill::in_dir(&dir))
+            .seal_below(segment_index, &mut || crate::spill::Spill::in_dir(&dir))
         {
             // The table's old buckets and entries were freed, megabytes for a large root,
             // and glibc keeps freed heap pages until trimmed (`crate::heap`).
@@ -710,6 +727,7 @@ impl Journal {
                 max: IdIndex::CAPACITY,
             });
         }
+        w.bound_ids();
         Ok(position)
     }
 

@@ -98,7 +98,11 @@ impl Journal {
         let segment_count = plan.listed + usize::from(plan.reuse.is_none());
         let path = dir.path().to_owned();
         let journal = Journal::assemble(root, dir, backend, ids, active, &options, segment_count);
-        journal.writer.lock().seal_ids();
+        {
+            let mut w = journal.writer.lock();
+            w.seal_ids();
+            w.bound_ids();
+        }
         remove_leftover_spares(&journal.held).map_err(io(&path, "remove leftover spare"))?;
         Ok((journal, report))
     }

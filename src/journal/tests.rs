@@ -1365,3 +1365,46 @@ fn a_writer_seals_the_index_of_segments_it_left_and_answers_as_before() {
     }
     check(dir.path(), n);
 }
+
+/// Within one segment the table is bounded too: a writer whose active segment holds more records
+/// than the table's bound seals them, the active segment's own, and answers every ID as before,
+/// retries included; so does a reopen, and so does a writer appending after it.
+#[test]
+fn the_index_table_stays_bounded_within_one_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || options(Durability::Os, 16 << 20);
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    let n = 76_000;
+    append_n(&journal, 0, n);
+    let table = journal.indexed_ids().0 - journal.sealed_ids();
+    assert!(
+        table < super::TABLE_MAX_ENTRIES,
+        "{table} entries in the table"
+    );
+    assert_eq!(journal.indexed_ids(), (n as usize, 0));
+    let positions: Vec<Position> = (0..n)
+        .map(|i| journal.position_of(id_of(i)).unwrap())
+        .collect();
+    for (i, p) in positions.iter().enumerate() {
+        assert_eq!(p.seq, i as u64 + 1);
+    }
+    let last = positions[n as usize - 1].segment_index;
+    let in_last = positions.iter().filter(|p| p.segment_index == last).count();
+    assert!(
+        in_last > 2 * super::TABLE_MAX_ENTRIES,
+        "{in_last} records in the active segment"
+    );
+    for i in [0, 7, 16_383, 16_384, n - 1] {
+        let retry = journal.append(id_of(i), KIND, 1, &payload_of(i)).unwrap();
+        assert!(!retry.written, "a retry of ID {i} wrote again");
+        assert_eq!(retry.position, positions[i as usize]);
+    }
+    drop(journal);
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    for (i, p) in positions.iter().enumerate() {
+        assert_eq!(journal.position_of(id_of(i as u64)), Some(*p), "ID {i}");
+    }
+    append_n(&journal, n, n + 10);
+    drop(journal);
+    check(dir.path(), n + 10);
+}
