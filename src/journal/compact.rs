@@ -98,12 +98,13 @@ pub const FLOOR_STEPS: DurableSteps = DurableSteps {
     fsync_dir: "floor: fsync dir",
 };
 
-/// Writes `dir/name` durably: `name.tmp`, write, fsync, rename, directory fsync, each step
-/// announced to `crash` first. A leftover `name.tmp` of an earlier attempt is replaced.
+/// Writes `parts`, laid end to end, as `dir/name` durably: `name.tmp`, write, fsync, rename,
+/// directory fsync, each step announced to `crash` first. A leftover `name.tmp` of an earlier
+/// attempt is replaced.
 pub(crate) fn write_durably(
     dir: &Dir,
     name: &str,
-    bytes: &[u8],
+    parts: &[&[u8]],
     steps: DurableSteps,
     crash: &mut dyn CrashPoints,
 ) -> std::io::Result<()> {
@@ -114,7 +115,9 @@ pub(crate) fn write_durably(
         _ => {}
     }
     let mut file = dir.file(&tmp, Access::CreateNew)?;
-    file.write_all(bytes)?;
+    for part in parts {
+        file.write_all(part)?;
+    }
     crash.reached(steps.fsync)?;
     file.sync_all()?;
     drop(file);
@@ -264,7 +267,7 @@ impl Journal {
                 removed_bytes: 0,
             });
         }
-        write_durably(dir, FLOOR_FILE, &floor.encode(), FLOOR_STEPS, crash)
+        write_durably(dir, FLOOR_FILE, &[&floor.encode()], FLOOR_STEPS, crash)
             .map_err(io("write floor"))?;
         let (files, bytes) = remove_below(dir, &floor, crash).map_err(io("remove segment"))?;
         self.forget_segments(files);

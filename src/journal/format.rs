@@ -65,7 +65,20 @@ pub const REC_HEADER_CRC_COVERS: std::ops::Range<usize> =
 const CRC_MASK_DELTA: u32 = 0xa282_ead8;
 
 pub fn masked_crc(bytes: &[u8]) -> u32 {
-    let crc = crc32fast::hash(bytes);
+    mask(crc32fast::hash(bytes))
+}
+
+/// [`masked_crc`] of `parts` laid end to end.
+pub fn masked_crc_of(parts: &[&[u8]]) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    for part in parts {
+        h.update(part);
+    }
+    mask(h.finalize())
+}
+
+/// The masked form of a CRC: a checksum of data that holds checksums is not a fixed point.
+pub(crate) fn mask(crc: u32) -> u32 {
     (crc.rotate_right(15)).wrapping_add(CRC_MASK_DELTA)
 }
 

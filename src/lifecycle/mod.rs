@@ -313,7 +313,7 @@ impl SnapshotCapture {
                 });
             }
         }
-        let bytes = snapshot::assemble(
+        let file = snapshot::assemble(
             self.journal_id,
             self.seq,
             now_unix_ms(),
@@ -329,7 +329,7 @@ impl SnapshotCapture {
             .journal
             .root_sub(snapdir::SNAPSHOT_DIR)
             .map_err(io("open snapshot directory"))?;
-        let kept = snapdir::write(&dir, self.seq, self.journal_id, &bytes, crash)
+        let kept = snapdir::write(&dir, self.seq, self.journal_id, &file.parts(), crash)
             .map_err(io("write snapshot"))?;
         let compacted = match kept.as_slice() {
             [older, _, ..] => Some(self.journal.compact_below_with(older + 1, crash)?),
@@ -352,7 +352,7 @@ impl SnapshotCapture {
         }
         Ok(SnapshotWritten {
             seq: self.seq,
-            file_bytes: bytes.len() as u64,
+            file_bytes: file.len(),
             kept,
             compacted,
             folded_bytes: self.folded_bytes,

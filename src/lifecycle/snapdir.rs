@@ -315,27 +315,50 @@ pub fn lost_history(
 /// Whether the file at `path` is a whole snapshot of `journal_id`: header and payload checksums
 /// hold (a cheaper check than a full decode, for deciding what to keep).
 fn checks(dir: &Dir, name: &str, seq: u64, journal_id: [u8; 16]) -> bool {
-    let Ok(bytes) = read_bounded(dir, name) else {
+    let Ok(file) = dir.file(name, Access::Read) else {
         return false;
     };
-    let Ok(header) = SnapshotHeader::decode(&bytes) else {
+    let mut file = std::io::BufReader::with_capacity(CHECK_BUFFER_BYTES, file);
+    let mut head = [0u8; SNAPSHOT_HEADER_BYTES];
+    if std::io::Read::read_exact(&mut file, &mut head).is_err() {
+        return false;
+    }
+    let Ok(header) = SnapshotHeader::decode(&head) else {
         return false;
     };
-    let payload = &bytes[SNAPSHOT_HEADER_BYTES..];
+    // The payload read a buffer at a time, never whole: the snapshots of a large root are tens
+    // of megabytes, and this runs at every persist.
+    let (mut crc, mut held) = (crc32fast::Hasher::new(), 0u64);
+    while held <= SNAPSHOT_BYTES_MAX {
+        let read = match std::io::BufRead::fill_buf(&mut file) {
+            Ok([]) => break,
+            Ok(bytes) => {
+                crc.update(bytes);
+                bytes.len()
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        };
+        held += read as u64;
+        std::io::BufRead::consume(&mut file, read);
+    }
     header.seq == seq
         && header.journal_id == journal_id
-        && header.payload_bytes == payload.len() as u64
-        && crate::journal::format::masked_crc(payload) == header.payload_crc
+        && header.payload_bytes == held
+        && crate::journal::format::mask(crc.finalize()) == header.payload_crc
 }
 
-/// Writes the snapshot `bytes` at `seq` under `dir` durably, then removes this journal's
-/// snapshots older than the newest [`SNAPSHOTS_KEPT`]. Returns the seqs of the snapshots kept
-/// that check, ascending (the new one last).
+/// The buffer [`checks`] reads a kept snapshot through.
+const CHECK_BUFFER_BYTES: usize = 1 << 20;
+
+/// Writes the snapshot `parts` (laid end to end) at `seq` under `dir` durably, then removes this
+/// journal's snapshots older than the newest [`SNAPSHOTS_KEPT`]. Returns the seqs of the
+/// snapshots kept that check, ascending (the new one last).
 pub(crate) fn write(
     dir: &Dir,
     seq: u64,
     journal_id: [u8; 16],
-    bytes: &[u8],
+    parts: &[&[u8]],
     crash: &mut dyn CrashPoints,
 ) -> std::io::Result<Vec<u64>> {
     for tmp in list(dir)?.tmp {
@@ -347,7 +370,7 @@ pub(crate) fn write(
         rename: "snapshot: rename",
         fsync_dir: "snapshot: fsync dir",
     };
-    crate::journal::compact::write_durably(dir, &file_name(seq), bytes, steps, crash)?;
+    crate::journal::compact::write_durably(dir, &file_name(seq), parts, steps, crash)?;
     // What counts as kept: this journal's snapshots at or below the new one that check.
     let mut ours: Vec<(u64, String)> = list(dir)?
         .snapshots
@@ -366,4 +389,61 @@ pub(crate) fn write(
         dir.sync()?;
     }
     Ok(ours.into_iter().map(|(s, _)| s).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::journal::NoCrash;
+
+    /// A snapshot file of `payload_bytes` bytes of payload, as `assemble` heads one, written in
+    /// three parts.
+    fn write_one(dir: &Dir, seq: u64, journal_id: [u8; 16], payload_bytes: usize) -> Vec<u8> {
+        let payload: Vec<u8> = (0..payload_bytes).map(|i| (i * 31 % 251) as u8).collect();
+        let header = SnapshotHeader {
+            journal_id,
+            seq,
+            payload_bytes: payload.len() as u64,
+            created_unix_ms: 1,
+            payload_crc: crate::journal::format::masked_crc(&payload),
+        };
+        let (a, b) = payload.split_at(payload_bytes / 3);
+        let head = [header.encode().as_slice(), a].concat();
+        write(dir, seq, journal_id, &[&head, b, &[]], &mut NoCrash).unwrap();
+        [head.as_slice(), b].concat()
+    }
+
+    /// A kept snapshot checks exactly when its header and the whole payload, read a buffer at a
+    /// time, say so: a flipped byte anywhere, a cut, another seq or journal fail it.
+    #[test]
+    fn a_snapshot_checks_only_whole_and_for_its_own_journal() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let id = [3; 16];
+        // Across several of the check's buffers, and not a multiple of one.
+        let bytes = write_one(&dir, 10, id, 3 * CHECK_BUFFER_BYTES + 77);
+        let name = file_name(10);
+        assert!(checks(&dir, &name, 10, id));
+        assert!(!checks(&dir, &name, 11, id), "another seq");
+        assert!(!checks(&dir, &name, 10, [4; 16]), "another journal");
+        let path = tmp.path().join(&name);
+        for at in [
+            SNAPSHOT_HEADER_BYTES + 5,
+            CHECK_BUFFER_BYTES + 3,
+            bytes.len() - 1,
+        ] {
+            let mut damaged = bytes.clone();
+            damaged[at] ^= 0x40;
+            std::fs::write(&path, &damaged).unwrap();
+            assert!(!checks(&dir, &name, 10, id), "a flipped byte at {at}");
+        }
+        std::fs::write(&path, &bytes[..bytes.len() - 1]).unwrap();
+        assert!(!checks(&dir, &name, 10, id), "cut short");
+        std::fs::write(&path, [bytes.as_slice(), b"x"].concat()).unwrap();
+        assert!(!checks(&dir, &name, 10, id), "a byte more");
+        std::fs::write(&path, &bytes[..SNAPSHOT_HEADER_BYTES - 1]).unwrap();
+        assert!(!checks(&dir, &name, 10, id), "no whole header");
+        std::fs::write(&path, &bytes).unwrap();
+        assert!(checks(&dir, &name, 10, id));
+    }
 }

@@ -395,16 +395,42 @@ pub fn candidate_ids(store: &ManifestStore) -> Vec<EventId> {
     out
 }
 
+/// A snapshot file as the parts it is written in: the header and meta, the manifests' frames
+/// (borrowed from the capture, not copied: for a large root they are most of the file), and the
+/// rest. [`SnapshotFile::parts`] laid end to end are the file.
+#[derive(Debug)]
+pub(crate) struct SnapshotFile<'a> {
+    head: Vec<u8>,
+    frames: &'a [u8],
+    tail: Vec<u8>,
+}
+
+impl SnapshotFile<'_> {
+    pub(crate) fn parts(&self) -> [&[u8]; 3] {
+        [&self.head, self.frames, &self.tail]
+    }
+
+    pub(crate) fn len(&self) -> u64 {
+        self.parts().iter().map(|p| p.len() as u64).sum()
+    }
+
+    /// The file's bytes in one buffer.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn to_vec(&self) -> Vec<u8> {
+        self.parts().concat()
+    }
+}
+
 /// The whole snapshot file: header, meta, the manifests' frames, the retained IDs and the replay
 /// report's issues.
-pub(crate) fn assemble(
+pub(crate) fn assemble<'a>(
     journal_id: [u8; 16],
     seq: u64,
     created_unix_ms: u64,
-    manifests: &ManifestFrames,
+    manifests: &'a ManifestFrames,
     retained: &[RetainedStep],
     replay: &ReplayReport,
-) -> Result<Vec<u8>, SnapshotError> {
+) -> Result<SnapshotFile<'a>, SnapshotError> {
     let chunks = retained.chunks(SNAPSHOT_IDS_PER_FRAME);
     let meta = Meta {
         manifests: manifests.count,
@@ -413,17 +439,17 @@ pub(crate) fn assemble(
         lifecycle_events: replay.lifecycle_events,
         other_events: replay.other_events,
     };
-    let mut file = vec![0u8; SNAPSHOT_HEADER_BYTES];
-    push_frame(&mut file, &meta)?;
-    file.extend_from_slice(&manifests.bytes);
+    let mut head = vec![0u8; SNAPSHOT_HEADER_BYTES];
+    push_frame(&mut head, &meta)?;
+    let mut tail = Vec::new();
     for chunk in chunks {
-        push_frame(&mut file, &chunk)?;
+        push_frame(&mut tail, &chunk)?;
     }
     let issues = (replay.rejected.iter().map(|i| (false, i)))
         .chain(replay.undecodable.iter().map(|i| (true, i)));
     for (undecodable, issue) in issues {
         push_frame(
-            &mut file,
+            &mut tail,
             &Issue {
                 undecodable,
                 seq: issue.seq,
@@ -432,23 +458,28 @@ pub(crate) fn assemble(
             },
         )?;
     }
-    push_frame(&mut file, &manifests.gate)?;
-    push_frame(&mut file, &manifests.admission_limit)?;
-    let payload = &file[SNAPSHOT_HEADER_BYTES..];
+    push_frame(&mut tail, &manifests.gate)?;
+    push_frame(&mut tail, &manifests.admission_limit)?;
+    let mut file = SnapshotFile {
+        head,
+        frames: &manifests.bytes,
+        tail,
+    };
+    let len = file.len();
+    if len > SNAPSHOT_BYTES_MAX {
+        return Err(SnapshotError::Encode(format!(
+            "{len} bytes exceed the snapshot limit of {SNAPSHOT_BYTES_MAX}"
+        )));
+    }
+    let payload = [&file.head[SNAPSHOT_HEADER_BYTES..], file.frames, &file.tail];
     let header = SnapshotHeader {
         journal_id,
         seq,
-        payload_bytes: payload.len() as u64,
+        payload_bytes: len - SNAPSHOT_HEADER_BYTES as u64,
         created_unix_ms,
-        payload_crc: masked_crc(payload),
+        payload_crc: crate::journal::format::masked_crc_of(&payload),
     };
-    if file.len() as u64 > SNAPSHOT_BYTES_MAX {
-        return Err(SnapshotError::Encode(format!(
-            "{} bytes exceed the snapshot limit of {SNAPSHOT_BYTES_MAX}",
-            file.len()
-        )));
-    }
-    file[..SNAPSHOT_HEADER_BYTES].copy_from_slice(&header.encode());
+    file.head[..SNAPSHOT_HEADER_BYTES].copy_from_slice(&header.encode());
     Ok(file)
 }
 
@@ -463,14 +494,15 @@ pub fn encode(
     replay: &ReplayReport,
 ) -> Result<Vec<u8>, SnapshotError> {
     let manifests = encode_manifests(store)?;
-    assemble(
+    let file = assemble(
         journal_id,
         seq,
         created_unix_ms,
         &manifests,
         retained,
         replay,
-    )
+    )?;
+    Ok(file.to_vec())
 }
 
 /// Reads frames off a payload.

@@ -159,8 +159,8 @@ fn a_snapshot_copies_settled_frames_and_reads_back_the_same_store() {
     let store = finished(32);
     let frames = snapshot::encode_manifests(&store).unwrap();
     let seq = 32 * workload::PHASES;
-    let bytes = snapshot::assemble([7; 16], seq, 1, &frames, &[], &Default::default()).unwrap();
-    let back = snapshot::decode(&bytes).unwrap();
+    let file = snapshot::assemble([7; 16], seq, 1, &frames, &[], &Default::default()).unwrap();
+    let back = snapshot::decode(&file.to_vec()).unwrap();
     assert_eq!(back.store, store);
     assert_eq!(back.store.settled(), 32);
     // Reading it back and writing it again gives the same bytes.
