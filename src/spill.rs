@@ -314,6 +314,11 @@ impl Spill {
         Ok(())
     }
 
+    /// The bytes of each chunk, in order: what a [`BytesWriter`] wrote, laid end to end.
+    pub(crate) fn chunks(&self) -> impl Iterator<Item = &[u8]> {
+        self.chunks.iter().map(Chunk::bytes)
+    }
+
     /// Record `i` of `N`-byte records laid end to end over chunks that are all full but the
     /// last (as [`Records`] and [`Column`] write them).
     fn record<const N: usize>(&self, i: usize) -> Option<[u8; N]> {
@@ -335,6 +340,46 @@ impl Spill {
                 let _ = unsafe { map.unchecked_advise(UncheckedAdvice::DontNeed) };
             }
         }
+    }
+}
+
+/// Bytes written in order into spill space, a block at a time (the last one part-full), so that
+/// every chunk but the last is full: [`Spill::chunks`] laid end to end are the bytes written.
+#[derive(Debug)]
+pub(crate) struct BytesWriter {
+    spill: Spill,
+    pending: Vec<u8>,
+}
+
+impl BytesWriter {
+    /// No bytes yet, written into `spill` (which must be empty).
+    pub(crate) fn new(spill: Spill) -> Self {
+        BytesWriter {
+            spill,
+            pending: Vec::new(),
+        }
+    }
+
+    /// Appends `bytes`; the spill's error if a block could not be written.
+    pub(crate) fn write(&mut self, bytes: &[u8]) -> Result<(), SpillError> {
+        self.pending.extend_from_slice(bytes);
+        if self.pending.len() >= BLOCK {
+            let whole = self.pending.len() / BLOCK * BLOCK;
+            for block in self.pending[..whole].chunks(BLOCK) {
+                self.spill.append(block)?;
+            }
+            self.pending.drain(..whole);
+        }
+        Ok(())
+    }
+
+    /// Writes out what is pending: the bytes, all in spill space.
+    pub(crate) fn finish(self) -> Result<Spill, SpillError> {
+        let mut spill = self.spill;
+        if !self.pending.is_empty() {
+            spill.append(&self.pending)?;
+        }
+        Ok(spill)
     }
 }
 
@@ -637,6 +682,28 @@ mod tests {
                     prop_assert_eq!(records.get(i), Some(record(i)));
                 }
                 prop_assert_eq!(records.get(n), None);
+            }
+        }
+    }
+
+    proptest! {
+        /// The chunks of what a bytes writer wrote, laid end to end, are the bytes written, in
+        /// a file and on the heap alike, across blocks and chunks.
+        #[test]
+        fn written_bytes_read_back_laid_end_to_end(
+            sizes in prop::collection::vec(0usize..3 * BLOCK, 0..40),
+        ) {
+            let small = |s: Spill| Spill { chunk_bytes: SMALL * 2, ..s };
+            for spill in [small(Spill::in_file(unnamed())), small(Spill::default())] {
+                let mut w = BytesWriter::new(spill);
+                let mut want = Vec::new();
+                for (n, size) in sizes.iter().enumerate() {
+                    let bytes: Vec<u8> = (0..*size).map(|i| (i * 13 + n) as u8).collect();
+                    w.write(&bytes).unwrap();
+                    want.extend_from_slice(&bytes);
+                }
+                let spill = w.finish().unwrap();
+                prop_assert_eq!(spill.chunks().collect::<Vec<_>>().concat(), want);
             }
         }
     }

@@ -449,7 +449,8 @@ impl Lifecycle {
         if self.snapshots.in_flight || seq == 0 || seq == self.snapshots.newest_seq {
             return Ok(None);
         }
-        let manifests = snapshot::encode_manifests(&self.store)?;
+        let spill = crate::spill::Spill::in_dir(&self.journal.spill_dir());
+        let manifests = snapshot::encode_manifests(&self.store, spill)?;
         // The encoder read every settled frame through the spill file's mapping.
         self.store.release_resident();
         let capture = SnapshotCapture {

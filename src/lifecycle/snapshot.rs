@@ -57,6 +57,7 @@ use crate::journal::{EventId, RetainedId};
 use crate::limits::{
     SEQ_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_FRAME_BYTES_MAX, SNAPSHOT_IDS_PER_FRAME,
 };
+use crate::spill::{BytesWriter, Spill, SpillError};
 
 /// First eight bytes of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
@@ -359,7 +360,9 @@ fn frame_prefix(len: usize) -> Result<[u8; FRAME_PREFIX_BYTES], SnapshotError> {
 /// cannot change (under the lifecycle lock); the rest is assembled afterwards.
 #[derive(Debug, Clone)]
 pub(crate) struct ManifestFrames {
-    pub bytes: Vec<u8>,
+    /// The frames, laid end to end over the spill's chunks: page cache, not heap, where the
+    /// spill has a file (for a large root, most of the snapshot).
+    pub frames: Spill,
     pub count: u64,
     /// The pause gate, captured with the manifests.
     pub gate: Option<GateChanged>,
@@ -367,9 +370,16 @@ pub(crate) struct ManifestFrames {
     pub admission_limit: Option<AdmissionLimitSet>,
 }
 
-pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, SnapshotError> {
+/// The store's manifests as frames, written into `spill` (empty).
+pub(crate) fn encode_manifests(
+    store: &ManifestStore,
+    spill: Spill,
+) -> Result<ManifestFrames, SnapshotError> {
+    let mut out = BytesWriter::new(spill);
     let mut bytes = Vec::new();
+    let spilled = |e: SpillError| SnapshotError::Encode(format!("spill: {e}"));
     for entry in store.entries() {
+        bytes.clear();
         let (registration, held) = entry.map_err(|position| {
             SnapshotError::Encode(format!("the slot of manifest {position} cannot be read"))
         })?;
@@ -377,9 +387,10 @@ pub(crate) fn encode_manifests(store: &ManifestStore) -> Result<ManifestFrames, 
             Held::Live(m) => push_frame(&mut bytes, &manifest_out(registration, m))?,
             Held::Settled(frame) => push_encoded(&mut bytes, frame)?,
         }
+        out.write(&bytes).map_err(spilled)?;
     }
     Ok(ManifestFrames {
-        bytes,
+        frames: out.finish().map_err(spilled)?,
         count: store.len() as u64,
         gate: store.gate().cloned(),
         admission_limit: store.admission_limit().cloned(),
@@ -401,13 +412,17 @@ pub fn candidate_ids(store: &ManifestStore) -> Vec<EventId> {
 #[derive(Debug)]
 pub(crate) struct SnapshotFile<'a> {
     head: Vec<u8>,
-    frames: &'a [u8],
+    frames: Vec<&'a [u8]>,
     tail: Vec<u8>,
 }
 
 impl SnapshotFile<'_> {
-    pub(crate) fn parts(&self) -> [&[u8]; 3] {
-        [&self.head, self.frames, &self.tail]
+    pub(crate) fn parts(&self) -> Vec<&[u8]> {
+        let frames = self.frames.iter().copied();
+        std::iter::once(self.head.as_slice())
+            .chain(frames)
+            .chain(std::iter::once(self.tail.as_slice()))
+            .collect()
     }
 
     pub(crate) fn len(&self) -> u64 {
@@ -462,7 +477,7 @@ pub(crate) fn assemble<'a>(
     push_frame(&mut tail, &manifests.admission_limit)?;
     let mut file = SnapshotFile {
         head,
-        frames: &manifests.bytes,
+        frames: manifests.frames.chunks().collect(),
         tail,
     };
     let len = file.len();
@@ -471,7 +486,10 @@ pub(crate) fn assemble<'a>(
             "{len} bytes exceed the snapshot limit of {SNAPSHOT_BYTES_MAX}"
         )));
     }
-    let payload = [&file.head[SNAPSHOT_HEADER_BYTES..], file.frames, &file.tail];
+    let mut payload = file.parts();
+    if let Some(head) = payload.first_mut() {
+        *head = &head[SNAPSHOT_HEADER_BYTES..];
+    }
     let header = SnapshotHeader {
         journal_id,
         seq,
@@ -493,7 +511,7 @@ pub fn encode(
     retained: &[RetainedStep],
     replay: &ReplayReport,
 ) -> Result<Vec<u8>, SnapshotError> {
-    let manifests = encode_manifests(store)?;
+    let manifests = encode_manifests(store, Spill::default())?;
     let file = assemble(
         journal_id,
         seq,
