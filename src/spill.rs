@@ -13,8 +13,9 @@
 //! same layout, same answers, only the memory stays in the process.
 //!
 //! On top of it: [`Records`], fixed-size records read by number, which `crate::runs` keeps its
-//! sorted runs in; and [`Column`], fixed-size records that grow and change in place, which the
-//! manifest store keeps one per process in, so that a finished process costs the heap nothing.
+//! sorted runs in; [`Column`], fixed-size records that grow and change in place, which the
+//! manifest store keeps one per process in, so that a finished process costs the heap nothing;
+//! and [`BytesWriter`], bytes written in order, which a snapshot captures its frames into.
 //!
 //! Invariants:
 //! - Bytes are appended, each range once, in chunks that never move: a slice handed out stays
