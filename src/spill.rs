@@ -85,22 +85,24 @@ enum Chunk {
     /// appended to, and it is then the file's last `map.len()` bytes. It maps the file from
     /// byte `start` on.
     Mapped { map: Mmap, used: usize, start: u64 },
-    /// Heap bytes; never grown past the capacity it was made with, so it never moves.
-    Heap(Vec<u8>),
+    /// Heap bytes, never more than `size` (what the chunk was made for, which its allocation
+    /// may exceed): never grown past its capacity, so it never moves, and of the same size as a
+    /// mapped chunk would be, which record arithmetic counts on.
+    Heap { bytes: Vec<u8>, size: usize },
 }
 
 impl Chunk {
     fn bytes(&self) -> &[u8] {
         match self {
             Chunk::Mapped { map, used, .. } => map.get(..*used).unwrap_or_default(),
-            Chunk::Heap(v) => v,
+            Chunk::Heap { bytes, .. } => bytes,
         }
     }
 
     fn room(&self) -> usize {
         match self {
             Chunk::Mapped { map, used, .. } => map.len() - used,
-            Chunk::Heap(v) => v.capacity() - v.len(),
+            Chunk::Heap { bytes, size } => size.saturating_sub(bytes.len()),
         }
     }
 }
@@ -144,9 +146,10 @@ impl Clone for Spill {
             .chunks
             .iter()
             .map(|c| {
-                let mut v = Vec::with_capacity(c.bytes().len() + c.room());
-                v.extend_from_slice(c.bytes());
-                Chunk::Heap(v)
+                let size = c.bytes().len() + c.room();
+                let mut bytes = Vec::with_capacity(size);
+                bytes.extend_from_slice(c.bytes());
+                Chunk::Heap { bytes, size }
             })
             .collect();
         Spill {
@@ -217,7 +220,7 @@ impl Spill {
                     .write_all_at(bytes, *start + *used as u64)?;
                 *used += bytes.len();
             }
-            Chunk::Heap(v) => v.extend_from_slice(bytes),
+            Chunk::Heap { bytes: v, .. } => v.extend_from_slice(bytes),
         }
         Ok(Spilled {
             chunk: u32::try_from(at).map_err(|_| SpillError::TooLarge(bytes.len()))?,
@@ -241,7 +244,10 @@ impl Spill {
             return Err(SpillError::TooLarge(size));
         }
         let Some(file) = &self.file else {
-            self.chunks.push(Chunk::Heap(Vec::with_capacity(size)));
+            self.chunks.push(Chunk::Heap {
+                bytes: Vec::with_capacity(size),
+                size,
+            });
             return Ok(());
         };
         let end = self.file_len + size as u64;
@@ -309,7 +315,7 @@ impl Spill {
                 let file = self.file.as_ref().ok_or_else(outside)?;
                 file.write_all_at(bytes, *start + offset as u64)?;
             }
-            Chunk::Heap(v) if end <= v.len() => v[offset..end].copy_from_slice(bytes),
+            Chunk::Heap { bytes: v, .. } if end <= v.len() => v[offset..end].copy_from_slice(bytes),
             _ => return Err(outside()),
         }
         Ok(())
