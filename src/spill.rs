@@ -403,9 +403,7 @@ pub(crate) struct Records<const N: usize> {
 /// Writes a [`Records`], in order.
 #[derive(Debug)]
 pub(crate) struct RecordsWriter<const N: usize> {
-    spill: Spill,
-    /// Records pushed but not yet written out: fewer than a block's worth.
-    pending: Vec<u8>,
+    bytes: BytesWriter,
     len: usize,
 }
 
@@ -422,29 +420,21 @@ impl<const N: usize> RecordsWriter<N> {
     pub(crate) fn new(spill: Spill) -> Self {
         let () = Self::FIT;
         RecordsWriter {
-            spill,
-            pending: Vec::new(),
+            bytes: BytesWriter::new(spill),
             len: 0,
         }
     }
 
     /// Appends one record; the spill's error if a block of them could not be written.
     pub(crate) fn push(&mut self, record: [u8; N]) -> Result<(), SpillError> {
-        self.pending.extend_from_slice(&record);
+        self.bytes.write(&record)?;
         self.len += 1;
-        if self.pending.len() == BLOCK {
-            self.spill.append(&self.pending)?;
-            self.pending.clear();
-        }
         Ok(())
     }
 
     /// Writes out the records still pending; then none of them lives on the heap.
     pub(crate) fn finish(self) -> Result<Records<N>, SpillError> {
-        let mut spill = self.spill;
-        if !self.pending.is_empty() {
-            spill.append(&self.pending)?;
-        }
+        let mut spill = self.bytes.finish()?;
         // Nothing is appended any more: the mappings keep the file, and a root with many
         // sealed runs keeps no descriptor for each.
         spill.file = None;
