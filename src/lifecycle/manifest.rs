@@ -1325,11 +1325,12 @@ impl ManifestStore {
     /// position, as an error.
     pub(crate) fn entries(&self) -> impl Iterator<Item = Result<(EventId, Held<'_>), usize>> {
         (0..self.manifests.len()).map(|p| {
-            let held = match self.manifests.get(p).ok_or(p)? {
+            let (registration, slot) = self.manifests.entry(p).ok_or(p)?;
+            let held = match slot {
                 SlotRef::Live(m) => Held::Live(m),
                 SlotRef::Settled(frame) => Held::Settled(frame.bytes(&self.frames)),
             };
-            Ok((self.manifests.registration(p).ok_or(p)?, held))
+            Ok((registration, held))
         })
     }
 
@@ -1552,9 +1553,7 @@ impl ManifestStore {
         event_id: EventId,
         event: &mut LifecycleEvent,
     ) -> Result<Applied, Rejection> {
-        let (Some(held), Some(registration)) =
-            (self.manifests.get(slot), self.manifests.registration(slot))
-        else {
+        let Some((registration, held)) = self.manifests.entry(slot) else {
             return Err(Rejection::UnknownHandle(handle));
         };
         let frames = &mut self.frames;

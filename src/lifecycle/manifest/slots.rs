@@ -48,6 +48,13 @@ const SETTLED: u8 = 2;
 /// Settled, and its output retired: what a retention pass counts without decoding.
 const RETIRED: u8 = 3;
 
+/// The registration's event ID a record holds.
+fn registration_of(record: &[u8; 32]) -> EventId {
+    let mut id = [0u8; 16];
+    id.copy_from_slice(&record[..16]);
+    EventId::from_bytes(id)
+}
+
 /// Every manifest's slot and registration, by position (module doc).
 #[derive(Debug, Clone, Default)]
 pub(super) struct Slots {
@@ -62,28 +69,31 @@ impl Slots {
 
     /// The slot at `position`, if there is one.
     pub(super) fn get(&self, position: usize) -> Option<SlotRef<'_>> {
+        self.entry(position).map(|(_, slot)| slot)
+    }
+
+    /// The registration's event ID and the slot at `position`, from one read of its record.
+    pub(super) fn entry(&self, position: usize) -> Option<(EventId, SlotRef<'_>)> {
         let record = self.records.get(position)?;
-        match record[16] {
+        let slot = match record[16] {
             LIVE => {
                 let key = u32::try_from(position).ok()?;
-                self.live.get(&key).map(|m| SlotRef::Live(m))
+                SlotRef::Live(self.live.get(&key)?)
             }
             kind @ (SETTLED | RETIRED) => {
                 let mut at = [0u8; 12];
                 at.copy_from_slice(&record[20..]);
                 let at = Spilled::from_bytes(at);
-                Some(SlotRef::Settled(SettledFrame::at(at, kind == RETIRED)))
+                SlotRef::Settled(SettledFrame::at(at, kind == RETIRED))
             }
-            _ => None,
-        }
+            _ => return None,
+        };
+        Some((registration_of(&record), slot))
     }
 
     /// The event ID of the registration at `position`.
     pub(super) fn registration(&self, position: usize) -> Option<EventId> {
-        let record = self.records.get(position)?;
-        let mut id = [0u8; 16];
-        id.copy_from_slice(&record[..16]);
-        Some(EventId::from_bytes(id))
+        self.records.get(position).map(|r| registration_of(&r))
     }
 
     /// Adds the slot of the next position, registered under `registration`.
