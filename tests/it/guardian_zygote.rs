@@ -14,7 +14,7 @@ use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::ExitProof;
 use procjournal::supervisor::{Command, Supervisor};
 use procjournal::tree::guardian::failpoint::ZYGOTE_SILENT;
-use procjournal::tree::guardian::{GUARDIAN_ARG, ZYGOTE_ARG, ZYGOTE_COMM};
+use procjournal::tree::guardian::{GUARDIAN_ARG, REQUEST_MAX, ZYGOTE_ARG, ZYGOTE_COMM};
 use procjournal::tree::{GuardianLauncher, GuardianProgram};
 use supervisor_common::{config, guarded, open, start, temp_root};
 
@@ -172,6 +172,77 @@ async fn the_zygotes_allocator_setting_never_reaches_a_workload() {
     guarded("stop", sup.stop(&handle, Duration::from_secs(2)))
         .await
         .unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// The address ranges of `pid`'s anonymous mappings (the kernel merges adjacent ones).
+fn anonymous_ranges(pid: u32) -> Vec<(u64, u64)> {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    maps.lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (start, end) = fields.next()?.split_once('-')?;
+            let unnamed = fields.nth(4).is_none();
+            let range = (
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            );
+            unnamed.then_some(range)
+        })
+        .collect()
+}
+
+/// The longest run of bytes `zygote` maps anonymously and `guardian` does not.
+fn longest_unmapped_in(guardian: u32, zygote: u32) -> u64 {
+    let theirs = anonymous_ranges(guardian);
+    let mut longest = 0;
+    for (start, end) in anonymous_ranges(zygote) {
+        let mut at = start;
+        while at < end {
+            let mapped = |a: u64| theirs.iter().any(|&(s, e)| s <= a && a < e);
+            let run_start = at;
+            while at < end && !mapped(at) {
+                at += 4096;
+            }
+            longest = longest.max(at - run_start);
+            at += 4096;
+        }
+    }
+    longest
+}
+
+/// The zygote receives each request into a mapping of its own, and every guardian it forks
+/// unmaps it at once: a guardian keeps no copy of a page the zygote receives the next launch's
+/// request into (which would be private to each guardian, and hold another launch's
+/// environment). A forked guardian otherwise maps what the zygote maps.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_guardian_keeps_no_mapping_of_the_zygotes_request_buffer() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    let zygote_launcher = launcher();
+    cfg.launcher = zygote_launcher.clone();
+    let (sup, _rx) = open(cfg).await;
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let cmd = Command::new("sleep").arg("300").cwd(root.path());
+        handles.push(start(&sup, cmd).await);
+    }
+    let zygote = zygote_launcher.zygote_pid().expect("a zygote");
+    let buffer = ((REQUEST_MAX + 1) as u64).next_multiple_of(4096);
+    for handle in &handles {
+        let guardian = guardian_of(&sup, handle);
+        assert!(cmdline(guardian).contains(ZYGOTE_ARG), "forked, not exec'd");
+        let unmapped = longest_unmapped_in(guardian, zygote);
+        assert!(
+            (buffer..buffer + 64 * 1024).contains(&unmapped),
+            "guardian {guardian}: {unmapped} bytes the zygote maps are not mapped, {buffer} expected"
+        );
+    }
+    for handle in &handles {
+        guarded("stop", sup.stop(handle, Duration::from_secs(2)))
+            .await
+            .unwrap();
+    }
     let _ = sup.shutdown(Duration::from_millis(100)).await;
 }
 

@@ -78,7 +78,7 @@ pub(crate) fn descendants_of(root: u32) -> Vec<(u32, u32)> {
 #[cfg(any(test, feature = "test-support"))]
 pub use run::GUARDIAN_ARG;
 #[cfg(any(test, feature = "test-support"))]
-pub use zygote::{ZYGOTE_ARG, ZYGOTE_COMM};
+pub use zygote::{REQUEST_MAX, ZYGOTE_ARG, ZYGOTE_COMM};
 
 use super::cgroup::{CgroupBase, Scope};
 use super::open_pidfd;

@@ -27,7 +27,9 @@
 //!   before anything is forked; anything else is answered `E EBADMSG` and nothing runs.
 //! - A forked guardian holds its three streams as 0-2 and its control socket, and nothing else:
 //!   not the zygote's socket, not another launch's descriptors (the zygote drops each request's
-//!   as soon as it has answered it).
+//!   as soon as it has answered it), and not the mapping the zygote receives requests into (it
+//!   unmaps it first: the zygote writes the next request there, which would leave each guardian
+//!   a private copy of the page, holding another launch's environment).
 //! - The zygote exits at end of stream on its socket: its supervisor dropped it or died.
 //! - The supervisor's side never refuses a launch because of the zygote: a zygote that cannot
 //!   be started, stops answering or dies, or a request over [`REQUEST_MAX`], falls back to
@@ -231,12 +233,25 @@ pub(super) fn serve() -> i32 {
     // line); each guardian takes back the image's own name.
     let image_name = nix::sys::prctl::get_name().ok();
     let _ = nix::sys::prctl::set_name(ZYGOTE_COMM);
-    let mut buf = vec![0u8; REQUEST_MAX + 1];
+    // An anonymous mapping, not a zeroed heap block: only the pages a request is received into
+    // ever become resident, so the zygote carries no 128 KiB of zeroes that each guardian would
+    // share (about 3 KiB of PSS per guardian, 40 of them); and a guardian unmaps it at once,
+    // so it keeps no private copy of a page the zygote receives the next request into.
+    let mut mapped = memmap2::MmapMut::map_anon(REQUEST_MAX + 1).ok();
+    let mut heap = if mapped.is_none() {
+        vec![0u8; REQUEST_MAX + 1]
+    } else {
+        Vec::new()
+    };
     loop {
-        match receive(&sock, &mut buf) {
+        let buf: &mut [u8] = match &mut mapped {
+            Some(mapped) => mapped,
+            None => &mut heap,
+        };
+        match receive(&sock, buf) {
             Ok(None) => return 0,
             Ok(Some((request, fds))) => {
-                sock = fork_guardian(sock, request, fds, image_name.as_deref());
+                sock = fork_guardian(sock, request, fds, image_name.as_deref(), &mut mapped);
             }
             Err(Errno::EINTR) => {}
             Err(Errno::EBADMSG) => send_reply(
@@ -301,6 +316,7 @@ fn fork_guardian(
     request: Request,
     fds: [OwnedFd; FDS],
     name: Option<&std::ffi::CStr>,
+    buffer: &mut Option<memmap2::MmapMut>,
 ) -> OwnedFd {
     // SAFETY: the zygote is single-threaded (it runs before any thread exists and starts none),
     // so the child inherits no lock another thread held. The child runs the guardian, which
@@ -310,6 +326,8 @@ fn fork_guardian(
     let forked = unsafe { cgroup::fork_sibling() };
     match forked {
         Ok(Forked::Child) => {
+            // The request is decoded into this process's own heap: the buffer is the zygote's.
+            drop(buffer.take());
             if let Some(name) = name {
                 let _ = nix::sys::prctl::set_name(name);
             }
