@@ -523,11 +523,29 @@ impl OutputEnd {
         }
     }
 
-    /// `Ok(0)` at the end of output (a terminal's EIO included).
-    fn try_read(&self, buf: &mut [u8]) -> std::io::Result<usize> {
+    /// Reads at most [`crate::limits::READ_BYTES`] into `scratch`: the bytes read, none at the
+    /// end of output (a terminal's EIO included). A pipe is read into the buffer's spare room,
+    /// never zeroed first, so its pages become resident only where bytes arrive: a runtime
+    /// thread that drains only idle processes (a readiness with nothing to read) keeps none of
+    /// them.
+    fn try_read_into<'a>(&self, scratch: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
+        let bound = crate::limits::READ_BYTES;
         match self {
-            OutputEnd::Pipe(p) => p.try_read(buf),
-            OutputEnd::Terminal(m) => m.try_read(buf),
+            OutputEnd::Pipe(p) => {
+                scratch.clear();
+                scratch.reserve_exact(bound);
+                let room = &mut scratch.spare_capacity_mut()[..bound];
+                // Through `try_io`, so that a read that would block clears the readiness.
+                let read = p.try_io(|| Ok(rustix::io::read(p, room)?))?;
+                Ok(read.0)
+            }
+            OutputEnd::Terminal(m) => {
+                if scratch.len() < bound {
+                    scratch.resize(bound, 0);
+                }
+                let n = m.try_read(&mut scratch[..bound])?;
+                Ok(&scratch[..n])
+            }
         }
     }
 
@@ -879,21 +897,16 @@ fn drain_ready(
     };
     SCRATCH.with(|scratch| {
         let mut buf = scratch.borrow_mut();
-        if buf.len() < crate::limits::READ_BYTES {
-            buf.resize(crate::limits::READ_BYTES, 0);
-        }
-        match pipe.try_read(&mut buf[..crate::limits::READ_BYTES]) {
-            Ok(0) => Ok(Read::Eof),
-            Ok(n) => {
+        match pipe.try_read_into(&mut buf) {
+            Ok([]) => Ok(Read::Eof),
+            Ok(bytes) => {
                 proc.clocks.touch();
                 // A spool failure is recorded, and reading goes on: the workload must never
                 // block on a full pipe because its output could not be kept.
-                let kept = proc
-                    .append_output(which, &buf[..n])
-                    .map_err(|e| e.to_string());
+                let kept = proc.append_output(which, bytes).map_err(|e| e.to_string());
                 // The live copy goes on whatever became of the durable one.
-                tap.send(which, &buf[..n]);
-                Ok(Read::Bytes(n, kept.err()))
+                tap.send(which, bytes);
+                Ok(Read::Bytes(bytes.len(), kept.err()))
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Read::Nothing),
             Err(e) => Err(format!("reading {}: {e}", stream_name(which))),
