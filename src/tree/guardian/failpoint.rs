@@ -25,15 +25,20 @@ static LAUNCH_ENV: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::Once
 
 /// Failpoints read `envp` from now on: a forked guardian's launch environment. Only the
 /// failpoints' own variables are kept, so that a test build's guardian holds no copy of the
-/// whole environment that a shipped one would not (the memory bench measures a test build).
+/// whole environment that a shipped one would not (the memory bench measures a test build);
+/// and a launch that sets none keeps nothing at all, so that its guardian writes no page of
+/// its image a shipped one would not (the zygote's own environment, which failpoints then
+/// read, is only the allocator's setting: it sets none either).
 #[cfg(feature = "failpoints")]
 pub(super) fn use_environment(envp: &[std::ffi::CString]) {
-    let ours = envp
+    let ours: Vec<_> = envp
         .iter()
         .filter(|e| e.as_bytes().starts_with(b"PROCJOURNAL_FAILPOINT_"))
         .cloned()
         .collect();
-    let _ = LAUNCH_ENV.set(ours);
+    if !ours.is_empty() {
+        let _ = LAUNCH_ENV.set(ours);
+    }
 }
 
 #[cfg(not(feature = "failpoints"))]
