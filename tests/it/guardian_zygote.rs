@@ -86,18 +86,33 @@ fn guardian_of(sup: &Supervisor, handle: &procjournal::Handle) -> u32 {
     scope.guardian.expect("a guardian").pid
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn forked_guardians_are_our_children_holding_only_their_own_descriptors() {
+/// A supervisor whose guardians a zygote forks, and `n` idle `sleep`s under it: the root (held
+/// for the test's length), the supervisor, its notices, the launcher and the handles.
+async fn sleeps_under_a_zygote(
+    n: usize,
+) -> (
+    tempfile::TempDir,
+    Supervisor,
+    tokio::sync::mpsc::UnboundedReceiver<procjournal::supervisor::ServiceEvent>,
+    Arc<GuardianLauncher>,
+    Vec<procjournal::Handle>,
+) {
     let root = temp_root();
     let mut cfg = config(root.path());
     let zygote_launcher = launcher();
     cfg.launcher = zygote_launcher.clone();
-    let (sup, _rx) = open(cfg).await;
+    let (sup, rx) = open(cfg).await;
     let mut handles = Vec::new();
-    for _ in 0..3 {
+    for _ in 0..n {
         let cmd = Command::new("sleep").arg("300").cwd(root.path());
         handles.push(start(&sup, cmd).await);
     }
+    (root, sup, rx, zygote_launcher, handles)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forked_guardians_are_our_children_holding_only_their_own_descriptors() {
+    let (_root, sup, _rx, zygote_launcher, handles) = sleeps_under_a_zygote(3).await;
     let zygote = zygote_launcher
         .zygote_pid()
         .expect("a zygote after a launch");
@@ -217,16 +232,7 @@ fn longest_unmapped_in(guardian: u32, zygote: u32) -> u64 {
 /// environment). A forked guardian otherwise maps what the zygote maps.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_forked_guardian_keeps_no_mapping_of_the_zygotes_request_buffer() {
-    let root = temp_root();
-    let mut cfg = config(root.path());
-    let zygote_launcher = launcher();
-    cfg.launcher = zygote_launcher.clone();
-    let (sup, _rx) = open(cfg).await;
-    let mut handles = Vec::new();
-    for _ in 0..3 {
-        let cmd = Command::new("sleep").arg("300").cwd(root.path());
-        handles.push(start(&sup, cmd).await);
-    }
+    let (_root, sup, _rx, zygote_launcher, handles) = sleeps_under_a_zygote(3).await;
     let zygote = zygote_launcher.zygote_pid().expect("a zygote");
     let buffer = ((REQUEST_MAX + 1) as u64).next_multiple_of(4096);
     for handle in &handles {
