@@ -531,11 +531,15 @@ impl OutputEnd {
     fn try_read_into<'a>(&self, scratch: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
         let bound = crate::limits::READ_BYTES;
         match self {
+            // Through `try_io`, so that a read that would block clears the readiness.
+            OutputEnd::Pipe(p) if scratch.len() >= bound => {
+                // Zeroed already, by a terminal's read on this thread: read into it as it is.
+                let n = p.try_io(|| Ok(rustix::io::read(p, &mut scratch[..bound])?))?;
+                Ok(&scratch[..n])
+            }
             OutputEnd::Pipe(p) => {
-                scratch.clear();
                 scratch.reserve_exact(bound);
                 let room = &mut scratch.spare_capacity_mut()[..bound];
-                // Through `try_io`, so that a read that would block clears the readiness.
                 let read = p.try_io(|| Ok(rustix::io::read(p, room)?))?;
                 Ok(read.0)
             }
@@ -1184,3 +1188,6 @@ fn retire_receipt(shared: &Shared, handle: Handle) {
         debug!(%handle, error = %e, "receipt not removed");
     }
 }
+
+#[cfg(test)]
+mod tests_read;
