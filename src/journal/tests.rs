@@ -1349,12 +1349,7 @@ fn a_writer_seals_the_index_of_segments_it_left_and_answers_as_before() {
     let sealed = journal.sealed_ids();
     assert!(sealed >= 4096, "{sealed} entries sealed");
     assert_eq!(journal.indexed_ids(), (n as usize, 0));
-    let positions: Vec<Position> = (0..n)
-        .map(|i| journal.position_of(id_of(i)).unwrap())
-        .collect();
-    for (i, p) in positions.iter().enumerate() {
-        assert_eq!(p.seq, i as u64 + 1);
-    }
+    let positions = positions_in_order(&journal, n);
     let retry = journal.append(id_of(7), KIND, 1, &payload_of(7)).unwrap();
     assert!(!retry.written, "a retry of a sealed ID wrote again");
     assert_eq!(retry.position, positions[7]);
@@ -1364,6 +1359,17 @@ fn a_writer_seals_the_index_of_segments_it_left_and_answers_as_before() {
         assert_eq!(journal.position_of(id_of(i as u64)), Some(*p), "ID {i}");
     }
     check(dir.path(), n);
+}
+
+/// Where each of the IDs `0..n` is, checked to be the seqs `1..=n` in order.
+fn positions_in_order(journal: &Journal, n: u64) -> Vec<Position> {
+    let positions: Vec<Position> = (0..n)
+        .map(|i| journal.position_of(id_of(i)).unwrap())
+        .collect();
+    for (i, p) in positions.iter().enumerate() {
+        assert_eq!(p.seq, i as u64 + 1);
+    }
+    positions
 }
 
 /// Within one segment the table is bounded too: a writer whose active segment holds more records
@@ -1383,12 +1389,7 @@ fn the_index_table_stays_bounded_within_one_segment() {
         "{table} entries in the table"
     );
     assert_eq!(journal.indexed_ids(), (n as usize, 0));
-    let positions: Vec<Position> = (0..n)
-        .map(|i| journal.position_of(id_of(i)).unwrap())
-        .collect();
-    for (i, p) in positions.iter().enumerate() {
-        assert_eq!(p.seq, i as u64 + 1);
-    }
+    let positions = positions_in_order(&journal, n);
     let last = positions[n as usize - 1].segment_index;
     let in_last = positions.iter().filter(|p| p.segment_index == last).count();
     assert!(

@@ -265,6 +265,12 @@ fn a_writer_spills_settled_frames_into_an_unnamed_file() {
     );
 }
 
+/// Gives `store` spill files in `dir`, as a writer's store has.
+fn spill_into(store: &mut ManifestStore, dir: &std::path::Path) {
+    let spill_dir = crate::root::dir::Dir::open(dir).unwrap();
+    store.spill_into(std::sync::Arc::new(spill_dir)).unwrap();
+}
+
 /// A store with a spill directory seals the handles and reservations of each batch of
 /// manifests into runs, off the heap, and answers every lookup and every refusal as a store
 /// that keeps them all in its tables.
@@ -275,8 +281,7 @@ fn sealed_handles_and_reservations_answer_as_the_tables_did() {
     let mirror = finished(processes);
     let mut store = ManifestStore::new();
     store.seal_every(64);
-    let spill_dir = crate::root::dir::Dir::open(dir.path()).unwrap();
-    store.spill_into(std::sync::Arc::new(spill_dir)).unwrap();
+    spill_into(&mut store, dir.path());
     for n in 0..processes * workload::PHASES {
         let (id, event) = workload::event(n);
         store.apply(id, &event).unwrap();
@@ -343,8 +348,7 @@ fn slots_leave_the_heap_by_the_block_and_change_in_place() {
     let processes = 2400;
     let mirror = finished(processes);
     let mut store = ManifestStore::new();
-    let spill_dir = crate::root::dir::Dir::open(dir.path()).unwrap();
-    store.spill_into(std::sync::Arc::new(spill_dir)).unwrap();
+    spill_into(&mut store, dir.path());
     // Process 0 registers and then waits: its other events come after everyone else's.
     let mut late = Vec::new();
     for n in 0..processes * PHASES {
