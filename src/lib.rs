@@ -110,7 +110,7 @@ pub use tree::guardian::run_if_requested as run_guardian_if_requested;
 pub use journal::reader::JournalReader;
 pub use journal::{
     Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Position,
-    RecoveryReport,
+    RecoveryReport, Tenure,
 };
 
 // The supervisor.

@@ -83,6 +83,8 @@ pub(crate) async fn open_supervisor(
     let mut config = supervisor_config(root);
     config.group = group;
     config.launcher = launcher;
+    // One command, then exit: nothing to file off the heap for later.
+    config.tenure = crate::journal::Tenure::Brief;
     let (supervisor, report) =
         crate::supervisor::Supervisor::open(config, crate::supervisor::Services::noop())
             .await

@@ -14,6 +14,8 @@
 //! - The next seq is above every seq a commit point, a seal, a snapshot or a lost or unreadable
 //!   segment may have used; a new segment is never named below the floor nor after a lost
 //!   successor's name, so a loss stays a reported gap.
+//! - An open leaves the index's table under its maximum; a lasting writer's also seals the
+//!   IDs of the segments it left, a brief one's leaves them in the table ([`Tenure`]).
 
 use std::path::Path;
 use std::sync::{Arc, Condvar};
@@ -26,7 +28,7 @@ use super::recovery::{self, DuplicateId, JournalScan, TornTail};
 use super::storage::{Backend, SegmentStore};
 use super::{
     Commit, Durability, EventId, Journal, JournalError, JournalOptions, OpenVisitor, Position,
-    RecoveryReport, Resume, SyncState, Writer, now_unix_ms, reader, segment_bytes_for,
+    RecoveryReport, Resume, SyncState, Tenure, Writer, now_unix_ms, reader, segment_bytes_for,
 };
 use crate::root::Root;
 use crate::root::dir::Dir;
@@ -42,6 +44,7 @@ impl Journal {
     pub(super) fn open_inner(
         root: &Path,
         options: JournalOptions,
+        tenure: Tenure,
         backend: Arc<dyn Backend>,
         visitor: &mut dyn OpenVisitor,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
@@ -100,7 +103,9 @@ impl Journal {
         let journal = Journal::assemble(root, dir, backend, ids, active, &options, segment_count);
         {
             let mut w = journal.writer.lock();
-            w.seal_ids();
+            if tenure == Tenure::Lasting {
+                w.seal_ids();
+            }
             w.bound_ids();
         }
         remove_leftover_spares(&journal.held).map_err(io(&path, "remove leftover spare"))?;

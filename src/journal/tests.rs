@@ -1361,6 +1361,47 @@ fn a_writer_seals_the_index_of_segments_it_left_and_answers_as_before() {
     check(dir.path(), n);
 }
 
+/// A brief writer's open (one command's) leaves the index it built on the heap: nothing sealed
+/// where a lasting writer's open seals, and every answer the same, a retried append included;
+/// a lasting writer after it seals again.
+#[test]
+fn a_brief_writers_open_seals_nothing_and_answers_as_a_lasting_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let opts = || options(Durability::Os, 64 * 1024);
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    let n = 20_000;
+    append_n(&journal, 0, n);
+    let positions = positions_in_order(&journal, n);
+    drop(journal);
+    let brief = |path: &std::path::Path| {
+        let visit = &mut |_: reader::RecordView<'_>| {};
+        let backend = super::default_backend();
+        Journal::open_inner(path, opts(), Tenure::Brief, backend, &mut Everything(visit)).unwrap()
+    };
+    let (journal, _) = brief(dir.path());
+    assert_eq!(journal.sealed_ids(), 0, "a brief writer's open sealed");
+    assert_eq!(journal.indexed_ids(), (n as usize, 0));
+    for (i, p) in positions.iter().enumerate() {
+        assert_eq!(journal.position_of(id_of(i as u64)), Some(*p), "ID {i}");
+    }
+    let retry = journal.append(id_of(7), KIND, 1, &payload_of(7)).unwrap();
+    assert!(
+        !retry.written,
+        "a retry of an ID the open indexed wrote again"
+    );
+    assert_eq!(retry.position, positions[7]);
+    append_n(&journal, n, n + 10);
+    drop(journal);
+    let (journal, _) = Journal::open(dir.path(), opts()).unwrap();
+    let sealed = journal.sealed_ids();
+    assert!(
+        sealed >= 4096,
+        "a lasting writer's open sealed {sealed} entries"
+    );
+    drop(journal);
+    check(dir.path(), n + 10);
+}
+
 /// Where each of the IDs `0..n` is, checked to be the seqs `1..=n` in order.
 fn positions_in_order(journal: &Journal, n: u64) -> Vec<Position> {
     let positions: Vec<Position> = (0..n)

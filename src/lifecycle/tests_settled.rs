@@ -265,6 +265,64 @@ fn a_writer_spills_settled_frames_into_an_unnamed_file() {
     );
 }
 
+/// A brief writer (one command's) keeps its settled frames on the heap instead of spilling
+/// them, reads and appends as a lasting writer does, and a lasting writer after it spills them.
+#[test]
+fn a_brief_writer_spills_nothing_and_reads_as_a_lasting_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::JournalOptions {
+        durability: crate::Durability::Os,
+        ..crate::JournalOptions::default()
+    };
+    let half = 40 * workload::PHASES;
+    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
+    for n in 0..half {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    drop(lc);
+    let brief = crate::journal::Tenure::Brief;
+    let (mut lc, _, _) = super::Lifecycle::open_for(dir.path(), options.clone(), brief).unwrap();
+    assert!(!lc.spills_to_file(), "a brief writer spilled");
+    assert!(*lc.store() == finished(40), "a brief writer's restore");
+    for n in half..2 * half {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    let mirror = finished(80);
+    assert!(*lc.store() == mirror, "a brief writer's appends");
+    drop(lc);
+    let (lc, _, _) = super::Lifecycle::open(dir.path(), options).unwrap();
+    assert!(lc.spills_to_file(), "a lasting writer after a brief one");
+    assert!(*lc.store() == mirror, "restored after a brief writer");
+}
+
+/// Past [`super::BRIEF_SETTLED_MAX`] settled manifests a brief writer spills them as a lasting
+/// one does: one command on a large root keeps a bounded heap for its life.
+#[test]
+fn a_brief_writer_of_a_large_root_spills_as_a_lasting_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = crate::JournalOptions {
+        durability: crate::Durability::Os,
+        ..crate::JournalOptions::default()
+    };
+    let lanes = workload::LANES as usize;
+    let processes = (super::BRIEF_SETTLED_MAX / lanes + 1) * lanes;
+    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
+    for n in 0..processes as u64 * workload::PHASES {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
+    drop(lc);
+    let brief = crate::journal::Tenure::Brief;
+    let (lc, _, _) = super::Lifecycle::open_for(dir.path(), options, brief).unwrap();
+    assert!(lc.store().settled() > super::BRIEF_SETTLED_MAX);
+    assert!(
+        lc.spills_to_file(),
+        "a brief writer kept {processes} on the heap"
+    );
+}
+
 /// Gives `store` spill files in `dir`, as a writer's store has.
 fn spill_into(store: &mut ManifestStore, dir: &std::path::Path) {
     let spill_dir = crate::root::dir::Dir::open(dir).unwrap();

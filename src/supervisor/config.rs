@@ -8,7 +8,7 @@ use super::SupervisorError;
 #[cfg(doc)]
 use super::{Command, Supervisor};
 use crate::admission::{AdmissionConfig, ProcTelemetry, Telemetry};
-use crate::journal::Durability;
+use crate::journal::{Durability, Tenure};
 use crate::lifecycle::SnapshotPolicy;
 use crate::limits;
 use crate::spool::SpoolOptions;
@@ -76,6 +76,10 @@ pub struct SupervisorConfig {
     /// The group (a gid) the root is shared with, read-only (`02750`, files `0640`); `None`
     /// keeps a root as it is (a new one private, `0700` and `0600`). See `crate::root`.
     pub group: Option<u32>,
+    /// How long this supervisor is meant to live: [`Tenure::Brief`] for one command (the CLI's
+    /// `run` and `capture`), whose open leaves the journal's index and the settled manifests on
+    /// the heap instead of spilling them (see [`Tenure`]). [`Tenure::Lasting`] by default.
+    pub tenure: Tenure,
 }
 
 impl SupervisorConfig {
@@ -101,6 +105,7 @@ impl SupervisorConfig {
             login_shell: None,
             strict: false,
             group: None,
+            tenure: Tenure::Lasting,
         }
     }
 

@@ -77,7 +77,7 @@ pub(crate) use shared::{Shared, request_stop};
 pub use tap::{Tap, TapChunk};
 
 use crate::admission::AdmissionSnapshot;
-use crate::journal::{EventId, JournalOptions};
+use crate::journal::{Durability, EventId, JournalOptions, Tenure};
 use crate::lifecycle::event::{InputClosed, TerminalResized};
 use crate::lifecycle::retention::{CleanReport, RetentionRequest};
 use crate::lifecycle::{Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, State};
@@ -154,15 +154,12 @@ impl Supervisor {
             handle: Handle(EventId::from_bytes([0; 16])),
             message: format!("runtime root: {e}"),
         })?;
-        let options = JournalOptions {
-            durability: config.durability,
-            ..JournalOptions::default()
-        };
         let (open_root, group, strict) = (root.clone(), config.group, config.strict);
+        let (durability, tenure) = (config.durability, config.tenure);
         // Spawned first: the open is the longest of the steps that run beside each other here,
         // and each may need a blocking thread of its own (a new one takes a while to start).
         let opened = tokio::task::spawn_blocking(move || {
-            open_root_blocking(&open_root, options, group, strict)
+            open_root_blocking(&open_root, durability, tenure, group, strict)
         });
         // The first decision has the host's telemetry (trees are sampled once they run). It
         // depends on nothing the open does, so it is read beside it rather than after restore.
@@ -805,7 +802,8 @@ async fn login_env_of(
 /// (journal-format.md, "Guardian receipts").
 fn open_root_blocking(
     root: &Path,
-    options: JournalOptions,
+    durability: Durability,
+    tenure: Tenure,
     group: Option<u32>,
     strict: bool,
 ) -> Result<(Opened, crate::root::dir::Dir), SupervisorError> {
@@ -814,7 +812,11 @@ fn open_root_blocking(
     if strict && let Some(damage) = crate::lifecycle::damage::before_open(root) {
         return Err(SupervisorError::Damaged(damage));
     }
-    let opened = Lifecycle::open(root, options)?;
+    let options = JournalOptions {
+        durability,
+        ..JournalOptions::default()
+    };
+    let opened = Lifecycle::open_for(root, options, tenure)?;
     let trees = opened
         .0
         .journal()
