@@ -30,6 +30,8 @@ mod cli_env;
 #[cfg(feature = "cli")]
 mod cli_journal;
 #[cfg(feature = "cli")]
+mod cli_open_tenure;
+#[cfg(feature = "cli")]
 mod cli_pty;
 #[cfg(feature = "cli")]
 mod cli_recovery;
