@@ -523,8 +523,8 @@ impl Journal {
     /// Like [`Journal::open_visiting`], for a projection that resumes from a snapshot: `visitor`
     /// first says where to start ([`Resume`]), then sees the records after that point. Records at
     /// or below it are still checked and indexed; the retained IDs it hands over are known to the
-    /// journal as if their records were still there.
-    /// For a writer of the given [`Tenure`].
+    /// journal as if their records were still there. `tenure` says what the open then files off
+    /// the heap ([`Tenure`]).
     pub fn open_resuming(
         root: &Path,
         options: JournalOptions,

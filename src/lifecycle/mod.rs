@@ -360,16 +360,16 @@ impl SnapshotCapture {
     }
 }
 
-/// Moves the restored store's settled frames into an unnamed file beside the journal, and its
-/// handle and reservation indexes into sorted runs in others, so that what a finished process
-/// costs the heap stays a few words however many finished (`crate::spill`). Without one (a file system without `O_TMPFILE`, a full disk) they stay on the
-/// heap: that costs memory, never an answer, so it is said and the open goes on.
 /// The most settled manifests a brief writer keeps on the heap rather than spill (about
 /// 0.8 KiB each, with their IDs in the journal's table, measured on a root of 1 100 `run`s:
 /// `smaps_rollup` of a `run -- sleep`). Past it, a brief writer spills as a lasting one does,
 /// so that one command on a large root holds no more heap for its life than a few MiB.
 pub(crate) const BRIEF_SETTLED_MAX: usize = 4096;
 
+/// Moves the restored store's settled frames into an unnamed file beside the journal, and its
+/// handle and reservation indexes into sorted runs in others, so that what a finished process
+/// costs the heap stays a few words however many finished (`crate::spill`). Without one (a file system without `O_TMPFILE`, a full disk) they stay on the
+/// heap: that costs memory, never an answer, so it is said and the open goes on.
 fn spill_settled(store: &mut ManifestStore, journal: &Journal) {
     let spilled = store.spill_into(journal.spill_dir());
     if let Err(e) = spilled {
