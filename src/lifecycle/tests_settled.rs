@@ -222,24 +222,15 @@ fn a_retention_pass_counts_retired_settled_manifests_without_reading_them() {
 #[test]
 fn a_writer_spills_settled_frames_into_an_unnamed_file() {
     let dir = tempfile::tempdir().unwrap();
-    let options = crate::JournalOptions {
-        durability: crate::Durability::Os,
-        ..crate::JournalOptions::default()
-    };
+    let options = os_options();
     let half = 40 * workload::PHASES;
     let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    for n in 0..half {
-        let (id, event) = workload::event(n);
-        lc.append(id, &event).unwrap();
-    }
+    append_events(&mut lc, 0..half);
     assert!(lc.spills_to_file(), "a fresh writer spills");
     drop(lc);
     let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
     assert!(lc.spills_to_file(), "a restored writer spills");
-    for n in half..2 * half {
-        let (id, event) = workload::event(n);
-        lc.append(id, &event).unwrap();
-    }
+    append_events(&mut lc, half..2 * half);
     let mirror = finished(80);
     assert_eq!(lc.store().settled(), 80);
     assert!(
@@ -270,25 +261,16 @@ fn a_writer_spills_settled_frames_into_an_unnamed_file() {
 #[test]
 fn a_brief_writer_spills_nothing_and_reads_as_a_lasting_one() {
     let dir = tempfile::tempdir().unwrap();
-    let options = crate::JournalOptions {
-        durability: crate::Durability::Os,
-        ..crate::JournalOptions::default()
-    };
+    let options = os_options();
     let half = 40 * workload::PHASES;
     let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    for n in 0..half {
-        let (id, event) = workload::event(n);
-        lc.append(id, &event).unwrap();
-    }
+    append_events(&mut lc, 0..half);
     drop(lc);
     let brief = crate::journal::Tenure::Brief;
     let (mut lc, _, _) = super::Lifecycle::open_for(dir.path(), options.clone(), brief).unwrap();
     assert!(!lc.spills_to_file(), "a brief writer spilled");
     assert!(*lc.store() == finished(40), "a brief writer's restore");
-    for n in half..2 * half {
-        let (id, event) = workload::event(n);
-        lc.append(id, &event).unwrap();
-    }
+    append_events(&mut lc, half..2 * half);
     let mirror = finished(80);
     assert!(*lc.store() == mirror, "a brief writer's appends");
     drop(lc);
@@ -302,17 +284,11 @@ fn a_brief_writer_spills_nothing_and_reads_as_a_lasting_one() {
 #[test]
 fn a_brief_writer_of_a_large_root_spills_as_a_lasting_one() {
     let dir = tempfile::tempdir().unwrap();
-    let options = crate::JournalOptions {
-        durability: crate::Durability::Os,
-        ..crate::JournalOptions::default()
-    };
+    let options = os_options();
     let lanes = workload::LANES as usize;
     let processes = (super::BRIEF_SETTLED_MAX / lanes + 1) * lanes;
     let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    for n in 0..processes as u64 * workload::PHASES {
-        let (id, event) = workload::event(n);
-        lc.append(id, &event).unwrap();
-    }
+    append_events(&mut lc, 0..processes as u64 * workload::PHASES);
     drop(lc);
     let brief = crate::journal::Tenure::Brief;
     let (lc, _, _) = super::Lifecycle::open_for(dir.path(), options, brief).unwrap();
@@ -321,6 +297,22 @@ fn a_brief_writer_of_a_large_root_spills_as_a_lasting_one() {
         lc.spills_to_file(),
         "a brief writer kept {processes} on the heap"
     );
+}
+
+/// The journal options of these tests: no flush per append (nothing here is about durability).
+fn os_options() -> crate::JournalOptions {
+    crate::JournalOptions {
+        durability: crate::Durability::Os,
+        ..crate::JournalOptions::default()
+    }
+}
+
+/// Appends the workload's events numbered `events` to `lc`.
+fn append_events(lc: &mut super::Lifecycle, events: std::ops::Range<u64>) {
+    for n in events {
+        let (id, event) = workload::event(n);
+        lc.append(id, &event).unwrap();
+    }
 }
 
 /// Gives `store` spill files in `dir`, as a writer's store has.
