@@ -61,6 +61,14 @@ impl Scene {
     }
 }
 
+impl Drop for Scene {
+    /// A run whose end was not persisted leaves its tree's cgroup for the root's next open to
+    /// assess; this root is gone after the test, so its base cgroup goes with it.
+    fn drop(&mut self) {
+        daemon_common::remove_base_cgroup(&self.root);
+    }
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
