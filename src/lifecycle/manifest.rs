@@ -464,6 +464,10 @@ pub struct ManifestStore {
     /// Where the store makes its spill files: none until `spill_into`, and then every map
     /// stays on the heap.
     spill_dir: Option<Arc<Dir>>,
+    /// No manifest held ended before this (Unix ms): the earliest terminal time folded into
+    /// or pushed with any manifest, `None` while none ended. Never raised (a retirement leaves
+    /// it where it was), so it errs early: what a retention pass may skip on it cannot be due.
+    earliest_end_ms: Option<u64>,
 }
 
 /// How many manifests' handles and reservations the store's hash tables hold before it seals
@@ -511,6 +515,7 @@ impl Default for ManifestStore {
             seal_at: 0,
             seal_batch: SEAL_BATCH as u32,
             spill_dir: None,
+            earliest_end_ms: None,
         }
     }
 }
@@ -1072,6 +1077,18 @@ impl ManifestStore {
         (count, rest)
     }
 
+    /// Whether a manifest held may have ended at or before `at_ms` (Unix ms): false only when
+    /// none did (see `earliest_end_ms`), so a retention pass that finds nothing could be due
+    /// for its age need not read a manifest.
+    pub fn may_have_ended_by(&self, at_ms: u64) -> bool {
+        self.earliest_end_ms.is_some_and(|end| end <= at_ms)
+    }
+
+    fn note_end(&mut self, m: &Manifest) {
+        let end = m.terminal.as_ref().map(|t| t.at_unix_ms);
+        self.earliest_end_ms = earlier(self.earliest_end_ms, end);
+    }
+
     /// How many manifests are held settled (module doc).
     pub fn settled(&self) -> usize {
         // Every slot is either.
@@ -1476,6 +1493,7 @@ impl ManifestStore {
         }
         self.slots.insert(m.handle, slot);
         m.number = u64::from(slot) + 1;
+        self.note_end(&m);
         let kept = match frame {
             Some(frame) if m.settled() => SettledFrame::decoded_from(frame, &m, &mut self.frames),
             _ => None,
@@ -1566,6 +1584,8 @@ impl ManifestStore {
                 let applied = validate(m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(m, event_id, event);
+                    let end = m.terminal.as_ref().map(|t| t.at_unix_ms);
+                    self.earliest_end_ms = earlier(self.earliest_end_ms, end);
                     if m.settled()
                         && let Some(frame) = SettledFrame::settle(registration, m, frames)
                     {
@@ -1582,12 +1602,21 @@ impl ManifestStore {
                 let applied = validate(&m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(&mut m, event_id, event);
-                    let held = held_slot(registration, m, frames);
+                    self.note_end(&m);
+                    let held = held_slot(registration, m, &mut self.frames);
                     self.manifests.set(slot, held);
                 }
                 Ok(applied)
             }
         }
+    }
+}
+
+/// The earlier of two optional times.
+fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -14,6 +14,9 @@
 //!   [`leftovers`] finds those and the next pass (the supervisor runs one at every open) finishes
 //!   them. No file is ever removed without that record.
 //! - Only the spool's own files are removed ([`crate::spool::remove`]).
+//! - A scheduled pass skips its plan only while no manifest ended as long ago as its age
+//!   ([`may_be_due`], on the store's earliest end, which a retirement never raises): it never
+//!   skips a pass that could retire.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -101,6 +104,20 @@ pub struct Plan {
     pub not_terminal: u64,
     pub too_recent: u64,
     pub already_retired: u64,
+}
+
+/// Whether a pass at `now_ms` that retires output older than `older_than` could retire any
+/// of `store`'s: false when no manifest ended that long ago ([`judge`]'s age rule), which the
+/// store knows without reading one. A scheduled pass that finds nothing due skips the plan.
+pub fn may_be_due(store: &ManifestStore, now_ms: u64, older_than: Duration) -> bool {
+    let age_ms = u64::try_from(older_than.as_millis()).unwrap_or(u64::MAX);
+    if age_ms == 0 {
+        // Any end is old enough, one dated after `now_ms` too (its age saturates to zero).
+        return store.may_have_ended_by(u64::MAX);
+    }
+    now_ms
+        .checked_sub(age_ms)
+        .is_some_and(|cutoff| store.may_have_ended_by(cutoff))
 }
 
 /// Judges every manifest of `store`.

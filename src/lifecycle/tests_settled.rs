@@ -216,6 +216,99 @@ fn a_retention_pass_counts_retired_settled_manifests_without_reading_them() {
     assert!(!plan.retire.is_empty());
 }
 
+/// A pass can be due only once the earliest end is as old as its age: `may_be_due` is false
+/// exactly while every manifest's verdict keeps it (nothing to retire), for the store built by
+/// replay and for the same store restored from a snapshot.
+#[test]
+fn a_retention_pass_is_due_exactly_when_the_earliest_end_is_old_enough() {
+    use super::retention;
+    let store = finished(24);
+    let snapshot = snapshot::encode_manifests(&store, crate::spill::Spill::default()).unwrap();
+    let seq = 24 * workload::PHASES;
+    let file = snapshot::assemble([7; 16], seq, 1, &snapshot, &[], &Default::default()).unwrap();
+    let restored = snapshot::decode(&file.to_vec()).unwrap().store;
+    let earliest = store
+        .iter()
+        .filter_map(|m| m.terminal.as_ref().map(|t| t.at_unix_ms))
+        .min()
+        .unwrap();
+    let older = std::time::Duration::from_secs(60);
+    let age = 60_000;
+    let none = std::collections::HashSet::new();
+    for now in [
+        earliest,
+        earliest + age - 1,
+        earliest + age,
+        earliest + 10 * age,
+    ] {
+        let due = retention::may_be_due(&store, now, older);
+        assert_eq!(due, now >= earliest + age, "at {now}");
+        assert_eq!(
+            retention::may_be_due(&restored, now, older),
+            due,
+            "restored, at {now}"
+        );
+        if !due {
+            assert!(retention::plan(&store, now, older, &none).retire.is_empty());
+        }
+    }
+    assert!(
+        !retention::plan(&store, earliest + 10 * age, older, &none)
+            .retire
+            .is_empty()
+    );
+    assert!(retention::may_be_due(
+        &store,
+        earliest,
+        std::time::Duration::ZERO
+    ));
+    assert!(!retention::may_be_due(
+        &ManifestStore::new(),
+        u64::MAX,
+        older
+    ));
+}
+
+/// The store's bound on ends holds from the moment an end is folded in, before anything
+/// settles, and a retirement never raises it: a pass is still judged, never skipped.
+#[test]
+fn the_earliest_end_is_known_at_once_and_a_retirement_keeps_it() {
+    use super::retention;
+    let mut growing = ManifestStore::new();
+    for n in 0..4 * workload::PHASES {
+        let (id, event) = workload::event(n);
+        growing.apply(id, &event).unwrap();
+        if let LifecycleEvent::Terminal(t) = &event {
+            assert!(growing.may_have_ended_by(t.at_unix_ms), "event {n}");
+        }
+    }
+    let mut store = finished(24);
+    let earliest = store
+        .iter()
+        .filter_map(|m| m.terminal.as_ref().map(|t| t.at_unix_ms))
+        .min()
+        .unwrap();
+    let (older, age) = (std::time::Duration::from_secs(60), 60_000);
+    let first = store
+        .iter()
+        .find(|m| {
+            m.terminal
+                .as_ref()
+                .is_some_and(|t| t.at_unix_ms == earliest)
+        })
+        .map(Cow::into_owned)
+        .unwrap();
+    let retire = LifecycleEvent::OutputRetired(OutputRetired {
+        handle: first.handle,
+        reason: "retention".to_owned(),
+        at_unix_ms: earliest + age,
+    });
+    store
+        .apply(first.ids.terminal.derived(RETIRED), &retire)
+        .unwrap();
+    assert!(retention::may_be_due(&store, earliest + age, older));
+}
+
 /// A writer keeps settled frames in an unnamed file of its root, not on its heap: the ones it
 /// restored and the ones that settle while it runs, read back as a store built in memory
 /// reads them, and gone from the root's listing (the file has no name).

@@ -678,10 +678,11 @@ impl Actor {
         let scheduled = reply.is_none();
         self.tasks.spawn(
             async move {
-                let report =
-                    tokio::task::spawn_blocking(move || shared.retention_blocking(&request, &held))
-                        .await
-                        .unwrap_or_default();
+                let report = tokio::task::spawn_blocking(move || {
+                    shared.retention_blocking(&request, &held, scheduled)
+                })
+                .await
+                .unwrap_or_default();
                 let retired = report
                     .retired
                     .iter()

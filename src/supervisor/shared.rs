@@ -174,15 +174,26 @@ impl Shared {
 
     /// One retention pass (module `lifecycle::retention`): the plan under the lifecycle lock,
     /// then each retirement acknowledged durable before its spool is removed. Runs on the calling
-    /// thread, which must not be a runtime thread.
+    /// thread, which must not be a runtime thread. A `scheduled` pass, whose report only its
+    /// retirements are read from, makes no plan while nothing can be due: the plan reads every
+    /// settled manifest, under the lock a launch's registration waits for.
     pub fn retention_blocking(
         &self,
         request: &RetentionRequest,
         held: &HashSet<Handle>,
+        scheduled: bool,
     ) -> CleanReport {
         let now = now_unix_ms();
         let spool_root = self.root.join("spool");
-        let plan = retention::plan(self.lifecycle.lock().store(), now, request.older_than, held);
+        let plan = {
+            let lifecycle = self.lifecycle.lock();
+            let store = lifecycle.store();
+            if scheduled && !retention::may_be_due(store, now, request.older_than) {
+                retention::Plan::default()
+            } else {
+                retention::plan(store, now, request.older_than, held)
+            }
+        };
         let leftovers = {
             let lifecycle = self.lifecycle.lock();
             retention::leftovers(lifecycle.store(), &spool_root)
