@@ -1077,6 +1077,15 @@ impl ManifestStore {
         (count, rest)
     }
 
+    /// Whether `handle`'s output was retired, read from its slot (a settled manifest's frame
+    /// keeps the answer, so it is not decoded); `None` for a handle the store does not hold.
+    pub fn retired(&self, handle: &Handle) -> Option<bool> {
+        match self.manifests.get(self.slot(handle)?)? {
+            SlotRef::Live(m) => Some(m.retired.is_some()),
+            SlotRef::Settled(frame) => Some(frame.retired()),
+        }
+    }
+
     /// Whether a manifest held may have ended at or before `at_ms` (Unix ms): false only when
     /// none did (see `earliest_end_ms`), so a retention pass that finds nothing could be due
     /// for its age need not read a manifest.

@@ -211,7 +211,7 @@ pub fn leftovers(store: &ManifestStore, spool_root: &Path) -> std::io::Result<Ve
         else {
             continue;
         };
-        if store.get(&handle).is_some_and(|m| m.retired.is_some()) {
+        if store.retired(&handle) == Some(true) {
             found.push(handle);
         }
     }

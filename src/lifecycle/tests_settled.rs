@@ -191,6 +191,11 @@ fn a_retention_pass_counts_retired_settled_manifests_without_reading_them() {
     }
     let retired = retirable.iter().step_by(2).count() as u64;
     assert!(retired >= 5, "{retired}");
+    // Each slot answers whether its output was retired as its manifest does, undecoded.
+    for m in store.iter() {
+        assert_eq!(store.retired(&m.handle), Some(m.retired.is_some()));
+    }
+    assert_eq!(store.retired(&workload::handle(1 << 40)), None);
     let (count, rest) = store.unretired();
     assert_eq!(count, retired);
     assert_eq!(rest.count() as u64, store.len() as u64 - retired);
