@@ -1093,11 +1093,6 @@ impl ManifestStore {
         self.earliest_end_ms.is_some_and(|end| end <= at_ms)
     }
 
-    fn note_end(&mut self, m: &Manifest) {
-        let end = m.terminal.as_ref().map(|t| t.at_unix_ms);
-        self.earliest_end_ms = earlier(self.earliest_end_ms, end);
-    }
-
     /// How many manifests are held settled (module doc).
     pub fn settled(&self) -> usize {
         // Every slot is either.
@@ -1502,7 +1497,7 @@ impl ManifestStore {
         }
         self.slots.insert(m.handle, slot);
         m.number = u64::from(slot) + 1;
-        self.note_end(&m);
+        note_end(&mut self.earliest_end_ms, &m);
         let kept = match frame {
             Some(frame) if m.settled() => SettledFrame::decoded_from(frame, &m, &mut self.frames),
             _ => None,
@@ -1593,8 +1588,7 @@ impl ManifestStore {
                 let applied = validate(m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(m, event_id, event);
-                    let end = m.terminal.as_ref().map(|t| t.at_unix_ms);
-                    self.earliest_end_ms = earlier(self.earliest_end_ms, end);
+                    note_end(&mut self.earliest_end_ms, m);
                     if m.settled()
                         && let Some(frame) = SettledFrame::settle(registration, m, frames)
                     {
@@ -1611,8 +1605,8 @@ impl ManifestStore {
                 let applied = validate(&m, event_id, event)?;
                 if applied == Applied::Changed {
                     fold(&mut m, event_id, event);
-                    self.note_end(&m);
-                    let held = held_slot(registration, m, &mut self.frames);
+                    note_end(&mut self.earliest_end_ms, &m);
+                    let held = held_slot(registration, m, frames);
                     self.manifests.set(slot, held);
                 }
                 Ok(applied)
@@ -1621,11 +1615,10 @@ impl ManifestStore {
     }
 }
 
-/// The earlier of two optional times.
-fn earlier(a: Option<u64>, b: Option<u64>) -> Option<u64> {
-    match (a, b) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+/// Lowers `earliest` to `m`'s end, if it ended earlier (or first).
+fn note_end(earliest: &mut Option<u64>, m: &Manifest) {
+    if let Some(end) = m.terminal.as_ref().map(|t| t.at_unix_ms) {
+        *earliest = Some(earliest.map_or(end, |e| e.min(end)));
     }
 }
 

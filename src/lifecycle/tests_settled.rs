@@ -154,18 +154,38 @@ fn an_id_a_settled_manifest_reserved_stays_reserved() {
     ));
 }
 
+/// `store` (the first `processes` of the workload, finished) written into a snapshot and read
+/// back: the snapshot's manifest frames and the store restored from them.
+fn through_a_snapshot(
+    store: &ManifestStore,
+    processes: u64,
+) -> (snapshot::ManifestFrames, ManifestStore) {
+    let frames = snapshot::encode_manifests(store, crate::spill::Spill::default()).unwrap();
+    let seq = processes * workload::PHASES;
+    let file = snapshot::assemble([7; 16], seq, 1, &frames, &[], &Default::default()).unwrap();
+    let store = snapshot::decode(&file.to_vec()).unwrap().store;
+    drop(file);
+    (frames, store)
+}
+
+/// The earliest terminal time of `store`'s manifests.
+fn earliest_end(store: &ManifestStore) -> u64 {
+    store
+        .iter()
+        .filter_map(|m| m.terminal.as_ref().map(|t| t.at_unix_ms))
+        .min()
+        .unwrap()
+}
+
 #[test]
 fn a_snapshot_copies_settled_frames_and_reads_back_the_same_store() {
     let store = finished(32);
-    let frames = snapshot::encode_manifests(&store, crate::spill::Spill::default()).unwrap();
-    let seq = 32 * workload::PHASES;
-    let file = snapshot::assemble([7; 16], seq, 1, &frames, &[], &Default::default()).unwrap();
-    let back = snapshot::decode(&file.to_vec()).unwrap();
-    assert_eq!(back.store, store);
-    assert_eq!(back.store.settled(), 32);
+    let (frames, back) = through_a_snapshot(&store, 32);
+    assert_eq!(back, store);
+    assert_eq!(back.settled(), 32);
     // Reading it back and writing it again gives the same bytes.
     let spill = crate::spill::Spill::in_file(tempfile::tempfile().unwrap());
-    let again = snapshot::encode_manifests(&back.store, spill).unwrap();
+    let again = snapshot::encode_manifests(&back, spill).unwrap();
     let bytes = |f: &snapshot::ManifestFrames| f.frames.chunks().collect::<Vec<_>>().concat();
     assert_eq!(bytes(&again), bytes(&frames));
 }
@@ -228,15 +248,8 @@ fn a_retention_pass_counts_retired_settled_manifests_without_reading_them() {
 fn a_retention_pass_is_due_exactly_when_the_earliest_end_is_old_enough() {
     use super::retention;
     let store = finished(24);
-    let snapshot = snapshot::encode_manifests(&store, crate::spill::Spill::default()).unwrap();
-    let seq = 24 * workload::PHASES;
-    let file = snapshot::assemble([7; 16], seq, 1, &snapshot, &[], &Default::default()).unwrap();
-    let restored = snapshot::decode(&file.to_vec()).unwrap().store;
-    let earliest = store
-        .iter()
-        .filter_map(|m| m.terminal.as_ref().map(|t| t.at_unix_ms))
-        .min()
-        .unwrap();
+    let (_, restored) = through_a_snapshot(&store, 24);
+    let earliest = earliest_end(&store);
     let older = std::time::Duration::from_secs(60);
     let age = 60_000;
     let none = std::collections::HashSet::new();
@@ -288,11 +301,7 @@ fn the_earliest_end_is_known_at_once_and_a_retirement_keeps_it() {
         }
     }
     let mut store = finished(24);
-    let earliest = store
-        .iter()
-        .filter_map(|m| m.terminal.as_ref().map(|t| t.at_unix_ms))
-        .min()
-        .unwrap();
+    let earliest = earliest_end(&store);
     let (older, age) = (std::time::Duration::from_secs(60), 60_000);
     let first = store
         .iter()
