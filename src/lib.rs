@@ -104,6 +104,9 @@ pub use cli::default_root;
 #[doc(hidden)]
 pub use cli::main as cli_main;
 
+/// The small guardian image's allocator (`src/bin/procjournal-guardian.rs`); not for embedders.
+#[doc(hidden)]
+pub use tree::guardian::GuardianAllocator;
 pub use tree::guardian::run_if_requested as run_guardian_if_requested;
 
 // The journal.

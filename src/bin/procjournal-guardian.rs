@@ -6,6 +6,11 @@
 //! the image a guardian maps stays small (its relocated data is what every guardian pays in
 //! private pages). Started any other way, it says what it is and exits 2.
 
+/// Each forked guardian keeps as its own every page it or its zygote writes: this allocator keeps
+/// them few (see its documentation).
+#[global_allocator]
+static ALLOCATOR: procjournal::GuardianAllocator = procjournal::GuardianAllocator::new();
+
 fn main() -> std::process::ExitCode {
     procjournal::run_guardian_if_requested();
     eprintln!(

@@ -252,6 +252,64 @@ async fn a_forked_guardian_keeps_no_mapping_of_the_zygotes_request_buffer() {
     let _ = sup.shutdown(Duration::from_millis(100)).await;
 }
 
+/// The private dirty KiB of `pid`'s mappings that `which` picks, from `/proc/PID/smaps`, and
+/// whether any mapping was picked. `which` gets the mapping's permissions and its name.
+fn private_dirty_of(pid: u32, which: impl Fn(&str, &str) -> bool) -> (u64, bool) {
+    let smaps = std::fs::read_to_string(format!("/proc/{pid}/smaps")).unwrap();
+    let (mut kib, mut any, mut picked) = (0, false, false);
+    for line in smaps.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        if fields
+            .first()
+            .is_some_and(|f| f.contains('-') && !f.ends_with(':'))
+        {
+            let name = fields.get(5).copied().unwrap_or("");
+            picked = which(fields[1], name);
+            any |= picked;
+        } else if picked && fields.first() == Some(&"Private_Dirty:") {
+            kib += fields[1].parse::<u64>().unwrap();
+        }
+    }
+    (kib, any)
+}
+
+/// A forked guardian allocates from the small image's own arena, as its zygote does between
+/// forks: neither writes the C library's heap or its allocator's state in the C library's
+/// data, so every idle guardian shares those pages with the zygote instead of holding four of
+/// its own (each page the zygote writes after a fork stays with that guardian).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_guardian_writes_no_page_of_the_c_librarys_allocator() {
+    let (_root, sup, _rx, _launcher, handles) = sleeps_under_a_zygote(3).await;
+    for handle in &handles {
+        let guardian = guardian_of(&sup, handle);
+        assert!(cmdline(guardian).contains(ZYGOTE_ARG), "forked, not exec'd");
+        let (heap, mapped) = private_dirty_of(guardian, |_, name| name == "[heap]");
+        assert!(mapped, "guardian {guardian} has a C library heap");
+        assert_eq!(heap, 0, "guardian {guardian}: private dirty KiB of [heap]");
+        let libc_data = |perms: &str, name: &str| {
+            let file = name.rsplit('/').next().unwrap_or("");
+            perms.starts_with("rw") && (file.starts_with("libc.so") || file.starts_with("libc-"))
+        };
+        let (data, mapped) = private_dirty_of(guardian, libc_data);
+        if mapped {
+            assert_eq!(
+                data, 0,
+                "guardian {guardian}: private dirty KiB of libc's data"
+            );
+        } else {
+            eprintln!(
+                "no writable mapping of a shared libc (a static build?): its data not checked"
+            );
+        }
+    }
+    for handle in &handles {
+        guarded("stop", sup.stop(handle, Duration::from_secs(2)))
+            .await
+            .unwrap();
+    }
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_zygote_is_reaped_and_replaced_and_no_launch_fails() {
     let root = temp_root();

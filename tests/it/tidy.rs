@@ -273,9 +273,9 @@ fn the_surfaces_add_no_branch_to_the_core() {
 
 /// Architecture Invariant: `unsafe` appears only where a crate's API forces it (the journal's
 /// mapping; the spawn actions and the reactor registration nix and tokio offer only as unsafe;
-/// the `clone3` forks that nix and rustix do not wrap; the zygote's received descriptors;
-/// glibc's `malloc_trim` and `mallopt`, foreign functions; the read-only mappings of spill
-/// files),
+/// the `clone3` forks that nix and rustix do not wrap; the zygote's received descriptors; the
+/// small guardian's allocator, which `GlobalAlloc` makes unsafe; glibc's `malloc_trim` and
+/// `mallopt`, foreign functions; the read-only mappings of spill files),
 /// and every block says why it is sound in a `// SAFETY:` comment just above it.
 #[test]
 fn unsafe_code_is_confined_and_justified() {
@@ -286,6 +286,7 @@ fn unsafe_code_is_confined_and_justified() {
         "src/tree/cgroup.rs",
         "src/tree/guardian/run.rs",
         "src/tree/guardian/zygote.rs",
+        "src/tree/guardian/arena.rs",
         "src/heap.rs",
         "src/spill.rs",
     ];

@@ -44,6 +44,7 @@
 //! protects against receipts of other registrations and stale files, not against the owner of
 //! the root). The supervisor that sent `GO` itself never accepts one.
 
+mod arena;
 mod evidence;
 pub mod failpoint;
 mod launch;
@@ -67,6 +68,7 @@ use std::time::Duration;
 use rustix::process::{WaitId, WaitIdOptions};
 use tokio::io::AsyncReadExt;
 
+pub use arena::GuardianAllocator;
 pub use evidence::{CgroupEvidence, cgroup_evidence};
 pub use program::GuardianProgram;
 pub use receipt::{Receipt, ReceiptError};

@@ -70,6 +70,8 @@ const MAGIC: &[u8; 4] = b"PJZ1";
 /// shared with the zygote: 64 KiB private dirty each, 40 without it (a release build, 40 idle
 /// guardians under `serve`, from their `smaps_rollup`). A guardian allocates a few hundred
 /// bytes after its start, so the cache buys it nothing. Another C library ignores the variable.
+/// The small image now allocates from its own arena (`arena.rs`), so this matters only for
+/// what the C library's allocator still serves there, and for `procjournal` as a zygote.
 const ZYGOTE_ENV: &std::ffi::CStr = c"GLIBC_TUNABLES=glibc.malloc.tcache_count=0";
 
 /// The largest request the zygote takes, in bytes. A launch whose arguments and environment
