@@ -1041,13 +1041,14 @@ impl Actor {
             let grace = self.shared.config.default_grace;
             (self.outbox.clone(), grace)
         });
-        let tell = tell_started(answer, reply, queued, unanswered);
+        // Boxed before the task takes it: it is done once the start is answered, and the task,
+        // which lives as long as its process, then keeps a pointer rather than its 480 bytes.
+        let tell = Box::pin(tell_started(answer, reply, queued, unanswered));
         self.tasks.spawn(
             async move {
                 tokio::join!(
                     super::launch::start(shared, actor, proc, prepared, launched),
-                    // Boxed: it is done once the start is answered, and the task lives on.
-                    Box::pin(tell)
+                    tell
                 );
             }
             .instrument(info_span!("process", %handle)),
