@@ -19,11 +19,14 @@
 //! `sleep`), and sums `Pss`, `Private_Dirty` and `Rss`. PSS charges each shared page to the
 //! processes mapping it in equal parts, so it is what one more process adds to the machine;
 //! private dirty is what no other process can share. The supervisor's share is the growth of
-//! this bench's own PSS and private dirty over the N starts, divided by N (the pipes, spool and
-//! tasks the supervisor keeps per live process, which are the same for both guardians; its
+//! this bench's own PSS and private dirty over the N starts, divided by N: the pipes, spool and
+//! tasks the supervisor keeps per live process, which are the same for both guardians (its
 //! kernel-side descriptors are not in it; the heap grows in steps, so this figure moves by
-//! several KiB between runs). The report gives each figure per process and the ratios:
-//! small guardian over old, and each way's total per supervised process over the baseline
+//! several KiB between runs). One start before them is not counted, neither its guardian and
+//! workload nor the supervisor's growth: what the first launch costs once (the zygote's start,
+//! the journal's first pages, the runtime's threads) is no process's share. The report gives
+//! each figure per process and the ratios: small guardian over old, and each way's total per
+//! supervised process over the baseline
 //! `sleep`; and the lean-processes goal, guardian and supervisor together at most 64 KiB per
 //! process, for the way the daemon launches (forked by a zygote). The guardians' figures are
 //! not noisy the way time is: one round, nothing asserted.
@@ -196,13 +199,23 @@ async fn supervised(program: &str, n: usize, base: &Path, zygote: bool) -> Res<C
     );
     let (sup, _) = Supervisor::open(config, Services::noop()).await?;
     let me = std::process::id();
+    let sleep = || Command::new("sleep").arg("600").cwd(dir.path());
+    // The first launch, not counted: what it costs once (the zygote's start, the journal's
+    // first pages, the runtime's threads) is no process's share.
+    sup.start(sup.prepare(sleep())?)
+        .await
+        .map_err(|e| e.to_string())?;
+    let first = children_of(me)?;
     let before = Mem::of(me)?;
     for _ in 0..n {
-        let prepared = sup.prepare(Command::new("sleep").arg("600").cwd(dir.path()))?;
-        sup.start(prepared).await.map_err(|e| e.to_string())?;
+        sup.start(sup.prepare(sleep())?)
+            .await
+            .map_err(|e| e.to_string())?;
     }
-    let (zygotes, guardians): (Vec<u32>, Vec<u32>) =
-        children_of(me)?.into_iter().partition(|c| is_zygote(*c));
+    let (zygotes, guardians): (Vec<u32>, Vec<u32>) = children_of(me)?
+        .into_iter()
+        .filter(|c| is_zygote(*c) || !first.contains(c))
+        .partition(|c| is_zygote(*c));
     if zygotes.len() != usize::from(zygote) {
         return Err(format!("{} zygotes with zygote={zygote}", zygotes.len()).into());
     }
