@@ -453,16 +453,27 @@ fn one_daemon_per_root_and_only_its_user() {
     let copy = open.path().join("procjournal");
     std::fs::copy(env!("CARGO_BIN_EXE_procjournal"), &copy).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = Command::new(&copy)
-        .args(["ps", "--socket"])
+    let mut ps = Command::new(&copy);
+    ps.args(["ps", "--socket"])
         .arg(&socket)
         .arg("--root")
         .arg(other_root.path())
         .current_dir(open.path())
         .uid(65534)
-        .gid(65534)
-        .output()
-        .unwrap();
+        .gid(65534);
+    // The copy was open for writing here a moment ago: a child another test forked meanwhile
+    // may still hold that descriptor until its own exec, and the kernel then refuses to exec
+    // the copy (ETXTBSY). That passes as soon as the child execs.
+    let mut attempts = 0;
+    let out = loop {
+        match ps.output() {
+            Err(e) if e.kind() == std::io::ErrorKind::ExecutableFileBusy && attempts < 50 => {
+                attempts += 1;
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            }
+            other => break other.unwrap(),
+        }
+    };
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{err}");
     assert!(err.contains("serves uid 0 only"), "{err}");
