@@ -26,10 +26,10 @@
 //! workload nor the supervisor's growth: what the first launch costs once (the zygote's start,
 //! the journal's first pages, the runtime's threads) is no process's share. The report gives
 //! each figure per process and the ratios: small guardian over old, and each way's total per
-//! supervised process over the baseline
-//! `sleep`; and the lean-processes goal, guardian and supervisor together at most 64 KiB per
-//! process, for the way the daemon launches (forked by a zygote). The guardians' figures are
-//! not noisy the way time is: one round, nothing asserted.
+//! supervised process over the baseline `sleep`; and the lean-processes goal, guardian and
+//! supervisor together at most 64 KiB per process, for the way the daemon launches (forked by
+//! a zygote). The guardians' figures are not noisy the way time is: one round, nothing
+//! asserted.
 //!
 //! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir.
 #![allow(

@@ -152,7 +152,8 @@ impl State {
 /// wrapper that might allocate: it runs inside the allocator, under its lock.
 fn map_arena() -> Option<usize> {
     // SAFETY: a new mapping at an address the kernel chooses, no file: it aliases nothing of
-    // ours; it is never unmapped, so the pointers the arena hands out stay valid.
+    // ours. It is unmapped only when its allocator is dropped (a `#[global_allocator]` static
+    // never is), so the blocks the arena hands out stay valid while their allocator lives.
     #[allow(unsafe_code)]
     let mapped = unsafe {
         libc::mmap(
