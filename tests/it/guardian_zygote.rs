@@ -110,6 +110,16 @@ async fn sleeps_under_a_zygote(
     (root, sup, rx, zygote_launcher, handles)
 }
 
+/// Stops every one of `handles` (each stop bounded), then shuts `sup` down.
+async fn stop_all_and_shut_down(sup: Supervisor, handles: &[procjournal::Handle]) {
+    for handle in handles {
+        guarded("stop", sup.stop(handle, Duration::from_secs(2)))
+            .await
+            .unwrap();
+    }
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forked_guardians_are_our_children_holding_only_their_own_descriptors() {
     let (_root, sup, _rx, zygote_launcher, handles) = sleeps_under_a_zygote(3).await;
@@ -244,12 +254,7 @@ async fn a_forked_guardian_keeps_no_mapping_of_the_zygotes_request_buffer() {
             "guardian {guardian}: {unmapped} bytes the zygote maps are not mapped, {buffer} expected"
         );
     }
-    for handle in &handles {
-        guarded("stop", sup.stop(handle, Duration::from_secs(2)))
-            .await
-            .unwrap();
-    }
-    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    stop_all_and_shut_down(sup, &handles).await;
 }
 
 /// The private dirty KiB of `pid`'s mappings that `which` picks, from `/proc/PID/smaps`, and
@@ -302,12 +307,7 @@ async fn a_forked_guardian_writes_no_page_of_the_c_librarys_allocator() {
             );
         }
     }
-    for handle in &handles {
-        guarded("stop", sup.stop(handle, Duration::from_secs(2)))
-            .await
-            .unwrap();
-    }
-    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    stop_all_and_shut_down(sup, &handles).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
