@@ -517,8 +517,9 @@ pub const RETENTION_SEGMENTS_MAX: u64 = 8;
 /// segment frees its page cache there and then, about 3 ms for an 8 MiB segment measured on
 /// this kind of machine, which stalled the drain for a third of the time a 1 GiB capture took.
 /// Past this many (no sync came: a checkpoint is at most a second away while output flows, and
-/// write-behind syncs every segment), the next one is removed at once, as an unsupervised spool
-/// removes each.
+/// every write-behind's worth of output starts a sync, or only these removals when the window
+/// turns over too fast for a sync to be worth it), the next one is removed at once, as an
+/// unsupervised spool removes each.
 pub const SPOOL_REMOVALS_DEFERRED_MAX: usize = 16;
 
 /// The most retention a start or a daemon may ask for: 4 GiB per process. More is far more often

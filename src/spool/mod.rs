@@ -319,6 +319,11 @@ impl Spool {
         self.retained_from
     }
 
+    /// Bytes the window keeps: older whole segments are dropped past them.
+    pub fn retention_bytes(&self) -> u64 {
+        self.options.retention_bytes
+    }
+
     /// Bytes covered by the last [`Spool::checkpoint`].
     #[cfg(any(test, feature = "test-support"))]
     pub fn durable_total(&self) -> u64 {

@@ -79,6 +79,11 @@ impl Output {
         self.guarded(Spool::plan_sync)
     }
 
+    /// [`Spool::plan_removals`].
+    pub fn plan_removals(&self) -> SyncPlan {
+        self.spool.plan_removals()
+    }
+
     /// [`Spool::finish_sync`].
     pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
         self.guarded(|spool| spool.finish_sync(done))

@@ -102,9 +102,9 @@ pub struct SyncPlan {
     /// accounted as retained away, nothing to sync) or a loss; [`Spool::finish_sync`] decides.
     vanished: Vec<String>,
     /// The spool directory, when its entries may have changed since it was last synced.
-    dir: Option<Arc<Dir>>,
+    pub(super) dir: Option<Arc<Dir>>,
     /// The parent of a spool directory this writer created and has not yet synced.
-    parent: Option<PathBuf>,
+    pub(super) parent: Option<PathBuf>,
     layout: Layout,
     total_bytes: u64,
     io: Arc<dyn io::SpoolIo>,
@@ -260,19 +260,7 @@ impl Spool {
     /// Step 1: what a checkpoint of everything appended so far must sync. Cheap (one `dup` per
     /// segment written since the last checkpoint); call under the writer's lock.
     pub fn plan_sync(&mut self) -> Result<SyncPlan, SpoolError> {
-        let layout = self.layout();
-        let mut plan = SyncPlan {
-            files: Vec::new(),
-            sealed: Vec::new(),
-            vanished: Vec::new(),
-            dir: None,
-            parent: None,
-            layout,
-            total_bytes: self.durable_total,
-            io: Arc::clone(&self.io),
-            doomed: self.doomed.clone(),
-            held: self.held.clone(),
-        };
+        let mut plan = self.plan_removals();
         if !self.writable || !self.dirty {
             return Ok(plan);
         }
@@ -300,7 +288,7 @@ impl Spool {
                 break;
             }
         }
-        if self.synced_layout != Some(layout) {
+        if self.synced_layout != Some(plan.layout) {
             plan.dir = self.held.clone();
         }
         if self.parent_unsynced {
@@ -313,6 +301,26 @@ impl Spool {
         // (up to the plan's total) is recorded, so that checkpoints go on through a full disk.
         plan.total_bytes = self.total_bytes;
         Ok(plan)
+    }
+
+    /// A plan that only removes the files of segments retention dropped (see
+    /// [`Spool::defer_removals`]): it syncs nothing, so it makes nothing durable and leaves what
+    /// the next [`Spool::plan_sync`] must sync as it was. For a writer that turns its window over
+    /// faster than it checkpoints, whose dropped segments should leave the drain's thread without
+    /// a sync of segments that are about to be dropped too.
+    pub fn plan_removals(&self) -> SyncPlan {
+        SyncPlan {
+            files: Vec::new(),
+            sealed: Vec::new(),
+            vanished: Vec::new(),
+            dir: None,
+            parent: None,
+            layout: self.layout(),
+            total_bytes: self.durable_total,
+            io: Arc::clone(&self.io),
+            doomed: self.doomed.clone(),
+            held: self.held.clone(),
+        }
     }
 
     /// Step 3: records what a plan made durable and returns the bounds a journal checkpoint may

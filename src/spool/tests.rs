@@ -347,6 +347,50 @@ fn deferred_removals_leave_the_window_at_once_and_the_files_at_the_next_plan() {
     );
 }
 
+/// A removal-only plan (for a writer whose window turns over faster than it checkpoints)
+/// removes exactly the files retention dropped and syncs nothing: the durable total stays where
+/// the last sync left it, and the next sync still covers every byte appended since.
+#[test]
+fn a_removal_plan_removes_the_dropped_files_and_makes_nothing_durable() {
+    let (dir, mut spool) = deferring_spool();
+    let mut model = Model::default();
+    write_pattern(&mut spool, &mut model, &[1000; 3]);
+    let plan = spool.plan_sync().unwrap();
+    spool.finish_sync(plan.run()).unwrap();
+    let durable = spool.durable_total();
+    assert_eq!(durable, 3000);
+    write_pattern(&mut spool, &mut model, &[1000; 20]);
+    let dropped = spool.retained_from();
+    assert!(
+        !spool.doomed.is_empty(),
+        "retention must have dropped segments"
+    );
+
+    let plan = spool.plan_removals();
+    assert!(plan.files.is_empty() && plan.sealed.is_empty(), "{plan:?}");
+    assert!(plan.dir.is_none() && plan.parent.is_none(), "{plan:?}");
+    assert_eq!(spool.finish_sync(plan.run()).unwrap(), (dropped, durable));
+    assert!(spool.doomed.is_empty());
+    assert_eq!(
+        segment_names(dir.path()).first(),
+        Some(&segment_name(dropped)),
+        "exactly the dropped files went"
+    );
+    assert_eq!(spool.durable_total(), durable, "nothing was synced");
+    check_read(&spool, &model, dropped, 1 << 16);
+
+    let plan = spool.plan_sync().unwrap();
+    assert!(
+        !plan.files.is_empty(),
+        "the sync still owes the active segment: {plan:?}"
+    );
+    assert!(plan.dir.is_some(), "and the directory the removals changed");
+    assert_eq!(
+        spool.finish_sync(plan.run()).unwrap(),
+        (dropped, spool.total_bytes())
+    );
+}
+
 /// Deferred removals go oldest first and stop at the first that fails, so the files left on
 /// disk never skip a segment; what a plan could not remove, or a plan lost before it ran,
 /// leaves its names to the next plan.

@@ -34,7 +34,10 @@ pub struct SupervisorConfig {
     /// many bytes were appended since the last sync began, so that a fast writer's output goes
     /// to disk while it runs instead of all at its next checkpoint. `None`: only checkpoints sync.
     /// The default, 8 MiB (one default spool segment), measured as fast as 16 MiB and faster
-    /// than 32 MiB, whose larger final sync the workload's exit then waits for.
+    /// than 32 MiB, whose larger final sync the workload's exit then waits for. A writer fast
+    /// enough to turn its spool's window over within a `checkpoint_interval` gets no
+    /// write-behind, only the removal of what retention dropped: what a sync wrote back would be
+    /// dropped before the next checkpoint, which syncs at most the window.
     pub write_behind_bytes: Option<u64>,
     /// Grace between SIGTERM and SIGKILL for timeouts (stop and shutdown take their own); with
     /// [`limits::KILL_PROOF_MS`] after it, the termination's whole budget.
