@@ -247,8 +247,9 @@ fn with_receipt_checksum(data: &[u8]) -> Vec<u8> {
 /// message again. A decoded request holds no NUL byte in any string (each becomes a C string in
 /// the forked guardian).
 pub fn guardian_zygote(data: &[u8]) {
-    use crate::tree::guardian::zygote::{REQUEST_MAX, Reply, Request};
-    if let Ok(request) = Request::decode(data) {
+    use crate::tree::guardian::zygote::{REQUEST_MAX, Received, Reply};
+    let decode = |bytes: &[u8]| Received::decode(bytes).map(Received::into_request);
+    if let Ok(request) = decode(data) {
         assert!(data.len() <= REQUEST_MAX);
         let strings = request
             .args
@@ -265,7 +266,7 @@ pub fn guardian_zygote(data: &[u8]) {
             "a request re-encodes to other bytes"
         );
         let Ok(encoded) = encoded else { return };
-        assert_eq!(Request::decode(&encoded), Ok(request));
+        assert_eq!(decode(&encoded), Ok(request));
     }
     if let Ok(reply) = Reply::decode(data) {
         assert_eq!(

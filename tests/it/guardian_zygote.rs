@@ -310,6 +310,80 @@ async fn a_forked_guardian_writes_no_page_of_the_c_librarys_allocator() {
     stop_all_and_shut_down(sup, &handles).await;
 }
 
+/// Whether a readable mapping of `pid` holds `needle`, read through /proc/PID/mem (mappings
+/// that cannot be read, such as `[vvar]`, are passed over).
+fn memory_holds(pid: u32, needle: &[u8]) -> bool {
+    use std::os::unix::fs::FileExt;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+    let mem = std::fs::File::open(format!("/proc/{pid}/mem")).unwrap();
+    maps.lines().any(|line| {
+        let mut fields = line.split_whitespace();
+        let (Some(range), Some(perms)) = (fields.next(), fields.next()) else {
+            return false;
+        };
+        let Some((from, to)) = range.split_once('-') else {
+            return false;
+        };
+        let from = u64::from_str_radix(from, 16).unwrap();
+        let to = u64::from_str_radix(to, 16).unwrap();
+        let mut bytes = vec![0u8; usize::try_from(to - from).unwrap()];
+        perms.starts_with('r')
+            && mem.read_exact_at(&mut bytes, from).is_ok()
+            && bytes.windows(needle.len()).any(|w| w == needle)
+    })
+}
+
+/// The workload's environment, most of a launch's request, leaves a forked guardian with its
+/// workload's fork: the zygote decodes it into a mapping of its own, which the guardian drops
+/// with its arguments, so no page of an idle guardian holds it (decoded onto the allocator's
+/// pages, it stayed there, a page per 4 KiB, once the zygote reused those blocks). The workload
+/// itself holds it: the scan finds what is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_guardian_keeps_no_copy_of_its_workloads_environment() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!("skipped: reading a guardian's memory (it is not dumpable) needs root");
+        return;
+    }
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let token = format!("envmark{nanos:x}p{}", std::process::id());
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = launcher();
+    let (sup, _rx) = open(cfg).await;
+    let mut handles = Vec::new();
+    for _ in 0..2 {
+        let cmd = Command::new("sleep")
+            .arg("300")
+            .cwd(root.path())
+            .env("PJ_LARGE_VARIABLE", token.repeat(16 * 1024 / token.len()));
+        handles.push(start(&sup, cmd).await);
+    }
+    for handle in &handles {
+        let guardian = guardian_of(&sup, handle);
+        assert!(cmdline(guardian).contains(ZYGOTE_ARG), "forked, not exec'd");
+        let children = format!("/proc/{guardian}/task/{guardian}/children");
+        let workload: u32 = std::fs::read_to_string(children)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .expect("the guardian's workload")
+            .parse()
+            .unwrap();
+        assert!(
+            memory_holds(workload, token.as_bytes()),
+            "the workload {workload} got the variable"
+        );
+        assert!(
+            !memory_holds(guardian, token.as_bytes()),
+            "guardian {guardian} still holds its workload's environment"
+        );
+    }
+    stop_all_and_shut_down(sup, &handles).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_zygote_is_reaped_and_replaced_and_no_launch_fails() {
     let root = temp_root();

@@ -30,11 +30,10 @@ static LAUNCH_ENV: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::Once
 /// its image a shipped one would not (the zygote's own environment, which failpoints then
 /// read, is only the allocator's setting: it sets none either).
 #[cfg(feature = "failpoints")]
-pub(super) fn use_environment(envp: &[std::ffi::CString]) {
+pub(super) fn use_environment<'a>(envp: impl Iterator<Item = &'a std::ffi::CStr>) {
     let ours: Vec<_> = envp
-        .iter()
-        .filter(|e| e.as_bytes().starts_with(b"PROCJOURNAL_FAILPOINT_"))
-        .cloned()
+        .filter(|e| e.to_bytes().starts_with(b"PROCJOURNAL_FAILPOINT_"))
+        .map(std::ffi::CStr::to_owned)
         .collect();
     if !ours.is_empty() {
         let _ = LAUNCH_ENV.set(ours);
@@ -42,7 +41,7 @@ pub(super) fn use_environment(envp: &[std::ffi::CString]) {
 }
 
 #[cfg(not(feature = "failpoints"))]
-pub(super) fn use_environment(_envp: &[std::ffi::CString]) {}
+pub(super) fn use_environment<'a>(_envp: impl Iterator<Item = &'a std::ffi::CStr>) {}
 
 /// The value of `name` in the launch environment.
 #[cfg(feature = "failpoints")]
@@ -101,13 +100,16 @@ pub const ZYGOTE_SILENT: &str = "PROCJOURNAL_FAILPOINT_ZYGOTE_SILENT";
 
 /// Exits the process (the zygote) if this build has failpoints and `envp` sets `name`.
 #[cfg(feature = "failpoints")]
-pub(super) fn exit_if_requested(name: &str, envp: &[Vec<u8>]) {
+pub(super) fn exit_if_requested<'a>(
+    name: &str,
+    mut envp: impl Iterator<Item = &'a std::ffi::CStr>,
+) {
     let prefix = [name.as_bytes(), b"="].concat();
-    if envp.iter().any(|e| e.starts_with(&prefix)) {
+    if envp.any(|e| e.to_bytes().starts_with(&prefix)) {
         std::process::exit(3);
     }
 }
 
 /// Without the `failpoints` feature the zygote always answers.
 #[cfg(not(feature = "failpoints"))]
-pub(super) fn exit_if_requested(_name: &str, _envp: &[Vec<u8>]) {}
+pub(super) fn exit_if_requested<'a>(_name: &str, _envp: impl Iterator<Item = &'a std::ffi::CStr>) {}

@@ -48,6 +48,7 @@ mod arena;
 mod evidence;
 pub mod failpoint;
 mod launch;
+mod packed;
 mod program;
 mod receipt;
 mod run;

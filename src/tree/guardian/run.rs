@@ -44,6 +44,7 @@ use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::socket::{MsgFlags, send};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 
+use super::packed::Packed;
 use super::receipt::Receipt;
 use super::tree as walk;
 use super::wire::{self, Down, Up};
@@ -104,9 +105,10 @@ pub(crate) struct Args {
     pub program: CString,
     pub argv: Vec<CString>,
     /// The workload's environment when the guardian's own is not it (a guardian forked by the
-    /// zygote runs in the zygote's); `None`: the workload inherits the guardian's, which its
+    /// zygote runs in the zygote's), in the mapping the zygote packed it into, unmapped when
+    /// these arguments are dropped; `None`: the workload inherits the guardian's, which its
     /// exec was given.
-    pub envp: Option<Vec<CString>>,
+    pub envp: Option<Packed>,
 }
 
 impl Args {
@@ -782,7 +784,10 @@ fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
         }
     }
     let exec = match &args.envp {
-        Some(envp) => nix::unistd::execve(&args.program, &args.argv, envp),
+        Some(envp) => {
+            let envp: Vec<&std::ffi::CStr> = envp.iter().collect();
+            nix::unistd::execve(&args.program, &args.argv, &envp)
+        }
         None => nix::unistd::execv(&args.program, &args.argv),
     };
     let errno = match exec {

@@ -5,7 +5,10 @@
 //! and each exec'd guardian pays its own relocated data; a forked guardian skips the exec and
 //! shares the zygote's pages copy-on-write until it writes to them, so it writes as few as it
 //! can: it takes the request's strings without copying them, frees them once its workload is
-//! forked, and its allocator keeps no cache of freed blocks ([`ZYGOTE_ENV`]).
+//! forked, and its allocator keeps no cache of freed blocks ([`ZYGOTE_ENV`]). The workload's
+//! environment, most of a request, is decoded into a mapping of its own (`packed.rs`) rather
+//! than onto the allocator's pages, where each guardian would keep it once the zygote reused
+//! those blocks for the next request.
 //!
 //! The wire, one `SOCK_SEQPACKET` message each way over the socketpair the zygote was started
 //! with (its descriptor 3), all integers little-endian:
@@ -50,6 +53,7 @@ use nix::sys::socket::{
     sendmsg, setsockopt, socketpair, sockopt,
 };
 
+use super::packed::Packed;
 use super::run::{self, Args};
 use crate::sync::Lock;
 use crate::tree::SpawnError;
@@ -138,33 +142,81 @@ impl Request {
         }
         Ok(out)
     }
+}
 
+/// A request as the zygote takes it for a fork: the guardian's arguments and working directory
+/// on the heap, the workload's environment (most of a request) packed in a mapping of its own,
+/// which the guardian drops with its arguments once its workload is forked (`packed.rs`).
+#[derive(Debug)]
+pub(crate) struct Received {
+    pub args: Vec<Vec<u8>>,
+    pub envp: Packed,
+    pub cwd: Vec<u8>,
+}
+
+impl Received {
     /// Total: any bytes give a request or a typed error. Counts are never trusted for an
     /// allocation: each string must be present in the bytes before the next is read.
-    pub fn decode(bytes: &[u8]) -> Result<Request, ZygoteWireError> {
-        if bytes.len() > REQUEST_MAX {
-            return Err(ZygoteWireError::TooLong);
-        }
-        let rest = bytes.strip_prefix(MAGIC).ok_or(ZygoteWireError::Magic)?;
-        let mut reader = Reader(rest);
-        let args = reader.u32("the argument count")?;
-        let envs = reader.u32("the environment count")?;
-        let mut take = |n: u32, what| -> Result<Vec<Vec<u8>>, ZygoteWireError> {
-            (0..n).map(|_| reader.string(what)).collect()
+    pub(crate) fn decode(bytes: &[u8]) -> Result<Received, ZygoteWireError> {
+        let mut strings = Vec::new();
+        let (args, envs) = walk(bytes, |s| strings.push(s))?;
+        let owned = |s: &[u8]| {
+            let mut owned = Vec::with_capacity(s.len() + 1);
+            owned.extend_from_slice(s);
+            owned
         };
-        let args = take(args, "an argument")?;
-        let envp = take(envs, "an environment entry")?;
-        let cwd = reader.string("the working directory")?;
-        if !reader.0.is_empty() {
-            return Err(ZygoteWireError::Trailing(reader.0.len()));
-        }
-        Ok(Request { args, envp, cwd })
+        let (args, rest) = strings.split_at(args);
+        let (envp, cwd) = rest.split_at(envs);
+        Ok(Received {
+            args: args.iter().map(|s| owned(s)).collect(),
+            envp: Packed::new(envp.iter().copied()).map_err(|_| ZygoteWireError::Nul)?,
+            cwd: cwd.first().map(|s| owned(s)).unwrap_or_default(),
+        })
     }
+
+    /// The request the bytes encoded, to compare with the one encoded.
+    #[cfg(any(test, feature = "fuzzing"))]
+    pub(crate) fn into_request(self) -> Request {
+        Request {
+            envp: self.envp.iter().map(|e| e.to_bytes().to_vec()).collect(),
+            args: self.args,
+            cwd: self.cwd,
+        }
+    }
+}
+
+/// Walks a request's bytes: checks them in full and gives each string to `each` in order (the
+/// arguments, the environment entries, the working directory); returns how many arguments and
+/// entries there are.
+fn walk<'a>(
+    bytes: &'a [u8],
+    mut each: impl FnMut(&'a [u8]),
+) -> Result<(usize, usize), ZygoteWireError> {
+    if bytes.len() > REQUEST_MAX {
+        return Err(ZygoteWireError::TooLong);
+    }
+    let rest = bytes.strip_prefix(MAGIC).ok_or(ZygoteWireError::Magic)?;
+    let mut reader = Reader(rest);
+    let args = reader.u32("the argument count")?;
+    let envs = reader.u32("the environment count")?;
+    for _ in 0..args {
+        each(reader.string("an argument")?);
+    }
+    for _ in 0..envs {
+        each(reader.string("an environment entry")?);
+    }
+    each(reader.string("the working directory")?);
+    if !reader.0.is_empty() {
+        return Err(ZygoteWireError::Trailing(reader.0.len()));
+    }
+    // Each string took at least its 4-byte length, so both counts are below REQUEST_MAX.
+    let count = |n: u32| usize::try_from(n).map_err(|_| ZygoteWireError::TooLong);
+    Ok((count(args)?, count(envs)?))
 }
 
 struct Reader<'a>(&'a [u8]);
 
-impl Reader<'_> {
+impl<'a> Reader<'a> {
     fn u32(&mut self, what: &'static str) -> Result<u32, ZygoteWireError> {
         let (head, rest) = self
             .0
@@ -174,7 +226,7 @@ impl Reader<'_> {
         Ok(u32::from_le_bytes(*head))
     }
 
-    fn string(&mut self, what: &'static str) -> Result<Vec<u8>, ZygoteWireError> {
+    fn string(&mut self, what: &'static str) -> Result<&'a [u8], ZygoteWireError> {
         let len = usize::try_from(self.u32(what)?).map_err(|_| ZygoteWireError::Short(what))?;
         if self.0.len() < len {
             return Err(ZygoteWireError::Short(what));
@@ -184,11 +236,7 @@ impl Reader<'_> {
         if s.contains(&0) {
             return Err(ZygoteWireError::Nul);
         }
-        // Room for the NUL the guardian's C string adds, so that it takes these bytes as
-        // they are (`enter`).
-        let mut owned = Vec::with_capacity(len + 1);
-        owned.extend_from_slice(s);
-        Ok(owned)
+        Ok(s)
     }
 }
 
@@ -270,7 +318,7 @@ pub(super) fn serve() -> i32 {
 /// The next request and its descriptors; `None` at end of stream. A message that is truncated,
 /// does not decode or does not bring exactly [`FDS`] descriptors is `EBADMSG` (its descriptors
 /// are closed).
-fn receive(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<(Request, [OwnedFd; FDS])>, Errno> {
+fn receive(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<(Received, [OwnedFd; FDS])>, Errno> {
     let mut space = nix::cmsg_space!([RawFd; FDS]);
     let mut iov = [IoSliceMut::new(buf)];
     let msg = recvmsg::<()>(
@@ -300,7 +348,7 @@ fn receive(sock: &OwnedFd, buf: &mut [u8]) -> Result<Option<(Request, [OwnedFd; 
     }
     let request = buf
         .get(..len)
-        .and_then(|b| Request::decode(b).ok())
+        .and_then(|b| Received::decode(b).ok())
         .ok_or(Errno::EBADMSG)?;
     let fds: [OwnedFd; FDS] = fds.try_into().map_err(|_| Errno::EBADMSG)?;
     Ok(Some((request, fds)))
@@ -315,7 +363,7 @@ fn send_reply(sock: &OwnedFd, reply: Reply) {
 /// The child never returns.
 fn fork_guardian(
     sock: OwnedFd,
-    request: Request,
+    request: Received,
     fds: [OwnedFd; FDS],
     name: Option<&std::ffi::CStr>,
     buffer: &mut Option<memmap2::MmapMut>,
@@ -328,7 +376,8 @@ fn fork_guardian(
     let forked = unsafe { cgroup::fork_sibling() };
     match forked {
         Ok(Forked::Child) => {
-            // The request is decoded into this process's own heap: the buffer is the zygote's.
+            // The request is decoded out of the buffer (its environment into a mapping of its
+            // own, dropped with the guardian's arguments): the buffer is the zygote's.
             drop(buffer.take());
             if let Some(name) = name {
                 let _ = nix::sys::prctl::set_name(name);
@@ -336,7 +385,10 @@ fn fork_guardian(
             guardian_child(sock, request, fds)
         }
         Ok(Forked::Parent { child }) => {
-            super::failpoint::exit_if_requested(super::failpoint::ZYGOTE_SILENT, &request.envp);
+            super::failpoint::exit_if_requested(
+                super::failpoint::ZYGOTE_SILENT,
+                request.envp.iter(),
+            );
             send_reply(&sock, Reply::Forked { pid: child });
         }
         Err(e) => send_reply(
@@ -351,7 +403,7 @@ fn fork_guardian(
 
 /// The forked guardian: its streams on 0-2, the zygote's socket closed, its own process group
 /// and directory (as an exec'd guardian's spawn gives it), then the guardian itself.
-fn guardian_child(sock: OwnedFd, request: Request, fds: [OwnedFd; FDS]) -> ! {
+fn guardian_child(sock: OwnedFd, request: Received, fds: [OwnedFd; FDS]) -> ! {
     drop(sock);
     let [control, stdin, stdout, stderr] = fds;
     let code = match enter(request, [stdin, stdout, stderr]) {
@@ -373,7 +425,7 @@ fn guardian_child(sock: OwnedFd, request: Request, fds: [OwnedFd; FDS]) -> ! {
 
 /// Takes `request`'s strings as the guardian's own, without copying them: every page a forked
 /// guardian writes is a page it no longer shares with the zygote.
-fn enter(request: Request, stdio: [OwnedFd; 3]) -> Result<Args, String> {
+fn enter(request: Received, stdio: [OwnedFd; 3]) -> Result<Args, String> {
     let fail = |what: &str, e: &dyn std::fmt::Display| format!("guardian: {what}: {e}");
     let [stdin, stdout, stderr] = stdio;
     rustix::stdio::dup2_stdin(&stdin).map_err(|e| fail("stdin", &e))?;
@@ -385,13 +437,8 @@ fn enter(request: Request, stdio: [OwnedFd; 3]) -> Result<Args, String> {
     let cwd = Path::new(std::ffi::OsStr::from_bytes(&request.cwd));
     nix::unistd::chdir(cwd).map_err(|e| fail("working directory", &e))?;
     let mut args = Args::parse(request.args.into_iter().map(OsString::from_vec))?;
-    let envp = request
-        .envp
-        .into_iter()
-        .map(|e| CString::new(e).map_err(|_| "NUL in the environment".to_owned()))
-        .collect::<Result<Vec<_>, _>>()?;
-    super::failpoint::use_environment(&envp);
-    args.envp = Some(envp);
+    super::failpoint::use_environment(request.envp.iter());
+    args.envp = Some(request.envp);
     Ok(args)
 }
 
@@ -632,6 +679,10 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
+    fn decode(bytes: &[u8]) -> Result<Request, ZygoteWireError> {
+        Received::decode(bytes).map(Received::into_request)
+    }
+
     fn request() -> Request {
         Request {
             args: vec![
@@ -656,7 +707,7 @@ mod tests {
             bytes,
             b"PJZ1\x01\0\0\0\0\0\0\0\x02\0\0\0ab\x01\0\0\0/".to_vec()
         );
-        assert_eq!(Request::decode(&bytes), Ok(r));
+        assert_eq!(decode(&bytes), Ok(r));
         assert_eq!(Reply::Forked { pid: 258 }.encode(), *b"P\x02\x01\0\0");
         assert_eq!(Reply::Failed { errno: -1 }.encode(), *b"E\xff\xff\xff\xff");
     }
@@ -664,26 +715,23 @@ mod tests {
     #[test]
     fn every_kind_of_bad_request_has_its_error() {
         let good = request().encode().unwrap();
-        assert_eq!(Request::decode(b"PJZ2"), Err(ZygoteWireError::Magic));
+        assert_eq!(decode(b"PJZ2"), Err(ZygoteWireError::Magic));
         assert!(matches!(
-            Request::decode(&good[..good.len() - 1]),
+            decode(&good[..good.len() - 1]),
             Err(ZygoteWireError::Short(_))
         ));
         let mut longer = good.clone();
         longer.push(0);
-        assert_eq!(Request::decode(&longer), Err(ZygoteWireError::Trailing(1)));
+        assert_eq!(decode(&longer), Err(ZygoteWireError::Trailing(1)));
         let mut nul = good.clone();
         let at = nul.iter().position(|&b| b == b'/').unwrap();
         nul[at] = 0;
-        assert_eq!(Request::decode(&nul), Err(ZygoteWireError::Nul));
+        assert_eq!(decode(&nul), Err(ZygoteWireError::Nul));
         // A count far beyond the bytes is an error, never an allocation of that size.
         let mut huge = b"PJZ1".to_vec();
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
         huge.extend_from_slice(&u32::MAX.to_le_bytes());
-        assert!(matches!(
-            Request::decode(&huge),
-            Err(ZygoteWireError::Short(_))
-        ));
+        assert!(matches!(decode(&huge), Err(ZygoteWireError::Short(_))));
         let big = Request {
             envp: vec![vec![b'x'; REQUEST_MAX]],
             ..request()
@@ -714,7 +762,7 @@ mod tests {
         ) {
             let r = Request { args, envp, cwd };
             let bytes = r.encode().unwrap();
-            prop_assert_eq!(Request::decode(&bytes), Ok(r));
+            prop_assert_eq!(decode(&bytes), Ok(r));
             crate::fuzzing::guardian_zygote(&bytes);
         }
 
