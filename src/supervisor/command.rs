@@ -244,7 +244,8 @@ pub struct PreparedProcess {
     pub(crate) spec: Box<CommandSpecV2>,
     pub(crate) env: Box<LaunchEnvRequest>,
     pub(crate) lease: Option<Box<dyn Lease>>,
-    pub(crate) tap: Option<Tap>,
+    /// Boxed: a refused start hands its prepared process back inside its error.
+    pub(crate) tap: Option<Box<Tap>>,
     /// How long this start may wait for capacity (`None`: fail at once).
     pub(crate) capacity_wait: Option<Duration>,
     /// The launch's terminal, if it runs under one.
@@ -270,7 +271,7 @@ impl PreparedProcess {
     /// included) is dropped here: the journal has the command, the process its environment,
     /// and a process task lives as long as its process.
     pub(crate) fn into_lease_and_tap(self) -> (Option<Box<dyn Lease>>, Option<Tap>) {
-        (self.lease, self.tap)
+        (self.lease, self.tap.map(|tap| *tap))
     }
 
     /// The command as the journal will record it (its policy once launched).
@@ -304,7 +305,7 @@ impl PreparedProcess {
     /// [`Command`], which is `Clone`: a tap belongs to exactly one launch, and is never part of
     /// what the journal records.
     pub fn with_tap(mut self, tap: Tap) -> Self {
-        self.tap = Some(tap);
+        self.tap = Some(Box::new(tap));
         self
     }
 }

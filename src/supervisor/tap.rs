@@ -14,7 +14,9 @@
 //! - Waiting for room is one more arm of the drain's loop, never an await inside another arm:
 //!   checkpoints and the leader's exit are handled while the tap is full (deadlines are the
 //!   actor's sweep's, `deadline.rs`, and stop the tree whatever the tap holds).
-//! - A dropped receiver ends the tap, not the process: the drain reads on without it.
+//! - A dropped receiver ends the tap, not the process: the drain reads on without it. So does
+//!   [`TapAbandon::abandon`], for a consumer whose receiver is held by a thread that may be
+//!   blocked writing to a reader that stopped reading.
 //! - The consumer must read the tap or drop it. Bytes the workload wrote before its exit are
 //!   owed to the consumer however slowly it reads (see `drain`'s final window), so a receiver
 //!   held but never read holds the process at its end, as a reader that never reads holds a
@@ -22,7 +24,9 @@
 //! - The sender goes when the drain stops reading: the receiver sees the end once the last
 //!   chunk is taken, and the process is terminal (or about to be) from then on.
 
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
 use crate::limits;
@@ -40,31 +44,55 @@ pub struct TapChunk {
 #[derive(Debug)]
 pub struct Tap {
     sender: mpsc::Sender<TapChunk>,
+    abandoned: Arc<Notify>,
 }
 
 impl Tap {
     /// A tap of [`limits::TAP_DEPTH`] chunks and the receiver its consumer reads.
     pub fn new() -> (Tap, mpsc::Receiver<TapChunk>) {
         let (sender, receiver) = mpsc::channel(limits::TAP_DEPTH);
-        (Tap { sender }, receiver)
+        let abandoned = Arc::new(Notify::new());
+        (Tap { sender, abandoned }, receiver)
+    }
+
+    /// What ends this tap from its consumer's side without its receiver.
+    pub fn abandoner(&self) -> TapAbandon {
+        TapAbandon(Arc::clone(&self.abandoned))
     }
 }
+
+/// Ends a tap as dropping its receiver does: the drain reads on without it. For a consumer
+/// that reads the tap on a thread of its own, which may be blocked writing (to a reader that
+/// stopped reading) when the consumer gives up: its receiver cannot be dropped then.
+#[derive(Debug, Clone)]
+pub struct TapAbandon(Arc<Notify>);
+
+impl TapAbandon {
+    pub fn abandon(&self) {
+        // A permit is kept if the drain is not waiting now: it takes it at its next wait.
+        self.0.notify_one();
+    }
+}
+
+/// Room reserved for one chunk, and what ends the tap.
+#[derive(Debug)]
+pub(crate) struct Room(mpsc::OwnedPermit<TapChunk>, Arc<Notify>);
 
 /// The drain's side of a tap: whether it may read a pipe now.
 #[derive(Debug)]
 pub(crate) enum Tapping {
     /// No tap, or its receiver is gone: the drain reads whenever a pipe is ready.
     Off,
-    /// The tap is full: no pipe is read until the consumer takes a chunk.
-    Waiting(mpsc::Sender<TapChunk>),
+    /// The tap is full: no pipe is read until the consumer takes a chunk (or abandons it).
+    Waiting(mpsc::Sender<TapChunk>, Arc<Notify>),
     /// Room for one chunk is reserved: the next read goes to the tap.
-    Ready(mpsc::OwnedPermit<TapChunk>),
+    Ready(mpsc::OwnedPermit<TapChunk>, Arc<Notify>),
 }
 
 impl Tapping {
     pub fn new(tap: Option<Tap>) -> Tapping {
         match tap {
-            Some(tap) => Tapping::Waiting(tap.sender),
+            Some(tap) => Tapping::Waiting(tap.sender, tap.abandoned),
             None => Tapping::Off,
         }
     }
@@ -75,31 +103,34 @@ impl Tapping {
     }
 
     pub fn waiting(&self) -> bool {
-        matches!(self, Tapping::Waiting(_))
+        matches!(self, Tapping::Waiting(..))
     }
 
-    /// Resolves with room for one chunk, or an error once the receiver is gone; never while not
-    /// waiting. Cancel safe: it reserves through a clone of the sender (the drain is its only
-    /// sender, so dropping the future loses no place in the queue), and the drain's loop
-    /// creates it afresh on every turn.
-    pub async fn room(&self) -> Result<mpsc::OwnedPermit<TapChunk>, mpsc::error::SendError<()>> {
+    /// Resolves with room for one chunk (and what ends the tap), or an error once the receiver
+    /// is gone or the tap was abandoned; never while not waiting. Cancel safe: it reserves
+    /// through a clone of the sender (the drain is its only sender, so dropping the future
+    /// loses no place in the queue), an abandonment's permit is taken only when it resolves,
+    /// and the drain's loop creates it afresh on every turn.
+    pub async fn room(&self) -> Result<Room, mpsc::error::SendError<()>> {
         match self {
-            Tapping::Waiting(sender) => sender.clone().reserve_owned().await,
-            Tapping::Off | Tapping::Ready(_) => std::future::pending().await,
+            Tapping::Waiting(sender, abandoned) => tokio::select! {
+                room = sender.clone().reserve_owned() => {
+                    room.map(|permit| Room(permit, Arc::clone(abandoned)))
+                }
+                () = abandoned.notified() => Err(mpsc::error::SendError(())),
+            },
+            Tapping::Off | Tapping::Ready(..) => std::future::pending().await,
         }
     }
 
     /// Takes what [`Tapping::room`] resolved with.
-    pub fn reserved(
-        &mut self,
-        room: Result<mpsc::OwnedPermit<TapChunk>, mpsc::error::SendError<()>>,
-    ) {
+    pub fn reserved(&mut self, room: Result<Room, mpsc::error::SendError<()>>) {
         *self = match room {
-            Ok(permit) => Tapping::Ready(permit),
+            Ok(Room(permit, abandoned)) => Tapping::Ready(permit, abandoned),
             Err(_) => {
-                // The consumer is gone (`run`'s stdout broke): the drain reads on without it,
-                // so the workload never waits for nobody.
-                debug!("tap receiver dropped; draining without it");
+                // The consumer is gone (`run`'s stdout broke, or it gave up on its reader):
+                // the drain reads on without it, so the workload never waits for nobody.
+                debug!("tap receiver dropped or abandoned; draining without it");
                 Tapping::Off
             }
         };
@@ -110,10 +141,13 @@ impl Tapping {
         *self = match std::mem::replace(self, Tapping::Off) {
             // A receiver dropped since the reservation drops the chunk; the next reservation
             // then finds it gone and turns the tap off.
-            Tapping::Ready(permit) => Tapping::Waiting(permit.send(TapChunk {
-                stream,
-                bytes: bytes.to_vec(),
-            })),
+            Tapping::Ready(permit, abandoned) => Tapping::Waiting(
+                permit.send(TapChunk {
+                    stream,
+                    bytes: bytes.to_vec(),
+                }),
+                abandoned,
+            ),
             other => other,
         };
     }

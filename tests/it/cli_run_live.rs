@@ -276,3 +276,52 @@ fn a_closed_stdout_takes_the_output_away_and_the_command_runs_to_its_end() {
     assert_eq!(m[0]["state"], "exited", "{m:?}");
     assert_eq!(m[0]["bounds"]["total_bytes"], 3_000_005, "{m:?}");
 }
+
+/// The third Ctrl-C gives up on a reader that reads nothing: `run`'s write to it is left
+/// blocked, the tap ends, the drain reads on into the spool, and `run` exits with the killed
+/// child's status instead of waiting for the reader for ever.
+#[test]
+fn the_third_ctrl_c_gives_up_on_a_reader_that_reads_nothing() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = run_piped(dir.path(), &["sh", "-c", "trap '' INT TERM; exec yes"]);
+    let stdout = child.stdout.take().unwrap();
+    let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    // Until `run`'s stdout pipe is full: its writer is then blocked in `write`.
+    let capacity = nix::fcntl::fcntl(&stdout, nix::fcntl::FcntlArg::F_GETPIPE_SZ).unwrap();
+    let capacity = u64::try_from(capacity).unwrap();
+    let held = || rustix::io::ioctl_fionread(&stdout).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while held() < capacity {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "run's stdout never filled"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let mut said = String::new();
+    for says in ["interrupting", "stopping", "killing"] {
+        nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+        loop {
+            let mut line = String::new();
+            assert!(stderr.read_line(&mut line).unwrap() > 0, "{said}");
+            said.push_str(&line);
+            if line.contains(says) {
+                break;
+            }
+        }
+    }
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("run waited for a reader that reads nothing: {said}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(exit.code(), Some(128 + 9), "{said}");
+    drop(stdout);
+}

@@ -1,7 +1,8 @@
 //! A tap on a process's output (live output with backpressure), through the library
 //! with real processes: a full tap stops the drain's reads (the workload blocks in `write`) but
-//! not its checkpoints nor its wall-clock limit; a dropped receiver lets the process run on; and
-//! what the tap delivers is exactly what the spool keeps.
+//! not its checkpoints nor its wall-clock limit; a dropped receiver, or an abandoned tap whose
+//! receiver is still held, lets the process run on; and what the tap delivers is exactly what
+//! the spool keeps.
 //!
 //! Nothing here measures time: the sleeps give a broken drain the chance to show itself (a
 //! marker file written too early), and every wait on a condition has only a hang guard.
@@ -158,4 +159,41 @@ async fn a_dropped_tap_lets_the_workload_run_on() {
     assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
     assert_eq!(s.capture, CaptureStatus::Complete);
     assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+}
+
+/// A consumer that abandons its tap while its receiver is still held (by a thread blocked
+/// writing elsewhere) does not hold the workload either: the drain reads on without the tap,
+/// whether the abandonment comes while it waits for room or before, and the spool has every
+/// byte. The receiver gets no chunk after the ones it held room for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_tap_lets_the_workload_run_on_though_its_receiver_is_held() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let mut guard = KillGuard::new(&sup);
+    for early in [false, true] {
+        let marker = root.path().join(format!("wrote-everything-{early}"));
+        let (tap, mut rx) = Tap::new();
+        let abandon = tap.abandoner();
+        if early {
+            abandon.abandon();
+        }
+        let prepared = sup
+            .prepare(sh(root.path(), &marker_script(&marker)))
+            .expect("prepare")
+            .with_tap(tap);
+        let h = sup.start(prepared).await.expect("start");
+        guard.watch(h);
+        if !early {
+            tokio::time::sleep(PAUSE).await;
+            assert!(!marker.exists(), "the tap held the workload back");
+            abandon.abandon();
+        }
+        let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+        assert!(marker.exists());
+        assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+        assert_eq!(s.capture, CaptureStatus::Complete);
+        assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+        let (out, _) = read_all(&mut rx).await;
+        assert!(out < BEYOND_SLACK, "{out} bytes reached an abandoned tap");
+    }
 }
