@@ -287,6 +287,16 @@ impl Scope {
         self.wait_for(&events, "populated", false, timeout)
     }
 
+    /// Removes the base cgroup this scope was made in (its parent) if nothing is left in it:
+    /// for the last scope of a supervisor that went before its trees did (`rmdir` of a cgroup
+    /// that holds a scope or a process fails, and leaves it to whoever holds those). A later
+    /// launcher of the same root makes its base again.
+    pub fn remove_base_if_empty(&self) {
+        if let Some(base) = self.path.parent() {
+            let _ = fs::remove_dir(base);
+        }
+    }
+
     /// Removes the scope, and first any cgroups the workload created below it (a root workload
     /// may; they would keep the directory busy after its last process is gone). A scope that is
     /// already gone is `Ok`; one that still holds a process is `ResourceBusy`, at once, with

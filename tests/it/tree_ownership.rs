@@ -409,3 +409,70 @@ async fn without_clone3_the_workload_joins_its_cgroup_before_it_runs() {
     drop(sup);
     let _ = std::fs::remove_dir(base.dir());
 }
+
+/// Where the cgroup v2 hierarchy is mounted (`None` without one).
+fn cgroup2_mount() -> Option<std::path::PathBuf> {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").ok()?;
+    mounts.lines().find_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        (fields.get(2) == Some(&"cgroup2")).then(|| fields[1].into())
+    })
+}
+
+/// A daemon SIGKILLed with live trees never releases its launcher, whose release removes the
+/// root's base cgroup: each guardian takes its tree down once its lifeline ends and removes its
+/// scope, and the last one removes the base too, so nothing of the root is left in the
+/// hierarchy. (The same when a supervisor shuts down or is dropped while trees are still going:
+/// its launcher's removal fails while their scopes are in the base.)
+#[test]
+fn the_last_guardian_of_a_killed_daemon_removes_the_base_cgroup() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let mut daemon = daemon_common::Daemon::start(root);
+    let mut handles = Vec::new();
+    for _ in 0..3 {
+        let (code, out, err) = daemon_common::client(root, &["start", "--", "sleep", "300"]);
+        assert_eq!(code, 0, "{err}");
+        handles.push(out.trim().to_owned());
+    }
+    let listed = ps_json(root);
+    let Some(first) = listed
+        .iter()
+        .find(|p| p["handle"] == serde_json::json!(handles[0]))
+    else {
+        panic!("{handles:?} not in {listed:?}");
+    };
+    if first["mechanism"] != serde_json::json!("cgroup") {
+        eprintln!(
+            "skipped: the daemon's trees are not cgroups here ({})",
+            first["mechanism"]
+        );
+        return;
+    }
+    let pid = first["pid"].as_u64().expect("a pid");
+    let own = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap();
+    let scope = own
+        .lines()
+        .find_map(|l| l.strip_prefix("0::"))
+        .expect("a cgroup v2 path");
+    let base_rel = Path::new(scope).parent().expect("the scope's base");
+    let mount = cgroup2_mount().expect("a cgroup2 mount");
+    let base = mount.join(base_rel.strip_prefix("/").unwrap_or(base_rel));
+    assert!(
+        base.file_name()
+            .is_some_and(|n| n.to_string_lossy().starts_with("procjournal-")),
+        "{base:?}"
+    );
+    assert!(base.exists(), "{base:?}");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait_exit();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while base.exists() {
+        assert!(Instant::now() < deadline, "{base:?} left behind");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

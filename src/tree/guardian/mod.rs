@@ -210,18 +210,23 @@ impl Drop for GuardianLauncher {
 
 /// A fresh scope for `name` under `base`, making the base again if it is gone: a launcher of
 /// the same root that ended (another supervisor that stopped, or failed to take the root's
-/// lock) removes the base when it is empty.
+/// lock) removes the base when it is empty, and so does the last guardian of a supervisor that
+/// went before its trees did, which may remove it again between our `mkdir` and the scope's
+/// (a few tries: each such guardian removes it once).
 fn scope_in(base: &CgroupBase, name: &str) -> std::io::Result<Scope> {
-    match base.create_scope(name) {
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            match std::fs::create_dir(base.dir()) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e),
+    let mut tries = 0;
+    loop {
+        match base.create_scope(name) {
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && tries < 3 => {
+                tries += 1;
+                match std::fs::create_dir(base.dir()) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                    Err(e) => return Err(e),
+                }
             }
-            base.create_scope(name)
+            other => return other,
         }
-        other => other,
     }
 }
 

@@ -543,6 +543,11 @@ impl Guardian {
         super::failpoint::hold(super::failpoint::BEFORE_RECEIPT);
         if let Some(scope) = &self.scope {
             let _ = scope.remove();
+            if ctl.fd.is_none() {
+                // The supervisor is gone: its launcher tried to remove the root's base when it
+                // was released, and failed while this scope was still in it.
+                scope.remove_base_if_empty();
+            }
         }
         if nonce.is_none() {
             // The gate never opened: the forked child ran none of the workload's code, and
