@@ -210,8 +210,8 @@ pub use supervisor::{
     CaptureError, CaptureFailure, CaptureFault, CaptureReceipt, CaptureResult, DrainEnd, Drained,
     GateStatus, Incomplete, IncompleteCapture, InputWaitStatus, ListFilter, OutputPage, Refusal,
     RestartError, ShutdownReport, SpawnFailure, SpoolArtifact, StartError, Started, StreamCapture,
-    StreamEnd, StreamReceipt, SupervisorError, SupervisorStats, Tap, TapAbandon, TapChunk,
-    TerminalSummary, Why, WorkloadStatus,
+    StreamEnd, StreamReceipt, SupervisorError, SupervisorStats, Tap, TapAbandon, TapBytes,
+    TapChunk, TerminalSummary, Why, WorkloadStatus,
 };
 pub use supervisor::{
     Completion, CompletionNotifier, LifecycleNotice, LifecyclePublisher, ServiceError, ServiceEvent,

@@ -74,7 +74,7 @@ pub use services::{
     ServiceEvent, Services,
 };
 pub(crate) use shared::{Shared, request_stop};
-pub use tap::{Tap, TapAbandon, TapChunk};
+pub use tap::{Tap, TapAbandon, TapBytes, TapChunk};
 
 use crate::admission::AdmissionSnapshot;
 use crate::journal::{Durability, EventId, JournalOptions, Tenure};

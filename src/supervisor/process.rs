@@ -958,23 +958,49 @@ fn drain_ready(
     let Some(pipe) = stream else {
         return Ok(Read::Nothing);
     };
+    // With room in a tap, into a buffer that becomes the tap's chunk as it is.
+    if let Some(mut own) = tap.buffer() {
+        let read = pipe.try_read_into(&mut own).map(<[u8]>::len);
+        return match read {
+            Ok(n) if n > 0 => {
+                let kept = keep(proc, which, own.get(..n).unwrap_or_default());
+                tap.send(which, own, n);
+                Ok(Read::Bytes(n, kept.err()))
+            }
+            other => {
+                tap.put_back(own);
+                nothing_read(other.map(|_| ()), which)
+            }
+        };
+    }
     SCRATCH.with(|scratch| {
         let mut buf = scratch.borrow_mut();
         match pipe.try_read_into(&mut buf) {
             Ok([]) => Ok(Read::Eof),
             Ok(bytes) => {
-                proc.clocks.touch();
-                // A spool failure is recorded, and reading goes on: the workload must never
-                // block on a full pipe because its output could not be kept.
-                let kept = proc.append_output(which, bytes).map_err(|e| e.to_string());
-                // The live copy goes on whatever became of the durable one.
-                tap.send(which, bytes);
+                let kept = keep(proc, which, bytes);
                 Ok(Read::Bytes(bytes.len(), kept.err()))
             }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Read::Nothing),
-            Err(e) => Err(format!("reading {}: {e}", stream_name(which))),
+            Err(e) => nothing_read(Err(e), which),
         }
     })
+}
+
+/// Appends bytes just read to the spool. A spool failure is recorded, and reading goes on: the
+/// workload must never block on a full pipe because its output could not be kept (and a tap's
+/// live copy goes on whatever became of the durable one).
+fn keep(proc: &Proc, which: Stream, bytes: &[u8]) -> Result<(), String> {
+    proc.clocks.touch();
+    proc.append_output(which, bytes).map_err(|e| e.to_string())
+}
+
+/// A read that brought no bytes: `Ok` is the end of the stream.
+fn nothing_read(read: std::io::Result<()>, which: Stream) -> Result<Read, String> {
+    match read {
+        Ok(()) => Ok(Read::Eof),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(Read::Nothing),
+        Err(e) => Err(format!("reading {}: {e}", stream_name(which))),
+    }
 }
 
 /// Bytes the pipes held when the leader's exit was seen and the drain has not read yet: the

@@ -8,6 +8,9 @@
 //!
 //! Invariants:
 //! - The channel holds at most [`limits::TAP_DEPTH`] chunks of at most [`limits::READ_BYTES`].
+//!   Each chunk is the very buffer the drain read its bytes into (no copy), and goes back to
+//!   the drain's spares, over a channel of their own, when the consumer drops it; the drain
+//!   keeps at most [`SPARES_MAX`].
 //!   The drain reads a pipe only while it holds room for what it reads ([`Tapping::may_read`]),
 //!   so a consumer that falls behind stops the reads, the pipes fill, and the workload blocks in
 //!   `write`, as it would writing to the consumer directly.
@@ -32,11 +35,109 @@ use tracing::debug;
 use crate::limits;
 use crate::spool::format::Stream;
 
+/// Read buffers a tap keeps for the drain to read into again: one per chunk the channel holds,
+/// the one its consumer is writing and the one the drain is reading into.
+pub const SPARES_MAX: usize = limits::TAP_DEPTH + 2;
+
 /// Bytes the workload wrote to one stream, in the order the drain read them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TapChunk {
     pub stream: Stream,
-    pub bytes: Vec<u8>,
+    pub bytes: TapBytes,
+}
+
+/// A chunk's bytes: the buffer the drain read them into, which goes back to its tap's spares
+/// when dropped (the drain reads a later chunk into it instead of copying each chunk).
+pub struct TapBytes {
+    /// [`limits::READ_BYTES`] long (zeroed once, when it was made), of which `len` are the
+    /// chunk's.
+    buf: Vec<u8>,
+    len: usize,
+    /// The drain's spares, while it drains.
+    spares: Option<mpsc::UnboundedSender<Vec<u8>>>,
+}
+
+impl std::ops::Deref for TapBytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or_default()
+    }
+}
+
+impl Drop for TapBytes {
+    fn drop(&mut self) {
+        if let Some(spares) = &self.spares {
+            // A drain that ended takes none: the buffer is freed.
+            let _ = spares.send(std::mem::take(&mut self.buf));
+        }
+    }
+}
+
+impl Clone for TapBytes {
+    /// A copy of the bytes, which goes back to no tap.
+    fn clone(&self) -> TapBytes {
+        TapBytes::from(self.to_vec())
+    }
+}
+
+impl PartialEq for TapBytes {
+    fn eq(&self, other: &TapBytes) -> bool {
+        **self == **other
+    }
+}
+
+impl Eq for TapBytes {}
+
+impl std::fmt::Debug for TapBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TapBytes").field("len", &self.len).finish()
+    }
+}
+
+impl From<Vec<u8>> for TapBytes {
+    /// Bytes of no tap (for a consumer's tests, or a copy).
+    fn from(buf: Vec<u8>) -> TapBytes {
+        TapBytes {
+            len: buf.len(),
+            buf,
+            spares: None,
+        }
+    }
+}
+
+/// What ends a tap from its consumer's side (see [`TapAbandon`]).
+#[derive(Debug, Default)]
+pub(crate) struct TapShared {
+    abandoned: Notify,
+}
+
+/// The drain's spare read buffers: the chunks its consumer dropped come back over `back`.
+#[derive(Debug)]
+pub(crate) struct Spares {
+    back: mpsc::UnboundedSender<Vec<u8>>,
+    returned: mpsc::UnboundedReceiver<Vec<u8>>,
+}
+
+impl Spares {
+    fn new() -> Spares {
+        let (back, returned) = mpsc::unbounded_channel();
+        Spares { back, returned }
+    }
+
+    /// A returned buffer, or a new one; past [`SPARES_MAX`] returned, the rest are freed (a
+    /// consumer that held many chunks at once gives them all back).
+    fn take(&mut self) -> Vec<u8> {
+        while self.returned.len() > SPARES_MAX {
+            let _ = self.returned.try_recv();
+        }
+        self.returned
+            .try_recv()
+            .unwrap_or_else(|_| vec![0; limits::READ_BYTES])
+    }
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let _ = self.back.send(buf);
+    }
 }
 
 /// The sending side of a tap, attached to a process with
@@ -44,20 +145,20 @@ pub struct TapChunk {
 #[derive(Debug)]
 pub struct Tap {
     sender: mpsc::Sender<TapChunk>,
-    abandoned: Arc<Notify>,
+    shared: Arc<TapShared>,
 }
 
 impl Tap {
     /// A tap of [`limits::TAP_DEPTH`] chunks and the receiver its consumer reads.
     pub fn new() -> (Tap, mpsc::Receiver<TapChunk>) {
         let (sender, receiver) = mpsc::channel(limits::TAP_DEPTH);
-        let abandoned = Arc::new(Notify::new());
-        (Tap { sender, abandoned }, receiver)
+        let shared = Arc::new(TapShared::default());
+        (Tap { sender, shared }, receiver)
     }
 
     /// What ends this tap from its consumer's side without its receiver.
     pub fn abandoner(&self) -> TapAbandon {
-        TapAbandon(Arc::clone(&self.abandoned))
+        TapAbandon(Arc::clone(&self.shared))
     }
 }
 
@@ -65,18 +166,18 @@ impl Tap {
 /// that reads the tap on a thread of its own, which may be blocked writing (to a reader that
 /// stopped reading) when the consumer gives up: its receiver cannot be dropped then.
 #[derive(Debug, Clone)]
-pub struct TapAbandon(Arc<Notify>);
+pub struct TapAbandon(Arc<TapShared>);
 
 impl TapAbandon {
     pub fn abandon(&self) {
         // A permit is kept if the drain is not waiting now: it takes it at its next wait.
-        self.0.notify_one();
+        self.0.abandoned.notify_one();
     }
 }
 
 /// Room reserved for one chunk, and what ends the tap.
 #[derive(Debug)]
-pub(crate) struct Room(mpsc::OwnedPermit<TapChunk>, Arc<Notify>);
+pub(crate) struct Room(mpsc::OwnedPermit<TapChunk>, Arc<TapShared>);
 
 /// The drain's side of a tap: whether it may read a pipe now.
 #[derive(Debug)]
@@ -84,15 +185,15 @@ pub(crate) enum Tapping {
     /// No tap, or its receiver is gone: the drain reads whenever a pipe is ready.
     Off,
     /// The tap is full: no pipe is read until the consumer takes a chunk (or abandons it).
-    Waiting(mpsc::Sender<TapChunk>, Arc<Notify>),
+    Waiting(mpsc::Sender<TapChunk>, Arc<TapShared>, Spares),
     /// Room for one chunk is reserved: the next read goes to the tap.
-    Ready(mpsc::OwnedPermit<TapChunk>, Arc<Notify>),
+    Ready(mpsc::OwnedPermit<TapChunk>, Arc<TapShared>, Spares),
 }
 
 impl Tapping {
     pub fn new(tap: Option<Tap>) -> Tapping {
         match tap {
-            Some(tap) => Tapping::Waiting(tap.sender, tap.abandoned),
+            Some(tap) => Tapping::Waiting(tap.sender, tap.shared, Spares::new()),
             None => Tapping::Off,
         }
     }
@@ -113,11 +214,11 @@ impl Tapping {
     /// and the drain's loop creates it afresh on every turn.
     pub async fn room(&self) -> Result<Room, mpsc::error::SendError<()>> {
         match self {
-            Tapping::Waiting(sender, abandoned) => tokio::select! {
+            Tapping::Waiting(sender, shared, _) => tokio::select! {
                 room = sender.clone().reserve_owned() => {
-                    room.map(|permit| Room(permit, Arc::clone(abandoned)))
+                    room.map(|permit| Room(permit, Arc::clone(shared)))
                 }
-                () = abandoned.notified() => Err(mpsc::error::SendError(())),
+                () = shared.abandoned.notified() => Err(mpsc::error::SendError(())),
             },
             Tapping::Off | Tapping::Ready(..) => std::future::pending().await,
         }
@@ -125,8 +226,12 @@ impl Tapping {
 
     /// Takes what [`Tapping::room`] resolved with.
     pub fn reserved(&mut self, room: Result<Room, mpsc::error::SendError<()>>) {
+        let spares = match std::mem::replace(self, Tapping::Off) {
+            Tapping::Waiting(_, _, spares) | Tapping::Ready(_, _, spares) => spares,
+            Tapping::Off => return,
+        };
         *self = match room {
-            Ok(Room(permit, abandoned)) => Tapping::Ready(permit, abandoned),
+            Ok(Room(permit, shared)) => Tapping::Ready(permit, shared, spares),
             Err(_) => {
                 // The consumer is gone (`run`'s stdout broke, or it gave up on its reader):
                 // the drain reads on without it, so the workload never waits for nobody.
@@ -136,18 +241,38 @@ impl Tapping {
         };
     }
 
-    /// Hands bytes just read to the consumer, in the room reserved for them.
-    pub fn send(&mut self, stream: Stream, bytes: &[u8]) {
+    /// A buffer to read the next chunk into, when room for it is reserved (`None` otherwise:
+    /// the drain reads into its own scratch buffer). Hand it back with [`Tapping::send`], or
+    /// with [`Tapping::put_back`] if nothing was read into it.
+    pub fn buffer(&mut self) -> Option<Vec<u8>> {
+        match self {
+            Tapping::Ready(_, _, spares) => Some(spares.take()),
+            Tapping::Off | Tapping::Waiting(..) => None,
+        }
+    }
+
+    /// Keeps a buffer [`Tapping::buffer`] gave that holds no chunk.
+    pub fn put_back(&self, buf: Vec<u8>) {
+        if let Tapping::Ready(_, _, spares) | Tapping::Waiting(_, _, spares) = self {
+            spares.give_back(buf);
+        }
+    }
+
+    /// Hands the first `len` bytes of `buf` (from [`Tapping::buffer`]), just read, to the
+    /// consumer, in the room reserved for them.
+    pub fn send(&mut self, stream: Stream, buf: Vec<u8>, len: usize) {
         *self = match std::mem::replace(self, Tapping::Off) {
             // A receiver dropped since the reservation drops the chunk; the next reservation
             // then finds it gone and turns the tap off.
-            Tapping::Ready(permit, abandoned) => Tapping::Waiting(
-                permit.send(TapChunk {
-                    stream,
-                    bytes: bytes.to_vec(),
-                }),
-                abandoned,
-            ),
+            Tapping::Ready(permit, shared, spares) => {
+                let bytes = TapBytes {
+                    buf,
+                    len,
+                    spares: Some(spares.back.clone()),
+                };
+                let sender = permit.send(TapChunk { stream, bytes });
+                Tapping::Waiting(sender, shared, spares)
+            }
             other => other,
         };
     }

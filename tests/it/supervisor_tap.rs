@@ -197,3 +197,43 @@ async fn an_abandoned_tap_lets_the_workload_run_on_though_its_receiver_is_held()
         assert!(out < BEYOND_SLACK, "{out} bytes reached an abandoned tap");
     }
 }
+
+/// A tap's chunks are the drain's own read buffers, each going back to the tap when its
+/// consumer drops it and read into again: what the consumer gets is still every byte the spool
+/// keeps, in order, while it holds some chunks for a while and drops others at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let (h, mut rx) = start_tapped(&sup, sh(root.path(), "seq 1 1000000")).await;
+    let mut got = Vec::new();
+    let mut held = std::collections::VecDeque::new();
+    guarded("the tap's end", async {
+        while let Some(chunk) = rx.recv().await {
+            got.extend_from_slice(&chunk.bytes);
+            held.push_back(chunk);
+            if held.len() > 2 {
+                held.pop_front();
+            }
+        }
+    })
+    .await;
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    let expected: String = (1..=1_000_000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        got == expected.as_bytes(),
+        "the tap's bytes differ from seq's"
+    );
+    let mut kept = Vec::new();
+    while (kept.len() as u64) < s.bounds.total_bytes {
+        let page = sup
+            .output_raw(&h, kept.len() as u64, 1 << 20)
+            .await
+            .expect("read the spool");
+        assert!(!page.bytes.is_empty(), "the spool ends early");
+        kept.extend_from_slice(&page.bytes);
+    }
+    assert!(kept == got, "the tap's bytes differ from the spool's");
+}
