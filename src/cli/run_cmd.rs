@@ -228,7 +228,8 @@ fn copy_tap(mut output: mpsc::Receiver<TapChunk>) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The result of the write in flight; a write that panicked counts as failed.
+/// What the writer ended with (at the tap's end, or at its first failed write); a writer that
+/// panicked counts as failed.
 async fn finished(writing: &mut Option<JoinHandle<std::io::Result<()>>>) -> std::io::Result<()> {
     match writing {
         Some(write) => write

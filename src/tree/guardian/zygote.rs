@@ -160,6 +160,8 @@ impl Received {
     pub(crate) fn decode(bytes: &[u8]) -> Result<Received, ZygoteWireError> {
         let mut strings = Vec::new();
         let (args, envs) = walk(bytes, |s| strings.push(s))?;
+        // Room for the NUL the guardian's C string adds, so that it takes these bytes as they
+        // are (`enter`).
         let owned = |s: &[u8]| {
             let mut owned = Vec::with_capacity(s.len() + 1);
             owned.extend_from_slice(s);
