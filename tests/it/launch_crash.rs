@@ -313,8 +313,19 @@ fn ownership_of_first(root: &Path) -> serde_json::Value {
     v["ownership"].clone()
 }
 
+/// Whether a writable cgroup v2 hierarchy is here. Each call probes a base of its own name
+/// and removes it again, so that concurrent tests neither race on one nor leave it behind.
 fn cgroups_usable() -> bool {
-    CgroupBase::probe("procjournal-launch-crash-probe").is_ok()
+    static PROBES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = PROBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let name = format!("procjournal-crash-probe-{}-{n}", std::process::id());
+    match CgroupBase::probe(&name) {
+        Ok(base) => {
+            let _ = std::fs::remove_dir(base.dir());
+            true
+        }
+        Err(_) => false,
+    }
 }
 
 fn temp_root() -> tempfile::TempDir {
