@@ -189,6 +189,26 @@ fn ps_json(root: &Path) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// Starts each of `scripts` (`sh -c`) through the daemon of `root`; their handles.
+fn start_each(root: &Path, scripts: &[&str]) -> Vec<String> {
+    let mut handles = Vec::new();
+    for script in scripts {
+        let (code, out, err) = daemon_common::client(root, &["start", "--", "sh", "-c", script]);
+        assert_eq!(code, 0, "{err}");
+        handles.push(out.trim().to_owned());
+    }
+    handles
+}
+
+fn sigkill(daemon: &mut daemon_common::Daemon) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.pid()),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    daemon.wait_exit();
+}
+
 /// The daemon SIGKILLed with live trees: each guardian takes its tree down and writes its
 /// receipt; the next daemon reports the processes `lost_on_restore` as lifecycle state and
 /// their trees `exited`, proven by those receipts, in `ps` with the mechanism that owned them.
@@ -197,22 +217,15 @@ fn after_a_daemon_sigkill_the_next_one_reports_the_trees_exited_by_receipt() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let mut daemon = daemon_common::Daemon::start(root);
-    let mut handles = Vec::new();
-    for script in [
-        "sleep 300",
-        "trap '' TERM; sleep 300 & wait",
-        "(setsid sleep 300 &); sleep 300",
-    ] {
-        let (code, out, err) = daemon_common::client(root, &["start", "--", "sh", "-c", script]);
-        assert_eq!(code, 0, "{err}");
-        handles.push(out.trim().to_owned());
-    }
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.pid()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    daemon.wait_exit();
+    let handles = start_each(
+        root,
+        &[
+            "sleep 300",
+            "trap '' TERM; sleep 300 & wait",
+            "(setsid sleep 300 &); sleep 300",
+        ],
+    );
+    sigkill(&mut daemon);
     let _again = daemon_common::Daemon::start(root);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -429,12 +442,7 @@ fn the_last_guardian_of_a_killed_daemon_removes_the_base_cgroup() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path();
     let mut daemon = daemon_common::Daemon::start(root);
-    let mut handles = Vec::new();
-    for _ in 0..3 {
-        let (code, out, err) = daemon_common::client(root, &["start", "--", "sleep", "300"]);
-        assert_eq!(code, 0, "{err}");
-        handles.push(out.trim().to_owned());
-    }
+    let handles = start_each(root, &["sleep 300"; 3]);
     let listed = ps_json(root);
     let Some(first) = listed
         .iter()
@@ -464,12 +472,7 @@ fn the_last_guardian_of_a_killed_daemon_removes_the_base_cgroup() {
         "{base:?}"
     );
     assert!(base.exists(), "{base:?}");
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.pid()),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    daemon.wait_exit();
+    sigkill(&mut daemon);
     let deadline = Instant::now() + Duration::from_secs(20);
     while base.exists() {
         assert!(Instant::now() < deadline, "{base:?} left behind");
