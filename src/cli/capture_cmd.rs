@@ -19,8 +19,8 @@ use anyhow::Context;
 use clap::Args;
 
 use super::args::parse_size;
-use crate::protocol::{CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
-use crate::supervisor::Rendering;
+use crate::protocol::{ApiError, CaptureArgs, Dispatcher, PtyArgs, Request, StartArgs};
+use crate::supervisor::{CaptureReceipt, Rendering};
 
 #[derive(Debug, Args)]
 pub(crate) struct CaptureCmdArgs {
@@ -68,38 +68,13 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         return super::run_daemon::capture(&socket, request, &queue).await;
     };
     let supervisor = super::open_supervisor(&root, group, launcher).await?;
-    let uid = nix::unistd::geteuid().as_raw();
-    let dispatcher = Dispatcher::new(
-        supervisor.clone(),
-        cwd.clone(),
-        format!("uid {uid} via capture"),
-    )
-    .inheriting_env();
-    let Request::Capture {
-        start,
-        max_bytes,
-        rendering,
-    } = request
-    else {
-        anyhow::bail!("the capture request did not decode as a capture");
-    };
-    let mut receipt = dispatcher
-        .capture(start.clone(), max_bytes, rendering)
-        .await;
-    if let Err(e) = &receipt
-        && let Some(ms) = queue.retry_after(e)
-    {
-        let start = StartArgs {
-            queue_ms: Some(ms),
-            ..start
-        };
-        receipt = dispatcher.capture(start, max_bytes, rendering).await;
-    }
-    // Joins the publication of the terminal event and the completion notice.
+    let receipt = run_capture(&supervisor, request, &cwd, &queue).await;
+    // On every path, as `run`: joins the publication of the terminal event and the completion
+    // notice, closes the journal cleanly and releases the launcher (the root's base cgroup).
     supervisor
         .shutdown(Duration::from_millis(crate::limits::GRACE_MS_DEFAULT))
         .await;
-    let receipt = match receipt {
+    let receipt = match receipt? {
         Ok(receipt) => receipt,
         Err(e) => return super::exit::of_refusal(e),
     };
@@ -111,6 +86,44 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(super::exit::FAILURE));
     }
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
+}
+
+/// The capture itself on `supervisor` (retried once in the queue when `queue` asks): its
+/// receipt, or the refusal.
+async fn run_capture(
+    supervisor: &crate::supervisor::Supervisor,
+    request: Request,
+    cwd: &std::path::Path,
+    queue: &super::queue::QueueArgs,
+) -> anyhow::Result<Result<CaptureReceipt, ApiError>> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let dispatcher = Dispatcher::new(
+        supervisor.clone(),
+        cwd.to_owned(),
+        format!("uid {uid} via capture"),
+    )
+    .inheriting_env();
+    let Request::Capture {
+        start,
+        max_bytes,
+        rendering,
+    } = request
+    else {
+        anyhow::bail!("the capture request did not decode as a capture");
+    };
+    let receipt = dispatcher
+        .capture(start.clone(), max_bytes, rendering)
+        .await;
+    if let Err(e) = &receipt
+        && let Some(ms) = queue.retry_after(e)
+    {
+        let start = StartArgs {
+            queue_ms: Some(ms),
+            ..start
+        };
+        return Ok(dispatcher.capture(start, max_bytes, rendering).await);
+    }
+    Ok(receipt)
 }
 
 /// The `capture` request, validated as the protocol validates it; through a daemon its start

@@ -247,6 +247,7 @@ async fn serve_standalone(
     if let Some(bytes) = args.retention {
         config.spool.retention_bytes = bytes;
     }
+    let cwd = std::env::current_dir().context("cannot read the working directory")?;
     config.launcher = args.tree.launcher(&root, true, false)?;
     args.admission.apply(&mut config.admission);
     let (supervisor, report) = Supervisor::open(config, Services::noop())
@@ -269,11 +270,16 @@ async fn serve_standalone(
     for error in &report.errors {
         note!("procjournal mcp: restore: {error}");
     }
-    let cwd = std::env::current_dir().context("cannot read the working directory")?;
     let owner = format!("uid:{} via mcp", nix::unistd::getuid());
     // The MCP server is the agent harness's own child: its environment is the client's.
     let dispatcher = Dispatcher::new(supervisor.clone(), cwd, owner).inheriting_env();
-    let outcome = serve_session(with_fleet(McpServer::standalone(dispatcher)?, fleet)?).await;
+    // Whatever the session comes to, the shutdown below runs: it closes the journal cleanly
+    // and releases the launcher (the root's base cgroup).
+    let server = McpServer::standalone(dispatcher).map_err(anyhow::Error::from);
+    let outcome = match server.and_then(|s| with_fleet(s, fleet)) {
+        Ok(server) => serve_session(server).await,
+        Err(e) => Err(e),
+    };
     let report = supervisor.shutdown(SHUTDOWN_GRACE).await;
     if !report.terminated.is_empty() || !report.killed.is_empty() {
         note!(

@@ -114,6 +114,21 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     }
     let launcher = args.launch.tree.launcher(&root, true, true)?;
     let supervisor = super::open_supervisor(&root, args.launch.group, launcher).await?;
+    let result = foreground(&supervisor, args).await;
+    // On every path, a refusal and an error too: it joins the publication of the terminal
+    // event, closes the journal cleanly and releases the launcher (the root's base cgroup).
+    // The runtime ends in the background, so what it still holds is never dropped.
+    supervisor
+        .shutdown(Duration::from_millis(STOP_GRACE_MS))
+        .await;
+    result
+}
+
+/// Starts the command on `supervisor`, relays its output and Ctrl-C, and waits for its end.
+async fn foreground(
+    supervisor: &crate::supervisor::Supervisor,
+    args: RunArgs,
+) -> anyhow::Result<ExitCode> {
     let here = std::env::current_dir().context("cannot read the working directory")?;
     let uid = nix::unistd::geteuid().as_raw();
     // The daemon's path: the same request validation, the same dispatcher, the same actor.
@@ -149,10 +164,6 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
         .wait(handle, None)
         .await
         .map_err(|e| anyhow::anyhow!("{}", e.message))?;
-    // Joins the publication of the terminal event and the completion notice.
-    supervisor
-        .shutdown(Duration::from_millis(STOP_GRACE_MS))
-        .await;
     Ok(ended(handle, &result.into()))
 }
 

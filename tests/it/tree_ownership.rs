@@ -479,3 +479,62 @@ fn the_last_guardian_of_a_killed_daemon_removes_the_base_cgroup() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The base cgroup of `root` as a launcher of this process's children makes it (below this
+/// process's own cgroup), found without making it; `None` without a cgroup v2 hierarchy.
+fn base_of(root: &Path) -> Option<std::path::PathBuf> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let own = own.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let mount = cgroup2_mount()?;
+    let under = mount.join(own.trim_start_matches('/'));
+    Some(under.join(procjournal::tree::cgroup::base_name(root)))
+}
+
+/// `run` and `capture` make the root's base cgroup when they open it, and remove it when they
+/// end, on every path: a start the dispatcher refuses (a bad name), one that fails (a missing
+/// program), a request that never starts (a missing `--env-file`), as after a command that ran.
+/// Each exits through the same shutdown, so no path leaves the base behind when the runtime
+/// ends in the background. Each refusal runs several times: before, about half of them left
+/// it, as the race between the exit and the supervisor's tasks fell.
+#[test]
+fn run_and_capture_leave_no_base_cgroup_on_any_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let root_arg = root.to_str().unwrap();
+    let (code, _, err) = daemon_common::client(&root, &["run", "--", "true"]);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = daemon_common::client(&root, &["ps", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    let Some(base) = base_of(&root).filter(|_| first["mechanism"] == "cgroup") else {
+        eprintln!(
+            "skipped: `run` made no cgroup here ({})",
+            first["mechanism"]
+        );
+        return;
+    };
+    let cases: [(&str, &[&str], i32); 4] = [
+        ("run", &["--name", "bad name!", "--", "true"], 125),
+        ("run", &["--", "./no-such-program-here"], 127),
+        (
+            "run",
+            &["--env-file", "/no/such/env-file", "--", "true"],
+            125,
+        ),
+        ("capture", &["--", "./no-such-program-here"], 127),
+    ];
+    assert!(!base.exists(), "{base:?} left after a `run` that ran");
+    for (verb, args, expected) in cases {
+        for _ in 0..6 {
+            let out = daemon_common::bin()
+                .args([verb, "--root", root_arg])
+                .args(args)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(expected), "{verb} {args:?}: {err}");
+            assert!(!base.exists(), "{verb} {args:?} left {base:?}");
+        }
+    }
+}
