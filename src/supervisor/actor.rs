@@ -31,6 +31,7 @@
 //!   [`limits::ADMISSION_QUEUE_MAX`].
 
 mod events;
+mod input;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -1087,7 +1088,7 @@ impl Actor {
                 let (tx, rx) = mpsc::channel(limits::INPUT_QUEUE_DEPTH);
                 entry.stdin = Some(Stdin::Writing(tx.clone()));
                 let proc = Arc::clone(&entry.proc);
-                let writer = stdin_writer(pipe, rx, proc, self.events_tx.clone());
+                let writer = input::stdin_writer(pipe, rx, proc, self.events_tx.clone());
                 self.tasks
                     .spawn(writer.instrument(info_span!("stdin", %handle)));
                 Ok(tx)
@@ -1358,107 +1359,6 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     match at {
         Some(at) => tokio::time::sleep_until(at).await,
         None => std::future::pending().await,
-    }
-}
-
-/// Owns a child's stdin: writes what callers queue, each write bounded, until the queue closes,
-/// the input is closed, or the process is terminal.
-async fn stdin_writer(
-    mut pipe: InputEnd,
-    mut queue: mpsc::Receiver<InputOp>,
-    proc: Arc<Proc>,
-    actor: mpsc::Sender<ProcEvent>,
-) {
-    let mut exited = proc.exited.subscribe();
-    let bound = Duration::from_millis(limits::INPUT_WRITE_MS);
-    loop {
-        let op = tokio::select! {
-            op = queue.recv() => op,
-            _ = exited.wait_for(Option::is_some) => None,
-        };
-        match op {
-            Some(InputOp::Write(bytes, reply)) => {
-                let mut written = 0usize;
-                let result = tokio::time::timeout(bound, async {
-                    while written < bytes.len() {
-                        let n = pipe.write(&bytes[written..]).await?;
-                        written += n;
-                    }
-                    Ok::<(), std::io::Error>(())
-                })
-                .await;
-                if written > 0 {
-                    // Input is activity; it also clears a wait for human input (journaled, by
-                    // the actor).
-                    proc.clocks.touch();
-                    if proc.clocks.awaiting() {
-                        let _ = actor
-                            .send(ProcEvent::InputWritten {
-                                handle: proc.handle,
-                            })
-                            .await;
-                    }
-                }
-                let _ = reply.send(match result {
-                    Ok(Ok(())) => Ok(()),
-                    Ok(Err(e)) => Err(format!("{e} after {written} of {} bytes", bytes.len())),
-                    Err(_) => Err(format!(
-                        "the process did not read its input within {} ms (INPUT_WRITE_MS); {written} of {} bytes were written",
-                        limits::INPUT_WRITE_MS,
-                        bytes.len()
-                    )),
-                });
-            }
-            Some(InputOp::Close(reply)) => {
-                if let InputEnd::Terminal(master) = pipe {
-                    // Later writes find the input closed, as after a pipe's close.
-                    drop(queue);
-                    keep_terminal_at_eof(&master, &mut exited, bound, reply).await;
-                    return;
-                }
-                drop(pipe);
-                let _ = reply.send(());
-                return;
-            }
-            None => return,
-        }
-    }
-}
-
-/// Ends a terminal's input as a pipe's end is ended: for good.
-///
-/// A terminal stays open (its master is the output too), so closing its input is what a user at
-/// it does: typing the end-of-file character (Ctrl-D), bounded as a write. One is not enough. A
-/// program that leaves canonical mode after it was typed (a shell's or a REPL's readline, taking
-/// its first prompt) finds it turned into a NUL byte, which is not the end of anything, and
-/// would wait forever for input that will never come; a pipe at its end answers every later read
-/// with the end too. So the character is typed again each time the program changes the
-/// terminal's line mode (its next prompt), until the process exits, at most
-/// `limits::PTY_EOF_RETYPES` times; `reply` is answered after the first.
-async fn keep_terminal_at_eof<T>(
-    master: &crate::tree::PtyMaster,
-    exited: &mut tokio::sync::watch::Receiver<Option<T>>,
-    bound: Duration,
-    reply: oneshot::Sender<()>,
-) {
-    let mut mode = master.line_mode().ok();
-    let eof = |mode: Option<crate::tree::pty::LineMode>| mode.map_or(0x04, |m| m.eof);
-    let _ = tokio::time::timeout(bound, master.write(&[eof(mode)])).await;
-    let _ = reply.send(());
-    let mut poll = tokio::time::interval(Duration::from_millis(limits::PTY_EOF_POLL_MS));
-    for _ in 0..limits::PTY_EOF_RETYPES {
-        loop {
-            tokio::select! {
-                _ = exited.wait_for(Option::is_some) => return,
-                _ = poll.tick() => {}
-            }
-            let now = master.line_mode().ok();
-            if now != mode {
-                mode = now;
-                break;
-            }
-        }
-        let _ = tokio::time::timeout(bound, master.write(&[eof(mode)])).await;
     }
 }
 

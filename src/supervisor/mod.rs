@@ -621,6 +621,9 @@ impl Supervisor {
             .send(InputOp::Write(bytes.to_vec(), tx))
             .await
             .map_err(|_| SupervisorError::InputClosed(*handle))?;
+        // Not held while waiting: a sender keeps a request in the queue alive (the writer's
+        // end takes every one, `actor/input.rs`; this is the second guard).
+        drop(queue);
         match rx.await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(message)) => Err(SupervisorError::Input {
@@ -642,6 +645,7 @@ impl Supervisor {
             .send(InputOp::Close(tx))
             .await
             .map_err(|_| SupervisorError::InputClosed(*handle))?;
+        drop(queue);
         rx.await
             .map_err(|_| SupervisorError::InputClosed(*handle))?;
         let event = LifecycleEvent::InputClosed(InputClosed {
