@@ -858,11 +858,16 @@ mod tests {
             parse_since("1970-01-01T00:00:01Z"),
             Ok(Since::Time(1000))
         ));
-        let now = super::super::views::now_unix_ms();
+        // The parse reads the clock itself, between these two readings.
+        let before = super::super::views::now_unix_ms();
         let Ok(Since::Time(t)) = parse_since("10m") else {
             panic!("10m is an age");
         };
-        assert!(t <= now - 600_000 && t + 60_000 > now - 600_000);
+        let after = super::super::views::now_unix_ms();
+        assert!(
+            before - 600_000 <= t && t <= after - 600_000,
+            "{t} is not 10 minutes before {before}..={after}"
+        );
         assert!(parse_since("cursor:x").is_err());
         assert!(parse_since("soon").is_err());
     }
