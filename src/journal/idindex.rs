@@ -435,7 +435,7 @@ impl IdIndex {
 /// other seq under the same key is a duplicate.
 fn dedup_retained(ids: &mut Vec<RetainedId>) -> Vec<Duplicate> {
     let mut duplicates = Vec::new();
-    ids.sort_by(|a, b| (a.id.as_bytes().cmp(&b.id.as_bytes())).then_with(|| a.seq.cmp(&b.seq)));
+    ids.sort_by_key(|r| (crate::idhash::order_key(r.id.as_bytes()), r.seq));
     // The seq of the element before `later` in sorted order: a seq given twice is one record.
     let mut previous_seq = 0;
     ids.dedup_by(|later, kept| {

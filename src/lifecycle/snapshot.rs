@@ -290,7 +290,7 @@ impl Snapshot {
 }
 
 fn sort_by_id(ids: &mut [RetainedId]) {
-    ids.sort_unstable_by_key(|r| (r.id.as_bytes(), r.seq));
+    ids.sort_unstable_by_key(|r| (crate::idhash::order_key(r.id.as_bytes()), r.seq));
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -432,6 +432,11 @@ fn read_env(r: &mut Reader<'_>, version: u16) -> Result<Option<ManifestEnvIn>, M
 
 /// Bytes of one encoded `Gap`.
 const GAP_BYTES: usize = 8 + 8 + 4 + 4;
+
+/// The room a settled manifest's encoding starts with: most frames fit (a command, its
+/// environment, a dozen IDs and cursors).
+const SETTLE_BYTES: usize = 1024;
+
 /// Where a frame's leading fields lie: after the registration's event ID, the handle, then the
 /// four follow-up IDs (bincode's fixed-int encoding of `[u8; 16]`s, in `ManifestOut`'s order).
 const HANDLE_AT: usize = 16;
@@ -459,7 +464,9 @@ impl SettledFrame {
         m: &Manifest,
         spill: &mut Spill,
     ) -> Option<SettledFrame> {
-        let mut bytes = Vec::new();
+        // Room for a typical frame at once: grown from empty, the encoder's pushes reallocated
+        // and copied it several times, a tenth of a replay's settling.
+        let mut bytes = Vec::with_capacity(SETTLE_BYTES);
         codec::encode_into(&manifest_out(registration, m), &mut bytes).ok()?;
         Reader::frame(&bytes)?;
         let frame = SettledFrame::keep(&bytes, m, spill)?;
