@@ -179,6 +179,10 @@ impl<V: RunValue, const N: usize> Runs<V, N> {
         // Each key once, so an unstable sort gives the one order, in place: the stable one
         // copied every entry through a scratch buffer, most of a large seal's time.
         entries.sort_unstable_by_key(|e| crate::idhash::order_key(e.0));
+        debug_assert!(
+            entries.windows(2).all(|w| w[0].0 < w[1].0),
+            "a run's entries name each ID once"
+        );
         let Some(run) = Run::write(entries.iter().copied(), entries.len(), spill)? else {
             return Ok(());
         };
@@ -369,5 +373,19 @@ mod tests {
                 prop_assert_eq!(runs.get(k), (*v >= floor).then_some(*v));
             }
         }
+    }
+
+    /// The unstable sort a run is made with relies on each ID coming once: a caller that gave
+    /// one twice is stopped where the tests run (debug builds), not left to a run that holds
+    /// two entries under one ID.
+    #[test]
+    #[cfg(debug_assertions)]
+    #[should_panic(expected = "a run's entries name each ID once")]
+    fn an_id_given_twice_is_refused_in_debug_builds() {
+        let mut runs = Runs::<u32, 32>::default();
+        let _ = runs.add(
+            vec![([7; 16], 1), ([3; 16], 2), ([7; 16], 3)],
+            &mut Spill::default,
+        );
     }
 }
