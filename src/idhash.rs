@@ -1,4 +1,5 @@
-//! A fast, seeded hasher for maps keyed by 16-byte IDs (event IDs, handles).
+//! A fast, seeded hasher for maps keyed by 16-byte IDs (event IDs, handles), and the integer key
+//! that sorts such IDs in their bytes' order.
 //!
 //! The journal's ID index and the manifest store hash one 16-byte key per event; SipHash spends
 //! more on that than the rest of the lookup. The keys are UUIDs whose low 62 bits are random, so a
