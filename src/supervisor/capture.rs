@@ -38,7 +38,8 @@
 //! - A capture dropped before its result stops its process (the stop path, recorded as
 //!   "capture abandoned"): nobody is left to read the result it was started for. Dropped
 //!   while its start is still unanswered, it never learns the handle; the actor's answer then
-//!   finds no one and sends the same stop (`stop_if_unanswered`).
+//!   finds no one and sends the same stop (`stop_if_unanswered`), and an answer that came but
+//!   was never read is taken at the drop and stopped alike.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -525,10 +526,15 @@ impl Supervisor {
             stop_if_unanswered: true,
             ..prepared
         };
-        let started = self
-            .start_reporting(prepared)
-            .await
-            .map_err(CaptureError::Start)?;
+        let mut answer = StartUnread {
+            sup: self,
+            answer: self
+                .send_start(prepared)
+                .await
+                .map_err(CaptureError::Start)?,
+        };
+        let started =
+            super::start_answer((&mut answer.answer).await).map_err(CaptureError::Start)?;
         let handle = started.handle;
         let span = tracing::info_span!("capture", %handle);
         let mut result = self
@@ -720,6 +726,29 @@ fn stream_name(stream: Stream) -> &'static str {
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
         Stream::Terminal => "terminal",
+    }
+}
+
+/// The answer to a capture's start while the capture waits for it. Dropped unread, it takes
+/// an answer the actor already sent and stops that process: the actor stops it only when its
+/// answer finds no one (`stop_if_unanswered`), and an answer sent before the capture was
+/// dropped, but never read, found someone.
+struct StartUnread<'a> {
+    sup: &'a Supervisor,
+    answer: super::StartAnswer,
+}
+
+impl Drop for StartUnread<'_> {
+    fn drop(&mut self) {
+        // Closed first, so that an answer is either taken here or refused to its sender.
+        self.answer.close();
+        if let Ok(Ok(started)) = self.answer.try_recv() {
+            drop(StopOnDrop {
+                sup: self.sup,
+                handle: started.handle,
+                armed: true,
+            });
+        }
     }
 }
 

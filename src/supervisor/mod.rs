@@ -296,6 +296,13 @@ impl Supervisor {
 
     /// As [`Supervisor::start`], and says how long the start waited for capacity.
     pub async fn start_reporting(&self, prepared: PreparedProcess) -> Result<Started, StartError> {
+        let answer = self.send_start(prepared).await?;
+        start_answer(answer.await)
+    }
+
+    /// Hands `prepared` to the actor: the receiver of its answer, or the refusal of an actor
+    /// already gone.
+    async fn send_start(&self, prepared: PreparedProcess) -> Result<StartAnswer, StartError> {
         let (tx, rx) = oneshot::channel();
         if let Err(mpsc::error::SendError(msg)) = self
             .actor
@@ -314,12 +321,7 @@ impl Supervisor {
             }
             return Err(StartError::Task("the supervisor has stopped".to_owned()));
         }
-        match rx.await {
-            Ok(result) => result,
-            Err(_) => Err(StartError::Task(
-                "the start task ended without an answer".to_owned(),
-            )),
-        }
+        Ok(rx)
     }
 
     /// The journal, for readers beside the supervisor (the fleet's shipper asks it how far it
@@ -857,6 +859,20 @@ fn live_bound(config: &SupervisorConfig) -> usize {
     config
         .max_live
         .min(limits::descriptor_split(limits::open_files_soft(), 0).1)
+}
+
+/// The receiver of the actor's answer to a start.
+type StartAnswer = oneshot::Receiver<Result<Started, StartError>>;
+
+/// What the answer to a start came to: a start task that ended without one is a task error.
+fn start_answer(
+    received: Result<Result<Started, StartError>, oneshot::error::RecvError>,
+) -> Result<Started, StartError> {
+    received.unwrap_or_else(|_| {
+        Err(StartError::Task(
+            "the start task ended without an answer".to_owned(),
+        ))
+    })
 }
 
 #[cfg(test)]

@@ -429,6 +429,41 @@ async fn an_abandoned_capture_stops_its_process() {
     sup.shutdown(Duration::from_secs(2)).await;
 }
 
+/// A capture dropped after the actor answered its start, but before it read the answer, stops
+/// its process too: the actor's answer found someone, so the actor does not stop it. Polled
+/// once (its start sent, its answer awaited), then left unpolled until its process runs and
+/// has written (by then the answer is sent), then dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_capture_dropped_with_its_answer_unread_stops_its_process() {
+    let root = temp_root();
+    let sup = open(config(root.path())).await.0;
+    let prepared = sup
+        .prepare(sh(root.path(), "echo up; exec sleep 600"))
+        .expect("prepare");
+    let mut capturing = Box::pin(sup.capture(prepared, CaptureLimits::default()));
+    tokio::select! {
+        biased;
+        r = &mut capturing => panic!("the capture ended by itself: {r:?}"),
+        () = std::future::ready(()) => {}
+    }
+    let handle = loop {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let Some(m) = sup.list(&Default::default()).pop() else {
+            continue;
+        };
+        let written = sup
+            .output_raw(&m.handle, 0, 16)
+            .await
+            .map_or(0, |r| r.total_bytes);
+        if m.state == State::Running && written > 0 {
+            break m.handle;
+        }
+    };
+    drop(capturing);
+    ends_as_abandoned(&sup, &handle).await;
+    sup.shutdown(Duration::from_secs(2)).await;
+}
+
 /// Waits for `handle` to end and checks it was stopped as an abandoned capture's process.
 async fn ends_as_abandoned(sup: &Supervisor, handle: &Handle) {
     let summary = guarded("wait", sup.wait(handle, None)).await.expect("wait");
