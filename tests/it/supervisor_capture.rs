@@ -400,33 +400,7 @@ async fn a_terminal_capture_has_one_raw_stream() {
 /// left to read what it was started for), and the stop request says why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_abandoned_capture_stops_its_process() {
-    let root = temp_root();
-    let sup = open(config(root.path())).await.0;
-    let prepared = sup
-        .prepare(sh(root.path(), "echo up; exec sleep 600"))
-        .expect("prepare");
-    // Boxed: dropping it drops the capture itself.
-    let mut capturing = Box::pin(sup.capture(prepared, CaptureLimits::default()));
-    // Drive the capture until its process runs and has written, then drop it.
-    let handle = loop {
-        tokio::select! {
-            r = &mut capturing => panic!("the capture ended by itself: {r:?}"),
-            () = tokio::time::sleep(Duration::from_millis(20)) => {}
-        }
-        let Some(m) = sup.list(&Default::default()).pop() else {
-            continue;
-        };
-        let written = sup
-            .output_raw(&m.handle, 0, 16)
-            .await
-            .map_or(0, |r| r.total_bytes);
-        if m.state == State::Running && written > 0 {
-            break m.handle;
-        }
-    };
-    drop(capturing);
-    ends_as_abandoned(&sup, &handle).await;
-    sup.shutdown(Duration::from_secs(2)).await;
+    abandon_once_written(true).await;
 }
 
 /// A capture dropped after the actor answered its start, but before it read the answer, stops
@@ -435,11 +409,19 @@ async fn an_abandoned_capture_stops_its_process() {
 /// has written (by then the answer is sent), then dropped.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_capture_dropped_with_its_answer_unread_stops_its_process() {
+    abandon_once_written(false).await;
+}
+
+/// Starts a capture of a command that writes and then sleeps, drops the capture once its
+/// process runs and has written, and checks the process was stopped as abandoned. The capture
+/// is polled once first (its start sent), and driven while waiting only when `driven`.
+async fn abandon_once_written(driven: bool) {
     let root = temp_root();
     let sup = open(config(root.path())).await.0;
     let prepared = sup
         .prepare(sh(root.path(), "echo up; exec sleep 600"))
         .expect("prepare");
+    // Boxed: dropping it drops the capture itself.
     let mut capturing = Box::pin(sup.capture(prepared, CaptureLimits::default()));
     tokio::select! {
         biased;
@@ -447,7 +429,15 @@ async fn a_capture_dropped_with_its_answer_unread_stops_its_process() {
         () = std::future::ready(()) => {}
     }
     let handle = loop {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+        let pause = tokio::time::sleep(Duration::from_millis(20));
+        if driven {
+            tokio::select! {
+                r = &mut capturing => panic!("the capture ended by itself: {r:?}"),
+                () = pause => {}
+            }
+        } else {
+            pause.await;
+        }
         let Some(m) = sup.list(&Default::default()).pop() else {
             continue;
         };
