@@ -1,6 +1,6 @@
-//! The writable mapping of the active segment: the journal's only `unsafe`. (The other four
-//! files that hold some are in src/tree: process, descriptor and signal calls that nix and
-//! rustix do not wrap; tests/it/tidy.rs lists all five.)
+//! The journal's mappings, its only `unsafe`: the writable mapping of the active segment, and
+//! the read-only mapping through which a writer's open scans a segment's records ([`Prefix`]).
+//! (The other files that hold some are listed, with why, in tests/it/tidy.rs.)
 //!
 //! Contract (who keeps each part):
 //! - A segment file is preallocated to its full length by writing zeroes and syncing before it is
@@ -11,6 +11,11 @@
 //! - The root's `LOCK` (see `root.rs`) is held exclusively by the one writer process for as long as
 //!   any mapping exists, so no other procjournal process writes or resizes the file. Read-only tools
 //!   read with `pread`, never through a mapping, and never write.
+//! - A [`Prefix`] is made only by the writer's open (`recovery::Reading::Mapped`), under that lock
+//!   and before the journal stores anything, and only over bytes the file has ([`Prefix::open`]
+//!   checks its length): no store changes the bytes a scan checks while it holds them, and no read
+//!   of the mapping lands past the end of the file. It is private and read-only, and dropped when
+//!   the segment's scan ends.
 //! - Programs outside procjournal that shrink or rewrite a segment while a writer runs break the
 //!   contract; as ripgrep says of its own mmap use, this reasoning should be treated as suspect
 //!   against an adversarial local user, which is why the root belongs to one user.
@@ -24,7 +29,7 @@ use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
-use memmap2::MmapMut;
+use memmap2::{Mmap, MmapMut, MmapOptions};
 
 #[derive(Debug)]
 pub(crate) struct MappedSegment {
@@ -75,5 +80,45 @@ impl MappedSegment {
 
     pub(crate) fn file(&self) -> Arc<File> {
         Arc::clone(&self.file)
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// How many prefixes this thread mapped: tests see that a scan took the mapped path.
+    pub(crate) static PREFIXES_MAPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// The first bytes of a segment file, mapped read-only: what a writer's open scans in place of a
+/// copy (no buffer to fault in, no copy of what the page cache holds already).
+#[derive(Debug)]
+pub(crate) struct Prefix {
+    map: Mmap,
+}
+
+impl Prefix {
+    /// Maps the first `len` bytes of `file`, which must have at least that many (and `len` at
+    /// least one). Pages are mapped at once (`MAP_POPULATE`): the scan reads every one of them.
+    pub(crate) fn open(file: &File, len: usize) -> io::Result<Prefix> {
+        let file_len = file.metadata()?.len();
+        if len == 0 || len as u64 > file_len {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("cannot map {len} bytes of a segment file of {file_len}"),
+            ));
+        }
+        // SAFETY: `len` bytes exist in the file (checked just above) and nothing in procjournal
+        // shrinks a named segment; the caller is the writer's open, which holds the root's
+        // exclusive LOCK, so no procjournal process stores into or resizes this file while the
+        // mapping lives. The mapping is private and read-only. The module documentation gives
+        // the full contract and its one hole (foreign programs).
+        let map = unsafe { MmapOptions::new().len(len).populate().map(file)? };
+        #[cfg(test)]
+        PREFIXES_MAPPED.with(|n| n.set(n.get() + 1));
+        Ok(Prefix { map })
+    }
+
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.map
     }
 }

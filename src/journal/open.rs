@@ -203,7 +203,9 @@ fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, Journal
     let mut ids = IdIndex::sized_for(usize::try_from(below_snapshot).unwrap_or(usize::MAX));
     let mut index_full = false;
     let mut duplicates = Vec::new();
-    let mut scan = recovery::scan_journal(dir, |r| {
+    // The open holds the root's lock (`Root::open_writer`) and has stored nothing yet: its scan
+    // may read the segments in place.
+    let mut scan = recovery::scan_journal(dir, recovery::Reading::Mapped, |r| {
         let position = Position {
             seq: r.header.seq,
             segment_index: r.segment_index,

@@ -127,7 +127,7 @@ impl JournalReader {
         visit: &mut impl FnMut(RecordView<'_>),
     ) -> Result<recovery::JournalScan, JournalError> {
         let dir = self.dir();
-        recovery::scan_journal(&self.held, |r| {
+        recovery::scan_journal(&self.held, recovery::Reading::Copied, |r| {
             if r.header.seq >= from_seq {
                 visit(view(&r));
             }

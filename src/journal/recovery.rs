@@ -1,7 +1,9 @@
 //! Recovery: reading every segment of a journal, deciding what each byte range is, and reporting it.
 //!
-//! Scanning is pure over the bytes of each segment (read with `pread`, never through a mapping) and
-//! the decisions follow one labelled table, [`Row`]. Writable opens then *act* on the report (zero a
+//! Scanning is pure over the bytes of each segment and the decisions follow one labelled table,
+//! [`Row`]. The bytes are read with `pread`, never through a mapping, except by a writer's open,
+//! which holds the root's lock: it scans a sealed or cleanly closed segment's records through a
+//! read-only mapping ([`Reading::Mapped`]), the same bytes without the copy. Writable opens then *act* on the report (zero a
 //! torn tail); read-only opens only print it. Nothing here writes.
 //!
 //! Decision table. At offset X of a segment, after the last accepted record (or the header):
@@ -458,6 +460,31 @@ fn read_prefix(file: &mut std::fs::File, len: u64, bytes: &mut Vec<u8>) -> std::
     Ok(())
 }
 
+impl SegmentBytes {
+    /// The first `wanted` bytes of `file` (`wanted` at most its length): mapped, when this scan
+    /// maps and they are more than the buffer holds already, else in the buffer (read into it
+    /// when they are not there yet). A mapping that fails is not an error: the bytes are read.
+    fn prefix(
+        &mut self,
+        file: &mut File,
+        wanted: u64,
+    ) -> std::io::Result<Option<super::mmap::Prefix>> {
+        let len = usize::try_from(wanted).unwrap_or(usize::MAX);
+        if len <= self.buf.len() {
+            self.buf.truncate(len);
+            return Ok(None);
+        }
+        if self.reading == Reading::Mapped {
+            match super::mmap::Prefix::open(file, len) {
+                Ok(map) => return Ok(Some(map)),
+                Err(e) => tracing::debug!(error = %e, "segment not mapped, read instead"),
+            }
+        }
+        read_prefix(file, wanted, &mut self.buf)?;
+        Ok(None)
+    }
+}
+
 /// Whether every byte of `file` from `from` to `len` is zero, read with `pread` in blocks of at
 /// most [`crate::limits::SCAN_BLOCK_BYTES`] into `buf` (its contents are replaced). Bytes a file
 /// shorter than `len` does not have read as zero, as in the full scan, which zero-extends it.
@@ -489,6 +516,20 @@ fn zero_from(
     Ok(true)
 }
 
+/// How a scan gets at a segment's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Reading {
+    /// Read with `pread` into a buffer of the scan's: any reader, with the root's lock or without.
+    Copied,
+    /// The records of a sealed or cleanly closed segment (the fast path, `read_to_commit`)
+    /// scanned through a read-only mapping of the file (`mmap::Prefix`), everything else read as
+    /// [`Reading::Copied`]. Only for the writer's open, which holds the root's lock, so that no
+    /// procjournal process stores into a segment while its bytes are scanned in place. At a
+    /// thousand finished processes a `run`'s open reads about 3 MB of segments: the copy and the
+    /// faults of a buffer that size were about 0.7 ms of its 12.
+    Mapped,
+}
+
 /// Reads and scans every segment of `dir` in order, calling `visit` for each accepted record, and
 /// classifies trailing bad ranges as torn tails or damage. Read-only.
 ///
@@ -497,6 +538,7 @@ fn zero_from(
 /// which sealed segments lost their successor) is settled over all of them.
 pub(crate) fn scan_journal(
     dir: &Dir,
+    reading: Reading,
     mut visit: impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<JournalScan> {
     let (listed, leftovers, unrecognised_files) = list_segments(dir)?;
@@ -511,7 +553,7 @@ pub(crate) fn scan_journal(
     };
     // Compaction removed every record below the floor on purpose: the expected seq starts there.
     let (floor, bad_floor) = super::floor::floor_in_force(dir, &listed)?;
-    let mut scan = Scan::new(report, floor);
+    let mut scan = Scan::new(report, floor, reading);
     scan.report.bad_floor = bad_floor;
     for (index, path) in listed {
         scan.segment(dir, index, path, &mut visit)?;
@@ -560,13 +602,19 @@ struct Scan {
     /// What an unreadable segment after the last usable one could have held; a usable segment
     /// after it bounds its seqs instead.
     unreadable_tail_floor: Option<u64>,
+    bytes: SegmentBytes,
+}
+
+/// Where a segment's bytes are read to.
+struct SegmentBytes {
     /// One buffer for every segment: reusing its pages avoids a fresh allocation (and page
     /// faults) of a whole segment per file.
-    bytes: Vec<u8>,
+    buf: Vec<u8>,
+    reading: Reading,
 }
 
 impl Scan {
-    fn new(report: RecoveryReport, floor: Option<Floor>) -> Scan {
+    fn new(report: RecoveryReport, floor: Option<Floor>, reading: Reading) -> Scan {
         let last_seq = floor.map_or(0, |f| f.seq - 1);
         Scan {
             report,
@@ -576,7 +624,10 @@ impl Scan {
             last_seq,
             seq_floor: last_seq + 1,
             unreadable_tail_floor: None,
-            bytes: Vec::new(),
+            bytes: SegmentBytes {
+                buf: Vec::new(),
+                reading,
+            },
         }
     }
 
@@ -598,13 +649,17 @@ impl Scan {
             return Ok(());
         };
         let file_len = file.metadata()?.len();
-        read_prefix(&mut file, crate::limits::PAGE_BYTES as u64, &mut self.bytes)?;
+        read_prefix(
+            &mut file,
+            crate::limits::PAGE_BYTES as u64,
+            &mut self.bytes.buf,
+        )?;
         // Whatever this segment held, the next record must not reuse its seqs: a segment that
         // cannot be read could have held as many records as the largest segment holds.
         let unreadable_floor = self.last_seq
             + 1
             + SegmentHeader::record_capacity(crate::limits::SEGMENT_BYTES_MAX as u64);
-        let header = match SegmentHeader::decode(&self.bytes) {
+        let header = match SegmentHeader::decode(&self.bytes.buf) {
             Ok(h) => h,
             Err(e) => {
                 self.bad(file_name, format!("segment header: {e}"), unreadable_floor);
@@ -722,10 +777,11 @@ fn read_records(
     file: &mut File,
     file_len: u64,
     header: &SegmentHeader,
-    bytes: &mut Vec<u8>,
+    source: &mut SegmentBytes,
     last_seq: u64,
     visit: &mut impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<(SegmentOutcome, Option<CommitPoint>)> {
+    let bytes = &mut source.buf;
     if bytes.len() < header.records_offset() {
         bytes.resize(header.records_offset(), 0);
     }
@@ -739,13 +795,14 @@ fn read_records(
     if !commit_area_cut
         && let Some(c) = &commit
         && let Some(outcome) =
-            read_to_commit(file, file_len, header, c, bytes, last_seq, &mut |r| {
+            read_to_commit(file, file_len, header, c, source, last_seq, &mut |r| {
                 visited += 1;
                 visit(r);
             })?
     {
         return Ok((outcome, commit));
     }
+    let bytes = &mut source.buf;
     read_prefix(file, u64::from(header.segment_bytes), bytes)?;
     // A short file reads as if extended with zeroes, which is what a writable open does to
     // it: a record whose only missing bytes were zero padding is whole.
@@ -779,7 +836,7 @@ fn read_to_commit(
     file_len: u64,
     header: &SegmentHeader,
     commit: &CommitPoint,
-    bytes: &mut Vec<u8>,
+    source: &mut SegmentBytes,
     last_seq: u64,
     visit: &mut impl FnMut(RecordRef<'_>),
 ) -> std::io::Result<Option<SegmentOutcome>> {
@@ -793,12 +850,11 @@ fn read_to_commit(
     let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
     // Small segments' records are often all in the page read already.
     let wanted = look_past.min(u64::from(header.segment_bytes)).min(file_len);
-    if wanted as usize <= bytes.len() {
-        bytes.truncate(wanted as usize);
-    } else {
-        read_prefix(file, wanted, bytes)?;
-    }
-    let outcome = scan_segment(bytes, header, Some(commit), last_seq, visit);
+    let outcome = match source.prefix(file, wanted)? {
+        Some(map) => scan_segment(map.bytes(), header, Some(commit), last_seq, visit),
+        None => scan_segment(&source.buf, header, Some(commit), last_seq, visit),
+    };
+    let bytes = &mut source.buf;
     let whole = outcome.end_offset == slot.end_offset as usize
         && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
         && outcome.damaged.is_empty()
