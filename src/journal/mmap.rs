@@ -1,5 +1,6 @@
 //! The journal's mappings, its only `unsafe`: the writable mapping of the active segment, and
-//! the read-only mapping through which a writer's open scans a segment's records ([`Prefix`]).
+//! the read-only mapping ([`Prefix`]) through which a writer's open scans a segment's records
+//! and a restore reads a snapshot file.
 //! (The other files that hold some are listed, with why, in tests/it/tidy.rs.)
 //!
 //! Contract (who keeps each part):
@@ -16,6 +17,10 @@
 //!   checks its length): no store changes the bytes a scan checks while it holds them, and no read
 //!   of the mapping lands past the end of the file. It is private and read-only, and dropped when
 //!   the segment's scan ends.
+//! - A snapshot file is mapped as a [`Prefix`] by any reader, lock or not (`lifecycle::snapdir`):
+//!   procjournal writes a snapshot under a temporary name and renames it whole, and never writes
+//!   into or truncates a published one (compaction unlinks it, which leaves a mapping's pages), so
+//!   its bytes do not change while they are mapped.
 //! - Programs outside procjournal that shrink or rewrite a segment while a writer runs break the
 //!   contract; as ripgrep says of its own mmap use, this reasoning should be treated as suspect
 //!   against an adversarial local user, which is why the root belongs to one user.
@@ -89,8 +94,9 @@ thread_local! {
     pub(crate) static PREFIXES_MAPPED: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
-/// The first bytes of a segment file, mapped read-only: what a writer's open scans in place of a
-/// copy (no buffer to fault in, no copy of what the page cache holds already).
+/// The first bytes of a file nothing stores into while they are mapped (a segment under a
+/// writer's open, a published snapshot: module doc), mapped read-only: what is decoded in place
+/// of a copy (no buffer to fault in, no copy of what the page cache holds already).
 #[derive(Debug)]
 pub(crate) struct Prefix {
     map: Mmap,
@@ -107,11 +113,12 @@ impl Prefix {
                 format!("cannot map {len} bytes of a segment file of {file_len}"),
             ));
         }
-        // SAFETY: `len` bytes exist in the file (checked just above) and nothing in procjournal
-        // shrinks a named segment; the caller is the writer's open, which holds the root's
-        // exclusive LOCK, so no procjournal process stores into or resizes this file while the
-        // mapping lives. The mapping is private and read-only. The module documentation gives
-        // the full contract and its one hole (foreign programs).
+        // SAFETY: `len` bytes exist in the file (checked just above), and nothing in procjournal
+        // shrinks a named segment or a published snapshot. The caller is the writer's open,
+        // which holds the root's exclusive LOCK, so no procjournal process stores into or
+        // resizes the segment while the mapping lives; or a restore of a snapshot, which no
+        // process ever writes in place. The mapping is private and read-only. The module
+        // documentation gives the full contract and its one hole (foreign programs).
         let map = unsafe { MmapOptions::new().len(len).populate().map(file)? };
         #[cfg(test)]
         PREFIXES_MAPPED.with(|n| n.set(n.get() + 1));

@@ -25,6 +25,7 @@ pub mod format;
 pub(crate) mod fuzz;
 mod idindex;
 mod mmap;
+pub(crate) use mmap::Prefix as MappedPrefix;
 mod open;
 pub mod reader;
 pub mod recovery;

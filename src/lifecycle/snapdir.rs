@@ -18,7 +18,7 @@ use std::path::Path;
 
 use super::replay::SnapshotProblem;
 use super::snapshot::{self, SNAPSHOT_HEADER_BYTES, Snapshot, SnapshotHeader};
-use crate::journal::{CrashPoints, Head};
+use crate::journal::{CrashPoints, Head, MappedPrefix};
 use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOTS_KEPT};
 use crate::root::dir::{Access, Dir, Kind};
 
@@ -88,8 +88,26 @@ fn size(dir: &Dir, name: &str) -> u64 {
     }
 }
 
+/// A snapshot file's bytes: mapped read-only (no copy, no buffer to fault in: 9 MB at 11 000
+/// finished processes), or read where the mapping fails.
+enum FileBytes {
+    Mapped(MappedPrefix),
+    Read(Vec<u8>),
+}
+
+impl std::ops::Deref for FileBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FileBytes::Mapped(map) => map.bytes(),
+            FileBytes::Read(bytes) => bytes,
+        }
+    }
+}
+
 /// Reads a snapshot file, refusing one larger than any snapshot may be before reading it.
-fn read_bounded(dir: &Dir, name: &str) -> std::io::Result<Vec<u8>> {
+fn read_bounded(dir: &Dir, name: &str) -> std::io::Result<FileBytes> {
     let file = dir.file(name, Access::Read)?;
     let len = file.metadata()?.len();
     if len > SNAPSHOT_BYTES_MAX {
@@ -97,12 +115,19 @@ fn read_bounded(dir: &Dir, name: &str) -> std::io::Result<Vec<u8>> {
             "{len} bytes exceed the snapshot limit of {SNAPSHOT_BYTES_MAX}"
         )));
     }
-    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0));
+    let len = usize::try_from(len).unwrap_or(0);
+    if len > 0 {
+        match MappedPrefix::open(&file, len) {
+            Ok(map) => return Ok(FileBytes::Mapped(map)),
+            Err(e) => tracing::debug!(error = %e, snapshot = name, "not mapped, read instead"),
+        }
+    }
+    let mut bytes = Vec::with_capacity(len);
     std::io::Read::read_to_end(
         &mut std::io::Read::take(file, SNAPSHOT_BYTES_MAX),
         &mut bytes,
     )?;
-    Ok(bytes)
+    Ok(FileBytes::Read(bytes))
 }
 
 /// Why the snapshot named `seq` is not one a restore of the journal `head` may start from.
@@ -445,5 +470,34 @@ mod tests {
         assert!(!checks(&dir, &name, 10, id), "no whole header");
         std::fs::write(&path, &bytes).unwrap();
         assert!(checks(&dir, &name, 10, id));
+    }
+
+    /// A snapshot file is mapped, with the bytes a read gives; an empty one is read, and a
+    /// restore reports it, as one cut short anywhere, instead of mapping nothing.
+    #[test]
+    fn a_snapshot_is_mapped_with_the_bytes_of_a_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = Dir::open(tmp.path()).unwrap();
+        let id = [3; 16];
+        let bytes = write_one(&dir, 10, id, 2 * CHECK_BUFFER_BYTES + 5);
+        let name = file_name(10);
+        let mapped = read_bounded(&dir, &name).unwrap();
+        assert!(matches!(mapped, FileBytes::Mapped(_)));
+        assert_eq!(&*mapped, bytes.as_slice());
+        let path = tmp.path().join(&name);
+        for cut in [0, 1, SNAPSHOT_HEADER_BYTES - 1, bytes.len() - 1] {
+            std::fs::write(&path, &bytes[..cut]).unwrap();
+            let read = read_bounded(&dir, &name).unwrap();
+            assert_eq!(&*read, &bytes[..cut]);
+            assert_eq!(matches!(read, FileBytes::Read(_)), cut == 0, "cut at {cut}");
+            let head = Head {
+                journal_id: Some(id),
+                floor: None,
+            };
+            let (found, problems) = load_best(tmp.path(), &head);
+            assert!(found.is_none(), "cut at {cut}");
+            assert_eq!(problems.len(), 1, "cut at {cut}: {problems:?}");
+            assert!(problems[0].reason.starts_with("damaged"), "{problems:?}");
+        }
     }
 }
