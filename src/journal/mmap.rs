@@ -16,7 +16,10 @@
 //!   and before the journal stores anything, and only over bytes the file has ([`Prefix::open`]
 //!   checks its length): no store changes the bytes a scan checks while it holds them, and no read
 //!   of the mapping lands past the end of the file. It is private and read-only, and dropped when
-//!   the segment's scan ends.
+//!   the segment's scan ends. Its pages are read in before it is handed out, so that a page the
+//!   disk cannot give is an error the caller reports (it reads the file instead, which fails as
+//!   a read does), not a `SIGBUS`; a page the kernel drops and must read again while the scan
+//!   runs could still fault that way, the same exposure the writable mapping has.
 //! - A snapshot file is mapped as a [`Prefix`] by any reader, lock or not (`lifecycle::snapdir`):
 //!   procjournal writes a snapshot under a temporary name and renames it whole, and never writes
 //!   into or truncates a published one (compaction unlinks it, which leaves a mapping's pages), so
@@ -34,7 +37,7 @@ use std::fs::File;
 use std::io;
 use std::sync::Arc;
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::{Advice, Mmap, MmapMut, MmapOptions};
 
 #[derive(Debug)]
 pub(crate) struct MappedSegment {
@@ -104,7 +107,9 @@ pub(crate) struct Prefix {
 
 impl Prefix {
     /// Maps the first `len` bytes of `file`, which must have at least that many (and `len` at
-    /// least one). Pages are mapped at once (`MAP_POPULATE`): the scan reads every one of them.
+    /// least one), and reads them in at once (`MADV_POPULATE_READ`): the caller reads every one
+    /// of them, and a page the disk cannot give is this error (the caller then reads the file
+    /// and reports what the read says), where a fault on it would be a `SIGBUS`.
     pub(crate) fn open(file: &File, len: usize) -> io::Result<Prefix> {
         let file_len = file.metadata()?.len();
         if len == 0 || len as u64 > file_len {
@@ -119,7 +124,8 @@ impl Prefix {
         // resizes the segment while the mapping lives; or a restore of a snapshot, which no
         // process ever writes in place. The mapping is private and read-only. The module
         // documentation gives the full contract and its one hole (foreign programs).
-        let map = unsafe { MmapOptions::new().len(len).populate().map(file)? };
+        let map = unsafe { MmapOptions::new().len(len).map(file)? };
+        map.advise(Advice::PopulateRead)?;
         #[cfg(test)]
         PREFIXES_MAPPED.with(|n| n.set(n.get() + 1));
         Ok(Prefix { map })
@@ -127,5 +133,29 @@ impl Prefix {
 
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A prefix maps the file's first bytes, all of them readable; one longer than the file, or
+    /// empty, is refused before anything is mapped.
+    #[test]
+    fn a_prefix_maps_only_bytes_the_file_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment");
+        let bytes: Vec<u8> = (0..3 * 4096 + 17).map(|i| (i * 7 % 251) as u8).collect();
+        std::fs::write(&path, &bytes).unwrap();
+        let file = File::open(&path).unwrap();
+        for len in [1, 4096, 4097, bytes.len()] {
+            let prefix = Prefix::open(&file, len).unwrap();
+            assert_eq!(prefix.bytes(), &bytes[..len]);
+        }
+        for len in [0, bytes.len() + 1, 4 * 4096] {
+            let refused = Prefix::open(&file, len).unwrap_err();
+            assert_eq!(refused.kind(), io::ErrorKind::InvalidInput, "{len}");
+        }
     }
 }
