@@ -11,12 +11,12 @@
 //! - [`MappedSegment::open`] checks that the file is exactly `segment_bytes` long before mapping it.
 //! - The root's `LOCK` (see `root.rs`) is held exclusively by the one writer process for as long as
 //!   any mapping exists, so no other procjournal process writes or resizes the file. Read-only tools
-//!   read with `pread`, never through a mapping, and never write.
-//! - A [`Prefix`] is made only by the writer's open (`recovery::Reading::Mapped`), under that lock
-//!   and before the journal stores anything, and only over bytes the file has ([`Prefix::open`]
-//!   checks its length): no store changes the bytes a scan checks while it holds them, and no read
-//!   of the mapping lands past the end of the file. It is private and read-only, and dropped when
-//!   the segment's scan ends. Its pages are read in before it is handed out, so that a page the
+//!   read segments with `pread`, never through a mapping, and never write.
+//! - A [`Prefix`] of a segment is made only by the writer's open (`recovery::Reading::Mapped`),
+//!   under that lock and before the journal stores anything, and only over bytes the file has
+//!   ([`Prefix::open`] checks its length): no store changes the bytes a scan checks while it
+//!   holds them, and no read of the mapping lands past the end of the file. It is private and
+//!   read-only, and dropped when the segment's scan ends. Its pages are read in before it is handed out, so that a page the
 //!   disk cannot give is an error the caller reports (it reads the file instead, which fails as
 //!   a read does), not a `SIGBUS`; a page the kernel drops and must read again while the scan
 //!   runs could still fault that way, the same exposure the writable mapping has.
@@ -24,8 +24,8 @@
 //!   procjournal writes a snapshot under a temporary name and renames it whole, and never writes
 //!   into or truncates a published one (compaction unlinks it, which leaves a mapping's pages), so
 //!   its bytes do not change while they are mapped.
-//! - Programs outside procjournal that shrink or rewrite a segment while a writer runs break the
-//!   contract; as ripgrep says of its own mmap use, this reasoning should be treated as suspect
+//! - Programs outside procjournal that shrink or rewrite a segment while a writer runs, or a
+//!   snapshot while it is read, break the contract; as ripgrep says of its own mmap use, this reasoning should be treated as suspect
 //!   against an adversarial local user, which is why the root belongs to one user.
 //!
 //! Durability does not come from the mapping: `fdatasync` on the file descriptor writes back pages
