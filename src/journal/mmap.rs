@@ -16,17 +16,19 @@
 //!   under that lock and before the journal stores anything, and only over bytes the file has
 //!   ([`Prefix::open`] checks its length): no store changes the bytes a scan checks while it
 //!   holds them, and no read of the mapping lands past the end of the file. It is private and
-//!   read-only, and dropped when the segment's scan ends. Its pages are read in before it is handed out, so that a page the
-//!   disk cannot give is an error the caller reports (it reads the file instead, which fails as
-//!   a read does), not a `SIGBUS`; a page the kernel drops and must read again while the scan
-//!   runs could still fault that way, the same exposure the writable mapping has.
+//!   read-only, and dropped when the segment's scan ends.
+//! - A [`Prefix`]'s pages are read in before it is handed out, so that a page the disk cannot
+//!   give is an error the caller reports (it reads the file instead, which fails as a read
+//!   does), not a `SIGBUS`; a page the kernel drops and must read again while it is read could
+//!   still fault that way, the same exposure the writable mapping has.
 //! - A snapshot file is mapped as a [`Prefix`] by any reader, lock or not (`lifecycle::snapdir`):
 //!   procjournal writes a snapshot under a temporary name and renames it whole, and never writes
 //!   into or truncates a published one (compaction unlinks it, which leaves a mapping's pages), so
 //!   its bytes do not change while they are mapped.
 //! - Programs outside procjournal that shrink or rewrite a segment while a writer runs, or a
-//!   snapshot while it is read, break the contract; as ripgrep says of its own mmap use, this reasoning should be treated as suspect
-//!   against an adversarial local user, which is why the root belongs to one user.
+//!   snapshot while it is read, break the contract; as ripgrep says of its own mmap use, this
+//!   reasoning should be treated as suspect against an adversarial local user, which is why the
+//!   root belongs to one user.
 //!
 //! Durability does not come from the mapping: `fdatasync` on the file descriptor writes back pages
 //! dirtied through the shared mapping (Linux tracks them in the page cache), and a failed flush
@@ -115,7 +117,7 @@ impl Prefix {
         if len == 0 || len as u64 > file_len {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("cannot map {len} bytes of a segment file of {file_len}"),
+                format!("cannot map {len} bytes of a file of {file_len}"),
             ));
         }
         // SAFETY: `len` bytes exist in the file (checked just above), and nothing in procjournal
