@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use clap::{Args, Subcommand};
 
+use super::deferred::Deferred;
 use super::fleet_args::Connection;
 use crate::fleet::{NodeName, NodeStatus};
 
@@ -12,17 +13,17 @@ use crate::fleet::{NodeName, NodeStatus};
 pub(crate) enum FleetCommand {
     /// Every node the server holds a stream of: what it shipped, how far behind its journal
     /// it is, and whether it is live (a heartbeat within three of its intervals) or unknown.
-    Status(StatusArgs),
+    Status(Deferred<StatusArgs>),
     /// Every process of every node, from the fleet state: what each node last recorded; a
     /// process its node recorded as running reads `unknown` while the node is not live.
-    Ps(PsArgs),
+    Ps(Deferred<PsArgs>),
     /// A process's output, from the node's output stream: NODE/HANDLE, from --cursor; gaps (what
     /// the node did not keep) are said on stderr with their reason; -f follows until the process
     /// ended and all its output was read.
-    Logs(LogsArgs),
+    Logs(Deferred<LogsArgs>),
     /// The records the nodes shipped, in order (one node with --node), as JSON lines; --follow
     /// goes on with new ones.
-    Events(EventsArgs),
+    Events(Deferred<EventsArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -90,10 +91,10 @@ pub(crate) struct StatusArgs {
 
 pub(crate) fn run(command: FleetCommand) -> anyhow::Result<ExitCode> {
     match command {
-        FleetCommand::Status(args) => status(args),
-        FleetCommand::Ps(args) => ps(args),
-        FleetCommand::Logs(args) => logs(args),
-        FleetCommand::Events(args) => events(args),
+        FleetCommand::Status(args) => status(args.into_inner()),
+        FleetCommand::Ps(args) => ps(args.into_inner()),
+        FleetCommand::Logs(args) => logs(args.into_inner()),
+        FleetCommand::Events(args) => events(args.into_inner()),
     }
 }
 

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::deferred::Deferred;
 use super::progress::Progress;
 use crate::journal::reader::{JournalReader, RecordView};
 use crate::journal::recovery::RecoveryReport;
@@ -20,17 +21,17 @@ pub(crate) enum JournalCommand {
     /// Check every segment and record, and that the snapshots hold what compaction removed.
     /// Exit 0 when clean, 1 when anything was found (the report says what: history compacted
     /// away with no usable snapshot left is damage), 125 when the journal could not be read.
-    Verify(VerifyArgs),
+    Verify(Deferred<VerifyArgs>),
     /// Print records in order, as text or JSON lines, each lifecycle event decoded field by
     /// field (other records, and payloads that do not decode, as hex).
-    Dump(DumpArgs),
+    Dump(Deferred<DumpArgs>),
     /// Replay the lifecycle events and print the manifest of every process. Exit 0 when the
     /// journal and the replay are clean, 1 when anything was reported, 125 when it could not be read.
-    Manifests(ManifestsArgs),
+    Manifests(Deferred<ManifestsArgs>),
     /// Write a snapshot of the manifests and remove the journal segments below the older of the
     /// two snapshots kept (takes the root's lock: not while a daemon runs). A running daemon does
     /// this on its own as the journal grows.
-    Compact(CompactArgs),
+    Compact(Deferred<CompactArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -87,10 +88,10 @@ pub(crate) struct DumpArgs {
 
 pub(crate) fn run(cmd: JournalCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        JournalCommand::Verify(args) => verify(args),
-        JournalCommand::Dump(args) => dump(args),
-        JournalCommand::Manifests(args) => manifests(args),
-        JournalCommand::Compact(args) => compact(args),
+        JournalCommand::Verify(args) => verify(args.into_inner()),
+        JournalCommand::Dump(args) => dump(args.into_inner()),
+        JournalCommand::Manifests(args) => manifests(args.into_inner()),
+        JournalCommand::Compact(args) => compact(args.into_inner()),
     }
 }
 

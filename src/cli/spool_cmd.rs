@@ -8,6 +8,7 @@ use anyhow::Context;
 use clap::{Args, Subcommand};
 use serde::Serialize;
 
+use super::deferred::Deferred;
 use crate::journal::reader::JournalReader;
 use crate::lifecycle::{Handle, ProcessRef};
 use crate::spool::Spool;
@@ -19,11 +20,11 @@ pub(crate) enum SpoolCommand {
     /// exact bytes. The cursor to resume from is printed on stderr, and so is every gap (output
     /// lost, with its reason) and every damaged range (output the files should hold and do not).
     /// Exit 0 when everything was read, 1 when damage was found (every intact byte is printed).
-    Cat(CatArgs),
+    Cat(Deferred<CatArgs>),
     /// Check every spool (or the named ones): each segment's header, every chunk's checksum and
     /// continuity, and that each holds at least the output bytes the journal recorded as
     /// durable. Exit 0 when all are clean, 1 when anything was found, 125 when nothing could be read.
-    Verify(VerifyArgs),
+    Verify(Deferred<VerifyArgs>),
 }
 
 #[derive(Debug, Args)]
@@ -61,8 +62,8 @@ const PAGE_BYTES: usize = 1024 * 1024;
 
 pub(crate) fn run(cmd: SpoolCommand) -> anyhow::Result<ExitCode> {
     match cmd {
-        SpoolCommand::Cat(args) => cat(args),
-        SpoolCommand::Verify(args) => verify(args),
+        SpoolCommand::Cat(args) => cat(args.into_inner()),
+        SpoolCommand::Verify(args) => verify(args.into_inner()),
     }
 }
 
