@@ -42,11 +42,7 @@ pub(crate) struct CaptureCmdArgs {
 }
 
 pub(crate) fn run(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = super::foreground::one_process_runtime()?;
     runtime.block_on(capture(args))
 }
 

@@ -59,11 +59,7 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")?;
+    let runtime = super::foreground::one_process_runtime()?;
     let result = runtime.block_on(supervise(args));
     // Not a plain drop, which waits for every blocking task: a write abandoned at the third
     // Ctrl-C may be blocked on a reader that never reads, and must not hold the exit.
