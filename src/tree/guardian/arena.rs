@@ -11,7 +11,10 @@
 //! and the C library's allocator is reached only for what is too large or too aligned for a
 //! class, or once the arena is used up (or could not be mapped). The arena is a mapping of its
 //! own rather than a static: a static that large would push the image's other statics onto a
-//! page of their own, which every guardian would write.
+//! page of their own, which every guardian would write. For the same reason the allocator's
+//! lock and free lists live at the start of the arena, not in the allocator (a static of the
+//! image): written at every allocation, they made the page of the image's statics every
+//! guardian's own, where the arena's first page, which they share, is written anyway.
 //!
 //! Invariants:
 //! - A block of class `c` is `MIN_BLOCK << c` bytes at an offset of the arena that is a multiple
@@ -22,10 +25,13 @@
 //!   block to the other.
 //! - The state is touched only under the lock, and nothing under the lock allocates; the lock
 //!   is never held across a call to the C library's allocator.
+//! - The allocator itself (its `base`, and the lock taken only to map the arena) is written only
+//!   until the arena is mapped or found unmappable; every later allocation writes the arena's
+//!   header and blocks alone.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::UnsafeCell;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 /// The smallest block and the largest alignment a size class serves.
 const MIN_BLOCK: usize = 16;
@@ -42,25 +48,47 @@ const MAX_BLOCK: usize = MIN_BLOCK << (CLASSES - 1);
 /// [`super::REQUEST_MAX`] of strings) until it has forked.
 const ARENA_BYTES: usize = 256 * 1024;
 
-/// The arena, once mapped (`base` 0: not yet; `unmappable`: the mapping failed, so everything
-/// goes to the C library), where the next fresh block is carved, and the head of each class's
-/// free list (an offset plus one; 0 is an empty list). A free block's first word holds the
-/// next one's.
-struct State {
-    base: usize,
-    unmappable: bool,
+/// What the allocator writes as it hands blocks out and takes them back: the first bytes of
+/// its arena. `carved` is where the next fresh block is carved (from [`HEADER_BYTES`] on), and
+/// `free` the head of each class's free list (an offset plus one; 0 is an empty list). A free
+/// block's first word holds the next one's.
+#[repr(C)]
+struct Header {
+    lock: AtomicBool,
+    state: UnsafeCell<Lists>,
+}
+
+struct Lists {
     carved: usize,
     free: [usize; CLASSES],
+}
+
+/// The room the header takes at the arena's start: a multiple of [`MIN_BLOCK`], so that every
+/// block after it keeps the alignment its offset gives.
+const HEADER_BYTES: usize = std::mem::size_of::<Header>().next_multiple_of(MIN_BLOCK);
+
+/// `base` when the arena could not be mapped: everything then goes to the C library. (A
+/// mapping is page-aligned, so never at 1.)
+const UNMAPPABLE: usize = 1;
+
+/// The arena, under its lock: where it is mapped, and its lists.
+struct State<'a> {
+    base: usize,
+    lists: &'a mut Lists,
 }
 
 /// The small guardian image's `#[global_allocator]`: size-class free lists (16 bytes to
 /// 32 KiB) in one anonymous mapping of 256 KiB, so that a guardian forked by a zygote, and the
 /// zygote between two forks, allocate from the same few pages and never write the C library's
-/// heap; larger or more aligned blocks, and any once the arena is used up, come from the C
-/// library's allocator. Meant for a single-threaded process: its lock spins, it never sleeps.
+/// heap or the image's statics; larger or more aligned blocks, and any once the arena is used
+/// up, come from the C library's allocator. Meant for a single-threaded process: its lock
+/// spins, it never sleeps.
 pub struct GuardianAllocator {
-    lock: AtomicBool,
-    state: UnsafeCell<State>,
+    /// Where the arena is mapped: 0 until the first allocation maps it, [`UNMAPPABLE`] if that
+    /// failed. Written once.
+    base: AtomicUsize,
+    /// Taken only while the arena is being mapped.
+    mapping: AtomicBool,
 }
 
 impl std::fmt::Debug for GuardianAllocator {
@@ -68,12 +96,6 @@ impl std::fmt::Debug for GuardianAllocator {
         f.debug_struct("GuardianAllocator").finish_non_exhaustive()
     }
 }
-
-// SAFETY: `state` is read and written only while `lock` is held (`with_state`), and each byte
-// of the arena belongs to one block, which only its holder reads or writes (or, while it is
-// free, only the lock's holder).
-#[allow(unsafe_code)]
-unsafe impl Sync for GuardianAllocator {}
 
 impl Default for GuardianAllocator {
     fn default() -> Self {
@@ -90,49 +112,26 @@ fn class_of(layout: Layout) -> Option<usize> {
     Some(blocks.trailing_zeros() as usize)
 }
 
-impl State {
-    /// The offset of `ptr` in the arena, if it is the arena's.
-    fn offset_of(&self, ptr: *mut u8) -> Option<usize> {
-        if self.base == 0 {
-            return None;
-        }
-        let offset = (ptr as usize).checked_sub(self.base)?;
-        (offset < ARENA_BYTES).then_some(offset)
-    }
-
-    /// Maps the arena at the first allocation; false if it is not (and will not be) mapped.
-    fn mapped(&mut self) -> bool {
-        if self.base == 0 && !self.unmappable {
-            match map_arena() {
-                Some(base) => self.base = base,
-                None => self.unmappable = true,
-            }
-        }
-        self.base != 0
-    }
-
+impl State<'_> {
     /// A block of class `class`, from its free list or carved fresh; `None` when the arena is
-    /// used up or unmapped.
+    /// used up.
     fn take(&mut self, class: usize) -> Option<*mut u8> {
-        if !self.mapped() {
-            return None;
-        }
-        let head = self.free[class];
+        let head = self.lists.free[class];
         if head != 0 {
             let block = (self.base + head - 1) as *mut u8;
             // SAFETY: `head - 1` is the offset of a free block of this class, inside the
             // mapping and aligned to `MIN_BLOCK`; its first word holds the next free block's.
             #[allow(unsafe_code)]
             let next = unsafe { block.cast::<usize>().read() };
-            self.free[class] = next;
+            self.lists.free[class] = next;
             return Some(block);
         }
-        let end = self.carved.checked_add(MIN_BLOCK << class)?;
+        let end = self.lists.carved.checked_add(MIN_BLOCK << class)?;
         if end > ARENA_BYTES {
             return None;
         }
-        let block = (self.base + self.carved) as *mut u8;
-        self.carved = end;
+        let block = (self.base + self.lists.carved) as *mut u8;
+        self.lists.carved = end;
         Some(block)
     }
 
@@ -142,9 +141,9 @@ impl State {
         // anyone: its first word is free to hold the list's link.
         #[allow(unsafe_code)]
         unsafe {
-            ((self.base + offset) as *mut usize).write(self.free[class]);
+            ((self.base + offset) as *mut usize).write(self.lists.free[class]);
         }
-        self.free[class] = offset + 1;
+        self.lists.free[class] = offset + 1;
     }
 }
 
@@ -172,41 +171,94 @@ impl GuardianAllocator {
     /// An allocator whose arena is mapped at its first allocation.
     pub const fn new() -> GuardianAllocator {
         GuardianAllocator {
-            lock: AtomicBool::new(false),
-            state: UnsafeCell::new(State {
-                base: 0,
-                unmappable: false,
-                carved: 0,
-                free: [0; CLASSES],
-            }),
+            base: AtomicUsize::new(0),
+            mapping: AtomicBool::new(false),
         }
     }
 
-    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> T {
-        while self
-            .lock
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            std::hint::spin_loop();
+    /// Where the arena is, mapping it first if no allocation has yet; `None` when it cannot be.
+    fn arena(&self) -> Option<usize> {
+        let base = match self.base.load(Ordering::Acquire) {
+            0 => self.map_once(),
+            base => base,
+        };
+        (base != UNMAPPABLE).then_some(base)
+    }
+
+    /// Maps the arena and writes its header, once, under the mapping lock; the base (or
+    /// [`UNMAPPABLE`]).
+    fn map_once(&self) -> usize {
+        lock(&self.mapping);
+        let mut base = self.base.load(Ordering::Acquire);
+        if base == 0 {
+            base = map_arena().unwrap_or(UNMAPPABLE);
+            if base != UNMAPPABLE {
+                // SAFETY: a fresh mapping of `ARENA_BYTES` (more than `HEADER_BYTES`),
+                // page-aligned, that nothing else knows of until `base` is published below
+                // (Release, read with Acquire): the header is written before anyone reads it.
+                // The mapping is zeroes, so the lock is free and every list empty.
+                #[allow(unsafe_code)]
+                unsafe {
+                    let header = base as *mut Header;
+                    (*(*header).state.get()).carved = HEADER_BYTES;
+                }
+            }
+            self.base.store(base, Ordering::Release);
         }
-        // SAFETY: the lock is held, so no other reference to the state exists until it is
+        self.mapping.store(false, Ordering::Release);
+        base
+    }
+
+    /// Runs `f` on the arena's state under its lock; `None` when there is no arena.
+    fn with_state<T>(&self, f: impl FnOnce(&mut State) -> T) -> Option<T> {
+        let base = self.arena()?;
+        // SAFETY: `base` is the mapping `map_once` made and whose header it wrote before
+        // publishing it; the mapping lives as long as `self`.
+        #[allow(unsafe_code)]
+        let header = unsafe { &*(base as *const Header) };
+        lock(&header.lock);
+        // SAFETY: the lock is held, so no other reference to the lists exists until it is
         // released below; nothing `f` runs allocates, so it cannot reach `with_state` again.
         #[allow(unsafe_code)]
-        let out = f(unsafe { &mut *self.state.get() });
-        self.lock.store(false, Ordering::Release);
-        out
+        let lists = unsafe { &mut *header.state.get() };
+        let out = f(&mut State { base, lists });
+        header.lock.store(false, Ordering::Release);
+        Some(out)
+    }
+
+    /// The offset of `ptr` in the arena, if it is the arena's. Reads `base` alone: no lock.
+    fn offset_of(&self, ptr: *const u8) -> Option<usize> {
+        let base = self.base.load(Ordering::Acquire);
+        if base == 0 || base == UNMAPPABLE {
+            return None;
+        }
+        let offset = (ptr as usize).checked_sub(base)?;
+        (HEADER_BYTES..ARENA_BYTES)
+            .contains(&offset)
+            .then_some(offset)
     }
 
     /// Whether `ptr` is a block of this allocator's arena (not the C library's).
     pub fn owns(&self, ptr: *const u8) -> bool {
-        self.with_state(|state| state.offset_of(ptr.cast_mut()).is_some())
+        self.offset_of(ptr).is_some()
     }
 
     /// How many bytes of the arena were ever carved into blocks.
     #[cfg(test)]
     fn carved(&self) -> usize {
-        self.with_state(|state| state.carved)
+        self.with_state(|state| state.lists.carved - HEADER_BYTES)
+            .unwrap_or(0)
+    }
+}
+
+/// Takes a spin lock: the allocator's process is single-threaded, so it is never contended
+/// for long.
+fn lock(flag: &AtomicBool) {
+    while flag
+        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
+        std::hint::spin_loop();
     }
 }
 
@@ -214,8 +266,8 @@ impl GuardianAllocator {
 /// mapping back.
 impl Drop for GuardianAllocator {
     fn drop(&mut self) {
-        let base = self.state.get_mut().base;
-        if base != 0 {
+        let base = *self.base.get_mut();
+        if base != 0 && base != UNMAPPABLE {
             // SAFETY: `base` is the mapping `map_arena` made, of `ARENA_BYTES`, and only this
             // allocator's blocks are in it; dropping the allocator ends them (`&mut self`).
             #[allow(unsafe_code)]
@@ -233,7 +285,7 @@ impl Drop for GuardianAllocator {
 #[allow(unsafe_code)]
 unsafe impl GlobalAlloc for GuardianAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if let Some(block) = class_of(layout).and_then(|c| self.with_state(|s| s.take(c))) {
+        if let Some(block) = class_of(layout).and_then(|c| self.with_state(|s| s.take(c))?) {
             return block;
         }
         // SAFETY: the caller's layout, as `GlobalAlloc::alloc` requires.
@@ -241,18 +293,15 @@ unsafe impl GlobalAlloc for GuardianAllocator {
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        let arenas = self.with_state(|state| {
-            let offset = state.offset_of(ptr)?;
-            // A block of the arena was handed out for a layout of a class; were this one not,
-            // the block is kept rather than put on the wrong list.
-            if let Some(class) = class_of(layout) {
-                state.give_back(offset, class);
-            }
-            Some(())
-        });
-        if arenas.is_none() {
+        let Some(offset) = self.offset_of(ptr) else {
             // SAFETY: not the arena's, so `System` handed it out, with this layout.
-            unsafe { System.dealloc(ptr, layout) }
+            unsafe { System.dealloc(ptr, layout) };
+            return;
+        };
+        // A block of the arena was handed out for a layout of a class; were this one not, the
+        // block is kept rather than put on the wrong list.
+        if let Some(class) = class_of(layout) {
+            self.with_state(|state| state.give_back(offset, class));
         }
     }
 
@@ -359,11 +408,8 @@ mod tests {
         let n = ARENA_BYTES / MAX_BLOCK + 3;
         let live: Vec<Live> = (0..n).map(|i| alloc(&a, MAX_BLOCK, 16, i as u8)).collect();
         let owned = live.iter().filter(|l| a.owns(l.ptr)).count();
-        assert_eq!(
-            owned,
-            ARENA_BYTES / MAX_BLOCK,
-            "the arena, then the C library"
-        );
+        let room = ARENA_BYTES - HEADER_BYTES;
+        assert_eq!(owned, room / MAX_BLOCK, "the arena, then the C library");
         assert!(live.iter().all(|l| l.layout.size() == MAX_BLOCK));
         live.into_iter().for_each(|l| free(&a, l));
         let again = alloc(&a, MAX_BLOCK - 100, 8, 7);
@@ -371,14 +417,50 @@ mod tests {
             a.owns(again.ptr),
             "a freed block serves its class's next allocation"
         );
-        let small = alloc(&a, 100, 8, 8);
-        assert!(
-            !a.owns(small.ptr),
-            "a block is not split: all of the arena is carved"
+        // What is left past the large blocks is carved into small ones; after that a small
+        // block comes from the C library, though large ones are free: a block is not split.
+        let mut small = Vec::new();
+        while small.last().is_none_or(|l: &Live| a.owns(l.ptr)) {
+            small.push(alloc(&a, 100, 8, 8));
+        }
+        assert_eq!(
+            small.len() - 1,
+            (room % MAX_BLOCK) / 128,
+            "the rest, in blocks of 128"
         );
         let large = alloc(&a, MAX_BLOCK + 1, 8, 9);
         assert!(!a.owns(large.ptr));
-        [again, small, large].into_iter().for_each(|l| free(&a, l));
+        small
+            .into_iter()
+            .chain([again, large])
+            .for_each(|l| free(&a, l));
+    }
+
+    /// Once the arena is mapped, allocating writes nothing of the allocator itself (a static
+    /// of the image, on the page a forked guardian then shares with its zygote): its bytes
+    /// stay as they are through any number of allocations and frees.
+    #[test]
+    fn allocating_writes_the_arena_and_never_the_allocator() {
+        let a = GuardianAllocator::new();
+        let bytes = |a: &GuardianAllocator| {
+            let at = std::ptr::from_ref(a).cast::<u8>();
+            // SAFETY: the allocator's own bytes, read while nothing writes them (this thread
+            // holds the only reference, and is not allocating from it meanwhile).
+            unsafe { std::slice::from_raw_parts(at, std::mem::size_of::<GuardianAllocator>()) }
+                .to_vec()
+        };
+        let first = alloc(&a, 40, 8, 1);
+        let before = bytes(&a);
+        for round in 0..50u8 {
+            let live: Vec<Live> = [24, 300, 5, 1500, 9000]
+                .iter()
+                .map(|&s| alloc(&a, s, 8, round))
+                .collect();
+            live.into_iter().for_each(|l| free(&a, l));
+        }
+        assert_eq!(bytes(&a), before, "an allocation wrote the allocator");
+        assert!(a.carved() > 0);
+        free(&a, first);
     }
 
     #[derive(Debug, Clone)]
