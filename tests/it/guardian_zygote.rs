@@ -310,6 +310,29 @@ async fn a_forked_guardian_writes_no_page_of_the_c_librarys_allocator() {
     stop_all_and_shut_down(sup, &handles).await;
 }
 
+/// A forked guardian, and its zygote between forks, write no page of the small image's own
+/// statics (its `.data` and `.bss`): the allocator keeps what it writes in its arena, the
+/// zygote fills the standard library's first-use caches before it forks, and failpoints read
+/// the environment without std's lock. So every idle guardian shares that page with the
+/// zygote; a page either writes after a fork is that guardian's own (4 KiB each).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_forked_guardian_writes_no_page_of_its_images_statics() {
+    let (_root, sup, _rx, _launcher, handles) = sleeps_under_a_zygote(3).await;
+    let image = env!("CARGO_BIN_EXE_procjournal-guardian");
+    for handle in &handles {
+        let guardian = guardian_of(&sup, handle);
+        assert!(cmdline(guardian).contains(ZYGOTE_ARG), "forked, not exec'd");
+        let statics = |perms: &str, name: &str| perms.starts_with("rw") && name == image;
+        let (kib, mapped) = private_dirty_of(guardian, statics);
+        assert!(mapped, "guardian {guardian} maps {image} writable");
+        assert_eq!(
+            kib, 0,
+            "guardian {guardian}: private dirty KiB of its image's statics"
+        );
+    }
+    stop_all_and_shut_down(sup, &handles).await;
+}
+
 /// Whether a readable mapping of `pid` holds `needle`, read through /proc/PID/mem (mappings
 /// that cannot be read, such as `[vvar]`, are passed over).
 fn memory_holds(pid: u32, needle: &[u8]) -> bool {

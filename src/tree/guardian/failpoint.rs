@@ -46,15 +46,33 @@ pub(super) fn use_environment<'a>(_envp: impl Iterator<Item = &'a std::ffi::CStr
 /// The value of `name` in the launch environment.
 #[cfg(feature = "failpoints")]
 fn var(name: &str) -> Option<std::ffi::OsString> {
+    match LAUNCH_ENV.get() {
+        Some(envp) => envp
+            .iter()
+            .find_map(|entry| value_in(entry.to_bytes(), name)),
+        None => initial_var(name),
+    }
+}
+
+/// The value of `name` in this process's initial environment, read from `/proc/self/environ`
+/// rather than through `std::env`: std's environment lock lives among the image's statics, and
+/// taking it would make that page this guardian's own, which a shipped guardian's never is
+/// (the memory bench measures a test build). The guardian never changes its environment, so
+/// the initial one is the one `std::env` would read.
+#[cfg(feature = "failpoints")]
+fn initial_var(name: &str) -> Option<std::ffi::OsString> {
+    let environ = std::fs::read("/proc/self/environ").ok()?;
+    environ
+        .split(|&b| b == 0)
+        .find_map(|entry| value_in(entry, name))
+}
+
+/// The value of `entry` (`NAME=value`) when its name is `name`.
+#[cfg(feature = "failpoints")]
+fn value_in(entry: &[u8], name: &str) -> Option<std::ffi::OsString> {
     use std::os::unix::ffi::OsStrExt;
-    let Some(envp) = LAUNCH_ENV.get() else {
-        return std::env::var_os(name);
-    };
-    envp.iter().find_map(|entry| {
-        let rest = entry.as_bytes().strip_prefix(name.as_bytes())?;
-        let value = rest.strip_prefix(b"=")?;
-        Some(std::ffi::OsStr::from_bytes(value).to_owned())
-    })
+    let value = entry.strip_prefix(name.as_bytes())?.strip_prefix(b"=")?;
+    Some(std::ffi::OsStr::from_bytes(value).to_owned())
 }
 
 /// Stops at `name` if this build has failpoints and the environment names a directory for it.
