@@ -671,11 +671,11 @@ pub(crate) async fn drain(shared: Arc<Shared>, actor: mpsc::Sender<ProcEvent>, l
 async fn tree_verdict(tree: &Arc<dyn ProcessTree>) -> (bool, Option<ExitProof>) {
     // A guardian reports the tree gone right after the workload's exit when nothing outlived
     // it (its receipt is written at ECHILD): give it a moment, so that the common case ends
-    // with its proof instead of as a lingering tree.
+    // with its proof instead of as a lingering tree. Its own exit is not waited for here.
     if !tree.surely_empty() {
         let _ = tokio::time::timeout(
             Duration::from_millis(limits::TREE_PROOF_WAIT_MS),
-            tree.wait_empty(),
+            tree.wait_proven(),
         )
         .await;
     }

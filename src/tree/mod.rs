@@ -149,6 +149,14 @@ pub trait ProcessTree: Send + Sync + Debug {
     /// leader was reaped. Its scans run on the blocking pool.
     fn wait_empty(&self) -> TreeFuture<'_, ()>;
 
+    /// Resolves once [`ProcessTree::exit_proof`] has its answer: by default once the tree is
+    /// empty. A mechanism whose own process reports the tree gone (a guardian's `DONE`) answers
+    /// without waiting for that process's exit: it is reaped after the result is out, not
+    /// between the workload's end and its record.
+    fn wait_proven(&self) -> TreeFuture<'_, ()> {
+        self.wait_empty()
+    }
+
     /// How the tree's members are found now, for memory samples (`sample_trees`). The
     /// default cannot list them: a sample of such a tree is incomplete.
     fn membership(&self) -> Membership {

@@ -790,3 +790,74 @@ fn a_guardian_late_with_its_receipt_leaves_a_lingering_tree_not_an_unverified_on
         );
     }
 }
+
+/// A guardian that has reported its tree gone (`DONE`, its receipt written) but has not exited
+/// does not hold the process's end: the end is recorded, released by the receipt, while the
+/// guardian is still alive at its failpoint, and the guardian is reaped once it exits.
+#[test]
+fn the_end_is_recorded_by_receipt_before_its_guardian_exits_and_it_is_reaped_after() {
+    use procjournal::lifecycle::event::{ExitProof, ExitStatus};
+    use procjournal::tree::guardian::failpoint;
+    let mut mechanisms = vec![false];
+    if cgroups_usable() {
+        mechanisms.push(true);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    for cgroup in mechanisms {
+        let dir = temp_root();
+        let root = dir.path().join("root");
+        let gate = dir.path().join("gate");
+        std::fs::create_dir(&gate).unwrap();
+        runtime.block_on(async {
+            let mut launcher =
+                GuardianLauncher::new(GuardianProgram::Path(guardian_bin())).unwrap();
+            if cgroup {
+                let base = CgroupBase::probe(&base_name(&root)).unwrap();
+                launcher = launcher.with_cgroups(Some(base));
+            }
+            let mut config = SupervisorConfig::new(&root);
+            config.launcher = Arc::new(launcher);
+            let (sup, _) = Supervisor::open(config, Services::noop()).await.unwrap();
+            let command = Command::new("sh")
+                .args(["-c", "exit 3"])
+                .cwd(&root)
+                .env(failpoint::AFTER_DONE, gate.display().to_string());
+            let handle = sup.start(sup.prepare(command).unwrap()).await.unwrap();
+            let ended = tokio::time::timeout(HANG_GUARD, sup.wait(&handle, None)).await;
+            let summary = ended.expect("hung: the end").unwrap();
+            assert_eq!(summary.exit, ExitStatus::Code(3));
+            assert_eq!(summary.persist_error, None);
+            wait_until("the guardian at its failpoint", || {
+                gate.join("reached").exists()
+            });
+            let guardian: u32 = std::fs::read_to_string(gate.join("reached"))
+                .unwrap()
+                .parse()
+                .unwrap();
+            let m = sup.manifest(&handle).unwrap();
+            match m.released {
+                Some(ExitProof::Receipt { status, reaped }) => {
+                    assert_eq!(status, ExitStatus::Code(3), "cgroup={cgroup}");
+                    assert_eq!(reaped, 1, "cgroup={cgroup}");
+                }
+                other => panic!("cgroup={cgroup}: expected a receipt, got {other:?}"),
+            }
+            let stats = sup.stats().await.unwrap();
+            assert_eq!((stats.live, stats.lingering, stats.unverified), (0, 0, 0));
+            assert!(
+                !gone(guardian),
+                "cgroup={cgroup}: the guardian is still held at its failpoint"
+            );
+            std::fs::write(gate.join("release"), b"").unwrap();
+            // Gone from /proc altogether: exited and reaped, not left a zombie.
+            wait_until("the guardian reaped", || {
+                !Path::new(&format!("/proc/{guardian}")).exists()
+            });
+            sup.shutdown(Duration::from_secs(1)).await;
+        });
+    }
+}

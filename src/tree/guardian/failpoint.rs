@@ -18,6 +18,10 @@
 /// tree with no member left but its guardian, and no proof yet.
 pub const BEFORE_RECEIPT: &str = "PROCJOURNAL_FAILPOINT_BEFORE_RECEIPT";
 
+/// Holds the guardian after it reported `DONE` (its receipt written) and before it exits: the
+/// window in which the supervisor has its proof and the guardian is still its unreaped child.
+pub const AFTER_DONE: &str = "PROCJOURNAL_FAILPOINT_AFTER_DONE";
+
 /// The failpoint variables of the environment a guardian forked by the zygote was launched
 /// with (its process has the zygote's): failpoints read them instead of the process's.
 #[cfg(feature = "failpoints")]

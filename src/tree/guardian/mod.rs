@@ -829,6 +829,16 @@ impl ProcessTree for GuardianTree {
         })
     }
 
+    fn wait_proven(&self) -> TreeFuture<'_, ()> {
+        Box::pin(async move {
+            self.pump(|p| p.done.is_some()).await;
+            if self.progress.borrow().done.is_none() {
+                // The guardian died without `DONE`: only its cgroup can still say.
+                self.wait_empty().await;
+            }
+        })
+    }
+
     fn exit_proof(&self) -> Option<ExitProof> {
         let progress = self.progress.borrow().clone();
         if progress.done.is_some()

@@ -559,6 +559,7 @@ impl Guardian {
         ctl.send(&Up::Done {
             reaped: self.reaped,
         });
+        super::failpoint::hold(super::failpoint::AFTER_DONE);
         0
     }
 
