@@ -1200,7 +1200,7 @@ pub(crate) async fn terminalize(
     let span = tracing::info_span!("terminalize", handle = %proc.handle, state = %outcome.state);
     // Instrumented rather than entered: the span must not stay entered on this thread while the
     // task is suspended at an await.
-    let summary = terminal::record(shared, proc, outcome)
+    let (summary, retire) = terminal::record(shared, proc, outcome)
         .instrument(span)
         .await;
     // 3. The spool writer's descriptors and buffers go now; readers use the finished spool.
@@ -1224,6 +1224,12 @@ pub(crate) async fn terminalize(
     // 6. Waiters see a persisted result.
     proc.exited.send_replace(Some(summary));
     proc.output_changed.notify_waiters();
+    // 7. The receipt, whose proof is durable now: its unlink (a metadata write of the file
+    // system, often behind the journal's sync) is nothing a waiter needs.
+    if retire {
+        let (shared, handle) = (Arc::clone(shared), proc.handle);
+        let _ = tokio::task::spawn_blocking(move || retire_receipt(&shared, handle)).await;
+    }
 }
 
 /// Records that `handle`'s tree is proven gone, durably, then retires its receipt (the record

@@ -141,11 +141,12 @@ async fn a_clean_exit_is_proven_by_a_verified_receipt() {
         }
         other => panic!("expected a receipt, got {other:?}"),
     }
-    // Once the release is durable the receipt has served its purpose: no file outlives it.
-    let receipt = m.scope.unwrap().receipt.unwrap();
-    assert!(!Path::new(&receipt.path).exists(), "{}", receipt.path);
     assert_eq!(sup.stats().await.unwrap().live, 0);
+    // Once the release is durable the receipt has served its purpose: no file outlives the
+    // process's task (it goes after the waiters are told, which the shutdown joins).
+    let receipt = m.scope.unwrap().receipt.unwrap();
     let _ = sup.shutdown(Duration::from_millis(100)).await;
+    assert!(!Path::new(&receipt.path).exists(), "{}", receipt.path);
 }
 
 /// A command that cannot be executed fails after its guardian recorded its scope (the guardian

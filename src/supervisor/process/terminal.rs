@@ -7,7 +7,8 @@
 //!   journal names its bounds, so that the bounds cover every gap.
 //! - The records go in one order on one blocking thread: each gap below the final bounds,
 //!   then the tree's release, then the terminal event, whose acknowledgement makes them all
-//!   durable. The receipt goes only once both the release and the terminal event are in.
+//!   durable. The receipt goes only once both the release and the terminal event are in,
+//!   and not before the waiters are told: nothing they are told depends on it.
 
 use std::sync::Arc;
 
@@ -22,9 +23,14 @@ use crate::lifecycle::{Handle, LifecycleError, LifecycleEvent};
 use crate::spool::Gap;
 use crate::supervisor::Shared;
 
-/// Records `proc`'s end (terminalization's first two steps) and returns the summary to report:
-/// with `persist_error` set when the terminal event is not persisted.
-pub(super) async fn record(shared: &Arc<Shared>, proc: &Proc, outcome: Outcome) -> TerminalSummary {
+/// Records `proc`'s end (terminalization's first two steps) and returns the summary to report
+/// (with `persist_error` set when the terminal event is not persisted), and whether the tree's
+/// receipt is to be retired now that its proof is durable ([`super::retire_receipt`]).
+pub(super) async fn record(
+    shared: &Arc<Shared>,
+    proc: &Proc,
+    outcome: Outcome,
+) -> (TerminalSummary, bool) {
     let Outcome {
         state,
         exit,
@@ -47,18 +53,19 @@ pub(super) async fn record(shared: &Arc<Shared>, proc: &Proc, outcome: Outcome) 
         reason,
         at_unix_ms: crate::supervisor::now_unix_ms(),
     });
-    let persist_error = persist_end(shared, proc, gaps, released, event).await;
+    let (persist_error, retire) = persist_end(shared, proc, gaps, released, event).await;
     if let Some(e) = &persist_error {
         warn!(error = %e, "terminal event not persisted");
     }
-    TerminalSummary {
+    let summary = TerminalSummary {
         state,
         exit,
         bounds,
         capture,
         persist_error,
         drained,
-    }
+    };
+    (summary, retire)
 }
 
 /// Syncs the spool one last time: its durable bounds, and the gaps below them not recorded
@@ -110,22 +117,24 @@ fn with_loss(capture: CaptureStatus, loss: Option<String>) -> CaptureStatus {
 }
 
 /// Records the end of `proc` (see the module invariants) on the blocking pool; why the
-/// terminal event is not persisted, if it is not.
+/// terminal event is not persisted, if it is not, and whether the release is durable with it.
 async fn persist_end(
     shared: &Arc<Shared>,
     proc: &Proc,
     gaps: Vec<Gap>,
     released: Option<ExitProof>,
     terminal: LifecycleEvent,
-) -> Option<String> {
+) -> (Option<String>, bool) {
     let (shared, handle, ids) = (Arc::clone(shared), proc.handle, proc.ids);
-    tokio::task::spawn_blocking(move || {
+    let appended = tokio::task::spawn_blocking(move || {
         append_end_blocking(&shared, handle, ids, gaps, released, &terminal)
     })
-    .await
-    .map_err(|e| e.to_string())
-    .and_then(|r| r.map_err(|e| e.to_string()))
-    .err()
+    .await;
+    match appended {
+        Ok((Ok(_), released)) => (None, released),
+        Ok((Err(e), _)) => (Some(e.to_string()), false),
+        Err(e) => (Some(e.to_string()), false),
+    }
 }
 
 fn append_end_blocking(
@@ -135,7 +144,7 @@ fn append_end_blocking(
     gaps: Vec<Gap>,
     released: Option<ExitProof>,
     terminal: &LifecycleEvent,
-) -> Result<Appended, LifecycleError> {
+) -> (Result<Appended, LifecycleError>, bool) {
     // Gaps come before the terminal bounds that cover them, and ride its acknowledgement.
     for gap in gaps {
         let event = LifecycleEvent::OutputGap(OutputGap {
@@ -143,15 +152,15 @@ fn append_end_blocking(
             gap,
             at_unix_ms: crate::supervisor::now_unix_ms(),
         });
-        shared.append_deferred_blocking(EventId::new_v7(), &event)?;
+        if let Err(e) = shared.append_deferred_blocking(EventId::new_v7(), &event) {
+            return (Err(e), false);
+        }
     }
     // The release rides the terminal event's acknowledgement; once that is durable the
     // receipt has served its purpose.
     let released =
         released.is_some_and(|proof| super::append_release(shared, handle, ids, proof, false));
     let appended = shared.append_blocking(ids.terminal, terminal);
-    if released && appended.is_ok() {
-        super::retire_receipt(shared, handle);
-    }
-    appended
+    let durable = released && appended.is_ok();
+    (appended, durable)
 }
