@@ -158,7 +158,7 @@ impl CgroupBase {
                 }),
             }
         };
-        let removed = probe.remove().map_err(|cause| Unavailable::Probe {
+        let removed = probe.remove_emptied().map_err(|cause| Unavailable::Probe {
             step: "rmdir",
             cause,
         });
@@ -335,6 +335,17 @@ impl Scope {
             }
         }
         Ok(())
+    }
+
+    /// [`Scope::remove`] for a caller that has just read `populated 0` from this scope (so it
+    /// is a cgroup): one `rmdir`, which the kernel refuses while a process or a child cgroup is
+    /// in it; only then the full removal, child cgroups first.
+    pub fn remove_emptied(&self) -> io::Result<()> {
+        match fs::remove_dir(&self.path) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(_) => self.remove(),
+        }
     }
 
     fn write(&self, file: &str, value: &[u8]) -> io::Result<()> {
@@ -877,6 +888,11 @@ mod tests {
             scope.path().join("sub").exists(),
             "nothing below a live scope is touched"
         );
+        let err = scope
+            .remove_emptied()
+            .expect_err("nor by the one-rmdir removal");
+        assert_eq!(err.kind(), io::ErrorKind::ResourceBusy, "{err}");
+        assert!(scope.exists() && scope.path().join("sub").exists());
 
         let err = base.create_scope("run-1").expect_err("no second workload");
         assert_eq!(err.kind(), io::ErrorKind::AlreadyExists, "{err}");
@@ -925,6 +941,24 @@ mod tests {
             scope.kill().expect_err("gone").kind(),
             io::ErrorKind::NotFound
         );
+    }
+
+    #[test]
+    fn an_emptied_scope_goes_with_its_child_cgroups() {
+        let Some((base, _base_cleanup)) = base_or_skip("emptied") else {
+            return;
+        };
+        let plain = base.create_scope("run-1").expect("create a scope");
+        let _cleanup = Cleanup(plain.clone());
+        plain.remove_emptied().expect("one rmdir");
+        assert!(!plain.path().exists());
+        plain.remove_emptied().expect("a removed scope is fine");
+
+        let nested = base.create_scope("run-2").expect("create a scope");
+        let _cleanup = Cleanup(nested.clone());
+        fs::create_dir_all(nested.path().join("a/b")).expect("child cgroups");
+        nested.remove_emptied().expect("removed below first");
+        assert!(!nested.path().exists());
     }
 
     #[test]

@@ -38,8 +38,19 @@ pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
 }
 
 pub(crate) fn stat(pid: u32) -> Option<Stat> {
-    parse_stat(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+    use std::io::Read;
+    // Room for a usual line at once (`fs::read_to_string` asks for the size, which /proc does
+    // not know, then reads from 32 bytes up, a read per doubling); a longer one still grows.
+    let mut text = String::with_capacity(STAT_BYTES);
+    std::fs::File::open(format!("/proc/{pid}/stat"))
+        .ok()?
+        .read_to_string(&mut text)
+        .ok()?;
+    parse_stat(&text)
 }
+
+/// A /proc/PID/stat line is about 300 bytes; 52 fields of 20 digits and a 64-byte name at most.
+const STAT_BYTES: usize = 1280;
 
 /// /proc/sys/kernel/random/boot_id as 16 bytes, read once: it cannot change while this
 /// process runs.

@@ -571,7 +571,8 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
     if (meta.dev(), meta.ino()) != (reg.binding.dev, reg.binding.ino) {
         return Err(Rejection::Replaced);
     }
-    let mut bytes = Vec::new();
+    // Room for the largest receipt at once: an empty Vec grows from a 32-byte read.
+    let mut bytes = Vec::with_capacity(receipt::RECEIPT_BYTES_MAX + 1);
     Read::by_ref(&mut file)
         .take(receipt::RECEIPT_BYTES_MAX as u64 + 1)
         .read_to_end(&mut bytes)
@@ -598,7 +599,8 @@ pub fn verify_unscoped_receipt(path: &Path, handle: &str) -> Result<Receipt, Rej
             cause: "not a regular file".to_owned(),
         });
     }
-    let mut bytes = Vec::new();
+    // Room for the largest receipt at once: an empty Vec grows from a 32-byte read.
+    let mut bytes = Vec::with_capacity(receipt::RECEIPT_BYTES_MAX + 1);
     Read::by_ref(&mut file)
         .take(receipt::RECEIPT_BYTES_MAX as u64 + 1)
         .read_to_end(&mut bytes)

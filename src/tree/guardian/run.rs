@@ -361,6 +361,9 @@ struct Guardian {
     receipt_ino: u64,
     scope: Option<Scope>,
     workload: Workload,
+    /// The guardian's own identity, for its receipt: read while the supervisor syncs the
+    /// registration, not between the tree's end and `DONE`.
+    me: Option<procfs::Identity>,
     status: Option<LeaderExit>,
     reaped: u64,
 }
@@ -400,6 +403,7 @@ impl Guardian {
             receipt_ino: meta.ino(),
             scope,
             workload,
+            me: None,
             status: None,
             reaped: 0,
         })
@@ -413,6 +417,7 @@ impl Guardian {
             receipt_dev: self.receipt_dev,
             receipt_ino: self.receipt_ino,
         });
+        self.me = Some(procfs::identity(std::process::id()));
         let nonce = match self.await_go(ctl) {
             Some(nonce) => nonce,
             None => {
@@ -542,7 +547,7 @@ impl Guardian {
         }
         super::failpoint::hold(super::failpoint::BEFORE_RECEIPT);
         if let Some(scope) = &self.scope {
-            let _ = scope.remove();
+            let _ = scope.remove_emptied();
             if ctl.fd.is_none() {
                 // The supervisor is gone: its launcher tried to remove the root's base when it
                 // was released, and failed while this scope was still in it.
@@ -655,11 +660,13 @@ impl Guardian {
     }
 
     fn write_receipt(&mut self, nonce: [u8; 16]) {
-        let me = procfs::identity(std::process::id());
+        let me = self
+            .me
+            .unwrap_or_else(|| procfs::identity(std::process::id()));
         let receipt = Receipt {
             handle: self.handle.clone(),
             nonce,
-            boot_id: procfs::boot_id().unwrap_or([0; 16]),
+            boot_id: me.boot_id,
             guardian_pid: me.pid,
             guardian_start_ticks: me.start_time_ticks,
             workload_pid: self.workload.pid,

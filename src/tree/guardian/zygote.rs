@@ -321,10 +321,11 @@ pub(super) fn serve() -> i32 {
 /// Fills, before any fork, what the standard library caches in the image's statics at its
 /// first use: filled in a guardian, such a cache makes the page of the image's statics that
 /// guardian's own (4 KiB of private memory each), where every guardian shares it with the
-/// zygote while nothing writes it. The one a guardian reached: whether `statx` is available
-/// (its first `metadata`).
+/// zygote while nothing writes it. Those a guardian reaches: whether `statx` is available
+/// (its first `metadata`), and the boot id its receipt names (read once per process).
 fn warm_statics() {
     let _ = std::fs::metadata("/");
+    let _ = crate::tree::procfs::boot_id();
 }
 
 /// The next request and its descriptors; `None` at end of stream. A message that is truncated,
