@@ -493,8 +493,9 @@ pub(crate) struct TreeArgs {
 impl TreeArgs {
     /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
     /// leaves that to the caller's verbosity). Guardians are forked by a zygote, started at the
-    /// first launch, or at once with `launching` (the caller opens its root and launches right
-    /// away, as `run` does: the zygote's exec overlaps the open, and the launch is a fork).
+    /// first launch, or at once with `launching` (the caller opens its root and launches once,
+    /// right away, as `run` does: the zygote's exec overlaps the open, the launch is a fork,
+    /// and the zygote ends while the workload runs).
     pub(crate) fn launcher(
         &self,
         root: &std::path::Path,
@@ -505,7 +506,7 @@ impl TreeArgs {
         // `procjournal-guardian` beside this binary, else this binary re-executed (said once).
         let guardian = || {
             GuardianLauncher::new(GuardianProgram::beside_current_exe()).map(|l| {
-                let l = l.with_zygote(true);
+                let l = l.with_zygote(true).with_one_launch(launching);
                 if launching {
                     l.start_zygote();
                 }

@@ -207,8 +207,9 @@ pub trait Launcher: Send + Sync + Debug {
         false
     }
 
-    /// Gives back what the launcher holds beyond its trees (a guardian launcher's base cgroup,
-    /// when it is empty), once its supervisor has shut down. Best effort; nothing by default.
+    /// Gives back what the launcher holds beyond its trees (a guardian launcher's zygote, ended
+    /// and reaped, and its base cgroup, when it is empty), once its supervisor has shut down.
+    /// Best effort; nothing by default.
     fn release(&self) {}
 }
 

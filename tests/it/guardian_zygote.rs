@@ -623,3 +623,62 @@ fn run_forks_its_guardian_and_leaves_no_zygote() {
     // after the test, so its base goes with it.
     daemon_common::remove_base_cgroup(&root);
 }
+
+/// The child of [`run_leaves_no_orphan_for_its_parents_reaper`]: a child subreaper (so that
+/// whatever `run` leaves behind becomes its child) that runs `procjournal run -- true` and
+/// prints every process it inherited from it, or `none`.
+#[cfg(feature = "cli")]
+#[test]
+fn subreaper_child() {
+    let Some(root) = std::env::var_os("PJ_SUBREAPER_ROOT") else {
+        return;
+    };
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_procjournal"))
+        .arg("run")
+        .arg("--root")
+        .arg(&root)
+        .args(["--", "true"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    // `run`'s children were made ours when it exited, before its exit was reported to us.
+    let me = std::process::id();
+    let inherited: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|&p| parent_of(p) == Some(me))
+        .map(|p| format!("{p} {}", comm(p)))
+        .collect();
+    if inherited.is_empty() {
+        println!("inherited: none");
+    } else {
+        println!("inherited: {}", inherited.join(", "));
+    }
+}
+
+/// `procjournal run` reaps everything it started before it exits, its guardian zygote too: the
+/// process that inherits its orphans (a subreaper, or PID 1) finds none, not even a zombie.
+#[cfg(feature = "cli")]
+#[test]
+fn run_leaves_no_orphan_for_its_parents_reaper() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("rt");
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg(crate::common::harness_name(
+            module_path!(),
+            "subreaper_child",
+        ))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
+        .env("PJ_SUBREAPER_ROOT", &root)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("inherited: none"), "{stdout}");
+    daemon_common::remove_base_cgroup(&root);
+}

@@ -122,6 +122,8 @@ pub struct GuardianLauncher {
     grace: Duration,
     /// With [`GuardianLauncher::with_zygote`]: the zygote that forks each guardian.
     zygote: Option<ZygoteSlot>,
+    /// With [`GuardianLauncher::with_one_launch`]: the zygote ends after its first fork.
+    one_launch: bool,
 }
 
 impl GuardianLauncher {
@@ -139,6 +141,7 @@ impl GuardianLauncher {
             clone3: true,
             grace: Duration::from_millis(limits::ORPHANED_TREE_GRACE_MS),
             zygote: None,
+            one_launch: false,
         })
     }
 
@@ -175,6 +178,14 @@ impl GuardianLauncher {
         if let Some(zygote) = &self.zygote {
             zygote.start_now();
         }
+    }
+
+    /// With `true`, the caller launches once (`procjournal run`, `capture`): the zygote is
+    /// told to end right after it forked that guardian, so that it exits while the workload
+    /// runs, and [`Launcher::release`] reaps it without waiting. A later launch starts another.
+    pub fn with_one_launch(mut self, once: bool) -> GuardianLauncher {
+        self.one_launch = once;
+        self
     }
 
     /// The pid of the running zygote, if this launcher has one started.
@@ -236,8 +247,13 @@ impl Launcher for GuardianLauncher {
     }
 
     /// A process that exits without dropping its supervisor (the CLI's `run` ends its runtime
-    /// in the background) never runs the drop: its shutdown removes the base instead.
+    /// in the background) never runs the drop: its shutdown removes the base, and ends and
+    /// reaps the zygote, instead (a zygote left running would exit at its end of stream, a
+    /// zombie for whatever process inherits it).
     fn release(&self) {
+        if let Some(zygote) = &self.zygote {
+            zygote.end();
+        }
         self.remove_base();
     }
 
@@ -251,7 +267,13 @@ impl Launcher for GuardianLauncher {
             cause,
         })?;
         let (gpid, streams) = match &self.zygote {
-            Some(zygote) => spawn_forked(zygote, &guardian, spec, theirs, scope.as_ref())?,
+            Some(zygote) => {
+                let forked = spawn_forked(zygote, &guardian, spec, theirs, scope.as_ref());
+                if self.one_launch {
+                    zygote.retire();
+                }
+                forked?
+            }
             None => spawn_guardian(&guardian, spec, theirs, scope.as_ref())?,
         };
         let pidfd = open_pidfd(gpid).map_err(|cause| SpawnError::Adopt { cause })?;

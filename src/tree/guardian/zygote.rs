@@ -557,6 +557,26 @@ impl ZygoteSlot {
             .ok()
     }
 
+    /// Tells the zygote to end (its end of stream) without waiting for it: a launcher that
+    /// launches once has it exit while the workload runs, so that [`ZygoteSlot::end`] then
+    /// reaps a process that has exited already. A launch after this starts another zygote.
+    pub(super) fn retire(&self) {
+        if let Some(zygote) = self.zygote.lock().as_ref() {
+            let _ = nix::sys::socket::shutdown(
+                zygote.sock.as_raw_fd(),
+                nix::sys::socket::Shutdown::Both,
+            );
+        }
+    }
+
+    /// Ends and reaps the zygote now (its drop), if there is one: for a launcher released by a
+    /// process that exits without dropping it, whose zygote would otherwise outlive it as a
+    /// zombie for whatever process inherits it.
+    pub(super) fn end(&self) {
+        let zygote = self.zygote.lock().take();
+        drop(zygote);
+    }
+
     /// The running zygote's pid, if any.
     pub(super) fn pid(&self) -> Option<u32> {
         self.zygote.lock().as_ref().map(|z| z.pid)
