@@ -19,6 +19,8 @@
 //!   (`release_aborted`), and that receipt is removed only once the release is durable.
 //! - Restore's work is bounded by the processes a crash left work for (`needs_restore`), never by
 //!   the finished ones a root keeps: those are counted, not copied or walked again.
+//! - A receipt whose tree's release is recorded is removed (`retire_stale_receipts`): its
+//!   supervisor died between the release's acknowledgement and the receipt's removal.
 
 use std::sync::Arc;
 
@@ -236,6 +238,8 @@ pub(crate) async fn restore(
         .await
         .unwrap_or_default();
     report.released.extend(aborted);
+    let shared_for = Arc::clone(shared);
+    let _ = tokio::task::spawn_blocking(move || retire_stale_receipts(&shared_for)).await;
     let still_held = report.take_assessments(assessed, held);
     for m in manifests {
         if !m.state.is_terminal() {
@@ -245,6 +249,37 @@ pub(crate) async fn restore(
         }
     }
     (report, still_held)
+}
+
+/// Removes every receipt left in `trees/` by a tree whose release is recorded: a supervisor
+/// removes each right after its release is durable, so one is left only by a supervisor that
+/// died in between, and stays until an open finds it here. Any other file stays: a receipt of
+/// a tree not yet released is evidence, and one whose handle is not in the journal is not
+/// ours to judge. One listing of a directory that holds only the receipts of live trees.
+fn retire_stale_receipts(shared: &Shared) {
+    let Ok(names) = shared.trees.names() else {
+        return;
+    };
+    for name in names {
+        let Some(handle) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(".receipt"))
+            .and_then(|h| h.parse::<Handle>().ok())
+        else {
+            continue;
+        };
+        let released = shared
+            .lifecycle
+            .lock()
+            .manifest(&handle)
+            .is_some_and(|m| m.released.is_some());
+        if released {
+            match shared.trees.remove(&format!("{handle}.receipt")) {
+                Ok(()) => tracing::debug!(%handle, "a released tree's receipt removed"),
+                Err(e) => tracing::debug!(%handle, error = %e, "receipt not removed"),
+            }
+        }
+    }
 }
 
 /// The manifests restore has work for, copied out of the store, and how many were terminal.

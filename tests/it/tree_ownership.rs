@@ -539,3 +539,49 @@ fn run_and_capture_leave_no_base_cgroup_on_any_path() {
         }
     }
 }
+
+/// A receipt left by a supervisor that died between its tree's recorded release and the
+/// receipt's removal is removed by the root's next open; a receipt whose handle the journal
+/// does not know, and any other file, stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_removes_the_receipts_of_released_trees_and_nothing_else() {
+    let root = temp_root();
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, rx) = open(cfg).await;
+    let handle = start(&sup, Command::new("true").cwd(root.path())).await;
+    guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert!(
+        matches!(
+            sup.manifest(&handle).unwrap().released,
+            Some(ExitProof::Receipt { .. })
+        ),
+        "{:?}",
+        sup.manifest(&handle).unwrap().released
+    );
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    drop((sup, rx));
+
+    // What the crash would have left: the released tree's receipt, beside a receipt of a handle
+    // no record names and a file that is no receipt at all.
+    let trees = root.path().join("rt").join("trees");
+    let name = handle.to_string();
+    let last = if name.ends_with('0') { "1" } else { "0" };
+    let stranger = format!("{}{last}", &name[..name.len() - 1]);
+    let left = trees.join(format!("{name}.receipt"));
+    let unknown = trees.join(format!("{stranger}.receipt"));
+    let other = trees.join("notes");
+    for file in [&left, &unknown, &other] {
+        std::fs::write(file, b"procjournal-receipt 1\n").unwrap();
+    }
+    let mut cfg = config(root.path());
+    cfg.launcher = guardian();
+    let (sup, _rx) = open(cfg).await;
+    assert!(!left.exists(), "the released tree's receipt is still there");
+    assert!(
+        unknown.exists(),
+        "a receipt of a handle no record names was removed"
+    );
+    assert!(other.exists(), "a file that is no receipt was removed");
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
