@@ -704,31 +704,11 @@ fn a_guardian_late_with_its_receipt_leaves_a_lingering_tree_not_an_unverified_on
     use procjournal::lifecycle::LifecycleEvent;
     use procjournal::lifecycle::event::{ExitProof, ExitStatus};
     use procjournal::tree::guardian::failpoint;
-    let mut mechanisms = vec![false];
-    if cgroups_usable() {
-        mechanisms.push(true);
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (mechanisms, runtime) = failpoint_cases();
     for cgroup in mechanisms {
-        let dir = temp_root();
-        let root = dir.path().join("root");
-        let gate = dir.path().join("gate");
-        std::fs::create_dir(&gate).unwrap();
+        let (_dir, root, gate) = failpoint_dirs();
         runtime.block_on(async {
-            let mut launcher =
-                GuardianLauncher::new(GuardianProgram::Path(guardian_bin())).unwrap();
-            if cgroup {
-                let base = CgroupBase::probe(&base_name(&root)).unwrap();
-                launcher = launcher.with_cgroups(Some(base));
-            }
-            let mut config = SupervisorConfig::new(&root);
-            config.launcher = Arc::new(launcher);
-            config.admission = AdmissionConfig::max_concurrent(1);
-            let (sup, _) = Supervisor::open(config, Services::noop()).await.unwrap();
+            let sup = open_guarded(&root, cgroup, Some(AdmissionConfig::max_concurrent(1))).await;
             let command = Command::new("sh")
                 .args(["-c", "echo x; exit 2"])
                 .cwd(&root)
@@ -798,30 +778,11 @@ fn a_guardian_late_with_its_receipt_leaves_a_lingering_tree_not_an_unverified_on
 fn the_end_is_recorded_by_receipt_before_its_guardian_exits_and_it_is_reaped_after() {
     use procjournal::lifecycle::event::{ExitProof, ExitStatus};
     use procjournal::tree::guardian::failpoint;
-    let mut mechanisms = vec![false];
-    if cgroups_usable() {
-        mechanisms.push(true);
-    }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let (mechanisms, runtime) = failpoint_cases();
     for cgroup in mechanisms {
-        let dir = temp_root();
-        let root = dir.path().join("root");
-        let gate = dir.path().join("gate");
-        std::fs::create_dir(&gate).unwrap();
+        let (_dir, root, gate) = failpoint_dirs();
         runtime.block_on(async {
-            let mut launcher =
-                GuardianLauncher::new(GuardianProgram::Path(guardian_bin())).unwrap();
-            if cgroup {
-                let base = CgroupBase::probe(&base_name(&root)).unwrap();
-                launcher = launcher.with_cgroups(Some(base));
-            }
-            let mut config = SupervisorConfig::new(&root);
-            config.launcher = Arc::new(launcher);
-            let (sup, _) = Supervisor::open(config, Services::noop()).await.unwrap();
+            let sup = open_guarded(&root, cgroup, None).await;
             let command = Command::new("sh")
                 .args(["-c", "exit 3"])
                 .cwd(&root)
@@ -860,4 +821,47 @@ fn the_end_is_recorded_by_receipt_before_its_guardian_exits_and_it_is_reaped_aft
             sup.shutdown(Duration::from_secs(1)).await;
         });
     }
+}
+
+/// The tree mechanisms a guardian failpoint is tested under (a guardian alone, and in a cgroup
+/// where the machine has a writable hierarchy), and a runtime to run each case on.
+fn failpoint_cases() -> (Vec<bool>, tokio::runtime::Runtime) {
+    let mut mechanisms = vec![false];
+    if cgroups_usable() {
+        mechanisms.push(true);
+    }
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    (mechanisms, runtime)
+}
+
+/// A failpoint case's directory, with its root and its failpoint's gate directory in it.
+fn failpoint_dirs() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = temp_root();
+    let (root, gate) = (dir.path().join("root"), dir.path().join("gate"));
+    std::fs::create_dir(&gate).unwrap();
+    (dir, root, gate)
+}
+
+/// A supervisor of `root` launching under the guardian binary, in a cgroup with `cgroup`, with
+/// `admission` where one is given.
+async fn open_guarded(
+    root: &Path,
+    cgroup: bool,
+    admission: Option<procjournal::admission::AdmissionConfig>,
+) -> Supervisor {
+    let mut launcher = GuardianLauncher::new(GuardianProgram::Path(guardian_bin())).unwrap();
+    if cgroup {
+        let base = CgroupBase::probe(&base_name(root)).unwrap();
+        launcher = launcher.with_cgroups(Some(base));
+    }
+    let mut config = SupervisorConfig::new(root);
+    config.launcher = Arc::new(launcher);
+    if let Some(admission) = admission {
+        config.admission = admission;
+    }
+    Supervisor::open(config, Services::noop()).await.unwrap().0
 }
