@@ -234,12 +234,14 @@ pub(crate) async fn restore(
         .map(|m| (m.handle, m.ids))
         .collect();
     let shared_for = Arc::clone(shared);
-    let aborted = tokio::task::spawn_blocking(move || release_aborted(&shared_for, &unscoped))
-        .await
-        .unwrap_or_default();
+    let aborted = tokio::task::spawn_blocking(move || {
+        let released = release_aborted(&shared_for, &unscoped);
+        retire_stale_receipts(&shared_for);
+        released
+    })
+    .await
+    .unwrap_or_default();
     report.released.extend(aborted);
-    let shared_for = Arc::clone(shared);
-    let _ = tokio::task::spawn_blocking(move || retire_stale_receipts(&shared_for)).await;
     let still_held = report.take_assessments(assessed, held);
     for m in manifests {
         if !m.state.is_terminal() {
