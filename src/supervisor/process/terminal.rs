@@ -15,7 +15,7 @@ use std::sync::Arc;
 use tracing::warn;
 
 use super::{Outcome, Proc, TerminalSummary};
-use crate::journal::{Appended, EventId};
+use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CursorBounds, ExitProof, LifecycleIds, OutputGap, Terminal,
 };
@@ -131,12 +131,14 @@ async fn persist_end(
     })
     .await;
     match appended {
-        Ok((Ok(_), released)) => (None, released),
-        Ok((Err(e), _)) => (Some(e.to_string()), false),
+        Ok(Ok(released)) => (None, released),
+        Ok(Err(e)) => (Some(e.to_string()), false),
         Err(e) => (Some(e.to_string()), false),
     }
 }
 
+/// Appends the end's records (see the module invariants); whether the tree's release is
+/// durable with the terminal event.
 fn append_end_blocking(
     shared: &Shared,
     handle: Handle,
@@ -144,7 +146,7 @@ fn append_end_blocking(
     gaps: Vec<Gap>,
     released: Option<ExitProof>,
     terminal: &LifecycleEvent,
-) -> (Result<Appended, LifecycleError>, bool) {
+) -> Result<bool, LifecycleError> {
     // Gaps come before the terminal bounds that cover them, and ride its acknowledgement.
     for gap in gaps {
         let event = LifecycleEvent::OutputGap(OutputGap {
@@ -152,15 +154,12 @@ fn append_end_blocking(
             gap,
             at_unix_ms: crate::supervisor::now_unix_ms(),
         });
-        if let Err(e) = shared.append_deferred_blocking(EventId::new_v7(), &event) {
-            return (Err(e), false);
-        }
+        shared.append_deferred_blocking(EventId::new_v7(), &event)?;
     }
     // The release rides the terminal event's acknowledgement; once that is durable the
     // receipt has served its purpose.
     let released =
         released.is_some_and(|proof| super::append_release(shared, handle, ids, proof, false));
-    let appended = shared.append_blocking(ids.terminal, terminal);
-    let durable = released && appended.is_ok();
-    (appended, durable)
+    shared.append_blocking(ids.terminal, terminal)?;
+    Ok(released)
 }
