@@ -134,6 +134,17 @@ impl Daemon {
 }
 
 /// Children of `parent` that are zombies (exited, never reaped).
+/// What `read` gives once `done` holds of it, or at `until`, whichever comes first: counts
+/// that settle just after the last command's result (descriptors, reaps, receipts).
+fn settled<T>(until: Instant, mut read: impl FnMut() -> T, done: impl Fn(&T) -> bool) -> T {
+    let mut value = read();
+    while !done(&value) && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        value = read();
+    }
+    value
+}
+
 fn zombie_children(parent: u32) -> Vec<u32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
@@ -328,11 +339,11 @@ fn under_ulimit_64_ten_thousand_commands_and_64_at_once_leave_nothing_behind() {
 
     // Let closing connections and the last publications settle, then count.
     let settle = Instant::now() + Duration::from_secs(10);
-    let mut fds_after = daemon.descriptors();
-    while fds_after > fds_before + DESCRIPTORS_SLACK && Instant::now() < settle {
-        std::thread::sleep(Duration::from_millis(100));
-        fds_after = daemon.descriptors();
-    }
+    let fds_after = settled(
+        settle,
+        || daemon.descriptors(),
+        |&n| n <= fds_before + DESCRIPTORS_SLACK,
+    );
     let rss_after = daemon.status_kib("RssAnon:");
     let file_after = daemon.status_kib("RssFile:");
     println!(
@@ -348,11 +359,7 @@ fn under_ulimit_64_ten_thousand_commands_and_64_at_once_leave_nothing_behind() {
     // Every guardian was reaped (none is left a zombie of the daemon), and every receipt was
     // retired once its proof was in the journal: no file per command outlives the command.
     // A guardian is reaped once its command's result is out: the last ones may still be going.
-    let mut zombies = zombie_children(daemon.pid());
-    while !zombies.is_empty() && Instant::now() < settle {
-        std::thread::sleep(Duration::from_millis(100));
-        zombies = zombie_children(daemon.pid());
-    }
+    let zombies = settled(settle, || zombie_children(daemon.pid()), Vec::is_empty);
     assert!(
         zombies.is_empty(),
         "zombie children of the daemon: {zombies:?}"
@@ -363,11 +370,7 @@ fn under_ulimit_64_ten_thousand_commands_and_64_at_once_leave_nothing_behind() {
             .map(|d| d.count())
             .unwrap_or(0)
     };
-    let mut receipts = receipts_left();
-    while receipts > 0 && Instant::now() < settle {
-        std::thread::sleep(Duration::from_millis(100));
-        receipts = receipts_left();
-    }
+    let receipts = settled(settle, receipts_left, |&n| n == 0);
     assert_eq!(
         receipts,
         0,
