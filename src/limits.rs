@@ -522,6 +522,13 @@ pub const RETENTION_SEGMENTS_MAX: u64 = 8;
 /// unsupervised spool removes each.
 pub const SPOOL_REMOVALS_DEFERRED_MAX: usize = 16;
 
+/// Files of dropped segments a supervised spool keeps to write its next segments into
+/// (`spool/spare.rs`), each a whole segment on disk beyond the retention bound. Two let a new
+/// segment find one while the sync that readies the next is still running: a capture of 1 GiB
+/// of zeros through `run` and the default window of 64 MiB created 10 files for its 129
+/// segments (the first window's 9, and one while no spare was ready) and reused the others.
+pub const SPOOL_SPARES_MAX: usize = 2;
+
 /// The most retention a start or a daemon may ask for: 4 GiB per process. More is far more often
 /// a unit mistake than a wish (the live-process bound times this is already a terabyte of disk),
 /// and at [`RETENTION_SEGMENTS_MAX`] segments its segments are 512 MiB, the most a read of a

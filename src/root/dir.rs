@@ -213,6 +213,14 @@ impl Dir {
         Ok(nix::fcntl::renameat(&self.fd, from, &self.fd, to)?)
     }
 
+    /// Renames `from` to `to`, both in this directory, failing with `AlreadyExists` rather than
+    /// replacing a file named `to` (`RENAME_NOREPLACE`). Durable only after [`Dir::sync`].
+    pub(crate) fn rename_new(&self, from: &str, to: &str) -> io::Result<()> {
+        let (from, to) = (component(from)?, component(to)?);
+        let flags = nix::fcntl::RenameFlags::RENAME_NOREPLACE;
+        Ok(nix::fcntl::renameat2(&self.fd, from, &self.fd, to, flags)?)
+    }
+
     /// Removes the file (or symbolic link) `name`. Durable only after [`Dir::sync`].
     pub(crate) fn remove(&self, name: &str) -> io::Result<()> {
         let name = component(name)?;

@@ -18,6 +18,8 @@ pub(crate) trait SpoolIo: Send + Sync + std::fmt::Debug {
     fn write_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()>;
     /// `fdatasync` of a segment file.
     fn sync_data(&self, file: &File) -> io::Result<()>;
+    /// `fsync` of the spool directory that readies spares (`spare.rs`).
+    fn sync_dir(&self, dir: &Dir) -> io::Result<()>;
 }
 
 /// The real thing.
@@ -34,10 +36,13 @@ impl SpoolIo for FileIo {
     fn sync_data(&self, file: &File) -> io::Result<()> {
         file.sync_data()
     }
+    fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
+        dir.sync()
+    }
 }
 
 #[cfg(test)]
-pub(crate) use fault::FaultIo;
+pub(crate) use fault::{FaultIo, Op};
 
 #[cfg(test)]
 mod fault {
@@ -51,6 +56,7 @@ mod fault {
         Create,
         Write,
         Sync,
+        SyncDir,
     }
 
     /// Fails chosen calls (by their number, counted over every call of the seam from 0) with a
@@ -68,6 +74,8 @@ mod fault {
         /// Every call from this number on fails with this errno (a disk that stays full),
         /// until `heal`.
         from: Option<(u64, i32)>,
+        /// Every call of this op fails with this errno, until `heal`.
+        every: Option<(Op, i32)>,
         log: Vec<(Op, bool)>,
     }
 
@@ -87,9 +95,16 @@ mod fault {
                 s.from = Some((nth, errno));
             }
         }
+        /// Every call of `op` fails with `errno` until [`FaultIo::heal`].
+        pub(crate) fn fail_every(&self, op: Op, errno: i32) {
+            if let Ok(mut s) = self.state.lock() {
+                s.every = Some((op, errno));
+            }
+        }
         pub(crate) fn heal(&self) {
             if let Ok(mut s) = self.state.lock() {
                 s.from = None;
+                s.every = None;
                 s.faults.clear();
             }
         }
@@ -110,7 +125,8 @@ mod fault {
                 .iter()
                 .find(|(at, _)| *at == n)
                 .map(|(_, e)| *e)
-                .or(s.from.filter(|(at, _)| n >= *at).map(|(_, e)| e));
+                .or(s.from.filter(|(at, _)| n >= *at).map(|(_, e)| e))
+                .or(s.every.filter(|(o, _)| *o == op).map(|(_, e)| e));
             s.log.push((op, errno.is_some()));
             errno
         }
@@ -137,6 +153,12 @@ mod fault {
             match self.check(Op::Sync) {
                 Some(errno) => Err(io::Error::from_raw_os_error(errno)),
                 None => FileIo.sync_data(file),
+            }
+        }
+        fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
+            match self.check(Op::SyncDir) {
+                Some(errno) => Err(io::Error::from_raw_os_error(errno)),
+                None => FileIo.sync_dir(dir),
             }
         }
     }

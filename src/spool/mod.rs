@@ -3,7 +3,8 @@
 //! stdout and stderr are appended in one combined order. A cursor is a raw byte offset in that
 //! combined stream; every chunk on disk remembers its stream and the cursor of its first byte.
 //! Segments are files named by their first cursor (`{cursor:020}.seg`); when the retained bytes
-//! exceed the retention bound, whole oldest segments are deleted and `retained_from` moves forward.
+//! exceed the retention bound, whole oldest segments are deleted (or, for a supervised spool,
+//! kept as spares to write later segments into: `spare.rs`) and `retained_from` moves forward.
 //!
 //! Cursor fields (invariants, checked by `debug_assert!` and by the proptest model):
 //!
@@ -44,6 +45,7 @@ mod reader;
 mod recovery;
 pub mod remove;
 pub mod render;
+mod spare;
 mod sync;
 mod writer;
 
@@ -58,6 +60,8 @@ pub use sync::{SyncDone, SyncPlan};
 mod tests;
 #[cfg(test)]
 mod tests_loss;
+#[cfg(test)]
+mod tests_spare;
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -247,6 +251,13 @@ pub struct Spool {
     /// in-process reads go by `segments`, and a reader in another process, or the next open,
     /// that still finds some only sees older output than the window promises, never less.
     doomed: Vec<String>,
+    /// Spares ready to hold new segments (`spare.rs`), by name.
+    spares: Vec<String>,
+    /// The length of the active segment's file when it was a recycled spare: its old bytes lie
+    /// past the chunks up to there (0 for a created file).
+    stale_to: u64,
+    /// No more appends will come ([`Spool::finish`]).
+    finished: bool,
 }
 
 fn segment_name(first_cursor: u64) -> String {
@@ -380,6 +391,7 @@ impl Drop for Spool {
             let _ = self.flush();
         }
         if let Some(held) = &self.held {
+            self.doomed.append(&mut self.spares);
             sync::remove_doomed(held, &mut self.doomed);
         }
     }

@@ -21,8 +21,8 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 
 use super::format::{
-    CHUNK_HEADER_BYTES, CHUNK_PAYLOAD_BYTES_MAX, ChunkHeader, SPOOL_HEADER_BYTES, chunk_bytes,
-    decode_chunk, decode_chunk_header,
+    CHUNK_HEADER_BYTES, CHUNK_PAYLOAD_BYTES_MAX, ChunkHeader, SPOOL_HEADER_BYTES, SpoolHeader,
+    chunk_bytes, decode_chunk, decode_chunk_header,
 };
 use super::index::SegmentIndex;
 use super::recovery::{resync, walk_chunks};
@@ -180,6 +180,11 @@ impl Spool {
             block.last_frame = chunk_bytes(h.payload_bytes as usize) as u64;
             offset += block.last_frame;
             cursor += u64::from(h.payload_bytes);
+        }
+        if index.stopped.is_some()
+            && let Some(gone) = recycled_under(&file, segment)
+        {
+            return Err(gone);
         }
         Ok(index)
     }
@@ -402,14 +407,22 @@ impl Spool {
             (SPOOL_HEADER_BYTES as u64, segment.header.first_cursor),
         );
         let file = self.segment_file(segment).map_err(io("open segment"))?;
-        READ_SCRATCH.with_borrow_mut(|scratch| {
+        let result = READ_SCRATCH.with_borrow_mut(|scratch| {
             let result = self.read_chunks(segment, &file, index, at, from, max_bytes, out, scratch);
             if scratch.capacity() > READ_SCRATCH_KEEP_BYTES {
                 // A large chunk or a damaged range was read: give the memory back.
                 *scratch = Vec::new();
             }
             result
-        })
+        });
+        match result {
+            // A reader's newest segment is held by descriptor too: the writer may have
+            // recycled it since, as it may any sealed one between its open and this read.
+            Err(corrupt @ SpoolError::Corrupt { .. }) => {
+                Err(recycled_under(&file, segment).unwrap_or(corrupt))
+            }
+            other => other,
+        }
     }
 
     /// The loop of [`Spool::read_segment`], from the chunk at `at` (offset, cursor) on, loading
@@ -475,6 +488,23 @@ impl Spool {
         }
         Ok(loaded)
     }
+}
+
+/// `Some` when sealed `segment`'s file, whose bytes just failed their checks, is no longer the
+/// segment: retention dropped it and the writer rewrote the file for a newer segment
+/// (`spare.rs`) while this reader held it. Its header, read again through the same descriptor,
+/// tells; the segment is then gone, as a file deleted under a reader is, and not damaged.
+fn recycled_under(file: &File, segment: &Segment) -> Option<SpoolError> {
+    let mut head = [0u8; SPOOL_HEADER_BYTES];
+    let same = file.read_exact_at(&mut head, 0).is_ok()
+        && SpoolHeader::decode(&head).ok() == Some(segment.header);
+    (!same).then(|| SpoolError::Io {
+        op: "read segment",
+        cause: std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            "the segment left the window while it was read: retention reused its file",
+        ),
+    })
 }
 
 /// The lengths of file a read from cursor `from`, wanting `wanted` more bytes, loads from the

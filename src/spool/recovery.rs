@@ -12,9 +12,11 @@
 //! journal's resync takes the same risk.)
 //!
 //! Invariants:
-//! - A read-only open changes nothing on disk. A writable one removes only files that never held
-//!   output (a leftover `.seg.tmp`, a newest segment no longer than its header) and cuts only the
-//!   torn tail of the active segment.
+//! - A read-only open changes nothing on disk. A writable one removes only files that hold no
+//!   output of the window (a leftover `.seg.tmp`: an interrupted creation, or a spare whose
+//!   output retention dropped; a newest segment no longer than its header, or whose header
+//!   names an older segment of the spool) and cuts only the torn tail of the active segment
+//!   (where a recycled file's old chunks, of lower cursors, are also a torn tail).
 //! - Sealed segments are not read at open: only their names, owners and order are checked here.
 //!   Their chunks are checked when a read first builds their index (`reader.rs`), which steps
 //!   over damage by the same rule ([`resync`]).
@@ -217,8 +219,8 @@ pub(crate) fn scan_segment(
 enum Listed {
     /// A segment of this spool, after the ones before it.
     Segment(Segment),
-    /// The newest file, no longer than a header (`len` bytes): a segment whose creation was
-    /// interrupted.
+    /// The newest file, no longer than a header or with the header of an older segment of this
+    /// spool (`len` bytes): a segment whose creation, or rewrite of a spare, was interrupted.
     Unborn { path: PathBuf, len: u64 },
     /// A file that cannot be used, and why.
     Bad(&'static str),
@@ -277,7 +279,8 @@ impl Opening<'_> {
             if let Some(first) = parse_segment_name(name) {
                 listed.push((first, self.dir.join(name)));
             } else if self.writable && name.ends_with(".seg.tmp") {
-                // An interrupted segment creation: never named, never held output.
+                // An interrupted segment creation (never named, never held output), or a spare
+                // (`spare.rs`), whose output retention dropped.
                 leftovers.push(name.to_owned());
             }
         }
@@ -321,6 +324,16 @@ impl Opening<'_> {
         // Continuity inside a sealed segment is checked chunk by chunk when its index is
         // built; here only the name, the owner and the order can be checked.
         let after_previous = previous.is_none_or(|p| first > p);
+        if is_last
+            && header.first_cursor < first
+            && *spool_id.get_or_insert(header.spool_id) == header.spool_id
+        {
+            // A spare of this spool renamed for a new segment whose header never reached the
+            // disk: the header is written before any chunk and every sync covers both, so
+            // nothing in it was ever synced (`spare.rs`).
+            let len = file.metadata().map_err(io("stat segment"))?.len();
+            return Ok(Listed::Unborn { path, len });
+        }
         if header.first_cursor != first
             || *spool_id.get_or_insert(header.spool_id) != header.spool_id
             || !after_previous
@@ -510,6 +523,9 @@ impl Spool {
             losses: 0,
             defer_removals: false,
             doomed: Vec::new(),
+            spares: Vec::new(),
+            stale_to: 0,
+            finished: false,
         }
     }
 }

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use super::format::SpoolHeader;
-use super::{LossReason, Spool, SpoolError, io, open_sealed_in};
+use super::{LossReason, Spool, SpoolError, io, open_sealed_in, spare};
 use crate::root::dir::{Dir, file_name};
 
 /// The first cursors of the oldest and the newest segment: which segment files are named in the
@@ -114,6 +114,14 @@ pub struct SyncPlan {
     /// keeps its list until then: a plan lost before it ran leaves them to the next plan.)
     doomed: Vec<String>,
     held: Option<Arc<Dir>>,
+    /// How many doomed files may become spares (`spare.rs`); once the plan ran, the spares it
+    /// made and a directory sync made durable, and those it made that none did (to be removed).
+    spare_room: usize,
+    spares: Vec<String>,
+    unsure: Vec<String>,
+    /// The active segment's file and its chunks' end, when the spool has finished and the file
+    /// holds a recycled file's old bytes past them: cut before it is synced.
+    trim: Option<(Arc<File>, u64)>,
 }
 
 /// A plan that has run, with its result, to hand back to [`Spool::finish_sync`].
@@ -139,16 +147,47 @@ impl SyncPlan {
         self.total_bytes
     }
 
-    /// Removes the segment files retention dropped, then performs the syncs: segments first,
-    /// then the directory that names them (so that a removal is in the directory's synced state
-    /// when the layout changed), then its parent. Blocking I/O; the spool itself is not touched.
+    /// Removes the segment files retention dropped (making spares of some, `spare.rs`), cuts a
+    /// finished spool's recycled file back to its chunks, then performs the syncs: segments
+    /// first, then the directory that names them (so that a removal is in the directory's synced
+    /// state when the layout changed), then its parent. Blocking I/O; the spool itself is not
+    /// touched.
     pub fn run(mut self) -> SyncDone {
-        self.doomed = match &self.held {
-            Some(held) => remove_doomed(held, &mut self.doomed),
+        let made = match &self.held {
+            Some(held) => {
+                let retired = spare::retire(held, &self.doomed, self.spare_room);
+                self.doomed = retired.taken;
+                retired.spares
+            }
             None => Vec::new(),
         };
+        if let Some((file, len)) = &self.trim
+            && let Err(e) = file.set_len(*len)
+        {
+            // Old bytes past the last chunk read as a torn tail, never as output.
+            tracing::warn!(error = %e, "could not cut a recycled segment's old bytes");
+        }
         let result = self.sync().map(|vanished| self.vanished = vanished);
+        self.ready_spares(made, result.is_ok());
         SyncDone { plan: self, result }
+    }
+
+    /// Spares are ready once a directory sync after their renames succeeded: this plan's own,
+    /// or (a plan that syncs no directory) one run for them here.
+    fn ready_spares(&mut self, made: Vec<String>, synced: bool) {
+        if made.is_empty() {
+            return;
+        }
+        let durable = match (&self.dir, &self.held) {
+            (Some(_), _) => synced,
+            (None, Some(held)) => self.io.sync_dir(held).is_ok(),
+            (None, None) => false,
+        };
+        if durable {
+            self.spares = made;
+        } else {
+            self.unsure = made;
+        }
     }
 
     /// Runs every sync of the plan, up to [`SYNC_THREADS_MAX`] at once (the sealed segments one
@@ -232,18 +271,7 @@ fn merge(
 /// stays is left to the next plan (or, after a crash, to the next open, which counts it as
 /// retained).
 pub(super) fn remove_doomed(held: &Dir, doomed: &mut Vec<String>) -> Vec<String> {
-    let mut removed = 0;
-    for name in doomed.iter() {
-        match held.remove(name) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "spool retention could not delete a segment");
-                break;
-            }
-        }
-        removed += 1;
-    }
+    let removed = spare::retire(held, doomed, 0).taken.len();
     doomed.drain(..removed).collect()
 }
 
@@ -261,7 +289,15 @@ impl Spool {
     /// segment written since the last checkpoint); call under the writer's lock.
     pub fn plan_sync(&mut self) -> Result<SyncPlan, SpoolError> {
         let mut plan = self.plan_removals();
-        if !self.writable || !self.dirty {
+        if !self.writable {
+            return Ok(plan);
+        }
+        if let Some(trim) = self.take_trim() {
+            plan.trim = Some(trim);
+            // The cut must reach the disk: the active segment is synced after it.
+            self.dirty = true;
+        }
+        if !self.dirty {
             return Ok(plan);
         }
         // Staged chunks must be in the files the plan syncs.
@@ -303,6 +339,21 @@ impl Spool {
         Ok(plan)
     }
 
+    /// The active segment's file and where its chunks end, once the spool has finished and that
+    /// file still holds a recycled file's old bytes past them.
+    fn take_trim(&mut self) -> Option<(Arc<File>, u64)> {
+        if !self.finished {
+            return None;
+        }
+        let active = self.segments.back()?;
+        let file = active.file.as_ref()?;
+        if self.stale_to <= active.valid_len {
+            return None;
+        }
+        self.stale_to = 0;
+        Some((Arc::clone(file), active.valid_len))
+    }
+
     /// A plan that only removes the files of segments retention dropped (see
     /// [`Spool::defer_removals`]): it syncs nothing, so it makes nothing durable and leaves what
     /// the next [`Spool::plan_sync`] must sync as it was. For a writer that turns its window over
@@ -320,6 +371,14 @@ impl Spool {
             io: Arc::clone(&self.io),
             doomed: self.doomed.clone(),
             held: self.held.clone(),
+            spare_room: if self.defer_removals && !self.finished {
+                spare::SPARES_MAX.saturating_sub(self.spares.len())
+            } else {
+                0
+            },
+            spares: Vec::new(),
+            unsure: Vec::new(),
+            trim: None,
         }
     }
 
@@ -329,6 +388,13 @@ impl Spool {
     pub fn finish_sync(&mut self, done: SyncDone) -> Result<(u64, u64), SpoolError> {
         let SyncDone { plan, result } = done;
         self.doomed.retain(|name| !plan.doomed.contains(name));
+        self.spares.extend(plan.spares.iter().cloned());
+        // Made while the spool finished, or by plans that ran side by side, past the bound: the
+        // next plan removes them with the ones no sync made durable.
+        let keep = if self.finished { 0 } else { spare::SPARES_MAX };
+        let extra = self.spares.len().saturating_sub(keep);
+        self.doomed.extend(self.spares.drain(..extra));
+        self.doomed.extend(plan.unsure.iter().cloned());
         let result = result.and_then(|()| self.judge_vanished(&plan));
         if let Err(e) = result {
             self.dirty = true;

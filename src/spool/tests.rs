@@ -10,13 +10,13 @@ use super::writer::WRITE_BUFFER_BYTES;
 use super::*;
 
 #[derive(Default)]
-struct Model {
-    bytes: Vec<u8>,
-    streams: Vec<Stream>,
+pub(super) struct Model {
+    pub(super) bytes: Vec<u8>,
+    pub(super) streams: Vec<Stream>,
 }
 
 impl Model {
-    fn append(&mut self, stream: Stream, bytes: &[u8]) {
+    pub(super) fn append(&mut self, stream: Stream, bytes: &[u8]) {
         self.bytes.extend_from_slice(bytes);
         self.streams
             .extend(std::iter::repeat_n(stream, bytes.len()));
@@ -24,7 +24,7 @@ impl Model {
 }
 
 /// Checks one read against the model; returns the read for further checks.
-fn check_read(spool: &Spool, model: &Model, cursor: u64, max: usize) {
+pub(super) fn check_read(spool: &Spool, model: &Model, cursor: u64, max: usize) {
     let total = model.bytes.len() as u64;
     assert_eq!(spool.total_bytes(), total);
     let result = spool.read(cursor, max);
@@ -73,7 +73,7 @@ fn stream_of(i: usize) -> Stream {
     }
 }
 
-fn write_pattern(spool: &mut Spool, model: &mut Model, sizes: &[usize]) {
+pub(super) fn write_pattern(spool: &mut Spool, model: &mut Model, sizes: &[usize]) {
     for (i, &n) in sizes.iter().enumerate() {
         let bytes: Vec<u8> = (0..n)
             .map(|j| (model.bytes.len() + j) as u8 ^ (i as u8))
@@ -278,7 +278,7 @@ fn gap_cursor_ahead_and_end_of_output() {
 }
 
 /// Segment names in `dir`, sorted.
-fn segment_names(dir: &std::path::Path) -> Vec<String> {
+pub(super) fn segment_names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
@@ -289,7 +289,7 @@ fn segment_names(dir: &std::path::Path) -> Vec<String> {
 }
 
 /// A spool of 4 KiB segments and 8 KiB retention that defers its removals, as a supervisor's.
-fn deferring_spool() -> (tempfile::TempDir, Spool) {
+pub(super) fn deferring_spool() -> (tempfile::TempDir, Spool) {
     let dir = tempfile::tempdir().unwrap();
     let options = SpoolOptions {
         segment_bytes: 4096,

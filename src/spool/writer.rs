@@ -68,9 +68,10 @@ impl Spool {
                 .map_or(0, |s| s.header.segment_index + 1),
             created_unix_ms: now_unix_ms(),
         };
-        // Created under its final name: a crash before the header is whole leaves a newest file
-        // no longer than a header, which recovery removes (it never held output). No temporary
-        // name and rename: two directory operations fewer per segment.
+        // Created (or a spare renamed) under its final name: a crash before the header is whole
+        // leaves a newest file no longer than a header, or one whose header names a lower
+        // cursor, which recovery removes (it never held synced output). No temporary name and
+        // rename: two directory operations fewer per segment.
         let name = segment_name(header.first_cursor);
         let path = self.dir.join(&name);
         let held = match &self.held {
@@ -85,7 +86,13 @@ impl Spool {
                 held
             }
         };
-        let file = self.io.create(&held, &name).map_err(io("create segment"))?;
+        let (file, stale_to) = match self.recycled(&held, &name) {
+            Some(recycled) => recycled,
+            None => (
+                self.io.create(&held, &name).map_err(io("create segment"))?,
+                0,
+            ),
+        };
         if let Err(e) = self.io.write_at(&file, &header.encode(), 0) {
             // Never named by a checkpoint; a file left here would be a segment without a header.
             let _ = held.remove(&name);
@@ -107,13 +114,43 @@ impl Spool {
         self.pending_at = segment.valid_len;
         self.written = (segment.valid_len, self.total_bytes);
         self.boundary = self.written;
-        // The sealed one's bytes are written; a sync that must still cover them opens it.
-        if let Some(sealed) = self.segments.back_mut() {
-            sealed.file = None;
-        }
+        self.seal_active();
+        self.stale_to = stale_to;
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
+    }
+
+    /// The newest segment, whose bytes are all written, gives up its descriptor (a sync that
+    /// must still cover it opens it) and ends at its chunks: a recycled file's old bytes past
+    /// them are cut.
+    fn seal_active(&mut self) {
+        let Some(sealed) = self.segments.back_mut() else {
+            return;
+        };
+        if let Some(file) = &sealed.file
+            && self.stale_to > sealed.valid_len
+            && let Err(e) = file.set_len(sealed.valid_len)
+        {
+            // Past its chunks, below the next segment's first cursor: never read.
+            tracing::warn!(error = %e, "could not cut a recycled segment's old bytes");
+        }
+        sealed.file = None;
+    }
+
+    /// A spare (`spare.rs`) made into the file of segment `name`, with the length of its old
+    /// bytes; `None` when there is none, or it could not be used (the next sync plan then
+    /// removes it).
+    fn recycled(&mut self, held: &Dir, name: &str) -> Option<(std::fs::File, u64)> {
+        let spare = self.spares.pop()?;
+        match super::spare::recycle(held, &spare, name) {
+            Ok(recycled) => Some(recycled),
+            Err(e) => {
+                tracing::warn!(error = %e, "a spare segment file could not be reused");
+                self.doomed.push(spare);
+                None
+            }
+        }
     }
 
     /// Appends `bytes` of `stream` at the end of the combined output. Reads through this handle
@@ -306,6 +343,9 @@ impl Spool {
         if let Some(failing) = &mut self.failing {
             failing.finished = true;
         }
+        // Spares go with the last sync plan, which also cuts the active file's old bytes.
+        self.finished = true;
+        self.doomed.append(&mut self.spares);
     }
 
     /// How far output is settled: durable (synced) or inside a closed gap, from the start.
