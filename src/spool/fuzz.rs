@@ -54,21 +54,36 @@ pub fn spool_recovery(data: &[u8]) {
 }
 
 /// Writes one to three segment files of the input into `dir`, each either a header and chunks
-/// (`segment_bytes`) or raw bytes, as `shape` says. `None` when the files cannot be written.
+/// (`segment_bytes`) or raw bytes, as `shape` says. With fewer than three files and the third
+/// file's raw bit set, the last is shaped as a reused spare can leave it: valid chunks of
+/// older cursors after its own, and (for an input of odd length) a name ahead of its header, a
+/// rewrite whose header never landed. `None` when the files cannot be written.
 fn write_segments(dir: &Path, shape: u8, rest: &[u8]) -> Option<()> {
     std::fs::create_dir_all(dir).ok()?;
     let files = usize::from(shape % 3) + 1;
+    let reused = files < 3 && shape & 0x20 != 0;
     let piece = rest.len() / files;
     let mut cursor = 0u64;
     for i in 0..files {
         let chunk = &rest[i * piece..(i + 1) * piece];
         let first_cursor = cursor;
-        let bytes = if shape & (8 << i) == 0 {
+        let mut bytes = if shape & (8 << i) == 0 {
             segment_bytes(shape, i, chunk, &mut cursor)
         } else {
             chunk.to_vec()
         };
-        let name = format!("{first_cursor:020}.seg");
+        let mut named = first_cursor;
+        if reused && i + 1 == files {
+            let mut old = 0u64;
+            for part in chunk.chunks(29).filter(|p| !p.is_empty()).take(8) {
+                encode_chunk(Stream::Stdout, old, part, &mut bytes);
+                old += part.len() as u64;
+            }
+            if rest.len() % 2 == 1 {
+                named = first_cursor + 1 + u64::from(shape);
+            }
+        }
+        let name = format!("{named:020}.seg");
         std::fs::write(dir.join(name), &bytes).ok()?;
     }
     Some(())
