@@ -469,6 +469,9 @@ struct Tally {
     unacked_survivor_bytes: u64,
     total_bytes: u64,
     retained_from: u64,
+    /// Rounds whose kill left spares (`*.seg.tmp`: dropped segment files kept to be written over
+    /// by later segments) for the reopen to remove.
+    spares_left: u64,
 }
 
 struct Scenario {
@@ -905,6 +908,15 @@ fn listing(dir: &Path) -> String {
     format!("{n} files, the newest: {}", shown.join(", "))
 }
 
+fn spares_in(dir: &Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .filter_map(Result::ok)
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".seg.tmp"))
+            .count()
+    })
+}
+
 fn run_scenario(scenario: &Scenario) -> Tally {
     let seed = base_seed();
     println!(
@@ -948,6 +960,7 @@ fn run_scenario(scenario: &Scenario) -> Tally {
         let child = spawn_child(scenario, &dir, rng.next(), salt, &stderr_path);
         let lines = crash_once(child, at, &stderr_path, &ctx);
         tally.kills += 1;
+        tally.spares_left += u64::from(spares_in(&dir) > 0);
 
         let claims = check_claims(&lines, model.total(), tally.retained_from, salt, &ctx);
         tally.acks += claims.acked.len() as u64;
@@ -1010,8 +1023,10 @@ fn sigkill_during_appends_and_deletions_keeps_the_retained_window_exact() {
 }
 
 /// The same with removals deferred to the checkpoints, as a supervisor's spool does: kills land
-/// while dropped segments still wait for their removal, and the files they leave are a run of
-/// older output next to the window, every byte of it intact, never a hole.
+/// while dropped segments still wait for their removal, and while new segments are written over
+/// the files of dropped ones (spares), and the files they leave are a run of older output next
+/// to the window, every byte of it intact, never a hole; a reused file's old chunks are never
+/// read as output.
 #[test]
 fn sigkill_with_deferred_removals_leaves_older_output_never_a_hole() {
     let tally = run_scenario(&Scenario {
@@ -1026,6 +1041,10 @@ fn sigkill_with_deferred_removals_leaves_older_output_never_a_hole() {
     assert!(
         tally.retained_from > 0,
         "retention never deleted a segment: {tally:?}"
+    );
+    assert!(
+        tally.spares_left > 0,
+        "no kill left a spare: no segment was written over a dropped one's file: {tally:?}"
     );
 }
 
