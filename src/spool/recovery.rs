@@ -48,6 +48,13 @@ pub struct SpoolRecovery {
     pub segments: u64,
     /// Bytes after the last whole chunk of the active segment (a torn append), cut when writable.
     pub torn_tail_bytes: u64,
+    /// Bytes after the last whole chunk of the active segment that end in a reused file's old
+    /// output (`spare.rs`): the first whole chunk after the segment's own names a cursor below
+    /// the segment's first (what lies before it is counted with them: the rest of an old chunk,
+    /// or an append a crash cut short, never acknowledged). Neither a torn append nor damage;
+    /// cut when writable.
+    pub old_tail_bytes: u64,
+    /// A writable open cut a torn or old tail, or removed a segment that never held output.
     pub torn_tail_cut: bool,
     /// Segment files that could not be used (bad header, wrong spool, out of order).
     pub bad_segments: Vec<String>,
@@ -360,7 +367,7 @@ impl Opening<'_> {
         recovery: &mut SpoolRecovery,
     ) -> Result<(), SpoolError> {
         let len = last.valid_len;
-        let (scan, index) = scan_active(last)?;
+        let (scan, index, old_tail) = scan_active(last)?;
         let name = segment_name(last.header.first_cursor);
         recovery
             .damaged
@@ -371,7 +378,11 @@ impl Opening<'_> {
         // Only bytes with nothing valid after them are cut: damage followed by valid chunks
         // is kept whole, and so are those chunks.
         let (end, cursor_end) = (scan.end_offset, scan.end_cursor);
-        recovery.torn_tail_bytes += len - end;
+        if old_tail {
+            recovery.old_tail_bytes += len - end;
+        } else {
+            recovery.torn_tail_bytes += len - end;
+        }
         if len > end && self.writable {
             let file = last.file.as_ref().ok_or_else(no_descriptor)?;
             file.set_len(end).map_err(io("cut torn tail"))?;
@@ -393,8 +404,10 @@ fn no_descriptor() -> SpoolError {
     }
 }
 
-/// Reads the chunks of `segment` and scans them ([`scan_segment`]), building its index.
-fn scan_active(segment: &Segment) -> Result<(Scan, SegmentIndex), SpoolError> {
+/// Reads the chunks of `segment` and scans them ([`scan_segment`]), building its index; and
+/// says whether what follows its last whole chunk is a reused file's old output (a whole chunk
+/// of a cursor below the segment's first).
+fn scan_active(segment: &Segment) -> Result<(Scan, SegmentIndex, bool), SpoolError> {
     let len = segment.valid_len;
     let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
     segment
@@ -417,7 +430,21 @@ fn scan_active(segment: &Segment) -> Result<(Scan, SegmentIndex), SpoolError> {
             }
         },
     );
-    Ok((scan, index))
+    let tail = usize::try_from(scan.end_offset - SPOOL_HEADER_BYTES as u64).unwrap_or(usize::MAX);
+    let old_tail =
+        first_whole_chunk(&bytes, tail).is_some_and(|cursor| cursor < segment.header.first_cursor);
+    Ok((scan, index, old_tail))
+}
+
+/// The cursor of the first whole, checksum-valid chunk at a chunk alignment from `from` on. In
+/// a reused file the old chunks are aligned as the new ones are, though not at the same
+/// offsets: the new segment's end may cut one short, and the next is whole.
+fn first_whole_chunk(bytes: &[u8], from: usize) -> Option<u64> {
+    let starts = (from..bytes.len()).step_by(format::CHUNK_ALIGN_BYTES);
+    starts
+        .filter_map(|at| decode_chunk(&bytes[at..]).ok())
+        .map(|(h, _)| h.cursor)
+        .next()
 }
 
 impl Spool {

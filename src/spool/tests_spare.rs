@@ -127,8 +127,11 @@ fn a_recycled_segment_left_by_a_crash_ends_at_its_own_chunks() {
     std::mem::forget(spool);
 
     let (reader, recovery) = Spool::open_reader(dir.path()).unwrap();
-    assert_eq!(recovery.torn_tail_bytes, stale - valid, "{recovery:?}");
-    assert!(recovery.damaged.is_empty() && recovery.bad_segments.is_empty());
+    assert_eq!(recovery.old_tail_bytes, stale - valid, "{recovery:?}");
+    assert!(
+        recovery.is_clean(),
+        "old output is neither torn nor damaged: {recovery:?}"
+    );
     check_read(&reader, &model, reader.retained_from(), 1 << 20);
     let (writer, recovery) = Spool::open_writer(dir.path(), [1; 16], reader.options).unwrap();
     assert!(recovery.torn_tail_cut, "{recovery:?}");

@@ -469,6 +469,8 @@ struct Tally {
     unacked_survivor_bytes: u64,
     total_bytes: u64,
     retained_from: u64,
+    /// Rounds whose recovery cut a reused file's old output after the newest segment's chunks.
+    old_tails: u64,
     /// Rounds whose kill left spares (`*.seg.tmp`: dropped segment files kept to be written over
     /// by later segments) for the reopen to remove.
     spares_left: u64,
@@ -739,12 +741,14 @@ fn verify_after_crash(
         listing(dir)
     );
     assert!(
-        recovery.torn_tail_bytes == 0 || recovery.torn_tail_cut,
-        "{ctx}: a writable open cuts the torn tail it finds: {recovery:?}"
+        recovery.torn_tail_bytes + recovery.old_tail_bytes == 0 || recovery.torn_tail_cut,
+        "{ctx}: a writable open cuts the torn or old tail it finds: {recovery:?}"
     );
     if recovery.torn_tail_bytes > 0 {
         tally.torn_tails += 1;
         tally.torn_tail_bytes += recovery.torn_tail_bytes;
+    } else if recovery.old_tail_bytes > 0 {
+        tally.old_tails += 1;
     } else if recovery.torn_tail_cut {
         // Nothing torn in the last segment, yet something cut: an empty segment file (a kill
         // between creating a segment and writing its whole header) was removed.
