@@ -40,6 +40,8 @@ mod cli_run_input;
 #[cfg(feature = "cli")]
 mod cli_run_live;
 #[cfg(feature = "cli")]
+mod cli_spool_turnover;
+#[cfg(feature = "cli")]
 mod cli_storage_fault;
 #[cfg(feature = "cli")]
 mod cli_terminal;
