@@ -258,6 +258,8 @@ pub struct Spool {
     stale_to: u64,
     /// No more appends will come ([`Spool::finish`]).
     finished: bool,
+    /// A segment was started since the last [`Spool::retire_idle_spares`].
+    turned: bool,
 }
 
 fn segment_name(first_cursor: u64) -> String {

@@ -59,6 +59,11 @@ impl Output {
         self.guarded(Spool::flush)
     }
 
+    /// [`Spool::retire_idle_spares`].
+    pub fn retire_idle_spares(&mut self) -> bool {
+        self.spool.retire_idle_spares()
+    }
+
     /// [`Spool::finish`]: no more appends; an open gap is closed at the end.
     pub fn finish(&mut self) {
         self.spool.finish();

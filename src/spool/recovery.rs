@@ -553,6 +553,7 @@ impl Spool {
             spares: Vec::new(),
             stale_to: 0,
             finished: false,
+            turned: false,
         }
     }
 }

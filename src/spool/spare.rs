@@ -24,7 +24,9 @@
 //!   for a higher one), they read as a torn tail, and they are cut when the segment is sealed,
 //!   when the spool finishes, and by a writable open.
 //! - At most [`SPARES_MAX`] spares kept (a plan is lent the room left; plans that ran side by
-//!   side may make more, and the extra go with the next plan), and none after the spool
+//!   side may make more, and the extra go with the next plan), none once the window has stopped
+//!   turning over (`Spool::retire_idle_spares`, which a supervisor calls once per checkpoint
+//!   interval: a quiet process keeps no more than its window on disk), and none after the spool
 //!   finishes: its last sync plan removes them, and so does dropping the handle.
 
 use std::fs::File;

@@ -308,3 +308,36 @@ fn a_spare_no_directory_sync_made_durable_is_removed_not_reused() {
     let recycled = turn_over(&mut spool, &mut model, 6, dir.path());
     assert!(recycled > 0, "healed, spares are made and used again");
 }
+
+/// Once the window stops turning over, the spares go: a call with no segment started since the
+/// last gives them up, and the next plan removes their files; reads are as before.
+#[test]
+fn a_window_that_stopped_turning_gives_up_its_spares() {
+    let (dir, mut spool) = deferring_spool();
+    let mut model = Model::default();
+    for _ in 0..20 {
+        if !spool.spares.is_empty() {
+            break;
+        }
+        turn_over(&mut spool, &mut model, 1, dir.path());
+    }
+    assert!(!spool.spares.is_empty(), "no spare was made");
+    assert!(
+        !spool.retire_idle_spares(),
+        "segments were started since the spool opened"
+    );
+    assert!(!spool.spares.is_empty());
+    // Output that stays in the newest segment: the window does not turn.
+    write_pattern(&mut spool, &mut model, &[10]);
+    assert!(spool.retire_idle_spares());
+    assert!(spool.spares.is_empty());
+    let plan = spool.plan_removals();
+    spool.finish_sync(plan.run()).unwrap();
+    assert!(
+        spare_files(dir.path()).is_empty(),
+        "{:?}",
+        spare_files(dir.path())
+    );
+    check_read(&spool, &model, spool.retained_from(), 1 << 20);
+    assert!(!spool.retire_idle_spares(), "nothing left to give up");
+}

@@ -116,6 +116,7 @@ impl Spool {
         self.boundary = self.written;
         self.seal_active();
         self.stale_to = stale_to;
+        self.turned = true;
         self.segments.push_back(segment);
         self.dirty = true;
         Ok(())
@@ -335,6 +336,20 @@ impl Spool {
                 false
             }
         }
+    }
+
+    /// Gives up the spares once the window has stopped turning over: when no segment was started
+    /// since the last call, they go to the next sync plan's removals, so that a process that
+    /// wrote a burst does not keep whole segments beyond its retention (and their pages, which
+    /// the kernel would write back) while it is quiet. True when some went. A supervisor calls
+    /// it once per checkpoint interval.
+    pub fn retire_idle_spares(&mut self) -> bool {
+        let idle = !std::mem::take(&mut self.turned);
+        if !idle || self.spares.is_empty() {
+            return false;
+        }
+        self.doomed.append(&mut self.spares);
+        true
     }
 
     /// No more appends will come: an open gap is closed at the end of the output, so that a

@@ -450,6 +450,15 @@ impl Proc {
         }
     }
 
+    /// The spool's spares go to its removals if its window has stopped turning over
+    /// ([`crate::spool::Spool::retire_idle_spares`]); true when some did.
+    pub fn retire_idle_spares(&self) -> bool {
+        self.output
+            .lock()
+            .as_mut()
+            .is_some_and(|output| output.retire_idle_spares())
+    }
+
     /// Removes, on a blocking thread, the files of segments retention dropped from the window
     /// (none without a spool). Syncs nothing and makes nothing durable; a file that cannot be
     /// removed is left, with those after it, to the next sync.
@@ -715,6 +724,8 @@ struct Pump {
     recorded: u64,
     /// A checkpoint is due but waits for the sync in flight.
     record_due: bool,
+    /// The spool gave up its spares (its window stopped turning over): a plan is to remove them.
+    spares_idle: bool,
     /// Bytes appended since the last sync was planned, and when that was (the pump's start
     /// before the first): the rate the window turns over at (see [`window_turns_over`]).
     unsynced: u64,
@@ -744,6 +755,7 @@ impl Pump {
             sync_task: None,
             recorded: 0,
             record_due: false,
+            spares_idle: false,
             unsynced: 0,
             unsynced_since: tokio::time::Instant::now(),
             window,
@@ -799,6 +811,7 @@ impl Pump {
                 () = &mut tick => {
                     tick.as_mut().reset(tokio::time::Instant::now() + shared.config.checkpoint_interval);
                     self.record_due = true;
+                    self.spares_idle |= proc.retire_idle_spares();
                 }
             }
         }
@@ -818,7 +831,16 @@ impl Pump {
         // start sync after sync while nothing arrives.
         let write_behind = shared.config.write_behind_bytes;
         let behind = write_behind.is_some_and(|w| self.unsynced >= w.max(1));
+        // Any plan removes the spares a quiet window gave up; without output, one of its own.
+        let idle = std::mem::take(&mut self.spares_idle);
         if !record && !behind {
+            if idle {
+                let (proc, recorded) = (Arc::clone(proc), self.recorded);
+                self.sync_task = Some(Box::pin(async move {
+                    proc.remove_dropped_output().await;
+                    recorded
+                }));
+            }
             return;
         }
         let now = tokio::time::Instant::now();

@@ -136,3 +136,47 @@ fn a_run_killed_while_its_window_turns_over_recovers_clean() {
     );
     verify_clean(&root);
 }
+
+/// A burst of output that turns the window over, then quiet: the spares it left go within a
+/// few checkpoint intervals while the process still runs, not only at its end, so a quiet
+/// process holds no more than its window on disk.
+#[test]
+fn the_spares_of_a_burst_go_while_the_process_is_quiet() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let mut run = bin()
+        .args(["run", "--retention", "8MiB", "--root"])
+        .arg(&root)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "head -c 100000000 /dev/zero; exec sleep 600",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut burst_done, mut spare_seen, mut spares_gone) = (false, false, false);
+    while !spares_gone && Instant::now() < deadline {
+        if let Some(spool) = spool_dir(&root) {
+            let files = names(&spool);
+            let spares = files.iter().filter(|n| n.ends_with(".seg.tmp")).count();
+            burst_done |= newest_cursor(&spool) > 90_000_000;
+            spare_seen |= spares > 0;
+            spares_gone = burst_done && spare_seen && spares == 0;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let running = run.try_wait().unwrap().is_none();
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    run.wait().unwrap();
+    assert!(
+        burst_done && spare_seen,
+        "the burst left no spare to give up"
+    );
+    assert!(spares_gone, "the spares stayed while the process was quiet");
+    assert!(running, "the process ended before its spares went");
+    verify_clean(&root);
+}
