@@ -528,6 +528,15 @@ impl Drop for Waiter<'_> {
 /// total the journal records once it is done.
 type SyncTask = Pin<Box<dyn Future<Output = u64> + Send>>;
 
+/// A sync task that only removes the files retention dropped (and spares given up), syncing
+/// nothing: the bytes recorded stay at `recorded`.
+fn removals_only(proc: Arc<Proc>, recorded: u64) -> SyncTask {
+    Box::pin(async move {
+        proc.remove_dropped_output().await;
+        recorded
+    })
+}
+
 /// The supervisor's end of a workload's input: its stdin pipe, or its terminal's master.
 #[derive(Debug)]
 pub(crate) enum InputEnd {
@@ -835,11 +844,7 @@ impl Pump {
         let idle = std::mem::take(&mut self.spares_idle);
         if !record && !behind {
             if idle {
-                let (proc, recorded) = (Arc::clone(proc), self.recorded);
-                self.sync_task = Some(Box::pin(async move {
-                    proc.remove_dropped_output().await;
-                    recorded
-                }));
+                self.sync_task = Some(removals_only(Arc::clone(proc), self.recorded));
             }
             return;
         }
@@ -861,11 +866,7 @@ impl Pump {
                 self.recorded,
             ))
         } else {
-            let recorded = self.recorded;
-            Box::pin(async move {
-                proc.remove_dropped_output().await;
-                recorded
-            })
+            removals_only(proc, self.recorded)
         });
     }
 
