@@ -18,8 +18,14 @@ pub(crate) trait SpoolIo: Send + Sync + std::fmt::Debug {
     fn write_at(&self, file: &File, bytes: &[u8], offset: u64) -> io::Result<()>;
     /// `fdatasync` of a segment file.
     fn sync_data(&self, file: &File) -> io::Result<()>;
-    /// `fsync` of the spool directory that readies spares (`spare.rs`).
+    /// `fsync` of the spool directory.
     fn sync_dir(&self, dir: &Dir) -> io::Result<()>;
+    /// [`Dir::rename_new`] in the spool directory.
+    fn rename_new(&self, dir: &Dir, from: &str, to: &str) -> io::Result<()>;
+    /// [`Dir::remove`] in the spool directory.
+    fn remove(&self, dir: &Dir, name: &str) -> io::Result<()>;
+    /// Cuts (or extends) a segment file to `len` bytes.
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()>;
 }
 
 /// The real thing.
@@ -38,6 +44,15 @@ impl SpoolIo for FileIo {
     }
     fn sync_dir(&self, dir: &Dir) -> io::Result<()> {
         dir.sync()
+    }
+    fn rename_new(&self, dir: &Dir, from: &str, to: &str) -> io::Result<()> {
+        dir.rename_new(from, to)
+    }
+    fn remove(&self, dir: &Dir, name: &str) -> io::Result<()> {
+        dir.remove(name)
+    }
+    fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+        file.set_len(len)
     }
 }
 
@@ -160,6 +175,16 @@ mod fault {
                 Some(errno) => Err(io::Error::from_raw_os_error(errno)),
                 None => FileIo.sync_dir(dir),
             }
+        }
+        // Not counted: the faults tests number are of writes and syncs.
+        fn rename_new(&self, dir: &Dir, from: &str, to: &str) -> io::Result<()> {
+            FileIo.rename_new(dir, from, to)
+        }
+        fn remove(&self, dir: &Dir, name: &str) -> io::Result<()> {
+            FileIo.remove(dir, name)
+        }
+        fn set_len(&self, file: &File, len: u64) -> io::Result<()> {
+            FileIo.set_len(file, len)
         }
     }
 }

@@ -57,9 +57,13 @@ pub use recovery::SpoolRecovery;
 pub use sync::{SyncDone, SyncPlan};
 
 #[cfg(test)]
+mod powerloss;
+#[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_loss;
+#[cfg(test)]
+mod tests_powerloss;
 #[cfg(test)]
 mod tests_spare;
 
@@ -394,7 +398,7 @@ impl Drop for Spool {
         }
         if let Some(held) = &self.held {
             self.doomed.append(&mut self.spares);
-            sync::remove_doomed(held, &mut self.doomed);
+            sync::remove_doomed(self.io.as_ref(), held, &mut self.doomed);
         }
     }
 }

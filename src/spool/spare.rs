@@ -31,6 +31,7 @@
 
 use std::fs::File;
 
+use super::io::SpoolIo;
 use crate::root::dir::{Access, Dir, Kind};
 
 pub(crate) use crate::limits::SPOOL_SPARES_MAX as SPARES_MAX;
@@ -58,7 +59,7 @@ pub(super) struct Retired {
 /// removed). In order, so that what stays on disk is always a run of the oldest files next to
 /// the window: older output kept, never a hole. Names on the list that are already spares are
 /// removed.
-pub(super) fn retire(held: &Dir, doomed: &[String], room: usize) -> Retired {
+pub(super) fn retire(io: &dyn SpoolIo, held: &Dir, doomed: &[String], room: usize) -> Retired {
     let mut retired = Retired::default();
     for name in doomed {
         // Only a regular file is worth keeping; whatever else stands under the name is
@@ -66,7 +67,7 @@ pub(super) fn retire(held: &Dir, doomed: &[String], room: usize) -> Retired {
         let file = || matches!(held.kind(name), Ok(Some(Kind::File { .. })));
         if !is_spare(name) && retired.spares.len() < room && file() {
             let spare = spare_name(name);
-            match held.rename_new(name, &spare) {
+            match io.rename_new(held, name, &spare) {
                 Ok(()) => {
                     retired.spares.push(spare);
                     retired.taken.push(name.clone());
@@ -80,7 +81,7 @@ pub(super) fn retire(held: &Dir, doomed: &[String], room: usize) -> Retired {
                 Err(_) => {}
             }
         }
-        match held.remove(name) {
+        match io.remove(held, name) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => {
@@ -97,13 +98,18 @@ pub(super) fn retire(held: &Dir, doomed: &[String], room: usize) -> Retired {
 /// for writing. Returns the file and its length (its old bytes, all past the new segment's
 /// chunks until they are overwritten). On an error after the rename the file is removed again,
 /// so that `name` is free for a created segment.
-pub(super) fn recycle(held: &Dir, spare: &str, name: &str) -> std::io::Result<(File, u64)> {
-    held.rename_new(spare, name)?;
+pub(super) fn recycle(
+    io: &dyn SpoolIo,
+    held: &Dir,
+    spare: &str,
+    name: &str,
+) -> std::io::Result<(File, u64)> {
+    io.rename_new(held, spare, name)?;
     let opened = held
         .file(name, Access::ReadWrite)
         .and_then(|file| file.metadata().map(|meta| (file, meta.len())));
     if opened.is_err() {
-        let _ = held.remove(name);
+        let _ = io.remove(held, name);
     }
     opened
 }

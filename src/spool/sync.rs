@@ -53,7 +53,7 @@ enum SyncJob<'a> {
     ),
     Directory(&'a Path),
     /// The spool's own directory, by its held descriptor.
-    Held(&'a Dir),
+    Held(&'a dyn io::SpoolIo, &'a Dir),
 }
 
 impl SyncJob<'_> {
@@ -63,7 +63,7 @@ impl SyncJob<'_> {
             SyncJob::Segment(seam, file) => seam.sync_data(file).map_err(io("sync segment")),
             SyncJob::Sealed(seam, dir, sealed) => return sync_sealed(*seam, *dir, sealed),
             SyncJob::Directory(dir) => crate::root::sync_dir(dir).map_err(io("sync directory")),
-            SyncJob::Held(dir) => dir.sync().map_err(io("sync directory")),
+            SyncJob::Held(seam, dir) => seam.sync_dir(dir).map_err(io("sync directory")),
         };
         synced.map(|()| Vec::new())
     }
@@ -155,14 +155,14 @@ impl SyncPlan {
     pub fn run(mut self) -> SyncDone {
         let made = match &self.held {
             Some(held) => {
-                let retired = spare::retire(held, &self.doomed, self.spare_room);
+                let retired = spare::retire(self.io.as_ref(), held, &self.doomed, self.spare_room);
                 self.doomed = retired.taken;
                 retired.spares
             }
             None => Vec::new(),
         };
         if let Some((file, len)) = &self.trim
-            && let Err(e) = file.set_len(*len)
+            && let Err(e) = self.io.set_len(file, *len)
         {
             // Old bytes past the last chunk read as a torn tail, never as output.
             tracing::warn!(error = %e, "could not cut a recycled segment's old bytes");
@@ -206,7 +206,7 @@ impl SyncPlan {
         if !self.sealed.is_empty() {
             jobs.push(SyncJob::Sealed(seam, self.held.as_deref(), &self.sealed));
         }
-        jobs.extend(self.dir.iter().map(|d| SyncJob::Held(d)));
+        jobs.extend(self.dir.iter().map(|d| SyncJob::Held(seam, d)));
         jobs.extend(self.parent.iter().map(|d| SyncJob::Directory(d)));
         let workers = jobs.len().min(SYNC_THREADS_MAX);
         if workers <= 1 {
@@ -270,8 +270,12 @@ fn merge(
 /// always a run of the oldest files next to the window: older output kept, never a hole. What
 /// stays is left to the next plan (or, after a crash, to the next open, which counts it as
 /// retained).
-pub(super) fn remove_doomed(held: &Dir, doomed: &mut Vec<String>) -> Vec<String> {
-    let removed = spare::retire(held, doomed, 0).taken.len();
+pub(super) fn remove_doomed(
+    seam: &dyn io::SpoolIo,
+    held: &Dir,
+    doomed: &mut Vec<String>,
+) -> Vec<String> {
+    let removed = spare::retire(seam, held, doomed, 0).taken.len();
     doomed.drain(..removed).collect()
 }
 

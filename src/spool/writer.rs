@@ -95,7 +95,7 @@ impl Spool {
         };
         if let Err(e) = self.io.write_at(&file, &header.encode(), 0) {
             // Never named by a checkpoint; a file left here would be a segment without a header.
-            let _ = held.remove(&name);
+            let _ = self.io.remove(&held, &name);
             return Err(SpoolError::Io {
                 op: "write segment header",
                 cause: e,
@@ -131,7 +131,7 @@ impl Spool {
         };
         if let Some(file) = &sealed.file
             && self.stale_to > sealed.valid_len
-            && let Err(e) = file.set_len(sealed.valid_len)
+            && let Err(e) = self.io.set_len(file, sealed.valid_len)
         {
             // Past its chunks, below the next segment's first cursor: never read.
             tracing::warn!(error = %e, "could not cut a recycled segment's old bytes");
@@ -144,7 +144,7 @@ impl Spool {
     /// removes it).
     fn recycled(&mut self, held: &Dir, name: &str) -> Option<(std::fs::File, u64)> {
         let spare = self.spares.pop()?;
-        match super::spare::recycle(held, &spare, name) {
+        match super::spare::recycle(self.io.as_ref(), held, &spare, name) {
             Ok(recycled) => Some(recycled),
             Err(e) => {
                 tracing::warn!(error = %e, "a spare segment file could not be reused");
@@ -289,7 +289,7 @@ impl Spool {
         let (written_at, written_cursor) = self.written;
         if let Some(active) = self.segments.back_mut() {
             if cut && let Some(file) = &active.file {
-                let _ = file.set_len(written_at);
+                let _ = self.io.set_len(file, written_at);
             }
             if active.valid_len > written_at {
                 // Its index names chunks that never wholly reached the file: built again, from
@@ -553,7 +553,7 @@ impl Spool {
         };
         if self.defer_removals {
             if self.doomed.len() >= SPOOL_REMOVALS_DEFERRED_MAX {
-                super::sync::remove_doomed(&held, &mut self.doomed);
+                super::sync::remove_doomed(self.io.as_ref(), &held, &mut self.doomed);
             }
             if self.doomed.len() < SPOOL_REMOVALS_DEFERRED_MAX {
                 self.doomed.push(name.to_owned());
@@ -561,7 +561,7 @@ impl Spool {
             }
             return false;
         }
-        match held.remove(name) {
+        match self.io.remove(&held, name) {
             Ok(()) => true,
             Err(e) => {
                 tracing::warn!(error = %e, "spool retention could not delete a segment");
