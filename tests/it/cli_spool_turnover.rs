@@ -3,7 +3,7 @@
 //! kill or `spool verify` sees tells the difference.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -44,6 +44,19 @@ fn newest_cursor(dir: &Path) -> u64 {
         .filter_map(|n| n.parse::<u64>().ok())
         .max()
         .unwrap_or(0)
+}
+
+/// `procjournal run` of `sh -c script` on `root` with the least retention (8 MiB), its output
+/// and messages thrown away.
+fn spawn_run(root: &Path, script: &str) -> Child {
+    bin()
+        .args(["run", "--retention", "8MiB", "--root"])
+        .arg(root)
+        .args(["--", "sh", "-c", script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap()
 }
 
 fn verify_clean(root: &Path) {
@@ -97,14 +110,7 @@ fn a_window_turned_over_many_times_reads_back_and_verifies_clean() {
 fn a_run_killed_while_its_window_turns_over_recovers_clean() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    let mut run = bin()
-        .args(["run", "--retention", "8MiB", "--root"])
-        .arg(&root)
-        .args(["--", "sh", "-c", "exec yes 0123456789abcdef"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = spawn_run(&root, "exec yes 0123456789abcdef");
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut reused = false;
     while !reused && Instant::now() < deadline {
@@ -144,19 +150,7 @@ fn a_run_killed_while_its_window_turns_over_recovers_clean() {
 fn the_spares_of_a_burst_go_while_the_process_is_quiet() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
-    let mut run = bin()
-        .args(["run", "--retention", "8MiB", "--root"])
-        .arg(&root)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "head -c 100000000 /dev/zero; exec sleep 600",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = spawn_run(&root, "head -c 100000000 /dev/zero; exec sleep 600");
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut burst_done, mut spare_seen, mut spares_gone) = (false, false, false);
     while !spares_gone && Instant::now() < deadline {
