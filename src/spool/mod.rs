@@ -264,6 +264,8 @@ pub struct Spool {
     finished: bool,
     /// A segment was started since the last [`Spool::retire_idle_spares`].
     turned: bool,
+    /// A terminal record fixed where this reader's window starts ([`Spool::hold_retained_from`]).
+    window_final: bool,
 }
 
 fn segment_name(first_cursor: u64) -> String {

@@ -94,6 +94,29 @@ impl Spool {
     /// `retained_from` never hides bytes the files hold.
     pub fn hold_retained_from(&mut self, retained_from: u64) {
         self.retained_from = self.retained_from.min(retained_from);
+        self.window_final = true;
+    }
+
+    /// Whether a segment file gone under this reader (deleted, or reused for a later segment)
+    /// is retention: the reader of a spool whose writer may still move its window, in another
+    /// process (a writer never loses its own files, and after a terminal record nothing moves
+    /// the window: a file gone then is damage).
+    fn gone_is_retention(&self, e: &SpoolError) -> bool {
+        let gone = matches!(e, SpoolError::Io { cause, .. } if cause.kind() == std::io::ErrorKind::NotFound);
+        gone && !self.writable && !self.window_final
+    }
+
+    /// The cursors of the segment holding `at`, from `at`, as retention: its file went while
+    /// this reader read (see [`Spool::gone_is_retention`]).
+    fn gone_segment(&self, at: u64) -> Skipped {
+        let i = self
+            .segments
+            .partition_point(|s| s.header.first_cursor <= at);
+        let to = self
+            .segments
+            .get(i)
+            .map_or(self.total_bytes, |s| s.header.first_cursor);
+        Skipped::gap(at, to.max(at + 1), LossReason::Retention, 0)
     }
 
     /// After damage at file `offset` of a sealed segment, where the chunk of `cursor` was
@@ -242,7 +265,11 @@ impl Spool {
             // One hole at most, and only before any byte: bytes after a hole are never joined
             // to bytes before it, and the next read starts with the next hole.
             let first = out.bytes.is_empty() && out.skipped.is_none();
-            let (segment, limit) = match self.position(at)? {
+            let position = match self.position(at) {
+                Err(e) if self.gone_is_retention(&e) => Position::Hole(self.gone_segment(at)),
+                other => other?,
+            };
+            let (segment, limit) = match position {
                 Position::End => break,
                 Position::Hole(skip) => {
                     if !first {
@@ -275,6 +302,16 @@ impl Spool {
                     out.next_cursor = to;
                     out.skipped =
                         Some(Skipped::damage(at, to, DamageKind::BadChunk, Some(&reason)));
+                    continue;
+                }
+                Err(e) if self.gone_is_retention(&e) => {
+                    if !(out.bytes.is_empty() && out.skipped.is_none()) {
+                        break;
+                    }
+                    let skip = self.gone_segment(at);
+                    out.gap = true;
+                    out.next_cursor = skip.to;
+                    out.skipped = Some(skip);
                     continue;
                 }
                 Err(e) => return Err(e),

@@ -231,6 +231,8 @@ enum Listed {
     Unborn { path: PathBuf, len: u64 },
     /// A file that cannot be used, and why.
     Bad(&'static str),
+    /// A file listed and gone when opened (a live writer's retention).
+    Gone,
 }
 
 /// What a directory's names are (see [`Opening::list`]).
@@ -310,10 +312,16 @@ impl Opening<'_> {
         } else {
             Access::Read
         };
-        let file = self
+        let file = match self
             .held()
             .and_then(|h| h.file(file_name_of(&path), access))
-            .map_err(io("open segment"))?;
+        {
+            Ok(file) => file,
+            // Gone since the listing: retention of a live writer took it (only the oldest
+            // files go), as if it had not been listed.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Listed::Gone),
+            Err(e) => return Err(io("open segment")(e)),
+        };
         let mut head = [0u8; SPOOL_HEADER_BYTES];
         let header = file
             .read_exact_at(&mut head, 0)
@@ -500,6 +508,7 @@ impl Spool {
                     let name = segment_name(first);
                     recovery.bad_segments.push(format!("{name}: {why}"));
                 }
+                Listed::Gone => {}
             }
         }
         if let Some(last) = segments.back_mut() {
@@ -554,6 +563,7 @@ impl Spool {
             stale_to: 0,
             finished: false,
             turned: false,
+            window_final: false,
         }
     }
 }

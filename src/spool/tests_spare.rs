@@ -182,14 +182,16 @@ fn a_newest_file_with_an_older_header_of_its_spool_is_an_unfinished_rewrite() {
 
 /// A reader in another process holds the segment it opened last; the writer may since have
 /// dropped it and written a newer segment into its file. The reader then finds the segment
-/// gone, as it would a deleted one, and never reports the newer chunks as damage.
+/// gone, as it would a deleted one: retention moved past it while it read (a gap with that
+/// reason, and the read goes on after it), never damage. Once a terminal record fixed the
+/// window, nothing moves it: a segment gone then is an error, not retention.
 #[test]
 fn a_reader_whose_segment_was_recycled_finds_it_gone_not_damaged() {
     let (dir, mut spool) = deferring_spool();
     let mut model = Model::default();
     write_pattern(&mut spool, &mut model, &[1500, 700]);
     spool.flush().unwrap();
-    let (reader, _) = Spool::open_reader(dir.path()).unwrap();
+    let (mut reader, _) = Spool::open_reader(dir.path()).unwrap();
     let newest = reader.segments.back().unwrap();
     let held = newest.header.first_cursor;
     let ino = newest.file.as_ref().unwrap().metadata().unwrap().ino();
@@ -209,12 +211,19 @@ fn a_reader_whose_segment_was_recycled_finds_it_gone_not_damaged() {
         "the reader's file never held a newer segment"
     );
 
-    let read = reader.read(held, 1 << 20);
-    match read {
+    let read = reader.read(held, 1 << 20).unwrap();
+    let skipped = read.skipped.clone().unwrap();
+    assert!(read.gap && read.bytes.is_empty(), "{read:?}");
+    assert_eq!(skipped.kind, SkipKind::Gap);
+    assert_eq!((skipped.from, skipped.to), (held, reader.total_bytes()));
+    assert_eq!(skipped.loss, Some(LossReason::Retention));
+
+    reader.hold_retained_from(reader.retained_from());
+    match reader.read(held, 1 << 20) {
         Err(SpoolError::Io { cause, .. }) => {
             assert_eq!(cause.kind(), std::io::ErrorKind::NotFound, "{cause}");
         }
-        other => panic!("a recycled segment read as {other:?}"),
+        other => panic!("a segment gone after the terminal record read as {other:?}"),
     }
 }
 

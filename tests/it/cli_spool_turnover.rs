@@ -174,3 +174,41 @@ fn the_spares_of_a_burst_go_while_the_process_is_quiet() {
     assert!(running, "the process ended before its spares went");
     verify_clean(&root);
 }
+
+/// `logs` without a daemon reads the spool files of a `run` whose output turns the window over
+/// while it reads: files go (deleted or reused) under it. Each read succeeds, and what went is
+/// said as a retention gap, never an error and never damage.
+#[test]
+fn logs_of_a_window_turning_under_it_say_retention_and_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let mut run = spawn_run(&root, "exec yes 0123456789abcdef");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut spool = None;
+    while spool.is_none() && Instant::now() < deadline {
+        spool = spool_dir(&root).filter(|s| newest_cursor(s) > 16 << 20);
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut failures = Vec::new();
+    let mut retention_noted = 0;
+    if let Some(spool) = &spool {
+        let handle = spool.file_name().unwrap().to_string_lossy().into_owned();
+        for _ in 0..20 {
+            let out = run_in(&root, &["logs", "--raw", &handle]);
+            let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+            retention_noted += usize::from(stderr.contains("retention"));
+            if !out.status.success() || stderr.contains("damage") {
+                failures.push(stderr);
+            }
+        }
+    }
+    kill(Pid::from_raw(run.id() as i32), Signal::SIGTERM).unwrap();
+    run.wait().unwrap();
+    assert!(spool.is_some(), "the window never turned over");
+    assert!(
+        failures.is_empty(),
+        "{} of 20 reads failed: {failures:?}",
+        failures.len()
+    );
+    assert!(retention_noted > 0, "no read said what retention took");
+}
