@@ -106,6 +106,22 @@ impl Spool {
         gone && !self.writable && !self.window_final
     }
 
+    /// What a read failed at `at` steps over, up to `limit` at most: damaged chunks (or bytes),
+    /// to where chunks resume; or a segment gone under this reader, as retention.
+    fn hole_at(&self, at: u64, limit: u64, e: SpoolError) -> Result<Skipped, SpoolError> {
+        match e {
+            SpoolError::Corrupt { reason, .. } => {
+                let to = self
+                    .resume_after(at)?
+                    .map_or(limit, |c| c.min(limit))
+                    .max(at + 1);
+                Ok(Skipped::damage(at, to, DamageKind::BadChunk, Some(&reason)))
+            }
+            e if self.gone_is_retention(&e) => Ok(self.gone_segment(at)),
+            e => Err(e),
+        }
+    }
+
     /// The cursors of the segment holding `at`, from `at`, as retention: its file went while
     /// this reader read (see [`Spool::gone_is_retention`]).
     fn gone_segment(&self, at: u64) -> Skipped {
@@ -289,29 +305,15 @@ impl Spool {
             );
             match self.read_segment(&self.segments[segment], at, cap, &mut out) {
                 Ok(n) => loaded += n,
-                Err(SpoolError::Corrupt { reason, .. }) => {
-                    // Bytes this segment gave before the damage are the answer.
+                Err(e) if matches!(e, SpoolError::Corrupt { .. }) || self.gone_is_retention(&e) => {
+                    // Bytes this segment gave before the hole are the answer.
                     if !(out.bytes.is_empty() && out.skipped.is_none()) {
                         break;
                     }
-                    // The damaged chunk (or bytes) is stepped over, to where chunks resume.
-                    let to = self
-                        .resume_after(at)?
-                        .map_or(limit, |c| c.min(limit))
-                        .max(at + 1);
-                    out.next_cursor = to;
-                    out.skipped =
-                        Some(Skipped::damage(at, to, DamageKind::BadChunk, Some(&reason)));
-                    continue;
-                }
-                Err(e) if self.gone_is_retention(&e) => {
-                    if !(out.bytes.is_empty() && out.skipped.is_none()) {
-                        break;
-                    }
-                    let skip = self.gone_segment(at);
-                    out.gap = true;
-                    out.next_cursor = skip.to;
-                    out.skipped = Some(skip);
+                    let hole = self.hole_at(at, limit, e)?;
+                    out.gap = hole.kind == SkipKind::Gap;
+                    out.next_cursor = hole.to;
+                    out.skipped = Some(hole);
                     continue;
                 }
                 Err(e) => return Err(e),

@@ -374,8 +374,8 @@ impl Opening<'_> {
         last: &mut Segment,
         recovery: &mut SpoolRecovery,
     ) -> Result<(), SpoolError> {
-        let len = last.valid_len;
         let (scan, index, old_tail) = scan_active(last)?;
+        let len = last.valid_len;
         let name = segment_name(last.header.first_cursor);
         recovery
             .damaged
@@ -404,6 +404,20 @@ impl Opening<'_> {
     }
 }
 
+/// Fills `buf` from file offset `at` until it is full or the file ends; how many bytes it got.
+fn read_up_to(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], at + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
 /// The newest segment always holds its descriptor; this is the error if that were ever untrue.
 fn no_descriptor() -> SpoolError {
     SpoolError::Io {
@@ -415,15 +429,16 @@ fn no_descriptor() -> SpoolError {
 /// Reads the chunks of `segment` and scans them ([`scan_segment`]), building its index; and
 /// says whether what follows its last whole chunk is a reused file's old output (a whole chunk
 /// of a cursor below the segment's first).
-fn scan_active(segment: &Segment) -> Result<(Scan, SegmentIndex, bool), SpoolError> {
+fn scan_active(segment: &mut Segment) -> Result<(Scan, SegmentIndex, bool), SpoolError> {
     let len = segment.valid_len;
     let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
-    segment
-        .file
-        .as_ref()
-        .ok_or_else(no_descriptor)?
-        .read_exact_at(&mut bytes, SPOOL_HEADER_BYTES as u64)
-        .map_err(io("read segment"))?;
+    let file = segment.file.as_ref().ok_or_else(no_descriptor)?;
+    let read =
+        read_up_to(file, &mut bytes, SPOOL_HEADER_BYTES as u64).map_err(io("read segment"))?;
+    // A live writer may cut a reused file's old bytes after this reader took its length: what
+    // is there now is the file.
+    bytes.truncate(read);
+    segment.valid_len = (SPOOL_HEADER_BYTES + read) as u64;
     let mut index = SegmentIndex::default();
     let scan = scan_segment(
         &bytes,

@@ -86,6 +86,9 @@ impl Spool {
                 held
             }
         };
+        // Before the next segment's file appears: a reader that finds a newer segment never
+        // takes this one's length while old bytes are still past its chunks.
+        self.cut_active_tail();
         let (file, stale_to) = match self.recycled(&held, &name) {
             Some(recycled) => recycled,
             None => (
@@ -114,7 +117,10 @@ impl Spool {
         self.pending_at = segment.valid_len;
         self.written = (segment.valid_len, self.total_bytes);
         self.boundary = self.written;
-        self.seal_active();
+        // The sealed one's bytes are written; a sync that must still cover them opens it.
+        if let Some(sealed) = self.segments.back_mut() {
+            sealed.file = None;
+        }
         self.stale_to = stale_to;
         self.turned = true;
         self.segments.push_back(segment);
@@ -122,21 +128,20 @@ impl Spool {
         Ok(())
     }
 
-    /// The newest segment, whose bytes are all written, gives up its descriptor (a sync that
-    /// must still cover it opens it) and ends at its chunks: a recycled file's old bytes past
-    /// them are cut.
-    fn seal_active(&mut self) {
-        let Some(sealed) = self.segments.back_mut() else {
+    /// The newest segment, about to be sealed with all its bytes written, ends at its chunks: a
+    /// recycled file's old bytes past them are cut.
+    fn cut_active_tail(&mut self) {
+        let Some(active) = self.segments.back() else {
             return;
         };
-        if let Some(file) = &sealed.file
-            && self.stale_to > sealed.valid_len
-            && let Err(e) = self.io.set_len(file, sealed.valid_len)
+        if let Some(file) = &active.file
+            && self.stale_to > active.valid_len
+            && let Err(e) = self.io.set_len(file, active.valid_len)
         {
             // Past its chunks, below the next segment's first cursor: never read.
             tracing::warn!(error = %e, "could not cut a recycled segment's old bytes");
         }
-        sealed.file = None;
+        self.stale_to = 0;
     }
 
     /// A spare (`spare.rs`) made into the file of segment `name`, with the length of its old
