@@ -446,7 +446,9 @@ impl Follower {
     }
 }
 
-fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
+/// Fills `buf` from file offset `offset` until it is full or the file ends; how many bytes it
+/// got (a file being cut or written under the reader may hold fewer than it did).
+pub(crate) fn read_full_at(file: &File, buf: &mut [u8], offset: u64) -> std::io::Result<usize> {
     let mut got = 0;
     while got < buf.len() {
         match file.read_at(&mut buf[got..], offset + got as u64) {

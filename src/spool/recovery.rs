@@ -34,6 +34,7 @@ use super::format::{
 };
 use super::index::SegmentIndex;
 use super::{Segment, Spool, SpoolError, SpoolOptions, io, segment_name};
+use crate::journal::reader::read_full_at;
 use crate::root::dir::{Access, Dir, file_name as file_name_of};
 
 /// A spool directory that listed files but is not held: cannot happen (the listing comes from
@@ -404,20 +405,6 @@ impl Opening<'_> {
     }
 }
 
-/// Fills `buf` from file offset `at` until it is full or the file ends; how many bytes it got.
-fn read_up_to(file: &std::fs::File, buf: &mut [u8], at: u64) -> std::io::Result<usize> {
-    let mut got = 0;
-    while got < buf.len() {
-        match file.read_at(&mut buf[got..], at + got as u64) {
-            Ok(0) => break,
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(got)
-}
-
 /// The newest segment always holds its descriptor; this is the error if that were ever untrue.
 fn no_descriptor() -> SpoolError {
     SpoolError::Io {
@@ -434,7 +421,7 @@ fn scan_active(segment: &mut Segment) -> Result<(Scan, SegmentIndex, bool), Spoo
     let mut bytes = vec![0u8; len.saturating_sub(SPOOL_HEADER_BYTES as u64) as usize];
     let file = segment.file.as_ref().ok_or_else(no_descriptor)?;
     let read =
-        read_up_to(file, &mut bytes, SPOOL_HEADER_BYTES as u64).map_err(io("read segment"))?;
+        read_full_at(file, &mut bytes, SPOOL_HEADER_BYTES as u64).map_err(io("read segment"))?;
     // A live writer may cut a reused file's old bytes after this reader took its length: what
     // is there now is the file.
     bytes.truncate(read);
