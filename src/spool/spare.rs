@@ -21,8 +21,8 @@
 //!   shorter than a header).
 //! - The old chunks past the new segment's are of lower cursors than any the new segment
 //!   holds: they are never taken for chunks that continue its cursors (recovery's resync asks
-//!   for a higher one), they read as a torn tail, and they are cut when the segment is sealed,
-//!   when the spool finishes, and by a writable open.
+//!   for a higher one), they read as a torn tail, and they are cut when the segment is sealed
+//!   (before the next segment's file appears), when the spool finishes, and by a writable open.
 //! - At most [`SPARES_MAX`] spares kept (a plan is lent the room left; plans that ran side by
 //!   side may make more, and the extra go with the next plan), none once the window has stopped
 //!   turning over (`Spool::retire_idle_spares`, which a supervisor calls once per checkpoint
