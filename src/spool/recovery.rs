@@ -288,7 +288,7 @@ impl Opening<'_> {
             };
             if let Some(first) = parse_segment_name(name) {
                 listed.push((first, self.dir.join(name)));
-            } else if self.writable && name.ends_with(".seg.tmp") {
+            } else if self.writable && super::spare::is_spare(name) {
                 // An interrupted segment creation (never named, never held output), or a spare
                 // (`spare.rs`), whose output retention dropped.
                 leftovers.push(name.to_owned());

@@ -41,7 +41,9 @@ pub(super) fn spare_name(name: &str) -> String {
     format!("{name}.tmp")
 }
 
-fn is_spare(name: &str) -> bool {
+/// Whether `name` is a spare's, or a leftover of an interrupted creation under the same kind
+/// of name: what readers ignore and a writable open removes.
+pub(super) fn is_spare(name: &str) -> bool {
     name.ends_with(".seg.tmp")
 }
 
