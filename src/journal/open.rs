@@ -81,6 +81,7 @@ impl Journal {
                 index,
                 &plan,
                 through_map,
+                tenure,
             )?,
             None => start_segment(&*backend, &dir, &scan, &report, &plan, &options)?,
         };
@@ -100,16 +101,22 @@ impl Journal {
         // third read of the directory.
         let segment_count = plan.listed + usize::from(plan.reuse.is_none());
         let path = dir.path().to_owned();
-        let journal = Journal::assemble(root, dir, backend, ids, active, &options, segment_count);
-        {
-            let mut w = journal.writer.lock();
-            if tenure == Tenure::Lasting {
-                w.seal_ids();
-            }
-            w.bound_ids();
-        }
+        let mut journal =
+            Journal::assemble(root, dir, backend, ids, active, &options, segment_count);
+        journal.keep_as(tenure);
         remove_leftover_spares(&journal.held).map_err(io(&path, "remove leftover spare"))?;
         Ok((journal, report))
+    }
+
+    /// Makes this a writer of `tenure`: what its index keeps on the heap, and whether it closes
+    /// with a commit ([`Tenure`]).
+    fn keep_as(&mut self, tenure: Tenure) {
+        self.tenure = tenure;
+        let mut w = self.writer.lock();
+        if tenure == Tenure::Lasting {
+            w.seal_ids();
+        }
+        w.bound_ids();
     }
 
     /// The handle over what the open made ready: `active` appended to next.
@@ -123,7 +130,7 @@ impl Journal {
         segment_count: usize,
     ) -> Journal {
         let durability = options.durability;
-        let durable_seq = active.next_seq - 1;
+        let durable_seq = active.durable_seq;
         let mut ids = ids;
         if ids.retained_len() > 0
             && let Err(e) = ids.spill_retained(crate::spill::Spill::in_dir(&dir))
@@ -161,6 +168,7 @@ impl Journal {
             synced: Condvar::new(),
             poison: Lock::new(None),
             poisoned: std::sync::atomic::AtomicBool::new(false),
+            tenure: Tenure::Lasting,
         }
     }
 }
@@ -326,12 +334,17 @@ struct Active {
     write_offset: usize,
     chain_crc: u32,
     next_seq: u64,
+    /// The highest seq known flushed: the last one found, unless a brief writer left the
+    /// flush of what it found to its first commit.
+    durable_seq: u64,
     commit: Commit,
 }
 
 /// Appends to segment `index` again: a short file extended, its torn tail (if any) zeroed
 /// through its own store, and, unless it was closed cleanly, one flush that makes the zeroed
-/// tail and every record found durable under a claim of all of them.
+/// tail and every record found durable under a claim of all of them. A brief writer leaves
+/// that flush to its first commit (see [`Tenure`]): until then its durable seq is the one the
+/// segment's commit area confirms, so that acknowledging a record found past it flushes.
 fn resume_segment(
     backend: &dyn Backend,
     dir: &Dir,
@@ -340,6 +353,7 @@ fn resume_segment(
     index: u64,
     plan: &OpenPlan,
     through_map: bool,
+    tenure: Tenure,
 ) -> Result<Active, JournalError> {
     let err = |op| io(dir.path(), op);
     let segment = scan
@@ -372,17 +386,27 @@ fn resume_segment(
     }
     let next_seq = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
     let mut commit = Commit::resume(store.syncer(), &segment.header, segment.commit);
-    if !plan.closed_cleanly {
-        commit
-            .write(0, next_seq - 1, write_offset, None)
-            .map_err(err("commit recovered records"))?;
-    }
+    let found = next_seq - 1;
+    let durable_seq = match (plan.closed_cleanly, tenure) {
+        (true, _) => found,
+        (false, Tenure::Brief) => {
+            let confirmed = segment.commit.map(|c| c.confirmed);
+            confirmed.unwrap_or(segment.header.base_seq - 1).min(found)
+        }
+        (false, Tenure::Lasting) => {
+            commit
+                .write(0, found, write_offset, None)
+                .map_err(err("commit recovered records"))?;
+            found
+        }
+    };
     Ok(Active {
         store,
         header: segment.header,
         write_offset,
         chain_crc: segment.chain_crc,
         next_seq,
+        durable_seq,
         commit,
     })
 }
@@ -445,6 +469,8 @@ fn start_segment(
         write_offset: header.records_offset(),
         chain_crc: header.crc(),
         next_seq,
+        // Nothing in the new segment yet, and every older one was flushed (`settle_found`).
+        durable_seq: next_seq - 1,
         commit,
     })
 }

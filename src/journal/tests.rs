@@ -1530,3 +1530,47 @@ proptest::proptest! {
         }
     }
 }
+
+/// A brief writer flushes nothing that needs no flush. Its close writes no closing claim, so a
+/// record it appended after its last acknowledgement is left unflushed; the next brief open
+/// leaves the flush of what it found to its own first commit (it opens even when every flush
+/// fails), counts such records as not yet durable, and flushes before acknowledging one. A
+/// lasting open flushes them at once, and after it everything is durable.
+#[test]
+fn a_brief_writer_leaves_the_flush_of_its_bookkeeping_to_the_next_commit() {
+    let faulty = |first_failing_flush: i64| -> Arc<dyn Backend> {
+        Arc::new(FaultyBackend {
+            faults: Faults::new(None, Some(first_failing_flush), Fault::Eio),
+        })
+    };
+    let open = |root: &Path, tenure: Tenure, backend: Arc<dyn Backend>| {
+        Journal::open_for_with_backend(root, options(Durability::Group, SEG), tenure, backend)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    build_closed(dir.path(), 3, SEG);
+    // Every flush after the acknowledgement's fails: the close must not try one.
+    let (journal, report) = open(dir.path(), Tenure::Brief, faulty(1)).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    journal.append(id_of(3), KIND, 1, &payload_of(3)).unwrap();
+    journal
+        .append_deferred(id_of(4), KIND, 1, &payload_of(4))
+        .unwrap();
+    drop(journal);
+    // No flush at this open: it succeeds with every flush failing. It counts as durable only
+    // what the commit area confirms: seq 3, the older slot's (the newer claim of seq 4 might
+    // be one whose flush never returned, for all the slots say).
+    let (journal, report) = open(dir.path(), Tenure::Brief, faulty(0)).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!((journal.last_seq(), journal.durable_seq()), (5, 3));
+    assert!(journal.acknowledge(5).is_err(), "acknowledging it flushes");
+    drop(journal);
+    // A lasting open flushes what it found before it returns.
+    assert!(open(dir.path(), Tenure::Lasting, faulty(0)).is_err());
+    let (journal, report) = open(dir.path(), Tenure::Lasting, faulty(-1)).unwrap();
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!((journal.last_seq(), journal.durable_seq()), (5, 5));
+    drop(journal);
+    let (records, report) = read_all(dir.path());
+    assert!(report.is_clean(), "{report:?}");
+    assert_eq!(seqs(&records), vec![1, 2, 3, 4, 5]);
+}

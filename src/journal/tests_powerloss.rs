@@ -94,6 +94,8 @@ struct DamagedRecord {
 /// What is known to be true of a crashed root.
 struct Truth<'a> {
     options: JournalOptions,
+    /// Of the first writable open after the crash.
+    tenure: Tenure,
     salt: u64,
     /// seq -> event index of every acknowledged record.
     acked: BTreeMap<u64, u64>,
@@ -236,9 +238,16 @@ fn check_after_crash(root: &Path, truth: &Truth<'_>) -> Result<(), String> {
     check_verdict("read-only verify", &verify, truth, &missing)?;
 
     let mut visited = Vec::new();
-    let (journal, report) = Journal::open_visiting(root, truth.options.clone(), |r| {
-        visited.push(r.to_owned());
-    })
+    let options = truth.options.clone();
+    let backend = default_backend();
+    let mut visit = |r: reader::RecordView<'_>| visited.push(r.to_owned());
+    let (journal, report) = Journal::open_inner(
+        root,
+        options,
+        truth.tenure,
+        backend,
+        &mut Everything(&mut visit),
+    )
     .map_err(|e| format!("writable open: {e}"))?;
     check_records("writable open", &visited, truth)?;
     ensure!(
@@ -304,6 +313,9 @@ enum Step {
 #[derive(Debug, Clone)]
 struct Workload {
     durability: Durability,
+    /// A brief writer closes without a closing commit, and its open leaves the flush of what
+    /// it found to its first commit.
+    tenure: Tenure,
     threads: usize,
     steps: Vec<Step>,
     salt: u64,
@@ -339,9 +351,11 @@ fn workload() -> impl Strategy<Value = Workload> {
         1usize..=3,
         prop::collection::vec(step, 1..40),
         any::<u64>(),
+        prop_oneof![Just(Tenure::Lasting), Just(Tenure::Brief)],
     )
-        .prop_map(|(durability, threads, steps, salt)| Workload {
+        .prop_map(|(durability, threads, steps, salt, tenure)| Workload {
             durability,
+            tenure,
             threads: if durability == Durability::Group {
                 threads
             } else {
@@ -358,11 +372,11 @@ fn run_workload(root: &Path, w: &Workload) -> Arc<Sim> {
     let backend = PowerLossBackend::new(Arc::clone(&sim));
     let open = || {
         let backend: Arc<dyn Backend> = backend.clone();
-        Journal::open_with_backend(
+        Journal::open_for_with_backend(
             root,
             options(w.durability, SEGMENT_BYTES),
+            w.tenure,
             backend,
-            &mut |_| {},
         )
         .expect("open under the simulator")
         .0
@@ -598,6 +612,7 @@ fn crash_and_check(
     write_image(dir.path(), &image).map_err(|e| TestCaseError::fail(format!("image: {e}")))?;
     let truth = Truth {
         options: options(w.durability, SEGMENT_BYTES),
+        tenure: w.tenure,
         salt: w.salt,
         acked: state.acked.clone(),
         payload_of: &|index| w.payload_of(index),
@@ -678,6 +693,7 @@ fn replay(w: &Workload, crash: &Crash, damage: Option<&Damage>) {
 fn unflushed_os_appends(lens: &[usize], loss: Loss, writes: usize) {
     let w = Workload {
         durability: Durability::Os,
+        tenure: Tenure::Lasting,
         threads: 1,
         steps: lens.iter().map(|&len| Step::Append(len)).collect(),
         salt: 0,
@@ -719,6 +735,7 @@ fn a_flipped_bit_in_the_last_acknowledged_record_is_damage() {
     let root = workload_root();
     let w = Workload {
         durability: Durability::Sync,
+        tenure: Tenure::Lasting,
         threads: 1,
         steps: vec![Step::Append(0)],
         salt: 0,
@@ -746,6 +763,7 @@ fn a_flipped_bit_in_the_last_commit_is_an_unconfirmed_commit() {
     let root = workload_root();
     let w = Workload {
         durability: Durability::Os,
+        tenure: Tenure::Lasting,
         threads: 1,
         steps: vec![
             Step::Append(0),
@@ -783,6 +801,7 @@ fn after_a_final_sync_the_durable_image_is_the_file_on_disk() {
         let root = workload_root();
         let w = Workload {
             durability,
+            tenure: Tenure::Lasting,
             threads: 1,
             steps: (0..30)
                 .map(|i| Step::Append(i * 97 % PAYLOAD_BYTES_MAX))
@@ -812,6 +831,7 @@ fn dropping_unflushed_writes_loses_exactly_the_active_segments_records() {
     let root = workload_root();
     let w = Workload {
         durability: Durability::Os,
+        tenure: Tenure::Lasting,
         threads: 1,
         steps: (0..30).map(|i| Step::Append(300 + i)).collect(),
         salt: 9,
@@ -847,6 +867,7 @@ fn page_plans_cut_writes_at_page_boundaries() {
     let root = workload_root();
     let w = Workload {
         durability: Durability::Os,
+        tenure: Tenure::Lasting,
         threads: 1,
         steps: vec![Step::Append(4000), Step::Append(10)],
         salt: 3,
@@ -1067,6 +1088,7 @@ fn sigkill_at_a_random_moment_keeps_every_acknowledged_event() {
         acked.extend(rx.try_iter());
         let truth = Truth {
             options: options(durability, SEGMENT_BYTES),
+            tenure: Tenure::Lasting,
             salt,
             acked,
             payload_of: &|index| child_payload_of(salt, index),
@@ -1227,6 +1249,7 @@ fn cutting_or_deleting_the_tail_segment_never_reuses_a_seq_and_reports_the_loss(
         .expect("writable open");
         let truth = Truth {
             options: opts.clone(),
+            tenure: Tenure::Lasting,
             salt,
             acked: positions
                 .iter()
