@@ -69,7 +69,8 @@ impl Journal {
             ..
         } = found;
         let (listed, _, _) = recovery::list_segments(&dir).map_err(err("list segments"))?;
-        let plan = open_plan(&scan, listed.last().map(|(i, _)| *i), listed.len());
+        let last_listed = listed.last().map(|(i, _)| *i);
+        let plan = open_plan(&scan, last_listed, listed.len(), tenure);
         settle_found(&*backend, &dir, &scan, &mut report, &plan)?;
         let through_map = options.durability == Durability::Os;
         let active = match plan.reuse {
@@ -81,7 +82,6 @@ impl Journal {
                 index,
                 &plan,
                 through_map,
-                tenure,
             )?,
             None => start_segment(&*backend, &dir, &scan, &report, &plan, &options)?,
         };
@@ -353,7 +353,6 @@ fn resume_segment(
     index: u64,
     plan: &OpenPlan,
     through_map: bool,
-    tenure: Tenure,
 ) -> Result<Active, JournalError> {
     let err = |op| io(dir.path(), op);
     let segment = scan
@@ -387,7 +386,7 @@ fn resume_segment(
     let next_seq = segment.last_seq.map_or(segment.header.base_seq, |q| q + 1);
     let mut commit = Commit::resume(store.syncer(), &segment.header, segment.commit);
     let found = next_seq - 1;
-    let durable_seq = match (plan.closed_cleanly, tenure) {
+    let durable_seq = match (plan.closed_cleanly, plan.tenure) {
         (true, _) => found,
         (false, Tenure::Brief) => {
             let confirmed = segment.commit.map(|c| c.confirmed);
@@ -483,6 +482,8 @@ struct OpenPlan {
     reuse: Option<u64>,
     /// The last segment was closed cleanly after its last flush: nothing needs flushing.
     closed_cleanly: bool,
+    /// Of the writer: a brief one leaves the flush of what it found to its first commit.
+    tenure: Tenure,
     /// A new segment never starts below the base seq of any segment found (an empty one
     /// included).
     base_floor: u64,
@@ -491,7 +492,12 @@ struct OpenPlan {
     listed: usize,
 }
 
-fn open_plan(scan: &JournalScan, last_listed: Option<u64>, listed: usize) -> OpenPlan {
+fn open_plan(
+    scan: &JournalScan,
+    last_listed: Option<u64>,
+    listed: usize,
+    tenure: Tenure,
+) -> OpenPlan {
     let base_floor = scan
         .segments
         .iter()
@@ -524,6 +530,7 @@ fn open_plan(scan: &JournalScan, last_listed: Option<u64>, listed: usize) -> Ope
     OpenPlan {
         reuse,
         closed_cleanly,
+        tenure,
         base_floor,
         last_listed,
         listed,
