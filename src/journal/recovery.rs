@@ -2,8 +2,9 @@
 //!
 //! Scanning is pure over the bytes of each segment and the decisions follow one labelled table,
 //! [`Row`]. The bytes are read with `pread`, never through a mapping, except by a writer's open,
-//! which holds the root's lock: it scans a sealed or cleanly closed segment's records through a
-//! read-only mapping ([`Reading::Mapped`]), the same bytes without the copy. Writable opens then
+//! which holds the root's lock: it scans a sealed or cleanly closed segment's records, and any
+//! whole segment it scans in full, through a read-only mapping ([`Reading::Mapped`]), the same
+//! bytes without the copy. Writable opens then
 //! *act* on the report (zero a torn tail); read-only opens only print it. Nothing here writes.
 //!
 //! Decision table. At offset X of a segment, after the last accepted record (or the header):
@@ -485,6 +486,32 @@ impl SegmentBytes {
     }
 }
 
+impl SegmentBytes {
+    /// The whole segment for the full scan: mapped, when this scan maps and the file is whole;
+    /// else read into the buffer, a short file as if extended with zeroes (what a writable open
+    /// does to it: a record whose only missing bytes were zero padding is whole). The mapping
+    /// spares the writer's open a copy of the whole segment into a buffer of that size (the
+    /// active one, up to 16 MiB, which a brief writer's close leaves without a `CLOSED` claim
+    /// and so without the fast path). A mapping that fails is not an error: the bytes are read.
+    fn whole(
+        &mut self,
+        file: &mut File,
+        file_len: u64,
+        header: &SegmentHeader,
+    ) -> std::io::Result<Option<super::mmap::Prefix>> {
+        let len = header.segment_bytes as usize;
+        if self.reading == Reading::Mapped && file_len == len as u64 {
+            match super::mmap::Prefix::open(file, len) {
+                Ok(map) => return Ok(Some(map)),
+                Err(e) => tracing::debug!(error = %e, "segment not mapped, read instead"),
+            }
+        }
+        read_prefix(file, len as u64, &mut self.buf)?;
+        self.buf.resize(len, 0);
+        Ok(None)
+    }
+}
+
 /// Whether every byte of `file` from `from` to `len` is zero, read with `pread` in blocks of at
 /// most [`crate::limits::SCAN_BLOCK_BYTES`] into `buf` (its contents are replaced). Bytes a file
 /// shorter than `len` does not have read as zero, as in the full scan, which zero-extends it.
@@ -521,8 +548,9 @@ fn zero_from(
 pub(crate) enum Reading {
     /// Read with `pread` into a buffer of the scan's: any reader, with the root's lock or without.
     Copied,
-    /// The records of a sealed or cleanly closed segment (the fast path, `read_to_commit`)
-    /// scanned through a read-only mapping of the file (`mmap::Prefix`), everything else read as
+    /// The records of a sealed or cleanly closed segment (the fast path, `read_to_commit`),
+    /// and a whole segment the full scan reads, scanned through a read-only mapping of the file
+    /// (`mmap::Prefix`); the rest (a short file, the blocks past a fast path's records) read as
     /// [`Reading::Copied`]. Only for the writer's open, which holds the root's lock, so that no
     /// procjournal process stores into a segment while its bytes are scanned in place. At a
     /// thousand finished processes a `run`'s open reads about 3 MB of segments: the copy and the
@@ -802,11 +830,11 @@ fn read_records(
     {
         return Ok((outcome, commit));
     }
-    let bytes = &mut source.buf;
-    read_prefix(file, u64::from(header.segment_bytes), bytes)?;
-    // A short file reads as if extended with zeroes, which is what a writable open does to
-    // it: a record whose only missing bytes were zero padding is whole.
-    bytes.resize(header.segment_bytes as usize, 0);
+    let mapped = source.whole(file, file_len, header)?;
+    let bytes: &[u8] = match &mapped {
+        Some(map) => map.bytes(),
+        None => &source.buf,
+    };
     commit = CommitPoint::read(bytes, header);
     if commit_area_cut && let Some(c) = commit.as_mut() {
         c.damaged = true;

@@ -1520,15 +1520,41 @@ proptest::proptest! {
         let maps = super::mmap::PREFIXES_MAPPED.with(std::cell::Cell::get) - mapped_before;
         proptest::prop_assert_eq!(&mapped, &copied);
         proptest::prop_assert_eq!(copies_mapped, 0);
-        // Records past the first page of a closed segment are scanned in place.
+        // Records past the first page are scanned in place, whether the fast path reads a
+        // closed segment or the full scan one a crash left.
         let past_first_page = copied.0.iter().any(|r| r.3 > crate::limits::PAGE_BYTES as u64);
         if damage.is_none() {
             proptest::prop_assert_eq!(mapped.0.len() as u64, n + more);
-            if (closed || more > 0) && past_first_page {
+            if past_first_page {
                 proptest::prop_assert!(maps > 0, "nothing mapped");
             }
         }
     }
+}
+
+/// The full scan of a segment the fast path cannot take (no `CLOSED` or sealing claim: a brief
+/// writer's close, a crash) reads it through one mapping of the whole file in a writer's open,
+/// and finds what the copying scan finds.
+#[test]
+fn a_segment_without_a_closing_claim_is_scanned_through_a_mapping() {
+    let dir = tempfile::tempdir().unwrap();
+    let open = || Journal::open(dir.path(), options(Durability::Group, SEG * 16)).unwrap();
+    let (journal, _) = open();
+    append_n(&journal, 0, 40);
+    journal.crash();
+    let copied = scan_by(dir.path(), recovery::Reading::Copied);
+    let before = super::mmap::PREFIXES_MAPPED.with(std::cell::Cell::get);
+    let mapped = scan_by(dir.path(), recovery::Reading::Mapped);
+    let maps = super::mmap::PREFIXES_MAPPED.with(std::cell::Cell::get) - before;
+    assert_eq!(mapped, copied);
+    assert_eq!(mapped.0.len(), 40);
+    assert!(
+        mapped
+            .0
+            .iter()
+            .any(|r| r.3 > crate::limits::PAGE_BYTES as u64)
+    );
+    assert_eq!(maps, 1, "one mapping of the one segment");
 }
 
 /// A brief writer flushes nothing that needs no flush. Its close writes no closing claim, so a
