@@ -12,7 +12,7 @@ use crate::journal::format::SegmentHeader;
 use crate::journal::reader::{Follower, JournalReader, Record};
 use crate::journal::recovery::{self, CommitPoint, RecoveryReport};
 use crate::journal::{
-    Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions,
+    Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Tenure,
 };
 use crate::limits::{SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX, SEQ_MAX};
 
@@ -66,14 +66,14 @@ pub fn journal_open(data: &[u8]) {
             return;
         }
     }
-    check_journal(root.path(), plan.durability, &plan.files);
+    check_journal(root.path(), plan.durability, plan.tenure, &plan.files);
 }
 
 fn read_all(root: &Path) -> Option<(Vec<Record>, RecoveryReport)> {
     JournalReader::open(root).ok()?.records(0).ok()
 }
 
-fn check_journal(root: &Path, durability: Durability, files: &[(String, Vec<u8>)]) {
+fn check_journal(root: &Path, durability: Durability, tenure: Tenure, files: &[(String, Vec<u8>)]) {
     // (a) Read-only scan: must not panic; remember what it found.
     let Some(mut scanned) = Scanned::check(root, files) else {
         return;
@@ -84,7 +84,7 @@ fn check_journal(root: &Path, durability: Durability, files: &[(String, Vec<u8>)
         durability,
         segment_bytes: FUZZ_SEGMENT_BYTES,
     };
-    let Some((journal, recovered)) = scanned.check_recovery(&options) else {
+    let Some((journal, recovered)) = scanned.check_recovery(&options, tenure) else {
         return;
     };
 
@@ -198,13 +198,23 @@ impl<'a> Scanned<'a> {
         })
     }
 
-    fn check_recovery(&self, options: &JournalOptions) -> Option<(Journal, Recovered)> {
+    fn check_recovery(
+        &self,
+        options: &JournalOptions,
+        tenure: Tenure,
+    ) -> Option<(Journal, Recovered)> {
         let mut opened = Vec::new();
+        let mut visit = |r: crate::journal::reader::RecordView<'_>| opened.push(r.to_owned());
+        let backend = crate::journal::default_backend();
+        let visitor = &mut crate::journal::Everything(&mut visit);
         let Ok((journal, open_report)) =
-            Journal::open_visiting(self.root, options.clone(), |r| opened.push(r.to_owned()))
+            Journal::open_inner(self.root, options.clone(), tenure, backend, visitor)
         else {
             return None;
         };
+        // Nothing found is taken as durable before a flush covers it: a lasting open flushed
+        // it all, a brief one only what the commit area confirms.
+        assert!(journal.durable_seq() <= journal.last_seq());
         // The writable open hands out exactly the records the read-only scan did.
         assert_eq!(
             opened, self.before,

@@ -6,9 +6,9 @@
 use std::borrow::Cow;
 
 use super::{FOREIGN_JOURNAL_ID, FUZZ_JOURNAL_ID, FUZZ_SEGMENT_BYTES, Input, near_limit};
-use crate::journal::Durability;
 use crate::journal::format::{self, CommitSlot, RecordFields, SegmentHeader};
 use crate::journal::recovery;
+use crate::journal::{Durability, Tenure};
 use crate::limits::{
     COMMIT_SLOT_BYTES, RECORD_ALIGN_BYTES, RECORD_HEADER_BYTES, SEGMENT_HEADER_BYTES,
     SEGMENT_INDEX_MAX, SEGMENT_RECORDS_OFFSET, SEQ_MAX,
@@ -21,6 +21,9 @@ pub struct JournalPlan {
     pub files: Vec<(String, Vec<u8>)>,
     /// The policy of the writable open (`Os` unless the input's last byte asks otherwise).
     pub durability: Durability,
+    /// Of the first writable open: a brief writer leaves the flush of what it found to its first
+    /// commit, and closes without a closing commit.
+    pub tenure: Tenure,
 }
 
 /// Segment-building state carried from one record to the next (what a writer would hold).
@@ -256,8 +259,8 @@ impl PlannedSegment {
 /// chosen, how base sequence numbers are chosen, whether a leftover `*.log.tmp` exists), then per
 /// segment one byte of segment flags (header validity, file length, and in bit 7 a version 1
 /// segment instead of a version 2 one), the base seq when the flags ask for one from the input,
-/// and a body (see `build_body`); then one byte: the durability policy of the writable open and
-/// whether a leftover `*.spare` file exists; then, per segment, three bytes that choose its commit
+/// and a body (see `build_body`); then one byte: the durability policy of the writable open, its
+/// tenure (bit 6) and whether a leftover `*.spare` file exists (bit 7); then, per segment, three bytes that choose its commit
 /// area (see `commit_area`; ignored for a version 1 segment). The commit areas come last so that
 /// an input that ends early still describes whole segments (with commit areas never written).
 pub fn journal_plan(data: &[u8]) -> JournalPlan {
@@ -300,6 +303,11 @@ pub fn journal_plan(data: &[u8]) -> JournalPlan {
         1 => Durability::Sync,
         _ => Durability::Group,
     };
+    let tenure = if tail & 0x40 != 0 {
+        Tenure::Brief
+    } else {
+        Tenure::Lasting
+    };
     finish_segments(&mut input, &mut segments);
     let mut files: Vec<(String, Vec<u8>)> = segments
         .into_iter()
@@ -313,7 +321,11 @@ pub fn journal_plan(data: &[u8]) -> JournalPlan {
         let name = format!("{:020}.spare", index.wrapping_add(1));
         files.push((name, vec![0u8; FUZZ_SEGMENT_BYTES]));
     }
-    JournalPlan { files, durability }
+    JournalPlan {
+        files,
+        durability,
+        tenure,
+    }
 }
 
 /// Writes each segment's commit area (the three input bytes of each are read even where there is
