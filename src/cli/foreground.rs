@@ -100,6 +100,53 @@ impl Control {
     }
 }
 
+/// What asks `run` to end its command from outside, watched from before the start: Ctrl-C
+/// (SIGINT), escalated by [`interrupted`]; and SIGTERM or SIGHUP (a job controller cancelling
+/// `run`, its terminal gone). Left to their default those two ended `run` at once: its command
+/// was killed by its guardian's lifeline, nothing recorded its end until the root's next open,
+/// and the root's cgroup stayed behind until then. Each now counts as a Ctrl-C past the first:
+/// the first stops the command (recorded as the stop), the next kills it, and `run` exits with
+/// the command's status.
+pub(super) struct Interrupts {
+    int: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    hup: tokio::signal::unix::Signal,
+    presses: u32,
+}
+
+impl Interrupts {
+    pub(super) fn watch() -> anyhow::Result<Interrupts> {
+        use anyhow::Context;
+        use tokio::signal::unix::{SignalKind, signal};
+        let watch = |kind: SignalKind, what: &str| {
+            signal(kind).with_context(|| format!("cannot watch for {what}"))
+        };
+        Ok(Interrupts {
+            int: watch(SignalKind::interrupt(), "Ctrl-C")?,
+            term: watch(SignalKind::terminate(), "SIGTERM")?,
+            hup: watch(SignalKind::hangup(), "SIGHUP")?,
+            presses: 0,
+        })
+    }
+
+    /// Waits for the next of them and acts on it (see [`interrupted`]); true when the output
+    /// is to be given up. Cancel-safe: nothing is done before a signal has arrived.
+    pub(super) async fn next(&mut self, control: &Control, handle: Handle) -> bool {
+        let stop_at_least = tokio::select! {
+            Some(()) = self.int.recv() => false,
+            Some(()) = self.term.recv() => true,
+            Some(()) = self.hup.recv() => true,
+            else => std::future::pending::<bool>().await,
+        };
+        self.presses = if stop_at_least {
+            self.presses.max(1) + 1
+        } else {
+            self.presses + 1
+        };
+        interrupted(self.presses, control, handle)
+    }
+}
+
 /// The `n`th Ctrl-C (from 1): SIGINT, then a stop (SIGTERM, SIGKILL after the grace; recorded
 /// as the stop it is, `terminated` or `killed`, not a normal exit), then SIGKILL at once.
 /// Whether to give up delivering output (the third and later).

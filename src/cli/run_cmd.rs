@@ -23,7 +23,9 @@
 //!   as `stop` does (SIGTERM, SIGKILL after the grace), and a third kills it at once and also
 //!   stops delivering output (the tap is dropped, the drain reads on into the spool), so a
 //!   reader that never reads cannot keep `run` from exiting. A stop is recorded as one
-//!   (`terminated` or `killed`), whatever status the child then exits with.
+//!   (`terminated` or `killed`), whatever status the child then exits with. SIGTERM and SIGHUP
+//!   to `run` count as a Ctrl-C past the first (`foreground::Interrupts`): `run` is never ended
+//!   by them before its command's end is recorded.
 //! - The handle is printed once on stderr when the command has started.
 //! - The exit status mirrors the child's (a signal N becomes 128+N).
 
@@ -36,7 +38,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use super::foreground::{
-    Control, RawMode, STOP_GRACE_MS, ended, forward_input, interrupted, user_terminal_size,
+    Control, Interrupts, RawMode, STOP_GRACE_MS, ended, forward_input, user_terminal_size,
     write_stream,
 };
 use crate::lifecycle::Handle;
@@ -139,8 +141,7 @@ async fn foreground(
     let queue = args.launch.queue.clone();
     let start = start_request(args, &here, None)?;
     // Before the start, so that a failure here leaves nothing running.
-    let ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("cannot watch for Ctrl-C")?;
+    let interrupts = Interrupts::watch()?;
     let pty = start.pty.is_some();
     let (handle, output) = match start_tapped(&dispatcher, start, &queue).await {
         Ok(started) => started,
@@ -154,7 +155,7 @@ async fn foreground(
     let control = Control::Local(dispatcher.clone());
     // Stdin is the command's input, as for any command run in the foreground.
     let forwarding = tokio::spawn(forward_input(control.clone(), handle, pty));
-    relay(&control, handle, output, ctrl_c).await;
+    relay(&control, handle, output, interrupts).await;
     forwarding.abort();
     let result = dispatcher
         .wait(handle, None)
@@ -198,10 +199,9 @@ async fn relay(
     handle: Handle,
     (output, abandon): TapOutput,
     // One listener for the whole relay, so that no Ctrl-C falls between two waits.
-    mut ctrl_c: tokio::signal::unix::Signal,
+    mut interrupts: Interrupts,
 ) {
     let mut writing = Some(tokio::task::spawn_blocking(move || copy_tap(output)));
-    let mut interrupts = 0u32;
     while writing.is_some() {
         tokio::select! {
             written = finished(&mut writing) => {
@@ -214,9 +214,8 @@ async fn relay(
                         .await;
                 }
             }
-            Some(()) = ctrl_c.recv() => {
-                interrupts += 1;
-                if interrupted(interrupts, control, handle) {
+            give_up = interrupts.next(control, handle) => {
+                if give_up {
                     // Give up on the reader: the write in flight is left to its thread (`run`
                     // does not wait for it), and the tap ends, so the spool keeps the rest.
                     abandon.abandon();

@@ -23,7 +23,7 @@ use std::process::ExitCode;
 
 use anyhow::{Context, bail};
 
-use super::foreground::{Control, Ended, RawMode, ended, forward_input, interrupted, write_stream};
+use super::foreground::{Control, Ended, Interrupts, RawMode, ended, forward_input, write_stream};
 use super::views::PageView;
 use crate::client::{ClientError, call_async};
 use crate::lifecycle::Handle;
@@ -59,8 +59,7 @@ pub(super) async fn run(
 ) -> anyhow::Result<ExitCode> {
     let pty = start.pty.is_some();
     // Before the start, so that a failure here leaves nothing running.
-    let mut ctrl_c = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt())
-        .context("cannot watch for Ctrl-C")?;
+    let mut interrupts = Interrupts::watch()?;
     let info = match call_async(socket, &Request::Start(start.clone())).await {
         Err(ClientError::Api(e)) if let Some(ms) = queue.retry_after(&e) => {
             start.queue_ms = Some(ms);
@@ -81,7 +80,7 @@ pub(super) async fn run(
     let control = Control::Daemon(socket.to_owned());
     // Stdin is the command's input, as for any command run in the foreground.
     let forwarding = tokio::spawn(forward_input(control.clone(), handle, pty));
-    let followed = follow(&control, handle, &mut ctrl_c).await;
+    let followed = follow(&control, handle, &mut interrupts).await;
     forwarding.abort();
     let result = match followed? {
         Some(end) => end,
@@ -97,11 +96,11 @@ pub(super) async fn run(
     Ok(ended(handle, &result))
 }
 
-/// Awaits `work`, answering Ctrl-C meanwhile; `None` once a Ctrl-C gave up on the output.
+/// Awaits `work`, answering Ctrl-C, SIGTERM and SIGHUP meanwhile; `None` once one of them gave
+/// up on the output.
 async fn answering<F: Future>(
     work: F,
-    ctrl_c: &mut tokio::signal::unix::Signal,
-    interrupts: &mut u32,
+    interrupts: &mut Interrupts,
     control: &Control,
     handle: Handle,
 ) -> Option<F::Output> {
@@ -109,9 +108,8 @@ async fn answering<F: Future>(
     loop {
         tokio::select! {
             out = &mut work => return Some(out),
-            Some(()) = ctrl_c.recv() => {
-                *interrupts += 1;
-                if interrupted(*interrupts, control, handle) {
+            give_up = interrupts.next(control, handle) => {
+                if give_up {
                     return None;
                 }
             }
@@ -132,10 +130,9 @@ enum Next {
 async fn follow(
     control: &Control,
     handle: Handle,
-    ctrl_c: &mut tokio::signal::unix::Signal,
+    interrupts: &mut Interrupts,
 ) -> anyhow::Result<Option<serde_json::Value>> {
     let mut cursor = 0u64;
-    let mut interrupts = 0u32;
     let waited = control.call(Request::Wait {
         handle: handle.into(),
         timeout_ms: None,
@@ -150,7 +147,7 @@ async fn follow(
                 ended = &mut waited, if end.is_none() => Next::End(ended),
             }
         };
-        let Some(next) = answering(next, ctrl_c, &mut interrupts, control, handle).await else {
+        let Some(next) = answering(next, interrupts, control, handle).await else {
             return Ok(end);
         };
         let page = match next {
@@ -162,7 +159,7 @@ async fn follow(
         };
         let (page, bytes, spans) = decode_page(page, cursor)?;
         let write = tokio::task::spawn_blocking(move || write_spans(&spans, &bytes));
-        match answering(write, ctrl_c, &mut interrupts, control, handle).await {
+        match answering(write, interrupts, control, handle).await {
             None => return Ok(end),
             Some(Ok(Ok(()))) => {}
             Some(_) => {

@@ -497,75 +497,135 @@ fn repeated_ctrl_c_escalates_and_is_recorded_as_the_stop() {
 
 fn ctrl_c_escalates(root: &Path, through_daemon: bool) {
     let cases = [
-        // (script, Ctrl-Cs, run's status, state)
+        // (script, what each Ctrl-C does, run's status, state)
         (
             "trap '' INT; trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done",
-            2,
+            &["interrupting", "stopping"][..],
             0,
             "terminated",
         ),
         (
             "trap '' INT TERM; echo ready; while :; do sleep 0.1; done",
-            3,
+            &["interrupting", "stopping", "killing"][..],
             128 + 9,
             "killed",
         ),
     ];
-    for (script, presses, status, state) in cases {
-        let mut child = bin()
-            .arg("run")
-            .arg("--root")
-            .arg(root)
-            .args(["--", "sh", "-c", script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut stdout = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        stdout.read_line(&mut line).unwrap();
-        assert_eq!(line, "ready\n");
-        let mut stderr = BufReader::new(child.stderr.take().unwrap());
-        let mut said = String::new();
-        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-        // Each press after the last one was handled (it says so on stderr): signals that
-        // arrive together are one.
-        for (press, says) in ["interrupting", "stopping", "killing"]
-            .into_iter()
-            .take(presses)
-            .enumerate()
-        {
-            nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
-            loop {
-                let mut l = String::new();
-                assert!(
-                    stderr.read_line(&mut l).unwrap() > 0,
-                    "press {press}: {said}"
-                );
-                said.push_str(&l);
-                if l.contains(says) {
-                    break;
-                }
+    for (script, says, status, state) in cases {
+        let signal = nix::sys::signal::Signal::SIGINT;
+        signalled_run(root, through_daemon, script, signal, says, status, state);
+    }
+}
+
+/// SIGTERM or SIGHUP to `run` (a job controller cancelling it, its terminal gone) stops its
+/// command as a Ctrl-C past the first does, and `run` exits with the command's status once
+/// its end is recorded: a workload that exits 0 on SIGTERM is `terminated`, and a second
+/// signal kills one that ignores SIGTERM. Left to their default, the signal ended `run` at
+/// once: its command's end went unrecorded until the root's next open, and the root's cgroup
+/// stayed behind. The same on a root a daemon serves.
+#[test]
+fn sigterm_or_sighup_to_run_stops_its_command_and_records_the_stop() {
+    use nix::sys::signal::Signal::{SIGHUP, SIGTERM};
+    for through_daemon in [false, true] {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        let daemon = through_daemon.then(|| Daemon::start(root));
+        let stops = "trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done";
+        let ignores = "trap '' TERM; echo ready; while :; do sleep 0.1; done";
+        signalled_run(
+            root,
+            through_daemon,
+            stops,
+            SIGTERM,
+            &["stopping"],
+            0,
+            "terminated",
+        );
+        let kill = &["stopping", "killing"][..];
+        signalled_run(
+            root,
+            through_daemon,
+            ignores,
+            SIGHUP,
+            kill,
+            128 + 9,
+            "killed",
+        );
+        drop(daemon);
+        assert!(!base_cgroup_left(root), "the root's cgroup outlived run");
+    }
+}
+
+/// Whether the base cgroup of `root` is there (false where cgroups cannot be used).
+fn base_cgroup_left(root: &Path) -> bool {
+    use procjournal::tree::cgroup::{CgroupBase, base_name};
+    // A probe of a base of our own says where bases live; it goes at once.
+    let name = format!("procjournal-probe-{}", std::process::id());
+    let Ok(probe) = CgroupBase::probe(&name) else {
+        return false;
+    };
+    std::fs::remove_dir(probe.dir()).unwrap();
+    let parent = probe.dir().parent().unwrap();
+    parent.join(base_name(root)).exists()
+}
+
+/// Runs `script` under `run`, sends `run` `signal` once for each of `says` (each after `run`
+/// said the one before on stderr: signals that arrive together are one), and checks `run`'s
+/// status and the process's recorded state and stop.
+fn signalled_run(
+    root: &Path,
+    through_daemon: bool,
+    script: &str,
+    signal: nix::sys::signal::Signal,
+    says: &[&str],
+    status: i32,
+    state: &str,
+) {
+    let mut child = bin()
+        .arg("run")
+        .arg("--root")
+        .arg(root)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line, "ready\n");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut said = String::new();
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    for (press, says) in says.iter().enumerate() {
+        nix::sys::signal::kill(pid, signal).unwrap();
+        loop {
+            let mut l = String::new();
+            let read = stderr.read_line(&mut l).unwrap();
+            assert!(read > 0, "{signal} {press}: {said}");
+            said.push_str(&l);
+            if l.contains(says) {
+                break;
             }
         }
-        let exit = child.wait().unwrap();
-        stderr.read_to_string(&mut said).unwrap();
-        assert_eq!(exit.code(), Some(status), "{said}");
-        assert_eq!(
-            said.contains("through the daemon"),
-            through_daemon,
-            "{said}"
-        );
-        let handle = announced(&said);
-        let (_, json, _) = tool(root, &["ps", "--json"]);
-        let p = json_lines(&json)
-            .into_iter()
-            .find(|p| p["handle"] == handle)
-            .unwrap();
-        assert_eq!(p["state"], state, "{p}");
-        assert!(p["stop_requests"].as_u64().unwrap() >= 1, "{p}");
     }
+    let exit = child.wait().unwrap();
+    stderr.read_to_string(&mut said).unwrap();
+    assert_eq!(exit.code(), Some(status), "{signal}: {said}");
+    assert_eq!(
+        said.contains("through the daemon"),
+        through_daemon,
+        "{said}"
+    );
+    let handle = announced(&said);
+    let (_, json, _) = tool(root, &["ps", "--json"]);
+    let p = json_lines(&json)
+        .into_iter()
+        .find(|p| p["handle"] == handle)
+        .unwrap();
+    assert_eq!(p["state"], state, "{signal}: {p}");
+    assert!(p["stop_requests"].as_u64().unwrap() >= 1, "{p}");
 }
 
 #[test]
