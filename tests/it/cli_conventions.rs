@@ -487,11 +487,19 @@ fn run_takes_cwd_and_env_and_keeps_secrets_out_of_the_journal() {
 /// The same on a root a daemon serves, where `run` goes through it.
 #[test]
 fn repeated_ctrl_c_escalates_and_is_recorded_as_the_stop() {
+    on_both_roots(ctrl_c_escalates);
+}
+
+/// Runs `check` on a fresh root, then on a fresh root a daemon serves; neither leaves the
+/// root's cgroup behind once `run` (and the daemon) are gone.
+fn on_both_roots(check: impl Fn(&Path, bool)) {
     for through_daemon in [false, true] {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path();
-        let _daemon = through_daemon.then(|| Daemon::start(root));
-        ctrl_c_escalates(root, through_daemon);
+        let daemon = through_daemon.then(|| Daemon::start(root));
+        check(root, through_daemon);
+        drop(daemon);
+        assert!(!base_cgroup_left(root), "the root's cgroup outlived run");
     }
 }
 
@@ -526,10 +534,7 @@ fn ctrl_c_escalates(root: &Path, through_daemon: bool) {
 #[test]
 fn sigterm_or_sighup_to_run_stops_its_command_and_records_the_stop() {
     use nix::sys::signal::Signal::{SIGHUP, SIGTERM};
-    for through_daemon in [false, true] {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path();
-        let daemon = through_daemon.then(|| Daemon::start(root));
+    on_both_roots(|root, through_daemon| {
         let stops = "trap 'exit 0' TERM; echo ready; while :; do sleep 0.1; done";
         let ignores = "trap '' TERM; echo ready; while :; do sleep 0.1; done";
         signalled_run(
@@ -551,9 +556,7 @@ fn sigterm_or_sighup_to_run_stops_its_command_and_records_the_stop() {
             128 + 9,
             "killed",
         );
-        drop(daemon);
-        assert!(!base_cgroup_left(root), "the root's cgroup outlived run");
-    }
+    });
 }
 
 /// Whether the base cgroup of `root` is there (false where cgroups cannot be used).
