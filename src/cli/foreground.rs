@@ -106,7 +106,10 @@ impl Control {
 /// was killed by its guardian's lifeline, nothing recorded its end until the root's next open,
 /// and the root's cgroup stayed behind until then. Each now counts as a Ctrl-C past the first:
 /// the first stops the command (recorded as the stop), the next kills it, and `run` exits with
-/// the command's status.
+/// the command's status. One that comes while the start is being answered (a start waiting in
+/// the queue for capacity, say: through a daemon, where nothing else can hold it) is acted on
+/// once the command has started, as a Ctrl-C always was: the start is never left unanswered,
+/// nor a command unstopped.
 pub(super) struct Interrupts {
     int: tokio::signal::unix::Signal,
     term: tokio::signal::unix::Signal,
