@@ -7,6 +7,11 @@
 //! in this process's environment. Nothing of the command's output reaches this process's
 //! stdout except inside the receipt.
 //!
+//! Ctrl-C, SIGTERM and SIGHUP stop the command (the first with the grace, a later one at once)
+//! rather than end this process before the command's end is recorded: the receipt is printed
+//! all the same, its fault the stop. Through a daemon the signals end only the client, and the
+//! daemon finishes the capture and records it.
+//!
 //! The exit status mirrors the command's as `run`'s does (`exit.rs`: 128+N for a signal N, 127
 //! when it was not found, 126 when it cannot be executed, 125 when procjournal failed or has
 //! no status, and 125 when the journal failed to record the end: the receipt's `persisted` is
@@ -64,7 +69,7 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         return super::run_daemon::capture(&socket, request, &queue).await;
     };
     let supervisor = super::open_supervisor(&root, group, launcher).await?;
-    let receipt = run_capture(&supervisor, request, &cwd, &queue).await;
+    let receipt = stoppable(&supervisor, run_capture(&supervisor, request, &cwd, &queue)).await;
     // On every path, as `run`: joins the publication of the terminal event and the completion
     // notice, closes the journal cleanly and releases the launcher (the root's base cgroup).
     supervisor
@@ -82,6 +87,38 @@ async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::from(super::exit::FAILURE));
     }
     Ok(super::exit::of_process(receipt.exit_code, receipt.signal))
+}
+
+/// Awaits `capture` on `supervisor`, which supervises only it, stopping its command on Ctrl-C,
+/// SIGTERM or SIGHUP instead of letting the signal end this process before the command's end is
+/// recorded: the first stops it (SIGTERM, SIGKILL after the grace; recorded as the stop, which
+/// the receipt then gives as the fault), a later one kills it at once.
+async fn stoppable<T>(
+    supervisor: &crate::supervisor::Supervisor,
+    capture: impl std::future::Future<Output = anyhow::Result<T>>,
+) -> anyhow::Result<T> {
+    let mut interrupts = super::foreground::Interrupts::watch()?;
+    tokio::pin!(capture);
+    let mut grace = Duration::from_millis(crate::limits::GRACE_MS_DEFAULT);
+    loop {
+        tokio::select! {
+            receipt = &mut capture => return receipt,
+            () = interrupts.any() => {
+                let filter = crate::supervisor::ListFilter::default();
+                for m in supervisor.list(&filter) {
+                    if m.state.is_terminal() {
+                        continue;
+                    }
+                    note!("procjournal: stopping {} ({} ms of grace)", m.handle, grace.as_millis());
+                    // Not awaited here: a stop lasts its grace, and a second signal must be
+                    // answered meanwhile.
+                    let supervisor = supervisor.clone();
+                    tokio::spawn(async move { supervisor.stop(&m.handle, grace).await });
+                }
+                grace = Duration::ZERO;
+            }
+        }
+    }
 }
 
 /// The capture itself on `supervisor` (retried once in the queue when `queue` asks): its

@@ -132,6 +132,17 @@ impl Interrupts {
         })
     }
 
+    /// Waits for the next of them, whichever it is (for a caller that acts on each alike).
+    /// Cancel-safe.
+    pub(super) async fn any(&mut self) {
+        tokio::select! {
+            Some(()) = self.int.recv() => {}
+            Some(()) = self.term.recv() => {}
+            Some(()) = self.hup.recv() => {}
+            else => std::future::pending::<()>().await,
+        }
+    }
+
     /// Waits for the next of them and acts on it (see [`interrupted`]); true when the output
     /// is to be given up. Cancel-safe: nothing is done before a signal has arrived.
     pub(super) async fn next(&mut self, control: &Control, handle: Handle) -> bool {

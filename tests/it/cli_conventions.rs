@@ -559,6 +559,80 @@ fn sigterm_or_sighup_to_run_stops_its_command_and_records_the_stop() {
     });
 }
 
+/// Ctrl-C, SIGTERM or SIGHUP to `capture` stop its command as they do `run`'s, and `capture`
+/// still prints the receipt and exits with the command's status: a workload that exits 0 on
+/// SIGTERM is `terminated` by the first, and a second signal kills one that ignores SIGTERM.
+/// Left to their default, they ended `capture` with no receipt, its command's end unrecorded
+/// until the root's next open, and the root's cgroup left behind.
+#[test]
+fn a_signal_to_capture_stops_its_command_and_the_receipt_says_so() {
+    use nix::sys::signal::Signal::{SIGHUP, SIGINT, SIGTERM};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let cases = [
+        (
+            "trap 'exit 0' TERM; while :; do sleep 0.1; done",
+            &[SIGTERM][..],
+            0,
+            "terminated",
+        ),
+        (
+            "trap '' INT TERM; while :; do sleep 0.1; done",
+            &[SIGHUP, SIGINT][..],
+            137,
+            "killed",
+        ),
+    ];
+    for (started, (script, signals, status, state)) in cases.into_iter().enumerate() {
+        let mut child = bin()
+            .args(["capture", "--root"])
+            .arg(root)
+            .args(["--", "sh", "-c", script])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let running = |json: &str| {
+            let ps = json_lines(json);
+            ps.len() > started && ps.iter().any(|p| p["state"] == "running")
+        };
+        while !running(&tool(root, &["ps", "--json"]).1) {
+            assert!(Instant::now() < deadline, "the captured command never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut said = String::new();
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        for signal in signals {
+            nix::sys::signal::kill(pid, *signal).unwrap();
+            // Said before the next is sent: signals that arrive together are one.
+            let mut l = String::new();
+            assert!(stderr.read_line(&mut l).unwrap() > 0, "{signal}: {said}");
+            assert!(l.contains("stopping"), "{signal}: {l}");
+            said.push_str(&l);
+        }
+        let mut out = String::new();
+        child
+            .stdout
+            .take()
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        let exit = child.wait().unwrap();
+        assert_eq!(exit.code(), Some(status), "{said}{out}");
+        let receipt: Value = serde_json::from_str(out.trim()).unwrap();
+        assert_eq!(receipt["state"], state, "{receipt}");
+        assert_eq!(receipt["fault"]["fault"], "stopped", "{receipt}");
+        assert!(receipt["persisted"].as_bool().unwrap(), "{receipt}");
+    }
+    assert!(
+        !base_cgroup_left(root),
+        "the root's cgroup outlived capture"
+    );
+}
+
 /// Whether the base cgroup of `root` is there (false where cgroups cannot be used).
 fn base_cgroup_left(root: &Path) -> bool {
     use procjournal::tree::cgroup::{CgroupBase, base_name};
