@@ -584,15 +584,7 @@ fn a_signal_to_capture_stops_its_command_and_the_receipt_says_so() {
         ),
     ];
     for (started, (script, signals, status, state)) in cases.into_iter().enumerate() {
-        let mut child = bin()
-            .args(["capture", "--root"])
-            .arg(root)
-            .args(["--", "sh", "-c", script])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+        let mut child = spawn_script(root, "capture", script);
         let deadline = Instant::now() + Duration::from_secs(30);
         let running = |json: &str| {
             let ps = json_lines(json);
@@ -633,6 +625,19 @@ fn a_signal_to_capture_stops_its_command_and_the_receipt_says_so() {
     );
 }
 
+/// `procjournal VERB --root ROOT -- sh -c SCRIPT`, its output piped, its input closed.
+fn spawn_script(root: &Path, verb: &str, script: &str) -> std::process::Child {
+    bin()
+        .args([verb, "--root"])
+        .arg(root)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
 /// Whether the base cgroup of `root` is there (false where cgroups cannot be used).
 fn base_cgroup_left(root: &Path) -> bool {
     use procjournal::tree::cgroup::{CgroupBase, base_name};
@@ -658,16 +663,7 @@ fn signalled_run(
     status: i32,
     state: &str,
 ) {
-    let mut child = bin()
-        .arg("run")
-        .arg("--root")
-        .arg(root)
-        .args(["--", "sh", "-c", script])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_script(root, "run", script);
     let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
     stdout.read_line(&mut line).unwrap();
