@@ -475,24 +475,19 @@ impl SegmentBytes {
             self.buf.truncate(len);
             return Ok(None);
         }
-        if self.reading == Reading::Mapped {
-            match super::mmap::Prefix::open(file, len) {
-                Ok(map) => return Ok(Some(map)),
-                Err(e) => tracing::debug!(error = %e, "segment not mapped, read instead"),
-            }
+        if let Some(map) = self.mapped(file, len) {
+            return Ok(Some(map));
         }
         read_prefix(file, wanted, &mut self.buf)?;
         Ok(None)
     }
-}
 
-impl SegmentBytes {
     /// The whole segment for the full scan: mapped, when this scan maps and the file is whole;
     /// else read into the buffer, a short file as if extended with zeroes (what a writable open
     /// does to it: a record whose only missing bytes were zero padding is whole). The mapping
     /// spares the writer's open a copy of the whole segment into a buffer of that size (the
     /// active one, up to 16 MiB, which a brief writer's close leaves without a `CLOSED` claim
-    /// and so without the fast path). A mapping that fails is not an error: the bytes are read.
+    /// and so without the fast path).
     fn whole(
         &mut self,
         file: &mut File,
@@ -500,15 +495,25 @@ impl SegmentBytes {
         header: &SegmentHeader,
     ) -> std::io::Result<Option<super::mmap::Prefix>> {
         let len = header.segment_bytes as usize;
-        if self.reading == Reading::Mapped && file_len == len as u64 {
-            match super::mmap::Prefix::open(file, len) {
-                Ok(map) => return Ok(Some(map)),
-                Err(e) => tracing::debug!(error = %e, "segment not mapped, read instead"),
-            }
+        if file_len == len as u64
+            && let Some(map) = self.mapped(file, len)
+        {
+            return Ok(Some(map));
         }
         read_prefix(file, len as u64, &mut self.buf)?;
         self.buf.resize(len, 0);
         Ok(None)
+    }
+
+    /// The first `len` bytes of `file` mapped, when this scan maps; `None` otherwise, or when
+    /// the mapping fails, which is not an error: the caller reads the bytes instead.
+    fn mapped(&self, file: &File, len: usize) -> Option<super::mmap::Prefix> {
+        if self.reading != Reading::Mapped {
+            return None;
+        }
+        super::mmap::Prefix::open(file, len)
+            .inspect_err(|e| tracing::debug!(error = %e, "segment not mapped, read instead"))
+            .ok()
     }
 }
 
