@@ -521,7 +521,13 @@ impl Journal {
         root: &Path,
         options: JournalOptions,
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_with_backend(root, options, default_backend(), &mut |_| {})
+        Self::open_with_backend(
+            root,
+            options,
+            Tenure::Lasting,
+            default_backend(),
+            &mut |_| {},
+        )
     }
 
     /// Like [`Journal::open`], handing every valid record to `visit` in order during the recovery
@@ -531,7 +537,13 @@ impl Journal {
         options: JournalOptions,
         mut visit: impl FnMut(reader::RecordView<'_>),
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_with_backend(root, options, default_backend(), &mut visit)
+        Self::open_with_backend(
+            root,
+            options,
+            Tenure::Lasting,
+            default_backend(),
+            &mut visit,
+        )
     }
 
     /// Like [`Journal::open_visiting`], for a projection that resumes from a snapshot: `visitor`
@@ -548,25 +560,15 @@ impl Journal {
         Self::open_inner(root, options, tenure, default_backend(), visitor)
     }
 
+    /// [`Journal::open_visiting`] for a writer of `tenure`, on `backend`.
     pub(crate) fn open_with_backend(
-        root: &Path,
-        options: JournalOptions,
-        backend: Arc<dyn Backend>,
-        visit: &mut dyn FnMut(reader::RecordView<'_>),
-    ) -> Result<(Journal, RecoveryReport), JournalError> {
-        let tenure = Tenure::Lasting;
-        Self::open_inner(root, options, tenure, backend, &mut Everything(visit))
-    }
-
-    /// [`Journal::open_with_backend`] for a writer of the given tenure, visiting nothing.
-    #[cfg(test)]
-    pub(crate) fn open_for_with_backend(
         root: &Path,
         options: JournalOptions,
         tenure: Tenure,
         backend: Arc<dyn Backend>,
+        visit: &mut dyn FnMut(reader::RecordView<'_>),
     ) -> Result<(Journal, RecoveryReport), JournalError> {
-        Self::open_inner(root, options, tenure, backend, &mut Everything(&mut |_| {}))
+        Self::open_inner(root, options, tenure, backend, &mut Everything(visit))
     }
 
     /// Drops the handle the way a killed process does: no closing commit, and whatever was

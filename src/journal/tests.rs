@@ -671,6 +671,7 @@ fn a_failed_write_or_flush_poisons_and_reopening_gives_a_consistent_prefix() {
             if let Ok((journal, _)) = Journal::open_with_backend(
                 dir.path(),
                 options(Durability::Sync, SEG),
+                Tenure::Lasting,
                 backend,
                 &mut |_| {},
             ) {
@@ -1045,7 +1046,14 @@ fn a_clean_close_lets_the_next_open_flush_nothing_and_a_crash_does_not() {
         let backend = Arc::new(FaultyBackend {
             faults: Faults::new(None, Some(0), Fault::Eio),
         });
-        Journal::open_with_backend(root, options(Durability::Group, SEG), backend, &mut |_| {})
+        let lasting = Tenure::Lasting;
+        Journal::open_with_backend(
+            root,
+            options(Durability::Group, SEG),
+            lasting,
+            backend,
+            &mut |_| {},
+        )
     };
     let dir = tempfile::tempdir().unwrap();
     build_closed(dir.path(), 3, SEG);
@@ -1374,9 +1382,8 @@ fn a_brief_writers_open_seals_nothing_and_answers_as_a_lasting_ones() {
     let positions = positions_in_order(&journal, n);
     drop(journal);
     let brief = |path: &std::path::Path| {
-        let visit = &mut |_: reader::RecordView<'_>| {};
         let backend = super::default_backend();
-        Journal::open_inner(path, opts(), Tenure::Brief, backend, &mut Everything(visit)).unwrap()
+        Journal::open_with_backend(path, opts(), Tenure::Brief, backend, &mut |_| {}).unwrap()
     };
     let (journal, _) = brief(dir.path());
     assert_eq!(journal.sealed_ids(), 0, "a brief writer's open sealed");
@@ -1570,7 +1577,13 @@ fn a_brief_writer_leaves_the_flush_of_its_bookkeeping_to_the_next_commit() {
         })
     };
     let open = |root: &Path, tenure: Tenure, backend: Arc<dyn Backend>| {
-        Journal::open_for_with_backend(root, options(Durability::Group, SEG), tenure, backend)
+        Journal::open_with_backend(
+            root,
+            options(Durability::Group, SEG),
+            tenure,
+            backend,
+            &mut |_| {},
+        )
     };
     let dir = tempfile::tempdir().unwrap();
     build_closed(dir.path(), 3, SEG);

@@ -241,14 +241,9 @@ fn check_after_crash(root: &Path, truth: &Truth<'_>) -> Result<(), String> {
     let options = truth.options.clone();
     let backend = default_backend();
     let mut visit = |r: reader::RecordView<'_>| visited.push(r.to_owned());
-    let (journal, report) = Journal::open_inner(
-        root,
-        options,
-        truth.tenure,
-        backend,
-        &mut Everything(&mut visit),
-    )
-    .map_err(|e| format!("writable open: {e}"))?;
+    let (journal, report) =
+        Journal::open_with_backend(root, options, truth.tenure, backend, &mut visit)
+            .map_err(|e| format!("writable open: {e}"))?;
     check_records("writable open", &visited, truth)?;
     ensure!(
         visited == records,
@@ -372,11 +367,12 @@ fn run_workload(root: &Path, w: &Workload) -> Arc<Sim> {
     let backend = PowerLossBackend::new(Arc::clone(&sim));
     let open = || {
         let backend: Arc<dyn Backend> = backend.clone();
-        Journal::open_for_with_backend(
+        Journal::open_with_backend(
             root,
             options(w.durability, SEGMENT_BYTES),
             w.tenure,
             backend,
+            &mut |_| {},
         )
         .expect("open under the simulator")
         .0

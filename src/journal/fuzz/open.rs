@@ -206,9 +206,8 @@ impl<'a> Scanned<'a> {
         let mut opened = Vec::new();
         let mut visit = |r: crate::journal::reader::RecordView<'_>| opened.push(r.to_owned());
         let backend = crate::journal::default_backend();
-        let visitor = &mut crate::journal::Everything(&mut visit);
         let Ok((journal, open_report)) =
-            Journal::open_inner(self.root, options.clone(), tenure, backend, visitor)
+            Journal::open_with_backend(self.root, options.clone(), tenure, backend, &mut visit)
         else {
             return None;
         };
