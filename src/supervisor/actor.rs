@@ -1336,7 +1336,8 @@ impl Actor {
             // Every task that could append has been joined: the closing commit (one flush, on
             // this thread, once) is paid for before shutdown answers, so that the journal's
             // last handle, dropped after, writes nothing and releases the root at once, and
-            // the next open neither flushes nor reads past the records.
+            // the next open neither flushes nor reads past the records. (A brief writer's has
+            // none: its bookkeeping rides the next writer's first commit, `journal::Tenure`.)
             let journal = self.shared.lifecycle.lock().journal_arc();
             if let Err(e) = journal.close_commit() {
                 warn!(error = %e, "shutdown: the closing commit failed");
