@@ -103,7 +103,7 @@ async fn stoppable<T>(
     loop {
         tokio::select! {
             receipt = &mut capture => return receipt,
-            () = interrupts.any() => {
+            _ = interrupts.any() => {
                 let filter = crate::supervisor::ListFilter::default();
                 for m in supervisor.list(&filter) {
                     if m.state.is_terminal() {

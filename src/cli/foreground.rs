@@ -132,26 +132,21 @@ impl Interrupts {
         })
     }
 
-    /// Waits for the next of them, whichever it is (for a caller that acts on each alike).
-    /// Cancel-safe.
-    pub(super) async fn any(&mut self) {
+    /// Waits for the next of them; true for SIGTERM or SIGHUP (at least a stop), false for
+    /// Ctrl-C. Cancel-safe.
+    pub(super) async fn any(&mut self) -> bool {
         tokio::select! {
-            Some(()) = self.int.recv() => {}
-            Some(()) = self.term.recv() => {}
-            Some(()) = self.hup.recv() => {}
-            else => std::future::pending::<()>().await,
+            Some(()) = self.int.recv() => false,
+            Some(()) = self.term.recv() => true,
+            Some(()) = self.hup.recv() => true,
+            else => std::future::pending::<bool>().await,
         }
     }
 
     /// Waits for the next of them and acts on it (see [`interrupted`]); true when the output
     /// is to be given up. Cancel-safe: nothing is done before a signal has arrived.
     pub(super) async fn next(&mut self, control: &Control, handle: Handle) -> bool {
-        let stop_at_least = tokio::select! {
-            Some(()) = self.int.recv() => false,
-            Some(()) = self.term.recv() => true,
-            Some(()) = self.hup.recv() => true,
-            else => std::future::pending::<bool>().await,
-        };
+        let stop_at_least = self.any().await;
         self.presses = if stop_at_least {
             self.presses.max(1) + 1
         } else {
