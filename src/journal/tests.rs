@@ -1040,21 +1040,23 @@ fn a_claim_whose_flush_never_returned_is_an_unconfirmed_commit_not_damage() {
     assert_eq!(seqs(&records), vec![1, 2, 3, 5]);
 }
 
+/// Opens `root` as a writer of `tenure` under `Group`, on a backend whose flushes fail from
+/// the `first_failing`th on (counted from 0; negative: none fails).
+fn open_flushes_failing(
+    root: &Path,
+    tenure: Tenure,
+    first_failing: i64,
+) -> Result<(Journal, RecoveryReport), JournalError> {
+    let backend = Arc::new(FaultyBackend {
+        faults: Faults::new(None, Some(first_failing), Fault::Eio),
+    });
+    let options = options(Durability::Group, SEG);
+    Journal::open_with_backend(root, options, tenure, backend, &mut |_| {})
+}
+
 #[test]
 fn a_clean_close_lets_the_next_open_flush_nothing_and_a_crash_does_not() {
-    let open_failing_flushes = |root: &Path| {
-        let backend = Arc::new(FaultyBackend {
-            faults: Faults::new(None, Some(0), Fault::Eio),
-        });
-        let lasting = Tenure::Lasting;
-        Journal::open_with_backend(
-            root,
-            options(Durability::Group, SEG),
-            lasting,
-            backend,
-            &mut |_| {},
-        )
-    };
+    let open_failing_flushes = |root: &Path| open_flushes_failing(root, Tenure::Lasting, 0);
     let dir = tempfile::tempdir().unwrap();
     build_closed(dir.path(), 3, SEG);
     let (journal, report) = open_failing_flushes(dir.path()).unwrap();
@@ -1571,24 +1573,11 @@ fn a_segment_without_a_closing_claim_is_scanned_through_a_mapping() {
 /// lasting open flushes them at once, and after it everything is durable.
 #[test]
 fn a_brief_writer_leaves_the_flush_of_its_bookkeeping_to_the_next_commit() {
-    let faulty = |first_failing_flush: i64| -> Arc<dyn Backend> {
-        Arc::new(FaultyBackend {
-            faults: Faults::new(None, Some(first_failing_flush), Fault::Eio),
-        })
-    };
-    let open = |root: &Path, tenure: Tenure, backend: Arc<dyn Backend>| {
-        Journal::open_with_backend(
-            root,
-            options(Durability::Group, SEG),
-            tenure,
-            backend,
-            &mut |_| {},
-        )
-    };
+    let open = open_flushes_failing;
     let dir = tempfile::tempdir().unwrap();
     build_closed(dir.path(), 3, SEG);
     // Every flush after the acknowledgement's fails: the close must not try one.
-    let (journal, report) = open(dir.path(), Tenure::Brief, faulty(1)).unwrap();
+    let (journal, report) = open(dir.path(), Tenure::Brief, 1).unwrap();
     assert!(report.is_clean(), "{report:?}");
     journal.append(id_of(3), KIND, 1, &payload_of(3)).unwrap();
     journal
@@ -1598,14 +1587,14 @@ fn a_brief_writer_leaves_the_flush_of_its_bookkeeping_to_the_next_commit() {
     // No flush at this open: it succeeds with every flush failing. It counts as durable only
     // what the commit area confirms: seq 3, the older slot's (the newer claim of seq 4 might
     // be one whose flush never returned, for all the slots say).
-    let (journal, report) = open(dir.path(), Tenure::Brief, faulty(0)).unwrap();
+    let (journal, report) = open(dir.path(), Tenure::Brief, 0).unwrap();
     assert!(report.is_clean(), "{report:?}");
     assert_eq!((journal.last_seq(), journal.durable_seq()), (5, 3));
     assert!(journal.acknowledge(5).is_err(), "acknowledging it flushes");
     drop(journal);
     // A lasting open flushes what it found before it returns.
-    assert!(open(dir.path(), Tenure::Lasting, faulty(0)).is_err());
-    let (journal, report) = open(dir.path(), Tenure::Lasting, faulty(-1)).unwrap();
+    assert!(open(dir.path(), Tenure::Lasting, 0).is_err());
+    let (journal, report) = open(dir.path(), Tenure::Lasting, -1).unwrap();
     assert!(report.is_clean(), "{report:?}");
     assert_eq!((journal.last_seq(), journal.durable_seq()), (5, 5));
     drop(journal);
