@@ -253,8 +253,9 @@ impl RetainedId {
 /// What the layer above hands the journal at open.
 #[derive(Debug, Clone, Default)]
 pub struct Resume {
-    /// Records with a seq at or below this are still checked (and indexed) but not handed to the
-    /// visitor: a snapshot already holds what they did. 0: hand out everything.
+    /// Records with a seq at or below this are still checked but not handed to the visitor: a
+    /// snapshot already holds what they did. A lasting writer indexes them; a brief one does not
+    /// (their retry-able IDs are among `ids`). 0: hand out everything.
     pub after_seq: u64,
     /// IDs of records that may have been removed by compaction; the journal knows them as if it
     /// had scanned their records (a record still on disk under the same ID and seq is the same

@@ -40,6 +40,8 @@ mod powerloss;
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_covered;
+#[cfg(test)]
 mod tests_powerloss;
 
 use std::path::{Path, PathBuf};
@@ -111,6 +113,9 @@ pub enum Durability {
 /// (spill files written, runs merged, filters built, the heap trimmed): a `run -- true` on a
 /// root of 1 100 processes took 14.2 ms instead of 17.5 (paired medians of 100), holding
 /// 0.9 MiB more heap while its command runs.
+///
+/// A brief writer also indexes less at its open: none of the records the snapshot it resumes
+/// from covers, whose retry-able IDs the snapshot retains (`open.rs`, `index_for`).
 ///
 /// A brief writer also pays no flush of its own for what needs none. Its close writes no
 /// `CLOSED` claim: what it appended after its last acknowledged record (the publication
@@ -548,9 +553,10 @@ impl Journal {
 
     /// Like [`Journal::open_visiting`], for a projection that resumes from a snapshot: `visitor`
     /// first says where to start ([`Resume`]), then sees the records after that point. Records at
-    /// or below it are still checked and indexed; the retained IDs it hands over are known to the
-    /// journal as if their records were still there. `tenure` says what the open then files off
-    /// the heap ([`Tenure`]).
+    /// or below it are still checked, and indexed by a lasting writer (a brief one leaves them out
+    /// of its index, as if compaction had removed them: the report's `unindexed_records`). The
+    /// retained IDs it hands over are known to the journal as if their records were still there.
+    /// `tenure` also says what the open then files off the heap ([`Tenure`]).
     pub fn open_resuming(
         root: &Path,
         options: JournalOptions,

@@ -59,7 +59,7 @@ impl Journal {
         let root = Root::open_writer(root)?;
         let dir = open_dir(&root)?;
         let err = |op| io(dir.path(), op);
-        let mut found = read_found(&dir, visitor)?;
+        let mut found = read_found(&dir, visitor, tenure)?;
         remove_residue(&dir, &found.report)?;
         cover_snapshot(&mut found);
         let Found {
@@ -195,8 +195,13 @@ struct Found {
 }
 
 /// Scans the journal, handing the visitor every record above its resume point, and indexes
-/// every event ID.
-fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, JournalError> {
+/// every event ID but, for a brief writer, those of the records the snapshot covers (their
+/// retained IDs come with the snapshot: [`index_for`]).
+fn read_found(
+    dir: &Dir,
+    visitor: &mut dyn OpenVisitor,
+    tenure: Tenure,
+) -> Result<Found, JournalError> {
     let err = |op| io(dir.path(), op);
     let (resume, floor_seq) = if visitor.resumes() {
         let head = super::compact::head_of(dir).map_err(err("read journal head"))?;
@@ -205,11 +210,8 @@ fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, Journal
     } else {
         (Resume::default(), 0)
     };
-    // Every record from the floor up to a snapshot's seq is still on disk (compaction keeps
-    // them): the index is sized for them at once instead of re-filed at every doubling.
-    let below_snapshot = resume.after_seq.saturating_sub(floor_seq);
-    let mut ids = IdIndex::sized_for(usize::try_from(below_snapshot).unwrap_or(usize::MAX));
-    let mut index_full = false;
+    let (covered, mut ids) = index_for(&resume, floor_seq, tenure);
+    let (mut index_full, mut unindexed) = (false, 0);
     let mut duplicates = Vec::new();
     // The open holds the root's lock (`Root::open_writer`) and has stored nothing yet: its scan
     // may read the segments in place.
@@ -222,13 +224,15 @@ fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, Journal
         if r.header.seq > resume.after_seq {
             visitor.record(reader::view(&r));
         }
+        if r.header.seq <= covered {
+            unindexed += 1;
+            return;
+        }
         match ids.insert(r.header.event_id, position, r.header.kind) {
             Ok(None) => {}
-            Ok(Some((first, _))) => duplicates.push(DuplicateId {
-                event_id: EventId::from_bytes(r.header.event_id).to_string(),
-                first_seq: first.seq,
-                duplicate_seq: position.seq,
-            }),
+            Ok(Some((first, _))) => {
+                duplicates.push(duplicate(r.header.event_id, first.seq, position.seq));
+            }
             Err(IndexFull) => index_full = true,
         }
     })
@@ -242,11 +246,7 @@ fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, Journal
     duplicates.extend(
         ids.add_retained(resume.ids)
             .into_iter()
-            .map(|d| DuplicateId {
-                event_id: EventId::from_bytes(d.key).to_string(),
-                first_seq: d.first_seq,
-                duplicate_seq: d.duplicate_seq,
-            }),
+            .map(|d| duplicate(d.key, d.first_seq, d.duplicate_seq)),
     );
     if index_full {
         return Err(JournalError::TooManyRecords {
@@ -255,12 +255,39 @@ fn read_found(dir: &Dir, visitor: &mut dyn OpenVisitor) -> Result<Found, Journal
     }
     let mut report = std::mem::take(&mut scan.report);
     report.duplicate_ids = duplicates;
+    report.unindexed_records = unindexed;
     Ok(Found {
         scan,
         report,
         ids,
         after_seq,
     })
+}
+
+fn duplicate(key: [u8; 16], first_seq: u64, duplicate_seq: u64) -> DuplicateId {
+    DuplicateId {
+        event_id: EventId::from_bytes(key).to_string(),
+        first_seq,
+        duplicate_seq,
+    }
+}
+
+/// The seq up to which the scan's records go unindexed, and the index it fills. A brief writer
+/// (one command's) indexes no record the snapshot it resumes from covers, as if compaction had
+/// removed them: the snapshot holds the IDs a retry could name among them (its retained IDs),
+/// and every other one is a fresh UUIDv7 that nothing retries across a restart
+/// (journal-format.md, "What a brief writer's open does not index"). Their records are still
+/// read and checked in full. A lasting writer indexes every record from the floor up to the
+/// snapshot's seq (compaction keeps them on disk): its index is sized for them at once instead
+/// of re-filed at every doubling.
+fn index_for(resume: &Resume, floor_seq: u64, tenure: Tenure) -> (u64, IdIndex) {
+    let covered = match tenure {
+        Tenure::Brief => resume.after_seq,
+        Tenure::Lasting => 0,
+    };
+    let below_snapshot = (resume.after_seq - covered).saturating_sub(floor_seq);
+    let ids = IdIndex::sized_for(usize::try_from(below_snapshot).unwrap_or(usize::MAX));
+    (covered, ids)
 }
 
 /// Removes crash residue: interrupted segment creations (which never held a record), and the

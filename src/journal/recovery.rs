@@ -171,6 +171,10 @@ pub struct RecoveryReport {
     /// was ever acknowledged, whatever was lost since (a writable open may start higher, never
     /// below a segment's base seq).
     pub next_seq_floor: u64,
+    /// Records a brief writer's open checked but did not index, their seqs at or below the
+    /// snapshot it resumed from (journal-format.md, "What a brief writer's open does not index");
+    /// counted in `records`. Always 0 for a reader's scan and a lasting writer's open.
+    pub unindexed_records: u64,
 }
 
 /// Seqs a commit point claims that no record holds.

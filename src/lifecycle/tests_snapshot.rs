@@ -222,6 +222,57 @@ fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
     assert_eq!(lc.journal().last_seq(), last);
 }
 
+/// A brief writer's open of a compacted root indexes none of the records its snapshot covers
+/// and still restores the full replay, knows every ID a retry could name (the snapshot's
+/// retained IDs), appends after the last record, and leaves a root a lasting open reads whole;
+/// with the newest snapshot damaged it falls back to the older one and indexes more.
+#[test]
+fn a_brief_open_of_a_compacted_root_gives_the_full_replay_and_knows_every_retry() {
+    let brief = crate::journal::Tenure::Brief;
+    let (dir, _) = compacted_root(300, 700);
+    let (mut lc, recovery, replay) = Lifecycle::open_for(dir.path(), options(), brief).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(recovery.unindexed_records, recovery.records, "{recovery:?}");
+    assert_eq!(replay.snapshot_seq, Some(700));
+    assert_eq!(*lc.store(), mirror(700).0);
+    let mut retried = 0;
+    for n in 0..700 {
+        let (id, event) = workload::event(n);
+        if workload::under_a_fresh_id(&event) {
+            continue; // never retried across a restart (snapshot.rs)
+        }
+        let appended = lc.append(id, &event).unwrap();
+        assert!(!appended.written, "event {n} written again");
+        assert_eq!(appended.position.seq, n + 1);
+        retried += 1;
+    }
+    assert!(retried > 300, "only {retried} retries");
+    append(&mut lc, 700..750);
+    drop(lc);
+    let (want, want_report) = mirror(750);
+    let (lc, recovery, replay) = Lifecycle::open(dir.path(), options()).unwrap();
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert_eq!(recovery.unindexed_records, 0);
+    assert_eq!(*lc.store(), want);
+    assert_eq!(replay.of_records(), want_report);
+    drop(lc);
+
+    let newest = dir.path().join("snapshots").join(snapdir::file_name(700));
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x20;
+    std::fs::write(&newest, bytes).unwrap();
+    let (lc, recovery, replay) = Lifecycle::open_for(dir.path(), options(), brief).unwrap();
+    assert_eq!(replay.snapshot_seq, Some(300));
+    assert!(recovery.is_clean(), "{recovery:?}");
+    assert!(
+        recovery.unindexed_records < recovery.records - 50,
+        "{recovery:?}"
+    );
+    assert_eq!(*lc.store(), want);
+    assert_eq!(replay.of_records(), want_report);
+}
+
 /// A writer that runs on past a compaction forgets the IDs of the records it removed but the
 /// retained ones: its index holds what an open of the same root would, not an entry for every
 /// record it ever appended.
