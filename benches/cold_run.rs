@@ -25,6 +25,14 @@
 //!    Beside it, the issue's own baseline for the same target: a shell loop that runs the `true`
 //!    executable `BATCH` times (`common::shell_loop_ms`: a fork and exec of `sh`'s each, about
 //!    twice a spawn + wait), timed in the same round.
+//! 5. What a root's size costs a cold run: a second root filled with `LARGE` finished
+//!    processes (5 000: a `procjournal serve` of the same binary on it, started and waited for
+//!    one by one over its socket, then shut down, as a root that has served a while is), and
+//!    `runs` cold runs on it per round, interleaved with cold runs on the small root of sections
+//!    2 to 4 and plain spawns. A diagnostic, without a target: each cold run opens the root, and
+//!    the open reads every manifest of the newest snapshot and every record of the journal's
+//!    segments, so its cost grows with the processes the root holds; the bench prints that
+//!    growth per thousand processes.
 //!
 //! Nothing here asserts on time; the checks are of correctness (every run exits 0, and the
 //! journal of the root is clean at the end). Roots live under `$PROCJOURNAL_BENCH_DIR`, else
@@ -45,7 +53,10 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use common::{Res, Row, Samples, Target};
+use procjournal::client::Client;
 use procjournal::journal::reader::JournalReader;
+use procjournal::lifecycle::Handle;
+use procjournal::protocol::{Request, StartArgs};
 
 #[derive(Debug, Clone, Copy)]
 struct Plan {
@@ -56,6 +67,8 @@ struct Plan {
     traced: usize,
     /// Cold runs (and as many plain spawns) back to back in one timed batch, per round.
     batch: usize,
+    /// Finished processes in the large root of section 5.
+    large: usize,
 }
 
 const FULL: Plan = Plan {
@@ -63,6 +76,7 @@ const FULL: Plan = Plan {
     runs: 20,
     traced: 5,
     batch: 200,
+    large: 5_000,
 };
 
 const QUICK: Plan = Plan {
@@ -70,6 +84,7 @@ const QUICK: Plan = Plan {
     runs: 3,
     traced: 1,
     batch: 10,
+    large: 50,
 };
 
 /// The procjournal binary Cargo built (in the bench profile) for this bench.
@@ -242,6 +257,119 @@ fn batches(bin: &Path, root: &Path, plan: Plan) -> Res<(Samples, Samples, Sample
     Ok((cold, plain, shell))
 }
 
+/// A `procjournal serve` of `bin` on `root`, once its socket answers.
+fn serve(bin: &Path, root: &Path) -> Res<(std::process::Child, Client)> {
+    let mut daemon = Command::new(bin)
+        .args(["serve", "--log-level", "error", "--root"])
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let socket = root.join("procjournal.sock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        match Client::connect(&socket) {
+            Ok(client) => return Ok((daemon, client)),
+            Err(e) if Instant::now() > deadline => {
+                let _ = daemon.kill();
+                let _ = daemon.wait();
+                return Err(format!("serve on {}: no answer in 30 s: {e}", root.display()).into());
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
+/// `true` started and waited for through `client`.
+fn start_and_wait(client: &mut Client) -> Res<()> {
+    let started = client.call(&Request::Start(StartArgs {
+        max_bytes: None,
+        settle_ms: None,
+        yield_ms: None,
+        command: vec!["true".into()],
+        cwd: Some("/".to_owned()),
+        env: Default::default(),
+        env_persist: Default::default(),
+        client_env: None,
+        inherit_env: true,
+        login_shell_overlay: false,
+        labels: Default::default(),
+        name: None,
+        timeout_ms: None,
+        idle_timeout_ms: None,
+        retention_bytes: None,
+        queue_ms: None,
+        pty: None,
+    }))?;
+    let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
+    let done = client.call(&Request::Wait {
+        handle: handle.into(),
+        timeout_ms: None,
+    })?;
+    if done["state"] != "exited" || done["exit_code"] != 0 {
+        return Err(format!("{handle} ended {done}").into());
+    }
+    Ok(())
+}
+
+/// Section 5's root: `n` finished processes, through a daemon that then shuts down cleanly.
+fn fill_root(bin: &Path, root: &Path, n: usize) -> Res<()> {
+    let (mut daemon, mut client) = serve(bin, root)?;
+    let filled = (0..n).try_for_each(|_| start_and_wait(&mut client));
+    let shut = client.call(&Request::Shutdown { grace_ms: 2000 });
+    let status = daemon.wait()?;
+    filled?;
+    shut?;
+    if !status.success() {
+        return Err(format!("serve on {}: {status}", root.display()).into());
+    }
+    Ok(())
+}
+
+/// The processes `root` holds, as a restore of it finds them.
+fn processes_in(root: &Path) -> Res<usize> {
+    let (store, _, _) = procjournal::lifecycle::restore_read_only(root, |_| {})?;
+    Ok(store.len())
+}
+
+/// Section 5: per round, the median of `plan.runs` cold runs on the large root, on the small
+/// one, and of as many plain spawns, interleaved (the order turned every round).
+fn large_rounds(
+    bin: &Path,
+    small: &Path,
+    large: &Path,
+    plan: Plan,
+) -> Res<(Samples, Samples, Samples)> {
+    let (mut on_large, mut on_small, mut plain) =
+        (Samples::default(), Samples::default(), Samples::default());
+    for i in 0..plan.rounds {
+        common::print_round(i, plan.rounds);
+        let (mut l, mut s, mut p) = (Samples::default(), Samples::default(), Samples::default());
+        for _ in 0..plan.runs {
+            if i % 2 == 0 {
+                l.push(ms(cold_run(bin, large)?));
+                s.push(ms(cold_run(bin, small)?));
+                p.push(ms(plain_spawn()?));
+            } else {
+                p.push(ms(plain_spawn()?));
+                s.push(ms(cold_run(bin, small)?));
+                l.push(ms(cold_run(bin, large)?));
+            }
+        }
+        println!(
+            "  cold run on the large root: median {:.2} ms; on the small root {:.2} ms; spawn+wait {:.3} ms",
+            l.median(),
+            s.median(),
+            p.median()
+        );
+        on_large.push(l.median());
+        on_small.push(s.median());
+        plain.push(p.median());
+    }
+    Ok((on_large, on_small, plain))
+}
+
 fn main() -> Res<()> {
     let plan = common::plan(FULL, QUICK);
     let base = common::bench_dir()?;
@@ -343,10 +471,27 @@ fn main() -> Res<()> {
     println!("batches of {} back to back:", plan.batch);
     let (batch_cold, batch_plain, batch_shell) = batches(&bin, &root, plan)?;
 
-    // The journal the runs wrote is whole: every run closed it cleanly.
-    let report = JournalReader::open(&root)?.verify()?;
-    if !report.is_clean() {
-        return Err(format!("the root's journal is not clean after the runs: {report:?}").into());
+    // 5. A large root beside the small one.
+    let large = dir.path().join("large");
+    let filling = Instant::now();
+    fill_root(&bin, &large, plan.large)?;
+    println!(
+        "a root of {} finished processes, filled through serve in {:.1} s; cold runs on it:",
+        plan.large,
+        filling.elapsed().as_secs_f64()
+    );
+    let (large_cold, small_cold, large_plain) = large_rounds(&bin, &root, &large, plan)?;
+
+    // The journals the runs wrote are whole: every run closed them cleanly.
+    for root in [&root, &large] {
+        let report = JournalReader::open(root)?.verify()?;
+        if !report.is_clean() {
+            return Err(format!(
+                "the journal of {} is not clean after the runs: {report:?}",
+                root.display()
+            )
+            .into());
+        }
     }
 
     println!();
@@ -357,6 +502,10 @@ fn main() -> Res<()> {
     let batch_figure = format!("{} x run -- true back to back, ms", plan.batch);
     let batch_base = format!("{} x spawn+wait true, ms", plan.batch);
     let batch_shell_name = format!("shell loop of {} x true, ms", plan.batch);
+    let large_figure = format!(
+        "diagnostic: cold run on a root of {} processes, ms",
+        plan.large
+    );
     common::print_rows(&[
         Row {
             figure: "cold run -- true, ms",
@@ -379,7 +528,29 @@ fn main() -> Res<()> {
             base: &batch_shell,
             target: Target::MaxRatio(8.0),
         },
+        Row {
+            figure: &large_figure,
+            samples: &large_cold,
+            baseline: "spawn+wait true, ms",
+            base: &large_plain,
+            target: Target::None,
+        },
+        Row {
+            figure: "  the same on the small root, ms",
+            samples: &small_cold,
+            baseline: "spawn+wait true, ms",
+            base: &large_plain,
+            target: Target::None,
+        },
     ]);
+    let (held_large, held_small) = (processes_in(&large)?, processes_in(&root)?);
+    println!(
+        "a cold run's cost per thousand processes in its root: {:.2} ms (the two roots' medians \
+         apart, over the {} processes between them: {held_large} and {held_small} at the end)",
+        (large_cold.median() - small_cold.median()) * 1000.0
+            / held_large.saturating_sub(held_small).max(1) as f64,
+        held_large.saturating_sub(held_small)
+    );
     let n = every_cold.len();
     println!(
         "every run: cold p50 {:.2} ms, p90 {:.2} ms, max {:.2} ms; plain p50 {:.3} ms, p90 {:.3} ms ({n} each)",
