@@ -12,7 +12,8 @@ use crate::journal::format::SegmentHeader;
 use crate::journal::reader::{Follower, JournalReader, Record};
 use crate::journal::recovery::{self, CommitPoint, RecoveryReport};
 use crate::journal::{
-    Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, Tenure,
+    Appended, Durability, EventId, EventKind, Head, Journal, JournalError, JournalOptions,
+    OpenVisitor, Resume, Tenure,
 };
 use crate::limits::{SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX, SEQ_MAX};
 
@@ -67,6 +68,86 @@ pub fn journal_open(data: &[u8]) {
         }
     }
     check_journal(root.path(), plan.durability, plan.tenure, &plan.files);
+    check_covered_open(root.path(), plan.durability, plan.covered_share);
+}
+
+/// A visitor resuming after `after_seq`, as a snapshot at that seq would (with no retained IDs);
+/// it keeps the seqs it is handed.
+struct Resumed {
+    after_seq: u64,
+    seen: Vec<u64>,
+}
+
+impl OpenVisitor for Resumed {
+    fn resume(&mut self, _head: &Head) -> Resume {
+        Resume {
+            after_seq: self.after_seq,
+            ids: Vec::new(),
+        }
+    }
+    fn record(&mut self, record: crate::journal::reader::RecordView<'_>) {
+        self.seen.push(record.position.seq);
+    }
+}
+
+/// (e) After the checks above, a brief writer's open resuming at `share` 255ths of the last seq
+/// (recovery's covered scan): it must not panic; where a reader finds nothing wrong, it hands out
+/// exactly the records the reader finds above that seq and reports nothing; it appends after the
+/// last record.
+fn check_covered_open(root: &Path, durability: Durability, share: u8) {
+    let Some((records, report)) = read_all(root) else {
+        return;
+    };
+    let last = report.last_seq.unwrap_or(0);
+    let after_seq = last.saturating_mul(u64::from(share)) / 255;
+    let options = JournalOptions {
+        durability,
+        segment_bytes: FUZZ_SEGMENT_BYTES,
+    };
+    let mut visitor = Resumed {
+        after_seq,
+        seen: Vec::new(),
+    };
+    let (journal, open_report) =
+        match Journal::open_resuming(root, options, Tenure::Brief, &mut visitor) {
+            Ok(ok) => ok,
+            Err(JournalError::Full { .. } | JournalError::TooManyRecords { .. }) => return,
+            Err(e) => panic!("a covered open failed where the opens before it succeeded: {e}"),
+        };
+    if report.is_clean() {
+        let above: Vec<u64> = records
+            .iter()
+            .map(|r| r.position.seq)
+            .filter(|&seq| seq > after_seq)
+            .collect();
+        assert_eq!(
+            visitor.seen, above,
+            "a covered open handed out other records"
+        );
+        // A writable open also looks for duplicate IDs, among the records it reads.
+        let mut found = open_report.clone();
+        found.duplicate_ids.clear();
+        assert!(found.is_clean(), "{open_report:?}");
+        assert_eq!(open_report.last_seq, report.last_seq);
+    }
+    let held: HashSet<[u8; 16]> = records.iter().map(|r| r.event_id.as_bytes()).collect();
+    let mut id = [0x5au8; 16];
+    while held.contains(&id) {
+        id[0] = id[0].wrapping_add(1);
+    }
+    let Some(kind) = EventKind::new(0x7777) else {
+        return;
+    };
+    match journal.append(
+        EventId::from_bytes(id),
+        kind,
+        codec::CODEC_VERSION,
+        APPENDED_PAYLOAD,
+    ) {
+        Ok(a) => assert!(a.position.seq > last, "a covered open appended at {a:?}"),
+        Err(JournalError::Full { .. }) => {}
+        Err(e) => panic!("append after a covered open failed: {e}"),
+    }
 }
 
 fn read_all(root: &Path) -> Option<(Vec<Record>, RecoveryReport)> {

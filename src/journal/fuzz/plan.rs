@@ -24,6 +24,9 @@ pub struct JournalPlan {
     /// Of the first writable open: a brief writer leaves the flush of what it found to its first
     /// commit, and closes without a closing commit.
     pub tenure: Tenure,
+    /// Where the last open, a brief writer's resuming as if from a snapshot, starts: at this many
+    /// 255ths of the last seq (the input's first byte, which also starts the segments' bytes).
+    pub covered_share: u8,
 }
 
 /// Segment-building state carried from one record to the next (what a writer would hold).
@@ -325,6 +328,7 @@ pub fn journal_plan(data: &[u8]) -> JournalPlan {
         files,
         durability,
         tenure,
+        covered_share: data.first().copied().unwrap_or(0),
     }
 }
 
