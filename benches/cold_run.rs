@@ -56,7 +56,7 @@ use common::{Res, Row, Samples, Target};
 use procjournal::client::Client;
 use procjournal::journal::reader::JournalReader;
 use procjournal::lifecycle::Handle;
-use procjournal::protocol::{Request, StartArgs};
+use procjournal::protocol::Request;
 
 #[derive(Debug, Clone, Copy)]
 struct Plan {
@@ -283,25 +283,10 @@ fn serve(bin: &Path, root: &Path) -> Res<(std::process::Child, Client)> {
 
 /// `true` started and waited for through `client`.
 fn start_and_wait(client: &mut Client) -> Res<()> {
-    let started = client.call(&Request::Start(StartArgs {
-        max_bytes: None,
-        settle_ms: None,
-        yield_ms: None,
-        command: vec!["true".into()],
-        cwd: Some("/".to_owned()),
-        env: Default::default(),
-        env_persist: Default::default(),
-        client_env: None,
-        inherit_env: true,
-        login_shell_overlay: false,
-        labels: Default::default(),
-        name: None,
-        timeout_ms: None,
-        idle_timeout_ms: None,
-        retention_bytes: None,
-        queue_ms: None,
-        pty: None,
-    }))?;
+    let started = client.call(&Request::Start(common::start_args(
+        vec!["true".into()],
+        "/".to_owned(),
+    )))?;
     let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
     let done = client.call(&Request::Wait {
         handle: handle.into(),

@@ -52,7 +52,7 @@ use common::{
 use procjournal::Durability;
 use procjournal::client::Client;
 use procjournal::lifecycle::Handle;
-use procjournal::protocol::{Request, StartArgs};
+use procjournal::protocol::Request;
 use procjournal::server::Server;
 use procjournal::supervisor::{Supervisor, SupervisorConfig};
 use procjournal::tree::cgroup::CgroupBase;
@@ -132,25 +132,10 @@ fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<Vec<f64>> {
     let mut starts = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let started = client.call(&Request::Start(StartArgs {
-            max_bytes: None,
-            settle_ms: None,
-            yield_ms: None,
-            command: vec!["true".into()],
-            cwd: Some(cwd.to_owned()),
-            env: Default::default(),
-            env_persist: Default::default(),
-            client_env: None,
-            inherit_env: true,
-            login_shell_overlay: false,
-            labels: Default::default(),
-            name: None,
-            timeout_ms: None,
-            idle_timeout_ms: None,
-            retention_bytes: None,
-            queue_ms: None,
-            pty: None,
-        }))?;
+        let started = client.call(&Request::Start(common::start_args(
+            vec!["true".into()],
+            cwd.to_owned(),
+        )))?;
         starts.push(t.elapsed().as_secs_f64() * 1e3);
         let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
         let done = client.call(&Request::Wait {

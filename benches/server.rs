@@ -90,7 +90,7 @@ use std::time::{Duration, Instant};
 
 use procjournal::client::Client;
 use procjournal::lifecycle::Handle;
-use procjournal::protocol::{Request, Response, StartArgs, decode_request};
+use procjournal::protocol::{Request, Response, decode_request};
 use procjournal::server::Server;
 use procjournal::supervisor::{Rendering, Supervisor, SupervisorConfig};
 use serde_json::Value;
@@ -198,25 +198,10 @@ fn start_processes(socket: &Path, cwd: &Path, n: usize) -> Res<(Vec<Handle>, Vec
     let mut handles = Vec::with_capacity(n);
     let mut pids = Vec::with_capacity(n);
     for _ in 0..n {
-        let result = client.call(&Request::Start(StartArgs {
-            max_bytes: None,
-            settle_ms: None,
-            yield_ms: None,
-            command: vec!["bash".into(), "-c".into(), SCRIPT.into()],
-            cwd: Some(cwd.to_str().ok_or("non-UTF-8 temp dir")?.to_owned()),
-            env: Default::default(),
-            env_persist: Default::default(),
-            client_env: None,
-            inherit_env: true,
-            login_shell_overlay: false,
-            labels: Default::default(),
-            name: None,
-            timeout_ms: None,
-            idle_timeout_ms: None,
-            retention_bytes: None,
-            queue_ms: None,
-            pty: None,
-        }))?;
+        let result = client.call(&Request::Start(common::start_args(
+            vec!["bash".into(), "-c".into(), SCRIPT.into()],
+            cwd.to_str().ok_or("non-UTF-8 temp dir")?.to_owned(),
+        )))?;
         let handle: Handle = result["handle"].as_str().ok_or("no handle")?.parse()?;
         let pid = result["pid"].as_u64().ok_or("no pid")?;
         handles.push(handle);

@@ -30,6 +30,30 @@ pub const KIB: u64 = 1024;
 pub const MIB: u64 = 1024 * KIB;
 pub const GIB: u64 = 1024 * MIB;
 
+/// A `start` request's arguments for `command` in `cwd`, with the client's environment and
+/// nothing else asked for: what the benches that drive a daemon over its socket send.
+pub fn start_args(command: Vec<String>, cwd: String) -> procjournal::protocol::StartArgs {
+    procjournal::protocol::StartArgs {
+        max_bytes: None,
+        settle_ms: None,
+        yield_ms: None,
+        command,
+        cwd: Some(cwd),
+        env: Default::default(),
+        env_persist: Default::default(),
+        client_env: None,
+        inherit_env: true,
+        login_shell_overlay: false,
+        labels: Default::default(),
+        name: None,
+        timeout_ms: None,
+        idle_timeout_ms: None,
+        retention_bytes: None,
+        queue_ms: None,
+        pty: None,
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Set-up and the machine.
 
