@@ -192,24 +192,32 @@ fn a_restore_from_a_compacted_root_gives_the_full_replay() {
     );
 }
 
-#[test]
-fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
-    let (dir, written) = compacted_root(300, 700);
-    let floor = written.compacted.unwrap().floor.unwrap();
-    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
-    let last = lc.journal().last_seq();
+/// Appends again the events numbered `events` whose IDs a retry could name (a fresh ID is never
+/// retried across a restart: snapshot.rs), asserting that each writes nothing and answers its
+/// record's seq; returns how many.
+fn retry_retained(lc: &mut Lifecycle, events: std::ops::Range<u64>) -> usize {
     let mut retried = 0;
-    // Every event whose record compaction removed and whose ID is a retained one.
-    for n in 0..floor.seq - 1 {
+    for n in events {
         let (id, event) = workload::event(n);
         if workload::under_a_fresh_id(&event) {
-            continue; // never retried across a restart (snapshot.rs)
+            continue;
         }
         let appended = lc.append(id, &event).unwrap();
         assert!(!appended.written, "event {n} written again");
         assert_eq!(appended.position.seq, n + 1);
         retried += 1;
     }
+    retried
+}
+
+#[test]
+fn a_retry_of_a_retained_id_after_compaction_writes_nothing() {
+    let (dir, written) = compacted_root(300, 700);
+    let floor = written.compacted.unwrap().floor.unwrap();
+    let (mut lc, _, _) = Lifecycle::open(dir.path(), options()).unwrap();
+    let last = lc.journal().last_seq();
+    // Every event whose record compaction removed and whose ID is a retained one.
+    let retried = retry_retained(&mut lc, 0..floor.seq - 1);
     assert!(retried > 100, "only {retried} retries");
     assert_eq!(lc.journal().last_seq(), last);
     // A retained ID still names its kind: another event under it is refused.
@@ -235,17 +243,7 @@ fn a_brief_open_of_a_compacted_root_gives_the_full_replay_and_knows_every_retry(
     assert_eq!(recovery.unindexed_records, recovery.records, "{recovery:?}");
     assert_eq!(replay.snapshot_seq, Some(700));
     assert_eq!(*lc.store(), mirror(700).0);
-    let mut retried = 0;
-    for n in 0..700 {
-        let (id, event) = workload::event(n);
-        if workload::under_a_fresh_id(&event) {
-            continue; // never retried across a restart (snapshot.rs)
-        }
-        let appended = lc.append(id, &event).unwrap();
-        assert!(!appended.written, "event {n} written again");
-        assert_eq!(appended.position.seq, n + 1);
-        retried += 1;
-    }
+    let retried = retry_retained(&mut lc, 0..700);
     assert!(retried > 300, "only {retried} retries");
     append(&mut lc, 700..750);
     drop(lc);
