@@ -55,7 +55,6 @@ use std::time::{Duration, Instant};
 use common::{Res, Row, Samples, Target};
 use procjournal::client::Client;
 use procjournal::journal::reader::JournalReader;
-use procjournal::lifecycle::Handle;
 use procjournal::protocol::Request;
 
 #[derive(Debug, Clone, Copy)]
@@ -281,27 +280,10 @@ fn serve(bin: &Path, root: &Path) -> Res<(std::process::Child, Client)> {
     }
 }
 
-/// `true` started and waited for through `client`.
-fn start_and_wait(client: &mut Client) -> Res<()> {
-    let started = client.call(&Request::Start(common::start_args(
-        vec!["true".into()],
-        "/".to_owned(),
-    )))?;
-    let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
-    let done = client.call(&Request::Wait {
-        handle: handle.into(),
-        timeout_ms: None,
-    })?;
-    if done["state"] != "exited" || done["exit_code"] != 0 {
-        return Err(format!("{handle} ended {done}").into());
-    }
-    Ok(())
-}
-
 /// Section 5's root: `n` finished processes, through a daemon that then shuts down cleanly.
 fn fill_root(bin: &Path, root: &Path, n: usize) -> Res<()> {
     let (mut daemon, mut client) = serve(bin, root)?;
-    let filled = (0..n).try_for_each(|_| start_and_wait(&mut client));
+    let filled = (0..n).try_for_each(|_| common::start_and_wait_true(&mut client, "/").map(drop));
     let shut = client.call(&Request::Shutdown { grace_ms: 2000 });
     let status = daemon.wait()?;
     filled?;

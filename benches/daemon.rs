@@ -51,7 +51,6 @@ use common::{
 };
 use procjournal::Durability;
 use procjournal::client::Client;
-use procjournal::lifecycle::Handle;
 use procjournal::protocol::Request;
 use procjournal::server::Server;
 use procjournal::supervisor::{Supervisor, SupervisorConfig};
@@ -129,24 +128,9 @@ fn start_daemon(root: &Path, durability: Durability, launcher: Arc<dyn Launcher>
 /// milliseconds of each `start`.
 fn through_daemon(socket: &Path, cwd: &str, n: usize) -> Res<Vec<f64>> {
     let mut client = Client::connect(socket)?;
-    let mut starts = Vec::with_capacity(n);
-    for _ in 0..n {
-        let t = Instant::now();
-        let started = client.call(&Request::Start(common::start_args(
-            vec!["true".into()],
-            cwd.to_owned(),
-        )))?;
-        starts.push(t.elapsed().as_secs_f64() * 1e3);
-        let handle: Handle = started["handle"].as_str().ok_or("no handle")?.parse()?;
-        let done = client.call(&Request::Wait {
-            handle: handle.into(),
-            timeout_ms: None,
-        })?;
-        if done["state"] != "exited" || done["exit_code"] != 0 {
-            return Err(format!("{handle} ended {done}").into());
-        }
-    }
-    Ok(starts)
+    (0..n)
+        .map(|_| common::start_and_wait_true(&mut client, cwd))
+        .collect()
 }
 
 /// Milliseconds for `commands` through the daemon, by `clients` clients at once, and the p50

@@ -54,6 +54,28 @@ pub fn start_args(command: Vec<String>, cwd: String) -> procjournal::protocol::S
     }
 }
 
+/// Starts `true` in `cwd` through `client` and waits for it to exit 0; the milliseconds its
+/// start took to answer (once `running` is acknowledged).
+pub fn start_and_wait_true(client: &mut procjournal::client::Client, cwd: &str) -> Res<f64> {
+    use procjournal::protocol::Request;
+    let t = Instant::now();
+    let started = client.call(&Request::Start(start_args(
+        vec!["true".into()],
+        cwd.to_owned(),
+    )))?;
+    let start_ms = t.elapsed().as_secs_f64() * 1e3;
+    let handle: procjournal::lifecycle::Handle =
+        started["handle"].as_str().ok_or("no handle")?.parse()?;
+    let done = client.call(&Request::Wait {
+        handle: handle.into(),
+        timeout_ms: None,
+    })?;
+    if done["state"] != "exited" || done["exit_code"] != 0 {
+        return Err(format!("{handle} ended {done}").into());
+    }
+    Ok(start_ms)
+}
+
 // ---------------------------------------------------------------------------------------------
 // Set-up and the machine.
 
