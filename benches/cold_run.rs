@@ -25,7 +25,7 @@
 //!    Beside it, the issue's own baseline for the same target: a shell loop that runs the `true`
 //!    executable `BATCH` times (`common::shell_loop_ms`: a fork and exec of `sh`'s each, about
 //!    twice a spawn + wait), timed in the same round.
-//! 5. What a root's size costs a cold run: a second root filled with `LARGE` finished
+//! 5. What a root's size costs a cold run: a second root filled with `Plan::large` finished
 //!    processes (5 000: a `procjournal serve` of the same binary on it, started and waited for
 //!    one by one over its socket, then shut down, as a root that has served a while is), and
 //!    `runs` cold runs on it per round, interleaved with cold runs on the small root of sections
@@ -268,6 +268,13 @@ fn serve(bin: &Path, root: &Path) -> Res<(std::process::Child, Client)> {
     let socket = root.join("procjournal.sock");
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
+        if let Some(status) = daemon.try_wait()? {
+            return Err(format!(
+                "serve on {} ended before answering: {status}",
+                root.display()
+            )
+            .into());
+        }
         match Client::connect(&socket) {
             Ok(client) => return Ok((daemon, client)),
             Err(e) if Instant::now() > deadline => {
@@ -285,6 +292,10 @@ fn fill_root(bin: &Path, root: &Path, n: usize) -> Res<()> {
     let (mut daemon, mut client) = serve(bin, root)?;
     let filled = (0..n).try_for_each(|_| common::start_and_wait_true(&mut client, "/").map(drop));
     let shut = client.call(&Request::Shutdown { grace_ms: 2000 });
+    if shut.is_err() {
+        // A daemon that did not get the request would never end on its own.
+        let _ = daemon.kill();
+    }
     let status = daemon.wait()?;
     filled?;
     shut?;
