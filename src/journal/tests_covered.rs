@@ -39,6 +39,14 @@ impl OpenVisitor for Resumed {
     }
 }
 
+/// Segments of the least size, so that a few hundred records span several.
+fn options() -> JournalOptions {
+    JournalOptions {
+        durability: Durability::Group,
+        segment_bytes: SEGMENT_BYTES_MIN,
+    }
+}
+
 fn open(root: &Path, tenure: Tenure, after_seq: u64) -> (Journal, RecoveryReport, Vec<u64>) {
     let mut visitor = Resumed {
         after_seq,
@@ -49,23 +57,15 @@ fn open(root: &Path, tenure: Tenure, after_seq: u64) -> (Journal, RecoveryReport
         }],
         seen: Vec::new(),
     };
-    let options = JournalOptions {
-        durability: Durability::Group,
-        segment_bytes: SEGMENT_BYTES_MIN,
-    };
     let (journal, report) =
-        Journal::open_resuming(root, options, tenure, &mut visitor).expect("open");
+        Journal::open_resuming(root, options(), tenure, &mut visitor).expect("open");
     (journal, report, visitor.seen)
 }
 
 /// Events `0..n` (seq `i + 1`) in segments of the least size, closed by a lasting writer;
 /// returns each record's position.
 fn build(root: &Path, n: u64) -> Vec<Position> {
-    let options = JournalOptions {
-        durability: Durability::Group,
-        segment_bytes: SEGMENT_BYTES_MIN,
-    };
-    let (journal, _) = Journal::open(root, options).expect("open");
+    let (journal, _) = Journal::open(root, options()).expect("open");
     let positions = (0..n)
         .map(|i| {
             let appended = journal.append(id_of(i), KIND, 1, &payload_of(i));
