@@ -90,10 +90,10 @@ impl OpenVisitor for Resumed {
     }
 }
 
-/// (e) After the checks above, a brief writer's open resuming at `share` 255ths of the last seq
-/// (recovery's covered scan): it must not panic; where a reader finds nothing wrong, it hands out
-/// exactly the records the reader finds above that seq and reports nothing; it appends after the
-/// last record.
+/// (e) After the checks above, a brief writer's open resuming at `share` 255ths of the last seq,
+/// which leaves the records up to it out of its index: it must not panic; where a reader finds
+/// nothing wrong, it hands out exactly the records the reader finds above that seq, knows each of
+/// their IDs, and reports nothing; it appends after the last record.
 fn check_covered_open(root: &Path, durability: Durability, share: u8) {
     let Some((records, report)) = read_all(root) else {
         return;
@@ -124,7 +124,13 @@ fn check_covered_open(root: &Path, durability: Durability, share: u8) {
             visitor.seen, above,
             "a covered open handed out other records"
         );
-        // A writable open also looks for duplicate IDs, among the records it reads.
+        for r in records.iter().filter(|r| r.position.seq > after_seq) {
+            assert!(
+                journal.position_of(r.event_id).is_some(),
+                "a record handed out is not indexed: {r:?}"
+            );
+        }
+        // A writable open also looks for duplicate IDs, among the records it indexes.
         let mut found = open_report.clone();
         found.duplicate_ids.clear();
         assert!(found.is_clean(), "{open_report:?}");
