@@ -237,6 +237,29 @@ impl OpenVisitor for Everything<'_> {
     }
 }
 
+/// A visitor resuming after `after_seq` with `ids` retained, as a snapshot at that seq would
+/// have it, that keeps the seq of every record it is handed: how the tests and the fuzz target
+/// open a journal as a projection resuming from a snapshot does, without one.
+#[cfg(any(test, feature = "fuzzing"))]
+pub(crate) struct ResumedAt {
+    pub after_seq: u64,
+    pub ids: Vec<RetainedId>,
+    pub seen: Vec<u64>,
+}
+
+#[cfg(any(test, feature = "fuzzing"))]
+impl OpenVisitor for ResumedAt {
+    fn resume(&mut self, _head: &Head) -> Resume {
+        Resume {
+            after_seq: self.after_seq,
+            ids: std::mem::take(&mut self.ids),
+        }
+    }
+    fn record(&mut self, record: reader::RecordView<'_>) {
+        self.seen.push(record.position.seq);
+    }
+}
+
 struct Writer {
     dir: Arc<Dir>,
     backend: Arc<dyn Backend>,

@@ -4,7 +4,6 @@
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 
-use super::floor::RetainedId;
 use super::reader::JournalReader;
 use super::*;
 use crate::limits::{RECORD_HEADER_BYTES, SEGMENT_BYTES_MIN};
@@ -19,26 +18,6 @@ fn payload_of(i: u64) -> Vec<u8> {
     (0..40 + i % 50).map(|j| (i + j) as u8).collect()
 }
 
-/// A visitor resuming after `after_seq`, as a snapshot at that seq would, with `ids` retained;
-/// it keeps the seqs it is handed.
-struct Resumed {
-    after_seq: u64,
-    ids: Vec<RetainedId>,
-    seen: Vec<u64>,
-}
-
-impl OpenVisitor for Resumed {
-    fn resume(&mut self, _head: &Head) -> Resume {
-        Resume {
-            after_seq: self.after_seq,
-            ids: std::mem::take(&mut self.ids),
-        }
-    }
-    fn record(&mut self, record: reader::RecordView<'_>) {
-        self.seen.push(record.position.seq);
-    }
-}
-
 /// Segments of the least size, so that a few hundred records span several.
 fn options() -> JournalOptions {
     JournalOptions {
@@ -48,7 +27,7 @@ fn options() -> JournalOptions {
 }
 
 fn open(root: &Path, tenure: Tenure, after_seq: u64) -> (Journal, RecoveryReport, Vec<u64>) {
-    let mut visitor = Resumed {
+    let mut visitor = ResumedAt {
         after_seq,
         ids: vec![RetainedId {
             id: id_of(0),

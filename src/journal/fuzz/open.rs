@@ -12,8 +12,8 @@ use crate::journal::format::SegmentHeader;
 use crate::journal::reader::{Follower, JournalReader, Record};
 use crate::journal::recovery::{self, CommitPoint, RecoveryReport};
 use crate::journal::{
-    Appended, Durability, EventId, EventKind, Head, Journal, JournalError, JournalOptions,
-    OpenVisitor, Resume, Tenure,
+    Appended, Durability, EventId, EventKind, Journal, JournalError, JournalOptions, ResumedAt,
+    Tenure,
 };
 use crate::limits::{SEGMENT_HEADER_BYTES, SEGMENT_INDEX_MAX, SEQ_MAX};
 
@@ -71,25 +71,6 @@ pub fn journal_open(data: &[u8]) {
     check_covered_open(root.path(), plan.durability, plan.covered_share);
 }
 
-/// A visitor resuming after `after_seq`, as a snapshot at that seq would (with no retained IDs);
-/// it keeps the seqs it is handed.
-struct Resumed {
-    after_seq: u64,
-    seen: Vec<u64>,
-}
-
-impl OpenVisitor for Resumed {
-    fn resume(&mut self, _head: &Head) -> Resume {
-        Resume {
-            after_seq: self.after_seq,
-            ids: Vec::new(),
-        }
-    }
-    fn record(&mut self, record: crate::journal::reader::RecordView<'_>) {
-        self.seen.push(record.position.seq);
-    }
-}
-
 /// (e) After the checks above, a brief writer's open resuming at `share` 255ths of the last seq,
 /// which leaves the records up to it out of its index: it must not panic; where a reader finds
 /// nothing wrong, it hands out exactly the records the reader finds above that seq, knows each of
@@ -104,8 +85,9 @@ fn check_covered_open(root: &Path, durability: Durability, share: u8) {
         durability,
         segment_bytes: FUZZ_SEGMENT_BYTES,
     };
-    let mut visitor = Resumed {
+    let mut visitor = ResumedAt {
         after_seq,
+        ids: Vec::new(),
         seen: Vec::new(),
     };
     let (journal, open_report) =
