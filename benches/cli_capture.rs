@@ -46,7 +46,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use common::{GIB, MIB, Res, Row, Samples, Target};
 
@@ -148,26 +148,11 @@ struct Daemon {
 
 impl Daemon {
     fn start(bin: &Path, root: &Path) -> Res<Daemon> {
-        let child = Command::new(bin)
-            .args(["serve", "--root"])
-            .arg(root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        let daemon = Daemon {
+        Ok(Daemon {
             bin: bin.to_owned(),
             root: root.to_owned(),
-            child,
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while !root.join("procjournal.sock").exists() {
-            if Instant::now() > deadline {
-                return Err("serve made no socket in 20 s".into());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Ok(daemon)
+            child: common::spawn_serve(bin, root)?,
+        })
     }
 
     fn command(&self, args: &[&str]) -> Command {

@@ -256,40 +256,17 @@ fn batches(bin: &Path, root: &Path, plan: Plan) -> Res<(Samples, Samples, Sample
     Ok((cold, plain, shell))
 }
 
-/// A `procjournal serve` of `bin` on `root`, once its socket answers.
-fn serve(bin: &Path, root: &Path) -> Res<(std::process::Child, Client)> {
-    let mut daemon = Command::new(bin)
-        .args(["serve", "--log-level", "error", "--root"])
-        .arg(root)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()?;
-    let socket = root.join("procjournal.sock");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        if let Some(status) = daemon.try_wait()? {
-            return Err(format!(
-                "serve on {} ended before answering: {status}",
-                root.display()
-            )
-            .into());
-        }
-        match Client::connect(&socket) {
-            Ok(client) => return Ok((daemon, client)),
-            Err(e) if Instant::now() > deadline => {
-                let _ = daemon.kill();
-                let _ = daemon.wait();
-                return Err(format!("serve on {}: no answer in 30 s: {e}", root.display()).into());
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(10)),
-        }
-    }
-}
-
 /// Section 5's root: `n` finished processes, through a daemon that then shuts down cleanly.
 fn fill_root(bin: &Path, root: &Path, n: usize) -> Res<()> {
-    let (mut daemon, mut client) = serve(bin, root)?;
+    let mut daemon = common::spawn_serve(bin, root)?;
+    let mut client = match Client::connect(&root.join("procjournal.sock")) {
+        Ok(client) => client,
+        Err(e) => {
+            let _ = daemon.kill();
+            let _ = daemon.wait();
+            return Err(e.into());
+        }
+    };
     let filled = (0..n).try_for_each(|_| common::start_and_wait_true(&mut client, "/").map(drop));
     let shut = client.call(&Request::Shutdown { grace_ms: 2000 });
     if shut.is_err() {

@@ -54,6 +54,39 @@ pub fn start_args(command: Vec<String>, cwd: String) -> procjournal::protocol::S
     }
 }
 
+/// A `procjournal serve` of `bin` on `root` (its output discarded), once its socket accepts a
+/// connection; an error if it ends first or does not answer in 30 s (then it is killed).
+pub fn spawn_serve(bin: &Path, root: &Path) -> Res<std::process::Child> {
+    use std::process::{Command, Stdio};
+    let mut daemon = Command::new(bin)
+        .args(["serve", "--root"])
+        .arg(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let socket = root.join("procjournal.sock");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Some(status) = daemon.try_wait()? {
+            return Err(format!(
+                "serve on {} ended before answering: {status}",
+                root.display()
+            )
+            .into());
+        }
+        match procjournal::client::Client::connect(&socket) {
+            Ok(_) => return Ok(daemon),
+            Err(e) if Instant::now() > deadline => {
+                let _ = daemon.kill();
+                let _ = daemon.wait();
+                return Err(format!("serve on {}: no answer in 30 s: {e}", root.display()).into());
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    }
+}
+
 /// Starts `true` in `cwd` through `client` and waits for it to exit 0; the milliseconds its
 /// start took to answer (once `running` is acknowledged).
 pub fn start_and_wait_true(client: &mut procjournal::client::Client, cwd: &str) -> Res<f64> {
