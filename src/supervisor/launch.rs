@@ -3,9 +3,11 @@
 //!
 //! Invariants:
 //! - No workload runs before `starting` (the `Registered` event) is durable: without a gate it
-//!   is acknowledged before the spawn; with a guardian it rides the acknowledgement of the
-//!   scope, which the gated workload waits for before it execs; a workload whose `running` cannot be
-//!   appended is killed and recorded `failed`. `running` itself is appended without waiting: the
+//!   is acknowledged before the spawn; with a guardian its flush runs while the guardian is
+//!   forked, and the gated workload waits for it before it execs, with its scope (`Scoped`)
+//!   written by then and made durable by the next commit, at the latest by `running`'s
+//!   acknowledgement at the publication delay; a workload whose `running` cannot be appended
+//!   is killed and recorded `failed`. `running` itself is appended without waiting: the
 //!   start returns once the registration is durable and the workload runs, and the host hears
 //!   of `running` only after it is durable (`publish.rs`).
 //! - `running` is published exactly once and before the terminal notice: by this task
@@ -64,11 +66,15 @@ enum Launch {
 /// ever runs on a runtime thread. The pipes and the pidfd register with the runtime from here
 /// (blocking threads carry its context).
 ///
-/// With a launcher that gates the workload (a guardian), `Registered` rides the
-/// acknowledgement of `Scoped`, which the launcher awaits before the workload may exec: one
-/// `fdatasync` for both, and a crash before it leaves only a guardian whose lifeline ended,
-/// which kills its gated workload. Without a gate, `Registered` is acknowledged before the
-/// spawn, and `Scoped` rides `running`.
+/// With a launcher that gates the workload (a guardian), `Registered` is flushed on another
+/// blocking thread while the guardian is forked and sets up, and the launcher's `register`
+/// (after `REG`) writes `Scoped` and waits for that flush before the workload may exec: the
+/// flush no longer follows the fork. A crash before it leaves only a guardian whose lifeline
+/// ended, which kills its gated workload. `Scoped` then rides the next commit: only a lost
+/// page cache loses it (a power loss, which ends the tree with the boot, or a failed
+/// write-back, which poisons the journal), and `running`'s acknowledgement at the publication
+/// delay bounds how long that can be (`publish.rs`). Without a gate, `Registered` is
+/// acknowledged before the spawn, and `Scoped` rides `running`.
 fn launch_blocking(
     shared: &Shared,
     proc: &Proc,
@@ -93,9 +99,12 @@ fn launch_blocking(
     } else {
         shared.append_blocking(EventId::new_v7(), &registered)
     };
-    if let Err(e) = recorded {
-        return Launch::NotRegistered(e.to_string());
-    }
+    // With a gate, the registration's flush runs while the guardian is forked and sets up;
+    // the gate opens only once it is durable.
+    let mut registration_flush = match recorded {
+        Ok(appended) => gated.then(|| shared.acknowledge_beside(appended.position.seq)),
+        Err(e) => return Launch::NotRegistered(e.to_string()),
+    };
     // The spool is created at the first output byte (`Proc::append_output`).
     let launch = SpawnSpec {
         name: handle.to_string(),
@@ -111,12 +120,12 @@ fn launch_blocking(
         let scoped = scope_record(handle, scope);
         let event = LifecycleEvent::Scoped(scoped.clone());
         let id = ids.running.derived(super::derived::SCOPED);
-        let appended = if gated {
-            shared.append_blocking(id, &event)
-        } else {
-            shared.append_deferred_blocking(id, &event)
-        };
-        appended.map_err(|e| e.to_string())?;
+        shared
+            .append_deferred_blocking(id, &event)
+            .map_err(|e| e.to_string())?;
+        if let Some(flush) = registration_flush.take() {
+            flush.wait().map_err(|e| e.to_string())?;
+        }
         recorded = Some(scoped);
         Ok(())
     };
@@ -212,11 +221,11 @@ fn record_running(
         },
         at_unix_ms,
     });
-    // `running` rides the next acknowledgement instead of waiting for one of its own: what a
-    // restore needs is durable already (the registration, and with a gate the scope), a crash
-    // before it leaves a `starting` process, which restore reconciles exactly as a `running`
-    // one, and no host hears of `running` before it is durable (the publication acknowledges
-    // it first, off this path).
+    // `running` rides the next acknowledgement instead of waiting for one of its own: the
+    // registration is durable already, and with a gate the scope is written (durable at the
+    // latest with `running`, at the publication delay); a crash before it leaves a `starting`
+    // process, which restore reconciles exactly as a `running` one, and no host hears of
+    // `running` before it is durable (the publication acknowledges it first, off this path).
     // A terminal's launch size rides `running` the same way (rule W of journal-format.md).
     shared
         .append_deferred_blocking(proc.ids.running, &running)

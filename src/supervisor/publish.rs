@@ -116,7 +116,10 @@ fn recorded_deliveries(
 /// acknowledged here, off the start's path (usually already by a group commit). Services that
 /// hear nothing need no wait: the `LifecyclePublished` record comes after the event in the
 /// journal, and durability is a prefix, so no restore finds the one without the other (a
-/// terminal event is acknowledged before its publication anyway).
+/// terminal event is acknowledged before its publication anyway). Except behind a gate: the
+/// scope of a guardian's launch was written, not flushed, before its workload was let exec
+/// (`launch.rs`), and this acknowledgement is what makes it durable within the publication
+/// delay of the launch, whoever listens.
 fn durable_for_hearers(
     shared: &Shared,
     journal: &Journal,
@@ -124,7 +127,8 @@ fn durable_for_hearers(
     state: State,
 ) -> Result<(), crate::journal::JournalError> {
     let heard = shared.services.publisher.hears()
-        || (state.is_terminal() && shared.services.notifier.hears());
+        || (state.is_terminal() && shared.services.notifier.hears())
+        || (state == State::Running && shared.config.launcher.gates());
     match journal.position_of(event_id) {
         Some(position) if heard => journal.acknowledge(position.seq),
         _ => Ok(()),

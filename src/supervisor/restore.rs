@@ -14,9 +14,11 @@
 //!   pid); anything else stays `unverified` and holds capacity in the actor, which re-assesses
 //!   it, and which a `stop` re-assesses at once (`stop_held`): a guardian re-attached by its
 //!   recorded identity is asked to end its tree, a cgroup is killed by its path.
-//! - A registration whose launch was cut short before its scope was recorded holds nothing; it
-//!   is released only by the receipt its handle names saying the gate never opened
-//!   (`release_aborted`), and that receipt is removed only once the release is durable.
+//! - A registration whose scope was never recorded (its launch was cut short before it, or a
+//!   lost page cache took it) holds nothing: its guardian, if it got that far, took its tree
+//!   down when the supervisor that launched it ended. It is released only by the receipt its
+//!   handle names saying the gate never opened (`release_aborted`), and that receipt is removed
+//!   only once the release is durable.
 //! - Restore's work is bounded by the processes a crash left work for (`needs_restore`), never by
 //!   the finished ones a root keeps: those are counted, not copied or walked again.
 //! - A receipt whose tree's release is recorded is removed (`retire_stale_receipts`): its

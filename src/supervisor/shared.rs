@@ -11,12 +11,40 @@ use crate::sync::Lock;
 use super::process::Proc;
 use super::services::Services;
 use super::{SupervisorConfig, now_unix_ms};
-use crate::journal::{Appended, EventId};
+use crate::journal::{Appended, EventId, Journal, JournalError};
 use crate::lifecycle::event::StopRequested;
 use crate::lifecycle::retention::{self, CleanReport, RetentionRequest};
 use crate::lifecycle::{
     Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, SnapshotWritten,
 };
+
+/// An acknowledgement under way ([`Shared::acknowledge_beside`]).
+#[derive(Debug)]
+pub(crate) enum Acknowledging {
+    /// On a blocking thread, which sends its result.
+    Beside(
+        std::sync::mpsc::Receiver<Result<(), JournalError>>,
+        Arc<Journal>,
+        u64,
+    ),
+    /// Not started: [`Acknowledging::wait`] acknowledges.
+    Later(Arc<Journal>, u64),
+}
+
+impl Acknowledging {
+    /// Returns once the record is acknowledged (on the calling thread, which must not be a
+    /// runtime thread). A thread that ended without an answer (the runtime shutting down)
+    /// is made up for by acknowledging here.
+    pub fn wait(self) -> Result<(), JournalError> {
+        match self {
+            Acknowledging::Beside(rx, journal, seq) => match rx.recv() {
+                Ok(result) => result,
+                Err(_) => journal.acknowledge(seq),
+            },
+            Acknowledging::Later(journal, seq) => journal.acknowledge(seq),
+        }
+    }
+}
 
 /// What every supervisor task may read; only the journal's writer is mutable, behind its lock.
 #[derive(Debug)]
@@ -130,6 +158,23 @@ impl Shared {
         };
         journal.acknowledge(appended.position.seq)?;
         Ok(appended)
+    }
+
+    /// Starts acknowledging `seq` (appended already) on a blocking thread of its own, and
+    /// returns what waits for it: the flush runs while the caller goes on (a launch forks its
+    /// guardian meanwhile). Where no thread can be had, the wait acknowledges it itself.
+    pub fn acknowledge_beside(&self, seq: u64) -> Acknowledging {
+        let journal = self.lifecycle.lock().journal_arc();
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return Acknowledging::Later(journal, seq);
+        };
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let flushing = Arc::clone(&journal);
+        runtime.spawn_blocking(move || {
+            // The waiter may have gone (its launch failed): nothing then needs the answer.
+            let _ = tx.send(flushing.acknowledge(seq));
+        });
+        Acknowledging::Beside(rx, journal, seq)
     }
 
     /// [`Shared::append_blocking`] without waiting for durability: the record rides the next

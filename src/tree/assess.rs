@@ -157,7 +157,7 @@ pub fn observable(scope: &Scoped) -> Membership {
 }
 
 /// The evidence of a registration whose scope was never recorded (its launch was cut short
-/// before `Scoped` was durable): the receipt its guardian left at `receipt`, if it proves that
+/// before `Scoped` was written, or a lost page cache took it): the receipt its guardian left at `receipt`, if it proves that
 /// the gate never opened (guardian/mod.rs), or why there is no proof.
 pub fn assess_unscoped(receipt: &Path, handle: &str) -> Result<ExitProof, String> {
     match verify_unscoped_receipt(receipt, handle) {
@@ -175,7 +175,8 @@ pub fn assess_unscoped(receipt: &Path, handle: &str) -> Result<ExitProof, String
 }
 
 /// Why a registration without a scope has no tree to assess.
-pub const UNSCOPED: &str = "no tree scope was recorded (its launch was cut short)";
+pub const UNSCOPED: &str =
+    "no tree scope was recorded (its launch was cut short, or a power loss took its scope)";
 
 /// Whether a guardian may still be writing the receipt at `path`: it exists, holds no complete
 /// receipt yet, and was created within `within` (an older one belongs to a guardian that died).

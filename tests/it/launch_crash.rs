@@ -2,8 +2,9 @@
 //!
 //! A child process (this test binary, re-run as `crash_child` with `PJ_CRASH_POINT` set) opens a
 //! real supervisor on a root, with the real guardian launcher (the `procjournal` binary) wrapped
-//! by a launcher that stops at one point of the handshake (after `REG`, with `Scoped` durable
-//! and before `GO`, after `RUN`, after the workload's exit, after the receipt), says so on its
+//! by a launcher that stops at one point of the handshake (after `REG`; with `Registered` durable,
+//! `Scoped` written and `GO` not sent; after `RUN`; after the workload's exit; after the
+//! receipt), says so on its
 //! stdout, and sleeps. The test SIGKILLs it there (and, at some points, its guardian too), waits
 //! until the guardian is gone, and then runs `procjournal run -- echo hello` on the root, which
 //! must be admitted and print `hello`, and `procjournal ps --json`, which must show the crashed
@@ -45,8 +46,8 @@ fn guardian_bin() -> PathBuf {
 enum Point {
     /// `REG` received, `Scoped` not yet appended.
     AfterReg,
-    /// `Scoped` durable, `GO` not sent: the window that wedged roots.
-    ScopedDurable,
+    /// `Registered` durable and `Scoped` written, `GO` not sent: the window that wedged roots.
+    ScopeWritten,
     /// `GO` sent and `RUN` received; the workload runs.
     AfterRun,
     /// The workload exited (its receipt may or may not be written yet).
@@ -58,7 +59,7 @@ enum Point {
 impl Point {
     const ALL: [Point; 5] = [
         Point::AfterReg,
-        Point::ScopedDurable,
+        Point::ScopeWritten,
         Point::AfterRun,
         Point::WorkloadExited,
         Point::AfterReceipt,
@@ -67,7 +68,7 @@ impl Point {
     fn name(self) -> &'static str {
         match self {
             Point::AfterReg => "after_reg",
-            Point::ScopedDurable => "scoped_durable",
+            Point::ScopeWritten => "scope_written",
             Point::AfterRun => "after_run",
             Point::WorkloadExited => "workload_exited",
             Point::AfterReceipt => "after_receipt",
@@ -130,7 +131,7 @@ impl Launcher for StopAt {
                 pause(point);
             }
             let registered = register(scope);
-            if point == Point::ScopedDurable && registered.is_ok() {
+            if point == Point::ScopeWritten && registered.is_ok() {
                 pause(point);
             }
             registered
@@ -371,7 +372,7 @@ fn check_after(root: &Path, crashed: &Crashed, what: &str) -> serde_json::Value 
     ownership
 }
 
-/// The wedge: SIGKILL between `Scoped` durable and `GO`. The guardian aborts (its receipt
+/// The wedge: SIGKILL between `Scoped` written and `GO`. The guardian aborts (its receipt
 /// has no nonce); the next `run` is admitted and `ps` shows the tree exited by that receipt,
 /// with a cgroup and without one. Before the fix the receipt was "another registration's"
 /// and the run exited 125 for want of capacity.
@@ -384,8 +385,8 @@ fn a_crash_between_scoped_and_go_does_not_wedge_the_root() {
     for cgroup in mechanisms {
         let dir = temp_root();
         let root = dir.path().join("root");
-        let crashed = crash(&root, cgroup, Point::ScopedDurable, "echo first", false);
-        let ownership = check_after(&root, &crashed, "scoped_durable");
+        let crashed = crash(&root, cgroup, Point::ScopeWritten, "echo first", false);
+        let ownership = check_after(&root, &crashed, "scope_written");
         assert_eq!(ownership["assessment"], "exited", "{ownership}");
         assert_eq!(ownership["proof"]["by"], "receipt", "{ownership}");
     }
@@ -412,7 +413,7 @@ fn no_crash_point_holds_a_slot_or_releases_a_live_tree() {
         }
     }
     if mechanisms.contains(&true) {
-        cases.push((true, Point::ScopedDurable, "true", true));
+        cases.push((true, Point::ScopeWritten, "true", true));
         cases.push((true, Point::AfterRun, "sleep 30", true));
     }
     // Without a cgroup, a guardian killed while its workload runs lets the workload escape:

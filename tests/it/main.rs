@@ -65,6 +65,7 @@ mod journal_full_disk;
 mod journal_props;
 #[cfg(feature = "cli")]
 mod launch_crash;
+mod launch_durability;
 #[cfg(feature = "cli")]
 mod launch_env;
 mod lifecycle_props;

@@ -8,9 +8,9 @@
 //! writes an exit receipt only when the kernel reports it has no child left.
 //!
 //! Invariants:
-//! - No workload runs before its scope is durable: the guardian forks the workload gated,
+//! - No workload runs before `register` returned: the guardian forks the workload gated,
 //!   reports its identity (`REG`), and lets it exec only on `GO`, which the launcher sends after
-//!   `register` (the supervisor's journal append) returned. A failed registration closes the
+//!   `register` (the supervisor's: its registration durable, its scope written) returned. A failed registration closes the
 //!   socket: the guardian kills and reaps the gated workload and exits.
 //! - Every wait on the guardian is bounded ([`crate::limits::GUARDIAN_HANDSHAKE_MS`] for the
 //!   handshake); the guardian is reaped by its parent, the supervisor, through a pidfd. Between
@@ -25,7 +25,7 @@
 //!   and inode, the handle and the workload's witness, and the nonce; or, for the receipt of a
 //!   launch aborted before `GO`, the binding below instead of the nonce.
 //!
-//! Receipts without a nonce. A supervisor killed after `Scoped` was durable but before `GO`
+//! Receipts without a nonce. A supervisor killed after `Scoped` was written but before `GO`
 //! leaves a registration whose guardian never learned its nonce: the guardian sees end of
 //! stream, kills and reaps the gated child, and writes a receipt with nonce zero and
 //! `status none`. Its binding is what the guardian knew before `GO`, all of it recorded in

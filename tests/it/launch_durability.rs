@@ -1,0 +1,130 @@
+//! What the journal holds when a guardian's gate opens, and how soon the rest follows.
+//!
+//! A launch behind a gate flushes its registration while the guardian is forked, and writes its
+//! scope without a flush of its own before it lets the workload exec. A real supervisor with the
+//! real guardian, under `Durability::Group` and services that hear nothing (as every surface of
+//! the CLI), launches through a launcher that wraps the guardian's and looks at the journal at
+//! the moment the gate would open: everything written before the scope (the registration among
+//! it) must be durable by then, and the scope written. Then, with nothing else appending, the
+//! scope must become durable on its own while the command still runs (the acknowledgement of
+//! `running` at the publication delay), not wait for the command's end.
+
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use procjournal::journal::Journal;
+use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
+use procjournal::tree::{
+    GuardianLauncher, GuardianProgram, Launcher, Register, SpawnError, SpawnSpec, Spawned,
+    TreeScope,
+};
+
+/// A hang guard: bounds a wait for a condition, measures nothing.
+const HANG_GUARD: Duration = Duration::from_secs(60);
+
+/// The journal as the gate opened: what was written before the scope, what was durable once
+/// `register` returned, and what was written by then.
+#[derive(Debug, Clone, Copy)]
+struct AtGate {
+    before_scope: u64,
+    durable: u64,
+    written: u64,
+}
+
+/// The guardian's launcher, noting the journal's seqs around `register`.
+#[derive(Debug)]
+struct Watching {
+    inner: GuardianLauncher,
+    journal: Arc<OnceLock<Arc<Journal>>>,
+    seen: Arc<Mutex<Vec<AtGate>>>,
+}
+
+impl Launcher for Watching {
+    fn gates(&self) -> bool {
+        true
+    }
+
+    fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
+        let journal = self.journal.get().expect("the journal, set after open");
+        let mut wrapped = |scope: &TreeScope| {
+            let before_scope = journal.last_seq();
+            let registered = register(scope);
+            // What the guardian's gate opens on: `GO` follows this return at once.
+            let at = AtGate {
+                before_scope,
+                durable: journal.durable_seq(),
+                written: journal.last_seq(),
+            };
+            self.seen.lock().unwrap().push(at);
+            registered
+        };
+        self.inner.launch(spec, &mut wrapped)
+    }
+
+    fn release(&self) {
+        self.inner.release();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_opens_on_a_durable_registration_and_the_scope_follows_while_it_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
+    let journal = Arc::new(OnceLock::new());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let mut config = SupervisorConfig::new(dir.path().join("root"));
+    config.launcher = Arc::new(Watching {
+        inner: GuardianLauncher::new(program).unwrap(),
+        journal: Arc::clone(&journal),
+        seen: Arc::clone(&seen),
+    });
+    let (sup, _) = Supervisor::open(config, Services::noop()).await.unwrap();
+    journal.set(sup.journal()).unwrap();
+    // Several launches, one after another: whether a flush not waited for would have ended
+    // before the gate opened depends on the disk, so one launch could pass by luck.
+    for n in 1..=LAUNCHES {
+        let command = Command::new("sleep").arg("600").cwd(dir.path());
+        let handle = sup.start(sup.prepare(command).unwrap()).await.unwrap();
+        let at = *seen
+            .lock()
+            .unwrap()
+            .last()
+            .expect("the launch reached its gate");
+        assert_eq!(seen.lock().unwrap().len(), n, "one gate per launch");
+        assert!(
+            at.durable >= at.before_scope,
+            "launch {n}: the gate opened on records not yet durable: {at:?}"
+        );
+        assert!(
+            at.written > at.before_scope,
+            "launch {n}: no scope written: {at:?}"
+        );
+        scope_durable_while_it_runs(&sup, at).await;
+        let manifest = sup.manifest(&handle).expect("the manifest");
+        assert!(manifest.scope.is_some(), "the scope is recorded");
+        assert!(
+            !manifest.state.is_terminal(),
+            "it still runs: {:?}",
+            manifest.state
+        );
+        sup.stop(&handle, Duration::from_secs(5)).await.unwrap();
+    }
+    sup.shutdown(Duration::from_secs(5)).await;
+}
+
+/// Launches checked, each after the last one ended.
+const LAUNCHES: usize = 5;
+
+/// Waits until everything written by `at`'s gate is durable. Nothing else appends while the
+/// command sleeps: only the launch's own acknowledgement can make its scope durable before the
+/// command ends.
+async fn scope_durable_while_it_runs(sup: &Supervisor, at: AtGate) {
+    let start = Instant::now();
+    while sup.journal().durable_seq() < at.written {
+        assert!(
+            start.elapsed() < HANG_GUARD,
+            "the scope was never made durable while the command ran: {at:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
