@@ -18,31 +18,21 @@ use crate::lifecycle::{
     Handle, Lifecycle, LifecycleError, LifecycleEvent, Manifest, SnapshotWritten,
 };
 
-/// An acknowledgement under way ([`Shared::acknowledge_beside`]).
+/// A record whose flush was started beside the caller ([`Shared::acknowledge_beside`]).
 #[derive(Debug)]
-pub(crate) enum Acknowledging {
-    /// On a blocking thread, which sends its result.
-    Beside(
-        std::sync::mpsc::Receiver<Result<(), JournalError>>,
-        Arc<Journal>,
-        u64,
-    ),
-    /// Not started: [`Acknowledging::wait`] acknowledges.
-    Later(Arc<Journal>, u64),
+pub(crate) struct Acknowledging {
+    journal: Arc<Journal>,
+    seq: u64,
 }
 
 impl Acknowledging {
     /// Returns once the record is acknowledged (on the calling thread, which must not be a
-    /// runtime thread). A thread that ended without an answer (the runtime shutting down)
-    /// is made up for by acknowledging here.
+    /// runtime thread). It acknowledges the record itself rather than wait for the thread that
+    /// started the flush: it joins that flush if it runs, and leads one if that thread has not
+    /// run yet (a blocking pool full of launches waiting here must not wait for a thread of
+    /// that same pool).
     pub fn wait(self) -> Result<(), JournalError> {
-        match self {
-            Acknowledging::Beside(rx, journal, seq) => match rx.recv() {
-                Ok(result) => result,
-                Err(_) => journal.acknowledge(seq),
-            },
-            Acknowledging::Later(journal, seq) => journal.acknowledge(seq),
-        }
+        self.journal.acknowledge(self.seq)
     }
 }
 
@@ -162,19 +152,15 @@ impl Shared {
 
     /// Starts acknowledging `seq` (appended already) on a blocking thread of its own, and
     /// returns what waits for it: the flush runs while the caller goes on (a launch forks its
-    /// guardian meanwhile). Where no thread can be had, the wait acknowledges it itself.
+    /// guardian meanwhile). Outside a runtime, the wait flushes.
     pub fn acknowledge_beside(&self, seq: u64) -> Acknowledging {
         let journal = self.lifecycle.lock().journal_arc();
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return Acknowledging::Later(journal, seq);
-        };
-        let (tx, rx) = std::sync::mpsc::sync_channel(1);
-        let flushing = Arc::clone(&journal);
-        runtime.spawn_blocking(move || {
-            // The waiter may have gone (its launch failed): nothing then needs the answer.
-            let _ = tx.send(flushing.acknowledge(seq));
-        });
-        Acknowledging::Beside(rx, journal, seq)
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let flushing = Arc::clone(&journal);
+            // Its error, if any, is the journal's poison, which the waiter meets itself.
+            runtime.spawn_blocking(move || flushing.acknowledge(seq));
+        }
+        Acknowledging { journal, seq }
     }
 
     /// [`Shared::append_blocking`] without waiting for durability: the record rides the next

@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use procjournal::journal::Journal;
+use procjournal::lifecycle::State;
 use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
 use procjournal::tree::{
     GuardianLauncher, GuardianProgram, Launcher, Register, SpawnError, SpawnSpec, Spawned,
@@ -127,4 +128,34 @@ async fn scope_durable_while_it_runs(sup: &Supervisor, at: AtGate) {
         );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// A launch waits for its registration's flush without waiting for the blocking thread that
+/// started it: on a runtime whose blocking pool is one thread, the launch holds that thread,
+/// and a launch that waited for a second one would never end.
+#[test]
+fn a_launch_on_a_one_thread_blocking_pool_does_not_wait_for_a_second_thread() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
+    let mut config = SupervisorConfig::new(dir.path().join("root"));
+    config.launcher = Arc::new(GuardianLauncher::new(program).unwrap());
+    let launched = async {
+        let (sup, _) = Supervisor::open(config, Services::noop()).await.unwrap();
+        let command = Command::new("true").cwd(dir.path());
+        let handle = sup.start(sup.prepare(command).unwrap()).await.unwrap();
+        let ran = sup.wait(&handle, None).await.unwrap();
+        sup.shutdown(Duration::from_secs(5)).await;
+        ran
+    };
+    let done = runtime.block_on(async { tokio::time::timeout(HANG_GUARD, launched).await });
+    // Not a plain drop, which would wait for a hung blocking thread for ever.
+    runtime.shutdown_timeout(Duration::from_secs(5));
+    let result = done.expect("the launch hung on its own blocking pool");
+    assert_eq!(result.state, State::Exited, "{result:?}");
 }
