@@ -157,8 +157,9 @@ pub fn observable(scope: &Scoped) -> Membership {
 }
 
 /// The evidence of a registration whose scope was never recorded (its launch was cut short
-/// before `Scoped` was written, or a lost page cache took it): the receipt its guardian left at `receipt`, if it proves that
-/// the gate never opened (guardian/mod.rs), or why there is no proof.
+/// before `Scoped` was written, or a lost page cache took it): the receipt its guardian left
+/// at `receipt`, if it proves that the gate never opened (guardian/mod.rs), or why there is no
+/// proof.
 pub fn assess_unscoped(receipt: &Path, handle: &str) -> Result<ExitProof, String> {
     match verify_unscoped_receipt(receipt, handle) {
         Ok(r) => Ok(ExitProof::Receipt {

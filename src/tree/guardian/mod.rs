@@ -10,8 +10,9 @@
 //! Invariants:
 //! - No workload runs before `register` returned: the guardian forks the workload gated,
 //!   reports its identity (`REG`), and lets it exec only on `GO`, which the launcher sends after
-//!   `register` (the supervisor's: its registration durable, its scope written) returned. A failed registration closes the
-//!   socket: the guardian kills and reaps the gated workload and exits.
+//!   `register` (the supervisor's: its registration durable, its scope written) returned. A
+//!   failed registration closes the socket: the guardian kills and reaps the gated workload
+//!   and exits.
 //! - Every wait on the guardian is bounded ([`crate::limits::GUARDIAN_HANDSHAKE_MS`] for the
 //!   handshake); the guardian is reaped by its parent, the supervisor, through a pidfd. Between
 //!   the handshake and its end the supervisor holds none: the guardian is its unreaped child,
