@@ -54,6 +54,10 @@ enum Point {
     WorkloadExited,
     /// The guardian's receipt is written.
     AfterReceipt,
+    /// `GO` sent and `RUN` received with no `Scoped` in the journal: what a lost page cache
+    /// leaves of a launch whose scope was written but not yet flushed. Not in [`Point::ALL`]:
+    /// its tree cannot be proven gone, which `check_after` would not accept.
+    ScopeLost,
 }
 
 impl Point {
@@ -72,12 +76,14 @@ impl Point {
             Point::AfterRun => "after_run",
             Point::WorkloadExited => "workload_exited",
             Point::AfterReceipt => "after_receipt",
+            Point::ScopeLost => "scope_lost",
         }
     }
 
     fn parse(s: &str) -> Point {
         Point::ALL
             .into_iter()
+            .chain([Point::ScopeLost])
             .find(|p| p.name() == s)
             .unwrap_or_else(|| panic!("unknown crash point {s}"))
     }
@@ -130,6 +136,11 @@ impl Launcher for StopAt {
             if point == Point::AfterReg {
                 pause(point);
             }
+            if point == Point::ScopeLost {
+                // Neither the scope nor the registration's flush: SIGKILL keeps the page cache,
+                // so the registration is all a restore finds, as after a lost `Scoped`.
+                return Ok(());
+            }
             let registered = register(scope);
             if point == Point::ScopeWritten && registered.is_ok() {
                 pause(point);
@@ -138,7 +149,7 @@ impl Launcher for StopAt {
         };
         let spawned = self.inner.launch(spec, &mut wrapped)?;
         match point {
-            Point::AfterRun => pause(point),
+            Point::AfterRun | Point::ScopeLost => pause(point),
             Point::WorkloadExited => {
                 wait_until("the workload's exit", || gone(workload));
                 pause(point)
@@ -506,6 +517,55 @@ fn trees_left_unverified_by_a_power_loss_hold_no_capacity() {
         unverified, rounds,
         "nothing proves them gone: none is released"
     );
+}
+
+/// A scope lost with the page cache after `GO` (a power loss, a failed write-back): restore finds
+/// only the registration. The guardian took the tree down when its supervisor died, and its
+/// receipt carries the nonce `GO` gave it, which nothing recorded binds: the tree is not
+/// claimed `exited`, it stays `unverified` saying why, and it holds nothing, so the next `run`
+/// is admitted. With a cgroup and without one.
+#[test]
+fn a_lost_scope_is_unverified_says_why_and_holds_nothing() {
+    let mut mechanisms = vec![false];
+    if cgroups_usable() {
+        mechanisms.push(true);
+    }
+    for cgroup in mechanisms {
+        let dir = temp_root();
+        let root = dir.path().join("root");
+        let crashed = crash(&root, cgroup, Point::ScopeLost, "sleep 30", false);
+        wait_until("the guardian's exit", || gone(crashed.guardian));
+        wait_until("the tree's end", || marked(&crashed.token).is_empty());
+        let out = cli(&root, &["run", "--no-queue", "--", "echo", "hello"]);
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            (Some(0), "hello"),
+            "cgroup={cgroup}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ps = cli(&root, &["ps", "--json"]);
+        let text = String::from_utf8_lossy(&ps.stdout);
+        let first: serde_json::Value =
+            serde_json::from_str(text.lines().next().expect("ps lists it")).unwrap();
+        assert_eq!(first["number"], 1, "{first}");
+        assert_eq!(
+            first["state"], "lost_on_restore",
+            "cgroup={cgroup}: {first}"
+        );
+        let ownership = &first["ownership"];
+        assert_eq!(
+            ownership["assessment"], "unverified",
+            "cgroup={cgroup}: {ownership}"
+        );
+        let reason = ownership["reason"].as_str().unwrap_or_default();
+        assert!(
+            reason.contains("no tree scope was recorded") && reason.contains("power loss"),
+            "cgroup={cgroup}: {reason}"
+        );
+    }
 }
 
 /// The empty receipt: launched on a full tmpfs root, the guardian can reserve no space for
