@@ -61,7 +61,7 @@ enum Launch {
 }
 
 /// The blocking part of a start, on one blocking thread: `Registered`, the launch with its
-/// scope recorded, `running` acknowledged. One trip to the blocking pool, and neither
+/// scope recorded, `running` recorded. One trip to the blocking pool, and neither
 /// `posix_spawn` (which holds its thread until the child has exec'd) nor a guardian's handshake
 /// ever runs on a runtime thread. The pipes and the pidfd register with the runtime from here
 /// (blocking threads carry its context).

@@ -608,8 +608,10 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
 /// Reads the receipt at `path` for a registration whose scope was never recorded and verifies it
 /// as the receipt of its launch aborted before `GO`: this handle, no nonce, `status none`, the
 /// one gated child reaped (journal-format.md, "Guardian receipts"). Nothing else was recorded
-/// to bind it to, and nothing else is needed: `GO` follows the acknowledgement of `Scoped`, so no
-/// guardian of this registration ever learned a nonce or opened its gate.
+/// to bind it to, and nothing else is needed: a guardian writes no nonce only if it never
+/// received `GO`, so its gate never opened (`GO` follows the writing of `Scoped`, so a launch cut
+/// short before that never sent one; one whose written `Scoped` a power loss took may have, and
+/// its receipt then carries the nonce and does not verify here).
 pub fn verify_unscoped_receipt(path: &Path, handle: &str) -> Result<Receipt, Rejection> {
     let unreadable = |e: std::io::Error| Rejection::Unreadable {
         path: path.display().to_string(),
