@@ -2,13 +2,13 @@
 //!
 //! A child process (this test binary, re-run as `crash_child` with `PJ_CRASH_POINT` set) opens a
 //! real supervisor on a root, with the real guardian launcher (the `procjournal` binary) wrapped
-//! by a launcher that stops at one point of the handshake (after `REG`; with `Registered` durable,
-//! `Scoped` written and `GO` not sent; after `RUN`; after the workload's exit; after the
-//! receipt), says so on its
-//! stdout, and sleeps. The test SIGKILLs it there (and, at some points, its guardian too), waits
-//! until the guardian is gone, and then runs `procjournal run -- echo hello` on the root, which
-//! must be admitted and print `hello`, and `procjournal ps --json`, which must show the crashed
-//! process's tree `exited` unless a process of that tree is still alive (then it must not be).
+//! by a launcher that stops at one point of the handshake (after `REG`; with `Registered`
+//! durable, `Scoped` written and `GO` not sent; after `RUN`; after the workload's exit; after
+//! the receipt), says so on its stdout, and sleeps. The test SIGKILLs it there (and, at some
+//! points, its guardian too), waits until the guardian is gone, and then runs
+//! `procjournal run -- echo hello` on the root, which must be admitted and print `hello`, and
+//! `procjournal ps --json`, which must show the crashed process's tree `exited` unless a
+//! process of that tree is still alive (then it must not be).
 //! Every process of a crashed tree carries `PJ_CRASH_MARK=<token>` in its environment: that is
 //! how the test tells whether a tree is really alive, and what it kills on the way out.
 //!
