@@ -317,12 +317,41 @@ fn cli(root: &Path, args: &[&str]) -> std::process::Output {
 
 /// The ownership of the root's process number 1 (the crashed one), from `ps --json`.
 fn ownership_of_first(root: &Path) -> serde_json::Value {
+    first_process(root)["ownership"].clone()
+}
+
+/// The root's process number 1 (the crashed one), as `ps --json` shows it.
+fn first_process(root: &Path) -> serde_json::Value {
     let out = cli(root, &["ps", "--json"]);
     let text = String::from_utf8(out.stdout).unwrap();
     let first = text.lines().next().expect("ps lists the crashed process");
     let v: serde_json::Value = serde_json::from_str(first).unwrap();
     assert_eq!(v["number"], 1, "{v}");
-    v["ownership"].clone()
+    v
+}
+
+/// `run --no-queue -- echo hello` on `root` is admitted at once and prints `hello`: nothing
+/// left by a crash holds the capacity it needs.
+fn admitted_without_queue(root: &Path, what: &str) {
+    let out = cli(root, &["run", "--no-queue", "--", "echo", "hello"]);
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        (Some(0), "hello"),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The tree mechanisms to crash under: a guardian alone, and a cgroup where one is usable.
+fn mechanisms() -> Vec<bool> {
+    let mut mechanisms = vec![false];
+    if cgroups_usable() {
+        mechanisms.push(true);
+    }
+    mechanisms
 }
 
 /// Whether a writable cgroup v2 hierarchy is here. Each call probes a base of its own name
@@ -389,11 +418,7 @@ fn check_after(root: &Path, crashed: &Crashed, what: &str) -> serde_json::Value 
 /// and the run exited 125 for want of capacity.
 #[test]
 fn a_crash_between_scoped_and_go_does_not_wedge_the_root() {
-    let mut mechanisms = vec![false];
-    if cgroups_usable() {
-        mechanisms.push(true);
-    }
-    for cgroup in mechanisms {
+    for cgroup in mechanisms() {
         let dir = temp_root();
         let root = dir.path().join("root");
         let crashed = crash(&root, cgroup, Point::ScopeWritten, "echo first", false);
@@ -410,10 +435,7 @@ fn a_crash_between_scoped_and_go_does_not_wedge_the_root() {
 #[test]
 fn no_crash_point_holds_a_slot_or_releases_a_live_tree() {
     let mut cases = Vec::new();
-    let mut mechanisms = vec![false];
-    if cgroups_usable() {
-        mechanisms.push(true);
-    }
+    let mechanisms = mechanisms();
     for &cgroup in &mechanisms {
         for point in Point::ALL {
             let script = match point {
@@ -497,16 +519,7 @@ fn trees_left_unverified_by_a_power_loss_hold_no_capacity() {
         kill_marked(&crashed.token);
         wait_until("the workload's death", || marked(&crashed.token).is_empty());
     }
-    let out = cli(&root, &["run", "--no-queue", "--", "echo", "hello"]);
-    assert_eq!(
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).trim()
-        ),
-        (Some(0), "hello"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    admitted_without_queue(&root, "after the power losses");
     let ps = cli(&root, &["ps", "--json"]);
     let unverified = String::from_utf8_lossy(&ps.stdout)
         .lines()
@@ -526,31 +539,14 @@ fn trees_left_unverified_by_a_power_loss_hold_no_capacity() {
 /// is admitted. With a cgroup and without one.
 #[test]
 fn a_lost_scope_is_unverified_says_why_and_holds_nothing() {
-    let mut mechanisms = vec![false];
-    if cgroups_usable() {
-        mechanisms.push(true);
-    }
-    for cgroup in mechanisms {
+    for cgroup in mechanisms() {
         let dir = temp_root();
         let root = dir.path().join("root");
         let crashed = crash(&root, cgroup, Point::ScopeLost, "sleep 30", false);
         wait_until("the guardian's exit", || gone(crashed.guardian));
         wait_until("the tree's end", || marked(&crashed.token).is_empty());
-        let out = cli(&root, &["run", "--no-queue", "--", "echo", "hello"]);
-        assert_eq!(
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout).trim()
-            ),
-            (Some(0), "hello"),
-            "cgroup={cgroup}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let ps = cli(&root, &["ps", "--json"]);
-        let text = String::from_utf8_lossy(&ps.stdout);
-        let first: serde_json::Value =
-            serde_json::from_str(text.lines().next().expect("ps lists it")).unwrap();
-        assert_eq!(first["number"], 1, "{first}");
+        admitted_without_queue(&root, &format!("cgroup={cgroup}"));
+        let first = first_process(&root);
         assert_eq!(
             first["state"], "lost_on_restore",
             "cgroup={cgroup}: {first}"
@@ -887,10 +883,7 @@ fn the_end_is_recorded_by_receipt_before_its_guardian_exits_and_it_is_reaped_aft
 /// The tree mechanisms a guardian failpoint is tested under (a guardian alone, and in a cgroup
 /// where the machine has a writable hierarchy), and a runtime to run each case on.
 fn failpoint_cases() -> (Vec<bool>, tokio::runtime::Runtime) {
-    let mut mechanisms = vec![false];
-    if cgroups_usable() {
-        mechanisms.push(true);
-    }
+    let mechanisms = mechanisms();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
