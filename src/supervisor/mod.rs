@@ -638,8 +638,8 @@ impl Supervisor {
 
     /// Closes the process's stdin (it reads EOF) and records it. The record is not flushed on
     /// its own: no claim needs it durable before the next record is (a foreground `run` closes
-    /// its command's input at the end of its stdin, and keeps to its three syncs), and after a
-    /// crash the pipe is closed anyway, since this supervisor held its only writer.
+    /// its command's input at the end of its stdin, and keeps to the sync table's two syncs),
+    /// and after a crash the pipe is closed anyway, since this supervisor held its only writer.
     pub async fn close_input(&self, handle: &Handle) -> Result<(), SupervisorError> {
         let queue = self.stdin(handle).await?;
         let (tx, rx) = oneshot::channel();
