@@ -30,8 +30,10 @@
 //!    area's written into a file on the root's disk that was written whole once (as a journal
 //!    segment is), then `fdatasync`. What it adds to the plain loop is what the promises cost on
 //!    this disk, whoever keeps them: a target of 2x leaves a supervisor one plain loop's time
-//!    for everything it adds, so when the syncs alone add more, no supervisor keeping those
-//!    promises meets the target here unless it spawns and waits for `true` faster than tokio.
+//!    for everything it adds, so in a round where the syncs alone add more, no supervisor
+//!    keeping those promises meets the target unless it spawns and waits for `true` faster than
+//!    tokio. On a shared virtual disk a sync's cost changes from one moment to the next, so the
+//!    report gives it round by round.
 //! 4. Start to running, both daemons: each `start` of 1 and 3 timed from the request to its
 //!    answer, which comes once `running` is acknowledged; the p50 of a round's 200, beside a
 //!    whole plain command (the plain loop's time over its commands: spawn, exec and exit of
@@ -185,19 +187,19 @@ fn plain_ms(rt: &tokio::runtime::Runtime, commands: usize, loops: usize) -> Res<
 
 /// A file laid out as a journal segment is for [`synced_plain_ms`]: written whole once and
 /// synced, so that a later write and `fdatasync` of it allocate nothing.
-fn sync_floor_file(dir: &Path) -> Res<std::fs::File> {
+fn synced_loop_file(dir: &Path) -> Res<std::fs::File> {
     use std::io::Write;
     let mut file = std::fs::File::options()
         .read(true)
         .write(true)
         .create_new(true)
-        .open(dir.join("sync-floor"))?;
-    file.write_all(&vec![0u8; SYNC_FLOOR_FILE_BYTES as usize])?;
+        .open(dir.join("synced-loop"))?;
+    file.write_all(&vec![0u8; SYNCED_LOOP_FILE_BYTES as usize])?;
     file.sync_all()?;
     Ok(file)
 }
 
-const SYNC_FLOOR_FILE_BYTES: u64 = 2 << 20;
+const SYNCED_LOOP_FILE_BYTES: u64 = 2 << 20;
 
 /// Milliseconds for `commands` plain tokio spawn + wait of `true`, each between two durable
 /// records as the journal writes one: its bytes, the commit area's, one `fdatasync`.
@@ -211,7 +213,7 @@ fn synced_plain_ms(
     let mut record = |file: &std::fs::File| -> std::io::Result<()> {
         file.write_at(&[0xa5; 240], at)?;
         file.write_at(&[0x5a; 48], 64)?;
-        at = if at + 512 >= SYNC_FLOOR_FILE_BYTES {
+        at = if at + 512 >= SYNCED_LOOP_FILE_BYTES {
             4096
         } else {
             at + 256
@@ -271,7 +273,7 @@ struct Figures {
     start_serve: Samples,
     spawn: Samples,
     shell: Samples,
-    floor: Samples,
+    synced: Samples,
 }
 
 /// The daemons the bench drives: the library's default launcher (process groups) under
@@ -281,7 +283,7 @@ struct Daemons {
     os: Daemon,
     serve: Daemon,
     /// [`synced_plain_ms`]'s file, beside the roots.
-    floor: std::fs::File,
+    synced: std::fs::File,
 }
 
 impl Daemons {
@@ -296,7 +298,7 @@ impl Daemons {
             // Diagnostic: without fdatasync, to show what a command's durable records cost.
             os: start_daemon(&root("rt-os")?, Durability::Os, Arc::new(GroupLauncher))?,
             serve: start_daemon(&root("rt-serve")?, Durability::Group, serve_launcher)?,
-            floor: sync_floor_file(dir)?,
+            synced: synced_loop_file(dir)?,
         })
     }
 
@@ -338,7 +340,8 @@ fn round(
         f.spawn.push(ms / plan.commands as f64);
         f.par_base.push(plain_ms(rt, plan.commands, plan.clients)?);
         f.shell.push(shell_loop_ms(plan.commands)?);
-        f.floor.push(synced_plain_ms(rt, &d.floor, plan.commands)?);
+        f.synced
+            .push(synced_plain_ms(rt, &d.synced, plan.commands)?);
         Ok(())
     };
     if i.is_multiple_of(2) {
@@ -366,7 +369,7 @@ fn round(
         f.start_serve.0[i],
         f.spawn.0[i],
         f.shell.0[i],
-        f.floor.0[i],
+        f.synced.0[i],
     );
     Ok(())
 }
@@ -380,7 +383,7 @@ fn report(f: &Figures, plan: Plan, serve_name: &str) {
     let par_base_name = format!("{} plain loops at once, ms", plan.clients);
     let spawn_name = "a plain spawn+wait of true, ms".to_owned();
     let shell_name = format!("shell loop of {} x true, ms", plan.commands);
-    let floor_name = "  the plain loop with the two syncs each command owes, ms".to_owned();
+    let synced_name = "  the plain loop with the two syncs each command owes, ms".to_owned();
     let row = |figure, samples, baseline, base, target| Row {
         figure,
         samples,
@@ -411,7 +414,13 @@ fn report(f: &Figures, plan: Plan, serve_name: &str) {
             Target::MaxRatio(2.25),
         ),
         row(&os_name, &f.os, &base_name, &f.seq_base, Target::None),
-        row(&floor_name, &f.floor, &base_name, &f.seq_base, Target::None),
+        row(
+            &synced_name,
+            &f.synced,
+            &base_name,
+            &f.seq_base,
+            Target::None,
+        ),
         row(&par_name, &f.par, &par_base_name, &f.par_base, Target::None),
         row(
             "start to running acknowledged, p50, ms",
@@ -428,23 +437,36 @@ fn report(f: &Figures, plan: Plan, serve_name: &str) {
             Target::MaxRatio(2.45),
         ),
     ]);
-    let added = f.floor.median() / f.seq_base.median() - 1.0;
-    println!(
-        "the two syncs alone add {added:.2}x the plain loop; the 2x target leaves a supervisor \
-         1x and the 2.25x target 1.25x: {}",
-        if added > 1.25 {
-            "on this disk no supervisor keeping the sync table meets either, unless it spawns \
-             and waits faster than the baseline"
-        } else if added > 1.0 {
-            "on this disk no supervisor keeping the sync table meets the 2x target, unless it \
-             spawns and waits faster than the baseline"
-        } else {
-            "what is over a target is the supervisor's own"
-        }
-    );
+    print_sync_cost(f);
     println!(
         "for scale (measured by the issue, not here): s6 667 ms against a 296 ms shell loop \
          (2.25x); s6's start 6.97 ms against a 1.99 ms spawn"
+    );
+}
+
+/// What the two syncs alone added to the plain loop, round by round, against what the 2x and
+/// 2.25x targets leave a supervisor (one plain loop, and a quarter more). This disk's flushes
+/// change cost from one moment to the next, so each round is judged by itself.
+fn print_sync_cost(f: &Figures) {
+    let added: Vec<f64> = f
+        .synced
+        .0
+        .iter()
+        .zip(&f.seq_base.0)
+        .map(|(synced, plain)| synced / plain - 1.0)
+        .collect();
+    let over = |allowed: f64| added.iter().filter(|&&a| a > allowed).count();
+    let per_round: Vec<String> = added.iter().map(|a| format!("{a:.2}")).collect();
+    println!(
+        "the two syncs alone added [{}]x the plain loop, round by round; the 2x target leaves a \
+         supervisor 1x and the 2.25x target 1.25x. Over the first in {} of {} rounds and the \
+         second in {}: there no supervisor keeping the sync table meets them (unless it spawns \
+         and waits faster than the baseline). A sync's cost changes from one moment to the \
+         next on this shared disk, so a daemon's round may have caught a cheaper moment.",
+        per_round.join(", "),
+        over(1.0),
+        added.len(),
+        over(1.25),
     );
 }
 
