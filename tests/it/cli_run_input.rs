@@ -8,6 +8,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::common::daemon::{Daemon, bin};
+use crate::common::supervisor::journal_records;
+use procjournal::lifecycle::LifecycleEvent;
+use procjournal::lifecycle::event::kinds;
 
 /// A hang guard: a command left waiting for input that never ends would hang the test.
 const HANG_GUARD: Duration = Duration::from_secs(60);
@@ -206,35 +209,31 @@ fn assert_input_closed(root: &Path) {
 /// rounding cannot put a command that lived past the delay below it.
 const PUBLICATION_RACE_MS: u64 = 5;
 
-/// For the last process of `root` (`journal dump --json`, record by record): whether a
-/// publication was recorded before its terminal event (its `running` published at the
-/// publication delay, while it still ran, rather than with its end), and the milliseconds from
-/// its registration to its terminal event.
+/// For the last process of `root` (its journal, record by record): whether a publication was
+/// recorded before its terminal event (its `running` published at the publication delay, while
+/// it still ran, rather than with its end), and the milliseconds from its registration to its
+/// terminal event.
 fn publication_of_last(root: &Path) -> (bool, u64) {
-    let dump = bin()
-        .args(["journal", "dump", "--json", "--root"])
-        .arg(root)
-        .output()
-        .unwrap();
-    assert!(dump.status.success(), "{dump:?}");
-    let records: Vec<serde_json::Value> = String::from_utf8_lossy(&dump.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    let event = |r: &serde_json::Value| r["event"].as_str().unwrap_or_default().to_owned();
-    let at = |r: &serde_json::Value| r["decoded"]["at_unix_ms"].as_u64().expect("at_unix_ms");
+    let records = journal_records(root);
     let last_registration = records
         .iter()
-        .rposition(|r| event(r).starts_with("registered"))
+        .rposition(|r| r.event.is_registration())
         .expect("a registration");
     let after = &records[last_registration..];
+    let registered_ms = match &after[0].event {
+        LifecycleEvent::Registered(r) => r.at_unix_ms,
+        LifecycleEvent::RegisteredV2(r) => r.at_unix_ms,
+        other => panic!("not a registration: {other:?}"),
+    };
     let terminal = after
         .iter()
-        .position(|r| event(r) == "terminal")
+        .position(|r| r.kind == kinds::TERMINAL)
         .expect("a terminal event");
+    let LifecycleEvent::Terminal(t) = &after[terminal].event else {
+        panic!("not a terminal event: {:?}", after[terminal].event);
+    };
     let published_before = after[..terminal]
         .iter()
-        .any(|r| event(r) == "lifecycle_published");
-    let lived = at(&after[terminal]).saturating_sub(at(&after[0]));
-    (published_before, lived)
+        .any(|r| r.kind == kinds::LIFECYCLE_PUBLISHED);
+    (published_before, t.at_unix_ms.saturating_sub(registered_ms))
 }
