@@ -4,16 +4,19 @@
 //! scope without a flush of its own before it lets the workload exec. A real supervisor with the
 //! real guardian, under `Durability::Group` and services that hear nothing (as every surface of
 //! the CLI), launches through a launcher that wraps the guardian's and looks at the journal at
-//! the moment the gate would open: everything written before the scope (the registration among
-//! it) must be durable by then, and the scope written. Then, with nothing else appending, the
-//! scope must become durable on its own while the command still runs (the acknowledgement of
-//! `running` at the publication delay), not wait for the command's end.
+//! the moment the gate would open: the launch's registration must be durable by then, and its
+//! scope written. (Not everything written before the scope: the previous command's publication
+//! records, appended by a task of their own, may land between the two without a flush.) Then,
+//! with nothing else appending, the scope must become durable on its own while the command
+//! still runs (the acknowledgement of `running` at the publication delay), not wait for the
+//! command's end.
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use procjournal::journal::Journal;
-use procjournal::lifecycle::State;
+use procjournal::lifecycle::event::kinds;
+use procjournal::lifecycle::{Handle, State};
 use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
 use procjournal::tree::{
     GuardianLauncher, GuardianProgram, Launcher, Register, SpawnError, SpawnSpec, Spawned,
@@ -23,11 +26,10 @@ use procjournal::tree::{
 /// A hang guard: bounds a wait for a condition, measures nothing.
 const HANG_GUARD: Duration = Duration::from_secs(60);
 
-/// The journal as the gate opened: what was written before the scope, what was durable once
-/// `register` returned, and what was written by then.
+/// The journal as the gate opened: what was durable once `register` returned, and what was
+/// written by then.
 #[derive(Debug, Clone, Copy)]
 struct AtGate {
-    before_scope: u64,
     durable: u64,
     written: u64,
 }
@@ -48,11 +50,9 @@ impl Launcher for Watching {
     fn launch(&self, spec: &SpawnSpec, register: &mut Register<'_>) -> Result<Spawned, SpawnError> {
         let journal = self.journal.get().expect("the journal, set after open");
         let mut wrapped = |scope: &TreeScope| {
-            let before_scope = journal.last_seq();
             let registered = register(scope);
             // What the guardian's gate opens on: `GO` follows this return at once.
             let at = AtGate {
-                before_scope,
                 durable: journal.durable_seq(),
                 written: journal.last_seq(),
             };
@@ -73,7 +73,8 @@ async fn the_gate_opens_on_a_durable_registration_and_the_scope_follows_while_it
     let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
     let journal = Arc::new(OnceLock::new());
     let seen = Arc::new(Mutex::new(Vec::new()));
-    let mut config = SupervisorConfig::new(dir.path().join("root"));
+    let root = dir.path().join("root");
+    let mut config = SupervisorConfig::new(&root);
     config.launcher = Arc::new(Watching {
         inner: GuardianLauncher::new(program).unwrap(),
         journal: Arc::clone(&journal),
@@ -92,13 +93,15 @@ async fn the_gate_opens_on_a_durable_registration_and_the_scope_follows_while_it
             .last()
             .expect("the launch reached its gate");
         assert_eq!(seen.lock().unwrap().len(), n, "one gate per launch");
+        let (registered, scoped) = seqs_of(&root, handle);
         assert!(
-            at.durable >= at.before_scope,
-            "launch {n}: the gate opened on records not yet durable: {at:?}"
+            at.durable >= registered,
+            "launch {n}: the gate opened before its registration (seq {registered}) was \
+             durable: {at:?}"
         );
         assert!(
-            at.written > at.before_scope,
-            "launch {n}: no scope written: {at:?}"
+            scoped <= at.written,
+            "launch {n}: its scope (seq {scoped}) was not written by the gate: {at:?}"
         );
         scope_durable_while_it_runs(&sup, at).await;
         let manifest = sup.manifest(&handle).expect("the manifest");
@@ -115,6 +118,22 @@ async fn the_gate_opens_on_a_durable_registration_and_the_scope_follows_while_it
 
 /// Launches checked, each after the last one ended.
 const LAUNCHES: usize = 5;
+
+/// The seqs of `handle`'s registration and scope in the journal under `root`.
+fn seqs_of(root: &std::path::Path, handle: Handle) -> (u64, u64) {
+    let records = crate::common::supervisor::journal_records(root);
+    let seq = |what: &str, is: &dyn Fn(&crate::common::supervisor::Rec) -> bool| {
+        records
+            .iter()
+            .find(|r| r.event.handle() == Some(handle) && is(r))
+            .map(|r| r.seq)
+            .unwrap_or_else(|| panic!("no {what} of {handle}"))
+    };
+    (
+        seq("registration", &|r| r.event.is_registration()),
+        seq("scope", &|r| r.kind == kinds::SCOPED),
+    )
+}
 
 /// Waits until everything written by `at`'s gate is durable. Nothing else appends while the
 /// command sleeps: only the launch's own acknowledgement can make its scope durable before the
