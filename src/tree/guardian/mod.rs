@@ -589,7 +589,7 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
         path: path.clone(),
         cause: e.to_string(),
     };
-    let mut file = crate::root::fsx::open_read(Path::new(path)).map_err(unreadable)?;
+    let mut file = open_receipt(Path::new(path)).map_err(unreadable)?;
     let meta = file.metadata().map_err(unreadable)?;
     if (meta.dev(), meta.ino()) != (reg.binding.dev, reg.binding.ino) {
         return Err(Rejection::Replaced);
@@ -605,6 +605,17 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
     Ok(r)
 }
 
+/// Opens a receipt for reading without following a symbolic link and without blocking: a
+/// receipt is read on a runtime thread once its guardian reported `DONE`, and whatever took
+/// the file's place (a FIFO would hold an open) is then told apart by its device and inode.
+fn open_receipt(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK)
+        .open(path)
+}
+
 /// Reads the receipt at `path` for a registration whose scope was never recorded and verifies it
 /// as the receipt of its launch aborted before `GO`: this handle, no nonce, `status none`, the
 /// one gated child reaped (journal-format.md, "Guardian receipts"). Nothing else was recorded
@@ -617,7 +628,7 @@ pub fn verify_unscoped_receipt(path: &Path, handle: &str) -> Result<Receipt, Rej
         path: path.display().to_string(),
         cause: e.to_string(),
     };
-    let mut file = crate::root::fsx::open_read(path).map_err(unreadable)?;
+    let mut file = open_receipt(path).map_err(unreadable)?;
     if !file.metadata().map_err(unreadable)?.is_file() {
         return Err(Rejection::Unreadable {
             path: path.display().to_string(),
@@ -995,6 +1006,56 @@ mod tests {
             ..binding
         };
         assert!(reg(&torn, "h", &workload).is_err());
+    }
+
+    /// A FIFO in a receipt's place is refused at once, not waited on for a writer: receipts
+    /// are read on a runtime thread. (Opened blocking, this test hangs.)
+    #[test]
+    fn a_fifo_in_a_receipts_place_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("h.receipt");
+        nix::unistd::mkfifo(
+            &path,
+            nix::sys::stat::Mode::S_IRUSR | nix::sys::stat::Mode::S_IWUSR,
+        )
+        .unwrap();
+        let meta = std::fs::metadata(&path).unwrap();
+        let workload = ProcessWitness {
+            pid: 7,
+            start_time_ticks: 8,
+            pidfs_ino: 9,
+        };
+        let other_file = ReceiptBinding {
+            path: path.display().to_string(),
+            dev: meta.dev(),
+            ino: meta.ino() + 1,
+            nonce: [5; 16],
+        };
+        let verified = verify_receipt(&Registration {
+            binding: &other_file,
+            handle: "h",
+            workload: &workload,
+            gateless_guardian: None,
+            boot_id: [1; 16],
+        });
+        assert_eq!(verified, Err(Rejection::Replaced));
+        // Even the FIFO's own device and inode: nothing to read, so nothing verifies.
+        let fifo = ReceiptBinding {
+            ino: meta.ino(),
+            ..other_file
+        };
+        let verified = verify_receipt(&Registration {
+            binding: &fifo,
+            handle: "h",
+            workload: &workload,
+            gateless_guardian: None,
+            boot_id: [1; 16],
+        });
+        assert!(verified.is_err(), "{verified:?}");
+        assert!(matches!(
+            verify_unscoped_receipt(&path, "h"),
+            Err(Rejection::Unreadable { .. })
+        ));
     }
 
     /// The receipt of a launch aborted before `GO` (no nonce, `status none`, one child reaped)
