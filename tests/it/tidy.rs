@@ -275,7 +275,8 @@ fn the_surfaces_add_no_branch_to_the_core() {
 /// mappings of segments and snapshots; the spawn actions and the reactor registration nix and
 /// tokio offer only as unsafe; the `clone3` forks that nix and rustix do not wrap; the zygote's
 /// received descriptors; the small guardian's allocator, which `GlobalAlloc` makes unsafe;
-/// glibc's `malloc_trim` and `mallopt`, foreign functions; the read-only mappings of spill files),
+/// glibc's `malloc_trim` and `mallopt`, and the guardian's `_exit`, foreign functions; the
+/// read-only mappings of spill files),
 /// and every block says why it is sound in a `// SAFETY:` comment just above it.
 #[test]
 fn unsafe_code_is_confined_and_justified() {

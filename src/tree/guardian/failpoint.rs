@@ -22,53 +22,98 @@ pub const BEFORE_RECEIPT: &str = "PROCJOURNAL_FAILPOINT_BEFORE_RECEIPT";
 /// window in which the supervisor has its proof and the guardian is still its unreaped child.
 pub const AFTER_DONE: &str = "PROCJOURNAL_FAILPOINT_AFTER_DONE";
 
-/// The failpoint variables of the environment a guardian forked by the zygote was launched
-/// with (its process has the zygote's): failpoints read them instead of the process's.
-#[cfg(feature = "failpoints")]
-static LAUNCH_ENV: std::sync::OnceLock<Vec<std::ffi::CString>> = std::sync::OnceLock::new();
-
-/// Failpoints read `envp` from now on: a forked guardian's launch environment. Only the
-/// failpoints' own variables are kept, so that a test build's guardian holds no copy of the
-/// whole environment that a shipped one would not (the memory bench measures a test build);
-/// and a launch that sets none keeps nothing at all, so that its guardian writes no page of
-/// its image a shipped one would not (the zygote's own environment, which failpoints then
-/// read, is only the allocator's setting: it sets none either).
-#[cfg(feature = "failpoints")]
-pub(super) fn use_environment<'a>(envp: impl Iterator<Item = &'a std::ffi::CStr>) {
-    let ours: Vec<_> = envp
-        .filter(|e| e.to_bytes().starts_with(b"PROCJOURNAL_FAILPOINT_"))
-        .map(std::ffi::CStr::to_owned)
-        .collect();
-    if !ours.is_empty() {
-        let _ = LAUNCH_ENV.set(ours);
-    }
+/// The failpoint variables a guardian was launched with, read once as it starts and kept on
+/// its stack, never in a static: a static would make a page of the small image's statics this
+/// guardian's own, which a shipped guardian's never is (the memory bench measures a test
+/// build). Only the failpoints' own variables are kept, so that a test build's guardian holds
+/// no copy of the whole environment that a shipped one would not; a launch that sets none
+/// keeps nothing at all. Without the `failpoints` feature it holds nothing and reads nothing.
+#[derive(Debug, Default)]
+pub(super) struct Launch {
+    #[cfg(feature = "failpoints")]
+    vars: Vec<std::ffi::CString>,
 }
 
-#[cfg(not(feature = "failpoints"))]
-pub(super) fn use_environment<'a>(_envp: impl Iterator<Item = &'a std::ffi::CStr>) {}
+impl Launch {
+    /// An exec'd guardian's: its own initial environment, read from `/proc/self/environ`
+    /// rather than through `std::env`, whose lock lives among the image's statics (the
+    /// guardian never changes its environment, so the initial one is the one `std::env`
+    /// would read).
+    pub(super) fn own() -> Launch {
+        #[cfg(feature = "failpoints")]
+        {
+            let environ = std::fs::read("/proc/self/environ").unwrap_or_default();
+            Launch::of(environ.split(|&b| b == 0))
+        }
+        #[cfg(not(feature = "failpoints"))]
+        Launch::default()
+    }
 
-/// The value of `name` in the launch environment.
-#[cfg(feature = "failpoints")]
-fn var(name: &str) -> Option<std::ffi::OsString> {
-    match LAUNCH_ENV.get() {
-        Some(envp) => envp
+    /// A guardian forked by the zygote: the launch's environment `envp` (its process has the
+    /// zygote's, which is only the allocator's setting and sets no failpoint).
+    pub(super) fn forked<'a>(envp: impl Iterator<Item = &'a std::ffi::CStr>) -> Launch {
+        #[cfg(feature = "failpoints")]
+        {
+            Launch::of(envp.map(std::ffi::CStr::to_bytes))
+        }
+        #[cfg(not(feature = "failpoints"))]
+        {
+            let _ = envp;
+            Launch::default()
+        }
+    }
+
+    /// Keeps the failpoints' entries of `envp`, copying no other: a copy freed again would
+    /// leave its bytes on the allocator's pages (a forked guardian must keep no copy of its
+    /// workload's environment).
+    #[cfg(feature = "failpoints")]
+    fn of<'a>(envp: impl Iterator<Item = &'a [u8]>) -> Launch {
+        let vars = envp
+            .filter(|e| e.starts_with(b"PROCJOURNAL_FAILPOINT_"))
+            .filter_map(|e| std::ffi::CString::new(e).ok())
+            .collect();
+        Launch { vars }
+    }
+
+    /// The value of `name` in the launch environment.
+    #[cfg(feature = "failpoints")]
+    fn var(&self, name: &str) -> Option<std::ffi::OsString> {
+        self.vars
             .iter()
-            .find_map(|entry| value_in(entry.to_bytes(), name)),
-        None => initial_var(name),
+            .find_map(|entry| value_in(entry.to_bytes(), name))
     }
-}
 
-/// The value of `name` in this process's initial environment, read from `/proc/self/environ`
-/// rather than through `std::env`: std's environment lock lives among the image's statics, and
-/// taking it would make that page this guardian's own, which a shipped guardian's never is
-/// (the memory bench measures a test build). The guardian never changes its environment, so
-/// the initial one is the one `std::env` would read.
-#[cfg(feature = "failpoints")]
-fn initial_var(name: &str) -> Option<std::ffi::OsString> {
-    let environ = std::fs::read("/proc/self/environ").ok()?;
-    environ
-        .split(|&b| b == 0)
-        .find_map(|entry| value_in(entry, name))
+    /// Stops at `name` if this build has failpoints and the launch names a directory for it.
+    #[cfg(feature = "failpoints")]
+    pub(super) fn hold(&self, name: &str) {
+        use std::time::{Duration, Instant};
+        let Some(dir) = self.var(name).map(std::path::PathBuf::from) else {
+            return;
+        };
+        if std::fs::write(dir.join("reached"), std::process::id().to_string()).is_err() {
+            return;
+        }
+        let bound = Instant::now() + Duration::from_millis(crate::limits::FAILPOINT_HOLD_MAX_MS);
+        while !dir.join("release").exists() && Instant::now() < bound {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Without the `failpoints` feature there is nothing to stop at.
+    #[cfg(not(feature = "failpoints"))]
+    pub(super) fn hold(&self, _name: &str) {}
+
+    /// Panics at `name` if this build has failpoints and the launch sets it.
+    #[cfg(feature = "failpoints")]
+    pub(super) fn panic_if(&self, name: &str) {
+        if self.var(name).is_some() {
+            panic!("guardian failpoint {name}");
+        }
+    }
+
+    /// Without the `failpoints` feature nothing panics on request.
+    #[cfg(not(feature = "failpoints"))]
+    pub(super) fn panic_if(&self, _name: &str) {}
 }
 
 /// The value of `entry` (`NAME=value`) when its name is `name`.
@@ -79,41 +124,9 @@ fn value_in(entry: &[u8], name: &str) -> Option<std::ffi::OsString> {
     Some(std::ffi::OsStr::from_bytes(value).to_owned())
 }
 
-/// Stops at `name` if this build has failpoints and the environment names a directory for it.
-#[cfg(feature = "failpoints")]
-pub(super) fn hold(name: &str) {
-    use std::time::{Duration, Instant};
-    let Some(dir) = var(name).map(std::path::PathBuf::from) else {
-        return;
-    };
-    if std::fs::write(dir.join("reached"), std::process::id().to_string()).is_err() {
-        return;
-    }
-    let bound = Instant::now() + Duration::from_millis(crate::limits::FAILPOINT_HOLD_MAX_MS);
-    while !dir.join("release").exists() && Instant::now() < bound {
-        std::thread::sleep(Duration::from_millis(5));
-    }
-}
-
-/// Without the `failpoints` feature there is nothing to stop at.
-#[cfg(not(feature = "failpoints"))]
-pub(super) fn hold(_name: &str) {}
-
 /// Panics as the guardian starts, right after its panic hook is set (`run.rs`): the test that a
 /// guardian's panic aborts it, whatever the image and its profile.
 pub const PANIC_AT_START: &str = "PROCJOURNAL_FAILPOINT_GUARDIAN_PANIC";
-
-/// Panics at `name` if this build has failpoints and the environment sets it.
-#[cfg(feature = "failpoints")]
-pub(super) fn panic_if(name: &str) {
-    if var(name).is_some() {
-        panic!("guardian failpoint {name}");
-    }
-}
-
-/// Without the `failpoints` feature nothing panics on request.
-#[cfg(not(feature = "failpoints"))]
-pub(super) fn panic_if(_name: &str) {}
 
 /// Makes the guardian zygote exit right after it forked a guardian, before it answers: the
 /// supervisor must find and adopt that guardian. Read from the launch's environment (the

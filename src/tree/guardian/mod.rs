@@ -109,7 +109,7 @@ pub fn run_if_requested() {
         std::process::exit(zygote::serve());
     }
     if first.is_some_and(|a| a == run::GUARDIAN_ARG) {
-        std::process::exit(run::run_from_args(args));
+        run::end(run::run_from_args(args));
     }
 }
 

@@ -53,6 +53,7 @@ use nix::sys::socket::{
     sendmsg, setsockopt, socketpair, sockopt,
 };
 
+use super::failpoint::Launch;
 use super::packed::Packed;
 use super::run::{self, Args};
 use crate::sync::Lock;
@@ -322,10 +323,15 @@ pub(super) fn serve() -> i32 {
 /// first use: filled in a guardian, such a cache makes the page of the image's statics that
 /// guardian's own (4 KiB of private memory each), where every guardian shares it with the
 /// zygote while nothing writes it. Those a guardian reaches: whether `statx` is available
-/// (its first `metadata`), and the boot id its receipt names (read once per process).
+/// (its first `metadata`), the boot id its receipt names (read once per process), and which
+/// instructions the receipt's checksum may use.
 fn warm_statics() {
     let _ = std::fs::metadata("/");
     let _ = crate::tree::procfs::boot_id();
+    // The standard library's CPU feature cache, which the receipt's checksum asks: filled by
+    // `cpuid`, which traps to the hypervisor on a virtual machine, it cost each guardian
+    // microseconds between its workload's exit and `DONE`.
+    let _ = crc32fast::hash(b"");
 }
 
 /// The next request and its descriptors; `None` at end of stream. A message that is truncated,
@@ -421,8 +427,9 @@ fn guardian_child(sock: OwnedFd, request: Received, fds: [OwnedFd; FDS]) -> ! {
     let [control, stdin, stdout, stderr] = fds;
     let code = match enter(request, [stdin, stdout, stderr]) {
         Ok(args) => {
-            super::failpoint::panic_if(super::failpoint::PANIC_AT_START);
-            run::run_with(args, control)
+            let failpoints = Launch::forked(args.envp.iter().flat_map(Packed::iter));
+            failpoints.panic_if(super::failpoint::PANIC_AT_START);
+            run::run_with(args, control, failpoints)
         }
         Err(e) => {
             let _ = nix::sys::socket::send(
@@ -433,7 +440,7 @@ fn guardian_child(sock: OwnedFd, request: Received, fds: [OwnedFd; FDS]) -> ! {
             2
         }
     };
-    std::process::exit(code)
+    run::end(code)
 }
 
 /// Takes `request`'s strings as the guardian's own, without copying them: every page a forked
@@ -450,7 +457,6 @@ fn enter(request: Received, stdio: [OwnedFd; 3]) -> Result<Args, String> {
     let cwd = Path::new(std::ffi::OsStr::from_bytes(&request.cwd));
     nix::unistd::chdir(cwd).map_err(|e| fail("working directory", &e))?;
     let mut args = Args::parse(request.args.into_iter().map(OsString::from_vec))?;
-    super::failpoint::use_environment(request.envp.iter());
     args.envp = Some(request.envp);
     Ok(args)
 }
