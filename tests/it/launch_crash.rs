@@ -785,6 +785,16 @@ fn a_guardian_late_with_its_receipt_leaves_a_lingering_tree_not_an_unverified_on
                 (1, 0),
                 "cgroup={cgroup}: a tree whose guardian is still at work was judged: {stats:?}"
             );
+            // Still at the priority it was started with: it has work left that others wait on.
+            let guardian: u32 = std::fs::read_to_string(gate.join("reached"))
+                .unwrap()
+                .parse()
+                .unwrap();
+            assert_eq!(
+                nice_of(guardian),
+                nice_of(std::process::id()),
+                "cgroup={cgroup}"
+            );
             // Its slot is held, rightly, while it is watched.
             let in_use = || async { sup.admission().await.unwrap().decision.in_use };
             assert_eq!(in_use().await, 1);
@@ -870,6 +880,8 @@ fn the_end_is_recorded_by_receipt_before_its_guardian_exits_and_it_is_reaped_aft
                 !gone(guardian),
                 "cgroup={cgroup}: the guardian is still held at its failpoint"
             );
+            // All it has left is its exit: it yields the CPU to anything else.
+            assert_eq!(nice_of(guardian), 19, "cgroup={cgroup}");
             std::fs::write(gate.join("release"), b"").unwrap();
             // Gone from /proc altogether: exited and reaped, not left a zombie.
             wait_until("the guardian reaped", || {
@@ -878,6 +890,18 @@ fn the_end_is_recorded_by_receipt_before_its_guardian_exits_and_it_is_reaped_aft
             sup.shutdown(Duration::from_secs(1)).await;
         });
     }
+}
+
+/// The nice value of `pid` (field 19 of its `stat`).
+fn nice_of(pid: u32) -> i64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after_comm = &stat[stat.rfind(')').unwrap() + 1..];
+    after_comm
+        .split_whitespace()
+        .nth(16)
+        .unwrap()
+        .parse()
+        .unwrap()
 }
 
 /// The tree mechanisms a guardian failpoint is tested under (a guardian alone, and in a cgroup
