@@ -33,7 +33,10 @@
 //!    for everything it adds, so in a round where the syncs alone add more, no supervisor
 //!    keeping those promises meets the target unless it spawns and waits for `true` faster than
 //!    tokio. On a shared virtual disk a sync's cost changes from one moment to the next, so the
-//!    report gives it round by round.
+//!    report gives it round by round. And both daemons again under `Durability::Os` (no
+//!    `fdatasync`): their difference is what the guardians add (their processes, cgroups and
+//!    receipts) whatever the disk does, against the quarter of a plain loop that the serve
+//!    target leaves them beyond the plain daemon's 2x.
 //! 4. Start to running, both daemons: each `start` of 1 and 3 timed from the request to its
 //!    answer, which comes once `running` is acknowledged; the p50 of a round's 200, beside a
 //!    whole plain command (the plain loop's time over its commands: spawn, exec and exit of
@@ -237,7 +240,7 @@ fn synced_plain_ms(
 /// The launcher `serve` uses: a guardian, the small binary, forked by a zygote, in a
 /// per-launch cgroup where the machine allows one; and its name. `PROCJOURNAL_BENCH_ZYGOTE=0`
 /// exec's each guardian instead, for a comparison.
-fn serve_launcher() -> Res<(Arc<dyn Launcher>, &'static str)> {
+fn serve_launcher(tag: &str) -> Res<(Arc<dyn Launcher>, &'static str)> {
     let zygote = std::env::var("PROCJOURNAL_BENCH_ZYGOTE").map_or(true, |v| v != "0");
     if !zygote {
         println!("PROCJOURNAL_BENCH_ZYGOTE=0: the serve-like daemon exec's each guardian");
@@ -247,7 +250,7 @@ fn serve_launcher() -> Res<(Arc<dyn Launcher>, &'static str)> {
     ))?
     .with_zygote(zygote);
     Ok(
-        match CgroupBase::probe(&format!("procjournal-bench-daemon-{}", std::process::id())) {
+        match CgroupBase::probe(&format!("procjournal-bench-{tag}-{}", std::process::id())) {
             Ok(base) => (
                 Arc::new(guardian.with_cgroups(Some(base))),
                 "guardian+cgroup",
@@ -269,6 +272,7 @@ struct Figures {
     par_base: Samples,
     os: Samples,
     serve: Samples,
+    serve_os: Samples,
     start_group: Samples,
     start_serve: Samples,
     spawn: Samples,
@@ -282,12 +286,14 @@ struct Daemons {
     group: Daemon,
     os: Daemon,
     serve: Daemon,
+    /// `serve`'s launcher under `Os` durability: what the guardians cost, whatever the disk.
+    serve_os: Daemon,
     /// [`synced_plain_ms`]'s file, beside the roots.
     synced: std::fs::File,
 }
 
 impl Daemons {
-    fn start(dir: &Path, serve_launcher: Arc<dyn Launcher>) -> Res<Daemons> {
+    fn start(dir: &Path, serve: Arc<dyn Launcher>, serve_os: Arc<dyn Launcher>) -> Res<Daemons> {
         let root = |name: &str| -> Res<PathBuf> {
             let root = dir.join(name);
             std::fs::create_dir_all(&root)?;
@@ -297,14 +303,15 @@ impl Daemons {
             group: start_daemon(&root("rt")?, Durability::Group, Arc::new(GroupLauncher))?,
             // Diagnostic: without fdatasync, to show what a command's durable records cost.
             os: start_daemon(&root("rt-os")?, Durability::Os, Arc::new(GroupLauncher))?,
-            serve: start_daemon(&root("rt-serve")?, Durability::Group, serve_launcher)?,
+            serve: start_daemon(&root("rt-serve")?, Durability::Group, serve)?,
+            serve_os: start_daemon(&root("rt-serve-os")?, Durability::Os, serve_os)?,
             synced: synced_loop_file(dir)?,
         })
     }
 
     /// A shutdown request ends each server's loop, as it would end `serve`.
     fn stop(self) -> Res<()> {
-        for daemon in [self.group, self.os, self.serve] {
+        for daemon in [self.group, self.os, self.serve, self.serve_os] {
             Client::connect(&daemon.socket)?.call(&Request::Shutdown { grace_ms: 2000 })?;
             drop(daemon.supervisor);
             match daemon.thread.join() {
@@ -354,10 +361,13 @@ fn round(
     f.par
         .push(daemon_ms(&d.group.socket, cwd, plan.commands, plan.clients)?.0);
     f.os.push(daemon_ms(&d.os.socket, cwd, plan.commands, 1)?.0);
+    f.serve_os
+        .push(daemon_ms(&d.serve_os.socket, cwd, plan.commands, 1)?.0);
     println!(
         "  {} commands: daemon {:.0} ms, as serve {:.0} ms, plain {:.0} ms; {} at once: daemon \
          {:.0} ms, plain {:.0} ms; start p50 {:.2} / {:.2} ms, a plain command {:.2} ms; \
-         shell loop {:.0} ms; plain with two syncs each {:.0} ms",
+         shell loop {:.0} ms; plain with two syncs each {:.0} ms; without syncs: daemon {:.0} \
+         ms, as serve {:.0} ms",
         plan.commands,
         f.seq.0[i],
         f.serve.0[i],
@@ -370,6 +380,8 @@ fn round(
         f.spawn.0[i],
         f.shell.0[i],
         f.synced.0[i],
+        f.os.0[i],
+        f.serve_os.0[i],
     );
     Ok(())
 }
@@ -379,6 +391,7 @@ fn report(f: &Figures, plan: Plan, serve_name: &str) {
     let serve_name = format!("  the same as serve launches ({serve_name}), ms");
     let par_name = format!("the same by {} clients at once, ms", plan.clients);
     let os_name = "  diagnostic: the same, Durability::Os (no fdatasync), ms".to_owned();
+    let serve_os_name = "  diagnostic: as serve, Durability::Os, ms".to_owned();
     let base_name = "plain tokio spawn+wait loop, ms".to_owned();
     let par_base_name = format!("{} plain loops at once, ms", plan.clients);
     let spawn_name = "a plain spawn+wait of true, ms".to_owned();
@@ -415,6 +428,13 @@ fn report(f: &Figures, plan: Plan, serve_name: &str) {
         ),
         row(&os_name, &f.os, &base_name, &f.seq_base, Target::None),
         row(
+            &serve_os_name,
+            &f.serve_os,
+            &base_name,
+            &f.seq_base,
+            Target::None,
+        ),
+        row(
             &synced_name,
             &f.synced,
             &base_name,
@@ -438,6 +458,7 @@ fn report(f: &Figures, plan: Plan, serve_name: &str) {
         ),
     ]);
     print_sync_cost(f);
+    print_guardian_cost(f, plan);
     println!(
         "for scale (measured by the issue, not here): s6 667 ms against a 296 ms shell loop \
          (2.25x); s6's start 6.97 ms against a 1.99 ms spawn"
@@ -470,6 +491,27 @@ fn print_sync_cost(f: &Figures) {
     );
 }
 
+/// What the guardians add with no sync in the way (both daemons under `Os` durability), per
+/// round, against what the serve target leaves them beyond the plain daemon's: 0.25 plain loops.
+fn print_guardian_cost(f: &Figures, plan: Plan) {
+    let added: Vec<String> = f
+        .serve_os
+        .0
+        .iter()
+        .zip(&f.os.0)
+        .zip(&f.seq_base.0)
+        .map(|((serve, os), plain)| format!("{:.2}", (serve - os) / plain))
+        .collect();
+    let per_command = (f.serve_os.median() - f.os.median()) / plan.commands as f64;
+    println!(
+        "without syncs, the guardians (their processes, cgroups and receipts) added [{}]x the \
+         plain loop to the plain daemon, round by round, about {:.0} us a command; the serve \
+         target allows 0.25x beyond the daemon's 2x.",
+        added.join(", "),
+        per_command * 1000.0,
+    );
+}
+
 fn main() -> Res<()> {
     let all = Instant::now();
     let plan = plan(FULL, QUICK);
@@ -482,14 +524,20 @@ fn main() -> Res<()> {
         "on tmpfs the journal's fdatasyncs cost nothing",
     );
     let cwd = dir.path().to_str().ok_or("non-UTF-8 temp dir")?.to_owned();
-    let (serve_launcher, serve_name) = serve_launcher()?;
-    let daemons = Daemons::start(dir.path(), serve_launcher)?;
+    let (serve, serve_name) = serve_launcher("daemon")?;
+    let (serve_os, _) = serve_launcher("daemon-os")?;
+    let daemons = Daemons::start(dir.path(), serve, serve_os)?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()?;
     // Untimed warm-up of all: the daemons' journal segments and spares, the binaries' pages.
-    for d in [&daemons.group, &daemons.os, &daemons.serve] {
+    for d in [
+        &daemons.group,
+        &daemons.os,
+        &daemons.serve,
+        &daemons.serve_os,
+    ] {
         through_daemon(&d.socket, &cwd, 20)?;
     }
     plain_ms(&rt, 20, 1)?;
