@@ -20,7 +20,8 @@
 //!    tree down: SIGTERM after a quiesce, the grace, then SIGKILL until nothing is left.
 //! 6. Only when `waitpid` reports ECHILD (no child at all, which under a subreaper means no
 //!    descendant at all) and any cgroup is empty, remove the cgroup, write the receipt (into
-//!    blocks reserved at step 2; not fsynced, see `write_receipt`), report `DONE`, and exit. A launch aborted
+//!    blocks reserved at step 2; not fsynced, see `write_receipt`), report `DONE`, drop to the
+//!    weakest nice value (nothing waits for the rest), and exit with `_exit`. A launch aborted
 //!    before `GO` writes no nonce (it never had one) and `status none` (the workload never
 //!    exec'd).
 //!
