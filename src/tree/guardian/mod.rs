@@ -1025,32 +1025,23 @@ mod tests {
             start_time_ticks: 8,
             pidfs_ino: 9,
         };
-        let other_file = ReceiptBinding {
-            path: path.display().to_string(),
-            dev: meta.dev(),
-            ino: meta.ino() + 1,
-            nonce: [5; 16],
+        let verify = |ino: u64| {
+            verify_receipt(&Registration {
+                binding: &ReceiptBinding {
+                    path: path.display().to_string(),
+                    dev: meta.dev(),
+                    ino,
+                    nonce: [5; 16],
+                },
+                handle: "h",
+                workload: &workload,
+                gateless_guardian: None,
+                boot_id: [1; 16],
+            })
         };
-        let verified = verify_receipt(&Registration {
-            binding: &other_file,
-            handle: "h",
-            workload: &workload,
-            gateless_guardian: None,
-            boot_id: [1; 16],
-        });
-        assert_eq!(verified, Err(Rejection::Replaced));
+        assert_eq!(verify(meta.ino() + 1), Err(Rejection::Replaced));
         // Even the FIFO's own device and inode: nothing to read, so nothing verifies.
-        let fifo = ReceiptBinding {
-            ino: meta.ino(),
-            ..other_file
-        };
-        let verified = verify_receipt(&Registration {
-            binding: &fifo,
-            handle: "h",
-            workload: &workload,
-            gateless_guardian: None,
-            boot_id: [1; 16],
-        });
+        let verified = verify(meta.ino());
         assert!(verified.is_err(), "{verified:?}");
         assert!(matches!(
             verify_unscoped_receipt(&path, "h"),
