@@ -480,10 +480,11 @@ fn print_sync_cost(f: &Figures) {
     let per_round: Vec<String> = added.iter().map(|a| format!("{a:.2}")).collect();
     println!(
         "the two syncs alone added [{}]x the plain loop, round by round; the 2x target leaves a \
-         supervisor 1x and the 2.25x target 1.25x. Over the first in {} of {} rounds and the \
-         second in {}: there no supervisor keeping the sync table meets them (unless it spawns \
-         and waits faster than the baseline). A sync's cost changes from one moment to the \
-         next on this shared disk, so a daemon's round may have caught a cheaper moment.",
+         supervisor 1x and the 2.25x target 1.25x. The syncs alone exceed the first in {} of \
+         {} rounds and the second in {}; in such a round no supervisor keeping the sync table \
+         meets the target (unless it spawns and waits faster than the baseline). A sync's cost \
+         changes from one moment to the next on this shared disk, so a daemon's round may have \
+         caught a cheaper moment.",
         per_round.join(", "),
         over(1.0),
         added.len(),
