@@ -697,18 +697,12 @@ async fn tree_verdict(tree: &Arc<dyn ProcessTree>) -> (bool, Option<ExitProof>) 
         )
         .await;
     }
-    if tree.surely_empty() {
-        // Nothing to scan. A group cannot prove its exit; a guardian that reported its tree
-        // gone proves it by the receipt it has just written (a small file, in the page cache
-        // and opened without blocking), read here: a trip to the blocking pool and back cost
-        // two wake-ups, each of which a busy small machine can queue behind the workload's
-        // next exec, between the workload's exit and its result.
-        let proof = (tree.mechanism() != Mechanism::Group)
-            .then(|| tree.exit_proof())
-            .flatten();
-        return (false, proof);
+    // Usually one probe answers; only a tree that may have members left is scanned, and a
+    // receipt is read, on the blocking pool.
+    if tree.surely_empty() && tree.mechanism() == Mechanism::Group {
+        // Nothing to scan and nothing to read: a group cannot prove its exit.
+        return (false, None);
     }
-    // A tree that may have members left is scanned, and its cgroup read, on the blocking pool.
     let tree = Arc::clone(tree);
     tokio::task::spawn_blocking(move || {
         let lingering = !tree.surely_empty() && matches!(tree.members(), Ok(n) if n > 0);

@@ -605,9 +605,9 @@ pub fn verify_receipt(reg: &Registration<'_>) -> Result<Receipt, Rejection> {
     Ok(r)
 }
 
-/// Opens a receipt for reading without following a symbolic link and without blocking: a
-/// receipt is read on a runtime thread once its guardian reported `DONE`, and whatever took
-/// the file's place (a FIFO would hold an open) is then told apart by its device and inode.
+/// Opens a receipt for reading without following a symbolic link and without blocking:
+/// whatever took the file's place (a FIFO would hold the open, and the thread reading it, for
+/// ever) is then told apart by its device and inode.
 fn open_receipt(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     std::fs::OpenOptions::new()
@@ -1008,8 +1008,8 @@ mod tests {
         assert!(reg(&torn, "h", &workload).is_err());
     }
 
-    /// A FIFO in a receipt's place is refused at once, not waited on for a writer: receipts
-    /// are read on a runtime thread. (Opened blocking, this test hangs.)
+    /// A FIFO in a receipt's place is refused at once, not waited on for a writer, which would
+    /// hold the thread reading it for ever. (Opened blocking, this test hangs.)
     #[test]
     fn a_fifo_in_a_receipts_place_is_refused_without_waiting() {
         let dir = tempfile::tempdir().unwrap();
