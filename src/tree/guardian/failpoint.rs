@@ -114,6 +114,18 @@ impl Launch {
     /// Without the `failpoints` feature nothing panics on request.
     #[cfg(not(feature = "failpoints"))]
     pub(super) fn panic_if(&self, _name: &str) {}
+
+    /// Exits the process (the zygote) if this build has failpoints and the launch sets `name`.
+    #[cfg(feature = "failpoints")]
+    pub(super) fn exit_if(&self, name: &str) {
+        if self.var(name).is_some() {
+            std::process::exit(3);
+        }
+    }
+
+    /// Without the `failpoints` feature the zygote always answers.
+    #[cfg(not(feature = "failpoints"))]
+    pub(super) fn exit_if(&self, _name: &str) {}
 }
 
 /// The value of `entry` (`NAME=value`) when its name is `name`.
@@ -132,19 +144,3 @@ pub const PANIC_AT_START: &str = "PROCJOURNAL_FAILPOINT_GUARDIAN_PANIC";
 /// supervisor must find and adopt that guardian. Read from the launch's environment (the
 /// request), set to anything.
 pub const ZYGOTE_SILENT: &str = "PROCJOURNAL_FAILPOINT_ZYGOTE_SILENT";
-
-/// Exits the process (the zygote) if this build has failpoints and `envp` sets `name`.
-#[cfg(feature = "failpoints")]
-pub(super) fn exit_if_requested<'a>(
-    name: &str,
-    mut envp: impl Iterator<Item = &'a std::ffi::CStr>,
-) {
-    let prefix = [name.as_bytes(), b"="].concat();
-    if envp.any(|e| e.to_bytes().starts_with(&prefix)) {
-        std::process::exit(3);
-    }
-}
-
-/// Without the `failpoints` feature the zygote always answers.
-#[cfg(not(feature = "failpoints"))]
-pub(super) fn exit_if_requested<'a>(_name: &str, _envp: impl Iterator<Item = &'a std::ffi::CStr>) {}

@@ -770,7 +770,7 @@ fn fork_workload(args: &Args, scope: Option<&Scope>) -> Result<Workload, String>
             if let Some(procs) = join
                 && std::fs::write(&procs, b"0").is_err()
             {
-                child_exit(GATE_CLOSED);
+                end(GATE_CLOSED);
             }
             child(&gate_r, &err_w, args)
         }
@@ -799,7 +799,7 @@ fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
     // under a terminal emulator.
     let stdin = std::io::stdin();
     if rustix::termios::isatty(&stdin) && rustix::process::ioctl_tiocsctty(&stdin).is_err() {
-        child_exit(GATE_CLOSED);
+        end(GATE_CLOSED);
     }
     let _ = SigSet::empty().thread_set_mask();
     reset_sigpipe();
@@ -808,7 +808,7 @@ fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
         match nix::unistd::read(gate, &mut byte) {
             Ok(1) => break,
             Err(Errno::EINTR) => {}
-            _ => child_exit(GATE_CLOSED),
+            _ => end(GATE_CLOSED),
         }
     }
     let exec = match &args.envp {
@@ -823,12 +823,7 @@ fn child(gate: &OwnedFd, exec_error: &OwnedFd, args: &Args) -> ! {
         Ok(never) => match never {},
     };
     let _ = nix::unistd::write(exec_error, &errno.to_le_bytes());
-    child_exit(if errno == libc::ENOENT { 127 } else { 126 })
-}
-
-/// Ends the forked child that never exec'd: at once, as [`end`] does.
-fn child_exit(code: i32) -> ! {
-    end(code)
+    end(if errno == libc::ENOENT { 127 } else { 126 })
 }
 
 /// Ends a guardian (or its child that never exec'd) at once, with `_exit`: without the C

@@ -404,10 +404,7 @@ fn fork_guardian(
             guardian_child(sock, request, fds)
         }
         Ok(Forked::Parent { child }) => {
-            super::failpoint::exit_if_requested(
-                super::failpoint::ZYGOTE_SILENT,
-                request.envp.iter(),
-            );
+            Launch::forked(request.envp.iter()).exit_if(super::failpoint::ZYGOTE_SILENT);
             send_reply(&sock, Reply::Forked { pid: child });
         }
         Err(e) => send_reply(
