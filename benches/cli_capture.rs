@@ -26,6 +26,17 @@
 //!   way gained nothing: it does more per byte than the writer (a copy out of the pipe, a
 //!   checksum, a copy into the spool's file), so its reads are already large. For text lines it
 //!   is not a floor: `yes` and `head` and the reader share two CPUs;
+//! - the floor of keeping the bytes: `sh -c '<workload> | KEEPER'`, this bench's binary again,
+//!   the pipe enlarged the same way, reading it in the drain's reads (256 KiB) as soon as it
+//!   holds anything and writing each read, as it is, into a file on the roots' file system at
+//!   the read's offset modulo 64 MiB (a ring of the default retention, so that after the first
+//!   64 MiB each write lands on pages already cached, as a spool reusing its segment files
+//!   does). Nothing else: no framing, no checksum, no index, no second copy. Any supervisor
+//!   that keeps a pipe's bytes in a file does at least this;
+//! - the floor of keeping them durably: the same, then one `fdatasync` of the ring at the end
+//!   of the input. A capture that says the output it kept is on the disk when the command's
+//!   result is out (as `run` and the daemon do for the window their retention keeps) cannot do
+//!   less; the baseline syncs nothing;
 //! - `run`: `procjournal run --root R -- sh -c '<workload>'`, its live copy to /dev/null: the
 //!   open of the root, the drain into the spool (default retention, 64 MiB, so older segments
 //!   are deleted as a ring), the tap to this process's stdout, the write-behind syncs, the
@@ -71,6 +82,9 @@ const QUICK: Plan = Plan {
     rounds: 1,
     bytes: 32 * MIB,
 };
+
+/// Figures of one workload (see `measure`).
+const FIGURES: usize = 8;
 
 const LINE: &str = "2026-12-04T16:00:00Z INFO request handled path=/api/v1/items status=200 ms=12";
 
@@ -209,11 +223,53 @@ fn check_total(bin: &Path, root: &Path, marker: &str, bytes: u64) -> Res<()> {
     Ok(())
 }
 
-/// Set in the bench's own binary when it runs as a reader that keeps nothing: to [`EAGER`] or
-/// [`BATCHING`].
+/// Set in the bench's own binary when it runs as a reader that keeps nothing ([`EAGER`] or
+/// [`BATCHING`]) or as one that keeps the bytes in a ring file ([`KEEPING`] or [`DURABLE`]),
+/// whose path is then in [`RING_ENV`].
 const SINK_ENV: &str = "PROCJOURNAL_BENCH_CAPTURE_SINK";
+const RING_ENV: &str = "PROCJOURNAL_BENCH_CAPTURE_RING";
 const EAGER: &str = "eager";
 const BATCHING: &str = "batching";
+const KEEPING: &str = "keeping";
+const DURABLE: &str = "durable";
+
+/// The keepers' ring: the default retention (`SpoolOptions::default().retention_bytes`).
+const RING_BYTES: u64 = 64 * MIB;
+
+/// The keepers (module doc): stdin enlarged as the supervisor enlarges its pipes, read in the
+/// drain's reads, each written at its offset modulo [`RING_BYTES`] into the file at `ring`;
+/// `durable`: one `fdatasync` of it at the end.
+fn keeper(ring: &Path, durable: bool) -> Res<()> {
+    use std::io::Read;
+    use std::os::unix::fs::FileExt;
+    let stdin = std::io::stdin();
+    let _ = nix::fcntl::fcntl(&stdin, nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(ring)?;
+    let mut buf = vec![0u8; procjournal::limits::READ_BYTES];
+    let mut input = stdin.lock();
+    let mut at = 0u64;
+    loop {
+        let n = input.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        let mut bytes = &buf[..n];
+        while !bytes.is_empty() {
+            let room = (RING_BYTES - at % RING_BYTES) as usize;
+            let (now, rest) = bytes.split_at(room.min(bytes.len()));
+            file.write_all_at(now, at % RING_BYTES)?;
+            at += now.len() as u64;
+            bytes = rest;
+        }
+    }
+    if durable {
+        file.sync_data()?;
+    }
+    Ok(())
+}
 
 /// The readers that keep nothing: stdin (a pipe) enlarged as the supervisor enlarges its
 /// pipes, read in reads of the supervisor's size until its end, every byte thrown away; the
@@ -236,7 +292,7 @@ fn sink(batching: bool) -> Res<()> {
     }
 }
 
-/// The workload piped into [`sink`] of the kind `how` names.
+/// The workload piped into the [`sink`] or [`keeper`] of the kind `how` names.
 fn shell_to_sink(shell: &str, scratch: &Path, how: &str) -> Res<f64> {
     settle(scratch)?;
     let me = std::env::current_exe()?;
@@ -244,23 +300,24 @@ fn shell_to_sink(shell: &str, scratch: &Path, how: &str) -> Res<f64> {
         Command::new("sh")
             .arg("-c")
             .arg(format!("{shell} | '{}'", me.display()))
-            .env(SINK_ENV, how),
+            .env(SINK_ENV, how)
+            .env(RING_ENV, scratch.join("ring")),
     )?;
     Ok(secs)
 }
 
-/// One workload's six figures over the rounds, in ms: (baseline, pipe, run, daemon, eager
-/// reader, floor).
-fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 6]> {
+/// One workload's figures over the rounds, in ms: (baseline, pipe, run, daemon, eager reader,
+/// floor, keeper, durable keeper).
+fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; FIGURES]> {
     let shell = workload(text, plan.bytes);
     let scratch = tempfile::tempdir_in(base)?;
     let daemon_root = tempfile::tempdir_in(base)?;
     let daemon = Daemon::start(bin, &daemon_root.path().join("root"))?;
-    let mut figures: [Samples; 6] = Default::default();
+    let mut figures: [Samples; FIGURES] = Default::default();
     let pipe = format!("{shell} | cat");
     for round in 0..plan.rounds {
         common::print_round(round, plan.rounds);
-        let mut order: [usize; 6] = [0, 1, 2, 3, 4, 5];
+        let mut order: [usize; FIGURES] = std::array::from_fn(|i| i);
         if round % 2 == 1 {
             order.reverse();
         }
@@ -271,6 +328,8 @@ fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 6]>
                 2 => run(bin, &shell, scratch.path(), plan.bytes)?,
                 4 => shell_to_sink(&shell, scratch.path(), EAGER)?,
                 5 => shell_to_sink(&shell, scratch.path(), BATCHING)?,
+                6 => shell_to_sink(&shell, scratch.path(), KEEPING)?,
+                7 => shell_to_sink(&shell, scratch.path(), DURABLE)?,
                 _ => {
                     settle(scratch.path())?;
                     daemon.capture(&shell, plan.bytes)?
@@ -284,6 +343,10 @@ fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; 6]>
 
 fn main() -> Res<()> {
     if let Some(how) = std::env::var_os(SINK_ENV) {
+        if how == KEEPING || how == DURABLE {
+            let ring = std::env::var_os(RING_ENV).ok_or("the keeper has no ring file")?;
+            return keeper(Path::new(&ring), how == DURABLE);
+        }
         return sink(how == BATCHING);
     }
     let plan = common::plan(FULL, QUICK);
@@ -304,7 +367,7 @@ fn main() -> Res<()> {
     let shell_file = "shell > file";
     let mut rows = Vec::new();
     for (name, figures, target) in [("zeros", &zeros, 0.8), ("text lines", &text, 1.2)] {
-        let [baseline, pipe, run, daemon, eager, floor] = figures;
+        let [baseline, pipe, run, daemon, eager, floor, keeping, durable] = figures;
         for (figure, samples, goal) in [
             ("pipe | cat > file (scale)", pipe, Target::None),
             ("pipe | a reader keeping nothing", eager, Target::None),
@@ -313,6 +376,8 @@ fn main() -> Res<()> {
                 floor,
                 Target::None,
             ),
+            ("pipe | keeping the bytes (floor)", keeping, Target::None),
+            ("pipe | keeping them durably (floor)", durable, Target::None),
             ("procjournal run", run, Target::MaxRatio(target)),
             ("daemon start + wait", daemon, Target::MaxRatio(target)),
         ] {
