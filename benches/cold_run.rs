@@ -26,7 +26,12 @@
 //!    root keeps growing by every run, as a root in use does. Target: at most 8 x the baseline.
 //!    Beside it, the issue's own baseline for the same target: a shell loop that runs the `true`
 //!    executable `BATCH` times (`common::shell_loop_ms`: a fork and exec of `sh`'s each, about
-//!    twice a spawn + wait), timed in the same round.
+//!    twice a spawn + wait), timed in the same round. And the floor of any such batch, its
+//!    parts timed in the same round: `BATCH` starts of the executable that do nothing
+//!    (`procjournal --version`), `BATCH` times the two syncs the sync table asks of a run (a
+//!    record-sized write and an `fdatasync` each, into a preallocated file beside the root),
+//!    and the plain spawns of `true` the run must make too; their sum is what a cold run costs
+//!    before it opens the root, starts a guardian or records anything.
 //! 5. What a root's size costs a cold run: a second root filled with `Plan::large` finished
 //!    processes (5 000: a `procjournal serve` of the same binary on it, started and waited for
 //!    one by one over its socket, then shut down, as a root that has served a while is), and
@@ -233,29 +238,93 @@ fn plain_batch(n: usize) -> Res<f64> {
     Ok(ms(start.elapsed()))
 }
 
-/// Section 4: `plan.batch` cold runs, as many plain spawns and a shell loop of as many, each
-/// timed as a whole, in alternating order every round; returns (cold, plain, shell) in ms per
-/// round.
-fn batches(bin: &Path, root: &Path, plan: Plan) -> Res<(Samples, Samples, Samples)> {
-    let (mut cold, mut plain, mut shell) =
-        (Samples::default(), Samples::default(), Samples::default());
+/// Milliseconds for `n` starts of the executable that do nothing (`procjournal --version`):
+/// what every cold run pays before it does anything.
+fn version_batch(bin: &Path, n: usize) -> Res<f64> {
+    let start = Instant::now();
+    for _ in 0..n {
+        let status = Command::new(bin)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(format!("procjournal --version: {status}").into());
+        }
+    }
+    Ok(ms(start.elapsed()))
+}
+
+/// Milliseconds for `n` times the syncs a cold run must make (the registration's and the
+/// terminal event's, journal-format.md's sync table), each a record-sized write into a
+/// preallocated file on the roots' file system and an `fdatasync`, as a journal segment takes
+/// them.
+fn sync_batch(dir: &Path, n: usize) -> Res<f64> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("syncs");
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&path)?;
+    file.set_len(1 << 20)?;
+    file.sync_all()?;
+    let record = [0x5au8; 256];
+    let start = Instant::now();
+    for i in 0..2 * n as u64 {
+        file.write_all_at(&record, (i * 256) % (1 << 20))?;
+        file.sync_data()?;
+    }
+    let elapsed = ms(start.elapsed());
+    std::fs::remove_file(&path)?;
+    Ok(elapsed)
+}
+
+/// Section 4's figures, in ms per round.
+#[derive(Default)]
+struct Batches {
+    cold: Samples,
+    plain: Samples,
+    shell: Samples,
+    /// The floor of a cold run: the executable's start, the two syncs and a plain spawn.
+    floor: Samples,
+}
+
+/// Section 4: `plan.batch` cold runs, as many plain spawns, a shell loop of as many, as many
+/// starts of the executable alone and as many pairs of syncs, each timed as a whole, in
+/// alternating order every round.
+fn batches(bin: &Path, root: &Path, dir: &Path, plan: Plan) -> Res<Batches> {
+    let mut out = Batches::default();
+    let n = plan.batch;
     for i in 0..plan.rounds {
         common::print_round(i, plan.rounds);
+        let (cold, plain, shell, version, syncs);
         if i % 2 == 0 {
-            cold.push(cold_batch(bin, root, plan.batch)?);
-            plain.push(plain_batch(plan.batch)?);
-            shell.push(common::shell_loop_ms(plan.batch)?);
+            cold = cold_batch(bin, root, n)?;
+            plain = plain_batch(n)?;
+            shell = common::shell_loop_ms(n)?;
+            version = version_batch(bin, n)?;
+            syncs = sync_batch(dir, n)?;
         } else {
-            shell.push(common::shell_loop_ms(plan.batch)?);
-            plain.push(plain_batch(plan.batch)?);
-            cold.push(cold_batch(bin, root, plan.batch)?);
+            syncs = sync_batch(dir, n)?;
+            version = version_batch(bin, n)?;
+            shell = common::shell_loop_ms(n)?;
+            plain = plain_batch(n)?;
+            cold = cold_batch(bin, root, n)?;
         }
         println!(
-            "  {} x run -- true: {:.0} ms; {} x spawn+wait true: {:.0} ms; shell loop: {:.0} ms",
-            plan.batch, cold.0[i], plan.batch, plain.0[i], shell.0[i]
+            "  {n} x run -- true: {cold:.0} ms; {n} x spawn+wait true: {plain:.0} ms; shell loop: \
+             {shell:.0} ms; {n} x procjournal --version: {version:.0} ms; {n} x two syncs: \
+             {syncs:.0} ms"
         );
+        out.cold.push(cold);
+        out.plain.push(plain);
+        out.shell.push(shell);
+        out.floor.push(version + syncs + plain);
     }
-    Ok((cold, plain, shell))
+    Ok(out)
 }
 
 /// Section 5's root: `n` finished processes, through a daemon that then shuts down cleanly.
@@ -426,7 +495,12 @@ fn main() -> Res<()> {
 
     // 4. The same as batches of back-to-back runs.
     println!("batches of {} back to back:", plan.batch);
-    let (batch_cold, batch_plain, batch_shell) = batches(&bin, &root, plan)?;
+    let Batches {
+        cold: batch_cold,
+        plain: batch_plain,
+        shell: batch_shell,
+        floor: batch_floor,
+    } = batches(&bin, &root, dir.path(), plan)?;
 
     // 5. A large root beside the small one.
     let large = dir.path().join("large");
@@ -484,6 +558,13 @@ fn main() -> Res<()> {
             baseline: &batch_shell_name,
             base: &batch_shell,
             target: Target::MaxRatio(8.0),
+        },
+        Row {
+            figure: "  floor: as many --version + two syncs + spawn+wait, ms",
+            samples: &batch_floor,
+            baseline: &batch_base,
+            base: &batch_plain,
+            target: Target::None,
         },
         Row {
             figure: &large_figure,
