@@ -26,17 +26,18 @@
 //!   way gained nothing: it does more per byte than the writer (a copy out of the pipe, a
 //!   checksum, a copy into the spool's file), so its reads are already large. For text lines it
 //!   is not a floor: `yes` and `head` and the reader share two CPUs;
-//! - the floor of keeping the bytes: `sh -c '<workload> | KEEPER'`, this bench's binary again,
-//!   the pipe enlarged the same way, reading it in the drain's reads (256 KiB) as soon as it
-//!   holds anything and writing each read, as it is, into a file on the roots' file system at
-//!   the read's offset modulo 64 MiB (a ring of the default retention, so that after the first
-//!   64 MiB each write lands on pages already cached, as a spool reusing its segment files
-//!   does). Nothing else: no framing, no checksum, no index, no second copy. Any supervisor
-//!   that keeps a pipe's bytes in a file does at least this;
-//! - the floor of keeping them durably: the same, then one `fdatasync` of the ring at the end
-//!   of the input. A capture that says the output it kept is on the disk when the command's
-//!   result is out (as `run` and the daemon do for the window their retention keeps) cannot do
-//!   less; the baseline syncs nothing;
+//! - a plain keeper: `sh -c '<workload> | KEEPER'`, this bench's binary again, the pipe
+//!   enlarged the same way, reading it in the drain's reads (256 KiB) as soon as it holds
+//!   anything and writing each read, as it is, into a file on the roots' file system at the
+//!   read's offset modulo 64 MiB (a ring of the default retention, so that after the first 64
+//!   MiB each write lands on pages already cached, as a spool reusing its segment files does).
+//!   Nothing else: no framing, no checksum, no index, no second copy. It is the simplest
+//!   supervisor that keeps a pipe's bytes in a file, for reference, not a floor: a drain with
+//!   larger reads, or one that overlaps its writes with its reads, may do better;
+//! - the same keeper made durable: one `fdatasync` of the ring at the end of the input, as a
+//!   capture that says its kept output is on the disk when the result is out must do for its
+//!   window (the baseline syncs nothing). Again a reference: a drain that starts writeback of
+//!   its window before the end may do better;
 //! - `run`: `procjournal run --root R -- sh -c '<workload>'`, its live copy to /dev/null: the
 //!   open of the root, the drain into the spool (default retention, 64 MiB, so older segments
 //!   are deleted as a ring), the tap to this process's stdout, the write-behind syncs, the
@@ -376,8 +377,16 @@ fn main() -> Res<()> {
                 floor,
                 Target::None,
             ),
-            ("pipe | keeping the bytes (floor)", keeping, Target::None),
-            ("pipe | keeping them durably (floor)", durable, Target::None),
+            (
+                "pipe | a plain keeper into a ring file",
+                keeping,
+                Target::None,
+            ),
+            (
+                "pipe | the same keeper, synced at the end",
+                durable,
+                Target::None,
+            ),
             ("procjournal run", run, Target::MaxRatio(target)),
             ("daemon start + wait", daemon, Target::MaxRatio(target)),
         ] {
