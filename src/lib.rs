@@ -89,6 +89,7 @@ pub mod fuzzing;
 mod heap;
 #[doc(hidden)]
 pub mod idhash;
+mod idsort;
 pub mod limits;
 mod runs;
 mod spill;

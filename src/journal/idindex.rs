@@ -435,7 +435,11 @@ impl IdIndex {
 /// other seq under the same key is a duplicate.
 fn dedup_retained(ids: &mut Vec<RetainedId>) -> Vec<Duplicate> {
     let mut duplicates = Vec::new();
-    ids.sort_by_key(|r| (crate::idhash::order_key(r.id.as_bytes()), r.seq));
+    // A snapshot's retained IDs come nearly in order (`crate::idsort`).
+    let key = |r: &RetainedId| (crate::idhash::order_key(r.id.as_bytes()), r.seq);
+    if !crate::idsort::sort_nearly_ordered(ids, key) {
+        ids.sort_by_key(key);
+    }
     // The seq of the element before `later` in sorted order: a seq given twice is one record.
     let mut previous_seq = 0;
     ids.dedup_by(|later, kept| {
