@@ -113,30 +113,30 @@ fn run_command(bin: &Path, root: &Path) -> Command {
     command
 }
 
-/// One cold `procjournal run --root R -- true`, timed from the spawn to the wait's return.
-fn cold_run(bin: &Path, root: &Path) -> Res<Duration> {
+/// `command`, its standard streams at /dev/null, timed from the spawn to the wait's return;
+/// an error, naming it `what`, unless it exited 0.
+fn timed_quietly(command: &mut Command, what: &str) -> Res<Duration> {
     let start = Instant::now();
-    let status = run_command(bin, root).status()?;
-    let elapsed = start.elapsed();
-    if !status.success() {
-        return Err(format!("procjournal run -- true: {status}").into());
-    }
-    Ok(elapsed)
-}
-
-/// The baseline: spawn `true` and wait for it.
-fn plain_spawn() -> Res<Duration> {
-    let start = Instant::now();
-    let status = Command::new("true")
+    let status = command
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()?;
     let elapsed = start.elapsed();
     if !status.success() {
-        return Err(format!("true: {status}").into());
+        return Err(format!("{what}: {status}").into());
     }
     Ok(elapsed)
+}
+
+/// One cold `procjournal run --root R -- true`, timed from the spawn to the wait's return.
+fn cold_run(bin: &Path, root: &Path) -> Res<Duration> {
+    timed_quietly(&mut run_command(bin, root), "procjournal run -- true")
+}
+
+/// The baseline: spawn `true` and wait for it.
+fn plain_spawn() -> Res<Duration> {
+    timed_quietly(&mut Command::new("true"), "true")
 }
 
 /// Every file and directory under `path` (itself included), depth first, with its metadata.
@@ -244,51 +244,27 @@ fn plain_batch(n: usize) -> Res<f64> {
 fn version_batch(bin: &Path, n: usize) -> Res<f64> {
     let start = Instant::now();
     for _ in 0..n {
-        let status = Command::new(bin)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()?;
-        if !status.success() {
-            return Err(format!("procjournal --version: {status}").into());
-        }
+        timed_quietly(Command::new(bin).arg("--version"), "procjournal --version")?;
     }
     Ok(ms(start.elapsed()))
 }
 
 /// Milliseconds for `n` plain spawns + waits of `true`, each between the two syncs a cold run
 /// must make (the registration's and the terminal event's, journal-format.md's sync table):
-/// each a record-sized write into a file on the roots' file system, written whole and synced
-/// first as a journal segment is, and an `fdatasync`. Interleaved with the spawns, not back
-/// to back: on this kind of machine a sync right after another costs a tenth of one after a
-/// pause, and a run's syncs come after pauses.
+/// each a record written into a file on the roots' file system as the journal writes one
+/// ([`common::SyncedRecords`], which the daemon bench times too). Interleaved with the spawns,
+/// not back to back: on this kind of machine a sync right after another costs a tenth of one
+/// after a pause, and a run's syncs come after pauses.
 fn synced_plain_batch(dir: &Path, n: usize) -> Res<f64> {
-    use std::io::Write;
-    use std::os::unix::fs::FileExt;
-    const FILE_BYTES: u64 = 1 << 20;
-    let path = dir.join("syncs");
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(&path)?;
-    file.write_all(&vec![0u8; FILE_BYTES as usize])?;
-    file.sync_all()?;
-    let mut at = 0u64;
-    let mut record = || -> std::io::Result<()> {
-        file.write_all_at(&[0x5a; 256], at)?;
-        at = (at + 256) % FILE_BYTES;
-        file.sync_data()
-    };
+    let file = common::SyncedRecords::create(dir, "syncs")?;
     let start = Instant::now();
     for _ in 0..n {
-        record()?;
+        file.record()?;
         plain_spawn()?;
-        record()?;
+        file.record()?;
     }
     let elapsed = ms(start.elapsed());
-    std::fs::remove_file(&path)?;
+    std::fs::remove_file(dir.join("syncs"))?;
     Ok(elapsed)
 }
 

@@ -188,50 +188,22 @@ fn plain_ms(rt: &tokio::runtime::Runtime, commands: usize, loops: usize) -> Res<
     })
 }
 
-/// A file laid out as a journal segment is for [`synced_plain_ms`]: written whole once and
-/// synced, so that a later write and `fdatasync` of it allocate nothing.
-fn synced_loop_file(dir: &Path) -> Res<std::fs::File> {
-    use std::io::Write;
-    let mut file = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .create_new(true)
-        .open(dir.join("synced-loop"))?;
-    file.write_all(&vec![0u8; SYNCED_LOOP_FILE_BYTES as usize])?;
-    file.sync_all()?;
-    Ok(file)
-}
-
-const SYNCED_LOOP_FILE_BYTES: u64 = 2 << 20;
-
 /// Milliseconds for `commands` plain tokio spawn + wait of `true`, each between two durable
-/// records as the journal writes one: its bytes, the commit area's, one `fdatasync`.
+/// records as the journal writes one ([`common::SyncedRecords`]).
 fn synced_plain_ms(
     rt: &tokio::runtime::Runtime,
-    file: &std::fs::File,
+    file: &common::SyncedRecords,
     commands: usize,
 ) -> Res<f64> {
-    use std::os::unix::fs::FileExt;
-    let mut at = 4096u64;
-    let mut record = |file: &std::fs::File| -> std::io::Result<()> {
-        file.write_at(&[0xa5; 240], at)?;
-        file.write_at(&[0x5a; 48], 64)?;
-        at = if at + 512 >= SYNCED_LOOP_FILE_BYTES {
-            4096
-        } else {
-            at + 256
-        };
-        file.sync_data()
-    };
     rt.block_on(async {
         let t = Instant::now();
         for _ in 0..commands {
-            record(file)?;
+            file.record()?;
             let status = tokio::process::Command::new("true").spawn()?.wait().await?;
             if !status.success() {
                 return Err(format!("true: {status}").into());
             }
-            record(file)?;
+            file.record()?;
         }
         Ok(t.elapsed().as_secs_f64() * 1e3)
     })
@@ -289,7 +261,7 @@ struct Daemons {
     /// `serve`'s launcher under `Os` durability: what the guardians cost, whatever the disk.
     serve_os: Daemon,
     /// [`synced_plain_ms`]'s file, beside the roots.
-    synced: std::fs::File,
+    synced: common::SyncedRecords,
 }
 
 impl Daemons {
@@ -305,7 +277,7 @@ impl Daemons {
             os: start_daemon(&root("rt-os")?, Durability::Os, Arc::new(GroupLauncher))?,
             serve: start_daemon(&root("rt-serve")?, Durability::Group, serve)?,
             serve_os: start_daemon(&root("rt-serve-os")?, Durability::Os, serve_os)?,
-            synced: synced_loop_file(dir)?,
+            synced: common::SyncedRecords::create(dir, "synced-loop")?,
         })
     }
 

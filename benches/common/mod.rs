@@ -398,6 +398,51 @@ pub fn size_name(bytes: u64) -> String {
     }
 }
 
+/// A file laid out as a journal segment is, for timing the syncs the sync table owes every
+/// command (journal-format.md): written whole once and synced, so that a later write and
+/// `fdatasync` of it allocate nothing, then taking records as the journal takes one: its bytes,
+/// the commit area's, one `fdatasync`. The daemon and cold-run benches time their synced plain
+/// loops with it, so that both mean the same sync.
+pub struct SyncedRecords {
+    file: std::fs::File,
+    /// Where the next record goes (a `Cell`: a bench shares the file across its figures).
+    at: std::cell::Cell<u64>,
+}
+
+impl SyncedRecords {
+    const FILE_BYTES: u64 = 2 << 20;
+
+    /// The file `name` in `dir`, which must not exist.
+    pub fn create(dir: &Path, name: &str) -> Res<SyncedRecords> {
+        use std::io::Write;
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(dir.join(name))?;
+        file.write_all(&vec![0u8; Self::FILE_BYTES as usize])?;
+        file.sync_all()?;
+        Ok(SyncedRecords {
+            file,
+            at: std::cell::Cell::new(4096),
+        })
+    }
+
+    /// One durable record: its bytes, the commit area's, then `fdatasync`.
+    pub fn record(&self) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        let at = self.at.get();
+        self.file.write_all_at(&[0xa5; 240], at)?;
+        self.file.write_all_at(&[0x5a; 48], 64)?;
+        self.at.set(if at + 512 >= Self::FILE_BYTES {
+            4096
+        } else {
+            at + 256
+        });
+        self.file.sync_data()
+    }
+}
+
 /// Deletes `path` (a file or a directory), then writes back every dirty page of the machine, so
 /// that the next measurement starts without write-back of this one's pages competing with it.
 pub fn discard(path: &Path) -> Res<()> {
