@@ -17,6 +17,12 @@
 //! manifest store keeps one per process in, so that a finished process costs the heap nothing;
 //! and [`BytesWriter`], bytes written in order, which a snapshot captures its frames into.
 //!
+//! A spill may also be made over a [`Backing`], bytes another owner keeps unchanged (the
+//! mapping of the snapshot file a store was restored from): [`Spill::adopt`] then hands out
+//! ranges inside them where they are, without a copy, and the spill holds the backing for as
+//! long as it lives. A store restored from a snapshot of a large root so keeps no second copy
+//! of its settled frames, on the heap or in a spill file.
+//!
 //! Invariants:
 //! - Bytes are appended, each range once, in chunks that never move: a slice handed out stays
 //!   valid and unchanged for as long as the `Spill` is borrowed. A [`Column`] writes its records
@@ -27,6 +33,9 @@
 //!   and never reduced: a read never faults past its end. Only ranges already written are read.
 //! - A slice of a [`Spilled`] that this `Spill` did not hand out is empty or other bytes, never a
 //!   fault: every range is checked against its chunk.
+//! - A backing is a chunk of its own that nothing is appended to; an adopted range lies wholly
+//!   inside it (checked by address), and its bytes never change while the spill holds it (the
+//!   backing's contract: a snapshot file is never written in place, `journal::mmap`).
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
@@ -80,7 +89,26 @@ pub(crate) enum SpillError {
     Io(#[from] io::Error),
 }
 
+/// Bytes another owner keeps unchanged for as long as they are held (a snapshot file's
+/// read-only mapping, or its bytes read onto the heap where mapping failed), which a spill made
+/// over them hands out ranges of in place ([`Spill::adopt`]).
+pub(crate) trait Backing: Send + Sync + std::fmt::Debug {
+    fn bytes(&self) -> &[u8];
+
+    /// Drops this process's page-table entries for the bytes where they are mapped; the next
+    /// read maps the same bytes again ([`Spill::release_resident`]).
+    fn release_resident(&self) {}
+}
+
+impl Backing for Vec<u8> {
+    fn bytes(&self) -> &[u8] {
+        self
+    }
+}
+
 enum Chunk {
+    /// Bytes held by their owner, adopted in place, never appended to.
+    Backed(std::sync::Arc<dyn Backing>),
     /// `used` bytes written through the file, read through `map`. Only the last chunk is
     /// appended to, and it is then the file's last `map.len()` bytes. It maps the file from
     /// byte `start` on.
@@ -94,6 +122,7 @@ enum Chunk {
 impl Chunk {
     fn bytes(&self) -> &[u8] {
         match self {
+            Chunk::Backed(backing) => backing.bytes(),
             Chunk::Mapped { map, used, .. } => map.get(..*used).unwrap_or_default(),
             Chunk::Heap { bytes, .. } => bytes,
         }
@@ -101,6 +130,7 @@ impl Chunk {
 
     fn room(&self) -> usize {
         match self {
+            Chunk::Backed(_) => 0,
             Chunk::Mapped { map, used, .. } => map.len() - used,
             Chunk::Heap { bytes, size } => size.saturating_sub(bytes.len()),
         }
@@ -139,13 +169,16 @@ impl std::fmt::Debug for Spill {
 }
 
 /// A copy on the heap, each chunk at the same place: every [`Spilled`] of the original reads the
-/// same bytes in the copy.
+/// same bytes in the copy. A backing is shared, not copied: its bytes never change.
 impl Clone for Spill {
     fn clone(&self) -> Self {
         let chunks = self
             .chunks
             .iter()
             .map(|c| {
+                if let Chunk::Backed(backing) = c {
+                    return Chunk::Backed(std::sync::Arc::clone(backing));
+                }
                 let size = c.bytes().len() + c.room();
                 let mut bytes = Vec::with_capacity(size);
                 bytes.extend_from_slice(c.bytes());
@@ -183,6 +216,39 @@ impl Spill {
         }
     }
 
+    /// Spill space on the heap whose first chunk is `backing`, for [`Spill::adopt`] to hand out
+    /// ranges of. A backing too large for a chunk's 32-bit offsets is not held: every range is
+    /// then appended, as a copy.
+    pub(crate) fn over(backing: std::sync::Arc<dyn Backing>) -> Spill {
+        let mut spill = Spill::default();
+        if u32::try_from(backing.bytes().len()).is_ok() {
+            spill.chunks.push(Chunk::Backed(backing));
+        }
+        spill
+    }
+
+    /// Where `bytes` are when they lie wholly inside a backing of this spill: the same range,
+    /// read in place, with nothing copied or appended. `None` for any other bytes.
+    pub(crate) fn adopt(&self, bytes: &[u8]) -> Option<Spilled> {
+        let len = u32::try_from(bytes.len()).ok()?;
+        let start = bytes.as_ptr() as usize;
+        self.chunks.iter().enumerate().find_map(|(at, chunk)| {
+            let Chunk::Backed(backing) = chunk else {
+                return None;
+            };
+            let held = backing.bytes();
+            let offset = start.checked_sub(held.as_ptr() as usize)?;
+            if offset.checked_add(bytes.len())? > held.len() {
+                return None;
+            }
+            Some(Spilled {
+                chunk: u32::try_from(at).ok()?,
+                offset: u32::try_from(offset).ok()?,
+                len,
+            })
+        })
+    }
+
     /// Whether appended bytes leave the heap.
     #[cfg(any(test, feature = "test-support"))]
     pub(crate) fn is_file(&self) -> bool {
@@ -191,6 +257,16 @@ impl Spill {
                 .chunks
                 .iter()
                 .any(|c| matches!(c, Chunk::Mapped { .. }))
+    }
+
+    /// Bytes this spill holds on the heap: appended, not adopted.
+    #[cfg(any(test, feature = "test-support"))]
+    pub(crate) fn heap_bytes(&self) -> usize {
+        self.chunks
+            .iter()
+            .filter(|c| matches!(c, Chunk::Heap { .. }))
+            .map(|c| c.bytes().len())
+            .sum()
     }
 
     /// Bytes appended so far.
@@ -221,6 +297,9 @@ impl Spill {
                 *used += bytes.len();
             }
             Chunk::Heap { bytes: v, .. } => v.extend_from_slice(bytes),
+            Chunk::Backed(_) => {
+                return Err(SpillError::Io(io::Error::other("an append to a backing")));
+            }
         }
         Ok(Spilled {
             chunk: u32::try_from(at).map_err(|_| SpillError::TooLarge(bytes.len()))?,
@@ -278,13 +357,20 @@ impl Spill {
 
     /// This spill's bytes moved into `file` (an unnamed file of this process's own, empty),
     /// chunk by chunk at the same places: every [`Spilled`] it handed out reads the same bytes
-    /// from the result. On a refusal this spill is given back unchanged, with the error.
+    /// from the result. A backing stays where it is: it is not on this process's heap. On a
+    /// refusal this spill is given back unchanged, with the error.
     pub(crate) fn into_file(self, file: File) -> Result<Spill, (Spill, SpillError)> {
         let mut moved = Spill {
             chunk_bytes: self.chunk_bytes,
             ..Spill::in_file(file)
         };
         for chunk in &self.chunks {
+            if let Chunk::Backed(backing) = chunk {
+                moved
+                    .chunks
+                    .push(Chunk::Backed(std::sync::Arc::clone(backing)));
+                continue;
+            }
             let bytes = chunk.bytes();
             let written = moved
                 .add_chunk_of(bytes.len() + chunk.room())
@@ -327,7 +413,7 @@ impl Spill {
     }
 
     /// Record `i` of `N`-byte records laid end to end over chunks that are all full but the
-    /// last (as [`Records`] and [`Column`] write them).
+    /// last (as [`Records`] and [`Column`] write them; neither is ever made over a backing).
     fn record<const N: usize>(&self, i: usize) -> Option<[u8; N]> {
         let at = i.checked_mul(N)?;
         let chunk = self.chunks.get(at / self.chunk_bytes)?;
@@ -339,6 +425,9 @@ impl Spill {
     /// frame): they stay in the page cache, and a later read maps them again.
     pub(crate) fn release_resident(&self) {
         for chunk in &self.chunks {
+            if let Chunk::Backed(backing) = chunk {
+                backing.release_resident();
+            }
             if let Chunk::Mapped { map, .. } = chunk {
                 // SAFETY: the mapping is a read-only shared mapping of a file. `MADV_DONTNEED`
                 // there drops only this process's page-table entries; the next access faults the
@@ -655,6 +744,82 @@ mod tests {
             prop_assert_eq!(file.bytes(), sizes.iter().sum::<usize>() as u64);
             prop_assert!(file.is_file() && heap.is_file() && !copy.is_file());
         }
+    }
+
+    proptest! {
+        /// A range inside a backing is adopted where it is, and reads back in place from the
+        /// spill, its copy and the spill moved into a file, among appends before and after;
+        /// bytes outside the backing, even by one, are never adopted, and appends never land
+        /// in it.
+        #[test]
+        fn a_backing_is_read_in_place(
+            len in 1usize..3 * SMALL,
+            ranges in prop::collection::vec((0usize..3 * SMALL, 0usize..SMALL), 1..10),
+            sizes in prop::collection::vec(0usize..SMALL, 0..4),
+        ) {
+            let held: Vec<u8> = (0..len).map(|i| (i * 13 + 1) as u8).collect();
+            let backing: std::sync::Arc<dyn Backing> = std::sync::Arc::new(held.clone());
+            let base = backing.bytes().as_ptr();
+            let mut spill = Spill { chunk_bytes: SMALL, ..Spill::over(backing.clone()) };
+            let mut appended = Vec::new();
+            for size in &sizes {
+                let bytes = vec![0xa5; *size];
+                appended.push((spill.append(&bytes).unwrap(), bytes));
+            }
+            let mut adopted = Vec::new();
+            for (start, n) in ranges {
+                let (start, n) = (start % len, n % (len - start % len + 1));
+                let inside = &backing.bytes()[start..start + n];
+                let at = spill.adopt(inside);
+                prop_assert!(at.is_some(), "{start}+{n} of {len}");
+                adopted.push((at.unwrap(), start, n));
+                // The same bytes elsewhere are not the backing's.
+                prop_assert_eq!(spill.adopt(&held[start..start + n]), None);
+            }
+            // One byte past either end of the backing.
+            let wider = [0u8; 2];
+            prop_assert_eq!(spill.adopt(&wider), None);
+            let copy = spill.clone();
+            let moved = spill.into_file(unnamed()).map_err(|(_, e)| e).unwrap();
+            for s in [&copy, &moved] {
+                for (at, start, n) in &adopted {
+                    let read = s.get(*at);
+                    prop_assert_eq!(read, &held[*start..*start + *n]);
+                    prop_assert!(*n == 0 || std::ptr::eq(read.as_ptr(), base.wrapping_add(*start)));
+                }
+                for (at, bytes) in &appended {
+                    prop_assert_eq!(s.get(*at), &bytes[..]);
+                }
+            }
+            prop_assert_eq!(copy.heap_bytes(), sizes.iter().sum::<usize>());
+            prop_assert_eq!(moved.heap_bytes(), 0);
+        }
+    }
+
+    /// A backing past a chunk's 32-bit offsets is not held: nothing is adopted from it, and
+    /// its bytes are appended as copies instead. (A sparse file of 4 GiB and one byte, mapped
+    /// and never read: no memory is spent on it.)
+    #[test]
+    fn a_backing_too_large_for_offsets_is_not_held() {
+        #[derive(Debug)]
+        struct Mapped(Mmap);
+        impl Backing for Mapped {
+            fn bytes(&self) -> &[u8] {
+                &self.0
+            }
+        }
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(u64::from(u32::MAX) + 1).unwrap();
+        // SAFETY: the file is this test's own unnamed temporary file, its length set just above
+        // and never changed while the read-only mapping lives.
+        let map = unsafe { Mmap::map(&file).unwrap() };
+        let huge: std::sync::Arc<dyn Backing> = std::sync::Arc::new(Mapped(map));
+        let mut spill = Spill::over(huge.clone());
+        let tail = &huge.bytes()[(u32::MAX as usize) - 8..];
+        assert_eq!(spill.adopt(tail), None);
+        let at = spill.append(tail).unwrap();
+        assert_eq!(spill.get(at), tail);
+        assert_eq!(spill.heap_bytes(), tail.len());
     }
 
     proptest! {

@@ -24,7 +24,10 @@
 //! - A snapshot file is mapped as a [`Prefix`] by any reader, lock or not (`lifecycle::snapdir`):
 //!   procjournal writes a snapshot under a temporary name and renames it whole, and never writes
 //!   into or truncates a published one (compaction unlinks it, which leaves a mapping's pages), so
-//!   its bytes do not change while they are mapped.
+//!   its bytes do not change while they are mapped. The store restored from it keeps the mapping
+//!   for its life, its settled manifests' frames read in place (`crate::spill::Backing`): a
+//!   page dropped and read again later could fault as above, the exposure a spill file's
+//!   mapped chunks have too.
 //! - Programs outside procjournal that shrink or rewrite a segment while a writer runs, or a
 //!   snapshot while it is read, break the contract; as ripgrep says of its own mmap use, this
 //!   reasoning should be treated as suspect against an adversarial local user, which is why the
@@ -135,6 +138,25 @@ impl Prefix {
 
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.map
+    }
+}
+
+/// A snapshot's mapping backs the frames of the store restored from it (`crate::spill`), for as
+/// long as that store lives.
+impl crate::spill::Backing for Prefix {
+    fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    fn release_resident(&self) {
+        // SAFETY: the mapping is a read-only shared mapping of a file. `MADV_DONTNEED` there
+        // drops only this process's page-table entries; the next access faults the same bytes
+        // in from the page cache (or the file), so every slice borrowed from it reads what it
+        // read before. No private or anonymous memory is discarded.
+        let _ = unsafe {
+            self.map
+                .unchecked_advise(memmap2::UncheckedAdvice::DontNeed)
+        };
     }
 }
 

@@ -1301,7 +1301,7 @@ impl ManifestStore {
     pub(crate) fn restore(
         entries: impl ExactSizeIterator<Item = (EventId, Manifest)>,
     ) -> Result<ManifestStore, InvalidManifest> {
-        let mut store = ManifestStore::restoring(entries.len());
+        let mut store = ManifestStore::restoring(entries.len(), Spill::default());
         for (position, (registration, m)) in entries.enumerate() {
             store.restore_one(position, registration, m, None)?;
         }
@@ -1309,11 +1309,15 @@ impl ManifestStore {
     }
 
     /// An empty store sized for `n` manifests read back from a snapshot, which
-    /// [`ManifestStore::restore_one`] then adds one by one, in registration order.
-    pub(crate) fn restoring(n: usize) -> ManifestStore {
+    /// [`ManifestStore::restore_one`] then adds one by one, in registration order; `frames`
+    /// is where their settled frames go (made over the snapshot's bytes, it keeps them there).
+    pub(crate) fn restoring(n: usize, frames: Spill) -> ManifestStore {
         // Sized once for all of them: growing the reservations as they come re-files them
         // over and over.
-        let mut store = ManifestStore::default();
+        let mut store = ManifestStore {
+            frames,
+            ..ManifestStore::default()
+        };
         let n = n.min(SLOTS_MAX);
         store.slots.reserve(n);
         store.reserved.rebuild(5 * n, std::iter::empty());
@@ -1439,6 +1443,12 @@ impl ManifestStore {
     #[cfg(any(test, feature = "test-support"))]
     pub fn sealed_ids(&self) -> (usize, usize) {
         (self.sealed_slots.len(), self.sealed_reserved.len())
+    }
+
+    /// Bytes of settled frames held on the heap (not in a spill file, not read in place).
+    #[cfg(any(test, feature = "test-support"))]
+    pub fn frames_on_heap(&self) -> usize {
+        self.frames.heap_bytes()
     }
 
     /// Whether settled frames leave the heap (a file was given and took them).

@@ -15,12 +15,14 @@
 //!   the way is reported.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use super::replay::SnapshotProblem;
 use super::snapshot::{self, SNAPSHOT_HEADER_BYTES, Snapshot, SnapshotHeader};
 use crate::journal::{CrashPoints, Head, MappedPrefix};
 use crate::limits::{SNAPSHOT_BYTES_MAX, SNAPSHOTS_KEPT};
 use crate::root::dir::{Access, Dir, Kind};
+use crate::spill::Backing;
 
 /// The directory under the runtime root.
 pub const SNAPSHOT_DIR: &str = "snapshots";
@@ -93,6 +95,16 @@ fn size(dir: &Dir, name: &str) -> u64 {
 enum FileBytes {
     Mapped(MappedPrefix),
     Read(Vec<u8>),
+}
+
+impl FileBytes {
+    /// The bytes as what a restored store's settled frames are read from in place.
+    fn into_backing(self) -> Arc<dyn Backing> {
+        match self {
+            FileBytes::Mapped(map) => Arc::new(map),
+            FileBytes::Read(bytes) => Arc::new(bytes),
+        }
+    }
 }
 
 impl std::ops::Deref for FileBytes {
@@ -196,13 +208,16 @@ pub(crate) fn load_best(
                 continue;
             }
         };
-        let decoded =
-            SnapshotHeader::decode(&bytes).and_then(|header| match unusable(*seq, &header, head) {
+        let file_bytes = bytes.len() as u64;
+        let bytes = bytes.into_backing();
+        let decoded = SnapshotHeader::decode(bytes.bytes()).and_then(|header| {
+            match unusable(*seq, &header, head) {
                 Some(reason) => Ok(Err(reason)),
-                None => snapshot::decode(&bytes).map(Ok),
-            });
+                None => snapshot::decode_backed(&bytes).map(Ok),
+            }
+        });
         match decoded {
-            Ok(Ok(snap)) => return (Some((snap, bytes.len() as u64)), problems),
+            Ok(Ok(snap)) => return (Some((snap, file_bytes)), problems),
             Ok(Err(reason)) => problems.push(problem(reason)),
             Err(e) => problems.push(problem(format!("damaged: {e}"))),
         }

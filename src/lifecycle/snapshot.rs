@@ -57,7 +57,8 @@ use crate::journal::{EventId, RetainedId};
 use crate::limits::{
     SEQ_MAX, SNAPSHOT_BYTES_MAX, SNAPSHOT_FRAME_BYTES_MAX, SNAPSHOT_IDS_PER_FRAME,
 };
-use crate::spill::{BytesWriter, Spill, SpillError};
+use crate::spill::{Backing, BytesWriter, Spill, SpillError};
+use std::sync::Arc;
 
 /// First eight bytes of every snapshot file.
 pub const SNAPSHOT_MAGIC: [u8; 8] = *b"PJSNAPS\0";
@@ -632,7 +633,7 @@ enum Decoder {
 
 /// Decodes a whole snapshot file. Total (module doc).
 pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
-    decode_with(bytes, Decoder::Fast)
+    decode_with(bytes, Decoder::Fast, Spill::default())
 }
 
 /// [`decode`] with every frame read by bincode's derived decoders: the reference that
@@ -640,10 +641,18 @@ pub fn decode(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
 #[doc(hidden)]
 #[cfg(any(test, feature = "test-support"))]
 pub fn decode_reference(bytes: &[u8]) -> Result<Snapshot, SnapshotError> {
-    decode_with(bytes, Decoder::Reference)
+    decode_with(bytes, Decoder::Reference, Spill::default())
 }
 
-fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
+/// [`decode`] of a snapshot file's bytes as `backing` holds them: the settled manifests of the
+/// store it gives keep their frames where they are in those bytes (no copy on the heap or in a
+/// spill file), and the store holds `backing` for as long as it lives.
+pub(crate) fn decode_backed(backing: &Arc<dyn Backing>) -> Result<Snapshot, SnapshotError> {
+    let frames = Spill::over(Arc::clone(backing));
+    decode_with(backing.bytes(), Decoder::Fast, frames)
+}
+
+fn decode_with(bytes: &[u8], how: Decoder, settled: Spill) -> Result<Snapshot, SnapshotError> {
     let (header, payload) = checked_payload(bytes)?;
     let version = u16_at(bytes, SN_VERSION_OFFSET);
     let mut frames = Frames {
@@ -652,7 +661,7 @@ fn decode_with(bytes: &[u8], how: Decoder) -> Result<Snapshot, SnapshotError> {
         read_by_hand: None,
     };
     let meta: Meta = frames.next("meta")?;
-    let mut store = read_manifests(&mut frames, &meta, how, version)?;
+    let mut store = read_manifests(&mut frames, &meta, how, version, settled)?;
     let retained = read_retained_frames(&mut frames, &meta, how, store.len(), header.seq)?;
     let replay = read_issues(&mut frames, &meta)?;
     // Versions before 3 have no gate frame: their writers knew no gate, so it never changed.
@@ -704,6 +713,7 @@ fn read_manifests(
     meta: &Meta,
     how: Decoder,
     version: u16,
+    settled: Spill,
 ) -> Result<ManifestStore, SnapshotError> {
     let manifest_suffix: &[u8] = match version {
         1 => &V1_MANIFEST_SUFFIX,
@@ -713,7 +723,7 @@ fn read_manifests(
     };
     // Each manifest goes straight into the store (a manifest is large: collecting them first
     // would write every one twice).
-    let mut store = ManifestStore::restoring(capacity(meta.manifests, frames, 64));
+    let mut store = ManifestStore::restoring(capacity(meta.manifests, frames, 64), settled);
     for position in 0..meta.manifests {
         let at = frames.at;
         let w: ManifestIn = frames.next_with("manifest", how, manifest_suffix, |r| {

@@ -386,6 +386,46 @@ fn a_brief_writer_spills_nothing_and_reads_as_a_lasting_one() {
     assert!(*lc.store() == mirror, "restored after a brief writer");
 }
 
+/// A writer restored from a snapshot reads its settled manifests' frames where they are in the
+/// snapshot file's bytes: none is copied to its heap, brief or lasting, and the store reads,
+/// takes appends and writes snapshots as one built in memory does.
+#[test]
+fn a_restored_writer_reads_settled_frames_in_the_snapshot_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = os_options();
+    let half = 40 * workload::PHASES;
+    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
+    append_events(&mut lc, 0..half);
+    lc.snapshot_now().unwrap().unwrap();
+    drop(lc);
+    let brief = crate::journal::Tenure::Brief;
+    let (mut lc, _, _) = super::Lifecycle::open_for(dir.path(), options.clone(), brief).unwrap();
+    assert_eq!(lc.store().settled(), 40);
+    assert_eq!(
+        lc.store().frames_on_heap(),
+        0,
+        "a brief writer copied frames"
+    );
+    assert!(*lc.store() == finished(40), "read in place");
+    append_events(&mut lc, half..2 * half);
+    assert!(lc.store().frames_on_heap() > 0, "new frames are appended");
+    let mirror = finished(80);
+    assert!(
+        *lc.store() == mirror,
+        "appends beside the snapshot's frames"
+    );
+    lc.snapshot_now().unwrap().unwrap();
+    drop(lc);
+    let (lc, _, _) = super::Lifecycle::open(dir.path(), options).unwrap();
+    assert!(lc.spills_to_file());
+    assert_eq!(
+        lc.store().frames_on_heap(),
+        0,
+        "a lasting writer kept frames"
+    );
+    assert!(*lc.store() == mirror, "restored from the second snapshot");
+}
+
 /// Past [`super::BRIEF_SETTLED_MAX`] settled manifests a brief writer spills them as a lasting
 /// one does: one command on a large root keeps a bounded heap for its life.
 #[test]

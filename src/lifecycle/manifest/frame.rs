@@ -482,12 +482,19 @@ impl SettledFrame {
     }
 
     /// The frame `m` was just decoded from (a current snapshot's, by the hand decoder), kept as
-    /// it is: it decodes to `m` again. `None`: the spill refused it.
+    /// it is: it decodes to `m` again. Where the spill was made over the snapshot's bytes, the
+    /// frame stays there, uncopied. `None`: the spill refused it.
     pub(in crate::lifecycle) fn decoded_from(
         bytes: &[u8],
         m: &Manifest,
         spill: &mut Spill,
     ) -> Option<SettledFrame> {
+        if let Some(at) = spill.adopt(bytes) {
+            return Some(SettledFrame {
+                at,
+                retired: m.retired.is_some(),
+            });
+        }
         SettledFrame::keep(bytes, m, spill)
     }
 
