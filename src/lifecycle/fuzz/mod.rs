@@ -494,6 +494,21 @@ fn check_snapshot(bytes: &[u8]) {
             reference.err()
         ),
     }
+    // Read in place over the same bytes (each settled frame adopted where it is, not copied):
+    // the same value, or the same error.
+    let held: std::sync::Arc<dyn crate::spill::Backing> = std::sync::Arc::new(bytes.to_vec());
+    match (snapshot::decode(bytes), snapshot::decode_backed(&held)) {
+        (Ok(copied), Ok(in_place)) => {
+            assert!(copied.store == in_place.store, "read in place differs");
+            assert_eq!(copied.retained, in_place.retained, "read in place differs");
+        }
+        (Err(copied), Err(in_place)) => assert_eq!(copied, in_place, "read in place differs"),
+        (copied, in_place) => panic!(
+            "read in place differs: copied {:?}, in place {:?}",
+            copied.err(),
+            in_place.err()
+        ),
+    }
     match snapshot::decode(bytes) {
         Ok(s) => {
             let again = snapshot::encode(
