@@ -289,8 +289,9 @@ const SEAL_MIN_ENTRIES: usize = 4096;
 
 /// The most entries the index's table holds before every one of them is sealed, the active
 /// segment's too: the bound on the table (about 4 MiB with its buckets), which would otherwise
-/// hold a whole segment's records, 17 MiB for a 16 MiB segment of the lifecycle workload's
-/// (heaptrack of `cargo bench --bench finished_memory`'s append child). Each seal writes a run
+/// hold a whole segment's records, 17 MiB for a segment of 16 MiB (the default once) of the
+/// lifecycle workload's (heaptrack of `cargo bench --bench finished_memory`'s append child), and
+/// more for a larger configured size. Each seal writes a run
 /// and merges runs: at 16 384 entries `Os` appends ran a quarter to a third slower than sealing
 /// only at rotations, at 65 536 about a sixth (`cargo bench --bench journal`, interleaved
 /// rounds).

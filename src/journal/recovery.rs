@@ -490,7 +490,7 @@ impl SegmentBytes {
     /// else read into the buffer, a short file as if extended with zeroes (what a writable open
     /// does to it: a record whose only missing bytes were zero padding is whole). The mapping
     /// spares the writer's open a copy of the whole segment into a buffer of that size (the
-    /// active one, up to 16 MiB, which a brief writer's close leaves without a `CLOSED` claim
+    /// active one, 4 MiB by default, which a brief writer's close leaves without a `CLOSED` claim
     /// and so without the fast path).
     fn whole(
         &mut self,

@@ -356,7 +356,7 @@ fn the_documented_limits_are_the_code_limits() {
     assert_eq!(limits::RECORD_PAYLOAD_BYTES_MAX, 1_048_576);
     assert_eq!(limits::SEGMENT_BYTES_MIN, 4096);
     assert_eq!(limits::SEGMENT_BYTES_MAX, 1_073_741_824);
-    assert_eq!(limits::SEGMENT_BYTES_DEFAULT, 16_777_216);
+    assert_eq!(limits::SEGMENT_BYTES_DEFAULT, 4_194_304);
     assert_eq!(limits::SEGMENT_COUNT_MAX, 16_384);
     assert_eq!(limits::FOLLOW_POLL_MS, 50);
     assert_eq!(format::record_bytes(0), 48);
