@@ -328,11 +328,9 @@ fn the_earliest_end_is_known_at_once_and_a_retirement_keeps_it() {
 /// reads them, and gone from the root's listing (the file has no name).
 #[test]
 fn a_writer_spills_settled_frames_into_an_unnamed_file() {
-    let dir = tempfile::tempdir().unwrap();
     let options = os_options();
     let half = 40 * workload::PHASES;
-    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    append_events(&mut lc, 0..half);
+    let (dir, lc) = written(half);
     assert!(lc.spills_to_file(), "a fresh writer spills");
     drop(lc);
     let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
@@ -367,11 +365,9 @@ fn a_writer_spills_settled_frames_into_an_unnamed_file() {
 /// them, reads and appends as a lasting writer does, and a lasting writer after it spills them.
 #[test]
 fn a_brief_writer_spills_nothing_and_reads_as_a_lasting_one() {
-    let dir = tempfile::tempdir().unwrap();
     let options = os_options();
     let half = 40 * workload::PHASES;
-    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    append_events(&mut lc, 0..half);
+    let (dir, lc) = written(half);
     drop(lc);
     let brief = crate::journal::Tenure::Brief;
     let (mut lc, _, _) = super::Lifecycle::open_for(dir.path(), options.clone(), brief).unwrap();
@@ -391,11 +387,9 @@ fn a_brief_writer_spills_nothing_and_reads_as_a_lasting_one() {
 /// takes appends and writes snapshots as one built in memory does.
 #[test]
 fn a_restored_writer_reads_settled_frames_in_the_snapshot_file() {
-    let dir = tempfile::tempdir().unwrap();
     let options = os_options();
     let half = 40 * workload::PHASES;
-    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    append_events(&mut lc, 0..half);
+    let (dir, mut lc) = written(half);
     lc.snapshot_now().unwrap().unwrap();
     drop(lc);
     let brief = crate::journal::Tenure::Brief;
@@ -430,12 +424,10 @@ fn a_restored_writer_reads_settled_frames_in_the_snapshot_file() {
 /// one does: one command on a large root keeps a bounded heap for its life.
 #[test]
 fn a_brief_writer_of_a_large_root_spills_as_a_lasting_one() {
-    let dir = tempfile::tempdir().unwrap();
     let options = os_options();
     let lanes = workload::LANES as usize;
     let processes = (super::BRIEF_SETTLED_MAX / lanes + 1) * lanes;
-    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), options.clone()).unwrap();
-    append_events(&mut lc, 0..processes as u64 * workload::PHASES);
+    let (dir, lc) = written(processes as u64 * workload::PHASES);
     drop(lc);
     let brief = crate::journal::Tenure::Brief;
     let (lc, _, _) = super::Lifecycle::open_for(dir.path(), options, brief).unwrap();
@@ -452,6 +444,15 @@ fn os_options() -> crate::JournalOptions {
         durability: crate::Durability::Os,
         ..crate::JournalOptions::default()
     }
+}
+
+/// A root and a lasting writer of it (without a flush per append) that appended the workload's
+/// first `events` events.
+fn written(events: u64) -> (tempfile::TempDir, super::Lifecycle) {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut lc, _, _) = super::Lifecycle::open(dir.path(), os_options()).unwrap();
+    append_events(&mut lc, 0..events);
+    (dir, lc)
 }
 
 /// Appends the workload's events numbered `events` to `lc`.

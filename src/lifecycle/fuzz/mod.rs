@@ -476,39 +476,34 @@ pub fn snapshot_decode(data: &[u8]) {
     }
 }
 
+/// Two decodes of the same bytes: the same snapshot, or the same error.
+fn same_decode(
+    a: Result<crate::lifecycle::snapshot::Snapshot, crate::lifecycle::snapshot::SnapshotError>,
+    b: Result<crate::lifecycle::snapshot::Snapshot, crate::lifecycle::snapshot::SnapshotError>,
+    differ: &str,
+) {
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            assert_eq!(a.header, b.header, "{differ}");
+            assert!(a.store == b.store, "{differ}");
+            assert_eq!(a.retained, b.retained, "{differ}");
+            assert_eq!(a.replay, b.replay, "{differ}");
+        }
+        (Err(a), Err(b)) => assert_eq!(a, b, "{differ}"),
+        (a, b) => panic!("{differ}: {:?} against {:?}", a.err(), b.err()),
+    }
+}
+
 fn check_snapshot(bytes: &[u8]) {
     use crate::lifecycle::snapshot;
     // The frames read by hand against bincode's derived decoders: the same value, or the same
     // error.
-    match (snapshot::decode(bytes), snapshot::decode_reference(bytes)) {
-        (Ok(fast), Ok(reference)) => {
-            assert_eq!(fast.header, reference.header, "the decoders differ");
-            assert!(fast.store == reference.store, "the decoders differ");
-            assert_eq!(fast.retained, reference.retained, "the decoders differ");
-            assert_eq!(fast.replay, reference.replay, "the decoders differ");
-        }
-        (Err(fast), Err(reference)) => assert_eq!(fast, reference, "the decoders differ"),
-        (fast, reference) => panic!(
-            "the decoders differ: by hand {:?}, reference {:?}",
-            fast.err(),
-            reference.err()
-        ),
-    }
-    // Read in place over the same bytes (each settled frame adopted where it is, not copied):
-    // the same value, or the same error.
+    let (fast, reference) = (snapshot::decode(bytes), snapshot::decode_reference(bytes));
+    same_decode(fast, reference, "the decoders differ");
+    // Read in place over the same bytes (each settled frame adopted where it is, not copied).
     let held: std::sync::Arc<dyn crate::spill::Backing> = std::sync::Arc::new(bytes.to_vec());
-    match (snapshot::decode(bytes), snapshot::decode_backed(&held)) {
-        (Ok(copied), Ok(in_place)) => {
-            assert!(copied.store == in_place.store, "read in place differs");
-            assert_eq!(copied.retained, in_place.retained, "read in place differs");
-        }
-        (Err(copied), Err(in_place)) => assert_eq!(copied, in_place, "read in place differs"),
-        (copied, in_place) => panic!(
-            "read in place differs: copied {:?}, in place {:?}",
-            copied.err(),
-            in_place.err()
-        ),
-    }
+    let in_place = snapshot::decode_backed(&held);
+    same_decode(snapshot::decode(bytes), in_place, "read in place differs");
     match snapshot::decode(bytes) {
         Ok(s) => {
             let again = snapshot::encode(
