@@ -269,7 +269,7 @@ impl Spill {
             .sum()
     }
 
-    /// Bytes appended so far.
+    /// Bytes held: those appended so far, and the whole of a backing.
     pub(crate) fn bytes(&self) -> u64 {
         self.chunks.iter().map(|c| c.bytes().len() as u64).sum()
     }
