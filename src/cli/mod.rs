@@ -85,13 +85,20 @@ pub(crate) async fn open_supervisor(
 ) -> anyhow::Result<crate::supervisor::Supervisor> {
     let mut config = supervisor_config(root);
     config.group = group;
+    let prepared = std::sync::Arc::clone(&launcher);
     config.launcher = launcher;
     // One command, then exit: nothing to file off the heap for later.
     config.tenure = crate::journal::Tenure::Brief;
+    // The launcher's preparation (the guardian zygote's spawn) is polled second: the open has
+    // handed its work to blocking threads by then, and this thread, the runtime's only one,
+    // would only wait for it. Spawned before the open, the zygote held this thread until its
+    // exec, and then until it gave up the CPU it had woken this thread on.
+    let (opened, ()) = tokio::join!(
+        crate::supervisor::Supervisor::open(config, crate::supervisor::Services::noop()),
+        async move { prepared.prepare() },
+    );
     let (supervisor, report) =
-        crate::supervisor::Supervisor::open(config, crate::supervisor::Services::noop())
-            .await
-            .with_context(|| format!("cannot open the runtime root {}", root.display()))?;
+        opened.with_context(|| format!("cannot open the runtime root {}", root.display()))?;
     warn_damage(root, &report);
     if !report.reconciled.is_empty() {
         note!(
@@ -493,9 +500,10 @@ pub(crate) struct TreeArgs {
 impl TreeArgs {
     /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
     /// leaves that to the caller's verbosity). Guardians are forked by a zygote, started at the
-    /// first launch, or at once with `launching` (the caller opens its root and launches once,
-    /// right away, as `run` does: the zygote's exec overlaps the open, the launch is a fork,
-    /// and the zygote ends while the workload runs).
+    /// first launch, or beside the open with `launching` (the caller opens its root and
+    /// launches once, right away, as `run` does: [`open_supervisor`] prepares the launcher
+    /// while the root opens, the launch is a fork, and the zygote ends while the workload
+    /// runs).
     pub(crate) fn launcher(
         &self,
         root: &std::path::Path,
@@ -505,13 +513,8 @@ impl TreeArgs {
         use crate::tree::{GroupLauncher, GuardianLauncher, GuardianProgram};
         // `procjournal-guardian` beside this binary, else this binary re-executed (said once).
         let guardian = || {
-            GuardianLauncher::new(GuardianProgram::beside_current_exe()).map(|l| {
-                let l = l.with_zygote(true).with_one_launch(launching);
-                if launching {
-                    l.start_zygote();
-                }
-                l
-            })
+            GuardianLauncher::new(GuardianProgram::beside_current_exe())
+                .map(|l| l.with_zygote(true).with_one_launch(launching))
         };
         let cgroups =
             || crate::tree::cgroup::CgroupBase::probe(&crate::tree::cgroup::base_name(root));

@@ -207,6 +207,12 @@ pub trait Launcher: Send + Sync + Debug {
         false
     }
 
+    /// Starts now what the first launch would otherwise start (a guardian launcher's zygote),
+    /// for a caller that launches as soon as its root is open: run beside the open, its
+    /// start-up is off the path to the launch. May block (a spawn); a failure is only traced
+    /// (the launch tries again). Nothing by default.
+    fn prepare(&self) {}
+
     /// Gives back what the launcher holds beyond its trees (a guardian launcher's zygote, ended
     /// and reaped, and its base cgroup, when it is empty), once its supervisor has shut down.
     /// Best effort; nothing by default.

@@ -542,15 +542,17 @@ fn a_sigkilled_daemon_leaves_no_zygote() {
     drop(daemon);
 }
 
-/// `start_zygote` starts the zygote before any launch (what `run` does while it opens its
-/// root), and the first launch's guardian is forked by that same zygote.
+/// The launcher's `prepare` (what `run` calls while it opens its root) starts the zygote
+/// before any launch, `start_zygote` after it starts no second one, and the first launch's
+/// guardian is forked by that same zygote.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zygote_started_before_the_first_launch_forks_it() {
     let root = temp_root();
     let mut cfg = config(root.path());
     let zygote_launcher = launcher();
     assert_eq!(zygote_launcher.zygote_pid(), None, "lazy until asked");
-    zygote_launcher.start_zygote();
+    // What `run` calls beside its open.
+    procjournal::tree::Launcher::prepare(&*zygote_launcher);
     let early = zygote_launcher.zygote_pid().expect("started at once");
     assert_eq!(parent_of(early), Some(std::process::id()));
     zygote_launcher.start_zygote();

@@ -247,6 +247,10 @@ impl Launcher for GuardianLauncher {
         true
     }
 
+    fn prepare(&self) {
+        self.start_zygote();
+    }
+
     /// A process that exits without dropping its supervisor (the CLI's `run` ends its runtime
     /// in the background) never runs the drop: its shutdown removes the base, and ends and
     /// reaps the zygote, instead (a zygote left running would exit at its end of stream, a
