@@ -77,7 +77,9 @@ pub(crate) fn supervisor_config(root: &std::path::Path) -> crate::supervisor::Su
 }
 
 /// Opens a supervisor of this process's own on `root` (for `run` and `capture` when no daemon
-/// serves it), and says on stderr what its open found.
+/// serves it), and says on stderr what its open found. Prepares `launcher` beside the open
+/// ([`crate::tree::Launcher::prepare`]: a guardian launcher's zygote), since its caller
+/// launches as soon as the root is open.
 pub(crate) async fn open_supervisor(
     root: &std::path::Path,
     group: Option<u32>,
