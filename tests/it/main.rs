@@ -18,6 +18,8 @@ mod admission;
 #[cfg(feature = "cli")]
 mod admission_default;
 #[cfg(feature = "cli")]
+mod cli_brief_snapshot;
+#[cfg(feature = "cli")]
 mod cli_broken_pipe;
 #[cfg(feature = "cli")]
 mod cli_conventions;
