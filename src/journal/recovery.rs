@@ -809,7 +809,8 @@ impl Scan {
 
 /// Reads the records of a segment whose header was accepted, with its commit point: only as
 /// far as a sealed or closed commit point names when that is provably all there is (the fast
-/// path), else the whole file.
+/// path), or a window past an ordinary one with zeroes after it (the near path), else the whole
+/// file.
 fn read_records(
     file: &mut File,
     file_len: u64,
@@ -826,18 +827,32 @@ fn read_records(
     // A file cut inside its commit area lost what the slots claimed (a newer slot may be the
     // one cut): the claim is unknown.
     let commit_area_cut = file_len < header.records_offset() as u64;
-    // Records the fast path handed out: the same bytes give the same first records, so a fall
-    // back to the full scan skips exactly these.
-    let mut visited = 0u64;
-    if !commit_area_cut
-        && let Some(c) = &commit
-        && let Some(outcome) =
-            read_to_commit(file, file_len, header, c, source, last_seq, &mut |r| {
-                visited += 1;
-                visit(r);
-            })?
-    {
-        return Ok((outcome, commit));
+    // Records a shorter path handed out: every attempt scans the same bytes from the segment's
+    // start, so it gives the same first records, and each hands out only those past these.
+    let mut handed = 0u64;
+    let mut forward = |seen: &mut u64, r: RecordRef<'_>| {
+        *seen += 1;
+        if *seen > handed {
+            handed = *seen;
+            visit(r);
+        }
+    };
+    if !commit_area_cut && let Some(c) = &commit {
+        let mut seen = 0u64;
+        let shorter = match read_to_commit(file, file_len, header, c, source, last_seq, &mut |r| {
+            forward(&mut seen, r);
+        })? {
+            Some(outcome) => Some(outcome),
+            None => {
+                let mut seen = 0u64;
+                read_near_commit(file, file_len, header, c, source, last_seq, &mut |r| {
+                    forward(&mut seen, r);
+                })?
+            }
+        };
+        if let Some(outcome) = shorter {
+            return Ok((outcome, commit));
+        }
     }
     let mapped = source.whole(file, file_len, header)?;
     let bytes: &[u8] = match &mapped {
@@ -850,10 +865,7 @@ fn read_records(
     }
     let mut seen = 0u64;
     let outcome = scan_segment(bytes, header, commit.as_ref(), last_seq, |r| {
-        seen += 1;
-        if seen > visited {
-            visit(r);
-        }
+        forward(&mut seen, r);
     });
     Ok((outcome, commit))
 }
@@ -887,10 +899,7 @@ fn read_to_commit(
     let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
     // Small segments' records are often all in the page read already.
     let wanted = look_past.min(u64::from(header.segment_bytes)).min(file_len);
-    let outcome = match source.prefix(file, wanted)? {
-        Some(map) => scan_segment(map.bytes(), header, Some(commit), last_seq, visit),
-        None => scan_segment(&source.buf, header, Some(commit), last_seq, visit),
-    };
+    let outcome = scan_prefix(file, wanted, header, commit, source, last_seq, visit)?;
     let bytes = &mut source.buf;
     let whole = outcome.end_offset == slot.end_offset as usize
         && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
@@ -898,6 +907,77 @@ fn read_to_commit(
         && outcome.trailing.is_none()
         && (slot.sealed() || zero_from(file, wanted, file_len, bytes)?);
     Ok(whole.then_some(outcome))
+}
+
+/// The near path, for a segment whose newest commit slot neither seals nor closes it (the
+/// active segment that a brief writer's close or a crash left): its bytes up to a window of
+/// [`crate::limits::SCAN_BLOCK_BYTES`] past that slot's end, where the records appended after
+/// the commit (a brief writer's bookkeeping) end, are scanned, and the rest of the file is only
+/// checked to be zero, in blocks, rather than mapped and read in place (mapping a mostly empty
+/// segment of a few MiB and unmapping it cost more than reading its zeroes). The outcome is the
+/// full scan's whenever it is taken: the records ended inside the window with zeroes to its end
+/// (the scan stops on zeroes alone), and every byte after the window is zero, so the full scan
+/// reads the same records and then zeroes to the end. `None` when anything else is found (a
+/// record reaching the window's end, damage, a torn tail, a byte past the window that is not
+/// zero): the whole file is scanned then, and finds it.
+fn read_near_commit(
+    file: &mut File,
+    file_len: u64,
+    header: &SegmentHeader,
+    commit: &CommitPoint,
+    source: &mut SegmentBytes,
+    last_seq: u64,
+    visit: &mut impl FnMut(RecordRef<'_>),
+) -> std::io::Result<Option<SegmentOutcome>> {
+    let Some((_, slot)) = commit.newest else {
+        return Ok(None);
+    };
+    // A sealed or closed slot is the fast path's, which may have replaced the buffer's bytes
+    // with a block of the file's tail: only before it ran does the buffer hold the file's first
+    // bytes, as `prefix` expects.
+    if slot.sealed() || slot.closed() || u64::from(slot.end_offset) > file_len {
+        return Ok(None);
+    }
+    #[cfg(test)]
+    if !NEAR_PATH.with(std::cell::Cell::get) {
+        return Ok(None);
+    }
+    let window = u64::from(slot.end_offset) + crate::limits::SCAN_BLOCK_BYTES as u64;
+    let wanted = window.min(u64::from(header.segment_bytes)).min(file_len);
+    let outcome = scan_prefix(file, wanted, header, commit, source, last_seq, visit)?;
+    let bytes = &mut source.buf;
+    let whole = (outcome.end_offset as u64) < wanted
+        && outcome.damaged.is_empty()
+        && outcome.trailing.is_none()
+        && zero_from(file, wanted, file_len, bytes)?;
+    #[cfg(test)]
+    NEAR_TAKEN.with(|n| n.set(n.get() + usize::from(whole)));
+    Ok(whole.then_some(outcome))
+}
+
+/// The scan of the first `wanted` bytes of `file` (as [`SegmentBytes::prefix`] gives them).
+fn scan_prefix(
+    file: &mut File,
+    wanted: u64,
+    header: &SegmentHeader,
+    commit: &CommitPoint,
+    source: &mut SegmentBytes,
+    last_seq: u64,
+    visit: &mut impl FnMut(RecordRef<'_>),
+) -> std::io::Result<SegmentOutcome> {
+    Ok(match source.prefix(file, wanted)? {
+        Some(map) => scan_segment(map.bytes(), header, Some(commit), last_seq, visit),
+        None => scan_segment(&source.buf, header, Some(commit), last_seq, visit),
+    })
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Whether this thread's scans may take the near path: tests turn it off to get the full
+    /// scan's findings to compare with.
+    pub(crate) static NEAR_PATH: std::cell::Cell<bool> = const { std::cell::Cell::new(true) };
+    /// How many segments this thread's scans read by the near path.
+    pub(crate) static NEAR_TAKEN: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
 }
 
 /// A trailing bad range is a torn tail only if no later segment holds a record (row H

@@ -1071,6 +1071,16 @@ fn a_clean_close_lets_the_next_open_flush_nothing_and_a_crash_does_not() {
     assert!(open_failing_flushes(dir.path()).is_err());
 }
 
+/// A root whose journal is one segment of the bytes `pristine`, the byte at `at` changed.
+fn root_with_stray(pristine: &[u8], at: usize) -> tempfile::TempDir {
+    let case = tempfile::tempdir().unwrap();
+    std::fs::create_dir(case.path().join("journal")).unwrap();
+    let mut bytes = pristine.to_vec();
+    bytes[at] = 0x5a;
+    std::fs::write(segment_path(case.path(), 0), &bytes).unwrap();
+    case
+}
+
 /// Bytes that a writer which resumed after a clean close left past the claimed end (it lost
 /// power before its first commit) are found wherever they are. The scan reads the records only
 /// as far as the claim and checks the rest of the file block by block, so a stray byte in the
@@ -1096,11 +1106,7 @@ fn a_stray_byte_anywhere_past_a_clean_close_is_a_torn_tail() {
         segment - 1,
     ];
     for at in strays {
-        let case = tempfile::tempdir().unwrap();
-        std::fs::create_dir(case.path().join("journal")).unwrap();
-        let mut bytes = pristine.clone();
-        bytes[at] = 0x5a;
-        std::fs::write(segment_path(case.path(), 0), &bytes).unwrap();
+        let case = root_with_stray(&pristine, at);
         let (records, report) = read_all(case.path());
         assert_eq!(seqs(&records), vec![1, 2, 3, 4, 5], "stray at {at}");
         let torn = TornTail {
@@ -1486,6 +1492,19 @@ fn scan_by(root: &Path, reading: recovery::Reading) -> ScanFindings {
     (records, scan.report, scan.last_seq, scan.seq_floor)
 }
 
+/// Flips the bits `flip` of one byte of segment `segment` (modulo the files listed), at the
+/// fraction `at` of its length; a segment that is not there is left alone.
+fn flip_one_byte(root: &Path, (segment, at, flip): (u64, f64, u8)) {
+    let listed = std::fs::read_dir(root.join("journal")).unwrap().count() as u64;
+    let index = segment % listed.max(1);
+    if segment_path(root, index).exists() {
+        edit(root, index, |bytes| {
+            let i = ((bytes.len() as f64 * at) as usize).min(bytes.len() - 1);
+            bytes[i] ^= flip;
+        });
+    }
+}
+
 /// Segments of a few pages, so that records lie past the first page, which a scan reads anyway.
 const MAPPED_SEG: usize = 4 * crate::limits::PAGE_BYTES;
 
@@ -1512,15 +1531,8 @@ proptest::proptest! {
             append_n(&journal, n, n + more);
             drop(journal);
         }
-        if let Some((segment, at, flip)) = damage {
-            let listed = std::fs::read_dir(dir.path().join("journal")).unwrap().count() as u64;
-            let path = segment_path(dir.path(), segment % listed.max(1));
-            if path.exists() {
-                edit(dir.path(), segment % listed.max(1), |bytes| {
-                    let i = ((bytes.len() as f64 * at) as usize).min(bytes.len() - 1);
-                    bytes[i] ^= flip;
-                });
-            }
+        if let Some(damage) = damage {
+            flip_one_byte(dir.path(), damage);
         }
         let mapped_before = super::mmap::PREFIXES_MAPPED.with(std::cell::Cell::get);
         let copied = scan_by(dir.path(), recovery::Reading::Copied);
@@ -1539,11 +1551,45 @@ proptest::proptest! {
             }
         }
     }
+
+    /// The near path finds what the full scan finds, on journals closed cleanly or left by a
+    /// crash, written on after or not, with one byte anywhere changed or none.
+    #[test]
+    fn a_near_scan_finds_what_a_full_one_does(
+        n in 1u64..160,
+        closed in proptest::bool::ANY,
+        deferred in 0u64..6,
+        damage in proptest::option::of((0u64..8, 0.0f64..1.0, 1u8..=255)),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        // Segments four windows long, so that most of each file lies past the window; one
+        // commit of the first `n` records, as a brief writer's last acknowledgement leaves it.
+        let segment = 4 * crate::limits::SCAN_BLOCK_BYTES;
+        let (journal, _) = Journal::open(dir.path(), options(Durability::Group, segment)).unwrap();
+        for i in 0..n + deferred {
+            journal.append_deferred(id_of(i), KIND, 1, &payload_of(i)).unwrap();
+            if i + 1 == n {
+                journal.acknowledge(n).unwrap();
+            }
+        }
+        if closed { drop(journal) } else { journal.crash() }
+        if let Some(damage) = damage {
+            flip_one_byte(dir.path(), damage);
+        }
+        let (near, taken) = scan_near(dir.path(), true);
+        let (full, _) = scan_near(dir.path(), false);
+        proptest::prop_assert_eq!(near, full);
+        // Undamaged, a crash leaves the commit unclosed: the near path reads it.
+        if !closed && damage.is_none() {
+            proptest::prop_assert_eq!(taken, 1);
+        }
+    }
 }
 
-/// The full scan of a segment the fast path cannot take (no `CLOSED` or sealing claim: a brief
-/// writer's close, a crash) reads it through one mapping of the whole file in a writer's open,
-/// and finds what the copying scan finds.
+/// The scan of a segment the fast path cannot take (no `CLOSED` or sealing claim: a brief
+/// writer's close, a crash) reads its records through one mapping in a writer's open (of the
+/// near path's window here, of the whole file when that path falls back), and finds what the
+/// copying scan finds.
 #[test]
 fn a_segment_without_a_closing_claim_is_scanned_through_a_mapping() {
     let dir = tempfile::tempdir().unwrap();
@@ -1564,6 +1610,75 @@ fn a_segment_without_a_closing_claim_is_scanned_through_a_mapping() {
             .any(|r| r.3 > crate::limits::PAGE_BYTES as u64)
     );
     assert_eq!(maps, 1, "one mapping of the one segment");
+}
+
+/// The findings of a scan of `root` with the near path allowed or not, and how many segments
+/// it read by it.
+fn scan_near(root: &Path, near: bool) -> (ScanFindings, usize) {
+    recovery::NEAR_PATH.with(|n| n.set(near));
+    let before = recovery::NEAR_TAKEN.with(std::cell::Cell::get);
+    let found = scan_by(root, recovery::Reading::Mapped);
+    recovery::NEAR_PATH.with(|n| n.set(true));
+    (
+        found,
+        recovery::NEAR_TAKEN.with(std::cell::Cell::get) - before,
+    )
+}
+
+/// A segment whose newest commit neither seals nor closes it (a brief writer's close, a crash)
+/// is read to a window past that commit and only checked to be zero after it, block by block:
+/// the records appended after the commit are found, and a stray byte past them (inside the
+/// window, at its edge, past it at a block boundary, or in the file's last byte) is the same
+/// torn tail that the full scan finds, which then runs instead.
+#[test]
+fn a_stray_byte_anywhere_past_an_unclosed_commit_is_what_the_full_scan_finds() {
+    let block = crate::limits::SCAN_BLOCK_BYTES;
+    let segment = 4 * block;
+    let pristine_root = tempfile::tempdir().unwrap();
+    let (journal, _) =
+        Journal::open(pristine_root.path(), options(Durability::Sync, segment)).unwrap();
+    append_n(&journal, 0, 3);
+    let last = (3..5)
+        .map(|i| {
+            let appended = journal.append_deferred(id_of(i), KIND, 1, &payload_of(i));
+            appended.unwrap().position
+        })
+        .last()
+        .unwrap();
+    journal.crash();
+    let (clean, taken) = scan_near(pristine_root.path(), true);
+    assert_eq!(taken, 1, "the near path reads the one segment");
+    assert_eq!(clean, scan_near(pristine_root.path(), false).0);
+    assert_eq!(clean.0.len(), 5);
+    let pristine = std::fs::read(segment_path(pristine_root.path(), 0)).unwrap();
+    let end = last.offset as usize + record_len(4);
+    let strays = [
+        end + RECORD_HEADER_BYTES,
+        end + block - 1,
+        end + block,
+        2 * block,
+        segment - 1,
+    ];
+    for at in strays {
+        let case = root_with_stray(&pristine, at);
+        let (near, taken) = scan_near(case.path(), true);
+        let (full, _) = scan_near(case.path(), false);
+        assert_eq!(near, full, "stray at {at}");
+        assert_eq!(taken, 0, "stray at {at}: the near path fell back");
+        assert_eq!(seqs_of(&near), vec![1, 2, 3, 4, 5], "stray at {at}");
+        let torn = &near.1.torn_tails;
+        assert_eq!(torn.len(), 1, "stray at {at}: {torn:?}");
+        assert_eq!(
+            (torn[0].start_offset, torn[0].end_offset),
+            (end as u64, at as u64 + 1),
+            "stray at {at}"
+        );
+    }
+}
+
+/// The seqs a scan found, in order.
+fn seqs_of(found: &ScanFindings) -> Vec<u64> {
+    found.0.iter().map(|r| r.0).collect()
 }
 
 /// A brief writer flushes nothing that needs no flush. Its close writes no closing claim, so a
