@@ -808,9 +808,8 @@ impl Scan {
 }
 
 /// Reads the records of a segment whose header was accepted, with its commit point: only as
-/// far as a sealed or closed commit point names when that is provably all there is (the fast
-/// path), or a window past an ordinary one with zeroes after it (the near path), else the whole
-/// file.
+/// far as a sealed or closed commit point names (the fast path), or to a window past an
+/// ordinary one (the near path), when that is provably all there is; else the whole file.
 fn read_records(
     file: &mut File,
     file_len: u64,
@@ -827,32 +826,18 @@ fn read_records(
     // A file cut inside its commit area lost what the slots claimed (a newer slot may be the
     // one cut): the claim is unknown.
     let commit_area_cut = file_len < header.records_offset() as u64;
-    // Records a shorter path handed out: every attempt scans the same bytes from the segment's
-    // start, so it gives the same first records, and each hands out only those past these.
-    let mut handed = 0u64;
-    let mut forward = |seen: &mut u64, r: RecordRef<'_>| {
-        *seen += 1;
-        if *seen > handed {
-            handed = *seen;
-            visit(r);
-        }
-    };
-    if !commit_area_cut && let Some(c) = &commit {
-        let mut seen = 0u64;
-        let shorter = match read_to_commit(file, file_len, header, c, source, last_seq, &mut |r| {
-            forward(&mut seen, r);
-        })? {
-            Some(outcome) => Some(outcome),
-            None => {
-                let mut seen = 0u64;
-                read_near_commit(file, file_len, header, c, source, last_seq, &mut |r| {
-                    forward(&mut seen, r);
-                })?
-            }
-        };
-        if let Some(outcome) = shorter {
-            return Ok((outcome, commit));
-        }
+    // Records the fast or near path handed out: the same bytes give the same first records, so
+    // a fall back to the full scan skips exactly these.
+    let mut visited = 0u64;
+    if !commit_area_cut
+        && let Some(c) = &commit
+        && let Some(outcome) =
+            read_to_commit(file, file_len, header, c, source, last_seq, &mut |r| {
+                visited += 1;
+                visit(r);
+            })?
+    {
+        return Ok((outcome, commit));
     }
     let mapped = source.whole(file, file_len, header)?;
     let bytes: &[u8] = match &mapped {
@@ -865,21 +850,35 @@ fn read_records(
     }
     let mut seen = 0u64;
     let outcome = scan_segment(bytes, header, commit.as_ref(), last_seq, |r| {
-        forward(&mut seen, r);
+        seen += 1;
+        if seen > visited {
+            visit(r);
+        }
     });
     Ok((outcome, commit))
 }
 
 /// The fast path: a sealed segment whose records run exactly to the end its commit point
 /// names is read only that far (restore reads the records, not the preallocated zeroes).
-/// `None` when anything is unexpected, for the whole file to be read instead. A cleanly closed
-/// segment's claim does not bound what is past it: a later writer may have resumed appending
-/// to it and lost power before its first commit replaced the `CLOSED` claim, leaving unflushed
-/// bytes anywhere past the claimed end (a lost first page does not hide a kept later one). So
-/// the rest of its file is read too, but only checked to be zero, in blocks: if it is, the full
-/// scan would find exactly what the fast path found (the same records, then zeroes to the end);
-/// if not, the full scan runs and finds those bytes, so that they are cut before new records
-/// are written among them.
+/// A cleanly closed segment's claim does not bound what is past it: a later writer may have
+/// resumed appending to it and lost power before its first commit replaced the `CLOSED` claim,
+/// leaving unflushed bytes anywhere past the claimed end (a lost first page does not hide a kept
+/// later one). So the rest of its file is read too, but only checked to be zero, in blocks: if
+/// it is, the full scan would find exactly what the fast path found (the same records, then
+/// zeroes to the end); if not, the full scan runs and finds those bytes, so that they are cut
+/// before new records are written among them.
+///
+/// The near path, for a segment whose newest slot is an ordinary commit (the active segment a
+/// brief writer's close or a crash left): it is read to a window of
+/// [`crate::limits::SCAN_BLOCK_BYTES`] past that commit's end, which holds what was appended
+/// after the commit (a brief writer's bookkeeping), and the rest is checked to be zero the same
+/// way, rather than mapped and read in place (mapping a mostly empty segment of a few MiB cost
+/// more than reading its zeroes). Taken when the records end inside the window (the scan stops
+/// on zeroes alone, so zeroes follow them to its end) and every byte after it is zero: the full
+/// scan then reads the same records and then zeroes to the end.
+///
+/// Either way, `None` when anything is unexpected (damage, a torn tail, records that do not end
+/// where they must, a byte that is not zero), for the whole file to be read instead.
 fn read_to_commit(
     file: &mut File,
     file_len: u64,
@@ -892,83 +891,43 @@ fn read_to_commit(
     let Some((_, slot)) = commit.newest else {
         return Ok(None);
     };
-    if !(slot.sealed() || slot.closed()) || u64::from(slot.end_offset) > file_len {
+    let fast = slot.sealed() || slot.closed();
+    #[cfg(test)]
+    if !fast && !NEAR_PATH.with(std::cell::Cell::get) {
         return Ok(None);
     }
-    // One record header past the end too: the next record's place must be empty.
-    let look_past = u64::from(slot.end_offset) + crate::limits::RECORD_HEADER_BYTES as u64;
+    if u64::from(slot.end_offset) > file_len {
+        return Ok(None);
+    }
+    // The fast path looks one record header past the end (the next record's place must be
+    // empty), the near path a window past it.
+    let past = if fast {
+        crate::limits::RECORD_HEADER_BYTES
+    } else {
+        crate::limits::SCAN_BLOCK_BYTES
+    };
     // Small segments' records are often all in the page read already.
-    let wanted = look_past.min(u64::from(header.segment_bytes)).min(file_len);
-    let outcome = scan_prefix(file, wanted, header, commit, source, last_seq, visit)?;
+    let wanted = (u64::from(slot.end_offset) + past as u64)
+        .min(u64::from(header.segment_bytes))
+        .min(file_len);
+    let outcome = match source.prefix(file, wanted)? {
+        Some(map) => scan_segment(map.bytes(), header, Some(commit), last_seq, visit),
+        None => scan_segment(&source.buf, header, Some(commit), last_seq, visit),
+    };
+    let ended = if fast {
+        outcome.end_offset == slot.end_offset as usize
+            && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
+    } else {
+        (outcome.end_offset as u64) < wanted
+    };
     let bytes = &mut source.buf;
-    let whole = outcome.end_offset == slot.end_offset as usize
-        && outcome.last_seq.unwrap_or(header.base_seq - 1) == slot.committed_seq
+    let whole = ended
         && outcome.damaged.is_empty()
         && outcome.trailing.is_none()
         && (slot.sealed() || zero_from(file, wanted, file_len, bytes)?);
-    Ok(whole.then_some(outcome))
-}
-
-/// The near path, for a segment whose newest commit slot neither seals nor closes it (the
-/// active segment that a brief writer's close or a crash left): its bytes up to a window of
-/// [`crate::limits::SCAN_BLOCK_BYTES`] past that slot's end, where the records appended after
-/// the commit (a brief writer's bookkeeping) end, are scanned, and the rest of the file is only
-/// checked to be zero, in blocks, rather than mapped and read in place (mapping a mostly empty
-/// segment of a few MiB and unmapping it cost more than reading its zeroes). The outcome is the
-/// full scan's whenever it is taken: the records ended inside the window with zeroes to its end
-/// (the scan stops on zeroes alone), and every byte after the window is zero, so the full scan
-/// reads the same records and then zeroes to the end. `None` when anything else is found (a
-/// record reaching the window's end, damage, a torn tail, a byte past the window that is not
-/// zero): the whole file is scanned then, and finds it.
-fn read_near_commit(
-    file: &mut File,
-    file_len: u64,
-    header: &SegmentHeader,
-    commit: &CommitPoint,
-    source: &mut SegmentBytes,
-    last_seq: u64,
-    visit: &mut impl FnMut(RecordRef<'_>),
-) -> std::io::Result<Option<SegmentOutcome>> {
-    let Some((_, slot)) = commit.newest else {
-        return Ok(None);
-    };
-    // A sealed or closed slot is the fast path's, which may have replaced the buffer's bytes
-    // with a block of the file's tail: only before it ran does the buffer hold the file's first
-    // bytes, as `prefix` expects.
-    if slot.sealed() || slot.closed() || u64::from(slot.end_offset) > file_len {
-        return Ok(None);
-    }
     #[cfg(test)]
-    if !NEAR_PATH.with(std::cell::Cell::get) {
-        return Ok(None);
-    }
-    let window = u64::from(slot.end_offset) + crate::limits::SCAN_BLOCK_BYTES as u64;
-    let wanted = window.min(u64::from(header.segment_bytes)).min(file_len);
-    let outcome = scan_prefix(file, wanted, header, commit, source, last_seq, visit)?;
-    let bytes = &mut source.buf;
-    let whole = (outcome.end_offset as u64) < wanted
-        && outcome.damaged.is_empty()
-        && outcome.trailing.is_none()
-        && zero_from(file, wanted, file_len, bytes)?;
-    #[cfg(test)]
-    NEAR_TAKEN.with(|n| n.set(n.get() + usize::from(whole)));
+    NEAR_TAKEN.with(|n| n.set(n.get() + usize::from(whole && !fast)));
     Ok(whole.then_some(outcome))
-}
-
-/// The scan of the first `wanted` bytes of `file` (as [`SegmentBytes::prefix`] gives them).
-fn scan_prefix(
-    file: &mut File,
-    wanted: u64,
-    header: &SegmentHeader,
-    commit: &CommitPoint,
-    source: &mut SegmentBytes,
-    last_seq: u64,
-    visit: &mut impl FnMut(RecordRef<'_>),
-) -> std::io::Result<SegmentOutcome> {
-    Ok(match source.prefix(file, wanted)? {
-        Some(map) => scan_segment(map.bytes(), header, Some(commit), last_seq, visit),
-        None => scan_segment(&source.buf, header, Some(commit), last_seq, visit),
-    })
 }
 
 #[cfg(test)]
