@@ -81,6 +81,10 @@ pub mod tree;
 #[cfg(not(feature = "test-support"))]
 mod tree;
 
+#[cfg(feature = "test-support")]
+pub mod aligned;
+#[cfg(not(feature = "test-support"))]
+mod aligned;
 pub mod codec;
 mod event_id;
 #[cfg(feature = "fuzzing")]

@@ -71,6 +71,7 @@ use std::collections::VecDeque;
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
+use crate::aligned::StageBuf;
 use crate::root::dir::Dir;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -225,8 +226,8 @@ pub struct Spool {
     /// The spool directory was created by this handle and its entry in `spool/` is not synced.
     parent_unsynced: bool,
     /// Whole chunks appended but not yet written: the active segment's bytes from file offset
-    /// `pending_at` to its `valid_len`.
-    pending: Vec<u8>,
+    /// `pending_at` to its `valid_len`, on a cache line (`aligned` says why).
+    pending: StageBuf,
     pending_at: u64,
     /// File offset and cursor where the last chunk wholly in the file ends: where a failed
     /// write cuts the file back to, and where its gap starts. (Aligned writes may leave a

@@ -34,6 +34,7 @@ use super::format::{
 };
 use super::index::SegmentIndex;
 use super::{Segment, Spool, SpoolError, SpoolOptions, io, segment_name};
+use crate::aligned::StageBuf;
 use crate::journal::reader::read_full_at;
 use crate::root::dir::{Access, Dir, file_name as file_name_of};
 
@@ -549,7 +550,7 @@ impl Spool {
             synced_layout: None,
             dirty: writable && total_bytes > 0,
             parent_unsynced: false,
-            pending: Vec::new(),
+            pending: StageBuf::new(),
             pending_at,
             written: (pending_at, total_bytes),
             boundary: (pending_at, total_bytes),

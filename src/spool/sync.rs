@@ -27,6 +27,7 @@ use std::sync::Arc;
 
 use super::format::SpoolHeader;
 use super::{LossReason, Spool, SpoolError, io, open_sealed_in, spare};
+use crate::aligned::StageBuf;
 use crate::root::dir::{Dir, file_name};
 
 /// The first cursors of the oldest and the newest segment: which segment files are named in the
@@ -308,7 +309,7 @@ impl Spool {
         self.flush()?;
         // The write buffer is given back here, at most once per checkpoint, rather than kept for
         // the life of the handle: a process that stopped writing does not hold it.
-        self.pending = Vec::new();
+        self.pending = StageBuf::new();
         // Newest first, down to and including the segment that held the last durable byte: it may
         // have been the active segment then, with appends after that checkpoint.
         for segment in self.segments.iter().rev() {

@@ -26,6 +26,7 @@ use super::format::{
 };
 use super::index::SegmentIndex;
 use super::{CHUNK_SPLIT_BYTES, Gap, LossReason, Segment, Spool, SpoolError, io, segment_name};
+use crate::aligned::StageBuf;
 use crate::limits::SPOOL_REMOVALS_DEFERRED_MAX;
 use crate::root::dir::{Dir, file_name as file_name_of};
 
@@ -304,7 +305,7 @@ impl Spool {
                 active.index = OnceLock::new();
             }
         }
-        self.pending = Vec::new();
+        self.pending = StageBuf::new();
         self.pending_at = written_at;
         self.boundary = self.written;
         let finished = self.failing.is_some_and(|f| f.finished);
@@ -499,7 +500,7 @@ impl Spool {
             self.boundary = next;
         }
         self.written = (offset, cursor);
-        self.pending.drain(..n);
+        self.pending.drain_front(n);
         self.pending_at = upto;
         Ok(())
     }

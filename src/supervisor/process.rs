@@ -43,13 +43,14 @@ use super::Shared;
 use super::command::Lease;
 use super::deadline::Clocks;
 use super::tap::{Tap, Tapping};
+use crate::aligned::ReadBuf;
 use crate::journal::EventId;
 use crate::lifecycle::event::{
     CaptureStatus, CursorBounds, Deadline, ExitProof, ExitStatus, LifecycleIds, OutputCheckpoint,
     OutputGap, TreeReleased,
 };
 use crate::lifecycle::{Handle, LifecycleEvent, State};
-use crate::limits;
+use crate::limits::{self, READ_BYTES};
 use crate::spool::format::Stream;
 use crate::spool::{Gap, Output};
 use crate::tree::{LeaderExit, Mechanism, ProcessTree, PtyMaster};
@@ -570,33 +571,16 @@ impl OutputEnd {
         }
     }
 
-    /// Reads at most [`crate::limits::READ_BYTES`] into `scratch`: the bytes read, none at the
-    /// end of output (a terminal's EIO included). A pipe is read into the buffer's spare room,
-    /// never zeroed first, so its pages become resident only where bytes arrive: a runtime
-    /// thread that drains only idle processes (a readiness with nothing to read) keeps none of
-    /// them.
-    fn try_read_into<'a>(&self, scratch: &'a mut Vec<u8>) -> std::io::Result<&'a [u8]> {
-        let bound = crate::limits::READ_BYTES;
+    /// Reads what the stream holds now into `room`: how many bytes, none at the end of output
+    /// (a terminal's EIO included). The drain's buffers are zeroed by the allocator, which in a
+    /// daemon (large blocks always mapped: `heap`) maps fresh pages without writing them: a
+    /// runtime thread that drains only idle processes (a readiness with nothing to read) keeps
+    /// none of them resident.
+    fn try_read_into(&self, room: &mut [u8]) -> std::io::Result<usize> {
         match self {
             // Through `try_io`, so that a read that would block clears the readiness.
-            OutputEnd::Pipe(p) if scratch.len() >= bound => {
-                // Zeroed already, by a terminal's read on this thread: read into it as it is.
-                let n = p.try_io(|| Ok(rustix::io::read(p, &mut scratch[..bound])?))?;
-                Ok(&scratch[..n])
-            }
-            OutputEnd::Pipe(p) => {
-                scratch.reserve_exact(bound);
-                let room = &mut scratch.spare_capacity_mut()[..bound];
-                let read = p.try_io(|| Ok(rustix::io::read(p, room)?))?;
-                Ok(read.0)
-            }
-            OutputEnd::Terminal(m) => {
-                if scratch.len() < bound {
-                    scratch.resize(bound, 0);
-                }
-                let n = m.try_read(&mut scratch[..bound])?;
-                Ok(&scratch[..n])
-            }
+            OutputEnd::Pipe(p) => p.try_io(|| Ok(rustix::io::read(p, &mut *room)?)),
+            OutputEnd::Terminal(m) => m.try_read(room),
         }
     }
 
@@ -946,7 +930,7 @@ thread_local! {
     /// The read buffer of every drain on this thread: a read and its append to the spool happen
     /// without an await between them, so one buffer per runtime thread serves all processes,
     /// and an idle process holds no read buffer at all.
-    static SCRATCH: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+    static SCRATCH: std::cell::RefCell<ReadBuf> = const { std::cell::RefCell::new(ReadBuf::new()) };
 }
 
 /// Resolves once `stream` may have bytes (or EOF) to read.
@@ -983,10 +967,9 @@ fn drain_ready(
     };
     // With room in a tap, into a buffer that becomes the tap's chunk as it is.
     if let Some(mut own) = tap.buffer() {
-        let read = pipe.try_read_into(&mut own).map(<[u8]>::len);
-        return match read {
+        return match pipe.try_read_into(own.room(READ_BYTES)) {
             Ok(n) if n > 0 => {
-                let kept = keep(proc, which, own.get(..n).unwrap_or_default());
+                let kept = keep(proc, which, own.bytes(n));
                 tap.send(which, own, n);
                 Ok(Read::Bytes(n, kept.err()))
             }
@@ -996,16 +979,13 @@ fn drain_ready(
             }
         };
     }
-    SCRATCH.with(|scratch| {
-        let mut buf = scratch.borrow_mut();
-        match pipe.try_read_into(&mut buf) {
-            Ok([]) => Ok(Read::Eof),
-            Ok(bytes) => {
-                let kept = keep(proc, which, bytes);
-                Ok(Read::Bytes(bytes.len(), kept.err()))
-            }
-            Err(e) => nothing_read(Err(e), which),
+    SCRATCH.with_borrow_mut(|buf| match pipe.try_read_into(buf.room(READ_BYTES)) {
+        Ok(0) => Ok(Read::Eof),
+        Ok(n) => {
+            let kept = keep(proc, which, buf.bytes(n));
+            Ok(Read::Bytes(n, kept.err()))
         }
+        Err(e) => nothing_read(Err(e), which),
     })
 }
 

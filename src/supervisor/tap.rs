@@ -32,6 +32,7 @@ use std::sync::Arc;
 use tokio::sync::{Notify, mpsc};
 use tracing::debug;
 
+use crate::aligned::ReadBuf;
 use crate::limits;
 use crate::spool::format::Stream;
 
@@ -49,18 +50,18 @@ pub struct TapChunk {
 /// A chunk's bytes: the buffer the drain read them into, which goes back to its tap's spares
 /// when dropped (the drain reads a later chunk into it instead of copying each chunk).
 pub struct TapBytes {
-    /// [`limits::READ_BYTES`] long (zeroed once, when it was made), of which `len` are the
-    /// chunk's.
-    buf: Vec<u8>,
+    /// Room for [`limits::READ_BYTES`] (zeroed once, when it was made), of which the first
+    /// `len` bytes are the chunk's.
+    buf: ReadBuf,
     len: usize,
     /// The drain's spares, while it drains.
-    spares: Option<mpsc::UnboundedSender<Vec<u8>>>,
+    spares: Option<mpsc::UnboundedSender<ReadBuf>>,
 }
 
 impl std::ops::Deref for TapBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.buf.get(..self.len).unwrap_or_default()
+        self.buf.bytes(self.len)
     }
 }
 
@@ -99,7 +100,7 @@ impl From<Vec<u8>> for TapBytes {
     fn from(buf: Vec<u8>) -> TapBytes {
         TapBytes {
             len: buf.len(),
-            buf,
+            buf: ReadBuf::from(buf),
             spares: None,
         }
     }
@@ -114,8 +115,8 @@ pub(crate) struct TapShared {
 /// The drain's spare read buffers: the chunks its consumer dropped come back over `back`.
 #[derive(Debug)]
 pub(crate) struct Spares {
-    back: mpsc::UnboundedSender<Vec<u8>>,
-    returned: mpsc::UnboundedReceiver<Vec<u8>>,
+    back: mpsc::UnboundedSender<ReadBuf>,
+    returned: mpsc::UnboundedReceiver<ReadBuf>,
 }
 
 impl Spares {
@@ -126,16 +127,16 @@ impl Spares {
 
     /// A returned buffer, or a new one; past [`SPARES_MAX`] returned, the rest are freed (a
     /// consumer that held many chunks at once gives them all back).
-    fn take(&mut self) -> Vec<u8> {
+    fn take(&mut self) -> ReadBuf {
         while self.returned.len() > SPARES_MAX {
             let _ = self.returned.try_recv();
         }
         self.returned
             .try_recv()
-            .unwrap_or_else(|_| vec![0; limits::READ_BYTES])
+            .unwrap_or_else(|_| ReadBuf::zeroed(limits::READ_BYTES))
     }
 
-    fn give_back(&self, buf: Vec<u8>) {
+    fn give_back(&self, buf: ReadBuf) {
         let _ = self.back.send(buf);
     }
 }
@@ -244,7 +245,7 @@ impl Tapping {
     /// A buffer to read the next chunk into, when room for it is reserved (`None` otherwise:
     /// the drain reads into its own scratch buffer). Hand it back with [`Tapping::send`], or
     /// with [`Tapping::put_back`] if nothing was read into it.
-    pub fn buffer(&mut self) -> Option<Vec<u8>> {
+    pub fn buffer(&mut self) -> Option<ReadBuf> {
         match self {
             Tapping::Ready(_, _, spares) => Some(spares.take()),
             Tapping::Off | Tapping::Waiting(..) => None,
@@ -252,7 +253,7 @@ impl Tapping {
     }
 
     /// Keeps a buffer [`Tapping::buffer`] gave that holds no chunk.
-    pub fn put_back(&self, buf: Vec<u8>) {
+    pub fn put_back(&self, buf: ReadBuf) {
         if let Tapping::Ready(_, _, spares) | Tapping::Waiting(_, _, spares) = self {
             spares.give_back(buf);
         }
@@ -260,7 +261,7 @@ impl Tapping {
 
     /// Hands the first `len` bytes of `buf` (from [`Tapping::buffer`]), just read, to the
     /// consumer, in the room reserved for them.
-    pub fn send(&mut self, stream: Stream, buf: Vec<u8>, len: usize) {
+    pub fn send(&mut self, stream: Stream, buf: ReadBuf, len: usize) {
         *self = match std::mem::replace(self, Tapping::Off) {
             // A receiver dropped since the reservation drops the chunk; the next reservation
             // then finds it gone and turns the tap off.

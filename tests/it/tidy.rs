@@ -780,6 +780,7 @@ const LAYERS: &[&[&str]] = &[
 /// Leaves: imported from any layer, importing only each other.
 const LEAVES: &[&str] = &[
     "limits", "codec", "idhash", "idsort", "root", "event_id", "sync", "heap", "spill", "runs",
+    "aligned",
 ];
 
 /// What is wrong with the import graph of `files`: every cycle (top-level and file-level),
