@@ -200,7 +200,8 @@ async fn an_abandoned_tap_lets_the_workload_run_on_though_its_receiver_is_held()
 
 /// A tap's chunks are the drain's own read buffers, each going back to the tap when its
 /// consumer drops it and read into again: what the consumer gets is still every byte the spool
-/// keeps, in order, while it holds some chunks for a while and drops others at once.
+/// keeps, in order, while it holds some chunks for a while and drops others at once. Every
+/// chunk starts on a cache line (the kernel's copy into a buffer off one is twice as slow).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
     let root = temp_root();
@@ -210,6 +211,11 @@ async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
     let mut held = std::collections::VecDeque::new();
     guarded("the tap's end", async {
         while let Some(chunk) = rx.recv().await {
+            assert_eq!(
+                chunk.bytes.as_ptr().addr() % 64,
+                0,
+                "a chunk off a cache line"
+            );
             got.extend_from_slice(&chunk.bytes);
             held.push_back(chunk);
             if held.len() > 2 {
