@@ -1,17 +1,21 @@
 //! Byte buffers that start on a cache line, for the bytes the kernel copies: a leaf.
 //!
-//! The kernel copies a pipe's bytes into its reader's buffer, and a writer's bytes into the page
-//! cache, with `rep movsb`, and on this project's machines (AMD EPYC, with fast short `rep movsb`)
-//! either copy took about twice as long when the buffer in user memory did not start on a
-//! 64-byte boundary. 1 GiB of zeros from `head`, in 256 KiB reads, took 0.50 to 0.58 s into a
-//! buffer at offset 0 or 64 of a page and 0.99 to 1.08 s at offset 16; the same reads copied to
-//! a staging buffer and written from it to a ring file took 0.46 to 0.80 s from offset 0 and
-//! 0.96 to 1.21 s from offset 16 (C programs, interleaved rounds). A `Vec<u8>` is only 16-byte
-//! aligned: glibc puts a block of 128 KiB or more 16 bytes into a mapping of its own, behind its
-//! header, and a smaller one (or any, once it raised its mmap threshold) wherever its heap has
-//! room. So a drain's buffers started on a cache line by chance, and never in a daemon, which
-//! keeps large blocks mapped (`heap`): 1 GiB of zeros through the daemon took 1.02 times the
-//! shell's file, and 0.69 with its read buffer on a cache line.
+//! The kernel copies a pipe's bytes into its reader's buffer, a file's from the page cache, and
+//! a writer's bytes into the page cache, with `rep movsb`. On this project's machines (AMD EPYC,
+//! with fast short `rep movsb`) such a copy is slow when the buffer in user memory lies 8 or 16
+//! bytes past the kernel page's offset (modulo the page): `pread` of 2 MiB of cached file in
+//! 64 KiB blocks took 86 µs into a buffer at the same offset as the file's and 730 to 760 µs 8
+//! or 16 bytes past it (32 bytes past, or 16 before: 87 to 91 µs); 1 GiB of zeros from `head`,
+//! in 256 KiB reads, took 0.50 to 0.58 s into a buffer at offset 0 or 64 of a page and 0.99 to
+//! 1.08 s at offset 16; written to a ring file from a buffer at offset 16, 0.96 to 1.21 s
+//! against 0.46 to 0.80 from offset 0 (C programs, best of 100 or interleaved rounds). Kernel
+//! pages mostly start where the bytes start (a pipe's, for writers of whole pages; a file's at
+//! a page-aligned offset), and glibc puts a block of 128 KiB or more exactly 16 bytes into a
+//! mapping of its own, behind its header, and a smaller one (or any, once it raised its mmap
+//! threshold) 16-byte aligned wherever its heap has room. So a read buffer hit the slow case by
+//! chance, and always in a daemon, which keeps large blocks mapped (`heap`): 1 GiB of zeros
+//! through the daemon took 1.02 times the shell's file, and 0.69 with its read buffer on a
+//! cache line. A buffer on a cache line is never 8 or 16 bytes past a page-aligned source.
 //!
 //! Invariants: the room a [`ReadBuf`] hands out, and the bytes a [`StageBuf`] holds, start at a
 //! multiple of [`ALIGN`], except in a `ReadBuf` made [`From`] a `Vec` (bytes already read, never
