@@ -325,10 +325,14 @@ async fn real_sleep_children_with_real_telemetry() {
     let (sup, _rx) = open(cfg).await;
     let mut guard = KillGuard::new(&sup);
     let tree = guard.watch(start(&sup, sh(root.path(), "sleep 60 & sleep 60; wait")).await);
-    let s = until(&sup, "a stable three-member sample", |s| {
+    // Sleeping, the tree demands almost no CPU: its stable samples come to charge it far less
+    // than the core a new workload is charged. Its start may be charged more for a sample or
+    // two (the execs, and their waits for a CPU on a loaded machine), so this waits for the
+    // settled figure; a tree charged as busy for good fails here.
+    let s = until(&sup, "a stable, idle three-member sample", |s| {
         s.reservations
             .iter()
-            .any(|r| r.sample == SampleState::Stable && r.members == 3)
+            .any(|r| r.sample == SampleState::Stable && r.members == 3 && r.charged_millis < 500)
     })
     .await;
     let r = &s.reservations[0];
@@ -341,9 +345,8 @@ async fn real_sleep_children_with_real_telemetry() {
     assert_eq!(s.decision.cores, Some(cores));
     assert!(s.decision.available_bytes.is_some_and(|a| a > 0), "{s:?}");
     assert!(s.telemetry_complete, "{s:?}");
-    // Sleeping, the tree demands almost no CPU: it is charged far less than the core a new
-    // workload is, so more starts fit than the 70 % of the cores a count would allow.
-    assert!(r.charged_millis < 500, "{r:?}");
+    // Charged far less than a core, more starts fit than the 70 % of the cores a count would
+    // allow.
     assert_eq!(s.decision.core_budget_millis, Some(cores as u64 * 700));
     let by_count = (cores * 70 / 100).max(1);
     let mut others = Vec::new();
@@ -354,7 +357,7 @@ async fn real_sleep_children_with_real_telemetry() {
         until(&sup, "the new sleep settles", |s| {
             s.reservations
                 .iter()
-                .all(|r| r.sample == SampleState::Stable)
+                .all(|r| r.sample == SampleState::Stable && r.charged_millis < 500)
         })
         .await;
     }
