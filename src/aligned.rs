@@ -24,8 +24,8 @@
 /// The boundary a buffer starts on: a cache line.
 pub const ALIGN: usize = 64;
 
-/// How many bytes a block at `block` lies before the next multiple of [`ALIGN`] (none if it starts on
-/// one).
+/// How many bytes a block at `block` lies before the next multiple of [`ALIGN`] (none if it
+/// starts on one).
 fn lead(block: *const u8) -> usize {
     block.addr().wrapping_neg() % ALIGN
 }
@@ -47,8 +47,8 @@ impl ReadBuf {
         }
     }
 
-    /// A buffer with `len` bytes of room. Zeroed by the allocator, which hands out fresh pages
-    /// without writing them: a buffer costs only the pages its reads touch.
+    /// A buffer with `len` bytes of room, zeroed by the allocator: a large one is a fresh
+    /// mapping, which costs only the pages its reads touch.
     pub fn zeroed(len: usize) -> ReadBuf {
         let vec = vec![0; len.saturating_add(ALIGN - 1)];
         let start = lead(vec.as_ptr());
