@@ -2,7 +2,8 @@
 //! root; where mounting is not allowed the test prints why and passes without running).
 
 use std::path::Path;
-use std::process::Command;
+
+use crate::common::tmpfs::SmallTmpfs;
 
 use procjournal::journal::reader::JournalReader;
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
@@ -11,47 +12,6 @@ const KIND: EventKind = match EventKind::new(1) {
     Some(k) => k,
     None => panic!(),
 };
-
-/// A tmpfs of `size` mounted on a temporary directory, unmounted when dropped.
-struct SmallTmpfs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallTmpfs {
-    /// `None`, with the reason printed, where this process may not mount one.
-    fn mount(size: &str) -> Option<SmallTmpfs> {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let mounted = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-            .arg(dir.path())
-            .output();
-        match mounted {
-            Ok(out) if out.status.success() => Some(SmallTmpfs { dir }),
-            Ok(out) => {
-                eprintln!(
-                    "SKIPPED: cannot mount a {size} tmpfs ({}): {}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                );
-                None
-            }
-            Err(e) => {
-                eprintln!("SKIPPED: cannot run mount: {e}");
-                None
-            }
-        }
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount").arg(self.dir.path()).status();
-    }
-}
 
 fn options(segment_bytes: usize) -> JournalOptions {
     JournalOptions {

@@ -8,6 +8,7 @@ pub mod rng;
 #[cfg(feature = "mcp")]
 pub mod schema;
 pub mod supervisor;
+pub mod tmpfs;
 
 /// The name the test harness knows test `name` of module `module_path` by, for a test that
 /// re-executes this binary to run one test as its child (`--exact NAME`): the module path
