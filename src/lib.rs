@@ -216,7 +216,7 @@ pub use supervisor::{
     GateStatus, Incomplete, IncompleteCapture, InputWaitStatus, ListFilter, OutputPage, Refusal,
     RestartError, ShutdownReport, SpawnFailure, SpoolArtifact, StartError, Started, StreamCapture,
     StreamEnd, StreamReceipt, SupervisorError, SupervisorStats, Tap, TapAbandon, TapBytes,
-    TapChunk, TerminalSummary, Why, WorkloadStatus,
+    TapChunk, TapSink, TerminalSummary, Why, WorkloadStatus,
 };
 pub use supervisor::{
     Completion, CompletionNotifier, LifecycleNotice, LifecyclePublisher, ServiceError, ServiceEvent,

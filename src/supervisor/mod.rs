@@ -45,6 +45,7 @@ pub mod restore;
 pub mod services;
 mod shared;
 mod tap;
+mod tap_sink;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -75,6 +76,7 @@ pub use services::{
 };
 pub(crate) use shared::{Shared, request_stop};
 pub use tap::{Tap, TapAbandon, TapBytes, TapChunk};
+pub use tap_sink::TapSink;
 
 use crate::admission::AdmissionSnapshot;
 use crate::journal::{Durability, EventId, JournalOptions, Tenure};

@@ -26,8 +26,15 @@
 //!   shell pipeline.
 //! - The sender goes when the drain stops reading: the receiver sees the end once the last
 //!   chunk is taken, and the process is terminal (or about to be) from then on.
+//! - A tap with a [`TapSink`] ([`Tap::direct`]) sends no chunk: the drain writes each one to
+//!   the sink itself, right after its append to the spool, and the receiver only sees the end.
+//!   The drain then never waits for room (the sink's writes are its backpressure). A failed
+//!   write ends the tap as a dropped receiver does, and is kept for the consumer
+//!   ([`TapAbandon::failure`]) before the sender goes, so that the consumer that sees the end
+//!   can tell whether every byte was written.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use tokio::sync::{Notify, mpsc};
 use tracing::debug;
@@ -35,6 +42,8 @@ use tracing::debug;
 use crate::aligned::ReadBuf;
 use crate::limits;
 use crate::spool::format::Stream;
+
+use super::tap_sink::TapSink;
 
 /// Read buffers a tap keeps for the drain to read into again: one per chunk the channel holds,
 /// the one its consumer is writing and the one the drain is reading into.
@@ -110,6 +119,10 @@ impl From<Vec<u8>> for TapBytes {
 #[derive(Debug, Default)]
 pub(crate) struct TapShared {
     abandoned: Notify,
+    /// The same abandonment, for a drain that writes to a sink and never waits on `abandoned`.
+    gave_up: AtomicBool,
+    /// Why the drain's write to a sink failed: set once, by the drain, which writes no more.
+    failure: std::sync::OnceLock<std::io::Error>,
 }
 
 /// The drain's spare read buffers: the chunks its consumer dropped come back over `back`.
@@ -147,6 +160,7 @@ impl Spares {
 pub struct Tap {
     sender: mpsc::Sender<TapChunk>,
     shared: Arc<TapShared>,
+    sink: Option<TapSink>,
 }
 
 impl Tap {
@@ -154,7 +168,20 @@ impl Tap {
     pub fn new() -> (Tap, mpsc::Receiver<TapChunk>) {
         let (sender, receiver) = mpsc::channel(limits::TAP_DEPTH);
         let shared = Arc::new(TapShared::default());
-        (Tap { sender, shared }, receiver)
+        let tap = Tap {
+            sender,
+            shared,
+            sink: None,
+        };
+        (tap, receiver)
+    }
+
+    /// A tap whose chunks the drain writes to `sink` itself, and the receiver that sees its
+    /// end (and no chunk).
+    pub fn direct(sink: TapSink) -> (Tap, mpsc::Receiver<TapChunk>) {
+        let (mut tap, receiver) = Tap::new();
+        tap.sink = Some(sink);
+        (tap, receiver)
     }
 
     /// What ends this tap from its consumer's side without its receiver.
@@ -171,8 +198,19 @@ pub struct TapAbandon(Arc<TapShared>);
 
 impl TapAbandon {
     pub fn abandon(&self) {
+        self.0.gave_up.store(true, Ordering::Relaxed);
         // A permit is kept if the drain is not waiting now: it takes it at its next wait.
         self.0.abandoned.notify_one();
+    }
+
+    /// Why the drain's write to the tap's sink failed (a tap without a sink: never). Kept
+    /// before the receiver sees the end.
+    pub fn failure(&self) -> Option<std::io::Error> {
+        let e = self.0.failure.get()?;
+        Some(match e.raw_os_error() {
+            Some(code) => std::io::Error::from_raw_os_error(code),
+            None => std::io::Error::new(e.kind(), e.to_string()),
+        })
     }
 }
 
@@ -189,11 +227,27 @@ pub(crate) enum Tapping {
     Waiting(mpsc::Sender<TapChunk>, Arc<TapShared>, Spares),
     /// Room for one chunk is reserved: the next read goes to the tap.
     Ready(mpsc::OwnedPermit<TapChunk>, Arc<TapShared>, Spares),
+    /// The drain writes every chunk to the sink itself.
+    Direct {
+        sink: TapSink,
+        /// Sends nothing: the receiver sees the tap's end when it goes.
+        _end: mpsc::Sender<TapChunk>,
+        shared: Arc<TapShared>,
+    },
 }
 
 impl Tapping {
     pub fn new(tap: Option<Tap>) -> Tapping {
         match tap {
+            Some(Tap {
+                sender,
+                shared,
+                sink: Some(sink),
+            }) => Tapping::Direct {
+                sink,
+                _end: sender,
+                shared,
+            },
             Some(tap) => Tapping::Waiting(tap.sender, tap.shared, Spares::new()),
             None => Tapping::Off,
         }
@@ -221,7 +275,9 @@ impl Tapping {
                 }
                 () = shared.abandoned.notified() => Err(mpsc::error::SendError(())),
             },
-            Tapping::Off | Tapping::Ready(..) => std::future::pending().await,
+            Tapping::Off | Tapping::Ready(..) | Tapping::Direct { .. } => {
+                std::future::pending().await
+            }
         }
     }
 
@@ -229,7 +285,11 @@ impl Tapping {
     pub fn reserved(&mut self, room: Result<Room, mpsc::error::SendError<()>>) {
         let spares = match std::mem::replace(self, Tapping::Off) {
             Tapping::Waiting(_, _, spares) | Tapping::Ready(_, _, spares) => spares,
-            Tapping::Off => return,
+            // Neither waits for room.
+            tapping @ (Tapping::Off | Tapping::Direct { .. }) => {
+                *self = tapping;
+                return;
+            }
         };
         *self = match room {
             Ok(Room(permit, shared)) => Tapping::Ready(permit, shared, spares),
@@ -248,7 +308,7 @@ impl Tapping {
     pub fn buffer(&mut self) -> Option<ReadBuf> {
         match self {
             Tapping::Ready(_, _, spares) => Some(spares.take()),
-            Tapping::Off | Tapping::Waiting(..) => None,
+            Tapping::Off | Tapping::Waiting(..) | Tapping::Direct { .. } => None,
         }
     }
 
@@ -276,5 +336,25 @@ impl Tapping {
             }
             other => other,
         };
+    }
+
+    /// Writes `bytes`, just read from `stream` into the drain's own buffer, to the tap's sink,
+    /// if it has one. A failed write, or an abandonment, ends the tap.
+    pub fn write(&mut self, stream: Stream, bytes: &[u8]) {
+        let Tapping::Direct { sink, shared, .. } = self else {
+            return;
+        };
+        if shared.gave_up.load(Ordering::Relaxed) {
+            debug!("tap abandoned; draining without its sink");
+            *self = Tapping::Off;
+            return;
+        }
+        if let Err(e) = sink.write_all(stream, bytes) {
+            debug!(error = %e, "writing to the tap's sink failed; draining without it");
+            // The only write: the tap is off from here on.
+            let _ = shared.failure.set(e);
+            // After the failure is kept: the consumer that sees the end finds it.
+            *self = Tapping::Off;
+        }
     }
 }

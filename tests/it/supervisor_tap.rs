@@ -8,6 +8,7 @@
 //! marker file written too early), and every wait on a condition has only a hang guard.
 
 use crate::common::supervisor as supervisor_common;
+use crate::common::tmpfs::SmallTmpfs;
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::{CaptureStatus, ExitStatus};
 use procjournal::spool::format::Stream;
-use procjournal::supervisor::{Supervisor, Tap, TapChunk};
+use procjournal::supervisor::{Supervisor, Tap, TapChunk, TapSink};
 use supervisor_common::{KillGuard, config, guarded, open, sh, temp_root};
 use tokio::sync::mpsc;
 
@@ -242,4 +243,109 @@ async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
         kept.extend_from_slice(&page.bytes);
     }
     assert!(kept == got, "the tap's bytes differ from the spool's");
+}
+
+/// A tap with a sink and its receiver: the drain writes to files in `dir` (`out` and `err`).
+fn direct_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
+    use std::os::fd::AsFd;
+    let out = std::fs::File::create(out).expect("stdout file");
+    let err = std::fs::File::create(err).expect("stderr file");
+    let sink = TapSink::of(out.as_fd(), err.as_fd())
+        .expect("examine the files")
+        .expect("files make a sink");
+    Tap::direct(sink)
+}
+
+/// A tap with a sink: the drain writes each stream to its own file, in order, exactly what the
+/// spool keeps; the receiver gets no chunk, sees the end, and finds no failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sink_gets_exactly_what_the_spool_keeps_and_the_receiver_only_the_end() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let (out, err) = (root.path().join("out"), root.path().join("err"));
+    let (tap, mut rx) = direct_tap(&out, &err);
+    let failure = tap.abandoner();
+    let script = "seq 1 300000; seq 1 20000 >&2; seq 300001 400000";
+    let prepared = sup
+        .prepare(sh(root.path(), script))
+        .expect("prepare")
+        .with_tap(tap);
+    let h = sup.start(prepared).await.expect("start");
+    let chunks = guarded("the tap's end", async {
+        let mut chunks = 0;
+        while rx.recv().await.is_some() {
+            chunks += 1;
+        }
+        chunks
+    })
+    .await;
+    assert_eq!(chunks, 0, "a tap with a sink sent chunks");
+    assert!(failure.failure().is_none());
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    let lines = |range: std::ops::RangeInclusive<u32>| -> String {
+        range.map(|i| format!("{i}\n")).collect()
+    };
+    let got_out = std::fs::read(&out).expect("read out");
+    let got_err = std::fs::read(&err).expect("read err");
+    let expected_out = lines(1..=300_000) + &lines(300_001..=400_000);
+    assert!(got_out == expected_out.as_bytes(), "stdout's file differs");
+    assert!(
+        got_err == lines(1..=20_000).as_bytes(),
+        "stderr's file differs"
+    );
+    let written = (got_out.len() + got_err.len()) as u64;
+    assert_eq!(s.bounds.total_bytes, written);
+}
+
+/// A sink whose file system fills up: the failed write ends the tap, the receiver that sees the
+/// end finds why (no space), and the workload runs on to its end with every byte in the spool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_sink_ends_the_tap_says_why_and_the_workload_runs_on() {
+    let Some(small) = SmallTmpfs::mount("1m") else {
+        return;
+    };
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let (tap, mut rx) = direct_tap(&small.path().join("out"), &root.path().join("err"));
+    let failure = tap.abandoner();
+    let marker = root.path().join("wrote-everything");
+    let prepared = sup
+        .prepare(sh(root.path(), &marker_script(&marker)))
+        .expect("prepare")
+        .with_tap(tap);
+    let h = sup.start(prepared).await.expect("start");
+    let first = guarded("the tap's end", rx.recv()).await;
+    assert!(first.is_none(), "a tap with a sink sent a chunk");
+    let why = failure.failure().expect("the failed write is kept");
+    assert_eq!(why.raw_os_error(), Some(nix::libc::ENOSPC), "{why}");
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert!(marker.exists());
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    assert_eq!(s.capture, CaptureStatus::Complete);
+    assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+}
+
+/// An abandoned tap with a sink: the drain writes nothing more to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_abandoned_sink_gets_nothing_more() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let (out, err) = (root.path().join("out"), root.path().join("err"));
+    let (tap, mut rx) = direct_tap(&out, &err);
+    tap.abandoner().abandon();
+    let prepared = sup
+        .prepare(sh(root.path(), "seq 1 100000; echo done >&2"))
+        .expect("prepare")
+        .with_tap(tap);
+    let h = sup.start(prepared).await.expect("start");
+    guarded("the tap's end", async {
+        while rx.recv().await.is_some() {}
+    })
+    .await;
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    assert!(s.bounds.total_bytes > 0);
+    assert_eq!(std::fs::metadata(&out).expect("out").len(), 0);
+    assert_eq!(std::fs::metadata(&err).expect("err").len(), 0);
 }
