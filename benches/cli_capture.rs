@@ -41,8 +41,12 @@
 //!   its window before the end may do better;
 //! - `run`: `procjournal run --root R -- sh -c '<workload>'`, its live copy to /dev/null: the
 //!   open of the root, the drain into the spool (default retention, 64 MiB, so older segments
-//!   are deleted as a ring), the tap to this process's stdout, the write-behind syncs, the
-//!   terminal event, the close;
+//!   are deleted as a ring), the live copy to this process's stdout, the write-behind syncs,
+//!   the terminal event, the close. Into `/dev/null` (or a file), the drain writes the copy
+//!   itself, as `run > log` does;
+//! - the same `run` with its stdout a pipe this bench reads (in the drain's reads, keeping
+//!   nothing), as `run | less` does: there the copy goes through the tap's channel to a thread
+//!   of its own, which a reader that stops reading may hold in `write` (for scale, no target);
 //! - daemon: `procjournal start --root R -- sh -c '<workload>'` then `procjournal wait` for it,
 //!   against one `procjournal serve` started for the bench: the same drain without a live copy.
 //!
@@ -87,7 +91,7 @@ const QUICK: Plan = Plan {
 };
 
 /// Figures of one workload (see `measure`).
-const FIGURES: usize = 8;
+const FIGURES: usize = 9;
 
 const LINE: &str = "2026-12-04T16:00:00Z INFO request handled path=/api/v1/items status=200 ms=12";
 
@@ -145,16 +149,31 @@ fn shell_to_file(shell: &str, scratch: &Path) -> Res<f64> {
     Ok(secs)
 }
 
-fn run(bin: &Path, shell: &str, scratch: &Path, bytes: u64) -> Res<f64> {
+/// `run` of `shell`, its stdout `/dev/null` or, `into_pipe`, a pipe this process reads.
+fn run(bin: &Path, shell: &str, scratch: &Path, bytes: u64, into_pipe: bool) -> Res<f64> {
     settle(scratch)?;
     let root = scratch.join("root");
     let mut cmd = Command::new(bin);
     cmd.args(["run", "--root"])
         .arg(&root)
         .args(["--", "sh", "-c", shell]);
-    cmd.stdout(Stdio::null());
+    cmd.stdout(if into_pipe {
+        Stdio::piped()
+    } else {
+        Stdio::null()
+    });
     let start = Instant::now();
-    let status = cmd.stdin(Stdio::null()).stderr(Stdio::null()).status()?;
+    let mut child = cmd.stdin(Stdio::null()).stderr(Stdio::null()).spawn()?;
+    let reader = child
+        .stdout
+        .take()
+        .map(|out| std::thread::spawn(|| discard(out)));
+    let status = child.wait()?;
+    if let Some(reader) = reader {
+        reader
+            .join()
+            .map_err(|_| "the reader of run's stdout panicked")??;
+    }
     let secs = start.elapsed().as_secs_f64();
     if !status.success() {
         return Err(format!("run of {shell} failed: {status}").into());
@@ -274,6 +293,14 @@ fn keeper(ring: &Path, durable: bool) -> Res<()> {
     Ok(())
 }
 
+/// Reads `from` to its end in the drain's reads, keeping nothing.
+fn discard(mut from: impl std::io::Read) -> std::io::Result<()> {
+    let len = procjournal::limits::READ_BYTES;
+    let mut buf = ReadBuf::zeroed(len);
+    while from.read(buf.room(len))? > 0 {}
+    Ok(())
+}
+
 /// The readers that keep nothing: stdin (a pipe) enlarged as the supervisor enlarges its
 /// pipes, read in reads of the supervisor's size until its end, every byte thrown away; the
 /// batching one pauses after a read that brought less than half its buffer (module doc).
@@ -311,7 +338,7 @@ fn shell_to_sink(shell: &str, scratch: &Path, how: &str) -> Res<f64> {
 }
 
 /// One workload's figures over the rounds, in ms: (baseline, pipe, run, daemon, eager reader,
-/// batching reader, keeper, durable keeper).
+/// batching reader, keeper, durable keeper, run into a pipe).
 fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; FIGURES]> {
     let shell = workload(text, plan.bytes);
     let scratch = tempfile::tempdir_in(base)?;
@@ -329,7 +356,8 @@ fn measure(bin: &Path, plan: Plan, text: bool, base: &Path) -> Res<[Samples; FIG
             let secs = match which {
                 0 => shell_to_file(&shell, scratch.path())?,
                 1 => shell_to_file(&pipe, scratch.path())?,
-                2 => run(bin, &shell, scratch.path(), plan.bytes)?,
+                2 => run(bin, &shell, scratch.path(), plan.bytes, false)?,
+                8 => run(bin, &shell, scratch.path(), plan.bytes, true)?,
                 4 => shell_to_sink(&shell, scratch.path(), EAGER)?,
                 5 => shell_to_sink(&shell, scratch.path(), BATCHING)?,
                 6 => shell_to_sink(&shell, scratch.path(), KEEPING)?,
@@ -371,7 +399,17 @@ fn main() -> Res<()> {
     let shell_file = "shell > file";
     let mut rows = Vec::new();
     for (name, figures, target) in [("zeros", &zeros, 0.8), ("text lines", &text, 1.2)] {
-        let [baseline, pipe, run, daemon, eager, batch, keeping, durable] = figures;
+        let [
+            baseline,
+            pipe,
+            run,
+            daemon,
+            eager,
+            batch,
+            keeping,
+            durable,
+            run_piped,
+        ] = figures;
         for (figure, samples, goal) in [
             ("pipe | cat > file (scale)", pipe, Target::None),
             ("pipe | a reader keeping nothing", eager, Target::None),
@@ -387,6 +425,11 @@ fn main() -> Res<()> {
                 Target::None,
             ),
             ("procjournal run", run, Target::MaxRatio(target)),
+            (
+                "procjournal run | a reader (its copy's thread)",
+                run_piped,
+                Target::None,
+            ),
             ("daemon start + wait", daemon, Target::MaxRatio(target)),
         ] {
             rows.push((format!("{name}: {figure}, ms"), samples, baseline, goal));

@@ -43,7 +43,7 @@ use super::foreground::{
 };
 use crate::lifecycle::Handle;
 use crate::protocol::{Dispatcher, PtyArgs, Request, StartArgs, request_from_args};
-use crate::supervisor::{Tap, TapAbandon, TapChunk};
+use crate::supervisor::{Tap, TapAbandon, TapChunk, TapSink};
 use crate::tree::PtySize;
 
 #[derive(Debug, Args)]
@@ -76,7 +76,7 @@ async fn start_tapped(
     mut start: StartArgs,
     queue: &super::queue::QueueArgs,
 ) -> Result<(Handle, TapOutput), crate::protocol::ApiError> {
-    let (tap, output) = Tap::new();
+    let (tap, output) = new_tap();
     let abandon = tap.abandoner();
     match dispatcher.start_tapped(start.clone(), tap).await {
         Ok(info) => Ok((info.handle, (output, abandon))),
@@ -86,7 +86,7 @@ async fn start_tapped(
             };
             // The refused start's tap went with it: a fresh one for the queued start.
             drop(output);
-            let (tap, output) = Tap::new();
+            let (tap, output) = new_tap();
             let abandon = tap.abandoner();
             start.queue_ms = Some(ms);
             let info = dispatcher.start_tapped(start, tap).await?;
@@ -97,6 +97,24 @@ async fn start_tapped(
 
 /// A tap's receiver and what abandons the tap.
 type TapOutput = (mpsc::Receiver<TapChunk>, TapAbandon);
+
+/// A tap for this process's stdout and stderr: one the drain writes itself when neither can
+/// make a write wait on a reader (files, `/dev/null`: see `TapSink`), else one whose chunks
+/// [`copy_tap`] writes, whose thread may be left blocked on a reader that never reads.
+fn new_tap() -> (Tap, mpsc::Receiver<TapChunk>) {
+    use std::io::Write;
+    use std::os::fd::AsFd;
+    // The drain writes to the descriptors, past anything std still buffers for them.
+    let _ = std::io::stdout().flush();
+    match TapSink::of(std::io::stdout().as_fd(), std::io::stderr().as_fd()) {
+        Ok(Some(sink)) => Tap::direct(sink),
+        Ok(None) => Tap::new(),
+        Err(e) => {
+            tracing::debug!(error = %e, "cannot examine stdout and stderr; a tap with a writer");
+            Tap::new()
+        }
+    }
+}
 
 async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let root = super::root_or_default(args.launch.root.clone())?;
@@ -201,12 +219,20 @@ async fn relay(
     // One listener for the whole relay, so that no Ctrl-C falls between two waits.
     mut interrupts: Interrupts,
 ) {
-    let mut writing = Some(tokio::task::spawn_blocking(move || copy_tap(output)));
+    let failure = abandon.clone();
+    let mut writing = Some(tokio::task::spawn_blocking(move || {
+        copy_tap(output, &failure)
+    }));
     while writing.is_some() {
         tokio::select! {
             written = finished(&mut writing) => {
                 writing = None;
-                if written.is_err() {
+                if let Err(e) = written {
+                    // A reader that went away is the shell's business (`run … | head`); a
+                    // write that failed otherwise (a full disk) is said.
+                    if e.kind() != std::io::ErrorKind::BrokenPipe {
+                        note!("procjournal: cannot write the output of {handle} ({e}); stopping it");
+                    }
                     // Nobody reads any more: stop the command rather than run it unread. The
                     // writer dropped the tap first, so the drain reads on into the spool.
                     let _ = control
@@ -226,12 +252,13 @@ async fn relay(
     }
 }
 
-/// Writes every chunk of the tap, in order, until it ends or a write fails.
-fn copy_tap(mut output: mpsc::Receiver<TapChunk>) -> std::io::Result<()> {
+/// Writes every chunk of the tap, in order, until it ends or a write fails (here, or the
+/// drain's to the tap's sink).
+fn copy_tap(mut output: mpsc::Receiver<TapChunk>, tap: &TapAbandon) -> std::io::Result<()> {
     while let Some(chunk) = output.blocking_recv() {
         write_stream(chunk.stream, &chunk.bytes)?;
     }
-    Ok(())
+    tap.failure().map_or(Ok(()), Err)
 }
 
 /// What the writer ended with (at the tap's end, or at its first failed write); a writer that

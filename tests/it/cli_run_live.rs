@@ -325,3 +325,84 @@ fn the_third_ctrl_c_gives_up_on_a_reader_that_reads_nothing() {
     assert_eq!(exit.code(), Some(128 + 9), "{said}");
     drop(stdout);
 }
+
+/// Into files (which `run`'s drain writes itself, no reader being able to hold a write): every
+/// byte of each stream, in order, in its own file, and the child's status.
+#[test]
+fn into_files_every_byte_of_each_stream_arrives_in_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let (out, err) = (dir.path().join("out"), dir.path().join("err"));
+    let status = bin()
+        .args(["run", "--root"])
+        .arg(dir.path().join("root"))
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "seq 1 300000; seq 1 1000 >&2; seq 300001 400000; echo end >&2; exit 5",
+        ])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(5));
+    let expected: String = (1..=400_000).map(|n| format!("{n}\n")).collect();
+    assert!(
+        std::fs::read(&out).unwrap() == expected.as_bytes(),
+        "stdout's file differs from seq's"
+    );
+    assert_eq!(
+        child_stderr(&std::fs::read(&err).unwrap()),
+        expected_stderr()
+    );
+}
+
+/// Into a file on a full file system: `run` says on stderr that it cannot write the output and
+/// why, and stops the command rather than run it unread (as for a reader gone); the spool has
+/// what the command wrote.
+#[test]
+fn into_a_full_disk_it_says_so_and_stops_the_command() {
+    let Some(small) = crate::common::tmpfs::SmallTmpfs::mount("1m") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let err = dir.path().join("err");
+    let mut child = bin()
+        .args(["run", "--root"])
+        .arg(&root)
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "head -c 4000000 /dev/zero; exec sleep 600",
+        ])
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(small.path().join("out")).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let exit = loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            break exit;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("run did not stop a command whose output it cannot write");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let said = String::from_utf8_lossy(&std::fs::read(&err).unwrap()).into_owned();
+    assert!(
+        said.contains("cannot write the output of p-") && said.contains("No space left"),
+        "{said}"
+    );
+    assert_ne!(exit.code(), Some(0), "{said}");
+    let m = manifests(&root);
+    assert_eq!(m.len(), 1, "{m:?}");
+    assert_eq!(m[0]["state"], "terminated", "{m:?}");
+    assert_eq!(m[0]["terminal"]["reason"], "stopped", "{m:?}");
+    assert_eq!(m[0]["bounds"]["total_bytes"], 4_000_000, "{m:?}");
+}
