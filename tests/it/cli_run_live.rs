@@ -116,6 +116,24 @@ fn expected_stderr() -> Vec<u8> {
     text.into_bytes()
 }
 
+/// `child`'s exit, once it exited; a hang guard kills it at `deadline` and fails with `why`.
+fn exit_by(
+    child: &mut Child,
+    deadline: std::time::Instant,
+    why: impl Fn() -> String,
+) -> std::process::ExitStatus {
+    loop {
+        if let Some(exit) = child.try_wait().unwrap() {
+            return exit;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = child.kill();
+            panic!("{}", why());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn manifests(root: &Path) -> Vec<Value> {
     let out = bin()
         .args(["journal", "manifests", "--json", "--root"])
@@ -312,16 +330,9 @@ fn the_third_ctrl_c_gives_up_on_a_reader_that_reads_nothing() {
             }
         }
     }
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("run waited for a reader that reads nothing: {said}");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let exit = exit_by(&mut child, deadline, || {
+        format!("run waited for a reader that reads nothing: {said}")
+    });
     assert_eq!(exit.code(), Some(128 + 9), "{said}");
     drop(stdout);
 }
@@ -384,16 +395,9 @@ fn into_a_full_disk_it_says_so_and_stops_the_command() {
         .spawn()
         .unwrap();
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let exit = loop {
-        if let Some(exit) = child.try_wait().unwrap() {
-            break exit;
-        }
-        if std::time::Instant::now() >= deadline {
-            let _ = child.kill();
-            panic!("run did not stop a command whose output it cannot write");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let exit = exit_by(&mut child, deadline, || {
+        "run did not stop a command whose output it cannot write".to_owned()
+    });
     let said = String::from_utf8_lossy(&std::fs::read(&err).unwrap()).into_owned();
     assert!(
         said.contains("cannot write the output of p-") && said.contains("No space left"),

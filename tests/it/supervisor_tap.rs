@@ -62,6 +62,16 @@ fn marker_script(marker: &Path) -> String {
     )
 }
 
+/// Waits for the [`marker_script`] of `h`, which must have run to its end with every byte in
+/// the spool.
+async fn wrote_everything(sup: &Supervisor, h: procjournal::lifecycle::Handle, marker: &Path) {
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert!(marker.exists());
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    assert_eq!(s.capture, CaptureStatus::Complete);
+    assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+}
+
 /// A consumer that reads nothing holds the workload in `write`; the drain still records
 /// checkpoints meanwhile; once the consumer reads, every byte arrives, and the tap carries
 /// exactly what the spool counts.
@@ -155,11 +165,7 @@ async fn a_dropped_tap_lets_the_workload_run_on() {
     tokio::time::sleep(PAUSE).await;
     assert!(!marker.exists());
     drop(rx);
-    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
-    assert!(marker.exists());
-    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
-    assert_eq!(s.capture, CaptureStatus::Complete);
-    assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+    wrote_everything(&sup, h, &marker).await;
 }
 
 /// A consumer that abandons its tap while its receiver is still held (by a thread blocked
@@ -189,11 +195,7 @@ async fn an_abandoned_tap_lets_the_workload_run_on_though_its_receiver_is_held()
             assert!(!marker.exists(), "the tap held the workload back");
             abandon.abandon();
         }
-        let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
-        assert!(marker.exists());
-        assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
-        assert_eq!(s.capture, CaptureStatus::Complete);
-        assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+        wrote_everything(&sup, h, &marker).await;
         let (out, _) = read_all(&mut rx).await;
         assert!(out < BEYOND_SLACK, "{out} bytes reached an abandoned tap");
     }
@@ -319,11 +321,7 @@ async fn a_full_sink_ends_the_tap_says_why_and_the_workload_runs_on() {
     assert!(first.is_none(), "a tap with a sink sent a chunk");
     let why = failure.failure().expect("the failed write is kept");
     assert_eq!(why.raw_os_error(), Some(nix::libc::ENOSPC), "{why}");
-    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
-    assert!(marker.exists());
-    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
-    assert_eq!(s.capture, CaptureStatus::Complete);
-    assert_eq!(s.bounds.total_bytes, BEYOND_SLACK + 5);
+    wrote_everything(&sup, h, &marker).await;
 }
 
 /// An abandoned tap with a sink: the drain writes nothing more to it.
