@@ -45,8 +45,9 @@
 //!   the terminal event, the close. Into `/dev/null` (or a file), the drain writes the copy
 //!   itself, as `run > log` does;
 //! - the same `run` with its stdout a pipe this bench reads (in the drain's reads, keeping
-//!   nothing), as `run | less` does: there the copy goes through the tap's channel to a thread
-//!   of its own, which a reader that stops reading may hold in `write` (for scale, no target);
+//!   nothing), as `run | less` does: there the drain writes only small chunks itself, and only
+//!   what fits without waiting; the rest goes through the tap's channel to a thread of its own,
+//!   which a reader that stops reading may hold in `write` (for scale, no target);
 //! - daemon: `procjournal start --root R -- sh -c '<workload>'` then `procjournal wait` for it,
 //!   against one `procjournal serve` started for the bench: the same drain without a live copy.
 //!

@@ -98,17 +98,18 @@ async fn start_tapped(
 /// A tap's receiver and what abandons the tap.
 type TapOutput = (mpsc::Receiver<TapChunk>, TapAbandon);
 
-/// A tap for this process's stdout and stderr: one the drain writes itself when neither can
-/// make a write wait on a reader (files, `/dev/null`: see `TapSink`), else one whose chunks
-/// [`copy_tap`] writes, whose thread may be left blocked on a reader that never reads.
+/// A tap for this process's stdout and stderr, whose chunks the drain writes itself where no
+/// reader can make it wait (all of them into files or `/dev/null`, what fits into a pipe or a
+/// socket: see `TapSink`); [`copy_tap`] writes the rest, on a thread that may be left blocked on
+/// a reader that never reads.
 fn new_tap() -> (Tap, mpsc::Receiver<TapChunk>) {
     use std::io::Write;
     use std::os::fd::AsFd;
     // The drain writes to the descriptors, past anything std still buffers for them.
     let _ = std::io::stdout().flush();
     match TapSink::of(std::io::stdout().as_fd(), std::io::stderr().as_fd()) {
-        Ok(Some(sink)) => Tap::direct(sink),
-        Ok(None) => Tap::new(),
+        Ok(sink) if sink.any() => Tap::with_sink(sink),
+        Ok(_) => Tap::new(),
         Err(e) => {
             tracing::debug!(error = %e, "cannot examine stdout and stderr; a tap with a writer");
             Tap::new()

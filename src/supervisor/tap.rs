@@ -26,15 +26,19 @@
 //!   shell pipeline.
 //! - The sender goes when the drain stops reading: the receiver sees the end once the last
 //!   chunk is taken, and the process is terminal (or about to be) from then on.
-//! - A tap with a [`TapSink`] ([`Tap::direct`]) sends no chunk: the drain writes each one to
-//!   the sink itself, right after its append to the spool, and the receiver only sees the end.
-//!   The drain then never waits for room (the sink's writes are its backpressure). A failed
-//!   write ends the tap as a dropped receiver does, and is kept for the consumer
-//!   ([`TapAbandon::failure`]) before the sender goes, so that the consumer that sees the end
-//!   can tell whether every byte was written.
+//! - A tap with a [`TapSink`] ([`Tap::with_sink`]) has the drain write chunks itself, right
+//!   after their append to the spool. Where both outlets take whole writes it sends no chunk:
+//!   the receiver only sees the end, and the drain never waits for room (the sink's writes are
+//!   its backpressure). Otherwise the drain writes a chunk itself only while every chunk it
+//!   sent before is written (dropped by the consumer, which writes each before it drops it:
+//!   [`TapShared`]'s count of chunks out), and only what fits without waiting; the rest goes
+//!   to the consumer as a chunk, in order, under the same backpressure as any chunk.
+//! - A failed write of the drain's ends the tap as a dropped receiver does, and is kept for the
+//!   consumer ([`TapAbandon::failure`]) before the sender goes, so that the consumer that sees
+//!   the end can tell whether every byte was written.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tokio::sync::{Notify, mpsc};
 use tracing::debug;
@@ -59,18 +63,24 @@ pub struct TapChunk {
 /// A chunk's bytes: the buffer the drain read them into, which goes back to its tap's spares
 /// when dropped (the drain reads a later chunk into it instead of copying each chunk).
 pub struct TapBytes {
-    /// Room for [`limits::READ_BYTES`] (zeroed once, when it was made), of which the first
-    /// `len` bytes are the chunk's.
+    /// Room for [`limits::READ_BYTES`] (zeroed once, when it was made), of which the bytes from
+    /// `start` (those the drain did not write itself) to `len` are the chunk's.
     buf: ReadBuf,
+    start: usize,
     len: usize,
     /// The drain's spares, while it drains.
     spares: Option<mpsc::UnboundedSender<ReadBuf>>,
+    /// The tap's count of chunks out, for a chunk of a tap.
+    tap: Option<Arc<TapShared>>,
 }
 
 impl std::ops::Deref for TapBytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        self.buf.bytes(self.len)
+        self.buf
+            .bytes(self.len)
+            .get(self.start..)
+            .unwrap_or_default()
     }
 }
 
@@ -79,6 +89,11 @@ impl Drop for TapBytes {
         if let Some(spares) = &self.spares {
             // A drain that ended takes none: the buffer is freed.
             let _ = spares.send(std::mem::take(&mut self.buf));
+        }
+        if let Some(tap) = &self.tap {
+            // After the consumer's write of these bytes, if it wrote them: the drain's next
+            // write of its own follows it.
+            tap.out.fetch_sub(1, Ordering::Release);
         }
     }
 }
@@ -100,7 +115,9 @@ impl Eq for TapBytes {}
 
 impl std::fmt::Debug for TapBytes {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TapBytes").field("len", &self.len).finish()
+        f.debug_struct("TapBytes")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -108,14 +125,17 @@ impl From<Vec<u8>> for TapBytes {
     /// Bytes of no tap (for a consumer's tests, or a copy).
     fn from(buf: Vec<u8>) -> TapBytes {
         TapBytes {
+            start: 0,
             len: buf.len(),
             buf: ReadBuf::from(buf),
             spares: None,
+            tap: None,
         }
     }
 }
 
-/// What ends a tap from its consumer's side (see [`TapAbandon`]).
+/// What the drain and the consumer of a tap share: what ends it from the consumer's side
+/// (see [`TapAbandon`]), and the drain's own writes.
 #[derive(Debug, Default)]
 pub(crate) struct TapShared {
     abandoned: Notify,
@@ -123,24 +143,60 @@ pub(crate) struct TapShared {
     gave_up: AtomicBool,
     /// Why the drain's write to a sink failed: set once, by the drain, which writes no more.
     failure: std::sync::OnceLock<std::io::Error>,
+    /// Where the drain writes chunks itself.
+    sink: Option<TapSink>,
+    /// Chunks sent and not dropped yet: the drain writes to the sink only at 0.
+    out: AtomicUsize,
 }
 
-/// The drain's spare read buffers: the chunks its consumer dropped come back over `back`.
+impl TapShared {
+    /// Writes what the sink takes of `bytes` now, if nothing sent before is still out (and the
+    /// tap was not abandoned); how many bytes it wrote.
+    fn write_first(&self, stream: Stream, bytes: &[u8]) -> std::io::Result<usize> {
+        match &self.sink {
+            Some(sink)
+                if self.out.load(Ordering::Acquire) == 0
+                    && !self.gave_up.load(Ordering::Relaxed) =>
+            {
+                sink.write_now(stream, bytes)
+            }
+            _ => Ok(0),
+        }
+    }
+
+    /// Keeps why a write of the drain's failed (the tap ends with it).
+    fn failed(&self, e: std::io::Error) {
+        debug!(error = %e, "writing to the tap's sink failed; draining without it");
+        // The only write: the tap is off from here on.
+        let _ = self.failure.set(e);
+    }
+}
+
+/// The drain's spare read buffers: the chunks its consumer dropped come back over `back`; a
+/// buffer whose bytes the drain wrote itself is `ready` for the next read.
 #[derive(Debug)]
 pub(crate) struct Spares {
     back: mpsc::UnboundedSender<ReadBuf>,
     returned: mpsc::UnboundedReceiver<ReadBuf>,
+    ready: Option<ReadBuf>,
 }
 
 impl Spares {
     fn new() -> Spares {
         let (back, returned) = mpsc::unbounded_channel();
-        Spares { back, returned }
+        Spares {
+            back,
+            returned,
+            ready: None,
+        }
     }
 
     /// A returned buffer, or a new one; past [`SPARES_MAX`] returned, the rest are freed (a
     /// consumer that held many chunks at once gives them all back).
     fn take(&mut self) -> ReadBuf {
+        if let Some(buf) = self.ready.take() {
+            return buf;
+        }
         while self.returned.len() > SPARES_MAX {
             let _ = self.returned.try_recv();
         }
@@ -160,7 +216,6 @@ impl Spares {
 pub struct Tap {
     sender: mpsc::Sender<TapChunk>,
     shared: Arc<TapShared>,
-    sink: Option<TapSink>,
 }
 
 impl Tap {
@@ -168,20 +223,18 @@ impl Tap {
     pub fn new() -> (Tap, mpsc::Receiver<TapChunk>) {
         let (sender, receiver) = mpsc::channel(limits::TAP_DEPTH);
         let shared = Arc::new(TapShared::default());
-        let tap = Tap {
-            sender,
-            shared,
-            sink: None,
-        };
-        (tap, receiver)
+        (Tap { sender, shared }, receiver)
     }
 
-    /// A tap whose chunks the drain writes to `sink` itself, and the receiver that sees its
-    /// end (and no chunk).
-    pub fn direct(sink: TapSink) -> (Tap, mpsc::Receiver<TapChunk>) {
-        let (mut tap, receiver) = Tap::new();
-        tap.sink = Some(sink);
-        (tap, receiver)
+    /// A tap whose chunks the drain writes to `sink` itself where it may (module doc), and the
+    /// receiver of the rest; with a [`TapSink::whole`] sink, the receiver only sees the end.
+    pub fn with_sink(sink: TapSink) -> (Tap, mpsc::Receiver<TapChunk>) {
+        let (sender, receiver) = mpsc::channel(limits::TAP_DEPTH);
+        let shared = Arc::new(TapShared {
+            sink: Some(sink),
+            ..TapShared::default()
+        });
+        (Tap { sender, shared }, receiver)
     }
 
     /// What ends this tap from its consumer's side without its receiver.
@@ -227,9 +280,8 @@ pub(crate) enum Tapping {
     Waiting(mpsc::Sender<TapChunk>, Arc<TapShared>, Spares),
     /// Room for one chunk is reserved: the next read goes to the tap.
     Ready(mpsc::OwnedPermit<TapChunk>, Arc<TapShared>, Spares),
-    /// The drain writes every chunk to the sink itself.
+    /// The drain writes every chunk to the tap's whole sink itself.
     Direct {
-        sink: TapSink,
         /// Sends nothing: the receiver sees the tap's end when it goes.
         _end: mpsc::Sender<TapChunk>,
         shared: Arc<TapShared>,
@@ -239,15 +291,12 @@ pub(crate) enum Tapping {
 impl Tapping {
     pub fn new(tap: Option<Tap>) -> Tapping {
         match tap {
-            Some(Tap {
-                sender,
-                shared,
-                sink: Some(sink),
-            }) => Tapping::Direct {
-                sink,
-                _end: sender,
-                shared,
-            },
+            Some(Tap { sender, shared }) if shared.sink.as_ref().is_some_and(TapSink::whole) => {
+                Tapping::Direct {
+                    _end: sender,
+                    shared,
+                }
+            }
             Some(tap) => Tapping::Waiting(tap.sender, tap.shared, Spares::new()),
             None => Tapping::Off,
         }
@@ -319,17 +368,34 @@ impl Tapping {
         }
     }
 
-    /// Hands the first `len` bytes of `buf` (from [`Tapping::buffer`]), just read, to the
-    /// consumer, in the room reserved for them.
+    /// Writes what the tap's sink takes now of the first `len` bytes of `buf` (from
+    /// [`Tapping::buffer`]), just read, and hands the rest to the consumer, in the room
+    /// reserved for them.
     pub fn send(&mut self, stream: Stream, buf: ReadBuf, len: usize) {
         *self = match std::mem::replace(self, Tapping::Off) {
             // A receiver dropped since the reservation drops the chunk; the next reservation
             // then finds it gone and turns the tap off.
-            Tapping::Ready(permit, shared, spares) => {
+            Tapping::Ready(permit, shared, mut spares) => {
+                let start = match shared.write_first(stream, buf.bytes(len)) {
+                    Ok(written) => written,
+                    Err(e) => {
+                        shared.failed(e);
+                        return;
+                    }
+                };
+                if start == len {
+                    // All written: the room and the buffer serve the next read.
+                    spares.ready = Some(buf);
+                    *self = Tapping::Ready(permit, shared, spares);
+                    return;
+                }
+                shared.out.fetch_add(1, Ordering::Relaxed);
                 let bytes = TapBytes {
                     buf,
+                    start,
                     len,
                     spares: Some(spares.back.clone()),
+                    tap: Some(Arc::clone(&shared)),
                 };
                 let sender = permit.send(TapChunk { stream, bytes });
                 Tapping::Waiting(sender, shared, spares)
@@ -341,7 +407,7 @@ impl Tapping {
     /// Writes `bytes`, just read from `stream` into the drain's own buffer, to the tap's sink,
     /// if it has one. A failed write, or an abandonment, ends the tap.
     pub fn write(&mut self, stream: Stream, bytes: &[u8]) {
-        let Tapping::Direct { sink, shared, .. } = self else {
+        let Tapping::Direct { shared, .. } = self else {
             return;
         };
         if shared.gave_up.load(Ordering::Relaxed) {
@@ -349,10 +415,12 @@ impl Tapping {
             *self = Tapping::Off;
             return;
         }
-        if let Err(e) = sink.write_all(stream, bytes) {
-            debug!(error = %e, "writing to the tap's sink failed; draining without it");
-            // The only write: the tap is off from here on.
-            let _ = shared.failure.set(e);
+        let written = match &shared.sink {
+            Some(sink) => sink.write_now(stream, bytes),
+            None => Ok(bytes.len()),
+        };
+        if let Err(e) = written {
+            shared.failed(e);
             // After the failure is kept: the consumer that sees the end finds it.
             *self = Tapping::Off;
         }

@@ -247,15 +247,15 @@ async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
     assert!(kept == got, "the tap's bytes differ from the spool's");
 }
 
-/// A tap with a sink and its receiver: the drain writes to files in `dir` (`out` and `err`).
+/// A tap with a sink and its receiver: the drain writes every chunk to the files `out` and
+/// `err` itself.
 fn direct_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
     use std::os::fd::AsFd;
     let out = std::fs::File::create(out).expect("stdout file");
     let err = std::fs::File::create(err).expect("stderr file");
-    let sink = TapSink::of(out.as_fd(), err.as_fd())
-        .expect("examine the files")
-        .expect("files make a sink");
-    Tap::direct(sink)
+    let sink = TapSink::of(out.as_fd(), err.as_fd()).expect("examine the files");
+    assert!(sink.whole(), "files take whole writes");
+    Tap::with_sink(sink)
 }
 
 /// A tap with a sink: the drain writes each stream to its own file, in order, exactly what the
@@ -346,4 +346,69 @@ async fn an_abandoned_sink_gets_nothing_more() {
     assert!(s.bounds.total_bytes > 0);
     assert_eq!(std::fs::metadata(&out).expect("out").len(), 0);
     assert_eq!(std::fs::metadata(&err).expect("err").len(), 0);
+}
+
+/// A sink whose stdout is a pipe: the drain writes what fits while no chunk it sent is still
+/// out, and the consumer writes the chunks it gets (the rest) to the same pipe. A reader that
+/// is slow at first gets exactly what `seq` wrote, in order, and both sides wrote some of it.
+#[test]
+fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
+    use std::io::{Read, Write};
+    use std::os::fd::AsFd;
+    const LAST: u32 = 2_000_000;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let root = temp_root();
+    let (sup, _events) = runtime.block_on(open(config(root.path())));
+    let (mut reader, mut writer) = std::io::pipe().expect("pipe");
+    let null = std::fs::File::create("/dev/null").expect("/dev/null");
+    let sink = TapSink::of(writer.as_fd(), null.as_fd()).expect("examine");
+    assert!(sink.any() && !sink.whole(), "a pipe takes what fits");
+    let (tap, mut rx) = Tap::with_sink(sink);
+    let reading = std::thread::spawn(move || {
+        let (mut got, mut buf) = (Vec::new(), vec![0; 1 << 16]);
+        loop {
+            let n = reader.read(&mut buf).expect("read the pipe");
+            if n == 0 {
+                return got;
+            }
+            got.extend_from_slice(&buf[..n]);
+            if got.len() < 4 << 20 {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+    // The consumer, as `run`'s: each chunk written before the next is taken.
+    let consuming = std::thread::spawn(move || {
+        let mut consumed = 0;
+        while let Some(chunk) = rx.blocking_recv() {
+            writer.write_all(&chunk.bytes).expect("write a chunk");
+            consumed += chunk.bytes.len();
+        }
+        consumed
+    });
+    let script = format!("seq 1 {LAST}");
+    let prepared = sup
+        .prepare(sh(root.path(), &script))
+        .expect("prepare")
+        .with_tap(tap);
+    let h = runtime.block_on(sup.start(prepared)).expect("start");
+    let s = runtime
+        .block_on(guarded("wait", sup.wait(&h, None)))
+        .expect("wait");
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    let consumed = consuming.join().expect("the consumer");
+    // The sink's descriptor went with the tap: the reader sees the end.
+    let got = reading.join().expect("the reader");
+    let expected: String = (1..=LAST).map(|i| format!("{i}\n")).collect();
+    assert_eq!(got.len(), expected.len());
+    assert!(
+        got == expected.as_bytes(),
+        "the pipe's bytes differ from seq's"
+    );
+    assert!(consumed > 0, "the drain never left a chunk to the consumer");
+    assert!(consumed < got.len(), "the drain wrote nothing itself");
 }
