@@ -426,11 +426,7 @@ fn main() -> Res<()> {
                 Target::None,
             ),
             ("procjournal run", run, Target::MaxRatio(target)),
-            (
-                "procjournal run | a reader (its copy's thread)",
-                run_piped,
-                Target::None,
-            ),
+            ("procjournal run | a reader", run_piped, Target::None),
             ("daemon start + wait", daemon, Target::MaxRatio(target)),
         ] {
             rows.push((format!("{name}: {figure}, ms"), samples, baseline, goal));
