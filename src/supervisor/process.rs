@@ -954,8 +954,8 @@ enum Read {
 }
 
 /// Reads what `stream` holds now into this thread's scratch buffer, appends it to the spool and
-/// hands it to the tap (whose room the caller holds, if it has a tap), or writes it to the
-/// tap's sink. An error is the pipe's: the stream is done.
+/// hands it to the tap (whose room the caller holds, if it has a tap). An error is the pipe's:
+/// the stream is done.
 fn drain_ready(
     proc: &Proc,
     stream: &Option<OutputEnd>,
@@ -983,7 +983,6 @@ fn drain_ready(
         Ok(0) => Ok(Read::Eof),
         Ok(n) => {
             let kept = keep(proc, which, buf.bytes(n));
-            tap.write(which, buf.bytes(n));
             Ok(Read::Bytes(n, kept.err()))
         }
         Err(e) => nothing_read(Err(e), which),

@@ -27,12 +27,13 @@
 //! - The sender goes when the drain stops reading: the receiver sees the end once the last
 //!   chunk is taken, and the process is terminal (or about to be) from then on.
 //! - A tap with a [`TapSink`] ([`Tap::with_sink`]) has the drain write chunks itself, right
-//!   after their append to the spool. Where both outlets take whole writes it sends no chunk:
-//!   the receiver only sees the end, and the drain never waits for room (the sink's writes are
-//!   its backpressure). Otherwise the drain writes a chunk itself only while every chunk it
-//!   sent before is written (dropped by the consumer, which writes each before it drops it:
-//!   [`TapShared`]'s count of chunks out), and only what fits without waiting; the rest goes
-//!   to the consumer as a chunk, in order, under the same backpressure as any chunk.
+//!   after their append to the spool, in the room it holds for them (which it keeps for the
+//!   next read when it wrote them all), only while every chunk it sent before is written
+//!   (dropped by the consumer, which writes each before it drops it: [`TapShared`]'s count of
+//!   chunks out), and only what the sink takes now; the rest goes to the consumer as a chunk,
+//!   in order, under the same backpressure as any chunk. Where both outlets take whole writes
+//!   the consumer gets no chunk at all (until an abandonment: the drain then writes nothing
+//!   more, and waits for room as any tap's drain does, which the abandonment ends).
 //! - A failed write of the drain's ends the tap as a dropped receiver does, and is kept for the
 //!   consumer ([`TapAbandon::failure`]) before the sender goes, so that the consumer that sees
 //!   the end can tell whether every byte was written.
@@ -280,23 +281,11 @@ pub(crate) enum Tapping {
     Waiting(mpsc::Sender<TapChunk>, Arc<TapShared>, Spares),
     /// Room for one chunk is reserved: the next read goes to the tap.
     Ready(mpsc::OwnedPermit<TapChunk>, Arc<TapShared>, Spares),
-    /// The drain writes every chunk to the tap's whole sink itself.
-    Direct {
-        /// Sends nothing: the receiver sees the tap's end when it goes.
-        _end: mpsc::Sender<TapChunk>,
-        shared: Arc<TapShared>,
-    },
 }
 
 impl Tapping {
     pub fn new(tap: Option<Tap>) -> Tapping {
         match tap {
-            Some(Tap { sender, shared }) if shared.sink.as_ref().is_some_and(TapSink::whole) => {
-                Tapping::Direct {
-                    _end: sender,
-                    shared,
-                }
-            }
             Some(tap) => Tapping::Waiting(tap.sender, tap.shared, Spares::new()),
             None => Tapping::Off,
         }
@@ -324,9 +313,7 @@ impl Tapping {
                 }
                 () = shared.abandoned.notified() => Err(mpsc::error::SendError(())),
             },
-            Tapping::Off | Tapping::Ready(..) | Tapping::Direct { .. } => {
-                std::future::pending().await
-            }
+            Tapping::Off | Tapping::Ready(..) => std::future::pending().await,
         }
     }
 
@@ -334,11 +321,7 @@ impl Tapping {
     pub fn reserved(&mut self, room: Result<Room, mpsc::error::SendError<()>>) {
         let spares = match std::mem::replace(self, Tapping::Off) {
             Tapping::Waiting(_, _, spares) | Tapping::Ready(_, _, spares) => spares,
-            // Neither waits for room.
-            tapping @ (Tapping::Off | Tapping::Direct { .. }) => {
-                *self = tapping;
-                return;
-            }
+            Tapping::Off => return,
         };
         *self = match room {
             Ok(Room(permit, shared)) => Tapping::Ready(permit, shared, spares),
@@ -357,7 +340,7 @@ impl Tapping {
     pub fn buffer(&mut self) -> Option<ReadBuf> {
         match self {
             Tapping::Ready(_, _, spares) => Some(spares.take()),
-            Tapping::Off | Tapping::Waiting(..) | Tapping::Direct { .. } => None,
+            Tapping::Off | Tapping::Waiting(..) => None,
         }
     }
 
@@ -402,27 +385,5 @@ impl Tapping {
             }
             other => other,
         };
-    }
-
-    /// Writes `bytes`, just read from `stream` into the drain's own buffer, to the tap's sink,
-    /// if it has one. A failed write, or an abandonment, ends the tap.
-    pub fn write(&mut self, stream: Stream, bytes: &[u8]) {
-        let Tapping::Direct { shared, .. } = self else {
-            return;
-        };
-        if shared.gave_up.load(Ordering::Relaxed) {
-            debug!("tap abandoned; draining without its sink");
-            *self = Tapping::Off;
-            return;
-        }
-        let written = match &shared.sink {
-            Some(sink) => sink.write_now(stream, bytes),
-            None => Ok(bytes.len()),
-        };
-        if let Err(e) = written {
-            shared.failed(e);
-            // After the failure is kept: the consumer that sees the end finds it.
-            *self = Tapping::Off;
-        }
     }
 }
