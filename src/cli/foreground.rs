@@ -208,20 +208,9 @@ pub(super) fn write_stream(stream: Stream, bytes: &[u8]) -> std::io::Result<()> 
 /// its last newline and split it into two writes, a sixth of `run`'s CPU on 1 GiB of output.
 /// (A standard descriptor closed when this process started is `/dev/null`: std opens it in its
 /// place before `main`, so no file of the root can take descriptor 1 or 2.)
-fn write_unbuffered<W: Write + std::os::fd::AsFd>(
-    mut to: W,
-    mut bytes: &[u8],
-) -> std::io::Result<()> {
+fn write_unbuffered<W: Write + std::os::fd::AsFd>(mut to: W, bytes: &[u8]) -> std::io::Result<()> {
     to.flush()?;
-    while !bytes.is_empty() {
-        match rustix::io::write(&to, bytes) {
-            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-            Ok(n) => bytes = &bytes[n..],
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
+    crate::supervisor::write_all(to.as_fd(), bytes)
 }
 
 /// The size of the terminal on stdin, if stdin is one.

@@ -147,7 +147,9 @@ impl Outlet {
     }
 }
 
-fn write_all(to: BorrowedFd<'_>, mut bytes: &[u8]) -> std::io::Result<()> {
+/// Writes all of `bytes` to `to` itself (no buffer of std's in between), retrying a write
+/// that an interrupt cut short.
+pub(crate) fn write_all(to: BorrowedFd<'_>, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {
         match rustix::io::write(to, bytes) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
