@@ -168,6 +168,8 @@ async fn foreground(
     };
     // Once, before any output: the name under which `logs`, `ps` and `journal` find it later.
     note!("procjournal: started {handle}");
+    // Only now may the drain write the command's output itself: after this line.
+    output.1.open_sink();
     // With a terminal here, it is raw until the guard drops (every return below), so that
     // each keystroke (Ctrl-C included) reaches the command's terminal as typed.
     let _raw = if pty { RawMode::enter() } else { None };

@@ -34,6 +34,10 @@
 //!   in order, under the same backpressure as any chunk. Where both outlets take whole writes
 //!   the consumer gets no chunk at all (until an abandonment: the drain then writes nothing
 //!   more, and waits for room as any tap's drain does, which the abandonment ends).
+//! - The drain writes nothing to a sink until the consumer opens it ([`TapAbandon::open_sink`]):
+//!   a consumer that prints lines of its own first (`run` names the process it started) keeps
+//!   them ahead of the workload's bytes. Until then the hold counts as one chunk out, so every
+//!   chunk goes to the consumer, and the drain writes only once those are written too.
 //! - A failed write of the drain's ends the tap as a dropped receiver does, and is kept for the
 //!   consumer ([`TapAbandon::failure`]) before the sender goes, so that the consumer that sees
 //!   the end can tell whether every byte was written.
@@ -146,8 +150,11 @@ pub(crate) struct TapShared {
     failure: std::sync::OnceLock<std::io::Error>,
     /// Where the drain writes chunks itself.
     sink: Option<TapSink>,
-    /// Chunks sent and not dropped yet: the drain writes to the sink only at 0.
+    /// Chunks sent and not dropped yet, plus one while the sink is held: the drain writes to
+    /// the sink only at 0.
     out: AtomicUsize,
+    /// The sink is not open yet: the one in `out` that no chunk accounts for.
+    held: AtomicBool,
 }
 
 impl TapShared {
@@ -227,12 +234,16 @@ impl Tap {
         (Tap { sender, shared }, receiver)
     }
 
-    /// A tap whose chunks the drain writes to `sink` itself where it may (module doc), and the
-    /// receiver of the rest; with a [`TapSink::whole`] sink, the receiver only sees the end.
+    /// A tap whose chunks the drain writes to `sink` itself where it may (module doc), once
+    /// the consumer opens it ([`TapAbandon::open_sink`]), and the receiver of the rest; with a
+    /// [`TapSink::whole`] sink, the receiver sees only what came before the opening, then the
+    /// end.
     pub fn with_sink(sink: TapSink) -> (Tap, mpsc::Receiver<TapChunk>) {
         let (sender, receiver) = mpsc::channel(limits::TAP_DEPTH);
         let shared = Arc::new(TapShared {
             sink: Some(sink),
+            out: AtomicUsize::new(1),
+            held: AtomicBool::new(true),
             ..TapShared::default()
         });
         (Tap { sender, shared }, receiver)
@@ -255,6 +266,16 @@ impl TapAbandon {
         self.0.gave_up.store(true, Ordering::Relaxed);
         // A permit is kept if the drain is not waiting now: it takes it at its next wait.
         self.0.abandoned.notify_one();
+    }
+
+    /// Lets the drain write to the tap's sink (module doc), once every chunk it sent before is
+    /// written: call it when what the consumer writes ahead of the workload's bytes is written.
+    /// Once is enough; a tap without a sink ignores it.
+    pub fn open_sink(&self) {
+        if self.0.held.swap(false, Ordering::AcqRel) {
+            // Release: what the consumer wrote before happens before the drain's writes.
+            self.0.out.fetch_sub(1, Ordering::Release);
+        }
     }
 
     /// Why the drain's write to the tap's sink failed (a tap without a sink: never). Kept

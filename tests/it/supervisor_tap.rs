@@ -247,15 +247,79 @@ async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
     assert!(kept == got, "the tap's bytes differ from the spool's");
 }
 
-/// A tap with a sink and its receiver: the drain writes every chunk to the files `out` and
-/// `err` itself.
-fn direct_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
+/// A tap with a sink held shut and its receiver: once opened, the drain writes every chunk to
+/// the files `out` and `err` itself.
+fn held_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
     use std::os::fd::AsFd;
     let out = std::fs::File::create(out).expect("stdout file");
     let err = std::fs::File::create(err).expect("stderr file");
     let sink = TapSink::of(out.as_fd(), err.as_fd()).expect("examine the files");
     assert!(sink.whole(), "files take whole writes");
     Tap::with_sink(sink)
+}
+
+/// [`held_tap`], opened.
+fn direct_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
+    let (tap, rx) = held_tap(out, err);
+    tap.abandoner().open_sink();
+    (tap, rx)
+}
+
+/// A sink not opened yet gets nothing: every chunk goes to the receiver. Once opened (after the
+/// consumer wrote what it got), the drain writes the rest to it, and the two together are the
+/// workload's output, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_sink_gets_nothing_until_the_consumer_opens_it() {
+    let root = temp_root();
+    let (sup, _events) = open(config(root.path())).await;
+    let (out, err) = (root.path().join("out"), root.path().join("err"));
+    let (tap, mut rx) = held_tap(&out, &err);
+    let opener = tap.abandoner();
+    let go = root.path().join("go");
+    let script = format!(
+        "seq 1 50000; while [ ! -e '{}' ]; do sleep 0.01; done; seq 50001 100000",
+        go.display()
+    );
+    let prepared = sup
+        .prepare(sh(root.path(), &script))
+        .expect("prepare")
+        .with_tap(tap);
+    let h = sup.start(prepared).await.expect("start");
+    let lines = |range: std::ops::RangeInclusive<u32>| -> String {
+        range.map(|i| format!("{i}\n")).collect()
+    };
+    let before = lines(1..=50_000);
+    let mut got = Vec::new();
+    let written = || std::fs::metadata(&out).expect("out").len();
+    guarded("the chunks before the opening", async {
+        while got.len() < before.len() {
+            tokio::select! {
+                chunk = rx.recv() => got.extend_from_slice(&chunk.expect("the end").bytes),
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+            assert_eq!(written(), 0, "the drain wrote to a held sink");
+        }
+    })
+    .await;
+    assert!(got == before.as_bytes(), "the receiver's chunks differ");
+    opener.open_sink();
+    std::fs::write(&go, b"").expect("go");
+    let more = guarded("the tap's end", async {
+        let mut more = 0;
+        while rx.recv().await.is_some() {
+            more += 1;
+        }
+        more
+    })
+    .await;
+    assert_eq!(more, 0, "an open sink of files sent chunks");
+    let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
+    let rest = std::fs::read(&out).expect("read out");
+    assert!(
+        rest == lines(50_001..=100_000).as_bytes(),
+        "the sink's bytes differ"
+    );
 }
 
 /// A tap with a sink: the drain writes each stream to its own file, in order, exactly what the
@@ -368,6 +432,7 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
     let sink = TapSink::of(writer.as_fd(), null.as_fd()).expect("examine");
     assert!(sink.any() && !sink.whole(), "a pipe takes what fits");
     let (tap, mut rx) = Tap::with_sink(sink);
+    tap.abandoner().open_sink();
     let reading = std::thread::spawn(move || {
         let (mut got, mut buf) = (Vec::new(), vec![0; 1 << 16]);
         loop {
