@@ -412,13 +412,40 @@ async fn an_abandoned_sink_gets_nothing_more() {
     assert_eq!(std::fs::metadata(&err).expect("err").len(), 0);
 }
 
+/// A pipe's reader that reads `first` bytes, says so, and reads nothing more until told to go
+/// on; then all the rest, to the end.
+fn paused_reader(
+    mut reader: std::io::PipeReader,
+    first: usize,
+) -> (
+    std::sync::mpsc::Receiver<()>,
+    std::sync::mpsc::Sender<()>,
+    std::thread::JoinHandle<Vec<u8>>,
+) {
+    use std::io::Read;
+    let (read_first, first_read) = std::sync::mpsc::channel();
+    let (go_on, going_on) = std::sync::mpsc::channel::<()>();
+    let reading = std::thread::spawn(move || {
+        let mut got = vec![0; first];
+        reader.read_exact(&mut got).expect("read the first bytes");
+        read_first.send(()).expect("say so");
+        going_on.recv().expect("told to go on");
+        reader.read_to_end(&mut got).expect("read the rest");
+        got
+    });
+    (first_read, go_on, reading)
+}
+
 /// A sink whose stdout is a pipe: the drain writes what fits while no chunk it sent is still
-/// out, and the consumer writes the chunks it gets (the rest) to the same pipe. A reader that
-/// is slow at first gets exactly what `seq` wrote, in order, and both sides wrote some of it.
+/// out, and the consumer writes the chunks it gets (the rest) to the same pipe. The drain
+/// writes the first lines itself (the consumer has received nothing when they are read); with
+/// the reader paused, the pipe fills and chunks go to the consumer; the reader then gets
+/// exactly what `seq` wrote, in order.
 #[test]
 fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     use std::os::fd::AsFd;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     const LAST: u32 = 2_000_000;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -427,45 +454,51 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
         .expect("runtime");
     let root = temp_root();
     let (sup, _events) = runtime.block_on(open(config(root.path())));
-    let (mut reader, mut writer) = std::io::pipe().expect("pipe");
+    let (reader, mut writer) = std::io::pipe().expect("pipe");
     let null = std::fs::File::create("/dev/null").expect("/dev/null");
     let sink = TapSink::of(writer.as_fd(), null.as_fd()).expect("examine");
     assert!(sink.any() && !sink.whole(), "a pipe takes what fits");
     let (tap, mut rx) = Tap::with_sink(sink);
     tap.abandoner().open_sink();
-    let reading = std::thread::spawn(move || {
-        let (mut got, mut buf) = (Vec::new(), vec![0; 1 << 16]);
-        loop {
-            let n = reader.read(&mut buf).expect("read the pipe");
-            if n == 0 {
-                return got;
-            }
-            got.extend_from_slice(&buf[..n]);
-            if got.len() < 4 << 20 {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-        }
-    });
+    let first: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+    let (first_read, go_on, reading) = paused_reader(reader, first.len());
     // The consumer, as `run`'s: each chunk written before the next is taken.
+    let received = std::sync::Arc::new(AtomicUsize::new(0));
+    let counted = std::sync::Arc::clone(&received);
     let consuming = std::thread::spawn(move || {
-        let mut consumed = 0;
         while let Some(chunk) = rx.blocking_recv() {
+            counted.fetch_add(chunk.bytes.len(), Ordering::SeqCst);
             writer.write_all(&chunk.bytes).expect("write a chunk");
-            consumed += chunk.bytes.len();
         }
-        consumed
     });
-    let script = format!("seq 1 {LAST}");
+    let go = root.path().join("go");
+    let script = format!(
+        "seq 1 1000; while [ ! -e '{}' ]; do sleep 0.01; done; seq 1001 {LAST}",
+        go.display()
+    );
     let prepared = sup
         .prepare(sh(root.path(), &script))
         .expect("prepare")
         .with_tap(tap);
     let h = runtime.block_on(sup.start(prepared)).expect("start");
+    first_read.recv().expect("the first lines");
+    assert_eq!(
+        received.load(Ordering::SeqCst),
+        0,
+        "the drain wrote nothing itself"
+    );
+    std::fs::write(&go, b"").expect("go");
+    runtime.block_on(guarded("a chunk for the consumer", async {
+        while received.load(Ordering::SeqCst) == 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }));
+    go_on.send(()).expect("the reader goes on");
     let s = runtime
         .block_on(guarded("wait", sup.wait(&h, None)))
         .expect("wait");
     assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
-    let consumed = consuming.join().expect("the consumer");
+    consuming.join().expect("the consumer");
     // The sink's descriptor went with the tap: the reader sees the end.
     let got = reading.join().expect("the reader");
     let expected: String = (1..=LAST).map(|i| format!("{i}\n")).collect();
@@ -474,6 +507,4 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
         got == expected.as_bytes(),
         "the pipe's bytes differ from seq's"
     );
-    assert!(consumed > 0, "the drain never left a chunk to the consumer");
-    assert!(consumed < got.len(), "the drain wrote nothing itself");
 }
