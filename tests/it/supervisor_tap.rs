@@ -284,7 +284,9 @@ async fn a_held_sink_gets_nothing_until_the_consumer_opens_it() {
         .prepare(sh(root.path(), &script))
         .expect("prepare")
         .with_tap(tap);
-    let h = sup.start(prepared).await.expect("start");
+    // A failed assertion leaves no workload waiting for its file.
+    let mut guard = KillGuard::new(&sup);
+    let h = guard.watch(sup.start(prepared).await.expect("start"));
     let lines = |range: std::ops::RangeInclusive<u32>| -> String {
         range.map(|i| format!("{i}\n")).collect()
     };
@@ -480,7 +482,9 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
         .prepare(sh(root.path(), &script))
         .expect("prepare")
         .with_tap(tap);
-    let h = runtime.block_on(sup.start(prepared)).expect("start");
+    // A failed assertion leaves no workload waiting for its file.
+    let mut guard = KillGuard::new(&sup);
+    let h = guard.watch(runtime.block_on(sup.start(prepared)).expect("start"));
     first_read.recv().expect("the first lines");
     assert_eq!(
         received.load(Ordering::SeqCst),
