@@ -247,6 +247,23 @@ async fn recycled_chunks_carry_exactly_what_the_spool_keeps() {
     assert!(kept == got, "the tap's bytes differ from the spool's");
 }
 
+/// `seq`'s lines `range`, as it prints them.
+fn lines(range: std::ops::RangeInclusive<u32>) -> String {
+    range.map(|i| format!("{i}\n")).collect()
+}
+
+/// A script that prints the lines `1..=first`, waits for the file it returns (in `dir`) to
+/// exist, then prints the rest up to `last`.
+fn paused_seq(dir: &Path, first: u32, last: u32) -> (std::path::PathBuf, String) {
+    let go = dir.join("go");
+    let script = format!(
+        "seq 1 {first}; while [ ! -e '{}' ]; do sleep 0.01; done; seq {} {last}",
+        go.display(),
+        first + 1
+    );
+    (go, script)
+}
+
 /// A tap with a sink held shut and its receiver: once opened, the drain writes every chunk to
 /// the files `out` and `err` itself.
 fn held_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
@@ -275,11 +292,7 @@ async fn a_held_sink_gets_nothing_until_the_consumer_opens_it() {
     let (out, err) = (root.path().join("out"), root.path().join("err"));
     let (tap, mut rx) = held_tap(&out, &err);
     let opener = tap.abandoner();
-    let go = root.path().join("go");
-    let script = format!(
-        "seq 1 50000; while [ ! -e '{}' ]; do sleep 0.01; done; seq 50001 100000",
-        go.display()
-    );
+    let (go, script) = paused_seq(root.path(), 50_000, 100_000);
     let prepared = sup
         .prepare(sh(root.path(), &script))
         .expect("prepare")
@@ -287,9 +300,6 @@ async fn a_held_sink_gets_nothing_until_the_consumer_opens_it() {
     // A failed assertion leaves no workload waiting for its file.
     let mut guard = KillGuard::new(&sup);
     let h = guard.watch(sup.start(prepared).await.expect("start"));
-    let lines = |range: std::ops::RangeInclusive<u32>| -> String {
-        range.map(|i| format!("{i}\n")).collect()
-    };
     let before = lines(1..=50_000);
     let mut got = Vec::new();
     let written = || std::fs::metadata(&out).expect("out").len();
@@ -351,9 +361,6 @@ async fn a_sink_gets_exactly_what_the_spool_keeps_and_the_receiver_only_the_end(
     assert!(failure.failure().is_none());
     let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
     assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
-    let lines = |range: std::ops::RangeInclusive<u32>| -> String {
-        range.map(|i| format!("{i}\n")).collect()
-    };
     let got_out = std::fs::read(&out).expect("read out");
     let got_err = std::fs::read(&err).expect("read err");
     let expected_out = lines(1..=300_000) + &lines(300_001..=400_000);
@@ -462,7 +469,7 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
     assert!(sink.any() && !sink.whole(), "a pipe takes what fits");
     let (tap, mut rx) = Tap::with_sink(sink);
     tap.abandoner().open_sink();
-    let first: String = (1..=1000).map(|i| format!("{i}\n")).collect();
+    let first = lines(1..=1000);
     let (first_read, go_on, reading) = paused_reader(reader, first.len());
     // The consumer, as `run`'s: each chunk written before the next is taken.
     let received = std::sync::Arc::new(AtomicUsize::new(0));
@@ -473,11 +480,7 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
             writer.write_all(&chunk.bytes).expect("write a chunk");
         }
     });
-    let go = root.path().join("go");
-    let script = format!(
-        "seq 1 1000; while [ ! -e '{}' ]; do sleep 0.01; done; seq 1001 {LAST}",
-        go.display()
-    );
+    let (go, script) = paused_seq(root.path(), 1000, LAST);
     let prepared = sup
         .prepare(sh(root.path(), &script))
         .expect("prepare")
@@ -505,7 +508,7 @@ fn a_pipe_takes_the_drains_writes_and_the_consumers_in_order() {
     consuming.join().expect("the consumer");
     // The sink's descriptor went with the tap: the reader sees the end.
     let got = reading.join().expect("the reader");
-    let expected: String = (1..=LAST).map(|i| format!("{i}\n")).collect();
+    let expected = lines(1..=LAST);
     assert_eq!(got.len(), expected.len());
     assert!(
         got == expected.as_bytes(),
