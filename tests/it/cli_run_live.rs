@@ -44,6 +44,16 @@ fn run_piped(root: &Path, args: &[&str]) -> Child {
         .unwrap()
 }
 
+/// `run` of `sh -c script` on `root`, with no input; its stdout and stderr are the caller's.
+fn run_sh(root: &Path, script: &str) -> Command {
+    let mut run = bin();
+    run.args(["run", "--root"])
+        .arg(root)
+        .args(["--", "sh", "-c", script])
+        .stdin(Stdio::null());
+    run
+}
+
 /// Reads all of `stream` on a thread of its own (so that a full stderr pipe never stalls `run`).
 fn collect(mut stream: impl Read + Send + 'static) -> std::thread::JoinHandle<Vec<u8>> {
     std::thread::spawn(move || {
@@ -343,20 +353,14 @@ fn the_third_ctrl_c_gives_up_on_a_reader_that_reads_nothing() {
 fn into_files_every_byte_of_each_stream_arrives_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let (out, err) = (dir.path().join("out"), dir.path().join("err"));
-    let status = bin()
-        .args(["run", "--root"])
-        .arg(dir.path().join("root"))
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "seq 1 300000; seq 1 1000 >&2; seq 300001 400000; echo end >&2; exit 5",
-        ])
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out).unwrap())
-        .stderr(std::fs::File::create(&err).unwrap())
-        .status()
-        .unwrap();
+    let status = run_sh(
+        &dir.path().join("root"),
+        "seq 1 300000; seq 1 1000 >&2; seq 300001 400000; echo end >&2; exit 5",
+    )
+    .stdout(std::fs::File::create(&out).unwrap())
+    .stderr(std::fs::File::create(&err).unwrap())
+    .status()
+    .unwrap();
     assert_eq!(status.code(), Some(5));
     let expected: String = (1..=400_000).map(|n| format!("{n}\n")).collect();
     assert!(
@@ -380,16 +384,7 @@ fn into_a_full_disk_it_says_so_and_stops_the_command() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let err = dir.path().join("err");
-    let mut child = bin()
-        .args(["run", "--root"])
-        .arg(&root)
-        .args([
-            "--",
-            "sh",
-            "-c",
-            "head -c 4000000 /dev/zero; exec sleep 600",
-        ])
-        .stdin(Stdio::null())
+    let mut child = run_sh(&root, "head -c 4000000 /dev/zero; exec sleep 600")
         .stdout(std::fs::File::create(small.path().join("out")).unwrap())
         .stderr(std::fs::File::create(&err).unwrap())
         .spawn()
