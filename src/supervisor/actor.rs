@@ -276,6 +276,8 @@ pub(crate) struct Actor {
     next_sample: Option<tokio::time::Instant>,
     sampling: bool,
     last_sampled: tokio::time::Instant,
+    /// Whether admission holds a reading of the host's telemetry yet (`ensure_host`).
+    host_read: bool,
     /// When the deadlines are next swept (`None`: no live process has one that can fire).
     next_sweep: Option<tokio::time::Instant>,
     /// When they were last swept.
@@ -290,11 +292,14 @@ impl Actor {
         max_live: usize,
         held: Vec<(Handle, Scoped, LifecycleIds)>,
         presampled: Vec<(Handle, crate::tree::TreeSample)>,
-        host: HostSample,
     ) -> Actor {
         let readers = Bounded::new(shared.config.finished_readers_cached);
         let (events_tx, events) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
-        let mut admission = Admission::new(shared.config.admission.clone(), max_live, host);
+        let mut admission = Admission::new(
+            shared.config.admission.clone(),
+            max_live,
+            HostSample::default(),
+        );
         // A limit set at runtime before a restart is the operator's, over the configuration.
         if let Some(max_concurrent) = recorded_limit(&shared) {
             admission.set_limit(Some(max_concurrent));
@@ -312,6 +317,7 @@ impl Actor {
             next_sample: (!held.is_empty()).then_some(now),
             sampling: false,
             last_sampled: now,
+            host_read: false,
             shared,
             inbox,
             outbox,
@@ -409,7 +415,7 @@ impl Actor {
     /// pause gate, the live-process bound, then admission. `fresh`: a start that is not the
     /// queue's head, which must not overtake starts already waiting. A start queued for capacity
     /// when the gate closes is refused (paused) when capacity would have admitted it.
-    fn may_start(&self, fresh: bool) -> StartGate {
+    fn may_start(&mut self, fresh: bool) -> StartGate {
         if self.closed {
             return StartGate::Closed(Refusal::ShuttingDown);
         }
@@ -426,6 +432,7 @@ impl Actor {
                 max: self.max_live,
             };
         }
+        self.ensure_host(false);
         let decision = self.admission.decide();
         if !decision.admit || (fresh && !self.queue.is_empty()) {
             return StartGate::Full(decision);
@@ -489,6 +496,7 @@ impl Actor {
     /// Fails every queued start whose deadline passed, with the decision that kept it waiting.
     fn expire_queued(&mut self) {
         let now = tokio::time::Instant::now();
+        self.ensure_host(false);
         let decision = self.admission.decide();
         let (expired, kept): (VecDeque<Queued>, VecDeque<Queued>) =
             self.queue.drain(..).partition(|q| q.deadline <= now);
@@ -562,6 +570,24 @@ impl Actor {
         }
     }
 
+    /// Reads the host's telemetry (cores, available memory) the first time a decision can
+    /// depend on it, or with `always` (the admission snapshot reports it); later readings come
+    /// with the trees' samples. While no workload holds capacity and none waits, a start is
+    /// admitted whatever the host offers (one slot is always there), so a supervisor that runs
+    /// one command at a time, as `run` does, never reads it: read at every open (a dozen procfs
+    /// and cgroup files, on a blocking thread started for it) it cost a cold `run -- true`
+    /// about 0.7 ms of CPU. A few small reads, once per supervisor: done here rather than on
+    /// the blocking pool, so that no decision is made before it.
+    fn ensure_host(&mut self, always: bool) {
+        let idle = self.admission.in_use() == 0 && self.queue.is_empty();
+        if self.host_read || (idle && !always) {
+            return;
+        }
+        self.admission
+            .observe_host(self.shared.config.telemetry.host());
+        self.host_read = true;
+    }
+
     /// Gives `handle`'s capacity back once nothing of it is owned any more: not in the table
     /// (live or lingering) and not held unverified.
     fn settle(&mut self, handle: &Handle) {
@@ -570,7 +596,8 @@ impl Actor {
         }
     }
 
-    fn admission_snapshot(&self) -> AdmissionSnapshot {
+    fn admission_snapshot(&mut self) -> AdmissionSnapshot {
+        self.ensure_host(true);
         AdmissionSnapshot {
             decision: self.admission.decide(),
             reservations: self.admission.reservations(),
@@ -944,6 +971,7 @@ impl Actor {
             StartGate::Full(decision) => Some(decision),
         };
         let Some(wait) = prepared.capacity_wait else {
+            self.ensure_host(false);
             let decision = full.unwrap_or_else(|| self.admission.decide());
             info!(
                 target: "procjournal::admission",

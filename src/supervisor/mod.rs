@@ -164,12 +164,6 @@ impl Supervisor {
         let opened = tokio::task::spawn_blocking(move || {
             open_root_blocking(&open_root, durability, tenure, group, strict)
         });
-        // The first decision has the host's telemetry (trees are sampled once they run). It
-        // depends on nothing the open does, so it is read beside it rather than after restore.
-        let host = {
-            let telemetry = Arc::clone(&config.telemetry);
-            tokio::task::spawn_blocking(move || telemetry.host())
-        };
         // Beside the open, on a blocking thread of its own: a profile may take seconds.
         let login_env = config.login_shell.clone().map(|shell| {
             tokio::task::spawn_blocking(move || {
@@ -201,7 +195,6 @@ impl Supervisor {
         });
         let (report, held) = restore::restore(&shared, recovery, replay).await;
         let presampled = restore::presample(&shared, &held).await;
-        let host = host.await.unwrap_or_default();
         let (tx, rx) = mpsc::channel(limits::ACTOR_INBOX_DEPTH);
         let actor = Actor::new(
             Arc::clone(&shared),
@@ -210,7 +203,6 @@ impl Supervisor {
             max_live,
             held,
             presampled,
-            host,
         );
         tokio::spawn(actor.run());
         Ok((Supervisor { shared, actor: tx }, report))

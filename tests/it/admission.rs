@@ -10,6 +10,7 @@ use crate::common::daemon as daemon_common;
 use crate::common::supervisor as supervisor_common;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -23,11 +24,13 @@ use supervisor_common::{KillGuard, config, guarded, open, sh, start, temp_root};
 
 const GIB: u64 = 1 << 30;
 
-/// The policy's inputs, set by the test: the host, and one sample given for every tree.
+/// The policy's inputs, set by the test: the host, and one sample given for every tree; and
+/// how many times the host was read.
 #[derive(Debug, Default)]
 struct Injected {
     host: Mutex<HostSample>,
     tree: Mutex<Option<TreeSample>>,
+    host_reads: AtomicUsize,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -43,10 +46,14 @@ impl InjectedTelemetry {
     fn set_tree(&self, sample: Option<TreeSample>) {
         *self.0.tree.lock().unwrap() = sample;
     }
+    fn host_reads(&self) -> usize {
+        self.0.host_reads.load(Ordering::SeqCst)
+    }
 }
 
 impl Telemetry for InjectedTelemetry {
     fn host(&self) -> HostSample {
+        self.0.host_reads.fetch_add(1, Ordering::SeqCst);
         *self.0.host.lock().unwrap()
     }
     fn trees(&self, trees: &[(Handle, Arc<dyn ProcessTree>)]) -> Vec<(Handle, TreeSample)> {
@@ -196,6 +203,59 @@ async fn queued_starts_are_admitted_in_order() {
     assert_eq!(written, "b\nc\nd\ne\n", "admitted out of order");
     let s = snapshot(&sup).await;
     assert_eq!((s.queued, s.decision.in_use), (0, 0), "{s:?}");
+    sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// The host is read when a decision first depends on it, not before: commands run one at a
+/// time never read it (one slot is always there), a start beside a running one reads it once
+/// and is decided by it (two cores at 70 %: room for two workloads, not three), and so are the
+/// starts after it, with no second read until the trees are sampled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_is_read_once_a_decision_depends_on_it() {
+    let root = temp_root();
+    let telemetry = InjectedTelemetry::default();
+    telemetry.set_host(Some(2), Some(64 * GIB));
+    let mut cfg = admission_config(root.path(), AdmissionConfig::default());
+    // No periodic sample in the test's time: every read is a decision's.
+    cfg.admission.sample_every = Duration::from_secs(3600);
+    cfg.telemetry = Arc::new(telemetry.clone());
+    let (sup, _rx) = open(cfg).await;
+    let mut guard = KillGuard::new(&sup);
+    for _ in 0..3 {
+        let h = start(&sup, Command::new("true").cwd(root.path())).await;
+        guarded("wait", sup.wait(&h, None)).await.expect("wait");
+    }
+    assert_eq!(
+        telemetry.host_reads(),
+        0,
+        "read for starts it cannot change"
+    );
+
+    guard.watch(start(&sup, sleeper(root.path())).await);
+    assert_eq!(telemetry.host_reads(), 0, "read for a start beside nothing");
+    guard.watch(start(&sup, sleeper(root.path())).await);
+    assert_eq!(
+        telemetry.host_reads(),
+        1,
+        "not read for the second workload"
+    );
+    let d = capacity_decision(
+        sup.start(
+            sup.prepare(Command::new("true").cwd(root.path()))
+                .expect("prepare"),
+        )
+        .await,
+    );
+    assert_eq!(
+        (d.basis, d.in_use, d.slots),
+        (Basis::Automatic, 2, 2),
+        "{d:?}"
+    );
+    assert_eq!(d.cores, Some(2), "{d:?}");
+    let s = snapshot(&sup).await;
+    assert_eq!(s.decision.available_bytes, Some(64 * GIB), "{s:?}");
+    assert_eq!(telemetry.host_reads(), 1, "read again before any sample");
+    drop(guard);
     sup.shutdown(Duration::from_millis(100)).await;
 }
 

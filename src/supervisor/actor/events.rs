@@ -71,6 +71,7 @@ impl Actor {
         self.last_sampled = tokio::time::Instant::now();
         if let Some(host) = host {
             self.admission.observe_host(host);
+            self.host_read = true;
         }
         for (handle, sample) in trees {
             self.admission.observe(&handle, sample);
