@@ -73,6 +73,19 @@ fn admission_config(root: &Path, admission: AdmissionConfig) -> SupervisorConfig
     cfg
 }
 
+/// The automatic policy's configuration, its host as given, read through the returned handle.
+fn injected(
+    root: &Path,
+    cores: Option<usize>,
+    available_bytes: Option<u64>,
+) -> (SupervisorConfig, InjectedTelemetry) {
+    let telemetry = InjectedTelemetry::default();
+    telemetry.set_host(cores, available_bytes);
+    let mut cfg = admission_config(root, AdmissionConfig::default());
+    cfg.telemetry = Arc::new(telemetry.clone());
+    (cfg, telemetry)
+}
+
 async fn snapshot(sup: &Supervisor) -> AdmissionSnapshot {
     sup.admission().await.expect("admission")
 }
@@ -110,6 +123,12 @@ fn capacity_decision(result: Result<Handle, StartError>) -> procjournal::admissi
         }
         other => panic!("expected a capacity refusal, got {other:?}"),
     }
+}
+
+/// The decision that refused a start of `true` in `cwd` for capacity.
+async fn refused_true(sup: &Supervisor, cwd: &Path) -> procjournal::admission::Decision {
+    let prepared = sup.prepare(Command::new("true").cwd(cwd)).expect("prepare");
+    capacity_decision(sup.start(prepared).await)
 }
 
 /// A queued start that no capacity reaches fails at its deadline with the decision that kept it
@@ -213,12 +232,9 @@ async fn queued_starts_are_admitted_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_host_is_read_once_a_decision_depends_on_it() {
     let root = temp_root();
-    let telemetry = InjectedTelemetry::default();
-    telemetry.set_host(Some(2), Some(64 * GIB));
-    let mut cfg = admission_config(root.path(), AdmissionConfig::default());
+    let (mut cfg, telemetry) = injected(root.path(), Some(2), Some(64 * GIB));
     // No periodic sample in the test's time: every read is a decision's.
     cfg.admission.sample_every = Duration::from_secs(3600);
-    cfg.telemetry = Arc::new(telemetry.clone());
     let (sup, _rx) = open(cfg).await;
     let mut guard = KillGuard::new(&sup);
     for _ in 0..3 {
@@ -239,13 +255,7 @@ async fn the_host_is_read_once_a_decision_depends_on_it() {
         1,
         "not read for the second workload"
     );
-    let d = capacity_decision(
-        sup.start(
-            sup.prepare(Command::new("true").cwd(root.path()))
-                .expect("prepare"),
-        )
-        .await,
-    );
+    let d = refused_true(&sup, root.path()).await;
     assert_eq!(
         (d.basis, d.in_use, d.slots),
         (Basis::Automatic, 2, 2),
@@ -265,10 +275,7 @@ async fn the_host_is_read_once_a_decision_depends_on_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn injected_telemetry_reaches_the_decisions() {
     let root = temp_root();
-    let telemetry = InjectedTelemetry::default();
-    telemetry.set_host(Some(64), Some(6 * GIB));
-    let mut cfg = admission_config(root.path(), AdmissionConfig::default());
-    cfg.telemetry = Arc::new(telemetry.clone());
+    let (cfg, telemetry) = injected(root.path(), Some(64), Some(6 * GIB));
     let (sup, _rx) = open(cfg).await;
     let mut guard = KillGuard::new(&sup);
     let a = guard.watch(start(&sup, sleeper(root.path())).await);
@@ -299,13 +306,7 @@ async fn injected_telemetry_reaches_the_decisions() {
     assert_eq!(s.reservations[0].handle, a);
     assert_eq!(s.reservations[0].reserved_bytes, 10 * GIB);
     assert!(s.telemetry_complete);
-    let d = capacity_decision(
-        sup.start(
-            sup.prepare(Command::new("true").cwd(root.path()))
-                .expect("prepare"),
-        )
-        .await,
-    );
+    let d = refused_true(&sup, root.path()).await;
     assert_eq!(
         (d.in_use, d.slots, d.reserved_bytes),
         (1, 1, 10 * GIB),
@@ -334,13 +335,7 @@ async fn injected_telemetry_reaches_the_decisions() {
         s.decision.basis == Basis::NoMemoryTelemetry
     })
     .await;
-    let d = capacity_decision(
-        sup.start(
-            sup.prepare(Command::new("true").cwd(root.path()))
-                .expect("prepare"),
-        )
-        .await,
-    );
+    let d = refused_true(&sup, root.path()).await;
     assert_eq!(d.slots, 1);
 
     // A start queues; telemetry showing memory again admits it, with `a` still running.
@@ -495,13 +490,7 @@ async fn a_lingering_tree_keeps_its_capacity() {
         s.decision.in_use, 1,
         "the lingering tree holds its slot: {s:?}"
     );
-    let d = capacity_decision(
-        sup.start(
-            sup.prepare(Command::new("true").cwd(root.path()))
-                .expect("prepare"),
-        )
-        .await,
-    );
+    let d = refused_true(&sup, root.path()).await;
     assert_eq!(d.in_use, 1);
     guarded(
         "stop the lingering tree",
