@@ -32,7 +32,9 @@
 //!    the sync table asks of a run (a record-sized write and an `fdatasync` each, into a file
 //!    beside the root laid out as a journal segment is); their sum is what a cold run costs
 //!    before it opens the root, starts a guardian or records anything, unless it overlaps its
-//!    syncs with its spawn (a reference, then, rather than a strict floor).
+//!    syncs with its spawn (a reference, then, rather than a strict floor). And, a diagnostic,
+//!    the same batch on a fresh root each round (holding 0 to `BATCH` processes, where the
+//!    growing root holds hundreds more): the batch's time apart from its root's size.
 //! 5. What a root's size costs a cold run: a second root filled with `Plan::large` finished
 //!    processes (5 000: a `procjournal serve` of the same binary on it, started and waited for
 //!    one by one over its socket, then shut down, as a root that has served a while is), and
@@ -274,6 +276,8 @@ struct Batches {
     cold: Samples,
     plain: Samples,
     shell: Samples,
+    /// The same batch on a fresh root each round.
+    fresh: Samples,
     /// What a cold run pays before any work of its own: the executable's start, and a plain
     /// spawn between two syncs.
     reference: Samples,
@@ -287,25 +291,30 @@ fn batches(bin: &Path, root: &Path, dir: &Path, plan: Plan) -> Res<Batches> {
     let n = plan.batch;
     for i in 0..plan.rounds {
         common::print_round(i, plan.rounds);
-        let (cold, plain, shell, version, synced);
+        let fresh_root = dir.join(format!("fresh-{i}"));
+        let (cold, plain, shell, version, synced, fresh);
         if i % 2 == 0 {
             cold = cold_batch(bin, root, n)?;
             plain = plain_batch(n)?;
             shell = common::shell_loop_ms(n)?;
             version = version_batch(bin, n)?;
             synced = synced_plain_batch(dir, n)?;
+            fresh = cold_batch(bin, &fresh_root, n)?;
         } else {
+            fresh = cold_batch(bin, &fresh_root, n)?;
             synced = synced_plain_batch(dir, n)?;
             version = version_batch(bin, n)?;
             shell = common::shell_loop_ms(n)?;
             plain = plain_batch(n)?;
             cold = cold_batch(bin, root, n)?;
         }
+        std::fs::remove_dir_all(&fresh_root)?;
         println!(
             "  {n} x run -- true: {cold:.0} ms; {n} x spawn+wait true: {plain:.0} ms; shell loop: \
              {shell:.0} ms; {n} x procjournal --version: {version:.0} ms; {n} x spawn+wait \
-             between two syncs: {synced:.0} ms"
+             between two syncs: {synced:.0} ms; {n} x run -- true on a fresh root: {fresh:.0} ms"
         );
+        out.fresh.push(fresh);
         out.cold.push(cold);
         out.plain.push(plain);
         out.shell.push(shell);
@@ -486,6 +495,7 @@ fn main() -> Res<()> {
         cold: batch_cold,
         plain: batch_plain,
         shell: batch_shell,
+        fresh: batch_fresh,
         reference: batch_reference,
     } = batches(&bin, &root, dir.path(), plan)?;
 
@@ -545,6 +555,13 @@ fn main() -> Res<()> {
             baseline: &batch_shell_name,
             base: &batch_shell,
             target: Target::MaxRatio(8.0),
+        },
+        Row {
+            figure: "  diagnostic: the same on a fresh root each round, ms",
+            samples: &batch_fresh,
+            baseline: &batch_base,
+            base: &batch_plain,
+            target: Target::None,
         },
         Row {
             figure: "  reference: as many --version, and spawn+wait between two syncs, ms",
