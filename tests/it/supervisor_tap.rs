@@ -275,6 +275,18 @@ fn held_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
     Tap::with_sink(sink)
 }
 
+/// How many chunks the receiver still gets before the tap's end.
+async fn chunks_to_the_end(rx: &mut mpsc::Receiver<TapChunk>) -> usize {
+    guarded("the tap's end", async {
+        let mut chunks = 0;
+        while rx.recv().await.is_some() {
+            chunks += 1;
+        }
+        chunks
+    })
+    .await
+}
+
 /// [`held_tap`], opened.
 fn direct_tap(out: &Path, err: &Path) -> (Tap, mpsc::Receiver<TapChunk>) {
     let (tap, rx) = held_tap(out, err);
@@ -316,14 +328,7 @@ async fn a_held_sink_gets_nothing_until_the_consumer_opens_it() {
     assert!(got == before.as_bytes(), "the receiver's chunks differ");
     opener.open_sink();
     std::fs::write(&go, b"").expect("go");
-    let more = guarded("the tap's end", async {
-        let mut more = 0;
-        while rx.recv().await.is_some() {
-            more += 1;
-        }
-        more
-    })
-    .await;
+    let more = chunks_to_the_end(&mut rx).await;
     assert_eq!(more, 0, "an open sink of files sent chunks");
     let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
     assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
@@ -349,14 +354,7 @@ async fn a_sink_gets_exactly_what_the_spool_keeps_and_the_receiver_only_the_end(
         .expect("prepare")
         .with_tap(tap);
     let h = sup.start(prepared).await.expect("start");
-    let chunks = guarded("the tap's end", async {
-        let mut chunks = 0;
-        while rx.recv().await.is_some() {
-            chunks += 1;
-        }
-        chunks
-    })
-    .await;
+    let chunks = chunks_to_the_end(&mut rx).await;
     assert_eq!(chunks, 0, "a tap with a sink sent chunks");
     assert!(failure.failure().is_none());
     let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
@@ -410,10 +408,7 @@ async fn an_abandoned_sink_gets_nothing_more() {
         .expect("prepare")
         .with_tap(tap);
     let h = sup.start(prepared).await.expect("start");
-    guarded("the tap's end", async {
-        while rx.recv().await.is_some() {}
-    })
-    .await;
+    chunks_to_the_end(&mut rx).await;
     let s = guarded("wait", sup.wait(&h, None)).await.expect("wait");
     assert_eq!((s.state, s.exit), (State::Exited, ExitStatus::Code(0)));
     assert!(s.bounds.total_bytes > 0);
