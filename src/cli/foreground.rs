@@ -257,13 +257,21 @@ impl Drop for RawMode {
     }
 }
 
-/// Forwards what is typed (or piped) on stdin to the command's input, and, for a command on a
-/// terminal (`terminal`), this terminal's size changes (SIGWINCH) as resizes, until stdin ends
-/// (then the command's input is closed: a pipe's end, a terminal's end-of-file character) or
-/// the task is aborted. Stdin is read on a thread of its own: its descriptor is shared with the
-/// shell, so it is not made non-blocking.
-pub(super) async fn forward_input(control: Control, handle: Handle, terminal: bool) {
-    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
+/// Whether stdin is known to give nothing: it is /dev/null (character device 1:3 on Linux), or
+/// descriptor 0 is not open at all. Any other stdin is read until it ends.
+fn stdin_gives_nothing() -> bool {
+    use std::os::fd::AsFd;
+    match rustix::fs::fstat(std::io::stdin().as_fd()) {
+        Ok(st) => {
+            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::CharacterDevice
+                && (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)) == (1, 3)
+        }
+        Err(e) => e == rustix::io::Errno::BADF,
+    }
+}
+
+/// Reads stdin on a thread of its own into `tx` until it ends or `tx`'s receiver is gone.
+fn spawn_stdin_reader(tx: mpsc::Sender<Vec<u8>>) {
     std::thread::spawn(move || {
         use std::io::Read;
         let mut stdin = std::io::stdin().lock();
@@ -281,6 +289,23 @@ pub(super) async fn forward_input(control: Control, handle: Handle, terminal: bo
             }
         }
     });
+}
+
+/// Forwards what is typed (or piped) on stdin to the command's input, and, for a command on a
+/// terminal (`terminal`), this terminal's size changes (SIGWINCH) as resizes, until stdin ends
+/// (then the command's input is closed: a pipe's end, a terminal's end-of-file character) or
+/// the task is aborted. Stdin is read on a thread of its own: its descriptor is shared with the
+/// shell, so it is not made non-blocking.
+pub(super) async fn forward_input(control: Control, handle: Handle, terminal: bool) {
+    let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
+    if stdin_gives_nothing() {
+        // Its end is known without a read: the command's input is closed at once, with no
+        // thread (a stack mapped, a 64 KiB buffer, a wake-up of the other CPU) started for a
+        // read that returns nothing, as it was for every `run </dev/null`.
+        drop(tx);
+    } else {
+        spawn_stdin_reader(tx);
+    }
     let mut winch = terminal
         .then(|| tokio::signal::unix::signal(tokio::signal::unix::SignalKind::window_change()).ok())
         .flatten();

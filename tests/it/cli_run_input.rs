@@ -78,6 +78,25 @@ fn check_every_case(root: &Path) {
         (0, "0"),
         "{err}"
     );
+    // No descriptor 0 at all: the same.
+    let closed = Command::new("sh")
+        .args(["-c", "exec \"$0\" run --root \"$1\" -- wc -c <&-"])
+        .arg(env!("CARGO_BIN_EXE_procjournal"))
+        .arg(root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let (code, out, err) = finish(closed);
+    assert_eq!(
+        (code, String::from_utf8_lossy(&out).trim()),
+        (0, "0"),
+        "{err}"
+    );
+    // Another character device is read as any stdin: only /dev/null is known to be empty.
+    let zero = std::fs::File::open("/dev/zero").unwrap();
+    let (code, out, err) = finish(run(root, &["head", "-c", "5"], Stdio::from(zero)));
+    assert_eq!((code, out.as_slice()), (0, &[0u8; 5][..]), "{err}");
     // A command that reads one line of an endless input and exits: the forwarding ends
     // quietly, as a pipe's writer does.
     let mut yes = Killed(Command::new("yes").stdout(Stdio::piped()).spawn().unwrap());
