@@ -258,7 +258,8 @@ impl Drop for RawMode {
 }
 
 /// Whether stdin is known to give nothing: it is /dev/null (character device 1:3 on Linux), or
-/// descriptor 0 is not open at all. Any other stdin is read until it ends.
+/// descriptor 0 is not open at all (std's start-up puts /dev/null there, so in `procjournal`
+/// that is the first case). Any other stdin is read until it ends.
 fn stdin_gives_nothing() -> bool {
     use std::os::fd::AsFd;
     match rustix::fs::fstat(std::io::stdin().as_fd()) {
@@ -295,7 +296,8 @@ fn spawn_stdin_reader(tx: mpsc::Sender<Vec<u8>>) {
 /// terminal (`terminal`), this terminal's size changes (SIGWINCH) as resizes, until stdin ends
 /// (then the command's input is closed: a pipe's end, a terminal's end-of-file character) or
 /// the task is aborted. Stdin is read on a thread of its own: its descriptor is shared with the
-/// shell, so it is not made non-blocking.
+/// shell, so it is not made non-blocking. A stdin that gives nothing ([`stdin_gives_nothing`])
+/// gets no thread: the command's input is closed at once.
 pub(super) async fn forward_input(control: Control, handle: Handle, terminal: bool) {
     let (tx, mut rx) = mpsc::channel::<Vec<u8>>(16);
     if stdin_gives_nothing() {
