@@ -346,6 +346,10 @@ fn auto_uses_a_cgroup_where_the_hierarchy_is_writable() {
 /// right behind it, while the guardian is busy quiescing a large tree) are all acted on: the
 /// stop ends a tree that ignores SIGINT and SIGTERM, and the process is `killed`, not `exited`
 /// (the ignored interrupt gives way to the stop as the cause).
+///
+/// The stop's proof of 151 exits has a budget (`KILL_PROOF_MS` after SIGKILL). On a starved
+/// machine the proof can come after it, which the stop reports, and nothing else may fail; a
+/// `SIG KILL` left unread would instead leave the tree running, and the wait would hang.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stop_right_behind_an_interrupt_kills_a_tree_that_ignores_both() {
     let root = temp_root();
@@ -362,7 +366,16 @@ async fn a_stop_right_behind_an_interrupt_kills_a_tree_that_ignores_both() {
     poll("the tree formed", || children_of(workload) >= 150).await;
     sup.interrupt(&handle).await.expect("interrupt");
     let stopped = guarded("stop", sup.stop(&handle, Duration::ZERO)).await;
-    assert!(stopped.is_ok(), "{stopped:?}");
+    match &stopped {
+        Ok(_) => {}
+        Err(procjournal::supervisor::SupervisorError::TeardownFailed { reason, .. })
+            // A signal that failed would come first in the reason.
+            if reason.starts_with("no exit confirmed") =>
+        {
+            eprintln!("note: the exits were proven after the stop's budget: {reason}");
+        }
+        Err(e) => panic!("{e:?}"),
+    }
     let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
     assert_eq!(summary.state, State::Killed, "{summary:?}");
     let _ = sup.shutdown(Duration::from_millis(100)).await;
