@@ -257,16 +257,13 @@ impl Drop for RawMode {
     }
 }
 
-/// Whether stdin is known to give nothing: it is /dev/null (character device 1:3 on Linux), or
-/// descriptor 0 is not open at all (std's start-up puts /dev/null there, so in `procjournal`
-/// that is the first case). Any other stdin is read until it ends.
+/// Whether stdin is known to give nothing: it is /dev/null, or descriptor 0 is not open at all
+/// (std's start-up puts /dev/null there, so in `procjournal` that is the first case). Any other
+/// stdin is read until it ends.
 fn stdin_gives_nothing() -> bool {
     use std::os::fd::AsFd;
     match rustix::fs::fstat(std::io::stdin().as_fd()) {
-        Ok(st) => {
-            rustix::fs::FileType::from_raw_mode(st.st_mode) == rustix::fs::FileType::CharacterDevice
-                && (rustix::fs::major(st.st_rdev), rustix::fs::minor(st.st_rdev)) == (1, 3)
-        }
+        Ok(st) => crate::supervisor::is_dev_null(&st),
         Err(e) => e == rustix::io::Errno::BADF,
     }
 }

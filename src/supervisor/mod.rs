@@ -77,7 +77,7 @@ pub use services::{
 pub(crate) use shared::{Shared, request_stop};
 pub use tap::{Tap, TapAbandon, TapBytes, TapChunk};
 pub use tap_sink::TapSink;
-pub(crate) use tap_sink::write_all;
+pub(crate) use tap_sink::{is_dev_null, write_all};
 
 use crate::admission::AdmissionSnapshot;
 use crate::journal::{Durability, EventId, JournalOptions, Tenure};

@@ -58,6 +58,15 @@ const LOCAL_FILE_SYSTEMS: &[i64] = &[
 /// `/dev/null`'s device number (major 1, minor 3, fixed by the kernel's device list).
 const DEV_NULL: (u32, u32) = (1, 3);
 
+/// Whether `stat` is `/dev/null`'s: a write there is taken whole, a read gives nothing.
+pub(crate) fn is_dev_null(stat: &rustix::fs::Stat) -> bool {
+    rustix::fs::FileType::from_raw_mode(stat.st_mode) == rustix::fs::FileType::CharacterDevice
+        && (
+            rustix::fs::major(stat.st_rdev),
+            rustix::fs::minor(stat.st_rdev),
+        ) == DEV_NULL
+}
+
 /// Where the drain may write a tap's chunks itself: an outlet for stdout's (and a terminal's)
 /// and one for stderr's.
 #[derive(Debug)]
@@ -131,12 +140,7 @@ impl Outlet {
             rustix::fs::FileType::RegularFile if on_a_local_file_system(fd)? => {
                 Outlet::Whole(fd.try_clone_to_owned()?)
             }
-            rustix::fs::FileType::CharacterDevice
-                if (
-                    rustix::fs::major(stat.st_rdev),
-                    rustix::fs::minor(stat.st_rdev),
-                ) == DEV_NULL =>
-            {
+            rustix::fs::FileType::CharacterDevice if is_dev_null(&stat) => {
                 Outlet::Whole(fd.try_clone_to_owned()?)
             }
             rustix::fs::FileType::Fifo | rustix::fs::FileType::Socket => {
