@@ -501,7 +501,8 @@ pub(crate) struct TreeArgs {
 
 impl TreeArgs {
     /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
-    /// leaves that to the caller's verbosity). Guardians are forked by a zygote, started at the
+    /// leaves that to the caller's verbosity, and defers the probe to the launcher's
+    /// preparation, beside the open, or its first launch). Guardians are forked by a zygote, started at the
     /// first launch, or beside the open with `launching` (the caller opens its root and
     /// launches once, right away, as `run` does: [`open_supervisor`] prepares the launcher
     /// while the root opens, the launch is a fork, and the zygote ends while the workload
@@ -527,6 +528,10 @@ impl TreeArgs {
                 let base = cgroups().map_err(|e| anyhow::anyhow!("no usable cgroup: {e}"))?;
                 std::sync::Arc::new(guardian()?.with_cgroups(Some(base)))
             }
+            // Said nowhere: probed beside the open (`open_supervisor`) instead of before it.
+            TreeChoice::Auto if quiet => std::sync::Arc::new(
+                guardian()?.with_cgroup_probe(&crate::tree::cgroup::base_name(root)),
+            ),
             TreeChoice::Auto => match cgroups() {
                 Ok(base) => std::sync::Arc::new(guardian()?.with_cgroups(Some(base))),
                 Err(e) => {

@@ -207,8 +207,9 @@ pub trait Launcher: Send + Sync + Debug {
         false
     }
 
-    /// Starts now what the first launch would otherwise start (a guardian launcher's zygote),
-    /// for a caller that launches as soon as its root is open: run beside the open, its
+    /// Starts now what the first launch would otherwise start (a guardian launcher's zygote,
+    /// and the probe of its cgroup base when deferred), for a caller that launches as soon as
+    /// its root is open: run beside the open, its
     /// start-up is off the path to the launch. May block (a spawn); a failure is only traced
     /// (the launch tries again). Nothing by default.
     fn prepare(&self) {}

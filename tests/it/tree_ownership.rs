@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use procjournal::lifecycle::State;
-use procjournal::lifecycle::event::ExitProof;
+use procjournal::lifecycle::event::{ExitProof, TreeMechanism};
 use procjournal::supervisor::Command;
 use procjournal::tree::{GuardianLauncher, GuardianProgram};
 use supervisor_common::{config, guarded, open, start, temp_root};
@@ -597,4 +597,75 @@ async fn an_open_removes_the_receipts_of_released_trees_and_nothing_else() {
     );
     assert!(other.exists(), "a file that is no receipt was removed");
     let _ = sup.shutdown(Duration::from_millis(100)).await;
+}
+
+/// The guardian program Cargo built for these tests.
+fn built_guardian() -> GuardianLauncher {
+    GuardianLauncher::new(GuardianProgram::Path(
+        env!("CARGO_BIN_EXE_procjournal-guardian").into(),
+    ))
+    .unwrap()
+}
+
+/// The workload's tree mechanism, once `true` started through `launcher` has exited.
+async fn mechanism_of_a_true(launcher: GuardianLauncher, dir: &Path) -> (TreeMechanism, String) {
+    let mut cfg = config(dir);
+    cfg.launcher = Arc::new(launcher);
+    let (sup, _rx) = open(cfg).await;
+    let handle = start(&sup, Command::new("true").cwd(dir)).await;
+    let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+    assert_eq!(summary.state, State::Exited, "{summary:?}");
+    let scope = sup.manifest(&handle).unwrap().scope.unwrap();
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
+    (scope.mechanism, scope.cgroup.unwrap_or_default())
+}
+
+/// A probe deferred to the launcher's preparation (`procjournal run` prepares beside its
+/// open) makes nothing until then; prepared, its base exists, the launch goes into a cgroup of
+/// it, and the shutdown's release removes it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_cgroup_probe_makes_its_base_when_prepared() {
+    use procjournal::tree::Launcher;
+    use procjournal::tree::cgroup::{CgroupBase, base_name};
+    let root = temp_root();
+    let name = base_name(&root.path().join("rt"));
+    // Where the hierarchy lets this process make cgroups, found by a probe of another name.
+    let other = format!("{name}-x");
+    let parent = match CgroupBase::probe(&other) {
+        Ok(base) => {
+            let _ = std::fs::remove_dir(base.dir());
+            base.dir().parent().unwrap().to_owned()
+        }
+        Err(e) => {
+            eprintln!("skipped: no writable cgroup v2 here ({e})");
+            return;
+        }
+    };
+    let launcher = built_guardian().with_cgroup_probe(&name);
+    assert!(!parent.join(&name).exists(), "probed before it was needed");
+    launcher.prepare();
+    assert!(parent.join(&name).is_dir(), "not probed by prepare");
+    let (mechanism, cgroup) = mechanism_of_a_true(launcher, root.path()).await;
+    assert_eq!(mechanism, TreeMechanism::Cgroup);
+    assert!(
+        cgroup.starts_with(&*parent.join(&name).to_string_lossy()),
+        "{cgroup}"
+    );
+    assert!(
+        !parent.join(&name).exists(),
+        "the base outlived the release"
+    );
+}
+
+/// A deferred probe that fails leaves the launcher with guardians alone, and the launch that
+/// needed it (none prepared it) goes ahead under a guardian: the same fallback as a probe
+/// that fails when the launcher is made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deferred_cgroup_probe_that_fails_launches_under_a_guardian_alone() {
+    let root = temp_root();
+    // Refused by the probe before it touches the hierarchy: not one path component.
+    let launcher = built_guardian().with_cgroup_probe("procjournal-a/b");
+    let (mechanism, cgroup) = mechanism_of_a_true(launcher, root.path()).await;
+    assert_eq!(mechanism, TreeMechanism::Guardian);
+    assert_eq!(cgroup, "");
 }

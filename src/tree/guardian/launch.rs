@@ -29,7 +29,7 @@ use crate::tree::{
 impl GuardianLauncher {
     /// A fresh cgroup scope for the launch, when the launcher has cgroups.
     pub(super) fn scope_for(&self, spec: &SpawnSpec) -> Result<Option<Scope>, SpawnError> {
-        let Some(base) = &self.cgroups else {
+        let Some(base) = self.cgroups() else {
             return Ok(None);
         };
         let scope = scope_in(base, &spec.name).map_err(|cause| SpawnError::Setup {

@@ -64,6 +64,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
@@ -117,7 +118,11 @@ pub fn run_if_requested() {
 #[derive(Debug)]
 pub struct GuardianLauncher {
     program: CString,
-    cgroups: Option<CgroupBase>,
+    /// The base every workload's cgroup goes under; `None` in it: guardians alone. Set when
+    /// built, or by the first need of it ([`GuardianLauncher::with_cgroup_probe`]).
+    cgroups: OnceLock<Option<CgroupBase>>,
+    /// With [`GuardianLauncher::with_cgroup_probe`]: the base to probe when first needed.
+    probe: Option<String>,
     /// Workloads enter their cgroup at clone time (`clone3`), not by a write before exec.
     clone3: bool,
     grace: Duration,
@@ -138,7 +143,8 @@ impl GuardianLauncher {
         })?;
         Ok(GuardianLauncher {
             program,
-            cgroups: None,
+            cgroups: OnceLock::from(None),
+            probe: None,
             clone3: true,
             grace: Duration::from_millis(limits::ORPHANED_TREE_GRACE_MS),
             zygote: None,
@@ -148,8 +154,32 @@ impl GuardianLauncher {
 
     /// Runs each workload in its own cgroup under `base` (see [`CgroupBase::probe`]).
     pub fn with_cgroups(mut self, base: Option<CgroupBase>) -> GuardianLauncher {
-        self.cgroups = base;
+        self.cgroups = OnceLock::from(base);
+        self.probe = None;
         self
+    }
+
+    /// Like [`GuardianLauncher::with_cgroups`] with what [`CgroupBase::probe`] of `name` gives,
+    /// guardians alone if it fails, but probed at [`Launcher::prepare`] (or the first launch)
+    /// rather than now: a caller that opens its root before it launches (`procjournal run`)
+    /// has the probe's `mkdir`s and reads overlap the open instead of precede it. Why a probe
+    /// failed is not kept: for callers that would not say it.
+    pub fn with_cgroup_probe(mut self, name: &str) -> GuardianLauncher {
+        self.cgroups = OnceLock::new();
+        self.probe = Some(name.to_owned());
+        self
+    }
+
+    /// The cgroup base, probed now if it is still to be.
+    fn cgroups(&self) -> Option<&CgroupBase> {
+        self.cgroups
+            .get_or_init(|| {
+                let name = self.probe.as_deref()?;
+                CgroupBase::probe(name)
+                    .inspect_err(|e| tracing::debug!(error = %e, "no per-launch cgroup"))
+                    .ok()
+            })
+            .as_ref()
     }
 
     /// With `false`, a workload joins its cgroup by writing `cgroup.procs` before its gate
@@ -195,7 +225,7 @@ impl GuardianLauncher {
     }
 
     pub fn mechanism(&self) -> Mechanism {
-        if self.cgroups.is_some() {
+        if self.cgroups().is_some() {
             Mechanism::Cgroup
         } else {
             Mechanism::Guardian
@@ -208,7 +238,8 @@ impl GuardianLauncher {
     /// (`rmdir` of a cgroup with children fails, which leaves it for the next supervisor of the
     /// root to reuse, and a later launch makes it again: `scope_in`).
     fn remove_base(&self) {
-        if let Some(base) = &self.cgroups {
+        // Never probed for this: a base never probed was never made here.
+        if let Some(Some(base)) = self.cgroups.get() {
             let _ = std::fs::remove_dir(base.dir());
         }
     }
@@ -249,6 +280,7 @@ impl Launcher for GuardianLauncher {
 
     fn prepare(&self) {
         self.start_zygote();
+        let _ = self.cgroups();
     }
 
     /// A process that exits without dropping its supervisor (the CLI's `run` ends its runtime
