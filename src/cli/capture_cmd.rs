@@ -47,8 +47,7 @@ pub(crate) struct CaptureCmdArgs {
 }
 
 pub(crate) fn run(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {
-    let runtime = super::foreground::one_process_runtime()?;
-    runtime.block_on(capture(args))
+    super::foreground::run_to_exit(capture(args))?
 }
 
 async fn capture(args: CaptureCmdArgs) -> anyhow::Result<ExitCode> {

@@ -33,6 +33,22 @@ pub(super) fn one_process_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// Runs `task` on a [`one_process_runtime`] that is then neither dropped nor shut down, for a
+/// command whose process exits right after (`run`, `capture`): the exit ends the runtime's
+/// threads and closes what its tasks still hold (descriptors, mappings, the root's lock). A
+/// drop would wait for every blocking task (a write abandoned at the third Ctrl-C may be
+/// blocked on a reader that never reads, and must not hold the exit), and even a shutdown in
+/// the background wakes every idle blocking thread to unmap its stacks and exit, ahead of
+/// this one on two cores (docs/operations.md: 0.3 to 0.5 ms of a `run -- true`). The caller
+/// leaves nothing with work for its drop: it shuts its supervisor down, which ends the
+/// launcher and every spool writer, and a brief writer's journal makes no closing commit.
+pub(super) fn run_to_exit<F: std::future::Future>(task: F) -> anyhow::Result<F::Output> {
+    let runtime = one_process_runtime()?;
+    let output = runtime.block_on(task);
+    std::mem::forget(runtime);
+    Ok(output)
+}
+
 /// Grace between SIGTERM and SIGKILL after a second Ctrl-C (a third sends SIGKILL at once).
 pub(super) const STOP_GRACE_MS: u64 = crate::limits::GRACE_MS_DEFAULT;
 

@@ -61,18 +61,7 @@ pub(crate) struct RunArgs {
 }
 
 pub(crate) fn run(args: RunArgs) -> anyhow::Result<ExitCode> {
-    let runtime = super::foreground::one_process_runtime()?;
-    let result = runtime.block_on(supervise(args));
-    // Neither dropped nor shut down: the process exits next, and its exit ends the runtime's
-    // threads and closes what its tasks still hold (descriptors, mappings, the root's lock).
-    // A drop would wait for every blocking task (a write abandoned at the third Ctrl-C may be
-    // blocked on a reader that never reads, and must not hold the exit), and even a shutdown
-    // in the background wakes every idle blocking thread to unmap its stack and exit, ahead of
-    // this one on two cores (docs/operations.md: 0.3 to 0.5 ms of a `run -- true`). Nothing
-    // left has work for its drop: `supervise` shut the supervisor down, which ended the
-    // launcher and every spool writer, and a brief writer's journal makes no closing commit.
-    std::mem::forget(runtime);
-    result
+    super::foreground::run_to_exit(supervise(args))?
 }
 
 /// Starts the command with a tap on its output (queued once, when `queue` waits out a refusal
@@ -140,7 +129,8 @@ async fn supervise(args: RunArgs) -> anyhow::Result<ExitCode> {
     let result = foreground(&supervisor, args).await;
     // On every path, a refusal and an error too: it joins the publication of the terminal
     // event, closes the journal cleanly and releases the launcher (the root's base cgroup).
-    // The runtime is left to the process's exit (`run`), so what it still holds is never dropped.
+    // The runtime is left to the process's exit (`run_to_exit`): what it still holds is never
+    // dropped.
     supervisor
         .shutdown(Duration::from_millis(STOP_GRACE_MS))
         .await;
