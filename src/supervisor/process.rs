@@ -1206,6 +1206,13 @@ pub(crate) async fn terminalize(
     let (summary, retire) = terminal::record(shared, proc, outcome)
         .instrument(span)
         .await;
+    // The receipt, whose proof is durable now: its unlink (a metadata write of the file system,
+    // often waiting behind the journal's sync) is nothing a waiter needs, so it runs beside
+    // the steps that follow rather than after them, and is joined last.
+    let retiring = retire.then(|| {
+        let (shared, handle) = (Arc::clone(shared), proc.handle);
+        tokio::task::spawn_blocking(move || retire_receipt(&shared, handle))
+    });
     // 3. The spool writer's descriptors and buffers go now; readers use the finished spool.
     let output = proc.output.lock().take();
     drop(output);
@@ -1227,11 +1234,9 @@ pub(crate) async fn terminalize(
     // 6. Waiters see a persisted result.
     proc.exited.send_replace(Some(summary));
     proc.output_changed.notify_waiters();
-    // 7. The receipt, whose proof is durable now: its unlink (a metadata write of the file
-    // system, often behind the journal's sync) is nothing a waiter needs.
-    if retire {
-        let (shared, handle) = (Arc::clone(shared), proc.handle);
-        let _ = tokio::task::spawn_blocking(move || retire_receipt(&shared, handle)).await;
+    // 7. The receipt's unlink, begun above.
+    if let Some(retiring) = retiring {
+        let _ = retiring.await;
     }
 }
 
