@@ -626,9 +626,10 @@ fn run_forks_its_guardian_and_leaves_no_zygote() {
     daemon_common::remove_base_cgroup(&root);
 }
 
-/// The child of [`run_leaves_no_orphan_for_its_parents_reaper`]: a child subreaper (so that
-/// whatever `run` leaves behind becomes its child) that runs `procjournal run -- true` and
-/// prints every process it inherited from it, or `none`.
+/// The child of [`run_and_capture_leave_no_orphan_for_their_parents_reaper`]: a child subreaper (so that
+/// whatever `run` or `capture` leaves behind becomes its child) that runs `procjournal run --
+/// true`, then `procjournal capture -- true`, and after each prints every process it inherited
+/// from it, or `none`.
 #[cfg(feature = "cli")]
 #[test]
 fn subreaper_child() {
@@ -636,38 +637,41 @@ fn subreaper_child() {
         return;
     };
     nix::sys::prctl::set_child_subreaper(true).unwrap();
-    let status = std::process::Command::new(env!("CARGO_BIN_EXE_procjournal"))
-        .arg("run")
-        .arg("--root")
-        .arg(&root)
-        .args(["--", "true"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .unwrap();
-    assert!(status.success(), "{status:?}");
-    // `run`'s children were made ours when it exited, before its exit was reported to us.
-    let me = std::process::id();
-    let inherited: Vec<String> = std::fs::read_dir("/proc")
-        .unwrap()
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .filter(|&p| parent_of(p) == Some(me))
-        .map(|p| format!("{p} {}", comm(p)))
-        .collect();
-    if inherited.is_empty() {
-        println!("inherited: none");
-    } else {
-        println!("inherited: {}", inherited.join(", "));
+    for command in ["run", "capture"] {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_procjournal"))
+            .arg(command)
+            .arg("--root")
+            .arg(&root)
+            .args(["--", "true"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "{command}: {status:?}");
+        // Its children were made ours when it exited, before its exit was reported to us.
+        let me = std::process::id();
+        let inherited: Vec<String> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&p| parent_of(p) == Some(me))
+            .map(|p| format!("{p} {}", comm(p)))
+            .collect();
+        if inherited.is_empty() {
+            println!("{command} inherited: none");
+        } else {
+            println!("{command} inherited: {}", inherited.join(", "));
+        }
     }
 }
 
-/// `procjournal run` reaps everything it started before it exits, its guardian zygote too: the
-/// process that inherits its orphans (a subreaper, or PID 1) finds none, not even a zombie.
+/// `procjournal run` and `capture` reap everything they started before they exit, their
+/// guardian zygote too, though they leave their runtime to the exit: the process that inherits
+/// their orphans (a subreaper, or PID 1) finds none, not even a zombie.
 #[cfg(feature = "cli")]
 #[test]
-fn run_leaves_no_orphan_for_its_parents_reaper() {
+fn run_and_capture_leave_no_orphan_for_their_parents_reaper() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("rt");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -681,6 +685,11 @@ fn run_leaves_no_orphan_for_its_parents_reaper() {
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("inherited: none"), "{stdout}");
+    for command in ["run", "capture"] {
+        assert!(
+            stdout.contains(&format!("{command} inherited: none")),
+            "{stdout}"
+        );
+    }
     daemon_common::remove_base_cgroup(&root);
 }
