@@ -502,11 +502,10 @@ pub(crate) struct TreeArgs {
 impl TreeArgs {
     /// The launcher for `root`; with `auto`, says on stderr why no cgroup is used (`quiet`
     /// leaves that to the caller's verbosity, and defers the probe to the launcher's
-    /// preparation, beside the open, or its first launch). Guardians are forked by a zygote, started at the
-    /// first launch, or beside the open with `launching` (the caller opens its root and
-    /// launches once, right away, as `run` does: [`open_supervisor`] prepares the launcher
-    /// while the root opens, the launch is a fork, and the zygote ends while the workload
-    /// runs).
+    /// preparation, beside the open, or its first launch). Guardians are forked by a zygote,
+    /// started at the first launch, or beside the open with `launching` (the caller opens its
+    /// root and launches once, right away, as `run` does: [`open_supervisor`] prepares the
+    /// launcher while the root opens, and the zygote becomes the one launch's guardian).
     pub(crate) fn launcher(
         &self,
         root: &std::path::Path,

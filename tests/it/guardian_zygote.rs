@@ -14,7 +14,9 @@ use procjournal::lifecycle::State;
 use procjournal::lifecycle::event::ExitProof;
 use procjournal::supervisor::{Command, Supervisor};
 use procjournal::tree::guardian::failpoint::ZYGOTE_SILENT;
-use procjournal::tree::guardian::{GUARDIAN_ARG, REQUEST_MAX, ZYGOTE_ARG, ZYGOTE_COMM};
+use procjournal::tree::guardian::{
+    GUARDIAN_ARG, REQUEST_MAX, ZYGOTE_ARG, ZYGOTE_COMM, ZYGOTE_ONCE_ARG,
+};
 use procjournal::tree::{GuardianLauncher, GuardianProgram};
 use supervisor_common::{config, guarded, open, start, temp_root};
 
@@ -582,22 +584,23 @@ fn zygotes_of(parent: u32) -> Vec<u32> {
         .collect()
 }
 
-/// `procjournal run` forks its one guardian from a zygote it started while it opened the root,
-/// and leaves no zygote behind when it ends, on its own or by SIGKILL.
+/// `procjournal run` starts a zygote while it opens the root, and that zygote becomes its one
+/// guardian instead of forking one: while the workload runs, no other zygote is there, and
+/// none is left when `run` ends, on its own or by SIGKILL.
 #[cfg(feature = "cli")]
 #[test]
-fn run_forks_its_guardian_and_leaves_no_zygote() {
+fn runs_zygote_becomes_its_guardian_and_leaves_no_zygote() {
     use std::io::{BufRead, BufReader};
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("rt");
     for kill in [false, true] {
-        // The workload prints its guardian's command line, then waits for the file `$GO`.
+        // The workload prints its guardian's pid and command line, then waits for `$GO`.
         let mut run = std::process::Command::new(env!("CARGO_BIN_EXE_procjournal"))
             .arg("run")
             .arg("--root")
             .arg(&root)
             .args(["--", "sh", "-c"])
-            .arg("tr '\\0' ' ' < /proc/$PPID/cmdline; echo; while [ ! -e \"$GO\" ]; do sleep 0.02; done")
+            .arg("echo $PPID; tr '\\0' ' ' < /proc/$PPID/cmdline; echo; while [ ! -e \"$GO\" ]; do sleep 0.02; done")
             .env("GO", format!("go-{kill}"))
             .current_dir(dir.path())
             .stdin(std::process::Stdio::null())
@@ -605,13 +608,18 @@ fn run_forks_its_guardian_and_leaves_no_zygote() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
-        let mut line = String::new();
-        BufReader::new(run.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert!(line.contains(ZYGOTE_ARG), "forked by the zygote: {line}");
+        let mut out = BufReader::new(run.stdout.take().unwrap());
+        let (mut pid, mut line) = (String::new(), String::new());
+        out.read_line(&mut pid).unwrap();
+        out.read_line(&mut line).unwrap();
+        let guardian: u32 = pid.trim().parse().unwrap();
+        assert!(
+            line.contains(ZYGOTE_ONCE_ARG),
+            "the zygote, become the guardian: {line}"
+        );
+        assert_eq!(parent_of(guardian), Some(run.id()), "run's own child");
         let zygotes = zygotes_of(run.id());
-        assert_eq!(zygotes.len(), 1, "one zygote: {zygotes:?}");
+        assert!(zygotes.is_empty(), "no other zygote: {zygotes:?}");
         if kill {
             run.kill().unwrap();
         } else {
@@ -619,7 +627,7 @@ fn run_forks_its_guardian_and_leaves_no_zygote() {
         }
         let status = run.wait().unwrap();
         assert_eq!(status.success(), !kill, "{status:?}");
-        until("the zygote gone", || !alive(zygotes[0]));
+        until("the guardian gone", || !alive(guardian));
     }
     // A `run` killed leaves its root's base cgroup for the root's next open; this root is gone
     // after the test, so its base goes with it.
@@ -692,4 +700,60 @@ fn run_and_capture_leave_no_orphan_for_their_parents_reaper() {
         );
     }
     daemon_common::remove_base_cgroup(&root);
+}
+
+/// The zygote of a launcher that launches once becomes that launch's guardian: the guardian's
+/// pid is the zygote's, the slot is empty after it, the workload's end is proven by the
+/// guardian's receipt as a forked guardian's is, and the next launch starts another zygote.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_zygote_of_one_launch_becomes_its_guardian() {
+    use procjournal::tree::Launcher;
+    let root = temp_root();
+    let program = GuardianProgram::Path(env!("CARGO_BIN_EXE_procjournal-guardian").into());
+    let once = Arc::new(
+        GuardianLauncher::new(program)
+            .expect("guardian launcher")
+            .with_zygote(true)
+            .with_one_launch(true),
+    );
+    once.prepare();
+    let zygote = once.zygote_pid().expect("a zygote, started by prepare");
+    until("the zygote's exec", || {
+        cmdline(zygote).contains(ZYGOTE_ONCE_ARG)
+    });
+    assert!(
+        cmdline(zygote).contains(ZYGOTE_ONCE_ARG),
+        "{}",
+        cmdline(zygote)
+    );
+    let mut cfg = config(root.path());
+    cfg.launcher = once.clone();
+    let (sup, _rx) = open(cfg).await;
+    for round in 0..2 {
+        let waits = Command::new("sh").arg("-c").arg("read x").cwd(root.path());
+        let handle = start(&sup, waits).await;
+        let guardian = guardian_of(&sup, &handle);
+        if round == 0 {
+            assert_eq!(guardian, zygote, "the zygote became the guardian");
+        }
+        assert!(
+            cmdline(guardian).contains(ZYGOTE_ONCE_ARG),
+            "{}",
+            cmdline(guardian)
+        );
+        assert_eq!(once.zygote_pid(), None, "nothing left in the slot");
+        sup.input(&handle, b"\n").await.unwrap();
+        let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
+        assert_eq!(summary.state, State::Exited, "{summary:?}");
+        assert!(
+            matches!(
+                sup.manifest(&handle).unwrap().released,
+                Some(ExitProof::Receipt { .. })
+            ),
+            "{:?}",
+            sup.manifest(&handle).unwrap().released
+        );
+        until("the guardian reaped", || !exists(guardian));
+    }
+    let _ = sup.shutdown(Duration::from_millis(100)).await;
 }

@@ -83,7 +83,7 @@ pub(crate) fn descendants_of(root: u32) -> Vec<(u32, u32)> {
 #[cfg(any(test, feature = "test-support"))]
 pub use run::GUARDIAN_ARG;
 #[cfg(any(test, feature = "test-support"))]
-pub use zygote::{REQUEST_MAX, ZYGOTE_ARG, ZYGOTE_COMM};
+pub use zygote::{REQUEST_MAX, ZYGOTE_ARG, ZYGOTE_COMM, ZYGOTE_ONCE_ARG};
 
 use super::cgroup::{CgroupBase, Scope};
 use super::open_pidfd;
@@ -105,9 +105,10 @@ pub fn run_if_requested() {
     let mut args = std::env::args_os();
     let _ = args.next();
     let first = args.next();
-    if first.as_ref().is_some_and(|a| a == zygote::ZYGOTE_ARG) {
+    let once = first.as_ref().is_some_and(|a| a == zygote::ZYGOTE_ONCE_ARG);
+    if once || first.as_ref().is_some_and(|a| a == zygote::ZYGOTE_ARG) {
         run::abort_on_panic();
-        std::process::exit(zygote::serve());
+        std::process::exit(zygote::serve(once));
     }
     if first.is_some_and(|a| a == run::GUARDIAN_ARG) {
         run::end(run::run_from_args(args));
@@ -128,7 +129,7 @@ pub struct GuardianLauncher {
     grace: Duration,
     /// With [`GuardianLauncher::with_zygote`]: the zygote that forks each guardian.
     zygote: Option<ZygoteSlot>,
-    /// With [`GuardianLauncher::with_one_launch`]: the zygote ends after its first fork.
+    /// With [`GuardianLauncher::with_one_launch`]: each zygote becomes its one launch's guardian.
     one_launch: bool,
 }
 
@@ -197,7 +198,7 @@ impl GuardianLauncher {
     /// zygote cannot serve a launch, that guardian is exec'd as without it. The zygote is one
     /// more child of this process, ended and reaped when the launcher drops.
     pub fn with_zygote(mut self, zygote: bool) -> GuardianLauncher {
-        self.zygote = zygote.then(|| ZygoteSlot::new(self.program.clone()));
+        self.zygote = zygote.then(|| ZygoteSlot::new(self.program.clone(), self.one_launch));
         self
     }
 
@@ -211,11 +212,15 @@ impl GuardianLauncher {
         }
     }
 
-    /// With `true`, the caller launches once (`procjournal run`, `capture`): the zygote is
-    /// told to end right after it forked that guardian, so that it exits while the workload
-    /// runs, and [`Launcher::release`] reaps it without waiting. A later launch starts another.
+    /// With `true`, the caller launches once (`procjournal run`, `capture`): its zygote serves
+    /// that one launch by becoming its guardian rather than forking one, so no fork is paid and
+    /// no zygote is left to end and reap. A later launch starts another.
     pub fn with_one_launch(mut self, once: bool) -> GuardianLauncher {
         self.one_launch = once;
+        // Whichever of the two came first: the slot's zygotes are started to match.
+        if self.zygote.is_some() {
+            self.zygote = Some(ZygoteSlot::new(self.program.clone(), once));
+        }
         self
     }
 

@@ -18,7 +18,9 @@
 //!           string = u32 length, then that many bytes, none of them NUL
 //!           the A strings are the guardian's arguments after its hidden first one, the E its
 //!           workload's environment entries (KEY=value), the last its working directory
-//! reply:    'P' u32 pid    a guardian was forked: pid is the supervisor's new child
+//! reply:    'P' u32 pid    a guardian was forked: pid is the supervisor's new child (or,
+//!                          from a zygote of one launch, the zygote's own pid: it is now
+//!                          that guardian)
 //!           'E' i32 errno  nothing was forked (EBADMSG: a request that does not decode)
 //! ```
 //!
@@ -26,6 +28,10 @@
 //! - The zygote is single-threaded, runs no workload code and has no child: it forks with
 //!   `clone3(CLONE_PARENT)`, so each guardian is the supervisor's own child, reaped by it
 //!   through a pidfd exactly as an exec'd one (its pid names it until then).
+//! - A zygote of one launch ([`ZYGOTE_ONCE_ARG`], for `run` and `capture`) forks nothing: it
+//!   answers its first request with its own pid, then becomes that guardian, already the
+//!   supervisor's child in a process group of its own. The supervisor's slot then forgets it
+//!   without ending or reaping it: the pid is the guardian's, reaped with its tree.
 //! - A request is decoded in full (a total decoder) and must bring exactly four descriptors
 //!   before anything is forked; anything else is answered `E EBADMSG` and nothing runs.
 //! - A forked guardian holds its three streams as 0-2 and its control socket, and nothing else:
@@ -63,6 +69,10 @@ use crate::tree::spawn::{self, Image};
 
 /// The hidden first argument that turns the executable into a guardian zygote.
 pub const ZYGOTE_ARG: &str = "__procjournal_zygote";
+
+/// The hidden first argument that turns the executable into the zygote of one launch: it
+/// answers its first request with its own pid and becomes that guardian instead of forking one.
+pub const ZYGOTE_ONCE_ARG: &str = "__procjournal_zygote_once";
 
 /// The zygote's process name (`comm`).
 pub const ZYGOTE_COMM: &std::ffi::CStr = c"pj-zygote";
@@ -278,7 +288,7 @@ impl Reply {
 
 /// The zygote's life: answers requests on descriptor 3 until end of stream; returns its exit
 /// code. Runs first in `main` (`run::run_if_requested`), before any thread exists.
-pub(super) fn serve() -> i32 {
+pub(super) fn serve(once: bool) -> i32 {
     let Some(mut sock) = run::control_socket() else {
         return 2;
     };
@@ -304,6 +314,9 @@ pub(super) fn serve() -> i32 {
         };
         match receive(&sock, buf) {
             Ok(None) => return 0,
+            Ok(Some((request, fds))) if once => {
+                become_guardian(sock, request, fds, image_name.as_deref(), &mut mapped)
+            }
             Ok(Some((request, fds))) => {
                 sock = fork_guardian(sock, request, fds, image_name.as_deref(), &mut mapped);
             }
@@ -417,6 +430,30 @@ fn fork_guardian(
     sock
 }
 
+/// The zygote of one launch: answers with its own pid, then runs the guardian of `request`
+/// itself. It is already what a forked guardian is made to be, the supervisor's child in a
+/// process group of its own; and without the fork no page is copied, and no zygote is left to
+/// end and reap. Never returns.
+fn become_guardian(
+    sock: OwnedFd,
+    request: Received,
+    fds: [OwnedFd; FDS],
+    name: Option<&std::ffi::CStr>,
+    buffer: &mut Option<memmap2::MmapMut>,
+) -> ! {
+    send_reply(
+        &sock,
+        Reply::Forked {
+            pid: std::process::id(),
+        },
+    );
+    drop(buffer.take());
+    if let Some(name) = name {
+        let _ = nix::sys::prctl::set_name(name);
+    }
+    guardian_child(sock, request, fds)
+}
+
 /// The forked guardian: its streams on 0-2, the zygote's socket closed, its own process group
 /// and directory (as an exec'd guardian's spawn gives it), then the guardian itself.
 fn guardian_child(sock: OwnedFd, request: Received, fds: [OwnedFd; FDS]) -> ! {
@@ -467,6 +504,9 @@ fn enter(request: Received, stdio: [OwnedFd; 3]) -> Result<Args, String> {
 pub(super) struct Zygote {
     sock: OwnedFd,
     pid: u32,
+    /// False once it became the guardian of its one launch: its pid is then the guardian's,
+    /// which the guardian's tree reaps, and the drop must neither wait for it nor reap it.
+    ours: bool,
 }
 
 /// Why the zygote did not fork a guardian.
@@ -493,13 +533,16 @@ pub(super) enum Refused {
 #[derive(Debug)]
 pub(super) struct ZygoteSlot {
     program: CString,
+    /// Each zygote serves one launch and becomes its guardian ([`ZYGOTE_ONCE_ARG`]).
+    once: bool,
     zygote: Lock<Option<Zygote>>,
 }
 
 impl ZygoteSlot {
-    pub(super) fn new(program: CString) -> ZygoteSlot {
+    pub(super) fn new(program: CString, once: bool) -> ZygoteSlot {
         ZygoteSlot {
             program,
+            once,
             zygote: Lock::new(None),
         }
     }
@@ -533,6 +576,12 @@ impl ZygoteSlot {
                         None => Err(Refused::Unavailable),
                     };
                 }
+                // The zygote of one launch became its guardian: the slot is empty again, and
+                // the pid is the guardian's alone.
+                Ok(pid) if pid == zygote.pid => {
+                    zygote.became_guardian();
+                    return Ok(pid);
+                }
                 other => {
                     *held = Some(zygote);
                     return other;
@@ -555,7 +604,7 @@ impl ZygoteSlot {
     /// A new zygote, or `None` (traced) where none can be started: launches exec their
     /// guardians meanwhile.
     fn start(&self) -> Option<Zygote> {
-        Zygote::start(&self.program)
+        Zygote::start(&self.program, self.once)
             .inspect_err(|e| tracing::warn!(error = %e, "no guardian zygote; guardians are exec'd"))
             .ok()
     }
@@ -588,7 +637,7 @@ impl ZygoteSlot {
 
 impl Zygote {
     /// Starts a zygote of `program` (the guardian's image), with /dev/null as its streams.
-    pub(super) fn start(program: &CString) -> Result<Zygote, SpawnError> {
+    pub(super) fn start(program: &CString, once: bool) -> Result<Zygote, SpawnError> {
         let setup = |cause: Errno| SpawnError::Setup {
             what: "guardian zygote",
             cause: cause.into(),
@@ -604,16 +653,23 @@ impl Zygote {
         let tv =
             nix::sys::time::TimeVal::new(i64::try_from(bound.as_secs()).unwrap_or(i64::MAX), 0);
         setsockopt(&ours, sockopt::ReceiveTimeout, &tv).map_err(setup)?;
-        let zygote_arg = CString::new(ZYGOTE_ARG).map_err(|_| SpawnError::Nul {
-            what: "the zygote's argument",
-        })?;
+        let zygote_arg =
+            CString::new(if once { ZYGOTE_ONCE_ARG } else { ZYGOTE_ARG }).map_err(|_| {
+                SpawnError::Nul {
+                    what: "the zygote's argument",
+                }
+            })?;
         let image = Image {
             path: program.clone(),
             argv: vec![program.clone(), zygote_arg],
             envp: vec![ZYGOTE_ENV.to_owned()],
         };
         let pid = spawn::spawn_detached(&image, theirs.as_fd(), "guardian zygote")?;
-        Ok(Zygote { sock: ours, pid })
+        Ok(Zygote {
+            sock: ours,
+            pid,
+            ours: true,
+        })
     }
 
     /// Asks the zygote to fork the guardian of `request` with `control` and `stdio` as its
@@ -669,6 +725,11 @@ impl Zygote {
         }
     }
 
+    /// Leaves the pid to the guardian this zygote became: only its socket is closed.
+    fn became_guardian(mut self) {
+        self.ours = false;
+    }
+
     /// Kills the zygote (one that stopped answering) and reaps it (its drop).
     fn kill(self) {
         if let Ok(pidfd) = crate::tree::open_pidfd(self.pid) {
@@ -704,6 +765,9 @@ impl Drop for Zygote {
     /// handshake bound is killed first. No zombie is left.
     fn drop(&mut self) {
         let _ = nix::sys::socket::shutdown(self.sock.as_raw_fd(), nix::sys::socket::Shutdown::Both);
+        if !self.ours {
+            return;
+        }
         if let Ok(pidfd) = crate::tree::open_pidfd(self.pid) {
             super::reap_blocking(&pidfd);
         }
