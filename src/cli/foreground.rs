@@ -39,7 +39,7 @@ pub(super) fn one_process_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
 /// drop would wait for every blocking task (a write abandoned at the third Ctrl-C may be
 /// blocked on a reader that never reads, and must not hold the exit), and even a shutdown in
 /// the background wakes every idle blocking thread to unmap its stacks and exit, ahead of
-/// this one on two cores (docs/operations.md: 0.3 to 0.5 ms of a `run -- true`). The caller
+/// this one on two cores (an `ftrace` in docs/operations.md: 0.3 ms). The caller
 /// leaves nothing with work for its drop: it shuts its supervisor down, which ends the
 /// launcher and every spool writer, and a brief writer's journal makes no closing commit.
 pub(super) fn run_to_exit<F: std::future::Future>(task: F) -> anyhow::Result<F::Output> {
