@@ -745,14 +745,7 @@ async fn the_zygote_of_one_launch_becomes_its_guardian() {
         sup.input(&handle, b"\n").await.unwrap();
         let summary = guarded("wait", sup.wait(&handle, None)).await.unwrap();
         assert_eq!(summary.state, State::Exited, "{summary:?}");
-        assert!(
-            matches!(
-                sup.manifest(&handle).unwrap().released,
-                Some(ExitProof::Receipt { .. })
-            ),
-            "{:?}",
-            sup.manifest(&handle).unwrap().released
-        );
+        supervisor_common::assert_released_by_receipt(&sup, &handle);
         until("the guardian reaped", || !exists(guardian));
     }
     let _ = sup.shutdown(Duration::from_millis(100)).await;

@@ -564,14 +564,7 @@ async fn an_open_removes_the_receipts_of_released_trees_and_nothing_else() {
     let (sup, rx) = open(cfg).await;
     let handle = start(&sup, Command::new("true").cwd(root.path())).await;
     guarded("wait", sup.wait(&handle, None)).await.unwrap();
-    assert!(
-        matches!(
-            sup.manifest(&handle).unwrap().released,
-            Some(ExitProof::Receipt { .. })
-        ),
-        "{:?}",
-        sup.manifest(&handle).unwrap().released
-    );
+    supervisor_common::assert_released_by_receipt(&sup, &handle);
     let _ = sup.shutdown(Duration::from_millis(100)).await;
     drop((sup, rx));
 

@@ -443,3 +443,15 @@ pub fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
     }
     found
 }
+
+/// `handle`'s tree was proven gone by its guardian's receipt.
+pub fn assert_released_by_receipt(sup: &Supervisor, handle: &procjournal::Handle) {
+    let released = sup.manifest(handle).unwrap().released;
+    assert!(
+        matches!(
+            released,
+            Some(procjournal::lifecycle::event::ExitProof::Receipt { .. })
+        ),
+        "{released:?}"
+    );
+}
