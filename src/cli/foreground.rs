@@ -25,7 +25,7 @@ use crate::tree::PtySize;
 /// 8 rounds of text lines, 6 of 40 `run -- true` on copies of a root of 250 processes): text
 /// lines 1684 -> 1394 ms median (the shell 1370 ms, on a slower day), `run -- true` 8.0 ->
 /// 7.6 ms, one thread and its wake-ups fewer; `capture` and zeros unchanged within the noise.
-pub(super) fn one_process_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+fn one_process_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
     use anyhow::Context;
     tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -408,12 +408,7 @@ fn fork_guardian(
     let forked = unsafe { cgroup::fork_sibling() };
     match forked {
         Ok(Forked::Child) => {
-            // The request is decoded out of the buffer (its environment into a mapping of its
-            // own, dropped with the guardian's arguments): the buffer is the zygote's.
-            drop(buffer.take());
-            if let Some(name) = name {
-                let _ = nix::sys::prctl::set_name(name);
-            }
+            leave_zygote(name, buffer);
             guardian_child(sock, request, fds)
         }
         Ok(Forked::Parent { child }) => {
@@ -447,11 +442,18 @@ fn become_guardian(
             pid: std::process::id(),
         },
     );
+    leave_zygote(name, buffer);
+    guardian_child(sock, request, fds)
+}
+
+/// What a guardian, forked or become, leaves of the zygote it was: the receive buffer (the
+/// request is decoded out of it, its environment into a mapping of its own, dropped with the
+/// guardian's arguments: the buffer is the zygote's), and the zygote's process name.
+fn leave_zygote(name: Option<&std::ffi::CStr>, buffer: &mut Option<memmap2::MmapMut>) {
     drop(buffer.take());
     if let Some(name) = name {
         let _ = nix::sys::prctl::set_name(name);
     }
-    guardian_child(sock, request, fds)
 }
 
 /// The forked guardian: its streams on 0-2, the zygote's socket closed, its own process group
