@@ -608,6 +608,10 @@ fn runs_zygote_becomes_its_guardian_and_leaves_no_zygote() {
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap();
+        let _kill = KillRunOnPanic {
+            run: run.id(),
+            root: &root,
+        };
         let mut out = BufReader::new(run.stdout.take().unwrap());
         let (mut pid, mut line) = (String::new(), String::new());
         out.read_line(&mut pid).unwrap();
@@ -632,6 +636,30 @@ fn runs_zygote_becomes_its_guardian_and_leaves_no_zygote() {
     // A `run` killed leaves its root's base cgroup for the root's next open; this root is gone
     // after the test, so its base goes with it.
     daemon_common::remove_base_cgroup(&root);
+}
+
+/// Kills a `run` (and so, through its guardian, its workload) when a failed assertion unwinds
+/// past it, then removes the base cgroup it leaves: otherwise the workload polls for a `$GO`
+/// file that the test's removed directory can no longer hold, for ever.
+#[cfg(feature = "cli")]
+struct KillRunOnPanic<'a> {
+    run: u32,
+    root: &'a std::path::Path,
+}
+
+#[cfg(feature = "cli")]
+impl Drop for KillRunOnPanic<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            if let Ok(pid) = i32::try_from(self.run) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            daemon_common::remove_base_cgroup(self.root);
+        }
+    }
 }
 
 /// The child of [`run_and_capture_leave_no_orphan_for_their_parents_reaper`]: a child subreaper (so that
