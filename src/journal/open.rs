@@ -113,6 +113,13 @@ impl Journal {
     fn keep_as(&mut self, tenure: Tenure) {
         self.tenure = tenure;
         let mut w = self.writer.lock();
+        let retained = w.ids.retained_len();
+        if retained > 0 && (tenure == Tenure::Lasting || retained > super::RETAINED_HEAP_MAX) {
+            let spill = crate::spill::Spill::in_dir(&w.dir);
+            if let Err(e) = w.ids.spill_retained(spill) {
+                warn!("the journal's retained IDs stay on the heap: {e}");
+            }
+        }
         if tenure == Tenure::Lasting {
             w.seal_ids();
         }
@@ -131,12 +138,6 @@ impl Journal {
     ) -> Journal {
         let durability = options.durability;
         let durable_seq = active.durable_seq;
-        let mut ids = ids;
-        if ids.retained_len() > 0
-            && let Err(e) = ids.spill_retained(crate::spill::Spill::in_dir(&dir))
-        {
-            tracing::warn!("the journal's retained IDs stay on the heap: {e}");
-        }
         Journal {
             root,
             durability,

@@ -134,3 +134,54 @@ fn a_brief_open_without_a_snapshot_indexes_every_record() {
     assert_eq!(seen.len(), 200);
     assert_eq!(journal.position_of(id_of(150)).map(|p| p.seq), Some(151));
 }
+
+/// `n` retained IDs that no record of [`build`]'s carries, ascending by ID, each naming a
+/// covered seq, as a snapshot's would.
+fn retained(n: usize) -> Vec<RetainedId> {
+    let mut ids: Vec<RetainedId> = (0..n as u64)
+        .map(|i| RetainedId {
+            id: EventId::from_bytes((0xfe << 120 | u128::from(i)).to_le_bytes()),
+            seq: 1 + i % 300,
+            kind: KIND.get(),
+        })
+        .collect();
+    ids.sort_by_key(|r| r.id.as_bytes());
+    ids
+}
+
+/// A brief writer keeps the retained IDs it is handed on the heap, up to `RETAINED_HEAP_MAX` of
+/// them, and spills more; a lasting one spills any. Wherever they are, a retry of one writes
+/// nothing.
+#[test]
+fn a_brief_open_keeps_a_bounded_number_of_retained_ids_on_the_heap() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    build(dir.path(), 400);
+    let cases = [
+        (Tenure::Brief, 10, false),
+        (Tenure::Brief, RETAINED_HEAP_MAX, false),
+        (Tenure::Brief, RETAINED_HEAP_MAX + 1, true),
+        (Tenure::Lasting, 10, true),
+    ];
+    for (tenure, n, spilled) in cases {
+        let ids = retained(n);
+        let probe = ids[n / 2].id;
+        let mut visitor = ResumedAt {
+            after_seq: 300,
+            ids,
+            seen: Vec::new(),
+        };
+        let (journal, _) =
+            Journal::open_resuming(dir.path(), options(), tenure, &mut visitor).expect("open");
+        assert_eq!(journal.indexed_ids().1, n, "{tenure:?} with {n}");
+        assert_eq!(
+            journal.retained_ids_spilled(),
+            spilled,
+            "{tenure:?} with {n}"
+        );
+        let retry = journal.append(probe, KIND, 1, b"retry").expect("retry");
+        assert!(
+            !retry.written,
+            "{tenure:?} with {n}: a retained ID is known"
+        );
+    }
+}
