@@ -279,7 +279,7 @@ fn tree_digest(dir: &Path) -> Vec<(PathBuf, usize, u64)> {
 }
 
 /// Whether `path`, if it is a journal's spare segment (`{index:020}.spare`), has been zero-filled
-/// to the size of a segment of its index (journal-format.md, "Size": the first 1 MiB, each next
+/// to the size of a segment of its index (journal-format.md, "Size": the first 256 KiB, each next
 /// one twice the last, up to the default size).
 fn spare_is_whole(path: &std::path::Path, len: usize) -> bool {
     use procjournal::limits::{SEGMENT_BYTES_DEFAULT, SEGMENT_BYTES_INITIAL};

@@ -350,7 +350,7 @@ fn the_documented_limits_are_the_code_limits() {
     assert_eq!(limits::SEGMENT_HEADER_BYTES, 64);
     assert_eq!(limits::COMMIT_SLOT_BYTES, 48);
     assert_eq!(limits::SEGMENT_RECORDS_OFFSET, 160);
-    assert_eq!(limits::SEGMENT_BYTES_INITIAL, 1_048_576);
+    assert_eq!(limits::SEGMENT_BYTES_INITIAL, 262_144);
     assert_eq!(limits::RECORD_HEADER_BYTES, 48);
     assert_eq!(limits::RECORD_ALIGN_BYTES, 8);
     assert_eq!(limits::RECORD_PAYLOAD_BYTES_MAX, 1_048_576);

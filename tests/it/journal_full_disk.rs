@@ -6,6 +6,7 @@ use std::path::Path;
 use crate::common::tmpfs::SmallTmpfs;
 
 use procjournal::journal::reader::JournalReader;
+use procjournal::limits::SEGMENT_BYTES_INITIAL;
 use procjournal::{Durability, EventId, EventKind, Journal, JournalOptions};
 
 const KIND: EventKind = match EventKind::new(1) {
@@ -44,23 +45,24 @@ fn temporaries(root: &Path) -> Vec<String> {
 /// to report, what was appended is intact, and the failed spare does not poison the writer.
 #[test]
 fn a_segment_that_fills_the_disk_is_removed_at_once() {
-    let Some(fs) = SmallTmpfs::mount("768k") else {
+    let first = SEGMENT_BYTES_INITIAL / 1024;
+    let Some(fs) = SmallTmpfs::mount(&format!("{}k", first * 3 / 4)) else {
         return;
     };
-    // A first segment (1 MiB) larger than the file system: the open fails, and leaves nothing.
+    // A first segment larger than the file system: the open fails, and leaves nothing.
     let big = fs.path().join("big");
     let failed = Journal::open(&big, options(8 << 20));
     assert!(
         failed.is_err(),
-        "a 1 MiB first segment cannot fit in 768 KiB"
+        "a first segment of {first} KiB cannot fit in three quarters of it"
     );
     assert_eq!(temporaries(&big), Vec::<String>::new());
     drop(fs);
 
     // A first segment that fits and a spare that does not: once the first segment is half full
-    // the spare (2 MiB) is started, fails on its background thread and is removed; appending
-    // goes on in the first segment.
-    let Some(fs) = SmallTmpfs::mount("2m") else {
+    // the spare (twice its size) is started, fails on its background thread and is removed;
+    // appending goes on in the first segment.
+    let Some(fs) = SmallTmpfs::mount(&format!("{}k", first * 2)) else {
         return;
     };
     let root = fs.path().join("root");
@@ -70,7 +72,7 @@ fn a_segment_that_fills_the_disk_is_removed_at_once() {
     while journal.last_seq() == 0
         || journal
             .position_of(EventId::from_bytes(id(appended)))
-            .is_some_and(|p| p.offset < 700 * 1024)
+            .is_some_and(|p| p.offset < first as u64 * 700)
     {
         appended += 1;
         journal
