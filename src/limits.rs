@@ -53,7 +53,7 @@ pub const SEGMENT_BYTES_DEFAULT: usize = 4 * 1024 * 1024;
 /// end (its zero tail), and the records compaction cannot remove yet because they share a
 /// segment with records it must keep. With 1 MiB, 1 200 `run -- true` from an empty root took
 /// 7.54 and 8.58 ms on average against 7.30 and 8.30 with 256 KiB (two interleaved sequences,
-/// faster in each of their six windows of 200 runs, most at the end, 0.5 to 0.6 ms a run).
+/// faster in each of their six windows of 200 runs, most at the end: about 0.6 ms a run).
 pub const SEGMENT_BYTES_INITIAL: usize = 256 * 1024;
 
 /// A journal holds at most this many segments (about 16 TiB at the maximum segment size); the
