@@ -21,8 +21,9 @@
 //! record is forgotten, so that a long-running writer keeps what a restarted one would, not an
 //! entry for every record it ever appended.
 //!
-//! The retained array, and the **sealed runs** of the entries of segments the writer left
-//! ([`IdIndex::seal_below`], `sealed.rs`), live in spill space (`crate::spill`), not on the heap:
+//! The retained array (a lasting writer's; a brief one keeps a bounded array on the heap), and
+//! the **sealed runs** of the entries of segments the writer left ([`IdIndex::seal_below`],
+//! `sealed.rs`), live in spill space (`crate::spill`), not on the heap:
 //! the table holds the active segment's records (and those of left segments until there are
 //! enough of them to seal), so the heap the index costs is bounded by a segment, not by the
 //! records since the last compaction. Runs are merged while the newer holds at least half as

@@ -104,16 +104,16 @@ pub enum Durability {
 ///
 /// The open's scan files every retained record's ID in a heap table. A lasting writer (the
 /// daemon, an embedder's supervisor) then moves the entries of the segments it left into
-/// sealed runs in spill files, and the lifecycle its settled manifests, so that its heap stays
-/// small for as long as it runs (`idindex.rs`, `runs.rs`, the manifest store). A brief writer
-/// (one command: the CLI's `run` and `capture`) leaves them where the scan put them, within
-/// bounds: the table's maximum (`TABLE_MAX_ENTRIES`, enforced at open and after each append
-/// for both), the retained IDs' (`RETAINED_HEAP_MAX`) and the lifecycle's `BRIEF_SETTLED_MAX`
-/// settled manifests. Its peak is the same,
-/// since the open built the table either way; what it saves is time that grows with the root
-/// (spill files written, runs merged, filters built, the heap trimmed): a `run -- true` on a
-/// root of 1 100 processes took 14.2 ms instead of 17.5 (paired medians of 100), holding
-/// 0.9 MiB more heap while its command runs.
+/// sealed runs in spill files, the retained IDs a snapshot handed over into another, and the
+/// lifecycle its settled manifests, so that its heap stays small for as long as it runs
+/// (`idindex.rs`, `retained.rs`, `runs.rs`, the manifest store). A brief writer (one command:
+/// the CLI's `run` and `capture`) leaves them where the open put them, within bounds: the
+/// table's maximum (`TABLE_MAX_ENTRIES`, enforced at open and after each append for both), the
+/// retained IDs' (`RETAINED_HEAP_MAX`) and the lifecycle's `BRIEF_SETTLED_MAX` settled
+/// manifests. Its peak is the same, since the open built them either way; what it saves is time
+/// that grows with the root (spill files written, runs merged, filters built, the heap
+/// trimmed): a `run -- true` on a root of 1 100 processes took 14.2 ms instead of 17.5 (paired
+/// medians of 100), holding 0.9 MiB more heap while its command runs.
 ///
 /// A brief writer also indexes less at its open: none of the records the snapshot it resumes
 /// from covers, whose retry-able IDs the snapshot retains (`open.rs`, `index_for`).

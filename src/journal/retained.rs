@@ -1,5 +1,6 @@
 //! The index's retained IDs (`idindex.rs`): one array sorted by ID, held on the heap as an open
-//! hands it over, then moved into spill space (`crate::spill`), where its 32-byte records cost
+//! hands it over, then, for a lasting writer (or a brief one holding more than
+//! `RETAINED_HEAP_MAX`), moved into spill space (`crate::spill`), where its 32-byte records cost
 //! the heap nothing. A writer of a large root retains about a dozen IDs per process it ever ran
 //! (every step a retry could still name), so on the heap this array was a third of what a
 //! finished process cost.
