@@ -611,9 +611,11 @@ impl ZygoteSlot {
             .ok()
     }
 
-    /// Tells the zygote to end (its end of stream) without waiting for it: a launcher that
-    /// launches once has it exit while the workload runs, so that [`ZygoteSlot::end`] then
-    /// reaps a process that has exited already. A launch after this starts another zygote.
+    /// Tells the zygote still held, if any, to end (its end of stream) without waiting for
+    /// it: after the one launch of a launcher that launches once. A zygote of one launch that
+    /// became its guardian has left the slot already; one whose launch failed (a refusal, a
+    /// lost handshake) exits now, so that [`ZygoteSlot::end`] then reaps a process that has
+    /// exited already. A launch after this starts another zygote.
     pub(super) fn retire(&self) {
         if let Some(zygote) = self.zygote.lock().as_ref() {
             let _ = nix::sys::socket::shutdown(
