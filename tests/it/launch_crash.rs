@@ -628,6 +628,97 @@ fn an_empty_receipt_on_a_full_disk_is_an_exit_by_its_cgroup() {
     );
 }
 
+/// The other side of the empty receipt: a disk that fills while the tree runs. The guardian
+/// made room for its receipt when it created it, so the receipt it writes at the end, on a
+/// disk with no block left, is whole, and it proves the tree's exit.
+#[test]
+fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
+    if !cgroups_usable() {
+        eprintln!("skipped: no usable cgroup v2 here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = OsCommand::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .unwrap();
+    assert!(mounted.success(), "mount tmpfs");
+    struct Unmount(PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = OsCommand::new("umount").arg("-l").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let root = mnt.join("root");
+    let out = cli(&root, &["run", "--tree-mechanism", "cgroup", "--", "true"]);
+    assert!(out.status.success(), "{out:?}");
+    let (started, go) = (dir.path().join("started"), dir.path().join("go"));
+    let script = format!(
+        "touch {}; while [ ! -e {} ]; do sleep 0.01; done",
+        started.display(),
+        go.display()
+    );
+    let run = OsCommand::new(pj())
+        .args(["run", "--root"])
+        .arg(&root)
+        .args(["--tree-mechanism", "cgroup", "--", "sh", "-c", &script])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Ends the `run` (and with it, through its guardian's lifeline, the tree) before the
+    // tmpfs goes, whatever the test's end.
+    struct EndRun(std::process::Child);
+    impl Drop for EndRun {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let mut run = EndRun(run);
+    // The workload runs: its guardian created (and made room for) the receipt before it.
+    wait_until("the workload", || started.exists());
+    // Its room: the receipt's largest size (1024 bytes, journal-format.md) in zeros, which
+    // read as a receipt not yet written.
+    let receipts: Vec<_> = std::fs::read_dir(root.join("trees"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "receipt"))
+        .collect();
+    assert_eq!(receipts.len(), 1, "{receipts:?}");
+    assert_eq!(std::fs::read(&receipts[0]).unwrap(), vec![0u8; 1024]);
+    let fill = mnt.join("fill");
+    let _ = OsCommand::new("dd")
+        .args(["if=/dev/zero", "bs=4k"])
+        .arg(format!("of={}", fill.display()))
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    let free = nix::sys::statvfs::statvfs(&mnt).unwrap().blocks_available();
+    assert_eq!(free, 0, "the tmpfs is full");
+    std::fs::write(&go, b"").unwrap();
+    let ended = Instant::now();
+    let status = loop {
+        if let Some(status) = run.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(ended.elapsed() < HANG_GUARD, "hung: the run's end");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    std::fs::remove_file(&fill).unwrap();
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut run.0.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    let ps = String::from_utf8(cli(&root, &["ps", "--json"]).stdout).unwrap();
+    let second: serde_json::Value = serde_json::from_str(ps.lines().nth(1).unwrap()).unwrap();
+    assert_eq!(second["ownership"]["assessment"], "exited", "{second}");
+    assert_eq!(second["ownership"]["proof"]["by"], "receipt", "{second}");
+}
+
 /// Kills the CPU hogs it holds when dropped (a failed assertion included).
 struct Hogs(Vec<std::process::Child>);
 

@@ -5,9 +5,10 @@
 //! 1. Take the control socket from descriptor 3 (close-on-exec from then on), become a child
 //!    subreaper, refuse core dumps and ptrace by the workload (`PR_SET_DUMPABLE 0`: the nonce
 //!    lives in this memory), block the signals it handles and read them through a signalfd.
-//! 2. Create the receipt file (`O_EXCL`, mode 0600) and fork the workload: in its own cgroup
-//!    when one was given (created there by `clone3(CLONE_INTO_CGROUP)`), in a new session, with
-//!    an empty mask and SIGPIPE at its default. It waits on a gate pipe before it execs.
+//! 2. Create the receipt file (`O_EXCL`, mode 0600; its largest size in zeros, to reserve its
+//!    space: `reserve_receipt`) and fork the workload: in its own cgroup when one was given
+//!    (created there by `clone3(CLONE_INTO_CGROUP)`), in a new session, with an empty mask and
+//!    SIGPIPE at its default. It waits on a gate pipe before it execs.
 //! 3. Report `REG` (the workload's identity and the receipt file's) and wait for `GO` with the
 //!    nonce: the supervisor persists the scope first, so no workload runs unregistered. End of
 //!    stream instead of `GO` aborts: the gated workload is killed and reaped, and the receipt
@@ -19,11 +20,11 @@
 //!    supervisor died: the lifeline) or SIGTERM/SIGINT/SIGHUP to the guardian itself, take the
 //!    tree down: SIGTERM after a quiesce, the grace, then SIGKILL until nothing is left.
 //! 6. Only when `waitpid` reports ECHILD (no child at all, which under a subreaper means no
-//!    descendant at all) and any cgroup is empty, remove the cgroup, write the receipt (into
-//!    blocks reserved at step 2; not fsynced, see `write_receipt`), report `DONE`, drop to the
-//!    weakest nice value (nothing waits for the rest), and exit with `_exit`. A launch aborted
-//!    before `GO` writes no nonce (it never had one) and `status none` (the workload never
-//!    exec'd).
+//!    descendant at all) and any cgroup is empty, remove the cgroup, write the receipt (over
+//!    the zeros that reserved its space at step 2; not fsynced, see `write_receipt`), report
+//!    `DONE`, drop to the weakest nice value (nothing waits for the rest), and exit with
+//!    `_exit`. A launch aborted before `GO` writes no nonce (it never had one) and `status
+//!    none` (the workload never exec'd).
 //!
 //! Invariants: the workload inherits no descriptor but 0, 1 and 2 (everything the guardian
 //! opens is close-on-exec); every signal goes through a pidfd to a process re-checked after it
@@ -31,7 +32,6 @@
 //! only at ECHILD.
 
 use std::ffi::{CString, OsString};
-use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::os::unix::fs::MetadataExt;
@@ -684,10 +684,16 @@ impl Guardian {
         // A receipt that cannot be written leaves the tree `unverified`, which is the truth.
         // Not fsynced: a receipt is evidence only within the boot that wrote it (after a reboot
         // the changed boot id is the proof, and no assessment reads it), and a crash of any
-        // process leaves the page cache whole; the blocks were reserved at its creation, so
+        // process leaves the page cache whole; its space was reserved at its creation, so
         // write-back cannot run out of space. An fsync here cost every launch a metadata write
         // and a cache flush between the workload's exit and `DONE`, which its end waits for.
-        let _ = self.receipt.write_all(&receipt.encode());
+        // The zeros past the receipt's end are cut first, and the receipt then written over
+        // the rest: a reader sees zeros or the whole receipt, never a receipt followed by
+        // zeros, and the page stays reserved (it still holds bytes of the file).
+        let bytes = receipt.encode();
+        if self.receipt.set_len(bytes.len() as u64).is_ok() {
+            let _ = std::os::unix::fs::FileExt::write_all_at(&self.receipt, &bytes, 0);
+        }
     }
 }
 
@@ -700,18 +706,23 @@ fn yield_to_supervisor() {
     let _ = rustix::process::setpriority_process(None, 19);
 }
 
-/// Reserves the receipt's blocks now (without changing the file's size), so that writing the
-/// receipt at the end needs no new space: a disk that fills while the tree runs must not leave
-/// it empty. Best effort: where the file system cannot reserve (or is full already), the
+/// Makes room for the receipt now, so that writing it at the end needs no new space: a disk
+/// that fills while the tree runs must not leave it empty. It writes the receipt's largest size
+/// in zero bytes, which the file system charges for at the write (a delayed allocation reserves
+/// its blocks then), and which read as a receipt not yet written until the receipt goes over
+/// them. Not `fallocate`: blocks allocated at once must be freed again at the receipt's
+/// removal, which on ext4 made the supervisor's unlink of a released receipt about ten times
+/// dearer than that of a file whose data never reached the disk (a short tree's zeros never
+/// do; on btrfs, copy-on-write, a receipt written after its zeros reached the disk needs new
+/// blocks, journal-format.md). Best effort: where the write fails (a disk full already), the
 /// receipt may be lost, and the tree's other evidence (its cgroup) has to prove its exit.
 fn reserve_receipt(file: &std::fs::File) {
-    let len = libc::off_t::try_from(super::receipt::RECEIPT_BYTES_MAX).unwrap_or(1024);
-    let _ = nix::fcntl::fallocate(
-        file,
-        nix::fcntl::FallocateFlags::FALLOC_FL_KEEP_SIZE,
-        0,
-        len,
-    );
+    use std::os::unix::fs::FileExt;
+    let zeros = [0u8; super::receipt::RECEIPT_BYTES_MAX];
+    if file.write_all_at(&zeros, 0).is_err() {
+        // Part of them may be written: an empty file says as plainly that nothing is reserved.
+        let _ = file.set_len(0);
+    }
 }
 
 /// Points the guardian's own standard streams at /dev/null: the capture pipes must reach EOF
