@@ -14,7 +14,9 @@
 //!
 //! The empty receipt: a launch on a full tmpfs root (the guardian can reserve no space for its
 //! receipt, so the receipt stays empty) ends with its tree exited by its removed cgroup, and
-//! the next `run` on the root, once space is back, is admitted.
+//! the next `run` on the root, once space is back, is admitted. And its other side: a tmpfs
+//! that fills while the tree runs leaves the receipt whole (its space was reserved at its
+//! creation), and the receipt proves the tree's exit.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -569,41 +571,12 @@ fn a_lost_scope_is_unverified_says_why_and_holds_nothing() {
 /// empty), and once space is back the next `run` is admitted.
 #[test]
 fn an_empty_receipt_on_a_full_disk_is_an_exit_by_its_cgroup() {
-    if !cgroups_usable() {
-        eprintln!("skipped: no usable cgroup v2 here");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = OsCommand::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = OsCommand::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(mnt.clone());
-    let root = mnt.join("root");
-    // The root's journal and directories exist before the disk fills.
-    let out = cli(&root, &["run", "--tree-mechanism", "cgroup", "--", "true"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let fill = mnt.join("fill");
-    let _ = OsCommand::new("dd")
-        .args(["if=/dev/zero", "bs=64k"])
-        .arg(format!("of={}", fill.display()))
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
+    let Some(tmpfs) = SmallTmpfs::with_root(dir.path()) else {
+        return;
+    };
+    let root = tmpfs.root();
+    let fill = tmpfs.fill();
     let full = cli(&root, &["run", "--tree-mechanism", "cgroup", "--", "true"]);
     std::fs::remove_file(&fill).unwrap();
     assert!(
@@ -633,29 +606,11 @@ fn an_empty_receipt_on_a_full_disk_is_an_exit_by_its_cgroup() {
 /// disk with no block left, is whole, and it proves the tree's exit.
 #[test]
 fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
-    if !cgroups_usable() {
-        eprintln!("skipped: no usable cgroup v2 here");
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
-    let mnt = dir.path().join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let mounted = OsCommand::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-        .arg(&mnt)
-        .status()
-        .unwrap();
-    assert!(mounted.success(), "mount tmpfs");
-    struct Unmount(PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = OsCommand::new("umount").arg("-l").arg(&self.0).status();
-        }
-    }
-    let _unmount = Unmount(mnt.clone());
-    let root = mnt.join("root");
-    let out = cli(&root, &["run", "--tree-mechanism", "cgroup", "--", "true"]);
-    assert!(out.status.success(), "{out:?}");
+    let Some(tmpfs) = SmallTmpfs::with_root(dir.path()) else {
+        return;
+    };
+    let root = tmpfs.root();
     let (started, go) = (dir.path().join("started"), dir.path().join("go"));
     let script = format!(
         "touch {}; while [ ! -e {} ]; do sleep 0.01; done",
@@ -691,15 +646,7 @@ fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
         .collect();
     assert_eq!(receipts.len(), 1, "{receipts:?}");
     assert_eq!(std::fs::read(&receipts[0]).unwrap(), vec![0u8; 1024]);
-    let fill = mnt.join("fill");
-    let _ = OsCommand::new("dd")
-        .args(["if=/dev/zero", "bs=4k"])
-        .arg(format!("of={}", fill.display()))
-        .stderr(Stdio::null())
-        .status()
-        .unwrap();
-    let free = nix::sys::statvfs::statvfs(&mnt).unwrap().blocks_available();
-    assert_eq!(free, 0, "the tmpfs is full");
+    let fill = tmpfs.fill();
     std::fs::write(&go, b"").unwrap();
     let ended = Instant::now();
     let status = loop {
@@ -717,6 +664,61 @@ fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
     let second: serde_json::Value = serde_json::from_str(ps.lines().nth(1).unwrap()).unwrap();
     assert_eq!(second["ownership"]["assessment"], "exited", "{second}");
     assert_eq!(second["ownership"]["proof"]["by"], "receipt", "{second}");
+}
+
+/// An 8 MiB tmpfs mounted in a test's directory, unmounted when dropped, with a root on it
+/// whose journal and directories exist (one `run` made them) before the disk fills.
+struct SmallTmpfs(PathBuf);
+
+impl SmallTmpfs {
+    /// `None`, said on stderr, where no cgroup v2 is usable (the roots' runs use one).
+    fn with_root(dir: &Path) -> Option<SmallTmpfs> {
+        if !cgroups_usable() {
+            eprintln!("skipped: no usable cgroup v2 here");
+            return None;
+        }
+        let mnt = dir.join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let mounted = OsCommand::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
+            .arg(&mnt)
+            .status()
+            .unwrap();
+        assert!(mounted.success(), "mount tmpfs");
+        let tmpfs = SmallTmpfs(mnt);
+        let out = cli(
+            &tmpfs.root(),
+            &["run", "--tree-mechanism", "cgroup", "--", "true"],
+        );
+        assert!(out.status.success(), "{out:?}");
+        Some(tmpfs)
+    }
+
+    fn root(&self) -> PathBuf {
+        self.0.join("root")
+    }
+
+    /// Fills the tmpfs to its last block with a file, whose path it returns.
+    fn fill(&self) -> PathBuf {
+        let fill = self.0.join("fill");
+        let _ = OsCommand::new("dd")
+            .args(["if=/dev/zero", "bs=4k"])
+            .arg(format!("of={}", fill.display()))
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        let free = nix::sys::statvfs::statvfs(&self.0)
+            .unwrap()
+            .blocks_available();
+        assert_eq!(free, 0, "the tmpfs is full");
+        fill
+    }
+}
+
+impl Drop for SmallTmpfs {
+    fn drop(&mut self) {
+        let _ = OsCommand::new("umount").arg("-l").arg(&self.0).status();
+    }
 }
 
 /// Kills the CPU hogs it holds when dropped (a failed assertion included).
