@@ -24,6 +24,7 @@ use std::process::{Command as OsCommand, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::tmpfs::SmallTmpfs;
 use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
 use procjournal::tree::cgroup::{CgroupBase, base_name};
 use procjournal::tree::{
@@ -571,11 +572,9 @@ fn a_lost_scope_is_unverified_says_why_and_holds_nothing() {
 /// empty), and once space is back the next `run` is admitted.
 #[test]
 fn an_empty_receipt_on_a_full_disk_is_an_exit_by_its_cgroup() {
-    let dir = tempfile::tempdir().unwrap();
-    let Some(tmpfs) = SmallTmpfs::with_root(dir.path()) else {
+    let Some((tmpfs, root)) = small_tmpfs_root() else {
         return;
     };
-    let root = tmpfs.root();
     let fill = tmpfs.fill();
     let full = cli(&root, &["run", "--tree-mechanism", "cgroup", "--", "true"]);
     std::fs::remove_file(&fill).unwrap();
@@ -607,10 +606,9 @@ fn an_empty_receipt_on_a_full_disk_is_an_exit_by_its_cgroup() {
 #[test]
 fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let Some(tmpfs) = SmallTmpfs::with_root(dir.path()) else {
+    let Some((tmpfs, root)) = small_tmpfs_root() else {
         return;
     };
-    let root = tmpfs.root();
     let (started, go) = (dir.path().join("started"), dir.path().join("go"));
     let script = format!(
         "touch {}; while [ ! -e {} ]; do sleep 0.01; done",
@@ -666,59 +664,19 @@ fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
     assert_eq!(second["ownership"]["proof"]["by"], "receipt", "{second}");
 }
 
-/// An 8 MiB tmpfs mounted in a test's directory, unmounted when dropped, with a root on it
-/// whose journal and directories exist (one `run` made them) before the disk fills.
-struct SmallTmpfs(PathBuf);
-
-impl SmallTmpfs {
-    /// `None`, said on stderr, where no cgroup v2 is usable (the roots' runs use one).
-    fn with_root(dir: &Path) -> Option<SmallTmpfs> {
-        if !cgroups_usable() {
-            eprintln!("skipped: no usable cgroup v2 here");
-            return None;
-        }
-        let mnt = dir.join("mnt");
-        std::fs::create_dir(&mnt).unwrap();
-        let mounted = OsCommand::new("mount")
-            .args(["-t", "tmpfs", "-o", "size=8m", "tmpfs"])
-            .arg(&mnt)
-            .status()
-            .unwrap();
-        assert!(mounted.success(), "mount tmpfs");
-        let tmpfs = SmallTmpfs(mnt);
-        let out = cli(
-            &tmpfs.root(),
-            &["run", "--tree-mechanism", "cgroup", "--", "true"],
-        );
-        assert!(out.status.success(), "{out:?}");
-        Some(tmpfs)
+/// An 8 MiB tmpfs with a root on it whose journal and directories exist (one `run` made
+/// them) before the disk fills; `None`, said on stderr, where no cgroup v2 is usable (the
+/// root's runs use one) or no tmpfs can be mounted.
+fn small_tmpfs_root() -> Option<(SmallTmpfs, PathBuf)> {
+    if !cgroups_usable() {
+        eprintln!("skipped: no usable cgroup v2 here");
+        return None;
     }
-
-    fn root(&self) -> PathBuf {
-        self.0.join("root")
-    }
-
-    /// Fills the tmpfs to its last block with a file, whose path it returns.
-    fn fill(&self) -> PathBuf {
-        let fill = self.0.join("fill");
-        let _ = OsCommand::new("dd")
-            .args(["if=/dev/zero", "bs=4k"])
-            .arg(format!("of={}", fill.display()))
-            .stderr(Stdio::null())
-            .status()
-            .unwrap();
-        let free = nix::sys::statvfs::statvfs(&self.0)
-            .unwrap()
-            .blocks_available();
-        assert_eq!(free, 0, "the tmpfs is full");
-        fill
-    }
-}
-
-impl Drop for SmallTmpfs {
-    fn drop(&mut self) {
-        let _ = OsCommand::new("umount").arg("-l").arg(&self.0).status();
-    }
+    let tmpfs = SmallTmpfs::mount("8m")?;
+    let root = tmpfs.path().join("root");
+    let out = cli(&root, &["run", "--tree-mechanism", "cgroup", "--", "true"]);
+    assert!(out.status.success(), "{out:?}");
+    Some((tmpfs, root))
 }
 
 /// Kills the CPU hogs it holds when dropped (a failed assertion included).

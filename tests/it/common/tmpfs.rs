@@ -2,7 +2,7 @@
 //! root; where mounting is not allowed, [`SmallTmpfs::mount`] prints why and the test passes
 //! without running.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// A tmpfs of a given size mounted on a temporary directory, unmounted when dropped.
@@ -37,6 +37,22 @@ impl SmallTmpfs {
 
     pub fn path(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// Fills the tmpfs to its last block with one file, whose path it returns.
+    pub fn fill(&self) -> PathBuf {
+        let fill = self.path().join("fill");
+        let _ = Command::new("dd")
+            .args(["if=/dev/zero", "bs=4k"])
+            .arg(format!("of={}", fill.display()))
+            .stderr(std::process::Stdio::null())
+            .status()
+            .expect("run dd");
+        let free = nix::sys::statvfs::statvfs(self.path())
+            .expect("statvfs")
+            .blocks_available();
+        assert_eq!(free, 0, "the tmpfs is full");
+        fill
     }
 }
 
