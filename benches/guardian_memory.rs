@@ -24,12 +24,14 @@
 //! kernel-side descriptors are not in it; the heap grows in steps, so this figure moves by
 //! several KiB between runs). One start before them is not counted, neither its guardian and
 //! workload nor the supervisor's growth: what the first launch costs once (the zygote's start,
-//! the journal's first pages, the runtime's threads) is no process's share. The report gives
+//! the journal's first pages, the runtime's threads) is no process's share. Each way is
+//! measured twice, the second pass in the reverse order (the heap one way grew and freed serves
+//! the next, so a way measured first is charged more of it), and each figure is the mean of its
+//! two passes; the supervisor's share of each pass is printed too. The report gives
 //! each figure per process and the ratios: small guardian over old, and each way's total per
 //! supervised process over the baseline `sleep`; and the lean-processes goal, guardian and
 //! supervisor together at most 64 KiB per process, for the way the daemon launches (forked by
-//! a zygote). The guardians' figures are not noisy the way time is: one round, nothing
-//! asserted.
+//! a zygote). The guardians' figures are not noisy the way time is: nothing asserted.
 //!
 //! Temp roots live under `$PROCJOURNAL_BENCH_DIR`, else Cargo's target tmp dir.
 #![allow(
@@ -181,6 +183,15 @@ struct Cost {
 impl Cost {
     fn total(&self) -> Mem {
         self.guardian.plus(self.workload).plus(self.supervisor)
+    }
+
+    /// The mean of two passes of one way.
+    fn mean(a: &Cost, b: &Cost) -> Cost {
+        Cost {
+            guardian: a.guardian.plus(b.guardian).per(2),
+            workload: a.workload.plus(b.workload).per(2),
+            supervisor: a.supervisor.plus(b.supervisor).per(2),
+        }
     }
 }
 
@@ -372,9 +383,27 @@ fn main() -> Res<()> {
     // A first round warms this process up (its allocator's arenas, the runtime's threads), so
     // that neither measured way is charged for it as the supervisor's share.
     rt.block_on(supervised(SMALL, n, &base, false))?;
-    let forked = rt.block_on(supervised(SMALL, n, &base, true))?;
-    let small = rt.block_on(supervised(SMALL, n, &base, false))?;
-    let old = rt.block_on(supervised(OLD, n, &base, false))?;
+    // Each way twice, the second pass in the reverse order: the heap this process grew for one
+    // way and freed serves the next, so a way measured first would be charged more of it.
+    let ways = [(SMALL, true), (SMALL, false), (OLD, false)];
+    let mut passes = Vec::with_capacity(2 * ways.len());
+    for (program, zygote) in ways.iter().chain(ways.iter().rev()) {
+        passes.push(rt.block_on(supervised(program, n, &base, *zygote))?);
+    }
+    let [f1, s1, o1, o2, s2, f2] = passes.as_slice() else {
+        return Err("not six passes".into());
+    };
+    println!(
+        "supervisor's share per process, KiB PSS, pass 1 / pass 2: forked by a zygote {} / {}, \
+         small guardian {} / {}, old guardian {} / {}",
+        kib(f1.supervisor.pss),
+        kib(f2.supervisor.pss),
+        kib(s1.supervisor.pss),
+        kib(s2.supervisor.pss),
+        kib(o1.supervisor.pss),
+        kib(o2.supervisor.pss),
+    );
+    let (forked, small, old) = (Cost::mean(f1, f2), Cost::mean(s1, s2), Cost::mean(o1, o2));
     print_report(n, &forked, &small, &old, &plain);
     print_total_time(all);
     Ok(())
