@@ -7,6 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::Killed;
 use crate::common::daemon::{Daemon, bin};
 use crate::common::supervisor::journal_records;
 use procjournal::lifecycle::LifecycleEvent;
@@ -104,16 +105,6 @@ fn check_every_case(root: &Path) {
     let (code, out, err) = finish(run(root, &["head", "-n", "1"], Stdio::from(stdout)));
     assert_eq!((code, out.as_slice()), (0, &b"y\n"[..]), "{err}");
     assert!(!err.contains("input to"), "{err}");
-}
-
-/// `yes`, killed and reaped when the test is done with it.
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 #[test]

@@ -24,6 +24,7 @@ use std::process::{Command as OsCommand, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common::Killed;
 use crate::common::tmpfs::SmallTmpfs;
 use procjournal::supervisor::{Command, Services, Supervisor, SupervisorConfig};
 use procjournal::tree::cgroup::{CgroupBase, base_name};
@@ -625,14 +626,7 @@ fn a_disk_that_fills_while_the_tree_runs_leaves_its_receipt_whole() {
         .unwrap();
     // Ends the `run` (and with it, through its guardian's lifeline, the tree) before the
     // tmpfs goes, whatever the test's end.
-    struct EndRun(std::process::Child);
-    impl Drop for EndRun {
-        fn drop(&mut self) {
-            let _ = self.0.kill();
-            let _ = self.0.wait();
-        }
-    }
-    let mut run = EndRun(run);
+    let mut run = Killed(run);
     // The workload runs: its guardian created (and made room for) the receipt before it.
     wait_until("the workload", || started.exists());
     // Its room: the receipt's largest size (1024 bytes, journal-format.md) in zeros, which

@@ -23,3 +23,15 @@ pub fn harness_name(module_path: &str, name: &str) -> String {
         format!("{module}::{name}")
     }
 }
+
+/// A child process killed and reaped when dropped, a failed assertion's unwinding included: a
+/// test's `yes`, or a `run` whose tree must end (through its guardian's lifeline) before the
+/// test's directories go.
+pub struct Killed(pub std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
